@@ -1,0 +1,124 @@
+/* vr_backend.h: what the loader hands a backend, and the backend function table.
+ *
+ * The loader (model/) parses config.json into vr_model_config_t, maps every
+ * safetensors file and resolves the architecture's tensors into
+ * vr_model_weights_t (pointers into the mapping, in the file's dtype). A
+ * backend turns those into its own representation (cpu: fp32, converting
+ * F16/BF16 once; cuda: bf16 on the device) and runs packed forwards.
+ * The backend must not keep pointers into cfg/w beyond init unless it also
+ * documents that the model outlives it (it does: the loader frees the mapping
+ * only after the backend's free()). */
+#ifndef VR_BACKEND_H
+#define VR_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vr_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum vr_dtype { VR_DTYPE_F32 = 0, VR_DTYPE_F16 = 1, VR_DTYPE_BF16 = 2 } vr_dtype_t;
+
+/* One tensor of a safetensors file: a view into the mmapped file (data may be
+ * only 1-byte aligned: read with memcpy or convert). shape is row-major. */
+typedef struct vr_tensor {
+  const char *name;
+  vr_dtype_t dtype;
+  int ndim;
+  int64_t shape[4];
+  const void *data;
+  size_t nbytes;
+} vr_tensor_t;
+
+typedef enum vr_arch {
+  VR_ARCH_BERT = 0,    /* BertForSequenceClassification */
+  VR_ARCH_ROBERTA = 1, /* RobertaForSequenceClassification, XLMRobertaForSequenceClassification */
+  VR_ARCH_LLAMA = 2,   /* LlamaForSequenceClassification */
+  VR_ARCH_MISTRAL = 3, /* MistralForSequenceClassification */
+  VR_ARCH_QWEN2 = 4,   /* Qwen2ForSequenceClassification */
+} vr_arch_t;
+
+typedef enum vr_act { VR_ACT_GELU = 0 /* erf */, VR_ACT_GELU_TANH = 1 /* gelu_new, gelu_pytorch_tanh */, VR_ACT_SILU = 2, VR_ACT_RELU = 3 } vr_act_t;
+
+typedef struct vr_model_config {
+  vr_arch_t arch;
+  int is_decoder;
+  int vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, head_dim, intermediate_size;
+  int max_position_embeddings; /* as in config.json */
+  int max_seq_len;             /* longest accepted sequence: encoders max_pos - position_offset */
+  int type_vocab_size;         /* bert/roberta token_type embeddings (type 0 is used) */
+  int num_labels;              /* must be 1 */
+  float norm_eps;              /* layer_norm_eps or rms_norm_eps */
+  vr_act_t act;
+  int pad_token_id;            /* -1 when absent */
+  int position_offset;         /* roberta: padding_idx + 1; bert/decoders: 0 */
+  int attention_bias;          /* q/k/v (and o for bert) have biases; qwen2: q/k/v only */
+  int o_bias;                  /* o_proj has a bias */
+  int mlp_bias;
+  int tie_word_embeddings;
+  int sliding_window;          /* mistral; 0 = none */
+  /* RoPE (decoders): inv_freq[i] for i < head_dim/2, final (after any scaling),
+   * computed once by the loader exactly as transformers' rope init does. */
+  float rope_theta;
+  float *rope_inv_freq;        /* owned by the loader */
+  float rope_attention_scaling; /* multiplies cos/sin (1.0 except yarn-like types) */
+} vr_model_config_t;
+
+/* Per-layer tensors. Encoder (post-norm): x = LN1(x + O(attn(x))); x = LN2(x + down(act(up(x)))).
+ * Decoder (pre-norm): x += O(attn(RMS1(x))); x += down(silu(gate(RMS2(x))) * up(RMS2(x))).
+ * Linear weights are (out, in) as in PyTorch; absent optional tensors are NULL. */
+typedef struct vr_layer_weights {
+  const vr_tensor_t *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
+  const vr_tensor_t *norm1_w, *norm1_b; /* enc: attention.output.LayerNorm; dec: input_layernorm */
+  const vr_tensor_t *norm2_w, *norm2_b; /* enc: output.LayerNorm; dec: post_attention_layernorm */
+  const vr_tensor_t *gate_w;            /* dec only */
+  const vr_tensor_t *up_w, *up_b;       /* enc: intermediate.dense; dec: up_proj */
+  const vr_tensor_t *down_w, *down_b;   /* enc: output.dense; dec: down_proj */
+} vr_layer_weights_t;
+
+typedef struct vr_model_weights {
+  const vr_tensor_t *tok_emb;                 /* (V, C) */
+  const vr_tensor_t *pos_emb, *type_emb;      /* encoders */
+  const vr_tensor_t *emb_norm_w, *emb_norm_b; /* encoders: embeddings.LayerNorm */
+  vr_layer_weights_t *layers;                 /* num_layers entries */
+  const vr_tensor_t *final_norm_w;            /* decoders: model.norm */
+  /* heads. bert: head1 = pooler.dense (tanh), head2 = classifier.
+   *        roberta: head1 = classifier.dense (tanh), head2 = classifier.out_proj.
+   *        decoders: head2 = score (num_labels, C), no bias; head1 NULL. */
+  const vr_tensor_t *head1_w, *head1_b, *head2_w, *head2_b;
+} vr_model_weights_t;
+
+/* Backend function table (designated initializers; optional entries may be NULL). */
+typedef struct vr_backend_ops {
+  const char *name; /* "cpu", "cuda" */
+  /* Builds the backend state for this model; device_index is N of "cuda:N" (0 for cpu).
+   * On failure returns a negative vr_status_t and logs why. Required. */
+  int (*init)(const vr_model_config_t *cfg, const vr_model_weights_t *w,
+              const vr_model_options_t *opt, int device_index, void **state);
+  /* One packed forward of already-validated sequences whose total length is at most
+   * the configured max_batch_tokens: writes n_seqs scores. Required. */
+  int (*forward)(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
+                 float *scores);
+  void (*free)(void *state);                    /* required; NULL state is a no-op */
+  /* Fills the device/host fields of info (device, device_name, compute_dtype, *_bytes). Optional. */
+  void (*describe)(void *state, vr_model_info_t *info);
+} vr_backend_ops_t;
+
+extern const vr_backend_ops_t vr_backend_cpu;
+#ifdef VR_HAVE_CUDA
+extern const vr_backend_ops_t vr_backend_cuda;
+#endif
+
+/* bf16 / f16 -> f32 helpers for backends (exact conversions). */
+float vr_bf16_to_f32(uint16_t h);
+float vr_f16_to_f32(uint16_t h);
+/* Converts any tensor to a fresh malloc'd fp32 array (caller frees); NULL on OOM. */
+float *vr_tensor_to_f32(const vr_tensor_t *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VR_BACKEND_H */

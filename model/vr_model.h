@@ -1,0 +1,77 @@
+/* vr_model.h: the reward-model runtime (public to the server and tools; not to trainers).
+ *
+ * vr_model_load() reads a Hugging Face model directory (config.json plus
+ * model.safetensors or a sharded model.safetensors.index.json), mmaps the
+ * weights and builds a backend ("cpu" reference or "cuda"). vr_model_score()
+ * scores a packed batch: concatenated token ids + cu_seqlens, no padding.
+ *
+ * Threading: a vr_model_t is used by one thread at a time (the server's
+ * batcher); vr_model_info() may be read from any thread after load. */
+#ifndef VR_MODEL_H
+#define VR_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vr_model vr_model_t;
+
+typedef struct vr_model_options {
+  const char *device;        /* "cpu", "cuda", "cuda:N"; NULL = "cpu" */
+  int n_threads;             /* cpu: OpenBLAS + loop threads; 0 = all cores */
+  uint32_t max_batch_tokens; /* largest packed batch a forward gets (sizes workspaces); 0 = 16384 */
+  uint32_t max_seqs;         /* largest number of sequences per forward; 0 = max_batch_tokens */
+  const char *dtype;         /* compute dtype: NULL/"auto" (cpu: f32, cuda: bf16), "f32", "bf16" */
+} vr_model_options_t;
+
+void vr_model_options_init(vr_model_options_t *opt);
+
+typedef struct vr_model_info {
+  char architecture[64];  /* as in config.json, e.g. "LlamaForSequenceClassification" */
+  char model_type[32];    /* "bert", "roberta", "llama", ... */
+  int is_decoder;         /* 1: score at the last token; 0: encoder, score from [CLS]/<s> */
+  int vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, head_dim, intermediate_size;
+  int max_positions;      /* longest sequence the model accepts (after any position offset) */
+  int num_labels;
+  char weights_dtype[8];  /* dtype of the files: "f32", "f16", "bf16" (mixed: the first seen) */
+  char compute_dtype[8];  /* "f32" or "bf16" */
+  char device[16];        /* "cpu" or "cuda:N" */
+  char device_name[64];   /* e.g. "NVIDIA H200" or "cpu (8 threads)" */
+  uint64_t param_count;
+  uint64_t host_bytes;    /* host memory the backend holds beyond the mmapped files */
+  uint64_t device_bytes;  /* device memory held (weights + workspace); 0 on cpu */
+} vr_model_info_t;
+
+/* Loads a model directory. On error returns a negative vr_status_t, logs the
+ * file / tensor / field and the problem, and leaves *out NULL. The caller owns
+ * the model and frees it with vr_model_free(). */
+int vr_model_load(const char *dir, const vr_model_options_t *opt, vr_model_t **out);
+void vr_model_free(vr_model_t *m);
+
+/* Never NULL for a loaded model; valid until vr_model_free(). */
+const vr_model_info_t *vr_model_info(const vr_model_t *m);
+
+/* Checks one sequence against the model's limits without running it:
+ * VR_ERR_EMPTY_SEQ, VR_ERR_SEQ_TOO_LONG, VR_ERR_TOKEN_RANGE or 0. Thread-safe. */
+int vr_model_check_seq(const vr_model_t *m, const int32_t *ids, uint32_t len);
+
+/* Scores n_seqs sequences: sequence i is ids[cu_seqlens[i] .. cu_seqlens[i+1]).
+ * cu_seqlens has n_seqs + 1 entries, cu_seqlens[0] = 0. Every sequence is
+ * checked first (vr_model_check_seq); seq_status[i] (optional, n_seqs entries)
+ * gets 0 or the sequence's error, and scores[i] is NaN for a bad sequence; the
+ * good ones are still scored. Batches larger than max_batch_tokens are split.
+ * Returns 0 when the forward ran (even if some sequences were rejected), or a
+ * negative vr_status_t when nothing could be scored (bad arguments, device error). */
+int vr_model_score(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens,
+                   uint32_t n_seqs, float *scores, int32_t *seq_status);
+
+/* Names of the backends compiled in, e.g. "cpu,cuda". Static string. */
+const char *vr_model_backends(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VR_MODEL_H */

@@ -1,0 +1,37 @@
+# tools/deps.sh: sourced by tools/test.sh and tools/demo.sh.
+# vr_install_deps: installs the Debian packages the build and tests need, skipping
+# what is present; as root (or with sudo) it runs apt-get, otherwise it prints the
+# exact command and fails.
+VR_DEB_PACKAGES=(cmake make gcc pkg-config python3 libevent-dev libmsgpack-dev libopenblas-dev
+                 libcjson-dev libcmocka-dev valgrind clang procps)
+
+vr_install_deps() {
+  local missing=() p
+  for p in "${VR_DEB_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+      missing+=("$p")
+    fi
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "== dependencies present"
+    return 0
+  fi
+  echo "== installing: ${missing[*]}"
+  local sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+      sudo=(sudo)
+    else
+      echo "missing packages; run as root:" >&2
+      echo "  apt-get update && apt-get install -y ${missing[*]}" >&2
+      return 1
+    fi
+  fi
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# vr_gpu_visible: true when a CUDA GPU can be used (nvidia-smi lists one).
+vr_gpu_visible() {
+  command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '
+}
