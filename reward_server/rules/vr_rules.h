@@ -228,7 +228,7 @@ float vr_reward_mix(const vr_reward_spec_t *spec, const float *scores);
 /* ---- building blocks, exposed for tests and tools -------------------------------- */
 
 /* Content of the last \boxed{...} / \boxed <x> / \fbox{...} in s (verl math.py
- * last_boxed_only_string + remove_boxed). Returns 1 and sets *start/*len
+ * last_boxed_only_string + remove_boxed). Returns 1 and sets *start and *len
  * (pointing into s) or 0 when there is none or its braces never close. */
 int vr_math_last_boxed(const char *s, size_t n, size_t *start, size_t *len);
 
