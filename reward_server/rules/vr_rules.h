@@ -63,9 +63,9 @@ typedef enum vr_info_format {
  * Wire keys (msgpack map / JSON object): "data_source" (str), "solution_str"
  * (str), "ground_truth" (str, or an integer/float which is converted to its
  * decimal text: 42 -> "42", 2.5 -> "2.5"), "extra_info" (any value, kept raw).
- * msgpack bin is accepted where str is (it must hold valid UTF-8). Unknown keys
- * are ignored; a duplicated known key, nil for a known key, or a wrong type is
- * an error. */
+ * msgpack bin is accepted where str is (it must hold valid UTF-8). nil (JSON
+ * null) for a key means absent. Unknown keys are ignored; a duplicated known
+ * key, a non-string map key, or a wrong value type is an error. */
 typedef struct vr_extras {
   vr_text_t data_source;
   vr_text_t solution_str;
@@ -232,10 +232,11 @@ float vr_reward_mix(const vr_reward_spec_t *spec, const float *scores);
  * (pointing into s) or 0 when there is none or its braces never close. */
 int vr_math_last_boxed(const char *s, size_t n, size_t *start, size_t *len);
 
-/* Normalises a math answer (verl math.py strip_string plus trailing-zero and
- * plain '$' removal, see docs). Writes a NUL-terminated result into out (at
- * most outcap-1 bytes). Returns the result length, or -1 when outcap is too
- * small (the result never exceeds 2*n+16 bytes: out of size 2*n+16 always suffices). */
+/* Normalises a math answer (verl math.py strip_string plus trailing-zero,
+ * plain '$'/'%' and trailing \text{unit} removal, see docs). Writes a
+ * NUL-terminated result into out (at most outcap-1 bytes). Returns the result
+ * length, or -1 when outcap is too small or memory ran out (the result may be
+ * longer than the input: "\frac12" -> "\frac{1}{2}"). */
 long vr_math_normalize(const char *s, size_t n, char *out, size_t outcap);
 
 /* gsm8k answer extraction (verl gsm8k.py extract_solution, commas/'$' removed).

@@ -1,0 +1,496 @@
+/* vr_rules_extras.c: per-sequence extras (data_source, solution_str,
+ * ground_truth, extra_info) from untrusted msgpack / JSON, and back to msgpack.
+ *
+ * msgpack input is handled in two passes: mp_skip() walks the raw bytes with
+ * explicit bounds and depth checks (so msgpack-c never sees a container whose
+ * declared count exceeds the bytes present: a 5-byte "array of 4e9 items"
+ * would otherwise make it allocate gigabytes), and records each top-level
+ * value's byte range (extra_info is kept verbatim); then msgpack-c decodes the
+ * validated blob for typed access. */
+#include "vr_rules.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <msgpack.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verl_reward/status.h"
+
+/* Formats an error message into err (if given) and returns code. */
+static int ex_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int ex_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+  if (err && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+/* ---- UTF-8 ------------------------------------------------------------------ */
+
+int vr_utf8_valid(const char *str, size_t n) {
+  const unsigned char *s = (const unsigned char *)str;
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t need;
+    unsigned cp, min;
+    if (c >= 0xc2 && c <= 0xdf) {
+      need = 1, cp = c & 0x1f, min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      need = 2, cp = c & 0x0f, min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      need = 3, cp = c & 0x07, min = 0x10000;
+    } else {
+      return 0; /* continuation byte, 0xc0/0xc1 (overlong) or > 0xf4 */
+    }
+    if (n - i - 1 < need) return 0;
+    for (size_t k = 1; k <= need; k++) {
+      unsigned cc = s[i + k];
+      if ((cc & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (cc & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    i += need + 1;
+  }
+  return 1;
+}
+
+/* ---- lifecycle / setters ------------------------------------------------------ */
+
+void vr_extras_init(vr_extras_t *ex) { memset(ex, 0, sizeof(*ex)); }
+
+static void text_free(vr_text_t *t) {
+  free(t->ptr);
+  memset(t, 0, sizeof(*t));
+}
+
+void vr_extras_free(vr_extras_t *ex) {
+  if (!ex) return;
+  text_free(&ex->data_source);
+  text_free(&ex->solution_str);
+  text_free(&ex->ground_truth);
+  text_free(&ex->extra_info);
+  ex->extra_info_format = VR_INFO_NONE;
+}
+
+static void text_clear(vr_text_t *t) {
+  t->present = 0;
+  t->len = 0;
+  if (t->ptr) t->ptr[0] = '\0';
+}
+
+void vr_extras_clear(vr_extras_t *ex) {
+  text_clear(&ex->data_source);
+  text_clear(&ex->solution_str);
+  text_clear(&ex->ground_truth);
+  text_clear(&ex->extra_info);
+  ex->extra_info_format = VR_INFO_NONE;
+}
+
+/* Copies len raw bytes (+ NUL) into t, growing its buffer. len <= max checked by callers. */
+static int text_store(vr_text_t *t, const void *s, size_t len) {
+  if (len >= UINT32_MAX) return VR_ERR_TOO_LARGE;
+  if (!t->ptr || t->cap < len + 1) {
+    size_t cap = len + 1 < 64 ? 64 : len + 1;
+    char *p = realloc(t->ptr, cap);
+    if (!p) return VR_ERR_NOMEM;
+    t->ptr = p;
+    t->cap = (uint32_t)cap;
+  }
+  if (len) memcpy(t->ptr, s, len);
+  t->ptr[len] = '\0';
+  t->len = (uint32_t)len;
+  t->present = 1;
+  return VR_OK;
+}
+
+int vr_extras_set_text(vr_text_t *field, const char *s, size_t len, uint32_t max_len) {
+  if (!field) return VR_ERR_INVAL;
+  if (!s) {
+    text_clear(field);
+    return VR_OK;
+  }
+  if (len > max_len) return VR_ERR_TOO_LARGE;
+  if (memchr(s, '\0', len) || !vr_utf8_valid(s, len)) return VR_ERR_MALFORMED;
+  return text_store(field, s, len);
+}
+
+int vr_extras_set(vr_extras_t *ex, const char *data_source, const char *solution_str,
+                  const char *ground_truth) {
+  if (!ex) return VR_ERR_INVAL;
+  int rc;
+  if ((rc = vr_extras_set_text(&ex->data_source, data_source,
+                               data_source ? strlen(data_source) : 0, VR_EXTRAS_MAX_SOURCE)) ||
+      (rc = vr_extras_set_text(&ex->solution_str, solution_str,
+                               solution_str ? strlen(solution_str) : 0, VR_EXTRAS_MAX_TEXT)) ||
+      (rc = vr_extras_set_text(&ex->ground_truth, ground_truth,
+                               ground_truth ? strlen(ground_truth) : 0, VR_EXTRAS_MAX_TEXT)))
+    return rc;
+  text_clear(&ex->extra_info);
+  ex->extra_info_format = VR_INFO_NONE;
+  return VR_OK;
+}
+
+/* ---- shared field logic --------------------------------------------------------- */
+
+enum { F_SOURCE, F_SOLUTION, F_TRUTH, F_INFO, F_COUNT_ };
+static const char *const k_field_names[F_COUNT_] = {"data_source", "solution_str",
+                                                    "ground_truth", "extra_info"};
+static const uint32_t k_field_max[F_COUNT_] = {VR_EXTRAS_MAX_SOURCE, VR_EXTRAS_MAX_TEXT,
+                                               VR_EXTRAS_MAX_TEXT, VR_EXTRAS_MAX_INFO};
+
+static int field_index(const char *key, size_t len) {
+  for (int i = 0; i < F_COUNT_; i++)
+    if (strlen(k_field_names[i]) == len && memcmp(k_field_names[i], key, len) == 0) return i;
+  return -1;
+}
+
+static vr_text_t *field_ptr(vr_extras_t *ex, int f) {
+  switch (f) {
+    case F_SOURCE: return &ex->data_source;
+    case F_SOLUTION: return &ex->solution_str;
+    case F_TRUTH: return &ex->ground_truth;
+    default: return &ex->extra_info;
+  }
+}
+
+/* Stores a text value for field f after the limit/UTF-8/NUL checks. */
+static int field_set_text(vr_extras_t *ex, int f, const char *s, size_t len, char *err,
+                          size_t errlen) {
+  if (len > k_field_max[f])
+    return ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: %s is %zu bytes, limit %u",
+                   k_field_names[f], len, k_field_max[f]);
+  if (memchr(s, '\0', len))
+    return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s contains a NUL byte",
+                   k_field_names[f]);
+  if (!vr_utf8_valid(s, len))
+    return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s is not valid UTF-8",
+                   k_field_names[f]);
+  int rc = text_store(field_ptr(ex, f), s, len);
+  if (rc) return ex_fail(err, errlen, rc, "extras: out of memory for %s", k_field_names[f]);
+  return VR_OK;
+}
+
+/* ground_truth given as a number: its shortest decimal text that reads back
+ * to the same double (Python's str(float) for the usual cases), or the integer. */
+static void number_text(double v, char *buf, size_t cap) {
+  if (v == floor(v) && fabs(v) < 9007199254740992.0) {
+    snprintf(buf, cap, "%lld", (long long)v);
+    return;
+  }
+  for (int prec = 15; prec <= 17; prec++) {
+    snprintf(buf, cap, "%.*g", prec, v);
+    if (strtod(buf, NULL) == v) return;
+  }
+}
+
+/* ---- msgpack: structural validation -------------------------------------------------- */
+
+static uint64_t be_read(const uint8_t *p, int n) {
+  uint64_t v = 0;
+  for (int i = 0; i < n; i++) v = (v << 8) | p[i];
+  return v;
+}
+
+/* Skips one msgpack object starting at *off in buf[0..len). On success *off is
+ * past it and 0 is returned; -1 on truncation, reserved byte 0xc1, a container
+ * count larger than the bytes left, or depth beyond max_depth (recursion is
+ * bounded by max_depth <= VR_EXTRAS_MAX_DEPTH). */
+static int mp_skip(const uint8_t *buf, size_t len, size_t *off, unsigned depth,
+                   const char **why) {
+  if (depth > VR_EXTRAS_MAX_DEPTH) {
+    *why = "nesting deeper than the limit";
+    return -1;
+  }
+  size_t o = *off;
+  if (o >= len) {
+    *why = "truncated";
+    return -1;
+  }
+  uint8_t b = buf[o++];
+  uint64_t body = 0, items = 0;
+  int hdr = 0; /* bytes of length field that follow b */
+  if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+    body = 0;
+  } else if (b >= 0x80 && b <= 0x8f) {
+    items = 2u * (b & 0x0f);
+  } else if (b >= 0x90 && b <= 0x9f) {
+    items = b & 0x0f;
+  } else if (b >= 0xa0 && b <= 0xbf) {
+    body = b & 0x1f;
+  } else {
+    switch (b) {
+      case 0xc4: case 0xd9: hdr = 1; break;                 /* bin8, str8 */
+      case 0xc5: case 0xda: hdr = 2; break;                 /* bin16, str16 */
+      case 0xc6: case 0xdb: hdr = 4; break;                 /* bin32, str32 */
+      case 0xc7: hdr = 1; body = 1; break;                  /* ext8: + type byte */
+      case 0xc8: hdr = 2; body = 1; break;
+      case 0xc9: hdr = 4; body = 1; break;
+      case 0xca: body = 4; break;
+      case 0xcb: body = 8; break;
+      case 0xcc: case 0xd0: body = 1; break;
+      case 0xcd: case 0xd1: body = 2; break;
+      case 0xce: case 0xd2: body = 4; break;
+      case 0xcf: case 0xd3: body = 8; break;
+      case 0xd4: body = 2; break; /* fixext1: type + 1 */
+      case 0xd5: body = 3; break;
+      case 0xd6: body = 5; break;
+      case 0xd7: body = 9; break;
+      case 0xd8: body = 17; break;
+      case 0xdc: hdr = 2; items = 0; break;
+      case 0xdd: hdr = 4; items = 0; break;
+      case 0xde: hdr = 2; items = 0; break;
+      case 0xdf: hdr = 4; items = 0; break;
+      default: *why = "reserved type byte 0xc1"; return -1;
+    }
+    if (hdr) {
+      if (len - o < (size_t)hdr) {
+        *why = "truncated length field";
+        return -1;
+      }
+      uint64_t n = be_read(buf + o, hdr);
+      o += (size_t)hdr;
+      if (b >= 0xdc && b <= 0xdd) items = n;
+      else if (b >= 0xde) items = 2 * n;
+      else body += n;
+    }
+  }
+  if (body > len - o) {
+    *why = "value runs past the end";
+    return -1;
+  }
+  o += (size_t)body;
+  if (items > len - o) { /* every item needs at least one byte */
+    *why = "container count larger than the bytes present";
+    return -1;
+  }
+  for (uint64_t i = 0; i < items; i++)
+    if (mp_skip(buf, len, &o, depth + 1, why)) return -1;
+  *off = o;
+  return 0;
+}
+
+/* ---- msgpack: parse ------------------------------------------------------------------ */
+
+static int mp_set_field(vr_extras_t *ex, int f, const msgpack_object *v, const uint8_t *raw,
+                        size_t raw_len, char *err, size_t errlen) {
+  if (v->type == MSGPACK_OBJECT_NIL) return VR_OK; /* absent */
+  if (f == F_INFO) {
+    if (raw_len > VR_EXTRAS_MAX_INFO)
+      return ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
+                     raw_len, VR_EXTRAS_MAX_INFO);
+    if (text_store(&ex->extra_info, raw, raw_len))
+      return ex_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
+    ex->extra_info_format = VR_INFO_MSGPACK;
+    return VR_OK;
+  }
+  char num[64];
+  switch (v->type) {
+    case MSGPACK_OBJECT_STR:
+      return field_set_text(ex, f, v->via.str.ptr, v->via.str.size, err, errlen);
+    case MSGPACK_OBJECT_BIN:
+      return field_set_text(ex, f, v->via.bin.ptr, v->via.bin.size, err, errlen);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+      if (f != F_TRUTH) break;
+      snprintf(num, sizeof(num), "%llu", (unsigned long long)v->via.u64);
+      return field_set_text(ex, f, num, strlen(num), err, errlen);
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+      if (f != F_TRUTH) break;
+      snprintf(num, sizeof(num), "%lld", (long long)v->via.i64);
+      return field_set_text(ex, f, num, strlen(num), err, errlen);
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+      if (f != F_TRUTH) break;
+      if (!isfinite(v->via.f64))
+        return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
+      number_text(v->via.f64, num, sizeof(num));
+      return field_set_text(ex, f, num, strlen(num), err, errlen);
+    default:
+      break;
+  }
+  return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s has msgpack type %d, want %s",
+                 k_field_names[f], (int)v->type,
+                 f == F_TRUTH ? "str, bin or number" : "str or bin");
+}
+
+int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, char *err,
+                            size_t errlen) {
+  if (!out || (!buf && len)) return ex_fail(err, errlen, VR_ERR_INVAL, "extras: NULL argument");
+  vr_extras_clear(out);
+  if (len == 0) return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: empty msgpack blob");
+  if (len > VR_EXTRAS_MAX_BLOB)
+    return ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: msgpack blob is %zu bytes, limit %u",
+                   len, VR_EXTRAS_MAX_BLOB);
+  const uint8_t b0 = buf[0];
+  if (!((b0 >= 0x80 && b0 <= 0x8f) || b0 == 0xde || b0 == 0xdf))
+    return ex_fail(err, errlen, VR_ERR_MALFORMED,
+                   "extras: msgpack blob is not a map (first byte 0x%02x)", b0);
+  /* Pass 1: structure, and the byte range of every top-level value. */
+  size_t off = 0;
+  const char *why = "";
+  if (mp_skip(buf, len, &off, 0, &why))
+    return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: malformed msgpack: %s", why);
+  if (off != len)
+    return ex_fail(err, errlen, VR_ERR_MALFORMED,
+                   "extras: %zu trailing bytes after the msgpack map", len - off);
+  size_t pos = 1; /* past the map header */
+  uint64_t npairs = b0 <= 0x8f ? (uint64_t)(b0 & 0x0f) : be_read(buf + 1, b0 == 0xde ? 2 : 4);
+  if (b0 == 0xde) pos = 3;
+  if (b0 == 0xdf) pos = 5;
+  if (npairs > VR_EXTRAS_MAX_KEYS)
+    return ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: map has %llu keys, limit %u",
+                   (unsigned long long)npairs, VR_EXTRAS_MAX_KEYS);
+  size_t vstart[VR_EXTRAS_MAX_KEYS], vend[VR_EXTRAS_MAX_KEYS];
+  for (uint64_t i = 0; i < npairs; i++) {
+    if (mp_skip(buf, len, &pos, 1, &why)) /* validated above: cannot fail */
+      return ex_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
+    vstart[i] = pos;
+    if (mp_skip(buf, len, &pos, 1, &why))
+      return ex_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
+    vend[i] = pos;
+  }
+  /* Pass 2: decode with msgpack-c (allocation bounded by len, see mp_skip). */
+  msgpack_unpacked up;
+  msgpack_unpacked_init(&up);
+  size_t moff = 0;
+  msgpack_unpack_return ur = msgpack_unpack_next(&up, (const char *)buf, len, &moff);
+  int rc = VR_OK;
+  if (ur == MSGPACK_UNPACK_NOMEM_ERROR) {
+    rc = ex_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory decoding msgpack");
+  } else if (ur != MSGPACK_UNPACK_SUCCESS || moff != len || up.data.type != MSGPACK_OBJECT_MAP ||
+             up.data.via.map.size != npairs) {
+    rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: msgpack-c rejected the blob (%d)",
+                 (int)ur);
+  } else {
+    unsigned seen = 0;
+    for (uint32_t i = 0; i < up.data.via.map.size && rc == VR_OK; i++) {
+      const msgpack_object *k = &up.data.via.map.ptr[i].key;
+      const msgpack_object *v = &up.data.via.map.ptr[i].val;
+      if (k->type != MSGPACK_OBJECT_STR) {
+        rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: map key #%u is not a string", i);
+        break;
+      }
+      int f = field_index(k->via.str.ptr, k->via.str.size);
+      if (f < 0) continue; /* unknown key: ignored (forward compatibility) */
+      if (seen & (1u << f)) {
+        rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
+        break;
+      }
+      seen |= 1u << f;
+      rc = mp_set_field(out, f, v, buf + vstart[i], vend[i] - vstart[i], err, errlen);
+    }
+  }
+  msgpack_unpacked_destroy(&up);
+  if (rc) vr_extras_clear(out);
+  return rc;
+}
+
+/* ---- msgpack: pack ------------------------------------------------------------------ */
+
+int vr_extras_pack_msgpack(const vr_extras_t *ex, uint8_t **out, size_t *out_len) {
+  if (!ex || !out || !out_len) return VR_ERR_INVAL;
+  *out = NULL;
+  *out_len = 0;
+  const vr_text_t *fields[F_COUNT_] = {&ex->data_source, &ex->solution_str, &ex->ground_truth,
+                                       &ex->extra_info};
+  size_t n = 0;
+  for (int f = 0; f < F_COUNT_; f++) {
+    if (f == F_INFO && ex->extra_info_format == VR_INFO_NONE) continue;
+    if (fields[f]->present && fields[f]->ptr) n++;
+  }
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  int bad = msgpack_pack_map(&pk, n);
+  for (int f = 0; f < F_COUNT_ && !bad; f++) {
+    const vr_text_t *t = fields[f];
+    if (!t->present || !t->ptr || (f == F_INFO && ex->extra_info_format == VR_INFO_NONE)) continue;
+    size_t kl = strlen(k_field_names[f]);
+    bad |= msgpack_pack_str(&pk, kl) || msgpack_pack_str_body(&pk, k_field_names[f], kl);
+    if (f == F_INFO && ex->extra_info_format == VR_INFO_MSGPACK)
+      bad |= msgpack_sbuffer_write(&sb, t->ptr, t->len); /* already msgpack */
+    else
+      bad |= msgpack_pack_str(&pk, t->len) || msgpack_pack_str_body(&pk, t->ptr, t->len);
+  }
+  if (bad) {
+    msgpack_sbuffer_destroy(&sb);
+    return VR_ERR_NOMEM;
+  }
+  *out_len = sb.size;
+  *out = (uint8_t *)msgpack_sbuffer_release(&sb);
+  if (!*out) { /* empty map still has one byte, so data is never NULL here */
+    *out_len = 0;
+    return VR_ERR_NOMEM;
+  }
+  return VR_OK;
+}
+
+/* ---- JSON --------------------------------------------------------------------------- */
+
+int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t errlen) {
+  if (!out || !obj) return ex_fail(err, errlen, VR_ERR_INVAL, "extras: NULL argument");
+  vr_extras_clear(out);
+  if (!cJSON_IsObject(obj))
+    return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: element is not a JSON object");
+  unsigned seen = 0, nkeys = 0;
+  int rc = VR_OK;
+  char num[64];
+  for (const cJSON *it = obj->child; it && rc == VR_OK; it = it->next) {
+    if (++nkeys > VR_EXTRAS_MAX_KEYS) {
+      rc = ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: object has more than %u keys",
+                   VR_EXTRAS_MAX_KEYS);
+      break;
+    }
+    if (!it->string) continue;
+    int f = field_index(it->string, strlen(it->string));
+    if (f < 0) continue;
+    if (seen & (1u << f)) {
+      rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
+      break;
+    }
+    seen |= 1u << f;
+    if (cJSON_IsNull(it)) continue;
+    if (f == F_INFO) {
+      char *txt = cJSON_PrintUnformatted(it);
+      if (!txt) {
+        rc = ex_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory printing extra_info");
+        break;
+      }
+      size_t tl = strlen(txt);
+      if (tl > VR_EXTRAS_MAX_INFO)
+        rc = ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
+                     tl, VR_EXTRAS_MAX_INFO);
+      else if (text_store(&out->extra_info, txt, tl))
+        rc = ex_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
+      else
+        out->extra_info_format = VR_INFO_JSON;
+      cJSON_free(txt);
+    } else if (cJSON_IsString(it) && it->valuestring) {
+      rc = field_set_text(out, f, it->valuestring, strlen(it->valuestring), err, errlen);
+    } else if (f == F_TRUTH && cJSON_IsNumber(it)) {
+      if (!isfinite(it->valuedouble)) {
+        rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
+        break;
+      }
+      number_text(it->valuedouble, num, sizeof(num));
+      rc = field_set_text(out, f, num, strlen(num), err, errlen);
+    } else {
+      rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s has the wrong JSON type (want %s)",
+                   k_field_names[f], f == F_TRUTH ? "string or number" : "string");
+    }
+  }
+  if (rc) vr_extras_clear(out);
+  return rc;
+}
