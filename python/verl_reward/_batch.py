@@ -1,0 +1,87 @@
+"""Turning user input into the packed form both transports send.
+
+Sequences: a list (or tuple) whose items are lists of ints, 1-D numpy arrays
+or 1-D torch tensors; or one 2-D numpy array / torch tensor (each row is one
+sequence, taken whole: strip padding first). Extras: None, or one entry per
+sequence, each None, a dict (packed to msgpack) or bytes (sent as is).
+"""
+
+from array import array
+
+from . import msgpack
+from .errors import InvalidRequest, STATUS_VALUES
+
+_INVAL = STATUS_VALUES["VR_ERR_INVAL"]
+_INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
+
+
+def _rows(seqs):
+    """seqs -> list of per-sequence objects (2-D arrays/tensors are split into rows)."""
+    ndim = getattr(seqs, "ndim", None)
+    if ndim is not None:
+        if ndim != 2:
+            raise InvalidRequest(_INVAL, "a tensor/array of sequences must be 2-D (got %d-D)" % ndim)
+        return list(seqs)
+    if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__len__"):
+        raise InvalidRequest(_INVAL, "sequences must be a list of token-id lists, got %s" % type(seqs).__name__)
+    return list(seqs)
+
+
+def _as_int_list(seq, i):
+    """One sequence -> something array('i') can extend from."""
+    if hasattr(seq, "detach"):            # torch tensor
+        seq = seq.detach().cpu()
+    if getattr(seq, "ndim", 1) != 1:
+        raise InvalidRequest(_INVAL, "sequence %d is not 1-D" % i, i)
+    if hasattr(seq, "tolist"):            # numpy array / torch tensor
+        seq = seq.tolist()
+    if isinstance(seq, (str, bytes)):
+        raise InvalidRequest(_INVAL, "sequence %d is a %s, not token ids" % (i, type(seq).__name__), i)
+    return seq
+
+
+def pack_sequences(seqs):
+    """-> (ids: array('i'), cu_seqlens: array('I')); sequence i is ids[cu[i]:cu[i+1]].
+
+    Raises InvalidRequest for non-integer ids or ids outside int32 (the server
+    checks the vocabulary range; empty sequences are the server's to reject)."""
+    rows = _rows(seqs)
+    ids = array("i")
+    cu = array("I", [0])
+    for i, seq in enumerate(rows):
+        seq = _as_int_list(seq, i)
+        try:
+            part = array("i", seq)
+        except OverflowError:
+            raise InvalidRequest(_INVAL, "sequence %d has a token id outside int32" % i, i) from None
+        except TypeError as e:
+            raise InvalidRequest(_INVAL, "sequence %d: token ids must be integers (%s)" % (i, e), i) from None
+        ids.extend(part)
+        if len(ids) > 0xFFFFFFFF:
+            raise InvalidRequest(_INVAL, "more than 2**32-1 tokens in one request")
+        cu.append(len(ids))
+    return ids, cu
+
+
+def pack_extras(extras, n_seqs):
+    """extras -> list of bytes-or-None of length n_seqs (None when extras is None)."""
+    if extras is None:
+        return None
+    extras = list(extras)
+    if len(extras) != n_seqs:
+        raise InvalidRequest(_INVAL, "extras has %d entries for %d sequences" % (len(extras), n_seqs))
+    out = []
+    for i, e in enumerate(extras):
+        if e is None:
+            out.append(None)
+        elif isinstance(e, (bytes, bytearray, memoryview)):
+            out.append(bytes(e))
+        elif isinstance(e, dict):
+            try:
+                out.append(msgpack.packb(e))
+            except (TypeError, ValueError, OverflowError) as err:
+                raise InvalidRequest(_INVAL, "extras[%d]: %s" % (i, err), i) from None
+        else:
+            raise InvalidRequest(_INVAL, "extras[%d] must be a dict, bytes or None, not %s"
+                                 % (i, type(e).__name__), i)
+    return out

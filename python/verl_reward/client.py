@@ -1,0 +1,257 @@
+"""RewardClient: score token sequences through the server's shared-memory segment.
+
+    from verl_reward import RewardClient
+    with RewardClient("verl_reward_shm") as rc:
+        scores = rc.score([[1, 2, 3], [4, 5]])
+
+Thread-safety: one RewardClient may be used from several threads at once (the
+C library serialises lane access with a mutex and waits without holding it;
+ctypes releases the GIL during every call). close() waits for calls in
+progress to return, then releases the lane; calls after close() raise.
+"""
+
+import ctypes
+import threading
+
+from . import _lib
+from ._batch import pack_extras, pack_sequences
+from .errors import STATUS_VALUES, Timeout, VerlRewardError, error_for
+
+_OK = 0
+_TIMEOUT = STATUS_VALUES["VR_ERR_TIMEOUT"]
+_CANCELLED = STATUS_VALUES["VR_ERR_CANCELLED"]
+
+
+class ScoreResult:
+    """Scores of one request plus what the server reported beside them.
+
+    scores: list[float]; components: {name: list[float]} (empty when the server
+    sent only totals); queue_us / compute_us: the server's timings."""
+
+    __slots__ = ("scores", "components", "queue_us", "compute_us")
+
+    def __init__(self, scores, components, queue_us, compute_us):
+        self.scores = scores
+        self.components = components
+        self.queue_us = queue_us
+        self.compute_us = compute_us
+
+    def __repr__(self):
+        return "ScoreResult(scores=%r, components=%r, queue_us=%d, compute_us=%d)" % (
+            self.scores, self.components, self.queue_us, self.compute_us)
+
+
+class _CBatch:
+    """A vr_batch_t plus the Python objects that own the memory it points to."""
+
+    def __init__(self, seqs, extras):
+        self.ids, self.cu = pack_sequences(seqs)
+        self.n = len(self.cu) - 1
+        self.extras = pack_extras(extras, self.n)
+        c = ctypes
+        if len(self.ids):
+            self.c_ids = (c.c_int32 * len(self.ids)).from_buffer(self.ids)
+        else:
+            self.c_ids = (c.c_int32 * 1)()
+        self.c_cu = (c.c_uint32 * len(self.cu)).from_buffer(self.cu)
+        self.batch = _lib.Batch(n_seqs=self.n, token_ids=self.c_ids, cu_seqlens=self.c_cu)
+        if self.extras is not None and self.n:
+            self.c_extras = (c.c_char_p * self.n)(*self.extras)   # points into the bytes objects
+            self.c_extras_len = (c.c_uint32 * self.n)(*[len(e) if e else 0 for e in self.extras])
+            self.batch.extras = self.c_extras
+            self.batch.extras_len = self.c_extras_len
+
+
+def _result(n, scores, comps, info):
+    n_comp = min(int(info.n_components), _lib.VR_MAX_COMPONENTS)
+    components = {}
+    for j in range(n_comp):
+        name = bytes(info.component_names[j]).split(b"\0", 1)[0].decode("utf-8", "replace")
+        components[name] = [float(comps[i * _lib.VR_MAX_COMPONENTS + j]) for i in range(n)]
+    return ScoreResult([float(x) for x in scores[:n]], components, int(info.queue_us),
+                       int(info.compute_us))
+
+
+class PendingScore:
+    """A submitted request. done() never blocks; result() waits for it.
+
+    A Timeout from result() leaves the request pending (call result() again);
+    any other error, or a successful result, finishes it (result() then keeps
+    returning / raising the same)."""
+
+    def __init__(self, client, req_id, n_seqs):
+        self._client = client
+        self._id = req_id
+        self._n = n_seqs
+        self._lock = threading.Lock()
+        self._outcome = None      # ScoreResult or VerlRewardError once finished
+
+    @property
+    def request_id(self):
+        return self._id
+
+    def done(self):
+        """True when result() will not wait (answered, failed, or the client closed)."""
+        if self._outcome is not None:
+            return True
+        rc = self._client._call("vr_client_poll", self._id)
+        if rc < 0:
+            with self._lock:      # result() may have consumed the id meanwhile
+                if self._outcome is None:
+                    self._outcome = self._client._error(rc)
+            return True
+        return rc == 1
+
+    def result(self, timeout=None):
+        """-> ScoreResult. timeout in seconds (None: the client's timeout_s; < 0: forever)."""
+        with self._lock:
+            outcome = self._outcome
+            if outcome is None:
+                outcome = self._wait(timeout)
+                if not isinstance(outcome, Timeout):   # a timeout leaves it pending
+                    self._outcome = outcome
+        if isinstance(outcome, VerlRewardError):
+            raise outcome
+        return outcome
+
+    def scores(self, timeout=None):
+        """-> list[float] (result().scores)."""
+        return self.result(timeout).scores
+
+    def _wait(self, timeout):
+        c = ctypes
+        if timeout is None:
+            timeout = self._client.timeout_s
+        timeout_us = -1 if timeout < 0 else int(timeout * 1e6)
+        scores = (c.c_float * max(self._n, 1))()
+        comps = (c.c_float * (max(self._n, 1) * _lib.VR_MAX_COMPONENTS))()
+        info = _lib.RequestInfo()
+        try:
+            rc = self._client._call("vr_client_wait", self._id, timeout_us, scores, comps,
+                                    c.byref(info))
+        except VerlRewardError as e:      # client closed
+            return e
+        if rc != _OK:
+            return self._client._error(rc, info)
+        return _result(self._n, scores, comps, info)
+
+
+class RewardClient:
+    """Client of one verl-reward-server through its shared-memory segment.
+
+    shm_name: the server's --shm-name (without '/'). timeout_s: default wait for
+    score() and PendingScore.result(). connect_timeout_s: how long the
+    constructor waits for the segment to appear / a lane to free up (0: fail at
+    once). spin_us: busy-poll budget before sleeping (None: library default).
+    Raises ConnectFailed (no such segment, permission, other version),
+    ServerGone, NoLane or Timeout; LibraryNotFound when the .so is missing."""
+
+    def __init__(self, shm_name="verl_reward_shm", timeout_s=30.0, connect_timeout_s=0.0,
+                 spin_us=None):
+        self._lib = _lib.load_library()
+        self.shm_name = shm_name
+        self.timeout_s = float(timeout_s)
+        opts = _lib.ClientOptions()
+        self._lib.vr_client_options_init(ctypes.byref(opts))
+        opts.timeout_us = max(1, int(self.timeout_s * 1e6))
+        opts.connect_timeout_us = max(0, int(connect_timeout_s * 1e6))
+        if spin_us is not None:
+            opts.spin_us = int(spin_us)
+        self._opts = opts
+        self._cond = threading.Condition()
+        self._active = 0
+        self._handle = None
+        handle = ctypes.c_void_p()
+        rc = self._lib.vr_client_connect(shm_name.encode("utf-8"), ctypes.byref(opts),
+                                         ctypes.byref(handle))
+        if rc != _OK:
+            raise self._error(rc)
+        self._handle = handle
+
+    # -- plumbing --------------------------------------------------------------
+    def _error(self, rc, info=None):
+        detail = self._lib.vr_client_last_error()
+        detail = detail.decode("utf-8", "replace") if detail else ""
+        bad = int(info.bad_seq) if info is not None and rc != _TIMEOUT else -1
+        return error_for(rc, detail or None, bad)
+
+    def _call(self, fn_name, *args):
+        """Calls fn(handle, *args) unless closed; close() waits for calls in flight."""
+        with self._cond:
+            if self._handle is None:
+                raise VerlRewardError(_CANCELLED, "RewardClient(%r) is closed" % self.shm_name)
+            self._active += 1
+            handle = self._handle
+        try:
+            return getattr(self._lib, fn_name)(handle, *args)
+        finally:
+            with self._cond:
+                self._active -= 1
+                if self._active == 0:
+                    self._cond.notify_all()
+
+    # -- API -------------------------------------------------------------------
+    def limits(self):
+        """The server's published limits as a dict (max_seq_len, max_seqs_per_request,
+        arena_bytes, max_inflight, vocab_size, n_lanes)."""
+        lim = _lib.Limits()
+        rc = self._call("vr_client_limits", ctypes.byref(lim))
+        if rc != _OK:
+            raise self._error(rc)
+        return {name: int(getattr(lim, name)) for name, _ in _lib.Limits._fields_}
+
+    def score_with_info(self, sequences, extras=None):
+        """Synchronous score -> ScoreResult (scores, components, timings)."""
+        cb = _CBatch(sequences, extras)
+        if cb.n == 0:
+            return ScoreResult([], {}, 0, 0)
+        c = ctypes
+        scores = (c.c_float * cb.n)()
+        comps = (c.c_float * (cb.n * _lib.VR_MAX_COMPONENTS))()
+        info = _lib.RequestInfo()
+        rc = self._call("vr_client_score", c.byref(cb.batch), scores, comps, c.byref(info))
+        if rc != _OK:
+            raise self._error(rc, info)
+        return _result(cb.n, scores, comps, info)
+
+    def score(self, sequences, extras=None):
+        """Synchronous score -> list[float], one per sequence (waits up to timeout_s).
+
+        sequences: list of token-id lists / 1-D numpy arrays / 1-D torch tensors,
+        or one 2-D array/tensor. extras: None or one dict/bytes/None per sequence
+        (dicts are msgpack-packed; the server's rule rewards read data_source,
+        solution_str, ground_truth, extra_info)."""
+        return self.score_with_info(sequences, extras).scores
+
+    def submit(self, sequences, extras=None):
+        """Asynchronous: copies the batch into the lane and returns a PendingScore at
+        once. Busy when too many requests are in flight on this client's lane."""
+        cb = _CBatch(sequences, extras)
+        req = ctypes.c_uint64()
+        rc = self._call("vr_client_submit", ctypes.byref(cb.batch), ctypes.byref(req))
+        if rc != _OK:
+            raise self._error(rc)
+        return PendingScore(self, req.value, cb.n)
+
+    def close(self):
+        """Releases the lane (idempotent). Waits for calls in progress on other threads."""
+        with self._cond:
+            handle, self._handle = self._handle, None
+            while self._active:
+                self._cond.wait()
+        if handle is not None:
+            self._lib.vr_client_close(handle)
+
+    @property
+    def closed(self):
+        return self._handle is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_handle", None) is not None and getattr(self, "_cond", None) is not None:
+            self.close()

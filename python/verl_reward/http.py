@@ -1,0 +1,216 @@
+"""HttpRewardClient: the RewardClient API over the server's HTTP front.
+
+    POST {url}/v1/score  {"input_ids": [[...], ...], "extras": [{...}|null, ...]}
+      -> {"scores": [...], "queue_us": n, "compute_us": n, "components": {name: [...]}}
+
+For trainers on another host. Standard library only (urllib); one connection
+per request. Errors: the server's JSON error body carries a vr_status_t code,
+mapped to the same exceptions as the shm client; connection refused / reset
+raise ServerGone, a socket timeout raises Timeout.
+"""
+
+import concurrent.futures
+import json
+import socket
+import threading
+import urllib.error
+import urllib.request
+
+from ._batch import pack_sequences
+from .client import ScoreResult
+from .errors import STATUS_VALUES, VerlRewardError, error_for
+
+_HTTP_STATUS_CODES = {
+    400: STATUS_VALUES["VR_ERR_MALFORMED"],
+    404: STATUS_VALUES["VR_ERR_NOT_FOUND"],
+    408: STATUS_VALUES["VR_ERR_TIMEOUT"],
+    413: STATUS_VALUES["VR_ERR_TOO_LARGE"],
+    429: STATUS_VALUES["VR_ERR_OVERLOADED"],
+    503: STATUS_VALUES["VR_ERR_SHUTTING_DOWN"],
+    504: STATUS_VALUES["VR_ERR_TIMEOUT"],
+}
+_INTERNAL = STATUS_VALUES["VR_ERR_INTERNAL"]
+_INVAL = STATUS_VALUES["VR_ERR_INVAL"]
+_MALFORMED = STATUS_VALUES["VR_ERR_MALFORMED"]
+
+
+def _json_extras(extras, n):
+    if extras is None:
+        return None
+    extras = list(extras)
+    if len(extras) != n:
+        raise error_for(_INVAL, "extras has %d entries for %d sequences" % (len(extras), n))
+    out = []
+    for i, e in enumerate(extras):
+        if e is not None and not isinstance(e, dict):
+            raise error_for(_INVAL, "extras[%d]: HTTP extras must be dicts or None, not %s"
+                            % (i, type(e).__name__), i)
+        out.append(e)
+    return out
+
+
+def _jsonable(v):
+    """json.dumps default=: numpy/torch values and bytes."""
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    if hasattr(v, "item"):
+        return v.item()
+    if isinstance(v, (bytes, bytearray)):
+        return list(v)
+    raise TypeError("cannot send %s as JSON" % type(v).__name__)
+
+
+def _error_from_body(http_status, body):
+    """The exception for a non-2xx answer; the body's code wins over the HTTP status."""
+    code = _HTTP_STATUS_CODES.get(http_status, _INTERNAL)
+    message = "HTTP %d" % http_status
+    bad_seq = -1
+    try:
+        doc = json.loads(body.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if isinstance(doc, dict):
+        err = doc.get("error", doc)
+        if isinstance(err, str):
+            message = "HTTP %d: %s" % (http_status, err)
+            err = doc
+        if isinstance(err, dict):
+            for key in ("code", "status"):
+                if isinstance(err.get(key), int) and err[key] < 0:
+                    code = err[key]
+                    break
+            text = err.get("message") or err.get("detail") or err.get("error")
+            if isinstance(text, str):
+                message = "HTTP %d: %s" % (http_status, text)
+            if isinstance(err.get("bad_seq"), int):
+                bad_seq = err["bad_seq"]
+    elif body:
+        message = "HTTP %d: %s" % (http_status, body[:200].decode("utf-8", "replace"))
+    return error_for(code, message, bad_seq)
+
+
+class HttpPendingScore:
+    """Same contract as PendingScore, backed by a worker thread."""
+
+    def __init__(self, future, timeout_s):
+        self._future = future
+        self._timeout_s = timeout_s
+
+    def done(self):
+        return self._future.done()
+
+    def result(self, timeout=None):
+        if timeout is None:
+            timeout = self._timeout_s
+        try:
+            return self._future.result(None if timeout < 0 else timeout)
+        except concurrent.futures.TimeoutError:
+            raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
+                            "no HTTP answer within %.3f s (still pending)" % timeout) from None
+
+    def scores(self, timeout=None):
+        return self.result(timeout).scores
+
+
+class HttpRewardClient:
+    """url: the server's base URL, e.g. "http://10.0.0.5:8700". timeout_s bounds
+    each request. max_workers: threads used by submit()."""
+
+    def __init__(self, url, timeout_s=30.0, max_workers=4):
+        self.url = url.rstrip("/")
+        self.timeout_s = float(timeout_s)
+        self._max_workers = max_workers
+        self._pool = None
+        self._pool_lock = threading.Lock()
+        self._closed = False
+
+    def ready(self):
+        """True when GET /ready answers 200."""
+        try:
+            with urllib.request.urlopen(self.url + "/ready", timeout=self.timeout_s) as r:
+                return r.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def score_with_info(self, sequences, extras=None):
+        """Synchronous score -> ScoreResult (scores, components, timings)."""
+        if self._closed:
+            raise VerlRewardError(STATUS_VALUES["VR_ERR_CANCELLED"], "HttpRewardClient is closed")
+        return self._score(sequences, extras)
+
+    def _score(self, sequences, extras):
+        ids, cu = pack_sequences(sequences)
+        n = len(cu) - 1
+        if n == 0:
+            return ScoreResult([], {}, 0, 0)
+        doc = {"input_ids": [ids[cu[i]:cu[i + 1]].tolist() for i in range(n)]}
+        ex = _json_extras(extras, n)
+        if ex is not None:
+            doc["extras"] = ex
+        try:
+            body = json.dumps(doc, default=_jsonable).encode("utf-8")
+        except (TypeError, ValueError) as e:
+            raise error_for(_INVAL, "extras not JSON-serialisable: %s" % e) from None
+        req = urllib.request.Request(self.url + "/v1/score", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            raise _error_from_body(e.code, e.read() or b"") from None
+        except (socket.timeout, TimeoutError):
+            raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
+                            "no HTTP answer from %s within %.3f s" % (self.url, self.timeout_s)) from None
+        except (urllib.error.URLError, ConnectionError, OSError) as e:
+            reason = getattr(e, "reason", e)
+            if isinstance(reason, (socket.timeout, TimeoutError)):
+                raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
+                                "no HTTP answer from %s within %.3f s" % (self.url, self.timeout_s)) from None
+            raise error_for(STATUS_VALUES["VR_ERR_SERVER_GONE"],
+                            "cannot reach %s: %s" % (self.url, reason)) from None
+        return self._parse(raw, n)
+
+    def _parse(self, raw, n):
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            scores = [float(x) for x in doc["scores"]]
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
+            raise error_for(_MALFORMED, "bad answer from %s: %s" % (self.url, e)) from None
+        if len(scores) != n:
+            raise error_for(_MALFORMED, "server sent %d scores for %d sequences" % (len(scores), n))
+        comps = {}
+        raw_comps = doc.get("components") or {}
+        if isinstance(raw_comps, dict):
+            for name, vals in raw_comps.items():
+                if isinstance(vals, list) and len(vals) == n:
+                    comps[str(name)] = [float(v) for v in vals]
+        return ScoreResult(scores, comps, int(doc.get("queue_us", 0) or 0),
+                           int(doc.get("compute_us", 0) or 0))
+
+    def score(self, sequences, extras=None):
+        """-> list[float]; same arguments as RewardClient.score (extras: dicts or None)."""
+        return self.score_with_info(sequences, extras).scores
+
+    def submit(self, sequences, extras=None):
+        """-> HttpPendingScore; the request runs on a worker thread."""
+        with self._pool_lock:
+            if self._closed:
+                raise VerlRewardError(STATUS_VALUES["VR_ERR_CANCELLED"], "HttpRewardClient is closed")
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self._max_workers,
+                                                                   thread_name_prefix="verl-reward-http")
+            fut = self._pool.submit(self._score, sequences, extras)
+        return HttpPendingScore(fut, self.timeout_s)
+
+    def close(self):
+        with self._pool_lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,218 @@
+"""Unit tests of the pure-Python parts: msgpack, the status table against
+include/verl_reward/status.h, error mapping, input packing, library lookup."""
+
+import math
+import os
+import re
+import struct
+import subprocess
+import sys
+import unittest
+from array import array
+
+import vr_testlib
+from verl_reward import _batch, _lib, errors, msgpack
+
+
+class MsgpackTest(unittest.TestCase):
+    def roundtrip(self, v):
+        self.assertEqual(msgpack.unpackb(msgpack.packb(v)), v)
+
+    def test_known_encodings(self):
+        # Byte strings from the msgpack spec.
+        cases = [
+            (None, b"\xc0"), (True, b"\xc3"), (False, b"\xc2"),
+            (0, b"\x00"), (127, b"\x7f"), (128, b"\xcc\x80"), (256, b"\xcd\x01\x00"),
+            (65536, b"\xce\x00\x01\x00\x00"), (2 ** 32, b"\xcf\x00\x00\x00\x01\x00\x00\x00\x00"),
+            (-1, b"\xff"), (-32, b"\xe0"), (-33, b"\xd0\xdf"), (-129, b"\xd1\xff\x7f"),
+            (-(2 ** 31), b"\xd2\x80\x00\x00\x00"), (-(2 ** 63), b"\xd3\x80" + b"\x00" * 7),
+            (1.5, b"\xcb" + struct.pack(">d", 1.5)),
+            ("", b"\xa0"), ("a", b"\xa1a"), ("x" * 32, b"\xd9\x20" + b"x" * 32),
+            ("x" * 256, b"\xda\x01\x00" + b"x" * 256),
+            (b"\x00\x01", b"\xc4\x02\x00\x01"),
+            ([], b"\x90"), ([1, 2], b"\x92\x01\x02"), ({}, b"\x80"),
+            ({"a": 1}, b"\x81\xa1a\x01"),
+        ]
+        for v, want in cases:
+            with self.subTest(v=repr(v)[:40]):
+                self.assertEqual(msgpack.packb(v), want)
+                self.roundtrip(v)
+
+    def test_large_containers(self):
+        self.roundtrip(list(range(70000)))
+        self.roundtrip({str(i): i for i in range(20)})
+        self.assertEqual(msgpack.packb(list(range(16)))[:3], b"\xdc\x00\x10")
+        self.assertEqual(msgpack.packb({str(i): 0 for i in range(16)})[:3], b"\xde\x00\x10")
+        self.roundtrip(b"z" * 70000)
+        self.roundtrip("é" * 40000)
+
+    def test_extras_shape(self):
+        v = {"data_source": "openai/gsm8k", "solution_str": "#### 42", "ground_truth": "42",
+             "extra_info": {"index": 3, "split": "train", "tags": ["a", None, 2.5, False]}}
+        self.roundtrip(v)
+
+    def test_tuple_and_nan(self):
+        self.assertEqual(msgpack.unpackb(msgpack.packb((1, "a"))), [1, "a"])
+        self.assertTrue(math.isnan(msgpack.unpackb(msgpack.packb(float("nan")))))
+
+    def test_rejects(self):
+        with self.assertRaises(TypeError) as cm:
+            msgpack.packb({"a": {1, 2}})
+        self.assertIn("$.a", str(cm.exception))
+        with self.assertRaises(OverflowError):
+            msgpack.packb(2 ** 64)
+        with self.assertRaises(OverflowError):
+            msgpack.packb(-(2 ** 63) - 1)
+        nested = []
+        for _ in range(70):
+            nested = [nested]
+        with self.assertRaises(ValueError):
+            msgpack.packb(nested)
+        with self.assertRaises(ValueError):
+            msgpack.unpackb(b"\x92\x01")          # truncated array
+        with self.assertRaises(ValueError):
+            msgpack.unpackb(b"\x01\x02")          # trailing byte
+        with self.assertRaises(ValueError):
+            msgpack.unpackb(b"\xc1")              # never-used type byte
+
+
+class StatusTableTest(unittest.TestCase):
+    def header_table(self):
+        path = os.path.join(vr_testlib.SOURCE_DIR, "include", "verl_reward", "status.h")
+        with open(path) as f:
+            text = f.read()
+        rows = re.findall(r'X\((VR_[A-Z0-9_]+),\s*(-?\d+),\s*"((?:[^"\\]|\\.)*)"\)', text)
+        self.assertGreater(len(rows), 20, "could not parse %s" % path)
+        return [(int(v), n, m) for n, v, m in rows]
+
+    def test_table_matches_header(self):
+        self.assertEqual(list(errors.STATUS_TABLE), self.header_table(),
+                         "python/verl_reward/errors.py STATUS_TABLE differs from status.h: update it")
+
+    def test_every_error_code_has_a_class(self):
+        for value, name, _ in self.header_table():
+            if value == 0:
+                continue
+            with self.subTest(name=name):
+                self.assertIn(value, errors.ERROR_CLASSES)
+                e = errors.error_for(value, "detail")
+                self.assertIsInstance(e, errors.VerlRewardError)
+                self.assertEqual((e.code, e.name, e.message), (value, name, "detail"))
+                self.assertIn(name, str(e))
+
+    def test_mapping(self):
+        V = errors.STATUS_VALUES
+        want = {
+            "VR_ERR_SERVER_GONE": errors.ServerGone, "VR_ERR_SERVER_RESTARTED": errors.ServerRestarted,
+            "VR_ERR_TOO_LARGE": errors.RequestTooLarge, "VR_ERR_SEQ_TOO_LONG": errors.RequestTooLarge,
+            "VR_ERR_TIMEOUT": errors.Timeout, "VR_ERR_OVERLOADED": errors.Overloaded,
+            "VR_ERR_BUSY": errors.Overloaded, "VR_ERR_INVAL": errors.InvalidRequest,
+            "VR_ERR_TOKEN_RANGE": errors.InvalidRequest, "VR_ERR_EMPTY_SEQ": errors.InvalidRequest,
+            "VR_ERR_NOT_FOUND": errors.ConnectFailed, "VR_ERR_SHUTTING_DOWN": errors.ServerGone,
+        }
+        for name, cls in want.items():
+            with self.subTest(name=name):
+                self.assertIsInstance(errors.error_for(V[name]), cls)
+        self.assertIsInstance(errors.error_for(V["VR_ERR_TIMEOUT"]), TimeoutError)
+        unknown = errors.error_for(-9999, "from a newer server")
+        self.assertIs(type(unknown), errors.VerlRewardError)
+        self.assertEqual(unknown.code, -9999)
+        self.assertEqual(errors.error_for(V["VR_ERR_TOKEN_RANGE"], "x", 3).bad_seq, 3)
+
+
+class PackingTest(unittest.TestCase):
+    def test_lists(self):
+        ids, cu = _batch.pack_sequences([[1, 2, 3], [4], [5, 6]])
+        self.assertEqual(ids, array("i", [1, 2, 3, 4, 5, 6]))
+        self.assertEqual(cu, array("I", [0, 3, 4, 6]))
+
+    def test_tensor_like_rows(self):
+        class Row:                       # a 1-D tensor stand-in: ndim + tolist
+            ndim = 1
+
+            def __init__(self, v):
+                self.v = v
+
+            def tolist(self):
+                return list(self.v)
+
+        class Mat:                       # 2-D: iterable of rows
+            ndim = 2
+
+            def __init__(self, rows):
+                self.rows = [Row(r) for r in rows]
+
+            def __iter__(self):
+                return iter(self.rows)
+
+        ids, cu = _batch.pack_sequences(Mat([[7, 8], [9, 10]]))
+        self.assertEqual((ids.tolist(), cu.tolist()), ([7, 8, 9, 10], [0, 2, 4]))
+
+    def test_bad_input(self):
+        with self.assertRaises(errors.InvalidRequest) as cm:
+            _batch.pack_sequences([[1], [2 ** 31]])
+        self.assertEqual(cm.exception.bad_seq, 1)
+        with self.assertRaises(errors.InvalidRequest):
+            _batch.pack_sequences([[1.5]])
+        with self.assertRaises(errors.InvalidRequest):
+            _batch.pack_sequences("abc")
+        with self.assertRaises(errors.InvalidRequest):
+            _batch.pack_sequences(["abc"])
+
+    def test_extras(self):
+        self.assertIsNone(_batch.pack_extras(None, 2))
+        out = _batch.pack_extras([{"a": 1}, None, b"\x80"], 3)
+        self.assertEqual(out, [msgpack.packb({"a": 1}), None, b"\x80"])
+        with self.assertRaises(errors.InvalidRequest):
+            _batch.pack_extras([{"a": 1}], 2)
+        with self.assertRaises(errors.InvalidRequest):
+            _batch.pack_extras([{"a": object()}], 1)
+        with self.assertRaises(errors.InvalidRequest):
+            _batch.pack_extras(["str"], 1)
+
+
+class LookupTest(unittest.TestCase):
+    def run_py(self, code, env):
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              timeout=60)
+
+    def test_missing_env_path_is_an_error_listing_places(self):
+        env = vr_testlib.python_env(VERL_REWARD_LIB="/nonexistent/dir/libverl_reward_client.so")
+        r = self.run_py("import verl_reward as v\ntry:\n v.RewardClient('x')\nexcept v.LibraryNotFound as e:\n"
+                        " print(e)\n raise SystemExit(3)\n", env)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("VERL_REWARD_LIB: /nonexistent/dir/libverl_reward_client.so (no such file)", r.stdout)
+        self.assertIn("HINT", r.stdout)
+
+    def test_not_the_client_library(self):
+        # A real shared object without the client's symbols is rejected with a reason.
+        libc = "/lib/x86_64-linux-gnu/libc.so.6"
+        if not os.path.exists(libc):
+            self.skipTest("no %s" % libc)
+        env = vr_testlib.python_env(VERL_REWARD_LIB=libc)
+        r = self.run_py("import verl_reward._lib as l\nl.candidate_paths = lambda: [('VERL_REWARD_LIB', %r)]\n"
+                        "try:\n l.load_library()\nexcept l.LibraryNotFound as e:\n print(e)\n"
+                        " raise SystemExit(3)\n" % libc, env)
+        self.assertEqual(r.returncode, 3, r.stderr)
+        self.assertIn("not the client library", r.stdout)
+
+    def test_candidate_order(self):
+        env_dir = "/some/dir"
+        old = os.environ.get("VERL_REWARD_LIB")
+        os.environ["VERL_REWARD_LIB"] = env_dir
+        try:
+            places = [p for p, _ in _lib.candidate_paths()]
+            paths = [x for _, x in _lib.candidate_paths()]
+        finally:
+            if old is None:
+                del os.environ["VERL_REWARD_LIB"]
+            else:
+                os.environ["VERL_REWARD_LIB"] = old
+        self.assertEqual(places[0], "VERL_REWARD_LIB")
+        self.assertEqual(paths[0], env_dir)           # not a directory here: taken as a file path
+        self.assertEqual(places[1], "next to the package")
+        self.assertEqual(places[-1], "system path")
+
+
+if __name__ == "__main__":
+    unittest.main()

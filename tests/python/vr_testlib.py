@@ -1,0 +1,153 @@
+"""Shared helpers of the Python suites: paths from ctest's environment, the
+checksum model's reference function, and a real verl-reward-server process
+that is always killed (tearDown / atexit), with a unique shm name and port."""
+
+import atexit
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+SOURCE_DIR = os.environ.get("VR_SOURCE_DIR", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+BIN_DIR = os.environ.get("VR_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin"))
+LIB_DIR = os.environ.get("VR_LIB_DIR", os.path.join(SOURCE_DIR, "build", "lib"))
+FIXTURES = os.environ.get("VR_FIXTURES", os.path.join(SOURCE_DIR, "tests", "fixtures"))
+TESTS_BIN = os.environ.get("VR_TESTS_DIR", os.path.join(SOURCE_DIR, "build", "tests"))
+SERVER = os.path.join(BIN_DIR, "verl-reward-server")
+SCORE_TOOL = os.path.join(BIN_DIR, "verl-reward-score")
+CLIENT_LIB = os.path.join(LIB_DIR, "libverl_reward_client.so")
+FIXTURE_MODEL = os.path.join(FIXTURES, "models", "llama_gqa")
+
+_M64 = (1 << 64) - 1
+
+
+def checksum_score(ids):
+    """Python twin of shm/vr_checksum.h vr_checksum_score (exact float value)."""
+    h = (0x9E3779B97F4A7C15 ^ len(ids)) & _M64
+    for t in ids:
+        h = ((h ^ ((t & 0xFFFFFFFF) + 1)) * 0x100000001B3) & _M64
+    h ^= h >> 30
+    h = (h * 0xBF58476D1CE4E5B9) & _M64
+    h ^= h >> 27
+    h = (h * 0x94D049BB133111EB) & _M64
+    h ^= h >> 31
+    return (h >> 40) / 16777216.0
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_counter = [0]
+_live = []
+
+
+def unique_shm_name(tag):
+    _counter[0] += 1
+    return "vr_py_%s_%d_%d" % (tag, os.getpid(), _counter[0])
+
+
+class Server:
+    """A verl-reward-server child process on the CPU backend."""
+
+    def __init__(self, model="checksum", tag="t", extra_args=(), ready_timeout=60.0):
+        if not os.access(SERVER, os.X_OK):
+            raise AssertionError("verl-reward-server not built at %s" % SERVER)
+        self.shm_name = unique_shm_name(tag)
+        self.port = free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.log_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), self.shm_name + ".log")
+        self.log = open(self.log_path, "wb")
+        args = [SERVER, "--model", model, "--shm-name", self.shm_name, "--port", str(self.port),
+                "--device", "cpu"] + list(extra_args)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        _live.append(self)
+        self._wait_ready(ready_timeout)
+
+    def _wait_ready(self, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError("server exited with %s before ready:\n%s" % (self.proc.returncode, self.log_text()))
+            try:
+                with urllib.request.urlopen(self.url + "/ready", timeout=1.0) as r:
+                    if r.status == 200 and os.path.exists("/dev/shm/" + self.shm_name):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError("server not ready within %.0f s:\n%s" % (timeout, self.log_text()))
+
+    def log_text(self):
+        self.log.flush()
+        with open(self.log_path, "rb") as f:
+            return f.read()[-4000:].decode("utf-8", "replace")
+
+    def kill(self):
+        """SIGKILL (no cleanup: the segment stays behind, as after a crash)."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if not self.log.closed:
+            self.log.close()
+        try:
+            os.unlink("/dev/shm/" + self.shm_name)
+        except OSError:
+            pass
+        if self in _live:
+            _live.remove(self)
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+
+@atexit.register
+def _kill_leftovers():
+    for s in list(_live):
+        s.stop()
+
+
+def score_tool(model_dir, seqs):
+    """verl-reward-score --model DIR on JSONL input -> list of floats."""
+    if not os.access(SCORE_TOOL, os.X_OK):
+        raise AssertionError("verl-reward-score not built at %s" % SCORE_TOOL)
+    inp = "".join(json.dumps({"input_ids": s}) + "\n" for s in seqs)
+    r = subprocess.run([SCORE_TOOL, "--model", model_dir], input=inp.encode(), capture_output=True,
+                       timeout=120)
+    if r.returncode != 0:
+        raise AssertionError("verl-reward-score failed (%d): %s" % (r.returncode, r.stderr.decode()[-2000:]))
+    out = [json.loads(line)["score"] for line in r.stdout.decode().splitlines() if line.strip()]
+    if len(out) != len(seqs):
+        raise AssertionError("verl-reward-score printed %d scores for %d sequences" % (len(out), len(seqs)))
+    return out
+
+
+def python_env(**extra):
+    env = dict(os.environ)
+    env.update(extra)
+    return env
+
+
+def need_client_lib():
+    if not os.path.exists(CLIENT_LIB):
+        raise AssertionError("libverl_reward_client.so not built at %s" % CLIENT_LIB)
+
+
+sys.dont_write_bytecode = True
