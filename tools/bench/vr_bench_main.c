@@ -136,7 +136,7 @@ static void default_server_bin(char *buf, size_t n) {
   self[k] = 0;
   char *slash = strrchr(self, '/');
   if (slash) *slash = 0;
-  snprintf(buf, n, "%s/verl-reward-server", self);
+  snprintf(buf, n, "%.4000s/verl-reward-server", self);
 }
 
 static int parse_args(int argc, char **argv, bench_opts_t *o) {
@@ -311,10 +311,12 @@ int main(int argc, char **argv) {
   }
   char wdesc[256], dist[64];
   vr_len_dist_format(&o.len, dist, sizeof(dist));
-  snprintf(wdesc, sizeof(wdesc), "batch %u x %s%s%s, vocab %u, %s %gs + %gs warm-up%s", o.batch,
-           o.input ? "input " : "", o.input ? o.input : dist, o.input ? "" : " tokens", wl.vocab,
-           o.requests ? "requests" : "duration", o.requests ? (double)o.requests : o.duration_s,
-           o.warmup_s, o.procs ? ", client processes" : ", client threads");
+  char span[64];
+  if (o.requests) snprintf(span, sizeof(span), "%llu requests", (unsigned long long)o.requests);
+  else snprintf(span, sizeof(span), "%gs", o.duration_s);
+  snprintf(wdesc, sizeof(wdesc), "batch %u x %s%s%s, vocab %u, %s + %gs warm-up per run, client %s",
+           o.batch, o.input ? "input " : "", o.input ? o.input : dist, o.input ? "" : " tokens",
+           wl.vocab, span, o.warmup_s, o.procs ? "processes" : "threads");
   vr_report_meta_t meta = {.command_line = cmdline, .workload = wdesc, .batch = o.batch};
   for (int t = 0; t < o.n_transports; t++) {
     for (int ci = 0; ci < o.n_conc; ci++) {
@@ -324,9 +326,13 @@ int main(int argc, char **argv) {
             .rate = o.n_rates ? o.rates[ri] : 0.0, .poisson = o.poisson, .duration_s = o.duration_s,
             .warmup_s = o.warmup_s, .requests = o.requests, .wl = &wl,
             .verify = o.verify ? verify_checksum : NULL, .seed = o.seed};
-        vr_log(VR_LOG_INFO, "run: %s, %u clients%s%.0f%s", vr_transport_name(cfg.transport),
-               cfg.concurrency, cfg.rate > 0 ? ", open loop at " : "", cfg.rate,
-               cfg.rate > 0 ? " req/s" : ", closed loop");
+        if (cfg.rate > 0)
+          vr_log(VR_LOG_INFO, "run: %s, open loop at %g req/s (%s), up to %u in flight",
+                 vr_transport_name(cfg.transport), cfg.rate, cfg.poisson ? "poisson" : "constant",
+                 cfg.concurrency);
+        else
+          vr_log(VR_LOG_INFO, "run: %s, closed loop, %u clients", vr_transport_name(cfg.transport),
+                 cfg.concurrency);
         if (vr_run(&cfg, &res[done]) != 0) {
           exit_code = 2;
           goto report;

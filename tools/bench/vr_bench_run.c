@@ -98,6 +98,7 @@ static void client_main(client_arg_t *a) {
   atomic_fetch_add(&sh->connected, 1);
   while (atomic_load(&sh->go) == 0) usleep(200);
   if (atomic_load(&sh->go) < 0 || !conn) goto out;
+  sleep_until(sh->t0_ns); /* everyone starts at t0 */
   int open_loop = cfg->rate > 0.0;
   for (;;) {
     uint64_t t_start;
@@ -156,8 +157,8 @@ static void client_main(client_arg_t *a) {
       }
     }
     if (rc != 0) {
-      char msg[300];
-      snprintf(msg, sizeof(msg), "%s: %s", vr_status_name(rc), detail);
+      char msg[256];
+      snprintf(msg, sizeof(msg), "%s: %.200s", vr_status_name(rc), detail);
       note_error(s, rc, msg);
       if (measured) {
         s->requests++;

@@ -1,0 +1,226 @@
+/* test_bench_e2e.c: verl-reward-bench end to end against a real
+ * verl-reward-server on the CPU backend, started by the bench itself
+ * (--spawn-server), over shm, HTTP JSON and HTTP msgpack.
+ *
+ * Checks: exit codes (0 clean, 1 when requests fail, 2 on bad usage), the
+ * JSON contract (every key of the issue, a list for sweeps, requests =
+ * successes + errors, throughput x duration ~ requests, ordered percentiles,
+ * seq/tok rates consistent with the workload), CSV and SVG outputs, process
+ * clients, --requests, open loop, a real model fixture, and that
+ * --verify-checksum catches scores that are not the checksum. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "bench_test_util.h"
+
+static char g_bench[1024], g_json[256], g_csv[256], g_svg[256], g_jsonl[256];
+
+static int bench(char **args) {
+  char *argv[64];
+  int k = 0;
+  argv[k++] = g_bench;
+  for (int i = 0; args[i] && k < 62; i++) argv[k++] = args[i];
+  argv[k++] = "--log-level";
+  argv[k++] = "warn";
+  argv[k] = NULL;
+  return bt_run(argv, 120);
+}
+
+/* The issue's keys plus the internal consistency of one run object. */
+static void check_run(const cJSON *r, const char *transport, double duration, uint32_t batch,
+                      double min_len, double max_len) {
+  assert_true(cJSON_IsObject(r));
+  const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "transport");
+  assert_true(cJSON_IsString(t));
+  if (transport) assert_string_equal(t->valuestring, transport);
+  static const char *const keys[] = {"concurrency", "requests", "errors", "throughput.req_s",
+                                     "throughput.seq_s", "throughput.tok_s", "latency_us.p50",
+                                     "latency_us.p90", "latency_us.p99", "latency_us.p999",
+                                     "latency_us.max", "successes", "duration_s"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+    if (isnan(bt_num(r, keys[i]))) fail_msg("run JSON lacks numeric \"%s\"", keys[i]);
+  double req = bt_num(r, "requests"), ok = bt_num(r, "successes"), err = bt_num(r, "errors");
+  assert_true(req > 0);
+  assert_true(req == ok + err);
+  assert_true(err == 0);
+  double req_s = bt_num(r, "throughput.req_s"), d = bt_num(r, "duration_s");
+  if (duration > 0) assert_true(fabs(d - duration) < 1e-9);
+  if (!(fabs(req_s * d - req) <= 0.02 * req + 1)) fail_msg("req_s %.2f x %.3f s != %.0f requests", req_s, d, req);
+  assert_true(fabs(bt_num(r, "throughput.seq_s") - batch * req_s) <= 1e-6 * batch * req_s + 1e-9);
+  double tok_per_seq = bt_num(r, "throughput.tok_s") / bt_num(r, "throughput.seq_s");
+  if (!(tok_per_seq >= min_len - 1e-9 && tok_per_seq <= max_len + 1e-9))
+    fail_msg("tokens per sequence %.2f outside [%g, %g]", tok_per_seq, min_len, max_len);
+  double p[5] = {bt_num(r, "latency_us.p50"), bt_num(r, "latency_us.p90"), bt_num(r, "latency_us.p99"),
+                 bt_num(r, "latency_us.p999"), bt_num(r, "latency_us.max")};
+  assert_true(p[0] > 0);
+  for (int i = 1; i < 5; i++) assert_true(p[i] >= p[i - 1]);
+  /* latency of one request bounds throughput per client from below */
+  assert_true(req_s <= bt_num(r, "concurrency") * 1e6 / p[0] * 1.5 + 1);
+  assert_true(bt_num(r, "verify_failures") == 0);
+}
+
+static size_t count_lines(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = 0;
+  int c;
+  while ((c = fgetc(f)) != EOF) n += c == '\n';
+  fclose(f);
+  return n;
+}
+
+static void test_checksum_all_transports(void **state) {
+  (void)state;
+  char *args[] = {"--spawn-server", "--model checksum --device cpu --log-level warn",
+                  "--transport", "shm,http,http-msgpack", "--concurrency", "1,2", "--duration", "0.8",
+                  "--warmup", "0.2", "--batch", "3", "--lengths", "uniform:4-64", "--verify-checksum",
+                  "--json", g_json, "--csv", g_csv, "--plot", g_svg, NULL};
+  assert_int_equal(bench(args), 0);
+  cJSON *j = bt_read_json(g_json);
+  assert_non_null(j);
+  assert_true(cJSON_IsArray(j));
+  assert_int_equal(cJSON_GetArraySize(j), 6);
+  static const char *const tr[3] = {"shm", "http", "http-msgpack"};
+  for (int i = 0; i < 6; i++) {
+    const cJSON *r = cJSON_GetArrayItem(j, i);
+    check_run(r, tr[i / 2], 0.8, 3, 4, 64);
+    assert_true(bt_num(r, "concurrency") == (i % 2 ? 2 : 1));
+    /* the checksum scorer reports its (small) compute time; queue + compute < latency */
+    assert_true(bt_num(r, "server_us.queue_mean") + bt_num(r, "server_us.compute_mean") <=
+                bt_num(r, "latency_us.max"));
+  }
+  cJSON_Delete(j);
+  assert_int_equal(count_lines(g_csv), 7);
+  FILE *f = fopen(g_svg, "r");
+  assert_non_null(f);
+  char head[8] = {0};
+  assert_int_equal(fread(head, 1, 4, f), 4);
+  fclose(f);
+  assert_string_equal(head, "<svg");
+}
+
+static void test_procs_requests(void **state) {
+  (void)state;
+  char *args[] = {"--spawn-server", "--model checksum --device cpu --log-level warn", "--transport", "shm",
+                  "--procs", "--concurrency", "3", "--requests", "150", "--warmup", "0.1",
+                  "--batch", "2", "--lengths", "fixed:32", "--verify-checksum", "--json", g_json, NULL};
+  assert_int_equal(bench(args), 0);
+  cJSON *j = bt_read_json(g_json);
+  assert_non_null(j);
+  assert_true(cJSON_IsObject(j)); /* one run: one object */
+  check_run(j, "shm", -1, 2, 32, 32);
+  assert_true(bt_num(j, "requests") == 150);
+  cJSON_Delete(j);
+}
+
+static void test_open_loop_poisson(void **state) {
+  (void)state;
+  char *args[] = {"--spawn-server", "--model checksum --device cpu --log-level warn", "--transport",
+                  "http-msgpack", "--rate", "150", "--arrival", "poisson", "--duration", "1", "--warmup",
+                  "0.2", "--lengths", "lognormal:40,0.5", "--verify-checksum", "--json", g_json, NULL};
+  assert_int_equal(bench(args), 0);
+  cJSON *j = bt_read_json(g_json);
+  assert_non_null(j);
+  check_run(j, "http-msgpack", 1.0, 1, 1, 8192);
+  double n = bt_num(j, "requests");
+  /* Poisson count with mean 150: far outside 150 +- 5 sigma would be a broken schedule */
+  if (!(n > 150 - 62 && n < 150 + 62)) fail_msg("open loop sent %.0f requests, expected ~150", n);
+  const cJSON *mode = cJSON_GetObjectItemCaseSensitive(j, "mode");
+  assert_true(cJSON_IsString(mode) && strcmp(mode->valuestring, "open") == 0);
+  cJSON_Delete(j);
+}
+
+static void test_fixture_model(void **state) {
+  (void)state;
+  char model[1024], spawn[1200];
+  const char *fx = getenv("VR_FIXTURES");
+  snprintf(model, sizeof model, "%s/models/bert", fx && *fx ? fx : "tests/fixtures");
+  snprintf(spawn, sizeof spawn, "--model %s --device cpu --threads 1 --log-level warn", model);
+  /* real token ids from a JSONL file (both accepted line shapes); bert's vocab is 97 */
+  FILE *f = fopen(g_jsonl, "w");
+  assert_non_null(f);
+  fprintf(f, "[5, 17, 33, 2, 96, 40]\n{\"input_ids\": [[1, 2, 3, 4], [50, 60, 70, 80, 90, 10, 11, 12]]}\n\n[7, 8]\n");
+  fclose(f);
+  char *args[] = {"--spawn-server", spawn, "--transport", "shm,http", "--concurrency", "2", "--duration",
+                  "0.6", "--warmup", "0.2", "--batch", "2", "--input", g_jsonl, "--json", g_json, NULL};
+  assert_int_equal(bench(args), 0);
+  cJSON *j = bt_read_json(g_json);
+  assert_non_null(j);
+  assert_int_equal(cJSON_GetArraySize(j), 2);
+  check_run(cJSON_GetArrayItem(j, 0), "shm", 0.6, 2, 2, 8);
+  check_run(cJSON_GetArrayItem(j, 1), "http", 0.6, 2, 2, 8);
+  assert_true(bt_num(cJSON_GetArrayItem(j, 0), "server_us.compute_mean") > 0);
+  cJSON_Delete(j);
+
+  /* ids beyond the model's vocabulary are refused before anything is sent */
+  f = fopen(g_jsonl, "w");
+  assert_non_null(f);
+  fprintf(f, "[1, 2, 97]\n");
+  fclose(f);
+  char *bad[] = {"--spawn-server", spawn, "--duration", "0.2", "--input", g_jsonl, NULL};
+  assert_int_equal(bench(bad), 2);
+}
+
+/* A model's scores are not checksums: --verify-checksum must fail the run. */
+static void test_verify_catches_wrong_scores(void **state) {
+  (void)state;
+  char model[1024], spawn[1200];
+  const char *fx = getenv("VR_FIXTURES");
+  snprintf(model, sizeof model, "%s/models/bert", fx && *fx ? fx : "tests/fixtures");
+  snprintf(spawn, sizeof spawn, "--model %s --device cpu --threads 1 --log-level warn", model);
+  char *args[] = {"--spawn-server", spawn, "--transport", "http", "--requests", "20", "--warmup", "0",
+                  "--lengths", "uniform:2-30", "--verify-checksum", "--json", g_json, NULL};
+  assert_int_equal(bench(args), 1);
+  cJSON *j = bt_read_json(g_json);
+  assert_non_null(j);
+  assert_true(bt_num(j, "verify_failures") == 20);
+  assert_true(bt_num(j, "errors") == 20);
+  assert_true(bt_num(j, "requests") == 20);
+  cJSON_Delete(j);
+}
+
+static void test_bad_usage(void **state) {
+  (void)state;
+  char *a1[] = {"--lengths", "fixed:0", NULL};
+  assert_int_equal(bench(a1), 2);
+  char *a2[] = {"--transport", "carrier-pigeon", NULL};
+  assert_int_equal(bench(a2), 2);
+  char *a3[] = {"--concurrency", "1,x", NULL};
+  assert_int_equal(bench(a3), 2);
+  /* no server under this name: cannot run */
+  char *a4[] = {"--shm-name", "vrb_e2e_nobody_here", "--duration", "0.1", NULL};
+  assert_int_equal(bench(a4), 2);
+  /* a server binary that exits at once */
+  char *a5[] = {"--spawn-server", "--no-such-flag", "--duration", "0.1", NULL};
+  assert_int_equal(bench(a5), 2);
+}
+
+int main(void) {
+  atexit(bt_cleanup);
+  signal(SIGPIPE, SIG_IGN);
+  snprintf(g_bench, sizeof g_bench, "%s/verl-reward-bench", bt_bin_dir());
+  int pid = (int)getpid();
+  snprintf(g_json, sizeof g_json, "/tmp/vrb_e2e_%d.json", pid);
+  snprintf(g_csv, sizeof g_csv, "/tmp/vrb_e2e_%d.csv", pid);
+  snprintf(g_svg, sizeof g_svg, "/tmp/vrb_e2e_%d.svg", pid);
+  snprintf(g_jsonl, sizeof g_jsonl, "/tmp/vrb_e2e_%d.jsonl", pid);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bad_usage),
+      cmocka_unit_test(test_checksum_all_transports),
+      cmocka_unit_test(test_procs_requests),
+      cmocka_unit_test(test_open_loop_poisson),
+      cmocka_unit_test(test_fixture_model),
+      cmocka_unit_test(test_verify_catches_wrong_scores),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  unlink(g_json);
+  unlink(g_csv);
+  unlink(g_svg);
+  unlink(g_jsonl);
+  return rc;
+}
