@@ -1,0 +1,258 @@
+/* verl-reward-server: reward-model scores over shared memory and HTTP.
+ *
+ * main() loads the scorer, creates the shm segment, starts the batcher and
+ * dispatcher threads and runs the libevent loop (HTTP + signals) on its own
+ * thread. Shutdown (SIGTERM/SIGINT, delivered into the loop by libevent's
+ * signal pipe) runs as a chain of loop callbacks:
+ *   1. stop intake: /ready and POST /v1/score answer 503, the segment goes
+ *      DRAINING (clients' new submissions fail with VR_ERR_SHUTTING_DOWN), the
+ *      dispatcher takes what is already in the rings and exits;
+ *   2. the batcher finishes queued work until --drain-ms, then answers the rest
+ *      with VR_ERR_SHUTTING_DOWN, and wakes the loop (batch_idle_ev);
+ *   3. once every HTTP request is answered, a short flush delay, loop exit;
+ *   4. vr_shm_server_destroy (answers anything left, unlinks), pid file removed, exit 0.
+ * A hard timer (drain-ms + 5 s) ends the loop whatever happens. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/thread.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "verl_reward/status.h"
+#include "vr_batcher.h"
+#include "vr_dispatch.h"
+#include "vr_http.h"
+#include "vr_log.h"
+#include "vr_model.h"
+#include "vr_server.h"
+#include "vr_shm.h"
+#include "vr_time.h"
+
+/* The one mutable global: the server (signal callbacks reach it through their arg). */
+static vr_server_t g_srv;
+
+static struct event *g_batch_idle_ev, *g_exit_ev, *g_hard_ev;
+
+void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g) {
+  memset(g, 0, sizeof *g);
+  g->queue_depth = srv->batcher ? vr_batcher_depth(srv->batcher) : 0;
+  g->queue_capacity = srv->st.max_queue;
+  if (srv->shm) {
+    g->lanes_in_use = vr_shm_server_lanes_in_use(srv->shm);
+    g->shm_inflight = vr_shm_server_inflight(srv->shm);
+    g->lanes_total = srv->st.lanes;
+  }
+  g->http_inflight = __atomic_load_n(&srv->http_inflight, __ATOMIC_RELAXED);
+  if (srv->scorer.model) {
+    const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
+    g->device_bytes = mi->device_bytes;
+    g->host_bytes = mi->host_bytes;
+  }
+  g->rss_bytes = vr_metrics_rss_bytes();
+  g->ready = __atomic_load_n(&srv->ready, __ATOMIC_RELAXED);
+  g->draining = __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
+  g->uptime_s = (vr_now_ns() - srv->start_ns) / 1e9;
+}
+
+/* ---- shutdown chain (event-loop thread) ---- */
+
+static void exit_cb(evutil_socket_t fd, short what, void *arg) {
+  vr_server_t *srv = arg;
+  event_base_loopexit(srv->base, NULL);
+}
+
+static void http_idle(void *arg) {
+  /* replies are queued on their sockets: give them a moment to flush */
+  struct timeval tv = {0, 200000};
+  event_add(g_exit_ev, &tv);
+}
+
+/* Batcher thread -> loop: everything accepted has been answered. */
+static void batcher_idle(void *arg) { event_active(g_batch_idle_ev, EV_READ, 0); }
+
+static void batch_idle_cb(evutil_socket_t fd, short what, void *arg) {
+  vr_server_t *srv = arg;
+  vr_log(VR_LOG_INFO, "drain: batcher idle; %u HTTP replies pending", vr_http_pending(srv->http));
+  if (srv->http) vr_http_on_idle(srv->http, http_idle, srv);
+  else event_active(g_exit_ev, EV_READ, 0);
+}
+
+static void hard_cb(evutil_socket_t fd, short what, void *arg) {
+  vr_server_t *srv = arg;
+  vr_log(VR_LOG_WARN, "drain did not finish in time; exiting anyway");
+  event_base_loopexit(srv->base, NULL);
+}
+
+static void begin_shutdown(vr_server_t *srv, const char *why) {
+  if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) {
+    vr_log(VR_LOG_INFO, "%s again: already draining", why);
+    return;
+  }
+  vr_log(VR_LOG_INFO, "%s: draining (no new requests; finishing accepted work, up to %u ms)", why, srv->st.drain_ms);
+  if (srv->shm) {
+    vr_shm_server_set_state(srv->shm, VR_SHM_DRAINING);
+    vr_dispatch_stop(srv->dispatch); /* takes what clients already published */
+  }
+  struct timeval hard = {srv->st.drain_ms / 1000 + 5, (srv->st.drain_ms % 1000) * 1000};
+  event_add(g_hard_ev, &hard);
+  vr_batcher_drain(srv->batcher, vr_now_ns() + (uint64_t)srv->st.drain_ms * 1000000u, batcher_idle, srv);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg) {
+  begin_shutdown(arg, sig == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+/* ---- start-up ---- */
+
+static int write_pid_file(const char *path) {
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    vr_log(VR_LOG_ERROR, "cannot write pid file %s: %s", path, strerror(errno));
+    return VR_ERR_IO;
+  }
+  char buf[32];
+  int n = snprintf(buf, sizeof buf, "%d\n", (int)getpid());
+  int ok = write(fd, buf, (size_t)n) == n;
+  close(fd);
+  return ok ? 0 : VR_ERR_IO;
+}
+
+/* One forward before READY so the first client does not pay for lazy setup. */
+static void warm_up(vr_server_t *srv) {
+  if (srv->scorer.kind != VR_SCORER_MODEL) return;
+  int32_t ids[8];
+  uint32_t n = srv->scorer.vocab_size && srv->scorer.vocab_size < 8 ? srv->scorer.vocab_size : 8;
+  if (n > srv->scorer.max_seq_len) n = srv->scorer.max_seq_len;
+  for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)i;
+  uint32_t cu[2] = {0, n};
+  float score, comps[VR_REWARD_MAX_COMPONENTS];
+  int32_t st;
+  uint64_t t0 = vr_now_ns();
+  int rc = vr_scorer_run(&srv->scorer, ids, cu, 1, NULL, NULL, &score, &st, comps, NULL);
+  vr_log(VR_LOG_INFO, "warm-up forward: %s in %.1f ms", rc ? vr_strerror(rc) : "ok", (vr_now_ns() - t0) / 1e6);
+}
+
+static int start_shm(vr_server_t *srv) {
+  vr_shm_config_t cfg;
+  vr_shm_config_init(&cfg);
+  cfg.name = srv->st.shm_name;
+  cfg.n_lanes = srv->st.lanes;
+  cfg.mode = srv->st.shm_mode;
+  cfg.ring_slots = srv->st.ring_slots;
+  cfg.arena_bytes = (uint64_t)srv->st.arena_mb << 20;
+  /* with truncation on, longer sequences are accepted and cut here */
+  cfg.max_seq_len = srv->st.truncate == VR_TRUNCATE_ERROR ? srv->scorer.max_seq_len : (uint32_t)(cfg.arena_bytes / 4);
+  cfg.max_seqs_per_request = srv->st.max_seqs_per_request;
+  cfg.vocab_size = srv->scorer.vocab_size;
+  cfg.spin_us = srv->st.spin_us;
+  int rc = vr_shm_server_create(&cfg, &srv->shm);
+  if (rc) {
+    vr_log(VR_LOG_ERROR, "cannot create shared-memory segment /%s: %s", srv->st.shm_name, vr_strerror(rc));
+    return rc;
+  }
+  return 0;
+}
+
+static int run(vr_server_t *srv) {
+  int rc = vr_scorer_init(&srv->scorer, &srv->st);
+  if (rc) return rc;
+  const char *names[VR_REWARD_MAX_COMPONENTS];
+  for (uint32_t c = 0; c < srv->scorer.spec.n; c++) names[c] = srv->scorer.spec.rules[c].name;
+  vr_metrics_init(&srv->metrics, srv->scorer.spec.n, names, vr_reason_name);
+  warm_up(srv);
+
+  vr_batcher_config_t bc = {.max_batch_tokens = srv->st.max_batch_tokens,
+                            .max_wait_us = srv->st.max_wait_us,
+                            .max_queue = srv->st.max_queue};
+  if ((rc = vr_batcher_create(&bc, &srv->scorer, &srv->metrics, &srv->batcher))) return rc;
+  if (srv->st.shm_name[0] && (rc = start_shm(srv))) return rc;
+  if (srv->st.port && (rc = vr_http_create(srv, &srv->http))) return rc;
+  if (srv->shm && (rc = vr_dispatch_start(srv, &srv->dispatch))) return rc;
+  if (srv->st.pid_file[0] && (rc = write_pid_file(srv->st.pid_file))) return rc;
+
+  struct event *sigterm = evsignal_new(srv->base, SIGTERM, signal_cb, srv);
+  struct event *sigint = evsignal_new(srv->base, SIGINT, signal_cb, srv);
+  g_batch_idle_ev = event_new(srv->base, -1, 0, batch_idle_cb, srv);
+  g_exit_ev = event_new(srv->base, -1, 0, exit_cb, srv);
+  g_hard_ev = evtimer_new(srv->base, hard_cb, srv);
+  if (!sigterm || !sigint || !g_batch_idle_ev || !g_exit_ev || !g_hard_ev) return VR_ERR_NOMEM;
+  evsignal_add(sigterm, NULL);
+  evsignal_add(sigint, NULL);
+
+  if (srv->shm) vr_shm_server_set_state(srv->shm, VR_SHM_READY);
+  __atomic_store_n(&srv->ready, 1, __ATOMIC_RELEASE);
+  char spec[256];
+  vr_reward_spec_format(&srv->scorer.spec, spec, sizeof spec);
+  char http[300] = "off";
+  if (srv->http) snprintf(http, sizeof http, "http://%s:%d", srv->st.host, srv->st.port);
+  vr_log(VR_LOG_INFO, "ready: %s reward=%s shm=%s%s lanes=%u http=%s max_batch_tokens=%u max_wait_us=%u "
+         "max_seq_len=%u truncate=%s pid=%d",
+         srv->scorer.description, spec, srv->shm ? "/" : "", srv->shm ? srv->st.shm_name : "off", srv->st.lanes,
+         http, srv->st.max_batch_tokens, srv->st.max_wait_us, srv->scorer.max_seq_len,
+         vr_truncate_name(srv->scorer.truncate), (int)getpid());
+
+  event_base_dispatch(srv->base);
+
+  event_free(sigterm);
+  event_free(sigint);
+  return 0;
+}
+
+static void teardown(vr_server_t *srv) {
+  if (srv->shm) vr_shm_server_set_state(srv->shm, VR_SHM_DRAINING);
+  vr_dispatch_stop(srv->dispatch);
+  vr_batcher_free(srv->batcher); /* joins; anything still queued is answered shutting-down */
+  srv->batcher = NULL;
+  vr_dispatch_free(srv->dispatch);
+  srv->dispatch = NULL;
+  if (srv->shm) {
+    vr_shm_server_destroy(srv->shm); /* answers the rest, unlinks */
+    srv->shm = NULL;
+    vr_log(VR_LOG_INFO, "segment /%s removed", srv->st.shm_name);
+  }
+  if (srv->http) {
+    /* pending replies were flushed during the drain; a forced exit drops them */
+    event_base_loop(srv->base, EVLOOP_NONBLOCK);
+    vr_http_free(srv->http);
+    srv->http = NULL;
+  }
+  if (g_batch_idle_ev) event_free(g_batch_idle_ev);
+  if (g_exit_ev) event_free(g_exit_ev);
+  if (g_hard_ev) event_free(g_hard_ev);
+  vr_scorer_free(&srv->scorer);
+  if (srv->st.pid_file[0]) unlink(srv->st.pid_file);
+}
+
+int main(int argc, char **argv) {
+  vr_server_t *srv = &g_srv;
+  srv->start_ns = vr_now_ns();
+  vr_settings_init(&srv->st);
+  int rc = vr_settings_parse(&srv->st, argc, argv);
+  if (rc == 1) return 0;
+  if (rc) return 2;
+  vr_log_level_t lv;
+  if (vr_log_level_parse(srv->st.log_level, &lv) == 0) vr_log_set_level(lv);
+  signal(SIGPIPE, SIG_IGN);
+  /* SIGTERM/SIGINT stay default until the loop handles them: an early signal just ends us */
+  if (evthread_use_pthreads() != 0 || !(srv->base = event_base_new())) {
+    vr_log(VR_LOG_FATAL, "cannot initialise libevent");
+    return 1;
+  }
+  vr_log(VR_LOG_INFO, "verl-reward-server starting (backends: %s%s%s)", vr_model_backends(),
+         srv->st.config[0] ? ", config " : "", srv->st.config);
+  rc = run(srv);
+  teardown(srv);
+  event_base_free(srv->base);
+  libevent_global_shutdown();
+  if (rc) {
+    vr_log(VR_LOG_ERROR, "exiting: %s", vr_strerror(rc));
+    return 1;
+  }
+  vr_log(VR_LOG_INFO, "stopped cleanly");
+  return 0;
+}

@@ -1,0 +1,72 @@
+/* vr_batcher.h: the one bounded queue of scoring work and the batcher thread.
+ *
+ * Producers (the shm dispatcher thread, the HTTP event-loop thread) submit
+ * jobs; the batcher thread packs queued jobs' sequences back to back without
+ * padding (concatenated ids + cu_seqlens) up to max_batch_tokens, waiting at
+ * most max_wait_us after the oldest job arrived, runs the scorer, and calls
+ * each job's done() on the batcher thread. Every job that vr_batcher_submit()
+ * accepted gets exactly one done() call: scored, failed, or
+ * VR_ERR_SHUTTING_DOWN when the drain deadline passes. */
+#ifndef VR_BATCHER_H
+#define VR_BATCHER_H
+
+#include <stdint.h>
+
+#include "vr_metrics.h"
+#include "vr_rules.h"
+#include "vr_scorer.h"
+
+typedef struct vr_job vr_job_t;
+
+/* Runs on the batcher thread (or on the submitting thread when submit fails:
+ * then it is NOT called; the submitter keeps the job). Must not block long. */
+typedef void (*vr_job_done_fn)(vr_job_t *job);
+
+struct vr_job {
+  vr_transport_t transport;
+  uint32_t n_seqs;
+  uint64_t n_tokens;             /* sum of the original lengths */
+  const int32_t *ids;            /* n_tokens; owned by the submitter until done() */
+  const uint32_t *cu;            /* n_seqs + 1 */
+  const vr_extras_t *const *extras; /* n_seqs pointers (entries may be NULL) or NULL */
+  uint64_t accepted_ns;          /* vr_now_ns() at intake */
+  /* outputs (buffers owned by the submitter, sized n_seqs / n_seqs * n_components) */
+  float *scores;
+  int32_t *seq_status;
+  float *components;
+  int status;                    /* 0 or the job's error */
+  uint32_t queue_us, compute_us;
+  vr_job_done_fn done;
+  void *user;                    /* the submitter's context */
+  vr_job_t *next;                /* queue link, owned by the batcher while queued */
+  uint64_t kept_tokens;          /* batcher-private: tokens after truncation */
+};
+
+typedef struct vr_batcher vr_batcher_t;
+
+typedef struct vr_batcher_config {
+  uint32_t max_batch_tokens;
+  uint32_t max_wait_us;
+  uint32_t max_queue;            /* jobs waiting; beyond: VR_ERR_OVERLOADED */
+} vr_batcher_config_t;
+
+/* Starts the batcher thread. sc and m must outlive the batcher. */
+int vr_batcher_create(const vr_batcher_config_t *cfg, vr_scorer_t *sc, vr_metrics_t *m, vr_batcher_t **out);
+
+/* Queues a job (thread-safe). 0: accepted (done() will be called exactly once);
+ * VR_ERR_OVERLOADED: queue full; VR_ERR_SHUTTING_DOWN: draining. On error the
+ * caller still owns the job and answers it itself. */
+int vr_batcher_submit(vr_batcher_t *b, vr_job_t *job);
+
+/* Stops intake; queued jobs are still scored until deadline_ns (vr_now_ns
+ * clock), after which the rest are answered VR_ERR_SHUTTING_DOWN. The batcher
+ * thread then exits; on_idle(arg) is called from it once everything accepted
+ * has been answered (used to wake the event loop). Thread-safe, idempotent. */
+void vr_batcher_drain(vr_batcher_t *b, uint64_t deadline_ns, void (*on_idle)(void *), void *arg);
+
+/* Joins the thread (after vr_batcher_drain) and frees. NULL is a no-op. */
+void vr_batcher_free(vr_batcher_t *b);
+
+uint32_t vr_batcher_depth(vr_batcher_t *b);
+
+#endif /* VR_BATCHER_H */

@@ -1,0 +1,478 @@
+/* vr_http.c: evhttp front; every evhttp call happens on the event-loop thread. */
+#define _GNU_SOURCE
+#include "vr_http.h"
+
+#include <cjson/cJSON.h>
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <math.h>
+#include <msgpack.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "verl_reward/status.h"
+#include "vr_log.h"
+#include "vr_model.h"
+#include "vr_request.h"
+#include "vr_time.h"
+
+/* One POST /v1/score between intake and reply. Created and freed on the event
+ * thread; between vr_batcher_submit and done() the batcher owns job fields. */
+typedef struct http_pending {
+  vr_job_t job;
+  vr_http_t *h;
+  struct evhttp_request *req; /* stays valid until we reply (libevent detaches it on EOF) */
+  int msgpack;                /* reply encoding */
+  vr_score_req_t r;
+  float *scores;
+  int32_t *seq_status;
+  float *comps;
+  struct http_pending *next;  /* done list */
+} http_pending_t;
+
+struct vr_http {
+  vr_server_t *srv;
+  struct evhttp *eh;
+  struct event *wake_ev;      /* activated by the batcher when done list is non-empty */
+  pthread_mutex_t mu;         /* guards done */
+  http_pending_t *done;
+  uint32_t pending;           /* event thread only */
+  void (*idle_cb)(void *);
+  void *idle_arg;
+  char *model_json;           /* GET /v1/model body, built once */
+};
+
+/* ------------------------------------------------------------------ replies */
+
+static void reply(vr_http_t *h, struct evhttp_request *req, int code, const char *ctype, struct evbuffer *body) {
+  struct evkeyvalq *oh = evhttp_request_get_output_headers(req);
+  evhttp_add_header(oh, "Content-Type", ctype);
+  evhttp_add_header(oh, "Server", "verl-reward-server");
+  if (code == 503 || code == 429) evhttp_add_header(oh, "Retry-After", "1");
+  vr_metrics_http_response(&h->srv->metrics, code);
+  const char *reason = code == 200 ? "OK" : code == 400 ? "Bad Request" : code == 404 ? "Not Found"
+                    : code == 405 ? "Method Not Allowed" : code == 413 ? "Payload Too Large"
+                    : code == 429 ? "Too Many Requests" : code == 503 ? "Service Unavailable"
+                    : code == 415 ? "Unsupported Media Type" : "Internal Server Error";
+  evhttp_send_reply(req, code, reason, body);
+}
+
+static int http_code_of(int status) {
+  switch (status) {
+    case VR_ERR_TOO_LARGE: return 413;
+    case VR_ERR_OVERLOADED: return 429;
+    case VR_ERR_SHUTTING_DOWN: case VR_ERR_AGAIN: return 503;
+    case VR_ERR_NOMEM: case VR_ERR_INTERNAL: case VR_ERR_DEVICE: return 500;
+    default: return status < 0 ? 400 : 500;
+  }
+}
+
+/* {"error": {"code": "VR_ERR_...", "status": -11, "message": "...", "sequence": 3}} */
+static void reply_error(vr_http_t *h, struct evhttp_request *req, int status, int64_t seq, const char *msg) {
+  cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
+  cJSON_AddStringToObject(err, "code", vr_status_name(status));
+  cJSON_AddNumberToObject(err, "status", status);
+  cJSON_AddStringToObject(err, "message", msg);
+  if (seq >= 0) cJSON_AddNumberToObject(err, "sequence", (double)seq);
+  char *s = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  struct evbuffer *b = evbuffer_new();
+  if (s) evbuffer_add(b, s, strlen(s));
+  evbuffer_add(b, "\n", 1);
+  free(s);
+  int code = http_code_of(status);
+  vr_log(code >= 500 ? VR_LOG_WARN : VR_LOG_DEBUG, "HTTP %d %s: %s", code, vr_status_name(status), msg);
+  reply(h, req, code, "application/json", b);
+  evbuffer_free(b);
+}
+
+static void json_floats(struct evbuffer *b, const float *v, uint32_t n, uint32_t stride) {
+  evbuffer_add(b, "[", 1);
+  for (uint32_t i = 0; i < n; i++) {
+    float x = v[(size_t)i * stride];
+    if (isfinite(x)) evbuffer_add_printf(b, i ? ",%.9g" : "%.9g", (double)x);
+    else evbuffer_add_printf(b, i ? ",null" : "null");
+  }
+  evbuffer_add(b, "]", 1);
+}
+
+static int sbuf_write(void *data, const char *buf, size_t len) {
+  return evbuffer_add((struct evbuffer *)data, buf, len);
+}
+
+static void reply_scores(vr_http_t *h, http_pending_t *p) {
+  const vr_scorer_t *sc = &h->srv->scorer;
+  const uint32_t n = p->r.n_seqs, nc = sc->spec.n;
+  struct evbuffer *b = evbuffer_new();
+  if (!p->msgpack) {
+    evbuffer_add_printf(b, "{\"scores\":");
+    json_floats(b, p->scores, n, 1);
+    evbuffer_add_printf(b, ",\"queue_us\":%u,\"compute_us\":%u", p->job.queue_us, p->job.compute_us);
+    if (sc->has_components) {
+      evbuffer_add_printf(b, ",\"components\":{");
+      for (uint32_t c = 0; c < nc; c++) {
+        evbuffer_add_printf(b, "%s\"%s\":", c ? "," : "", sc->spec.rules[c].name);
+        json_floats(b, p->comps + c, n, nc);
+      }
+      evbuffer_add(b, "}", 1);
+    }
+    evbuffer_add(b, "}\n", 2);
+    reply(h, p->req, 200, "application/json", b);
+  } else {
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, b, sbuf_write);
+    msgpack_pack_map(&pk, sc->has_components ? 4 : 3);
+    msgpack_pack_str_with_body(&pk, "scores", 6);
+    msgpack_pack_array(&pk, n);
+    for (uint32_t i = 0; i < n; i++) {
+      if (isfinite(p->scores[i])) msgpack_pack_float(&pk, p->scores[i]);
+      else msgpack_pack_nil(&pk);
+    }
+    msgpack_pack_str_with_body(&pk, "queue_us", 8);
+    msgpack_pack_uint32(&pk, p->job.queue_us);
+    msgpack_pack_str_with_body(&pk, "compute_us", 10);
+    msgpack_pack_uint32(&pk, p->job.compute_us);
+    if (sc->has_components) {
+      msgpack_pack_str_with_body(&pk, "components", 10);
+      msgpack_pack_map(&pk, nc);
+      for (uint32_t c = 0; c < nc; c++) {
+        msgpack_pack_str_with_body(&pk, sc->spec.rules[c].name, strlen(sc->spec.rules[c].name));
+        msgpack_pack_array(&pk, n);
+        for (uint32_t i = 0; i < n; i++) {
+          float x = p->comps[(size_t)i * nc + c];
+          if (isfinite(x)) msgpack_pack_float(&pk, x);
+          else msgpack_pack_nil(&pk);
+        }
+      }
+    }
+    reply(h, p->req, 200, "application/msgpack", b);
+  }
+  evbuffer_free(b);
+}
+
+static void pending_free(http_pending_t *p) {
+  vr_request_free(&p->r);
+  free(p->scores);
+  free(p->seq_status);
+  free(p->comps);
+  free(p);
+}
+
+/* ------------------------------------------------------------------ completion */
+
+/* Batcher thread: hand the finished request to the event loop. */
+static void http_job_done(vr_job_t *job) {
+  http_pending_t *p = (http_pending_t *)job;
+  vr_http_t *h = p->h;
+  pthread_mutex_lock(&h->mu);
+  p->next = h->done;
+  h->done = p;
+  pthread_mutex_unlock(&h->mu);
+  event_active(h->wake_ev, EV_READ, 0);
+}
+
+static void finish_pending(vr_http_t *h, http_pending_t *p) {
+  int st = p->job.status;
+  if (st == 0) {
+    reply_scores(h, p);
+  } else {
+    int64_t bad = -1;
+    for (uint32_t i = 0; i < p->r.n_seqs && bad < 0; i++)
+      if (p->seq_status[i]) bad = i;
+    char msg[200];
+    if (bad >= 0) snprintf(msg, sizeof msg, "sequence %lld: %s", (long long)bad, vr_strerror(p->seq_status[bad]));
+    else snprintf(msg, sizeof msg, "%s", vr_strerror(st));
+    reply_error(h, p->req, st, bad, msg);
+  }
+  double lat = (vr_now_ns() - p->job.accepted_ns) / 1e9;
+  vr_metrics_request(&h->srv->metrics, VR_TRANSPORT_HTTP, st, p->r.n_seqs, p->r.n_tokens, lat);
+  pending_free(p);
+  h->pending--;
+  __atomic_store_n(&h->srv->http_inflight, h->pending, __ATOMIC_RELAXED);
+}
+
+static void check_idle(vr_http_t *h) {
+  if (h->pending == 0 && h->idle_cb) {
+    void (*cb)(void *) = h->idle_cb;
+    h->idle_cb = NULL;
+    cb(h->idle_arg);
+  }
+}
+
+static void wake_cb(evutil_socket_t fd, short what, void *arg) {
+  vr_http_t *h = arg;
+  pthread_mutex_lock(&h->mu);
+  http_pending_t *list = h->done;
+  h->done = NULL;
+  pthread_mutex_unlock(&h->mu);
+  /* the list is newest first: reverse to answer in completion order */
+  http_pending_t *rev = NULL;
+  while (list) {
+    http_pending_t *n = list->next;
+    list->next = rev;
+    rev = list;
+    list = n;
+  }
+  while (rev) {
+    http_pending_t *n = rev->next;
+    finish_pending(h, rev);
+    rev = n;
+  }
+  check_idle(h);
+}
+
+/* ------------------------------------------------------------------ handlers */
+
+static int is_msgpack_type(const char *ct) {
+  return ct && (strncasecmp(ct, "application/msgpack", 19) == 0 || strncasecmp(ct, "application/x-msgpack", 21) == 0);
+}
+
+static void handle_score(vr_http_t *h, struct evhttp_request *req) {
+  vr_server_t *srv = h->srv;
+  uint64_t t0 = vr_now_ns();
+  if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE)) {
+    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, VR_ERR_SHUTTING_DOWN, 0, 0, 0);
+    reply_error(h, req, VR_ERR_SHUTTING_DOWN, -1, "server is shutting down; no new requests accepted");
+    return;
+  }
+  struct evkeyvalq *ih = evhttp_request_get_input_headers(req);
+  const char *ct = evhttp_find_header(ih, "Content-Type");
+  int mp = is_msgpack_type(ct);
+  if (ct && !mp && strncasecmp(ct, "application/json", 16) != 0 && strncasecmp(ct, "text/plain", 10) != 0) {
+    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, VR_ERR_MALFORMED, 0, 0, 0);
+    reply_error(h, req, VR_ERR_MALFORMED, -1, "unsupported Content-Type: use application/json or application/msgpack");
+    return;
+  }
+  struct evbuffer *in = evhttp_request_get_input_buffer(req);
+  size_t len = evbuffer_get_length(in);
+  const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
+  http_pending_t *p = calloc(1, sizeof *p);
+  if (!p) {
+    reply_error(h, req, VR_ERR_NOMEM, -1, "out of memory");
+    return;
+  }
+  vr_req_error_t e;
+  int rc = mp ? vr_request_parse_msgpack((const uint8_t *)body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &e)
+              : vr_request_parse_json(body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &e);
+  if (rc) {
+    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, rc, 0, 0, (vr_now_ns() - t0) / 1e9);
+    reply_error(h, req, rc, e.sequence, e.message);
+    free(p);
+    return;
+  }
+  const uint32_t n = p->r.n_seqs, nc = srv->scorer.spec.n;
+  p->scores = malloc((size_t)n * sizeof *p->scores);
+  p->seq_status = calloc(n, sizeof *p->seq_status);
+  p->comps = malloc((size_t)n * nc * sizeof *p->comps);
+  if (!p->scores || !p->seq_status || !p->comps) {
+    pending_free(p);
+    reply_error(h, req, VR_ERR_NOMEM, -1, "out of memory");
+    return;
+  }
+  p->h = h;
+  p->req = req;
+  p->msgpack = mp;
+  const char *accept = evhttp_find_header(ih, "Accept");
+  if (accept && strstr(accept, "application/json") && !strstr(accept, "msgpack")) p->msgpack = 0;
+  if (accept && is_msgpack_type(accept)) p->msgpack = 1;
+  vr_job_t *j = &p->job;
+  j->transport = VR_TRANSPORT_HTTP;
+  j->n_seqs = n;
+  j->n_tokens = p->r.n_tokens;
+  j->ids = p->r.ids;
+  j->cu = p->r.cu;
+  j->extras = p->r.extras_ptrs;
+  j->accepted_ns = t0;
+  j->scores = p->scores;
+  j->seq_status = p->seq_status;
+  j->components = p->comps;
+  j->done = http_job_done;
+  j->user = p;
+  rc = vr_batcher_submit(srv->batcher, j);
+  if (rc) {
+    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, rc, n, p->r.n_tokens, (vr_now_ns() - t0) / 1e9);
+    reply_error(h, req, rc, -1,
+                rc == VR_ERR_OVERLOADED ? "server overloaded: request queue full (--max-queue); retry later"
+                                        : vr_strerror(rc));
+    pending_free(p);
+    return;
+  }
+  h->pending++;
+  __atomic_store_n(&srv->http_inflight, h->pending, __ATOMIC_RELAXED);
+}
+
+static void handle_text(vr_http_t *h, struct evhttp_request *req, int code, const char *ctype, const char *text,
+                        size_t len) {
+  struct evbuffer *b = evbuffer_new();
+  evbuffer_add(b, text, len);
+  reply(h, req, code, ctype, b);
+  evbuffer_free(b);
+}
+
+static void handle_metrics(vr_http_t *h, struct evhttp_request *req) {
+  vr_metrics_gauges_t g;
+  vr_server_gauges(h->srv, &g);
+  size_t len = 0;
+  char *text = vr_metrics_render(&h->srv->metrics, &g, &len);
+  if (!text) {
+    reply_error(h, req, VR_ERR_NOMEM, -1, "out of memory rendering metrics");
+    return;
+  }
+  handle_text(h, req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+  free(text);
+}
+
+static char *build_model_json(const vr_server_t *srv) {
+  const vr_scorer_t *sc = &srv->scorer;
+  cJSON *o = cJSON_CreateObject();
+  if (sc->kind == VR_SCORER_MODEL) {
+    const vr_model_info_t *mi = vr_model_info(sc->model);
+    cJSON_AddStringToObject(o, "architecture", mi->architecture);
+    cJSON_AddStringToObject(o, "model_type", mi->model_type);
+    cJSON_AddBoolToObject(o, "is_decoder", mi->is_decoder);
+    cJSON_AddNumberToObject(o, "vocab_size", mi->vocab_size);
+    cJSON_AddNumberToObject(o, "hidden_size", mi->hidden_size);
+    cJSON_AddNumberToObject(o, "num_layers", mi->num_layers);
+    cJSON_AddNumberToObject(o, "num_heads", mi->num_heads);
+    cJSON_AddNumberToObject(o, "num_kv_heads", mi->num_kv_heads);
+    cJSON_AddNumberToObject(o, "head_dim", mi->head_dim);
+    cJSON_AddNumberToObject(o, "intermediate_size", mi->intermediate_size);
+    cJSON_AddNumberToObject(o, "max_positions", mi->max_positions);
+    cJSON_AddNumberToObject(o, "num_labels", mi->num_labels);
+    cJSON_AddStringToObject(o, "dtype", mi->compute_dtype);
+    cJSON_AddStringToObject(o, "weights_dtype", mi->weights_dtype);
+    cJSON_AddStringToObject(o, "device", mi->device);
+    cJSON_AddStringToObject(o, "device_name", mi->device_name);
+    cJSON_AddNumberToObject(o, "param_count", (double)mi->param_count);
+    cJSON_AddNumberToObject(o, "device_memory_bytes", (double)mi->device_bytes);
+  } else {
+    cJSON_AddStringToObject(o, "architecture", sc->kind == VR_SCORER_CHECKSUM ? "checksum" : "none");
+    cJSON_AddNumberToObject(o, "vocab_size", 0);
+    cJSON_AddStringToObject(o, "dtype", sc->kind == VR_SCORER_CHECKSUM ? "f32" : "none");
+    cJSON_AddStringToObject(o, "device", sc->kind == VR_SCORER_CHECKSUM ? "cpu" : "none");
+  }
+  cJSON_AddStringToObject(o, "model", srv->st.model);
+  cJSON_AddNumberToObject(o, "max_seq_len", sc->max_seq_len);
+  cJSON_AddStringToObject(o, "truncate", vr_truncate_name(sc->truncate));
+  char spec[512];
+  vr_reward_spec_format(&sc->spec, spec, sizeof spec);
+  cJSON_AddStringToObject(o, "reward", spec);
+  cJSON *names = cJSON_AddArrayToObject(o, "components");
+  for (uint32_t c = 0; c < sc->spec.n; c++) cJSON_AddItemToArray(names, cJSON_CreateString(sc->spec.rules[c].name));
+  char *s = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return s;
+}
+
+static void gen_cb(struct evhttp_request *req, void *arg) {
+  vr_http_t *h = arg;
+  const char *uri = evhttp_request_get_uri(req);
+  enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+  char path[128];
+  size_t n = strcspn(uri ? uri : "", "?");
+  if (n >= sizeof path) n = sizeof path - 1;
+  memcpy(path, uri ? uri : "", n);
+  path[n] = 0;
+  int is_get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+  if (strcmp(path, "/v1/score") == 0) {
+    if (cmd != EVHTTP_REQ_POST) { reply_error(h, req, VR_ERR_INVAL, -1, "use POST for /v1/score"); return; }
+    { handle_score(h, req); return; }
+  }
+  int known = !strcmp(path, "/health") || !strcmp(path, "/ready") || !strcmp(path, "/metrics") || !strcmp(path, "/v1/model");
+  if (!known) {
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add_printf(b, "{\"error\":{\"code\":\"VR_ERR_NOT_FOUND\",\"message\":\"no such endpoint\"}}\n");
+    reply(h, req, 404, "application/json", b);
+    evbuffer_free(b);
+    return;
+  }
+  if (!is_get) {
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add_printf(b, "{\"error\":{\"code\":\"VR_ERR_INVAL\",\"message\":\"use GET\"}}\n");
+    reply(h, req, 405, "application/json", b);
+    evbuffer_free(b);
+    return;
+  }
+  vr_server_t *srv = h->srv;
+  if (!strcmp(path, "/health")) {
+    static const char ok[] = "{\"status\":\"ok\"}\n";
+    { handle_text(h, req, 200, "application/json", ok, sizeof ok - 1); return; }
+  }
+  if (!strcmp(path, "/ready")) {
+    int ready = __atomic_load_n(&srv->ready, __ATOMIC_ACQUIRE) && !__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    const char *t = ready ? "{\"ready\":true}\n"
+                          : __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE) ? "{\"ready\":false,\"state\":\"draining\"}\n"
+                                                                             : "{\"ready\":false,\"state\":\"starting\"}\n";
+    { handle_text(h, req, ready ? 200 : 503, "application/json", t, strlen(t)); return; }
+  }
+  if (!strcmp(path, "/metrics")) { handle_metrics(h, req); return; }
+  const char *m = h->model_json ? h->model_json : "{}";
+  struct evbuffer *b = evbuffer_new();
+  evbuffer_add(b, m, strlen(m));
+  evbuffer_add(b, "\n", 1);
+  reply(h, req, 200, "application/json", b);
+  evbuffer_free(b);
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+int vr_http_create(vr_server_t *srv, vr_http_t **out) {
+  *out = NULL;
+  vr_http_t *h = calloc(1, sizeof *h);
+  if (!h) return VR_ERR_NOMEM;
+  h->srv = srv;
+  pthread_mutex_init(&h->mu, NULL);
+  h->eh = evhttp_new(srv->base);
+  h->wake_ev = event_new(srv->base, -1, 0, wake_cb, h);
+  h->model_json = build_model_json(srv);
+  if (!h->eh || !h->wake_ev) {
+    vr_http_free(h);
+    return VR_ERR_NOMEM;
+  }
+  evhttp_set_max_body_size(h->eh, (ev_ssize_t)srv->st.max_body_bytes);
+  evhttp_set_max_headers_size(h->eh, 64 * 1024);
+  evhttp_set_timeout(h->eh, 120);
+  evhttp_set_allowed_methods(h->eh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
+                                        EVHTTP_REQ_DELETE);
+  evhttp_set_gencb(h->eh, gen_cb, h);
+  if (!evhttp_bind_socket_with_handle(h->eh, srv->st.host, (ev_uint16_t)srv->st.port)) {
+    vr_log(VR_LOG_ERROR, "cannot listen on %s:%d (port in use or bad address). HINT: --port N, or --port 0 "
+           "to disable HTTP", srv->st.host, srv->st.port);
+    vr_http_free(h);
+    return VR_ERR_IO;
+  }
+  vr_log(VR_LOG_INFO, "HTTP listening on http://%s:%d (max body %llu bytes)", srv->st.host, srv->st.port,
+         (unsigned long long)srv->st.max_body_bytes);
+  *out = h;
+  return 0;
+}
+
+uint32_t vr_http_pending(const vr_http_t *h) { return h ? h->pending : 0; }
+
+void vr_http_on_idle(vr_http_t *h, void (*cb)(void *), void *arg) {
+  h->idle_cb = cb;
+  h->idle_arg = arg;
+  check_idle(h);
+}
+
+void vr_http_free(vr_http_t *h) {
+  if (!h) return;
+  if (h->eh) evhttp_free(h->eh);
+  if (h->wake_ev) event_free(h->wake_ev);
+  pthread_mutex_lock(&h->mu);
+  http_pending_t *list = h->done;
+  h->done = NULL;
+  pthread_mutex_unlock(&h->mu);
+  while (list) { /* only after a forced exit: answered nowhere, just freed */
+    http_pending_t *n = list->next;
+    pending_free(list);
+    list = n;
+  }
+  pthread_mutex_destroy(&h->mu);
+  free(h->model_json);
+  free(h);
+}

@@ -1,0 +1,47 @@
+/* vr_request.h: parsing and validating a POST /v1/score body (JSON or msgpack).
+ *
+ * Body (both encodings, same shape):
+ *   {"input_ids": [[int, ...], ...], "extras": [{...} | null, ...]}
+ * input_ids may be omitted only when no model is configured (rules-only
+ * server): then "extras" alone gives the sequences (each with 0 tokens).
+ * The body is untrusted: msgpack is walked by a bounds-checking validator
+ * before msgpack-c decodes it; every sequence is checked with
+ * vr_scorer_check_seq. Pure functions of their inputs; thread-safe. */
+#ifndef VR_REQUEST_H
+#define VR_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vr_rules.h"
+#include "vr_scorer.h"
+
+typedef struct vr_score_req {
+  uint32_t n_seqs;
+  uint64_t n_tokens;
+  int32_t *ids;                    /* n_tokens (malloc; may be NULL when 0) */
+  uint32_t *cu;                    /* n_seqs + 1 */
+  vr_extras_t *extras;             /* n_seqs parsed extras, or NULL when none sent */
+  const vr_extras_t **extras_ptrs; /* n_seqs: &extras[i], NULL for a null entry; NULL when none sent */
+} vr_score_req_t;
+
+/* A parse failure: the status, the sequence it concerns (-1: the request) and a message. */
+typedef struct vr_req_error {
+  int status;       /* VR_ERR_PARSE, VR_ERR_MALFORMED, VR_ERR_TOO_LARGE, VR_ERR_EMPTY_SEQ, ... */
+  int64_t sequence;
+  char message[256];
+} vr_req_error_t;
+
+/* Parse + validate. max_seqs bounds the sequence count (VR_ERR_TOO_LARGE).
+ * Returns 0 and fills *out (free with vr_request_free), or the status with *e set. */
+int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, uint32_t max_seqs,
+                          vr_score_req_t *out, vr_req_error_t *e);
+int vr_request_parse_msgpack(const uint8_t *body, size_t len, const vr_scorer_t *sc, uint32_t max_seqs,
+                             vr_score_req_t *out, vr_req_error_t *e);
+void vr_request_free(vr_score_req_t *r);
+
+/* Validates that buf[0..len) holds exactly one well-formed msgpack object whose
+ * container counts fit in the bytes present, nested at most max_depth. 0 or -1. */
+int vr_msgpack_validate(const uint8_t *buf, size_t len, int max_depth);
+
+#endif /* VR_REQUEST_H */

@@ -1,0 +1,159 @@
+/* vr_scorer.c: model / checksum / rules-only scoring and component mixing. */
+#define _GNU_SOURCE
+#include "vr_scorer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verl_reward/status.h"
+#include "vr_checksum.h"
+#include "vr_log.h"
+#include "vr_model.h"
+
+static int load_model(vr_scorer_t *sc, const vr_settings_t *st) {
+  vr_model_options_t mo;
+  vr_model_options_init(&mo);
+  mo.n_threads = st->threads;
+  mo.max_batch_tokens = st->max_batch_tokens;
+  mo.dtype = st->dtype;
+  int rc;
+  if (st->device[0]) {
+    mo.device = st->device;
+    rc = vr_model_load(st->model, &mo, &sc->model);
+  } else if (strstr(vr_model_backends(), "cuda")) {
+    /* auto: the first visible GPU, else the cpu */
+    mo.device = "cuda";
+    rc = vr_model_load(st->model, &mo, &sc->model);
+    if (rc == VR_ERR_NO_DEVICE || rc == VR_ERR_DEVICE) {
+      vr_log(VR_LOG_INFO, "no usable GPU (%s); falling back to --device cpu", vr_strerror(rc));
+      mo.device = "cpu";
+      mo.dtype = strcmp(st->dtype, "bf16") == 0 ? "auto" : st->dtype;
+      rc = vr_model_load(st->model, &mo, &sc->model);
+    }
+  } else {
+    mo.device = "cpu";
+    rc = vr_model_load(st->model, &mo, &sc->model);
+  }
+  if (rc != 0) {
+    vr_log(VR_LOG_ERROR, "cannot load model %s: %s. HINT: --model takes a Hugging Face directory "
+           "(config.json + *.safetensors), 'checksum', or omit it with a rules-only --reward",
+           st->model, vr_strerror(rc));
+    return rc;
+  }
+  const vr_model_info_t *mi = vr_model_info(sc->model);
+  sc->vocab_size = mi->vocab_size > 0 ? (uint32_t)mi->vocab_size : 0;
+  if (mi->max_positions > 0 && (uint32_t)mi->max_positions < sc->max_seq_len) {
+    vr_log(VR_LOG_INFO, "max-seq-len %u capped to the model's %d positions", sc->max_seq_len, mi->max_positions);
+    sc->max_seq_len = (uint32_t)mi->max_positions;
+  }
+  snprintf(sc->description, sizeof sc->description,
+           "device=%s (%s) model=%s arch=%s layers=%d hidden=%d heads=%d/%d vocab=%d max_pos=%d "
+           "dtype=%s (weights %s) params=%llu host_mem=%.1fMiB device_mem=%.1fMiB",
+           mi->device, mi->device_name, st->model, mi->architecture, mi->num_layers, mi->hidden_size,
+           mi->num_heads, mi->num_kv_heads, mi->vocab_size, mi->max_positions, mi->compute_dtype,
+           mi->weights_dtype, (unsigned long long)mi->param_count, mi->host_bytes / 1048576.0,
+           mi->device_bytes / 1048576.0);
+  return 0;
+}
+
+int vr_scorer_init(vr_scorer_t *sc, const vr_settings_t *st) {
+  memset(sc, 0, sizeof *sc);
+  sc->max_seq_len = st->max_seq_len;
+  sc->truncate = st->truncate;
+  char err[256] = "";
+  const char *spec = st->reward[0] ? st->reward : "model";
+  int rc = vr_reward_spec_parse(spec, &sc->spec, err, sizeof err);
+  if (rc != 0) {
+    vr_log(VR_LOG_ERROR, "--reward '%s': %s", spec, err);
+    return VR_ERR_INVAL;
+  }
+  int wants_model = sc->spec.model_index >= 0;
+  sc->has_components = sc->spec.n > 1 || !wants_model;
+  if (!wants_model) {
+    if (st->model[0])
+      vr_log(VR_LOG_WARN, "--reward '%s' has no model component; --model %s is not loaded", spec, st->model);
+    sc->kind = VR_SCORER_NONE;
+    snprintf(sc->description, sizeof sc->description, "device=none model=none (rules only) dtype=none");
+    return 0;
+  }
+  if (!st->model[0]) {
+    vr_log(VR_LOG_ERROR, "--reward '%s' needs a model. HINT: pass --model DIR (or --model checksum), "
+           "or a rules-only --reward such as gsm8k", spec);
+    return VR_ERR_INVAL;
+  }
+  if (strcmp(st->model, "checksum") == 0) {
+    sc->kind = VR_SCORER_CHECKSUM;
+    snprintf(sc->description, sizeof sc->description,
+             "device=cpu model=checksum arch=checksum (transport test scorer) dtype=f32 memory=0");
+    return 0;
+  }
+  sc->kind = VR_SCORER_MODEL;
+  return load_model(sc, st);
+}
+
+void vr_scorer_free(vr_scorer_t *sc) {
+  if (sc->model) vr_model_free(sc->model);
+  sc->model = NULL;
+}
+
+void vr_scorer_window(const vr_scorer_t *sc, uint32_t len, uint32_t *start, uint32_t *kept) {
+  *start = 0;
+  *kept = len;
+  if (len > sc->max_seq_len && sc->truncate != VR_TRUNCATE_ERROR) {
+    *kept = sc->max_seq_len;
+    if (sc->truncate == VR_TRUNCATE_LEFT) *start = len - sc->max_seq_len;
+  }
+}
+
+int vr_scorer_check_seq(const vr_scorer_t *sc, const int32_t *ids, uint32_t len, int64_t *bad_pos) {
+  if (bad_pos) *bad_pos = -1;
+  if (len == 0) return sc->kind == VR_SCORER_NONE ? 0 : VR_ERR_EMPTY_SEQ;
+  if (len > sc->max_seq_len && sc->truncate == VR_TRUNCATE_ERROR) return VR_ERR_SEQ_TOO_LONG;
+  uint32_t start, kept;
+  vr_scorer_window(sc, len, &start, &kept);
+  for (uint32_t i = start; i < start + kept; i++) {
+    if (ids[i] < 0 || (sc->vocab_size && (uint32_t)ids[i] >= sc->vocab_size)) {
+      if (bad_pos) *bad_pos = i;
+      return VR_ERR_TOKEN_RANGE;
+    }
+  }
+  return 0;
+}
+
+int vr_scorer_run(vr_scorer_t *sc, const int32_t *ids, const uint32_t *cu, uint32_t n_seqs,
+                  const vr_extras_t *const *extras, const uint32_t *resp_tokens, float *scores,
+                  int32_t *seq_status, float *comps, vr_metrics_t *metrics) {
+  const uint32_t nc = sc->spec.n;
+  const int mi = sc->spec.model_index;
+  /* model column first: into scores[], then spread into comps */
+  int rc = 0;
+  for (uint32_t i = 0; i < n_seqs; i++) seq_status[i] = 0;
+  if (sc->kind == VR_SCORER_MODEL) {
+    rc = vr_model_score(sc->model, ids, cu, n_seqs, scores, seq_status);
+  } else if (sc->kind == VR_SCORER_CHECKSUM) {
+    for (uint32_t i = 0; i < n_seqs; i++) scores[i] = vr_checksum_score(ids + cu[i], cu[i + 1] - cu[i]);
+  } else {
+    for (uint32_t i = 0; i < n_seqs; i++) scores[i] = 0.0f;
+  }
+  if (rc != 0) return rc;
+  for (uint32_t i = 0; i < n_seqs; i++) {
+    float *row = comps + (size_t)i * nc;
+    if (seq_status[i] != 0) {
+      for (uint32_t c = 0; c < nc; c++) row[c] = NAN;
+      scores[i] = NAN;
+      continue;
+    }
+    const vr_extras_t *ex = extras ? extras[i] : NULL;
+    for (uint32_t c = 0; c < nc; c++) {
+      int reason = 0;
+      if ((int)c == mi) row[c] = scores[i];
+      else row[c] = vr_rule_score(&sc->spec.rules[c], ex, resp_tokens ? resp_tokens[i] : cu[i + 1] - cu[i], &reason);
+      if (metrics) vr_metrics_component(metrics, c, reason);
+    }
+    /* a model-only spec keeps the model's score as is (weight 1: no rounding) */
+    if (!(nc == 1 && mi == 0 && sc->spec.rules[0].weight == 1.0f)) scores[i] = vr_reward_mix(&sc->spec, row);
+  }
+  return 0;
+}

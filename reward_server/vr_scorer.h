@@ -1,0 +1,60 @@
+/* vr_scorer.h: what the batcher runs on a packed batch: the reward model (or
+ * the checksum transport scorer, or nothing), the configured rule rewards, and
+ * the weighted mix of the components (--reward, vr_rules).
+ *
+ * Threading: vr_scorer_run() from one thread at a time (the batcher);
+ * vr_scorer_check_seq() and the read-only accessors from any thread. */
+#ifndef VR_SCORER_H
+#define VR_SCORER_H
+
+#include <stdint.h>
+
+#include "vr_metrics.h"
+#include "vr_rules.h"
+#include "vr_settings.h"
+
+struct vr_model;
+
+typedef enum vr_scorer_kind {
+  VR_SCORER_MODEL = 0,    /* a Hugging Face model via vr_model */
+  VR_SCORER_CHECKSUM = 1, /* vr_checksum: a pure function of the token ids (transport tests, benchmarks) */
+  VR_SCORER_NONE = 2,     /* rules only: no model component */
+} vr_scorer_kind_t;
+
+typedef struct vr_scorer {
+  vr_scorer_kind_t kind;
+  struct vr_model *model;     /* VR_SCORER_MODEL only; owned */
+  vr_reward_spec_t spec;      /* components in spec order */
+  int has_components;         /* 1 when responses carry "components" (any rule configured) */
+  uint32_t vocab_size;        /* 0: any non-negative id accepted */
+  uint32_t max_seq_len;       /* effective: --max-seq-len capped by the model's positions */
+  vr_truncate_t truncate;
+  char description[256];      /* start-up line / GET /v1/model summary */
+} vr_scorer_t;
+
+/* Loads the model named by settings (directory, "checksum" or "" for rules-only)
+ * and parses --reward. Returns 0 or a negative vr_status_t after logging why. */
+int vr_scorer_init(vr_scorer_t *sc, const vr_settings_t *st);
+void vr_scorer_free(vr_scorer_t *sc);
+
+/* Validates one sequence of len tokens: 0, VR_ERR_EMPTY_SEQ, VR_ERR_SEQ_TOO_LONG
+ * (truncate=error), VR_ERR_TOKEN_RANGE (on the part that will be kept). On
+ * error, *bad_pos (if non-NULL) gets the offending position (or -1) so the
+ * caller can name it. Thread-safe. */
+int vr_scorer_check_seq(const vr_scorer_t *sc, const int32_t *ids, uint32_t len, int64_t *bad_pos);
+
+/* The kept window of a sequence of len tokens after truncation. */
+void vr_scorer_window(const vr_scorer_t *sc, uint32_t len, uint32_t *start, uint32_t *kept);
+
+/* Scores a packed batch (ids already truncated: sequence i is
+ * ids[cu[i] .. cu[i+1])). extras[i] may be NULL (or extras NULL); resp_tokens[i]
+ * is the response token count fed to overlong (the original length). Writes
+ * totals to scores[n], statuses to seq_status[n] (0 or an error; NaN score),
+ * components to comps[n * spec.n] (row per sequence, spec order), and counts
+ * per component in metrics (may be NULL). Returns 0 or a vr_status_t when
+ * nothing could be scored. */
+int vr_scorer_run(vr_scorer_t *sc, const int32_t *ids, const uint32_t *cu, uint32_t n_seqs,
+                  const vr_extras_t *const *extras, const uint32_t *resp_tokens, float *scores,
+                  int32_t *seq_status, float *comps, vr_metrics_t *metrics);
+
+#endif /* VR_SCORER_H */

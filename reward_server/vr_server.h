@@ -1,0 +1,42 @@
+/* vr_server.h: the server's one context (settings, scorer, queue, transports).
+ *
+ * Ownership: main() owns the vr_server_t and everything in it. Threads:
+ *   - main / event loop: HTTP (vr_http), signals, shutdown orchestration;
+ *   - dispatcher (vr_dispatch): drains shm lanes into the batcher;
+ *   - batcher (vr_batcher): packs, scores, answers (shm directly, HTTP via a
+ *     wakeup of the event loop).
+ * Fields are written before the threads start, except the atomics below. */
+#ifndef VR_SERVER_H
+#define VR_SERVER_H
+
+#include <stdint.h>
+
+#include "vr_batcher.h"
+#include "vr_metrics.h"
+#include "vr_scorer.h"
+#include "vr_settings.h"
+
+struct event_base;
+struct vr_http;
+struct vr_dispatch;
+struct vr_shm_server;
+
+typedef struct vr_server {
+  vr_settings_t st;
+  vr_scorer_t scorer;
+  vr_metrics_t metrics;
+  vr_batcher_t *batcher;
+  struct vr_shm_server *shm;     /* NULL when --shm-name is empty */
+  struct vr_dispatch *dispatch;
+  struct event_base *base;
+  struct vr_http *http;          /* NULL when --port 0 */
+  uint64_t start_ns;
+  int ready;                     /* atomic: 1 once warmed up and accepting */
+  int draining;                  /* atomic: 1 after SIGTERM/SIGINT */
+  uint32_t http_inflight;        /* atomic: HTTP score requests not yet answered */
+} vr_server_t;
+
+/* Samples the gauges /metrics reports. Thread-safe. */
+void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g);
+
+#endif /* VR_SERVER_H */

@@ -1,0 +1,328 @@
+/* vr_settings.c: defaults, flag table, command line and config file parsing. */
+#define _GNU_SOURCE
+#include "vr_settings.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verl_reward/status.h"
+#include "vr_log.h"
+
+typedef enum opt_type { OPT_STR, OPT_U32, OPT_U64, OPT_PORT, OPT_INT, OPT_OCTAL, OPT_TRUNCATE, OPT_LOGLEVEL } opt_type_t;
+
+typedef struct opt {
+  const char *name;   /* long flag without "--" */
+  const char *alias;  /* second accepted name or NULL */
+  opt_type_t type;
+  size_t off;         /* offset in vr_settings_t */
+  size_t size;        /* for OPT_STR: buffer size */
+  uint64_t min, max;  /* for numeric types */
+  const char *arg;    /* argument name shown in --help */
+  const char *help;
+} opt_t;
+
+#define F(field) offsetof(vr_settings_t, field), sizeof(((vr_settings_t *)0)->field)
+
+/* The one table of flags: --help, argv and the config file all come from it. */
+static const opt_t k_opts[] = {
+    {"model", "model_name_or_path", OPT_STR, F(model), 0, 0, "DIR|checksum",
+     "Hugging Face model directory; 'checksum' = transport test scorer (no model); "
+     "omit with a rules-only --reward"},
+    {"shm-name", "shared_mem_name", OPT_STR, F(shm_name), 0, 0, "NAME",
+     "shared-memory segment name (no '/'); empty disables shm"},
+    {"port", NULL, OPT_PORT, F(port), 0, 65535, "N", "HTTP port; 0 disables HTTP"},
+    {"host", NULL, OPT_STR, F(host), 0, 0, "ADDR", "HTTP listen address"},
+    {"device", NULL, OPT_STR, F(device), 0, 0, "cpu|cuda[:N]", "device (default: first visible GPU, else cpu)"},
+    {"dtype", NULL, OPT_STR, F(dtype), 0, 0, "auto|f32|bf16", "compute dtype (auto: cpu f32, cuda bf16)"},
+    {"max-batch-tokens", NULL, OPT_U32, F(max_batch_tokens), 1, 1u << 24, "N", "token budget of one packed batch"},
+    {"max-wait-us", NULL, OPT_U32, F(max_wait_us), 0, 10000000, "US", "longest wait to fill a batch"},
+    {"max-seq-len", NULL, OPT_U32, F(max_seq_len), 1, 1u << 20, "N",
+     "longest sequence (capped by the model's max positions)"},
+    {"truncate", NULL, OPT_TRUNCATE, F(truncate), 0, 0, "left|right|error",
+     "longer sequences: keep the last (left) / first (right) max-seq-len tokens, or reject"},
+    {"spin-us", NULL, OPT_U32, F(spin_us), 0, 1000000, "US", "server busy-poll before parking on the futex"},
+    {"lanes", NULL, OPT_U32, F(lanes), 1, 1024, "N", "client lanes in the segment"},
+    {"shm-mode", NULL, OPT_OCTAL, F(shm_mode), 0, 0777, "MODE", "segment permissions (octal)"},
+    {"ring-slots", NULL, OPT_U32, F(ring_slots), 1, 4096, "N", "requests in flight per lane (power of two)"},
+    {"arena-mb", NULL, OPT_U32, F(arena_mb), 1, 4096, "MB", "payload arena per lane"},
+    {"max-seqs-per-request", NULL, OPT_U32, F(max_seqs_per_request), 1, 1u << 20, "N", "sequences per request"},
+    {"log-level", NULL, OPT_LOGLEVEL, F(log_level), 0, 0, "LEVEL", "trace|debug|info|warn|error"},
+    {"pid-file", NULL, OPT_STR, F(pid_file), 0, 0, "FILE", "write the pid here (removed at exit)"},
+    {"reward", NULL, OPT_STR, F(reward), 0, 0, "SPEC",
+     "reward components and weights, e.g. model:0.7,gsm8k:0.3 (default: model)"},
+    {"max-body-bytes", NULL, OPT_U64, F(max_body_bytes), 64, 1ull << 32, "N", "largest HTTP request body (413 beyond)"},
+    {"max-queue", NULL, OPT_U32, F(max_queue), 1, 1u << 20, "N",
+     "requests accepted but not yet batched; beyond: overloaded (HTTP 429, shm VR_ERR_OVERLOADED)"},
+    {"threads", NULL, OPT_INT, F(threads), 0, 4096, "N", "cpu backend threads (0 = all cores)"},
+    {"drain-ms", NULL, OPT_U32, F(drain_ms), 0, 600000, "MS", "on SIGTERM: time to finish accepted work"},
+    {"config", NULL, OPT_STR, F(config), 0, 0, "FILE", "read 'key: value' lines (same keys as the flags)"},
+};
+#define N_OPTS (sizeof k_opts / sizeof k_opts[0])
+
+void vr_settings_init(vr_settings_t *s) {
+  memset(s, 0, sizeof *s);
+  strcpy(s->shm_name, "verl_reward_shm");
+  s->port = 8080;
+  strcpy(s->host, "127.0.0.1");
+  strcpy(s->dtype, "auto");
+  s->max_batch_tokens = 16384;
+  s->max_wait_us = 2000;
+  s->max_seq_len = 8192;
+  s->truncate = VR_TRUNCATE_ERROR;
+  s->spin_us = 50;
+  s->lanes = 32;
+  s->shm_mode = 0600;
+  s->ring_slots = 64;
+  s->arena_mb = 4;
+  s->max_seqs_per_request = 1024;
+  strcpy(s->log_level, "info");
+  s->max_body_bytes = 64ull << 20;
+  s->max_queue = 4096;
+  s->threads = 0;
+  s->drain_ms = 10000;
+}
+
+const char *vr_truncate_name(vr_truncate_t t) {
+  switch (t) {
+    case VR_TRUNCATE_LEFT: return "left";
+    case VR_TRUNCATE_RIGHT: return "right";
+    default: return "error";
+  }
+}
+
+/* "max_batch_tokens" and "max-batch-tokens" name the same option. */
+static int name_eq(const char *a, const char *b) {
+  for (; *a && *b; a++, b++) {
+    char ca = *a == '_' ? '-' : *a, cb = *b == '_' ? '-' : *b;
+    if (ca != cb) return 0;
+  }
+  return *a == *b;
+}
+
+static const opt_t *find_opt(const char *key) {
+  for (size_t i = 0; i < N_OPTS; i++)
+    if (name_eq(key, k_opts[i].name) || (k_opts[i].alias && name_eq(key, k_opts[i].alias))) return &k_opts[i];
+  return NULL;
+}
+
+static int parse_u64(const char *v, int base, uint64_t *out) {
+  if (!v || !*v || *v == '-' || isspace((unsigned char)*v)) return -1;
+  errno = 0;
+  char *end = NULL;
+  unsigned long long x = strtoull(v, &end, base);
+  if (errno || end == v || *end) return -1;
+  *out = x;
+  return 0;
+}
+
+static void opt_default_text(const opt_t *o, const vr_settings_t *d, char *buf, size_t n) {
+  const char *p = (const char *)d + o->off;
+  switch (o->type) {
+    case OPT_STR: case OPT_LOGLEVEL: snprintf(buf, n, "%s", *p ? p : "(none)"); break;
+    case OPT_U32: snprintf(buf, n, "%u", *(const uint32_t *)p); break;
+    case OPT_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+    case OPT_PORT: case OPT_INT: snprintf(buf, n, "%d", *(const int *)p); break;
+    case OPT_OCTAL: snprintf(buf, n, "0%o", *(const uint32_t *)p); break;
+    case OPT_TRUNCATE: snprintf(buf, n, "%s", vr_truncate_name(*(const vr_truncate_t *)p)); break;
+  }
+}
+
+int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *err, size_t errlen) {
+  char dummy[8];
+  if (!err) { err = dummy; errlen = sizeof dummy; }
+  const opt_t *o = find_opt(key);
+  if (!o) {
+    snprintf(err, errlen, "unknown option '%s'", key);
+    return VR_ERR_NOT_FOUND;
+  }
+  char *p = (char *)s + o->off;
+  uint64_t x = 0;
+  switch (o->type) {
+    case OPT_STR:
+      if (strlen(value) >= o->size) {
+        snprintf(err, errlen, "%s: value longer than %zu bytes", o->name, o->size - 1);
+        return VR_ERR_INVAL;
+      }
+      strcpy(p, value);
+      return 0;
+    case OPT_LOGLEVEL: {
+      vr_log_level_t lv;
+      if (vr_log_level_parse(value, &lv) != 0) {
+        snprintf(err, errlen, "%s: '%s' is not trace|debug|info|warn|error|fatal|off", o->name, value);
+        return VR_ERR_INVAL;
+      }
+      snprintf(p, o->size, "%s", vr_log_level_name(lv));
+      return 0;
+    }
+    case OPT_TRUNCATE:
+      if (strcmp(value, "left") == 0) *(vr_truncate_t *)p = VR_TRUNCATE_LEFT;
+      else if (strcmp(value, "right") == 0) *(vr_truncate_t *)p = VR_TRUNCATE_RIGHT;
+      else if (strcmp(value, "error") == 0) *(vr_truncate_t *)p = VR_TRUNCATE_ERROR;
+      else {
+        snprintf(err, errlen, "%s: '%s' is not left|right|error", o->name, value);
+        return VR_ERR_INVAL;
+      }
+      return 0;
+    default: break;
+  }
+  if (parse_u64(value, o->type == OPT_OCTAL ? 8 : 10, &x) != 0 || x < o->min || x > o->max) {
+    snprintf(err, errlen, "%s: '%s' is not a%s number in [%llu, %llu]", o->name, value,
+             o->type == OPT_OCTAL ? "n octal" : "", (unsigned long long)o->min, (unsigned long long)o->max);
+    return VR_ERR_INVAL;
+  }
+  switch (o->type) {
+    case OPT_U32: case OPT_OCTAL: *(uint32_t *)p = (uint32_t)x; break;
+    case OPT_U64: *(uint64_t *)p = x; break;
+    default: *(int *)p = (int)x; break;
+  }
+  return 0;
+}
+
+static char *trim(char *t) {
+  while (isspace((unsigned char)*t)) t++;
+  size_t n = strlen(t);
+  while (n && isspace((unsigned char)t[n - 1])) t[--n] = 0;
+  return t;
+}
+
+int vr_settings_load_file(vr_settings_t *s, const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "verl-reward-server: cannot read config %s: %s\n", path, strerror(errno));
+    return VR_ERR_IO;
+  }
+  char line[4096];
+  int lineno = 0, rc = 0;
+  while (fgets(line, sizeof line, f)) {
+    lineno++;
+    if (!strchr(line, '\n') && !feof(f)) {
+      fprintf(stderr, "verl-reward-server: %s:%d: line too long\n", path, lineno);
+      rc = VR_ERR_INVAL;
+      break;
+    }
+    char *t = trim(line);
+    if (!*t || *t == '#' || strcmp(t, "---") == 0) continue;
+    /* key: value | key = value; the first ':' or '=' separates */
+    char *sep = t + strcspn(t, ":=");
+    if (!*sep) {
+      fprintf(stderr, "verl-reward-server: %s:%d: expected 'key: value', got '%s'\n", path, lineno, t);
+      rc = VR_ERR_INVAL;
+      break;
+    }
+    *sep = 0;
+    char *key = trim(t), *val = trim(sep + 1);
+    /* a trailing " # comment" outside quotes is dropped */
+    if (*val != '"' && *val != '\'') {
+      char *hash = strstr(val, " #");
+      if (hash) *hash = 0;
+      val = trim(val);
+    } else {
+      char q = *val;
+      char *end = strrchr(val + 1, q);
+      if (!end) {
+        fprintf(stderr, "verl-reward-server: %s:%d: unterminated quote\n", path, lineno);
+        rc = VR_ERR_INVAL;
+        break;
+      }
+      *end = 0;
+      val++;
+    }
+    if (name_eq(key, "config")) {
+      fprintf(stderr, "verl-reward-server: %s:%d: 'config' cannot be nested\n", path, lineno);
+      rc = VR_ERR_INVAL;
+      break;
+    }
+    char err[256];
+    if (vr_settings_set(s, key, val, err, sizeof err) != 0) {
+      fprintf(stderr, "verl-reward-server: %s:%d: %s\n", path, lineno, err);
+      rc = VR_ERR_INVAL;
+      break;
+    }
+  }
+  fclose(f);
+  if (rc == 0) snprintf(s->config, sizeof s->config, "%s", path);
+  return rc;
+}
+
+void vr_settings_usage(FILE *f, const char *prog) {
+  vr_settings_t d;
+  vr_settings_init(&d);
+  fprintf(f,
+          "usage: %s [--model DIR|checksum] [--shm-name NAME] [--port N] [options]\n"
+          "Serves reward-model scores over shared memory and HTTP.\n\n",
+          prog);
+  for (size_t i = 0; i < N_OPTS; i++) {
+    const opt_t *o = &k_opts[i];
+    char flag[96], def[64];
+    snprintf(flag, sizeof flag, "--%s %s", o->name, o->arg);
+    opt_default_text(o, &d, def, sizeof def);
+    fprintf(f, "  %-32s %s (default: %s)\n", flag, o->help, def);
+    if (o->alias) fprintf(f, "  %-32s alias of --%s\n", "", o->name);
+  }
+  fprintf(f, "  %-32s this text\n\n", "--help");
+  fprintf(f,
+          "Flags take '--flag value' or '--flag=value'. The --config file holds 'key: value' or\n"
+          "'key = value' lines with the same keys ('#' comments); flags override the file.\n");
+}
+
+/* Splits "--key=value" / "--key value"; returns the index of the next arg or -1. */
+static int next_flag(int argc, char **argv, int i, char *key, size_t keylen, const char **val) {
+  const char *a = argv[i];
+  const char *name = a + 2;
+  const char *eq = strchr(name, '=');
+  size_t n = eq ? (size_t)(eq - name) : strlen(name);
+  if (n >= keylen) n = keylen - 1;
+  memcpy(key, name, n);
+  key[n] = 0;
+  if (eq) {
+    *val = eq + 1;
+    return i + 1;
+  }
+  if (i + 1 >= argc) return -1;
+  *val = argv[i + 1];
+  return i + 2;
+}
+
+int vr_settings_parse(vr_settings_t *s, int argc, char **argv) {
+  /* pass 1: --help and --config */
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      vr_settings_usage(stdout, argv[0]);
+      return 1;
+    }
+  }
+  for (int i = 1; i < argc;) {
+    if (strncmp(argv[i], "--", 2) != 0) {
+      fprintf(stderr, "verl-reward-server: unexpected argument '%s' (see --help)\n", argv[i]);
+      return VR_ERR_INVAL;
+    }
+    char key[128];
+    const char *val = NULL;
+    int next = next_flag(argc, argv, i, key, sizeof key, &val);
+    if (next < 0) {
+      fprintf(stderr, "verl-reward-server: %s needs a value (see --help)\n", argv[i]);
+      return VR_ERR_INVAL;
+    }
+    if (name_eq(key, "config")) {
+      int rc = vr_settings_load_file(s, val);
+      if (rc != 0) return VR_ERR_INVAL;
+    }
+    i = next;
+  }
+  /* pass 2: flags override the file */
+  for (int i = 1; i < argc;) {
+    char key[128], err[256];
+    const char *val = NULL;
+    int next = next_flag(argc, argv, i, key, sizeof key, &val);
+    if (!name_eq(key, "config") && vr_settings_set(s, key, val, err, sizeof err) != 0) {
+      fprintf(stderr, "verl-reward-server: %s (see --help)\n", err);
+      return VR_ERR_INVAL;
+    }
+    i = next;
+  }
+  return 0;
+}

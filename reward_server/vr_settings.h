@@ -1,0 +1,70 @@
+/* vr_settings.h: verl-reward-server settings (one struct, defaults in one init).
+ *
+ * Precedence: defaults (vr_settings_init) < --config FILE < command line.
+ * Every key of the config file is a long flag without the dashes ("port: 8080",
+ * "max-batch-tokens = 8192", underscores accepted: "max_batch_tokens"). The
+ * struct holds its strings inline: no allocation, no free. Not thread-safe:
+ * filled once by main() before any thread starts, read-only afterwards. */
+#ifndef VR_SETTINGS_H
+#define VR_SETTINGS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum vr_truncate {
+  VR_TRUNCATE_ERROR = 0, /* a sequence longer than max_seq_len is rejected */
+  VR_TRUNCATE_LEFT = 1,  /* keep the last max_seq_len tokens (decoder RMs score the end) */
+  VR_TRUNCATE_RIGHT = 2, /* keep the first max_seq_len tokens */
+} vr_truncate_t;
+
+#define VR_SETTINGS_STR 1024
+
+typedef struct vr_settings {
+  char model[VR_SETTINGS_STR];    /* model directory, "checksum", or "" (rules-only) */
+  char shm_name[256];             /* "" disables the shm channel */
+  int port;                       /* HTTP port; 0 disables HTTP */
+  char host[256];
+  char device[32];                /* "cpu", "cuda", "cuda:N", "" = auto */
+  char dtype[16];                 /* "auto", "f32", "bf16" */
+  uint32_t max_batch_tokens;
+  uint32_t max_wait_us;
+  uint32_t max_seq_len;
+  vr_truncate_t truncate;
+  uint32_t spin_us;
+  uint32_t lanes;
+  uint32_t shm_mode;
+  uint32_t ring_slots;
+  uint32_t arena_mb;
+  uint32_t max_seqs_per_request;
+  char log_level[16];
+  char pid_file[VR_SETTINGS_STR];
+  char reward[512];               /* reward spec, "" = "model" */
+  uint64_t max_body_bytes;
+  uint32_t max_queue;             /* requests accepted but not yet batched */
+  int threads;                    /* cpu backend threads, 0 = all cores */
+  uint32_t drain_ms;              /* shutdown: time to finish accepted work */
+  char config[VR_SETTINGS_STR];   /* the --config file read, if any */
+} vr_settings_t;
+
+/* Fills every field with its default. */
+void vr_settings_init(vr_settings_t *s);
+
+/* Applies --config (if given) then the command line. Returns 0, 1 when --help
+ * was printed (caller exits 0), or VR_ERR_INVAL after printing to stderr what
+ * was wrong (flag, file:line, value). */
+int vr_settings_parse(vr_settings_t *s, int argc, char **argv);
+
+/* Reads one config file into s. VR_ERR_IO / VR_ERR_INVAL with a message. */
+int vr_settings_load_file(vr_settings_t *s, const char *path);
+
+/* Sets one key (long flag name without dashes, '_' or '-') from text.
+ * Returns 0, VR_ERR_NOT_FOUND for an unknown key, VR_ERR_INVAL for a bad value;
+ * err (may be NULL) gets the reason. */
+int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *err, size_t errlen);
+
+/* Prints --help with every flag and its default. */
+void vr_settings_usage(FILE *f, const char *prog);
+
+const char *vr_truncate_name(vr_truncate_t t);
+
+#endif /* VR_SETTINGS_H */
