@@ -1,0 +1,339 @@
+/* vr_cuda_kernels.cu: conversions, embeddings, norms, RoPE, activations and the
+ * score heads of the CUDA backend (see vr_cuda_ops.h for the contracts).
+ * First the kernels, then the launchers (explicit stream, launch checked).
+ * All arithmetic is fp32; bf16 only at the storage boundary. */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "vr_cuda_check.h"
+#include "vr_cuda_ops.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define VR_NORM_THREADS 256
+
+/* ---------------------------------------------------------------- helpers */
+
+__device__ __forceinline__ float bf(const uint16_t v) { return __uint_as_float(((uint32_t)v) << 16); }
+
+__device__ __forceinline__ uint16_t to_bf(float f) {
+  bf16 h = __float2bfloat16_rn(f);
+  return *reinterpret_cast<uint16_t *>(&h);
+}
+
+__device__ __forceinline__ float load_any(const void *src, int dtype, size_t i) {
+  if (dtype == 0) return reinterpret_cast<const float *>(src)[i];
+  if (dtype == 1) return __half2float(reinterpret_cast<const __half *>(src)[i]);
+  return bf(reinterpret_cast<const uint16_t *>(src)[i]);
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, <= 1024). red: 32 floats of
+ * shared memory; every thread gets the result. */
+__device__ float block_sum(float v, float *red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  __syncthreads(); /* red may still be read by a previous call */
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = lane < nw ? red[lane] : 0.f;
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return t;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+__global__ void k_convert_bf16(uint16_t *dst, const void *src, int dtype, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = to_bf(load_any(src, dtype, i));
+}
+
+__global__ void k_convert_f32(float *dst, const void *src, int dtype, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = load_any(src, dtype, i);
+}
+
+/* One block per token row. */
+__global__ void k_embed_norm(float *x, uint16_t *xn, const int32_t *ids, const int32_t *pos,
+                             const uint16_t *tok, const uint16_t *pos_emb, const uint16_t *type_emb,
+                             const float *w, const float *b, int C, float eps) {
+  __shared__ float red[32];
+  const size_t t = blockIdx.x;
+  float *xr = x + t * C;
+  uint16_t *xnr = xn + t * C;
+  const uint16_t *te = tok + (size_t)ids[t] * C;
+  if (pos_emb) { /* encoder: LayerNorm of the three embeddings */
+    const uint16_t *pe = pos_emb + (size_t)pos[t] * C;
+    float s = 0.f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      const float v = bf(te[c]) + bf(pe[c]) + (type_emb ? bf(type_emb[c]) : 0.f);
+      xr[c] = v;
+      s += v;
+    }
+    const float mean = block_sum(s, red) / C;
+    float q = 0.f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      const float d = xr[c] - mean;
+      q += d * d;
+    }
+    const float rstd = rsqrtf(block_sum(q, red) / C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      const float v = (xr[c] - mean) * rstd * w[c] + b[c];
+      xr[c] = v;
+      xnr[c] = to_bf(v);
+    }
+  } else { /* decoder: raw embedding into the residual, RMSNorm of layer 0 into xn */
+    float q = 0.f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+      const float v = bf(te[c]);
+      xr[c] = v;
+      q += v * v;
+    }
+    const float r = rsqrtf(block_sum(q, red) / C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) xnr[c] = to_bf(xr[c] * r * w[c]);
+  }
+}
+
+__global__ void k_layernorm(float *x, uint16_t *xn, const float *w, const float *b, int C, float eps) {
+  __shared__ float red[32];
+  const size_t t = blockIdx.x;
+  float *xr = x + t * C;
+  uint16_t *xnr = xn + t * C;
+  float s = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
+  const float mean = block_sum(s, red) / C;
+  float q = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float d = xr[c] - mean;
+    q += d * d;
+  }
+  const float rstd = rsqrtf(block_sum(q, red) / C + eps);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = (xr[c] - mean) * rstd * w[c] + b[c];
+    xr[c] = v;
+    xnr[c] = to_bf(v);
+  }
+}
+
+__global__ void k_rmsnorm(const float *x, uint16_t *xn, const float *w, int C, float eps) {
+  __shared__ float red[32];
+  const size_t t = blockIdx.x;
+  const float *xr = x + t * C;
+  uint16_t *xnr = xn + t * C;
+  float q = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) q += xr[c] * xr[c];
+  const float r = rsqrtf(block_sum(q, red) / C + eps);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) xnr[c] = to_bf(xr[c] * r * w[c]);
+}
+
+/* One thread per (token, head, i < D/2). */
+__global__ void k_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
+                       const int32_t *pos, const float *inv_freq, float scaling, int T) {
+  const int half = D / 2, nh = H + Hkv;
+  const size_t total = (size_t)T * nh * half;
+  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+       idx += (size_t)gridDim.x * blockDim.x) {
+    const int i = (int)(idx % half);
+    const int j = (int)((idx / half) % nh);
+    const size_t t = idx / ((size_t)half * nh);
+    uint16_t *base = qkv + t * ld + (j < H ? q_off + j * D : k_off + (j - H) * D);
+    const float angle = (float)pos[t] * inv_freq[i];
+    float sn, cs;
+    sincosf(angle, &sn, &cs);
+    cs *= scaling;
+    sn *= scaling;
+    const float x1 = bf(base[i]), x2 = bf(base[i + half]);
+    base[i] = to_bf(x1 * cs - x2 * sn);
+    base[i + half] = to_bf(x2 * cs + x1 * sn);
+  }
+}
+
+__global__ void k_swiglu(uint16_t *out, const uint16_t *gu, int T, int I) {
+  const size_t total = (size_t)T * I;
+  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+       idx += (size_t)gridDim.x * blockDim.x) {
+    const size_t t = idx / I, i = idx % I;
+    const float g = bf(gu[t * 2 * I + i]), u = bf(gu[t * 2 * I + I + i]);
+    out[idx] = to_bf(g / (1.f + expf(-g)) * u);
+  }
+}
+
+__global__ void k_bias_gelu(uint16_t *h, const float *b, int T, int I, int tanh_approx) {
+  const size_t total = (size_t)T * I;
+  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+       idx += (size_t)gridDim.x * blockDim.x) {
+    const float v = bf(h[idx]) + (b ? b[idx % I] : 0.f);
+    float g;
+    if (tanh_approx)
+      g = 0.5f * v * (1.f + tanhf(0.7978845608028654f * (v + 0.044715f * v * v * v)));
+    else
+      g = 0.5f * v * (1.f + erff(v * 0.7071067811865476f));
+    h[idx] = to_bf(g);
+  }
+}
+
+__global__ void k_add_bias(void *y, int y_f32, const void *b, int T, int N) {
+  const size_t total = (size_t)T * N;
+  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+       idx += (size_t)gridDim.x * blockDim.x) {
+    const size_t n = idx % N;
+    if (y_f32) {
+      reinterpret_cast<float *>(y)[idx] += reinterpret_cast<const float *>(b)[n];
+    } else {
+      uint16_t *yy = reinterpret_cast<uint16_t *>(y);
+      yy[idx] = to_bf(bf(yy[idx]) + bf(reinterpret_cast<const uint16_t *>(b)[n]));
+    }
+  }
+}
+
+/* One block per sequence (looping when the grid is smaller than meta[0]). */
+__global__ void k_score_decoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
+                                const float *norm_w, const float *score_w, int C, float eps) {
+  __shared__ float red[32];
+  const int n = meta[VR_CUDA_META_N_SEQS];
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    const float *xr = x + (size_t)rows[i] * C;
+    float q = 0.f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) q += xr[c] * xr[c];
+    const float r = rsqrtf(block_sum(q, red) / C + eps);
+    float d = 0.f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) d += xr[c] * r * norm_w[c] * score_w[c];
+    d = block_sum(d, red);
+    if (threadIdx.x == 0) scores[i] = d;
+  }
+}
+
+/* One block per sequence; dynamic shared memory: 2 * C floats. */
+__global__ void k_score_encoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
+                                const float *w1, const float *b1, const float *w2, const float *b2,
+                                int C) {
+  extern __shared__ float sh[];
+  __shared__ float red[32];
+  float *xs = sh, *hs = sh + C;
+  const int n = meta[VR_CUDA_META_N_SEQS];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    const float *xr = x + (size_t)rows[i] * C;
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x) xs[c] = xr[c];
+    __syncthreads();
+    for (int j = warp; j < C; j += nw) {
+      const float *wr = w1 + (size_t)j * C;
+      float d = 0.f;
+      for (int c = lane; c < C; c += 32) d += wr[c] * xs[c];
+      for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+      if (lane == 0) hs[j] = tanhf(d + (b1 ? b1[j] : 0.f));
+    }
+    __syncthreads();
+    float d = 0.f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) d += w2[c] * hs[c];
+    d = block_sum(d, red);
+    if (threadIdx.x == 0) scores[i] = d + (b2 ? b2[0] : 0.f);
+  }
+}
+
+/* -------------------------------------------------------------- launchers */
+
+static unsigned grid_for(size_t n, unsigned threads) {
+  size_t g = (n + threads - 1) / threads;
+  if (g > 65535u * 16u) g = 65535u * 16u; /* grid-stride loops cover the rest */
+  if (g == 0) g = 1;
+  return (unsigned)g;
+}
+
+static unsigned norm_threads(int C) {
+  unsigned t = (unsigned)((C + 31) / 32 * 32);
+  if (t > VR_NORM_THREADS) t = VR_NORM_THREADS;
+  if (t < 32) t = 32;
+  return t;
+}
+
+extern "C" void vr_cuda_convert_to_bf16(uint16_t *dst, const void *src, int src_dtype, size_t n,
+                                        cudaStream_t s) {
+  if (n == 0) return;
+  k_convert_bf16<<<grid_for(n, 256), 256, 0, s>>>(dst, src, src_dtype, n);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_convert_to_f32(float *dst, const void *src, int src_dtype, size_t n,
+                                       cudaStream_t s) {
+  if (n == 0) return;
+  k_convert_f32<<<grid_for(n, 256), 256, 0, s>>>(dst, src, src_dtype, n);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_embed_norm(float *x, uint16_t *xn, const int32_t *ids, const int32_t *pos,
+                                   const uint16_t *tok, const uint16_t *pos_emb,
+                                   const uint16_t *type_emb, const float *w, const float *b, int T,
+                                   int C, float eps, cudaStream_t s) {
+  if (T <= 0) return;
+  k_embed_norm<<<T, norm_threads(C), 0, s>>>(x, xn, ids, pos, tok, pos_emb, type_emb, w, b, C, eps);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_layernorm(float *x, uint16_t *xn, const float *w, const float *b, int T,
+                                  int C, float eps, cudaStream_t s) {
+  if (T <= 0) return;
+  k_layernorm<<<T, norm_threads(C), 0, s>>>(x, xn, w, b, C, eps);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C,
+                                float eps, cudaStream_t s) {
+  if (T <= 0) return;
+  k_rmsnorm<<<T, norm_threads(C), 0, s>>>(x, xn, w, C, eps);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
+                             const int32_t *pos, const float *inv_freq, float attn_scaling, int T,
+                             cudaStream_t s) {
+  const size_t n = (size_t)T * (H + Hkv) * (D / 2);
+  if (n == 0) return;
+  k_rope<<<grid_for(n, 256), 256, 0, s>>>(qkv, ld, q_off, k_off, H, Hkv, D, pos, inv_freq,
+                                          attn_scaling, T);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_swiglu(uint16_t *out, const uint16_t *gu, int T, int I, cudaStream_t s) {
+  const size_t n = (size_t)T * I;
+  if (n == 0) return;
+  k_swiglu<<<grid_for(n, 256), 256, 0, s>>>(out, gu, T, I);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_bias_gelu(uint16_t *h, const float *b, int T, int I, int tanh_approx,
+                                  cudaStream_t s) {
+  const size_t n = (size_t)T * I;
+  if (n == 0) return;
+  k_bias_gelu<<<grid_for(n, 256), 256, 0, s>>>(h, b, T, I, tanh_approx);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_add_bias(void *y, int y_f32, const void *b, int T, int N, cudaStream_t s) {
+  const size_t n = (size_t)T * N;
+  if (n == 0) return;
+  k_add_bias<<<grid_for(n, 256), 256, 0, s>>>(y, y_f32, b, T, N);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_score_decoder(float *scores, const float *x, const int32_t *rows,
+                                      const int32_t *meta, const float *norm_w,
+                                      const float *score_w, int C, float eps, int grid,
+                                      cudaStream_t s) {
+  if (grid <= 0) return;
+  k_score_decoder<<<grid, norm_threads(C), 0, s>>>(scores, x, rows, meta, norm_w, score_w, C, eps);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_score_encoder(float *scores, const float *x, const int32_t *rows,
+                                      const int32_t *meta, const float *w1, const float *b1,
+                                      const float *w2, const float *b2, int C, int grid,
+                                      cudaStream_t s) {
+  if (grid <= 0) return;
+  const size_t sh = 2 * (size_t)C * sizeof(float);
+  if (sh > 48 * 1024)
+    VR_CUDA_CHECK(cudaFuncSetAttribute(k_score_encoder, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)sh));
+  k_score_encoder<<<grid, 256, sh, s>>>(scores, x, rows, meta, w1, b1, w2, b2, C);
+  VR_CUDA_CHECK_LAUNCH();
+}

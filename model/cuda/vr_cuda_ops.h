@@ -1,0 +1,115 @@
+/* vr_cuda_ops.h: the CUDA backend's kernels and cuBLASLt wrapper (internal to
+ * model/cuda/ and its tests in tests/cuda/; C linkage, no CUDA types beyond
+ * cudaStream_t so plain C tests can drive every kernel against a CPU reference).
+ *
+ * Conventions: bf16 tensors are passed as uint16_t* (bit patterns), fp32 as
+ * float*. Shapes in comments: (T, C) = T packed tokens by C features,
+ * row-major. Every launcher enqueues on `s`, checks the launch
+ * (VR_CUDA_CHECK_LAUNCH) and never allocates or synchronises, so all of them
+ * may be captured into a CUDA graph.
+ *
+ * Packed-batch metadata (device int32 arrays, written by the backend per batch):
+ *   cu     (n_seqs + 1)   sequence starts, cu[0] = 0
+ *   tiles  (2 * n_tiles)  attention work items: (seq, q0) with q0 a multiple
+ *                         of VR_CUDA_ATTN_BM, longest-work first
+ *   meta   [0] = n_seqs, [1] = n_tiles (read on the device, so one captured
+ *          graph serves every batch of its token bucket) */
+#ifndef VR_CUDA_OPS_H
+#define VR_CUDA_OPS_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VR_CUDA_ATTN_BM 64 /* query rows per attention tile */
+#define VR_CUDA_META_N_SEQS 0
+#define VR_CUDA_META_N_TILES 1
+
+/* ---- conversions (weights at load) ---------------------------------------- */
+/* src holds n elements of dtype (0 f32, 1 f16, 2 bf16: vr_dtype_t). */
+void vr_cuda_convert_to_bf16(uint16_t *dst, const void *src, int src_dtype, size_t n, cudaStream_t s);
+void vr_cuda_convert_to_f32(float *dst, const void *src, int src_dtype, size_t n, cudaStream_t s);
+
+/* ---- embeddings + first norm ---------------------------------------------- */
+/* Encoder: x[t] = LN(tok[ids[t]] + pos_emb[pos[t]] + type_emb[0]) * w + b (fp32), xn = bf16(x).
+ * Decoder (pos_emb == NULL, b == NULL): x[t] = tok[ids[t]], xn = bf16(RMS(x) * w).
+ * tok, pos_emb, type_emb: bf16 (V, C); x (T, C) fp32; xn (T, C) bf16. */
+void vr_cuda_embed_norm(float *x, uint16_t *xn, const int32_t *ids, const int32_t *pos,
+                        const uint16_t *tok, const uint16_t *pos_emb, const uint16_t *type_emb,
+                        const float *w, const float *b, int T, int C, float eps, cudaStream_t s);
+
+/* ---- norms ---------------------------------------------------------------- */
+/* Post-norm (encoders): x = LN(x) * w + b in place (fp32), xn = bf16(x). */
+void vr_cuda_layernorm(float *x, uint16_t *xn, const float *w, const float *b, int T, int C,
+                       float eps, cudaStream_t s);
+/* Pre-norm (decoders): xn = bf16(x * rsqrt(mean(x^2) + eps) * w); x unchanged. */
+void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C, float eps,
+                     cudaStream_t s);
+
+/* ---- elementwise ---------------------------------------------------------- */
+/* RoPE (rotate_half convention) in place on the H query heads at q_off and the
+ * Hkv key heads at k_off of each row of qkv (T, ld), head_dim D:
+ * angle = pos[t] * inv_freq[i], cos/sin multiplied by attn_scaling. */
+void vr_cuda_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
+                  const int32_t *pos, const float *inv_freq, float attn_scaling, int T,
+                  cudaStream_t s);
+/* out[t, i] = silu(gu[t, i]) * gu[t, I + i]; gu (T, 2I), out (T, I). */
+void vr_cuda_swiglu(uint16_t *out, const uint16_t *gu, int T, int I, cudaStream_t s);
+/* h[t, i] = gelu(h[t, i] + b[i]) in place; tanh_approx selects gelu_new; b may be NULL. */
+void vr_cuda_bias_gelu(uint16_t *h, const float *b, int T, int I, int tanh_approx, cudaStream_t s);
+/* y[t, n] += b[n]; y is fp32 (y_f32 = 1, b fp32) or bf16 (b bf16). */
+void vr_cuda_add_bias(void *y, int y_f32, const void *b, int T, int N, cudaStream_t s);
+
+/* ---- attention ------------------------------------------------------------ */
+/* Variable-length multi-head attention over packed sequences, no padding:
+ * for each sequence, head h, query i: softmax_j(scale * q_i . k_j) v_j over the
+ * keys j of the same sequence (j <= i when causal; i - j < window when
+ * window > 0). q, k, v are column blocks of qkv (T, ld): query head h at
+ * q_off + h*D, key/value head h / (H / Hkv) at k_off / v_off (GQA).
+ * out (T, ld_out): head h at h*D. grid_tiles: blocks along the tile axis
+ * (each loops over meta[1] tiles); pass n_tiles for an eager launch or an
+ * upper bound for a graph. Tensor cores (wmma bf16) for D in {16, 32, 64,
+ * 128}; a fp32 warp-per-query path otherwise (D <= 256). */
+void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
+                       int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
+                       int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale,
+                       cudaStream_t s);
+/* Which path vr_cuda_attention takes for D: 1 tensor cores, 0 fallback, -1 unsupported. */
+int vr_cuda_attention_path(int D);
+
+/* ---- heads ---------------------------------------------------------------- */
+/* Decoder score: for each sequence i < meta[0], row r = rows[i] of x (T, C) fp32:
+ * scores[i] = dot(RMS(x[r]) * norm_w, score_w) (score_w fp32 (C)). */
+void vr_cuda_score_decoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
+                           const float *norm_w, const float *score_w, int C, float eps,
+                           int grid, cudaStream_t s);
+/* Encoder head: h = tanh(W1 x[r] + b1) (W1 fp32 (C, C)), scores[i] = W2 . h + b2 (W2 (C)). */
+void vr_cuda_score_encoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
+                           const float *w1, const float *b1, const float *w2, const float *b2,
+                           int C, int grid, cudaStream_t s);
+
+/* ---- GEMM (cuBLASLt) ------------------------------------------------------ */
+typedef struct vr_cuda_gemm vr_cuda_gemm_t;
+/* Creates the cuBLASLt handle, a workspace of workspace_bytes on the current
+ * device and an empty plan cache. Returns 0 or a negative vr_status_t. */
+int vr_cuda_gemm_init(vr_cuda_gemm_t **out, size_t workspace_bytes);
+void vr_cuda_gemm_free(vr_cuda_gemm_t *g);
+/* D (T, N) = A (T, K) . W (N, K)^T [+ bias (N)] [+ beta * D]; A, W bf16;
+ * D fp32 (out_f32 = 1; bias fp32) or bf16 (bias bf16); beta is 0 or 1.
+ * bf16 products, fp32 accumulation. The plan (layouts + heuristic algorithm)
+ * is cached per (T, N, K, out dtype, bias, beta); a bias epilogue the
+ * heuristic rejects falls back to a plain GEMM + vr_cuda_add_bias. */
+void vr_cuda_gemm(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
+                  const void *bias, int T, int N, int K, float beta, cudaStream_t s);
+/* Plans created so far (heuristic queries), for tests and logs. */
+uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g);
+size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VR_CUDA_OPS_H */

@@ -1,0 +1,518 @@
+/* test_cuda_kernels.c: every kernel of the CUDA backend against a plain CPU
+ * computation in double precision on fresh random inputs (seeded from the
+ * clock unless VR_TEST_SEED is set; the seed is printed). Outputs are poisoned
+ * (NaN) before each launch so an unwritten element fails the check.
+ * Exit code: 0 pass, 1 fail, 77 no GPU (ctest: skipped). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vr_cuda_ops.h"
+
+static int g_fail = 0;
+static uint64_t g_rng = 88172645463325252ull;
+
+#define CK(call)                                                                               \
+  do {                                                                                         \
+    cudaError_t e_ = (call);                                                                   \
+    if (e_ != cudaSuccess) {                                                                   \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
+      exit(1);                                                                                 \
+    }                                                                                          \
+  } while (0)
+
+static uint64_t rnd(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+static float frand(void) { return (float)((rnd() >> 11) * (1.0 / 9007199254740992.0) * 2.0 - 1.0); }
+static int irand(int n) { return (int)(rnd() % (uint64_t)n); }
+
+static uint16_t f2bf(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void *dmalloc(size_t n) {
+  void *p = NULL;
+  CK(cudaMalloc(&p, n));
+  CK(cudaMemset(p, 0xFF, n)); /* poison: NaN in bf16 and fp32 */
+  return p;
+}
+static void *todev(const void *h, size_t n) {
+  void *p = dmalloc(n);
+  CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+  return p;
+}
+static void tohost(void *h, const void *d, size_t n) {
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+/* Random bf16 array (values in [-a, a]) and its float view. */
+static uint16_t *rand_bf(size_t n, float a, float **asf) {
+  uint16_t *b = malloc(n * 2);
+  float *f = malloc(n * 4);
+  for (size_t i = 0; i < n; ++i) {
+    b[i] = f2bf(frand() * a);
+    f[i] = bf2f(b[i]);
+  }
+  *asf = f;
+  return b;
+}
+static float *rand_f(size_t n, float lo, float hi) {
+  float *f = malloc(n * 4);
+  for (size_t i = 0; i < n; ++i) f[i] = lo + (hi - lo) * (frand() * 0.5f + 0.5f);
+  return f;
+}
+
+/* ||got - ref|| / ||ref|| with NaN detection; prints one line. */
+static void check_rel(const char *what, const double *ref, const float *got, size_t n, double tol) {
+  double num = 0, den = 0, maxd = 0;
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!isfinite(got[i])) {
+      ++bad;
+      continue;
+    }
+    const double d = got[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+    if (fabs(d) > maxd) maxd = fabs(d);
+  }
+  const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  const int ok = bad == 0 && rel <= tol;
+  printf("%-4s %-58s rel %.2e maxabs %.2e%s\n", ok ? "ok" : "FAIL", what, rel, maxd,
+         bad ? " (non-finite / unwritten elements)" : "");
+  if (!ok) g_fail = 1;
+}
+static float *bf_arr_to_f(const uint16_t *b, size_t n) {
+  float *f = malloc(n * 4);
+  for (size_t i = 0; i < n; ++i) f[i] = bf2f(b[i]);
+  return f;
+}
+
+/* ------------------------------------------------------------ attention */
+
+static void test_attention(int H, int Hkv, int D, int causal, int window, const int *lens, int n) {
+  int T = 0;
+  for (int i = 0; i < n; ++i) T += lens[i];
+  const int ld = (H + 2 * Hkv) * D, qoff = 0, koff = H * D, voff = (H + Hkv) * D;
+  float *qf;
+  uint16_t *qkv = rand_bf((size_t)T * ld, 2.0f, &qf);
+  int32_t *cu = malloc((n + 1) * 4), *tiles = malloc((size_t)2 * (T + n) * 4), meta[4] = {n, 0, 0, 0};
+  cu[0] = 0;
+  int nt = 0;
+  for (int i = 0; i < n; ++i) {
+    cu[i + 1] = cu[i] + lens[i];
+    for (int q0 = 0; q0 < lens[i]; q0 += VR_CUDA_ATTN_BM) {
+      tiles[2 * nt] = i;
+      tiles[2 * nt + 1] = q0;
+      ++nt;
+    }
+  }
+  meta[1] = nt;
+  double *ref = calloc((size_t)T * H * D, sizeof(double));
+  const double scale = 1.0 / sqrt((double)D);
+  double *sc = malloc((size_t)T * sizeof(double));
+  for (int s = 0; s < n; ++s)
+    for (int h = 0; h < H; ++h) {
+      const int hk = h / (H / Hkv);
+      for (int i = 0; i < lens[s]; ++i) {
+        const float *q = qf + (size_t)(cu[s] + i) * ld + qoff + h * D;
+        double mx = -INFINITY;
+        for (int j = 0; j < lens[s]; ++j) {
+          int ok = 1;
+          if (causal && j > i) ok = 0;
+          if (window > 0 && (i - j >= window || j - i >= window)) ok = 0;
+          sc[j] = -INFINITY;
+          if (!ok) continue;
+          const float *k = qf + (size_t)(cu[s] + j) * ld + koff + hk * D;
+          double d = 0;
+          for (int c = 0; c < D; ++c) d += (double)q[c] * k[c];
+          sc[j] = d * scale;
+          if (sc[j] > mx) mx = sc[j];
+        }
+        double sum = 0;
+        for (int j = 0; j < lens[s]; ++j) sum += sc[j] == -INFINITY ? 0 : exp(sc[j] - mx);
+        double *o = ref + (size_t)(cu[s] + i) * H * D + h * D;
+        for (int j = 0; j < lens[s]; ++j) {
+          if (sc[j] == -INFINITY) continue;
+          const double p = exp(sc[j] - mx) / sum;
+          const float *v = qf + (size_t)(cu[s] + j) * ld + voff + hk * D;
+          for (int c = 0; c < D; ++c) o[c] += p * v[c];
+        }
+      }
+    }
+  uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2);
+  int32_t *d_cu = todev(cu, (n + 1) * 4), *d_tiles = todev(tiles, (size_t)2 * nt * 4), *d_meta = todev(meta, 16);
+  uint16_t *d_out = dmalloc((size_t)T * H * D * 2);
+  uint16_t *out = malloc((size_t)T * H * D * 2);
+  char what[160];
+  for (int pass = 0; pass < 2; ++pass) {
+    const int grid = pass == 0 ? nt : 3; /* pass 1: fewer blocks than tiles (graph mode) */
+    CK(cudaMemset(d_out, 0xFF, (size_t)T * H * D * 2));
+    vr_cuda_attention(d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D, causal,
+                      window, (float)scale, 0);
+    tohost(out, d_out, (size_t)T * H * D * 2);
+    float *of = bf_arr_to_f(out, (size_t)T * H * D);
+    snprintf(what, sizeof what, "attention %s H%d/%d D%d %s win%d n%d T%d grid%d",
+             vr_cuda_attention_path(D) ? "tc" : "fb", H, Hkv, D, causal ? "causal" : "bidir", window, n, T, grid);
+    check_rel(what, ref, of, (size_t)T * H * D, 1e-2);
+    free(of);
+  }
+  CK(cudaFree(d_qkv));
+  CK(cudaFree(d_cu));
+  CK(cudaFree(d_tiles));
+  CK(cudaFree(d_meta));
+  CK(cudaFree(d_out));
+  free(qkv), free(qf), free(cu), free(tiles), free(ref), free(sc), free(out);
+}
+
+static void attention_suite(void) {
+  const int dims[] = {16, 32, 64, 128, 8, 24, 80};
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di) {
+    const int D = dims[di];
+    int lens[6];
+    const int n = 1 + irand(5);
+    for (int i = 0; i < n; ++i) lens[i] = 1 + irand(D >= 128 ? 200 : 300);
+    lens[0] = 64 + irand(2) * 1; /* a full tile and a tile + 1 row */
+    if (n > 1) lens[1] = 1;
+    test_attention(4, 2, D, 1, 0, lens, n);
+    test_attention(4, 4, D, 0, 0, lens, n);
+    if (D == 64) {
+      test_attention(8, 1, D, 1, 0, lens, n);  /* MQA */
+      test_attention(4, 2, D, 1, 40, lens, n); /* sliding window */
+    }
+  }
+  const int one[1] = {1100}; /* one long causal sequence (many key tiles) */
+  test_attention(2, 1, 128, 1, 0, one, 1);
+  test_attention(2, 2, 64, 0, 0, one, 1);
+}
+
+/* ---------------------------------------------------------------- norms */
+
+static void test_norms(int T, int C) {
+  char what[128];
+  float *x = rand_f((size_t)T * C, -3, 3), *w = rand_f(C, 0.5f, 1.5f), *b = rand_f(C, -0.5f, 0.5f);
+  const float eps = 1e-5f;
+  double *ref = malloc((size_t)T * C * sizeof(double));
+  /* layernorm: x -> LN(x) (fp32) and bf16 copy */
+  for (int t = 0; t < T; ++t) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += x[(size_t)t * C + c];
+    m /= C;
+    for (int c = 0; c < C; ++c) v += (x[(size_t)t * C + c] - m) * (x[(size_t)t * C + c] - m);
+    v /= C;
+    for (int c = 0; c < C; ++c) ref[(size_t)t * C + c] = (x[(size_t)t * C + c] - m) / sqrt(v + eps) * w[c] + b[c];
+  }
+  float *d_x = todev(x, (size_t)T * C * 4), *d_w = todev(w, C * 4), *d_b = todev(b, C * 4);
+  uint16_t *d_xn = dmalloc((size_t)T * C * 2), *xn = malloc((size_t)T * C * 2);
+  float *xo = malloc((size_t)T * C * 4);
+  vr_cuda_layernorm(d_x, d_xn, d_w, d_b, T, C, eps, 0);
+  tohost(xo, d_x, (size_t)T * C * 4);
+  tohost(xn, d_xn, (size_t)T * C * 2);
+  snprintf(what, sizeof what, "layernorm fp32 T%d C%d", T, C);
+  check_rel(what, ref, xo, (size_t)T * C, 1e-5);
+  float *xnf = bf_arr_to_f(xn, (size_t)T * C);
+  snprintf(what, sizeof what, "layernorm bf16 T%d C%d", T, C);
+  check_rel(what, ref, xnf, (size_t)T * C, 1e-2);
+  free(xnf);
+  /* rmsnorm */
+  CK(cudaMemcpy(d_x, x, (size_t)T * C * 4, cudaMemcpyHostToDevice));
+  for (int t = 0; t < T; ++t) {
+    double q = 0;
+    for (int c = 0; c < C; ++c) q += (double)x[(size_t)t * C + c] * x[(size_t)t * C + c];
+    const double r = 1.0 / sqrt(q / C + eps);
+    for (int c = 0; c < C; ++c) ref[(size_t)t * C + c] = x[(size_t)t * C + c] * r * w[c];
+  }
+  CK(cudaMemset(d_xn, 0xFF, (size_t)T * C * 2));
+  vr_cuda_rmsnorm(d_x, d_xn, d_w, T, C, eps, 0);
+  tohost(xn, d_xn, (size_t)T * C * 2);
+  xnf = bf_arr_to_f(xn, (size_t)T * C);
+  snprintf(what, sizeof what, "rmsnorm bf16 T%d C%d", T, C);
+  check_rel(what, ref, xnf, (size_t)T * C, 1e-2);
+  free(xnf);
+
+  /* embeddings: encoder (tok + pos + type, LN) and decoder (tok, RMS) */
+  const int V = 97, P = 130;
+  float *tokf, *posf, *typf;
+  uint16_t *tok = rand_bf((size_t)V * C, 1, &tokf), *pe = rand_bf((size_t)P * C, 1, &posf),
+           *ty = rand_bf((size_t)C, 1, &typf);
+  int32_t *ids = malloc(T * 4), *pos = malloc(T * 4);
+  for (int t = 0; t < T; ++t) ids[t] = irand(V), pos[t] = irand(P);
+  uint16_t *d_tok = todev(tok, (size_t)V * C * 2), *d_pe = todev(pe, (size_t)P * C * 2), *d_ty = todev(ty, C * 2);
+  int32_t *d_ids = todev(ids, T * 4), *d_pos = todev(pos, T * 4);
+  for (int t = 0; t < T; ++t) {
+    double m = 0, v = 0;
+    double *r = ref + (size_t)t * C;
+    for (int c = 0; c < C; ++c) r[c] = (double)tokf[(size_t)ids[t] * C + c] + posf[(size_t)pos[t] * C + c] + typf[c], m += r[c];
+    m /= C;
+    for (int c = 0; c < C; ++c) v += (r[c] - m) * (r[c] - m);
+    v /= C;
+    for (int c = 0; c < C; ++c) r[c] = (r[c] - m) / sqrt(v + eps) * w[c] + b[c];
+  }
+  CK(cudaMemset(d_x, 0xFF, (size_t)T * C * 4));
+  vr_cuda_embed_norm(d_x, d_xn, d_ids, d_pos, d_tok, d_pe, d_ty, d_w, d_b, T, C, eps, 0);
+  tohost(xo, d_x, (size_t)T * C * 4);
+  snprintf(what, sizeof what, "embed+layernorm T%d C%d", T, C);
+  check_rel(what, ref, xo, (size_t)T * C, 1e-5);
+  for (int t = 0; t < T; ++t) {
+    double q = 0;
+    for (int c = 0; c < C; ++c) q += (double)tokf[(size_t)ids[t] * C + c] * tokf[(size_t)ids[t] * C + c];
+    const double r = 1.0 / sqrt(q / C + eps);
+    for (int c = 0; c < C; ++c) ref[(size_t)t * C + c] = tokf[(size_t)ids[t] * C + c] * r * w[c];
+  }
+  CK(cudaMemset(d_xn, 0xFF, (size_t)T * C * 2));
+  vr_cuda_embed_norm(d_x, d_xn, d_ids, d_pos, d_tok, NULL, NULL, d_w, NULL, T, C, eps, 0);
+  tohost(xn, d_xn, (size_t)T * C * 2);
+  xnf = bf_arr_to_f(xn, (size_t)T * C);
+  snprintf(what, sizeof what, "embed+rmsnorm T%d C%d", T, C);
+  check_rel(what, ref, xnf, (size_t)T * C, 1e-2);
+  tohost(xo, d_x, (size_t)T * C * 4);
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < C; ++c) ref[(size_t)t * C + c] = tokf[(size_t)ids[t] * C + c];
+  snprintf(what, sizeof what, "embed raw residual T%d C%d", T, C);
+  check_rel(what, ref, xo, (size_t)T * C, 1e-7);
+  free(xnf);
+  CK(cudaFree(d_x)); CK(cudaFree(d_w)); CK(cudaFree(d_b)); CK(cudaFree(d_xn)); CK(cudaFree(d_tok));
+  CK(cudaFree(d_pe)); CK(cudaFree(d_ty)); CK(cudaFree(d_ids)); CK(cudaFree(d_pos));
+  free(x), free(w), free(b), free(ref), free(xn), free(xo), free(tok), free(pe), free(ty), free(tokf), free(posf);
+  free(typf), free(ids), free(pos);
+}
+
+/* ----------------------------------------------------------- elementwise */
+
+static void test_elementwise(void) {
+  const int T = 37, H = 4, Hkv = 2, D = 64, ld = (H + 2 * Hkv) * D;
+  float *qf;
+  uint16_t *qkv = rand_bf((size_t)T * ld, 2, &qf);
+  int32_t pos[37];
+  float inv[32];
+  for (int t = 0; t < T; ++t) pos[t] = irand(4000);
+  for (int i = 0; i < D / 2; ++i) inv[i] = (float)pow(10000.0, -2.0 * i / D);
+  const float sc = 1.25f;
+  double *ref = malloc((size_t)T * ld * sizeof(double));
+  for (size_t i = 0; i < (size_t)T * ld; ++i) ref[i] = qf[i];
+  for (int t = 0; t < T; ++t)
+    for (int j = 0; j < H + Hkv; ++j) {
+      const int base = j < H ? j * D : H * D + (j - H) * D;
+      for (int i = 0; i < D / 2; ++i) {
+        const double a = (double)(float)((float)pos[t] * inv[i]);
+        const double c = cos(a) * sc, s = sin(a) * sc;
+        const double x1 = qf[(size_t)t * ld + base + i], x2 = qf[(size_t)t * ld + base + i + D / 2];
+        ref[(size_t)t * ld + base + i] = x1 * c - x2 * s;
+        ref[(size_t)t * ld + base + i + D / 2] = x2 * c + x1 * s;
+      }
+    }
+  uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2);
+  int32_t *d_pos = todev(pos, T * 4);
+  float *d_inv = todev(inv, sizeof inv);
+  vr_cuda_rope(d_qkv, ld, 0, H * D, H, Hkv, D, d_pos, d_inv, sc, T, 0);
+  tohost(qkv, d_qkv, (size_t)T * ld * 2);
+  float *of = bf_arr_to_f(qkv, (size_t)T * ld);
+  check_rel("rope q+k (v untouched) T37 H4/2 D64", ref, of, (size_t)T * ld, 1e-2);
+  free(of);
+
+  /* swiglu */
+  const int I = 200;
+  float *guf;
+  uint16_t *gu = rand_bf((size_t)T * 2 * I, 4, &guf);
+  double *r2 = malloc((size_t)T * I * sizeof(double));
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < I; ++i) {
+      const double g = guf[(size_t)t * 2 * I + i], u = guf[(size_t)t * 2 * I + I + i];
+      r2[(size_t)t * I + i] = g / (1 + exp(-g)) * u;
+    }
+  uint16_t *d_gu = todev(gu, (size_t)T * 2 * I * 2), *d_o = dmalloc((size_t)T * I * 2), *o = malloc((size_t)T * I * 2);
+  vr_cuda_swiglu(d_o, d_gu, T, I, 0);
+  tohost(o, d_o, (size_t)T * I * 2);
+  of = bf_arr_to_f(o, (size_t)T * I);
+  check_rel("swiglu T37 I200", r2, of, (size_t)T * I, 1e-2);
+  free(of);
+  /* bias + gelu, erf and tanh */
+  float *bias = rand_f(I, -1, 1);
+  float *d_bias = todev(bias, I * 4);
+  for (int approx = 0; approx < 2; ++approx) {
+    float *hf;
+    uint16_t *h = rand_bf((size_t)T * I, 4, &hf);
+    for (size_t i = 0; i < (size_t)T * I; ++i) {
+      const double v = hf[i] + bias[i % I];
+      r2[i] = approx ? 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))) : 0.5 * v * (1 + erf(v / sqrt(2)));
+    }
+    uint16_t *d_h = todev(h, (size_t)T * I * 2);
+    vr_cuda_bias_gelu(d_h, d_bias, T, I, approx, 0);
+    tohost(h, d_h, (size_t)T * I * 2);
+    of = bf_arr_to_f(h, (size_t)T * I);
+    check_rel(approx ? "bias+gelu(tanh) T37 I200" : "bias+gelu(erf) T37 I200", r2, of, (size_t)T * I, 1e-2);
+    free(of), free(h), free(hf);
+    CK(cudaFree(d_h));
+  }
+  /* conversions from each file dtype */
+  {
+    const size_t n = 1000;
+    float *src = rand_f(n, -100, 100);
+    double *rr = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; ++i) rr[i] = src[i];
+    float *d_src = todev(src, n * 4), *d_f = dmalloc(n * 4), *f = malloc(n * 4);
+    uint16_t *d_b = dmalloc(n * 2), *bb = malloc(n * 2);
+    vr_cuda_convert_to_f32(d_f, d_src, 0, n, 0);
+    tohost(f, d_f, n * 4);
+    check_rel("convert f32->f32", rr, f, n, 0);
+    vr_cuda_convert_to_bf16(d_b, d_src, 0, n, 0);
+    tohost(bb, d_b, n * 2);
+    int exact = 1;
+    for (size_t i = 0; i < n; ++i) exact &= bb[i] == f2bf(src[i]);
+    printf("%-4s convert f32->bf16 rounds to nearest even like the host\n", exact ? "ok" : "FAIL");
+    if (!exact) g_fail = 1;
+    /* bf16 source -> f32: exact */
+    vr_cuda_convert_to_f32(d_f, d_b, 2, n, 0);
+    tohost(f, d_f, n * 4);
+    for (size_t i = 0; i < n; ++i) rr[i] = bf2f(bb[i]);
+    check_rel("convert bf16->f32", rr, f, n, 0);
+    CK(cudaFree(d_src)); CK(cudaFree(d_f)); CK(cudaFree(d_b));
+    free(src), free(rr), free(f), free(bb);
+  }
+  CK(cudaFree(d_qkv)); CK(cudaFree(d_pos)); CK(cudaFree(d_inv)); CK(cudaFree(d_gu)); CK(cudaFree(d_o));
+  CK(cudaFree(d_bias));
+  free(qkv), free(qf), free(ref), free(gu), free(guf), free(r2), free(o), free(bias);
+}
+
+/* ----------------------------------------------------------------- gemm */
+
+static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int with_bias, int beta1) {
+  float *af, *wf, *bfv;
+  uint16_t *a = rand_bf((size_t)T * K, 1, &af), *w = rand_bf((size_t)N * K, 1, &wf), *bb = rand_bf(N, 1, &bfv);
+  float *d0 = rand_f((size_t)T * N, -2, 2);
+  double *ref = malloc((size_t)T * N * sizeof(double));
+  for (int t = 0; t < T; ++t)
+    for (int n = 0; n < N; ++n) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += (double)af[(size_t)t * K + k] * wf[(size_t)n * K + k];
+      if (with_bias) s += bfv[n];
+      if (beta1) s += d0[(size_t)t * N + n];
+      ref[(size_t)t * N + n] = s;
+    }
+  uint16_t *d_a = todev(a, (size_t)T * K * 2), *d_w = todev(w, (size_t)N * K * 2);
+  void *d_bias = NULL;
+  if (with_bias) d_bias = out_f32 ? todev(bfv, N * 4) : todev(bb, N * 2);
+  void *d_d;
+  if (out_f32) {
+    d_d = beta1 ? todev(d0, (size_t)T * N * 4) : dmalloc((size_t)T * N * 4);
+  } else {
+    uint16_t *d0b = malloc((size_t)T * N * 2);
+    for (size_t i = 0; i < (size_t)T * N; ++i) d0b[i] = f2bf(d0[i]), d0[i] = bf2f(d0b[i]);
+    if (beta1) /* reference with the bf16-rounded C */
+      for (int t = 0; t < T; ++t)
+        for (int n = 0; n < N; ++n) {
+          double s = 0;
+          for (int k = 0; k < K; ++k) s += (double)af[(size_t)t * K + k] * wf[(size_t)n * K + k];
+          ref[(size_t)t * N + n] = s + (with_bias ? bfv[n] : 0) + d0[(size_t)t * N + n];
+        }
+    d_d = beta1 ? todev(d0b, (size_t)T * N * 2) : dmalloc((size_t)T * N * 2);
+    free(d0b);
+  }
+  vr_cuda_gemm(g, d_d, out_f32, d_a, d_w, d_bias, T, N, K, beta1 ? 1.f : 0.f, 0);
+  float *got = malloc((size_t)T * N * 4);
+  if (out_f32) {
+    tohost(got, d_d, (size_t)T * N * 4);
+  } else {
+    uint16_t *gb = malloc((size_t)T * N * 2);
+    tohost(gb, d_d, (size_t)T * N * 2);
+    for (size_t i = 0; i < (size_t)T * N; ++i) got[i] = bf2f(gb[i]);
+    free(gb);
+  }
+  char what[128];
+  snprintf(what, sizeof what, "gemm T%d N%d K%d out %s bias %d beta %d", T, N, K, out_f32 ? "f32" : "bf16",
+           with_bias, beta1);
+  check_rel(what, ref, got, (size_t)T * N, out_f32 ? 1e-5 : 1e-2);
+  CK(cudaFree(d_a)); CK(cudaFree(d_w)); CK(cudaFree(d_d));
+  if (d_bias) CK(cudaFree(d_bias));
+  free(a), free(af), free(w), free(wf), free(bb), free(bfv), free(d0), free(ref), free(got);
+}
+
+/* ---------------------------------------------------------------- heads */
+
+static void test_heads(void) {
+  const int T = 50, C = 96, n = 5;
+  float *x = rand_f((size_t)T * C, -2, 2), *nw = rand_f(C, 0.5, 1.5), *sw = rand_f(C, -1, 1);
+  float *w1 = rand_f((size_t)C * C, -0.2f, 0.2f), *b1 = rand_f(C, -0.5, 0.5), *b2 = rand_f(1, -1, 1);
+  int32_t rows[5] = {3, 49, 0, 17, 17}, meta[4] = {n, 0, 0, 0};
+  double ref[5];
+  for (int i = 0; i < n; ++i) {
+    const float *xr = x + (size_t)rows[i] * C;
+    double q = 0, d = 0;
+    for (int c = 0; c < C; ++c) q += (double)xr[c] * xr[c];
+    const double r = 1 / sqrt(q / C + 1e-6);
+    for (int c = 0; c < C; ++c) d += xr[c] * r * nw[c] * sw[c];
+    ref[i] = d;
+  }
+  float *d_x = todev(x, (size_t)T * C * 4), *d_nw = todev(nw, C * 4), *d_sw = todev(sw, C * 4);
+  float *d_w1 = todev(w1, (size_t)C * C * 4), *d_b1 = todev(b1, C * 4), *d_b2 = todev(b2, 4);
+  int32_t *d_rows = todev(rows, sizeof rows), *d_meta = todev(meta, sizeof meta);
+  float *d_s = dmalloc(n * 4), got[5];
+  vr_cuda_score_decoder(d_s, d_x, d_rows, d_meta, d_nw, d_sw, C, 1e-6f, 2, 0);
+  tohost(got, d_s, sizeof got);
+  check_rel("score decoder (final RMSNorm + score row), grid < n", ref, got, n, 1e-5);
+  for (int i = 0; i < n; ++i) {
+    const float *xr = x + (size_t)rows[i] * C;
+    double s = b2[0];
+    for (int j = 0; j < C; ++j) {
+      double d = b1[j];
+      for (int c = 0; c < C; ++c) d += (double)w1[(size_t)j * C + c] * xr[c];
+      s += sw[j] * tanh(d);
+    }
+    ref[i] = s;
+  }
+  CK(cudaMemset(d_s, 0xFF, n * 4));
+  vr_cuda_score_encoder(d_s, d_x, d_rows, d_meta, d_w1, d_b1, d_sw, d_b2, C, 64, 0);
+  tohost(got, d_s, sizeof got);
+  check_rel("score encoder (dense + tanh + out_proj)", ref, got, n, 1e-5);
+  CK(cudaFree(d_x)); CK(cudaFree(d_nw)); CK(cudaFree(d_sw)); CK(cudaFree(d_w1)); CK(cudaFree(d_b1));
+  CK(cudaFree(d_b2)); CK(cudaFree(d_rows)); CK(cudaFree(d_meta)); CK(cudaFree(d_s));
+  free(x), free(nw), free(sw), free(w1), free(b1), free(b2);
+}
+
+int main(void) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  const char *seed = getenv("VR_TEST_SEED");
+  g_rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761ull + 1;
+  if (!g_rng) g_rng = 1;
+  printf("seed %llu\n", (unsigned long long)g_rng);
+  attention_suite();
+  test_norms(33, 768);
+  test_norms(5, 4096);
+  test_norms(7, 40);
+  test_elementwise();
+  vr_cuda_gemm_t *g;
+  if (vr_cuda_gemm_init(&g, 32u << 20)) return 1;
+  test_gemm(g, 37, 48, 64, 0, 0, 0);
+  test_gemm(g, 37, 48, 64, 0, 1, 0);
+  test_gemm(g, 37, 48, 64, 1, 1, 1);
+  test_gemm(g, 300, 1024, 512, 1, 0, 1);
+  test_gemm(g, 129, 96, 200, 0, 1, 0);
+  test_gemm(g, 64, 256, 128, 1, 1, 0);
+  test_gemm(g, 37, 48, 64, 0, 0, 0); /* cached plan */
+  vr_cuda_gemm_free(g);
+  test_heads();
+  CK(cudaDeviceSynchronize());
+  printf("%s\n", g_fail ? "FAILED" : "all kernel checks passed");
+  return g_fail;
+}
