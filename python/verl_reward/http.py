@@ -61,7 +61,9 @@ def _jsonable(v):
 
 
 def _error_from_body(http_status, body):
-    """The exception for a non-2xx answer; the body's code wins over the HTTP status."""
+    """The exception for a non-2xx answer. The server's body is
+    {"error": {"code": "VR_ERR_...", "status": -11, "message": "...", "sequence": 3}};
+    its status wins over the HTTP status code."""
     code = _HTTP_STATUS_CODES.get(http_status, _INTERNAL)
     message = "HTTP %d" % http_status
     bad_seq = -1
@@ -75,15 +77,19 @@ def _error_from_body(http_status, body):
             message = "HTTP %d: %s" % (http_status, err)
             err = doc
         if isinstance(err, dict):
-            for key in ("code", "status"):
-                if isinstance(err.get(key), int) and err[key] < 0:
-                    code = err[key]
-                    break
-            text = err.get("message") or err.get("detail") or err.get("error")
+            if isinstance(err.get("status"), int) and err["status"] < 0:
+                code = err["status"]
+            elif isinstance(err.get("code"), int) and err["code"] < 0:
+                code = err["code"]
+            elif isinstance(err.get("code"), str) and err["code"] in STATUS_VALUES:
+                code = STATUS_VALUES[err["code"]]
+            text = err.get("message") or err.get("detail")
             if isinstance(text, str):
                 message = "HTTP %d: %s" % (http_status, text)
-            if isinstance(err.get("bad_seq"), int):
-                bad_seq = err["bad_seq"]
+            for key in ("sequence", "bad_seq"):
+                if isinstance(err.get(key), int):
+                    bad_seq = err[key]
+                    break
     elif body:
         message = "HTTP %d: %s" % (http_status, body[:200].decode("utf-8", "replace"))
     return error_for(code, message, bad_seq)
@@ -152,7 +158,8 @@ class HttpRewardClient:
         except (TypeError, ValueError) as e:
             raise error_for(_INVAL, "extras not JSON-serialisable: %s" % e) from None
         req = urllib.request.Request(self.url + "/v1/score", data=body, method="POST",
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Accept": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
                 raw = r.read()

@@ -138,7 +138,7 @@ def _load_tokenizer(tok):
     return _tokenizers[tok]
 
 
-def _ids_for_sample(i, solution_str, extra_info, tokenizer):
+def _ids_for_sample(i, solution_str, extra_info, tokenizer, prompt_key="prompt"):
     info = extra_info if isinstance(extra_info, dict) else {}
     if info.get("input_ids") is not None:
         return _tolist(info["input_ids"]) if not isinstance(info["input_ids"], list) else info["input_ids"]
@@ -148,7 +148,7 @@ def _ids_for_sample(i, solution_str, extra_info, tokenizer):
         resp = info["response_ids"]
         return prompt + (resp if isinstance(resp, list) else _tolist(resp))
     if tokenizer is not None:
-        text = str(info.get("prompt", "")) + str(solution_str)
+        text = str(info.get(prompt_key) or "") + str(solution_str)
         return list(tokenizer.encode(text))
     raise InvalidRequest(
         _INVAL, "sample %d: no token ids. verl's batch reward manager passes strings only: put "
@@ -158,23 +158,24 @@ def _ids_for_sample(i, solution_str, extra_info, tokenizer):
 
 def compute_score(data_sources, solution_strs, ground_truths, extra_infos=None, shm_name=None,
                   service_url=None, timeout_s=60.0, connect_timeout_s=30.0, tokenizer=None,
-                  send_extras=True, **unused_reward_kwargs):
+                  send_extras=True, prompt_key="prompt", **unused_reward_kwargs):
     """verl batch reward function -> list[float], one per sample.
 
     Token ids of sample i come from extra_infos[i]["input_ids"] (the whole sequence
     as the reward model should read it), else extra_infos[i]["prompt_ids"] +
-    ["response_ids"], else tokenizer.encode(extra_info["prompt"] + solution_str) when
+    ["response_ids"], else tokenizer.encode(extra_info[prompt_key] + solution_str) when
     reward_kwargs has tokenizer (a path / hub name for transformers.AutoTokenizer,
-    or an object with .encode). With send_extras, each sequence also carries a msgpack
-    map {data_source, solution_str, ground_truth, extra_info} for the server's rule
-    rewards (token-id keys removed from extra_info)."""
+    or an object with .encode; prompt_key defaults to "prompt", missing = "").
+    With send_extras, each sequence also carries a msgpack map {data_source,
+    solution_str, ground_truth, extra_info} for the server's rule rewards (token-id
+    keys removed from extra_info)."""
     n = len(solution_strs)
     tok = _load_tokenizer(tokenizer)
     seqs, extras = [], []
     for i in range(n):
         info = _item(extra_infos, i) if extra_infos is not None else None
         info = _plain(info) if info is not None else None
-        seqs.append(_ids_for_sample(i, solution_strs[i], info, tok))
+        seqs.append(_ids_for_sample(i, solution_strs[i], info, tok, prompt_key))
         if send_extras:
             slim = {k: v for k, v in info.items() if k not in _ID_KEYS} if isinstance(info, dict) else info
             extras.append({"data_source": _plain(_item(data_sources, i)),

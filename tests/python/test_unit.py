@@ -171,6 +171,23 @@ class PackingTest(unittest.TestCase):
             _batch.pack_extras(["str"], 1)
 
 
+class HttpErrorBodyTest(unittest.TestCase):
+    def test_server_error_bodies(self):
+        from verl_reward.http import _error_from_body
+        e = _error_from_body(400, b'{"error": {"code": "VR_ERR_TOKEN_RANGE", "status": -11, '
+                                  b'"message": "sequence 3: token id outside", "sequence": 3}}')
+        self.assertIsInstance(e, errors.InvalidRequest)
+        self.assertEqual((e.code, e.bad_seq), (-11, 3))
+        self.assertIn("sequence 3: token id outside", e.message)
+        e = _error_from_body(413, b'{"error":{"code":"VR_ERR_TOO_LARGE","message":"x"}}')
+        self.assertIsInstance(e, errors.RequestTooLarge)
+        e = _error_from_body(502, b"<html>bad gateway</html>")
+        self.assertIsInstance(e, errors.ServerError)
+        self.assertIn("bad gateway", e.message)
+        self.assertIsInstance(_error_from_body(503, b""), errors.ShuttingDown)
+        self.assertIsInstance(_error_from_body(429, b"{}"), errors.Overloaded)
+
+
 class LookupTest(unittest.TestCase):
     def run_py(self, code, env):
         return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

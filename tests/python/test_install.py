@@ -1,0 +1,116 @@
+"""`pip install ./python --target DIR --no-build-isolation --no-index` works offline
+and the installed package finds the client library: bundled (VERL_REWARD_LIB set
+at install time) or through VERL_REWARD_LIB at run time; without either it says
+where it looked. Each installed copy scores against a real checksum server."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import vr_testlib
+from vr_testlib import Server, checksum_score
+
+SCORE_SNIPPET = r"""
+import sys, verl_reward, verl_reward._lib as L
+lib = L.load_library()
+print("LOADED", lib.vr_loaded_from)
+print("FILE", verl_reward.__file__)
+with verl_reward.RewardClient(sys.argv[1]) as rc:
+    print("SCORES", repr(rc.score([[1, 2, 3], [4]])))
+"""
+
+
+def _can_build(py):
+    """True when `py -m pip` exists and its setuptools can build a wheel offline."""
+    code = ("import pip, setuptools\n"
+            "try:\n import wheel\nexcept ImportError:\n"
+            " from setuptools.command import bdist_wheel\n")
+    try:
+        return subprocess.run([py, "-c", code], capture_output=True, timeout=60).returncode == 0
+    except OSError:
+        return False
+
+
+def pip_python():
+    for py in (sys.executable, "/usr/bin/python3", shutil.which("python3")):
+        if py and os.path.exists(py) and _can_build(py):
+            return py
+    return None
+
+
+class InstallTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        vr_testlib.need_client_lib()
+        cls.py = pip_python()
+        if cls.py is None:
+            raise unittest.SkipTest("no python3 with pip + setuptools + wheel (Debian: python3-pip "
+                                    "python3-setuptools python3-wheel)")
+        cls.tmp = tempfile.mkdtemp(prefix="vr_py_install_")
+        # Build from a copy so pip's in-tree build files never land in the source tree.
+        cls.src = os.path.join(cls.tmp, "src")
+        shutil.copytree(os.path.join(vr_testlib.SOURCE_DIR, "python"), cls.src,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.so"))
+        cls.server = Server("checksum", tag="inst")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def env(self, **kv):
+        env = dict(os.environ)
+        for k in ("PYTHONPATH", "VERL_REWARD_LIB"):
+            env.pop(k, None)
+        env.update(kv)
+        return env
+
+    def install(self, target, **env):
+        r = subprocess.run([self.py, "-m", "pip", "install", self.src, "--target", target,
+                            "--no-build-isolation", "--no-index", "--no-deps", "-q",
+                            "--disable-pip-version-check"],
+                           env=self.env(**env), capture_output=True, text=True, timeout=240)
+        self.assertEqual(r.returncode, 0, "pip install failed:\n%s\n%s" % (r.stdout, r.stderr))
+
+    def run_installed(self, target, **env):
+        return subprocess.run([self.py, "-c", SCORE_SNIPPET, self.server.shm_name],
+                              env=self.env(PYTHONPATH=target, **env), cwd=self.tmp,
+                              capture_output=True, text=True, timeout=60)
+
+    def check_scores(self, r, target, lib_path):
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("LOADED %s" % lib_path, r.stdout)
+        self.assertIn("FILE %s" % os.path.join(target, "verl_reward", "__init__.py"), r.stdout)
+        self.assertIn("SCORES %r" % [checksum_score([1, 2, 3]), checksum_score([4])], r.stdout)
+
+    def test_bundled_library(self):
+        target = os.path.join(self.tmp, "bundled")
+        self.install(target, VERL_REWARD_LIB=vr_testlib.CLIENT_LIB)
+        bundled = os.path.join(target, "verl_reward", "libverl_reward_client.so")
+        self.assertTrue(os.path.isfile(bundled))
+        self.check_scores(self.run_installed(target), target, bundled)
+
+    def test_library_from_env(self):
+        target = os.path.join(self.tmp, "plain")
+        self.install(target)
+        self.assertFalse(os.path.exists(os.path.join(target, "verl_reward", "libverl_reward_client.so")))
+        self.check_scores(self.run_installed(target, VERL_REWARD_LIB=vr_testlib.CLIENT_LIB), target,
+                          vr_testlib.CLIENT_LIB)
+        # a directory works too
+        self.check_scores(self.run_installed(target, VERL_REWARD_LIB=vr_testlib.LIB_DIR), target,
+                          vr_testlib.CLIENT_LIB)
+        # without it: an error naming every place tried (the system path has no copy here)
+        r = self.run_installed(target)
+        if r.returncode == 0:
+            self.skipTest("a system-wide libverl_reward_client.so exists: %s" % r.stdout)
+        self.assertIn("cannot load libverl_reward_client.so; looked in:", r.stderr)
+        self.assertIn("next to the package: %s" % os.path.join(target, "verl_reward", "libverl_reward_client.so"),
+                      r.stderr)
+        self.assertIn("system path:", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,285 @@
+"""verl_reward against a real verl-reward-server on the CPU backend.
+
+Checksum model: every score is known exactly (vr_testlib.checksum_score), so
+each answer is checked against the request that was sent. Fixture model
+(tests/fixtures/models/llama_gqa): scores equal verl-reward-score's for the
+same sequences. Also: submits from several threads, limits -> RequestTooLarge,
+server killed -> ServerGone (bounded, not a hang), HTTP client == shm client,
+the verl adapter end to end."""
+
+import json
+import os
+import random
+import threading
+import time
+import unittest
+
+import vr_testlib
+from vr_testlib import Server, checksum_score
+import verl_reward
+from verl_reward import (ConnectFailed, HttpRewardClient, InvalidRequest, RequestTooLarge,
+                         RewardClient, SequenceTooLong, ServerGone, VerlRewardError, verl_adapter)
+from verl_standin import make_batch
+
+try:
+    import torch
+except ImportError:
+    torch = None
+try:
+    import numpy
+except ImportError:
+    numpy = None
+
+
+def random_seqs(rng, n, max_len, vocab=1000):
+    return [[rng.randrange(vocab) for _ in range(rng.randint(1, max_len))] for _ in range(n)]
+
+
+class ChecksumServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        vr_testlib.need_client_lib()
+        cls.server = Server("checksum", tag="ck")
+        cls.rc = RewardClient(cls.server.shm_name, timeout_s=30)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rc.close()
+        cls.server.stop()
+
+    def test_scores_are_the_checksums(self):
+        rng = random.Random(1)
+        seqs = random_seqs(rng, 64, 200)
+        self.assertEqual(self.rc.score(seqs), [checksum_score(s) for s in seqs])
+        res = self.rc.score_with_info(seqs[:3])
+        self.assertEqual(res.scores, [checksum_score(s) for s in seqs[:3]])
+        self.assertGreaterEqual(res.queue_us, 0)
+        self.assertEqual(self.rc.score([]), [])
+
+    @unittest.skipIf(numpy is None, "numpy not importable")
+    def test_numpy_input(self):
+        a = numpy.array([[3, 1, 4, 1], [5, 9, 2, 6]], dtype=numpy.int64)
+        self.assertEqual(self.rc.score(a), [checksum_score([3, 1, 4, 1]), checksum_score([5, 9, 2, 6])])
+        self.assertEqual(self.rc.score([a[0], a[1][:2]]), [checksum_score([3, 1, 4, 1]), checksum_score([5, 9])])
+
+    @unittest.skipIf(torch is None, "torch not importable")
+    def test_torch_input(self):
+        t = torch.tensor([[3, 1, 4], [1, 5, 9]])
+        self.assertEqual(self.rc.score(t), [checksum_score([3, 1, 4]), checksum_score([1, 5, 9])])
+
+    def test_extras_travel(self):
+        seqs = [[1, 2, 3], [4, 5]]
+        extras = [{"data_source": "openai/gsm8k", "solution_str": "#### 3", "ground_truth": "3",
+                   "extra_info": {"index": 0, "tags": ["a", 1.5, None]}}, None]
+        # No rule rewards configured: the extras are parsed and the total is the model's score.
+        self.assertEqual(self.rc.score(seqs, extras), [checksum_score(s) for s in seqs])
+
+    def test_submit_from_threads(self):
+        errors, done = [], []
+
+        def worker(k):
+            rng = random.Random(100 + k)
+            try:
+                for _ in range(15):
+                    pend = [(s, self.rc.submit(s)) for s in (random_seqs(rng, rng.randint(1, 8), 64),
+                                                             random_seqs(rng, 3, 16))]
+                    for seqs, p in pend:
+                        got = p.result()
+                        self.assertTrue(p.done())
+                        self.assertEqual(got.scores, [checksum_score(s) for s in seqs])
+                        self.assertEqual(p.result().scores, got.scores)   # cached outcome
+                done.append(k)
+            except Exception as e:   # reported to the main thread
+                errors.append("thread %d: %r" % (k, e))
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertFalse(any(t.is_alive() for t in threads), "threads hung")
+        self.assertEqual(errors, [])
+        self.assertEqual(sorted(done), list(range(6)))
+
+    def test_done_polls_without_blocking(self):
+        p = self.rc.submit([[7, 7, 7]])
+        deadline = time.monotonic() + 20
+        while not p.done():
+            self.assertLess(time.monotonic(), deadline, "request never completed")
+            time.sleep(0.001)
+        self.assertEqual(p.scores(), [checksum_score([7, 7, 7])])
+
+    def test_limits_and_too_large(self):
+        lim = self.rc.limits()
+        for k in ("max_seq_len", "max_seqs_per_request", "arena_bytes", "max_inflight", "n_lanes"):
+            self.assertGreater(lim[k], 0, k)
+        with self.assertRaises(SequenceTooLong) as cm:
+            self.rc.score([[1] * (lim["max_seq_len"] + 1)])
+        self.assertIsInstance(cm.exception, RequestTooLarge)
+        with self.assertRaises(RequestTooLarge):
+            self.rc.score([[1]] * (lim["max_seqs_per_request"] + 1))
+        n_tokens = lim["arena_bytes"] // 4 + 1             # more int32 ids than the lane's arena holds
+        per = max(1, min(lim["max_seq_len"], n_tokens))
+        seqs = [[2] * per for _ in range((n_tokens + per - 1) // per)]
+        if len(seqs) <= lim["max_seqs_per_request"]:
+            with self.assertRaises(RequestTooLarge) as cm:
+                self.rc.score(seqs)
+            self.assertIn(cm.exception.name, ("VR_ERR_TOO_LARGE", "VR_ERR_SEQ_TOO_LONG"))
+        # the client is still usable afterwards
+        self.assertEqual(self.rc.score([[9]]), [checksum_score([9])])
+
+    def test_invalid_requests(self):
+        with self.assertRaises(InvalidRequest) as cm:
+            self.rc.score([[1, 2], []])
+        self.assertEqual(cm.exception.code, verl_reward.errors.STATUS_VALUES["VR_ERR_EMPTY_SEQ"])
+        with self.assertRaises(InvalidRequest):
+            self.rc.score([[1]], extras=[{"ground_truth": {"not": "text"}}])
+        self.assertEqual(self.rc.score([[1, 2]]), [checksum_score([1, 2])])
+
+    def test_http_equals_shm(self):
+        rng = random.Random(7)
+        seqs = random_seqs(rng, 40, 100)
+        with HttpRewardClient(self.server.url, timeout_s=30) as hc:
+            self.assertTrue(hc.ready())
+            via_http = hc.score(seqs)
+            self.assertEqual(via_http, self.rc.score(seqs))
+            self.assertEqual(via_http, [checksum_score(s) for s in seqs])
+            pend = [hc.submit(seqs[i:i + 5]) for i in range(0, 40, 5)]
+            self.assertEqual(sum((p.scores() for p in pend), []), via_http)
+            with self.assertRaises(InvalidRequest):
+                hc.score([[1], []])
+
+    def test_connect_errors(self):
+        with self.assertRaises(ConnectFailed) as cm:
+            RewardClient("vr_py_no_such_segment_%d" % os.getpid())
+        self.assertEqual(cm.exception.name, "VR_ERR_NOT_FOUND")
+        with self.assertRaises(ServerGone):
+            HttpRewardClient("http://127.0.0.1:%d" % vr_testlib.free_port(), timeout_s=5).score([[1]])
+
+    def test_context_manager_and_close(self):
+        with RewardClient(self.server.shm_name) as c:
+            p = c.submit([[4, 2]])
+            self.assertEqual(c.score([[1, 2, 3]]), [checksum_score([1, 2, 3])])
+        self.assertTrue(c.closed)
+        with self.assertRaises(VerlRewardError) as cm:
+            c.score([[1]])
+        self.assertEqual(cm.exception.name, "VR_ERR_CANCELLED")
+        with self.assertRaises(VerlRewardError):
+            p.result()
+        c.close()   # idempotent
+
+    def test_compute_score_batch_function(self):
+        infos = [{"input_ids": [5, 6, 7], "index": 0}, {"prompt_ids": [1], "response_ids": [2, 3]}]
+        got = verl_adapter.compute_score(["a", "b"], ["s", "t"], ["1", "2"], infos,
+                                         shm_name=self.server.shm_name)
+        self.assertEqual(got, [checksum_score([5, 6, 7]), checksum_score([1, 2, 3])])
+        got_http = verl_adapter.compute_score(["a", "b"], ["s", "t"], ["1", "2"], infos,
+                                              service_url=self.server.url)
+        self.assertEqual(got_http, got)
+
+    def test_reward_manager_end_to_end(self):
+        prompts = [[11, 12, 13], [21], [31, 32, 33, 34]]
+        responses = [[51, 52], [61, 62, 63, 64, 65], [71]]
+        for side in ("left", "right"):
+            with self.subTest(prompt_padding=side):
+                data = make_batch(prompts, responses, 4, 5, prompt_side=side,
+                                  non_tensor_batch={"data_source": ["x"] * 3,
+                                                    "reward_model": [{"ground_truth": "1"}] * 3,
+                                                    "extra_info": [{"i": i} for i in range(3)]})
+                mgr = verl_adapter.VerlRewardManager(shm_name=self.server.shm_name)
+                out = mgr(data)
+                for i, (p, r) in enumerate(zip(prompts, responses)):
+                    want = [0.0] * 5
+                    want[len(r) - 1] = checksum_score(p + r)
+                    self.assertEqual(out[i], want)
+
+
+class ServerKilledTest(unittest.TestCase):
+    def test_killed_server_raises_server_gone(self):
+        vr_testlib.need_client_lib()
+        server = Server("checksum", tag="kill")
+        try:
+            rc = RewardClient(server.shm_name, timeout_s=20)
+            self.assertEqual(rc.score([[1, 2]]), [checksum_score([1, 2])])
+            server.kill()
+            t0 = time.monotonic()
+            with self.assertRaises(ServerGone) as cm:
+                rc.score([[3, 4]])
+            self.assertLess(time.monotonic() - t0, 20, "took the whole timeout: %s" % cm.exception)
+            with self.assertRaises(ServerGone):
+                rc.submit([[5]]).result()
+            rc.close()
+            with self.assertRaises(ServerGone):
+                HttpRewardClient(server.url, timeout_s=5).score([[1]])
+        finally:
+            server.stop()
+
+    def test_pending_request_fails_when_server_dies(self):
+        vr_testlib.need_client_lib()
+        server = Server("checksum", tag="kill2")
+        try:
+            with RewardClient(server.shm_name, timeout_s=20) as rc:
+                self.assertEqual(rc.score([[1]]), [checksum_score([1])])
+                server.proc.send_signal(19)          # SIGSTOP: the request stays queued
+                p = rc.submit([[8, 9]])
+                server.kill()
+                t0 = time.monotonic()
+                with self.assertRaises(ServerGone):
+                    p.result()
+                self.assertLess(time.monotonic() - t0, 20)
+        finally:
+            server.stop()
+
+
+class FixtureModelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        vr_testlib.need_client_lib()
+        with open(os.path.join(vr_testlib.FIXTURE_MODEL, "golden.json")) as f:
+            golden = json.load(f)
+        cls.seqs = golden["sequences"]
+        cls.vocab = golden["vocab_size"]
+        cls.max_len = golden["max_seq_len"]
+        cls.server = Server(vr_testlib.FIXTURE_MODEL, tag="fx")
+        cls.rc = RewardClient(cls.server.shm_name, timeout_s=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rc.close()
+        cls.server.stop()
+
+    def assertScoresClose(self, got, want):
+        self.assertEqual(len(got), len(want))
+        for i, (g, w) in enumerate(zip(got, want)):
+            self.assertAlmostEqual(g, w, delta=1e-4 * max(1.0, abs(w)), msg="sequence %d" % i)
+
+    def test_equals_score_tool(self):
+        want = vr_testlib.score_tool(vr_testlib.FIXTURE_MODEL, self.seqs)
+        self.assertScoresClose(self.rc.score(self.seqs), want)
+        with HttpRewardClient(self.server.url, timeout_s=60) as hc:
+            self.assertScoresClose(hc.score(self.seqs), want)
+
+    def test_token_out_of_vocabulary(self):
+        with self.assertRaises(InvalidRequest) as cm:
+            self.rc.score([[1, 2], [self.vocab]])
+        self.assertEqual(cm.exception.name, "VR_ERR_TOKEN_RANGE")
+
+    def test_adapter_positions_with_model_scores(self):
+        rng = random.Random(3)
+        prompts = [[rng.randrange(1, self.vocab) for _ in range(rng.randint(1, 6))] for _ in range(5)]
+        responses = [[rng.randrange(1, self.vocab) for _ in range(rng.randint(1, 8))] for _ in range(5)]
+        full = [p + r for p, r in zip(prompts, responses)]
+        want = vr_testlib.score_tool(vr_testlib.FIXTURE_MODEL, full)
+        for ps, rs in (("left", "right"), ("right", "right"), ("left", "left")):
+            with self.subTest(prompt=ps, response=rs):
+                data = make_batch(prompts, responses, 6, 8, prompt_side=ps, response_side=rs)
+                out = verl_adapter.VerlRewardManager(shm_name=self.server.shm_name, send_extras=False)(data)
+                mask = data.batch["attention_mask"].tolist()
+                for i in range(5):
+                    col = max(t for t, m in enumerate(mask[i]) if m) - 6
+                    self.assertEqual([c for c, v in enumerate(out[i]) if v != 0.0], [col])
+                    self.assertAlmostEqual(out[i][col], want[i], delta=1e-4 * max(1.0, abs(want[i])))
+
+
+if __name__ == "__main__":
+    unittest.main()
