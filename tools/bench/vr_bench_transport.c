@@ -122,14 +122,20 @@ static int body_reserve(vr_conn_t *c, size_t need) {
   return 0;
 }
 
-/* Maps a non-200 answer to a status; the body is kept in the error detail. */
+/* Maps a non-200 answer to a status: the server's own code when its error body
+ * ({"error": {"status": -11, ...}}) says so, else one from the HTTP code. The
+ * body is kept in the error detail. */
 static int http_error(vr_conn_t *c, int code, const uint8_t *resp, size_t len) {
   int st = code == 400 ? VR_ERR_MALFORMED
          : code == 413 ? VR_ERR_TOO_LARGE
-         : code == 422 ? VR_ERR_TOKEN_RANGE
          : code == 429 ? VR_ERR_OVERLOADED
          : code == 503 ? VR_ERR_SHUTTING_DOWN
          : code == 504 ? VR_ERR_TIMEOUT : VR_ERR_IO;
+  cJSON *j = cJSON_ParseWithLength((const char *)resp, len);
+  const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "error");
+  const cJSON *s = cJSON_GetObjectItemCaseSensitive(e, "status");
+  if (cJSON_IsNumber(s) && s->valuedouble < 0 && s->valuedouble > -1000) st = (int)s->valuedouble;
+  cJSON_Delete(j);
   return fail(c, st, "HTTP %d: %.*s", code, (int)(len > 160 ? 160 : len), (const char *)resp);
 }
 
