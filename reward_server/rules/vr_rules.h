@@ -89,6 +89,13 @@ int vr_extras_set_text(vr_text_t *field, const char *s, size_t len, uint32_t max
 int vr_extras_set(vr_extras_t *ex, const char *data_source, const char *solution_str,
                   const char *ground_truth);
 
+/* Sets extra_info from raw bytes (copied): fmt VR_INFO_MSGPACK needs exactly
+ * one well-formed msgpack object (depth <= VR_EXTRAS_MAX_DEPTH), VR_INFO_JSON
+ * valid UTF-8 without NUL; VR_INFO_NONE (or raw == NULL) marks it absent.
+ * Returns 0, VR_ERR_MALFORMED, VR_ERR_TOO_LARGE (> VR_EXTRAS_MAX_INFO),
+ * VR_ERR_INVAL or VR_ERR_NOMEM. For clients/tests that forward extra_info. */
+int vr_extras_set_info(vr_extras_t *ex, vr_info_format_t fmt, const void *raw, size_t len);
+
 /* Parses one msgpack map (the per-sequence blob a client writes into the shm
  * payload arena or an HTTP msgpack body) of exactly len bytes (trailing bytes
  * are an error). buf is untrusted: it is first walked by a bounds-checking

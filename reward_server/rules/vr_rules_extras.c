@@ -182,16 +182,17 @@ static int field_set_text(vr_extras_t *ex, int f, const char *s, size_t len, cha
   return VR_OK;
 }
 
-/* ground_truth given as a number: its shortest decimal text that reads back
- * to the same double (Python's str(float) for the usual cases), or the integer. */
-static void number_text(double v, char *buf, size_t cap) {
+/* ground_truth given as a number: the integer when integral, else the
+ * shortest decimal text that reads back to the same double (float32 when
+ * is_f32: 0.1f -> "0.1"), like Python's str(float) in the usual cases. */
+static void number_text(double v, int is_f32, char *buf, size_t cap) {
   if (v == floor(v) && fabs(v) < 9007199254740992.0) {
     snprintf(buf, cap, "%lld", (long long)v);
     return;
   }
-  for (int prec = 15; prec <= 17; prec++) {
+  for (int prec = is_f32 ? 6 : 15; prec <= 17; prec++) {
     snprintf(buf, cap, "%.*g", prec, v);
-    if (strtod(buf, NULL) == v) return;
+    if (is_f32 ? strtof(buf, NULL) == (float)v : strtod(buf, NULL) == v) return;
   }
 }
 
@@ -281,6 +282,28 @@ static int mp_skip(const uint8_t *buf, size_t len, size_t *off, unsigned depth,
   return 0;
 }
 
+int vr_extras_set_info(vr_extras_t *ex, vr_info_format_t fmt, const void *raw, size_t len) {
+  if (!ex || (fmt != VR_INFO_NONE && fmt != VR_INFO_MSGPACK && fmt != VR_INFO_JSON))
+    return VR_ERR_INVAL;
+  if (fmt == VR_INFO_NONE || !raw) {
+    text_clear(&ex->extra_info);
+    ex->extra_info_format = VR_INFO_NONE;
+    return VR_OK;
+  }
+  if (len > VR_EXTRAS_MAX_INFO) return VR_ERR_TOO_LARGE;
+  if (fmt == VR_INFO_MSGPACK) {
+    size_t off = 0;
+    const char *why;
+    if (mp_skip(raw, len, &off, 1, &why) || off != len) return VR_ERR_MALFORMED;
+  } else if (memchr(raw, '\0', len) || !vr_utf8_valid(raw, len)) {
+    return VR_ERR_MALFORMED;
+  }
+  int rc = text_store(&ex->extra_info, raw, len);
+  if (rc) return rc;
+  ex->extra_info_format = fmt;
+  return VR_OK;
+}
+
 /* ---- msgpack: parse ------------------------------------------------------------------ */
 
 static int mp_set_field(vr_extras_t *ex, int f, const msgpack_object *v, const uint8_t *raw,
@@ -314,7 +337,7 @@ static int mp_set_field(vr_extras_t *ex, int f, const msgpack_object *v, const u
       if (f != F_TRUTH) break;
       if (!isfinite(v->via.f64))
         return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
-      number_text(v->via.f64, num, sizeof(num));
+      number_text(v->via.f64, v->type == MSGPACK_OBJECT_FLOAT32, num, sizeof(num));
       return field_set_text(ex, f, num, strlen(num), err, errlen);
     default:
       break;
@@ -484,7 +507,7 @@ int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t er
         rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
         break;
       }
-      number_text(it->valuedouble, num, sizeof(num));
+      number_text(it->valuedouble, 0, num, sizeof(num));
       rc = field_set_text(out, f, num, strlen(num), err, errlen);
     } else {
       rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s has the wrong JSON type (want %s)",

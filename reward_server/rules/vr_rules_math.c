@@ -232,6 +232,16 @@ static void trim_decimal_zeros(const char *in, size_t n, vr_sb_t *out) {
   }
 }
 
+/* Addition to verl (as math_dapo): "1,000" -> "1000" when only digits and commas. */
+static int digits_and_commas(const char *s, size_t n) {
+  int digit = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (is_digit(s[i])) digit = 1;
+    else if (s[i] != ',') return 0;
+  }
+  return digit;
+}
+
 /* -?(0|[1-9][0-9]*) but not "-0": what Python's "{}".format(int(x)) == x accepts. */
 static int is_canonical_int(const char *s, size_t n) {
   size_t i = 0;
@@ -291,6 +301,7 @@ int vr_math_normalize_sb(const char *s, size_t n, vr_sb_t *res) {
     VR_STEP(fix_sqrt(a.p, a.n, &b));
     VR_STEP(replace_all(a.p, a.n, " ", "", &b));
     VR_STEP(fix_fracs(a.p, a.n, &b));
+    if (digits_and_commas(a.p, a.n)) VR_STEP(replace_all(a.p, a.n, ",", "", &b));
     VR_STEP(trim_decimal_zeros(a.p, a.n, &b));
     if (a.n == 3 && memcmp(a.p, "0.5", 3) == 0) VR_STEP(sb_puts(&b, "\\frac{1}{2}"));
     VR_STEP(fix_a_slash_b(a.p, a.n, &b));

@@ -182,7 +182,9 @@ int vr_reward_spec_parse(const char *spec, vr_reward_spec_t *out, char *err, siz
     skip_ws(&c);
     size_t at = c.i;
     int nl = read_ident(&c, name, sizeof(name));
-    if (nl <= 0)
+    if (nl < 0)
+      return spec_fail(err, errlen, "reward spec: component name too long at offset %zu", at);
+    if (nl == 0)
       return spec_fail(err, errlen, "reward spec: expected a component name at offset %zu of '%s'",
                        at, spec);
     const spec_builtin_t *b = NULL;
@@ -259,6 +261,14 @@ int vr_reward_spec_parse(const char *spec, vr_reward_spec_t *out, char *err, siz
   return VR_OK;
 }
 
+/* Shortest "%g" text that reads back as the same float (0.7f -> "0.7"). */
+static void float_text(float f, char *buf, size_t cap) {
+  for (int prec = 6; prec <= 9; prec++) {
+    snprintf(buf, cap, "%.*g", prec, (double)f);
+    if (strtof(buf, NULL) == f) return;
+  }
+}
+
 size_t vr_reward_spec_format(const vr_reward_spec_t *spec, char *buf, size_t buflen) {
   size_t need = 0;
   char tmp[160];
@@ -267,8 +277,9 @@ size_t vr_reward_spec_format(const vr_reward_spec_t *spec, char *buf, size_t buf
     const vr_rule_t *r = &spec->rules[i];
     char opts[96] = "";
     if (r->kind == VR_RULE_OVERLONG) {
-      snprintf(opts, sizeof(opts), "(max_len=%u,buffer=%u,factor=%.9g)", r->max_len, r->buffer,
-               (double)r->factor);
+      char f[32];
+      float_text(r->factor, f, sizeof(f));
+      snprintf(opts, sizeof(opts), "(max_len=%u,buffer=%u,factor=%s)", r->max_len, r->buffer, f);
     } else if (r->kind == VR_RULE_GSM8K && !strcmp(r->name, "gsm8k") && r->flexible) {
       snprintf(opts, sizeof(opts), "(mode=flexible)");
     } else if (r->kind == VR_RULE_EXACT_MATCH) {
@@ -277,8 +288,9 @@ size_t vr_reward_spec_format(const vr_reward_spec_t *spec, char *buf, size_t buf
         snprintf(opts, sizeof(opts), "(ignore_case=%u,ignore_space=%u)", r->ignore_case,
                  r->ignore_space);
     }
-    int n = snprintf(tmp, sizeof(tmp), "%s%s%s:%.9g", i ? "," : "", r->name, opts,
-                     (double)r->weight);
+    char w[32];
+    float_text(r->weight, w, sizeof(w));
+    int n = snprintf(tmp, sizeof(tmp), "%s%s%s:%s", i ? "," : "", r->name, opts, w);
     if (n < 0) continue;
     if (buf && need + (size_t)n < buflen) memcpy(buf + need, tmp, (size_t)n + 1);
     else if (buf && buflen && need < buflen) buf[need] = '\0';
