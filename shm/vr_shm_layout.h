@@ -1,0 +1,211 @@
+/* vr_shm_layout.h: the byte layout of the shared-memory segment (protocol v1).
+ *
+ * Internal to shm/ and trainer/ (and tests); docs/protocol.md documents the
+ * same bytes. Every offset and size is pinned by the static asserts at the end
+ * of this file and by tests/shm/test_shm_layout.c: changing one is a protocol
+ * version bump.
+ *
+ *   offset 0                      vr_shm_header_t (256 bytes)
+ *   header.lanes_offset (4096)    lane 0, then lane i at lanes_offset + i * lane_bytes
+ *
+ * One lane (lane_bytes, a multiple of 4096):
+ *   +0                            vr_shm_lane_t (256 bytes: lease, indices, doorbell)
+ *   +256                          request ring: ring_slots x vr_shm_req_desc_t (64 bytes)
+ *   +256 + 64*slots               response ring: ring_slots x vr_shm_resp_desc_t (256 bytes)
+ *   +256 + 320*slots              payload arena (arena_bytes)
+ *
+ * Writers: the server writes the header and the "server line" of each lane;
+ * a client writes only its own lane's "client line", request ring and arena.
+ * Readers on both sides treat everything written by the other side as
+ * untrusted. All multi-byte fields are little-endian host order (x86-64 and
+ * aarch64); atomics are plain naturally aligned words. */
+#ifndef VR_SHM_LAYOUT_H
+#define VR_SHM_LAYOUT_H
+
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "verl_reward/client.h"
+
+#define VR_SHM_MAGIC 0x31564d4853525256ull /* "VRRSHMV1" read as little-endian bytes */
+#define VR_SHM_VERSION 1u
+#define VR_SHM_LANES_OFFSET 4096u
+#define VR_SHM_LANE_ALIGN 4096u
+#define VR_SHM_ARENA_ALIGN 64u      /* client allocations in the arena are 64-byte aligned */
+#define VR_SHM_MAX_LANES 1024u
+#define VR_SHM_MAX_RING_SLOTS 4096u /* power of two; handles keep 16 bits for the slot */
+
+/* Segment states (header.state); same values as vr_shm_state_t. */
+#define VR_SHM_ST_STARTING 0u
+#define VR_SHM_ST_READY 1u
+#define VR_SHM_ST_DRAINING 2u
+#define VR_SHM_ST_STOPPED 3u
+
+/* Lease word: (generation << 32) | closing << 31 | pid; pid 0 = free. A
+ * client claims a free lane with CAS (gen, 0) -> (gen, pid) and releases it
+ * with CAS (gen, pid) -> (gen, CLOSING | pid), so it can only ever mark its
+ * own lease. The server bumps the generation every time it resets the lane. */
+#define VR_SHM_LEASE_CLOSING_BIT 0x80000000u
+#define VR_SHM_LEASE(gen, pid) (((uint64_t)(uint32_t)(gen) << 32) | (uint32_t)(pid))
+#define VR_SHM_LEASE_GEN(w) ((uint32_t)((w) >> 32))
+#define VR_SHM_LEASE_PID(w) ((uint32_t)(w) & ~VR_SHM_LEASE_CLOSING_BIT)
+#define VR_SHM_LEASE_CLOSING(w) (((uint32_t)(w) & VR_SHM_LEASE_CLOSING_BIT) != 0)
+
+/* Segment header: 256 bytes at offset 0. Written by the server; identity
+ * fields (0..127) once at create, with magic stored last (release) so a
+ * reader that sees the magic sees the rest. */
+typedef struct vr_shm_header {
+  uint64_t magic;                 /*   0 VR_SHM_MAGIC */
+  uint32_t version;               /*   8 VR_SHM_VERSION */
+  uint32_t header_bytes;          /*  12 sizeof(vr_shm_header_t) = 256 */
+  uint32_t lane_header_bytes;     /*  16 sizeof(vr_shm_lane_t) = 256 */
+  uint32_t req_desc_bytes;        /*  20 sizeof(vr_shm_req_desc_t) = 64 */
+  uint32_t resp_desc_bytes;       /*  24 sizeof(vr_shm_resp_desc_t) = 256 */
+  uint32_t n_lanes;               /*  28 */
+  uint32_t ring_slots;            /*  32 power of two */
+  uint32_t max_seq_len;           /*  36 tokens */
+  uint32_t max_seqs_per_request;  /*  40 */
+  uint32_t vocab_size;            /*  44 0 = no model (no range check) */
+  uint64_t arena_bytes;           /*  48 per lane, multiple of 64 */
+  uint64_t lane_bytes;            /*  56 stride between lanes, multiple of 4096 */
+  uint64_t lanes_offset;          /*  64 offset of lane 0 (4096) */
+  uint64_t total_bytes;           /*  72 size of the segment */
+  int32_t server_pid;             /*  80 */
+  uint32_t server_uid;            /*  84 euid of the server */
+  uint64_t server_start_time;     /*  88 /proc/PID/stat field 22 (clock ticks) */
+  uint64_t epoch;                 /*  96 random per server start; never 0 */
+  uint32_t max_components;        /* 104 VR_MAX_COMPONENTS */
+  uint32_t component_name_bytes;  /* 108 VR_COMPONENT_NAME_MAX */
+  uint64_t server_pidns;          /* 112 inode of the server's /proc/self/ns/pid (0 = unknown) */
+  uint8_t reserved0[8];           /* 120 zero */
+  _Atomic uint32_t state;         /* 128 VR_SHM_ST_* */
+  uint32_t reserved1;             /* 132 */
+  _Atomic uint64_t heartbeat_ns;  /* 136 CLOCK_MONOTONIC of the server's last beat (every 100 ms) */
+  uint8_t reserved2[48];          /* 144 */
+  _Atomic uint32_t srv_seq;       /* 192 server doorbell: futex word, bumped by clients */
+  _Atomic uint32_t srv_waiters;   /* 196 > 0 while the server sleeps on srv_seq */
+  uint8_t reserved3[56];          /* 200 */
+} vr_shm_header_t;
+
+/* Lane header: 256 bytes, one cache line per writer. */
+typedef struct vr_shm_lane {
+  /* line 0: lease (claimed and released by the client with CAS; reset only by the server) */
+  _Atomic uint64_t lease;           /*   0 VR_SHM_LEASE(gen, pid) */
+  _Atomic uint64_t client_start_time; /*  8 written by the client right after the CAS */
+  uint32_t reserved_16;             /*  16 zero */
+  uint32_t client_uid;              /*  20 informational */
+  uint8_t reserved0[40];            /*  24 */
+  /* line 1: written by the client */
+  _Atomic uint32_t req_head;        /*  64 requests published (free-running) */
+  _Atomic uint32_t resp_tail;       /*  68 responses consumed (free-running) */
+  _Atomic uint32_t cli_waiters;     /*  72 > 0 while a client thread sleeps on cli_seq */
+  uint8_t reserved1[52];            /*  76 */
+  /* line 2: written by the server */
+  _Atomic uint32_t req_tail;        /* 128 requests consumed (free-running) */
+  _Atomic uint32_t resp_head;       /* 132 responses published (free-running) */
+  _Atomic uint32_t cli_seq;         /* 136 client doorbell: futex word, bumped by the server */
+  int32_t reset_reason;             /* 140 last reset's vr_status_t (0 = none) */
+  uint8_t reserved2[48];            /* 144 */
+  uint8_t reserved3[64];            /* 192 */
+} vr_shm_lane_t;
+
+/* Request descriptor (client -> server), 64 bytes. The payload at payload_off
+ * in the lane's arena is, in order (each array 4-byte aligned, no gaps):
+ *   int32  token_ids[n_tokens]
+ *   uint32 cu_seqlens[n_seqs + 1]
+ *   if extras_bytes > 0: uint32 extras_off[n_seqs + 1]; uint8 extras[extras_bytes]
+ * The result area at result_off (written by the server on success):
+ *   float scores[n_seqs]; float components[n_seqs][VR_MAX_COMPONENTS] */
+typedef struct vr_shm_req_desc {
+  uint64_t req_id;        /*  0 client's id, echoed in the response */
+  uint32_t n_seqs;        /*  8 */
+  uint32_t n_tokens;      /* 12 */
+  uint64_t payload_off;   /* 16 arena offset, multiple of 4 */
+  uint32_t extras_bytes;  /* 24 0 = no extras */
+  uint32_t flags;         /* 28 0 (reserved) */
+  uint64_t result_off;    /* 32 arena offset, multiple of 4 */
+  uint64_t submit_ns;     /* 40 client CLOCK_MONOTONIC (informational) */
+  uint8_t reserved[16];   /* 48 */
+} vr_shm_req_desc_t;
+
+/* Response descriptor (server -> client), 256 bytes. */
+#define VR_SHM_RESP_HAS_SCORES 1u
+typedef struct vr_shm_resp_desc {
+  uint64_t req_id;        /*  0 */
+  int32_t status;         /*  8 0 or a vr_status_t */
+  uint32_t n_seqs;        /* 12 */
+  uint32_t queue_us;      /* 16 */
+  uint32_t compute_us;    /* 20 */
+  int32_t bad_seq;        /* 24 first failing sequence, -1 if none */
+  uint32_t n_components;  /* 28 <= VR_MAX_COMPONENTS */
+  uint32_t flags;         /* 32 VR_SHM_RESP_HAS_SCORES: result area written */
+  uint8_t reserved[28];   /* 36 */
+  char component_names[VR_MAX_COMPONENTS][VR_COMPONENT_NAME_MAX]; /* 64 NUL-terminated */
+} vr_shm_resp_desc_t;
+
+/* Bytes of the payload / result areas of a request (64-bit: no overflow from
+ * 32-bit counts). */
+static inline uint64_t vr_shm_payload_bytes(uint32_t n_seqs, uint32_t n_tokens, uint32_t extras_bytes) {
+  uint64_t b = 4ull * n_tokens + 4ull * ((uint64_t)n_seqs + 1);
+  if (extras_bytes) b += 4ull * ((uint64_t)n_seqs + 1) + extras_bytes;
+  return b;
+}
+static inline uint64_t vr_shm_result_bytes(uint32_t n_seqs) {
+  return 4ull * n_seqs * (1ull + VR_MAX_COMPONENTS);
+}
+
+static inline uint64_t vr_shm_lane_bytes(uint32_t ring_slots, uint64_t arena_bytes) {
+  uint64_t b = sizeof(vr_shm_lane_t) + (uint64_t)ring_slots * (sizeof(vr_shm_req_desc_t) + sizeof(vr_shm_resp_desc_t)) + arena_bytes;
+  return (b + VR_SHM_LANE_ALIGN - 1) / VR_SHM_LANE_ALIGN * VR_SHM_LANE_ALIGN;
+}
+
+/* Lane i's pieces inside a mapping (callers have checked the header). */
+static inline vr_shm_lane_t *vr_shm_lane_at(void *base, const vr_shm_header_t *h, uint32_t i) {
+  return (vr_shm_lane_t *)((uint8_t *)base + h->lanes_offset + (uint64_t)i * h->lane_bytes);
+}
+static inline vr_shm_req_desc_t *vr_shm_req_ring(vr_shm_lane_t *l) {
+  return (vr_shm_req_desc_t *)((uint8_t *)l + sizeof(vr_shm_lane_t));
+}
+static inline vr_shm_resp_desc_t *vr_shm_resp_ring(vr_shm_lane_t *l, uint32_t slots) {
+  return (vr_shm_resp_desc_t *)((uint8_t *)l + sizeof(vr_shm_lane_t) + (uint64_t)slots * sizeof(vr_shm_req_desc_t));
+}
+static inline uint8_t *vr_shm_arena(vr_shm_lane_t *l, uint32_t slots) {
+  return (uint8_t *)l + sizeof(vr_shm_lane_t) + (uint64_t)slots * (sizeof(vr_shm_req_desc_t) + sizeof(vr_shm_resp_desc_t));
+}
+
+/* ---- layout pins (also checked at run time by tests/shm/test_shm_layout.c) ---- */
+_Static_assert(sizeof(vr_shm_header_t) == 256, "header is 256 bytes");
+_Static_assert(offsetof(vr_shm_header_t, arena_bytes) == 48, "header.arena_bytes");
+_Static_assert(offsetof(vr_shm_header_t, server_pid) == 80, "header.server_pid");
+_Static_assert(offsetof(vr_shm_header_t, server_start_time) == 88, "header.server_start_time");
+_Static_assert(offsetof(vr_shm_header_t, epoch) == 96, "header.epoch");
+_Static_assert(offsetof(vr_shm_header_t, server_pidns) == 112, "header.server_pidns");
+_Static_assert(offsetof(vr_shm_header_t, state) == 128, "header.state");
+_Static_assert(offsetof(vr_shm_header_t, heartbeat_ns) == 136, "header.heartbeat_ns");
+_Static_assert(offsetof(vr_shm_header_t, srv_seq) == 192, "header.srv_seq");
+_Static_assert(offsetof(vr_shm_header_t, srv_waiters) == 196, "header.srv_waiters");
+_Static_assert(sizeof(vr_shm_lane_t) == 256, "lane header is 256 bytes");
+_Static_assert(offsetof(vr_shm_lane_t, client_start_time) == 8, "lane.client_start_time");
+_Static_assert(offsetof(vr_shm_lane_t, req_head) == 64, "lane.req_head");
+_Static_assert(offsetof(vr_shm_lane_t, resp_tail) == 68, "lane.resp_tail");
+_Static_assert(offsetof(vr_shm_lane_t, cli_waiters) == 72, "lane.cli_waiters");
+_Static_assert(offsetof(vr_shm_lane_t, req_tail) == 128, "lane.req_tail");
+_Static_assert(offsetof(vr_shm_lane_t, resp_head) == 132, "lane.resp_head");
+_Static_assert(offsetof(vr_shm_lane_t, cli_seq) == 136, "lane.cli_seq");
+_Static_assert(offsetof(vr_shm_lane_t, reset_reason) == 140, "lane.reset_reason");
+_Static_assert(sizeof(vr_shm_req_desc_t) == 64, "request descriptor is 64 bytes");
+_Static_assert(offsetof(vr_shm_req_desc_t, payload_off) == 16, "req.payload_off");
+_Static_assert(offsetof(vr_shm_req_desc_t, extras_bytes) == 24, "req.extras_bytes");
+_Static_assert(offsetof(vr_shm_req_desc_t, result_off) == 32, "req.result_off");
+_Static_assert(offsetof(vr_shm_req_desc_t, submit_ns) == 40, "req.submit_ns");
+_Static_assert(sizeof(vr_shm_resp_desc_t) == 256, "response descriptor is 256 bytes");
+_Static_assert(offsetof(vr_shm_resp_desc_t, status) == 8, "resp.status");
+_Static_assert(offsetof(vr_shm_resp_desc_t, bad_seq) == 24, "resp.bad_seq");
+_Static_assert(offsetof(vr_shm_resp_desc_t, flags) == 32, "resp.flags");
+_Static_assert(offsetof(vr_shm_resp_desc_t, component_names) == 64, "resp.component_names");
+_Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "plain-sized atomics");
+_Static_assert(VR_MAX_COMPONENTS == 8 && VR_COMPONENT_NAME_MAX == 24, "response descriptor assumes 8 x 24 names");
+
+#endif /* VR_SHM_LAYOUT_H */

@@ -1,0 +1,59 @@
+/* shm_test_util.h: helpers for the shm tests: unique names, starting and
+ * killing real server processes (vr_shm_test_server), random batches checked
+ * against the checksum scorer. Every pid started here is killed (SIGKILL) and
+ * every name registered is unlinked at exit, even when a test fails. Children
+ * forked by tests must leave with _exit(). Not thread-safe. */
+#ifndef SHM_TEST_UTIL_H
+#define SHM_TEST_UTIL_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "verl_reward/client.h"
+
+typedef struct tu_server {
+  pid_t pid;
+  char name[64];
+  char stats[256];
+  char log[256];
+} tu_server_t;
+
+/* "vrt_<tag>_<pid>", registered for unlinking at exit. */
+void tu_name(char *buf, size_t n, const char *tag);
+
+/* Starts vr_shm_test_server --name name --stats ... plus extra args (NULL
+ * terminated, may be NULL); its log goes to $TMPDIR/<name>.log. Waits until a
+ * client can connect (up to 20 s). Returns 0 or -1. */
+int tu_server_start(tu_server_t *s, const char *name, const char *const *extra);
+
+/* Sends sig and reaps the server; returns its wait status. */
+int tu_server_stop(tu_server_t *s, int sig);
+
+/* Reads "key N" from the server's stats file; -1 if absent. */
+int tu_server_stat(const tu_server_t *s, const char *key, uint64_t *v);
+
+/* Registers a child pid to SIGKILL at exit (servers are registered already). */
+void tu_track_pid(pid_t pid);
+void tu_untrack_pid(pid_t pid);
+
+/* Counts lines of the server log containing needle. */
+int tu_log_count(const tu_server_t *s, const char *needle);
+
+/* A random batch: n_seqs sequences of lengths in [min_len, max_len]. Owns its
+ * arrays; tu_batch_free() releases them. */
+typedef struct tu_batch {
+  vr_batch_t b;
+  int32_t *ids;
+  uint32_t *cu;
+} tu_batch_t;
+void tu_batch_random(tu_batch_t *tb, uint64_t *rng, uint32_t n_seqs, uint32_t min_len, uint32_t max_len,
+                     uint32_t vocab);
+void tu_batch_free(tu_batch_t *tb);
+/* Number of sequences whose score differs from the checksum (0 = all good). */
+uint32_t tu_batch_mismatches(const tu_batch_t *tb, const float *scores);
+
+uint64_t tu_rand(uint64_t *s);
+/* Connects with a connect timeout of 20 s and the given spin budget. */
+int tu_connect(const char *name, uint32_t spin_us, vr_client_t **out);
+
+#endif

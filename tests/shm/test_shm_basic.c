@@ -1,0 +1,393 @@
+/* test_shm_basic: the shm channel end to end with real processes
+ * (vr_shm_test_server) and, where the server's own API is under test, an
+ * in-process server: round trip, async submit/poll/wait, limits and error
+ * codes, live/stale segment handling, /dev/shm too small, mode, draining and
+ * shutdown answers, lane reuse after close. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "shm_test_util.h"
+#include "vr_checksum.h"
+#include "vr_shm.h"
+#include "vr_time.h"
+
+static void test_round_trip(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "rt");
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name, NULL), 0);
+  vr_client_t *c;
+  assert_int_equal(tu_connect(name, 50, &c), 0);
+
+  int32_t ids[7] = {5, 6, 7, 1, 2, 9, 9};
+  uint32_t cu[4] = {0, 3, 5, 7};
+  const uint8_t x0[] = {1, 2, 3}, x2[] = {200};
+  const uint8_t *ex[3] = {x0, NULL, x2};
+  uint32_t exl[3] = {3, 0, 1};
+  vr_batch_t b = {.n_seqs = 3, .token_ids = ids, .cu_seqlens = cu, .extras = ex, .extras_len = exl};
+  float scores[3], comps[3 * VR_MAX_COMPONENTS];
+  vr_request_info_t info;
+  assert_int_equal(vr_client_score(c, &b, scores, comps, &info), 0);
+  for (int i = 0; i < 3; i++) {
+    float want = vr_checksum_score(ids + cu[i], cu[i + 1] - cu[i]);
+    assert_true(scores[i] == want);
+    assert_true(comps[i * VR_MAX_COMPONENTS] == want);
+    assert_true(comps[i * VR_MAX_COMPONENTS + 1] == (float)(cu[i + 1] - cu[i]));
+  }
+  assert_true(comps[2] == 6.0f && comps[VR_MAX_COMPONENTS + 2] == 0.0f && comps[2 * VR_MAX_COMPONENTS + 2] == 200.0f);
+  assert_int_equal(info.status, 0);
+  assert_int_equal(info.n_seqs, 3);
+  assert_int_equal(info.bad_seq, -1);
+  assert_int_equal(info.n_components, 3);
+  assert_string_equal(info.component_names[0], "checksum");
+  assert_string_equal(info.component_names[1], "len");
+  /* the checksum is order-sensitive and not constant */
+  assert_true(scores[0] != vr_checksum_score((int32_t[]){7, 6, 5}, 3));
+  assert_true(scores[2] != scores[1]);
+
+  vr_limits_t lim;
+  assert_int_equal(vr_client_limits(c, &lim), 0);
+  assert_int_equal(lim.max_seq_len, 8192);
+  assert_int_equal(lim.max_seqs_per_request, 1024);
+  assert_int_equal(lim.n_lanes, 32);
+  assert_int_equal(lim.max_inflight, 64);
+  vr_client_close(c);
+  assert_int_equal(WEXITSTATUS(tu_server_stop(&s, SIGTERM)), 0);
+  /* a clean stop unlinks the segment */
+  char p[80];
+  snprintf(p, sizeof p, "/%s", name);
+  assert_true(shm_open(p, O_RDONLY, 0) < 0);
+}
+
+static void test_async_out_of_order(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "async");
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name, (const char *const[]){"--workers", "3", NULL}), 0);
+  vr_client_t *c;
+  assert_int_equal(tu_connect(name, 0, &c), 0);
+  uint64_t rng = 42;
+  enum { N = 48 };
+  tu_batch_t tb[N];
+  uint64_t id[N];
+  for (int i = 0; i < N; i++) {
+    tu_batch_random(&tb[i], &rng, 1 + (uint32_t)(tu_rand(&rng) % 8), 1, 300, 0);
+    assert_int_equal(vr_client_submit(c, &tb[i].b, &id[i]), 0);
+  }
+  /* poll until the last one is there, then collect newest first */
+  uint64_t t0 = vr_now_ns();
+  int r;
+  while ((r = vr_client_poll(c, id[N - 1])) == 0) assert_true(vr_now_ns() - t0 < 20000000000ull);
+  assert_int_equal(r, 1);
+  for (int i = N - 1; i >= 0; i--) {
+    float sc[8];
+    vr_request_info_t info;
+    assert_int_equal(vr_client_wait(c, id[i], 10000000, sc, NULL, &info), 0);
+    assert_int_equal(info.n_seqs, tb[i].b.n_seqs);
+    assert_int_equal(tu_batch_mismatches(&tb[i], sc), 0);
+    tu_batch_free(&tb[i]);
+  }
+  /* an id that was collected is forgotten */
+  assert_int_equal(vr_client_poll(c, id[0]), VR_ERR_NOT_FOUND);
+  assert_int_equal(vr_client_wait(c, 12345, 0, NULL, NULL, NULL), VR_ERR_NOT_FOUND);
+  vr_client_close(c);
+  tu_server_stop(&s, SIGTERM);
+}
+
+static void test_limits_and_errors(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "lim");
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name,
+                                   (const char *const[]){"--max-seqs", "4", "--max-seq-len", "100", "--vocab", "1000",
+                                                         "--slots", "4", "--arena-bytes", "65536", "--delay-us",
+                                                         "200000", NULL}),
+                   0);
+  vr_client_t *c;
+  assert_int_equal(tu_connect(name, 0, &c), 0);
+  vr_limits_t lim;
+  assert_int_equal(vr_client_limits(c, &lim), 0);
+  assert_int_equal(lim.max_seqs_per_request, 4);
+  assert_int_equal(lim.max_seq_len, 100);
+  assert_int_equal(lim.vocab_size, 1000);
+  assert_int_equal(lim.max_inflight, 4);
+  assert_int_equal(lim.arena_bytes, 65536);
+
+  int32_t ids[200];
+  for (int i = 0; i < 200; i++) ids[i] = i;
+  uint32_t cu5[6] = {0, 1, 2, 3, 4, 5};
+  vr_batch_t b = {.n_seqs = 5, .token_ids = ids, .cu_seqlens = cu5};
+  uint64_t id;
+  float sc[8];
+  assert_int_equal(vr_client_submit(c, &b, &id), VR_ERR_TOO_LARGE);
+  uint32_t cul[2] = {0, 101};
+  b = (vr_batch_t){.n_seqs = 1, .token_ids = ids, .cu_seqlens = cul};
+  assert_int_equal(vr_client_submit(c, &b, &id), VR_ERR_SEQ_TOO_LONG);
+  uint32_t cue[3] = {0, 2, 2};
+  b = (vr_batch_t){.n_seqs = 2, .token_ids = ids, .cu_seqlens = cue};
+  assert_int_equal(vr_client_submit(c, &b, &id), VR_ERR_EMPTY_SEQ);
+  int32_t bad_tok[2] = {3, 1000};
+  uint32_t cu2[2] = {0, 2};
+  b = (vr_batch_t){.n_seqs = 1, .token_ids = bad_tok, .cu_seqlens = cu2};
+  assert_int_equal(vr_client_submit(c, &b, &id), VR_ERR_TOKEN_RANGE);
+  assert_true(strstr(vr_client_last_error(), "vocabulary") != NULL);
+  b = (vr_batch_t){.n_seqs = 0, .token_ids = ids, .cu_seqlens = cu2};
+  assert_int_equal(vr_client_submit(c, &b, &id), VR_ERR_INVAL);
+
+  /* the ring holds 4 requests in flight: the 5th is BUSY until one is collected */
+  uint32_t cu1[2] = {0, 100};
+  b = (vr_batch_t){.n_seqs = 1, .token_ids = ids, .cu_seqlens = cu1};
+  uint64_t ids4[4];
+  for (int i = 0; i < 4; i++) assert_int_equal(vr_client_submit(c, &b, &ids4[i]), 0);
+  assert_int_equal(vr_client_submit(c, &b, &id), VR_ERR_BUSY);
+  /* a short wait times out and leaves the request pending */
+  assert_int_equal(vr_client_wait(c, ids4[0], 1000, sc, NULL, NULL), VR_ERR_TIMEOUT);
+  assert_int_equal(vr_client_wait(c, ids4[0], 10000000, sc, NULL, NULL), 0);
+  assert_true(sc[0] == vr_checksum_score(ids, 100));
+  assert_int_equal(vr_client_submit(c, &b, &id), 0);
+  for (int i = 1; i < 4; i++) assert_int_equal(vr_client_wait(c, ids4[i], 10000000, sc, NULL, NULL), 0);
+  assert_int_equal(vr_client_wait(c, id, 10000000, sc, NULL, NULL), 0);
+  vr_client_close(c);
+  tu_server_stop(&s, SIGTERM);
+
+  /* a request that can never fit the arena */
+  tu_name(name, sizeof name, "arena");
+  assert_int_equal(tu_server_start(&s, name, (const char *const[]){"--arena-bytes", "8192", NULL}), 0);
+  assert_int_equal(tu_connect(name, 0, &c), 0);
+  int32_t *big = calloc(4096, sizeof *big);
+  uint32_t cub[2] = {0, 4096};
+  b = (vr_batch_t){.n_seqs = 1, .token_ids = big, .cu_seqlens = cub};
+  assert_int_equal(vr_client_submit(c, &b, &id), VR_ERR_TOO_LARGE);
+  cub[1] = 1000;
+  assert_int_equal(vr_client_score(c, &b, sc, NULL, NULL), 0);
+  assert_true(sc[0] == vr_checksum_score(big, 1000));
+  free(big);
+  vr_client_close(c);
+  tu_server_stop(&s, SIGTERM);
+}
+
+static void test_not_found(void **state) {
+  (void)state;
+  vr_client_t *c = NULL;
+  vr_client_options_t o;
+  vr_client_options_init(&o);
+  assert_int_equal(vr_client_connect("vrt_does_not_exist_here", &o, &c), VR_ERR_NOT_FOUND);
+  assert_null(c);
+  assert_true(strstr(vr_client_last_error(), "vrt_does_not_exist_here") != NULL);
+  assert_int_equal(vr_client_connect("bad/name", &o, &c), VR_ERR_INVAL);
+}
+
+static void test_live_stale_and_mode(void **state) {
+  (void)state;
+  char name[64], path[80];
+  tu_name(name, sizeof name, "stale");
+  snprintf(path, sizeof path, "/%s", name);
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name, NULL), 0);
+  /* a live server keeps its name */
+  vr_shm_config_t cfg;
+  vr_shm_config_init(&cfg);
+  cfg.name = name;
+  cfg.n_lanes = 2;
+  cfg.arena_bytes = 65536;
+  vr_shm_server_t *srv = NULL;
+  assert_int_equal(vr_shm_server_create(&cfg, &srv), VR_ERR_EXISTS);
+  assert_null(srv);
+  /* killed: its segment stays behind, a client sees the server gone... */
+  tu_server_stop(&s, SIGKILL);
+  int fd = shm_open(path, O_RDONLY, 0);
+  assert_true(fd >= 0);
+  close(fd);
+  vr_client_t *c = NULL;
+  vr_client_options_t o;
+  vr_client_options_init(&o);
+  assert_int_equal(vr_client_connect(name, &o, &c), VR_ERR_SERVER_GONE);
+  /* ...and the next server replaces it, with the mode asked for */
+  cfg.mode = 0660;
+  assert_int_equal(vr_shm_server_create(&cfg, &srv), 0);
+  struct stat st;
+  fd = shm_open(path, O_RDONLY, 0);
+  assert_true(fd >= 0);
+  assert_int_equal(fstat(fd, &st), 0);
+  close(fd);
+  assert_int_equal(st.st_mode & 0777, 0660);
+  /* STARTING: clients are not let in */
+  assert_int_equal(vr_client_connect(name, &o, &c), VR_ERR_SERVER_GONE);
+  assert_true(strstr(vr_client_last_error(), "starting") != NULL);
+  vr_shm_server_destroy(srv);
+  assert_true(shm_open(path, O_RDONLY, 0) < 0);
+  /* a foreign file under the name is refused, not replaced */
+  fd = shm_open(path, O_CREAT | O_EXCL | O_RDWR, 0600);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "not a verl-reward segment, hands off......................", 58), 58);
+  char pad[256] = {0};
+  assert_int_equal(write(fd, pad, sizeof pad), (int)sizeof pad);
+  close(fd);
+  cfg.mode = 0600;
+  assert_int_equal(vr_shm_server_create(&cfg, &srv), VR_ERR_EXISTS);
+  assert_int_equal(vr_client_connect(name, &o, &c), VR_ERR_BAD_SEGMENT);
+  shm_unlink(path);
+  /* default mode is 0600 */
+  assert_int_equal(vr_shm_server_create(&cfg, &srv), 0);
+  fd = shm_open(path, O_RDONLY, 0);
+  assert_int_equal(fstat(fd, &st), 0);
+  close(fd);
+  assert_int_equal(st.st_mode & 0777, 0600);
+  vr_shm_server_destroy(srv);
+}
+
+static void test_dev_shm_too_small(void **state) {
+  (void)state;
+  struct statvfs v;
+  assert_int_equal(statvfs("/dev/shm", &v), 0);
+  uint64_t fs = (uint64_t)v.f_blocks * v.f_frsize;
+  char name[64], path[80];
+  tu_name(name, sizeof name, "nospace");
+  snprintf(path, sizeof path, "/%s", name);
+  vr_shm_config_t cfg;
+  vr_shm_config_init(&cfg);
+  cfg.name = name;
+  cfg.n_lanes = 4;
+  cfg.arena_bytes = (fs / 2 + 4096) & ~4095ull; /* 4 lanes: twice the size of /dev/shm */
+  vr_shm_server_t *srv = NULL;
+  assert_int_equal(vr_shm_server_create(&cfg, &srv), VR_ERR_NOSPACE);
+  assert_null(srv);
+  assert_true(shm_open(path, O_RDONLY, 0) < 0); /* nothing left behind */
+}
+
+/* --- in-process server: draining, shutdown answers, wake, bad_seq --- */
+
+static void *waker(void *arg) {
+  usleep(100000);
+  vr_shm_server_wake(arg);
+  return NULL;
+}
+
+static void test_drain_and_destroy(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "drain");
+  vr_shm_config_t cfg;
+  vr_shm_config_init(&cfg);
+  cfg.name = name;
+  cfg.n_lanes = 2;
+  cfg.arena_bytes = 1 << 20;
+  cfg.spin_us = 0;
+  vr_shm_server_t *srv;
+  assert_int_equal(vr_shm_server_create(&cfg, &srv), 0);
+  vr_shm_server_set_state(srv, VR_SHM_READY);
+  /* wake() ends a long poll early */
+  vr_shm_request_t q[8];
+  pthread_t th;
+  pthread_create(&th, NULL, waker, srv);
+  uint64_t t0 = vr_now_ns();
+  assert_int_equal(vr_shm_server_poll(srv, q, 8, 10000000), 0);
+  assert_true(vr_now_ns() - t0 < 5000000000ull);
+  pthread_join(th, NULL);
+
+  vr_client_t *c;
+  assert_int_equal(tu_connect(name, 0, &c), 0);
+  assert_int_equal(vr_shm_server_lanes_in_use(srv), 1);
+  int32_t ids[4] = {1, 2, 3, 4};
+  uint32_t cu[3] = {0, 2, 4};
+  vr_batch_t b = {.n_seqs = 2, .token_ids = ids, .cu_seqlens = cu};
+  uint64_t a, bb, cc;
+  assert_int_equal(vr_client_submit(c, &b, &a), 0);
+  assert_int_equal(vr_client_submit(c, &b, &bb), 0);
+  assert_int_equal(vr_client_submit(c, &b, &cc), 0);
+  int n = 0;
+  while (n < 3) n += vr_shm_server_poll(srv, q + n, 8 - n, 1000000);
+  assert_int_equal(vr_shm_server_inflight(srv), 3);
+  assert_int_equal(q[0].n_seqs, 2);
+  assert_int_equal(q[0].n_tokens, 4);
+  assert_memory_equal(q[0].token_ids, ids, sizeof ids);
+  assert_null(q[0].extras);
+  /* complete one with a bad sequence marked */
+  float sc[2] = {0.5f, 0.25f};
+  int32_t ss[2] = {0, VR_ERR_TOKEN_RANGE};
+  assert_int_equal(vr_shm_server_complete(srv, &q[0], 0, sc, ss, 0, NULL, NULL, 7, 9), 0);
+  vr_request_info_t info;
+  float got[2];
+  assert_int_equal(vr_client_wait(c, a, 1000000, got, NULL, &info), 0);
+  assert_true(got[0] == 0.5f && got[1] == 0.25f);
+  assert_int_equal(info.bad_seq, 1);
+  assert_int_equal(info.queue_us, 7);
+  assert_int_equal(info.compute_us, 9);
+  assert_int_equal(info.n_components, 0);
+  /* an error answer */
+  assert_int_equal(vr_shm_server_complete(srv, &q[1], VR_ERR_OVERLOADED, NULL, NULL, 0, NULL, NULL, 0, 0), 0);
+  assert_int_equal(vr_client_wait(c, bb, 1000000, got, NULL, &info), VR_ERR_OVERLOADED);
+  assert_int_equal(info.status, VR_ERR_OVERLOADED);
+  /* draining: new submissions refused; what was handed out still completes */
+  vr_shm_server_set_state(srv, VR_SHM_DRAINING);
+  uint64_t d;
+  assert_int_equal(vr_client_submit(c, &b, &d), VR_ERR_SHUTTING_DOWN);
+  /* destroy answers the handed-out request with SHUTTING_DOWN */
+  vr_shm_server_destroy(srv);
+  assert_int_equal(vr_client_wait(c, cc, 1000000, got, NULL, &info), VR_ERR_SHUTTING_DOWN);
+  /* and afterwards the client reports the server gone */
+  assert_int_equal(vr_client_submit(c, &b, &d), VR_ERR_SERVER_GONE);
+  vr_client_close(c);
+}
+
+static void test_lane_reuse(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "reuse");
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name, (const char *const[]){"--lanes", "2", NULL}), 0);
+  /* 2 lanes, 60 connect/score/close cycles with a third client holding one */
+  vr_client_t *hold;
+  assert_int_equal(tu_connect(name, 0, &hold), 0);
+  int32_t ids[3] = {1, 2, 3};
+  uint32_t cu[2] = {0, 3};
+  vr_batch_t b = {.n_seqs = 1, .token_ids = ids, .cu_seqlens = cu};
+  float sc;
+  for (int i = 0; i < 60; i++) {
+    vr_client_t *c;
+    assert_int_equal(tu_connect(name, 0, &c), 0);
+    assert_int_equal(vr_client_score(c, &b, &sc, NULL, NULL), 0);
+    assert_true(sc == vr_checksum_score(ids, 3));
+    /* leave a request in flight half of the time: close abandons it */
+    uint64_t id;
+    if (i % 2) assert_int_equal(vr_client_submit(c, &b, &id), 0);
+    vr_client_close(c);
+  }
+  /* both lanes busy: a third connect without timeout fails with NO_LANE */
+  vr_client_t *c2, *c3;
+  assert_int_equal(tu_connect(name, 0, &c2), 0);
+  vr_client_options_t o;
+  vr_client_options_init(&o);
+  assert_int_equal(vr_client_connect(name, &o, &c3), VR_ERR_NO_LANE);
+  vr_client_close(c2);
+  assert_int_equal(vr_client_score(hold, &b, &sc, NULL, NULL), 0);
+  vr_client_close(hold);
+  tu_server_stop(&s, SIGTERM);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_async_out_of_order),
+      cmocka_unit_test(test_limits_and_errors), cmocka_unit_test(test_not_found),
+      cmocka_unit_test(test_live_stale_and_mode), cmocka_unit_test(test_dev_shm_too_small),
+      cmocka_unit_test(test_drain_and_destroy), cmocka_unit_test(test_lane_reuse),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
