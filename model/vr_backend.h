@@ -77,6 +77,7 @@ typedef struct vr_layer_weights {
   const vr_tensor_t *gate_w;            /* dec only */
   const vr_tensor_t *up_w, *up_b;       /* enc: intermediate.dense; dec: up_proj */
   const vr_tensor_t *down_w, *down_b;   /* enc: output.dense; dec: down_proj */
+  const vr_tensor_t *gate_b;            /* dec with mlp_bias (llama): gate_proj.bias; else NULL */
 } vr_layer_weights_t;
 
 typedef struct vr_model_weights {

@@ -1,0 +1,218 @@
+/* verl-reward-score: score token sequences offline with the model runtime.
+ *
+ *   verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]
+ *                     [--threads N] [--max-batch-tokens N] [--stats] [--log-level L]
+ *
+ * Input: JSON lines {"input_ids": [int, ...]} (stdin by default); blank lines are
+ * skipped. Output (stdout): one line per input, in order: {"score": x}, or
+ * {"error": "line N: reason", "line": N} for an input that could not be scored
+ * (malformed JSON, bad ids, too long, ...). Errors are also logged to stderr and
+ * make the exit status 1; a model that does not load gives status 2.
+ * --stats prints tokens, sequences, wall time, tokens/s and peak RSS to stderr
+ * (the numbers docs/benchmarks.md records). */
+#include <cjson/cJSON.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "verl_reward/status.h"
+#include "vr_log.h"
+#include "vr_model.h"
+#include "vr_time.h"
+
+#define VR_SCORE_CHUNK_SEQS 256 /* sequences scored per vr_model_score call */
+
+typedef struct vr_score_batch {
+  int32_t *ids;
+  size_t n_ids, cap_ids;
+  uint32_t cu[VR_SCORE_CHUNK_SEQS + 1];
+  uint64_t line[VR_SCORE_CHUNK_SEQS]; /* input line of each sequence */
+  char *err[VR_SCORE_CHUNK_SEQS];     /* parse error of an entry (owned), or NULL */
+  uint32_t n;
+} vr_score_batch_t;
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]\n"
+          "                         [--threads N] [--max-batch-tokens N] [--stats] [--log-level L]\n"
+          "Reads JSON lines {\"input_ids\": [...]} and writes {\"score\": x} per line, in order.\n");
+}
+
+/* Parses one line into ids appended to b; returns NULL or a malloc'd reason. */
+static char *vr_score_parse(const char *text, size_t len, vr_score_batch_t *b) {
+  char *why = NULL;
+  cJSON *root = cJSON_ParseWithLength(text, len);
+  const cJSON *arr = root ? cJSON_GetObjectItemCaseSensitive(root, "input_ids") : NULL;
+  if (!root || !cJSON_IsObject(root)) {
+    why = strdup("malformed JSON (expected an object {\"input_ids\": [...]})");
+  } else if (!cJSON_IsArray(arr)) {
+    why = strdup("no \"input_ids\" array");
+  } else {
+    size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
+    if (b->n_ids + n > b->cap_ids) {
+      size_t cap = (b->n_ids + n) * 2 + 1024;
+      int32_t *p = realloc(b->ids, cap * sizeof *p);
+      if (!p) {
+        why = strdup("out of memory");
+        goto done;
+      }
+      b->ids = p;
+      b->cap_ids = cap;
+    }
+    for (const cJSON *it = arr->child; it; it = it->next, i++) {
+      double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+      if (!(d >= -2147483648.0 && d <= 2147483647.0) || floor(d) != d) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "input_ids[%zu] is not an integer token id", i);
+        why = strdup(msg);
+        goto done;
+      }
+      b->ids[b->n_ids + i] = (int32_t)d;
+    }
+    b->n_ids += n;
+  }
+done:
+  cJSON_Delete(root);
+  return why;
+}
+
+/* Scores the batch and prints one line per entry; returns the number of failed lines. */
+static int vr_score_flush(vr_model_t *m, vr_score_batch_t *b, float *scores, int32_t *st) {
+  int failed = 0;
+  if (b->n == 0) return 0;
+  int rc = vr_model_score(m, b->ids, b->cu, b->n, scores, st);
+  for (uint32_t i = 0; i < b->n; i++) {
+    char reason[256] = "";
+    if (b->err[i]) snprintf(reason, sizeof reason, "%s", b->err[i]);
+    else if (rc != 0) snprintf(reason, sizeof reason, "scoring failed: %s", vr_strerror(rc));
+    else if (st[i] != 0) snprintf(reason, sizeof reason, "%s", vr_strerror(st[i]));
+    if (reason[0]) {
+      failed++;
+      vr_log(VR_LOG_ERROR, "line %llu: %s", (unsigned long long)b->line[i], reason);
+      /* reason is ours (no quotes or control characters) */
+      printf("{\"error\": \"line %llu: %s\", \"line\": %llu}\n", (unsigned long long)b->line[i], reason,
+             (unsigned long long)b->line[i]);
+    } else {
+      printf("{\"score\": %.9g}\n", scores[i]);
+    }
+    free(b->err[i]);
+    b->err[i] = NULL;
+  }
+  b->n = 0;
+  b->n_ids = 0;
+  b->cu[0] = 0;
+  return failed;
+}
+
+int main(int argc, char **argv) {
+  const char *model_dir = NULL, *input = NULL;
+  vr_model_options_t opt;
+  vr_model_options_init(&opt);
+  int stats = 0;
+  static const struct option longopts[] = {
+      {"model", required_argument, 0, 'm'},        {"model_name_or_path", required_argument, 0, 'm'},
+      {"device", required_argument, 0, 'd'},       {"input", required_argument, 0, 'i'},
+      {"threads", required_argument, 0, 't'},      {"max-batch-tokens", required_argument, 0, 'b'},
+      {"stats", no_argument, 0, 's'},              {"log-level", required_argument, 0, 'l'},
+      {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "m:d:i:t:b:sl:h", longopts, NULL)) != -1) {
+    char *end;
+    switch (c) {
+      case 'm': model_dir = optarg; break;
+      case 'd': opt.device = optarg; break;
+      case 'i': input = optarg; break;
+      case 't':
+        opt.n_threads = (int)strtol(optarg, &end, 10);
+        if (*end || opt.n_threads < 0) {
+          fprintf(stderr, "verl-reward-score: --threads needs a number >= 0\n");
+          return 2;
+        }
+        break;
+      case 'b': {
+        long v = strtol(optarg, &end, 10);
+        if (*end || v <= 0 || v > (1L << 26)) {
+          fprintf(stderr, "verl-reward-score: --max-batch-tokens needs a number in 1..%ld\n", 1L << 26);
+          return 2;
+        }
+        opt.max_batch_tokens = (uint32_t)v;
+        break;
+      }
+      case 's': stats = 1; break;
+      case 'l': {
+        vr_log_level_t lv;
+        if (vr_log_level_parse(optarg, &lv) != 0) {
+          fprintf(stderr, "verl-reward-score: unknown log level %s\n", optarg);
+          return 2;
+        }
+        vr_log_set_level(lv);
+        break;
+      }
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (!model_dir || optind != argc) {
+    usage(stderr);
+    return 2;
+  }
+  FILE *in = stdin;
+  if (input && strcmp(input, "-") != 0) {
+    in = fopen(input, "r");
+    if (!in) {
+      vr_log(VR_LOG_ERROR, "cannot open --input %s", input);
+      return 2;
+    }
+  }
+  vr_model_t *m = NULL;
+  int rc = vr_model_load(model_dir, &opt, &m);
+  if (rc != 0) {
+    fprintf(stderr, "verl-reward-score: cannot load model %s: %s\n", model_dir, vr_strerror(rc));
+    if (in != stdin) fclose(in);
+    return 2;
+  }
+  vr_score_batch_t b = {0};
+  float scores[VR_SCORE_CHUNK_SEQS];
+  int32_t st[VR_SCORE_CHUNK_SEQS];
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  uint64_t lineno = 0, tokens = 0, seqs = 0, t0 = vr_now_ns();
+  int failed = 0;
+  while ((len = getline(&line, &cap, in)) != -1) {
+    lineno++;
+    size_t l = (size_t)len;
+    while (l > 0 && (line[l - 1] == '\n' || line[l - 1] == '\r' || line[l - 1] == ' ' || line[l - 1] == '\t')) l--;
+    size_t k = 0;
+    while (k < l && (line[k] == ' ' || line[k] == '\t')) k++;
+    if (k == l) continue; /* blank line */
+    b.err[b.n] = vr_score_parse(line + k, l - k, &b);
+    b.line[b.n] = lineno;
+    b.cu[b.n + 1] = (uint32_t)b.n_ids;
+    tokens += b.cu[b.n + 1] - b.cu[b.n];
+    seqs++;
+    if (++b.n == VR_SCORE_CHUNK_SEQS) failed += vr_score_flush(m, &b, scores, st);
+  }
+  failed += vr_score_flush(m, &b, scores, st);
+  double secs = (double)(vr_now_ns() - t0) / 1e9;
+  if (stats) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    const vr_model_info_t *info = vr_model_info(m);
+    fprintf(stderr,
+            "stats: model %s device %s sequences %llu tokens %llu seconds %.3f tokens_per_s %.1f "
+            "max_rss_mib %.1f host_bytes_mib %.1f\n",
+            info->architecture, info->device_name, (unsigned long long)seqs, (unsigned long long)tokens,
+            secs, secs > 0 ? (double)tokens / secs : 0.0, (double)ru.ru_maxrss / 1024.0,
+            (double)info->host_bytes / (1024.0 * 1024.0));
+  }
+  free(line);
+  free(b.ids);
+  if (in != stdin) fclose(in);
+  vr_model_free(m);
+  fflush(stdout);
+  return failed ? 1 : 0;
+}
