@@ -242,11 +242,7 @@ static void handle_score(vr_http_t *h, struct evhttp_request *req) {
   struct evkeyvalq *ih = evhttp_request_get_input_headers(req);
   const char *ct = evhttp_find_header(ih, "Content-Type");
   int mp = is_msgpack_type(ct);
-  if (ct && !mp && strncasecmp(ct, "application/json", 16) != 0 && strncasecmp(ct, "text/plain", 10) != 0) {
-    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, VR_ERR_MALFORMED, 0, 0, 0);
-    reply_error(h, req, VR_ERR_MALFORMED, -1, "unsupported Content-Type: use application/json or application/msgpack");
-    return;
-  }
+  /* anything but msgpack is parsed as JSON (curl -d sends form-urlencoded) */
   struct evbuffer *in = evhttp_request_get_input_buffer(req);
   size_t len = evbuffer_get_length(in);
   const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";

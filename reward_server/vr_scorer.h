@@ -29,7 +29,7 @@ typedef struct vr_scorer {
   uint32_t vocab_size;        /* 0: any non-negative id accepted */
   uint32_t max_seq_len;       /* effective: --max-seq-len capped by the model's positions */
   vr_truncate_t truncate;
-  char description[256];      /* start-up line / GET /v1/model summary */
+  char description[2400];     /* start-up line / GET /v1/model summary */
 } vr_scorer_t;
 
 /* Loads the model named by settings (directory, "checksum" or "" for rules-only)

@@ -36,10 +36,10 @@ static const opt_t k_opts[] = {
      "shared-memory segment name (no '/'); empty disables shm"},
     {"port", NULL, OPT_PORT, F(port), 0, 65535, "N", "HTTP port; 0 disables HTTP"},
     {"host", NULL, OPT_STR, F(host), 0, 0, "ADDR", "HTTP listen address"},
-    {"device", NULL, OPT_STR, F(device), 0, 0, "cpu|cuda[:N]", "device (default: first visible GPU, else cpu)"},
+    {"device", NULL, OPT_STR, F(device), 0, 0, "cpu|cuda[:N]", "device; unset: the first visible GPU, else cpu"},
     {"dtype", NULL, OPT_STR, F(dtype), 0, 0, "auto|f32|bf16", "compute dtype (auto: cpu f32, cuda bf16)"},
     {"max-batch-tokens", NULL, OPT_U32, F(max_batch_tokens), 1, 1u << 24, "N", "token budget of one packed batch"},
-    {"max-wait-us", NULL, OPT_U32, F(max_wait_us), 0, 10000000, "US", "longest wait to fill a batch"},
+    {"max-wait-us", NULL, OPT_U32, F(max_wait_us), 0, 10000000, "US", "longest wait for more work before a batch starts (0: start as soon as the batcher is free; what arrives during a forward joins the next batch)"},
     {"max-seq-len", NULL, OPT_U32, F(max_seq_len), 1, 1u << 20, "N",
      "longest sequence (capped by the model's max positions)"},
     {"truncate", NULL, OPT_TRUNCATE, F(truncate), 0, 0, "left|right|error",
@@ -53,7 +53,7 @@ static const opt_t k_opts[] = {
     {"log-level", NULL, OPT_LOGLEVEL, F(log_level), 0, 0, "LEVEL", "trace|debug|info|warn|error"},
     {"pid-file", NULL, OPT_STR, F(pid_file), 0, 0, "FILE", "write the pid here (removed at exit)"},
     {"reward", NULL, OPT_STR, F(reward), 0, 0, "SPEC",
-     "reward components and weights, e.g. model:0.7,gsm8k:0.3 (default: model)"},
+     "reward components and weights, e.g. model:0.7,gsm8k:0.3 or gsm8k (rules only); unset: model"},
     {"max-body-bytes", NULL, OPT_U64, F(max_body_bytes), 64, 1ull << 32, "N", "largest HTTP request body (413 beyond)"},
     {"max-queue", NULL, OPT_U32, F(max_queue), 1, 1u << 20, "N",
      "requests accepted but not yet batched; beyond: overloaded (HTTP 429, shm VR_ERR_OVERLOADED)"},
@@ -70,7 +70,7 @@ void vr_settings_init(vr_settings_t *s) {
   strcpy(s->host, "127.0.0.1");
   strcpy(s->dtype, "auto");
   s->max_batch_tokens = 16384;
-  s->max_wait_us = 2000;
+  s->max_wait_us = 0;
   s->max_seq_len = 8192;
   s->truncate = VR_TRUNCATE_ERROR;
   s->spin_us = 50;
@@ -261,7 +261,10 @@ void vr_settings_usage(FILE *f, const char *prog) {
     snprintf(flag, sizeof flag, "--%s %s", o->name, o->arg);
     opt_default_text(o, &d, def, sizeof def);
     fprintf(f, "  %-32s %s (default: %s)\n", flag, o->help, def);
-    if (o->alias) fprintf(f, "  %-32s alias of --%s\n", "", o->name);
+    if (o->alias) {
+      snprintf(flag, sizeof flag, "--%s %s", o->alias, o->arg);
+      fprintf(f, "  %-32s alias of --%s\n", flag, o->name);
+    }
   }
   fprintf(f, "  %-32s this text\n\n", "--help");
   fprintf(f,
