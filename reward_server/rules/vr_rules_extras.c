@@ -495,6 +495,8 @@ int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t er
       if (tl > VR_EXTRAS_MAX_INFO)
         rc = ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
                      tl, VR_EXTRAS_MAX_INFO);
+      else if (!vr_utf8_valid(txt, tl)) /* cJSON passes raw bytes of strings through */
+        rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: extra_info is not valid UTF-8");
       else if (text_store(&out->extra_info, txt, tl))
         rc = ex_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
       else

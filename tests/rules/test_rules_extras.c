@@ -326,6 +326,7 @@ static void test_json(void **state) {
       {"{\"data_source\":{}}", "data_source", VR_ERR_MALFORMED},
       {"{\"ground_truth\":\"1\",\"ground_truth\":\"2\"}", "duplicate key ground_truth", VR_ERR_MALFORMED},
       {"{\"solution_str\":\"\xc3\x28\"}", "UTF-8", VR_ERR_MALFORMED},
+      {"{\"extra_info\":{\"k\":\"\xff\"}}", "extra_info is not valid UTF-8", VR_ERR_MALFORMED},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     o = cJSON_Parse(bad[i].json);
