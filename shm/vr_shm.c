@@ -404,8 +404,10 @@ int vr_shm_server_complete(vr_shm_server_t *s, const vr_shm_request_t *req, int 
 uint32_t vr_shm_server_lanes_in_use(const vr_shm_server_t *s) {
   if (!s) return 0;
   uint32_t n = 0;
-  for (uint32_t i = 0; i < s->cfg.n_lanes; i++)
-    if (VR_SHM_LEASE_PID(atomic_load_explicit(&s->lanes[i].sh->lease, memory_order_relaxed)) != 0) n++;
+  for (uint32_t i = 0; i < s->cfg.n_lanes; i++) {
+    uint64_t w = atomic_load_explicit(&s->lanes[i].sh->lease, memory_order_relaxed);
+    if (VR_SHM_LEASE_PID(w) != 0 && !VR_SHM_LEASE_CLOSING(w)) n++;
+  }
   return n;
 }
 
