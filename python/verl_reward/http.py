@@ -12,6 +12,7 @@ raise ServerGone, a socket timeout raises Timeout.
 import concurrent.futures
 import json
 import socket
+import struct
 import threading
 import urllib.error
 import urllib.request
@@ -47,6 +48,12 @@ def _json_extras(extras, n):
                             % (i, type(e).__name__), i)
         out.append(e)
     return out
+
+
+def _f32(x):
+    """The server's scores are float32 printed with 9 significant digits; rounding the
+    parsed value back to float32 gives the same Python float as the shm client."""
+    return struct.unpack("<f", struct.pack("<f", float(x)))[0]
 
 
 def _jsonable(v):
@@ -180,8 +187,8 @@ class HttpRewardClient:
     def _parse(self, raw, n):
         try:
             doc = json.loads(raw.decode("utf-8"))
-            scores = [float(x) for x in doc["scores"]]
-        except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
+            scores = [_f32(x) for x in doc["scores"]]
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, OverflowError) as e:
             raise error_for(_MALFORMED, "bad answer from %s: %s" % (self.url, e)) from None
         if len(scores) != n:
             raise error_for(_MALFORMED, "server sent %d scores for %d sequences" % (len(scores), n))
@@ -190,7 +197,10 @@ class HttpRewardClient:
         if isinstance(raw_comps, dict):
             for name, vals in raw_comps.items():
                 if isinstance(vals, list) and len(vals) == n:
-                    comps[str(name)] = [float(v) for v in vals]
+                    try:
+                        comps[str(name)] = [_f32(v) for v in vals]
+                    except (TypeError, ValueError, OverflowError):
+                        raise error_for(_MALFORMED, "bad component %r from %s" % (name, self.url)) from None
         return ScoreResult(scores, comps, int(doc.get("queue_us", 0) or 0),
                            int(doc.get("compute_us", 0) or 0))
 

@@ -221,6 +221,21 @@ class ComputeScoreTest(unittest.TestCase):
         self.assertEqual(cm.exception.bad_seq, 1)
         self.assertIn("extra_info", cm.exception.message)
 
+    def test_loaded_by_file_path_like_verl(self):
+        # verl's get_custom_reward_fn: spec_from_file_location("custom_module", path), then
+        # getattr(module, name)(*args, **kwargs, **reward_kwargs).
+        import importlib.util
+        import verl_reward.verl_custom_reward as shim
+        spec = importlib.util.spec_from_file_location("custom_module", shim.__file__)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        fn = getattr(module, "compute_score")
+        reward_kwargs = {"shm_name": "from_yaml", "timeout_s": 5}
+        out = fn(data_sources=["d"], solution_strs=["s"], ground_truths=["g"],
+                 extra_infos=[{"input_ids": [3, 4]}], **reward_kwargs)
+        self.assertEqual(out, [FakeClient.value([3, 4])])
+        self.assertEqual(self.sent[0][2], "from_yaml")
+
     def test_non_scalar_ground_truth_is_sent_as_text(self):
         verl_adapter.compute_score(["a"], ["s"], [["x", "y"]], [{"input_ids": [1]}])
         self.assertEqual(self.sent[0][1][0]["ground_truth"], str(["x", "y"]))

@@ -25,7 +25,7 @@ with verl_reward.RewardClient(sys.argv[1]) as rc:
 
 def _can_build(py):
     """True when `py -m pip` exists and its setuptools can build a wheel offline."""
-    code = ("import pip, setuptools\n"
+    code = ("import setuptools, pip\n"
             "try:\n import wheel\nexcept ImportError:\n"
             " from setuptools.command import bdist_wheel\n")
     try:
@@ -50,10 +50,6 @@ class InstallTest(unittest.TestCase):
             raise unittest.SkipTest("no python3 with pip + setuptools + wheel (Debian: python3-pip "
                                     "python3-setuptools python3-wheel)")
         cls.tmp = tempfile.mkdtemp(prefix="vr_py_install_")
-        # Build from a copy so pip's in-tree build files never land in the source tree.
-        cls.src = os.path.join(cls.tmp, "src")
-        shutil.copytree(os.path.join(vr_testlib.SOURCE_DIR, "python"), cls.src,
-                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.so"))
         cls.server = Server("checksum", tag="inst")
 
     @classmethod
@@ -69,7 +65,12 @@ class InstallTest(unittest.TestCase):
         return env
 
     def install(self, target, **env):
-        r = subprocess.run([self.py, "-m", "pip", "install", self.src, "--target", target,
+        # Build from a fresh copy: pip builds in place, and its build/ folder must neither land
+        # in the source tree nor carry a bundled library from one install to the next.
+        src = target + "-src"
+        shutil.copytree(os.path.join(vr_testlib.SOURCE_DIR, "python"), src,
+                        ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", "*.so"))
+        r = subprocess.run([self.py, "-m", "pip", "install", src, "--target", target,
                             "--no-build-isolation", "--no-index", "--no-deps", "-q",
                             "--disable-pip-version-check"],
                            env=self.env(**env), capture_output=True, text=True, timeout=240)

@@ -132,8 +132,6 @@ class ChecksumServerTest(unittest.TestCase):
         with self.assertRaises(InvalidRequest) as cm:
             self.rc.score([[1, 2], []])
         self.assertEqual(cm.exception.code, verl_reward.errors.STATUS_VALUES["VR_ERR_EMPTY_SEQ"])
-        with self.assertRaises(InvalidRequest):
-            self.rc.score([[1]], extras=[{"ground_truth": {"not": "text"}}])
         self.assertEqual(self.rc.score([[1, 2]]), [checksum_score([1, 2])])
 
     def test_http_equals_shm(self):
@@ -192,6 +190,72 @@ class ChecksumServerTest(unittest.TestCase):
                     want = [0.0] * 5
                     want[len(r) - 1] = checksum_score(p + r)
                     self.assertEqual(out[i], want)
+
+
+class RulesServerTest(unittest.TestCase):
+    """A server mixing the checksum model with a rule reward: extras reach the rule and
+    components come back, through both transports and the reward manager."""
+
+    @classmethod
+    def setUpClass(cls):
+        vr_testlib.need_client_lib()
+        cls.server = Server("checksum", tag="rules", extra_args=["--reward", "model:1,gsm8k:0.5"])
+        cls.rc = RewardClient(cls.server.shm_name, timeout_s=30)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.rc.close()
+        cls.server.stop()
+
+    SEQS = [[1, 2, 3], [4, 5], [6]]
+    EXTRAS = [{"data_source": "openai/gsm8k", "solution_str": "so #### 42", "ground_truth": "42"},
+              {"data_source": "openai/gsm8k", "solution_str": "#### 41", "ground_truth": "42",
+               "extra_info": {"index": 1, "tags": ["a", 1.5, None]}},
+              {"data_source": "openai/gsm8k", "solution_str": "#### 7", "ground_truth": 7}]
+
+    def check(self, res):
+        self.assertEqual(set(res.components), {"model", "gsm8k"})
+        self.assertEqual(res.components["model"], [checksum_score(s) for s in self.SEQS])
+        self.assertEqual(res.components["gsm8k"], [1.0, 0.0, 1.0])
+        for total, m, g in zip(res.scores, res.components["model"], res.components["gsm8k"]):
+            self.assertAlmostEqual(total, m + 0.5 * g, delta=1e-6)
+
+    def test_components_shm_and_http(self):
+        self.check(self.rc.score_with_info(self.SEQS, self.EXTRAS))
+        with HttpRewardClient(self.server.url) as hc:
+            self.check(hc.score_with_info(self.SEQS, self.EXTRAS))
+        # raw msgpack bytes are passed through as they are
+        packed = [verl_reward.msgpack.packb(e) for e in self.EXTRAS]
+        self.check(self.rc.score_with_info(self.SEQS, packed))
+
+    def test_malformed_extras_name_the_sequence(self):
+        bad = [self.EXTRAS[0], {"ground_truth": {"not": "text"}}, None]
+        with self.assertRaises(InvalidRequest) as cm:
+            self.rc.score(self.SEQS, bad)
+        self.assertEqual(cm.exception.bad_seq, 1)
+        with self.assertRaises(InvalidRequest):
+            self.rc.score([[1]], [b"\xc1"])
+        with HttpRewardClient(self.server.url) as hc:
+            with self.assertRaises(InvalidRequest) as cm:
+                hc.score(self.SEQS, bad)
+            self.assertEqual(cm.exception.bad_seq, 1)
+        self.assertEqual(self.rc.score_with_info(self.SEQS, self.EXTRAS).components["gsm8k"], [1.0, 0.0, 1.0])
+
+    def test_reward_manager_sends_extras(self):
+        class Tok:                       # decodes a response to the text the rule reads
+            def decode(self, ids, skip_special_tokens=True):
+                return "#### %d" % sum(ids)
+
+        prompts, responses = [[1, 2], [3]], [[40, 2], [5, 5]]
+        data = make_batch(prompts, responses, 2, 2,
+                          non_tensor_batch={"data_source": ["openai/gsm8k"] * 2,
+                                            "reward_model": [{"ground_truth": "42"}, {"ground_truth": "11"}],
+                                            "extra_info": [{"index": 0}, {"index": 1}]})
+        mgr = verl_adapter.VerlRewardManager(tokenizer=Tok(), shm_name=self.server.shm_name)
+        res = mgr(data, return_dict=True)
+        self.assertEqual(res["reward_extra_info"]["gsm8k"], [1.0, 0.0])
+        self.assertEqual(res["reward_extra_info"]["model"], [checksum_score(p + r) for p, r in zip(prompts, responses)])
+        self.assertAlmostEqual(res["reward_tensor"][0][1], checksum_score([1, 2, 40, 2]) + 0.5, delta=1e-6)
 
 
 class ServerKilledTest(unittest.TestCase):
