@@ -24,7 +24,7 @@
 #define BT_MAX_CHILDREN 16
 static pid_t bt_children[BT_MAX_CHILDREN];
 
-static void bt_cleanup(void) {
+static inline void bt_cleanup(void) {
   for (int i = 0; i < BT_MAX_CHILDREN; i++) {
     if (bt_children[i] > 0) {
       kill(bt_children[i], SIGCONT);
@@ -35,7 +35,7 @@ static void bt_cleanup(void) {
   }
 }
 
-static void bt_track(pid_t pid) {
+static inline void bt_track(pid_t pid) {
   for (int i = 0; i < BT_MAX_CHILDREN; i++)
     if (bt_children[i] == 0) {
       bt_children[i] = pid;
@@ -43,18 +43,18 @@ static void bt_track(pid_t pid) {
     }
 }
 
-static void bt_untrack(pid_t pid) {
+static inline void bt_untrack(pid_t pid) {
   for (int i = 0; i < BT_MAX_CHILDREN; i++)
     if (bt_children[i] == pid) bt_children[i] = 0;
 }
 
-static double bt_now(void) {
+static inline double bt_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static pid_t bt_spawn(char *const argv[]) {
+static inline pid_t bt_spawn(char *const argv[]) {
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();
@@ -69,7 +69,7 @@ static pid_t bt_spawn(char *const argv[]) {
 
 /* Waits for pid up to timeout_s; returns its exit status (0..255), 128+sig if
  * killed by a signal, or -1 on timeout (the child is then killed). */
-static int bt_wait(pid_t pid, double timeout_s) {
+static inline int bt_wait(pid_t pid, double timeout_s) {
   double end = bt_now() + timeout_s;
   int st;
   for (;;) {
@@ -89,13 +89,13 @@ static int bt_wait(pid_t pid, double timeout_s) {
 }
 
 /* Runs argv to completion; returns what bt_wait returns. */
-static int bt_run(char *const argv[], double timeout_s) {
+static inline int bt_run(char *const argv[], double timeout_s) {
   pid_t pid = bt_spawn(argv);
   if (pid < 0) return -1;
   return bt_wait(pid, timeout_s);
 }
 
-static uint16_t bt_free_port(void) {
+static inline uint16_t bt_free_port(void) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
   socklen_t al = sizeof(a);
@@ -107,13 +107,13 @@ static uint16_t bt_free_port(void) {
   return port;
 }
 
-static const char *bt_bin_dir(void) {
+static inline const char *bt_bin_dir(void) {
   const char *d = getenv("VR_BIN_DIR");
   return d && *d ? d : "build/bin";
 }
 
 /* Polls GET /ready until 200 (1) or the deadline / the server's exit (0). */
-static int bt_wait_ready(pid_t server, uint16_t port, double timeout_s) {
+static inline int bt_wait_ready(pid_t server, uint16_t port, double timeout_s) {
   vr_http_t *h = NULL;
   if (vr_http_open("127.0.0.1", port, 500000, &h) != 0) return 0;
   double end = bt_now() + timeout_s;
@@ -137,13 +137,13 @@ static int bt_wait_ready(pid_t server, uint16_t port, double timeout_s) {
 }
 
 /* SIGTERM, then bt_wait: the server's exit status (0 = clean). */
-static int bt_stop(pid_t pid, double timeout_s) {
+static inline int bt_stop(pid_t pid, double timeout_s) {
   kill(pid, SIGCONT);
   kill(pid, SIGTERM);
   return bt_wait(pid, timeout_s);
 }
 
-static cJSON *bt_read_json(const char *path) {
+static inline cJSON *bt_read_json(const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) return NULL;
   char *buf = NULL;
@@ -170,7 +170,7 @@ static cJSON *bt_read_json(const char *path) {
 }
 
 /* Number at a dotted path ("latency_us.p99"); NAN when missing / not a number. */
-static double bt_num(const cJSON *o, const char *path) {
+static inline double bt_num(const cJSON *o, const char *path) {
   char key[64];
   const char *p = path;
   while (o) {
