@@ -302,6 +302,7 @@ class FixtureModelTest(unittest.TestCase):
         with open(os.path.join(vr_testlib.FIXTURE_MODEL, "golden.json")) as f:
             golden = json.load(f)
         cls.seqs = golden["sequences"]
+        cls.golden_scores = golden["scores"]
         cls.vocab = golden["vocab_size"]
         cls.max_len = golden["max_seq_len"]
         cls.server = Server(vr_testlib.FIXTURE_MODEL, tag="fx")
@@ -316,6 +317,10 @@ class FixtureModelTest(unittest.TestCase):
         self.assertEqual(len(got), len(want))
         for i, (g, w) in enumerate(zip(got, want)):
             self.assertAlmostEqual(g, w, delta=1e-4 * max(1.0, abs(w)), msg="sequence %d" % i)
+
+    def test_equals_transformers_golden(self):
+        # the fixture's scores from Hugging Face transformers (tools/make_fixtures.py)
+        self.assertScoresClose(self.rc.score(self.seqs), self.golden_scores)
 
     def test_equals_score_tool(self):
         want = vr_testlib.score_tool(vr_testlib.FIXTURE_MODEL, self.seqs)
