@@ -218,10 +218,11 @@ static int load_layer(vr_cuda_state_t *st, const vr_layer_weights_t *lw, vr_cuda
     if (!(L->wup = (uint16_t *)dalloc(st, 2 * I * C * 2))) return VR_ERR_NOMEM;
     if ((rc = up_bf16(st, L->wup, lw->gate_w, I * C, WHAT("gate weight")))) return rc;
     if ((rc = up_bf16(st, L->wup + I * C, lw->up_w, I * C, WHAT("up weight")))) return rc;
-    if (lw->up_b) { /* the contract has no gate bias: gate half stays 0 */
+    if (lw->gate_b || lw->up_b) { /* llama mlp_bias: one fused (2I) bias, absent halves 0 */
       if (!(L->bgu = (uint16_t *)dalloc(st, 2 * I * 2))) return VR_ERR_NOMEM;
       VR_CUDA_CHECK(cudaMemset(L->bgu, 0, 2 * I * 2));
-      if ((rc = up_bf16(st, L->bgu + I, lw->up_b, I, WHAT("up bias")))) return rc;
+      if (lw->gate_b && (rc = up_bf16(st, L->bgu, lw->gate_b, I, WHAT("gate bias")))) return rc;
+      if (lw->up_b && (rc = up_bf16(st, L->bgu + I, lw->up_b, I, WHAT("up bias")))) return rc;
     }
   } else {
     if ((rc = new_f32(st, &L->n1b, lw->norm1_b, C, WHAT("norm1 bias"), 1))) return rc;
@@ -433,11 +434,18 @@ fail:
 
 /* --------------------------------------------------------------- forward */
 
-/* Row (packed index) whose hidden state gives sequence i's score. Decoders:
- * the last token (the loader's rule: sequences reach the backend already cut
- * after their last non-pad token). Encoders: the first token. */
-static uint32_t score_row(const vr_cuda_state_t *st, const uint32_t *cu, uint32_t i) {
-  return st->cfg.is_decoder ? cu[i + 1] - 1 : cu[i];
+/* Row (packed index) whose hidden state gives sequence i's score.
+ * Encoders: the first token ([CLS] / <s>). Decoders: transformers'
+ * *ForSequenceClassification rule: the last token that is not pad_token_id
+ * (a sequence of pad tokens only: its first token; no pad_token_id: the last
+ * token), the same rule as the cpu backend. */
+static uint32_t score_row(const vr_cuda_state_t *st, const int32_t *ids, const uint32_t *cu, uint32_t i) {
+  if (!st->cfg.is_decoder) return cu[i];
+  const int32_t pad = st->cfg.pad_token_id;
+  if (pad < 0) return cu[i + 1] - 1;
+  for (uint32_t t = cu[i + 1]; t > cu[i]; --t)
+    if (ids[t - 1] != pad) return t - 1;
+  return cu[i];
 }
 
 static int cmp_tile_desc(const void *a, const void *b) {
@@ -453,7 +461,9 @@ static int build_batch(vr_cuda_state_t *st, const int32_t *ids, const uint32_t *
   int32_t *hid = st->in_h + OFF_IDS, *hpos = st->in_h + OFF_POS(st), *hcu = st->in_h + OFF_CU(st);
   int32_t *hrows = st->in_h + OFF_ROWS(st);
   const uint32_t T = cu[n];
-  const int roberta = !c->is_decoder && c->position_offset > 0;
+  /* roberta: positions count the non-pad tokens from padding_idx + 1 (= pad_token_id + 1),
+   * pad tokens sit at padding_idx (transformers' create_position_ids_from_input_ids) */
+  const int roberta = c->arch == VR_ARCH_ROBERTA && c->pad_token_id >= 0;
   const int max_pos = c->is_decoder ? INT32_MAX : c->max_seq_len + c->position_offset;
   uint32_t nt = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -465,12 +475,11 @@ static int build_batch(vr_cuda_state_t *st, const int32_t *ids, const uint32_t *
       if (id < 0 || id >= c->vocab_size) return VR_ERR_TOKEN_RANGE;
       int32_t p;
       if (roberta) {
-        const int pad = c->position_offset - 1;
-        if (c->pad_token_id >= 0 && id == c->pad_token_id) {
-          p = pad;
+        if (id == c->pad_token_id) {
+          p = c->pad_token_id;
         } else {
           ++run;
-          p = pad + run;
+          p = c->pad_token_id + run;
         }
       } else {
         p = (int32_t)(t - s0);
@@ -480,7 +489,7 @@ static int build_batch(vr_cuda_state_t *st, const int32_t *ids, const uint32_t *
       hpos[t] = p;
     }
     hcu[i] = (int32_t)s0;
-    hrows[i] = (int32_t)score_row(st, cu, i);
+    hrows[i] = (int32_t)score_row(st, ids, cu, i);
     for (uint32_t q0 = 0; q0 < s1 - s0; q0 += VR_CUDA_ATTN_BM) {
       st->tile_tmp[2 * nt] = (int32_t)i;
       st->tile_tmp[2 * nt + 1] = (int32_t)q0;
@@ -490,7 +499,7 @@ static int build_batch(vr_cuda_state_t *st, const int32_t *ids, const uint32_t *
   hcu[n] = (int32_t)T;
   for (uint32_t t = T; t < Tp; ++t) {
     hid[t] = 0;
-    hpos[t] = c->is_decoder ? 0 : (roberta ? c->position_offset - 1 : 0);
+    hpos[t] = roberta ? c->pad_token_id : 0;
   }
   /* causal tiles deep in long sequences are the most work: schedule them first */
   if (c->is_decoder) qsort(st->tile_tmp, nt, 2 * sizeof(int32_t), cmp_tile_desc);

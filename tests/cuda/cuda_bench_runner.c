@@ -1,0 +1,163 @@
+/* cuda_bench_runner.c: our side of tools/bench_vs_transformers.sh. Loads a
+ * model directory (timed), scores one packed batch read from a sequence file
+ * `warmup` times, then `iters` times (each vr_model_score call is synchronous,
+ * timed with the monotonic clock), and writes JSON: load seconds, median /
+ * min latency, tokens/s, device memory, and the scores.
+ *
+ * Usage: cuda_bench_runner --model DIR --seqs FILE --out JSON [--device cuda:0]
+ *        [--max-batch-tokens N] [--warmup N] [--iters N]
+ * Sequence file (little-endian, written by tools/bench_vs_transformers.py):
+ *   8 bytes "VRSEQ1\0\0", uint32 n, uint32 len[n], int32 ids[sum(len)].
+ * The file is checked (sizes against the file length, no overflow). */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "verl_reward/status.h"
+#include "vr_model.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int read_seqs(const char *path, uint32_t *n_out, uint32_t **cu_out, int32_t **ids_out) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "cannot open %s\n", path);
+    return -1;
+  }
+  fseek(f, 0, SEEK_END);
+  const long sz = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char magic[8];
+  uint32_t n = 0;
+  if (sz < 12 || fread(magic, 1, 8, f) != 8 || memcmp(magic, "VRSEQ1\0\0", 8) || fread(&n, 4, 1, f) != 1 ||
+      n == 0 || (uint64_t)n * 4 > (uint64_t)sz - 12) {
+    fprintf(stderr, "%s: not a sequence file (magic / count)\n", path);
+    fclose(f);
+    return -1;
+  }
+  uint32_t *cu = calloc((size_t)n + 1, sizeof *cu);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t len;
+    if (fread(&len, 4, 1, f) != 1) break;
+    total += len;
+    if (total > UINT32_MAX) break;
+    cu[i + 1] = (uint32_t)total;
+  }
+  if (total * 4 != (uint64_t)sz - 12 - (uint64_t)n * 4) {
+    fprintf(stderr, "%s: lengths do not match the file size\n", path);
+    free(cu);
+    fclose(f);
+    return -1;
+  }
+  int32_t *ids = malloc(total ? total * 4 : 4);
+  if (fread(ids, 4, total, f) != total) {
+    fprintf(stderr, "%s: short read\n", path);
+    free(cu), free(ids);
+    fclose(f);
+    return -1;
+  }
+  fclose(f);
+  *n_out = n, *cu_out = cu, *ids_out = ids;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *model = NULL, *seqs = NULL, *out = NULL, *device = "cuda:0";
+  uint32_t max_tokens = 16384;
+  int warmup = 2, iters = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--model")) model = argv[i + 1];
+    else if (!strcmp(argv[i], "--seqs")) seqs = argv[i + 1];
+    else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
+    else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
+    else if (!strcmp(argv[i], "--max-batch-tokens")) max_tokens = (uint32_t)strtoul(argv[i + 1], NULL, 10);
+    else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
+    else {
+      fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!model || !seqs || !out || iters < 1 || warmup < 0) {
+    fprintf(stderr, "usage: %s --model DIR --seqs FILE --out JSON [--device cuda:0] [--max-batch-tokens N] "
+                    "[--warmup N] [--iters N]\n", argv[0]);
+    return 2;
+  }
+  uint32_t n;
+  uint32_t *cu;
+  int32_t *ids;
+  if (read_seqs(seqs, &n, &cu, &ids)) return 1;
+  size_t free0 = 0, total_mem = 0;
+  cudaSetDevice(0);
+  cudaFree(0); /* create the context before measuring */
+  cudaMemGetInfo(&free0, &total_mem);
+
+  vr_model_options_t opt;
+  vr_model_options_init(&opt);
+  opt.device = device;
+  opt.max_batch_tokens = max_tokens;
+  vr_model_t *m = NULL;
+  const double t0 = now_s();
+  int rc = vr_model_load(model, &opt, &m);
+  const double load_s = now_s() - t0;
+  if (rc) {
+    fprintf(stderr, "load %s: %s\n", model, vr_strerror(rc));
+    return 1;
+  }
+  float *scores = calloc(n, sizeof *scores);
+  int32_t *st = calloc(n, sizeof *st);
+  for (int i = 0; i < warmup; ++i)
+    if ((rc = vr_model_score(m, ids, cu, n, scores, st))) break;
+  double *lat = calloc((size_t)iters, sizeof *lat);
+  for (int i = 0; rc == 0 && i < iters; ++i) {
+    const double a = now_s();
+    rc = vr_model_score(m, ids, cu, n, scores, st);
+    lat[i] = now_s() - a;
+  }
+  for (uint32_t i = 0; rc == 0 && i < n; ++i)
+    if (st[i]) rc = st[i];
+  if (rc) {
+    fprintf(stderr, "score: %s\n", vr_strerror(rc));
+    return 1;
+  }
+  size_t free1 = 0;
+  cudaMemGetInfo(&free1, &total_mem);
+  qsort(lat, (size_t)iters, sizeof *lat, cmpd);
+  const double med = lat[iters / 2];
+  const vr_model_info_t *info = vr_model_info(m);
+  FILE *f = fopen(out, "w");
+  if (!f) {
+    fprintf(stderr, "cannot write %s\n", out);
+    return 1;
+  }
+  fprintf(f, "{\"model\": \"%s\", \"device\": \"%s\", \"device_name\": \"%s\", \"n_seqs\": %u, \"tokens\": %u,\n",
+          model, info->device, info->device_name, n, cu[n]);
+  fprintf(f, " \"max_batch_tokens\": %u, \"load_s\": %.4f, \"warmup\": %d, \"iters\": %d,\n", max_tokens, load_s,
+          warmup, iters);
+  fprintf(f, " \"latency_median_s\": %.6f, \"latency_min_s\": %.6f, \"tokens_per_s\": %.1f,\n", med, lat[0],
+          cu[n] / med);
+  fprintf(f, " \"device_bytes_backend\": %llu, \"device_bytes_used_process\": %llu,\n",
+          (unsigned long long)info->device_bytes, (unsigned long long)(free0 > free1 ? free0 - free1 : 0));
+  fprintf(f, " \"scores\": [");
+  for (uint32_t i = 0; i < n; ++i) fprintf(f, "%s%.7g", i ? ", " : "", scores[i]);
+  fprintf(f, "]}\n");
+  fclose(f);
+  printf("%s: %u seqs %u tokens load %.2fs median %.3f ms (%.0f tok/s)\n", model, n, cu[n], load_s, med * 1e3,
+         cu[n] / med);
+  vr_model_free(m);
+  free(scores), free(st), free(lat), free(cu), free(ids);
+  return 0;
+}

@@ -1,0 +1,276 @@
+/* test_cuda_model.c: the CUDA backend end to end through vr_model_load /
+ * vr_model_score, on every fixture under $VR_FIXTURES/models (golden scores
+ * computed by transformers in float32, see tools/make_fixtures.py):
+ *   - cuda vs transformers, one sequence per call: ||cuda - tf|| / ||tf|| <= 1e-2
+ *   - packed batch vs one by one (<= 1e-2), and the packed batch three times
+ *     (eager run, graph capture, graph replay) giving the same scores (<= 1e-5)
+ *   - cuda vs the cpu backend on the fixture batch and on fresh random
+ *     sequences (pad tokens inside and at the end, an all-pad sequence)
+ *   - a model with a 64-token workspace and graphs off (batches split, eager path)
+ * VR_CUDA_TEST_ONLY=name[,name] restricts the fixtures (compute-sanitizer runs).
+ * Exit code: 0 pass, 1 fail, 77 no GPU. */
+#include <cjson/cJSON.h>
+#include <cuda_runtime.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "verl_reward/status.h"
+#include "vr_log.h"
+#include "vr_model.h"
+
+static int g_fail = 0;
+static uint64_t g_rng = 1;
+
+static uint32_t rnd(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (uint32_t)(g_rng >> 16);
+}
+
+typedef struct golden {
+  uint32_t n;
+  uint32_t *cu;
+  int32_t *ids;
+  double *scores;
+  int pad, max_len, vocab;
+} golden_t;
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  if (buf) buf[n] = 0;
+  fclose(f);
+  return buf;
+}
+
+static int load_golden(const char *dir, golden_t *g) {
+  char path[8300];
+  snprintf(path, sizeof path, "%s/golden.json", dir);
+  char *txt = read_file(path);
+  if (!txt) return -1;
+  cJSON *root = cJSON_Parse(txt);
+  free(txt);
+  if (!root) return -1;
+  memset(g, 0, sizeof *g);
+  const cJSON *seqs = cJSON_GetObjectItem(root, "sequences"), *sc = cJSON_GetObjectItem(root, "scores");
+  const cJSON *pad = cJSON_GetObjectItem(root, "pad_token_id"), *ml = cJSON_GetObjectItem(root, "max_seq_len");
+  const cJSON *voc = cJSON_GetObjectItem(root, "vocab_size");
+  int ok = cJSON_IsArray(seqs) && cJSON_IsArray(sc) && cJSON_GetArraySize(seqs) == cJSON_GetArraySize(sc) &&
+           cJSON_IsNumber(ml) && cJSON_IsNumber(voc);
+  if (ok) {
+    g->n = (uint32_t)cJSON_GetArraySize(seqs);
+    g->pad = cJSON_IsNumber(pad) ? pad->valueint : -1;
+    g->max_len = ml->valueint;
+    g->vocab = voc->valueint;
+    g->cu = calloc(g->n + 1, sizeof *g->cu);
+    g->scores = calloc(g->n, sizeof *g->scores);
+    uint32_t total = 0;
+    const cJSON *s;
+    cJSON_ArrayForEach(s, seqs) total += (uint32_t)cJSON_GetArraySize(s);
+    g->ids = calloc(total ? total : 1, sizeof *g->ids);
+    uint32_t i = 0, t = 0;
+    cJSON_ArrayForEach(s, seqs) {
+      const cJSON *v;
+      cJSON_ArrayForEach(v, s) g->ids[t++] = v->valueint;
+      g->cu[++i] = t;
+    }
+    i = 0;
+    cJSON_ArrayForEach(s, sc) g->scores[i++] = s->valuedouble;
+  }
+  cJSON_Delete(root);
+  return ok ? 0 : -1;
+}
+
+static double rel_err(const float *got, const double *ref, uint32_t n) {
+  double num = 0, den = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (!isfinite(got[i])) return INFINITY;
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static double rel_err_ff(const float *got, const float *ref, uint32_t n) {
+  double *r = malloc(n * sizeof *r);
+  for (uint32_t i = 0; i < n; ++i) r[i] = ref[i];
+  const double e = rel_err(got, r, n);
+  free(r);
+  return e;
+}
+
+static void verdict(const char *fx, const char *what, double err, double tol) {
+  const int ok = err <= tol;
+  printf("%-4s %-20s %-44s rel %.2e (tol %.0e)\n", ok ? "ok" : "FAIL", fx, what, err, tol);
+  if (!ok) g_fail = 1;
+}
+
+static int score(vr_model_t *m, const int32_t *ids, const uint32_t *cu, uint32_t n, float *out) {
+  int32_t *st = calloc(n, sizeof *st);
+  int rc = vr_model_score(m, ids, cu, n, out, st);
+  for (uint32_t i = 0; rc == 0 && i < n; ++i)
+    if (st[i]) rc = st[i];
+  free(st);
+  return rc;
+}
+
+static vr_model_t *load(const char *dir, const char *device, uint32_t max_tokens) {
+  vr_model_options_t opt;
+  vr_model_options_init(&opt);
+  opt.device = device;
+  opt.max_batch_tokens = max_tokens;
+  opt.n_threads = 2;
+  vr_model_t *m = NULL;
+  int rc = vr_model_load(dir, &opt, &m);
+  if (rc) {
+    printf("FAIL load %s on %s: %s\n", dir, device, vr_strerror(rc));
+    g_fail = 1;
+    return NULL;
+  }
+  return m;
+}
+
+static void test_fixture(const char *name, const char *dir) {
+  golden_t g;
+  if (load_golden(dir, &g)) {
+    printf("FAIL %s: cannot read golden.json\n", name);
+    g_fail = 1;
+    return;
+  }
+  vr_model_t *mc = load(dir, "cuda", 4096), *mp = load(dir, "cpu", 4096);
+  if (!mc || !mp) goto done;
+  const vr_model_info_t *info = vr_model_info(mc);
+  if (strcmp(info->device, "cuda:0") || strcmp(info->compute_dtype, "bf16") || info->device_bytes == 0) {
+    printf("FAIL %s: info device '%s' dtype '%s' device_bytes %llu\n", name, info->device, info->compute_dtype,
+           (unsigned long long)info->device_bytes);
+    g_fail = 1;
+  }
+  float *one = calloc(g.n, sizeof *one), *packed[3], *cpu = calloc(g.n, sizeof *cpu);
+  for (uint32_t i = 0; i < g.n; ++i) {
+    uint32_t cu1[2] = {0, g.cu[i + 1] - g.cu[i]};
+    if (score(mc, g.ids + g.cu[i], cu1, 1, &one[i])) one[i] = NAN;
+  }
+  verdict(name, "cuda one-by-one vs transformers", rel_err(one, g.scores, g.n), 1e-2);
+  for (int r = 0; r < 3; ++r) {
+    packed[r] = calloc(g.n, sizeof(float));
+    if (score(mc, g.ids, g.cu, g.n, packed[r])) packed[r][0] = NAN;
+  }
+  verdict(name, "cuda packed vs transformers", rel_err(packed[0], g.scores, g.n), 1e-2);
+  verdict(name, "cuda packed vs one-by-one", rel_err_ff(packed[0], one, g.n), 1e-2);
+  verdict(name, "cuda packed: graph capture == eager", rel_err_ff(packed[1], packed[0], g.n), 1e-5);
+  verdict(name, "cuda packed: graph replay == eager", rel_err_ff(packed[2], packed[0], g.n), 1e-5);
+  if (score(mp, g.ids, g.cu, g.n, cpu)) cpu[0] = NAN;
+  verdict(name, "cuda vs cpu backend (fixture batch)", rel_err_ff(packed[0], cpu, g.n), 1e-2);
+
+  /* fresh random sequences, pads inside / at the end, one all-pad sequence */
+  {
+    const uint32_t n = 24;
+    const int maxl = info->max_positions < g.max_len ? info->max_positions : g.max_len;
+    uint32_t *cu = calloc(n + 1, sizeof *cu);
+    int32_t *ids = calloc((size_t)n * maxl, sizeof *ids);
+    for (uint32_t i = 0; i < n; ++i) {
+      const uint32_t len = 1 + rnd() % (uint32_t)maxl;
+      for (uint32_t t = 0; t < len; ++t) {
+        int32_t id = (int32_t)(rnd() % (uint32_t)g.vocab);
+        if (g.pad >= 0 && (rnd() % 10 == 0 || (i % 5 == 1 && t + 2 >= len) || i == 7)) id = g.pad;
+        ids[cu[i] + t] = id;
+      }
+      cu[i + 1] = cu[i] + len;
+    }
+    float *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
+    if (score(mc, ids, cu, n, a)) a[0] = NAN;
+    if (score(mp, ids, cu, n, b)) b[0] = NAN;
+    verdict(name, "cuda vs cpu, 24 fresh random sequences", rel_err_ff(a, b, n), 1e-2);
+    vr_model_free(mc);
+    mc = NULL;
+    setenv("VR_CUDA_GRAPHS", "0", 1);
+    vr_model_t *small = load(dir, "cuda", 64);
+    unsetenv("VR_CUDA_GRAPHS");
+    if (small) {
+      if (score(small, ids, cu, n, a)) a[0] = NAN;
+      verdict(name, "cuda 64-token workspace, no graphs vs cpu", rel_err_ff(a, b, n), 1e-2);
+      vr_model_free(small);
+    }
+    free(a), free(b), free(cu), free(ids);
+  }
+  for (int r = 0; r < 3; ++r) free(packed[r]);
+  free(one), free(cpu);
+done:
+  vr_model_free(mc);
+  vr_model_free(mp);
+  free(g.cu), free(g.ids), free(g.scores);
+}
+
+static int wanted(const char *name) {
+  const char *only = getenv("VR_CUDA_TEST_ONLY");
+  if (!only || !*only) return 1;
+  const size_t n = strlen(name);
+  for (const char *p = only; (p = strstr(p, name)); p += n)
+    if ((p == only || p[-1] == ',') && (p[n] == 0 || p[n] == ',')) return 1;
+  return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int main(void) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  const char *fx = getenv("VR_FIXTURES");
+  if (!fx) {
+    printf("VR_FIXTURES not set\n");
+    return 1;
+  }
+  const char *seed = getenv("VR_TEST_SEED");
+  g_rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761ull + 7;
+  if (!g_rng) g_rng = 1;
+  printf("seed %llu\n", (unsigned long long)g_rng);
+  vr_log_set_level(VR_LOG_WARN);
+  char root[4000];
+  snprintf(root, sizeof root, "%s/models", fx);
+  DIR *d = opendir(root);
+  if (!d) {
+    printf("FAIL cannot open %s\n", root);
+    return 1;
+  }
+  char *names[256];
+  int nn = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && nn < 256) {
+    char p[8192];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/%s/golden.json", root, e->d_name);
+    if (e->d_name[0] != '.' && stat(p, &sb) == 0 && wanted(e->d_name)) names[nn++] = strdup(e->d_name);
+  }
+  closedir(d);
+  qsort(names, (size_t)nn, sizeof *names, cmp_str);
+  if (nn == 0) {
+    printf("FAIL no fixtures under %s\n", root);
+    return 1;
+  }
+  for (int i = 0; i < nn; ++i) {
+    char p[8192];
+    snprintf(p, sizeof p, "%s/%s", root, names[i]);
+    test_fixture(names[i], p);
+    free(names[i]);
+  }
+  printf("%s (%d fixtures)\n", g_fail ? "FAILED" : "all model checks passed", nn);
+  return g_fail;
+}
