@@ -198,7 +198,8 @@ int vr_report_svg(const char *path, const vr_report_meta_t *m, const vr_run_resu
   const double W = 960, H = 540, L = 90, R = 230, T = 60, B = 70;
   const double pw = W - L - R, ph = H - T - B;
   static const char *const colors[3] = {"#1f77b4", "#d62728", "#2ca02c"};
-  static const char *const dashes[5] = {"", "2,3", "8,4", "8,3,2,3", "1,5"};
+  static const char *const dashes[5] = {"", "6,3", "2,3", "8,3,2,3", ""};
+  static const char *const widths[5] = {"2.5", "2", "2", "2", "1"}; /* max: thin, faded */
   static const char *const pnames[5] = {"p50", "p90", "p99", "p99.9", "max"};
   int open_loop = n && r[0].rate > 0;
 
@@ -278,9 +279,9 @@ int vr_report_svg(const char *path, const vr_report_meta_t *m, const vr_run_resu
           double v = p[k] > 0 ? p[k] : pow(10, d0);
           double x = L + (nx == 1 ? pw / 2 : pw * (0.05 + 0.9 * (double)j / (double)(nx - 1)));
           double y = T + ph - (log10(v) - d0) / (d1 - d0) * ph;
-          if (!any) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s%s%s points=\"",
-                            colors[t], *dashes[k] ? " stroke-dasharray=\"" : "", dashes[k],
-                            *dashes[k] ? "\"" : "");
+          if (!any) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s%s%s%s points=\"",
+                            colors[t], widths[k], k == 4 ? " stroke-opacity=\"0.5\"" : "",
+                            *dashes[k] ? " stroke-dasharray=\"" : "", dashes[k], *dashes[k] ? "\"" : "");
           fprintf(f, "%s%.1f,%.1f", any ? " " : "", x, y);
           any = 1;
           break;
@@ -318,9 +319,9 @@ int vr_report_svg(const char *path, const vr_report_meta_t *m, const vr_run_resu
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-weight=\"bold\">percentile</text>\n", lx, ly);
   ly += 18;
   for (int k = 0; k < 5; k++) {
-    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" stroke-width=\"2\"%s%s%s/>\n",
-            lx, ly - 4, lx + 24, ly - 4, *dashes[k] ? " stroke-dasharray=\"" : "", dashes[k],
-            *dashes[k] ? "\"" : "");
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#333\" stroke-width=\"%s\"%s%s%s%s/>\n",
+            lx, ly - 4, lx + 24, ly - 4, widths[k], k == 4 ? " stroke-opacity=\"0.5\"" : "",
+            *dashes[k] ? " stroke-dasharray=\"" : "", dashes[k], *dashes[k] ? "\"" : "");
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\">%s</text>\n", lx + 32, ly, pnames[k]);
     ly += 18;
   }

@@ -226,6 +226,9 @@ int vr_run(const vr_run_cfg_t *cfg, vr_run_result_t *res) {
     if (cfg->procs) {
       pid_t pid = fork();
       if (pid == 0) {
+        /* the parent's handlers (stop a spawned server) are not the client's business */
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
         client_main(&args[i]);
         _exit(0);
       }
