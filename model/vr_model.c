@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -416,7 +417,9 @@ int vr_model_load(const char *dir, const vr_model_options_t *opt_in, vr_model_t 
   if (rc == 0) {
     rc = vr_model_open_sharded(m, json, len, path);
   } else if (rc == VR_ERR_NOT_FOUND) {
-    rc = vr_model_open_file(m, "model.safetensors");
+    snprintf(path, sizeof path, "%s/model.safetensors", m->dir);
+    rc = access(path, F_OK) == 0 || errno != ENOENT ? vr_model_open_file(m, "model.safetensors")
+                                                   : VR_ERR_NOT_FOUND;
     if (rc == VR_ERR_NOT_FOUND)
       vr_log(VR_LOG_ERROR, "%s: neither model.safetensors nor model.safetensors.index.json (pytorch_model.bin is not read; HINT: re-save with save_pretrained(safe_serialization=True))",
              dir);

@@ -92,9 +92,15 @@ static int vr_score_flush(vr_model_t *m, vr_score_batch_t *b, float *scores, int
     if (reason[0]) {
       failed++;
       vr_log(VR_LOG_ERROR, "line %llu: %s", (unsigned long long)b->line[i], reason);
-      /* reason is ours (no quotes or control characters) */
-      printf("{\"error\": \"line %llu: %s\", \"line\": %llu}\n", (unsigned long long)b->line[i], reason,
-             (unsigned long long)b->line[i]);
+      char msg[300];
+      snprintf(msg, sizeof msg, "line %llu: %s", (unsigned long long)b->line[i], reason);
+      cJSON *o = cJSON_CreateObject();
+      char *js = NULL;
+      if (o && cJSON_AddStringToObject(o, "error", msg) && cJSON_AddNumberToObject(o, "line", (double)b->line[i]))
+        js = cJSON_PrintUnformatted(o); /* escapes the quotes of the reason */
+      printf("%s\n", js ? js : "{\"error\": \"out of memory\"}");
+      free(js);
+      cJSON_Delete(o);
     } else {
       printf("{\"score\": %.9g}\n", scores[i]);
     }

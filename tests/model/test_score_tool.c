@@ -1,0 +1,188 @@
+/* verl-reward-score as users run it (the real binary from $VR_BIN_DIR): JSON lines
+ * in, one {"score": x} line per input out, in order; bad lines give an error line
+ * naming the line and the reason, and exit status 1; a bad model gives status 2. */
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "model_test_util.h"
+
+static char tmp[1200];
+
+static int setup(void **state) {
+  (void)state;
+  mt_tmpdir(tmp, sizeof tmp);
+  return 0;
+}
+static int teardown(void **state) {
+  (void)state;
+  mt_tmpdir_remove(tmp);
+  return 0;
+}
+
+/* Runs verl-reward-score with args; stdin from in_path (or /dev/null), stdout to
+ * tmp/out.jsonl, stderr to tmp/err.txt. Returns the exit status. */
+static int run_tool(const char *in_path, const char *const *args) {
+  char bin[1200], out[1300], err[1300];
+  const char *bd = getenv("VR_BIN_DIR");
+  snprintf(bin, sizeof bin, "%s/verl-reward-score", bd && *bd ? bd : "build/bin");
+  snprintf(out, sizeof out, "%s/out.jsonl", tmp);
+  snprintf(err, sizeof err, "%s/err.txt", tmp);
+  const char *argv[16] = {bin};
+  int n = 1;
+  for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
+  argv[n] = NULL;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fi = open(in_path ? in_path : "/dev/null", O_RDONLY);
+    int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fi < 0 || fo < 0 || fe < 0) _exit(126);
+    dup2(fi, 0), dup2(fo, 1), dup2(fe, 2);
+    execv(bin, (char *const *)argv);
+    _exit(127);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+
+/* Splits tmp/out.jsonl into lines (each a parsed cJSON). */
+static int read_output(cJSON **lines, int cap) {
+  char path[1300];
+  snprintf(path, sizeof path, "%s/out.jsonl", tmp);
+  char *text = mt_read_file(path, NULL);
+  int n = 0;
+  for (char *save = NULL, *l = strtok_r(text, "\n", &save); l && n < cap; l = strtok_r(NULL, "\n", &save)) {
+    lines[n] = cJSON_Parse(l);
+    if (!lines[n]) fail_msg("output line %d is not JSON: %s", n + 1, l);
+    n++;
+  }
+  free(text);
+  return n;
+}
+
+static void append_seq(char *buf, size_t cap, const mt_golden_t *g, uint32_t i) {
+  size_t k = strlen(buf);
+  k += (size_t)snprintf(buf + k, cap - k, "{\"input_ids\": [");
+  for (uint32_t t = g->cu[i]; t < g->cu[i + 1]; t++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%d", t > g->cu[i] ? ", " : "", g->ids[t]);
+  snprintf(buf + k, cap - k, "]}\n");
+}
+
+static void test_good_and_bad_lines(void **state) {
+  (void)state;
+  char model[1200], in[1300];
+  mt_model_path(model, sizeof model, "llama_gqa");
+  mt_golden_t g;
+  mt_golden_load(model, &g);
+  static char buf[65536];
+  buf[0] = 0;
+  append_seq(buf, sizeof buf, &g, 0);                       /* line 1 */
+  strcat(buf, "\n");                                         /* line 2: blank, skipped */
+  strcat(buf, "{\"input_ids\": [1, 2,\n");                   /* line 3: malformed */
+  strcat(buf, "{\"input_ids\": [1, 200]}\n");                /* line 4: id >= vocab (97) */
+  strcat(buf, "{\"ids\": [1]}\n");                           /* line 5: no input_ids */
+  strcat(buf, "{\"input_ids\": [1.5]}\n");                   /* line 6: not an integer */
+  append_seq(buf, sizeof buf, &g, 5);                        /* line 7 */
+  strcat(buf, "{\"input_ids\": []}");                        /* line 8: empty, no newline at EOF */
+  snprintf(in, sizeof in, "%s/in.jsonl", tmp);
+  mt_write_file(in, buf, strlen(buf));
+  const char *args[] = {"--model", model, "--input", in, "--threads", "1", NULL};
+  assert_int_equal(run_tool(NULL, args), 1);
+  cJSON *lines[16];
+  int n = read_output(lines, 16);
+  assert_int_equal(n, 7);
+  static const struct {
+    int line;
+    const char *why;
+  } errs[] = {{3, "malformed JSON"}, {4, "outside the model's vocabulary"}, {5, "no \"input_ids\""},
+              {6, "input_ids[0] is not an integer"}};
+  double s0 = cJSON_GetObjectItem(lines[0], "score")->valuedouble;
+  assert_true(fabs(s0 - g.scores[0]) <= 1e-4 * fmax(1, fabs(g.scores[0])));
+  for (int i = 0; i < 4; i++) {
+    const cJSON *e = cJSON_GetObjectItem(lines[1 + i], "error");
+    assert_true(cJSON_IsString(e));
+    char want[32];
+    snprintf(want, sizeof want, "line %d: ", errs[i].line);
+    if (!strstr(e->valuestring, want) || !strstr(e->valuestring, errs[i].why))
+      fail_msg("output %d: \"%s\" lacks \"%s\" / \"%s\"", i + 2, e->valuestring, want, errs[i].why);
+    assert_int_equal(cJSON_GetObjectItem(lines[1 + i], "line")->valueint, errs[i].line);
+  }
+  double s5 = cJSON_GetObjectItem(lines[5], "score")->valuedouble;
+  assert_true(fabs(s5 - g.scores[5]) <= 1e-4 * fmax(1, fabs(g.scores[5])));
+  const cJSON *e8 = cJSON_GetObjectItem(lines[6], "error");
+  assert_true(cJSON_IsString(e8) && strstr(e8->valuestring, "line 8: empty sequence"));
+  for (int i = 0; i < n; i++) cJSON_Delete(lines[i]);
+  /* stderr names the lines too */
+  char ep[1300];
+  snprintf(ep, sizeof ep, "%s/err.txt", tmp);
+  char *err = mt_read_file(ep, NULL);
+  assert_non_null(strstr(err, "line 3: malformed JSON"));
+  free(err);
+  mt_golden_free(&g);
+}
+
+/* stdin, every golden sequence of an encoder: scores in order, exit 0. */
+static void test_stdin_all_golden(void **state) {
+  (void)state;
+  char model[1200], in[1300];
+  mt_model_path(model, sizeof model, "roberta");
+  mt_golden_t g;
+  mt_golden_load(model, &g);
+  static char buf[65536];
+  buf[0] = 0;
+  for (uint32_t i = 0; i < g.n_seqs; i++) append_seq(buf, sizeof buf, &g, i);
+  snprintf(in, sizeof in, "%s/in.jsonl", tmp);
+  mt_write_file(in, buf, strlen(buf));
+  const char *args[] = {"--model", model, "--device", "cpu", "--stats", NULL};
+  assert_int_equal(run_tool(in, args), 0);
+  cJSON *lines[64];
+  int n = read_output(lines, 64);
+  assert_int_equal((uint32_t)n, g.n_seqs);
+  for (int i = 0; i < n; i++) {
+    double s = cJSON_GetObjectItem(lines[i], "score")->valuedouble;
+    if (!(fabs(s - g.scores[i]) <= 1e-4 * fmax(1, fabs(g.scores[i]))))
+      fail_msg("line %d: %.9g vs transformers %.9g", i + 1, s, g.scores[i]);
+    cJSON_Delete(lines[i]);
+  }
+  char ep[1300];
+  snprintf(ep, sizeof ep, "%s/err.txt", tmp);
+  char *err = mt_read_file(ep, NULL);
+  assert_non_null(strstr(err, "tokens_per_s"));
+  free(err);
+  mt_golden_free(&g);
+}
+
+static void test_bad_model_and_usage(void **state) {
+  (void)state;
+  const char *a1[] = {"--model", tmp, NULL}; /* empty directory */
+  assert_int_equal(run_tool(NULL, a1), 2);
+  char ep[1300];
+  snprintf(ep, sizeof ep, "%s/err.txt", tmp);
+  char *err = mt_read_file(ep, NULL);
+  assert_non_null(strstr(err, "config.json"));
+  free(err);
+  const char *a2[] = {"--input", "x", NULL}; /* no --model */
+  assert_int_equal(run_tool(NULL, a2), 2);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_good_and_bad_lines, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_stdin_all_golden, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_bad_model_and_usage, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
