@@ -8,6 +8,7 @@
  * value's byte range (extra_info is kept verbatim); then msgpack-c decodes the
  * validated blob for typed access. */
 #include "vr_rules.h"
+#include "vr_rules_internal.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -19,10 +20,7 @@
 
 #include "verl_reward/status.h"
 
-/* Formats an error message into err (if given) and returns code. */
-static int ex_fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int ex_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+int vr_rules_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
   if (err && errlen > 0) {
     va_list ap;
     va_start(ap, fmt);
@@ -169,16 +167,16 @@ static vr_text_t *field_ptr(vr_extras_t *ex, int f) {
 static int field_set_text(vr_extras_t *ex, int f, const char *s, size_t len, char *err,
                           size_t errlen) {
   if (len > k_field_max[f])
-    return ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: %s is %zu bytes, limit %u",
+    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: %s is %zu bytes, limit %u",
                    k_field_names[f], len, k_field_max[f]);
   if (memchr(s, '\0', len))
-    return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s contains a NUL byte",
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s contains a NUL byte",
                    k_field_names[f]);
   if (!vr_utf8_valid(s, len))
-    return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s is not valid UTF-8",
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s is not valid UTF-8",
                    k_field_names[f]);
   int rc = text_store(field_ptr(ex, f), s, len);
-  if (rc) return ex_fail(err, errlen, rc, "extras: out of memory for %s", k_field_names[f]);
+  if (rc) return vr_rules_fail(err, errlen, rc, "extras: out of memory for %s", k_field_names[f]);
   return VR_OK;
 }
 
@@ -311,10 +309,10 @@ static int mp_set_field(vr_extras_t *ex, int f, const msgpack_object *v, const u
   if (v->type == MSGPACK_OBJECT_NIL) return VR_OK; /* absent */
   if (f == F_INFO) {
     if (raw_len > VR_EXTRAS_MAX_INFO)
-      return ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
+      return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
                      raw_len, VR_EXTRAS_MAX_INFO);
     if (text_store(&ex->extra_info, raw, raw_len))
-      return ex_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
+      return vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
     ex->extra_info_format = VR_INFO_MSGPACK;
     return VR_OK;
   }
@@ -336,51 +334,51 @@ static int mp_set_field(vr_extras_t *ex, int f, const msgpack_object *v, const u
     case MSGPACK_OBJECT_FLOAT64:
       if (f != F_TRUTH) break;
       if (!isfinite(v->via.f64))
-        return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
+        return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
       number_text(v->via.f64, v->type == MSGPACK_OBJECT_FLOAT32, num, sizeof(num));
       return field_set_text(ex, f, num, strlen(num), err, errlen);
     default:
       break;
   }
-  return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s has msgpack type %d, want %s",
+  return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s has msgpack type %d, want %s",
                  k_field_names[f], (int)v->type,
                  f == F_TRUTH ? "str, bin or number" : "str or bin");
 }
 
 int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, char *err,
                             size_t errlen) {
-  if (!out || (!buf && len)) return ex_fail(err, errlen, VR_ERR_INVAL, "extras: NULL argument");
+  if (!out || (!buf && len)) return vr_rules_fail(err, errlen, VR_ERR_INVAL, "extras: NULL argument");
   vr_extras_clear(out);
-  if (len == 0) return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: empty msgpack blob");
+  if (len == 0) return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: empty msgpack blob");
   if (len > VR_EXTRAS_MAX_BLOB)
-    return ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: msgpack blob is %zu bytes, limit %u",
+    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: msgpack blob is %zu bytes, limit %u",
                    len, VR_EXTRAS_MAX_BLOB);
   const uint8_t b0 = buf[0];
   if (!((b0 >= 0x80 && b0 <= 0x8f) || b0 == 0xde || b0 == 0xdf))
-    return ex_fail(err, errlen, VR_ERR_MALFORMED,
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED,
                    "extras: msgpack blob is not a map (first byte 0x%02x)", b0);
   /* Pass 1: structure, and the byte range of every top-level value. */
   size_t off = 0;
   const char *why = "";
   if (mp_skip(buf, len, &off, 0, &why))
-    return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: malformed msgpack: %s", why);
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: malformed msgpack: %s", why);
   if (off != len)
-    return ex_fail(err, errlen, VR_ERR_MALFORMED,
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED,
                    "extras: %zu trailing bytes after the msgpack map", len - off);
   size_t pos = 1; /* past the map header */
   uint64_t npairs = b0 <= 0x8f ? (uint64_t)(b0 & 0x0f) : be_read(buf + 1, b0 == 0xde ? 2 : 4);
   if (b0 == 0xde) pos = 3;
   if (b0 == 0xdf) pos = 5;
   if (npairs > VR_EXTRAS_MAX_KEYS)
-    return ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: map has %llu keys, limit %u",
+    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: map has %llu keys, limit %u",
                    (unsigned long long)npairs, VR_EXTRAS_MAX_KEYS);
   size_t vstart[VR_EXTRAS_MAX_KEYS], vend[VR_EXTRAS_MAX_KEYS];
   for (uint64_t i = 0; i < npairs; i++) {
     if (mp_skip(buf, len, &pos, 1, &why)) /* validated above: cannot fail */
-      return ex_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
+      return vr_rules_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
     vstart[i] = pos;
     if (mp_skip(buf, len, &pos, 1, &why))
-      return ex_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
+      return vr_rules_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
     vend[i] = pos;
   }
   /* Pass 2: decode with msgpack-c (allocation bounded by len, see mp_skip). */
@@ -390,10 +388,10 @@ int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, ch
   msgpack_unpack_return ur = msgpack_unpack_next(&up, (const char *)buf, len, &moff);
   int rc = VR_OK;
   if (ur == MSGPACK_UNPACK_NOMEM_ERROR) {
-    rc = ex_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory decoding msgpack");
+    rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory decoding msgpack");
   } else if (ur != MSGPACK_UNPACK_SUCCESS || moff != len || up.data.type != MSGPACK_OBJECT_MAP ||
              up.data.via.map.size != npairs) {
-    rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: msgpack-c rejected the blob (%d)",
+    rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: msgpack-c rejected the blob (%d)",
                  (int)ur);
   } else {
     unsigned seen = 0;
@@ -401,13 +399,13 @@ int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, ch
       const msgpack_object *k = &up.data.via.map.ptr[i].key;
       const msgpack_object *v = &up.data.via.map.ptr[i].val;
       if (k->type != MSGPACK_OBJECT_STR) {
-        rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: map key #%u is not a string", i);
+        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: map key #%u is not a string", i);
         break;
       }
       int f = field_index(k->via.str.ptr, k->via.str.size);
       if (f < 0) continue; /* unknown key: ignored (forward compatibility) */
       if (seen & (1u << f)) {
-        rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
+        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
         break;
       }
       seen |= 1u << f;
@@ -463,16 +461,16 @@ int vr_extras_pack_msgpack(const vr_extras_t *ex, uint8_t **out, size_t *out_len
 /* ---- JSON --------------------------------------------------------------------------- */
 
 int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t errlen) {
-  if (!out || !obj) return ex_fail(err, errlen, VR_ERR_INVAL, "extras: NULL argument");
+  if (!out || !obj) return vr_rules_fail(err, errlen, VR_ERR_INVAL, "extras: NULL argument");
   vr_extras_clear(out);
   if (!cJSON_IsObject(obj))
-    return ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: element is not a JSON object");
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: element is not a JSON object");
   unsigned seen = 0, nkeys = 0;
   int rc = VR_OK;
   char num[64];
   for (const cJSON *it = obj->child; it && rc == VR_OK; it = it->next) {
     if (++nkeys > VR_EXTRAS_MAX_KEYS) {
-      rc = ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: object has more than %u keys",
+      rc = vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: object has more than %u keys",
                    VR_EXTRAS_MAX_KEYS);
       break;
     }
@@ -480,7 +478,7 @@ int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t er
     int f = field_index(it->string, strlen(it->string));
     if (f < 0) continue;
     if (seen & (1u << f)) {
-      rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
       break;
     }
     seen |= 1u << f;
@@ -488,17 +486,17 @@ int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t er
     if (f == F_INFO) {
       char *txt = cJSON_PrintUnformatted(it);
       if (!txt) {
-        rc = ex_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory printing extra_info");
+        rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory printing extra_info");
         break;
       }
       size_t tl = strlen(txt);
       if (tl > VR_EXTRAS_MAX_INFO)
-        rc = ex_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
+        rc = vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
                      tl, VR_EXTRAS_MAX_INFO);
       else if (!vr_utf8_valid(txt, tl)) /* cJSON passes raw bytes of strings through */
-        rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: extra_info is not valid UTF-8");
+        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: extra_info is not valid UTF-8");
       else if (text_store(&out->extra_info, txt, tl))
-        rc = ex_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
+        rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
       else
         out->extra_info_format = VR_INFO_JSON;
       cJSON_free(txt);
@@ -506,13 +504,13 @@ int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t er
       rc = field_set_text(out, f, it->valuestring, strlen(it->valuestring), err, errlen);
     } else if (f == F_TRUTH && cJSON_IsNumber(it)) {
       if (!isfinite(it->valuedouble)) {
-        rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
+        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
         break;
       }
       number_text(it->valuedouble, 0, num, sizeof(num));
       rc = field_set_text(out, f, num, strlen(num), err, errlen);
     } else {
-      rc = ex_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s has the wrong JSON type (want %s)",
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s has the wrong JSON type (want %s)",
                    k_field_names[f], f == F_TRUTH ? "string or number" : "string");
     }
   }

@@ -16,6 +16,10 @@ void vr_sb_putn(vr_sb_t *b, const char *s, size_t n);
 void vr_sb_free(vr_sb_t *b);
 /* Offset of needle in hay[from..n), or n when absent. */
 size_t vr_find(const char *hay, size_t n, size_t from, const char *needle);
+/* Writes the printf-formatted message into err (when err && errlen > 0,
+ * truncated, NUL-terminated) and returns code. */
+int vr_rules_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 /* Full math normalisation into *res (owned by the caller: vr_sb_free). 0, or -1 on OOM. */
 int vr_math_normalize_sb(const char *s, size_t n, vr_sb_t *res);
 

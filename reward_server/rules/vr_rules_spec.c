@@ -2,29 +2,20 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "verl_reward/status.h"
 #include "vr_rules.h"
+#include "vr_rules_internal.h"
 
 #define VR_WEIGHT_MAX 1e6
 #define VR_FACTOR_MAX 1e6
 #define VR_LEN_MAX 100000000u /* token counts in overlong options */
 
-static int spec_fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int spec_fail(char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return VR_ERR_INVAL;
-}
+/* Every spec error is VR_ERR_INVAL with a message. */
+#define spec_fail(err, errlen, ...) vr_rules_fail((err), (errlen), VR_ERR_INVAL, __VA_ARGS__)
 
 /* Built-in component names and the rule each starts from. */
 typedef struct {
