@@ -375,7 +375,13 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
   path[n] = 0;
   int is_get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
   if (strcmp(path, "/v1/score") == 0) {
-    if (cmd != EVHTTP_REQ_POST) { reply_error(h, req, VR_ERR_INVAL, -1, "use POST for /v1/score"); return; }
+    if (cmd != EVHTTP_REQ_POST) {
+      struct evbuffer *b = evbuffer_new();
+      evbuffer_add_printf(b, "{\"error\":{\"code\":\"VR_ERR_INVAL\",\"message\":\"use POST for /v1/score\"}}\n");
+      reply(h, req, 405, "application/json", b);
+      evbuffer_free(b);
+      return;
+    }
     { handle_score(h, req); return; }
   }
   int known = !strcmp(path, "/health") || !strcmp(path, "/ready") || !strcmp(path, "/metrics") || !strcmp(path, "/v1/model");

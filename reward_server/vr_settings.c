@@ -39,7 +39,7 @@ static const opt_t k_opts[] = {
     {"device", NULL, OPT_STR, F(device), 0, 0, "cpu|cuda[:N]", "device; unset: the first visible GPU, else cpu"},
     {"dtype", NULL, OPT_STR, F(dtype), 0, 0, "auto|f32|bf16", "compute dtype (auto: cpu f32, cuda bf16)"},
     {"max-batch-tokens", NULL, OPT_U32, F(max_batch_tokens), 1, 1u << 24, "N", "token budget of one packed batch"},
-    {"max-wait-us", NULL, OPT_U32, F(max_wait_us), 0, 10000000, "US", "longest wait for more work before a batch starts (0: start as soon as the batcher is free; what arrives during a forward joins the next batch)"},
+    {"max-wait-us", NULL, OPT_U32, F(max_wait_us), 0, 60000000, "US", "longest wait for more work before a batch starts (0: start as soon as the batcher is free; what arrives during a forward joins the next batch)"},
     {"max-seq-len", NULL, OPT_U32, F(max_seq_len), 1, 1u << 20, "N",
      "longest sequence (capped by the model's max positions)"},
     {"truncate", NULL, OPT_TRUNCATE, F(truncate), 0, 0, "left|right|error",
