@@ -39,6 +39,7 @@ typedef struct bench_opts {
   vr_len_dist_t len;
   const char *input, *json, *csv, *plot, *spawn, *server_bin, *shm_name, *url;
   int64_t timeout_us;
+  int64_t spin_us;
 } bench_opts_t;
 
 static void usage(FILE *f) {
@@ -63,6 +64,7 @@ static void usage(FILE *f) {
     "  --warmup S               unrecorded seconds before each run (default 1)\n"
     "  --requests N             measure N requests instead of a duration\n"
     "  --timeout-ms MS          per-request timeout (default 30000)\n"
+    "  --spin-us US             shm client busy-poll before parking (default: the library's, 50)\n"
     "workload:\n"
     "  --batch K                sequences per request (default 1)\n"
     "  --lengths DIST           fixed:L | uniform:A-B | lognormal:MEAN,SIGMA (default fixed:128)\n"
@@ -142,7 +144,7 @@ static void default_server_bin(char *buf, size_t n) {
 static int parse_args(int argc, char **argv, bench_opts_t *o) {
   enum { O_SHM = 256, O_URL, O_SPAWN, O_SRVBIN, O_READY, O_TRANSPORT, O_CONC, O_PROCS, O_RATE, O_ARRIVAL,
          O_DUR, O_WARM, O_REQS, O_TIMEOUT, O_BATCH, O_LENS, O_INPUT, O_VOCAB, O_SEED, O_VERIFY, O_JSON,
-         O_CSV, O_PLOT, O_LOG, O_HELP };
+         O_CSV, O_PLOT, O_LOG, O_SPIN, O_HELP };
   static const struct option lo[] = {
       {"shm-name", 1, 0, O_SHM}, {"url", 1, 0, O_URL}, {"spawn-server", 1, 0, O_SPAWN},
       {"server-bin", 1, 0, O_SRVBIN}, {"ready-timeout", 1, 0, O_READY}, {"transport", 1, 0, O_TRANSPORT},
@@ -151,7 +153,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       {"requests", 1, 0, O_REQS}, {"timeout-ms", 1, 0, O_TIMEOUT}, {"batch", 1, 0, O_BATCH},
       {"lengths", 1, 0, O_LENS}, {"input", 1, 0, O_INPUT}, {"vocab", 1, 0, O_VOCAB}, {"seed", 1, 0, O_SEED},
       {"verify-checksum", 0, 0, O_VERIFY}, {"json", 1, 0, O_JSON}, {"csv", 1, 0, O_CSV},
-      {"plot", 1, 0, O_PLOT}, {"log-level", 1, 0, O_LOG}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"plot", 1, 0, O_PLOT}, {"log-level", 1, 0, O_LOG}, {"spin-us", 1, 0, O_SPIN}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
   memset(o, 0, sizeof(*o));
   o->transports[0] = VR_TR_SHM;
   o->n_transports = 1;
@@ -161,6 +163,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   o->seed = 1;
   o->batch = 1;
   o->timeout_us = 30000000;
+  o->spin_us = -1;
   o->shm_name = "verl_reward_shm";
   o->url = "127.0.0.1:8080";
   vr_len_dist_parse("fixed:128", &o->len);
@@ -204,6 +207,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     case O_WARM: if (parse_num(optarg, "--warmup", 0, 3600, &o->warmup_s)) return -1; break;
     case O_REQS: if (parse_num(optarg, "--requests", 1, 1e12, &v)) return -1; o->requests = (uint64_t)v; break;
     case O_TIMEOUT: if (parse_num(optarg, "--timeout-ms", 1, 3600000, &v)) return -1; o->timeout_us = (int64_t)(v * 1000); break;
+    case O_SPIN: if (parse_num(optarg, "--spin-us", 0, 1000000, &v)) return -1; o->spin_us = (int64_t)v; break;
     case O_BATCH: if (parse_num(optarg, "--batch", 1, 1 << 20, &v)) return -1; o->batch = (uint32_t)v; break;
     case O_LENS: if (vr_len_dist_parse(optarg, &o->len)) return -1; break;
     case O_INPUT: o->input = optarg; break;
@@ -284,6 +288,7 @@ int main(int argc, char **argv) {
   memset(&tg, 0, sizeof(tg));
   tg.timeout_us = o.timeout_us;
   tg.connect_timeout_us = 5000000;
+  tg.spin_us = o.spin_us;
   vr_spawned_t srv = {0};
   if (o.spawn) {
     char bin[4096];

@@ -65,6 +65,7 @@ int vr_conn_open(vr_transport_t t, const vr_target_t *tg, vr_conn_t **out) {
     vr_client_options_init(&o);
     o.timeout_us = tg->timeout_us;
     o.connect_timeout_us = tg->connect_timeout_us;
+    if (tg->spin_us >= 0) o.spin_us = (uint32_t)tg->spin_us;
     rc = vr_client_connect(tg->shm_name, &o, &c->client);
     if (rc != 0)
       vr_log(VR_LOG_ERROR, "shm connect to '%s' failed: %s (%s)", tg->shm_name, vr_strerror(rc),

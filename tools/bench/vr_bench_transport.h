@@ -27,6 +27,7 @@ typedef struct vr_target {
   uint16_t port;          /* 0: no HTTP address known */
   int64_t timeout_us;     /* per request */
   int64_t connect_timeout_us;
+  int64_t spin_us;        /* shm client busy-poll before parking; < 0: the library's default */
 } vr_target_t;
 
 /* What the server says about itself (shm limits or GET /v1/model). 0 = unknown. */
