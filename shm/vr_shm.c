@@ -275,7 +275,15 @@ static int collect(vr_shm_server_t *s, vr_shm_request_t *reqs, int max) {
     vr_shm_lane_t *sh = L->sh;
     int lst = atomic_load_explicit(&L->state, memory_order_relaxed);
     uint64_t lease = atomic_load_explicit(&sh->lease, memory_order_relaxed);
-    if (lst == LANE_QUARANTINED) continue;
+    if (lst == LANE_QUARANTINED) {
+      /* ignored until its client closes (here) or dies (liveness thread) */
+      if (VR_SHM_LEASE_CLOSING(lease)) {
+        pthread_mutex_lock(&L->mu);
+        if (L->state == LANE_QUARANTINED && atomic_load(&sh->lease) == lease) lane_reset(s, i, 0, 0, "client closed");
+        pthread_mutex_unlock(&L->mu);
+      }
+      continue;
+    }
     if (lst == LANE_FREE && VR_SHM_LEASE_PID(lease) == 0) continue;
     /* unlocked hint: nothing published and nothing to reclaim */
     if (lst == LANE_ACTIVE && atomic_load_explicit(&sh->req_head, memory_order_relaxed) ==

@@ -61,6 +61,11 @@ void tu_name(char *buf, size_t n, const char *tag) {
   ensure_registered();
   snprintf(buf, n, "vrt_%s_%d", tag, (int)getpid());
   if (g_n_names < 32) snprintf(g_names[g_n_names++], sizeof g_names[0], "%s", buf);
+  /* a fresh log per name (a restarted server appends to it) */
+  const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+  char log[256];
+  snprintf(log, sizeof log, "%s/%s.log", tmp, buf);
+  unlink(log);
 }
 
 int tu_connect(const char *name, uint32_t spin_us, vr_client_t **out) {

@@ -1,0 +1,284 @@
+/* test_shm_hostile: a client process that writes garbage into its lane
+ * (random descriptors, offsets past the arena, huge lengths, wrapped ring
+ * indices, descriptors torn by a second thread while the server reads them,
+ * a bogus response tail, a tampered lease) while two well-behaved clients keep
+ * scoring. The server (built with ASan+UBSan in the sanitizer pass) must log,
+ * reset the hostile lane, keep serving the others, and exit cleanly. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "shm_test_util.h"
+#include "vr_proc.h"
+#include "vr_shm_internal.h"
+#include "vr_time.h"
+
+static volatile sig_atomic_t g_usr1;
+static void on_usr1(int sig) {
+  (void)sig;
+  g_usr1 = 1;
+}
+
+static int good_client(const char *name, int k) {
+  vr_client_t *c;
+  if (tu_connect(name, 0, &c) != 0) return 10;
+  uint64_t rng = 99 + (uint64_t)k, n = 0;
+  float sc[8];
+  while (!g_usr1) {
+    tu_batch_t tb;
+    tu_batch_random(&tb, &rng, 1 + (uint32_t)(tu_rand(&rng) % 8), 1, 256, 0);
+    int rc = vr_client_score(c, &tb.b, sc, NULL, NULL);
+    if (rc || tu_batch_mismatches(&tb, sc)) {
+      fprintf(stderr, "good client %d: %s %s\n", k, vr_status_name(rc), vr_client_last_error());
+      return 11;
+    }
+    tu_batch_free(&tb);
+    n++;
+  }
+  vr_client_close(c);
+  fprintf(stderr, "good client %d: %llu batches scored\n", k, (unsigned long long)n);
+  return n ? 0 : 12;
+}
+
+/* ---- the hostile client: raw access to the segment ---- */
+
+typedef struct hostile {
+  vr_shm_map_t m;
+  vr_shm_lane_t *l;
+  uint64_t lease;
+  vr_shm_req_desc_t *ring;
+  uint8_t *arena;
+  uint32_t slots;
+  _Atomic int tear;   /* the tearing thread runs while 1 */
+  _Atomic int quit;
+  uint64_t rng;
+} hostile_t;
+
+static int grab_lane(hostile_t *H) {
+  const vr_shm_header_t *h = &H->m.hdr;
+  uint64_t t0 = vr_now_ns();
+  while (vr_now_ns() - t0 < 20000000000ull) {
+    for (uint32_t i = 0; i < h->n_lanes; i++) {
+      vr_shm_lane_t *l = vr_shm_lane_at(H->m.base, h, i);
+      uint64_t w = atomic_load(&l->lease);
+      if ((uint32_t)w != 0) continue;
+      uint64_t mine = VR_SHM_LEASE(VR_SHM_LEASE_GEN(w), (uint32_t)getpid());
+      if (!atomic_compare_exchange_strong(&l->lease, &w, mine)) continue;
+      atomic_store(&l->client_start_time, vr_proc_start_time(getpid()));
+      H->l = l;
+      H->lease = mine;
+      H->ring = vr_shm_req_ring(l);
+      H->arena = vr_shm_arena(l, h->ring_slots);
+      atomic_store(&l->req_head, 0);
+      atomic_store(&l->resp_tail, 0);
+      return 0;
+    }
+    usleep(2000);
+  }
+  return -1;
+}
+
+static void release_lane(hostile_t *H) {
+  uint64_t w = atomic_load(&H->l->lease);
+  if (VR_SHM_LEASE_PID(w) == (uint32_t)getpid()) atomic_compare_exchange_strong(&H->l->lease, &w, w | VR_SHM_LEASE_CLOSING_BIT);
+}
+
+static void *tearer(void *arg) {
+  hostile_t *H = arg;
+  uint64_t rng = 12345;
+  while (!atomic_load(&H->quit)) {
+    if (!atomic_load(&H->tear)) {
+      usleep(100);
+      continue;
+    }
+    vr_shm_lane_t *l = H->l;
+    vr_shm_req_desc_t *ring = vr_shm_req_ring(l);
+    uint64_t r = tu_rand(&rng);
+    vr_shm_req_desc_t *d = &ring[r % H->slots];
+    switch ((r >> 20) % 4) {
+      case 0: ((volatile uint32_t *)d)[2 + (r >> 30) % 4] = (uint32_t)(r >> 32); break;
+      case 1: ((volatile uint64_t *)&d->payload_off)[0] = (r >> 8) % (H->m.hdr.arena_bytes + 64); break;
+      case 2: ((volatile uint32_t *)vr_shm_arena(l, H->slots))[(r >> 12) % 1024] = (uint32_t)r; break;
+      default: ((volatile uint32_t *)&d->n_seqs)[0] = 1 + (uint32_t)(r >> 40) % 3; break;
+    }
+  }
+  return NULL;
+}
+
+static void publish(hostile_t *H, const vr_shm_req_desc_t *d) {
+  uint32_t head = atomic_load(&H->l->req_head);
+  memcpy(&H->ring[head % H->slots], d, sizeof *d);
+  atomic_store_explicit(&H->l->req_head, head + 1, memory_order_release);
+  atomic_fetch_add(&H->m.live->srv_seq, 1);
+  vr_futex_wake(&H->m.live->srv_seq, 1);
+}
+
+/* A descriptor that would be valid: 1..3 sequences of <= 50 tokens at offset 0. */
+static void plausible(hostile_t *H, vr_shm_req_desc_t *d) {
+  memset(d, 0, sizeof *d);
+  uint32_t n = 1 + (uint32_t)(tu_rand(&H->rng) % 3), tok = 0;
+  uint32_t *cu = (uint32_t *)(H->arena + 4 * 150);
+  int32_t *ids = (int32_t *)H->arena;
+  cu[0] = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t len = 1 + (uint32_t)(tu_rand(&H->rng) % 50);
+    for (uint32_t t = 0; t < len; t++) ids[tok + t] = (int32_t)t;
+    tok += len;
+    cu[i + 1] = tok;
+  }
+  /* tokens must be followed directly by cu: move cu behind the tokens */
+  memmove(H->arena + 4ull * tok, cu, 4ull * (n + 1));
+  d->req_id = tu_rand(&H->rng);
+  d->n_seqs = n;
+  d->n_tokens = tok;
+  d->payload_off = 0;
+  d->result_off = 8192;
+}
+
+static int hostile_main(const char *name, int rounds) {
+  hostile_t H;
+  memset(&H, 0, sizeof H);
+  char why[256];
+  if (vr_shm_attach(name, &H.m, why, sizeof why) != 0) return 40;
+  H.slots = H.m.hdr.ring_slots;
+  H.rng = (uint64_t)getpid();
+  if (grab_lane(&H) != 0) return 41;
+  pthread_t th;
+  pthread_create(&th, NULL, tearer, &H);
+  int lanes_taken = 1;
+  uint64_t t0 = vr_now_ns();
+  for (int r = 0; r < rounds; r++) {
+    if (atomic_load(&H.l->lease) != H.lease) { /* the server reset us: take a fresh lane */
+      release_lane(&H);
+      if (grab_lane(&H) != 0) return 42;
+      lanes_taken++;
+    }
+    vr_shm_req_desc_t d;
+    uint32_t head = atomic_load(&H.l->req_head);
+    switch (r % 10) {
+      case 0: /* random bytes */
+        for (size_t k = 0; k < sizeof d; k += 8) {
+          uint64_t x = tu_rand(&H.rng);
+          memcpy((uint8_t *)&d + k, &x, 8);
+        }
+        publish(&H, &d);
+        break;
+      case 1: /* payload past the arena, huge token count */
+        plausible(&H, &d);
+        d.payload_off = H.m.hdr.arena_bytes - 4;
+        d.n_tokens = 0xfffffff0u;
+        publish(&H, &d);
+        break;
+      case 2: /* wrapped index: head far ahead of the tail */
+        atomic_store(&H.l->req_head, head + H.slots + 1 + (uint32_t)(tu_rand(&H.rng) % 1000));
+        atomic_fetch_add(&H.m.live->srv_seq, 1);
+        break;
+      case 3: /* head behind the tail (wraps to ~4 billion requests) */
+        atomic_store(&H.l->req_head, head - 5);
+        atomic_fetch_add(&H.m.live->srv_seq, 1);
+        break;
+      case 4: /* well-formed descriptor, garbage cu_seqlens */
+        plausible(&H, &d);
+        ((uint32_t *)(H.arena + 4ull * d.n_tokens))[1] = 0x7fffffff;
+        publish(&H, &d);
+        break;
+      case 5: /* torn descriptors: a second thread rewrites slots and arena meanwhile */
+        atomic_store(&H.tear, 1);
+        for (int k = 0; k < 40; k++) {
+          plausible(&H, &d);
+          publish(&H, &d);
+        }
+        usleep(2000);
+        atomic_store(&H.tear, 0);
+        break;
+      case 6: /* bogus response tail, then a valid request: the answer cannot be placed */
+        atomic_store(&H.l->resp_tail, 0x80000000u);
+        plausible(&H, &d);
+        publish(&H, &d);
+        break;
+      case 7: /* tampered lease generation (+2: the server's reset issues +1) */
+        atomic_store(&H.l->lease, H.lease + (2ull << 32));
+        H.lease += 2ull << 32;
+        atomic_fetch_add(&H.m.live->srv_seq, 1);
+        break;
+      case 8: /* absurd counts */
+        plausible(&H, &d);
+        d.n_seqs = 0xffffffffu;
+        d.n_tokens = 0xffffffffu;
+        publish(&H, &d);
+        break;
+      default: /* result area overlapping the payload, misaligned offsets */
+        plausible(&H, &d);
+        d.result_off = (r & 1) ? 4 : 3;
+        publish(&H, &d);
+        break;
+    }
+    usleep(3000);
+  }
+  atomic_store(&H.quit, 1);
+  pthread_join(th, NULL);
+  release_lane(&H);
+  vr_shm_detach(&H.m);
+  fprintf(stderr, "hostile client: %d rounds, %d lanes taken in %.2f s\n", rounds, lanes_taken,
+          (double)(vr_now_ns() - t0) / 1e9);
+  return lanes_taken > 1 ? 0 : 43; /* the server must have reset it at least once */
+}
+
+static void test_hostile_lane(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "hostile");
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name,
+                                   (const char *const[]){"--lanes", "6", "--slots", "16", "--arena-bytes", "65536",
+                                                         "--workers", "2", NULL}),
+                   0);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, NULL);
+  pid_t good[2], bad;
+  for (int k = 0; k < 2; k++) {
+    good[k] = fork();
+    if (good[k] == 0) _exit(good_client(name, k));
+    tu_track_pid(good[k]);
+  }
+  bad = fork();
+  if (bad == 0) _exit(hostile_main(name, 300));
+  tu_track_pid(bad);
+  int st;
+  waitpid(bad, &st, 0);
+  tu_untrack_pid(bad);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  for (int k = 0; k < 2; k++) {
+    kill(good[k], SIGUSR1);
+    waitpid(good[k], &st, 0);
+    tu_untrack_pid(good[k]);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+  }
+  /* the server is alive, said what it did, and stops cleanly */
+  assert_int_equal(waitpid(s.pid, &st, WNOHANG), 0);
+  int resets = tu_log_count(&s, "quarantined");
+  printf("server quarantined the hostile lane %d times\n", resets);
+  assert_true(resets >= 10);
+  st = tu_server_stop(&s, SIGTERM);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_hostile_lane)};
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
