@@ -284,7 +284,7 @@ class ServerKilledTest(unittest.TestCase):
         try:
             with RewardClient(server.shm_name, timeout_s=20) as rc:
                 self.assertEqual(rc.score([[1]]), [checksum_score([1])])
-                server.proc.send_signal(19)          # SIGSTOP: the request stays queued
+                server.pause()                       # SIGSTOP: the request stays queued
                 p = rc.submit([[8, 9]])
                 server.kill()
                 t0 = time.monotonic()

@@ -91,6 +91,18 @@ class Server:
         with open(self.log_path, "rb") as f:
             return f.read()[-4000:].decode("utf-8", "replace")
 
+    def pause(self):
+        """SIGSTOP, returning once the kernel reports the process stopped."""
+        self.proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open("/proc/%d/stat" % self.proc.pid) as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if state in ("T", "t"):
+                return
+            time.sleep(0.001)
+        raise AssertionError("server did not stop on SIGSTOP")
+
     def kill(self):
         """SIGKILL (no cleanup: the segment stays behind, as after a crash)."""
         if self.proc.poll() is None:
