@@ -15,7 +15,7 @@ static const char level_chars[] = "TDIWEF-";
 
 /* -1 = not yet initialised from the environment. */
 static _Atomic int g_level = -1;
-static _Atomic(vr_log_sink_fn) g_sink = NULL;
+static _Atomic(vr_log_sink_fn) g_sink; /* NULL (static storage); no initializer: clang rejects NULL for an _Atomic function pointer */
 static void *_Atomic g_sink_user = NULL;
 
 int vr_log_level_parse(const char *name, vr_log_level_t *out) {

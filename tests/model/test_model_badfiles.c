@@ -389,6 +389,46 @@ static void test_bert_gamma_beta(void **state) {
   mt_golden_free(&g);
 }
 
+/* A header whose length is not a multiple of 4 leaves F32 data unaligned: the cpu
+ * backend converts those tensors instead of using the mapping; same scores. */
+static void test_unaligned_f32(void **state) {
+  (void)state;
+  copy_fixture("llama_gqa");
+  char path[1300];
+  file_in_tmp(path, sizeof path, "model.safetensors");
+  mt_st_t st;
+  mt_st_read(path, &st);
+  cJSON *meta = cJSON_GetObjectItemCaseSensitive(st.header, "__metadata__");
+  char *js = cJSON_PrintUnformatted(st.header);
+  size_t hl = strlen(js);
+  free(js);
+  /* pad the metadata until 8 + header length is odd */
+  cJSON_AddStringToObject(meta, "pad", hl % 2 ? "x" : ""); /* adds 10 or 9 bytes */
+  mt_st_write(path, &st);
+  mt_st_free(&st);
+  size_t n;
+  char *b = mt_read_file(path, &n);
+  uint64_t h = 0;
+  for (int i = 7; i >= 0; i--) h = (h << 8) | (uint8_t)b[i];
+  free(b);
+  assert_true((8 + h) % 2 == 1);
+  mt_golden_t g;
+  char src[1200];
+  mt_model_path(src, sizeof src, "llama_gqa");
+  mt_golden_load(src, &g);
+  vr_model_options_t opt;
+  vr_model_options_init(&opt);
+  vr_model_t *m = NULL;
+  assert_int_equal(vr_model_load(tmp, &opt, &m), 0);
+  assert_true(vr_model_info(m)->host_bytes >= 4 * vr_model_info(m)->param_count); /* converted copies */
+  float *s = calloc(g.n_seqs, sizeof *s);
+  assert_int_equal(vr_model_score(m, g.ids, g.cu, g.n_seqs, s, NULL), 0);
+  for (uint32_t i = 0; i < g.n_seqs; i++) assert_true(fabs(s[i] - g.scores[i]) <= 1e-4 * fmax(1, fabs(g.scores[i])));
+  free(s);
+  vr_model_free(m);
+  mt_golden_free(&g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_missing_tensor, setup, teardown),
@@ -404,6 +444,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_sharded_errors, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bert_gamma_beta, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unaligned_f32, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
