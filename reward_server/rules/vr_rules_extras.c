@@ -5,8 +5,10 @@
  * explicit bounds and depth checks (so msgpack-c never sees a container whose
  * declared count exceeds the bytes present: a 5-byte "array of 4e9 items"
  * would otherwise make it allocate gigabytes), and records each top-level
- * value's byte range (extra_info is kept verbatim); then msgpack-c decodes the
- * validated blob for typed access. */
+ * value's byte range (extra_info is kept verbatim); then msgpack-c decodes
+ * only the keys and the scalar values of known keys (unknown keys and
+ * extra_info are never expanded into msgpack objects, so memory stays O(len)
+ * bytes of copies, not O(items) objects). */
 #include "vr_rules.h"
 #include "vr_rules_internal.h"
 
@@ -304,18 +306,22 @@ int vr_extras_set_info(vr_extras_t *ex, vr_info_format_t fmt, const void *raw, s
 
 /* ---- msgpack: parse ------------------------------------------------------------------ */
 
-static int mp_set_field(vr_extras_t *ex, int f, const msgpack_object *v, const uint8_t *raw,
-                        size_t raw_len, char *err, size_t errlen) {
-  if (v->type == MSGPACK_OBJECT_NIL) return VR_OK; /* absent */
-  if (f == F_INFO) {
-    if (raw_len > VR_EXTRAS_MAX_INFO)
-      return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
-                     raw_len, VR_EXTRAS_MAX_INFO);
-    if (text_store(&ex->extra_info, raw, raw_len))
-      return vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
-    ex->extra_info_format = VR_INFO_MSGPACK;
-    return VR_OK;
-  }
+static int mp_is_str(uint8_t b) { return (b >= 0xa0 && b <= 0xbf) || (b >= 0xd9 && b <= 0xdb); }
+static int mp_is_container(uint8_t b) { return (b >= 0x80 && b <= 0x9f) || (b >= 0xdc && b <= 0xdf); }
+
+static int info_store_raw(vr_extras_t *ex, const uint8_t *raw, size_t raw_len, char *err,
+                          size_t errlen) {
+  if (raw_len > VR_EXTRAS_MAX_INFO)
+    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
+                         raw_len, VR_EXTRAS_MAX_INFO);
+  if (text_store(&ex->extra_info, raw, raw_len))
+    return vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
+  ex->extra_info_format = VR_INFO_MSGPACK;
+  return VR_OK;
+}
+
+/* A scalar value (decoded by msgpack-c) for text field f. */
+static int mp_set_field(vr_extras_t *ex, int f, const msgpack_object *v, char *err, size_t errlen) {
   char num[64];
   switch (v->type) {
     case MSGPACK_OBJECT_STR:
@@ -357,7 +363,7 @@ int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, ch
   if (!((b0 >= 0x80 && b0 <= 0x8f) || b0 == 0xde || b0 == 0xdf))
     return vr_rules_fail(err, errlen, VR_ERR_MALFORMED,
                    "extras: msgpack blob is not a map (first byte 0x%02x)", b0);
-  /* Pass 1: structure, and the byte range of every top-level value. */
+  /* Pass 1: the whole structure (bounds, counts, depth, no trailing bytes). */
   size_t off = 0;
   const char *why = "";
   if (mp_skip(buf, len, &off, 0, &why))
@@ -372,47 +378,66 @@ int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, ch
   if (npairs > VR_EXTRAS_MAX_KEYS)
     return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: map has %llu keys, limit %u",
                    (unsigned long long)npairs, VR_EXTRAS_MAX_KEYS);
-  size_t vstart[VR_EXTRAS_MAX_KEYS], vend[VR_EXTRAS_MAX_KEYS];
-  for (uint64_t i = 0; i < npairs; i++) {
+  /* Pass 2: per pair, msgpack-c decodes the key and, for a known key, its
+   * value, but only scalars: extra_info stays raw and unknown keys are never
+   * decoded, so msgpack-c allocates O(1) per pair whatever the blob holds. */
+  unsigned seen = 0;
+  int rc = VR_OK;
+  for (uint64_t i = 0; i < npairs && rc == VR_OK; i++) {
+    size_t ks = pos, vs, ve;
     if (mp_skip(buf, len, &pos, 1, &why)) /* validated above: cannot fail */
       return vr_rules_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
-    vstart[i] = pos;
+    vs = pos;
     if (mp_skip(buf, len, &pos, 1, &why))
       return vr_rules_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
-    vend[i] = pos;
-  }
-  /* Pass 2: decode with msgpack-c (allocation bounded by len, see mp_skip). */
-  msgpack_unpacked up;
-  msgpack_unpacked_init(&up);
-  size_t moff = 0;
-  msgpack_unpack_return ur = msgpack_unpack_next(&up, (const char *)buf, len, &moff);
-  int rc = VR_OK;
-  if (ur == MSGPACK_UNPACK_NOMEM_ERROR) {
-    rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory decoding msgpack");
-  } else if (ur != MSGPACK_UNPACK_SUCCESS || moff != len || up.data.type != MSGPACK_OBJECT_MAP ||
-             up.data.via.map.size != npairs) {
-    rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: msgpack-c rejected the blob (%d)",
-                 (int)ur);
-  } else {
-    unsigned seen = 0;
-    for (uint32_t i = 0; i < up.data.via.map.size && rc == VR_OK; i++) {
-      const msgpack_object *k = &up.data.via.map.ptr[i].key;
-      const msgpack_object *v = &up.data.via.map.ptr[i].val;
-      if (k->type != MSGPACK_OBJECT_STR) {
-        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: map key #%u is not a string", i);
-        break;
-      }
-      int f = field_index(k->via.str.ptr, k->via.str.size);
-      if (f < 0) continue; /* unknown key: ignored (forward compatibility) */
-      if (seen & (1u << f)) {
-        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
-        break;
-      }
-      seen |= 1u << f;
-      rc = mp_set_field(out, f, v, buf + vstart[i], vend[i] - vstart[i], err, errlen);
+    ve = pos;
+    if (!mp_is_str(buf[ks])) {
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: map key #%llu is not a string",
+                         (unsigned long long)i);
+      break;
     }
+    msgpack_unpacked key;
+    msgpack_unpacked_init(&key);
+    int f = -1;
+    size_t koff = 0;
+    msgpack_unpack_return ur = msgpack_unpack_next(&key, (const char *)buf + ks, vs - ks, &koff);
+    if (ur == MSGPACK_UNPACK_SUCCESS && key.data.type == MSGPACK_OBJECT_STR)
+      f = field_index(key.data.via.str.ptr, key.data.via.str.size);
+    else
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: msgpack-c rejected key #%llu (%d)",
+                         (unsigned long long)i, (int)ur);
+    msgpack_unpacked_destroy(&key);
+    if (rc || f < 0) continue; /* unknown key: ignored (forward compatibility) */
+    if (seen & (1u << f)) {
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
+      break;
+    }
+    seen |= 1u << f;
+    if (buf[vs] == 0xc0) continue; /* nil: absent */
+    if (f == F_INFO) {
+      rc = info_store_raw(out, buf + vs, ve - vs, err, errlen);
+      continue;
+    }
+    if (mp_is_container(buf[vs])) {
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s is a msgpack %s, want %s",
+                         k_field_names[f], buf[vs] <= 0x8f || buf[vs] >= 0xde ? "map" : "array",
+                         f == F_TRUTH ? "str, bin or number" : "str or bin");
+      break;
+    }
+    msgpack_unpacked val;
+    msgpack_unpacked_init(&val);
+    size_t voff = 0;
+    ur = msgpack_unpack_next(&val, (const char *)buf + vs, ve - vs, &voff);
+    if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
+      rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory decoding %s",
+                         k_field_names[f]);
+    else if (ur != MSGPACK_UNPACK_SUCCESS || voff != ve - vs)
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: msgpack-c rejected %s (%d)",
+                         k_field_names[f], (int)ur);
+    else
+      rc = mp_set_field(out, f, &val.data, err, errlen);
+    msgpack_unpacked_destroy(&val);
   }
-  msgpack_unpacked_destroy(&up);
   if (rc) vr_extras_clear(out);
   return rc;
 }

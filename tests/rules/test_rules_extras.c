@@ -182,6 +182,27 @@ static void test_msgpack_limits(void **state) {
   assert_int_equal(vr_extras_parse_msgpack(deep, n + 4, &ex, err, sizeof(err)), VR_ERR_MALFORMED);
   free(deep);
 
+  /* a known key holding a huge container is refused by type without being
+   * expanded; an unknown key holding one is skipped */
+  for (int known = 0; known <= 1; known++) {
+    mp_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    mp_str(&m, known ? "solution_str" : "some_future_key");
+    msgpack_pack_array(&m.pk, 1000000);
+    for (int i = 0; i < 1000000; i++) msgpack_pack_nil(&m.pk);
+    mp_str(&m, "ground_truth"), mp_str(&m, "7");
+    int rc = parse(&m, &ex, err, sizeof(err));
+    if (known) {
+      assert_int_equal(rc, VR_ERR_MALFORMED);
+      assert_non_null(strstr(err, "solution_str is a msgpack array"));
+    } else {
+      assert_int_equal(rc, 0);
+      assert_string_equal(ex.ground_truth.ptr, "7");
+      assert_false(ex.solution_str.present);
+    }
+    msgpack_sbuffer_destroy(&m.sb);
+  }
+
   /* text limits */
   char *big = malloc(VR_EXTRAS_MAX_TEXT + 2);
   assert_non_null(big);
