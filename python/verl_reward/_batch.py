@@ -63,25 +63,35 @@ def pack_sequences(seqs):
     return ids, cu
 
 
-def pack_extras(extras, n_seqs):
-    """extras -> list of bytes-or-None of length n_seqs (None when extras is None)."""
+def extras_list(extras, n_seqs, allowed, what):
+    """extras -> list of n_seqs entries (None stays None); each entry must be None or
+    an instance of `allowed` (what: their description for the error)."""
     if extras is None:
         return None
     extras = list(extras)
     if len(extras) != n_seqs:
         raise InvalidRequest(_INVAL, "extras has %d entries for %d sequences" % (len(extras), n_seqs))
+    for i, e in enumerate(extras):
+        if e is not None and not isinstance(e, allowed):
+            raise InvalidRequest(_INVAL, "extras[%d] must be %s or None, not %s"
+                                 % (i, what, type(e).__name__), i)
+    return extras
+
+
+def pack_extras(extras, n_seqs):
+    """extras -> list of bytes-or-None of length n_seqs (None when extras is None)."""
+    extras = extras_list(extras, n_seqs, (dict, bytes, bytearray, memoryview), "a dict or bytes")
+    if extras is None:
+        return None
     out = []
     for i, e in enumerate(extras):
         if e is None:
             out.append(None)
         elif isinstance(e, (bytes, bytearray, memoryview)):
             out.append(bytes(e))
-        elif isinstance(e, dict):
+        else:
             try:
                 out.append(msgpack.packb(e))
             except (TypeError, ValueError, OverflowError) as err:
                 raise InvalidRequest(_INVAL, "extras[%d]: %s" % (i, err), i) from None
-        else:
-            raise InvalidRequest(_INVAL, "extras[%d] must be a dict, bytes or None, not %s"
-                                 % (i, type(e).__name__), i)
     return out

@@ -17,7 +17,7 @@ import threading
 import urllib.error
 import urllib.request
 
-from ._batch import pack_sequences
+from ._batch import extras_list, pack_sequences
 from .client import ScoreResult
 from .errors import STATUS_VALUES, VerlRewardError, error_for
 
@@ -33,21 +33,6 @@ _HTTP_STATUS_CODES = {
 _INTERNAL = STATUS_VALUES["VR_ERR_INTERNAL"]
 _INVAL = STATUS_VALUES["VR_ERR_INVAL"]
 _MALFORMED = STATUS_VALUES["VR_ERR_MALFORMED"]
-
-
-def _json_extras(extras, n):
-    if extras is None:
-        return None
-    extras = list(extras)
-    if len(extras) != n:
-        raise error_for(_INVAL, "extras has %d entries for %d sequences" % (len(extras), n))
-    out = []
-    for i, e in enumerate(extras):
-        if e is not None and not isinstance(e, dict):
-            raise error_for(_INVAL, "extras[%d]: HTTP extras must be dicts or None, not %s"
-                            % (i, type(e).__name__), i)
-        out.append(e)
-    return out
 
 
 def _f32(x):
@@ -157,7 +142,7 @@ class HttpRewardClient:
         if n == 0:
             return ScoreResult([], {}, 0, 0)
         doc = {"input_ids": [ids[cu[i]:cu[i + 1]].tolist() for i in range(n)]}
-        ex = _json_extras(extras, n)
+        ex = extras_list(extras, n, dict, "a dict (HTTP sends JSON)")
         if ex is not None:
             doc["extras"] = ex
         try:

@@ -9,4 +9,6 @@ installed verl_reward absolutely):
 
 compute_score is verl_reward.verl_adapter.compute_score (see its docstring).
 """
-from verl_reward.verl_adapter import compute_score  # noqa: F401  (the entry point verl looks up)
+from verl_reward.verl_adapter import compute_score
+
+__all__ = ["compute_score"]   # the entry point verl looks up by name

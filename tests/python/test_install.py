@@ -85,7 +85,7 @@ class InstallTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("LOADED %s" % lib_path, r.stdout)
         self.assertIn("FILE %s" % os.path.join(target, "verl_reward", "__init__.py"), r.stdout)
-        self.assertIn("SCORES %r" % [checksum_score([1, 2, 3]), checksum_score([4])], r.stdout)
+        self.assertIn("SCORES %r" % ([checksum_score([1, 2, 3]), checksum_score([4])],), r.stdout)
 
     def test_bundled_library(self):
         target = os.path.join(self.tmp, "bundled")
