@@ -191,10 +191,10 @@ static int run(vr_server_t *srv) {
   char http[300] = "off";
   if (srv->http) snprintf(http, sizeof http, "http://%s:%d", srv->st.host, srv->st.port);
   vr_log(VR_LOG_INFO, "ready: %s reward=%s shm=%s%s lanes=%u http=%s max_batch_tokens=%u max_wait_us=%u "
-         "max_seq_len=%u truncate=%s pid=%d",
+         "max_seq_len=%u truncate=%s rss=%.1fMiB pid=%d",
          srv->scorer.description, spec, srv->shm ? "/" : "", srv->shm ? srv->st.shm_name : "off", srv->st.lanes,
          http, srv->st.max_batch_tokens, srv->st.max_wait_us, srv->scorer.max_seq_len,
-         vr_truncate_name(srv->scorer.truncate), (int)getpid());
+         vr_truncate_name(srv->scorer.truncate), vr_metrics_rss_bytes() / 1048576.0, (int)getpid());
 
   event_base_dispatch(srv->base);
 

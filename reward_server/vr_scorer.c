@@ -49,7 +49,7 @@ static int load_model(vr_scorer_t *sc, const vr_settings_t *st) {
     sc->max_seq_len = (uint32_t)mi->max_positions;
   }
   snprintf(sc->description, sizeof sc->description,
-           "device=%s (%s) model=%s arch=%s layers=%d hidden=%d heads=%d/%d vocab=%d max_pos=%d "
+           "device=%s [%s] model=%s arch=%s layers=%d hidden=%d heads=%d/%d vocab=%d max_pos=%d "
            "dtype=%s (weights %s) params=%llu host_mem=%.1fMiB device_mem=%.1fMiB",
            mi->device, mi->device_name, st->model, mi->architecture, mi->num_layers, mi->hidden_size,
            mi->num_heads, mi->num_kv_heads, mi->vocab_size, mi->max_positions, mi->compute_dtype,

@@ -196,6 +196,77 @@ def metric(samples, name, **labels):
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def reference_scores(model_dir, seqs):
+    """verl-reward-score on the same model: the reference the server must equal."""
+    lines = "".join(json.dumps({"input_ids": q}) + "\n" for q in seqs)
+    p = subprocess.run([os.path.join(BIN, "verl-reward-score"), "--model", model_dir, "--log-level", "warn"],
+                       input=lines, capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        raise AssertionError(f"verl-reward-score failed: {p.stderr}")
+    return [f32(json.loads(line)["score"]) for line in p.stdout.splitlines()]
+
+
+class TestModel(unittest.TestCase):
+    """Fixture models on the cpu backend: shm and HTTP clients at the same time get
+    scores identical to verl-reward-score; real-vocabulary errors."""
+
+    MODELS = ("llama_gqa", "bert", "qwen2")
+
+    def _sequences(self, vocab, max_len, n=48):
+        return [[(i * 31 + j * 17 + 3) % vocab for j in range(1 + (i * 7) % max_len)] for i in range(n)]
+
+    def test_scores_equal_reference(self):
+        for name in self.MODELS:
+            with self.subTest(name):
+                model_dir = os.path.join(FIXTURES, "models", name)
+                s = Server(self, "--model", model_dir, "--device", "cpu", "--threads", "1",
+                           "--max-wait-us", "300").wait_ready()
+                info = json.loads(s.request("GET", "/v1/model")[1])
+                with open(os.path.join(model_dir, "config.json")) as f:
+                    cfg = json.load(f)
+                self.assertEqual(info["vocab_size"], cfg["vocab_size"])
+                self.assertEqual(info["architecture"], cfg["architectures"][0])
+                self.assertEqual(info["device"], "cpu")
+                seqs = self._sequences(info["vocab_size"], info["max_seq_len"])
+                want = reference_scores(model_dir, seqs)
+                got, errors = {}, []
+
+                def http_worker(k):
+                    try:
+                        part = list(range(k, len(seqs), 4))
+                        st, out = s.score({"input_ids": [seqs[i] for i in part]})
+                        assert st == 200, out
+                        for i, v in zip(part, f32s(out["scores"])):
+                            got[("http", i)] = v
+                    except Exception as e:  # noqa: BLE001
+                        errors.append(e)
+
+                th = [threading.Thread(target=http_worker, args=(k,)) for k in range(4)]
+                for t in th:
+                    t.start()
+                out = s.shm_score({"input_ids": seqs})
+                for t in th:
+                    t.join()
+                self.assertEqual(errors, [])
+                self.assertEqual(out["status"], "VR_OK", out)
+                self.assertEqual(f32s(out["scores"]), want)
+                self.assertEqual([got[("http", i)] for i in range(len(seqs))], want)
+                # the real vocabulary and position limits
+                st, data, _ = s.request("POST", "/v1/score", json.dumps({"input_ids": [[1], [1, info["vocab_size"]]]}))
+                self.assertEqual(st, 400)
+                self.assertIn(f"sequence 1: token id {info['vocab_size']} at position 1 is outside the vocabulary",
+                              json.loads(data)["error"]["message"])
+                st, data, _ = s.request("POST", "/v1/score",
+                                        json.dumps({"input_ids": [[1] * (info["max_seq_len"] + 1)]}))
+                self.assertEqual(st, 400)
+                self.assertIn("more than max_seq_len", json.loads(data)["error"]["message"])
+                bad = s.shm_score({"input_ids": [[1, 2], [info["vocab_size"] + 5]]})
+                self.assertEqual(bad["status"], "VR_ERR_TOKEN_RANGE", bad)  # the client library checks first
+                self.assertIn("sequence 1", bad["message"])
+                self.assertEqual(f32s(s.shm_score({"input_ids": seqs[:3]})["scores"]), want[:3])
+                s.stop()
+
+
 class TestHttpErrors(unittest.TestCase):
     """Bad requests get a 4xx naming the problem; the server keeps serving."""
 
