@@ -135,12 +135,17 @@ static void test_open_loop_poisson(void **state) {
   cJSON_Delete(j);
 }
 
+/* --spawn-server arguments for the bert fixture on the CPU backend (vocab 97, 40 positions). */
+static void bert_server_args(char *buf, size_t n) {
+  const char *fx = getenv("VR_FIXTURES");
+  snprintf(buf, n, "--model %s/models/bert --device cpu --threads 1 --log-level warn",
+           fx && *fx ? fx : "tests/fixtures");
+}
+
 static void test_fixture_model(void **state) {
   (void)state;
-  char model[1024], spawn[1200];
-  const char *fx = getenv("VR_FIXTURES");
-  snprintf(model, sizeof model, "%s/models/bert", fx && *fx ? fx : "tests/fixtures");
-  snprintf(spawn, sizeof spawn, "--model %s --device cpu --threads 1 --log-level warn", model);
+  char spawn[1200];
+  bert_server_args(spawn, sizeof spawn);
   /* real token ids from a JSONL file (both accepted line shapes); bert's vocab is 97 */
   FILE *f = fopen(g_jsonl, "w");
   assert_non_null(f);
@@ -169,10 +174,8 @@ static void test_fixture_model(void **state) {
 /* A model's scores are not checksums: --verify-checksum must fail the run. */
 static void test_verify_catches_wrong_scores(void **state) {
   (void)state;
-  char model[1024], spawn[1200];
-  const char *fx = getenv("VR_FIXTURES");
-  snprintf(model, sizeof model, "%s/models/bert", fx && *fx ? fx : "tests/fixtures");
-  snprintf(spawn, sizeof spawn, "--model %s --device cpu --threads 1 --log-level warn", model);
+  char spawn[1200];
+  bert_server_args(spawn, sizeof spawn);
   char *args[] = {"--spawn-server", spawn, "--transport", "http", "--requests", "20", "--warmup", "0",
                   "--lengths", "uniform:2-30", "--verify-checksum", "--json", g_json, NULL};
   assert_int_equal(bench(args), 1);

@@ -65,45 +65,41 @@ static void check_set(uint64_t *v, size_t n) {
   free(h);
 }
 
-static void test_lognormal(void **state) {
-  (void)state;
-  size_t n = 200000;
+/* Generators of synthetic latency sets (nanoseconds). */
+static uint64_t gen_lognormal(size_t i) { (void)i; return (uint64_t)exp(log(250000.0) + 1.2 * nrand()); } /* ~250 us */
+static uint64_t gen_wide(size_t i) { (void)i; return (uint64_t)pow(10.0, 2.0 + 9.0 * urand()); } /* 100 ns .. 100 s */
+/* 99% fast (~50 us), 1% stalled (300 ms): the shape coordinated omission hides */
+static uint64_t gen_bimodal(size_t i) {
+  return i % 100 == 0 ? 300000000u + (uint64_t)(urand() * 1e6) : 50000u + (uint64_t)(urand() * 5000);
+}
+static uint64_t gen_small(size_t i) { (void)i; return (uint64_t)(urand() * 256); } /* exact buckets */
+
+static void check_generated(size_t n, uint64_t (*gen)(size_t)) {
   uint64_t *v = malloc(n * sizeof(uint64_t));
   assert_non_null(v);
-  for (size_t i = 0; i < n; i++) v[i] = (uint64_t)exp(log(250000.0) + 1.2 * nrand()); /* ~250 us, in ns */
+  for (size_t i = 0; i < n; i++) v[i] = gen(i);
   check_set(v, n);
   free(v);
+}
+
+static void test_lognormal(void **state) {
+  (void)state;
+  check_generated(200000, gen_lognormal);
 }
 
 static void test_wide_uniform_log(void **state) {
   (void)state;
-  size_t n = 100000;
-  uint64_t *v = malloc(n * sizeof(uint64_t));
-  assert_non_null(v);
-  for (size_t i = 0; i < n; i++) v[i] = (uint64_t)pow(10.0, 2.0 + 9.0 * urand()); /* 100 ns .. 100 s */
-  check_set(v, n);
-  free(v);
+  check_generated(100000, gen_wide);
 }
 
 static void test_bimodal_stall(void **state) {
   (void)state;
-  /* 99% fast (~50 us), 1% stalled (300 ms): the shape coordinated omission hides */
-  size_t n = 50000;
-  uint64_t *v = malloc(n * sizeof(uint64_t));
-  assert_non_null(v);
-  for (size_t i = 0; i < n; i++)
-    v[i] = i % 100 == 0 ? 300000000u + (uint64_t)(urand() * 1e6) : 50000u + (uint64_t)(urand() * 5000);
-  check_set(v, n);
-  free(v);
+  check_generated(50000, gen_bimodal);
 }
 
 static void test_small_exact(void **state) {
   (void)state;
-  size_t n = 1000;
-  uint64_t *v = malloc(n * sizeof(uint64_t));
-  assert_non_null(v);
-  for (size_t i = 0; i < n; i++) v[i] = (uint64_t)(urand() * 256); /* exact buckets */
-  check_set(v, n);
+  check_generated(1000, gen_small);
   /* below 2*SUB the percentile is the exact value */
   vr_hist_t *h = malloc(sizeof(*h));
   assert_non_null(h);
@@ -114,7 +110,6 @@ static void test_small_exact(void **state) {
   assert_int_equal(vr_hist_percentile(h, 100), 100);
   assert_int_equal(vr_hist_percentile(h, 0), 1);
   free(h);
-  free(v);
 }
 
 /* Every bucket's width is at most 1/128 of its smallest value; buckets tile

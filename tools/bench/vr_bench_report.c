@@ -182,6 +182,21 @@ static void xml_escape(FILE *f, const char *s) {
   }
 }
 
+/* Plot area geometry: x slots for the load points, log10 y from decade d0 to d1. */
+typedef struct plot_geom {
+  double L, T, pw, ph, d0, d1;
+  size_t nx;
+} plot_geom_t;
+
+static double plot_x(const plot_geom_t *g, size_t j) {
+  return g->L + (g->nx == 1 ? g->pw / 2 : g->pw * (0.05 + 0.9 * (double)j / (double)(g->nx - 1)));
+}
+
+static double plot_y(const plot_geom_t *g, double v) {
+  if (!(v > 0)) v = pow(10, g->d0);
+  return g->T + g->ph - (log10(v) - g->d0) / (g->d1 - g->d0) * g->ph;
+}
+
 static double load_x(const vr_run_result_t *r) { return r->rate > 0 ? r->rate : (double)r->concurrency; }
 
 static int cmp_double(const void *a, const void *b) {
@@ -232,6 +247,7 @@ int vr_report_svg(const char *path, const vr_report_meta_t *m, const vr_run_resu
   }
   double d0 = floor(log10(lo)), d1 = ceil(log10(hi));
   if (d1 <= d0) d1 = d0 + 1;
+  const plot_geom_t g = {.L = L, .T = T, .pw = pw, .ph = ph, .d0 = d0, .d1 = d1, .nx = nx};
 
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" "
              "font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
@@ -246,7 +262,7 @@ int vr_report_svg(const char *path, const vr_report_meta_t *m, const vr_run_resu
     for (int k = 0; k < 3; k++) {
       double v = pow(10, d) * (k == 0 ? 1 : k == 1 ? 2 : 5);
       if (log10(v) > d1 + 1e-9) break;
-      double y = T + ph - (log10(v) - d0) / (d1 - d0) * ph;
+      double y = plot_y(&g, v);
       fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\"/>\n", L, y, L + pw, y,
               k == 0 ? "#bbb" : "#eee");
       char lab[32];
@@ -260,7 +276,7 @@ int vr_report_svg(const char *path, const vr_report_meta_t *m, const vr_run_resu
   fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", L, T + ph, L + pw, T + ph);
   fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n", L, T, L, T + ph);
   for (size_t j = 0; j < nx; j++) {
-    double x = L + (nx == 1 ? pw / 2 : pw * (0.05 + 0.9 * (double)j / (double)(nx - 1)));
+    double x = plot_x(&g, j);
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", x, T + ph + 18, xs[j]);
   }
   fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%s</text>\n", L + pw / 2, T + ph + 44,
@@ -276,9 +292,7 @@ int vr_report_svg(const char *path, const vr_report_meta_t *m, const vr_run_resu
           if ((int)r[i].transport != t || load_x(&r[i]) != xs[j] || r[i].lat_ns.count == 0) continue;
           double p[5];
           pcts(&r[i], p);
-          double v = p[k] > 0 ? p[k] : pow(10, d0);
-          double x = L + (nx == 1 ? pw / 2 : pw * (0.05 + 0.9 * (double)j / (double)(nx - 1)));
-          double y = T + ph - (log10(v) - d0) / (d1 - d0) * ph;
+          double x = plot_x(&g, j), y = plot_y(&g, p[k]);
           if (!any) fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s%s%s%s points=\"",
                             colors[t], widths[k], k == 4 ? " stroke-opacity=\"0.5\"" : "",
                             *dashes[k] ? " stroke-dasharray=\"" : "", dashes[k], *dashes[k] ? "\"" : "");
@@ -295,9 +309,7 @@ int vr_report_svg(const char *path, const vr_report_meta_t *m, const vr_run_resu
         while (j < nx && xs[j] != load_x(&r[i])) j++;
         double p[5];
         pcts(&r[i], p);
-        double v = p[k] > 0 ? p[k] : pow(10, d0);
-        double x = L + (nx == 1 ? pw / 2 : pw * (0.05 + 0.9 * (double)j / (double)(nx - 1)));
-        double y = T + ph - (log10(v) - d0) / (d1 - d0) * ph;
+        double x = plot_x(&g, j), y = plot_y(&g, p[k]);
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%s %s @ %g: %.1f us</title></circle>\n",
                 x, y, colors[t], vr_transport_name((vr_transport_t)t), pnames[k], xs[j], p[k]);
       }

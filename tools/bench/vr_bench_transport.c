@@ -68,8 +68,9 @@ int vr_conn_open(vr_transport_t t, const vr_target_t *tg, vr_conn_t **out) {
     if (tg->spin_us >= 0) o.spin_us = (uint32_t)tg->spin_us;
     rc = vr_client_connect(tg->shm_name, &o, &c->client);
     if (rc != 0)
-      vr_log(VR_LOG_ERROR, "shm connect to '%s' failed: %s (%s)", tg->shm_name, vr_strerror(rc),
-             vr_client_last_error());
+      vr_log(VR_LOG_ERROR, "shm connect to '%s' failed: %s (%s)%s", tg->shm_name, vr_strerror(rc),
+             vr_client_last_error(),
+             rc == VR_ERR_NO_LANE ? ". HINT: every shm client takes a lane; start the server with a larger --lanes" : "");
   } else {
     if (tg->port == 0) {
       vr_log(VR_LOG_ERROR, "transport %s needs the server's HTTP address (--url HOST:PORT)",
