@@ -62,6 +62,13 @@ static size_t u8_len(const char *s, size_t n) {
   return l > n ? n : l;
 }
 
+/* Number of UTF-8 code points in s[0..n) (Python's len of the text). */
+static size_t u8_count(const char *s, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; i++) c += ((unsigned char)s[i] & 0xc0) != 0x80;
+  return c;
+}
+
 /* ---- \boxed extraction --------------------------------------------------------------- */
 
 static size_t find_last(const char *s, size_t n, const char *needle) {
@@ -296,7 +303,7 @@ int vr_math_normalize_sb(const char *s, size_t n, vr_sb_t *res) {
   if (a.n > 0 && !a.oom) {
     if (a.p[0] == '.') VR_STEP((vr_sb_putn(&b, "0", 1), vr_sb_putn(&b, a.p, a.n)));
     size_t eq = vr_find(a.p, a.n, 0, "=");
-    if (eq < a.n && vr_find(a.p, a.n, eq + 1, "=") == a.n && eq <= 2)
+    if (eq < a.n && vr_find(a.p, a.n, eq + 1, "=") == a.n && u8_count(a.p, eq) <= 2)
       VR_STEP(vr_sb_putn(&b, a.p + eq + 1, a.n - eq - 1)); /* "x = 5" -> " 5" */
     VR_STEP(fix_sqrt(a.p, a.n, &b));
     VR_STEP(replace_all(a.p, a.n, " ", "", &b));

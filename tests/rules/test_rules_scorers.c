@@ -78,6 +78,8 @@ static void test_math_normalize(void **state) {
       {"k=\\frac{1}{2}", "\\frac{1}{2}"},
       {"abc=5", "abc=5"},
       {"a=b=c", "a=b=c"},
+      {"é)=5", "5"}, /* two characters (code points) before '=', not bytes */
+      {"éé)=5", "éé)=5"},
       {"\\sqrt2", "\\sqrt{2}"},
       {"\\sqrt{2}", "\\sqrt{2}"},
       {"\\frac1{72}", "\\frac{1}{72}"},
