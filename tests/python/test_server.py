@@ -258,7 +258,7 @@ class RulesServerTest(unittest.TestCase):
         self.assertAlmostEqual(res["reward_tensor"][0][1], checksum_score([1, 2, 40, 2]) + 0.5, delta=1e-6)
 
 
-class ServerKilledTest(unittest.TestCase):
+class ServerLifecycleTest(unittest.TestCase):
     def test_killed_server_raises_server_gone(self):
         vr_testlib.need_client_lib()
         server = Server("checksum", tag="kill")
@@ -276,6 +276,27 @@ class ServerKilledTest(unittest.TestCase):
             with self.assertRaises(ServerGone):
                 HttpRewardClient(server.url, timeout_s=5).score([[1]])
         finally:
+            server.stop()
+
+    def test_timeout_leaves_request_pending(self):
+        vr_testlib.need_client_lib()
+        server = Server("checksum", tag="stall")
+        try:
+            with RewardClient(server.shm_name, timeout_s=0.3) as rc:
+                self.assertEqual(rc.score([[1]]), [checksum_score([1])])
+                server.pause()
+                p = rc.submit([[6, 6]])
+                with self.assertRaises(verl_reward.Timeout):
+                    p.result(timeout=0.2)
+                self.assertFalse(p.done())
+                with self.assertRaises(verl_reward.Timeout):
+                    rc.score([[2]])                  # the client's timeout_s bounds score()
+                server.resume()
+                self.assertEqual(p.result(timeout=20).scores, [checksum_score([6, 6])])
+                self.assertTrue(p.done())
+                self.assertEqual(rc.score([[3]]), [checksum_score([3])])
+        finally:
+            server.resume()
             server.stop()
 
     def test_pending_request_fails_when_server_dies(self):

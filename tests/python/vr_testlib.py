@@ -103,6 +103,9 @@ class Server:
             time.sleep(0.001)
         raise AssertionError("server did not stop on SIGSTOP")
 
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
     def kill(self):
         """SIGKILL (no cleanup: the segment stays behind, as after a crash)."""
         if self.proc.poll() is None:
