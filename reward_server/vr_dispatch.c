@@ -177,8 +177,11 @@ int vr_dispatch_start(vr_server_t *srv, vr_dispatch_t **out) {
   const vr_reward_spec_t *spec = &srv->scorer.spec;
   if (srv->scorer.has_components) {
     d->n_components = spec->n < VR_MAX_COMPONENTS ? spec->n : VR_MAX_COMPONENTS;
-    for (uint32_t c = 0; c < d->n_components; c++)
-      snprintf(d->names[c], sizeof d->names[c], "%s", spec->rules[c].name);
+    for (uint32_t c = 0; c < d->n_components; c++) { /* names longer than the wire field are cut */
+      size_t n = strnlen(spec->rules[c].name, VR_COMPONENT_NAME_MAX - 1);
+      memcpy(d->names[c], spec->rules[c].name, n);
+      d->names[c][n] = 0;
+    }
   }
   int e = pthread_create(&d->thread, NULL, dispatch_main, d);
   if (e) {
