@@ -260,13 +260,13 @@ void vr_settings_usage(FILE *f, const char *prog) {
     char flag[96], def[64];
     snprintf(flag, sizeof flag, "--%s %s", o->name, o->arg);
     opt_default_text(o, &d, def, sizeof def);
-    fprintf(f, "  %-32s %s (default: %s)\n", flag, o->help, def);
+    fprintf(f, "  %-36s %s (default: %s)\n", flag, o->help, def);
     if (o->alias) {
       snprintf(flag, sizeof flag, "--%s %s", o->alias, o->arg);
-      fprintf(f, "  %-32s alias of --%s\n", flag, o->name);
+      fprintf(f, "  %-36s alias of --%s\n", flag, o->name);
     }
   }
-  fprintf(f, "  %-32s this text\n\n", "--help");
+  fprintf(f, "  %-36s this text\n\n", "--help");
   fprintf(f,
           "Flags take '--flag value' or '--flag=value'. The --config file holds 'key: value' or\n"
           "'key = value' lines with the same keys ('#' comments); flags override the file.\n");
