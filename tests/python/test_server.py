@@ -278,6 +278,30 @@ class ServerLifecycleTest(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_restart_under_the_same_name(self):
+        vr_testlib.need_client_lib()
+        first = Server("checksum", tag="restart")
+        name, second = first.shm_name, None
+        try:
+            rc = RewardClient(name, timeout_s=20)
+            infos = [{"input_ids": [4, 5, 6]}]
+            self.assertEqual(verl_adapter.compute_score(["d"], ["s"], ["g"], infos, shm_name=name),
+                             [checksum_score([4, 5, 6])])
+            first.kill()                 # a crash: the stale segment stays for the next server
+            second = Server("checksum", shm_name=name)
+            # the old client learns the server is gone or restarted, never scores silently
+            with self.assertRaises(ServerGone) as cm:
+                rc.score([[1]])
+            print("old client after restart: %s" % cm.exception)
+            rc.close()
+            # the adapter's cached client reconnects once by itself
+            self.assertEqual(verl_adapter.compute_score(["d"], ["s"], ["g"], infos, shm_name=name),
+                             [checksum_score([4, 5, 6])])
+        finally:
+            if second is not None:
+                second.stop()
+            first.stop()
+
     def test_timeout_leaves_request_pending(self):
         vr_testlib.need_client_lib()
         server = Server("checksum", tag="stall")

@@ -56,10 +56,10 @@ def unique_shm_name(tag):
 class Server:
     """A verl-reward-server child process on the CPU backend."""
 
-    def __init__(self, model="checksum", tag="t", extra_args=(), ready_timeout=60.0):
+    def __init__(self, model="checksum", tag="t", extra_args=(), ready_timeout=60.0, shm_name=None):
         if not os.access(SERVER, os.X_OK):
             raise AssertionError("verl-reward-server not built at %s" % SERVER)
-        self.shm_name = unique_shm_name(tag)
+        self.shm_name = shm_name or unique_shm_name(tag)
         self.port = free_port()
         self.url = "http://127.0.0.1:%d" % self.port
         self.log_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), self.shm_name + ".log")
