@@ -169,16 +169,16 @@ static vr_text_t *field_ptr(vr_extras_t *ex, int f) {
 static int field_set_text(vr_extras_t *ex, int f, const char *s, size_t len, char *err,
                           size_t errlen) {
   if (len > k_field_max[f])
-    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: %s is %zu bytes, limit %u",
+    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "%s is %zu bytes, limit %u",
                    k_field_names[f], len, k_field_max[f]);
   if (memchr(s, '\0', len))
-    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s contains a NUL byte",
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "%s contains a NUL byte",
                    k_field_names[f]);
   if (!vr_utf8_valid(s, len))
-    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s is not valid UTF-8",
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "%s is not valid UTF-8",
                    k_field_names[f]);
   int rc = text_store(field_ptr(ex, f), s, len);
-  if (rc) return vr_rules_fail(err, errlen, rc, "extras: out of memory for %s", k_field_names[f]);
+  if (rc) return vr_rules_fail(err, errlen, rc, "out of memory for %s", k_field_names[f]);
   return VR_OK;
 }
 
@@ -312,10 +312,10 @@ static int mp_is_container(uint8_t b) { return (b >= 0x80 && b <= 0x9f) || (b >=
 static int info_store_raw(vr_extras_t *ex, const uint8_t *raw, size_t raw_len, char *err,
                           size_t errlen) {
   if (raw_len > VR_EXTRAS_MAX_INFO)
-    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
+    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extra_info is %zu bytes, limit %u",
                          raw_len, VR_EXTRAS_MAX_INFO);
   if (text_store(&ex->extra_info, raw, raw_len))
-    return vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
+    return vr_rules_fail(err, errlen, VR_ERR_NOMEM, "out of memory for extra_info");
   ex->extra_info_format = VR_INFO_MSGPACK;
   return VR_OK;
 }
@@ -340,43 +340,43 @@ static int mp_set_field(vr_extras_t *ex, int f, const msgpack_object *v, char *e
     case MSGPACK_OBJECT_FLOAT64:
       if (f != F_TRUTH) break;
       if (!isfinite(v->via.f64))
-        return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
+        return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "ground_truth is not finite");
       number_text(v->via.f64, v->type == MSGPACK_OBJECT_FLOAT32, num, sizeof(num));
       return field_set_text(ex, f, num, strlen(num), err, errlen);
     default:
       break;
   }
-  return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s has msgpack type %d, want %s",
+  return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "%s has msgpack type %d, want %s",
                  k_field_names[f], (int)v->type,
                  f == F_TRUTH ? "str, bin or number" : "str or bin");
 }
 
 int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, char *err,
                             size_t errlen) {
-  if (!out || (!buf && len)) return vr_rules_fail(err, errlen, VR_ERR_INVAL, "extras: NULL argument");
+  if (!out || (!buf && len)) return vr_rules_fail(err, errlen, VR_ERR_INVAL, "NULL argument");
   vr_extras_clear(out);
-  if (len == 0) return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: empty msgpack blob");
+  if (len == 0) return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "empty msgpack blob");
   if (len > VR_EXTRAS_MAX_BLOB)
-    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: msgpack blob is %zu bytes, limit %u",
+    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "msgpack blob is %zu bytes, limit %u",
                    len, VR_EXTRAS_MAX_BLOB);
   const uint8_t b0 = buf[0];
   if (!((b0 >= 0x80 && b0 <= 0x8f) || b0 == 0xde || b0 == 0xdf))
     return vr_rules_fail(err, errlen, VR_ERR_MALFORMED,
-                   "extras: msgpack blob is not a map (first byte 0x%02x)", b0);
+                   "msgpack blob is not a map (first byte 0x%02x)", b0);
   /* Pass 1: the whole structure (bounds, counts, depth, no trailing bytes). */
   size_t off = 0;
   const char *why = "";
   if (mp_skip(buf, len, &off, 0, &why))
-    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: malformed msgpack: %s", why);
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "malformed msgpack: %s", why);
   if (off != len)
     return vr_rules_fail(err, errlen, VR_ERR_MALFORMED,
-                   "extras: %zu trailing bytes after the msgpack map", len - off);
+                   "%zu trailing bytes after the msgpack map", len - off);
   size_t pos = 1; /* past the map header */
   uint64_t npairs = b0 <= 0x8f ? (uint64_t)(b0 & 0x0f) : be_read(buf + 1, b0 == 0xde ? 2 : 4);
   if (b0 == 0xde) pos = 3;
   if (b0 == 0xdf) pos = 5;
   if (npairs > VR_EXTRAS_MAX_KEYS)
-    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: map has %llu keys, limit %u",
+    return vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "map has %llu keys, limit %u",
                    (unsigned long long)npairs, VR_EXTRAS_MAX_KEYS);
   /* Pass 2: per pair, msgpack-c decodes the key and, for a known key, its
    * value, but only scalars: extra_info stays raw and unknown keys are never
@@ -386,13 +386,13 @@ int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, ch
   for (uint64_t i = 0; i < npairs && rc == VR_OK; i++) {
     size_t ks = pos, vs, ve;
     if (mp_skip(buf, len, &pos, 1, &why)) /* validated above: cannot fail */
-      return vr_rules_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
+      return vr_rules_fail(err, errlen, VR_ERR_INTERNAL, "%s", why);
     vs = pos;
     if (mp_skip(buf, len, &pos, 1, &why))
-      return vr_rules_fail(err, errlen, VR_ERR_INTERNAL, "extras: %s", why);
+      return vr_rules_fail(err, errlen, VR_ERR_INTERNAL, "%s", why);
     ve = pos;
     if (!mp_is_str(buf[ks])) {
-      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: map key #%llu is not a string",
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "map key #%llu is not a string",
                          (unsigned long long)i);
       break;
     }
@@ -404,12 +404,12 @@ int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, ch
     if (ur == MSGPACK_UNPACK_SUCCESS && key.data.type == MSGPACK_OBJECT_STR)
       f = field_index(key.data.via.str.ptr, key.data.via.str.size);
     else
-      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: msgpack-c rejected key #%llu (%d)",
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "msgpack-c rejected key #%llu (%d)",
                          (unsigned long long)i, (int)ur);
     msgpack_unpacked_destroy(&key);
     if (rc || f < 0) continue; /* unknown key: ignored (forward compatibility) */
     if (seen & (1u << f)) {
-      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "duplicate key %s", k_field_names[f]);
       break;
     }
     seen |= 1u << f;
@@ -419,7 +419,7 @@ int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, ch
       continue;
     }
     if (mp_is_container(buf[vs])) {
-      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s is a msgpack %s, want %s",
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "%s is a msgpack %s, want %s",
                          k_field_names[f], buf[vs] <= 0x8f || buf[vs] >= 0xde ? "map" : "array",
                          f == F_TRUTH ? "str, bin or number" : "str or bin");
       break;
@@ -429,10 +429,10 @@ int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, ch
     size_t voff = 0;
     ur = msgpack_unpack_next(&val, (const char *)buf + vs, ve - vs, &voff);
     if (ur == MSGPACK_UNPACK_NOMEM_ERROR)
-      rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory decoding %s",
+      rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "out of memory decoding %s",
                          k_field_names[f]);
     else if (ur != MSGPACK_UNPACK_SUCCESS || voff != ve - vs)
-      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: msgpack-c rejected %s (%d)",
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "msgpack-c rejected %s (%d)",
                          k_field_names[f], (int)ur);
     else
       rc = mp_set_field(out, f, &val.data, err, errlen);
@@ -486,16 +486,16 @@ int vr_extras_pack_msgpack(const vr_extras_t *ex, uint8_t **out, size_t *out_len
 /* ---- JSON --------------------------------------------------------------------------- */
 
 int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t errlen) {
-  if (!out || !obj) return vr_rules_fail(err, errlen, VR_ERR_INVAL, "extras: NULL argument");
+  if (!out || !obj) return vr_rules_fail(err, errlen, VR_ERR_INVAL, "NULL argument");
   vr_extras_clear(out);
   if (!cJSON_IsObject(obj))
-    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: element is not a JSON object");
+    return vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "element is not a JSON object");
   unsigned seen = 0, nkeys = 0;
   int rc = VR_OK;
   char num[64];
   for (const cJSON *it = obj->child; it && rc == VR_OK; it = it->next) {
     if (++nkeys > VR_EXTRAS_MAX_KEYS) {
-      rc = vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: object has more than %u keys",
+      rc = vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "object has more than %u keys",
                    VR_EXTRAS_MAX_KEYS);
       break;
     }
@@ -503,7 +503,7 @@ int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t er
     int f = field_index(it->string, strlen(it->string));
     if (f < 0) continue;
     if (seen & (1u << f)) {
-      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: duplicate key %s", k_field_names[f]);
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "duplicate key %s", k_field_names[f]);
       break;
     }
     seen |= 1u << f;
@@ -511,17 +511,17 @@ int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t er
     if (f == F_INFO) {
       char *txt = cJSON_PrintUnformatted(it);
       if (!txt) {
-        rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory printing extra_info");
+        rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "out of memory printing extra_info");
         break;
       }
       size_t tl = strlen(txt);
       if (tl > VR_EXTRAS_MAX_INFO)
-        rc = vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extras: extra_info is %zu bytes, limit %u",
+        rc = vr_rules_fail(err, errlen, VR_ERR_TOO_LARGE, "extra_info is %zu bytes, limit %u",
                      tl, VR_EXTRAS_MAX_INFO);
       else if (!vr_utf8_valid(txt, tl)) /* cJSON passes raw bytes of strings through */
-        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: extra_info is not valid UTF-8");
+        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extra_info is not valid UTF-8");
       else if (text_store(&out->extra_info, txt, tl))
-        rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "extras: out of memory for extra_info");
+        rc = vr_rules_fail(err, errlen, VR_ERR_NOMEM, "out of memory for extra_info");
       else
         out->extra_info_format = VR_INFO_JSON;
       cJSON_free(txt);
@@ -529,13 +529,13 @@ int vr_extras_from_json(const cJSON *obj, vr_extras_t *out, char *err, size_t er
       rc = field_set_text(out, f, it->valuestring, strlen(it->valuestring), err, errlen);
     } else if (f == F_TRUTH && cJSON_IsNumber(it)) {
       if (!isfinite(it->valuedouble)) {
-        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: ground_truth is not finite");
+        rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "ground_truth is not finite");
         break;
       }
       number_text(it->valuedouble, 0, num, sizeof(num));
       rc = field_set_text(out, f, num, strlen(num), err, errlen);
     } else {
-      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "extras: %s has the wrong JSON type (want %s)",
+      rc = vr_rules_fail(err, errlen, VR_ERR_MALFORMED, "%s has the wrong JSON type (want %s)",
                    k_field_names[f], f == F_TRUTH ? "string or number" : "string");
     }
   }
