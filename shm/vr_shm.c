@@ -139,7 +139,7 @@ static void lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t r
   if (quarantine && pid != 0) {
     L->state = LANE_QUARANTINED;
     L->pid = pid;
-    atomic_store_explicit(&sh->lease, VR_SHM_LEASE(L->gen, pid), memory_order_release);
+    atomic_store_explicit(&sh->lease, VR_SHM_LEASE(L->gen, pid | VR_SHM_LEASE_QUARANTINED_BIT), memory_order_release);
   } else {
     L->state = LANE_FREE;
     L->pid = 0;

@@ -43,15 +43,20 @@
 #define VR_SHM_ST_DRAINING 2u
 #define VR_SHM_ST_STOPPED 3u
 
-/* Lease word: (generation << 32) | closing << 31 | pid; pid 0 = free. A
- * client claims a free lane with CAS (gen, 0) -> (gen, pid) and releases it
- * with CAS (gen, pid) -> (gen, CLOSING | pid), so it can only ever mark its
- * own lease. The server bumps the generation every time it resets the lane. */
+/* Lease word: (generation << 32) | closing << 31 | quarantined << 30 | pid;
+ * pid 0 = free (pids are < 2^22 on Linux). A client claims a free lane with
+ * CAS (gen, 0) -> (gen, pid) and releases it with CAS w -> w | CLOSING, where
+ * w is its own lease or the quarantined lease the server left it, so it can
+ * only ever mark its own lane. The server bumps the generation every time it
+ * resets the lane; a quarantined lane keeps the client's pid with the
+ * QUARANTINED bit until that client closes or dies. */
 #define VR_SHM_LEASE_CLOSING_BIT 0x80000000u
+#define VR_SHM_LEASE_QUARANTINED_BIT 0x40000000u
 #define VR_SHM_LEASE(gen, pid) (((uint64_t)(uint32_t)(gen) << 32) | (uint32_t)(pid))
 #define VR_SHM_LEASE_GEN(w) ((uint32_t)((w) >> 32))
-#define VR_SHM_LEASE_PID(w) ((uint32_t)(w) & ~VR_SHM_LEASE_CLOSING_BIT)
+#define VR_SHM_LEASE_PID(w) ((uint32_t)(w) & 0x3fffffffu)
 #define VR_SHM_LEASE_CLOSING(w) (((uint32_t)(w) & VR_SHM_LEASE_CLOSING_BIT) != 0)
+#define VR_SHM_LEASE_QUARANTINED(w) (((uint32_t)(w) & VR_SHM_LEASE_QUARANTINED_BIT) != 0)
 
 /* Segment header: 256 bytes at offset 0. Written by the server; identity
  * fields (0..127) once at create, with magic stored last (release) so a

@@ -312,9 +312,12 @@ int vr_client_connect(const char *shm_name, const vr_client_options_t *opt, vr_c
 void vr_client_close(vr_client_t *c) {
   if (!c) return;
   if (c->lane) {
-    /* release only our own lease (the server may have reset the lane) */
-    uint64_t w = c->lease;
-    if (atomic_compare_exchange_strong(&c->lane->lease, &w, c->lease | VR_SHM_LEASE_CLOSING_BIT)) {
+    /* release only our own lease, or the quarantined one the server left us
+     * (a lane reset to free and leased again is someone else's) */
+    uint64_t w = atomic_load(&c->lane->lease);
+    int ours = w == c->lease || (VR_SHM_LEASE_QUARANTINED(w) && !VR_SHM_LEASE_CLOSING(w) &&
+                                 VR_SHM_LEASE_PID(w) == c->pid && VR_SHM_LEASE_GEN(w) != c->gen);
+    if (ours && atomic_compare_exchange_strong(&c->lane->lease, &w, w | VR_SHM_LEASE_CLOSING_BIT)) {
       atomic_fetch_add(&c->h->srv_seq, 1);
       vr_futex_wake(&c->h->srv_seq, INT_MAX);
     }

@@ -23,6 +23,7 @@
 #include "shm_test_util.h"
 #include "vr_checksum.h"
 #include "vr_shm.h"
+#include "vr_shm_internal.h"
 #include "vr_time.h"
 
 static void test_round_trip(void **state) {
@@ -382,12 +383,63 @@ static void test_lane_reuse(void **state) {
   tu_server_stop(&s, SIGTERM);
 }
 
+/* A lane the server quarantines (here: a wrapped request index) fails the
+ * client with VR_ERR_MALFORMED; closing that client frees the lane again. */
+static void test_quarantine_and_close(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "quar");
+  vr_shm_config_t cfg;
+  vr_shm_config_init(&cfg);
+  cfg.name = name;
+  cfg.n_lanes = 1;
+  cfg.arena_bytes = 65536;
+  cfg.spin_us = 0;
+  vr_shm_server_t *srv;
+  assert_int_equal(vr_shm_server_create(&cfg, &srv), 0);
+  vr_shm_server_set_state(srv, VR_SHM_READY);
+  vr_client_t *c;
+  assert_int_equal(tu_connect(name, 0, &c), 0);
+  vr_shm_map_t m;
+  char why[256];
+  assert_int_equal(vr_shm_attach(name, &m, why, sizeof why), 0);
+  vr_shm_lane_t *l = vr_shm_lane_at(m.base, &m.hdr, 0);
+  atomic_store(&l->req_head, 1000);
+  vr_shm_request_t q;
+  assert_int_equal(vr_shm_server_poll(srv, &q, 1, 0), 0);
+  assert_true(VR_SHM_LEASE_QUARANTINED(atomic_load(&l->lease)));
+  assert_int_equal(l->reset_reason, VR_ERR_MALFORMED);
+  assert_int_equal(vr_shm_server_lanes_in_use(srv), 1);
+  int32_t ids[2] = {1, 2};
+  uint32_t cu[2] = {0, 2};
+  vr_batch_t b = {.n_seqs = 1, .token_ids = ids, .cu_seqlens = cu};
+  uint64_t id;
+  assert_int_equal(vr_client_submit(c, &b, &id), VR_ERR_MALFORMED);
+  assert_true(strstr(vr_client_last_error(), "reset") != NULL);
+  vr_client_close(c);
+  assert_int_equal(vr_shm_server_poll(srv, &q, 1, 0), 0);
+  assert_int_equal(vr_shm_server_lanes_in_use(srv), 0);
+  assert_int_equal(atomic_load(&l->lease) & 0xffffffffu, 0);
+  /* the only lane serves a new client */
+  assert_int_equal(tu_connect(name, 0, &c), 0);
+  assert_int_equal(vr_client_submit(c, &b, &id), 0);
+  assert_int_equal(vr_shm_server_poll(srv, &q, 1, 1000000), 1);
+  float sc = 1.5f;
+  assert_int_equal(vr_shm_server_complete(srv, &q, 0, &sc, NULL, 0, NULL, NULL, 0, 0), 0);
+  assert_int_equal(vr_client_wait(c, id, 1000000, &sc, NULL, NULL), 0);
+  assert_true(sc == 1.5f);
+  vr_client_close(c);
+  vr_shm_detach(&m);
+  vr_shm_server_destroy(srv);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_async_out_of_order),
       cmocka_unit_test(test_limits_and_errors), cmocka_unit_test(test_not_found),
       cmocka_unit_test(test_live_stale_and_mode), cmocka_unit_test(test_dev_shm_too_small),
       cmocka_unit_test(test_drain_and_destroy), cmocka_unit_test(test_lane_reuse),
+      cmocka_unit_test(test_quarantine_and_close),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -90,7 +90,8 @@ static int grab_lane(hostile_t *H) {
 
 static void release_lane(hostile_t *H) {
   uint64_t w = atomic_load(&H->l->lease);
-  if (VR_SHM_LEASE_PID(w) == (uint32_t)getpid()) atomic_compare_exchange_strong(&H->l->lease, &w, w | VR_SHM_LEASE_CLOSING_BIT);
+  if (VR_SHM_LEASE_PID(w) == (uint32_t)getpid() && (w == H->lease || VR_SHM_LEASE_QUARANTINED(w)))
+    atomic_compare_exchange_strong(&H->l->lease, &w, w | VR_SHM_LEASE_CLOSING_BIT);
 }
 
 static void *tearer(void *arg) {
