@@ -1,7 +1,9 @@
 /* vr_cuda_attention.cu: variable-length attention over packed sequences, no
  * padding (contract in vr_cuda_ops.h).
  *
- * Tensor-core path (D in 16/32/64/128), FlashAttention-2 style: a block of 4
+ * Tensor-core paths (D in 16/32/64/128): k_attn_mma (default, below) and the
+ * first version, k_attn_wmma, kept for comparison (VR_CUDA_ATTN=wmma):
+ * FlashAttention-2 style: a block of 4
  * warps owns one tile of 64 query rows of one (sequence, head); each warp owns
  * 16 rows. Key/value tiles of 64 rows stream through shared memory; S = Q K^T
  * with wmma bf16 (fp32 accumulate), online softmax in fp32 (running max m and
@@ -17,6 +19,8 @@
  * gridDim.x), so a graph captured with an upper-bound grid serves any batch. */
 #include <cuda_bf16.h>
 #include <mma.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
@@ -175,6 +179,208 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_wmma(attn_params p) {
   }
 }
 
+/* ---- FlashAttention-2 path on mma.sync m16n8k16 (bf16 in, fp32 accumulate) ----
+ * A block of 4 warps owns a 64-row query tile of one (sequence, head); warp w
+ * owns rows 16w .. 16w+15. K/V tiles of 64 keys are double-buffered in shared
+ * memory with cp.async (zero-filled past the sequence end). S, P and O live in
+ * registers: S = Q K^T accumulates in the mma C layout, whose row pairs are
+ * exactly the A-operand layout of the P V product, so P never touches shared
+ * memory. Fragment layouts (g = lane / 4, t = lane % 4):
+ *   A 16x16: a0 = A[g][2t..2t+1], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..]
+ *   B 16x8:  b0 = B[2t..2t+1][g], b1 = B[2t+8..2t+9][g]
+ *   C 16x8:  c0,c1 = C[g][2t..2t+1], c2,c3 = C[g+8][2t..2t+1]
+ * K rows give B of Q K^T directly (B[k][n] = K[n][k]: 2 consecutive dims = one
+ * 32-bit load); V gives B of P V through ldmatrix.trans. Row pitch D + 8 bf16
+ * keeps both access patterns free of bank conflicts. */
+template <int D>
+struct mma_smem {
+  static constexpr int LD = D + 8;
+  static constexpr size_t tile = (size_t)64 * LD * 2;
+  static constexpr size_t bytes = 5 * tile; /* Q, K[2], V[2] */
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                                  const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* .x = lo (low half), .y = hi */
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Rows [r0, r0 + 64) of one head into a 64 x D tile (pitch D + 8); rows at or
+ * past `valid` are zero-filled (src-size 0: nothing is read). */
+template <int D>
+__device__ __forceinline__ void cp_tile(bf16 *dst, const bf16 *qkv, int ld, size_t row0, int col, int r0,
+                                        int valid) {
+  constexpr int VPR = D / 8;
+  for (int i = threadIdx.x; i < 64 * VPR; i += NWARP * 32) {
+    const int r = i / VPR, c = (i % VPR) * 8;
+    const bool ok = r0 + r < valid;
+    const bf16 *src = qkv + (row0 + (ok ? r0 + r : 0)) * (size_t)ld + col + c;
+    cp_async16(dst + r * mma_smem<D>::LD + c, src, ok ? 16 : 0);
+  }
+}
+
+template <int D>
+__global__ void __launch_bounds__(NWARP * 32) k_attn_mma(attn_params p) {
+  constexpr int LD = mma_smem<D>::LD, KS = D / 16, NT = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16 *sQ = reinterpret_cast<bf16 *>(smem);
+  bf16 *sK0 = sQ + 64 * LD, *sV0 = sQ + 3 * 64 * LD; /* K[b] = sK0 + b*64*LD, V[b] likewise */
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const int n_tiles = p.meta[VR_CUDA_META_N_TILES];
+
+  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    const int seq = p.tiles[2 * tile], q0 = p.tiles[2 * tile + 1];
+    const size_t s0 = (size_t)p.cu[seq];
+    const int len = p.cu[seq + 1] - p.cu[seq];
+    const int kend = p.causal ? min(len, q0 + BM) : len;
+    const int kbeg = p.window > 0 ? max(0, q0 - p.window + 1) / BN * BN : 0;
+    const int nkv = (kend - kbeg + BN - 1) / BN;
+    __syncthreads(); /* the previous tile is done with every buffer */
+    cp_tile<D>(sQ, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
+    cp_tile<D>(sK0, p.qkv, p.ld, s0, p.k_off + hk * D, kbeg, len);
+    cp_tile<D>(sV0, p.qkv, p.ld, s0, p.v_off + hk * D, kbeg, len);
+    cp_async_commit();
+
+    uint32_t qa[KS][4];
+    float o[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f; /* rows g and g + 8 */
+    const int qr0 = q0 + warp * 16 + g, qr1 = qr0 + 8;
+
+    for (int it = 0; it < nkv; ++it) {
+      const int n0 = kbeg + it * BN, buf = it & 1;
+      if (it + 1 < nkv) { /* prefetch the next K/V tile into the other buffer */
+        cp_tile<D>(sK0 + (buf ^ 1) * 64 * LD, p.qkv, p.ld, s0, p.k_off + hk * D, n0 + BN, len);
+        cp_tile<D>(sV0 + (buf ^ 1) * 64 * LD, p.qkv, p.ld, s0, p.v_off + hk * D, n0 + BN, len);
+      }
+      cp_async_commit();
+      cp_async_wait<1>(); /* everything but the prefetch just issued has landed */
+      __syncthreads();
+      if (it == 0) {
+        const bf16 *qw = sQ + warp * 16 * LD;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+          qa[kk][0] = *reinterpret_cast<const uint32_t *>(qw + g * LD + kk * 16 + 2 * t);
+          qa[kk][1] = *reinterpret_cast<const uint32_t *>(qw + (g + 8) * LD + kk * 16 + 2 * t);
+          qa[kk][2] = *reinterpret_cast<const uint32_t *>(qw + g * LD + kk * 16 + 8 + 2 * t);
+          qa[kk][3] = *reinterpret_cast<const uint32_t *>(qw + (g + 8) * LD + kk * 16 + 8 + 2 * t);
+        }
+      }
+      const bf16 *sK = sK0 + buf * 64 * LD, *sV = sV0 + buf * 64 * LD;
+      /* S = Q K^T: 8 key n-tiles of 8 */
+      float sc[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+        const bf16 *kr = sK + (nt * 8 + g) * LD + 2 * t;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk) {
+          const uint32_t b0 = *reinterpret_cast<const uint32_t *>(kr + kk * 16);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t *>(kr + kk * 16 + 8);
+          mma_bf16(sc[nt], qa[kk], b0, b1);
+        }
+      }
+      /* scale (log2 domain) and mask */
+      const bool need_mask = n0 + BN > len || (p.causal && n0 + BN - 1 > q0 + warp * 16) || p.window > 0;
+      float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float v = sc[nt][e] * p.scale_log2;
+          if (need_mask) {
+            const int kp = n0 + nt * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
+            bool ok = kp < len;
+            if (p.causal) ok = ok && kp <= qp;
+            if (p.window > 0) ok = ok && qp - kp < p.window && kp - qp < p.window;
+            if (!ok) v = -INFINITY;
+          }
+          sc[nt][e] = v;
+        }
+        mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+        mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+      }
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
+      m0 = mn0, m1 = mn1;
+      float rs0 = 0.f, rs1 = 0.f;
+      uint32_t pa[4][4]; /* P as A fragments, one per 16-key step */
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const float e0 = exp2f(sc[nt][0] - mu0), e1 = exp2f(sc[nt][1] - mu0);
+        const float e2 = exp2f(sc[nt][2] - mu1), e3 = exp2f(sc[nt][3] - mu1);
+        rs0 += e0 + e1;
+        rs1 += e2 + e3;
+        pa[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(e0, e1);
+        pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(e2, e3);
+      }
+      rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
+      rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
+      rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
+      rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
+      l0 = l0 * al0 + rs0;
+      l1 = l1 * al1 + rs1;
+#pragma unroll
+      for (int i = 0; i < NT; ++i) o[i][0] *= al0, o[i][1] *= al0, o[i][2] *= al1, o[i][3] *= al1;
+      /* O += P V: ldmatrix.trans gives B fragments of two dim n-tiles per call */
+      const int mat = lane >> 3, mrow = lane & 7;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int nn = 0; nn < NT; nn += 2) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4_trans(b0, b1, b2, b3, sV + (j * 16 + mrow + 8 * (mat & 1)) * LD + nn * 8 + 8 * (mat >> 1));
+          mma_bf16(o[nn], pa[j], b0, b1);
+          mma_bf16(o[nn + 1], pa[j], b2, b3);
+        }
+      }
+      __syncthreads(); /* this buffer may be refilled by the next iteration's prefetch */
+    }
+    cp_async_wait<0>();
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+    for (int nn = 0; nn < NT; ++nn) {
+      const int c = h * D + nn * 8 + 2 * t;
+      if (qr0 < len)
+        *reinterpret_cast<uint32_t *>(p.out + (s0 + qr0) * (size_t)p.ld_out + c) = pack_bf16(o[nn][0] * inv0, o[nn][1] * inv0);
+      if (qr1 < len)
+        *reinterpret_cast<uint32_t *>(p.out + (s0 + qr1) * (size_t)p.ld_out + c) = pack_bf16(o[nn][2] * inv1, o[nn][3] * inv1);
+    }
+  }
+}
+
 /* Fallback: one warp per query row; dynamic shared memory NWARP * D floats (q). */
 __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int D) {
   extern __shared__ float qs_all[];
@@ -240,8 +446,39 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int 
 
 /* -------------------------------------------------------------- launchers */
 
+/* Which tensor-core kernel runs: 1 mma.sync (default), 0 wmma (VR_CUDA_ATTN=wmma, or
+ * vr_cuda_attention_set_impl(0)); read once. */
+static int g_attn_impl = -1;
+
+extern "C" void vr_cuda_attention_set_impl(int impl) { g_attn_impl = impl; }
+
+static int attn_impl(void) {
+  if (g_attn_impl < 0) {
+    const char *e = getenv("VR_CUDA_ATTN");
+    g_attn_impl = (e && !strcmp(e, "wmma")) ? 0 : 1;
+  }
+  return g_attn_impl;
+}
+
+template <int D>
+static void launch_mma(const attn_params &p, dim3 grid, cudaStream_t s) {
+  const size_t sh = mma_smem<D>::bytes;
+  static int attr_set[64];
+  const int dev = vr_cuda_current_device_();
+  if (dev < 0 || dev >= 64 || !attr_set[dev]) {
+    VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+    if (dev >= 0 && dev < 64) attr_set[dev] = 1;
+  }
+  k_attn_mma<D><<<grid, NWARP * 32, sh, s>>>(p);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
 template <int D>
 static void launch_wmma(const attn_params &p, dim3 grid, cudaStream_t s) {
+  if (attn_impl() == 1) {
+    launch_mma<D>(p, grid, s);
+    return;
+  }
   const size_t sh = attn_smem<D>::bytes;
   /* The attribute belongs to the function on the current device: set it once per device. */
   static int attr_set[64];

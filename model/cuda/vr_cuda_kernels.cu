@@ -125,25 +125,64 @@ __global__ void k_rmsnorm(const float *x, uint16_t *xn, const float *w, int C, f
   for (int c = threadIdx.x; c < C; c += blockDim.x) xnr[c] = to_bf(xr[c] * r * w[c]);
 }
 
-/* One thread per (token, head, i < D/2). */
+/* One block per token: the D/2 angles once into shared memory (dynamic, D
+ * floats), then every (head, i) pair of the token's q and k heads. */
 __global__ void k_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
-                       const int32_t *pos, const float *inv_freq, float scaling, int T) {
+                       const int32_t *pos, const float *inv_freq, float scaling) {
+  extern __shared__ float cs_sn[];
   const int half = D / 2, nh = H + Hkv;
-  const size_t total = (size_t)T * nh * half;
-  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
-       idx += (size_t)gridDim.x * blockDim.x) {
-    const int i = (int)(idx % half);
-    const int j = (int)((idx / half) % nh);
-    const size_t t = idx / ((size_t)half * nh);
-    uint16_t *base = qkv + t * ld + (j < H ? q_off + j * D : k_off + (j - H) * D);
-    const float angle = (float)pos[t] * inv_freq[i];
+  const size_t t = blockIdx.x;
+  const float p = (float)pos[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
     float sn, cs;
-    sincosf(angle, &sn, &cs);
-    cs *= scaling;
-    sn *= scaling;
+    sincosf(p * inv_freq[i], &sn, &cs);
+    cs_sn[i] = cs * scaling;
+    cs_sn[half + i] = sn * scaling;
+  }
+  __syncthreads();
+  uint16_t *row = qkv + t * ld;
+  for (int idx = threadIdx.x; idx < nh * half; idx += blockDim.x) {
+    const int j = idx / half, i = idx - j * half;
+    uint16_t *base = row + (j < H ? q_off + j * D : k_off + (j - H) * D);
+    const float cs = cs_sn[i], sn = cs_sn[half + i];
     const float x1 = bf(base[i]), x2 = bf(base[i + half]);
     base[i] = to_bf(x1 * cs - x2 * sn);
     base[i + half] = to_bf(x2 * cs + x1 * sn);
+  }
+}
+
+__global__ void k_swiglu8(uint16_t *out, const uint16_t *gu, int T, int I) {
+  const uint32_t vpr = (uint32_t)I / 8, total = (uint32_t)T * vpr;
+  for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
+    const uint32_t t = idx / vpr, v = idx - t * vpr;
+    const uint4 gv = *reinterpret_cast<const uint4 *>(gu + (size_t)t * 2 * I + v * 8);
+    const uint4 uv = *reinterpret_cast<const uint4 *>(gu + (size_t)t * 2 * I + I + v * 8);
+    const uint16_t *g8 = reinterpret_cast<const uint16_t *>(&gv), *u8 = reinterpret_cast<const uint16_t *>(&uv);
+    uint4 ov;
+    uint16_t *o8 = reinterpret_cast<uint16_t *>(&ov);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float g = bf(g8[e]);
+      o8[e] = to_bf(g / (1.f + __expf(-g)) * bf(u8[e]));
+    }
+    *reinterpret_cast<uint4 *>(out + (size_t)idx * 8) = ov;
+  }
+}
+
+__global__ void k_bias_gelu8(uint16_t *h, const float *b, int T, int I, int tanh_approx) {
+  const uint32_t vpr = (uint32_t)I / 8, total = (uint32_t)T * vpr;
+  for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
+    const uint32_t v = idx % vpr;
+    uint4 hv = *reinterpret_cast<const uint4 *>(h + (size_t)idx * 8);
+    uint16_t *h8 = reinterpret_cast<uint16_t *>(&hv);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float x = bf(h8[e]) + (b ? b[v * 8 + e] : 0.f);
+      const float gl = tanh_approx ? 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)))
+                                   : 0.5f * x * (1.f + erff(x * 0.7071067811865476f));
+      h8[e] = to_bf(gl);
+    }
+    *reinterpret_cast<uint4 *>(h + (size_t)idx * 8) = hv;
   }
 }
 
@@ -287,17 +326,19 @@ extern "C" void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, in
 extern "C" void vr_cuda_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
                              const int32_t *pos, const float *inv_freq, float attn_scaling, int T,
                              cudaStream_t s) {
-  const size_t n = (size_t)T * (H + Hkv) * (D / 2);
-  if (n == 0) return;
-  k_rope<<<grid_for(n, 256), 256, 0, s>>>(qkv, ld, q_off, k_off, H, Hkv, D, pos, inv_freq,
-                                          attn_scaling, T);
+  if (T <= 0 || D < 2) return;
+  k_rope<<<T, 128, (size_t)D * sizeof(float), s>>>(qkv, ld, q_off, k_off, H, Hkv, D, pos, inv_freq,
+                                                   attn_scaling);
   VR_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void vr_cuda_swiglu(uint16_t *out, const uint16_t *gu, int T, int I, cudaStream_t s) {
   const size_t n = (size_t)T * I;
   if (n == 0) return;
-  k_swiglu<<<grid_for(n, 256), 256, 0, s>>>(out, gu, T, I);
+  if (I % 8 == 0 && n / 8 < (1u << 31))
+    k_swiglu8<<<grid_for(n / 8, 256), 256, 0, s>>>(out, gu, T, I);
+  else
+    k_swiglu<<<grid_for(n, 256), 256, 0, s>>>(out, gu, T, I);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -305,7 +346,10 @@ extern "C" void vr_cuda_bias_gelu(uint16_t *h, const float *b, int T, int I, int
                                   cudaStream_t s) {
   const size_t n = (size_t)T * I;
   if (n == 0) return;
-  k_bias_gelu<<<grid_for(n, 256), 256, 0, s>>>(h, b, T, I, tanh_approx);
+  if (I % 8 == 0 && n / 8 < (1u << 31))
+    k_bias_gelu8<<<grid_for(n / 8, 256), 256, 0, s>>>(h, b, T, I, tanh_approx);
+  else
+    k_bias_gelu<<<grid_for(n, 256), 256, 0, s>>>(h, b, T, I, tanh_approx);
   VR_CUDA_CHECK_LAUNCH();
 }
 

@@ -80,6 +80,10 @@ void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_
                        cudaStream_t s);
 /* Which path vr_cuda_attention takes for D: 1 tensor cores, 0 fallback, -1 unsupported. */
 int vr_cuda_attention_path(int D);
+/* Tensor-core kernel: 1 = mma.sync FlashAttention-2 (default), 0 = the older wmma
+ * kernel (also selected by VR_CUDA_ATTN=wmma). For tests and comparisons;
+ * not thread-safe, call before launches. */
+void vr_cuda_attention_set_impl(int impl);
 
 /* ---- heads ---------------------------------------------------------------- */
 /* Decoder score: for each sequence i < meta[0], row r = rows[i] of x (T, C) fp32:

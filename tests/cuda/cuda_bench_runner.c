@@ -1,11 +1,12 @@
 /* cuda_bench_runner.c: our side of tools/bench_vs_transformers.sh. Loads a
- * model directory (timed), scores one packed batch read from a sequence file
- * `warmup` times, then `iters` times (each vr_model_score call is synchronous,
- * timed with the monotonic clock), and writes JSON: load seconds, median /
- * min latency, tokens/s, device memory, and the scores.
+ * model directory once (timed); then for each workload (--seqs FILE --out JSON
+ * --warmup N --iters N, repeatable, in order) scores its packed batch `warmup`
+ * times, then `iters` times (each vr_model_score call is synchronous, timed
+ * with the monotonic clock), and writes JSON: load seconds, median / min
+ * latency, tokens/s, device memory, and the scores.
  *
- * Usage: cuda_bench_runner --model DIR --seqs FILE --out JSON [--device cuda:0]
- *        [--max-batch-tokens N] [--warmup N] [--iters N]
+ * Usage: cuda_bench_runner --model DIR [--device cuda:0] [--max-batch-tokens N]
+ *        {--warmup N --iters N --seqs FILE --out JSON}...
  * Sequence file (little-endian, written by tools/bench_vs_transformers.py):
  *   8 bytes "VRSEQ1\0\0", uint32 n, uint32 len[n], int32 ids[sum(len)].
  * The file is checked (sizes against the file length, no overflow). */
@@ -74,37 +75,94 @@ static int read_seqs(const char *path, uint32_t *n_out, uint32_t **cu_out, int32
   return 0;
 }
 
+#define MAX_WORK 16
+
+typedef struct work {
+  const char *seqs, *out;
+  int warmup, iters;
+} work_t;
+
+static int run_work(vr_model_t *m, const work_t *w, const char *model, uint32_t max_tokens, double load_s,
+                    size_t free0) {
+  uint32_t n;
+  uint32_t *cu;
+  int32_t *ids;
+  if (read_seqs(w->seqs, &n, &cu, &ids)) return 1;
+  float *scores = calloc(n, sizeof *scores);
+  int32_t *st = calloc(n, sizeof *st);
+  int rc = 0;
+  for (int i = 0; i < w->warmup; ++i)
+    if ((rc = vr_model_score(m, ids, cu, n, scores, st))) break;
+  double *lat = calloc((size_t)w->iters, sizeof *lat);
+  for (int i = 0; rc == 0 && i < w->iters; ++i) {
+    const double a = now_s();
+    rc = vr_model_score(m, ids, cu, n, scores, st);
+    lat[i] = now_s() - a;
+  }
+  for (uint32_t i = 0; rc == 0 && i < n; ++i)
+    if (st[i]) rc = st[i];
+  if (rc) {
+    fprintf(stderr, "score %s: %s\n", w->seqs, vr_strerror(rc));
+    return 1;
+  }
+  size_t free1 = 0, total_mem = 0;
+  cudaMemGetInfo(&free1, &total_mem);
+  qsort(lat, (size_t)w->iters, sizeof *lat, cmpd);
+  const double med = lat[w->iters / 2];
+  const vr_model_info_t *info = vr_model_info(m);
+  FILE *f = fopen(w->out, "w");
+  if (!f) {
+    fprintf(stderr, "cannot write %s\n", w->out);
+    return 1;
+  }
+  fprintf(f, "{\"model\": \"%s\", \"device\": \"%s\", \"device_name\": \"%s\", \"n_seqs\": %u, \"tokens\": %u,\n",
+          model, info->device, info->device_name, n, cu[n]);
+  fprintf(f, " \"max_batch_tokens\": %u, \"load_s\": %.4f, \"warmup\": %d, \"iters\": %d,\n", max_tokens, load_s,
+          w->warmup, w->iters);
+  fprintf(f, " \"latency_median_s\": %.6f, \"latency_min_s\": %.6f, \"tokens_per_s\": %.1f,\n", med, lat[0],
+          cu[n] / med);
+  fprintf(f, " \"device_bytes_backend\": %llu, \"device_bytes_used_process\": %llu,\n",
+          (unsigned long long)info->device_bytes, (unsigned long long)(free0 > free1 ? free0 - free1 : 0));
+  fprintf(f, " \"scores\": [");
+  for (uint32_t i = 0; i < n; ++i) fprintf(f, "%s%.7g", i ? ", " : "", scores[i]);
+  fprintf(f, "]}\n");
+  fclose(f);
+  printf("%s: %u seqs %u tokens median %.3f ms (%.0f tok/s)\n", w->seqs, n, cu[n], med * 1e3, cu[n] / med);
+  free(scores), free(st), free(lat), free(cu), free(ids);
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  const char *model = NULL, *seqs = NULL, *out = NULL, *device = "cuda:0";
+  const char *model = NULL, *device = "cuda:0";
   uint32_t max_tokens = 16384;
-  int warmup = 2, iters = 10;
+  work_t work[MAX_WORK];
+  int nw = 0, warmup = 2, iters = 10;
+  const char *seqs = NULL;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--model")) model = argv[i + 1];
     else if (!strcmp(argv[i], "--seqs")) seqs = argv[i + 1];
-    else if (!strcmp(argv[i], "--out")) out = argv[i + 1];
-    else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
+    else if (!strcmp(argv[i], "--out") && seqs && nw < MAX_WORK) {
+      work[nw++] = (work_t){seqs, argv[i + 1], warmup, iters};
+      seqs = NULL;
+    } else if (!strcmp(argv[i], "--device")) device = argv[i + 1];
     else if (!strcmp(argv[i], "--max-batch-tokens")) max_tokens = (uint32_t)strtoul(argv[i + 1], NULL, 10);
     else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
     else {
-      fprintf(stderr, "unknown option %s\n", argv[i]);
+      fprintf(stderr, "unexpected option %s (each --out must follow its --seqs; at most %d workloads)\n", argv[i],
+              MAX_WORK);
       return 2;
     }
   }
-  if (!model || !seqs || !out || iters < 1 || warmup < 0) {
-    fprintf(stderr, "usage: %s --model DIR --seqs FILE --out JSON [--device cuda:0] [--max-batch-tokens N] "
-                    "[--warmup N] [--iters N]\n", argv[0]);
+  if (!model || nw == 0 || iters < 1 || warmup < 0) {
+    fprintf(stderr, "usage: %s --model DIR [--device cuda:0] [--max-batch-tokens N] "
+                    "{--warmup N --iters N --seqs FILE --out JSON}...\n", argv[0]);
     return 2;
   }
-  uint32_t n;
-  uint32_t *cu;
-  int32_t *ids;
-  if (read_seqs(seqs, &n, &cu, &ids)) return 1;
   size_t free0 = 0, total_mem = 0;
   cudaSetDevice(0);
   cudaFree(0); /* create the context before measuring */
   cudaMemGetInfo(&free0, &total_mem);
-
   vr_model_options_t opt;
   vr_model_options_init(&opt);
   opt.device = device;
@@ -117,47 +175,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "load %s: %s\n", model, vr_strerror(rc));
     return 1;
   }
-  float *scores = calloc(n, sizeof *scores);
-  int32_t *st = calloc(n, sizeof *st);
-  for (int i = 0; i < warmup; ++i)
-    if ((rc = vr_model_score(m, ids, cu, n, scores, st))) break;
-  double *lat = calloc((size_t)iters, sizeof *lat);
-  for (int i = 0; rc == 0 && i < iters; ++i) {
-    const double a = now_s();
-    rc = vr_model_score(m, ids, cu, n, scores, st);
-    lat[i] = now_s() - a;
-  }
-  for (uint32_t i = 0; rc == 0 && i < n; ++i)
-    if (st[i]) rc = st[i];
-  if (rc) {
-    fprintf(stderr, "score: %s\n", vr_strerror(rc));
-    return 1;
-  }
-  size_t free1 = 0;
-  cudaMemGetInfo(&free1, &total_mem);
-  qsort(lat, (size_t)iters, sizeof *lat, cmpd);
-  const double med = lat[iters / 2];
-  const vr_model_info_t *info = vr_model_info(m);
-  FILE *f = fopen(out, "w");
-  if (!f) {
-    fprintf(stderr, "cannot write %s\n", out);
-    return 1;
-  }
-  fprintf(f, "{\"model\": \"%s\", \"device\": \"%s\", \"device_name\": \"%s\", \"n_seqs\": %u, \"tokens\": %u,\n",
-          model, info->device, info->device_name, n, cu[n]);
-  fprintf(f, " \"max_batch_tokens\": %u, \"load_s\": %.4f, \"warmup\": %d, \"iters\": %d,\n", max_tokens, load_s,
-          warmup, iters);
-  fprintf(f, " \"latency_median_s\": %.6f, \"latency_min_s\": %.6f, \"tokens_per_s\": %.1f,\n", med, lat[0],
-          cu[n] / med);
-  fprintf(f, " \"device_bytes_backend\": %llu, \"device_bytes_used_process\": %llu,\n",
-          (unsigned long long)info->device_bytes, (unsigned long long)(free0 > free1 ? free0 - free1 : 0));
-  fprintf(f, " \"scores\": [");
-  for (uint32_t i = 0; i < n; ++i) fprintf(f, "%s%.7g", i ? ", " : "", scores[i]);
-  fprintf(f, "]}\n");
-  fclose(f);
-  printf("%s: %u seqs %u tokens load %.2fs median %.3f ms (%.0f tok/s)\n", model, n, cu[n], load_s, med * 1e3,
-         cu[n] / med);
+  printf("%s: loaded in %.2f s\n", model, load_s);
+  for (int i = 0; i < nw && rc == 0; ++i) rc = run_work(m, &work[i], model, max_tokens, load_s, free0);
   vr_model_free(m);
-  free(scores), free(st), free(lat), free(cu), free(ids);
-  return 0;
+  return rc;
 }

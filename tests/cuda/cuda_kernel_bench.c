@@ -113,9 +113,15 @@ int main(int argc, char **argv) {
     return 77;
   }
   const int reps = argc > 1 ? atoi(argv[1]) : 10;
-  bench_attention(8, 2048, 32, 8, 128, 1, reps);
-  bench_attention(16, 1024, 32, 8, 64, 1, reps);
-  bench_attention(32, 512, 12, 12, 64, 0, reps);
+  for (int impl = 1; impl >= 0; --impl) {
+    vr_cuda_attention_set_impl(impl);
+    printf("-- attention kernel: %s\n", impl ? "mma.sync (default)" : "wmma (first version)");
+    bench_attention(8, 2048, 32, 8, 128, 1, reps);
+    bench_attention(16, 1024, 32, 8, 64, 1, reps);
+    bench_attention(32, 512, 12, 12, 64, 0, reps);
+    bench_attention(1, 512, 12, 12, 64, 0, reps);
+  }
+  vr_cuda_attention_set_impl(1);
   vr_cuda_gemm_t *g;
   if (vr_cuda_gemm_init(&g, 32u << 20)) return 1;
   bench_gemm(g, 16384, 6144, 4096, 0, reps);  /* 8B qkv */

@@ -182,6 +182,17 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
   free(qkv), free(qf), free(cu), free(tiles), free(ref), free(sc), free(out);
 }
 
+static void attention_suite(void);
+static void attention_suites(void) {
+  printf("-- attention: mma.sync kernel\n");
+  vr_cuda_attention_set_impl(1);
+  attention_suite();
+  printf("-- attention: wmma kernel\n");
+  vr_cuda_attention_set_impl(0);
+  attention_suite();
+  vr_cuda_attention_set_impl(1);
+}
+
 static void attention_suite(void) {
   const int dims[] = {16, 32, 64, 128, 8, 24, 80};
   for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di) {
@@ -296,6 +307,8 @@ static void test_norms(int T, int C) {
 
 /* ----------------------------------------------------------- elementwise */
 
+static void test_act(int T, int I);
+
 static void test_elementwise(void) {
   const int T = 37, H = 4, Hkv = 2, D = 64, ld = (H + 2 * Hkv) * D;
   float *qf;
@@ -327,8 +340,15 @@ static void test_elementwise(void) {
   check_rel("rope q+k (v untouched) T37 H4/2 D64", ref, of, (size_t)T * ld, 1e-2);
   free(of);
 
-  /* swiglu */
-  const int I = 200;
+  for (int I = 200; I <= 201; ++I) test_act(T, I);
+  CK(cudaFree(d_qkv)); CK(cudaFree(d_pos)); CK(cudaFree(d_inv));
+  free(qkv), free(qf), free(ref);
+}
+
+/* swiglu and bias + gelu (erf, tanh): I = 200 takes the 8-wide kernels, 201 the scalar ones */
+static void test_act(int T, int I) {
+  char what[96];
+  float *of;
   float *guf;
   uint16_t *gu = rand_bf((size_t)T * 2 * I, 4, &guf);
   double *r2 = malloc((size_t)T * I * sizeof(double));
@@ -341,7 +361,8 @@ static void test_elementwise(void) {
   vr_cuda_swiglu(d_o, d_gu, T, I, 0);
   tohost(o, d_o, (size_t)T * I * 2);
   of = bf_arr_to_f(o, (size_t)T * I);
-  check_rel("swiglu T37 I200", r2, of, (size_t)T * I, 1e-2);
+  snprintf(what, sizeof what, "swiglu T%d I%d", T, I);
+  check_rel(what, r2, of, (size_t)T * I, 1e-2);
   free(of);
   /* bias + gelu, erf and tanh */
   float *bias = rand_f(I, -1, 1);
@@ -357,7 +378,8 @@ static void test_elementwise(void) {
     vr_cuda_bias_gelu(d_h, d_bias, T, I, approx, 0);
     tohost(h, d_h, (size_t)T * I * 2);
     of = bf_arr_to_f(h, (size_t)T * I);
-    check_rel(approx ? "bias+gelu(tanh) T37 I200" : "bias+gelu(erf) T37 I200", r2, of, (size_t)T * I, 1e-2);
+    snprintf(what, sizeof what, "bias+gelu(%s) T%d I%d", approx ? "tanh" : "erf", T, I);
+    check_rel(what, r2, of, (size_t)T * I, 1e-2);
     free(of), free(h), free(hf);
     CK(cudaFree(d_h));
   }
@@ -386,9 +408,9 @@ static void test_elementwise(void) {
     CK(cudaFree(d_src)); CK(cudaFree(d_f)); CK(cudaFree(d_b));
     free(src), free(rr), free(f), free(bb);
   }
-  CK(cudaFree(d_qkv)); CK(cudaFree(d_pos)); CK(cudaFree(d_inv)); CK(cudaFree(d_gu)); CK(cudaFree(d_o));
+  CK(cudaFree(d_gu)); CK(cudaFree(d_o));
   CK(cudaFree(d_bias));
-  free(qkv), free(qf), free(ref), free(gu), free(guf), free(r2), free(o), free(bias);
+  free(gu), free(guf), free(r2), free(o), free(bias);
 }
 
 /* ----------------------------------------------------------------- gemm */
@@ -496,7 +518,7 @@ int main(void) {
   g_rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761ull + 1;
   if (!g_rng) g_rng = 1;
   printf("seed %llu\n", (unsigned long long)g_rng);
-  attention_suite();
+  attention_suites();
   test_norms(33, 768);
   test_norms(5, 4096);
   test_norms(7, 40);
