@@ -3,6 +3,7 @@
  * strip_string), with the additions documented in docs/operations.md.
  * All functions are pure and thread-safe; scratch memory is heap-allocated
  * per call and bounded by a small multiple of the input length. */
+#define _GNU_SOURCE /* memmem */
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,10 +50,9 @@ static void sb_puts(vr_sb_t *b, const char *s) { vr_sb_putn(b, s, strlen(s)); }
 /* Finds needle in hay[0..n) from offset 'from'; returns its offset or n when absent. */
 size_t vr_find(const char *hay, size_t n, size_t from, const char *needle) {
   size_t m = strlen(needle);
-  if (m == 0 || m > n) return n;
-  for (size_t i = from; i + m <= n; i++)
-    if (hay[i] == needle[0] && memcmp(hay + i, needle, m) == 0) return i;
-  return n;
+  if (m == 0 || from >= n || m > n - from) return n;
+  const char *p = memmem(hay + from, n - from, needle, m); /* GNU; gnu11 build */
+  return p ? (size_t)(p - hay) : n;
 }
 
 /* Bytes of the UTF-8 sequence at s (1 for ASCII or a stray byte), clipped to n. */

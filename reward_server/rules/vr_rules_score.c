@@ -195,6 +195,11 @@ static int em_next(const vr_rule_t *r, const char *s, size_t n, size_t *i) {
 static float score_exact(const vr_rule_t *r, const vr_extras_t *ex, int *reason) {
   const char *a = ex->solution_str.ptr, *b = ex->ground_truth.ptr;
   size_t an = ex->solution_str.len, bn = ex->ground_truth.len, i = 0, j = 0;
+  if (!r->ignore_case && !r->ignore_space) { /* byte for byte */
+    int eq = an == bn && memcmp(a, b, an) == 0;
+    *reason = eq ? VR_REASON_OK : VR_REASON_MISMATCH;
+    return eq ? 1.0f : 0.0f;
+  }
   for (;;) {
     int ca = em_next(r, a, an, &i), cb = em_next(r, b, bn, &j);
     if (ca != cb) {
