@@ -102,7 +102,9 @@ int vr_extras_set_info(vr_extras_t *ex, vr_info_format_t fmt, const void *raw, s
  * validator (depth <= VR_EXTRAS_MAX_DEPTH, every container count bounded by
  * the bytes left, len <= VR_EXTRAS_MAX_BLOB); then msgpack-c decodes the
  * keys and the scalar values of known keys (extra_info and unknown keys are
- * never expanded). buf is not retained. Returns 0, VR_ERR_MALFORMED (bad structure,
+ * never expanded). buf is not retained and must not change during the call
+ * (the checks and the decode read it twice): copy a blob out of a shared
+ * segment first, as vr_shm_request_t's extras already are. Returns 0, VR_ERR_MALFORMED (bad structure,
  * wrong type, bad UTF-8, duplicate key), VR_ERR_TOO_LARGE or VR_ERR_NOMEM. */
 int vr_extras_parse_msgpack(const uint8_t *buf, size_t len, vr_extras_t *out, char *err,
                             size_t errlen);
