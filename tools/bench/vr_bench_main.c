@@ -294,7 +294,16 @@ int main(int argc, char **argv) {
     char bin[4096];
     if (o.server_bin) snprintf(bin, sizeof(bin), "%s", o.server_bin);
     else default_server_bin(bin, sizeof(bin));
-    if (vr_spawn_server(bin, o.spawn, o.ready_timeout_s, &srv) != 0) return 2;
+    /* every shm client leases a lane (+1 for reading the limits): make sure the spawned server
+     * has enough of them unless the arguments say otherwise */
+    uint32_t max_conc = 0;
+    for (int i = 0; i < o.n_conc; i++) max_conc = o.conc[i] > max_conc ? o.conc[i] : max_conc;
+    char spawn_args[4096];
+    if (max_conc + 1 > 32 && !strstr(o.spawn, "--lanes"))
+      snprintf(spawn_args, sizeof(spawn_args), "%s --lanes %u", o.spawn, max_conc + 1);
+    else
+      snprintf(spawn_args, sizeof(spawn_args), "%s", o.spawn);
+    if (vr_spawn_server(bin, spawn_args, o.ready_timeout_s, &srv) != 0) return 2;
     snprintf(tg.shm_name, sizeof(tg.shm_name), "%s", srv.shm_name);
     snprintf(tg.host, sizeof(tg.host), "127.0.0.1");
     tg.port = srv.port;
