@@ -1,0 +1,318 @@
+/* test_server_units.c: the server's parsers on their own (request bodies, settings).
+ *
+ * Request bodies come from the network: besides a table of bad bodies, every
+ * valid body is mutated (bit flips, truncation, insertion, splices) many times
+ * and parsed again; under ASan/UBSan any out-of-bounds read shows up here, and
+ * every accepted parse must satisfy the output invariants. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <msgpack.h>
+
+#include "verl_reward/status.h"
+#include "vr_request.h"
+#include "vr_settings.h"
+
+static vr_scorer_t make_scorer(const char *spec, vr_scorer_kind_t kind, uint32_t vocab, uint32_t max_len) {
+  vr_scorer_t sc;
+  memset(&sc, 0, sizeof sc);
+  sc.kind = kind;
+  sc.vocab_size = vocab;
+  sc.max_seq_len = max_len;
+  sc.truncate = VR_TRUNCATE_ERROR;
+  char err[128];
+  assert_int_equal(vr_reward_spec_parse(spec, &sc.spec, err, sizeof err), 0);
+  sc.has_components = sc.spec.n > 1 || sc.spec.model_index < 0;
+  return sc;
+}
+
+static void check_invariants(const vr_score_req_t *r, const vr_scorer_t *sc) {
+  assert_true(r->n_seqs >= 1);
+  assert_int_equal(r->cu[0], 0);
+  for (uint32_t i = 0; i < r->n_seqs; i++) {
+    assert_true(r->cu[i + 1] >= r->cu[i]);
+    uint32_t len = r->cu[i + 1] - r->cu[i];
+    assert_true(len <= sc->max_seq_len);
+    if (sc->kind != VR_SCORER_NONE) assert_true(len >= 1);
+    for (uint32_t j = r->cu[i]; j < r->cu[i + 1]; j++) {
+      assert_true(r->ids[j] >= 0);
+      if (sc->vocab_size) assert_true((uint32_t)r->ids[j] < sc->vocab_size);
+    }
+    if (r->extras_ptrs && r->extras_ptrs[i]) assert_ptr_equal(r->extras_ptrs[i], &r->extras[i]);
+  }
+  assert_int_equal(r->n_tokens, r->cu[r->n_seqs]);
+}
+
+static void test_json_valid(void **state) {
+  vr_scorer_t sc = make_scorer("model:0.5,gsm8k:0.5", VR_SCORER_CHECKSUM, 1000, 64);
+  const char *body = "{\"input_ids\": [[1, 2, 3], [999]], \"extras\": [{\"solution_str\": \"#### 1\","
+                     " \"ground_truth\": \"1\"}, null]}";
+  vr_score_req_t r;
+  vr_req_error_t e;
+  assert_int_equal(vr_request_parse_json(body, strlen(body), &sc, 16, &r, &e), 0);
+  assert_int_equal(r.n_seqs, 2);
+  assert_int_equal(r.n_tokens, 4);
+  assert_int_equal(r.cu[1], 3);
+  assert_int_equal(r.ids[3], 999);
+  assert_non_null(r.extras_ptrs[0]);
+  assert_null(r.extras_ptrs[1]);
+  assert_string_equal(r.extras_ptrs[0]->ground_truth.ptr, "1");
+  check_invariants(&r, &sc);
+  vr_request_free(&r);
+}
+
+typedef struct bad_case {
+  const char *body;
+  int status;
+  int64_t seq;
+  const char *needle;
+} bad_case_t;
+
+static void test_json_bad(void **state) {
+  vr_scorer_t sc = make_scorer("model", VR_SCORER_MODEL, 100, 8);
+  static const bad_case_t cases[] = {
+      {"", VR_ERR_PARSE, -1, "malformed JSON"},
+      {"{", VR_ERR_PARSE, -1, "malformed JSON"},
+      {"{\"input_ids\": [[1]]}}", VR_ERR_PARSE, -1, "trailing data"},
+      {"null", VR_ERR_MALFORMED, -1, "JSON object"},
+      {"{\"input_ids\": {}}", VR_ERR_MALFORMED, -1, "wrong type"},
+      {"{\"input_ids\": [[1], 2]}", VR_ERR_MALFORMED, 1, "input_ids[1] must be a list"},
+      {"{\"input_ids\": [[1, true]]}", VR_ERR_MALFORMED, 0, "input_ids[0][1] is not an integer"},
+      {"{\"input_ids\": [[1e10]]}", VR_ERR_MALFORMED, 0, "not a 32-bit integer"},
+      {"{\"input_ids\": [[0.5]]}", VR_ERR_MALFORMED, 0, "not a 32-bit integer"},
+      {"{\"input_ids\": []}", VR_ERR_MALFORMED, -1, "empty batch"},
+      {"{\"extras\": [{}]}", VR_ERR_MALFORMED, -1, "missing \"input_ids\""},
+      {"{\"input_ids\": [[1], []]}", VR_ERR_EMPTY_SEQ, 1, "sequence 1 is empty"},
+      {"{\"input_ids\": [[1, 100]]}", VR_ERR_TOKEN_RANGE, 0, "token id 100 at position 1"},
+      {"{\"input_ids\": [[-1]]}", VR_ERR_TOKEN_RANGE, 0, "token id -1 at position 0"},
+      {"{\"input_ids\": [[1,2,3,4,5,6,7,8,9]]}", VR_ERR_SEQ_TOO_LONG, 0, "9 tokens, more than max_seq_len 8"},
+      {"{\"input_ids\": [[1],[1],[1],[1],[1]]}", VR_ERR_TOO_LARGE, -1, "5 sequences"},
+      {"{\"input_ids\": [[1]], \"extras\": [1]}", VR_ERR_MALFORMED, 0, "extras[0]"},
+      {"{\"input_ids\": [[1]], \"extras\": [{\"solution_str\": 3}]}", VR_ERR_MALFORMED, 0, "extras[0]"},
+      {"{\"input_ids\": [[1]], \"extras\": []}", VR_ERR_MALFORMED, -1, "has 0 entries"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    vr_score_req_t r;
+    vr_req_error_t e;
+    int rc = vr_request_parse_json(cases[k].body, strlen(cases[k].body), &sc, 4, &r, &e);
+    if (rc != cases[k].status || e.sequence != cases[k].seq || !strstr(e.message, cases[k].needle))
+      fail_msg("case %zu '%s': got %s seq %lld '%s'", k, cases[k].body, vr_status_name(rc), (long long)e.sequence,
+               e.message);
+    assert_null(r.cu);
+  }
+}
+
+/* {"input_ids": [[...] x n], "extras": [{"solution_str": s, "ground_truth": g} | nil]} */
+static size_t pack_body(char *out, size_t cap, int with_extras) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, with_extras ? 2 : 1);
+  msgpack_pack_str_with_body(&pk, "input_ids", 9);
+  msgpack_pack_array(&pk, 3);
+  for (int i = 0; i < 3; i++) {
+    msgpack_pack_array(&pk, (size_t)i + 1);
+    for (int j = 0; j <= i; j++) msgpack_pack_int(&pk, 10 * i + j);
+  }
+  if (with_extras) {
+    msgpack_pack_str_with_body(&pk, "extras", 6);
+    msgpack_pack_array(&pk, 3);
+    for (int i = 0; i < 3; i++) {
+      if (i == 1) {
+        msgpack_pack_nil(&pk);
+        continue;
+      }
+      msgpack_pack_map(&pk, 2);
+      msgpack_pack_str_with_body(&pk, "solution_str", 12);
+      msgpack_pack_str_with_body(&pk, "#### 42", 7);
+      msgpack_pack_str_with_body(&pk, "ground_truth", 12);
+      msgpack_pack_str_with_body(&pk, "42", 2);
+    }
+  }
+  assert_true(sb.size <= cap);
+  memcpy(out, sb.data, sb.size);
+  size_t n = sb.size;
+  msgpack_sbuffer_destroy(&sb);
+  return n;
+}
+
+static void test_msgpack_valid(void **state) {
+  vr_scorer_t sc = make_scorer("model:0.5,gsm8k:0.5", VR_SCORER_CHECKSUM, 100, 8);
+  char body[512];
+  size_t n = pack_body(body, sizeof body, 1);
+  vr_score_req_t r;
+  vr_req_error_t e;
+  assert_int_equal(vr_request_parse_msgpack((const uint8_t *)body, n, &sc, 16, &r, &e), 0);
+  assert_int_equal(r.n_seqs, 3);
+  assert_int_equal(r.n_tokens, 6);
+  assert_int_equal(r.ids[5], 22);
+  assert_null(r.extras_ptrs[1]);
+  assert_string_equal(r.extras_ptrs[2]->solution_str.ptr, "#### 42");
+  check_invariants(&r, &sc);
+  vr_request_free(&r);
+}
+
+static void test_msgpack_hostile(void **state) {
+  vr_scorer_t sc = make_scorer("model", VR_SCORER_CHECKSUM, 0, 64);
+  static const struct { const char *b; size_t n; } cases[] = {
+      {"\xdd\xff\xff\xff\xff", 5},                /* array32 claiming 4G elements */
+      {"\xdf\xff\xff\xff\xff\x01", 6},            /* map32 claiming 4G pairs */
+      {"\xdb\xff\xff\xff\xff", 5},                /* str32 longer than the body */
+      {"\xc6\x00\x00\x00\x10\x01", 6},            /* bin32 truncated */
+      {"\xc1", 1},                                /* never-used type */
+      {"\x81\xa9input_ids\x91\x92\x01", 14},      /* truncated inner array */
+      {"\x80\x00", 2},                            /* trailing byte */
+      {"", 0},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    vr_score_req_t r;
+    vr_req_error_t e;
+    int rc = vr_request_parse_msgpack((const uint8_t *)cases[k].b, cases[k].n, &sc, 16, &r, &e);
+    if (rc != VR_ERR_PARSE) fail_msg("case %zu: got %s '%s'", k, vr_status_name(rc), e.message);
+  }
+  /* 100 nested arrays: deeper than the validator allows */
+  uint8_t deep[101];
+  memset(deep, 0x91, 100);
+  deep[100] = 0x01;
+  assert_int_equal(vr_msgpack_validate(deep, sizeof deep, 32), -1);
+  assert_int_equal(vr_msgpack_validate(deep + 90, 11, 32), 0);
+}
+
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t x = (*s += 0x9e3779b97f4a7c15ull);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+/* Mutates src into dst (len <= cap); returns the new length. */
+static size_t mutate(const char *src, size_t n, char *dst, size_t cap, uint64_t *seed) {
+  memcpy(dst, src, n);
+  int edits = 1 + (int)(rng_next(seed) % 4);
+  for (int k = 0; k < edits; k++) {
+    uint64_t r = rng_next(seed);
+    size_t at = n ? (size_t)(r >> 8) % n : 0;
+    switch (r % 5) {
+      case 0: if (n) dst[at] ^= (char)(1u << ((r >> 40) % 8)); break;
+      case 1: if (n) dst[at] = (char)(r >> 48); break;
+      case 2: n = at; break; /* truncate */
+      case 3:
+        if (n < cap) {
+          memmove(dst + at + 1, dst + at, n - at);
+          dst[at] = (char)(r >> 32);
+          n++;
+        }
+        break;
+      default:
+        if (n > 1) { /* duplicate a span */
+          size_t len = 1 + (size_t)(r >> 24) % 8;
+          if (at + len > n) len = n - at;
+          if (n + len <= cap) {
+            memmove(dst + at + len, dst + at, n - at);
+            n += len;
+          }
+        }
+        break;
+    }
+  }
+  return n;
+}
+
+static void fuzz_one(const vr_scorer_t *sc, const char *seed_body, size_t seed_len, int msgpack, int iters) {
+  char buf[1024];
+  uint64_t seed = 12345 + (uint64_t)msgpack;
+  int accepted = 0;
+  for (int i = 0; i < iters; i++) {
+    size_t n = mutate(seed_body, seed_len, buf, sizeof buf, &seed);
+    char *exact = malloc(n ? n : 1); /* exact-size copy: ASan sees any read past the end */
+    memcpy(exact, buf, n);
+    vr_score_req_t r;
+    vr_req_error_t e;
+    int rc = msgpack ? vr_request_parse_msgpack((const uint8_t *)exact, n, sc, 16, &r, &e)
+                     : vr_request_parse_json(exact, n, sc, 16, &r, &e);
+    if (rc == 0) {
+      check_invariants(&r, sc);
+      vr_request_free(&r);
+      accepted++;
+    } else {
+      assert_true(rc < 0);
+      assert_true(strlen(e.message) > 0);
+    }
+    free(exact);
+  }
+  print_message("%s: %d of %d mutants accepted\n", msgpack ? "msgpack" : "json", accepted, iters);
+}
+
+static void test_fuzz_bodies(void **state) {
+  vr_scorer_t sc = make_scorer("model:0.5,gsm8k:0.5", VR_SCORER_CHECKSUM, 100, 8);
+  const char *json = "{\"input_ids\": [[1, 2, 3], [4], [5, 6]], \"extras\": [{\"solution_str\": \"#### 7\","
+                     " \"ground_truth\": \"7\", \"extra_info\": {\"a\": [1, 2]}}, null, {\"data_source\": \"x\"}]}";
+  fuzz_one(&sc, json, strlen(json), 0, 20000);
+  char body[512];
+  size_t n = pack_body(body, sizeof body, 1);
+  fuzz_one(&sc, body, n, 1, 20000);
+}
+
+static void test_settings(void **state) {
+  vr_settings_t s;
+  vr_settings_init(&s);
+  assert_int_equal(s.port, 8080);
+  assert_string_equal(s.shm_name, "verl_reward_shm");
+  char err[256];
+  assert_int_equal(vr_settings_set(&s, "max_batch_tokens", "4096", err, sizeof err), 0);
+  assert_int_equal(s.max_batch_tokens, 4096);
+  assert_int_equal(vr_settings_set(&s, "shared_mem_name", "abc", err, sizeof err), 0);
+  assert_string_equal(s.shm_name, "abc");
+  assert_int_equal(vr_settings_set(&s, "shm-mode", "0660", err, sizeof err), 0);
+  assert_int_equal(s.shm_mode, 0660);
+  assert_int_equal(vr_settings_set(&s, "shm-mode", "0999", err, sizeof err), VR_ERR_INVAL);
+  assert_int_equal(vr_settings_set(&s, "port", "-1", err, sizeof err), VR_ERR_INVAL);
+  assert_int_equal(vr_settings_set(&s, "port", "65536", err, sizeof err), VR_ERR_INVAL);
+  assert_int_equal(vr_settings_set(&s, "port", "12x", err, sizeof err), VR_ERR_INVAL);
+  assert_non_null(strstr(err, "port"));
+  assert_int_equal(vr_settings_set(&s, "truncate", "middle", err, sizeof err), VR_ERR_INVAL);
+  assert_int_equal(vr_settings_set(&s, "nope", "1", err, sizeof err), VR_ERR_NOT_FOUND);
+  assert_int_equal(vr_settings_set(&s, "max-batch-tokens", "0", err, sizeof err), VR_ERR_INVAL);
+
+  char path[] = "/tmp/vr_settings_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  const char *text = "---\n# comment\nport: 9001\nmax-wait-us = 250  # inline\nreward: \"model:0.7, gsm8k:0.3\"\n"
+                     "\n  truncate: left\n";
+  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  vr_settings_init(&s);
+  assert_int_equal(vr_settings_load_file(&s, path), 0);
+  assert_int_equal(s.port, 9001);
+  assert_int_equal(s.max_wait_us, 250);
+  assert_string_equal(s.reward, "model:0.7, gsm8k:0.3");
+  assert_int_equal(s.truncate, VR_TRUNCATE_LEFT);
+  /* flags override the file */
+  char *argv[] = {"srv", "--config", path, "--port=9002", "--max-wait-us", "7", NULL};
+  vr_settings_init(&s);
+  assert_int_equal(vr_settings_parse(&s, 6, argv), 0);
+  assert_int_equal(s.port, 9002);
+  assert_int_equal(s.max_wait_us, 7);
+  assert_int_equal(s.truncate, VR_TRUNCATE_LEFT);
+  char *bad_argv[] = {"srv", "--port", NULL};
+  assert_int_equal(vr_settings_parse(&s, 2, bad_argv), VR_ERR_INVAL);
+  unlink(path);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_json_valid),     cmocka_unit_test(test_json_bad),
+      cmocka_unit_test(test_msgpack_valid),  cmocka_unit_test(test_msgpack_hostile),
+      cmocka_unit_test(test_fuzz_bodies),    cmocka_unit_test(test_settings),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
