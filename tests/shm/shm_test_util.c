@@ -184,3 +184,39 @@ uint32_t tu_batch_mismatches(const tu_batch_t *tb, const float *scores) {
   }
   return bad;
 }
+
+static volatile sig_atomic_t g_usr1;
+static void on_usr1(int sig) {
+  (void)sig;
+  g_usr1 = 1;
+}
+
+void tu_stop_on_usr1(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, NULL);
+}
+
+int tu_score_until_usr1(const char *name, uint64_t seed, uint32_t max_seqs, uint32_t max_len) {
+  vr_client_t *c;
+  if (tu_connect(name, 0, &c) != 0) return 10;
+  uint64_t rng = seed, n = 0;
+  float *sc = malloc(sizeof(float) * max_seqs);
+  while (!g_usr1) {
+    tu_batch_t tb;
+    tu_batch_random(&tb, &rng, 1 + (uint32_t)(tu_rand(&rng) % max_seqs), 1, max_len, 0);
+    int rc = vr_client_score(c, &tb.b, sc, NULL, NULL);
+    if (rc || tu_batch_mismatches(&tb, sc)) {
+      fprintf(stderr, "client %llu: batch %llu: %s %s\n", (unsigned long long)seed, (unsigned long long)n,
+              vr_status_name(rc), vr_client_last_error());
+      return 11;
+    }
+    tu_batch_free(&tb);
+    n++;
+  }
+  free(sc);
+  vr_client_close(c);
+  fprintf(stderr, "client %llu: %llu batches scored\n", (unsigned long long)seed, (unsigned long long)n);
+  return n ? 0 : 12;
+}

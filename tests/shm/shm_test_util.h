@@ -53,6 +53,13 @@ void tu_batch_free(tu_batch_t *tb);
 uint32_t tu_batch_mismatches(const tu_batch_t *tb, const float *scores);
 
 uint64_t tu_rand(uint64_t *s);
+/* Makes SIGUSR1 end tu_score_until_usr1() loops (call before forking them). */
+void tu_stop_on_usr1(void);
+/* A well-behaved client for fault tests: connects and scores random batches
+ * (1..max_seqs sequences of 1..max_len tokens) until SIGUSR1. Returns 0 when
+ * every score matched its checksum and at least one batch was scored. */
+int tu_score_until_usr1(const char *name, uint64_t seed, uint32_t max_seqs, uint32_t max_len);
+
 /* Connects with a connect timeout of 20 s and the given spin budget. */
 int tu_connect(const char *name, uint32_t spin_us, vr_client_t **out);
 

@@ -23,33 +23,6 @@
 #include "vr_shm_internal.h"
 #include "vr_time.h"
 
-static volatile sig_atomic_t g_usr1;
-static void on_usr1(int sig) {
-  (void)sig;
-  g_usr1 = 1;
-}
-
-static int good_client(const char *name, int k) {
-  vr_client_t *c;
-  if (tu_connect(name, 0, &c) != 0) return 10;
-  uint64_t rng = 99 + (uint64_t)k, n = 0;
-  float sc[8];
-  while (!g_usr1) {
-    tu_batch_t tb;
-    tu_batch_random(&tb, &rng, 1 + (uint32_t)(tu_rand(&rng) % 8), 1, 256, 0);
-    int rc = vr_client_score(c, &tb.b, sc, NULL, NULL);
-    if (rc || tu_batch_mismatches(&tb, sc)) {
-      fprintf(stderr, "good client %d: %s %s\n", k, vr_status_name(rc), vr_client_last_error());
-      return 11;
-    }
-    tu_batch_free(&tb);
-    n++;
-  }
-  vr_client_close(c);
-  fprintf(stderr, "good client %d: %llu batches scored\n", k, (unsigned long long)n);
-  return n ? 0 : 12;
-}
-
 /* ---- the hostile client: raw access to the segment ---- */
 
 typedef struct hostile {
@@ -244,14 +217,11 @@ static void test_hostile_lane(void **state) {
                                    (const char *const[]){"--lanes", "6", "--slots", "16", "--arena-bytes", "65536",
                                                          "--workers", "2", NULL}),
                    0);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_usr1;
-  sigaction(SIGUSR1, &sa, NULL);
+  tu_stop_on_usr1();
   pid_t good[2], bad;
   for (int k = 0; k < 2; k++) {
     good[k] = fork();
-    if (good[k] == 0) _exit(good_client(name, k));
+    if (good[k] == 0) _exit(tu_score_until_usr1(name, 99 + (uint64_t)k, 8, 256));
     tu_track_pid(good[k]);
   }
   bad = fork();

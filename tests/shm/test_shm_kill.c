@@ -23,35 +23,6 @@
 #include "vr_checksum.h"
 #include "vr_time.h"
 
-static volatile sig_atomic_t g_usr1;
-static void on_usr1(int sig) {
-  (void)sig;
-  g_usr1 = 1;
-}
-
-/* Scores random batches until SIGUSR1; exit code 0 when every score matched. */
-static int good_client(const char *name, int k) {
-  vr_client_t *c;
-  if (tu_connect(name, 0, &c) != 0) return 10;
-  uint64_t rng = 77 + (uint64_t)k, rounds = 0;
-  float sc[16];
-  while (!g_usr1) {
-    tu_batch_t tb;
-    tu_batch_random(&tb, &rng, 1 + (uint32_t)(tu_rand(&rng) % 16), 1, 512, 0);
-    int rc = vr_client_score(c, &tb.b, sc, NULL, NULL);
-    if (rc || tu_batch_mismatches(&tb, sc)) {
-      fprintf(stderr, "good client %d: round %llu: %s %s\n", k, (unsigned long long)rounds, vr_status_name(rc),
-              vr_client_last_error());
-      return 11;
-    }
-    tu_batch_free(&tb);
-    rounds++;
-  }
-  vr_client_close(c);
-  fprintf(stderr, "good client %d: %llu batches scored\n", k, (unsigned long long)rounds);
-  return rounds > 0 ? 0 : 12;
-}
-
 /* Fills its lane with requests, tells the parent, waits to be killed. */
 static int victim(const char *name, int fd) {
   vr_client_t *c;
@@ -89,14 +60,11 @@ static void test_kill_clients(void **state) {
                                    (const char *const[]){"--lanes", "8", "--arena-bytes", "262144", "--delay-us",
                                                          "500", "--workers", "2", NULL}),
                    0);
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_usr1;
-  sigaction(SIGUSR1, &sa, NULL);
+  tu_stop_on_usr1();
   pid_t good[2];
   for (int k = 0; k < 2; k++) {
     good[k] = fork();
-    if (good[k] == 0) _exit(good_client(name, k));
+    if (good[k] == 0) _exit(tu_score_until_usr1(name, 77 + (uint64_t)k, 16, 512));
     tu_track_pid(good[k]);
   }
   int p[2];
