@@ -258,6 +258,19 @@ int vr_config_parse(const char *json, size_t json_len, const char *path, vr_mode
     goto done;
   }
 
+  if (enc) {
+    /* transformers options that change the encoder's math and that we do not implement */
+    const char *pet = vr_cfg_str(root, "position_embedding_type");
+    int causal = 0;
+    if (vr_cfg_bool(root, "is_decoder", &causal, path)) goto done;
+    if ((pet && strcmp(pet, "absolute") != 0) || causal) {
+      vr_log(VR_LOG_ERROR, "%s: %s%s%s is not supported (absolute position embeddings, bidirectional attention only)",
+             path, pet && strcmp(pet, "absolute") != 0 ? "position_embedding_type " : "",
+             pet && strcmp(pet, "absolute") != 0 ? pet : "", causal ? " is_decoder=true" : "");
+      rc = VR_ERR_UNSUPPORTED;
+      goto done;
+    }
+  }
   cfg->max_seq_len = cfg->max_position_embeddings;
   switch (cfg->arch) {
     case VR_ARCH_BERT:

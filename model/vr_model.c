@@ -441,20 +441,20 @@ int vr_model_load(const char *dir, const vr_model_options_t *opt_in, vr_model_t 
     rc = m->err;
     goto fail;
   }
-  int rows = (int)m->w.head2_w->shape[0];
+  long long rows = (long long)m->w.head2_w->shape[0];
   if (m->cfg.num_labels >= 0 && m->cfg.num_labels != rows) {
-    vr_log(VR_LOG_ERROR, "%s: config.json says num_labels %d but the score head has %d rows", dir,
+    vr_log(VR_LOG_ERROR, "%s: config.json says num_labels %d but the score head has %lld rows", dir,
            m->cfg.num_labels, rows);
     rc = VR_ERR_MODEL_FORMAT;
     goto fail;
   }
-  m->cfg.num_labels = rows;
   if (rows != 1) {
-    vr_log(VR_LOG_ERROR, "%s: num_labels is %d; verl-reward serves reward models with one output (num_labels = 1) of: %s",
+    vr_log(VR_LOG_ERROR, "%s: num_labels is %lld; verl-reward serves reward models with one output (num_labels = 1) of: %s",
            dir, rows, VR_SUPPORTED_ARCHS);
     rc = VR_ERR_UNSUPPORTED;
     goto fail;
   }
+  m->cfg.num_labels = 1;
 
   m->max_batch_tokens = opt.max_batch_tokens;
   m->max_seqs = opt.max_seqs;

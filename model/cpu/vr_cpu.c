@@ -341,11 +341,12 @@ static int vr_cpu_forward_encoder(vr_cpu_t *s, const int32_t *ids, const uint32_
     for (uint32_t t = cu[q]; t < cu[q + 1]; t++) {
       int pos = (int)(t - cu[q]);
       if (c->arch == VR_ARCH_ROBERTA) {
+        int padding_idx = c->position_offset - 1; /* config pad_token_id */
         if (ids[t] == c->pad_token_id) {
-          pos = c->pad_token_id;
+          pos = padding_idx;
         } else {
           count++;
-          pos = c->pad_token_id + count;
+          pos = padding_idx + count;
         }
       }
       const float *we = s->tok_emb + (size_t)ids[t] * C, *pe = s->pos_emb + (size_t)pos * C;

@@ -261,6 +261,14 @@ static void test_config_errors(void **state) {
   edit_config("hidden_act", cJSON_CreateString("mish"));
   expect_fail(VR_ERR_UNSUPPORTED, "hidden_act \"mish\"", NULL);
 
+  copy_fixture("bert");
+  edit_config("position_embedding_type", cJSON_CreateString("relative_key"));
+  expect_fail(VR_ERR_UNSUPPORTED, "position_embedding_type relative_key", NULL);
+
+  copy_fixture("roberta");
+  edit_config("pad_token_id", NULL);
+  expect_fail(VR_ERR_MODEL_FORMAT, "roberta needs pad_token_id", NULL);
+
   copy_fixture("llama_gqa");
   unlink(path);
   expect_fail(VR_ERR_NOT_FOUND, "config.json", "not found");
