@@ -455,6 +455,41 @@ class TestSigterm(unittest.TestCase):
         self.assertLess(stop_s, 30)
 
 
+class TestOverload(unittest.TestCase):
+    """A full queue refuses at once (HTTP 429, shm VR_ERR_OVERLOADED) instead of growing."""
+
+    def test_queue_bound(self):
+        s = Server(self, "--model", "checksum", "--max-queue", "4", "--max-wait-us", "3000000",
+                   "--max-batch-tokens", "16777216").wait_ready()
+        results = []
+        th = [threading.Thread(target=lambda i=i: results.append(s.score({"input_ids": [[i, 1]]})))
+              for i in range(4)]
+        for t in th:
+            t.start()
+        end = time.time() + 30
+        while time.time() < end and metric(parse_prometheus(s.metrics()), "verl_reward_queue_depth") < 4:
+            time.sleep(0.05)
+        t0 = time.time()
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        c.request("POST", "/v1/score", body=b'{"input_ids": [[9]]}', headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        body = json.loads(r.read())
+        self.assertEqual(r.status, 429, body)
+        self.assertEqual(r.getheader("Retry-After"), "1")
+        self.assertEqual(body["error"]["code"], "VR_ERR_OVERLOADED")
+        self.assertLess(time.time() - t0, 2.0)  # refused at once, not after the 3 s batching wait
+        out = s.shm_score({"input_ids": [[9]]})
+        self.assertEqual(out["status"], "VR_ERR_OVERLOADED", out)
+        for t in th:
+            t.join()
+        self.assertEqual(sorted(st for st, _ in results), [200] * 4)
+        m = parse_prometheus(s.metrics())
+        self.assertEqual(metric(m, "verl_reward_requests_total", transport="http", status="overloaded"), 1)
+        self.assertEqual(metric(m, "verl_reward_requests_total", transport="shm", status="overloaded"), 1)
+        self.assertEqual(metric(m, "verl_reward_queue_capacity"), 4)
+        s.stop()
+
+
 class TestLifecycle(unittest.TestCase):
     def test_help_config_and_stale_segment(self):
         p = subprocess.run([SERVER, "--help"], capture_output=True, text=True, timeout=30)
