@@ -479,8 +479,8 @@ static int config_check(const vr_shm_config_t *c, char *why, size_t whyn) {
     snprintf(why, whyn, "n_lanes %u outside 1..%u", c->n_lanes, VR_SHM_MAX_LANES);
     return VR_ERR_INVAL;
   }
-  if (c->ring_slots < 2 || c->ring_slots > VR_SHM_MAX_RING_SLOTS || (c->ring_slots & (c->ring_slots - 1))) {
-    snprintf(why, whyn, "ring_slots %u must be a power of two in 2..%u", c->ring_slots, VR_SHM_MAX_RING_SLOTS);
+  if (c->ring_slots < 1 || c->ring_slots > VR_SHM_MAX_RING_SLOTS || (c->ring_slots & (c->ring_slots - 1))) {
+    snprintf(why, whyn, "ring_slots %u must be a power of two in 1..%u", c->ring_slots, VR_SHM_MAX_RING_SLOTS);
     return VR_ERR_INVAL;
   }
   if (c->arena_bytes < 4096 || c->arena_bytes > (1ull << 40)) {
@@ -600,7 +600,7 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
       vr_log(VR_LOG_ERROR,
              "/dev/shm is too small: segment %s needs %llu bytes (%u lanes x %llu), %llu available. "
              "HINT: enlarge /dev/shm (docker run --shm-size=%lluM ..., or mount -o remount,size=... /dev/shm), "
-             "or use fewer lanes / a smaller arena (--shm-lanes, --shm-arena-mb)",
+             "or use fewer lanes / a smaller arena (verl-reward-server --lanes N, --arena-mb MB)",
              s->path, (unsigned long long)total, cfg.n_lanes, (unsigned long long)lane_bytes, avail,
              (unsigned long long)(total >> 20) + 64);
     else

@@ -40,8 +40,8 @@ int vr_shm_header_check(const vr_shm_header_t *h, uint64_t file_bytes, char *why
     BAD("layout sizes differ (header %u lane %u req %u resp %u comps %u x %u)", h->header_bytes,
         h->lane_header_bytes, h->req_desc_bytes, h->resp_desc_bytes, h->max_components, h->component_name_bytes);
   if (h->n_lanes == 0 || h->n_lanes > VR_SHM_MAX_LANES) BAD("n_lanes %u outside 1..%u", h->n_lanes, VR_SHM_MAX_LANES);
-  if (h->ring_slots < 2 || h->ring_slots > VR_SHM_MAX_RING_SLOTS || (h->ring_slots & (h->ring_slots - 1)))
-    BAD("ring_slots %u is not a power of two in 2..%u", h->ring_slots, VR_SHM_MAX_RING_SLOTS);
+  if (h->ring_slots < 1 || h->ring_slots > VR_SHM_MAX_RING_SLOTS || (h->ring_slots & (h->ring_slots - 1)))
+    BAD("ring_slots %u is not a power of two in 1..%u", h->ring_slots, VR_SHM_MAX_RING_SLOTS);
   if (h->arena_bytes == 0 || h->arena_bytes % VR_SHM_ARENA_ALIGN || h->arena_bytes > (1ull << 40))
     BAD("arena_bytes %llu is not a multiple of %u in (0, 1 TiB]", (unsigned long long)h->arena_bytes, VR_SHM_ARENA_ALIGN);
   if (h->lane_bytes != vr_shm_lane_bytes(h->ring_slots, h->arena_bytes)) BAD("lane_bytes %llu inconsistent", (unsigned long long)h->lane_bytes);

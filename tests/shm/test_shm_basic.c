@@ -353,8 +353,8 @@ static void test_lane_reuse(void **state) {
   char name[64];
   tu_name(name, sizeof name, "reuse");
   tu_server_t s;
-  assert_int_equal(tu_server_start(&s, name, (const char *const[]){"--lanes", "2", NULL}), 0);
-  /* 2 lanes, 60 connect/score/close cycles with a third client holding one */
+  assert_int_equal(tu_server_start(&s, name, (const char *const[]){"--lanes", "2", "--slots", "1", NULL}), 0);
+  /* 2 lanes of 1 slot, 60 connect/score/close cycles with another client holding one */
   vr_client_t *hold;
   assert_int_equal(tu_connect(name, 0, &hold), 0);
   int32_t ids[3] = {1, 2, 3};
@@ -368,7 +368,10 @@ static void test_lane_reuse(void **state) {
     assert_true(sc == vr_checksum_score(ids, 3));
     /* leave a request in flight half of the time: close abandons it */
     uint64_t id;
-    if (i % 2) assert_int_equal(vr_client_submit(c, &b, &id), 0);
+    if (i % 2) {
+      assert_int_equal(vr_client_submit(c, &b, &id), 0);
+      assert_int_equal(vr_client_submit(c, &b, &id), VR_ERR_BUSY); /* one slot */
+    }
     vr_client_close(c);
   }
   /* both lanes busy: a third connect without timeout fails with NO_LANE */
