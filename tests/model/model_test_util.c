@@ -178,6 +178,21 @@ void mt_tmpdir_remove(const char *path) {
   rmdir(path);
 }
 
+char mt_tmp[1200];
+
+int mt_setup_tmp(void **state) {
+  (void)state;
+  mt_tmpdir(mt_tmp, sizeof mt_tmp);
+  return 0;
+}
+
+int mt_teardown_tmp(void **state) {
+  (void)state;
+  mt_tmpdir_remove(mt_tmp);
+  mt_log_stop();
+  return 0;
+}
+
 void mt_copy_dir(const char *src, const char *dst) {
   DIR *d = opendir(src);
   if (!d) fail_msg("cannot open %s", src);

@@ -40,6 +40,11 @@ void mt_log_stop(void);
 /* Scratch directory under $TMPDIR; removed (with its files) by mt_tmpdir_remove. */
 void mt_tmpdir(char *path, size_t cap);
 void mt_tmpdir_remove(const char *path);
+/* cmocka setup/teardown pair: a fresh scratch directory in mt_tmp per test,
+ * removed afterwards (and log capture stopped). */
+extern char mt_tmp[1200];
+int mt_setup_tmp(void **state);
+int mt_teardown_tmp(void **state);
 /* Copies every regular file of src into dst. */
 void mt_copy_dir(const char *src, const char *dst);
 void mt_write_file(const char *path, const void *data, size_t len);

@@ -19,30 +19,15 @@
 #include "vr_log.h"
 #include "vr_model.h"
 
-static char tmp[1200];
-
-static int setup(void **state) {
-  (void)state;
-  mt_tmpdir(tmp, sizeof tmp);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  mt_tmpdir_remove(tmp);
-  mt_log_stop();
-  return 0;
-}
-
 static void copy_fixture(const char *name) {
   char src[1200];
   mt_model_path(src, sizeof src, name);
-  mt_copy_dir(src, tmp);
+  mt_copy_dir(src, mt_tmp);
 }
 
-static void file_in_tmp(char *path, size_t cap, const char *base) { snprintf(path, cap, "%s/%s", tmp, base); }
+static void file_in_tmp(char *path, size_t cap, const char *base) { snprintf(path, cap, "%s/%s", mt_tmp, base); }
 
-/* Loads tmp (optionally with a device/dtype) and checks the status and that every
+/* Loads mt_tmp (optionally with a device/dtype) and checks the status and that every
  * needle appears in the captured log. */
 static void expect_fail_opt(const char *device, const char *dtype, int want_rc, const char *n1,
                             const char *n2) {
@@ -53,7 +38,7 @@ static void expect_fail_opt(const char *device, const char *dtype, int want_rc, 
   opt.dtype = dtype;
   vr_model_t *m = (vr_model_t *)0x1;
   mt_log_start();
-  int rc = vr_model_load(tmp, &opt, &m);
+  int rc = vr_model_load(mt_tmp, &opt, &m);
   const char *log = mt_log_text();
   printf("  -> %s: %s", vr_status_name(rc), log);
   if (rc != want_rc) fail_msg("want %s, got %s; log: %s", vr_status_name(want_rc), vr_status_name(rc), log);
@@ -67,7 +52,7 @@ static void expect_fail(int want_rc, const char *n1, const char *n2) {
   expect_fail_opt(NULL, NULL, want_rc, n1, n2);
 }
 
-/* Edits one tensor entry of tmp/<file>: callback gets the entry object. */
+/* Edits one tensor entry of mt_tmp/<file>: callback gets the entry object. */
 typedef void (*edit_fn)(cJSON *header, cJSON *entry, mt_st_t *st);
 static void edit_tensor(const char *file, const char *tensor, edit_fn fn) {
   char path[1300];
@@ -388,7 +373,7 @@ static void test_bert_gamma_beta(void **state) {
   vr_model_options_t opt;
   vr_model_options_init(&opt);
   vr_model_t *m = NULL;
-  assert_int_equal(vr_model_load(tmp, &opt, &m), 0);
+  assert_int_equal(vr_model_load(mt_tmp, &opt, &m), 0);
   float *s = calloc(g.n_seqs, sizeof *s);
   assert_int_equal(vr_model_score(m, g.ids, g.cu, g.n_seqs, s, NULL), 0);
   for (uint32_t i = 0; i < g.n_seqs; i++) assert_true(fabs(s[i] - g.scores[i]) <= 1e-4 * fmax(1, fabs(g.scores[i])));
@@ -427,7 +412,7 @@ static void test_unaligned_f32(void **state) {
   vr_model_options_t opt;
   vr_model_options_init(&opt);
   vr_model_t *m = NULL;
-  assert_int_equal(vr_model_load(tmp, &opt, &m), 0);
+  assert_int_equal(vr_model_load(mt_tmp, &opt, &m), 0);
   assert_true(vr_model_info(m)->host_bytes >= 4 * vr_model_info(m)->param_count); /* converted copies */
   float *s = calloc(g.n_seqs, sizeof *s);
   assert_int_equal(vr_model_score(m, g.ids, g.cu, g.n_seqs, s, NULL), 0);
@@ -439,20 +424,20 @@ static void test_unaligned_f32(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_missing_tensor, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_wrong_shape, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_truncated, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_header_length_beyond_file, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_bad_offsets, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dtypes, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_malformed_header_json, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_config_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_num_labels, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_no_weights, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_sharded_errors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_bad_options, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_bert_gamma_beta, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unaligned_f32, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_missing_tensor, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_wrong_shape, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_truncated, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_header_length_beyond_file, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_bad_offsets, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_dtypes, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_malformed_header_json, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_config_errors, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_num_labels, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_no_weights, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_sharded_errors, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_bad_options, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_bert_gamma_beta, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_unaligned_f32, mt_setup_tmp, mt_teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,27 +16,14 @@
 
 #include "model_test_util.h"
 
-static char tmp[1200];
-
-static int setup(void **state) {
-  (void)state;
-  mt_tmpdir(tmp, sizeof tmp);
-  return 0;
-}
-static int teardown(void **state) {
-  (void)state;
-  mt_tmpdir_remove(tmp);
-  return 0;
-}
-
 /* Runs verl-reward-score with args; stdin from in_path (or /dev/null), stdout to
- * tmp/out.jsonl, stderr to tmp/err.txt. Returns the exit status. */
+ * mt_tmp/out.jsonl, stderr to mt_tmp/err.txt. Returns the exit status. */
 static int run_tool(const char *in_path, const char *const *args) {
   char bin[1200], out[1300], err[1300];
   const char *bd = getenv("VR_BIN_DIR");
   snprintf(bin, sizeof bin, "%s/verl-reward-score", bd && *bd ? bd : "build/bin");
-  snprintf(out, sizeof out, "%s/out.jsonl", tmp);
-  snprintf(err, sizeof err, "%s/err.txt", tmp);
+  snprintf(out, sizeof out, "%s/out.jsonl", mt_tmp);
+  snprintf(err, sizeof err, "%s/err.txt", mt_tmp);
   const char *argv[16] = {bin};
   int n = 1;
   for (; args[n - 1] && n < 15; n++) argv[n] = args[n - 1];
@@ -58,10 +45,10 @@ static int run_tool(const char *in_path, const char *const *args) {
   return WEXITSTATUS(status);
 }
 
-/* Splits tmp/out.jsonl into lines (each a parsed cJSON). */
+/* Splits mt_tmp/out.jsonl into lines (each a parsed cJSON). */
 static int read_output(cJSON **lines, int cap) {
   char path[1300];
-  snprintf(path, sizeof path, "%s/out.jsonl", tmp);
+  snprintf(path, sizeof path, "%s/out.jsonl", mt_tmp);
   char *text = mt_read_file(path, NULL);
   int n = 0;
   for (char *save = NULL, *l = strtok_r(text, "\n", &save); l && n < cap; l = strtok_r(NULL, "\n", &save)) {
@@ -97,7 +84,7 @@ static void test_good_and_bad_lines(void **state) {
   strcat(buf, "{\"input_ids\": [1.5]}\n");                   /* line 6: not an integer */
   append_seq(buf, sizeof buf, &g, 5);                        /* line 7 */
   strcat(buf, "{\"input_ids\": []}");                        /* line 8: empty, no newline at EOF */
-  snprintf(in, sizeof in, "%s/in.jsonl", tmp);
+  snprintf(in, sizeof in, "%s/in.jsonl", mt_tmp);
   mt_write_file(in, buf, strlen(buf));
   const char *args[] = {"--model", model, "--input", in, "--threads", "1", NULL};
   assert_int_equal(run_tool(NULL, args), 1);
@@ -127,7 +114,7 @@ static void test_good_and_bad_lines(void **state) {
   for (int i = 0; i < n; i++) cJSON_Delete(lines[i]);
   /* stderr names the lines too */
   char ep[1300];
-  snprintf(ep, sizeof ep, "%s/err.txt", tmp);
+  snprintf(ep, sizeof ep, "%s/err.txt", mt_tmp);
   char *err = mt_read_file(ep, NULL);
   assert_non_null(strstr(err, "line 3: malformed JSON"));
   free(err);
@@ -144,7 +131,7 @@ static void test_stdin_all_golden(void **state) {
   static char buf[65536];
   buf[0] = 0;
   for (uint32_t i = 0; i < g.n_seqs; i++) append_seq(buf, sizeof buf, &g, i);
-  snprintf(in, sizeof in, "%s/in.jsonl", tmp);
+  snprintf(in, sizeof in, "%s/in.jsonl", mt_tmp);
   mt_write_file(in, buf, strlen(buf));
   const char *args[] = {"--model", model, "--device", "cpu", "--stats", NULL};
   assert_int_equal(run_tool(in, args), 0);
@@ -158,7 +145,7 @@ static void test_stdin_all_golden(void **state) {
     cJSON_Delete(lines[i]);
   }
   char ep[1300];
-  snprintf(ep, sizeof ep, "%s/err.txt", tmp);
+  snprintf(ep, sizeof ep, "%s/err.txt", mt_tmp);
   char *err = mt_read_file(ep, NULL);
   assert_non_null(strstr(err, "tokens_per_s"));
   free(err);
@@ -167,10 +154,10 @@ static void test_stdin_all_golden(void **state) {
 
 static void test_bad_model_and_usage(void **state) {
   (void)state;
-  const char *a1[] = {"--model", tmp, NULL}; /* empty directory */
+  const char *a1[] = {"--model", mt_tmp, NULL}; /* empty directory */
   assert_int_equal(run_tool(NULL, a1), 2);
   char ep[1300];
-  snprintf(ep, sizeof ep, "%s/err.txt", tmp);
+  snprintf(ep, sizeof ep, "%s/err.txt", mt_tmp);
   char *err = mt_read_file(ep, NULL);
   assert_non_null(strstr(err, "config.json"));
   free(err);
@@ -180,9 +167,9 @@ static void test_bad_model_and_usage(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_good_and_bad_lines, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_stdin_all_golden, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_bad_model_and_usage, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_good_and_bad_lines, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_stdin_all_golden, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_bad_model_and_usage, mt_setup_tmp, mt_teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
