@@ -170,6 +170,17 @@ static void test_bad_offsets(void **state) {
   expect_fail(VR_ERR_MODEL_FORMAT, "'model.norm.weight': data_offsets", "outside the data section");
 }
 
+static void duplicate(cJSON *h, cJSON *e, mt_st_t *st) {
+  (void)st;
+  cJSON_AddItemToObject(h, "model.norm.weight", cJSON_Duplicate(e, 1)); /* same key twice */
+}
+static void test_duplicate_names(void **state) {
+  (void)state;
+  copy_fixture("llama_gqa");
+  edit_tensor("model.safetensors", "model.norm.weight", duplicate);
+  expect_fail(VR_ERR_MODEL_FORMAT, "'model.norm.weight' appears twice", "model.safetensors");
+}
+
 static void dtype_f17(cJSON *h, cJSON *e, mt_st_t *st) {
   (void)h, (void)st;
   cJSON_ReplaceItemInObject(e, "dtype", cJSON_CreateString("F17"));
@@ -307,6 +318,12 @@ static void edit_index(const char *tensor, const char *file) {
   cJSON_Delete(idx);
 }
 
+static void rename_to_embed_clone(cJSON *h, cJSON *e, mt_st_t *st) {
+  (void)h, (void)st;
+  free(e->string); /* rename the entry: its bytes stay its own */
+  e->string = strdup("model.layers.0.self_attn.q_proj.weight");
+}
+
 static void test_sharded_errors(void **state) {
   (void)state;
   char path[1300];
@@ -323,6 +340,11 @@ static void test_sharded_errors(void **state) {
   edit_index("model.embed_tokens.weight", "model-00004-of-00004.safetensors");
   expect_fail(VR_ERR_MODEL_FORMAT, "index puts tensor 'model.embed_tokens.weight' in model-00004-of-00004.safetensors",
               "another file");
+
+  /* a tensor in two shards (an entry of shard 4 renamed like one of shard 1) */
+  copy_fixture("llama_gqa_sharded");
+  edit_tensor("model-00004-of-00004.safetensors", "model.norm.weight", rename_to_embed_clone);
+  expect_fail(VR_ERR_MODEL_FORMAT, "'model.layers.0.self_attn.q_proj.weight' is in both", NULL);
 
   copy_fixture("llama_gqa_sharded");
   file_in_tmp(path, sizeof path, "model.safetensors.index.json");
@@ -429,6 +451,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_truncated, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_header_length_beyond_file, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_bad_offsets, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_duplicate_names, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_dtypes, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_malformed_header_json, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_config_errors, mt_setup_tmp, mt_teardown_tmp),
