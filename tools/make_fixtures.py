@@ -445,6 +445,13 @@ def main():
         logf.write(msg + "\n")
         logf.flush()
     only = set(x for x in a.only.split(",") if x)
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        log("make_fixtures.py: the tiny fixtures need torch + transformers (%s); "
+            "--size base needs neither" % e)
+        return 2
     failures = make_tiny(a.out, only, log)
     log("failures: %s" % (failures or "none"))
     return 1 if failures else 0
