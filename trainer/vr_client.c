@@ -67,7 +67,8 @@ struct vr_client {
   uint32_t outstanding;       /* pend entries in use */
   uint64_t id_counter;
   pend_t *pend;               /* slots entries */
-  block_t *blocks;            /* slots entries, FIFO */
+  block_t *blocks;            /* n_blocks entries, FIFO in allocation order */
+  uint32_t n_blocks;          /* 2 x slots */
   uint32_t blk_head, blk_tail;
   uint64_t a_head, a_tail;    /* free-running byte counters of the arena ring */
   int dead;                   /* sticky error: server gone / restarted / lane reset */
@@ -117,6 +118,8 @@ static int server_lost(vr_client_t *c, const char *what) {
 /* Checks that the server still serves this lane. deep: also the server
  * process (rate-limited). for_submit: DRAINING refuses new work. Lock held. */
 static int check_server(vr_client_t *c, int deep, int for_submit) {
+  if ((uint32_t)getpid() != c->pid)
+    return fail(VR_ERR_INVAL, "this client was connected by pid %u; a forked child must connect its own", c->pid);
   if (c->dead) return fail(c->dead, "client unusable after an earlier error (%s); close and reconnect",
                            vr_status_name(c->dead));
   uint64_t lease = atomic_load_explicit(&c->lane->lease, memory_order_acquire);
@@ -145,16 +148,19 @@ static int check_server(vr_client_t *c, int deep, int for_submit) {
 
 static uint64_t align64(uint64_t x) { return (x + 63u) & ~63ull; }
 
-/* Takes len bytes (64-aligned) contiguous in the arena; VR_ERR_BUSY when full. */
+/* Takes len bytes (64-aligned) contiguous in the arena; VR_ERR_BUSY when full.
+ * Blocks freed out of order stay in the FIFO until the older ones are freed,
+ * so the FIFO (n_blocks entries) can fill before the arena does. */
 static int arena_alloc(vr_client_t *c, uint64_t len, uint64_t *off, uint32_t *blk) {
   uint64_t A = c->arena_bytes;
+  if (c->blk_head - c->blk_tail >= c->n_blocks) return VR_ERR_BUSY;
   if (c->a_head == c->a_tail) c->a_head = c->a_tail = 0; /* empty: restart at 0 */
   uint64_t pos = c->a_head % A;
   uint64_t pad = pos + len > A ? A - pos : 0;
   if (c->a_head - c->a_tail + pad + len > A) return VR_ERR_BUSY;
   *off = (c->a_head + pad) % A;
   c->a_head += pad + len;
-  *blk = c->blk_head % c->slots;
+  *blk = c->blk_head % c->n_blocks;
   c->blocks[*blk].end = c->a_head;
   c->blocks[*blk].freed = 0;
   c->blk_head++;
@@ -163,8 +169,8 @@ static int arena_alloc(vr_client_t *c, uint64_t len, uint64_t *off, uint32_t *bl
 
 static void arena_free(vr_client_t *c, uint32_t blk) {
   c->blocks[blk].freed = 1;
-  while (c->blk_tail != c->blk_head && c->blocks[c->blk_tail % c->slots].freed) {
-    c->a_tail = c->blocks[c->blk_tail % c->slots].end;
+  while (c->blk_tail != c->blk_head && c->blocks[c->blk_tail % c->n_blocks].freed) {
+    c->a_tail = c->blocks[c->blk_tail % c->n_blocks].end;
     c->blk_tail++;
   }
 }
@@ -292,7 +298,8 @@ int vr_client_connect(const char *shm_name, const vr_client_options_t *opt, vr_c
   c->resp_ring = vr_shm_resp_ring(c->lane, c->slots);
   c->arena = vr_shm_arena(c->lane, c->slots);
   c->pend = calloc(c->slots, sizeof *c->pend);
-  c->blocks = calloc(c->slots, sizeof *c->blocks);
+  c->n_blocks = 2 * c->slots;
+  c->blocks = calloc(c->n_blocks, sizeof *c->blocks);
   pthread_mutex_init(&c->mu, NULL);
   if (!c->pend || !c->blocks) {
     vr_client_close(c);
@@ -311,7 +318,7 @@ int vr_client_connect(const char *shm_name, const vr_client_options_t *opt, vr_c
 
 void vr_client_close(vr_client_t *c) {
   if (!c) return;
-  if (c->lane) {
+  if (c->lane && (uint32_t)getpid() == c->pid) { /* a forked child only unmaps its copy */
     /* release only our own lease, or the quarantined one the server left us
      * (a lane reset to free and leased again is someone else's) */
     uint64_t w = atomic_load(&c->lane->lease);
@@ -399,7 +406,7 @@ int vr_client_submit(vr_client_t *c, const vr_batch_t *b, uint64_t *req_id) {
   uint64_t off;
   uint32_t blk;
   if (arena_alloc(c, need, &off, &blk) != 0) {
-    rc = fail(VR_ERR_BUSY, "arena full (%llu of %llu bytes in use); wait for earlier requests first",
+    rc = fail(VR_ERR_BUSY, "arena full (%llu of %llu bytes held, the oldest request still pending); wait for earlier requests first",
               (unsigned long long)(c->a_head - c->a_tail), (unsigned long long)c->arena_bytes);
     goto out;
   }

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -436,13 +437,93 @@ static void test_quarantine_and_close(void **state) {
   vr_shm_server_destroy(srv);
 }
 
+/* One client shared by several threads (client.h promises thread-safety):
+ * synchronous scores and submit/wait pairs interleave on one lane. A forked
+ * child cannot use (or close) its parent's client. */
+typedef struct thr_arg {
+  vr_client_t *c;
+  int k;
+  int bad;
+} thr_arg_t;
+
+static void *thr_main(void *p) {
+  thr_arg_t *a = p;
+  uint64_t rng = 500 + (uint64_t)a->k;
+  float sc[16];
+  for (int i = 0; i < 1500 && !a->bad; i++) {
+    tu_batch_t tb;
+    tu_batch_random(&tb, &rng, 1 + (uint32_t)(tu_rand(&rng) % 16), 1, 200, 0);
+    int rc;
+    if (i % 2) {
+      rc = vr_client_score(a->c, &tb.b, sc, NULL, NULL);
+    } else {
+      uint64_t id;
+      rc = vr_client_submit(a->c, &tb.b, &id);
+      if (rc == VR_ERR_BUSY) {
+        tu_batch_free(&tb);
+        continue;
+      }
+      if (!rc) rc = vr_client_wait(a->c, id, 10000000, sc, NULL, NULL);
+    }
+    if (rc || tu_batch_mismatches(&tb, sc)) {
+      fprintf(stderr, "thread %d: %s %s\n", a->k, vr_status_name(rc), vr_client_last_error());
+      a->bad = 1;
+    }
+    tu_batch_free(&tb);
+  }
+  return NULL;
+}
+
+static void test_threads_and_fork(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "thr");
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name, (const char *const[]){"--slots", "8", "--workers", "2", NULL}), 0);
+  vr_client_t *c;
+  assert_int_equal(tu_connect(name, 20, &c), 0);
+  enum { T = 6 };
+  pthread_t th[T];
+  thr_arg_t arg[T];
+  for (int k = 0; k < T; k++) {
+    arg[k] = (thr_arg_t){.c = c, .k = k};
+    pthread_create(&th[k], NULL, thr_main, &arg[k]);
+  }
+  for (int k = 0; k < T; k++) {
+    pthread_join(th[k], NULL);
+    assert_int_equal(arg[k].bad, 0);
+  }
+  pid_t kid = fork();
+  if (kid == 0) {
+    int32_t ids[1] = {1};
+    uint32_t cu[2] = {0, 1};
+    vr_batch_t b = {.n_seqs = 1, .token_ids = ids, .cu_seqlens = cu};
+    uint64_t id;
+    int rc = vr_client_submit(c, &b, &id);
+    vr_client_close(c); /* must leave the parent's lane alone */
+    _exit(rc == VR_ERR_INVAL ? 0 : 1);
+  }
+  int st;
+  waitpid(kid, &st, 0);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  usleep(300000); /* past a liveness pass */
+  int32_t ids[3] = {4, 5, 6};
+  uint32_t cu[2] = {0, 3};
+  vr_batch_t b = {.n_seqs = 1, .token_ids = ids, .cu_seqlens = cu};
+  float sc;
+  assert_int_equal(vr_client_score(c, &b, &sc, NULL, NULL), 0);
+  assert_true(sc == vr_checksum_score(ids, 3));
+  vr_client_close(c);
+  tu_server_stop(&s, SIGTERM);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_async_out_of_order),
       cmocka_unit_test(test_limits_and_errors), cmocka_unit_test(test_not_found),
       cmocka_unit_test(test_live_stale_and_mode), cmocka_unit_test(test_dev_shm_too_small),
       cmocka_unit_test(test_drain_and_destroy), cmocka_unit_test(test_lane_reuse),
-      cmocka_unit_test(test_quarantine_and_close),
+      cmocka_unit_test(test_quarantine_and_close), cmocka_unit_test(test_threads_and_fork),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,8 +5,10 @@
  * server's served count equals the number of requests sent).
  *
  * N = 20000 per client in both passes (about 3 s plain, 14 s under ASan+UBSan
- * on 2 cores); VR_SHM_STRESS_N overrides it for quick local runs. Each client keeps up to 8 requests in flight and collects them in
- * a random order, so the arena's out-of-order frees are exercised. */
+ * on 2 cores); VR_SHM_STRESS_N overrides it for quick local runs. Each client
+ * keeps up to 8 requests in flight and collects them in a random order on
+ * lanes of 8 slots, so the arena's out-of-order frees and its allocation FIFO
+ * bound (VR_ERR_BUSY) are exercised. */
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -84,7 +86,7 @@ int main(void) {
   char name[64];
   tu_name(name, sizeof name, "stress");
   tu_server_t s;
-  if (tu_server_start(&s, name, (const char *const[]){"--workers", "2", NULL}) != 0) return 1;
+  if (tu_server_start(&s, name, (const char *const[]){"--workers", "2", "--slots", "8", NULL}) != 0) return 1;
   uint64_t t0 = vr_now_ns();
   pid_t kids[N_CLIENTS];
   for (int k = 0; k < N_CLIENTS; k++) {
