@@ -517,6 +517,57 @@ static void test_threads_and_fork(void **state) {
   tu_server_stop(&s, SIGTERM);
 }
 
+/* A small arena (64 KiB) with requests of up to ~32 KiB collected in random
+ * order: allocations wrap around the end, the arena and the FIFO fill (BUSY),
+ * and every score still matches. */
+static void test_arena_wrap(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "wrap");
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name, (const char *const[]){"--arena-bytes", "65536", "--slots", "16", NULL}), 0);
+  vr_client_t *c;
+  assert_int_equal(tu_connect(name, 0, &c), 0);
+  enum { W = 16 };
+  tu_batch_t tb[W];
+  uint64_t id[W];
+  int live[W] = {0}, n_live = 0, busy = 0, done = 0;
+  uint64_t rng = 3;
+  float sc[4];
+  for (int it = 0; it < 4000; it++) {
+    int slot = (int)(tu_rand(&rng) % W);
+    if (!live[slot] && tu_rand(&rng) % 3) {
+      tu_batch_random(&tb[slot], &rng, 1 + (uint32_t)(tu_rand(&rng) % 4), 1, 2000, 0);
+      int rc = vr_client_submit(c, &tb[slot].b, &id[slot]);
+      if (rc == VR_ERR_BUSY) {
+        busy++;
+        tu_batch_free(&tb[slot]);
+      } else {
+        assert_int_equal(rc, 0);
+        live[slot] = 1;
+        n_live++;
+      }
+    } else if (live[slot]) {
+      assert_int_equal(vr_client_wait(c, id[slot], 10000000, sc, NULL, NULL), 0);
+      assert_int_equal(tu_batch_mismatches(&tb[slot], sc), 0);
+      tu_batch_free(&tb[slot]);
+      live[slot] = 0;
+      n_live--;
+      done++;
+    }
+  }
+  for (int k = 0; k < W; k++)
+    if (live[k]) {
+      assert_int_equal(vr_client_wait(c, id[k], 10000000, sc, NULL, NULL), 0);
+      assert_int_equal(tu_batch_mismatches(&tb[k], sc), 0);
+      tu_batch_free(&tb[k]);
+    }
+  printf("%d requests collected, %d submissions refused with BUSY\n", done, busy);
+  assert_true(busy > 0 && done > 500);
+  vr_client_close(c);
+  tu_server_stop(&s, SIGTERM);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_async_out_of_order),
@@ -524,6 +575,7 @@ int main(void) {
       cmocka_unit_test(test_live_stale_and_mode), cmocka_unit_test(test_dev_shm_too_small),
       cmocka_unit_test(test_drain_and_destroy), cmocka_unit_test(test_lane_reuse),
       cmocka_unit_test(test_quarantine_and_close), cmocka_unit_test(test_threads_and_fork),
+      cmocka_unit_test(test_arena_wrap),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
