@@ -136,6 +136,31 @@ static inline int bt_wait_ready(pid_t server, uint16_t port, double timeout_s) {
   return ok;
 }
 
+/* Sum of every sample of a Prometheus metric family in GET /metrics (lines
+ * "NAME{labels} VALUE" or "NAME VALUE"); -1 when /metrics cannot be read. */
+static inline double bt_metric_sum(uint16_t port, const char *name) {
+  vr_http_t *h = NULL;
+  if (vr_http_open("127.0.0.1", port, 1000000, &h) != 0) return -1;
+  int code = 0;
+  const uint8_t *body = NULL;
+  size_t len = 0;
+  double sum = -1;
+  if (vr_http_request(h, "GET", "/metrics", NULL, NULL, 0, &code, &body, &len) == 0 && code == 200) {
+    sum = 0;
+    size_t n = strlen(name);
+    for (const char *line = (const char *)body; line && *line;) {
+      const char *nl = strchr(line, '\n');
+      if (strncmp(line, name, n) == 0 && (line[n] == '{' || line[n] == ' ')) {
+        const char *sp = memchr(line, ' ', nl ? (size_t)(nl - line) : strlen(line));
+        if (sp) sum += strtod(sp + 1, NULL);
+      }
+      line = nl ? nl + 1 : NULL;
+    }
+  }
+  vr_http_close(h);
+  return sum;
+}
+
 /* SIGTERM, then bt_wait: the server's exit status (0 = clean). */
 static inline int bt_stop(pid_t pid, double timeout_s) {
   kill(pid, SIGCONT);

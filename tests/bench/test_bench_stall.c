@@ -54,7 +54,15 @@ static void stall_run(const char *transport) {
   double t0 = bt_now();
   pid_t bench = bt_spawn(bench_argv);
   assert_true(bench > 0);
-  /* freeze the server ~0.8 s into the measured window (startup + warm-up first) */
+  /* wait until the bench's clients are sending (the server counted an answer: warm-up has
+   * begun), so a slow start cannot move the stall out of the window; then freeze the server
+   * ~0.8 s into the measured window */
+  double base = bt_metric_sum(port, "verl_reward_requests_total");
+  assert_true(base >= 0);
+  while (bt_metric_sum(port, "verl_reward_requests_total") <= base) {
+    if (bt_now() - t0 > 30) fail_msg("the bench sent nothing within 30 s");
+    usleep(5000);
+  }
   usleep((useconds_t)((WARMUP + 0.8) * 1e6));
   assert_int_equal(kill(srv, SIGSTOP), 0);
   double t_stop = bt_now();
