@@ -40,6 +40,28 @@ struct vr_batcher {
   size_t batch_cap;
 };
 
+int vr_job_alloc_outputs(vr_job_t *j, uint32_t n_seqs, uint32_t n_components) {
+  size_t n = n_seqs ? n_seqs : 1, nc = n * (n_components ? n_components : 1);
+  j->scores = malloc(n * sizeof *j->scores);
+  j->seq_status = calloc(n, sizeof *j->seq_status);
+  j->components = malloc(nc * sizeof *j->components);
+  if (!j->scores || !j->seq_status || !j->components) {
+    vr_job_free_outputs(j);
+    return VR_ERR_NOMEM;
+  }
+  for (size_t i = 0; i < n; i++) j->scores[i] = NAN;
+  for (size_t i = 0; i < nc; i++) j->components[i] = NAN;
+  return 0;
+}
+
+void vr_job_free_outputs(vr_job_t *j) {
+  free(j->scores);
+  free(j->seq_status);
+  free(j->components);
+  j->scores = j->components = NULL;
+  j->seq_status = NULL;
+}
+
 static uint64_t job_kept_tokens(const vr_scorer_t *sc, const vr_job_t *j) {
   uint64_t t = 0;
   for (uint32_t i = 0; i < j->n_seqs; i++) {

@@ -42,6 +42,12 @@ struct vr_job {
   uint64_t kept_tokens;          /* batcher-private: tokens after truncation */
 };
 
+/* Allocates the output buffers for n_seqs sequences (at least one slot each):
+ * scores and components NaN, seq_status 0. 0 or VR_ERR_NOMEM (nothing kept).
+ * vr_job_free_outputs releases them (NULL-safe fields). Any thread. */
+int vr_job_alloc_outputs(vr_job_t *j, uint32_t n_seqs, uint32_t n_components);
+void vr_job_free_outputs(vr_job_t *j);
+
 typedef struct vr_batcher vr_batcher_t;
 
 typedef struct vr_batcher_config {

@@ -31,9 +31,6 @@ typedef struct shm_job {
   vr_shm_request_t req;
   vr_extras_t *extras;       /* n_seqs, when parsed */
   const vr_extras_t **ptrs;
-  float *scores;
-  int32_t *seq_status;
-  float *comps;
 } shm_job_t;
 
 static void shm_job_free(shm_job_t *sj) {
@@ -41,9 +38,7 @@ static void shm_job_free(shm_job_t *sj) {
     for (uint32_t i = 0; i < sj->req.n_seqs; i++) vr_extras_free(&sj->extras[i]);
   free(sj->extras);
   free(sj->ptrs);
-  free(sj->scores);
-  free(sj->seq_status);
-  free(sj->comps);
+  vr_job_free_outputs(&sj->job);
   free(sj);
 }
 
@@ -52,9 +47,9 @@ static void answer(vr_dispatch_t *d, shm_job_t *sj, int status) {
   vr_server_t *srv = d->srv;
   const vr_shm_request_t *r = &sj->req;
   pthread_mutex_lock(&d->complete_mu);
-  int rc = vr_shm_server_complete(srv->shm, r, status, sj->scores, sj->seq_status, d->n_components,
+  int rc = vr_shm_server_complete(srv->shm, r, status, sj->job.scores, sj->job.seq_status, d->n_components,
                                   d->n_components ? (const char(*)[VR_COMPONENT_NAME_MAX])d->names : NULL,
-                                  d->n_components ? sj->comps : NULL, sj->job.queue_us, sj->job.compute_us);
+                                  d->n_components ? sj->job.components : NULL, sj->job.queue_us, sj->job.compute_us);
   pthread_mutex_unlock(&d->complete_mu);
   if (rc) vr_log(VR_LOG_DEBUG, "lane %u: answer dropped (%s)", r->lane, vr_strerror(rc));
   double lat = (vr_now_ns() - r->accepted_ns) / 1e9;
@@ -77,7 +72,7 @@ static int validate(vr_dispatch_t *d, shm_job_t *sj) {
     uint32_t a = r->cu_seqlens[i], b = r->cu_seqlens[i + 1];
     int rc = (b < a || b > r->n_tokens) ? VR_ERR_MALFORMED : vr_scorer_check_seq(sc, r->token_ids + a, b - a, NULL);
     if (rc) {
-      sj->seq_status[i] = rc;
+      sj->job.seq_status[i] = rc;
       if (!first) {
         first = rc;
         vr_log(VR_LOG_DEBUG, "lane %u: sequence %u rejected: %s", r->lane, i, vr_strerror(rc));
@@ -92,7 +87,7 @@ static int validate(vr_dispatch_t *d, shm_job_t *sj) {
     vr_extras_init(&sj->extras[i]);
     uint32_t a = r->extras_off[i], b = r->extras_off[i + 1];
     if (b < a) {
-      sj->seq_status[i] = VR_ERR_MALFORMED;
+      sj->job.seq_status[i] = VR_ERR_MALFORMED;
       return VR_ERR_MALFORMED;
     }
     if (b == a) continue; /* no extras for this sequence */
@@ -100,8 +95,8 @@ static int validate(vr_dispatch_t *d, shm_job_t *sj) {
     int rc = vr_extras_parse_msgpack(r->extras + a, b - a, &sj->extras[i], err, sizeof err);
     if (rc) {
       vr_log(VR_LOG_DEBUG, "lane %u: extras of sequence %u rejected: %s", r->lane, i, err);
-      sj->seq_status[i] = rc == VR_ERR_NOMEM ? rc : VR_ERR_MALFORMED;
-      return sj->seq_status[i];
+      sj->job.seq_status[i] = rc == VR_ERR_NOMEM ? rc : VR_ERR_MALFORMED;
+      return sj->job.seq_status[i];
     }
     sj->ptrs[i] = &sj->extras[i];
   }
@@ -112,12 +107,7 @@ static void intake(vr_dispatch_t *d, const vr_shm_request_t *r) {
   vr_server_t *srv = d->srv;
   const uint32_t n = r->n_seqs, nc = srv->scorer.spec.n;
   shm_job_t *sj = calloc(1, sizeof *sj);
-  if (sj) {
-    sj->scores = malloc((size_t)(n ? n : 1) * sizeof *sj->scores);
-    sj->seq_status = calloc(n ? n : 1, sizeof *sj->seq_status);
-    sj->comps = malloc((size_t)(n ? n : 1) * nc * sizeof *sj->comps);
-  }
-  if (!sj || !sj->scores || !sj->seq_status || !sj->comps) {
+  if (!sj || vr_job_alloc_outputs(&sj->job, n, nc) != 0) {
     vr_log(VR_LOG_ERROR, "out of memory taking a request of %u sequences", n);
     if (sj) shm_job_free(sj);
     pthread_mutex_lock(&d->complete_mu);
@@ -128,8 +118,6 @@ static void intake(vr_dispatch_t *d, const vr_shm_request_t *r) {
   }
   sj->d = d;
   sj->req = *r;
-  for (uint32_t i = 0; i < n; i++) sj->scores[i] = NAN;
-  for (size_t i = 0; i < (size_t)n * nc; i++) sj->comps[i] = NAN;
   int rc = n ? validate(d, sj) : VR_ERR_MALFORMED;
   if (rc) {
     answer(d, sj, rc);
@@ -143,9 +131,6 @@ static void intake(vr_dispatch_t *d, const vr_shm_request_t *r) {
   j->cu = r->cu_seqlens;
   j->extras = sj->ptrs;
   j->accepted_ns = r->accepted_ns;
-  j->scores = sj->scores;
-  j->seq_status = sj->seq_status;
-  j->components = sj->comps;
   j->done = shm_job_done;
   j->user = sj;
   rc = vr_batcher_submit(srv->batcher, j);

@@ -28,9 +28,6 @@ typedef struct http_pending {
   struct evhttp_request *req; /* stays valid until we reply (libevent detaches it on EOF) */
   int msgpack;                /* reply encoding */
   vr_score_req_t r;
-  float *scores;
-  int32_t *seq_status;
-  float *comps;
   struct http_pending *next;  /* done list */
 } http_pending_t;
 
@@ -59,6 +56,15 @@ static void reply(vr_http_t *h, struct evhttp_request *req, int code, const char
                     : code == 429 ? "Too Many Requests" : code == 503 ? "Service Unavailable"
                     : code == 415 ? "Unsupported Media Type" : "Internal Server Error";
   evhttp_send_reply(req, code, reason, body);
+}
+
+/* Errors outside the vr_status_t mapping (404, 405). */
+static void reply_plain_error(vr_http_t *h, struct evhttp_request *req, int code, const char *vr_code,
+                              const char *msg) {
+  struct evbuffer *b = evbuffer_new();
+  evbuffer_add_printf(b, "{\"error\":{\"code\":\"%s\",\"message\":\"%s\"}}\n", vr_code, msg);
+  reply(h, req, code, "application/json", b);
+  evbuffer_free(b);
 }
 
 static int http_code_of(int status) {
@@ -110,13 +116,13 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
   struct evbuffer *b = evbuffer_new();
   if (!p->msgpack) {
     evbuffer_add_printf(b, "{\"scores\":");
-    json_floats(b, p->scores, n, 1);
+    json_floats(b, p->job.scores, n, 1);
     evbuffer_add_printf(b, ",\"queue_us\":%u,\"compute_us\":%u", p->job.queue_us, p->job.compute_us);
     if (sc->has_components) {
       evbuffer_add_printf(b, ",\"components\":{");
       for (uint32_t c = 0; c < nc; c++) {
         evbuffer_add_printf(b, "%s\"%s\":", c ? "," : "", sc->spec.rules[c].name);
-        json_floats(b, p->comps + c, n, nc);
+        json_floats(b, p->job.components + c, n, nc);
       }
       evbuffer_add(b, "}", 1);
     }
@@ -129,7 +135,7 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
     msgpack_pack_str_with_body(&pk, "scores", 6);
     msgpack_pack_array(&pk, n);
     for (uint32_t i = 0; i < n; i++) {
-      if (isfinite(p->scores[i])) msgpack_pack_float(&pk, p->scores[i]);
+      if (isfinite(p->job.scores[i])) msgpack_pack_float(&pk, p->job.scores[i]);
       else msgpack_pack_nil(&pk);
     }
     msgpack_pack_str_with_body(&pk, "queue_us", 8);
@@ -143,7 +149,7 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
         msgpack_pack_str_with_body(&pk, sc->spec.rules[c].name, strlen(sc->spec.rules[c].name));
         msgpack_pack_array(&pk, n);
         for (uint32_t i = 0; i < n; i++) {
-          float x = p->comps[(size_t)i * nc + c];
+          float x = p->job.components[(size_t)i * nc + c];
           if (isfinite(x)) msgpack_pack_float(&pk, x);
           else msgpack_pack_nil(&pk);
         }
@@ -156,9 +162,7 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
 
 static void pending_free(http_pending_t *p) {
   vr_request_free(&p->r);
-  free(p->scores);
-  free(p->seq_status);
-  free(p->comps);
+  vr_job_free_outputs(&p->job);
   free(p);
 }
 
@@ -182,9 +186,9 @@ static void finish_pending(vr_http_t *h, http_pending_t *p) {
   } else {
     int64_t bad = -1;
     for (uint32_t i = 0; i < p->r.n_seqs && bad < 0; i++)
-      if (p->seq_status[i]) bad = i;
+      if (p->job.seq_status[i]) bad = i;
     char msg[200];
-    if (bad >= 0) snprintf(msg, sizeof msg, "sequence %lld: %s", (long long)bad, vr_strerror(p->seq_status[bad]));
+    if (bad >= 0) snprintf(msg, sizeof msg, "sequence %lld: %s", (long long)bad, vr_strerror(p->job.seq_status[bad]));
     else snprintf(msg, sizeof msg, "%s", vr_strerror(st));
     reply_error(h, p->req, st, bad, msg);
   }
@@ -260,11 +264,8 @@ static void handle_score(vr_http_t *h, struct evhttp_request *req) {
     free(p);
     return;
   }
-  const uint32_t n = p->r.n_seqs, nc = srv->scorer.spec.n;
-  p->scores = malloc((size_t)n * sizeof *p->scores);
-  p->seq_status = calloc(n, sizeof *p->seq_status);
-  p->comps = malloc((size_t)n * nc * sizeof *p->comps);
-  if (!p->scores || !p->seq_status || !p->comps) {
+  const uint32_t n = p->r.n_seqs;
+  if (vr_job_alloc_outputs(&p->job, n, srv->scorer.spec.n) != 0) {
     pending_free(p);
     reply_error(h, req, VR_ERR_NOMEM, -1, "out of memory");
     return;
@@ -283,9 +284,6 @@ static void handle_score(vr_http_t *h, struct evhttp_request *req) {
   j->cu = p->r.cu;
   j->extras = p->r.extras_ptrs;
   j->accepted_ns = t0;
-  j->scores = p->scores;
-  j->seq_status = p->seq_status;
-  j->components = p->comps;
   j->done = http_job_done;
   j->user = p;
   rc = vr_batcher_submit(srv->batcher, j);
@@ -376,27 +374,18 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
   int is_get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
   if (strcmp(path, "/v1/score") == 0) {
     if (cmd != EVHTTP_REQ_POST) {
-      struct evbuffer *b = evbuffer_new();
-      evbuffer_add_printf(b, "{\"error\":{\"code\":\"VR_ERR_INVAL\",\"message\":\"use POST for /v1/score\"}}\n");
-      reply(h, req, 405, "application/json", b);
-      evbuffer_free(b);
+      reply_plain_error(h, req, 405, "VR_ERR_INVAL", "use POST for /v1/score");
       return;
     }
     { handle_score(h, req); return; }
   }
   int known = !strcmp(path, "/health") || !strcmp(path, "/ready") || !strcmp(path, "/metrics") || !strcmp(path, "/v1/model");
   if (!known) {
-    struct evbuffer *b = evbuffer_new();
-    evbuffer_add_printf(b, "{\"error\":{\"code\":\"VR_ERR_NOT_FOUND\",\"message\":\"no such endpoint\"}}\n");
-    reply(h, req, 404, "application/json", b);
-    evbuffer_free(b);
+    reply_plain_error(h, req, 404, "VR_ERR_NOT_FOUND", "no such endpoint");
     return;
   }
   if (!is_get) {
-    struct evbuffer *b = evbuffer_new();
-    evbuffer_add_printf(b, "{\"error\":{\"code\":\"VR_ERR_INVAL\",\"message\":\"use GET\"}}\n");
-    reply(h, req, 405, "application/json", b);
-    evbuffer_free(b);
+    reply_plain_error(h, req, 405, "VR_ERR_INVAL", "use GET");
     return;
   }
   vr_server_t *srv = h->srv;

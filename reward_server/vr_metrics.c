@@ -148,6 +148,20 @@ static void status_label(int slot, char *dst, size_t n) {
   if (slot == VR_METRICS_STATUS_SLOTS - 1 || strcmp(dst, "unknown status") == 0) snprintf(dst, n, "other");
 }
 
+/* One counter family by transport x status: "ok" always, an error once seen. */
+static void by_status(buf_t *b, const char *name, const char *help,
+                      const uint64_t (*v)[VR_METRICS_STATUS_SLOTS]) {
+  char lab[64];
+  out(b, "# HELP %s %s\n# TYPE %s counter\n", name, help, name);
+  for (int t = 0; t < VR_TRANSPORT_N; t++)
+    for (int s = 0; s < VR_METRICS_STATUS_SLOTS; s++) {
+      uint64_t x = get_u64(&v[t][s]);
+      if (!x && s != 0) continue;
+      status_label(s, lab, sizeof lab);
+      out(b, "%s{transport=\"%s\",status=\"%s\"} %llu\n", name, k_transport[t], lab, (unsigned long long)x);
+    }
+}
+
 static void hist_render(buf_t *b, const char *name, const char *labels, const vr_histogram_t *h) {
   uint64_t cum = 0;
   const char *sep = *labels ? "," : "";
@@ -175,26 +189,9 @@ char *vr_metrics_render(const vr_metrics_t *m, const vr_metrics_gauges_t *g, siz
   b.p[0] = 0;
   char lab[64], lab2[160];
 
-  out(&b, "# HELP verl_reward_requests_total Requests answered, by transport and status.\n"
-          "# TYPE verl_reward_requests_total counter\n");
-  for (int t = 0; t < VR_TRANSPORT_N; t++)
-    for (int s = 0; s < VR_METRICS_STATUS_SLOTS; s++) {
-      uint64_t v = get_u64(&m->requests[t][s]);
-      if (!v && s != 0) continue; /* status "ok" always present; errors once seen */
-      status_label(s, lab, sizeof lab);
-      out(&b, "verl_reward_requests_total{transport=\"%s\",status=\"%s\"} %llu\n", k_transport[t], lab,
-          (unsigned long long)v);
-    }
-  out(&b, "# HELP verl_reward_sequences_total Sequences in answered requests, by transport and status.\n"
-          "# TYPE verl_reward_sequences_total counter\n");
-  for (int t = 0; t < VR_TRANSPORT_N; t++)
-    for (int s = 0; s < VR_METRICS_STATUS_SLOTS; s++) {
-      uint64_t v = get_u64(&m->sequences[t][s]);
-      if (!v && s != 0) continue;
-      status_label(s, lab, sizeof lab);
-      out(&b, "verl_reward_sequences_total{transport=\"%s\",status=\"%s\"} %llu\n", k_transport[t], lab,
-          (unsigned long long)v);
-    }
+  by_status(&b, "verl_reward_requests_total", "Requests answered, by transport and status.", m->requests);
+  by_status(&b, "verl_reward_sequences_total", "Sequences in answered requests, by transport and status.",
+            m->sequences);
   out(&b, "# HELP verl_reward_tokens_total Tokens in answered requests, by transport.\n"
           "# TYPE verl_reward_tokens_total counter\n");
   for (int t = 0; t < VR_TRANSPORT_N; t++)
