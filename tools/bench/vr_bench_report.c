@@ -32,18 +32,18 @@ static void load_label(const vr_run_result_t *r, char *buf, size_t n) {
 
 void vr_report_table(FILE *f, const vr_report_meta_t *m, const vr_run_result_t *r, size_t n) {
   fprintf(f, "verl-reward-bench: %s\n", m->workload);
-  fprintf(f, "%-13s %-16s %8s %6s %10s %10s %11s %9s %9s %9s %9s %9s %9s %9s\n", "transport", "load",
+  fprintf(f, "%-13s %-16s %8s %6s %10s %10s %11s %9s %9s %9s %9s %9s %9s %9s %9s\n", "transport", "load",
           "requests", "errors", "req/s", "seq/s", "tok/s", "p50_us", "p90_us", "p99_us", "p99.9_us",
-          "max_us", "queue_us", "comp_us");
+          "max_us", "mean_us", "queue_us", "comp_us");
   for (size_t i = 0; i < n; i++) {
     double p[5];
     pcts(&r[i], p);
     char load[48];
     load_label(&r[i], load, sizeof(load));
-    fprintf(f, "%-13s %-16s %8llu %6llu %10.1f %10.1f %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n",
+    fprintf(f, "%-13s %-16s %8llu %6llu %10.1f %10.1f %11.0f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f\n",
             vr_transport_name(r[i].transport), load, (unsigned long long)r[i].requests,
             (unsigned long long)r[i].errors, r[i].req_s, r[i].seq_s, r[i].tok_s, p[0], p[1], p[2],
-            p[3], p[4], r[i].queue_us_mean, r[i].compute_us_mean);
+            p[3], p[4], vr_hist_mean(&r[i].lat_ns) / 1000.0, r[i].queue_us_mean, r[i].compute_us_mean);
   }
   for (size_t i = 0; i < n; i++) {
     char load[48];
@@ -59,7 +59,8 @@ void vr_report_table(FILE *f, const vr_report_meta_t *m, const vr_run_result_t *
       fprintf(f, "  %s %s: %llu scheduled requests never sent: the server cannot sustain %g req/s\n",
               vr_transport_name(r[i].transport), load, (unsigned long long)r[i].unsent, r[i].rate);
   }
-  fprintf(f, "latency: %s; queue_us/comp_us: server-reported means (queue wait, batch compute)\n",
+  fprintf(f, "latency: %s; queue_us/comp_us: server-reported means (queue wait, batch compute);\n"
+             "mean_us - queue_us - comp_us = transport + client overhead\n",
           n && r[0].rate > 0 ? "from the intended send time (open loop, no coordinated omission)"
                              : "from send to response (closed loop)");
 }
@@ -93,6 +94,7 @@ static cJSON *run_json(const vr_report_meta_t *m, const vr_run_result_t *r) {
   cJSON *s = cJSON_AddObjectToObject(o, "server_us");
   cJSON_AddNumberToObject(s, "queue_mean", r->queue_us_mean);
   cJSON_AddNumberToObject(s, "compute_mean", r->compute_us_mean);
+  cJSON_AddNumberToObject(o, "latency_mean_us", vr_hist_mean(&r->lat_ns) / 1000.0);
   if (r->first_error) cJSON_AddStringToObject(o, "first_error", r->first_error_msg);
   return o;
 }
@@ -145,15 +147,16 @@ int vr_report_csv(const char *path, const vr_report_meta_t *m, const vr_run_resu
     return VR_ERR_IO;
   }
   fprintf(f, "transport,mode,concurrency,rate,batch,requests,successes,errors,duration_s,req_s,seq_s,"
-             "tok_s,p50_us,p90_us,p99_us,p999_us,max_us,queue_us_mean,compute_us_mean\n");
+             "tok_s,p50_us,p90_us,p99_us,p999_us,max_us,mean_us,queue_us_mean,compute_us_mean\n");
   for (size_t i = 0; i < n; i++) {
     double p[5];
     pcts(&r[i], p);
-    fprintf(f, "%s,%s,%u,%g,%u,%llu,%llu,%llu,%.3f,%.2f,%.2f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n",
+    fprintf(f, "%s,%s,%u,%g,%u,%llu,%llu,%llu,%.3f,%.2f,%.2f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f,%.1f\n",
             vr_transport_name(r[i].transport), mode_name(&r[i]), r[i].concurrency, r[i].rate, m->batch,
             (unsigned long long)r[i].requests, (unsigned long long)r[i].successes,
             (unsigned long long)r[i].errors, r[i].duration_s, r[i].req_s, r[i].seq_s, r[i].tok_s, p[0],
-            p[1], p[2], p[3], p[4], r[i].queue_us_mean, r[i].compute_us_mean);
+            p[1], p[2], p[3], p[4], vr_hist_mean(&r[i].lat_ns) / 1000.0, r[i].queue_us_mean,
+            r[i].compute_us_mean);
   }
   int ok = !ferror(f);
   if (f == stdout) ok = fflush(f) == 0 && ok;

@@ -6,7 +6,7 @@
  * throughput {req_s, seq_s, tok_s}, latency_us {p50, p90, p99, p999, max}
  * (the issue's contract), plus successes, mode ("closed"|"open"), rate,
  * duration_s, batch, seqs, tokens, warmup_errors, unsent, verify_failures,
- * server_us {queue_mean, compute_mean}. Latencies are in microseconds. */
+ * server_us {queue_mean, compute_mean}, latency_mean_us. Latencies are in microseconds. */
 #ifndef VR_BENCH_REPORT_H
 #define VR_BENCH_REPORT_H
 
