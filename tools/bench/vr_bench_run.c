@@ -168,6 +168,8 @@ static void client_main(client_arg_t *a) {
       }
       /* a server that is gone stays gone: this client stops */
       if (rc == VR_ERR_SERVER_GONE || rc == VR_ERR_SERVER_RESTARTED) break;
+      /* closed loop: a server that fails fast must not turn the client into a busy loop */
+      if (!open_loop) usleep(1000);
       continue;
     }
     if (!measured) continue;
