@@ -432,14 +432,17 @@ static void reclaim_dead(vr_shm_server_t *s) {
     srv_lane_t *L = &s->lanes[i];
     uint64_t lease = atomic_load_explicit(&L->sh->lease, memory_order_acquire);
     uint32_t pid = VR_SHM_LEASE_PID(lease);
-    if (pid == 0) continue;
+    if ((uint32_t)lease == 0) continue; /* free */
     uint64_t start = atomic_load_explicit(&L->sh->client_start_time, memory_order_acquire);
     int closing = VR_SHM_LEASE_CLOSING(lease);
-    if (!closing && vr_proc_alive((pid_t)pid, start)) continue;
+    /* flag bits without a pid: nobody can lease it as it is, free it */
+    if (pid != 0 && !closing && vr_proc_alive((pid_t)pid, start)) continue;
     pthread_mutex_lock(&L->mu);
     if (atomic_load_explicit(&L->sh->lease, memory_order_acquire) == lease) {
       char why[96];
-      if (closing)
+      if (pid == 0)
+        snprintf(why, sizeof why, "lease word 0x%08x has flags but no pid", (uint32_t)lease);
+      else if (closing)
         snprintf(why, sizeof why, "client closed");
       else
         snprintf(why, sizeof why, "client pid %u is gone", pid);

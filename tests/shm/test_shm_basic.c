@@ -424,6 +424,13 @@ static void test_quarantine_and_close(void **state) {
   assert_int_equal(vr_shm_server_poll(srv, &q, 1, 0), 0);
   assert_int_equal(vr_shm_server_lanes_in_use(srv), 0);
   assert_int_equal(atomic_load(&l->lease) & 0xffffffffu, 0);
+  /* flag bits without a pid on a free lane: the liveness pass frees it */
+  atomic_store(&l->lease, atomic_load(&l->lease) | VR_SHM_LEASE_QUARANTINED_BIT);
+  uint64_t t0 = vr_now_ns();
+  while ((atomic_load(&l->lease) & 0xffffffffu) != 0) {
+    assert_true(vr_now_ns() - t0 < 2000000000ull);
+    usleep(10000);
+  }
   /* the only lane serves a new client */
   assert_int_equal(tu_connect(name, 0, &c), 0);
   assert_int_equal(vr_client_submit(c, &b, &id), 0);
