@@ -23,6 +23,7 @@ typedef struct client_slot {
   vr_hist_t lat;
   uint64_t requests, successes, errors, warmup_errors, unsent, verify_failures, seqs, tokens;
   double queue_sum_us, compute_sum_us;
+  uint64_t last_done_ns;        /* completion time of the last measured request */
   int connect_status;
   int first_error;
   char first_error_msg[256];
@@ -156,6 +157,7 @@ static void client_main(client_arg_t *a) {
         note_error(s, rc, msg);
       }
     }
+    if (measured) s->last_done_ns = t_done;
     if (rc != 0) {
       char msg[256];
       snprintf(msg, sizeof(msg), "%s: %.200s", vr_status_name(rc), detail);
@@ -318,11 +320,20 @@ int vr_run(const vr_run_cfg_t *cfg, vr_run_result_t *res) {
     res->queue_us_mean /= (double)res->successes;
     res->compute_us_mean /= (double)res->successes;
   }
-  /* duration-bound: the window; count-bound: until the last client finished */
-  if (cfg->requests == 0)
-    res->duration_s = cfg->duration_s;
-  else
+  /* closed loop, duration-bound: the window (requests are counted by send time);
+   * count-bound: until the last client finished; open loop: the window, or until the last
+   * measured answer when a backlog outlasted it, so req_s is what the server delivered */
+  uint64_t last_done = 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (sh->slots[i].last_done_ns > last_done) last_done = sh->slots[i].last_done_ns;
+  if (cfg->requests)
     res->duration_s = t_end > sh->measure_ns ? (double)(t_end - sh->measure_ns) / 1e9 : 0.0;
+  else
+    res->duration_s = cfg->duration_s;
+  if (cfg->rate > 0.0 && last_done > sh->measure_ns) {
+    double served = (double)(last_done - sh->measure_ns) / 1e9;
+    if (served > res->duration_s) res->duration_s = served;
+  }
   if (res->duration_s > 0) {
     res->req_s = (double)res->successes / res->duration_s;
     res->seq_s = (double)res->seqs / res->duration_s;
