@@ -76,7 +76,6 @@ struct vr_shm_server {
   rec_t recs;              /* sentinel of the in-flight list */
   _Atomic uint32_t inflight;
   _Atomic uint32_t wake_pending;
-  _Atomic uint64_t lane_resets;
   uint32_t rr;             /* poll's round-robin start (poll caller only) */
   pthread_t live_thread;
   int live_started;
@@ -128,7 +127,6 @@ static void lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t r
     vr_log(VR_LOG_WARN, "lane %u (client pid %u) reset and quarantined: %s", i, pid, why);
   else
     vr_log(VR_LOG_INFO, "lane %u (client pid %u) reclaimed: %s", i, pid, why);
-  atomic_fetch_add(&s->lane_resets, 1);
   L->gen++;
   L->req_tail = L->resp_head = L->inflight = 0;
   atomic_store(&sh->req_head, 0);

@@ -66,7 +66,8 @@ static void test_round_trip(void **state) {
   assert_int_equal(vr_client_limits(c, &lim), 0);
   assert_int_equal(lim.max_seq_len, 8192);
   assert_int_equal(lim.max_seqs_per_request, 1024);
-  assert_int_equal(lim.n_lanes, 32);
+  assert_int_equal(lim.n_lanes, 8);
+  assert_int_equal(lim.arena_bytes, 1 << 20);
   assert_int_equal(lim.max_inflight, 64);
   vr_client_close(c);
   assert_int_equal(WEXITSTATUS(tu_server_stop(&s, SIGTERM)), 0);

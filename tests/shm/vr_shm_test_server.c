@@ -2,7 +2,7 @@
  * with the checksum "model" (shm/vr_checksum.h). Used by the shm tests and the
  * benchmark; not installed.
  *
- *   vr_shm_test_server --name N [--lanes N] [--slots N] [--arena-bytes N]
+ *   vr_shm_test_server --name N [--lanes N (8)] [--slots N (64)] [--arena-bytes N (1 MiB)]
  *       [--max-seq-len N] [--max-seqs N] [--vocab N] [--spin-us N] [--mode 0600]
  *       [--delay-us N] [--workers N] [--stats FILE]
  *
@@ -107,6 +107,9 @@ static uint64_t num(const char *s) { return strtoull(s, NULL, 0); }
 int main(int argc, char **argv) {
   vr_shm_config_t cfg;
   vr_shm_config_init(&cfg);
+  /* small by default (8 lanes x 1 MiB, ~9 MB): CI containers often have a 64 MB /dev/shm */
+  cfg.n_lanes = 8;
+  cfg.arena_bytes = 1u << 20;
   const char *stats = NULL;
   int workers = 1;
   for (int i = 1; i < argc; i++) {
