@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -138,6 +139,9 @@ int vr_spawn_server(const char *server_bin, const char *args, double ready_timeo
   }
   pid_t pid = fork();
   if (pid == 0) {
+    /* the server must not outlive a bench that dies without cleaning up (SIGKILL, crash) */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1) _exit(127);
     execv(server_bin, (char *const *)argv);
     fprintf(stderr, "verl-reward-bench: exec %s: %s\n", server_bin, strerror(errno));
     _exit(127);

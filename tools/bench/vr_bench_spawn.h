@@ -4,7 +4,8 @@
  *
  * Not thread-safe; one spawned server per bench process. While a server is
  * spawned, SIGINT/SIGTERM to the bench forward SIGTERM to it before the bench
- * dies, so no server is left behind. */
+ * dies, and the kernel sends it SIGTERM (PR_SET_PDEATHSIG) if the bench dies any
+ * other way, so no server is left behind. */
 #ifndef VR_BENCH_SPAWN_H
 #define VR_BENCH_SPAWN_H
 
