@@ -5,7 +5,9 @@ random-weight models and the same token sequences, on one GPU, in one run.
 Driven by tools/bench_vs_transformers.sh (which finds or builds the runner).
 For each model shape (roberta-base, Llama-3.2-1B, Llama-3.1-8B):
   1. builds the *ForSequenceClassification model with random weights directly
-     on the GPU in bf16 (transformers' own init) and save_pretrained()s it;
+     on the GPU (transformers' own init), casts the parameters to bf16 (RoPE
+     inv_freq buffers stay fp32, as from_pretrained leaves them) and
+     save_pretrained()s it;
   2. runs transformers eager (SDPA attention, bf16, one right-padded batch with
      an attention mask: what a user would run instead), median of CUDA-event
      timed forwards, and its peak device memory;
@@ -71,6 +73,21 @@ def log(msg, f=None):
         f.flush()
 
 
+def bf16_keep_rope(model):
+    """Parameters to bf16, RoPE inv_freq buffers left in fp32. model.to(bf16) would
+    also round the rotary inv_freq buffers to bf16 (and .float() later keeps the
+    rounded values), which moves every RoPE angle by up to pos * 2^-9 rad: not
+    what from_pretrained(dtype=bf16) gives a user, and not the model on disk."""
+    import torch
+    for p in model.parameters():
+        if p.dtype != torch.bfloat16:
+            p.data = p.data.to(torch.bfloat16)
+    for name, buf in model.named_buffers():
+        if "inv_freq" in name and buf.dtype != torch.float32:
+            raise RuntimeError(f"{name} is {buf.dtype}: RoPE tables must stay fp32")
+    return model
+
+
 def make_model(shape, path, seed):
     import torch
     import transformers as tf
@@ -84,13 +101,9 @@ def make_model(shape, path, seed):
         cls = tf.LlamaForSequenceClassification
     config._attn_implementation = "sdpa"
     t0 = time.time()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device("cuda"):
-            model = cls(config)
-    finally:
-        torch.set_default_dtype(torch.float32)
-    model = model.to(torch.bfloat16).eval()
+    with torch.device("cuda"):  # fp32 init on the GPU, then parameters to bf16
+        model = cls(config)
+    model = bf16_keep_rope(model).eval()
     torch.cuda.synchronize()
     t1 = time.time()
     if os.path.exists(path):
@@ -178,7 +191,7 @@ def main():
     shapes = [s for s in SHAPES if not a.only or s in a.only.split(",")]
     for shape in shapes:
         path = os.path.join(a.models_dir, shape)
-        log(f"== {shape}: random init on GPU (bf16) + save_pretrained -> {path}", logf)
+        log(f"== {shape}: random init on GPU, bf16 parameters, save_pretrained -> {path}", logf)
         model, info = make_model(shape, path, a.seed)
         res["shapes"][shape] = info
         log(f"   {info['params'] / 1e9:.2f}B params, init {info['init_s']:.1f}s, save {info['save_s']:.1f}s", logf)

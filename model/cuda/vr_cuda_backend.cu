@@ -2,7 +2,7 @@
  *
  * init: selects device N (cudaSetDevice, so CUDA_VISIBLE_DEVICES applies),
  * converts every weight once to bf16 on the device (norms, biases and heads
- * to fp32), fuses q/k/v into one (Nqkv, C) matrix and gate/up into one
+ * to fp32; embedding tables stay fp32 when the files are f32/f16), fuses q/k/v into one (Nqkv, C) matrix and gate/up into one
  * (2I, C) matrix, and allocates everything a forward needs for
  * max_batch_tokens / max_seqs: activations, the cuBLASLt workspace, a pinned
  * host staging buffer for ids/positions/cu_seqlens/tiles and the scores.
@@ -67,7 +67,8 @@ typedef struct vr_cuda_state {
   void *staging;
   size_t staging_bytes;
 
-  uint16_t *tok, *pos_emb, *type_emb;
+  void *tok, *pos_emb, *type_emb; /* bf16, or fp32 when emb_f32 */
+  int emb_f32;
   float *emb_w, *emb_b, *final_w, *head1_w, *head1_b, *head2_w, *head2_b, *inv_freq;
   vr_cuda_layer_t *layers;
 
@@ -190,6 +191,12 @@ static int new_f32(vr_cuda_state_t *st, float **out, const vr_tensor_t *t, size_
   return 0;
 }
 
+/* An embedding table in the backend's embedding dtype (st->emb_f32). */
+static int new_emb(vr_cuda_state_t *st, void **out, const vr_tensor_t *t, size_t numel, const char *what) {
+  if (st->emb_f32) return new_f32(st, (float **)out, t, numel, what, 1);
+  return new_bf16(st, (uint16_t **)out, t, numel, what, 1);
+}
+
 /* ---------------------------------------------------------------- weights */
 
 static int load_layer(vr_cuda_state_t *st, const vr_layer_weights_t *lw, vr_cuda_layer_t *L, int li) {
@@ -240,7 +247,10 @@ static int load_weights(vr_cuda_state_t *st, const vr_model_weights_t *w) {
   const vr_model_config_t *c = &st->cfg;
   const size_t C = (size_t)c->hidden_size;
   int rc;
-  if ((rc = new_bf16(st, &st->tok, w->tok_emb, (size_t)c->vocab_size * C, "token embeddings", 1))) return rc;
+  /* Embedding tables stay fp32 when the file has more than bf16 precision: they
+   * start the residual stream (which is fp32), and a lookup costs no bandwidth. */
+  st->emb_f32 = w->tok_emb && w->tok_emb->dtype != VR_DTYPE_BF16;
+  if ((rc = new_emb(st, &st->tok, w->tok_emb, (size_t)c->vocab_size * C, "token embeddings"))) return rc;
   if (c->is_decoder) {
     if ((rc = new_f32(st, &st->final_w, w->final_norm_w, C, "final norm weight", 1))) return rc;
     if ((rc = new_f32(st, &st->head2_w, w->head2_w, C, "score weight", 1))) return rc;
@@ -262,8 +272,8 @@ static int load_weights(vr_cuda_state_t *st, const vr_model_weights_t *w) {
              w->pos_emb->name ? w->pos_emb->name : "?", (long long)npos, c->max_seq_len, c->position_offset);
       return VR_ERR_MODEL_FORMAT;
     }
-    if ((rc = new_bf16(st, &st->pos_emb, w->pos_emb, (size_t)npos * C, "position embeddings", 1))) return rc;
-    if (w->type_emb && (rc = new_bf16(st, &st->type_emb, w->type_emb, tensor_numel(w->type_emb), "type embeddings", 1)))
+    if ((rc = new_emb(st, &st->pos_emb, w->pos_emb, (size_t)npos * C, "position embeddings"))) return rc;
+    if (w->type_emb && (rc = new_emb(st, &st->type_emb, w->type_emb, tensor_numel(w->type_emb), "type embeddings")))
       return rc;
     if (st->type_emb && tensor_numel(w->type_emb) < C) return VR_ERR_MODEL_FORMAT;
     if ((rc = new_f32(st, &st->emb_w, w->emb_norm_w, C, "embedding norm weight", 1))) return rc;
@@ -535,10 +545,11 @@ static void enqueue_forward(vr_cuda_state_t *st, int T, int grid_tiles, int grid
   const float scale = 1.f / sqrtf((float)D);
   const int tanh_gelu = c->act == VR_ACT_GELU_TANH;
   if (c->is_decoder)
-    vr_cuda_embed_norm(st->x, st->xn, ids, pos, st->tok, NULL, NULL, st->layers[0].n1w, NULL, T, C, c->norm_eps, s);
-  else
-    vr_cuda_embed_norm(st->x, st->xn, ids, pos, st->tok, st->pos_emb, st->type_emb, st->emb_w, st->emb_b, T, C,
+    vr_cuda_embed_norm(st->x, st->xn, ids, pos, st->tok, NULL, NULL, st->emb_f32, st->layers[0].n1w, NULL, T, C,
                        c->norm_eps, s);
+  else
+    vr_cuda_embed_norm(st->x, st->xn, ids, pos, st->tok, st->pos_emb, st->type_emb, st->emb_f32, st->emb_w,
+                       st->emb_b, T, C, c->norm_eps, s);
   for (int l = 0; l < c->num_layers; ++l) {
     const vr_cuda_layer_t *L = &st->layers[l];
     vr_cuda_gemm(st->gemm, st->qkv, 0, st->xn, L->wqkv, L->bqkv, T, ld, C, 0.f, s);

@@ -37,9 +37,10 @@ void vr_cuda_convert_to_f32(float *dst, const void *src, int src_dtype, size_t n
 /* ---- embeddings + first norm ---------------------------------------------- */
 /* Encoder: x[t] = LN(tok[ids[t]] + pos_emb[pos[t]] + type_emb[0]) * w + b (fp32), xn = bf16(x).
  * Decoder (pos_emb == NULL, b == NULL): x[t] = tok[ids[t]], xn = bf16(RMS(x) * w).
- * tok, pos_emb, type_emb: bf16 (V, C); x (T, C) fp32; xn (T, C) bf16. */
+ * tok, pos_emb, type_emb: (V, C) tables, bf16 or (emb_f32 = 1) fp32; x (T, C) fp32;
+ * xn (T, C) bf16. */
 void vr_cuda_embed_norm(float *x, uint16_t *xn, const int32_t *ids, const int32_t *pos,
-                        const uint16_t *tok, const uint16_t *pos_emb, const uint16_t *type_emb,
+                        const void *tok, const void *pos_emb, const void *type_emb, int emb_f32,
                         const float *w, const float *b, int T, int C, float eps, cudaStream_t s);
 
 /* ---- norms ---------------------------------------------------------------- */

@@ -277,7 +277,7 @@ static void test_norms(int T, int C) {
     for (int c = 0; c < C; ++c) r[c] = (r[c] - m) / sqrt(v + eps) * w[c] + b[c];
   }
   CK(cudaMemset(d_x, 0xFF, (size_t)T * C * 4));
-  vr_cuda_embed_norm(d_x, d_xn, d_ids, d_pos, d_tok, d_pe, d_ty, d_w, d_b, T, C, eps, 0);
+  vr_cuda_embed_norm(d_x, d_xn, d_ids, d_pos, d_tok, d_pe, d_ty, 0, d_w, d_b, T, C, eps, 0);
   tohost(xo, d_x, (size_t)T * C * 4);
   snprintf(what, sizeof what, "embed+layernorm T%d C%d", T, C);
   check_rel(what, ref, xo, (size_t)T * C, 1e-5);
@@ -288,7 +288,7 @@ static void test_norms(int T, int C) {
     for (int c = 0; c < C; ++c) ref[(size_t)t * C + c] = tokf[(size_t)ids[t] * C + c] * r * w[c];
   }
   CK(cudaMemset(d_xn, 0xFF, (size_t)T * C * 2));
-  vr_cuda_embed_norm(d_x, d_xn, d_ids, d_pos, d_tok, NULL, NULL, d_w, NULL, T, C, eps, 0);
+  vr_cuda_embed_norm(d_x, d_xn, d_ids, d_pos, d_tok, NULL, NULL, 0, d_w, NULL, T, C, eps, 0);
   tohost(xn, d_xn, (size_t)T * C * 2);
   xnf = bf_arr_to_f(xn, (size_t)T * C);
   snprintf(what, sizeof what, "embed+rmsnorm T%d C%d", T, C);
@@ -298,6 +298,19 @@ static void test_norms(int T, int C) {
     for (int c = 0; c < C; ++c) ref[(size_t)t * C + c] = tokf[(size_t)ids[t] * C + c];
   snprintf(what, sizeof what, "embed raw residual T%d C%d", T, C);
   check_rel(what, ref, xo, (size_t)T * C, 1e-7);
+  { /* fp32 tables (f32 files): the residual gets the exact fp32 rows */
+    float *tok32 = rand_f((size_t)V * C, -1, 1);
+    float *d_tok32 = todev(tok32, (size_t)V * C * 4);
+    CK(cudaMemset(d_x, 0xFF, (size_t)T * C * 4));
+    vr_cuda_embed_norm(d_x, d_xn, d_ids, d_pos, d_tok32, NULL, NULL, 1, d_w, NULL, T, C, eps, 0);
+    tohost(xo, d_x, (size_t)T * C * 4);
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) ref[(size_t)t * C + c] = tok32[(size_t)ids[t] * C + c];
+    snprintf(what, sizeof what, "embed fp32 table raw residual T%d C%d", T, C);
+    check_rel(what, ref, xo, (size_t)T * C, 1e-7);
+    CK(cudaFree(d_tok32));
+    free(tok32);
+  }
   free(xnf);
   CK(cudaFree(d_x)); CK(cudaFree(d_w)); CK(cudaFree(d_b)); CK(cudaFree(d_xn)); CK(cudaFree(d_tok));
   CK(cudaFree(d_pe)); CK(cudaFree(d_ty)); CK(cudaFree(d_ids)); CK(cudaFree(d_pos));
