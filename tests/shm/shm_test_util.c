@@ -220,3 +220,10 @@ int tu_score_until_usr1(const char *name, uint64_t seed, uint32_t max_seqs, uint
   fprintf(stderr, "client %llu: %llu batches scored\n", (unsigned long long)seed, (unsigned long long)n);
   return n ? 0 : 12;
 }
+
+void tu_shm_config(vr_shm_config_t *cfg, const char *name, uint32_t n_lanes, uint64_t arena_bytes) {
+  vr_shm_config_init(cfg);
+  cfg->name = name;
+  cfg->n_lanes = n_lanes;
+  cfg->arena_bytes = arena_bytes;
+}

@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "verl_reward/client.h"
+#include "vr_shm.h"
 
 typedef struct tu_server {
   pid_t pid;
@@ -59,6 +60,9 @@ void tu_stop_on_usr1(void);
  * (1..max_seqs sequences of 1..max_len tokens) until SIGUSR1. Returns 0 when
  * every score matched its checksum and at least one batch was scored. */
 int tu_score_until_usr1(const char *name, uint64_t seed, uint32_t max_seqs, uint32_t max_len);
+
+/* Defaults plus name, lanes and arena: an in-process server's config. */
+void tu_shm_config(vr_shm_config_t *cfg, const char *name, uint32_t n_lanes, uint64_t arena_bytes);
 
 /* Connects with a connect timeout of 20 s and the given spin budget. */
 int tu_connect(const char *name, uint32_t spin_us, vr_client_t **out);

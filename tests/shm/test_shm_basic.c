@@ -206,10 +206,7 @@ static void test_live_stale_and_mode(void **state) {
   assert_int_equal(tu_server_start(&s, name, NULL), 0);
   /* a live server keeps its name */
   vr_shm_config_t cfg;
-  vr_shm_config_init(&cfg);
-  cfg.name = name;
-  cfg.n_lanes = 2;
-  cfg.arena_bytes = 65536;
+  tu_shm_config(&cfg, name, 2, 65536);
   vr_shm_server_t *srv = NULL;
   assert_int_equal(vr_shm_server_create(&cfg, &srv), VR_ERR_EXISTS);
   assert_null(srv);
@@ -265,10 +262,7 @@ static void test_dev_shm_too_small(void **state) {
   tu_name(name, sizeof name, "nospace");
   snprintf(path, sizeof path, "/%s", name);
   vr_shm_config_t cfg;
-  vr_shm_config_init(&cfg);
-  cfg.name = name;
-  cfg.n_lanes = 4;
-  cfg.arena_bytes = (fs / 2 + 4096) & ~4095ull; /* 4 lanes: twice the size of /dev/shm */
+  tu_shm_config(&cfg, name, 4, (fs / 2 + 4096) & ~4095ull); /* 4 lanes: twice the size of /dev/shm */
   vr_shm_server_t *srv = NULL;
   assert_int_equal(vr_shm_server_create(&cfg, &srv), VR_ERR_NOSPACE);
   assert_null(srv);
@@ -288,10 +282,7 @@ static void test_drain_and_destroy(void **state) {
   char name[64];
   tu_name(name, sizeof name, "drain");
   vr_shm_config_t cfg;
-  vr_shm_config_init(&cfg);
-  cfg.name = name;
-  cfg.n_lanes = 2;
-  cfg.arena_bytes = 1 << 20;
+  tu_shm_config(&cfg, name, 2, 1 << 20);
   cfg.spin_us = 0;
   vr_shm_server_t *srv;
   assert_int_equal(vr_shm_server_create(&cfg, &srv), 0);
@@ -395,10 +386,7 @@ static void test_quarantine_and_close(void **state) {
   char name[64];
   tu_name(name, sizeof name, "quar");
   vr_shm_config_t cfg;
-  vr_shm_config_init(&cfg);
-  cfg.name = name;
-  cfg.n_lanes = 1;
-  cfg.arena_bytes = 65536;
+  tu_shm_config(&cfg, name, 1, 65536);
   cfg.spin_us = 0;
   vr_shm_server_t *srv;
   assert_int_equal(vr_shm_server_create(&cfg, &srv), 0);

@@ -97,11 +97,8 @@ static void test_segment_bytes(void **state) {
   tu_name(name, sizeof name, "layout");
   snprintf(path, sizeof path, "/%s", name);
   vr_shm_config_t cfg;
-  vr_shm_config_init(&cfg);
-  cfg.name = name;
-  cfg.n_lanes = 3;
+  tu_shm_config(&cfg, name, 3, 10000); /* rounded up to a multiple of 64: 10048 */
   cfg.ring_slots = 8;
-  cfg.arena_bytes = 10000; /* rounded up to a multiple of 64: 10048 */
   cfg.max_seq_len = 777;
   cfg.max_seqs_per_request = 55;
   cfg.vocab_size = 32000;
