@@ -137,8 +137,13 @@ static int check_tensor(const vr_tensor_t *t, size_t numel, const char *what) {
   return 0;
 }
 
-/* Copies a host tensor into device memory as-is; returns the device pointer
- * of its bytes (dst itself for bf16 -> bf16, else the staging buffer). */
+/* Every upload, memset and conversion of init runs in order on st->stream
+ * (the forward's stream, created non-blocking). A plain cudaMemcpy from
+ * pageable memory may return before its DMA has landed, and a non-blocking
+ * stream does not wait for the legacy stream: a conversion kernel could read
+ * a half-copied staging buffer (seen on the H200 as run-to-run score changes). */
+
+/* Copies a host tensor (as-is) into the staging buffer, in stream order. */
 static const void *stage(vr_cuda_state_t *st, const vr_tensor_t *t) {
   if (t->nbytes > st->staging_bytes) {
     if (st->staging) VR_CUDA_CHECK(cudaFree(st->staging));
@@ -147,7 +152,7 @@ static const void *stage(vr_cuda_state_t *st, const vr_tensor_t *t) {
     if (VR_CUDA_TRY(cudaMalloc(&st->staging, t->nbytes)) != 0) return NULL;
     st->staging_bytes = t->nbytes;
   }
-  VR_CUDA_CHECK(cudaMemcpy(st->staging, t->data, t->nbytes, cudaMemcpyHostToDevice));
+  VR_CUDA_CHECK(cudaMemcpyAsync(st->staging, t->data, t->nbytes, cudaMemcpyHostToDevice, st->stream));
   return st->staging;
 }
 
@@ -156,7 +161,7 @@ static int up_bf16(vr_cuda_state_t *st, uint16_t *dst, const vr_tensor_t *t, siz
   int rc = check_tensor(t, numel, what);
   if (rc) return rc;
   if (t->dtype == VR_DTYPE_BF16) {
-    VR_CUDA_CHECK(cudaMemcpy(dst, t->data, t->nbytes, cudaMemcpyHostToDevice));
+    VR_CUDA_CHECK(cudaMemcpyAsync(dst, t->data, t->nbytes, cudaMemcpyHostToDevice, st->stream));
     return 0;
   }
   const void *src = stage(st, t);
@@ -212,7 +217,7 @@ static int load_layer(vr_cuda_state_t *st, const vr_layer_weights_t *lw, vr_cuda
   if ((rc = up_bf16(st, L->wqkv + (nq + nkv) * C, lw->v_w, nkv * C, WHAT("v weight")))) return rc;
   if (lw->q_b || lw->k_b || lw->v_b) {
     if (!(L->bqkv = (uint16_t *)dalloc(st, (nq + 2 * nkv) * 2))) return VR_ERR_NOMEM;
-    VR_CUDA_CHECK(cudaMemset(L->bqkv, 0, (nq + 2 * nkv) * 2));
+    VR_CUDA_CHECK(cudaMemsetAsync(L->bqkv, 0, (nq + 2 * nkv) * 2, st->stream));
     if (lw->q_b && (rc = up_bf16(st, L->bqkv, lw->q_b, nq, WHAT("q bias")))) return rc;
     if (lw->k_b && (rc = up_bf16(st, L->bqkv + nq, lw->k_b, nkv, WHAT("k bias")))) return rc;
     if (lw->v_b && (rc = up_bf16(st, L->bqkv + nq + nkv, lw->v_b, nkv, WHAT("v bias")))) return rc;
@@ -227,7 +232,7 @@ static int load_layer(vr_cuda_state_t *st, const vr_layer_weights_t *lw, vr_cuda
     if ((rc = up_bf16(st, L->wup + I * C, lw->up_w, I * C, WHAT("up weight")))) return rc;
     if (lw->gate_b || lw->up_b) { /* llama mlp_bias: one fused (2I) bias, absent halves 0 */
       if (!(L->bgu = (uint16_t *)dalloc(st, 2 * I * 2))) return VR_ERR_NOMEM;
-      VR_CUDA_CHECK(cudaMemset(L->bgu, 0, 2 * I * 2));
+      VR_CUDA_CHECK(cudaMemsetAsync(L->bgu, 0, 2 * I * 2, st->stream));
       if (lw->gate_b && (rc = up_bf16(st, L->bgu, lw->gate_b, I, WHAT("gate bias")))) return rc;
       if (lw->up_b && (rc = up_bf16(st, L->bgu + I, lw->up_b, I, WHAT("up bias")))) return rc;
     }
@@ -260,7 +265,7 @@ static int load_weights(vr_cuda_state_t *st, const vr_model_weights_t *w) {
       return VR_ERR_INVAL;
     }
     if (!(st->inv_freq = (float *)dalloc(st, half * 4))) return VR_ERR_NOMEM;
-    VR_CUDA_CHECK(cudaMemcpy(st->inv_freq, c->rope_inv_freq, half * 4, cudaMemcpyHostToDevice));
+    VR_CUDA_CHECK(cudaMemcpyAsync(st->inv_freq, c->rope_inv_freq, half * 4, cudaMemcpyHostToDevice, st->stream));
   } else {
     if (!w->pos_emb) {
       vr_log(VR_LOG_ERROR, "encoder without position embeddings");
@@ -307,10 +312,10 @@ static int alloc_workspace(vr_cuda_state_t *st) {
   st->in_words = OFF_TILES(st) + 2 * (size_t)st->max_tiles;
   if (!(st->in_d = (int32_t *)dalloc(st, st->in_words * 4))) return VR_ERR_NOMEM;
   /* Defined contents everywhere: padding rows of a graph bucket read them. */
-  VR_CUDA_CHECK(cudaMemset(st->x, 0, T * C * 4));
-  VR_CUDA_CHECK(cudaMemset(st->xn, 0, T * C * 2));
-  VR_CUDA_CHECK(cudaMemset(st->ao, 0, T * nq * 2));
-  VR_CUDA_CHECK(cudaMemset(st->in_d, 0, st->in_words * 4));
+  VR_CUDA_CHECK(cudaMemsetAsync(st->x, 0, T * C * 4, st->stream));
+  VR_CUDA_CHECK(cudaMemsetAsync(st->xn, 0, T * C * 2, st->stream));
+  VR_CUDA_CHECK(cudaMemsetAsync(st->ao, 0, T * nq * 2, st->stream));
+  VR_CUDA_CHECK(cudaMemsetAsync(st->in_d, 0, st->in_words * 4, st->stream));
   if (VR_CUDA_TRY(cudaMallocHost((void **)&st->in_h, st->in_words * 4)) != 0) return VR_ERR_NOMEM;
   if (VR_CUDA_TRY(cudaMallocHost((void **)&st->scores_h, (size_t)st->max_seqs * 4)) != 0) return VR_ERR_NOMEM;
   st->host_bytes += st->in_words * 4 + (size_t)st->max_seqs * 4;
@@ -326,16 +331,18 @@ static int alloc_workspace(vr_cuda_state_t *st) {
 static void cuda_free(void *state) {
   vr_cuda_state_t *st = (vr_cuda_state_t *)state;
   if (!st) return;
-  if (cudaSetDevice(st->device) == cudaSuccess) {
-    if (st->stream) cudaStreamSynchronize(st->stream);
+  /* Teardown failures are logged (VR_CUDA_TRY), not fatal: the process may be
+   * shutting down after a device error and must still free the host side. */
+  if (VR_CUDA_TRY(cudaSetDevice(st->device)) == 0) {
+    if (st->stream) (void)VR_CUDA_TRY(cudaStreamSynchronize(st->stream));
     for (int i = 0; i < st->n_buckets; ++i)
-      if (st->buckets[i].exec) cudaGraphExecDestroy(st->buckets[i].exec);
+      if (st->buckets[i].exec) (void)VR_CUDA_TRY(cudaGraphExecDestroy(st->buckets[i].exec));
     vr_cuda_gemm_free(st->gemm);
-    for (int i = 0; i < st->n_allocs; ++i) cudaFree(st->allocs[i]);
-    if (st->staging) cudaFree(st->staging);
-    if (st->in_h) cudaFreeHost(st->in_h);
-    if (st->scores_h) cudaFreeHost(st->scores_h);
-    if (st->stream) cudaStreamDestroy(st->stream);
+    for (int i = 0; i < st->n_allocs; ++i) (void)VR_CUDA_TRY(cudaFree(st->allocs[i]));
+    if (st->staging) (void)VR_CUDA_TRY(cudaFree(st->staging));
+    if (st->in_h) (void)VR_CUDA_TRY(cudaFreeHost(st->in_h));
+    if (st->scores_h) (void)VR_CUDA_TRY(cudaFreeHost(st->scores_h));
+    if (st->stream) (void)VR_CUDA_TRY(cudaStreamDestroy(st->stream));
   }
   free(st->tile_tmp);
   free(st->layers);
@@ -416,6 +423,7 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
     rc = load_weights(st, w);
     st->cfg.rope_inv_freq = NULL;
     if (rc) goto fail;
+    VR_CUDA_CHECK(cudaStreamSynchronize(st->stream)); /* every upload has landed */
     if (st->staging) {
       VR_CUDA_CHECK(cudaFree(st->staging));
       st->staging = NULL;
@@ -423,6 +431,7 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
     }
     const size_t wbytes = st->device_bytes;
     if ((rc = alloc_workspace(st))) goto fail;
+    VR_CUDA_CHECK(cudaStreamSynchronize(st->stream)); /* workspace memsets done */
     if ((rc = vr_cuda_gemm_init(&st->gemm, VR_CUDA_GEMM_WORKSPACE))) goto fail;
     st->device_bytes += VR_CUDA_GEMM_WORKSPACE;
     vr_log(VR_LOG_INFO, "cuda:%d %s: weights %.1f MiB bf16, workspace %.1f MiB for %u tokens / %u seqs (cpu %.2fs)",

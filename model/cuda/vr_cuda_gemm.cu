@@ -35,12 +35,18 @@ struct vr_cuda_gemm {
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
 };
 
+/* Logs (does not abort on) a failed teardown call. */
+static void lt_try(cublasStatus_t st, const char *what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    vr_log(VR_LOG_ERROR, "%s failed: %s (device %d)", what, cublasGetStatusString(st), vr_cuda_current_device_());
+}
+
 static void plan_destroy(vr_gemm_plan_t *p) {
   if (!p->used) return;
-  cublasLtMatrixLayoutDestroy(p->la);
-  cublasLtMatrixLayoutDestroy(p->lb);
-  cublasLtMatrixLayoutDestroy(p->lc);
-  cublasLtMatmulDescDestroy(p->desc);
+  lt_try(cublasLtMatrixLayoutDestroy(p->la), "cublasLtMatrixLayoutDestroy");
+  lt_try(cublasLtMatrixLayoutDestroy(p->lb), "cublasLtMatrixLayoutDestroy");
+  lt_try(cublasLtMatrixLayoutDestroy(p->lc), "cublasLtMatrixLayoutDestroy");
+  lt_try(cublasLtMatmulDescDestroy(p->desc), "cublasLtMatmulDescDestroy");
   p->used = 0;
 }
 
@@ -70,7 +76,7 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias) {
   cublasLtMatmulHeuristicResult_t res;
   int n = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &n);
-  cublasLtMatmulPreferenceDestroy(pref);
+  lt_try(cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
   g->plans_created++;
   if (st != CUBLAS_STATUS_SUCCESS || n < 1) {
     plan_destroy(p);
@@ -90,7 +96,7 @@ extern "C" int vr_cuda_gemm_init(vr_cuda_gemm_t **out, size_t workspace_bytes) {
     return -21; /* VR_ERR_DEVICE */
   }
   if (workspace_bytes && VR_CUDA_TRY(cudaMalloc(&g->workspace, workspace_bytes)) != 0) {
-    cublasLtDestroy(g->lt);
+    lt_try(cublasLtDestroy(g->lt), "cublasLtDestroy");
     free(g);
     return -21;
   }
@@ -102,8 +108,8 @@ extern "C" int vr_cuda_gemm_init(vr_cuda_gemm_t **out, size_t workspace_bytes) {
 extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
   if (!g) return;
   for (int i = 0; i < VR_GEMM_CACHE; ++i) plan_destroy(&g->cache[i]);
-  if (g->workspace) VR_CUDA_CHECK(cudaFree(g->workspace));
-  cublasLtDestroy(g->lt);
+  if (g->workspace) (void)VR_CUDA_TRY(cudaFree(g->workspace));
+  lt_try(cublasLtDestroy(g->lt), "cublasLtDestroy");
   free(g);
 }
 

@@ -106,7 +106,7 @@ static int run_work(vr_model_t *m, const work_t *w, const char *model, uint32_t 
     return 1;
   }
   size_t free1 = 0, total_mem = 0;
-  cudaMemGetInfo(&free1, &total_mem);
+  if (free0 && cudaMemGetInfo(&free1, &total_mem) != cudaSuccess) free1 = 0;
   qsort(lat, (size_t)w->iters, sizeof *lat, cmpd);
   const double med = lat[w->iters / 2];
   const vr_model_info_t *info = vr_model_info(m);
@@ -160,9 +160,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   size_t free0 = 0, total_mem = 0;
-  cudaSetDevice(0);
-  cudaFree(0); /* create the context before measuring */
-  cudaMemGetInfo(&free0, &total_mem);
+  if (!strncmp(device, "cuda", 4)) { /* create the context before measuring memory */
+    cudaError_t e = cudaFree(0);
+    if (e == cudaSuccess) e = cudaMemGetInfo(&free0, &total_mem);
+    if (e != cudaSuccess) {
+      fprintf(stderr, "CUDA: %s\n", cudaGetErrorString(e));
+      return 1;
+    }
+  }
   vr_model_options_t opt;
   vr_model_options_init(&opt);
   opt.device = device;
