@@ -106,7 +106,19 @@ typedef struct vr_backend_ops {
   void (*free)(void *state);                    /* required; NULL state is a no-op */
   /* Fills the device/host fields of info (device, device_name, compute_dtype, *_bytes). Optional. */
   void (*describe)(void *state, vr_model_info_t *info);
+  /* Pipelined pair (optional; both or neither; NULL = vr_model.c runs forward() inside
+   * vr_model_submit). submit: same input contract as forward(), but copies ids/cu_seqlens
+   * before it returns and does not wait for the result; at most max_inflight batches are
+   * outstanding (vr_model.c enforces it). On an error return nothing is outstanding.
+   * collect: waits for the OLDEST outstanding batch, writes its n_seqs scores (the count
+   * given to its submit) and returns 0 or the device error; the batch is no longer
+   * outstanding either way. Same thread as the other calls. */
+  int (*submit)(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs);
+  int (*collect)(void *state, float *scores);
+  int max_inflight; /* with submit/collect: batches that may be outstanding (1..VR_MODEL_MAX_INFLIGHT) */
 } vr_backend_ops_t;
+
+#define VR_MODEL_MAX_INFLIGHT 4
 
 extern const vr_backend_ops_t vr_backend_cpu;
 #ifdef VR_HAVE_CUDA

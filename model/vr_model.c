@@ -39,6 +39,19 @@ struct vr_model {
   uint32_t *stage_cu;            /* (max_seqs + 1) */
   uint32_t *stage_map;           /* (max_seqs) stage slot -> caller's sequence index */
   float *stage_scores;           /* (max_seqs) */
+  /* pipelined batches (vr_model_submit/collect): a ring of max_inflight entries, oldest at
+   * pend_head; each remembers where its caller wants the scores */
+  struct vr_model_pending {
+    float *scores;
+    int32_t *seq_status;
+    uint32_t n_seqs, count;      /* caller's sequences; good ones sent to the backend */
+    uint32_t *map;               /* (max_seqs) backend slot -> caller index unless identity */
+    int identity;                /* every sequence was good: backend slot j = caller index j */
+    int launched;                /* the backend holds this batch (async submit) */
+    int rc;                      /* sync fallback: the forward's result */
+  } pend[VR_MODEL_MAX_INFLIGHT];
+  uint32_t *pend_maps;           /* max_inflight * max_seqs */
+  int max_inflight, pend_head, n_pend;
 };
 
 /* ---- backend registry ------------------------------------------------------ */
@@ -361,7 +374,9 @@ static void vr_model_resolve_decoder(vr_model_t *m) {
 
 void vr_model_free(vr_model_t *m) {
   if (!m) return;
+  while (m->n_pend > 0) (void)vr_model_collect(m);
   if (m->ops && m->state) m->ops->free(m->state);
+  free(m->pend_maps);
   for (size_t i = 0; i < m->n_files; i++) vr_st_close(&m->files[i]);
   free(m->files);
   free(m->index);
@@ -491,6 +506,14 @@ int vr_model_load(const char *dir, const vr_model_options_t *opt_in, vr_model_t 
     goto fail;
   }
   m->ops = ops;
+  m->max_inflight = ops->submit && ops->collect && ops->max_inflight > 1 ? ops->max_inflight : 1;
+  if (m->max_inflight > VR_MODEL_MAX_INFLIGHT) m->max_inflight = VR_MODEL_MAX_INFLIGHT;
+  m->pend_maps = malloc((size_t)m->max_inflight * m->max_seqs * sizeof *m->pend_maps);
+  if (!m->pend_maps) {
+    rc = VR_ERR_NOMEM;
+    goto fail;
+  }
+  for (int i = 0; i < m->max_inflight; i++) m->pend[i].map = m->pend_maps + (size_t)i * m->max_seqs;
   if (ops->describe) ops->describe(m->state, in);
   vr_log(VR_LOG_INFO, "loaded %s (%s, %d layers, hidden %d, %s weights, %llu params) on %s; max %d tokens per sequence",
          dir, in->architecture, in->num_layers, in->hidden_size, in->weights_dtype,
@@ -533,6 +556,7 @@ static int vr_model_flush(vr_model_t *m, uint32_t count, float *scores, int32_t 
 int vr_model_score(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
                    float *scores, int32_t *seq_status) {
   if (!m || (n_seqs && (!cu_seqlens || !scores))) return VR_ERR_INVAL;
+  if (m->n_pend > 0) return VR_ERR_BUSY;
   if (n_seqs == 0) return 0;
   if (cu_seqlens[0] != 0) return VR_ERR_INVAL;
   for (uint32_t i = 0; i < n_seqs; i++)
@@ -567,4 +591,99 @@ int vr_model_score(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens
     m->stage_cu[++count] = tokens;
   }
   return vr_model_flush(m, count, scores, seq_status);
+}
+
+/* ---- pipelined scoring ------------------------------------------------------------ */
+
+int vr_model_max_inflight(const vr_model_t *m) { return m ? m->max_inflight : 0; }
+
+/* Writes the result of a pending batch: scores (from src, the backend's count scores) or
+ * NaN, and seq_status rc, for the sequences sent to the backend. */
+static void vr_model_scatter(struct vr_model_pending *p, const float *src, int rc) {
+  for (uint32_t j = 0; j < p->count; j++) {
+    uint32_t i = p->identity ? j : p->map[j];
+    p->scores[i] = rc == 0 ? src[j] : NAN;
+    if (p->seq_status) p->seq_status[i] = rc;
+  }
+}
+
+int vr_model_submit(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
+                    float *scores, int32_t *seq_status) {
+  if (!m || (n_seqs && (!cu_seqlens || !scores))) return VR_ERR_INVAL;
+  if (m->n_pend >= m->max_inflight) return VR_ERR_BUSY;
+  if (n_seqs > 0) {
+    if (cu_seqlens[0] != 0) return VR_ERR_INVAL;
+    for (uint32_t i = 0; i < n_seqs; i++)
+      if (cu_seqlens[i + 1] < cu_seqlens[i]) return VR_ERR_INVAL;
+    if (cu_seqlens[n_seqs] > 0 && !ids) return VR_ERR_INVAL;
+    if (n_seqs > m->max_seqs || cu_seqlens[n_seqs] > m->max_batch_tokens) return VR_ERR_TOO_LARGE;
+  }
+  struct vr_model_pending *p = &m->pend[(m->pend_head + m->n_pend) % m->max_inflight];
+  p->scores = scores;
+  p->seq_status = seq_status;
+  p->n_seqs = n_seqs;
+  p->count = 0;
+  p->identity = 1;
+  p->launched = 0;
+  p->rc = 0;
+  /* check every sequence; all good (the usual case): hand the caller's arrays straight on */
+  uint32_t bad = 0;
+  for (uint32_t i = 0; i < n_seqs; i++) {
+    uint32_t len = cu_seqlens[i + 1] - cu_seqlens[i];
+    int st = vr_model_check_seq(m, ids ? ids + cu_seqlens[i] : NULL, len);
+    if (seq_status) seq_status[i] = st;
+    if (st != 0) {
+      scores[i] = NAN;
+      bad++;
+    }
+  }
+  const int32_t *b_ids = ids;
+  const uint32_t *b_cu = cu_seqlens;
+  if (bad > 0) { /* compact the good ones into the stage (the backend copies before returning) */
+    uint32_t tokens = 0;
+    p->identity = 0;
+    m->stage_cu[0] = 0;
+    for (uint32_t i = 0; i < n_seqs; i++) {
+      uint32_t len = cu_seqlens[i + 1] - cu_seqlens[i];
+      if (vr_model_check_seq(m, ids ? ids + cu_seqlens[i] : NULL, len) != 0) continue;
+      memcpy(m->stage_ids + tokens, ids + cu_seqlens[i], len * sizeof *ids);
+      tokens += len;
+      p->map[p->count] = i;
+      m->stage_cu[++p->count] = tokens;
+    }
+    b_ids = m->stage_ids;
+    b_cu = m->stage_cu;
+  } else {
+    p->count = n_seqs;
+  }
+  if (p->count > 0 && m->max_inflight > 1) {
+    int rc = m->ops->submit(m->state, b_ids, b_cu, p->count);
+    if (rc != 0) { /* launch failed: nothing outstanding */
+      vr_log(VR_LOG_ERROR, "%s submit of %u sequences failed: %s", m->ops->name, p->count, vr_strerror(rc));
+      vr_model_scatter(p, NULL, rc);
+      return rc;
+    }
+    p->launched = 1;
+  } else if (p->count > 0) { /* synchronous fallback: the forward runs now, collect reports it */
+    p->rc = m->ops->forward(m->state, b_ids, b_cu, p->count, m->stage_scores);
+    if (p->rc != 0)
+      vr_log(VR_LOG_ERROR, "%s forward of %u sequences failed: %s", m->ops->name, p->count, vr_strerror(p->rc));
+    vr_model_scatter(p, m->stage_scores, p->rc);
+  }
+  m->n_pend++;
+  return 0;
+}
+
+int vr_model_collect(vr_model_t *m) {
+  if (!m || m->n_pend == 0) return VR_ERR_INVAL;
+  struct vr_model_pending *p = &m->pend[m->pend_head];
+  m->pend_head = (m->pend_head + 1) % m->max_inflight;
+  m->n_pend--;
+  if (!p->launched) return p->rc;
+  /* identity: the backend writes straight into the caller's scores */
+  float *dst = p->identity ? p->scores : m->stage_scores;
+  int rc = m->ops->collect(m->state, dst);
+  if (rc != 0) vr_log(VR_LOG_ERROR, "%s forward of %u sequences failed: %s", m->ops->name, p->count, vr_strerror(rc));
+  if (rc != 0 || !p->identity) vr_model_scatter(p, dst, rc);
+  return rc;
 }

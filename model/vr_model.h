@@ -68,6 +68,26 @@ int vr_model_check_seq(const vr_model_t *m, const int32_t *ids, uint32_t len);
 int vr_model_score(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens,
                    uint32_t n_seqs, float *scores, int32_t *seq_status);
 
+/* Pipelined scoring for the server's batcher. vr_model_submit() checks and launches one batch
+ * (total tokens <= max_batch_tokens, n_seqs <= max_seqs; returns VR_ERR_TOO_LARGE otherwise) and
+ * returns without waiting for the result: ids/cu_seqlens are copied before return (caller may reuse
+ * them); scores/seq_status must stay valid until the matching vr_model_collect(). At most
+ * vr_model_max_inflight(m) batches (2 on cuda, 1 on cpu) may be outstanding; collect() waits for the
+ * OLDEST outstanding batch, writes its scores/seq_status and returns its status (0 or the device
+ * error). Backends without async support run the forward inside submit. Same thread as other calls.
+ *
+ * Details: every sequence is checked as in vr_model_score (a bad one gets NaN and its
+ * seq_status at collect; the good ones are still scored); a batch with no good sequence (or
+ * n_seqs == 0) is still one outstanding batch. submit returns VR_ERR_BUSY when max_inflight
+ * batches are outstanding, VR_ERR_INVAL for bad arguments (nothing outstanding then), or the
+ * device error when the launch failed (nothing outstanding; scores NaN, seq_status the error).
+ * collect returns VR_ERR_INVAL when nothing is outstanding. vr_model_score() may not be called
+ * while batches are outstanding (it returns VR_ERR_BUSY); vr_model_free() drains them. */
+int vr_model_submit(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
+                    float *scores, int32_t *seq_status);
+int vr_model_collect(vr_model_t *m);
+int vr_model_max_inflight(const vr_model_t *m);
+
 /* Names of the backends compiled in, e.g. "cpu,cuda". Static string. */
 const char *vr_model_backends(void);
 
