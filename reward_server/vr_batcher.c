@@ -12,6 +12,21 @@
 #include "vr_log.h"
 #include "vr_time.h"
 
+/* One packed batch: its buffers (grown, never shrunk) and the jobs it answers. */
+typedef struct vr_slot {
+  int32_t *ids;
+  uint32_t *cu, *resp;
+  const vr_extras_t **ex;
+  float *scores, *comps;
+  int32_t *status;
+  size_t ids_cap, cu_cap, resp_cap, ex_cap, scores_cap, status_cap, comps_cap; /* elements */
+  vr_job_t **jobs;
+  size_t jobs_cap, n_jobs;
+  uint32_t n_seqs, n_tokens;
+  uint64_t t_submit;
+  int submit_rc;
+} vr_slot_t;
+
 struct vr_batcher {
   vr_batcher_config_t cfg;
   vr_scorer_t *sc;
@@ -29,15 +44,9 @@ struct vr_batcher {
   void (*on_idle)(void *);
   void *on_idle_arg;
 
-  /* packing buffers: batcher thread only; grown, never shrunk */
-  int32_t *ids;
-  uint32_t *cu, *resp;
-  const vr_extras_t **ex;
-  float *scores, *comps;
-  int32_t *status;
-  size_t ids_cap, cu_cap, resp_cap, ex_cap, scores_cap, status_cap, comps_cap; /* elements */
-  vr_job_t **batch;
-  size_t batch_cap;
+  /* two packing slots (batcher thread only): while one batch computes on the
+   * device, the next is packed and submitted into the other (pipelined on cuda) */
+  vr_slot_t slots[2];
 };
 
 int vr_job_alloc_outputs(vr_job_t *j, uint32_t n_seqs, uint32_t n_components) {
@@ -90,77 +99,108 @@ static void finish(vr_job_t *j, int status) {
   j->done(j);
 }
 
-/* Runs the scorer over jobs[0..n) packed together; calls done() on each. */
-static void run_batch(vr_batcher_t *b, vr_job_t **jobs, size_t n) {
+/* Packs the slot's jobs back to back (no padding) and submits them to the
+ * scorer. On a packing failure every job is answered at once and the slot is
+ * left empty (n_jobs 0). */
+static void pack_submit(vr_batcher_t *b, vr_slot_t *sl) {
   const uint32_t nc = b->sc->spec.n;
   uint64_t n_seqs = 0, n_tok = 0;
-  for (size_t k = 0; k < n; k++) {
-    n_seqs += jobs[k]->n_seqs;
-    n_tok += job_tokens(jobs[k]);
+  for (size_t k = 0; k < sl->n_jobs; k++) {
+    n_seqs += sl->jobs[k]->n_seqs;
+    n_tok += job_tokens(sl->jobs[k]);
   }
   size_t need = n_seqs + 1;
-  int rc = grow((void **)&b->ids, &b->ids_cap, n_tok ? n_tok : 1, sizeof *b->ids);
-  if (!rc) rc = grow((void **)&b->cu, &b->cu_cap, need, sizeof *b->cu);
-  if (!rc) rc = grow((void **)&b->resp, &b->resp_cap, need, sizeof *b->resp);
-  if (!rc) rc = grow((void **)&b->ex, &b->ex_cap, need, sizeof *b->ex);
-  if (!rc) rc = grow((void **)&b->scores, &b->scores_cap, need, sizeof *b->scores);
-  if (!rc) rc = grow((void **)&b->status, &b->status_cap, need, sizeof *b->status);
-  if (!rc) rc = grow((void **)&b->comps, &b->comps_cap, need * (nc ? nc : 1), sizeof *b->comps);
+  int rc = grow((void **)&sl->ids, &sl->ids_cap, n_tok ? n_tok : 1, sizeof *sl->ids);
+  if (!rc) rc = grow((void **)&sl->cu, &sl->cu_cap, need, sizeof *sl->cu);
+  if (!rc) rc = grow((void **)&sl->resp, &sl->resp_cap, need, sizeof *sl->resp);
+  if (!rc) rc = grow((void **)&sl->ex, &sl->ex_cap, need, sizeof *sl->ex);
+  if (!rc) rc = grow((void **)&sl->scores, &sl->scores_cap, need, sizeof *sl->scores);
+  if (!rc) rc = grow((void **)&sl->status, &sl->status_cap, need, sizeof *sl->status);
+  if (!rc) rc = grow((void **)&sl->comps, &sl->comps_cap, need * (nc ? nc : 1), sizeof *sl->comps);
   if (rc) {
     vr_log(VR_LOG_ERROR, "out of memory packing %llu sequences", (unsigned long long)n_seqs);
-    for (size_t k = 0; k < n; k++) finish(jobs[k], VR_ERR_NOMEM);
+    for (size_t k = 0; k < sl->n_jobs; k++) finish(sl->jobs[k], VR_ERR_NOMEM);
+    sl->n_jobs = 0;
     return;
   }
 
   /* pack: sequence windows back to back, no padding */
   uint32_t s = 0, pos = 0;
-  b->cu[0] = 0;
-  for (size_t k = 0; k < n; k++) {
-    const vr_job_t *j = jobs[k];
+  sl->cu[0] = 0;
+  for (size_t k = 0; k < sl->n_jobs; k++) {
+    const vr_job_t *j = sl->jobs[k];
     for (uint32_t i = 0; i < j->n_seqs; i++, s++) {
       uint32_t len = j->cu[i + 1] - j->cu[i], start, kept;
       vr_scorer_window(b->sc, len, &start, &kept);
-      if (kept) memcpy(b->ids + pos, j->ids + j->cu[i] + start, (size_t)kept * sizeof *b->ids);
+      if (kept) memcpy(sl->ids + pos, j->ids + j->cu[i] + start, (size_t)kept * sizeof *sl->ids);
       pos += kept;
-      b->cu[s + 1] = pos;
-      b->resp[s] = len;
-      b->ex[s] = j->extras ? j->extras[i] : NULL;
+      sl->cu[s + 1] = pos;
+      sl->resp[s] = len;
+      sl->ex[s] = j->extras ? j->extras[i] : NULL;
     }
   }
-  uint64_t t0 = vr_now_ns();
-  for (size_t k = 0; k < n; k++) {
-    uint64_t q = t0 > jobs[k]->accepted_ns ? (t0 - jobs[k]->accepted_ns) / 1000 : 0;
-    jobs[k]->queue_us = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+  sl->n_seqs = s;
+  sl->n_tokens = pos;
+  sl->t_submit = vr_now_ns();
+  for (size_t k = 0; k < sl->n_jobs; k++) {
+    uint64_t q = sl->t_submit > sl->jobs[k]->accepted_ns ? (sl->t_submit - sl->jobs[k]->accepted_ns) / 1000 : 0;
+    sl->jobs[k]->queue_us = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
   }
-  rc = vr_scorer_run(b->sc, b->ids, b->cu, s, b->ex, b->resp, b->scores, b->status, b->comps, b->m);
-  uint64_t dt = vr_now_ns() - t0;
+  sl->submit_rc = vr_scorer_submit(b->sc, sl->ids, sl->cu, s, sl->scores, sl->status);
+}
+
+/* Waits for the slot's batch (vr_scorer_collect), copies results into each job
+ * and calls done() on each. compute_us = submit -> results (on a pipelined
+ * device this includes waiting for the batch before it). */
+static void complete(vr_batcher_t *b, vr_slot_t *sl) {
+  const uint32_t nc = b->sc->spec.n;
+  if (sl->n_jobs == 0) return;
+  uint32_t s = sl->n_seqs;
+  int rc = vr_scorer_collect(b->sc, sl->submit_rc, sl->cu, s, sl->ex, sl->resp, sl->scores, sl->status,
+                             sl->comps, b->m);
+  uint64_t dt = vr_now_ns() - sl->t_submit;
   uint32_t compute_us = dt / 1000 > UINT32_MAX ? UINT32_MAX : (uint32_t)(dt / 1000);
-  vr_metrics_batch(b->m, s, pos, dt / 1e9);
+  vr_metrics_batch(b->m, s, sl->n_tokens, dt / 1e9);
   if (rc != 0) vr_log(VR_LOG_ERROR, "scoring a batch of %u sequences failed: %s", s, vr_strerror(rc));
-  vr_log(VR_LOG_TRACE, "batch: %zu requests, %u sequences, %u tokens, %u us", n, s, pos, compute_us);
+  vr_log(VR_LOG_TRACE, "batch: %zu requests, %u sequences, %u tokens, %u us", sl->n_jobs, s, sl->n_tokens,
+         compute_us);
 
   s = 0;
-  for (size_t k = 0; k < n; k++) {
-    vr_job_t *j = jobs[k];
+  for (size_t k = 0; k < sl->n_jobs; k++) {
+    vr_job_t *j = sl->jobs[k];
     j->compute_us = compute_us;
     int st = rc;
     if (!rc) {
-      memcpy(j->scores, b->scores + s, (size_t)j->n_seqs * sizeof *j->scores);
-      memcpy(j->seq_status, b->status + s, (size_t)j->n_seqs * sizeof *j->seq_status);
+      memcpy(j->scores, sl->scores + s, (size_t)j->n_seqs * sizeof *j->scores);
+      memcpy(j->seq_status, sl->status + s, (size_t)j->n_seqs * sizeof *j->seq_status);
       if (j->components && nc)
-        memcpy(j->components, b->comps + (size_t)s * nc, (size_t)j->n_seqs * nc * sizeof *j->components);
-      for (uint32_t i = 0; i < j->n_seqs && !st; i++) st = b->status[s + i];
+        memcpy(j->components, sl->comps + (size_t)s * nc, (size_t)j->n_seqs * nc * sizeof *j->components);
+      for (uint32_t i = 0; i < j->n_seqs && !st; i++) st = sl->status[s + i];
     }
     s += j->n_seqs;
     finish(j, st);
   }
+  sl->n_jobs = 0;
 }
 
+/* The batcher loop. With a pipelined scorer (depth 2, cuda) the next batch is
+ * packed and submitted while the previous one computes, and the previous one's
+ * jobs are answered while the new one runs; when the queue is empty the batch
+ * in flight is finished right away (no waiting for company). */
 static void *batcher_main(void *arg) {
   vr_batcher_t *b = arg;
-  size_t nb = 0;
+  const int depth = vr_scorer_pipeline_depth(b->sc);
+  vr_slot_t *inflight = NULL; /* submitted, not yet completed */
+  int next = 0;
   pthread_mutex_lock(&b->mu);
   for (;;) {
+    if (!b->head && inflight) {
+      pthread_mutex_unlock(&b->mu);
+      complete(b, inflight);
+      inflight = NULL;
+      pthread_mutex_lock(&b->mu);
+      continue;
+    }
     while (!b->head && !b->draining) pthread_cond_wait(&b->cv, &b->mu);
     if (!b->head) break; /* draining and empty */
     /* wait for more work until the token budget fills or the oldest job's wait ends */
@@ -181,27 +221,42 @@ static void *batcher_main(void *arg) {
     }
     int expired = b->draining && vr_now_ns() >= b->deadline_ns;
     /* take jobs: the head always, then whole jobs while the budget allows */
-    nb = 0;
+    vr_slot_t *sl = &b->slots[next];
+    sl->n_jobs = 0;
     uint64_t tok = 0;
     while (b->head) {
       vr_job_t *j = b->head;
       uint64_t t = job_tokens(j);
-      if (!expired && nb > 0 && tok + t > b->cfg.max_batch_tokens) break;
-      if (grow((void **)&b->batch, &b->batch_cap, nb + 1, sizeof *b->batch) != 0) break;
+      if (!expired && sl->n_jobs > 0 && tok + t > b->cfg.max_batch_tokens) break;
+      if (grow((void **)&sl->jobs, &sl->jobs_cap, sl->n_jobs + 1, sizeof *sl->jobs) != 0) break;
       b->head = j->next;
       if (!b->head) b->tail = NULL;
       b->depth--;
       b->queued_tokens -= t;
       j->next = NULL;
-      b->batch[nb++] = j;
+      sl->jobs[sl->n_jobs++] = j;
       tok += t;
     }
     pthread_mutex_unlock(&b->mu);
     if (expired) {
-      vr_log(VR_LOG_WARN, "drain deadline passed: answering %zu queued requests with shutting-down", nb);
-      for (size_t k = 0; k < nb; k++) finish(b->batch[k], VR_ERR_SHUTTING_DOWN);
-    } else if (nb) {
-      run_batch(b, b->batch, nb);
+      vr_log(VR_LOG_WARN, "drain deadline passed: answering %zu queued requests with shutting-down", sl->n_jobs);
+      for (size_t k = 0; k < sl->n_jobs; k++) finish(sl->jobs[k], VR_ERR_SHUTTING_DOWN);
+      sl->n_jobs = 0;
+    } else if (sl->n_jobs) {
+      if (inflight && tok > b->cfg.max_batch_tokens) {
+        /* one job beyond a forward is scored synchronously in several forwards, which the
+         * model allows only with nothing outstanding */
+        complete(b, inflight);
+        inflight = NULL;
+      }
+      pack_submit(b, sl);
+      if (inflight) complete(b, inflight); /* its successor is already queued on the device */
+      inflight = sl;
+      next ^= 1;
+      if (depth < 2) {
+        complete(b, inflight);
+        inflight = NULL;
+      }
     }
     pthread_mutex_lock(&b->mu);
   }
@@ -281,14 +336,17 @@ void vr_batcher_free(vr_batcher_t *b) {
   }
   pthread_cond_destroy(&b->cv);
   pthread_mutex_destroy(&b->mu);
-  free(b->ids);
-  free(b->cu);
-  free(b->resp);
-  free(b->ex);
-  free(b->scores);
-  free(b->comps);
-  free(b->status);
-  free(b->batch);
+  for (int i = 0; i < 2; i++) {
+    vr_slot_t *sl = &b->slots[i];
+    free(sl->ids);
+    free(sl->cu);
+    free(sl->resp);
+    free(sl->ex);
+    free(sl->scores);
+    free(sl->comps);
+    free(sl->status);
+    free(sl->jobs);
+  }
   free(b);
 }
 

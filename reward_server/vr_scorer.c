@@ -122,21 +122,44 @@ int vr_scorer_check_seq(const vr_scorer_t *sc, const int32_t *ids, uint32_t len,
   return 0;
 }
 
-int vr_scorer_run(vr_scorer_t *sc, const int32_t *ids, const uint32_t *cu, uint32_t n_seqs,
-                  const vr_extras_t *const *extras, const uint32_t *resp_tokens, float *scores,
-                  int32_t *seq_status, float *comps, vr_metrics_t *metrics) {
+int vr_scorer_pipeline_depth(const vr_scorer_t *sc) {
+  if (sc->kind != VR_SCORER_MODEL) return 1;
+  int d = vr_model_max_inflight(sc->model);
+  return d > 1 ? 2 : 1;
+}
+
+/* submit_rc values above 0 are private markers between submit and collect. */
+enum { SUBMIT_SYNC_DONE = 1 }; /* the batch was scored synchronously inside submit */
+
+int vr_scorer_submit(vr_scorer_t *sc, const int32_t *ids, const uint32_t *cu, uint32_t n_seqs, float *scores,
+                     int32_t *seq_status) {
+  for (uint32_t i = 0; i < n_seqs; i++) seq_status[i] = 0;
+  if (sc->kind == VR_SCORER_CHECKSUM) {
+    for (uint32_t i = 0; i < n_seqs; i++) scores[i] = vr_checksum_score(ids + cu[i], cu[i + 1] - cu[i]);
+    return SUBMIT_SYNC_DONE;
+  }
+  if (sc->kind == VR_SCORER_NONE) {
+    for (uint32_t i = 0; i < n_seqs; i++) scores[i] = 0.0f;
+    return SUBMIT_SYNC_DONE;
+  }
+  int rc = vr_model_submit(sc->model, ids, cu, n_seqs, scores, seq_status);
+  if (rc == VR_ERR_TOO_LARGE) {
+    /* one job larger than a forward (the batcher always takes the head job whole):
+     * vr_model_score splits it into several forwards, synchronously */
+    rc = vr_model_score(sc->model, ids, cu, n_seqs, scores, seq_status);
+    return rc == 0 ? SUBMIT_SYNC_DONE : rc;
+  }
+  return rc;
+}
+
+int vr_scorer_collect(vr_scorer_t *sc, int submit_rc, const uint32_t *cu, uint32_t n_seqs,
+                      const vr_extras_t *const *extras, const uint32_t *resp_tokens, float *scores,
+                      int32_t *seq_status, float *comps, vr_metrics_t *metrics) {
   const uint32_t nc = sc->spec.n;
   const int mi = sc->spec.model_index;
-  /* model column first: into scores[], then spread into comps */
-  int rc = 0;
-  for (uint32_t i = 0; i < n_seqs; i++) seq_status[i] = 0;
-  if (sc->kind == VR_SCORER_MODEL) {
-    rc = vr_model_score(sc->model, ids, cu, n_seqs, scores, seq_status);
-  } else if (sc->kind == VR_SCORER_CHECKSUM) {
-    for (uint32_t i = 0; i < n_seqs; i++) scores[i] = vr_checksum_score(ids + cu[i], cu[i + 1] - cu[i]);
-  } else {
-    for (uint32_t i = 0; i < n_seqs; i++) scores[i] = 0.0f;
-  }
+  int rc = submit_rc;
+  if (rc == 0) rc = vr_model_collect(sc->model); /* submitted to the model: wait for it */
+  else if (rc == SUBMIT_SYNC_DONE) rc = 0;
   if (rc != 0) return rc;
   for (uint32_t i = 0; i < n_seqs; i++) {
     float *row = comps + (size_t)i * nc;
@@ -156,4 +179,11 @@ int vr_scorer_run(vr_scorer_t *sc, const int32_t *ids, const uint32_t *cu, uint3
     if (!(nc == 1 && mi == 0 && sc->spec.rules[0].weight == 1.0f)) scores[i] = vr_reward_mix(&sc->spec, row);
   }
   return 0;
+}
+
+int vr_scorer_run(vr_scorer_t *sc, const int32_t *ids, const uint32_t *cu, uint32_t n_seqs,
+                  const vr_extras_t *const *extras, const uint32_t *resp_tokens, float *scores,
+                  int32_t *seq_status, float *comps, vr_metrics_t *metrics) {
+  int rc = vr_scorer_submit(sc, ids, cu, n_seqs, scores, seq_status);
+  return vr_scorer_collect(sc, rc, cu, n_seqs, extras, resp_tokens, scores, seq_status, comps, metrics);
 }

@@ -57,4 +57,19 @@ int vr_scorer_run(vr_scorer_t *sc, const int32_t *ids, const uint32_t *cu, uint3
                   const vr_extras_t *const *extras, const uint32_t *resp_tokens, float *scores,
                   int32_t *seq_status, float *comps, vr_metrics_t *metrics);
 
+/* Pipelined form of vr_scorer_run for the batcher (same arguments, split in two):
+ * vr_scorer_submit() starts the model's forward of a packed batch (on cuda it
+ * returns while the device computes; checksum / rules-only compute here) and
+ * vr_scorer_collect() waits for the OLDEST submitted batch, then adds the rule
+ * components and the mix. Every submit is matched by exactly one collect, in
+ * order, with the same buffers (they must stay untouched in between). At most
+ * vr_scorer_pipeline_depth() batches may be outstanding (2 on cuda, else 1).
+ * submit's return value is handed to collect as submit_rc. Batcher thread only. */
+int vr_scorer_pipeline_depth(const vr_scorer_t *sc);
+int vr_scorer_submit(vr_scorer_t *sc, const int32_t *ids, const uint32_t *cu, uint32_t n_seqs, float *scores,
+                     int32_t *seq_status);
+int vr_scorer_collect(vr_scorer_t *sc, int submit_rc, const uint32_t *cu, uint32_t n_seqs,
+                      const vr_extras_t *const *extras, const uint32_t *resp_tokens, float *scores,
+                      int32_t *seq_status, float *comps, vr_metrics_t *metrics);
+
 #endif /* VR_SCORER_H */

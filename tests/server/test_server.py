@@ -267,6 +267,60 @@ class TestModel(unittest.TestCase):
                 s.stop()
 
 
+
+def rel_err(x, y):
+    num = sum((a - b) ** 2 for a, b in zip(x, y)) ** 0.5
+    return num / ((sum(b * b for b in y) ** 0.5) or 1.0)
+
+
+class TestGpu(unittest.TestCase):
+    """Label gpu: the server on --device cuda:0 for every fixture model. Sequences go through
+    shm (one request of all of them) and HTTP (4 threads at once, so batches queue behind each
+    other and the pipelined submit/collect path of the batcher runs); scores must agree with
+    the transformers golden scores and with the cpu backend within 1e-2 relative (bf16)."""
+
+    def test_fixtures_on_cuda(self):
+        models = sorted(d for d in os.listdir(os.path.join(FIXTURES, "models"))
+                        if os.path.exists(os.path.join(FIXTURES, "models", d, "golden.json")))
+        self.assertGreater(len(models), 0)
+        for name in models:
+            with self.subTest(name):
+                model_dir = os.path.join(FIXTURES, "models", name)
+                with open(os.path.join(model_dir, "golden.json")) as f:
+                    golden = json.load(f)
+                seqs, want = golden["sequences"], golden["scores"]
+                s = Server(self, "--model", model_dir, "--device", "cuda:0").wait_ready()
+                info = json.loads(s.request("GET", "/v1/model")[1])
+                self.assertTrue(info["device"].startswith("cuda"), info)
+                out = s.shm_score({"input_ids": seqs})
+                self.assertEqual(out["status"], "VR_OK", out)
+                got_http, errors = {}, []
+
+                def http_worker(k):
+                    try:
+                        for _ in range(5):
+                            part = list(range(k, len(seqs), 4))
+                            st, o = s.score({"input_ids": [seqs[i] for i in part]})
+                            assert st == 200, o
+                            for i, v in zip(part, o["scores"]):
+                                got_http[i] = v
+                    except Exception as e:  # noqa: BLE001
+                        errors.append(e)
+
+                th = [threading.Thread(target=http_worker, args=(k,)) for k in range(4)]
+                for t in th:
+                    t.start()
+                for t in th:
+                    t.join()
+                self.assertEqual(errors, [])
+                http_scores = [got_http[i] for i in range(len(seqs))]
+                cpu = reference_scores(model_dir, seqs)
+                for label, got in (("shm", out["scores"]), ("http", http_scores)):
+                    self.assertLessEqual(rel_err(got, want), 1e-2, f"{name} {label} vs transformers")
+                    self.assertLessEqual(rel_err(got, cpu), 1e-2, f"{name} {label} vs cpu backend")
+                s.stop()
+
+
 class TestHttpErrors(unittest.TestCase):
     """Bad requests get a 4xx naming the problem; the server keeps serving."""
 
