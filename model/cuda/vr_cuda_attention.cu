@@ -491,6 +491,28 @@ static void launch_wmma(const attn_params &p, dim3 grid, cudaStream_t s) {
   VR_CUDA_CHECK_LAUNCH();
 }
 
+template <int D>
+static int resident_mma(void) {
+  int n = 0;
+  const int sh = (int)mma_smem<D>::bytes;
+  if (cudaFuncSetAttribute(k_attn_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, sh) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_attn_mma<D>, NWARP * 32, (size_t)sh) != cudaSuccess)
+    n = 0;
+  (void)cudaGetLastError();
+  return n > 0 ? n : 1;
+}
+
+extern "C" int vr_cuda_attention_resident_blocks(int D) {
+  if (attn_impl() != 1) return 2;
+  switch (D) {
+    case 16: return resident_mma<16>();
+    case 32: return resident_mma<32>();
+    case 64: return resident_mma<64>();
+    case 128: return resident_mma<128>();
+    default: return 4;
+  }
+}
+
 extern "C" int vr_cuda_attention_path(int D) {
   if (D == 16 || D == 32 || D == 64 || D == 128) return 1;
   if (D >= 1 && D <= 256) return 0;

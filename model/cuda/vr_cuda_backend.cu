@@ -8,13 +8,24 @@
  * host staging buffer for ids/positions/cu_seqlens/tiles and the scores.
  * After the first forward of each token bucket nothing is allocated again.
  *
- * forward (one thread at a time): builds the packed-batch metadata on the
- * host (positions, score rows, attention tiles), copies it asynchronously
- * from pinned memory, runs the layers, copies the scores back and waits.
- * Batches of at most VR_CUDA_GRAPH_MAX tokens are padded up to a power-of-two
- * bucket and replayed from a CUDA graph captured on the bucket's second use
- * (the first runs eagerly and warms plans and modules); the padding rows are
- * no sequence's tokens and are never scored. VR_CUDA_GRAPHS=0 disables graphs.
+ * submit / collect (one thread at a time; forward = submit + collect): two
+ * slots, each with pinned host and device copies of one batch's metadata
+ * (ids, positions, cu_seqlens, score rows, attention tiles: one contiguous
+ * block, one copy) and pinned scores. submit builds the metadata into the
+ * slot, copies it on the upload stream, makes the compute stream wait for
+ * that copy's event, enqueues the forward and the scores' copy back, records
+ * the slot's done event and returns; collect waits for the oldest slot's
+ * event. So while batch N computes, batch N+1 is assembled and uploaded.
+ * Batches are padded up to a token bucket (64..2048 by powers of two, then
+ * steps of max(2048, max_tokens / 8) up to max_tokens) and replayed from a
+ * CUDA graph per (bucket, slot); the padding rows are no sequence's tokens
+ * and are never scored. At load every bucket runs once eagerly (which also
+ * times the cuBLASLt candidates of its GEMMs, VR_CUDA_AUTOTUNE=0 disables)
+ * and its graphs are captured, so nothing is allocated or planned on the hot
+ * path. VR_CUDA_GRAPHS=0: eager forwards at the exact size; VR_CUDA_WARMUP=0:
+ * buckets warmed and captured on first use instead. Encoders: the up
+ * projection's bias + GELU run in the GEMM epilogue (cuBLASLt GELU_BIAS, tanh
+ * form, bf16 bias; VR_CUDA_GELU_EPILOGUE=0 uses the exact-form kernel).
  *
  * Activations: residual stream x in fp32 (T, C); GEMM inputs in bf16. The
  * residual add and the bias are fused into the output GEMM's epilogue
@@ -31,8 +42,7 @@
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
 
-#define VR_CUDA_GRAPH_MAX 2048u
-#define VR_CUDA_MAX_BUCKETS 8
+#define VR_CUDA_MAX_BUCKETS 16
 #define VR_CUDA_GEMM_WORKSPACE (32u << 20)
 #define VR_CUDA_MAX_ALLOCS 4096
 
@@ -45,21 +55,39 @@ typedef struct vr_cuda_layer {
   float *bo;       /* fp32 (C) or NULL */
   uint16_t *bgu;   /* dec: bf16 (2I) or NULL */
   float *bup;      /* enc: fp32 (I) or NULL */
+  uint16_t *bup16; /* enc: bf16 copy of bup for the GELU_BIAS epilogue, or NULL */
   float *bdown;    /* fp32 (C) or NULL */
   float *n1w, *n1b, *n2w, *n2b;
 } vr_cuda_layer_t;
 
+#define VR_CUDA_SLOTS 2
+
+/* Word offsets of one batch's metadata block (in_h / in_d of a slot). */
+typedef struct vr_cuda_layout {
+  uint32_t ids, pos, cu, rows, tiles, words;
+} vr_cuda_layout_t;
+
 typedef struct vr_cuda_bucket {
   uint32_t T;
   int uses;
-  cudaGraphExec_t exec;
+  int grid_tiles, grid_seqs; /* upper bounds the graphs are captured with */
+  vr_cuda_layout_t lay;
+  cudaGraphExec_t exec[VR_CUDA_SLOTS];
 } vr_cuda_bucket_t;
+
+typedef struct vr_cuda_slot {
+  int32_t *in_h, *in_d; /* pinned host / device metadata block */
+  float *scores_h;      /* pinned */
+  cudaEvent_t uploaded, done;
+  uint32_t n;
+  int busy;
+} vr_cuda_slot_t;
 
 typedef struct vr_cuda_state {
   vr_model_config_t cfg; /* copy; cfg.rope_inv_freq is not used after init */
   int device, num_sms, nqkv;
   char device_name[64];
-  cudaStream_t stream;
+  cudaStream_t stream, upload; /* compute (forward) stream; metadata uploads */
   vr_cuda_gemm_t *gemm;
   void *allocs[VR_CUDA_MAX_ALLOCS];
   int n_allocs;
@@ -74,23 +102,29 @@ typedef struct vr_cuda_state {
 
   uint32_t max_tokens, max_seqs, max_tiles;
   float *x, *scores_d;
+  float *head_partial; /* encoders: (max_seqs) x vr_cuda_score_encoder_blocks(C) */
   uint16_t *xn, *qkv, *ao, *mlp, *act;
-  int32_t *in_d, *in_h; /* device / pinned host copies of the batch metadata */
-  size_t in_words;
-  float *scores_h;
+  size_t in_words;      /* capacity of each slot's metadata block */
+  vr_cuda_slot_t slots[VR_CUDA_SLOTS];
+  int head, tail, n_busy; /* next slot to submit into / oldest outstanding */
   int32_t *tile_tmp;    /* host scratch for sorting tiles */
-  int use_graphs;
+  int use_graphs, gelu_epilogue;
   vr_cuda_bucket_t buckets[VR_CUDA_MAX_BUCKETS];
   int n_buckets;
 } vr_cuda_state_t;
 
-/* Offsets (int32 words) of the batch metadata in in_h / in_d. */
-#define OFF_META 0
-#define OFF_IDS 4
-#define OFF_POS(st) (OFF_IDS + (st)->max_tokens)
-#define OFF_CU(st) (OFF_POS(st) + (st)->max_tokens)
-#define OFF_ROWS(st) (OFF_CU(st) + (st)->max_seqs + 1)
-#define OFF_TILES(st) (OFF_ROWS(st) + (st)->max_seqs)
+/* Metadata block of Tp rows, at most n_seqs sequences and n_tiles tiles:
+ * meta[4] | ids[Tp] | pos[Tp] | cu[n_seqs + 1] | rows[n_seqs] | tiles[2 * n_tiles]. */
+static vr_cuda_layout_t layout_for(uint32_t Tp, uint32_t n_seqs, uint32_t n_tiles) {
+  vr_cuda_layout_t l;
+  l.ids = 4;
+  l.pos = l.ids + Tp;
+  l.cu = l.pos + Tp;
+  l.rows = l.cu + n_seqs + 1;
+  l.tiles = l.rows + n_seqs;
+  l.words = l.tiles + 2 * n_tiles;
+  return l;
+}
 
 /* ------------------------------------------------------------ allocation */
 
@@ -241,6 +275,7 @@ static int load_layer(vr_cuda_state_t *st, const vr_layer_weights_t *lw, vr_cuda
     if ((rc = new_f32(st, &L->n2b, lw->norm2_b, C, WHAT("norm2 bias"), 1))) return rc;
     if ((rc = new_bf16(st, &L->wup, lw->up_w, I * C, WHAT("up weight"), 1))) return rc;
     if ((rc = new_f32(st, &L->bup, lw->up_b, I, WHAT("up bias"), 0))) return rc;
+    if (st->gelu_epilogue && (rc = new_bf16(st, &L->bup16, lw->up_b, I, WHAT("up bias"), 0))) return rc;
   }
   if ((rc = new_bf16(st, &L->wdown, lw->down_w, C * I, WHAT("down weight"), 1))) return rc;
   if ((rc = new_f32(st, &L->bdown, lw->down_b, C, WHAT("down bias"), 0))) return rc;
@@ -309,17 +344,25 @@ static int alloc_workspace(vr_cuda_state_t *st) {
   if (!(st->mlp = (uint16_t *)dalloc(st, T * (c->is_decoder ? 2 : 1) * I * 2))) return VR_ERR_NOMEM;
   if (c->is_decoder && !(st->act = (uint16_t *)dalloc(st, T * I * 2))) return VR_ERR_NOMEM;
   if (!(st->scores_d = (float *)dalloc(st, (size_t)st->max_seqs * 4))) return VR_ERR_NOMEM;
-  st->in_words = OFF_TILES(st) + 2 * (size_t)st->max_tiles;
-  if (!(st->in_d = (int32_t *)dalloc(st, st->in_words * 4))) return VR_ERR_NOMEM;
+  if (!c->is_decoder &&
+      !(st->head_partial = (float *)dalloc(st, (size_t)st->max_seqs * vr_cuda_score_encoder_blocks((int)C) * 4)))
+    return VR_ERR_NOMEM;
+  st->in_words = layout_for(st->max_tokens, st->max_seqs, st->max_tiles).words;
   /* Defined contents everywhere: padding rows of a graph bucket read them. */
   VR_CUDA_CHECK(cudaMemsetAsync(st->x, 0, T * C * 4, st->stream));
   VR_CUDA_CHECK(cudaMemsetAsync(st->xn, 0, T * C * 2, st->stream));
   VR_CUDA_CHECK(cudaMemsetAsync(st->ao, 0, T * nq * 2, st->stream));
-  VR_CUDA_CHECK(cudaMemsetAsync(st->in_d, 0, st->in_words * 4, st->stream));
-  if (VR_CUDA_TRY(cudaMallocHost((void **)&st->in_h, st->in_words * 4)) != 0) return VR_ERR_NOMEM;
-  if (VR_CUDA_TRY(cudaMallocHost((void **)&st->scores_h, (size_t)st->max_seqs * 4)) != 0) return VR_ERR_NOMEM;
-  st->host_bytes += st->in_words * 4 + (size_t)st->max_seqs * 4;
-  memset(st->in_h, 0, st->in_words * 4);
+  for (int i = 0; i < VR_CUDA_SLOTS; ++i) {
+    vr_cuda_slot_t *sl = &st->slots[i];
+    if (!(sl->in_d = (int32_t *)dalloc(st, st->in_words * 4))) return VR_ERR_NOMEM;
+    VR_CUDA_CHECK(cudaMemsetAsync(sl->in_d, 0, st->in_words * 4, st->stream));
+    if (VR_CUDA_TRY(cudaMallocHost((void **)&sl->in_h, st->in_words * 4)) != 0) return VR_ERR_NOMEM;
+    if (VR_CUDA_TRY(cudaMallocHost((void **)&sl->scores_h, (size_t)st->max_seqs * 4)) != 0) return VR_ERR_NOMEM;
+    if (VR_CUDA_TRY(cudaEventCreateWithFlags(&sl->uploaded, cudaEventDisableTiming)) != 0) return VR_ERR_DEVICE;
+    if (VR_CUDA_TRY(cudaEventCreateWithFlags(&sl->done, cudaEventDisableTiming)) != 0) return VR_ERR_DEVICE;
+    st->host_bytes += st->in_words * 4 + (size_t)st->max_seqs * 4;
+    memset(sl->in_h, 0, st->in_words * 4);
+  }
   st->tile_tmp = (int32_t *)malloc(2 * (size_t)st->max_tiles * sizeof(int32_t));
   if (!st->tile_tmp) return VR_ERR_NOMEM;
   st->host_bytes += 2 * (size_t)st->max_tiles * sizeof(int32_t);
@@ -335,14 +378,22 @@ static void cuda_free(void *state) {
    * shutting down after a device error and must still free the host side. */
   if (VR_CUDA_TRY(cudaSetDevice(st->device)) == 0) {
     if (st->stream) (void)VR_CUDA_TRY(cudaStreamSynchronize(st->stream));
+    if (st->upload) (void)VR_CUDA_TRY(cudaStreamSynchronize(st->upload));
     for (int i = 0; i < st->n_buckets; ++i)
-      if (st->buckets[i].exec) (void)VR_CUDA_TRY(cudaGraphExecDestroy(st->buckets[i].exec));
+      for (int j = 0; j < VR_CUDA_SLOTS; ++j)
+        if (st->buckets[i].exec[j]) (void)VR_CUDA_TRY(cudaGraphExecDestroy(st->buckets[i].exec[j]));
     vr_cuda_gemm_free(st->gemm);
     for (int i = 0; i < st->n_allocs; ++i) (void)VR_CUDA_TRY(cudaFree(st->allocs[i]));
     if (st->staging) (void)VR_CUDA_TRY(cudaFree(st->staging));
-    if (st->in_h) (void)VR_CUDA_TRY(cudaFreeHost(st->in_h));
-    if (st->scores_h) (void)VR_CUDA_TRY(cudaFreeHost(st->scores_h));
+    for (int i = 0; i < VR_CUDA_SLOTS; ++i) {
+      vr_cuda_slot_t *sl = &st->slots[i];
+      if (sl->in_h) (void)VR_CUDA_TRY(cudaFreeHost(sl->in_h));
+      if (sl->scores_h) (void)VR_CUDA_TRY(cudaFreeHost(sl->scores_h));
+      if (sl->uploaded) (void)VR_CUDA_TRY(cudaEventDestroy(sl->uploaded));
+      if (sl->done) (void)VR_CUDA_TRY(cudaEventDestroy(sl->done));
+    }
     if (st->stream) (void)VR_CUDA_TRY(cudaStreamDestroy(st->stream));
+    if (st->upload) (void)VR_CUDA_TRY(cudaStreamDestroy(st->upload));
   }
   free(st->tile_tmp);
   free(st->layers);
@@ -350,6 +401,9 @@ static void cuda_free(void *state) {
 }
 
 /* ------------------------------------------------------------------ init */
+
+static void make_buckets(vr_cuda_state_t *st);
+static int warm_up(vr_cuda_state_t *st);
 
 static int check_config(const vr_model_config_t *c) {
   if (c->num_labels != 1) {
@@ -417,6 +471,11 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
   st->max_seqs = (opt && opt->max_seqs) ? opt->max_seqs : st->max_tokens;
   if (st->max_seqs > st->max_tokens) st->max_seqs = st->max_tokens;
   if ((rc = VR_CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking)))) goto fail;
+  if ((rc = VR_CUDA_TRY(cudaStreamCreateWithFlags(&st->upload, cudaStreamNonBlocking)))) goto fail;
+  {
+    const char *ge = getenv("VR_CUDA_GELU_EPILOGUE");
+    st->gelu_epilogue = !(ge && !strcmp(ge, "0"));
+  }
   {
     const double t0 = (double)clock() / CLOCKS_PER_SEC;
     st->cfg.rope_inv_freq = cfg->rope_inv_freq; /* read during load only */
@@ -441,8 +500,9 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
   {
     const char *g = getenv("VR_CUDA_GRAPHS");
     st->use_graphs = !(g && !strcmp(g, "0"));
-    for (uint32_t b = 64; b <= VR_CUDA_GRAPH_MAX && b <= st->max_tokens && st->n_buckets < VR_CUDA_MAX_BUCKETS; b *= 2)
-      st->buckets[st->n_buckets++].T = b;
+    make_buckets(st);
+    const char *wu = getenv("VR_CUDA_WARMUP");
+    if (st->use_graphs && !(wu && !strcmp(wu, "0")) && (rc = warm_up(st))) goto fail;
   }
   *state = st;
   return 0;
@@ -472,13 +532,14 @@ static int cmp_tile_desc(const void *a, const void *b) {
   return (qa < qb) - (qa > qb);
 }
 
-/* Fills in_h for a batch of T real tokens padded to Tp; returns n_tiles or a
- * negative vr_status_t for ids/positions outside the model (defence in depth:
- * vr_model_score validated them already). */
-static int build_batch(vr_cuda_state_t *st, const int32_t *ids, const uint32_t *cu, uint32_t n, uint32_t Tp) {
+/* Fills slot sl's metadata block (layout lay) for a batch of T real tokens padded to Tp;
+ * returns n_tiles or a negative vr_status_t for ids/positions outside the model (defence
+ * in depth: vr_model validated them already). */
+static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *ids, const uint32_t *cu, uint32_t n,
+                       uint32_t Tp, const vr_cuda_layout_t *lay) {
   const vr_model_config_t *c = &st->cfg;
-  int32_t *hid = st->in_h + OFF_IDS, *hpos = st->in_h + OFF_POS(st), *hcu = st->in_h + OFF_CU(st);
-  int32_t *hrows = st->in_h + OFF_ROWS(st);
+  int32_t *hid = sl->in_h + lay->ids, *hpos = sl->in_h + lay->pos, *hcu = sl->in_h + lay->cu;
+  int32_t *hrows = sl->in_h + lay->rows;
   const uint32_t T = cu[n];
   /* roberta: positions count the non-pad tokens from padding_idx + 1 (= pad_token_id + 1),
    * pad tokens sit at padding_idx (transformers' create_position_ids_from_input_ids) */
@@ -515,6 +576,7 @@ static int build_batch(vr_cuda_state_t *st, const int32_t *ids, const uint32_t *
       ++nt;
     }
   }
+  if (lay->tiles + 2 * nt > lay->words) return VR_ERR_INTERNAL; /* layout bound broken */
   hcu[n] = (int32_t)T;
   for (uint32_t t = T; t < Tp; ++t) {
     hid[t] = 0;
@@ -522,35 +584,30 @@ static int build_batch(vr_cuda_state_t *st, const int32_t *ids, const uint32_t *
   }
   /* causal tiles deep in long sequences are the most work: schedule them first */
   if (c->is_decoder) qsort(st->tile_tmp, nt, 2 * sizeof(int32_t), cmp_tile_desc);
-  memcpy(st->in_h + OFF_TILES(st), st->tile_tmp, 2 * (size_t)nt * sizeof(int32_t));
-  st->in_h[OFF_META + VR_CUDA_META_N_SEQS] = (int32_t)n;
-  st->in_h[OFF_META + VR_CUDA_META_N_TILES] = (int32_t)nt;
+  memcpy(sl->in_h + lay->tiles, st->tile_tmp, 2 * (size_t)nt * sizeof(int32_t));
+  sl->in_h[VR_CUDA_META_N_SEQS] = (int32_t)n;
+  sl->in_h[VR_CUDA_META_N_TILES] = (int32_t)nt;
   return (int)nt;
 }
 
-static void upload_batch(vr_cuda_state_t *st, uint32_t n, uint32_t Tp, int nt) {
-  cudaStream_t s = st->stream;
-#define UP(off, words) \
-  VR_CUDA_CHECK(cudaMemcpyAsync(st->in_d + (off), st->in_h + (off), (size_t)(words) * 4, cudaMemcpyHostToDevice, s))
-  UP(OFF_META, 4);
-  UP(OFF_IDS, Tp);
-  UP(OFF_POS(st), Tp);
-  UP(OFF_CU(st), n + 1);
-  UP(OFF_ROWS(st), n);
-  UP(OFF_TILES(st), 2 * (size_t)nt);
-#undef UP
+static uint32_t count_tiles(const uint32_t *cu, uint32_t n) {
+  uint32_t nt = 0;
+  for (uint32_t i = 0; i < n; ++i) nt += (cu[i + 1] - cu[i] + VR_CUDA_ATTN_BM - 1) / VR_CUDA_ATTN_BM;
+  return nt;
 }
 
-/* Enqueues the whole forward for T rows; grid_tiles / grid_seqs bound the
- * attention and score grids (device-side counts decide the real work). */
-static void enqueue_forward(vr_cuda_state_t *st, int T, int grid_tiles, int grid_seqs) {
+/* Enqueues the whole forward for T rows reading the metadata block in_d (layout lay);
+ * grid_tiles / grid_seqs bound the attention and score grids (device-side counts decide
+ * the real work). */
+static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T,
+                            int grid_tiles, int grid_seqs) {
   const vr_model_config_t *c = &st->cfg;
   cudaStream_t s = st->stream;
   const int C = c->hidden_size, H = c->num_heads, Hkv = c->num_kv_heads, D = c->head_dim,
             I = c->intermediate_size;
   const int nq = H * D, ld = st->nqkv;
-  const int32_t *ids = st->in_d + OFF_IDS, *pos = st->in_d + OFF_POS(st), *cu = st->in_d + OFF_CU(st);
-  const int32_t *rows = st->in_d + OFF_ROWS(st), *tiles = st->in_d + OFF_TILES(st), *meta = st->in_d + OFF_META;
+  const int32_t *ids = in_d + lay->ids, *pos = in_d + lay->pos, *cu = in_d + lay->cu;
+  const int32_t *rows = in_d + lay->rows, *tiles = in_d + lay->tiles, *meta = in_d;
   const float scale = 1.f / sqrtf((float)D);
   const int tanh_gelu = c->act == VR_ACT_GELU_TANH;
   if (c->is_decoder)
@@ -575,8 +632,12 @@ static void enqueue_forward(vr_cuda_state_t *st, int T, int grid_tiles, int grid
       if (l + 1 < c->num_layers) vr_cuda_rmsnorm(st->x, st->xn, st->layers[l + 1].n1w, T, C, c->norm_eps, s);
     } else {
       vr_cuda_layernorm(st->x, st->xn, L->n1w, L->n1b, T, C, c->norm_eps, s);
-      vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, NULL, T, I, C, 0.f, s);
-      vr_cuda_bias_gelu(st->mlp, L->bup, T, I, tanh_gelu, s);
+      if (st->gelu_epilogue && L->bup16) { /* bias + GELU in the GEMM epilogue */
+        vr_cuda_gemm_ex(st->gemm, st->mlp, 0, st->xn, L->wup, L->bup16, tanh_gelu ? 2 : 1, T, I, C, 0.f, s);
+      } else {
+        vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, NULL, T, I, C, 0.f, s);
+        vr_cuda_bias_gelu(st->mlp, L->bup, T, I, tanh_gelu, s);
+      }
       vr_cuda_gemm(st->gemm, st->x, 1, st->mlp, L->wdown, L->bdown, T, C, I, 1.f, s);
       vr_cuda_layernorm(st->x, st->xn, L->n2w, L->n2b, T, C, c->norm_eps, s);
     }
@@ -585,19 +646,61 @@ static void enqueue_forward(vr_cuda_state_t *st, int T, int grid_tiles, int grid
     vr_cuda_score_decoder(st->scores_d, st->x, rows, meta, st->final_w, st->head2_w, C, c->norm_eps, grid_seqs, s);
   else
     vr_cuda_score_encoder(st->scores_d, st->x, rows, meta, st->head1_w, st->head1_b, st->head2_w, st->head2_b, C,
-                          grid_seqs, s);
+                          grid_seqs, st->head_partial, s);
 }
 
-static int cuda_forward(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
-                        float *scores) {
+/* Token buckets: 64..2048 by powers of two, then multiples of max(2048, max_tokens / 8)
+ * (rounded up to 64), and max_tokens itself last. */
+static void make_buckets(vr_cuda_state_t *st) {
+  st->n_buckets = 0;
+  const uint32_t step = st->max_tokens / 8 > 2048 ? (st->max_tokens / 8 + 63) / 64 * 64 : 2048;
+  for (uint32_t b = 64; b <= 2048 && b <= st->max_tokens; b *= 2) st->buckets[st->n_buckets++].T = b;
+  for (uint32_t b = step * (2048 / step + 1); b < st->max_tokens && st->n_buckets < VR_CUDA_MAX_BUCKETS - 1; b += step)
+    st->buckets[st->n_buckets++].T = b;
+  if (st->n_buckets == 0 || st->buckets[st->n_buckets - 1].T < st->max_tokens)
+    st->buckets[st->n_buckets++].T = st->max_tokens;
+  /* Graph grids are upper bounds (the kernels loop over the batch's real tiles / sequences),
+   * and every block past the real work still starts, reads the counts and exits: decoders
+   * keep 16 blocks a multiprocessor (long causal tiles, sorted by work, balance better over
+   * many blocks); encoders get one resident wave (a 1x256 forward launched 2112 mostly
+   * empty attention blocks per layer). */
+  const int H = st->cfg.num_heads;
+  const int wave = (vr_cuda_attention_resident_blocks(st->cfg.head_dim) * st->num_sms + H - 1) / H;
+  const int cap = st->cfg.is_decoder ? ((16 * st->num_sms) / H > 64 ? (16 * st->num_sms) / H : 64)
+                                     : (wave > 1 ? wave : 1);
+  for (int i = 0; i < st->n_buckets; ++i) {
+    vr_cuda_bucket_t *bk = &st->buckets[i];
+    const uint32_t seq_bound = bk->T < st->max_seqs ? bk->T : st->max_seqs;
+    const uint32_t tiles = bk->T / VR_CUDA_ATTN_BM + seq_bound;
+    bk->grid_tiles = (int)(tiles < (uint32_t)cap ? tiles : (uint32_t)cap);
+    bk->grid_seqs = seq_bound < 1024 ? (int)seq_bound : 1024;
+    bk->lay = layout_for(bk->T, seq_bound, tiles);
+  }
+}
+
+/* Captures the bucket's forward reading slot si's metadata (not launched). */
+static void capture(vr_cuda_state_t *st, vr_cuda_bucket_t *bk, int si) {
+  cudaGraph_t graph;
+  VR_CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
+  enqueue_forward(st, st->slots[si].in_d, &bk->lay, (int)bk->T, bk->grid_tiles, bk->grid_seqs);
+  VR_CUDA_CHECK(cudaStreamEndCapture(st->stream, &graph));
+  VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec[si], graph, 0));
+  VR_CUDA_CHECK(cudaGraphDestroy(graph));
+  vr_log(VR_LOG_DEBUG, "captured CUDA graph for the %u-token bucket (slot %d)", bk->T, si);
+}
+
+static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs) {
   vr_cuda_state_t *st = (vr_cuda_state_t *)state;
-  if (!st || !ids || !cu_seqlens || !scores || n_seqs == 0) return VR_ERR_INVAL;
+  if (!st || !ids || !cu_seqlens || n_seqs == 0) return VR_ERR_INVAL;
   const uint32_t T = cu_seqlens[n_seqs];
   if (cu_seqlens[0] != 0 || T == 0 || T > st->max_tokens || n_seqs > st->max_seqs) {
     vr_log(VR_LOG_ERROR, "batch of %u tokens / %u sequences exceeds the workspace (%u / %u)", T, n_seqs,
            st->max_tokens, st->max_seqs);
     return VR_ERR_TOO_LARGE;
   }
+  if (st->n_busy >= VR_CUDA_SLOTS) return VR_ERR_BUSY;
+  const int si = st->head;
+  vr_cuda_slot_t *sl = &st->slots[si];
   VR_CUDA_CHECK(cudaSetDevice(st->device));
   vr_cuda_bucket_t *bk = NULL;
   if (st->use_graphs)
@@ -607,37 +710,94 @@ static int cuda_forward(void *state, const int32_t *ids, const uint32_t *cu_seql
         break;
       }
   const uint32_t Tp = bk ? bk->T : T;
-  const int nt = build_batch(st, ids, cu_seqlens, n_seqs, Tp);
+  const vr_cuda_layout_t lay = bk ? bk->lay : layout_for(T, n_seqs, count_tiles(cu_seqlens, n_seqs));
+  const int nt = build_batch(st, sl, ids, cu_seqlens, n_seqs, Tp, &lay);
   if (nt < 0) {
     vr_log(VR_LOG_ERROR, "batch rejected: %s", vr_strerror(nt));
     return nt;
   }
-  upload_batch(st, n_seqs, Tp, nt);
-  if (bk && bk->exec) {
-    VR_CUDA_CHECK(cudaGraphLaunch(bk->exec, st->stream));
-  } else if (bk && bk->uses >= 1) {
-    /* second use of this bucket: capture with upper-bound grids, then replay */
-    const uint32_t seq_bound = bk->T < st->max_seqs ? bk->T : st->max_seqs;
-    int gt = (int)(bk->T / VR_CUDA_ATTN_BM + seq_bound);
-    const int cap = (16 * st->num_sms) / st->cfg.num_heads > 64 ? (16 * st->num_sms) / st->cfg.num_heads : 64;
-    if (gt > cap) gt = cap;
-    const int gs = seq_bound < 1024 ? (int)seq_bound : 1024;
-    cudaGraph_t graph;
-    VR_CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
-    enqueue_forward(st, (int)bk->T, gt, gs);
-    VR_CUDA_CHECK(cudaStreamEndCapture(st->stream, &graph));
-    VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec, graph, 0));
-    VR_CUDA_CHECK(cudaGraphDestroy(graph));
-    VR_CUDA_CHECK(cudaGraphLaunch(bk->exec, st->stream));
-    vr_log(VR_LOG_DEBUG, "captured CUDA graph for the %u-token bucket", bk->T);
-  } else {
-    enqueue_forward(st, (int)Tp, nt, (int)n_seqs);
-  }
+  /* the slot's previous batch was collected, so its upload and forward are complete */
+  VR_CUDA_CHECK(cudaMemcpyAsync(sl->in_d, sl->in_h, (size_t)lay.words * 4, cudaMemcpyHostToDevice, st->upload));
+  VR_CUDA_CHECK(cudaEventRecord(sl->uploaded, st->upload));
+  VR_CUDA_CHECK(cudaStreamWaitEvent(st->stream, sl->uploaded, 0));
+  if (bk && !bk->exec[si] && bk->uses >= 1) capture(st, bk, si);
+  if (bk && bk->exec[si]) VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[si], st->stream));
+  else enqueue_forward(st, sl->in_d, &lay, (int)Tp, nt, (int)n_seqs);
   if (bk) bk->uses++;
-  VR_CUDA_CHECK(cudaMemcpyAsync(st->scores_h, st->scores_d, (size_t)n_seqs * 4, cudaMemcpyDeviceToHost, st->stream));
-  VR_CUDA_CHECK(cudaStreamSynchronize(st->stream));
-  memcpy(scores, st->scores_h, (size_t)n_seqs * 4);
+  VR_CUDA_CHECK(cudaMemcpyAsync(sl->scores_h, st->scores_d, (size_t)n_seqs * 4, cudaMemcpyDeviceToHost, st->stream));
+  VR_CUDA_CHECK(cudaEventRecord(sl->done, st->stream));
+  sl->n = n_seqs;
+  sl->busy = 1;
+  st->head = (si + 1) % VR_CUDA_SLOTS;
+  st->n_busy++;
   return 0;
+}
+
+static int cuda_collect(void *state, float *scores) {
+  vr_cuda_state_t *st = (vr_cuda_state_t *)state;
+  if (!st || st->n_busy == 0) return VR_ERR_INVAL;
+  vr_cuda_slot_t *sl = &st->slots[st->tail];
+  const int rc = VR_CUDA_TRY(cudaEventSynchronize(sl->done));
+  if (rc == 0 && scores) memcpy(scores, sl->scores_h, (size_t)sl->n * 4);
+  sl->busy = 0;
+  st->tail = (st->tail + 1) % VR_CUDA_SLOTS;
+  st->n_busy--;
+  return rc;
+}
+
+static int cuda_forward(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
+                        float *scores) {
+  vr_cuda_state_t *st = (vr_cuda_state_t *)state;
+  if (!st || !scores) return VR_ERR_INVAL;
+  if (st->n_busy > 0) return VR_ERR_BUSY;
+  const int rc = cuda_submit(state, ids, cu_seqlens, n_seqs);
+  return rc ? rc : cuda_collect(state, scores);
+}
+
+/* Load-time warm-up: every bucket runs once eagerly (timing its GEMMs' cuBLASLt
+ * candidates when VR_CUDA_AUTOTUNE=1 and the bucket is at most 4096 tokens; larger GEMMs
+ * keep the heuristic's choice, their candidates would cost seconds on big models), then
+ * its graphs are captured for both slots. The batch: sequences of the longest allowed
+ * length (at most max_seqs of them) of non-pad token ids. */
+static int warm_up(vr_cuda_state_t *st) {
+  const vr_model_config_t *c = &st->cfg;
+  const char *at = getenv("VR_CUDA_AUTOTUNE");
+  const int tune = at && !strcmp(at, "1");
+  const uint32_t maxlen = c->max_seq_len > 0 && (uint32_t)c->max_seq_len < st->max_tokens ? (uint32_t)c->max_seq_len
+                                                                                          : st->max_tokens;
+  int32_t *ids = (int32_t *)malloc((size_t)st->max_tokens * sizeof(int32_t));
+  uint32_t *cu = (uint32_t *)malloc(((size_t)st->max_seqs + 1) * sizeof(uint32_t));
+  float *scores = (float *)malloc((size_t)st->max_seqs * sizeof(float));
+  int rc = ids && cu && scores ? 0 : VR_ERR_NOMEM;
+  const double t0 = (double)clock() / CLOCKS_PER_SEC;
+  for (uint32_t t = 0; rc == 0 && t < st->max_tokens; ++t) {
+    int32_t id = (int32_t)((t * 7919u + 3u) % (uint32_t)c->vocab_size);
+    if (id == c->pad_token_id) id = (id + 1) % c->vocab_size;
+    ids[t] = id;
+  }
+  for (int i = 0; rc == 0 && i < st->n_buckets; ++i) {
+    vr_cuda_bucket_t *bk = &st->buckets[i];
+    uint32_t n = 0;
+    cu[0] = 0;
+    while (cu[n] < bk->T && n < st->max_seqs) {
+      const uint32_t len = bk->T - cu[n] < maxlen ? bk->T - cu[n] : maxlen;
+      cu[n + 1] = cu[n] + len;
+      ++n;
+    }
+    vr_cuda_gemm_set_tuning(st->gemm, tune && bk->T <= 4096);
+    rc = cuda_forward(st, ids, cu, n, scores);
+    vr_cuda_gemm_set_tuning(st->gemm, 0);
+    for (int si = 0; rc == 0 && si < VR_CUDA_SLOTS; ++si)
+      if (!bk->exec[si]) capture(st, bk, si);
+  }
+  if (rc == 0) rc = VR_CUDA_TRY(cudaStreamSynchronize(st->stream));
+  if (rc == 0)
+    vr_log(VR_LOG_INFO, "cuda:%d warm-up: %d token buckets (%u..%u) run and captured, %llu GEMM plans (%llu tuned), cpu %.2fs",
+           st->device, st->n_buckets, st->buckets[0].T, st->buckets[st->n_buckets - 1].T,
+           (unsigned long long)vr_cuda_gemm_plans_created(st->gemm),
+           (unsigned long long)vr_cuda_gemm_plans_tuned(st->gemm), (double)clock() / CLOCKS_PER_SEC - t0);
+  free(ids), free(cu), free(scores);
+  return rc;
 }
 
 static void cuda_describe(void *state, vr_model_info_t *info) {
@@ -656,4 +816,7 @@ extern "C" const vr_backend_ops_t vr_backend_cuda = {
     .forward = cuda_forward,
     .free = cuda_free,
     .describe = cuda_describe,
+    .submit = cuda_submit,
+    .collect = cuda_collect,
+    .max_inflight = VR_CUDA_SLOTS,
 };

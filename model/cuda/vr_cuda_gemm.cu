@@ -9,6 +9,11 @@
  * cache keyed by the full shape; a colliding key replaces the old plan. The
  * bias pointer is set on the descriptor at every call (descriptors are host
  * objects, read when the call is enqueued, so this is capture-safe).
+ * Algorithms: the heuristic's candidates (up to VR_GEMM_CANDIDATES) are kept per plan; while
+ * tuning is on (vr_cuda_gemm_set_tuning, the backend's warm-up at load) a plan's first eager
+ * call times every candidate on the call's own buffers (CUDA events, median of 3 after one
+ * warm-up run) and keeps the fastest; otherwise the heuristic's first choice is used. Tuning
+ * runs the GEMM several times, so it is only for warm-up data (beta = 1 accumulates).
  * Not thread-safe: one gemm context per model, used by its forward thread. */
 #include <string.h>
 
@@ -16,22 +21,28 @@
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
 
-#define VR_GEMM_CACHE 256
+#define VR_GEMM_CACHE 1024
+#define VR_GEMM_CANDIDATES 12
 
 typedef struct vr_gemm_plan {
   int used;
-  int T, N, K, out_f32, has_bias, beta1;
-  int bias_fallback; /* the heuristic rejected the bias epilogue: plain GEMM + add_bias */
+  int T, N, K, out_f32, has_bias, beta1, gelu;
+  int bias_fallback; /* the heuristic rejected the bias (/gelu) epilogue: plain GEMM + kernels */
+  int tuned;         /* candidates timed (or only one) */
+  int n_algos;
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
-  cublasLtMatmulAlgo_t algo;
+  cublasLtMatmulAlgo_t algo; /* the one in use */
+  cublasLtMatmulAlgo_t cand[VR_GEMM_CANDIDATES];
 } vr_gemm_plan_t;
 
 struct vr_cuda_gemm {
   cublasLtHandle_t lt;
   void *workspace;
   size_t workspace_bytes;
-  uint64_t plans_created;
+  uint64_t plans_created, plans_tuned;
+  int tuning;
+  cudaEvent_t ev0, ev1;
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
 };
 
@@ -50,8 +61,8 @@ static void plan_destroy(vr_gemm_plan_t *p) {
   p->used = 0;
 }
 
-/* Builds desc + layouts; with_bias selects the BIAS epilogue. Returns 1 when
- * the heuristic found an algorithm, 0 otherwise (the plan is then destroyed). */
+/* Builds desc + layouts; with_bias selects the BIAS epilogue (GELU_BIAS when p->gelu).
+ * Returns 1 when the heuristic found an algorithm, 0 otherwise (the plan is then destroyed). */
 static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias) {
   const cudaDataType_t dt = p->out_f32 ? CUDA_R_32F : CUDA_R_16BF;
   VR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -59,7 +70,7 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias) {
   VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   if (with_bias) {
-    const cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_BIAS;
+    const cublasLtEpilogue_t ep = p->gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
     const cudaDataType_t bt = dt;
     VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
@@ -73,16 +84,25 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias) {
   VR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = g->workspace_bytes;
   VR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t res;
+  cublasLtMatmulHeuristicResult_t res[VR_GEMM_CANDIDATES];
   int n = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &res, &n);
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, VR_GEMM_CANDIDATES, res, &n);
   lt_try(cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
   g->plans_created++;
   if (st != CUBLAS_STATUS_SUCCESS || n < 1) {
     plan_destroy(p);
     return 0;
   }
-  p->algo = res.algo;
+  p->n_algos = 0;
+  for (int i = 0; i < n; ++i)
+    if (res[i].state == CUBLAS_STATUS_SUCCESS) p->cand[p->n_algos++] = res[i].algo;
+  if (p->n_algos == 0) {
+    plan_destroy(p);
+    return 0;
+  }
+  p->algo = p->cand[0];
+  p->tuned = p->n_algos == 1;
   return 1;
 }
 
@@ -101,29 +121,45 @@ extern "C" int vr_cuda_gemm_init(vr_cuda_gemm_t **out, size_t workspace_bytes) {
     return -21;
   }
   g->workspace_bytes = workspace_bytes;
+  if (VR_CUDA_TRY(cudaEventCreate(&g->ev0)) || VR_CUDA_TRY(cudaEventCreate(&g->ev1))) {
+    vr_cuda_gemm_free(g);
+    return -21;
+  }
   *out = g;
   return 0;
 }
+
+extern "C" void vr_cuda_gemm_set_tuning(vr_cuda_gemm_t *g, int on) { g->tuning = on; }
+extern "C" uint64_t vr_cuda_gemm_plans_tuned(const vr_cuda_gemm_t *g) { return g->plans_tuned; }
 
 extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
   if (!g) return;
   for (int i = 0; i < VR_GEMM_CACHE; ++i) plan_destroy(&g->cache[i]);
   if (g->workspace) (void)VR_CUDA_TRY(cudaFree(g->workspace));
-  lt_try(cublasLtDestroy(g->lt), "cublasLtDestroy");
+  if (g->ev0) (void)VR_CUDA_TRY(cudaEventDestroy(g->ev0));
+  if (g->ev1) (void)VR_CUDA_TRY(cudaEventDestroy(g->ev1));
+  if (g->lt) lt_try(cublasLtDestroy(g->lt), "cublasLtDestroy");
   free(g);
 }
 
 extern "C" uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g) { return g->plans_created; }
 extern "C" size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g) { return g->workspace_bytes; }
 
-static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int has_bias, int beta1) {
+static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int has_bias, int beta1,
+                                int gelu) {
   uint32_t h = 2166136261u;
-  const int key[6] = {T, N, K, out_f32, has_bias, beta1};
-  for (int i = 0; i < 6; ++i) h = (h ^ (uint32_t)key[i]) * 16777619u;
-  vr_gemm_plan_t *p = &g->cache[h % VR_GEMM_CACHE];
-  if (p->used && p->T == T && p->N == N && p->K == K && p->out_f32 == out_f32 &&
-      p->has_bias == has_bias && p->beta1 == beta1)
-    return p;
+  const int key[7] = {T, N, K, out_f32, has_bias, beta1, gelu};
+  for (int i = 0; i < 7; ++i) h = (h ^ (uint32_t)key[i]) * 16777619u;
+  /* 4-way probing: a model's ~4 GEMM shapes per token bucket must not evict each other */
+  vr_gemm_plan_t *p = NULL;
+  for (int w = 0; w < 4; ++w) {
+    vr_gemm_plan_t *q = &g->cache[(h + (uint32_t)w) % VR_GEMM_CACHE];
+    if (q->used && q->T == T && q->N == N && q->K == K && q->out_f32 == out_f32 && q->has_bias == has_bias &&
+        q->beta1 == beta1 && q->gelu == gelu)
+      return q;
+    if (!q->used && !p) p = q;
+  }
+  if (!p) p = &g->cache[h % VR_GEMM_CACHE];
   plan_destroy(p);
   p->T = T;
   p->N = N;
@@ -131,7 +167,9 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
   p->out_f32 = out_f32;
   p->has_bias = has_bias;
   p->beta1 = beta1;
+  p->gelu = gelu;
   p->bias_fallback = 0;
+  p->tuned = 0;
   if (plan_build(g, p, has_bias)) return p;
   if (has_bias) {
     p->bias_fallback = 1;
@@ -145,16 +183,64 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
   abort();
 }
 
+static cublasStatus_t run_algo(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, const cublasLtMatmulAlgo_t *algo, void *D,
+                               const uint16_t *A, const uint16_t *W, float beta, cudaStream_t s) {
+  const float alpha = 1.f;
+  return cublasLtMatmul(g->lt, p->desc, &alpha, W, p->la, A, p->lb, &beta, D, p->lc, D, p->lc, algo, g->workspace,
+                        g->workspace_bytes, s);
+}
+
+/* Times every candidate of p on these buffers and keeps the fastest (warm-up only). */
+static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const uint16_t *A, const uint16_t *W, float beta,
+                      cudaStream_t s) {
+  float best = 1e30f;
+  int best_i = 0;
+  for (int i = 0; i < p->n_algos; ++i) {
+    if (run_algo(g, p, &p->cand[i], D, A, W, beta, s) != CUBLAS_STATUS_SUCCESS) continue;
+    float t[3];
+    int ok = 1;
+    for (int r = 0; r < 3 && ok; ++r) {
+      VR_CUDA_CHECK(cudaEventRecord(g->ev0, s));
+      ok = run_algo(g, p, &p->cand[i], D, A, W, beta, s) == CUBLAS_STATUS_SUCCESS;
+      VR_CUDA_CHECK(cudaEventRecord(g->ev1, s));
+      VR_CUDA_CHECK(cudaEventSynchronize(g->ev1));
+      VR_CUDA_CHECK(cudaEventElapsedTime(&t[r], g->ev0, g->ev1));
+    }
+    if (!ok) continue;
+    const float lo = fminf(t[0], fminf(t[1], t[2])), hi = fmaxf(t[0], fmaxf(t[1], t[2]));
+    const float med = t[0] + t[1] + t[2] - lo - hi;
+    if (med < best) best = med, best_i = i;
+  }
+  VR_CUDA_CHECK(cudaGetLastError());
+  p->algo = p->cand[best_i];
+  p->tuned = 1;
+  g->plans_tuned++;
+  vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d%s%s: candidate %d of %d, %.1f us", p->T, p->N, p->K,
+         p->gelu ? " gelu" : "", p->beta1 ? " +=" : "", best_i, p->n_algos, best * 1e3f);
+}
+
 extern "C" void vr_cuda_gemm(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A,
                              const uint16_t *W, const void *bias, int T, int N, int K, float beta,
                              cudaStream_t s) {
+  vr_cuda_gemm_ex(g, D, out_f32, A, W, bias, 0, T, N, K, beta, s);
+}
+
+extern "C" void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
+                                const void *bias, int gelu, int T, int N, int K, float beta, cudaStream_t s) {
   if (T <= 0 || N <= 0) return;
   VR_ASSERT(K > 0 && (beta == 0.f || beta == 1.f));
-  vr_gemm_plan_t *p = plan_get(g, T, N, K, out_f32, bias != NULL, beta != 0.f);
+  VR_ASSERT(!gelu || (bias && !out_f32 && beta == 0.f));
+  vr_gemm_plan_t *p = plan_get(g, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu);
   if (bias && !p->bias_fallback)
     VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  const float alpha = 1.f;
-  VR_CUBLAS_CHECK(cublasLtMatmul(g->lt, p->desc, &alpha, W, p->la, A, p->lb, &beta, D, p->lc, D, p->lc,
-                                 &p->algo, g->workspace, g->workspace_bytes, s));
-  if (bias && p->bias_fallback) vr_cuda_add_bias(D, out_f32, bias, T, N, s);
+  if (g->tuning && !p->tuned) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    VR_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
+    if (cs == cudaStreamCaptureStatusNone) plan_tune(g, p, D, A, W, beta, s);
+  }
+  VR_CUBLAS_CHECK(run_algo(g, p, &p->algo, D, A, W, beta, s));
+  if (bias && p->bias_fallback) {
+    vr_cuda_add_bias(D, out_f32, bias, T, N, s);
+    if (gelu) vr_cuda_bias_gelu((uint16_t *)D, NULL, T, N, gelu == 2, s);
+  }
 }

@@ -118,6 +118,53 @@ __global__ void k_layernorm(float *x, uint16_t *xn, const float *w, const float 
   }
 }
 
+/* Vectorised LayerNorm: C % 4 == 0; each thread keeps VPT float4 of the row in registers
+ * (one read of x, one write of x and xn); blockDim.x * VPT * 4 >= C. */
+template <int VPT>
+__global__ void k_layernorm_vec(float *x, uint16_t *xn, const float *w, const float *b, int C, float eps) {
+  __shared__ float red[32];
+  const size_t t = blockIdx.x;
+  float4 *xr = reinterpret_cast<float4 *>(x + t * C);
+  uint2 *xnr = reinterpret_cast<uint2 *>(xn + t * C);
+  const int C4 = C / 4;
+  float4 v[VPT];
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    v[k] = c < C4 ? xr[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+    s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+  }
+  const float mean = block_sum(s, red) / C;
+  float q = 0.f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c < C4) {
+      const float a = v[k].x - mean, bb = v[k].y - mean, cc = v[k].z - mean, d = v[k].w - mean;
+      q += (a * a + bb * bb) + (cc * cc + d * d);
+    }
+  }
+  const float rstd = rsqrtf(block_sum(q, red) / C + eps);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c < C4) {
+      const float4 wv = reinterpret_cast<const float4 *>(w)[c], bv = reinterpret_cast<const float4 *>(b)[c];
+      float4 o;
+      o.x = (v[k].x - mean) * rstd * wv.x + bv.x;
+      o.y = (v[k].y - mean) * rstd * wv.y + bv.y;
+      o.z = (v[k].z - mean) * rstd * wv.z + bv.z;
+      o.w = (v[k].w - mean) * rstd * wv.w + bv.w;
+      xr[c] = o;
+      uint2 h;
+      h.x = (uint32_t)to_bf(o.x) | ((uint32_t)to_bf(o.y) << 16);
+      h.y = (uint32_t)to_bf(o.z) | ((uint32_t)to_bf(o.w) << 16);
+      xnr[c] = h;
+    }
+  }
+}
+
 __global__ void k_rmsnorm(const float *x, uint16_t *xn, const float *w, int C, float eps) {
   __shared__ float red[32];
   const size_t t = blockIdx.x;
@@ -245,32 +292,48 @@ __global__ void k_score_decoder(float *scores, const float *x, const int32_t *ro
   }
 }
 
-/* One block per sequence; dynamic shared memory: 2 * C floats. */
-__global__ void k_score_encoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
-                                const float *w1, const float *b1, const float *w2, const float *b2,
-                                int C) {
-  extern __shared__ float sh[];
-  __shared__ float red[32];
-  float *xs = sh, *hs = sh + C;
-  const int n = meta[VR_CUDA_META_N_SEQS];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+/* Encoder head, part 1. Block (jb, y) takes the 64 dense rows j of block jb for the
+ * sequences i = y, y + gridDim.y, ...: partial[i * gridDim.x + jb] =
+ * sum_j w2[j] * tanh(w1[j] . x[rows[i]] + b1[j]) (fixed order: deterministic).
+ * 8 warps x 8 rows; dynamic shared memory: C floats (the row). */
+__global__ void k_score_enc1(float *partial, const float *x, const int32_t *rows, const int32_t *meta,
+                             const float *w1, const float *b1, const float *w2, int C) {
+  extern __shared__ float xs[];
+  __shared__ float wsum[8];
+  const int n = meta[VR_CUDA_META_N_SEQS], nb = gridDim.x, jb = blockIdx.x;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int i = blockIdx.y; i < n; i += gridDim.y) {
     const float *xr = x + (size_t)rows[i] * C;
-    __syncthreads();
+    __syncthreads(); /* xs / wsum of the previous sequence consumed */
     for (int c = threadIdx.x; c < C; c += blockDim.x) xs[c] = xr[c];
     __syncthreads();
-    for (int j = warp; j < C; j += nw) {
+    float acc = 0.f;
+    for (int r = 0; r < 8; ++r) {
+      const int j = jb * 64 + warp * 8 + r;
+      if (j >= C) break;
       const float *wr = w1 + (size_t)j * C;
       float d = 0.f;
       for (int c = lane; c < C; c += 32) d += wr[c] * xs[c];
       for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-      if (lane == 0) hs[j] = tanhf(d + (b1 ? b1[j] : 0.f));
+      acc += tanhf(d + (b1 ? b1[j] : 0.f)) * w2[j];
     }
+    if (lane == 0) wsum[warp] = acc;
     __syncthreads();
-    float d = 0.f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) d += w2[c] * hs[c];
-    d = block_sum(d, red);
-    if (threadIdx.x == 0) scores[i] = d + (b2 ? b2[0] : 0.f);
+    if (threadIdx.x == 0) {
+      float t = 0.f;
+      for (int w = 0; w < (int)(blockDim.x >> 5); ++w) t += wsum[w];
+      partial[(size_t)i * nb + jb] = t;
+    }
+  }
+}
+
+/* Encoder head, part 2: scores[i] = sum_jb partial[i * nb + jb] + b2 (one thread a sequence). */
+__global__ void k_score_enc2(float *scores, const float *partial, const int32_t *meta, const float *b2, int nb) {
+  const int n = meta[VR_CUDA_META_N_SEQS];
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    float t = 0.f;
+    for (int k = 0; k < nb; ++k) t += partial[(size_t)i * nb + k];
+    scores[i] = t + (b2 ? b2[0] : 0.f);
   }
 }
 
@@ -322,6 +385,18 @@ extern "C" void vr_cuda_embed_norm(float *x, uint16_t *xn, const int32_t *ids, c
 extern "C" void vr_cuda_layernorm(float *x, uint16_t *xn, const float *w, const float *b, int T,
                                   int C, float eps, cudaStream_t s) {
   if (T <= 0) return;
+  const int C4 = C / 4;
+  const unsigned th = norm_threads(C4);
+  const int vpt = (int)((C4 + th - 1) / th);
+  const int aligned = ((uintptr_t)x | (uintptr_t)xn | (uintptr_t)w | (uintptr_t)b) % 16 == 0;
+  if (C % 4 == 0 && aligned && vpt <= 4) {
+    if (vpt == 1) k_layernorm_vec<1><<<T, th, 0, s>>>(x, xn, w, b, C, eps);
+    else if (vpt == 2) k_layernorm_vec<2><<<T, th, 0, s>>>(x, xn, w, b, C, eps);
+    else if (vpt == 3) k_layernorm_vec<3><<<T, th, 0, s>>>(x, xn, w, b, C, eps);
+    else k_layernorm_vec<4><<<T, th, 0, s>>>(x, xn, w, b, C, eps);
+    VR_CUDA_CHECK_LAUNCH();
+    return;
+  }
   k_layernorm<<<T, norm_threads(C), 0, s>>>(x, xn, w, b, C, eps);
   VR_CUDA_CHECK_LAUNCH();
 }
@@ -381,13 +456,19 @@ extern "C" void vr_cuda_score_decoder(float *scores, const float *x, const int32
 
 extern "C" void vr_cuda_score_encoder(float *scores, const float *x, const int32_t *rows,
                                       const int32_t *meta, const float *w1, const float *b1,
-                                      const float *w2, const float *b2, int C, int grid,
+                                      const float *w2, const float *b2, int C, int grid, float *partial,
                                       cudaStream_t s) {
   if (grid <= 0) return;
-  const size_t sh = 2 * (size_t)C * sizeof(float);
+  const size_t sh = (size_t)C * sizeof(float);
   if (sh > 48 * 1024)
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_score_encoder, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)sh));
-  k_score_encoder<<<grid, 256, sh, s>>>(scores, x, rows, meta, w1, b1, w2, b2, C);
+    VR_CUDA_CHECK(cudaFuncSetAttribute(k_score_enc1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+  const int nb = vr_cuda_score_encoder_blocks(C);
+  const dim3 g1((unsigned)nb, (unsigned)(grid < 64 ? grid : 64)); /* sequences loop past 64 */
+  k_score_enc1<<<g1, 256, sh, s>>>(partial, x, rows, meta, w1, b1, w2, C);
+  VR_CUDA_CHECK_LAUNCH();
+  const int g2 = (grid + 127) / 128;
+  k_score_enc2<<<g2 < 64 ? g2 : 64, 128, 0, s>>>(scores, partial, meta, b2, nb);
   VR_CUDA_CHECK_LAUNCH();
 }
+
+extern "C" int vr_cuda_score_encoder_blocks(int C) { return (C + 63) / 64; }

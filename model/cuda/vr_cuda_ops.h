@@ -79,6 +79,9 @@ void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_
                        int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
                        int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale,
                        cudaStream_t s);
+/* Blocks of the attention kernel for head_dim D that fit on one multiprocessor at once
+ * (occupancy query; >= 1): the backend sizes graph grids with it. */
+int vr_cuda_attention_resident_blocks(int D);
 /* Which path vr_cuda_attention takes for D: 1 tensor cores, 0 fallback, -1 unsupported. */
 int vr_cuda_attention_path(int D);
 /* Tensor-core kernel: 1 = mma.sync FlashAttention-2 (default), 0 = the older wmma
@@ -92,10 +95,14 @@ void vr_cuda_attention_set_impl(int impl);
 void vr_cuda_score_decoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
                            const float *norm_w, const float *score_w, int C, float eps,
                            int grid, cudaStream_t s);
-/* Encoder head: h = tanh(W1 x[r] + b1) (W1 fp32 (C, C)), scores[i] = W2 . h + b2 (W2 (C)). */
+/* Encoder head: h = tanh(W1 x[r] + b1) (W1 fp32 (C, C)), scores[i] = W2 . h + b2 (W2 (C)).
+ * Spread over vr_cuda_score_encoder_blocks(C) blocks of 64 dense rows per sequence (the
+ * head was one block per sequence, 150 us on roberta-base); partial: scratch of
+ * (sequences) x vr_cuda_score_encoder_blocks(C) floats. Deterministic summation order. */
 void vr_cuda_score_encoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
                            const float *w1, const float *b1, const float *w2, const float *b2,
-                           int C, int grid, cudaStream_t s);
+                           int C, int grid, float *partial, cudaStream_t s);
+int vr_cuda_score_encoder_blocks(int C);
 
 /* ---- GEMM (cuBLASLt) ------------------------------------------------------ */
 typedef struct vr_cuda_gemm vr_cuda_gemm_t;
@@ -110,6 +117,15 @@ void vr_cuda_gemm_free(vr_cuda_gemm_t *g);
  * heuristic rejects falls back to a plain GEMM + vr_cuda_add_bias. */
 void vr_cuda_gemm(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
                   const void *bias, int T, int N, int K, float beta, cudaStream_t s);
+/* As vr_cuda_gemm, with gelu = 1 or 2: D = gelu(A W^T + bias) in the GEMM's epilogue
+ * (cuBLASLt's GELU_BIAS, the tanh form; bf16 D, bf16 bias, beta 0). gelu says which form
+ * the model wants (1 erf, 2 tanh) for the fallback when no epilogue algorithm exists. */
+void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
+                     const void *bias, int gelu, int T, int N, int K, float beta, cudaStream_t s);
+/* While on, a plan's first call outside stream capture times the heuristic's candidates on
+ * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). */
+void vr_cuda_gemm_set_tuning(vr_cuda_gemm_t *g, int on);
+uint64_t vr_cuda_gemm_plans_tuned(const vr_cuda_gemm_t *g);
 /* Plans created so far (heuristic queries), for tests and logs. */
 uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g);
 size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g);

@@ -513,12 +513,47 @@ static void test_heads(void) {
     ref[i] = s;
   }
   CK(cudaMemset(d_s, 0xFF, n * 4));
-  vr_cuda_score_encoder(d_s, d_x, d_rows, d_meta, d_w1, d_b1, d_sw, d_b2, C, 64, 0);
+  float *d_part = dmalloc((size_t)n * vr_cuda_score_encoder_blocks(C) * 4);
+  vr_cuda_score_encoder(d_s, d_x, d_rows, d_meta, d_w1, d_b1, d_sw, d_b2, C, 64, d_part, 0);
   tohost(got, d_s, sizeof got);
   check_rel("score encoder (dense + tanh + out_proj)", ref, got, n, 1e-5);
+  CK(cudaMemset(d_s, 0xFF, n * 4));
+  vr_cuda_score_encoder(d_s, d_x, d_rows, d_meta, d_w1, d_b1, d_sw, d_b2, C, 2, d_part, 0); /* grid < n */
+  tohost(got, d_s, sizeof got);
+  check_rel("score encoder, grid < n", ref, got, n, 1e-5);
+  CK(cudaFree(d_part));
   CK(cudaFree(d_x)); CK(cudaFree(d_nw)); CK(cudaFree(d_sw)); CK(cudaFree(d_w1)); CK(cudaFree(d_b1));
   CK(cudaFree(d_b2)); CK(cudaFree(d_rows)); CK(cudaFree(d_meta)); CK(cudaFree(d_s));
   free(x), free(nw), free(sw), free(w1), free(b1), free(b2);
+}
+
+/* GEMM with the GELU_BIAS epilogue (bf16 out, bf16 bias) against the exact erf GELU of
+ * the double-precision product: the epilogue's tanh form is within bf16 rounding. */
+static void test_gemm_gelu(vr_cuda_gemm_t *g, int T, int N, int K) {
+  float *af, *wf, *bfv;
+  uint16_t *a = rand_bf((size_t)T * K, 1, &af), *w = rand_bf((size_t)N * K, 1, &wf), *bb = rand_bf(N, 1, &bfv);
+  double *ref = malloc((size_t)T * N * sizeof(double));
+  /* A scaled by 1/sqrt(K) (then rounded to bf16) keeps the products in GELU's curved range */
+  const float sc = 1.f / sqrtf((float)K);
+  for (size_t i = 0; i < (size_t)T * K; ++i) a[i] = f2bf(af[i] * sc);
+  for (int n = 0; n < N; ++n) bfv[n] = bf2f(bb[n]);
+  for (int t = 0; t < T; ++t) /* reference on the scaled bf16 A exactly as the device sees it */
+    for (int n = 0; n < N; ++n) {
+      double v = bfv[n];
+      for (int k = 0; k < K; ++k) v += (double)bf2f(a[(size_t)t * K + k]) * wf[(size_t)n * K + k];
+      ref[(size_t)t * N + n] = 0.5 * v * (1 + erf(v / sqrt(2)));
+    }
+  uint16_t *d_a = todev(a, (size_t)T * K * 2), *d_w = todev(w, (size_t)N * K * 2), *d_b = todev(bb, N * 2);
+  uint16_t *d_d = dmalloc((size_t)T * N * 2), *gb = malloc((size_t)T * N * 2);
+  CK(cudaMemset(d_d, 0xFF, (size_t)T * N * 2));
+  vr_cuda_gemm_ex(g, d_d, 0, d_a, d_w, d_b, 1, T, N, K, 0.f, 0);
+  tohost(gb, d_d, (size_t)T * N * 2);
+  float *got = bf_arr_to_f(gb, (size_t)T * N);
+  char what[128];
+  snprintf(what, sizeof what, "gemm + bias + gelu epilogue T%d N%d K%d vs erf gelu", T, N, K);
+  check_rel(what, ref, got, (size_t)T * N, 1e-2);
+  CK(cudaFree(d_a)); CK(cudaFree(d_w)); CK(cudaFree(d_b)); CK(cudaFree(d_d));
+  free(a), free(af), free(w), free(wf), free(bb), free(bfv), free(ref), free(gb), free(got);
 }
 
 int main(void) {
@@ -545,6 +580,8 @@ int main(void) {
   test_gemm(g, 129, 96, 200, 0, 1, 0);
   test_gemm(g, 64, 256, 128, 1, 1, 0);
   test_gemm(g, 37, 48, 64, 0, 0, 0); /* cached plan */
+  test_gemm_gelu(g, 77, 256, 64);
+  test_gemm_gelu(g, 256, 3072, 768);
   vr_cuda_gemm_free(g);
   test_heads();
   CK(cudaDeviceSynchronize());
