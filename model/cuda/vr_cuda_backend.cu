@@ -757,14 +757,17 @@ static int cuda_forward(void *state, const int32_t *ids, const uint32_t *cu_seql
 /* Load-time warm-up: every bucket runs once eagerly (timing its GEMMs' cuBLASLt
  * candidates when VR_CUDA_AUTOTUNE=1 and the bucket is at most 4096 tokens; larger GEMMs
  * keep the heuristic's choice, their candidates would cost seconds on big models), then
- * its graphs are captured for both slots. The batch: sequences of the longest allowed
- * length (at most max_seqs of them) of non-pad token ids. */
+ * its graphs are captured for both slots. The batch: sequences of min(512, longest allowed)
+ * tokens (at most max_seqs of them) of non-pad token ids. */
 static int warm_up(vr_cuda_state_t *st) {
   const vr_model_config_t *c = &st->cfg;
   const char *at = getenv("VR_CUDA_AUTOTUNE");
   const int tune = at && !strcmp(at, "1");
-  const uint32_t maxlen = c->max_seq_len > 0 && (uint32_t)c->max_seq_len < st->max_tokens ? (uint32_t)c->max_seq_len
-                                                                                          : st->max_tokens;
+  /* sequences of at most 512 tokens: the GEMM shapes and graphs depend only on the bucket,
+   * and one 32K-token causal sequence per bucket would cost seconds of attention on 8B */
+  uint32_t maxlen = c->max_seq_len > 0 && (uint32_t)c->max_seq_len < st->max_tokens ? (uint32_t)c->max_seq_len
+                                                                                    : st->max_tokens;
+  if (maxlen > 512) maxlen = 512;
   int32_t *ids = (int32_t *)malloc((size_t)st->max_tokens * sizeof(int32_t));
   uint32_t *cu = (uint32_t *)malloc(((size_t)st->max_seqs + 1) * sizeof(uint32_t));
   float *scores = (float *)malloc((size_t)st->max_seqs * sizeof(float));
