@@ -183,34 +183,50 @@ static void complete(vr_batcher_t *b, vr_slot_t *sl) {
   sl->n_jobs = 0;
 }
 
-/* The batcher loop. With a pipelined scorer (depth 2, cuda) the next batch is
- * packed and submitted while the previous one computes, and the previous one's
- * jobs are answered while the new one runs; when the queue is empty the batch
- * in flight is finished right away (no waiting for company). */
+/* The batcher loop.
+ * Batching: a batch starts when the token budget is full, or when nothing more
+ * is expected: max_wait_us after the oldest queued job arrived, and -- after a
+ * batch of N jobs was answered -- once N jobs are queued again or
+ * batch_linger_us passed (N closed-loop clients resubmit within microseconds of
+ * each other; starting on the first alone would split them across batches and
+ * make the rest wait a whole forward).
+ * Pipelining (scorer depth 2, cuda): when the queue holds a full batch beyond
+ * the one computing, the next is packed and submitted before the one in flight
+ * is answered, so the device never waits for the host; otherwise the batch in
+ * flight is finished and answered first, so its clients' next requests can
+ * join the next batch. */
 static void *batcher_main(void *arg) {
   vr_batcher_t *b = arg;
   const int depth = vr_scorer_pipeline_depth(b->sc);
   vr_slot_t *inflight = NULL; /* submitted, not yet completed */
   int next = 0;
+  size_t last_jobs = 0;       /* jobs of the last answered batch */
+  uint64_t last_done_ns = 0;  /* when it was answered */
   pthread_mutex_lock(&b->mu);
   for (;;) {
-    if (!b->head && inflight) {
+    if (inflight && !(b->queued_tokens >= b->cfg.max_batch_tokens && !b->draining)) {
       pthread_mutex_unlock(&b->mu);
+      last_jobs = inflight->n_jobs;
       complete(b, inflight);
+      last_done_ns = vr_now_ns();
       inflight = NULL;
       pthread_mutex_lock(&b->mu);
       continue;
     }
     while (!b->head && !b->draining) pthread_cond_wait(&b->cv, &b->mu);
     if (!b->head) break; /* draining and empty */
-    /* wait for more work until the token budget fills or the oldest job's wait ends */
-    uint64_t wait_end = b->head->accepted_ns + (uint64_t)b->cfg.max_wait_us * 1000u;
-    while (!b->draining && b->queued_tokens < b->cfg.max_batch_tokens) {
-      uint64_t now = vr_now_ns();
-      if (now >= wait_end) break;
+    /* wait for company until the token budget fills or nothing more is expected */
+    const uint64_t wait_end = b->head->accepted_ns + (uint64_t)b->cfg.max_wait_us * 1000u;
+    const uint64_t linger_end = last_done_ns + (uint64_t)b->cfg.batch_linger_us * 1000u;
+    while (!inflight && !b->draining && b->queued_tokens < b->cfg.max_batch_tokens) {
+      const uint64_t now = vr_now_ns();
+      uint64_t until = 0;
+      if (now < wait_end) until = wait_end;
+      if (b->depth < last_jobs && now < linger_end && linger_end > until) until = linger_end;
+      if (!until) break;
       struct timespec ts;
       clock_gettime(CLOCK_MONOTONIC, &ts);
-      uint64_t d = wait_end - now;
+      const uint64_t d = until - now;
       ts.tv_sec += (time_t)(d / 1000000000u);
       ts.tv_nsec += (long)(d % 1000000000u);
       if (ts.tv_nsec >= 1000000000L) {
@@ -250,11 +266,17 @@ static void *batcher_main(void *arg) {
         inflight = NULL;
       }
       pack_submit(b, sl);
-      if (inflight) complete(b, inflight); /* its successor is already queued on the device */
+      if (inflight) { /* its successor is already queued on the device */
+        last_jobs = inflight->n_jobs;
+        complete(b, inflight);
+        last_done_ns = vr_now_ns();
+      }
       inflight = sl;
       next ^= 1;
       if (depth < 2) {
+        last_jobs = inflight->n_jobs;
         complete(b, inflight);
+        last_done_ns = vr_now_ns();
         inflight = NULL;
       }
     }

@@ -3,7 +3,9 @@
  * Producers (the shm dispatcher thread, the HTTP event-loop thread) submit
  * jobs; the batcher thread packs queued jobs' sequences back to back without
  * padding (concatenated ids + cu_seqlens) up to max_batch_tokens, waiting at
- * most max_wait_us after the oldest job arrived, runs the scorer, and calls
+ * most max_wait_us after the oldest job arrived (and, after answering a batch
+ * of N jobs, up to batch_linger_us for N jobs to be queued again: closed-loop
+ * clients resubmit together and belong in one batch), runs the scorer, and calls
  * each job's done() on the batcher thread. Every job that vr_batcher_submit()
  * accepted gets exactly one done() call: scored, failed, or
  * VR_ERR_SHUTTING_DOWN when the drain deadline passes. */
@@ -53,6 +55,7 @@ typedef struct vr_batcher vr_batcher_t;
 typedef struct vr_batcher_config {
   uint32_t max_batch_tokens;
   uint32_t max_wait_us;
+  uint32_t batch_linger_us;      /* after answering N requests, wait this long for N to be queued again */
   uint32_t max_queue;            /* jobs waiting; beyond: VR_ERR_OVERLOADED */
 } vr_batcher_config_t;
 

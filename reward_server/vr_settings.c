@@ -40,6 +40,7 @@ static const opt_t k_opts[] = {
     {"dtype", NULL, OPT_STR, F(dtype), 0, 0, "auto|f32|bf16", "compute dtype (auto: cpu f32, cuda bf16)"},
     {"max-batch-tokens", NULL, OPT_U32, F(max_batch_tokens), 1, 1u << 24, "N", "token budget of one packed batch"},
     {"max-wait-us", NULL, OPT_U32, F(max_wait_us), 0, 60000000, "US", "longest wait for more work before a batch starts (0: start as soon as the batcher is free; what arrives during a forward joins the next batch)"},
+    {"batch-linger-us", NULL, OPT_U32, F(batch_linger_us), 0, 1000000, "US", "after a batch of N requests is answered, wait up to this long for N requests to be queued again before the next batch starts (closed-loop clients resubmit together; 0: off)"},
     {"max-seq-len", NULL, OPT_U32, F(max_seq_len), 1, 1u << 20, "N",
      "longest sequence (capped by the model's max positions)"},
     {"truncate", NULL, OPT_TRUNCATE, F(truncate), 0, 0, "left|right|error",
@@ -71,6 +72,7 @@ void vr_settings_init(vr_settings_t *s) {
   strcpy(s->dtype, "auto");
   s->max_batch_tokens = 16384;
   s->max_wait_us = 0;
+  s->batch_linger_us = 100;
   s->max_seq_len = 8192;
   s->truncate = VR_TRUNCATE_ERROR;
   s->spin_us = 50;

@@ -28,6 +28,7 @@ typedef struct vr_settings {
   char dtype[16];                 /* "auto", "f32", "bf16" */
   uint32_t max_batch_tokens;
   uint32_t max_wait_us;
+  uint32_t batch_linger_us;
   uint32_t max_seq_len;
   vr_truncate_t truncate;
   uint32_t spin_us;

@@ -16,8 +16,8 @@
  * that copy's event, enqueues the forward and the scores' copy back, records
  * the slot's done event and returns; collect waits for the oldest slot's
  * event. So while batch N computes, batch N+1 is assembled and uploaded.
- * Batches are padded up to a token bucket (64..2048 by powers of two, then
- * steps of max(2048, max_tokens / 8) up to max_tokens) and replayed from a
+ * Batches are padded up to a token bucket (make_buckets: at most 25% padding up
+ * to 2048 tokens, then steps of max(1024, max_tokens / 16)) and replayed from a
  * CUDA graph per (bucket, slot); the padding rows are no sequence's tokens
  * and are never scored. At load every bucket runs once eagerly (which also
  * times the cuBLASLt candidates of its GEMMs, VR_CUDA_AUTOTUNE=0 disables)
@@ -42,7 +42,7 @@
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
 
-#define VR_CUDA_MAX_BUCKETS 16
+#define VR_CUDA_MAX_BUCKETS 48
 #define VR_CUDA_GEMM_WORKSPACE (32u << 20)
 #define VR_CUDA_MAX_ALLOCS 4096
 
@@ -649,14 +649,25 @@ static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_c
                           grid_seqs, st->head_partial, s);
 }
 
-/* Token buckets: 64..2048 by powers of two, then multiples of max(2048, max_tokens / 8)
- * (rounded up to 64), and max_tokens itself last. */
+/* Token buckets: a batch is padded up to the next bucket, so the spacing bounds the
+ * wasted rows: 64, 128, 192, then four per octave from 256 to 2048 (at most 25% padding
+ * where launch overhead matters most), then multiples of max(1024, max_tokens / 16)
+ * (rounded up to 64), and max_tokens itself last. (Powers of two alone padded a 5x256 batch
+ * to 2048 rows: 60% of the forward's GEMM work was padding.) */
+static void add_bucket(vr_cuda_state_t *st, uint32_t T) {
+  if (T > st->max_tokens || st->n_buckets >= VR_CUDA_MAX_BUCKETS - 1) return;
+  if (st->n_buckets > 0 && st->buckets[st->n_buckets - 1].T >= T) return;
+  st->buckets[st->n_buckets++].T = T;
+}
+
 static void make_buckets(vr_cuda_state_t *st) {
   st->n_buckets = 0;
-  const uint32_t step = st->max_tokens / 8 > 2048 ? (st->max_tokens / 8 + 63) / 64 * 64 : 2048;
-  for (uint32_t b = 64; b <= 2048 && b <= st->max_tokens; b *= 2) st->buckets[st->n_buckets++].T = b;
-  for (uint32_t b = step * (2048 / step + 1); b < st->max_tokens && st->n_buckets < VR_CUDA_MAX_BUCKETS - 1; b += step)
-    st->buckets[st->n_buckets++].T = b;
+  for (uint32_t b = 64; b < 256; b += 64) add_bucket(st, b);
+  for (uint32_t oct = 256; oct < 2048; oct *= 2)
+    for (uint32_t k = 0; k < 4; ++k) add_bucket(st, oct + k * (oct / 4));
+  add_bucket(st, 2048);
+  const uint32_t step = st->max_tokens / 16 > 1024 ? (st->max_tokens / 16 + 63) / 64 * 64 : 1024;
+  for (uint32_t b = 2048 + step; b < st->max_tokens; b += step) add_bucket(st, b);
   if (st->n_buckets == 0 || st->buckets[st->n_buckets - 1].T < st->max_tokens)
     st->buckets[st->n_buckets++].T = st->max_tokens;
   /* Graph grids are upper bounds (the kernels loop over the batch's real tiles / sequences),
