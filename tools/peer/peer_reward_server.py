@@ -25,6 +25,9 @@ from transformers import AutoModelForSequenceClassification
 def build_handler(model, pad_id, device, info, lock):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY, as uvicorn/aiohttp set it: without it the body (a second small write
+        # after the headers) waits for the client's delayed ACK, about 40 ms per response
+        disable_nagle_algorithm = True
 
         def log_message(self, fmt, *args):  # quiet: one line per request would dominate
             pass
