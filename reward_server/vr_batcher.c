@@ -47,6 +47,8 @@ struct vr_batcher {
   /* two packing slots (batcher thread only): while one batch computes on the
    * device, the next is packed and submitted into the other (pipelined on cuda) */
   vr_slot_t slots[2];
+  size_t last_jobs;          /* jobs of the last answered batch (batcher thread only) */
+  uint64_t last_done_ns;     /* when it was answered */
 };
 
 int vr_job_alloc_outputs(vr_job_t *j, uint32_t n_seqs, uint32_t n_components) {
@@ -151,10 +153,15 @@ static void pack_submit(vr_batcher_t *b, vr_slot_t *sl) {
 
 /* Waits for the slot's batch (vr_scorer_collect), copies results into each job
  * and calls done() on each. compute_us = submit -> results (on a pipelined
- * device this includes waiting for the batch before it). */
+ * device this includes waiting for the batch before it). Records the batch's
+ * size and end for the batch-linger rule. */
 static void complete(vr_batcher_t *b, vr_slot_t *sl) {
   const uint32_t nc = b->sc->spec.n;
-  if (sl->n_jobs == 0) return;
+  if (sl->n_jobs == 0) { /* packing failed: its jobs were answered already */
+    b->last_jobs = 0;
+    b->last_done_ns = vr_now_ns();
+    return;
+  }
   uint32_t s = sl->n_seqs;
   int rc = vr_scorer_collect(b->sc, sl->submit_rc, sl->cu, s, sl->ex, sl->resp, sl->scores, sl->status,
                              sl->comps, b->m);
@@ -180,6 +187,8 @@ static void complete(vr_batcher_t *b, vr_slot_t *sl) {
     s += j->n_seqs;
     finish(j, st);
   }
+  b->last_jobs = sl->n_jobs;
+  b->last_done_ns = vr_now_ns();
   sl->n_jobs = 0;
 }
 
@@ -200,15 +209,11 @@ static void *batcher_main(void *arg) {
   const int depth = vr_scorer_pipeline_depth(b->sc);
   vr_slot_t *inflight = NULL; /* submitted, not yet completed */
   int next = 0;
-  size_t last_jobs = 0;       /* jobs of the last answered batch */
-  uint64_t last_done_ns = 0;  /* when it was answered */
   pthread_mutex_lock(&b->mu);
   for (;;) {
     if (inflight && !(b->queued_tokens >= b->cfg.max_batch_tokens && !b->draining)) {
       pthread_mutex_unlock(&b->mu);
-      last_jobs = inflight->n_jobs;
       complete(b, inflight);
-      last_done_ns = vr_now_ns();
       inflight = NULL;
       pthread_mutex_lock(&b->mu);
       continue;
@@ -217,22 +222,14 @@ static void *batcher_main(void *arg) {
     if (!b->head) break; /* draining and empty */
     /* wait for company until the token budget fills or nothing more is expected */
     const uint64_t wait_end = b->head->accepted_ns + (uint64_t)b->cfg.max_wait_us * 1000u;
-    const uint64_t linger_end = last_done_ns + (uint64_t)b->cfg.batch_linger_us * 1000u;
+    const uint64_t linger_end = b->last_done_ns + (uint64_t)b->cfg.batch_linger_us * 1000u;
     while (!inflight && !b->draining && b->queued_tokens < b->cfg.max_batch_tokens) {
       const uint64_t now = vr_now_ns();
       uint64_t until = 0;
       if (now < wait_end) until = wait_end;
-      if (b->depth < last_jobs && now < linger_end && linger_end > until) until = linger_end;
+      if (b->depth < b->last_jobs && now < linger_end && linger_end > until) until = linger_end;
       if (!until) break;
-      struct timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      const uint64_t d = until - now;
-      ts.tv_sec += (time_t)(d / 1000000000u);
-      ts.tv_nsec += (long)(d % 1000000000u);
-      if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-      }
+      struct timespec ts = vr_timespec_at(until);
       pthread_cond_timedwait(&b->cv, &b->mu, &ts);
     }
     int expired = b->draining && vr_now_ns() >= b->deadline_ns;
@@ -266,17 +263,11 @@ static void *batcher_main(void *arg) {
         inflight = NULL;
       }
       pack_submit(b, sl);
-      if (inflight) { /* its successor is already queued on the device */
-        last_jobs = inflight->n_jobs;
-        complete(b, inflight);
-        last_done_ns = vr_now_ns();
-      }
+      if (inflight) complete(b, inflight); /* its successor is already queued on the device */
       inflight = sl;
       next ^= 1;
       if (depth < 2) {
-        last_jobs = inflight->n_jobs;
         complete(b, inflight);
-        last_done_ns = vr_now_ns();
         inflight = NULL;
       }
     }
@@ -297,11 +288,7 @@ int vr_batcher_create(const vr_batcher_config_t *cfg, vr_scorer_t *sc, vr_metric
   b->sc = sc;
   b->m = m;
   pthread_mutex_init(&b->mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&b->cv, &ca);
-  pthread_condattr_destroy(&ca);
+  vr_cond_init_monotonic(&b->cv);
   int e = pthread_create(&b->thread, NULL, batcher_main, b);
   if (e) {
     vr_log(VR_LOG_ERROR, "cannot start the batcher thread: %s", strerror(e));

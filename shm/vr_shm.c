@@ -463,13 +463,7 @@ static void *liveness_main(void *arg) {
       reclaim_dead(s);
       pthread_mutex_lock(&s->stop_mu);
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += LIVENESS_PERIOD_NS;
-    if (ts.tv_nsec >= 1000000000) {
-      ts.tv_sec++;
-      ts.tv_nsec -= 1000000000;
-    }
+    struct timespec ts = vr_timespec_at(vr_now_ns() + LIVENESS_PERIOD_NS);
     if (!s->stop) pthread_cond_timedwait(&s->stop_cv, &s->stop_mu, &ts);
   }
   pthread_mutex_unlock(&s->stop_mu);
@@ -675,11 +669,7 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   pthread_mutex_init(&s->rec_mu, NULL);
   s->recs.next = s->recs.prev = &s->recs;
   pthread_mutex_init(&s->stop_mu, NULL);
-  pthread_condattr_t ca;
-  pthread_condattr_init(&ca);
-  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-  pthread_cond_init(&s->stop_cv, &ca);
-  pthread_condattr_destroy(&ca);
+  vr_cond_init_monotonic(&s->stop_cv);
   if (pthread_create(&s->live_thread, NULL, liveness_main, s) != 0) {
     vr_log(VR_LOG_ERROR, "cannot start the shm liveness thread");
     vr_shm_server_destroy(s);

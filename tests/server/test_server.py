@@ -22,6 +22,9 @@ import threading
 import time
 import unittest
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from vr_testlib import checksum_score, free_port  # noqa: E402  (one Python twin of vr_checksum.h)
+
 BIN = os.environ.get("VR_BIN_DIR", "build/bin")
 TEST_BIN = os.environ.get("VR_TEST_BIN", "build/tests")
 FIXTURES = os.environ.get("VR_FIXTURES", "tests/fixtures")
@@ -30,22 +33,6 @@ SERVER = os.path.join(BIN, "verl-reward-server")
 SHM_CLIENT = os.path.join(TEST_BIN, "vr_test_shm_client")
 _counter = [0]
 
-M64 = (1 << 64) - 1
-
-
-def checksum_score(ids):
-    """shm/vr_checksum.h in Python: exact (k / 2^24)."""
-    h = 0x9E3779B97F4A7C15 ^ len(ids)
-    for t in ids:
-        h = ((h ^ ((t & 0xFFFFFFFF) + 1)) * 0x100000001B3) & M64
-    h ^= h >> 30
-    h = (h * 0xBF58476D1CE4E5B9) & M64
-    h ^= h >> 27
-    h = (h * 0x94D049BB133111EB) & M64
-    h ^= h >> 31
-    return (h >> 40) / 16777216.0
-
-
 def f32(x):
     return struct.unpack("f", struct.pack("f", x))[0]
 
@@ -53,12 +40,6 @@ def f32(x):
 def f32s(xs):
     """Scores travel as "%.9g" text: round back to the float32 the server computed."""
     return [None if x is None else f32(x) for x in xs]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_bytes(pid):
