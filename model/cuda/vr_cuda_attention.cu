@@ -43,6 +43,26 @@ struct attn_params {
   float scale_log2; /* scale * log2(e) */
 };
 
+/* One work item of the tile list: query rows [q0, q0 + rows) of sequence seq (rows at
+ * s0 .. s0 + len of qkv), against key tiles kbeg .. kbeg + nkv * BN (causal: up to the
+ * tile's last row; sliding window: from the first key any of its rows sees). */
+struct tile_span {
+  size_t s0;
+  int seq, q0, len, kbeg, nkv;
+};
+
+__device__ __forceinline__ tile_span tile_at(const attn_params &p, int tile, int rows) {
+  tile_span w;
+  w.seq = p.tiles[2 * tile];
+  w.q0 = p.tiles[2 * tile + 1];
+  w.s0 = (size_t)p.cu[w.seq];
+  w.len = p.cu[w.seq + 1] - p.cu[w.seq];
+  const int kend = p.causal ? min(w.len, w.q0 + rows) : w.len;
+  w.kbeg = p.window > 0 ? max(0, w.q0 - p.window + 1) / BN * BN : 0;
+  w.nkv = (kend - w.kbeg + BN - 1) / BN;
+  return w;
+}
+
 template <int D>
 struct attn_smem {
   static constexpr int LDB = D + 8;   /* bf16 Q/K/V rows, padded */
@@ -255,12 +275,9 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_mma(attn_params p) {
   const int n_tiles = p.meta[VR_CUDA_META_N_TILES];
 
   for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
-    const int seq = p.tiles[2 * tile], q0 = p.tiles[2 * tile + 1];
-    const size_t s0 = (size_t)p.cu[seq];
-    const int len = p.cu[seq + 1] - p.cu[seq];
-    const int kend = p.causal ? min(len, q0 + BM) : len;
-    const int kbeg = p.window > 0 ? max(0, q0 - p.window + 1) / BN * BN : 0;
-    const int nkv = (kend - kbeg + BN - 1) / BN;
+    const tile_span w = tile_at(p, tile, BM);
+    const size_t s0 = w.s0;
+    const int q0 = w.q0, len = w.len, kbeg = w.kbeg, nkv = w.nkv;
     __syncthreads(); /* the previous tile is done with every buffer */
     cp_tile<D>(sQ, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
     cp_tile<D>(sK0, p.qkv, p.ld, s0, p.k_off + hk * D, kbeg, len);
@@ -381,6 +398,250 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_mma(attn_params p) {
   }
 }
 
+/* ---- Two-warp variant for head_dim <= 64 (default there; VR_CUDA_ATTN=mma selects the
+ * kernel above) ----
+ * Same 64-row query tile, same double-buffered 64-key K/V tiles, but 2 warps of 32 query
+ * rows (two m16 tiles each) instead of 4 warps of 16: every K and V fragment read from
+ * shared memory feeds two mma instead of one (the 4-warp kernel issued one 32-bit shared
+ * load per mma for K, i.e. shared-memory bandwidth bound at D = 64), K fragments come
+ * from ldmatrix (x4: two 16-dim steps of one 8-key n-tile), and the softmax uses the
+ * scale folded into one FFMA and the hardware ex2 (P is rounded to bf16 anyway). */
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3, const void *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(smem_u32(p)));
+}
+
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* As cp_tile, for a block of NW warps. */
+template <int D, int NW, int ROWS = 64>
+__device__ __forceinline__ void cp_tile2(bf16 *dst, const bf16 *qkv, int ld, size_t row0, int col, int r0,
+                                         int valid) {
+  constexpr int VPR = D / 8;
+  for (int i = threadIdx.x; i < ROWS * VPR; i += NW * 32) {
+    const int r = i / VPR, c = (i % VPR) * 8;
+    const bool ok = r0 + r < valid;
+    const bf16 *src = qkv + (row0 + (ok ? r0 + r : 0)) * (size_t)ld + col + c;
+    cp_async16(dst + r * mma_smem<D>::LD + c, src, ok ? 16 : 0);
+  }
+}
+
+/* NW warps of MT m16 tiles each: query tiles of TM = NW * MT * 16 rows (64, or 128: the
+ * host then lists 128-row tiles, vr_cuda_attention_tile_rows); MINB: blocks per
+ * multiprocessor the register allocation must allow (1: no bound). Shared memory:
+ * fa_smem_bytes<D, TM>. A 128-row tile reads each K/V tile from L2 once for twice the
+ * query rows. */
+/* Pairwise reduction of 8 values (depth 3 instead of a chain of 7). */
+struct op_max {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+struct op_add {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+template <typename F>
+__device__ __forceinline__ float tree8(const float (&v)[8], F f) {
+  return f(f(f(v[0], v[1]), f(v[2], v[3])), f(f(v[4], v[5]), f(v[6], v[7])));
+}
+
+template <int D, int NW, int MT, int MINB, bool QSM>
+__global__ void __launch_bounds__(NW * 32, MINB) k_attn_fa(attn_params p) {
+  constexpr int TM = NW * MT * 16;
+  static_assert(TM == 64 || TM == 128, "64- or 128-row query tiles");
+  constexpr int LD = mma_smem<D>::LD, KS = D / 16, NT = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16 *sQ0 = reinterpret_cast<bf16 *>(smem); /* Q[2] (current / next tile), K[2], V[2] */
+  bf16 *sK0 = sQ0 + 2 * TM * LD, *sV0 = sK0 + 2 * 64 * LD;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int mat = lane >> 3, mrow = lane & 7; /* ldmatrix: which 8x8 matrix / row this lane addresses */
+  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const int n_tiles = p.meta[VR_CUDA_META_N_TILES];
+
+  /* Persistent loop with the next tile's Q and first K/V tile prefetched during the last
+   * key iteration of the current one (short sequences have few key iterations, so an
+   * exposed load per tile would cost a large share of the block's time). */
+  int kvb = 0, qb = 0, prefetched = 0; /* K/V buffer of the tile's first keys, its Q buffer */
+  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    const tile_span w = tile_at(p, tile, TM);
+    const size_t s0 = w.s0;
+    const int q0 = w.q0, len = w.len, kbeg = w.kbeg, nkv = w.nkv;
+    const bf16 *sQ = sQ0 + qb * TM * LD;
+    if (!prefetched) {
+      cp_async_wait<0>(); /* nothing of this block's may still land in these buffers */
+      __syncthreads();    /* the previous tile is done with every buffer */
+      cp_tile2<D, NW, TM>(sQ0 + qb * TM * LD, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
+      cp_tile2<D, NW>(sK0 + kvb * 64 * LD, p.qkv, p.ld, s0, p.k_off + hk * D, kbeg, len);
+      cp_tile2<D, NW>(sV0 + kvb * 64 * LD, p.qkv, p.ld, s0, p.v_off + hk * D, kbeg, len);
+      cp_async_commit();
+    }
+    prefetched = 0;
+    const int next = tile + (int)gridDim.x;
+
+    uint32_t qa[QSM ? 1 : MT][QSM ? 1 : KS][4]; /* Q fragments in registers (QSM: read from sQ) */
+    float o[MT][NT][4];
+    float m[MT][2], l[MT][2]; /* rows g and g + 8 of each m-tile; m in the log2-scaled domain */
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int i = 0; i < NT; ++i) o[mt][i][0] = o[mt][i][1] = o[mt][i][2] = o[mt][i][3] = 0.f;
+      m[mt][0] = m[mt][1] = -INFINITY;
+      l[mt][0] = l[mt][1] = 0.f;
+    }
+    const int wr0 = q0 + warp * MT * 16; /* this warp's first query row */
+
+    for (int it = 0; it < nkv; ++it) {
+      const int n0 = kbeg + it * BN, buf = kvb ^ (it & 1);
+      if (it + 1 < nkv) {
+        cp_tile2<D, NW>(sK0 + (buf ^ 1) * 64 * LD, p.qkv, p.ld, s0, p.k_off + hk * D, n0 + BN, len);
+        cp_tile2<D, NW>(sV0 + (buf ^ 1) * 64 * LD, p.qkv, p.ld, s0, p.v_off + hk * D, n0 + BN, len);
+      } else if (next < n_tiles) { /* the next tile's Q and first keys, into the free buffers */
+        const tile_span nw = tile_at(p, next, TM);
+        cp_tile2<D, NW, TM>(sQ0 + (qb ^ 1) * TM * LD, p.qkv, p.ld, nw.s0, p.q_off + h * D, nw.q0, nw.len);
+        cp_tile2<D, NW>(sK0 + (buf ^ 1) * 64 * LD, p.qkv, p.ld, nw.s0, p.k_off + hk * D, nw.kbeg, nw.len);
+        cp_tile2<D, NW>(sV0 + (buf ^ 1) * 64 * LD, p.qkv, p.ld, nw.s0, p.v_off + hk * D, nw.kbeg, nw.len);
+        prefetched = 1;
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();
+      if (!QSM && it == 0) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const bf16 *qw = sQ + (warp * MT * 16 + mt * 16) * LD;
+#pragma unroll
+          for (int kk = 0; kk < KS; ++kk) {
+            ldmatrix_x4(qa[QSM ? 0 : mt][QSM ? 0 : kk][0], qa[QSM ? 0 : mt][QSM ? 0 : kk][1],
+                        qa[QSM ? 0 : mt][QSM ? 0 : kk][2], qa[QSM ? 0 : mt][QSM ? 0 : kk][3],
+                        qw + (lane & 15) * LD + kk * 16 + 8 * (lane >> 4));
+          }
+        }
+      }
+      const bf16 *sK = sK0 + buf * 64 * LD, *sV = sV0 + buf * 64 * LD;
+      /* S = Q K^T (raw scores), one 16-dim step at a time: 8 key n-tiles of 8, each K
+       * fragment (ldmatrix x4: two n-tiles, both 8-dim halves) feeding every m-tile */
+      float sc[MT][8][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) sc[mt][nt][0] = sc[mt][nt][1] = sc[mt][nt][2] = sc[mt][nt][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        uint32_t qf[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          if (QSM)
+            ldmatrix_x4(qf[mt][0], qf[mt][1], qf[mt][2], qf[mt][3],
+                        sQ + (warp * MT * 16 + mt * 16 + (lane & 15)) * LD + kk * 16 + 8 * (lane >> 4));
+          else
+#pragma unroll
+            for (int r = 0; r < 4; ++r) qf[mt][r] = qa[QSM ? 0 : mt][QSM ? 0 : kk][r];
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; nt += 2) { /* matrices: (nt, lo), (nt, hi), (nt+1, lo), (nt+1, hi) */
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4(b0, b1, b2, b3, sK + ((nt + (mat >> 1)) * 8 + mrow) * LD + kk * 16 + 8 * (mat & 1));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16(sc[mt][nt], qf[mt], b0, b1);
+            mma_bf16(sc[mt][nt + 1], qf[mt], b2, b3);
+          }
+        }
+      }
+      const bool need_mask = n0 + BN > len || (p.causal && n0 + BN - 1 > wr0) || p.window > 0;
+      uint32_t pa[MT][4][4]; /* P as A fragments, one per 16-key step */
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int qr0 = wr0 + mt * 16 + g, qr1 = qr0 + 8;
+        float px0[8], px1[8]; /* per n-tile maxima, then a tree (short dependency chains) */
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          if (need_mask) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int kp = n0 + nt * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
+              bool ok = kp < len;
+              if (p.causal) ok = ok && kp <= qp;
+              if (p.window > 0) ok = ok && qp - kp < p.window && kp - qp < p.window;
+              if (!ok) sc[mt][nt][e] = -INFINITY;
+            }
+          }
+          px0[nt] = fmaxf(sc[mt][nt][0], sc[mt][nt][1]);
+          px1[nt] = fmaxf(sc[mt][nt][2], sc[mt][nt][3]);
+        }
+        float mx0 = tree8(px0, op_max()), mx1 = tree8(px1, op_max());
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        /* scale > 0, so max(raw) * scale is the max of the scaled scores */
+        const float mn0 = fmaxf(m[mt][0], mx0 * p.scale_log2), mn1 = fmaxf(m[mt][1], mx1 * p.scale_log2);
+        const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+        const float al0 = ex2_approx(m[mt][0] - mu0), al1 = ex2_approx(m[mt][1] - mu1);
+        m[mt][0] = mn0, m[mt][1] = mn1;
+        float ps0[8], ps1[8];
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const float e0 = ex2_approx(fmaf(sc[mt][nt][0], p.scale_log2, -mu0));
+          const float e1 = ex2_approx(fmaf(sc[mt][nt][1], p.scale_log2, -mu0));
+          const float e2 = ex2_approx(fmaf(sc[mt][nt][2], p.scale_log2, -mu1));
+          const float e3 = ex2_approx(fmaf(sc[mt][nt][3], p.scale_log2, -mu1));
+          ps0[nt] = e0 + e1;
+          ps1[nt] = e2 + e3;
+          pa[mt][nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(e0, e1);
+          pa[mt][nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(e2, e3);
+        }
+        float rs0 = tree8(ps0, op_add()), rs1 = tree8(ps1, op_add());
+        rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
+        rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
+        rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
+        rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
+        l[mt][0] = l[mt][0] * al0 + rs0;
+        l[mt][1] = l[mt][1] * al1 + rs1;
+#pragma unroll
+        for (int i = 0; i < NT; ++i) o[mt][i][0] *= al0, o[mt][i][1] *= al0, o[mt][i][2] *= al1, o[mt][i][3] *= al1;
+      }
+      /* O += P V: one ldmatrix.trans (two dim n-tiles) feeds both m-tiles */
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int nn = 0; nn < NT; nn += 2) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4_trans(b0, b1, b2, b3, sV + (j * 16 + mrow + 8 * (mat & 1)) * LD + nn * 8 + 8 * (mat >> 1));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            mma_bf16(o[mt][nn], pa[mt][j], b0, b1);
+            mma_bf16(o[mt][nn + 1], pa[mt][j], b2, b3);
+          }
+        }
+      }
+      __syncthreads(); /* this buffer may be refilled by the next iteration's prefetch */
+    }
+    kvb ^= nkv & 1; /* the buffer after the last one used holds the prefetched keys */
+    if (prefetched) qb ^= 1;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int qr0 = wr0 + mt * 16 + g, qr1 = qr0 + 8;
+      const float inv0 = l[mt][0] > 0.f ? 1.f / l[mt][0] : 0.f, inv1 = l[mt][1] > 0.f ? 1.f / l[mt][1] : 0.f;
+#pragma unroll
+      for (int nn = 0; nn < NT; ++nn) {
+        const int c = h * D + nn * 8 + 2 * t;
+        if (qr0 < len)
+          *reinterpret_cast<uint32_t *>(p.out + (s0 + qr0) * (size_t)p.ld_out + c) =
+              pack_bf16(o[mt][nn][0] * inv0, o[mt][nn][1] * inv0);
+        if (qr1 < len)
+          *reinterpret_cast<uint32_t *>(p.out + (s0 + qr1) * (size_t)p.ld_out + c) =
+              pack_bf16(o[mt][nn][2] * inv1, o[mt][nn][3] * inv1);
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
 /* Fallback: one warp per query row; dynamic shared memory NWARP * D floats (q). */
 __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int D) {
   extern __shared__ float qs_all[];
@@ -446,8 +707,13 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int 
 
 /* -------------------------------------------------------------- launchers */
 
-/* Which tensor-core kernel runs: 1 mma.sync (default), 0 wmma (VR_CUDA_ATTN=wmma, or
- * vr_cuda_attention_set_impl(0)); read once. */
+extern "C" int vr_cuda_attention_path(int D);
+
+/* Which tensor-core kernel runs (vr_cuda_attention_set_impl overrides; the environment
+ * VR_CUDA_ATTN is read once): 6 (default, "auto") see fa_for; 5 ("fa128") k_attn_fa with
+ * 4 warps x 32 rows on 128-row tiles; 2 ("fa2") 2 warps x 32 rows; 3 ("fa4") 4 warps x 16
+ * rows; 4 ("fa4r") the same with registers bounded for 4 blocks per SM; 1 ("mma")
+ * k_attn_mma; 0 ("wmma") k_attn_wmma. */
 static int g_attn_impl = -1;
 
 extern "C" void vr_cuda_attention_set_impl(int impl) { g_attn_impl = impl; }
@@ -455,9 +721,93 @@ extern "C" void vr_cuda_attention_set_impl(int impl) { g_attn_impl = impl; }
 static int attn_impl(void) {
   if (g_attn_impl < 0) {
     const char *e = getenv("VR_CUDA_ATTN");
-    g_attn_impl = (e && !strcmp(e, "wmma")) ? 0 : 1;
+    g_attn_impl = !e                    ? 6
+                  : !strcmp(e, "wmma")  ? 0
+                  : !strcmp(e, "mma")   ? 1
+                  : !strcmp(e, "fa2")   ? 2
+                  : !strcmp(e, "fa4")   ? 3
+                  : !strcmp(e, "fa4r")  ? 4
+                  : !strcmp(e, "fa128") ? 5
+                  : !strcmp(e, "fa128q") ? 7
+                  : !strcmp(e, "fa4q")  ? 8
+                                        : 6;
   }
   return g_attn_impl;
+}
+
+/* auto (6): 128-row tiles for D <= 64 in batches of at least this many rows (or an unknown
+ * count); below it, and for D = 128, four warps of 16 rows on 64-row tiles: with few tiles
+ * the GPU is not full and a smaller tile spreads the work over more blocks (H200, 1 x 512
+ * roberta-base heads: 16 us four-warp, 18 us 128-row, 17 us two-warp). */
+#define VR_ATTN2_MIN_ROWS 4096
+
+template <int D, int TM>
+struct fa_smem {
+  static constexpr size_t bytes = (size_t)(2 * TM + 4 * 64) * mma_smem<D>::LD * 2; /* Q[2], K[2], V[2] */
+};
+
+/* The k_attn_fa variants by impl number (2..5); D-independent shape parameters. */
+template <int D, int IMPL>
+struct fa_cfg;
+template <int D>
+struct fa_cfg<D, 2> { /* 2 warps x 32 rows (D <= 64: 255 registers at D = 64) */
+  static constexpr int NW = 2, MT = 2, MINB = 1;
+  static constexpr bool QSM = false;
+};
+template <int D>
+struct fa_cfg<D, 3> { /* 4 warps x 16 rows */
+  static constexpr int NW = 4, MT = 1, MINB = 1;
+  static constexpr bool QSM = false;
+};
+template <int D>
+struct fa_cfg<D, 4> { /* 4 warps x 16 rows, registers bounded for 4 blocks (16 warps) per SM */
+  static constexpr int NW = 4, MT = 1, MINB = 4;
+  static constexpr bool QSM = false;
+};
+template <int D>
+struct fa_cfg<D, 5> { /* 4 warps x 32 rows: 128-row query tiles (D <= 64) */
+  static constexpr int NW = 4, MT = 2, MINB = 1;
+  static constexpr bool QSM = false;
+};
+template <int D>
+struct fa_cfg<D, 7> { /* 128-row tiles, Q fragments read from shared memory each key tile */
+  static constexpr int NW = 4, MT = 2, MINB = 1;
+  static constexpr bool QSM = true;
+};
+template <int D>
+struct fa_cfg<D, 8> { /* 4 warps x 16 rows, Q from shared memory, registers for 3 blocks per SM */
+  static constexpr int NW = 4, MT = 1, MINB = 3;
+  static constexpr bool QSM = true;
+};
+
+/* The kernel a launch takes: its k_attn_fa impl number (2..5), or 0 for k_attn_mma /
+ * k_attn_wmma (impl 1 / 0). Two m-tiles per warp (2, 5) need D <= 64; D = 128 takes 3. */
+static int fa_for(int D, int rows_hint) {
+  if (vr_cuda_attention_path(D) != 1) return 0; /* the fp32 fallback */
+  int i = attn_impl();
+  if (i == 6) i = D <= 64 && (rows_hint <= 0 || rows_hint >= VR_ATTN2_MIN_ROWS) ? 5 : 3;
+  if ((i == 2 || i == 5 || i == 7) && D > 64) i = 3;
+  return i >= 2 ? i : 0;
+}
+
+extern "C" int vr_cuda_attention_tile_rows(int D, int rows_hint) {
+  const int fa = fa_for(D, rows_hint);
+  return fa == 5 || fa == 7 ? 128 : 64;
+}
+
+template <int D, int IMPL>
+static void launch_fa_impl(const attn_params &p, dim3 grid, cudaStream_t s) {
+  typedef fa_cfg<D, IMPL> F;
+  const size_t sh = fa_smem<D, F::NW * F::MT * 16>::bytes;
+  static int attr_set[64];
+  const int dev = vr_cuda_current_device_();
+  if (dev < 0 || dev >= 64 || !attr_set[dev]) {
+    VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_fa<D, F::NW, F::MT, F::MINB, F::QSM>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
+    if (dev >= 0 && dev < 64) attr_set[dev] = 1;
+  }
+  k_attn_fa<D, F::NW, F::MT, F::MINB, F::QSM><<<grid, F::NW * 32, sh, s>>>(p);
+  VR_CUDA_CHECK_LAUNCH();
 }
 
 template <int D>
@@ -474,8 +824,23 @@ static void launch_mma(const attn_params &p, dim3 grid, cudaStream_t s) {
 }
 
 template <int D>
-static void launch_wmma(const attn_params &p, dim3 grid, cudaStream_t s) {
-  if (attn_impl() == 1) {
+static void launch_fa(int impl, const attn_params &p, dim3 grid, cudaStream_t s) {
+  if (impl == 2) launch_fa_impl<D <= 64 ? D : 64, 2>(p, grid, s);
+  else if (impl == 5) launch_fa_impl<D <= 64 ? D : 64, 5>(p, grid, s);
+  else if (impl == 7) launch_fa_impl<D <= 64 ? D : 64, 7>(p, grid, s);
+  else if (impl == 8) launch_fa_impl<D, 8>(p, grid, s);
+  else if (impl == 3) launch_fa_impl<D, 3>(p, grid, s);
+  else launch_fa_impl<D, 4>(p, grid, s);
+}
+
+template <int D>
+static void launch_wmma(const attn_params &p, dim3 grid, int rows_hint, cudaStream_t s) {
+  const int fa = fa_for(D, rows_hint);
+  if (fa) {
+    launch_fa<D>(fa, p, grid, s);
+    return;
+  }
+  if (attn_impl() >= 1) {
     launch_mma<D>(p, grid, s);
     return;
   }
@@ -491,19 +856,40 @@ static void launch_wmma(const attn_params &p, dim3 grid, cudaStream_t s) {
   VR_CUDA_CHECK_LAUNCH();
 }
 
-template <int D>
-static int resident_mma(void) {
+template <typename K>
+static int resident_of(K kernel, int threads, int sh) {
   int n = 0;
-  const int sh = (int)mma_smem<D>::bytes;
-  if (cudaFuncSetAttribute(k_attn_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, sh) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k_attn_mma<D>, NWARP * 32, (size_t)sh) != cudaSuccess)
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sh) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, (size_t)sh) != cudaSuccess)
     n = 0;
   (void)cudaGetLastError();
   return n > 0 ? n : 1;
 }
 
+template <int D, int IMPL>
+static int resident_fa(void) {
+  typedef fa_cfg<D, IMPL> F;
+  return resident_of(k_attn_fa<D, F::NW, F::MT, F::MINB, F::QSM>, F::NW * 32,
+                     (int)fa_smem<D, F::NW * F::MT * 16>::bytes);
+}
+
+template <int D>
+static int resident_mma(void) {
+  constexpr int DD = D <= 64 ? D : 64;
+  switch (fa_for(D, 0)) { /* the graphs' large buckets */
+    case 2: return resident_fa<DD, 2>();
+    case 5: return resident_fa<DD, 5>();
+    case 7: return resident_fa<DD, 7>();
+    case 3: return resident_fa<D, 3>();
+    case 4: return resident_fa<D, 4>();
+    case 8: return resident_fa<D, 8>();
+    default: break;
+  }
+  return resident_of(k_attn_mma<D>, NWARP * 32, (int)mma_smem<D>::bytes);
+}
+
 extern "C" int vr_cuda_attention_resident_blocks(int D) {
-  if (attn_impl() != 1) return 2;
+  if (attn_impl() == 0) return 2;
   switch (D) {
     case 16: return resident_mma<16>();
     case 32: return resident_mma<32>();
@@ -522,7 +908,7 @@ extern "C" int vr_cuda_attention_path(int D) {
 extern "C" void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                                   uint16_t *out, int ld_out, const int32_t *cu,
                                   const int32_t *tiles, const int32_t *meta, int grid_tiles, int H,
-                                  int Hkv, int D, int causal, int window, float scale,
+                                  int Hkv, int D, int causal, int window, float scale, int rows_hint,
                                   cudaStream_t s) {
   if (grid_tiles <= 0) return;
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && vr_cuda_attention_path(D) >= 0);
@@ -544,10 +930,10 @@ extern "C" void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_
   p.scale_log2 = scale * 1.4426950408889634f;
   const dim3 grid((unsigned)grid_tiles, (unsigned)H);
   switch (D) {
-    case 16: launch_wmma<16>(p, grid, s); return;
-    case 32: launch_wmma<32>(p, grid, s); return;
-    case 64: launch_wmma<64>(p, grid, s); return;
-    case 128: launch_wmma<128>(p, grid, s); return;
+    case 16: launch_wmma<16>(p, grid, rows_hint, s); return;
+    case 32: launch_wmma<32>(p, grid, rows_hint, s); return;
+    case 64: launch_wmma<64>(p, grid, rows_hint, s); return;
+    case 128: launch_wmma<128>(p, grid, rows_hint, s); return;
     default:
       k_attn_generic<<<grid, NWARP * 32, NWARP * D * sizeof(float), s>>>(p, D);
       VR_CUDA_CHECK_LAUNCH();

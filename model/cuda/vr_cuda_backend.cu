@@ -17,20 +17,30 @@
  * the slot's done event and returns; collect waits for the oldest slot's
  * event. So while batch N computes, batch N+1 is assembled and uploaded.
  * Batches are padded up to a token bucket (make_buckets: at most 25% padding up
- * to 2048 tokens, then steps of max(1024, max_tokens / 16)) and replayed from a
+ * to 2048 tokens, then steps of max(1024, max_tokens / 16 or / 32)) and replayed from a
  * CUDA graph per (bucket, slot); the padding rows are no sequence's tokens
- * and are never scored. At load every bucket runs once eagerly (which also
- * times the cuBLASLt candidates of its GEMMs, VR_CUDA_AUTOTUNE=0 disables)
+ * and are never scored. A batch in a bucket of VR_CUDA_EXACT_MIN_T rows or more
+ * runs eagerly at its exact size instead, on the GEMM algorithms its bucket chose
+ * (vr_cuda_gemm_set_plan_rows). At load every bucket runs once eagerly (which also
+ * times the cuBLASLt candidates of its GEMMs with VR_CUDA_AUTOTUNE=1)
  * and its graphs are captured, so nothing is allocated or planned on the hot
  * path. VR_CUDA_GRAPHS=0: eager forwards at the exact size; VR_CUDA_WARMUP=0:
  * buckets warmed and captured on first use instead. Encoders: the up
  * projection's bias + GELU run in the GEMM epilogue (cuBLASLt GELU_BIAS, tanh
  * form, bf16 bias; VR_CUDA_GELU_EPILOGUE=0 uses the exact-form kernel).
  *
- * Activations: residual stream x in fp32 (T, C); GEMM inputs in bf16. The
- * residual add and the bias are fused into the output GEMM's epilogue
- * (D = x + A W^T + b, fp32 C/D), then the norm kernel writes the next bf16
- * input. Scores: decoders at the row the loader's rule picks (see
+ * Activations: decoders keep the residual stream x in fp32 (T, C); GEMM inputs
+ * are bf16. The residual add and the bias are fused into the output GEMM's
+ * epilogue (D = x + A W^T + b, fp32 C/D), then the norm kernel writes the next
+ * bf16 input. Encoders (post-norm) keep the residual stream in bf16, as a
+ * transformers bf16 forward does: the LayerNorm output xn is both the next
+ * GEMM's input and the next residual; the output GEMM writes y16 = A W^T + b and
+ * the norm computes xn = LN(y16 + xn) in place (VR_CUDA_RES_IN_NORM=0: the GEMM
+ * adds xn in its epilogue instead, y16 = xn + A W^T + b); the last norm also
+ * writes fp32 x for the score head. That halves the bytes of the two norms and of the two
+ * residual epilogues per layer; encoders narrower than VR_RES_BF16_MIN_C keep the
+ * fp32 stream (VR_CUDA_RES_BF16=0/1 forces either).
+ * Scores: decoders at the row the loader's rule picks (see
  * score_row()), encoders at the sequence's first token. */
 #include <math.h>
 #include <stdio.h>
@@ -42,9 +52,19 @@
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
 
-#define VR_CUDA_MAX_BUCKETS 48
+#define VR_CUDA_MAX_BUCKETS 64
 #define VR_CUDA_GEMM_WORKSPACE (32u << 20)
 #define VR_CUDA_MAX_ALLOCS 4096
+/* Buckets of at least this many rows: a batch smaller than its bucket runs eagerly at its
+ * exact size (on the bucket's GEMM algorithms) instead of the padded graph; below it the
+ * graph's saved launch overhead is worth more than the padding. VR_CUDA_EXACT=0: graphs. */
+#define VR_CUDA_EXACT_MIN_T 8192
+/* Narrowest encoder that keeps its residual stream in bf16 by default. The rounding of the
+ * stream averages out over the hidden width: on roberta-base (768) ours stays 5.9e-3 from
+ * transformers fp32 with either stream (transformers' own bf16 forward: 1.3e-2), while on
+ * the 32-wide 2-layer roberta fixture a bf16 stream moved cuda-vs-cpu from under 7e-3 to
+ * 8.6e-3..1.03e-2, at the 1e-2 parity bound. */
+#define VR_RES_BF16_MIN_C 256
 
 typedef struct vr_cuda_layer {
   uint16_t *wqkv;  /* (Nqkv, C) */
@@ -53,6 +73,7 @@ typedef struct vr_cuda_layer {
   uint16_t *wdown; /* (C, I) */
   uint16_t *bqkv;  /* bf16 (Nqkv) or NULL */
   float *bo;       /* fp32 (C) or NULL */
+  uint16_t *bo16, *bdown16; /* enc, bf16 residual: bf16 copies of bo / bdown, or NULL */
   uint16_t *bgu;   /* dec: bf16 (2I) or NULL */
   float *bup;      /* enc: fp32 (I) or NULL */
   uint16_t *bup16; /* enc: bf16 copy of bup for the GELU_BIAS epilogue, or NULL */
@@ -104,11 +125,17 @@ typedef struct vr_cuda_state {
   float *x, *scores_d;
   float *head_partial; /* encoders: (max_seqs) x vr_cuda_score_encoder_blocks(C) */
   uint16_t *xn, *qkv, *ao, *mlp, *act;
+  uint16_t *y16;        /* encoders with res_bf16: (T, C) pre-norm sums */
+  int res_bf16;         /* encoders: bf16 residual stream (see the top comment) */
+  int res_in_norm;      /* with res_bf16: the residual added in the norm, not in the GEMM's epilogue
+                         * (default: the GEMM then writes without reading C; VR_CUDA_RES_IN_NORM=0) */
   size_t in_words;      /* capacity of each slot's metadata block */
   vr_cuda_slot_t slots[VR_CUDA_SLOTS];
   int head, tail, n_busy; /* next slot to submit into / oldest outstanding */
   int32_t *tile_tmp;    /* host scratch for sorting tiles */
+  uint64_t *tile_key;   /* host scratch: encoders' (work << 32 | index) sort keys */
   int use_graphs, gelu_epilogue;
+  int exact_large; /* batches in buckets >= VR_CUDA_EXACT_MIN_T rows run eagerly at their size */
   vr_cuda_bucket_t buckets[VR_CUDA_MAX_BUCKETS];
   int n_buckets;
 } vr_cuda_state_t;
@@ -276,6 +303,9 @@ static int load_layer(vr_cuda_state_t *st, const vr_layer_weights_t *lw, vr_cuda
     if ((rc = new_bf16(st, &L->wup, lw->up_w, I * C, WHAT("up weight"), 1))) return rc;
     if ((rc = new_f32(st, &L->bup, lw->up_b, I, WHAT("up bias"), 0))) return rc;
     if (st->gelu_epilogue && (rc = new_bf16(st, &L->bup16, lw->up_b, I, WHAT("up bias"), 0))) return rc;
+    if (st->res_bf16 && ((rc = new_bf16(st, &L->bo16, lw->o_b, C, WHAT("o bias"), 0)) ||
+                         (rc = new_bf16(st, &L->bdown16, lw->down_b, C, WHAT("down bias"), 0))))
+      return rc;
   }
   if ((rc = new_bf16(st, &L->wdown, lw->down_w, C * I, WHAT("down weight"), 1))) return rc;
   if ((rc = new_f32(st, &L->bdown, lw->down_b, C, WHAT("down bias"), 0))) return rc;
@@ -343,6 +373,7 @@ static int alloc_workspace(vr_cuda_state_t *st) {
   if (!(st->ao = (uint16_t *)dalloc(st, T * nq * 2))) return VR_ERR_NOMEM;
   if (!(st->mlp = (uint16_t *)dalloc(st, T * (c->is_decoder ? 2 : 1) * I * 2))) return VR_ERR_NOMEM;
   if (c->is_decoder && !(st->act = (uint16_t *)dalloc(st, T * I * 2))) return VR_ERR_NOMEM;
+  if (st->res_bf16 && !(st->y16 = (uint16_t *)dalloc(st, T * C * 2))) return VR_ERR_NOMEM;
   if (!(st->scores_d = (float *)dalloc(st, (size_t)st->max_seqs * 4))) return VR_ERR_NOMEM;
   if (!c->is_decoder &&
       !(st->head_partial = (float *)dalloc(st, (size_t)st->max_seqs * vr_cuda_score_encoder_blocks((int)C) * 4)))
@@ -352,6 +383,7 @@ static int alloc_workspace(vr_cuda_state_t *st) {
   VR_CUDA_CHECK(cudaMemsetAsync(st->x, 0, T * C * 4, st->stream));
   VR_CUDA_CHECK(cudaMemsetAsync(st->xn, 0, T * C * 2, st->stream));
   VR_CUDA_CHECK(cudaMemsetAsync(st->ao, 0, T * nq * 2, st->stream));
+  if (st->y16) VR_CUDA_CHECK(cudaMemsetAsync(st->y16, 0, T * C * 2, st->stream));
   for (int i = 0; i < VR_CUDA_SLOTS; ++i) {
     vr_cuda_slot_t *sl = &st->slots[i];
     if (!(sl->in_d = (int32_t *)dalloc(st, st->in_words * 4))) return VR_ERR_NOMEM;
@@ -364,7 +396,8 @@ static int alloc_workspace(vr_cuda_state_t *st) {
     memset(sl->in_h, 0, st->in_words * 4);
   }
   st->tile_tmp = (int32_t *)malloc(2 * (size_t)st->max_tiles * sizeof(int32_t));
-  if (!st->tile_tmp) return VR_ERR_NOMEM;
+  st->tile_key = (uint64_t *)malloc((size_t)st->max_tiles * sizeof(uint64_t));
+  if (!st->tile_tmp || !st->tile_key) return VR_ERR_NOMEM;
   st->host_bytes += 2 * (size_t)st->max_tiles * sizeof(int32_t);
   return 0;
 }
@@ -396,6 +429,7 @@ static void cuda_free(void *state) {
     if (st->upload) (void)VR_CUDA_TRY(cudaStreamDestroy(st->upload));
   }
   free(st->tile_tmp);
+  free(st->tile_key);
   free(st->layers);
   free(st);
 }
@@ -475,6 +509,14 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
   {
     const char *ge = getenv("VR_CUDA_GELU_EPILOGUE");
     st->gelu_epilogue = !(ge && !strcmp(ge, "0"));
+    /* bf16 residual stream for encoders at least VR_RES_BF16_MIN_C wide (see the top
+     * comment); VR_CUDA_RES_BF16=1 / 0 forces it on / off */
+    const char *rb = getenv("VR_CUDA_RES_BF16");
+    st->res_bf16 = !cfg->is_decoder && (rb && *rb ? !strcmp(rb, "1") : cfg->hidden_size >= VR_RES_BF16_MIN_C);
+    const char *ex = getenv("VR_CUDA_EXACT");
+    st->exact_large = !(ex && !strcmp(ex, "0"));
+    const char *rn = getenv("VR_CUDA_RES_IN_NORM");
+    st->res_in_norm = st->res_bf16 && !(rn && !strcmp(rn, "0"));
   }
   {
     const double t0 = (double)clock() / CLOCKS_PER_SEC;
@@ -532,6 +574,11 @@ static int cmp_tile_desc(const void *a, const void *b) {
   return (qa < qb) - (qa > qb);
 }
 
+static int cmp_u64_desc(const void *a, const void *b) {
+  const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x < y) - (x > y);
+}
+
 /* Fills slot sl's metadata block (layout lay) for a batch of T real tokens padded to Tp;
  * returns n_tiles or a negative vr_status_t for ids/positions outside the model (defence
  * in depth: vr_model validated them already). */
@@ -545,6 +592,8 @@ static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *i
    * pad tokens sit at padding_idx (transformers' create_position_ids_from_input_ids) */
   const int roberta = c->arch == VR_ARCH_ROBERTA && c->pad_token_id >= 0;
   const int max_pos = c->is_decoder ? INT32_MAX : c->max_seq_len + c->position_offset;
+  /* the attention launch of this Tp-row forward takes tiles of this many rows */
+  const uint32_t tile_rows = (uint32_t)vr_cuda_attention_tile_rows(c->head_dim, (int)Tp);
   uint32_t nt = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t s0 = cu[i], s1 = cu[i + 1];
@@ -570,7 +619,7 @@ static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *i
     }
     hcu[i] = (int32_t)s0;
     hrows[i] = (int32_t)score_row(st, ids, cu, i);
-    for (uint32_t q0 = 0; q0 < s1 - s0; q0 += VR_CUDA_ATTN_BM) {
+    for (uint32_t q0 = 0; q0 < s1 - s0; q0 += tile_rows) {
       st->tile_tmp[2 * nt] = (int32_t)i;
       st->tile_tmp[2 * nt + 1] = (int32_t)q0;
       ++nt;
@@ -582,9 +631,27 @@ static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *i
     hid[t] = 0;
     hpos[t] = roberta ? c->pad_token_id : 0;
   }
-  /* causal tiles deep in long sequences are the most work: schedule them first */
-  if (c->is_decoder) qsort(st->tile_tmp, nt, 2 * sizeof(int32_t), cmp_tile_desc);
-  memcpy(sl->in_h + lay->tiles, st->tile_tmp, 2 * (size_t)nt * sizeof(int32_t));
+  /* Most work first: the attention blocks take tiles round-robin (tile b, b + grid, ...),
+   * so with the heavy tiles in the first rounds every block ends within about one light
+   * tile of the others. Causal tiles deep in long sequences are the most work; a
+   * bidirectional tile costs its sequence's key tiles (in sequence order, a packed batch
+   * of mixed lengths left some blocks with several long tiles at the end). */
+  if (c->is_decoder) {
+    qsort(st->tile_tmp, nt, 2 * sizeof(int32_t), cmp_tile_desc);
+    memcpy(sl->in_h + lay->tiles, st->tile_tmp, 2 * (size_t)nt * sizeof(int32_t));
+  } else {
+    for (uint32_t k = 0; k < nt; ++k) {
+      const uint32_t seq = (uint32_t)st->tile_tmp[2 * k], len = cu[seq + 1] - cu[seq];
+      st->tile_key[k] = ((uint64_t)((len + VR_CUDA_ATTN_BM - 1) / VR_CUDA_ATTN_BM) << 32) | (nt - 1 - k);
+    }
+    qsort(st->tile_key, nt, sizeof(uint64_t), cmp_u64_desc); /* ties: batch order */
+    int32_t *dst = sl->in_h + lay->tiles;
+    for (uint32_t k = 0; k < nt; ++k) {
+      const uint32_t j = nt - 1 - (uint32_t)(st->tile_key[k] & 0xFFFFFFFFu);
+      dst[2 * k] = st->tile_tmp[2 * j];
+      dst[2 * k + 1] = st->tile_tmp[2 * j + 1];
+    }
+  }
   sl->in_h[VR_CUDA_META_N_SEQS] = (int32_t)n;
   sl->in_h[VR_CUDA_META_N_TILES] = (int32_t)nt;
   return (int)nt;
@@ -596,11 +663,30 @@ static uint32_t count_tiles(const uint32_t *cu, uint32_t n) {
   return nt;
 }
 
+/* Encoders' post-norm residual block: xn = LN(xn + A W^T + b) (A: T x K), in the configured
+ * residual form (see the top comment); with the bf16 stream the fp32 result also goes to x
+ * when last (the score head reads x; the fp32 stream always writes it). */
+static void enc_add_norm(vr_cuda_state_t *st, const uint16_t *A, const uint16_t *W, const uint16_t *b16,
+                         const float *b32, int K, const float *nw, const float *nb, int last, int T, cudaStream_t s) {
+  const int C = st->cfg.hidden_size;
+  const float eps = st->cfg.norm_eps;
+  if (!st->res_bf16) { /* x += A W^T + b (fp32); x = LN(x), xn = bf16(x) */
+    vr_cuda_gemm(st->gemm, st->x, 1, A, W, b32, T, C, K, 1.f, s);
+    vr_cuda_layernorm(st->x, st->xn, nw, nb, T, C, eps, s);
+  } else if (st->res_in_norm) { /* y16 = A W^T + b; xn = LN(y16 + xn) */
+    vr_cuda_gemm(st->gemm, st->y16, 0, A, W, b16, T, C, K, 0.f, s);
+    vr_cuda_layernorm_b16(st->y16, st->xn, st->xn, last ? st->x : NULL, nw, nb, T, C, eps, s);
+  } else { /* y16 = xn + A W^T + b in the epilogue; xn = LN(y16) */
+    vr_cuda_gemm_res(st->gemm, st->y16, 0, A, W, b16, st->xn, T, C, K, s);
+    vr_cuda_layernorm_b16(st->y16, NULL, st->xn, last ? st->x : NULL, nw, nb, T, C, eps, s);
+  }
+}
+
 /* Enqueues the whole forward for T rows reading the metadata block in_d (layout lay);
  * grid_tiles / grid_seqs bound the attention and score grids (device-side counts decide
  * the real work). */
 static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T,
-                            int grid_tiles, int grid_seqs) {
+                            int hint_T, int grid_tiles, int grid_seqs) {
   const vr_model_config_t *c = &st->cfg;
   cudaStream_t s = st->stream;
   const int C = c->hidden_size, H = c->num_heads, Hkv = c->num_kv_heads, D = c->head_dim,
@@ -622,24 +708,24 @@ static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_c
     if (c->is_decoder)
       vr_cuda_rope(st->qkv, ld, 0, nq, H, Hkv, D, pos, st->inv_freq, c->rope_attention_scaling, T, s);
     vr_cuda_attention(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, tiles, meta, grid_tiles, H, Hkv, D,
-                      c->is_decoder, c->is_decoder ? c->sliding_window : 0, scale, s);
-    vr_cuda_gemm(st->gemm, st->x, 1, st->ao, L->wo, L->bo, T, C, nq, 1.f, s); /* x += O(attn) + bo */
+                      c->is_decoder, c->is_decoder ? c->sliding_window : 0, scale, hint_T, s);
     if (c->is_decoder) {
+      vr_cuda_gemm(st->gemm, st->x, 1, st->ao, L->wo, L->bo, T, C, nq, 1.f, s); /* x += O(attn) + bo */
       vr_cuda_rmsnorm(st->x, st->xn, L->n2w, T, C, c->norm_eps, s);
       vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, L->bgu, T, 2 * I, C, 0.f, s);
       vr_cuda_swiglu(st->act, st->mlp, T, I, s);
       vr_cuda_gemm(st->gemm, st->x, 1, st->act, L->wdown, L->bdown, T, C, I, 1.f, s);
       if (l + 1 < c->num_layers) vr_cuda_rmsnorm(st->x, st->xn, st->layers[l + 1].n1w, T, C, c->norm_eps, s);
     } else {
-      vr_cuda_layernorm(st->x, st->xn, L->n1w, L->n1b, T, C, c->norm_eps, s);
+      const int last = l + 1 == c->num_layers;
+      enc_add_norm(st, st->ao, L->wo, L->bo16, L->bo, nq, L->n1w, L->n1b, 0, T, s);
       if (st->gelu_epilogue && L->bup16) { /* bias + GELU in the GEMM epilogue */
         vr_cuda_gemm_ex(st->gemm, st->mlp, 0, st->xn, L->wup, L->bup16, tanh_gelu ? 2 : 1, T, I, C, 0.f, s);
       } else {
         vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, NULL, T, I, C, 0.f, s);
         vr_cuda_bias_gelu(st->mlp, L->bup, T, I, tanh_gelu, s);
       }
-      vr_cuda_gemm(st->gemm, st->x, 1, st->mlp, L->wdown, L->bdown, T, C, I, 1.f, s);
-      vr_cuda_layernorm(st->x, st->xn, L->n2w, L->n2b, T, C, c->norm_eps, s);
+      enc_add_norm(st, st->mlp, L->wdown, L->bdown16, L->bdown, I, L->n2w, L->n2b, last, T, s);
     }
   }
   if (c->is_decoder)
@@ -652,7 +738,9 @@ static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_c
 /* Token buckets: a batch is padded up to the next bucket, so the spacing bounds the
  * wasted rows: 64, 128, 192, then four per octave from 256 to 2048 (at most 25% padding
  * where launch overhead matters most), then multiples of max(1024, max_tokens / 16)
- * (rounded up to 64), and max_tokens itself last. (Powers of two alone padded a 5x256 batch
+ * (decoders) or max(1024, max_tokens / 32) (encoders, whose warm-up of each bucket is
+ * cheap; at 131072 max tokens a 69,724-token batch was padded 8.7% with /16), rounded up
+ * to 64, and max_tokens itself last. (Powers of two alone padded a 5x256 batch
  * to 2048 rows: 60% of the forward's GEMM work was padding.) */
 static void add_bucket(vr_cuda_state_t *st, uint32_t T) {
   if (T > st->max_tokens || st->n_buckets >= VR_CUDA_MAX_BUCKETS - 1) return;
@@ -666,7 +754,8 @@ static void make_buckets(vr_cuda_state_t *st) {
   for (uint32_t oct = 256; oct < 2048; oct *= 2)
     for (uint32_t k = 0; k < 4; ++k) add_bucket(st, oct + k * (oct / 4));
   add_bucket(st, 2048);
-  const uint32_t step = st->max_tokens / 16 > 1024 ? (st->max_tokens / 16 + 63) / 64 * 64 : 1024;
+  const uint32_t div = st->cfg.is_decoder ? 16 : 32;
+  const uint32_t step = st->max_tokens / div > 1024 ? (st->max_tokens / div + 63) / 64 * 64 : 1024;
   for (uint32_t b = 2048 + step; b < st->max_tokens; b += step) add_bucket(st, b);
   if (st->n_buckets == 0 || st->buckets[st->n_buckets - 1].T < st->max_tokens)
     st->buckets[st->n_buckets++].T = st->max_tokens;
@@ -693,7 +782,7 @@ static void make_buckets(vr_cuda_state_t *st) {
 static void capture(vr_cuda_state_t *st, vr_cuda_bucket_t *bk, int si) {
   cudaGraph_t graph;
   VR_CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
-  enqueue_forward(st, st->slots[si].in_d, &bk->lay, (int)bk->T, bk->grid_tiles, bk->grid_seqs);
+  enqueue_forward(st, st->slots[si].in_d, &bk->lay, (int)bk->T, (int)bk->T, bk->grid_tiles, bk->grid_seqs);
   VR_CUDA_CHECK(cudaStreamEndCapture(st->stream, &graph));
   VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec[si], graph, 0));
   VR_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -731,9 +820,17 @@ static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqle
   VR_CUDA_CHECK(cudaMemcpyAsync(sl->in_d, sl->in_h, (size_t)lay.words * 4, cudaMemcpyHostToDevice, st->upload));
   VR_CUDA_CHECK(cudaEventRecord(sl->uploaded, st->upload));
   VR_CUDA_CHECK(cudaStreamWaitEvent(st->stream, sl->uploaded, 0));
-  if (bk && !bk->exec[si] && bk->uses >= 1) capture(st, bk, si);
-  if (bk && bk->exec[si]) VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[si], st->stream));
-  else enqueue_forward(st, sl->in_d, &lay, (int)Tp, nt, (int)n_seqs);
+  if (bk && bk->T >= VR_CUDA_EXACT_MIN_T && T < bk->T && st->exact_large && bk->uses >= 1) {
+    /* a large batch runs eagerly at its exact size on the bucket's GEMM plans (launch cost is
+     * hidden behind milliseconds of GPU work; padding to the bucket would not be) */
+    vr_cuda_gemm_set_plan_rows(st->gemm, (int)bk->T);
+    enqueue_forward(st, sl->in_d, &lay, (int)T, (int)Tp, bk->grid_tiles, (int)n_seqs);
+    vr_cuda_gemm_set_plan_rows(st->gemm, 0);
+  } else {
+    if (bk && !bk->exec[si] && bk->uses >= 1) capture(st, bk, si);
+    if (bk && bk->exec[si]) VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[si], st->stream));
+    else enqueue_forward(st, sl->in_d, &lay, (int)Tp, (int)Tp, nt, (int)n_seqs);
+  }
   if (bk) bk->uses++;
   VR_CUDA_CHECK(cudaMemcpyAsync(sl->scores_h, st->scores_d, (size_t)n_seqs * 4, cudaMemcpyDeviceToHost, st->stream));
   VR_CUDA_CHECK(cudaEventRecord(sl->done, st->stream));
@@ -766,14 +863,15 @@ static int cuda_forward(void *state, const int32_t *ids, const uint32_t *cu_seql
 }
 
 /* Load-time warm-up: every bucket runs once eagerly (timing its GEMMs' cuBLASLt
- * candidates when VR_CUDA_AUTOTUNE=1 and the bucket is at most 4096 tokens; larger GEMMs
- * keep the heuristic's choice, their candidates would cost seconds on big models), then
+ * candidates when VR_CUDA_AUTOTUNE=1 and the bucket is at most 4096 tokens, or every
+ * bucket with VR_CUDA_AUTOTUNE=all; otherwise larger GEMMs keep the heuristic's choice,
+ * their candidates would cost seconds on big models), then
  * its graphs are captured for both slots. The batch: sequences of min(512, longest allowed)
  * tokens (at most max_seqs of them) of non-pad token ids. */
 static int warm_up(vr_cuda_state_t *st) {
   const vr_model_config_t *c = &st->cfg;
   const char *at = getenv("VR_CUDA_AUTOTUNE");
-  const int tune = at && !strcmp(at, "1");
+  const int tune = at && !strcmp(at, "1"), tune_all = at && !strcmp(at, "all");
   /* sequences of at most 512 tokens: the GEMM shapes and graphs depend only on the bucket,
    * and one 32K-token causal sequence per bucket would cost seconds of attention on 8B */
   uint32_t maxlen = c->max_seq_len > 0 && (uint32_t)c->max_seq_len < st->max_tokens ? (uint32_t)c->max_seq_len
@@ -798,7 +896,7 @@ static int warm_up(vr_cuda_state_t *st) {
       cu[n + 1] = cu[n] + len;
       ++n;
     }
-    vr_cuda_gemm_set_tuning(st->gemm, tune && bk->T <= 4096);
+    vr_cuda_gemm_set_tuning(st->gemm, tune_all || (tune && bk->T <= 4096));
     rc = cuda_forward(st, ids, cu, n, scores);
     vr_cuda_gemm_set_tuning(st->gemm, 0);
     for (int si = 0; rc == 0 && si < VR_CUDA_SLOTS; ++si)

@@ -42,6 +42,7 @@ struct vr_cuda_gemm {
   size_t workspace_bytes;
   uint64_t plans_created, plans_tuned;
   int tuning;
+  int plan_T; /* > 0: GEMMs of at most this many rows run on the plan made for plan_T rows */
   cudaEvent_t ev0, ev1;
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
 };
@@ -183,25 +184,26 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
   abort();
 }
 
+/* C: the beta term's input (D itself for an in-place accumulate). */
 static cublasStatus_t run_algo(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, const cublasLtMatmulAlgo_t *algo, void *D,
-                               const uint16_t *A, const uint16_t *W, float beta, cudaStream_t s) {
+                               const void *C, const uint16_t *A, const uint16_t *W, float beta, cudaStream_t s) {
   const float alpha = 1.f;
-  return cublasLtMatmul(g->lt, p->desc, &alpha, W, p->la, A, p->lb, &beta, D, p->lc, D, p->lc, algo, g->workspace,
+  return cublasLtMatmul(g->lt, p->desc, &alpha, W, p->la, A, p->lb, &beta, C, p->lc, D, p->lc, algo, g->workspace,
                         g->workspace_bytes, s);
 }
 
 /* Times every candidate of p on these buffers and keeps the fastest (warm-up only). */
-static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const uint16_t *A, const uint16_t *W, float beta,
-                      cudaStream_t s) {
+static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void *C, const uint16_t *A,
+                      const uint16_t *W, float beta, cudaStream_t s) {
   float best = 1e30f;
   int best_i = 0;
   for (int i = 0; i < p->n_algos; ++i) {
-    if (run_algo(g, p, &p->cand[i], D, A, W, beta, s) != CUBLAS_STATUS_SUCCESS) continue;
+    if (run_algo(g, p, &p->cand[i], D, C, A, W, beta, s) != CUBLAS_STATUS_SUCCESS) continue;
     float t[3];
     int ok = 1;
     for (int r = 0; r < 3 && ok; ++r) {
       VR_CUDA_CHECK(cudaEventRecord(g->ev0, s));
-      ok = run_algo(g, p, &p->cand[i], D, A, W, beta, s) == CUBLAS_STATUS_SUCCESS;
+      ok = run_algo(g, p, &p->cand[i], D, C, A, W, beta, s) == CUBLAS_STATUS_SUCCESS;
       VR_CUDA_CHECK(cudaEventRecord(g->ev1, s));
       VR_CUDA_CHECK(cudaEventSynchronize(g->ev1));
       VR_CUDA_CHECK(cudaEventElapsedTime(&t[r], g->ev0, g->ev1));
@@ -225,22 +227,44 @@ extern "C" void vr_cuda_gemm(vr_cuda_gemm_t *g, void *D, int out_f32, const uint
   vr_cuda_gemm_ex(g, D, out_f32, A, W, bias, 0, T, N, K, beta, s);
 }
 
-extern "C" void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
-                                const void *bias, int gelu, int T, int N, int K, float beta, cudaStream_t s) {
+/* Rows (T: the column count of cuBLASLt's B and C/D) of a plan's layouts. */
+static void set_cols(vr_gemm_plan_t *p, uint64_t T) {
+  VR_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p->lb, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof(T)));
+  VR_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p->lc, CUBLASLT_MATRIX_LAYOUT_COLS, &T, sizeof(T)));
+}
+
+extern "C" void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T) { g->plan_T = T > 0 ? T : 0; }
+
+/* The one entry: D = A W^T [+ bias] [+ C when beta = 1] (C may be D). */
+static void gemm_run(vr_cuda_gemm_t *g, void *D, const void *C, int out_f32, const uint16_t *A, const uint16_t *W,
+                     const void *bias, int gelu, int T, int N, int K, float beta, cudaStream_t s) {
   if (T <= 0 || N <= 0) return;
   VR_ASSERT(K > 0 && (beta == 0.f || beta == 1.f));
   VR_ASSERT(!gelu || (bias && !out_f32 && beta == 0.f));
-  vr_gemm_plan_t *p = plan_get(g, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu);
+  const int PT = g->plan_T >= T ? g->plan_T : T;
+  vr_gemm_plan_t *p = plan_get(g, PT, N, K, out_f32, bias != NULL, beta != 0.f, gelu);
+  if (PT != T) set_cols(p, (uint64_t)T);
   if (bias && !p->bias_fallback)
     VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  if (g->tuning && !p->tuned) {
+  if (g->tuning && !p->tuned && PT == T) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     VR_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-    if (cs == cudaStreamCaptureStatusNone) plan_tune(g, p, D, A, W, beta, s);
+    if (cs == cudaStreamCaptureStatusNone) plan_tune(g, p, D, C, A, W, beta, s);
   }
-  VR_CUBLAS_CHECK(run_algo(g, p, &p->algo, D, A, W, beta, s));
+  VR_CUBLAS_CHECK(run_algo(g, p, &p->algo, D, C, A, W, beta, s));
+  if (PT != T) set_cols(p, (uint64_t)PT); /* the call has read the layouts */
   if (bias && p->bias_fallback) {
     vr_cuda_add_bias(D, out_f32, bias, T, N, s);
     if (gelu) vr_cuda_bias_gelu((uint16_t *)D, NULL, T, N, gelu == 2, s);
   }
+}
+
+extern "C" void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
+                                const void *bias, int gelu, int T, int N, int K, float beta, cudaStream_t s) {
+  gemm_run(g, D, D, out_f32, A, W, bias, gelu, T, N, K, beta, s);
+}
+
+extern "C" void vr_cuda_gemm_res(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
+                                 const void *bias, const void *C, int T, int N, int K, cudaStream_t s) {
+  gemm_run(g, D, C, out_f32, A, W, bias, 0, T, N, K, 1.f, s);
 }

@@ -11,7 +11,7 @@
  * Packed-batch metadata (device int32 arrays, written by the backend per batch):
  *   cu     (n_seqs + 1)   sequence starts, cu[0] = 0
  *   tiles  (2 * n_tiles)  attention work items: (seq, q0) with q0 a multiple
- *                         of VR_CUDA_ATTN_BM, longest-work first
+ *                         of vr_cuda_attention_tile_rows(), longest-work first
  *   meta   [0] = n_seqs, [1] = n_tiles (read on the device, so one captured
  *          graph serves every batch of its token bucket) */
 #ifndef VR_CUDA_OPS_H
@@ -47,6 +47,11 @@ void vr_cuda_embed_norm(float *x, uint16_t *xn, const int32_t *ids, const int32_
 /* Post-norm (encoders): x = LN(x) * w + b in place (fp32), xn = bf16(x). */
 void vr_cuda_layernorm(float *x, uint16_t *xn, const float *w, const float *b, int T, int C,
                        float eps, cudaStream_t s);
+/* Post-norm on a bf16 residual stream (encoders): xn = bf16(LN(y [+ r]) * w + b); also the
+ * fp32 result into x unless x is NULL. r: a bf16 residual added in the norm, or NULL; it may
+ * be xn itself (read before written). y must not overlap xn. */
+void vr_cuda_layernorm_b16(const uint16_t *y, const uint16_t *r, uint16_t *xn, float *x, const float *w,
+                           const float *b, int T, int C, float eps, cudaStream_t s);
 /* Pre-norm (decoders): xn = bf16(x * rsqrt(mean(x^2) + eps) * w); x unchanged. */
 void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C, float eps,
                      cudaStream_t s);
@@ -73,20 +78,31 @@ void vr_cuda_add_bias(void *y, int y_f32, const void *b, int T, int N, cudaStrea
  * q_off + h*D, key/value head h / (H / Hkv) at k_off / v_off (GQA).
  * out (T, ld_out): head h at h*D. grid_tiles: blocks along the tile axis
  * (each loops over meta[1] tiles); pass n_tiles for an eager launch or an
- * upper bound for a graph. Tensor cores (wmma bf16) for D in {16, 32, 64,
- * 128}; a fp32 warp-per-query path otherwise (D <= 256). */
+ * upper bound for a graph. Tensor cores for D in {16, 32, 64, 128}; a fp32
+ * warp-per-query path otherwise (D <= 256). rows_hint: the batch's (bucket's) rows,
+ * or 0; small batches take the four-warp kernel (see vr_cuda_attention_set_impl). */
 void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
                        int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
                        int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale,
-                       cudaStream_t s);
+                       int rows_hint, cudaStream_t s);
+/* Query rows per attention tile the launch for head_dim D and rows_hint takes (64 or 128):
+ * the tile list passed to vr_cuda_attention must be made of tiles of this many rows
+ * (q0 multiples of it). VR_CUDA_ATTN_BM (64) is the smallest, so counts made with it
+ * bound any tile list. */
+int vr_cuda_attention_tile_rows(int D, int rows_hint);
 /* Blocks of the attention kernel for head_dim D that fit on one multiprocessor at once
  * (occupancy query; >= 1): the backend sizes graph grids with it. */
 int vr_cuda_attention_resident_blocks(int D);
 /* Which path vr_cuda_attention takes for D: 1 tensor cores, 0 fallback, -1 unsupported. */
 int vr_cuda_attention_path(int D);
-/* Tensor-core kernel: 1 = mma.sync FlashAttention-2 (default), 0 = the older wmma
- * kernel (also selected by VR_CUDA_ATTN=wmma). For tests and comparisons;
- * not thread-safe, call before launches. */
+/* Tensor-core kernel (VR_CUDA_ATTN names in brackets): 6 = default ("auto": 128-row
+ * tiles of 4 warps x 32 rows for D <= 64 in batches of 4096+ rows, else 64-row tiles of 4
+ * warps x 16 rows), 5 = 128-row tiles ("fa128", D <= 64), 2 = 64-row tiles of 2 warps x 32
+ * rows ("fa2", D <= 64), 3 / 4 = 64-row tiles of 4 warps x 16 rows ("fa4", "fa4r":
+ * registers bounded for 4 blocks per SM), 7 / 8 = 128-row / four-warp 64-row tiles with Q
+ * fragments read from shared memory ("fa128q", "fa4q"), 1 = the first mma.sync kernel ("mma"), 0 = the
+ * wmma kernel ("wmma"). For tests and comparisons; not thread-safe, call before launches
+ * (and before graphs are sized). */
 void vr_cuda_attention_set_impl(int impl);
 
 /* ---- heads ---------------------------------------------------------------- */
@@ -122,6 +138,16 @@ void vr_cuda_gemm(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, co
  * the model wants (1 erf, 2 tanh) for the fallback when no epilogue algorithm exists. */
 void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
                      const void *bias, int gelu, int T, int N, int K, float beta, cudaStream_t s);
+/* Residual form: D (T, N) = A W^T [+ bias] + C, C (T, N) of D's type (may be D itself;
+ * a different C is only read). The encoders' bf16 residual stream: C = the block's input,
+ * D = the pre-norm sum. */
+void vr_cuda_gemm_res(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
+                      const void *bias, const void *C, int T, int N, int K, cudaStream_t s);
+/* While T > 0, a GEMM of at most T rows runs on the plan (layouts + algorithm) made for T
+ * rows, with the layouts' row count set to the call's for the call: an exact-size forward
+ * uses the algorithms its token bucket chose at warm-up (no heuristic query, no kernel
+ * loaded after warm-up). 0 turns it off. */
+void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);
 /* While on, a plan's first call outside stream capture times the heuristic's candidates on
  * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). */
 void vr_cuda_gemm_set_tuning(vr_cuda_gemm_t *g, int on);

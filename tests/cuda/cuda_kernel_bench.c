@@ -53,7 +53,8 @@ static void bench_attention(int n_seqs, int len, int H, int Hkv, int D, int caus
   int nt = 0;
   cu[0] = 0;
   for (int i = 0; i < n_seqs; ++i) cu[i + 1] = cu[i] + len;
-  for (int q0 = len - 1 - (len - 1) % 64; q0 >= 0; q0 -= 64) /* longest work first */
+  const int tr = vr_cuda_attention_tile_rows(D, T);
+  for (int q0 = len - 1 - (len - 1) % tr; q0 >= 0; q0 -= tr) /* longest work first */
     for (int i = 0; i < n_seqs; ++i) tiles[2 * nt] = i, tiles[2 * nt + 1] = q0, ++nt;
   meta[0] = n_seqs, meta[1] = nt, meta[2] = meta[3] = 0;
   int32_t *dcu, *dt, *dm;
@@ -67,43 +68,61 @@ static void bench_attention(int n_seqs, int len, int H, int Hkv, int D, int caus
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
   float *ms = malloc(reps * sizeof(float));
-  for (int r = -2; r < reps; ++r) {
-    CK(cudaEventRecord(a, 0));
-    vr_cuda_attention(qkv, ld, 0, H * D, (H + Hkv) * D, out, H * D, dcu, dt, dm, nt, H, Hkv, D, causal, 0,
-                      0.125f, 0);
-    CK(cudaEventRecord(b, 0));
-    CK(cudaEventSynchronize(b));
-    if (r >= 0) CK(cudaEventElapsedTime(&ms[r], a, b));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  /* one block per tile, then the graphs' persistent grid (one resident wave over the heads) */
+  const int persistent = (vr_cuda_attention_resident_blocks(D) * sms + H - 1) / H;
+  for (int mode = 0; mode < 2; ++mode) {
+    const int grid = mode == 0 ? nt : (persistent < nt ? persistent : nt);
+    for (int r = -2; r < reps; ++r) {
+      CK(cudaEventRecord(a, 0));
+      vr_cuda_attention(qkv, ld, 0, H * D, (H + Hkv) * D, out, H * D, dcu, dt, dm, grid, H, Hkv, D, causal, 0,
+                        0.125f, T, 0);
+      CK(cudaEventRecord(b, 0));
+      CK(cudaEventSynchronize(b));
+      if (r >= 0) CK(cudaEventElapsedTime(&ms[r], a, b));
+    }
+    const float m = median_ms(ms, reps);
+    const double flops = 4.0 * n_seqs * (double)len * len * D * H * (causal ? 0.5 : 1.0);
+    printf("attention %2d x %4d H%d/%d D%-3d %-6s grid %5d x %-2d %8.3f ms %7.1f TFLOP/s\n", n_seqs, len, H, Hkv, D,
+           causal ? "causal" : "bidir", grid, H, m, flops / (m * 1e-3) / 1e12);
   }
-  const float m = median_ms(ms, reps);
-  const double flops = 4.0 * n_seqs * (double)len * len * D * H * (causal ? 0.5 : 1.0);
-  printf("attention %2d x %4d H%d/%d D%-3d %-6s %8.3f ms %7.1f TFLOP/s\n", n_seqs, len, H, Hkv, D,
-         causal ? "causal" : "bidir", m, flops / (m * 1e-3) / 1e12);
   CK(cudaFree(qkv)); CK(cudaFree(out)); CK(cudaFree(dcu)); CK(cudaFree(dt)); CK(cudaFree(dm));
   free(cu), free(tiles), free(ms);
 }
 
-static void bench_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int reps) {
+/* out_f32: fp32 D += A W^T (the fp32 residual); res (bf16): D = A W^T + C with C a
+ * separate bf16 buffer (the encoders' bf16 residual); else bf16 D = A W^T. */
+static void bench_gemm_ex(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int res, int reps) {
   uint16_t *A = rand_dev_bf16((size_t)T * K), *W = rand_dev_bf16((size_t)N * K);
   void *D;
   CK(cudaMalloc(&D, (size_t)T * N * (out_f32 ? 4 : 2)));
   CK(cudaMemset(D, 0, (size_t)T * N * (out_f32 ? 4 : 2)));
+  uint16_t *C = res ? rand_dev_bf16((size_t)T * N) : NULL;
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
   float *ms = malloc(reps * sizeof(float));
   for (int r = -2; r < reps; ++r) {
     CK(cudaEventRecord(a, 0));
-    vr_cuda_gemm(g, D, out_f32, A, W, NULL, T, N, K, out_f32 ? 1.f : 0.f, 0);
+    if (C)
+      vr_cuda_gemm_res(g, D, 0, A, W, NULL, C, T, N, K, 0);
+    else
+      vr_cuda_gemm(g, D, out_f32, A, W, NULL, T, N, K, out_f32 ? 1.f : 0.f, 0);
     CK(cudaEventRecord(b, 0));
     CK(cudaEventSynchronize(b));
     if (r >= 0) CK(cudaEventElapsedTime(&ms[r], a, b));
   }
   const float m = median_ms(ms, reps);
-  printf("gemm T%-6d N%-6d K%-6d out %-4s %8.3f ms %7.1f TFLOP/s\n", T, N, K, out_f32 ? "f32" : "bf16", m,
-         2.0 * T * N * K / (m * 1e-3) / 1e12);
+  printf("gemm T%-6d N%-6d K%-6d out %-9s %8.3f ms %7.1f TFLOP/s\n", T, N, K,
+         out_f32 ? "f32 +=" : res ? "bf16 + C" : "bf16", m, 2.0 * T * N * K / (m * 1e-3) / 1e12);
   CK(cudaFree(A)); CK(cudaFree(W)); CK(cudaFree(D));
+  if (C) CK(cudaFree(C));
   free(ms);
+}
+
+static void bench_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int reps) {
+  bench_gemm_ex(g, T, N, K, out_f32, 0, reps);
 }
 
 int main(int argc, char **argv) {
@@ -113,15 +132,21 @@ int main(int argc, char **argv) {
     return 77;
   }
   const int reps = argc > 1 ? atoi(argv[1]) : 10;
-  for (int impl = 1; impl >= 0; --impl) {
+  static const char *names[] = {"wmma (first version)", "mma.sync, 4 warps x 16 rows (first version)",
+                                 "fa, 2 warps x 32 rows (D <= 64)", "fa, 4 warps x 16 rows",
+                                 "fa, 4 warps x 16 rows, registers for 4 blocks/SM",
+                                 "fa, 128-row tiles, 4 warps x 32 rows (D <= 64)", "default (auto)",
+                                 "fa, 128-row tiles, Q from shared memory", "fa, 4 warps x 16 rows, Q from shared memory"};
+  for (int impl = 8; impl >= 0; --impl) {
     vr_cuda_attention_set_impl(impl);
-    printf("-- attention kernel: %s\n", impl ? "mma.sync (default)" : "wmma (first version)");
+    printf("-- attention kernel: %s\n", names[impl]);
     bench_attention(8, 2048, 32, 8, 128, 1, reps);
     bench_attention(16, 1024, 32, 8, 64, 1, reps);
     bench_attention(32, 512, 12, 12, 64, 0, reps);
+    bench_attention(64, 256, 12, 12, 64, 0, reps);
     bench_attention(1, 512, 12, 12, 64, 0, reps);
   }
-  vr_cuda_attention_set_impl(1);
+  vr_cuda_attention_set_impl(6);
   vr_cuda_gemm_t *g;
   if (vr_cuda_gemm_init(&g, 32u << 20)) return 1;
   bench_gemm(g, 16384, 6144, 4096, 0, reps);  /* 8B qkv */
@@ -129,6 +154,12 @@ int main(int argc, char **argv) {
   bench_gemm(g, 16384, 4096, 14336, 1, reps); /* 8B down, fp32 residual accumulate */
   bench_gemm(g, 16384, 4096, 4096, 1, reps);  /* 8B o */
   bench_gemm(g, 512, 2304, 768, 0, reps);     /* roberta-base qkv, 1 x 512 */
+  bench_gemm(g, 16384, 2304, 768, 0, reps);   /* roberta-base qkv, 16384 tokens */
+  bench_gemm(g, 16384, 768, 768, 1, reps);    /* o, fp32 residual */
+  bench_gemm_ex(g, 16384, 768, 768, 0, 1, reps); /* o, bf16 residual */
+  bench_gemm(g, 16384, 3072, 768, 0, reps);   /* up */
+  bench_gemm(g, 16384, 768, 3072, 1, reps);   /* down, fp32 residual */
+  bench_gemm_ex(g, 16384, 768, 3072, 0, 1, reps); /* down, bf16 residual */
   vr_cuda_gemm_free(g);
   return 0;
 }

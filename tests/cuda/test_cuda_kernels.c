@@ -116,9 +116,10 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
   int32_t *cu = malloc((n + 1) * 4), *tiles = malloc((size_t)2 * (T + n) * 4), meta[4] = {n, 0, 0, 0};
   cu[0] = 0;
   int nt = 0;
+  const int tile_rows = vr_cuda_attention_tile_rows(D, T); /* the kernel the launch below takes */
   for (int i = 0; i < n; ++i) {
     cu[i + 1] = cu[i] + lens[i];
-    for (int q0 = 0; q0 < lens[i]; q0 += VR_CUDA_ATTN_BM) {
+    for (int q0 = 0; q0 < lens[i]; q0 += tile_rows) {
       tiles[2 * nt] = i;
       tiles[2 * nt + 1] = q0;
       ++nt;
@@ -166,11 +167,12 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
     const int grid = pass == 0 ? nt : 3; /* pass 1: fewer blocks than tiles (graph mode) */
     CK(cudaMemset(d_out, 0xFF, (size_t)T * H * D * 2));
     vr_cuda_attention(d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D, causal,
-                      window, (float)scale, 0);
+                      window, (float)scale, T, 0);
     tohost(out, d_out, (size_t)T * H * D * 2);
     float *of = bf_arr_to_f(out, (size_t)T * H * D);
-    snprintf(what, sizeof what, "attention %s H%d/%d D%d %s win%d n%d T%d grid%d",
-             vr_cuda_attention_path(D) ? "tc" : "fb", H, Hkv, D, causal ? "causal" : "bidir", window, n, T, grid);
+    snprintf(what, sizeof what, "attention %s H%d/%d D%d %s win%d n%d T%d grid%d tile%d",
+             vr_cuda_attention_path(D) ? "tc" : "fb", H, Hkv, D, causal ? "causal" : "bidir", window, n, T, grid,
+             tile_rows);
     check_rel(what, ref, of, (size_t)T * H * D, 1e-2);
     free(of);
   }
@@ -184,13 +186,32 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
 
 static void attention_suite(void);
 static void attention_suites(void) {
-  printf("-- attention: mma.sync kernel\n");
+  printf("-- attention: default (auto)\n");
+  vr_cuda_attention_set_impl(6);
+  attention_suite();
+  printf("-- attention: 128-row tiles (four warps of 32 rows)\n");
+  vr_cuda_attention_set_impl(5);
+  attention_suite();
+  printf("-- attention: Q fragments from shared memory (128-row tiles; four warps of 16 rows)\n");
+  vr_cuda_attention_set_impl(7);
+  attention_suite();
+  vr_cuda_attention_set_impl(8);
+  attention_suite();
+  printf("-- attention: two warps of 32 rows\n");
+  vr_cuda_attention_set_impl(2);
+  attention_suite();
+  printf("-- attention: four-warp variants of the default kernel\n");
+  vr_cuda_attention_set_impl(3);
+  attention_suite();
+  vr_cuda_attention_set_impl(4);
+  attention_suite();
+  printf("-- attention: four-warp mma.sync kernel\n");
   vr_cuda_attention_set_impl(1);
   attention_suite();
   printf("-- attention: wmma kernel\n");
   vr_cuda_attention_set_impl(0);
   attention_suite();
-  vr_cuda_attention_set_impl(1);
+  vr_cuda_attention_set_impl(6);
 }
 
 static void attention_suite(void) {
@@ -242,6 +263,73 @@ static void test_norms(int T, int C) {
   snprintf(what, sizeof what, "layernorm bf16 T%d C%d", T, C);
   check_rel(what, ref, xnf, (size_t)T * C, 1e-2);
   free(xnf);
+  /* layernorm of a bf16 residual row: y (bf16) -> xn (bf16), and fp32 x when asked */
+  {
+    float *yf;
+    uint16_t *y = rand_bf((size_t)T * C, 3, &yf);
+    for (int t = 0; t < T; ++t) {
+      double m = 0, v = 0;
+      const float *yr = yf + (size_t)t * C;
+      for (int c = 0; c < C; ++c) m += yr[c];
+      m /= C;
+      for (int c = 0; c < C; ++c) v += (yr[c] - m) * (yr[c] - m);
+      v /= C;
+      for (int c = 0; c < C; ++c) ref[(size_t)t * C + c] = (yr[c] - m) / sqrt(v + eps) * w[c] + b[c];
+    }
+    uint16_t *d_y = todev(y, (size_t)T * C * 2);
+    for (int with_x = 0; with_x < 2; ++with_x) {
+      CK(cudaMemset(d_xn, 0xFF, (size_t)T * C * 2));
+      CK(cudaMemset(d_x, 0xFF, (size_t)T * C * 4));
+      vr_cuda_layernorm_b16(d_y, NULL, d_xn, with_x ? d_x : NULL, d_w, d_b, T, C, eps, 0);
+      tohost(xn, d_xn, (size_t)T * C * 2);
+      xnf = bf_arr_to_f(xn, (size_t)T * C);
+      snprintf(what, sizeof what, "layernorm of bf16 rows -> bf16 T%d C%d%s", T, C, with_x ? " (+fp32)" : "");
+      check_rel(what, ref, xnf, (size_t)T * C, 1e-2);
+      free(xnf);
+      if (with_x) {
+        tohost(xo, d_x, (size_t)T * C * 4);
+        snprintf(what, sizeof what, "layernorm of bf16 rows -> fp32 T%d C%d", T, C);
+        check_rel(what, ref, xo, (size_t)T * C, 1e-5);
+      } else { /* x == NULL: the fp32 buffer must be untouched (still the NaN poison) */
+        tohost(xo, d_x, (size_t)T * C * 4);
+        int untouched = 1;
+        for (size_t i = 0; i < (size_t)T * C; ++i) untouched &= isnan(xo[i]) != 0;
+        printf("%s layernorm of bf16 rows leaves x alone when x == NULL (T%d C%d)\n", untouched ? "ok  " : "FAIL",
+               T, C);
+        if (!untouched) g_fail = 1;
+      }
+    }
+    /* y + r with r in xn itself (in place): y split as (y - r) + r, r random bf16 */
+    {
+      float *rf, *df = malloc((size_t)T * C * 4);
+      uint16_t *r = rand_bf((size_t)T * C, 1, &rf), *dd = malloc((size_t)T * C * 2);
+      for (size_t i = 0; i < (size_t)T * C; ++i) dd[i] = f2bf(yf[i] - rf[i]), df[i] = bf2f(dd[i]);
+      for (int t = 0; t < T; ++t) { /* reference on the rounded parts, summed in double */
+        double m = 0, v = 0;
+        for (int c = 0; c < C; ++c) m += (double)df[(size_t)t * C + c] + rf[(size_t)t * C + c];
+        m /= C;
+        for (int c = 0; c < C; ++c) {
+          const double d = (double)df[(size_t)t * C + c] + rf[(size_t)t * C + c] - m;
+          v += d * d;
+        }
+        v /= C;
+        for (int c = 0; c < C; ++c)
+          ref[(size_t)t * C + c] = ((double)df[(size_t)t * C + c] + rf[(size_t)t * C + c] - m) / sqrt(v + eps) * w[c] + b[c];
+      }
+      uint16_t *d_d = todev(dd, (size_t)T * C * 2);
+      CK(cudaMemcpy(d_xn, r, (size_t)T * C * 2, cudaMemcpyHostToDevice));
+      vr_cuda_layernorm_b16(d_d, d_xn, d_xn, NULL, d_w, d_b, T, C, eps, 0);
+      tohost(xn, d_xn, (size_t)T * C * 2);
+      xnf = bf_arr_to_f(xn, (size_t)T * C);
+      snprintf(what, sizeof what, "layernorm of bf16 y + residual (in place) T%d C%d", T, C);
+      check_rel(what, ref, xnf, (size_t)T * C, 1e-2);
+      free(xnf);
+      CK(cudaFree(d_d));
+      free(rf), free(df), free(r), free(dd);
+    }
+    CK(cudaFree(d_y));
+    free(y), free(yf);
+  }
   /* rmsnorm */
   CK(cudaMemcpy(d_x, x, (size_t)T * C * 4, cudaMemcpyHostToDevice));
   for (int t = 0; t < T; ++t) {
@@ -460,7 +548,15 @@ static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int w
     d_d = beta1 ? todev(d0b, (size_t)T * N * 2) : dmalloc((size_t)T * N * 2);
     free(d0b);
   }
-  vr_cuda_gemm(g, d_d, out_f32, d_a, d_w, d_bias, T, N, K, beta1 ? 1.f : 0.f, 0);
+  void *d_c = NULL; /* beta1 == 2: C in its own buffer, D written elsewhere */
+  if (beta1 == 2) {
+    const size_t bytes = (size_t)T * N * (out_f32 ? 4 : 2);
+    d_c = d_d;
+    d_d = dmalloc(bytes);
+    vr_cuda_gemm_res(g, d_d, out_f32, d_a, d_w, d_bias, d_c, T, N, K, 0);
+  } else {
+    vr_cuda_gemm(g, d_d, out_f32, d_a, d_w, d_bias, T, N, K, beta1 ? 1.f : 0.f, 0);
+  }
   float *got = malloc((size_t)T * N * 4);
   if (out_f32) {
     tohost(got, d_d, (size_t)T * N * 4);
@@ -474,6 +570,24 @@ static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int w
   snprintf(what, sizeof what, "gemm T%d N%d K%d out %s bias %d beta %d", T, N, K, out_f32 ? "f32" : "bf16",
            with_bias, beta1);
   check_rel(what, ref, got, (size_t)T * N, out_f32 ? 1e-5 : 1e-2);
+  if (d_c) { /* C is only read */
+    const size_t n = (size_t)T * N;
+    float *c = malloc(n * 4);
+    if (out_f32) {
+      tohost(c, d_c, n * 4);
+    } else {
+      uint16_t *cb = malloc(n * 2);
+      tohost(cb, d_c, n * 2);
+      for (size_t i = 0; i < n; ++i) c[i] = bf2f(cb[i]);
+      free(cb);
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < n; ++i) bad += c[i] != d0[i];
+    printf("%s gemm residual form leaves C unchanged (%zu of %zu changed)\n", bad ? "FAIL" : "ok  ", bad, n);
+    if (bad) g_fail = 1;
+    free(c);
+    CK(cudaFree(d_c));
+  }
   CK(cudaFree(d_a)); CK(cudaFree(d_w)); CK(cudaFree(d_d));
   if (d_bias) CK(cudaFree(d_bias));
   free(a), free(af), free(w), free(wf), free(bb), free(bfv), free(d0), free(ref), free(got);
@@ -580,6 +694,19 @@ int main(void) {
   test_gemm(g, 129, 96, 200, 0, 1, 0);
   test_gemm(g, 64, 256, 128, 1, 1, 0);
   test_gemm(g, 37, 48, 64, 0, 0, 0); /* cached plan */
+  test_gemm(g, 300, 768, 768, 0, 1, 2); /* residual form, bf16 C -> D (the encoders' stream) */
+  {                                      /* fewer rows on the 300-row plan (exact-size forwards) */
+    const uint64_t made = vr_cuda_gemm_plans_created(g);
+    vr_cuda_gemm_set_plan_rows(g, 300);
+    test_gemm(g, 211, 768, 768, 0, 1, 2);
+    vr_cuda_gemm_set_plan_rows(g, 0);
+    const int ok = vr_cuda_gemm_plans_created(g) == made;
+    printf("%s gemm on a larger plan creates no plan (%llu -> %llu)\n", ok ? "ok  " : "FAIL",
+           (unsigned long long)made, (unsigned long long)vr_cuda_gemm_plans_created(g));
+    if (!ok) g_fail = 1;
+  }
+  test_gemm(g, 37, 48, 64, 0, 0, 2);
+  test_gemm(g, 129, 96, 200, 1, 1, 2);  /* residual form, fp32 */
   test_gemm_gelu(g, 77, 256, 64);
   test_gemm_gelu(g, 256, 3072, 768);
   vr_cuda_gemm_free(g);
