@@ -36,8 +36,8 @@
  * transformers bf16 forward does: the LayerNorm output xn is both the next
  * GEMM's input and the next residual; the output GEMM writes y16 = A W^T + b and
  * the norm computes xn = LN(y16 + xn) in place (VR_CUDA_RES_IN_NORM=0: the GEMM
- * adds xn in its epilogue instead, y16 = xn + A W^T + b); the last norm also
- * writes fp32 x for the score head. That halves the bytes of the two norms and of the two
+ * adds xn in its epilogue instead, y16 = xn + A W^T + b, one rounding of the sum);
+ * the last norm also writes fp32 x for the score head. That halves the bytes of the two norms and of the two
  * residual epilogues per layer; encoders narrower than VR_RES_BF16_MIN_C keep the
  * fp32 stream (VR_CUDA_RES_BF16=0/1 forces either).
  * Scores: decoders at the row the loader's rule picks (see
@@ -60,10 +60,12 @@
  * graph's saved launch overhead is worth more than the padding. VR_CUDA_EXACT=0: graphs. */
 #define VR_CUDA_EXACT_MIN_T 8192
 /* Narrowest encoder that keeps its residual stream in bf16 by default. The rounding of the
- * stream averages out over the hidden width: on roberta-base (768) ours stays 5.9e-3 from
- * transformers fp32 with either stream (transformers' own bf16 forward: 1.3e-2), while on
- * the 32-wide 2-layer roberta fixture a bf16 stream moved cuda-vs-cpu from under 7e-3 to
- * 8.6e-3..1.03e-2, at the 1e-2 parity bound. */
+ * stream averages out over the hidden width: on roberta-base (768) ours is 5.9e-3 (residual
+ * in the GEMM epilogue) or 1.1e-2 (in the norm, the default) from transformers fp32, against
+ * 5.9e-3 with the fp32 stream and 1.3e-2 for transformers' own bf16 forward, while on
+ * the 32-wide 2-layer roberta fixture a bf16 stream moved cuda vs transformers fp32 from
+ * 3.95e-3 to 8.55e-3 (and cuda vs cpu on fresh sequences up to 1.03e-2, over the 1e-2
+ * parity bound). */
 #define VR_RES_BF16_MIN_C 256
 
 typedef struct vr_cuda_layer {
@@ -127,8 +129,10 @@ typedef struct vr_cuda_state {
   uint16_t *xn, *qkv, *ao, *mlp, *act;
   uint16_t *y16;        /* encoders with res_bf16: (T, C) pre-norm sums */
   int res_bf16;         /* encoders: bf16 residual stream (see the top comment) */
-  int res_in_norm;      /* with res_bf16: the residual added in the norm, not in the GEMM's epilogue
-                         * (default: the GEMM then writes without reading C; VR_CUDA_RES_IN_NORM=0) */
+  int res_in_norm;      /* with res_bf16: the residual added in the norm instead of the GEMM's
+                         * epilogue (default; VR_CUDA_RES_IN_NORM=0 adds it in the epilogue:
+                         * same speed within noise on the H200, and on roberta-base 5.9e-3
+                         * from fp32 transformers instead of 1.1e-2) */
   size_t in_words;      /* capacity of each slot's metadata block */
   vr_cuda_slot_t slots[VR_CUDA_SLOTS];
   int head, tail, n_busy; /* next slot to submit into / oldest outstanding */
@@ -821,10 +825,13 @@ static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqle
   VR_CUDA_CHECK(cudaEventRecord(sl->uploaded, st->upload));
   VR_CUDA_CHECK(cudaStreamWaitEvent(st->stream, sl->uploaded, 0));
   if (bk && bk->T >= VR_CUDA_EXACT_MIN_T && T < bk->T && st->exact_large && bk->uses >= 1) {
-    /* a large batch runs eagerly at its exact size on the bucket's GEMM plans (launch cost is
-     * hidden behind milliseconds of GPU work; padding to the bucket would not be) */
+    /* a large batch runs eagerly at its exact size (launch cost is hidden behind milliseconds
+     * of GPU work; padding to the bucket would not be), GEMMs on algorithms already in use
+     * (vr_cuda_gemm_set_plan_rows), attention with one block per tile: the hardware then
+     * balances uneven (causal) tiles, which the graphs' persistent grids cannot (llama-8b
+     * packed: 1610 ms instead of 1710 ms on the H200) */
     vr_cuda_gemm_set_plan_rows(st->gemm, (int)bk->T);
-    enqueue_forward(st, sl->in_d, &lay, (int)T, (int)Tp, bk->grid_tiles, (int)n_seqs);
+    enqueue_forward(st, sl->in_d, &lay, (int)T, (int)Tp, nt, (int)n_seqs);
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
   } else {
     if (bk && !bk->exec[si] && bk->uses >= 1) capture(st, bk, si);

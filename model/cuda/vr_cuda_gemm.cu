@@ -23,6 +23,7 @@
 
 #define VR_GEMM_CACHE 1024
 #define VR_GEMM_CANDIDATES 12
+#define VR_GEMM_KNOWN 512
 
 typedef struct vr_gemm_plan {
   int used;
@@ -42,7 +43,10 @@ struct vr_cuda_gemm {
   size_t workspace_bytes;
   uint64_t plans_created, plans_tuned;
   int tuning;
-  int plan_T; /* > 0: GEMMs of at most this many rows run on the plan made for plan_T rows */
+  int plan_T; /* > 0: exact-size mode, see vr_cuda_gemm_set_plan_rows */
+  /* algorithms of the plans made outside exact-size mode (their kernels are loaded) */
+  cublasLtMatmulAlgo_t known[VR_GEMM_KNOWN];
+  int n_known;
   cudaEvent_t ev0, ev1;
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
 };
@@ -62,9 +66,19 @@ static void plan_destroy(vr_gemm_plan_t *p) {
   p->used = 0;
 }
 
+static int algo_known(const vr_cuda_gemm_t *g, const cublasLtMatmulAlgo_t *a) {
+  for (int i = 0; i < g->n_known; ++i)
+    if (!memcmp(&g->known[i], a, sizeof *a)) return 1;
+  return 0;
+}
+
+static void remember_algo(vr_cuda_gemm_t *g, const cublasLtMatmulAlgo_t *a) {
+  if (g->n_known < VR_GEMM_KNOWN && !algo_known(g, a)) g->known[g->n_known++] = *a;
+}
+
 /* Builds desc + layouts; with_bias selects the BIAS epilogue (GELU_BIAS when p->gelu).
  * Returns 1 when the heuristic found an algorithm, 0 otherwise (the plan is then destroyed). */
-static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias) {
+static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int exact) {
   const cudaDataType_t dt = p->out_f32 ? CUDA_R_32F : CUDA_R_16BF;
   VR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -104,6 +118,18 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias) {
   }
   p->algo = p->cand[0];
   p->tuned = p->n_algos == 1;
+  if (exact) { /* exact-size mode: the heuristic's best among the known algorithms */
+    int k = 0;
+    while (k < p->n_algos && !algo_known(g, &p->cand[k])) ++k;
+    if (k == p->n_algos) {
+      plan_destroy(p);
+      return 0;
+    }
+    p->algo = p->cand[k];
+    p->tuned = 1;
+  } else {
+    remember_algo(g, &p->algo);
+  }
   return 1;
 }
 
@@ -146,8 +172,10 @@ extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
 extern "C" uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g) { return g->plans_created; }
 extern "C" size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g) { return g->workspace_bytes; }
 
+/* exact: an exact-size forward's plan, built only from known algorithms (NULL when the
+ * heuristic offers none of them; no bias-kernel fallback). */
 static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int has_bias, int beta1,
-                                int gelu) {
+                                int gelu, int exact) {
   uint32_t h = 2166136261u;
   const int key[7] = {T, N, K, out_f32, has_bias, beta1, gelu};
   for (int i = 0; i < 7; ++i) h = (h ^ (uint32_t)key[i]) * 16777619u;
@@ -171,10 +199,11 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
   p->gelu = gelu;
   p->bias_fallback = 0;
   p->tuned = 0;
-  if (plan_build(g, p, has_bias)) return p;
+  if (plan_build(g, p, has_bias, exact)) return p;
+  if (exact) return NULL;
   if (has_bias) {
     p->bias_fallback = 1;
-    if (plan_build(g, p, 0)) {
+    if (plan_build(g, p, 0, 0)) {
       vr_log(VR_LOG_DEBUG, "no bias-epilogue algorithm for T=%d N=%d K=%d: GEMM + bias kernel", T, N, K);
       return p;
     }
@@ -215,6 +244,7 @@ static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void 
   }
   VR_CUDA_CHECK(cudaGetLastError());
   p->algo = p->cand[best_i];
+  remember_algo(g, &p->algo);
   p->tuned = 1;
   g->plans_tuned++;
   vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d%s%s: candidate %d of %d, %.1f us", p->T, p->N, p->K,
@@ -241,8 +271,15 @@ static void gemm_run(vr_cuda_gemm_t *g, void *D, const void *C, int out_f32, con
   if (T <= 0 || N <= 0) return;
   VR_ASSERT(K > 0 && (beta == 0.f || beta == 1.f));
   VR_ASSERT(!gelu || (bias && !out_f32 && beta == 0.f));
-  const int PT = g->plan_T >= T ? g->plan_T : T;
-  vr_gemm_plan_t *p = plan_get(g, PT, N, K, out_f32, bias != NULL, beta != 0.f, gelu);
+  /* exact-size mode (plan_T > T): a plan for exactly T rows with a known algorithm, else the
+   * plan_T-row plan with its row count set to T for this call */
+  vr_gemm_plan_t *p = NULL;
+  int PT = T;
+  if (g->plan_T > T) {
+    p = plan_get(g, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 1);
+    if (!p) PT = g->plan_T;
+  }
+  if (!p) p = plan_get(g, PT, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 0);
   if (PT != T) set_cols(p, (uint64_t)T);
   if (bias && !p->bias_fallback)
     VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));

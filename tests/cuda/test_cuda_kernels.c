@@ -695,16 +695,10 @@ int main(void) {
   test_gemm(g, 64, 256, 128, 1, 1, 0);
   test_gemm(g, 37, 48, 64, 0, 0, 0); /* cached plan */
   test_gemm(g, 300, 768, 768, 0, 1, 2); /* residual form, bf16 C -> D (the encoders' stream) */
-  {                                      /* fewer rows on the 300-row plan (exact-size forwards) */
-    const uint64_t made = vr_cuda_gemm_plans_created(g);
-    vr_cuda_gemm_set_plan_rows(g, 300);
-    test_gemm(g, 211, 768, 768, 0, 1, 2);
-    vr_cuda_gemm_set_plan_rows(g, 0);
-    const int ok = vr_cuda_gemm_plans_created(g) == made;
-    printf("%s gemm on a larger plan creates no plan (%llu -> %llu)\n", ok ? "ok  " : "FAIL",
-           (unsigned long long)made, (unsigned long long)vr_cuda_gemm_plans_created(g));
-    if (!ok) g_fail = 1;
-  }
+  vr_cuda_gemm_set_plan_rows(g, 300); /* exact-size mode: fewer rows, known algorithms or the 300-row plan */
+  test_gemm(g, 211, 768, 768, 0, 1, 2);
+  test_gemm(g, 299, 768, 768, 0, 1, 2);
+  vr_cuda_gemm_set_plan_rows(g, 0);
   test_gemm(g, 37, 48, 64, 0, 0, 2);
   test_gemm(g, 129, 96, 200, 1, 1, 2);  /* residual form, fp32 */
   test_gemm_gelu(g, 77, 256, 64);

@@ -251,8 +251,9 @@ static void test_fixture(const char *name, const char *dir) {
   }
   if (score(mp, g.ids, g.cu, g.n, cpu)) cpu[0] = NAN;
   verdict(name, "cuda vs cpu backend (fixture batch)", rel_err_ff(packed[0], cpu, g.n), 1e-2);
-  { /* a batch in a bucket of 8192+ rows runs eagerly at its exact size on the bucket's GEMM
-     * plans: == the padded graph replay (VR_CUDA_EXACT=0), and == the cpu backend */
+  { /* a batch in a bucket of 8192+ rows runs eagerly at its exact size (GEMM algorithms
+     * from those in use, so another summation order is possible): within bf16 rounding of
+     * the padded graph replay (VR_CUDA_EXACT=0), and of the cpu backend */
     const int maxl = info->max_positions < g.max_len ? info->max_positions : g.max_len;
     uint32_t n = 0, cap = 9000;
     uint32_t *cu = calloc(cap + 1, sizeof *cu);
@@ -273,8 +274,8 @@ static void test_fixture(const char *name, const char *dir) {
       if (score(big_graph, ids, cu, n, gr)) gr[0] = NAN;
       if (score(mp, ids, cu, n, cp)) cp[0] = NAN;
       char what[80];
-      snprintf(what, sizeof what, "%u-token batch: exact size == padded graph", cu[n]);
-      verdict(name, what, rel_err_ff(ex, gr, n), 1e-5);
+      snprintf(what, sizeof what, "%u-token batch: exact size vs padded graph", cu[n]);
+      verdict(name, what, rel_err_ff(ex, gr, n), 1e-2);
       snprintf(what, sizeof what, "%u-token batch, exact size vs cpu", cu[n]);
       verdict(name, what, rel_err_ff(ex, cp, n), 1e-2);
     }
