@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# device_check_run.sh: the CUDA backend's full check on the GPU machine in one call (run from the
+# repository root; results under $OUT as all.tgz, a summary on stdout). PART selects:
+#   A (default)  test_cuda_kernels, test_cuda_model, compute-sanitizer memcheck (kernel test and
+#                three fixtures), the server's gpu test, cuda_kernel_bench, the transformers
+#                comparison for roberta-base + llama-1b, fixed-shape latency (roberta-base)
+#   B            the transformers comparison for llama-8b (about 20 GB of model files under /tmp)
+# Binaries: VR_CUDA_BIN (a folder with cuda_bench_runner, cuda_kernel_bench, test_cuda_kernels,
+# test_cuda_model, vr_test_shm_client, verl-reward-server, verl-reward-score, verl-reward-bench,
+# built elsewhere with -DVR_CUDA=ON) or VR_CUDA_PACK (a .tgz of bin/ and lib/, extracted to
+# /tmp/vr-check; lib/ holds the .so files the GPU machine lacks and goes on LD_LIBRARY_PATH).
+# The same steps as the second session's calls 9-15 in docs/benchmarks.md (those ran from an
+# uncommitted copy with fixed paths; this parameterised form has not itself been run on a GPU).
+set -u
+OUT=${OUT:-/tmp/vr-check-out}
+mkdir -p "$OUT"
+if [ -n "${VR_CUDA_PACK:-}" ]; then
+  mkdir -p /tmp/vr-check && tar xzf "$VR_CUDA_PACK" -C /tmp/vr-check
+  B=/tmp/vr-check/bin
+  export LD_LIBRARY_PATH=/tmp/vr-check/lib:${LD_LIBRARY_PATH:-}
+else
+  B=${VR_CUDA_BIN:?set VR_CUDA_BIN or VR_CUDA_PACK}
+fi
+export VR_FIXTURES=$PWD/tests/fixtures
+M=/tmp/vr-bench-models
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader
+t0=$SECONDS
+if [ "${PART:-A}" = A ]; then
+  timeout 120 $B/test_cuda_kernels > $OUT/kernels.log 2>&1; echo "test_cuda_kernels rc=$? ($((SECONDS-t0))s)"; grep -E "FAIL|passed" $OUT/kernels.log | head
+  timeout 180 $B/test_cuda_model > $OUT/model.log 2>&1; echo "test_cuda_model rc=$? ($((SECONDS-t0))s)"; grep -E "FAIL|passed" $OUT/model.log | head
+  VR_TEST_SEED=11 timeout 200 compute-sanitizer --tool memcheck $B/test_cuda_kernels > $OUT/memcheck_kernels.log 2>&1; echo "memcheck kernels rc=$? ($((SECONDS-t0))s)"; tail -1 $OUT/memcheck_kernels.log
+  VR_CUDA_TEST_ONLY=roberta,bert,llama_gqa_bf16 timeout 150 compute-sanitizer --tool memcheck $B/test_cuda_model > $OUT/memcheck_model.log 2>&1; echo "memcheck model rc=$? ($((SECONDS-t0))s)"; tail -1 $OUT/memcheck_model.log
+  VR_BIN_DIR=$B VR_TEST_BIN=$B timeout 200 python3 tests/server/test_server.py -v TestGpu > $OUT/server_gpu.log 2>&1; echo "server TestGpu rc=$? ($((SECONDS-t0))s)"; tail -3 $OUT/server_gpu.log
+  timeout 90 $B/cuda_kernel_bench 10 > $OUT/kbench.log 2>&1; echo "kbench rc=$? ($((SECONDS-t0))s)"; sed -n '/default (auto)/,/^-- attention kernel: fa, 128/p' $OUT/kbench.log; grep gemm $OUT/kbench.log
+  VR_BENCH_RUNNER=$B/cuda_bench_runner OUT=$OUT/bench timeout 300 tools/bench_vs_transformers.sh --only roberta-base,llama-1b --keep-models > $OUT/bench_console.log 2>&1; echo "bench rc=$? ($((SECONDS-t0))s)"; tail -10 $OUT/bench_console.log
+  timeout 60 $B/cuda_bench_runner --model $M/roberta-base --max-batch-tokens 16384 --iters 300 --shapes 1x256,8x256,64x256,1x512 --shapes-out $OUT/shapes.json > $OUT/shapes.log 2>&1; echo "shapes rc=$?"; grep -E "^shape" $OUT/shapes.log
+else
+  VR_BENCH_RUNNER=$B/cuda_bench_runner OUT=$OUT/bench timeout 560 tools/bench_vs_transformers.sh --only llama-8b > $OUT/bench_console.log 2>&1; echo "bench 8b rc=$? ($((SECONDS-t0))s)"; tail -8 $OUT/bench_console.log
+fi
+echo "total $((SECONDS-t0))s"
+cd $OUT && tar czf all.tgz *.log *.json bench 2>/dev/null; rm -rf *.log *.json bench
