@@ -709,6 +709,16 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int 
 
 extern "C" int vr_cuda_attention_path(int D);
 
+/* Raises kernel's dynamic shared-memory limit to bytes, once per device: the attribute
+ * belongs to the function on the current device; done: the calling launcher's flags. */
+template <typename K>
+static void set_smem_once(K kernel, size_t bytes, int (&done)[64]) {
+  const int dev = vr_cuda_current_device_();
+  if (dev >= 0 && dev < 64 && done[dev]) return;
+  VR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+  if (dev >= 0 && dev < 64) done[dev] = 1;
+}
+
 /* Which tensor-core kernel runs (vr_cuda_attention_set_impl overrides; the environment
  * VR_CUDA_ATTN is read once): 6 (default, "auto") see fa_for; 5 ("fa128") k_attn_fa with
  * 4 warps x 32 rows on 128-row tiles; 2 ("fa2") 2 warps x 32 rows; 3 ("fa4") 4 warps x 16
@@ -800,12 +810,7 @@ static void launch_fa_impl(const attn_params &p, dim3 grid, cudaStream_t s) {
   typedef fa_cfg<D, IMPL> F;
   const size_t sh = fa_smem<D, F::NW * F::MT * 16>::bytes;
   static int attr_set[64];
-  const int dev = vr_cuda_current_device_();
-  if (dev < 0 || dev >= 64 || !attr_set[dev]) {
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_fa<D, F::NW, F::MT, F::MINB, F::QSM>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
-    if (dev >= 0 && dev < 64) attr_set[dev] = 1;
-  }
+  set_smem_once(k_attn_fa<D, F::NW, F::MT, F::MINB, F::QSM>, sh, attr_set);
   k_attn_fa<D, F::NW, F::MT, F::MINB, F::QSM><<<grid, F::NW * 32, sh, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }
@@ -814,11 +819,7 @@ template <int D>
 static void launch_mma(const attn_params &p, dim3 grid, cudaStream_t s) {
   const size_t sh = mma_smem<D>::bytes;
   static int attr_set[64];
-  const int dev = vr_cuda_current_device_();
-  if (dev < 0 || dev >= 64 || !attr_set[dev]) {
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_mma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
-    if (dev >= 0 && dev < 64) attr_set[dev] = 1;
-  }
+  set_smem_once(k_attn_mma<D>, sh, attr_set);
   k_attn_mma<D><<<grid, NWARP * 32, sh, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }
@@ -845,13 +846,8 @@ static void launch_wmma(const attn_params &p, dim3 grid, int rows_hint, cudaStre
     return;
   }
   const size_t sh = attn_smem<D>::bytes;
-  /* The attribute belongs to the function on the current device: set it once per device. */
   static int attr_set[64];
-  const int dev = vr_cuda_current_device_();
-  if (dev < 0 || dev >= 64 || !attr_set[dev]) {
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_wmma<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
-    if (dev >= 0 && dev < 64) attr_set[dev] = 1;
-  }
+  set_smem_once(k_attn_wmma<D>, sh, attr_set);
   k_attn_wmma<D><<<grid, NWARP * 32, sh, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }

@@ -42,6 +42,25 @@ __device__ float block_sum(float v, float *red) {
 
 /* ---------------------------------------------------------------- kernels */
 
+/* The rest of a block's LayerNorm of row xr (this thread's partial sum s already taken):
+ * xr = LN(xr) * w + b in place (fp32), xnr = bf16 of it. */
+__device__ void layernorm_row(float *xr, uint16_t *xnr, const float *w, const float *b, int C, float eps, float s,
+                              float *red) {
+  const float mean = block_sum(s, red) / C;
+  float q = 0.f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float d = xr[c] - mean;
+    q += d * d;
+  }
+  const float rstd = rsqrtf(block_sum(q, red) / C + eps);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const float v = (xr[c] - mean) * rstd * w[c] + b[c];
+    xr[c] = v;
+    xnr[c] = to_bf(v);
+  }
+}
+
+
 __global__ void k_convert_bf16(uint16_t *dst, const void *src, int dtype, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
     dst[i] = to_bf(load_any(src, dtype, i));
@@ -73,18 +92,7 @@ __global__ void k_embed_norm(float *x, uint16_t *xn, const int32_t *ids, const i
       xr[c] = v;
       s += v;
     }
-    const float mean = block_sum(s, red) / C;
-    float q = 0.f;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      const float d = xr[c] - mean;
-      q += d * d;
-    }
-    const float rstd = rsqrtf(block_sum(q, red) / C + eps);
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-      const float v = (xr[c] - mean) * rstd * w[c] + b[c];
-      xr[c] = v;
-      xnr[c] = to_bf(v);
-    }
+    layernorm_row(xr, xnr, w, b, C, eps, s, red);
   } else { /* decoder: raw embedding into the residual, RMSNorm of layer 0 into xn */
     float q = 0.f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -104,18 +112,7 @@ __global__ void k_layernorm(float *x, uint16_t *xn, const float *w, const float 
   uint16_t *xnr = xn + t * C;
   float s = 0.f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) s += xr[c];
-  const float mean = block_sum(s, red) / C;
-  float q = 0.f;
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float d = xr[c] - mean;
-    q += d * d;
-  }
-  const float rstd = rsqrtf(block_sum(q, red) / C + eps);
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float v = (xr[c] - mean) * rstd * w[c] + b[c];
-    xr[c] = v;
-    xnr[c] = to_bf(v);
-  }
+  layernorm_row(xr, xnr, w, b, C, eps, s, red);
 }
 
 /* Vectorised LayerNorm: C % 4 == 0; each thread keeps VPT float4 of the row in registers
