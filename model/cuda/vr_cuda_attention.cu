@@ -870,9 +870,9 @@ static int resident_fa(void) {
 }
 
 template <int D>
-static int resident_mma(void) {
+static int resident_mma(int rows_hint) {
   constexpr int DD = D <= 64 ? D : 64;
-  switch (fa_for(D, 0)) { /* the graphs' large buckets */
+  switch (fa_for(D, rows_hint)) {
     case 2: return resident_fa<DD, 2>();
     case 5: return resident_fa<DD, 5>();
     case 7: return resident_fa<DD, 7>();
@@ -884,13 +884,13 @@ static int resident_mma(void) {
   return resident_of(k_attn_mma<D>, NWARP * 32, (int)mma_smem<D>::bytes);
 }
 
-extern "C" int vr_cuda_attention_resident_blocks(int D) {
+extern "C" int vr_cuda_attention_resident_blocks(int D, int rows_hint) {
   if (attn_impl() == 0) return 2;
   switch (D) {
-    case 16: return resident_mma<16>();
-    case 32: return resident_mma<32>();
-    case 64: return resident_mma<64>();
-    case 128: return resident_mma<128>();
+    case 16: return resident_mma<16>(rows_hint);
+    case 32: return resident_mma<32>(rows_hint);
+    case 64: return resident_mma<64>(rows_hint);
+    case 128: return resident_mma<128>(rows_hint);
     default: return 4;
   }
 }

@@ -402,7 +402,7 @@ static int alloc_workspace(vr_cuda_state_t *st) {
   st->tile_tmp = (int32_t *)malloc(2 * (size_t)st->max_tiles * sizeof(int32_t));
   st->tile_key = (uint64_t *)malloc((size_t)st->max_tiles * sizeof(uint64_t));
   if (!st->tile_tmp || !st->tile_key) return VR_ERR_NOMEM;
-  st->host_bytes += 2 * (size_t)st->max_tiles * sizeof(int32_t);
+  st->host_bytes += 2 * (size_t)st->max_tiles * sizeof(int32_t) + (size_t)st->max_tiles * sizeof(uint64_t);
   return 0;
 }
 
@@ -769,11 +769,12 @@ static void make_buckets(vr_cuda_state_t *st) {
    * many blocks); encoders get one resident wave (a 1x256 forward launched 2112 mostly
    * empty attention blocks per layer). */
   const int H = st->cfg.num_heads;
-  const int wave = (vr_cuda_attention_resident_blocks(st->cfg.head_dim) * st->num_sms + H - 1) / H;
-  const int cap = st->cfg.is_decoder ? ((16 * st->num_sms) / H > 64 ? (16 * st->num_sms) / H : 64)
-                                     : (wave > 1 ? wave : 1);
+  const int dec_cap = (16 * st->num_sms) / H > 64 ? (16 * st->num_sms) / H : 64;
   for (int i = 0; i < st->n_buckets; ++i) {
     vr_cuda_bucket_t *bk = &st->buckets[i];
+    /* one resident wave of the attention kernel this bucket launches */
+    const int wave = (vr_cuda_attention_resident_blocks(st->cfg.head_dim, (int)bk->T) * st->num_sms + H - 1) / H;
+    const int cap = st->cfg.is_decoder ? dec_cap : (wave > 1 ? wave : 1);
     const uint32_t seq_bound = bk->T < st->max_seqs ? bk->T : st->max_seqs;
     const uint32_t tiles = bk->T / VR_CUDA_ATTN_BM + seq_bound;
     bk->grid_tiles = (int)(tiles < (uint32_t)cap ? tiles : (uint32_t)cap);

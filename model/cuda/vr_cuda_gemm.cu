@@ -22,11 +22,12 @@
 #include "vr_cuda_ops.h"
 
 #define VR_GEMM_CACHE 1024
+#define VR_GEMM_XCACHE 256 /* exact-size plans: their own cache, so they never evict bucket plans */
 #define VR_GEMM_CANDIDATES 12
 #define VR_GEMM_KNOWN 512
 
 typedef struct vr_gemm_plan {
-  int used;
+  int used; /* 0 free, 1 a plan, 2 (exact cache) no known algorithm for this key */
   int T, N, K, out_f32, has_bias, beta1, gelu;
   int bias_fallback; /* the heuristic rejected the bias (/gelu) epilogue: plain GEMM + kernels */
   int tuned;         /* candidates timed (or only one) */
@@ -44,11 +45,17 @@ struct vr_cuda_gemm {
   uint64_t plans_created, plans_tuned;
   int tuning;
   int plan_T; /* > 0: exact-size mode, see vr_cuda_gemm_set_plan_rows */
-  /* algorithms of the plans made outside exact-size mode (their kernels are loaded) */
-  cublasLtMatmulAlgo_t known[VR_GEMM_KNOWN];
+  /* algorithms of the plans made outside exact-size mode, with the output type / epilogue /
+   * accumulate they ran with (the kernel a configuration selects depends on those too):
+   * their kernels are loaded */
+  struct {
+    cublasLtMatmulAlgo_t algo;
+    int sig;
+  } known[VR_GEMM_KNOWN];
   int n_known;
   cudaEvent_t ev0, ev1;
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
+  vr_gemm_plan_t xcache[VR_GEMM_XCACHE];
 };
 
 /* Logs (does not abort on) a failed teardown call. */
@@ -58,7 +65,10 @@ static void lt_try(cublasStatus_t st, const char *what) {
 }
 
 static void plan_destroy(vr_gemm_plan_t *p) {
-  if (!p->used) return;
+  if (p->used != 1) {
+    p->used = 0;
+    return;
+  }
   lt_try(cublasLtMatrixLayoutDestroy(p->la), "cublasLtMatrixLayoutDestroy");
   lt_try(cublasLtMatrixLayoutDestroy(p->lb), "cublasLtMatrixLayoutDestroy");
   lt_try(cublasLtMatrixLayoutDestroy(p->lc), "cublasLtMatrixLayoutDestroy");
@@ -66,14 +76,25 @@ static void plan_destroy(vr_gemm_plan_t *p) {
   p->used = 0;
 }
 
-static int algo_known(const vr_cuda_gemm_t *g, const cublasLtMatmulAlgo_t *a) {
+/* What besides the algorithm configuration picks the kernel: output type, epilogue (none,
+ * bias, gelu + bias), accumulate (beta). */
+static int plan_sig(const vr_gemm_plan_t *p, int with_bias) {
+  return p->out_f32 | (with_bias ? (p->gelu ? 4 : 2) : 0) | (p->beta1 ? 8 : 0);
+}
+
+static int algo_known(const vr_cuda_gemm_t *g, const cublasLtMatmulAlgo_t *a, int sig) {
   for (int i = 0; i < g->n_known; ++i)
-    if (!memcmp(&g->known[i], a, sizeof *a)) return 1;
+    if (g->known[i].sig == sig && !memcmp(&g->known[i].algo, a, sizeof *a)) return 1;
   return 0;
 }
 
-static void remember_algo(vr_cuda_gemm_t *g, const cublasLtMatmulAlgo_t *a) {
-  if (g->n_known < VR_GEMM_KNOWN && !algo_known(g, a)) g->known[g->n_known++] = *a;
+static void remember_algo(vr_cuda_gemm_t *g, const vr_gemm_plan_t *p) {
+  const int sig = plan_sig(p, p->has_bias && !p->bias_fallback);
+  if (g->n_known < VR_GEMM_KNOWN && !algo_known(g, &p->algo, sig)) {
+    g->known[g->n_known].algo = p->algo;
+    g->known[g->n_known].sig = sig;
+    g->n_known++;
+  }
 }
 
 /* Builds desc + layouts; with_bias selects the BIAS epilogue (GELU_BIAS when p->gelu).
@@ -120,7 +141,7 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int e
   p->tuned = p->n_algos == 1;
   if (exact) { /* exact-size mode: the heuristic's best among the known algorithms */
     int k = 0;
-    while (k < p->n_algos && !algo_known(g, &p->cand[k])) ++k;
+    while (k < p->n_algos && !algo_known(g, &p->cand[k], plan_sig(p, with_bias))) ++k;
     if (k == p->n_algos) {
       plan_destroy(p);
       return 0;
@@ -128,7 +149,7 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int e
     p->algo = p->cand[k];
     p->tuned = 1;
   } else {
-    remember_algo(g, &p->algo);
+    remember_algo(g, p);
   }
   return 1;
 }
@@ -162,6 +183,7 @@ extern "C" uint64_t vr_cuda_gemm_plans_tuned(const vr_cuda_gemm_t *g) { return g
 extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
   if (!g) return;
   for (int i = 0; i < VR_GEMM_CACHE; ++i) plan_destroy(&g->cache[i]);
+  for (int i = 0; i < VR_GEMM_XCACHE; ++i) plan_destroy(&g->xcache[i]);
   if (g->workspace) (void)VR_CUDA_TRY(cudaFree(g->workspace));
   if (g->ev0) (void)VR_CUDA_TRY(cudaEventDestroy(g->ev0));
   if (g->ev1) (void)VR_CUDA_TRY(cudaEventDestroy(g->ev1));
@@ -172,23 +194,26 @@ extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
 extern "C" uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g) { return g->plans_created; }
 extern "C" size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g) { return g->workspace_bytes; }
 
-/* exact: an exact-size forward's plan, built only from known algorithms (NULL when the
- * heuristic offers none of them; no bias-kernel fallback). */
+/* exact: an exact-size forward's plan (in xcache), built only from known algorithms; NULL
+ * when the heuristic offers none of them (remembered, so it is asked once per key; no
+ * bias-kernel fallback). */
 static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int has_bias, int beta1,
                                 int gelu, int exact) {
   uint32_t h = 2166136261u;
   const int key[7] = {T, N, K, out_f32, has_bias, beta1, gelu};
   for (int i = 0; i < 7; ++i) h = (h ^ (uint32_t)key[i]) * 16777619u;
   /* 4-way probing: a model's ~4 GEMM shapes per token bucket must not evict each other */
+  vr_gemm_plan_t *cache = exact ? g->xcache : g->cache;
+  const uint32_t n_cache = exact ? VR_GEMM_XCACHE : VR_GEMM_CACHE;
   vr_gemm_plan_t *p = NULL;
   for (int w = 0; w < 4; ++w) {
-    vr_gemm_plan_t *q = &g->cache[(h + (uint32_t)w) % VR_GEMM_CACHE];
+    vr_gemm_plan_t *q = &cache[(h + (uint32_t)w) % n_cache];
     if (q->used && q->T == T && q->N == N && q->K == K && q->out_f32 == out_f32 && q->has_bias == has_bias &&
         q->beta1 == beta1 && q->gelu == gelu)
-      return q;
+      return q->used == 1 ? q : NULL;
     if (!q->used && !p) p = q;
   }
-  if (!p) p = &g->cache[h % VR_GEMM_CACHE];
+  if (!p) p = &cache[h % n_cache];
   plan_destroy(p);
   p->T = T;
   p->N = N;
@@ -200,7 +225,10 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
   p->bias_fallback = 0;
   p->tuned = 0;
   if (plan_build(g, p, has_bias, exact)) return p;
-  if (exact) return NULL;
+  if (exact) {
+    p->used = 2;
+    return NULL;
+  }
   if (has_bias) {
     p->bias_fallback = 1;
     if (plan_build(g, p, 0, 0)) {
@@ -244,7 +272,7 @@ static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void 
   }
   VR_CUDA_CHECK(cudaGetLastError());
   p->algo = p->cand[best_i];
-  remember_algo(g, &p->algo);
+  remember_algo(g, p);
   p->tuned = 1;
   g->plans_tuned++;
   vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d%s%s: candidate %d of %d, %.1f us", p->T, p->N, p->K,
@@ -280,7 +308,17 @@ static void gemm_run(vr_cuda_gemm_t *g, void *D, const void *C, int out_f32, con
     if (!p) PT = g->plan_T;
   }
   if (!p) p = plan_get(g, PT, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 0);
-  if (PT != T) set_cols(p, (uint64_t)T);
+  if (PT != T) {
+    set_cols(p, (uint64_t)T);
+    cublasLtMatmulHeuristicResult_t chk;
+    if (cublasLtMatmulAlgoCheck(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, &p->algo, &chk) !=
+            CUBLAS_STATUS_SUCCESS ||
+        chk.workspaceSize > g->workspace_bytes) { /* not valid at T rows: a plan of T's own, any algorithm */
+      set_cols(p, (uint64_t)PT);
+      p = plan_get(g, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 0);
+      PT = T;
+    }
+  }
   if (bias && !p->bias_fallback)
     VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   if (g->tuning && !p->tuned && PT == T) {

@@ -90,9 +90,9 @@ void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_
  * (q0 multiples of it). VR_CUDA_ATTN_BM (64) is the smallest, so counts made with it
  * bound any tile list. */
 int vr_cuda_attention_tile_rows(int D, int rows_hint);
-/* Blocks of the attention kernel for head_dim D that fit on one multiprocessor at once
- * (occupancy query; >= 1): the backend sizes graph grids with it. */
-int vr_cuda_attention_resident_blocks(int D);
+/* Blocks of the attention kernel a launch for head_dim D and rows_hint takes that fit on one
+ * multiprocessor at once (occupancy query; >= 1): the backend sizes graph grids with it. */
+int vr_cuda_attention_resident_blocks(int D, int rows_hint);
 /* Which path vr_cuda_attention takes for D: 1 tensor cores, 0 fallback, -1 unsupported. */
 int vr_cuda_attention_path(int D);
 /* Tensor-core kernel (VR_CUDA_ATTN names in brackets): 6 = default ("auto": 128-row

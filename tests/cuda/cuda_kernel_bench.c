@@ -71,7 +71,7 @@ static void bench_attention(int n_seqs, int len, int H, int Hkv, int D, int caus
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   /* one block per tile, then the graphs' persistent grid (one resident wave over the heads) */
-  const int persistent = (vr_cuda_attention_resident_blocks(D) * sms + H - 1) / H;
+  const int persistent = (vr_cuda_attention_resident_blocks(D, T) * sms + H - 1) / H;
   for (int mode = 0; mode < 2; ++mode) {
     const int grid = mode == 0 ? nt : (persistent < nt ? persistent : nt);
     for (int r = -2; r < reps; ++r) {
