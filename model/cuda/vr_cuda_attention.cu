@@ -642,6 +642,218 @@ __global__ void __launch_bounds__(NW * 32, MINB) k_attn_fa(attn_params p) {
   cp_async_wait<0>();
 }
 
+/* ---- wgmma path (sm_90a; VR_CUDA_ATTN=wgmma, head_dim 64) ---- DRAFT, never run on a GPU.
+ * One warpgroup (4 warps) per 64-row query tile. Q and K tiles sit in shared memory in the
+ * canonical K-major, no-swizzle wgmma layout (core matrices of 8 rows x 16 bytes; element
+ * (r, k) of a 64 x 64 bf16 tile at (r / 8) * 1024 + (k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2
+ * bytes: LBO = 128 (next core matrix along K), SBO = 1024 (next along M/N)). V lands
+ * row-major by cp.async and is transposed (ldmatrix.trans) into the same canonical layout as
+ * V^T, so both products read K-major B operands. S = Q K^T: 4 wgmma m64n64k16 from shared
+ * memory; the fp32 accumulator fragment of each warp (16 rows) has the mma.sync m16n8 C
+ * layout repeated over 8 column blocks, so the softmax is the mma.sync kernels' one, and P
+ * feeds O += P V^T as the register A operand (mma.sync A layout). */
+#define WG_LBO 128
+#define WG_SBO 1024
+#define WG_TILE_BYTES (64 * 64 * 2)
+
+__device__ __forceinline__ uint64_t wg_desc(const void *p) {
+  const uint64_t a = smem_u32(p);
+  return ((a & 0x3FFFFu) >> 4) | ((uint64_t)(WG_LBO >> 4) << 16) | ((uint64_t)(WG_SBO >> 4) << 32);
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+/* Pins the accumulator registers in program order around the asynchronous wgmma (their
+ * values are only valid after wgmma.wait_group): without it the compiler may move reads or
+ * writes of them across the wait. */
+__device__ __forceinline__ void fence_regs(float (&r)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+#endif
+
+/* Rows [r0, r0 + 64) of one head (64 dims at column col) into a canonical K-major tile;
+ * rows at or past valid are zero-filled. 128 threads. */
+__device__ __forceinline__ void cp_canon(unsigned char *dst, const bf16 *qkv, int ld, size_t row0, int col, int r0,
+                                         int valid) {
+  for (int i = threadIdx.x; i < 64 * 8; i += 128) {
+    const int r = i >> 3, c = i & 7;
+    const bool ok = r0 + r < valid;
+    const bf16 *src = qkv + (row0 + (ok ? r0 + r : 0)) * (size_t)ld + col + c * 8;
+    cp_async16(dst + (r >> 3) * WG_SBO + c * WG_LBO + (r & 7) * 16, src, ok ? 16 : 0);
+  }
+}
+
+__global__ void __launch_bounds__(128) k_attn_wg64(attn_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = 64, LDV = mma_smem<64>::LD;
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char *sQ = smem;                          /* canonical Q */
+  unsigned char *sK0 = smem + WG_TILE_BYTES;         /* canonical K[2] */
+  unsigned char *sVt0 = smem + 3 * WG_TILE_BYTES;    /* canonical V^T[2] */
+  bf16 *sVs0 = reinterpret_cast<bf16 *>(smem + 5 * WG_TILE_BYTES); /* row-major V staging[2], pitch LDV */
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const int n_tiles = p.meta[VR_CUDA_META_N_TILES];
+
+  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    const tile_span w = tile_at(p, tile, 64);
+    const size_t s0 = w.s0;
+    const int q0 = w.q0, len = w.len, kbeg = w.kbeg, nkv = w.nkv;
+    __syncthreads(); /* the previous tile is done with every buffer */
+    cp_canon(sQ, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
+    cp_canon(sK0, p.qkv, p.ld, s0, p.k_off + hk * D, kbeg, len);
+    cp_tile2<64, 4>(sVs0, p.qkv, p.ld, s0, p.v_off + hk * D, kbeg, len);
+    cp_async_commit();
+    float o[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    const int qr0 = q0 + warp * 16 + g, qr1 = qr0 + 8;
+    for (int it = 0; it < nkv; ++it) {
+      const int n0 = kbeg + it * BN, buf = it & 1;
+      if (it + 1 < nkv) {
+        cp_canon(sK0 + (buf ^ 1) * WG_TILE_BYTES, p.qkv, p.ld, s0, p.k_off + hk * D, n0 + BN, len);
+        cp_tile2<64, 4>(sVs0 + (buf ^ 1) * 64 * LDV, p.qkv, p.ld, s0, p.v_off + hk * D, n0 + BN, len);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads(); /* this tile's K and V staging have landed for every thread */
+      { /* V staging (keys x dims) -> canonical V^T (dims x keys): 64 core matrices, 16 per warp */
+        const bf16 *vs = sVs0 + buf * 64 * LDV;
+        unsigned char *vt = sVt0 + buf * WG_TILE_BYTES;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int idx = (warp * 4 + k) * 4 + (lane >> 3); /* the matrix this lane addresses */
+          const int db = idx >> 3, kb = idx & 7;
+          uint32_t r[4];
+          ldmatrix_x4_trans(r[0], r[1], r[2], r[3], vs + (kb * 8 + (lane & 7)) * LDV + db * 8);
+#pragma unroll
+          for (int mi = 0; mi < 4; ++mi) {
+            const int j = (warp * 4 + k) * 4 + mi, jdb = j >> 3, jkb = j & 7;
+            *reinterpret_cast<uint32_t *>(vt + jdb * WG_SBO + jkb * WG_LBO + g * 16 + t * 4) = r[mi];
+          }
+        }
+      }
+      fence_proxy_async(); /* cp.async and st.shared writes -> visible to wgmma */
+      __syncthreads();
+      /* S = Q K^T */
+      float sc[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) sc[i] = 0.f;
+      const uint64_t dq = wg_desc(sQ), dk = wg_desc(sK0 + buf * WG_TILE_BYTES);
+      fence_regs(sc);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_ss(sc, dq + (uint64_t)(kk * 2 * WG_LBO >> 4), dk + (uint64_t)(kk * 2 * WG_LBO >> 4));
+      wg_commit();
+      wg_wait0();
+      fence_regs(sc);
+      /* mask, online softmax (the C layout: sc[4 j + e] = rows g / g + 8, keys 8 j + 2 t + (e & 1)) */
+      const bool need_mask = n0 + BN > len || (p.causal && n0 + BN - 1 > q0 + warp * 16) || p.window > 0;
+      float px0[8], px1[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (need_mask) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int kp = n0 + j * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
+            bool ok = kp < len;
+            if (p.causal) ok = ok && kp <= qp;
+            if (p.window > 0) ok = ok && qp - kp < p.window && kp - qp < p.window;
+            if (!ok) sc[4 * j + e] = -INFINITY;
+          }
+        }
+        px0[j] = fmaxf(sc[4 * j], sc[4 * j + 1]);
+        px1[j] = fmaxf(sc[4 * j + 2], sc[4 * j + 3]);
+      }
+      float mx0 = tree8(px0, op_max()), mx1 = tree8(px1, op_max());
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float mn0 = fmaxf(m0, mx0 * p.scale_log2), mn1 = fmaxf(m1, mx1 * p.scale_log2);
+      const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+      const float al0 = ex2_approx(m0 - mu0), al1 = ex2_approx(m1 - mu1);
+      m0 = mn0, m1 = mn1;
+      float ps0[8], ps1[8];
+      uint32_t pa[4][4];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float e0 = ex2_approx(fmaf(sc[4 * j], p.scale_log2, -mu0));
+        const float e1 = ex2_approx(fmaf(sc[4 * j + 1], p.scale_log2, -mu0));
+        const float e2 = ex2_approx(fmaf(sc[4 * j + 2], p.scale_log2, -mu1));
+        const float e3 = ex2_approx(fmaf(sc[4 * j + 3], p.scale_log2, -mu1));
+        ps0[j] = e0 + e1;
+        ps1[j] = e2 + e3;
+        pa[j >> 1][(j & 1) * 2 + 0] = pack_bf16(e0, e1);
+        pa[j >> 1][(j & 1) * 2 + 1] = pack_bf16(e2, e3);
+      }
+      float rs0 = tree8(ps0, op_add()), rs1 = tree8(ps1, op_add());
+      rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
+      rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
+      rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
+      rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
+      l0 = l0 * al0 + rs0;
+      l1 = l1 * al1 + rs1;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[4 * j] *= al0, o[4 * j + 1] *= al0, o[4 * j + 2] *= al1, o[4 * j + 3] *= al1;
+      /* O += P V (B = V^T tile, K-major over keys) */
+      const uint64_t dv = wg_desc(sVt0 + buf * WG_TILE_BYTES);
+      fence_regs(o);
+      wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_rs(o, pa[kk], dv + (uint64_t)(kk * 2 * WG_LBO >> 4));
+      wg_commit();
+      wg_wait0();
+      fence_regs(o);
+      __syncthreads(); /* this buffer may be refilled by the next iteration's prefetch */
+    }
+    cp_async_wait<0>();
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int c = h * D + j * 8 + 2 * t;
+      if (qr0 < len)
+        *reinterpret_cast<uint32_t *>(p.out + (s0 + qr0) * (size_t)p.ld_out + c) = pack_bf16(o[4 * j] * inv0, o[4 * j + 1] * inv0);
+      if (qr1 < len)
+        *reinterpret_cast<uint32_t *>(p.out + (s0 + qr1) * (size_t)p.ld_out + c) = pack_bf16(o[4 * j + 2] * inv1, o[4 * j + 3] * inv1);
+    }
+  }
+#else
+  __trap(); /* built without sm_90a code: vr_cuda_attention never selects this kernel then */
+#endif
+}
+
+#define WG_SMEM_BYTES (5 * WG_TILE_BYTES + 2 * 64 * mma_smem<64>::LD * 2)
+
 /* Fallback: one warp per query row; dynamic shared memory NWARP * D floats (q). */
 __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int D) {
   extern __shared__ float qs_all[];
@@ -740,6 +952,7 @@ static int attn_impl(void) {
                   : !strcmp(e, "fa128") ? 5
                   : !strcmp(e, "fa128q") ? 7
                   : !strcmp(e, "fa4q")  ? 8
+                  : !strcmp(e, "wgmma") ? 9
                                         : 6;
   }
   return g_attn_impl;
@@ -795,6 +1008,7 @@ struct fa_cfg<D, 8> { /* 4 warps x 16 rows, Q from shared memory, registers for 
 static int fa_for(int D, int rows_hint) {
   if (vr_cuda_attention_path(D) != 1) return 0; /* the fp32 fallback */
   int i = attn_impl();
+  if (i == 9) return D == 64 ? 9 : 3; /* the wgmma draft: head_dim 64 only */
   if (i == 6) i = D <= 64 && (rows_hint <= 0 || rows_hint >= VR_ATTN2_MIN_ROWS) ? 5 : 3;
   if ((i == 2 || i == 5 || i == 7) && D > 64) i = 3;
   return i >= 2 ? i : 0;
@@ -824,8 +1038,23 @@ static void launch_mma(const attn_params &p, dim3 grid, cudaStream_t s) {
   VR_CUDA_CHECK_LAUNCH();
 }
 
+static void launch_wg64(const attn_params &p, dim3 grid, cudaStream_t s) {
+  static int attr_set[64];
+  const int dev = vr_cuda_current_device_();
+  if (dev < 0 || dev >= 64 || !attr_set[dev]) {
+    VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_wg64, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM_BYTES));
+    if (dev >= 0 && dev < 64) attr_set[dev] = 1;
+  }
+  k_attn_wg64<<<grid, 128, WG_SMEM_BYTES, s>>>(p);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
 template <int D>
 static void launch_fa(int impl, const attn_params &p, dim3 grid, cudaStream_t s) {
+  if (impl == 9) {
+    launch_wg64(p, grid, s);
+    return;
+  }
   if (impl == 2) launch_fa_impl<D <= 64 ? D : 64, 2>(p, grid, s);
   else if (impl == 5) launch_fa_impl<D <= 64 ? D : 64, 5>(p, grid, s);
   else if (impl == 7) launch_fa_impl<D <= 64 ? D : 64, 7>(p, grid, s);
@@ -879,6 +1108,7 @@ static int resident_mma(int rows_hint) {
     case 3: return resident_fa<D, 3>();
     case 4: return resident_fa<D, 4>();
     case 8: return resident_fa<D, 8>();
+    case 9: return resident_of(k_attn_wg64, 128, (int)WG_SMEM_BYTES);
     default: break;
   }
   return resident_of(k_attn_mma<D>, NWARP * 32, (int)mma_smem<D>::bytes);
