@@ -449,6 +449,63 @@ __device__ __forceinline__ float tree8(const float (&v)[8], F f) {
   return f(f(f(v[0], v[1]), f(v[2], v[3])), f(f(v[4], v[5]), f(v[6], v[7])));
 }
 
+/* Mask and online softmax of one 64-key tile (keys from n0) for 16 query rows (qr0 = row g,
+ * qr1 = row g + 8) in the mma.sync m16n8 C layout, sc[j][e]: rows g / g + 8 for e < 2 / >= 2,
+ * key n0 + 8 j + 2 t + (e & 1). Updates the running max m (log2-scaled domain) and sum l,
+ * writes P as the next P V's A fragments (one per 16-key step) and the factors al0 / al1 the
+ * accumulated O rows must be scaled by. Per n-tile maxima and sums, then trees (short
+ * dependency chains); ex2.approx with the scale folded into one FFMA. */
+__device__ __forceinline__ void softmax_rows16(const attn_params &p, float (&sc)[8][4], uint32_t (&pa)[4][4], int n0,
+                                               int len, bool need_mask, int qr0, int qr1, float &m0, float &m1,
+                                               float &l0, float &l1, float &al0, float &al1) {
+  const int t = threadIdx.x & 3;
+  float px0[8], px1[8];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    if (need_mask) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int kp = n0 + nt * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
+        bool ok = kp < len;
+        if (p.causal) ok = ok && kp <= qp;
+        if (p.window > 0) ok = ok && qp - kp < p.window && kp - qp < p.window;
+        if (!ok) sc[nt][e] = -INFINITY;
+      }
+    }
+    px0[nt] = fmaxf(sc[nt][0], sc[nt][1]);
+    px1[nt] = fmaxf(sc[nt][2], sc[nt][3]);
+  }
+  float mx0 = tree8(px0, op_max()), mx1 = tree8(px1, op_max());
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  /* scale > 0, so max(raw) * scale is the max of the scaled scores */
+  const float mn0 = fmaxf(m0, mx0 * p.scale_log2), mn1 = fmaxf(m1, mx1 * p.scale_log2);
+  const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+  al0 = ex2_approx(m0 - mu0), al1 = ex2_approx(m1 - mu1);
+  m0 = mn0, m1 = mn1;
+  float ps0[8], ps1[8];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    const float e0 = ex2_approx(fmaf(sc[nt][0], p.scale_log2, -mu0));
+    const float e1 = ex2_approx(fmaf(sc[nt][1], p.scale_log2, -mu0));
+    const float e2 = ex2_approx(fmaf(sc[nt][2], p.scale_log2, -mu1));
+    const float e3 = ex2_approx(fmaf(sc[nt][3], p.scale_log2, -mu1));
+    ps0[nt] = e0 + e1;
+    ps1[nt] = e2 + e3;
+    pa[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(e0, e1);
+    pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(e2, e3);
+  }
+  float rs0 = tree8(ps0, op_add()), rs1 = tree8(ps1, op_add());
+  rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
+  rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
+  rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
+  rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
+  l0 = l0 * al0 + rs0;
+  l1 = l1 * al1 + rs1;
+}
+
 template <int D, int NW, int MT, int MINB, bool QSM>
 __global__ void __launch_bounds__(NW * 32, MINB) k_attn_fa(attn_params p) {
   constexpr int TM = NW * MT * 16;
@@ -557,51 +614,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) k_attn_fa(attn_params p) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         const int qr0 = wr0 + mt * 16 + g, qr1 = qr0 + 8;
-        float px0[8], px1[8]; /* per n-tile maxima, then a tree (short dependency chains) */
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          if (need_mask) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int kp = n0 + nt * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
-              bool ok = kp < len;
-              if (p.causal) ok = ok && kp <= qp;
-              if (p.window > 0) ok = ok && qp - kp < p.window && kp - qp < p.window;
-              if (!ok) sc[mt][nt][e] = -INFINITY;
-            }
-          }
-          px0[nt] = fmaxf(sc[mt][nt][0], sc[mt][nt][1]);
-          px1[nt] = fmaxf(sc[mt][nt][2], sc[mt][nt][3]);
-        }
-        float mx0 = tree8(px0, op_max()), mx1 = tree8(px1, op_max());
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        /* scale > 0, so max(raw) * scale is the max of the scaled scores */
-        const float mn0 = fmaxf(m[mt][0], mx0 * p.scale_log2), mn1 = fmaxf(m[mt][1], mx1 * p.scale_log2);
-        const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-        const float al0 = ex2_approx(m[mt][0] - mu0), al1 = ex2_approx(m[mt][1] - mu1);
-        m[mt][0] = mn0, m[mt][1] = mn1;
-        float ps0[8], ps1[8];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const float e0 = ex2_approx(fmaf(sc[mt][nt][0], p.scale_log2, -mu0));
-          const float e1 = ex2_approx(fmaf(sc[mt][nt][1], p.scale_log2, -mu0));
-          const float e2 = ex2_approx(fmaf(sc[mt][nt][2], p.scale_log2, -mu1));
-          const float e3 = ex2_approx(fmaf(sc[mt][nt][3], p.scale_log2, -mu1));
-          ps0[nt] = e0 + e1;
-          ps1[nt] = e2 + e3;
-          pa[mt][nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(e0, e1);
-          pa[mt][nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(e2, e3);
-        }
-        float rs0 = tree8(ps0, op_add()), rs1 = tree8(ps1, op_add());
-        rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
-        rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
-        rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
-        rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
-        l[mt][0] = l[mt][0] * al0 + rs0;
-        l[mt][1] = l[mt][1] * al1 + rs1;
+        float al0, al1;
+        softmax_rows16(p, sc[mt], pa[mt], n0, len, need_mask, qr0, qr1, m[mt][0], m[mt][1], l[mt][0], l[mt][1], al0, al1);
 #pragma unroll
         for (int i = 0; i < NT; ++i) o[mt][i][0] *= al0, o[mt][i][1] *= al0, o[mt][i][2] *= al1, o[mt][i][3] *= al1;
       }
@@ -642,83 +656,136 @@ __global__ void __launch_bounds__(NW * 32, MINB) k_attn_fa(attn_params p) {
   cp_async_wait<0>();
 }
 
-/* ---- wgmma path (sm_90a; VR_CUDA_ATTN=wgmma, head_dim 64) ---- DRAFT, never run on a GPU.
- * One warpgroup (4 warps) per 64-row query tile. Q and K tiles sit in shared memory in the
- * canonical K-major, no-swizzle wgmma layout (core matrices of 8 rows x 16 bytes; element
- * (r, k) of a 64 x 64 bf16 tile at (r / 8) * 1024 + (k / 8) * 128 + (r % 8) * 16 + (k % 8) * 2
- * bytes: LBO = 128 (next core matrix along K), SBO = 1024 (next along M/N)). V lands
- * row-major by cp.async and is transposed (ldmatrix.trans) into the same canonical layout as
- * V^T, so both products read K-major B operands. S = Q K^T: 4 wgmma m64n64k16 from shared
- * memory; the fp32 accumulator fragment of each warp (16 rows) has the mma.sync m16n8 C
- * layout repeated over 8 column blocks, so the softmax is the mma.sync kernels' one, and P
- * feeds O += P V^T as the register A operand (mma.sync A layout). */
-#define WG_LBO 128
-#define WG_SBO 1024
+/* ---- wgmma path (sm_90a; VR_CUDA_ATTN=wgmma, head_dim 64) ----
+ * One warpgroup (4 warps, 16 query rows each) per 64-row query tile; 3 blocks per SM (137
+ * registers; bounding them for 4 spilled and measured the same).
+ * Measured on the H200 it is SLOWER than the mma.sync kernels it would replace (32 x 512
+ * roberta-base heads: 127 TFLOP/s against 184 for k_attn_fa, roberta-base 256 packed 29.5
+ * against 28.2 ms), so it is not selected by default: kept, tested, behind
+ * VR_CUDA_ATTN=wgmma, as the base for a TMA / warp-specialised version.
+ * Q, K and V tiles sit in shared memory in one layout, loaded by cp.async: core matrices of
+ * 8 rows x 16 bytes, element (r, c) of a 64 x 64 bf16 tile at
+ * (r / 8) * 1024 + (c / 8) * 128 + (r % 8) * 16 + (c % 8) * 2 bytes. For K (B of S = Q K^T,
+ * K-major over the head dims) that is the canonical no-swizzle layout with LBO 128 / SBO
+ * 1024; V (B of O = P V, keys x dims, dims contiguous) is read as an MN-major operand
+ * (transpose-B) with LBO 1024 (between 8-key groups) / SBO 128 (between 8-dim groups). Q
+ * goes to registers once per tile (ldmatrix, the mma.sync A layout), so S reads only K from
+ * shared memory (an m64n64k16 with both operands there would read 4 KB per 32 tensor
+ * cycles: the shared-memory bandwidth of the SM).
+ * Per key tile the warpgroup issues S(it) = Q K(it)^T and O += P(it-1) V(it-1) back to back
+ * (wgmma, asynchronous), waits for S only, runs the online softmax on it while P V is in
+ * flight, then waits for P V and rescales O (FlashAttention-3's intra-warpgroup overlap). The
+ * fp32 S fragment of a warp has the mma.sync m16n8 C layout repeated over 8 column blocks, so
+ * P feeds the next P V straight from registers (mma.sync A layout). K is double and V triple
+ * buffered (V is read one iteration later than K). */
 #define WG_TILE_BYTES (64 * 64 * 2)
+#define WG_SMEM_BYTES (6 * WG_TILE_BYTES) /* Q, K[2], V[3] */
 
+template <int LBO, int SBO>
 __device__ __forceinline__ uint64_t wg_desc(const void *p) {
   const uint64_t a = smem_u32(p);
-  return ((a & 0x3FFFFu) >> 4) | ((uint64_t)(WG_LBO >> 4) << 16) | ((uint64_t)(WG_SBO >> 4) << 32);
+  return ((a & 0x3FFFFu) >> 4) | ((uint64_t)(LBO >> 4) << 16) | ((uint64_t)(SBO >> 4) << 32);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-/* Pins the accumulator registers in program order around the asynchronous wgmma (their
- * values are only valid after wgmma.wait_group): without it the compiler may move reads or
- * writes of them across the wait. */
-__device__ __forceinline__ void fence_regs(float (&r)[32]) {
+/* Pins registers in program order around the asynchronous wgmma (accumulators are only
+ * valid after wgmma.wait_group; register A operands must not change before it). */
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
 #pragma unroll
-  for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(r[i])::"memory");
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(r[i / 4][i % 4])::"memory");
 }
 
-__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t da, uint64_t db) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(da), "l"(db), "r"(1));
-}
+#define WG_D32                                                                                                     \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),       \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),       \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),      \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define WG_DOPS                                                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
 
-__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+/* d (+)= A B, A from registers (mma.sync A fragment layout), B from shared memory, K-major
+ * (TB 0) or MN-major (TB 1, transpose-B); acc 0: d = A B. */
+template <int TB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int acc) {
   asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " WG_DOPS ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+      : WG_D32
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
 #endif
 
-/* Rows [r0, r0 + 64) of one head (64 dims at column col) into a canonical K-major tile;
- * rows at or past valid are zero-filled. 128 threads. */
+/* Rows [r0, r0 + 64) of one head (64 dims at column col) into the tile layout above; rows at
+ * or past valid are zero-filled. 128 threads. */
 __device__ __forceinline__ void cp_canon(unsigned char *dst, const bf16 *qkv, int ld, size_t row0, int col, int r0,
                                          int valid) {
-  for (int i = threadIdx.x; i < 64 * 8; i += 128) {
-    const int r = i >> 3, c = i & 7;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const int i = threadIdx.x + k * 128, r = i >> 3, c = i & 7;
     const bool ok = r0 + r < valid;
     const bf16 *src = qkv + (row0 + (ok ? r0 + r : 0)) * (size_t)ld + col + c * 8;
-    cp_async16(dst + (r >> 3) * WG_SBO + c * WG_LBO + (r & 7) * 16, src, ok ? 16 : 0);
+    cp_async16(dst + (r >> 3) * 1024 + c * 128 + (r & 7) * 16, src, ok ? 16 : 0);
   }
 }
 
-__global__ void __launch_bounds__(128) k_attn_wg64(attn_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int D = 64, LDV = mma_smem<64>::LD;
+/* Waits for key tile it's K and V, makes them visible to wgmma in every warp, and starts
+ * loading tile it + 1 (K double, V triple buffered: V(it - 1) is still being read). The
+ * barrier also means S(it - 1) and P V(it - 2) are complete in every warp. */
+__device__ __forceinline__ void wg_next_kv(const attn_params &p, unsigned char *sK0, unsigned char *sV0, size_t s0,
+                                           int hk, int kbeg, int it, int nkv, int len) {
+  cp_async_wait<0>();
+  fence_proxy_async();
+  __syncthreads();
+  if (it + 1 < nkv) {
+    const int n1 = kbeg + (it + 1) * BN;
+    cp_canon(sK0 + ((it + 1) & 1) * WG_TILE_BYTES, p.qkv, p.ld, s0, p.k_off + hk * 64, n1, len);
+    cp_canon(sV0 + ((it + 1) % 3) * WG_TILE_BYTES, p.qkv, p.ld, s0, p.v_off + hk * 64, n1, len);
+    cp_async_commit();
+  }
+}
+
+/* sc = Q K^T over the 64 head dims (4 k-steps of 16 dims = 256 bytes of K); Q from
+ * registers (qa, mma.sync A fragments), which halves the shared-memory reads of S. */
+__device__ __forceinline__ void wg_qk(float (&sc)[32], const uint32_t (&qa)[4][4], uint64_t dk) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs<0>(sc, qa[kk], dk + (uint64_t)(kk * 16), kk);
+}
+
+/* o += P V over 64 keys (4 k-steps of 16 keys = 2048 bytes). V (keys x dims, dims
+ * contiguous) is an MN-major B: LBO 1024 between 8-key groups, SBO 128 between 8-dim groups. */
+__device__ __forceinline__ void wg_pv(float (&o)[32], const uint32_t (&pa)[4][4], const unsigned char *sV) {
+  const uint64_t dv = wg_desc<1024, 128>(sV);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs<1>(o, pa[kk], dv + (uint64_t)(kk * 128), 1);
+}
+
+/* Online softmax of one 64-key tile for this warp's 16 query rows (softmax_rows16); the
+ * wgmma accumulator fragment is the mma.sync one of 8 n-tiles, sc[4 j + e] = sc8[j][e]. */
+__device__ __forceinline__ void wg_softmax(const attn_params &p, float (&sc)[32], uint32_t (&pn)[4][4], int n0,
+                                           int len, int q0, int warp, int qr0, int qr1, float &m0, float &m1,
+                                           float &l0, float &l1, float &al0, float &al1) {
+  const bool need_mask = n0 + BN > len || (p.causal && n0 + BN - 1 > q0 + warp * 16) || p.window > 0;
+  softmax_rows16(p, reinterpret_cast<float(&)[8][4]>(sc), pn, n0, len, need_mask, qr0, qr1, m0, m1, l0, l1, al0, al1);
+}
+#endif
+
+__global__ void __launch_bounds__(128, 3) k_attn_wg64(attn_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int D = 64;
   extern __shared__ __align__(128) unsigned char smem[];
-  unsigned char *sQ = smem;                          /* canonical Q */
-  unsigned char *sK0 = smem + WG_TILE_BYTES;         /* canonical K[2] */
-  unsigned char *sVt0 = smem + 3 * WG_TILE_BYTES;    /* canonical V^T[2] */
-  bf16 *sVs0 = reinterpret_cast<bf16 *>(smem + 5 * WG_TILE_BYTES); /* row-major V staging[2], pitch LDV */
+  unsigned char *sQ = smem, *sK0 = smem + WG_TILE_BYTES, *sV0 = smem + 3 * WG_TILE_BYTES;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
   const int n_tiles = p.meta[VR_CUDA_META_N_TILES];
@@ -727,116 +794,63 @@ __global__ void __launch_bounds__(128) k_attn_wg64(attn_params p) {
     const tile_span w = tile_at(p, tile, 64);
     const size_t s0 = w.s0;
     const int q0 = w.q0, len = w.len, kbeg = w.kbeg, nkv = w.nkv;
-    __syncthreads(); /* the previous tile is done with every buffer */
+    __syncthreads(); /* the previous tile's wgmma reads are complete in every warp */
     cp_canon(sQ, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
     cp_canon(sK0, p.qkv, p.ld, s0, p.k_off + hk * D, kbeg, len);
-    cp_tile2<64, 4>(sVs0, p.qkv, p.ld, s0, p.v_off + hk * D, kbeg, len);
+    cp_canon(sV0, p.qkv, p.ld, s0, p.v_off + hk * D, kbeg, len);
     cp_async_commit();
-    float o[32];
+    float o[32], sc[32];
+    uint32_t pa[4][4]; /* P of the previous key tile, the A operand of its P V */
 #pragma unroll
     for (int i = 0; i < 32; ++i) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
     const int qr0 = q0 + warp * 16 + g, qr1 = qr0 + 8;
-    for (int it = 0; it < nkv; ++it) {
-      const int n0 = kbeg + it * BN, buf = it & 1;
-      if (it + 1 < nkv) {
-        cp_canon(sK0 + (buf ^ 1) * WG_TILE_BYTES, p.qkv, p.ld, s0, p.k_off + hk * D, n0 + BN, len);
-        cp_tile2<64, 4>(sVs0 + (buf ^ 1) * 64 * LDV, p.qkv, p.ld, s0, p.v_off + hk * D, n0 + BN, len);
-      }
-      cp_async_commit();
-      cp_async_wait<1>();
-      __syncthreads(); /* this tile's K and V staging have landed for every thread */
-      { /* V staging (keys x dims) -> canonical V^T (dims x keys): 64 core matrices, 16 per warp */
-        const bf16 *vs = sVs0 + buf * 64 * LDV;
-        unsigned char *vt = sVt0 + buf * WG_TILE_BYTES;
+    float al0, al1;
+    /* key tile 0: S only (O is still zero) */
+    wg_next_kv(p, sK0, sV0, s0, hk, kbeg, 0, nkv, len);
+    uint32_t qa[4][4]; /* this warp's 16 Q rows as A fragments: matrix m of k-step kk is rows
+                          8 (m & 1) + 0..7, dims 16 kk + 8 (m >> 1) + 0..7 */
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int idx = (warp * 4 + k) * 4 + (lane >> 3); /* the matrix this lane addresses */
-          const int db = idx >> 3, kb = idx & 7;
-          uint32_t r[4];
-          ldmatrix_x4_trans(r[0], r[1], r[2], r[3], vs + (kb * 8 + (lane & 7)) * LDV + db * 8);
-#pragma unroll
-          for (int mi = 0; mi < 4; ++mi) {
-            const int j = (warp * 4 + k) * 4 + mi, jdb = j >> 3, jkb = j & 7;
-            *reinterpret_cast<uint32_t *>(vt + jdb * WG_SBO + jkb * WG_LBO + g * 16 + t * 4) = r[mi];
-          }
-        }
-      }
-      fence_proxy_async(); /* cp.async and st.shared writes -> visible to wgmma */
-      __syncthreads();
-      /* S = Q K^T */
-      float sc[32];
-#pragma unroll
-      for (int i = 0; i < 32; ++i) sc[i] = 0.f;
-      const uint64_t dq = wg_desc(sQ), dk = wg_desc(sK0 + buf * WG_TILE_BYTES);
-      fence_regs(sc);
+    for (int kk = 0; kk < 4; ++kk) {
+      const int m = lane >> 3, r = warp * 16 + (m & 1) * 8 + (lane & 7), c = kk * 2 + (m >> 1);
+      ldmatrix_x4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], sQ + (r >> 3) * 1024 + c * 128 + (r & 7) * 16);
+    }
+    fence_regs<32>(sc);
+    wg_fence();
+    wg_qk(sc, qa, wg_desc<128, 1024>(sK0));
+    wg_commit();
+    wg_wait<0>();
+    fence_regs<32>(sc);
+    wg_softmax(p, sc, pa, kbeg, len, q0, warp, qr0, qr1, m0, m1, l0, l1, al0, al1);
+    for (int it = 1; it < nkv; ++it) {
+      wg_next_kv(p, sK0, sV0, s0, hk, kbeg, it, nkv, len);
+      fence_regs<32>(o);
+      fence_regs(pa);
       wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_ss(sc, dq + (uint64_t)(kk * 2 * WG_LBO >> 4), dk + (uint64_t)(kk * 2 * WG_LBO >> 4));
+      wg_qk(sc, qa, wg_desc<128, 1024>(sK0 + (it & 1) * WG_TILE_BYTES));
       wg_commit();
-      wg_wait0();
-      fence_regs(sc);
-      /* mask, online softmax (the C layout: sc[4 j + e] = rows g / g + 8, keys 8 j + 2 t + (e & 1)) */
-      const bool need_mask = n0 + BN > len || (p.causal && n0 + BN - 1 > q0 + warp * 16) || p.window > 0;
-      float px0[8], px1[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (need_mask) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int kp = n0 + j * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
-            bool ok = kp < len;
-            if (p.causal) ok = ok && kp <= qp;
-            if (p.window > 0) ok = ok && qp - kp < p.window && kp - qp < p.window;
-            if (!ok) sc[4 * j + e] = -INFINITY;
-          }
-        }
-        px0[j] = fmaxf(sc[4 * j], sc[4 * j + 1]);
-        px1[j] = fmaxf(sc[4 * j + 2], sc[4 * j + 3]);
-      }
-      float mx0 = tree8(px0, op_max()), mx1 = tree8(px1, op_max());
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float mn0 = fmaxf(m0, mx0 * p.scale_log2), mn1 = fmaxf(m1, mx1 * p.scale_log2);
-      const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
-      const float al0 = ex2_approx(m0 - mu0), al1 = ex2_approx(m1 - mu1);
-      m0 = mn0, m1 = mn1;
-      float ps0[8], ps1[8];
-      uint32_t pa[4][4];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float e0 = ex2_approx(fmaf(sc[4 * j], p.scale_log2, -mu0));
-        const float e1 = ex2_approx(fmaf(sc[4 * j + 1], p.scale_log2, -mu0));
-        const float e2 = ex2_approx(fmaf(sc[4 * j + 2], p.scale_log2, -mu1));
-        const float e3 = ex2_approx(fmaf(sc[4 * j + 3], p.scale_log2, -mu1));
-        ps0[j] = e0 + e1;
-        ps1[j] = e2 + e3;
-        pa[j >> 1][(j & 1) * 2 + 0] = pack_bf16(e0, e1);
-        pa[j >> 1][(j & 1) * 2 + 1] = pack_bf16(e2, e3);
-      }
-      float rs0 = tree8(ps0, op_add()), rs1 = tree8(ps1, op_add());
-      rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
-      rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
-      rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
-      rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
-      l0 = l0 * al0 + rs0;
-      l1 = l1 * al1 + rs1;
+      wg_pv(o, pa, sV0 + ((it - 1) % 3) * WG_TILE_BYTES);
+      wg_commit();
+      wg_wait<1>(); /* S(it) */
+      fence_regs<32>(sc);
+      uint32_t pn[4][4];
+      wg_softmax(p, sc, pn, kbeg + it * BN, len, q0, warp, qr0, qr1, m0, m1, l0, l1, al0, al1);
+      wg_wait<0>(); /* P V(it - 1) */
+      fence_regs<32>(o);
+      fence_regs(pa);
 #pragma unroll
       for (int j = 0; j < 8; ++j) o[4 * j] *= al0, o[4 * j + 1] *= al0, o[4 * j + 2] *= al1, o[4 * j + 3] *= al1;
-      /* O += P V (B = V^T tile, K-major over keys) */
-      const uint64_t dv = wg_desc(sVt0 + buf * WG_TILE_BYTES);
-      fence_regs(o);
-      wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_rs(o, pa[kk], dv + (uint64_t)(kk * 2 * WG_LBO >> 4));
-      wg_commit();
-      wg_wait0();
-      fence_regs(o);
-      __syncthreads(); /* this buffer may be refilled by the next iteration's prefetch */
+      for (int i = 0; i < 16; ++i) pa[i / 4][i % 4] = pn[i / 4][i % 4];
     }
-    cp_async_wait<0>();
+    /* the last key tile's P V */
+    fence_regs<32>(o);
+    fence_regs(pa);
+    wg_fence();
+    wg_pv(o, pa, sV0 + ((nkv - 1) % 3) * WG_TILE_BYTES);
+    wg_commit();
+    wg_wait<0>();
+    fence_regs<32>(o);
     const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -851,8 +865,6 @@ __global__ void __launch_bounds__(128) k_attn_wg64(attn_params p) {
   __trap(); /* built without sm_90a code: vr_cuda_attention never selects this kernel then */
 #endif
 }
-
-#define WG_SMEM_BYTES (5 * WG_TILE_BYTES + 2 * 64 * mma_smem<64>::LD * 2)
 
 /* Fallback: one warp per query row; dynamic shared memory NWARP * D floats (q). */
 __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int D) {
@@ -1008,7 +1020,11 @@ struct fa_cfg<D, 8> { /* 4 warps x 16 rows, Q from shared memory, registers for 
 static int fa_for(int D, int rows_hint) {
   if (vr_cuda_attention_path(D) != 1) return 0; /* the fp32 fallback */
   int i = attn_impl();
-  if (i == 9) return D == 64 ? 9 : 3; /* the wgmma draft: head_dim 64 only */
+#ifdef VR_CUDA_HAVE_WGMMA
+  if (i == 9) return D == 64 ? 9 : 3; /* the wgmma kernel: head_dim 64 only */
+#else
+  if (i == 9) i = 3; /* built without sm_90a code (VR_CUDA_ARCH=90a): the four-warp kernel */
+#endif
   if (i == 6) i = D <= 64 && (rows_hint <= 0 || rows_hint >= VR_ATTN2_MIN_ROWS) ? 5 : 3;
   if ((i == 2 || i == 5 || i == 7) && D > 64) i = 3;
   return i >= 2 ? i : 0;
@@ -1040,11 +1056,7 @@ static void launch_mma(const attn_params &p, dim3 grid, cudaStream_t s) {
 
 static void launch_wg64(const attn_params &p, dim3 grid, cudaStream_t s) {
   static int attr_set[64];
-  const int dev = vr_cuda_current_device_();
-  if (dev < 0 || dev >= 64 || !attr_set[dev]) {
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_wg64, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)WG_SMEM_BYTES));
-    if (dev >= 0 && dev < 64) attr_set[dev] = 1;
-  }
+  set_smem_once(k_attn_wg64, WG_SMEM_BYTES, attr_set);
   k_attn_wg64<<<grid, 128, WG_SMEM_BYTES, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }

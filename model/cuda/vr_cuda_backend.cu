@@ -19,9 +19,9 @@
  * Batches are padded up to a token bucket (make_buckets: at most 25% padding up
  * to 2048 tokens, then steps of max(1024, max_tokens / 16 or / 32)) and replayed from a
  * CUDA graph per (bucket, slot); the padding rows are no sequence's tokens
- * and are never scored. A batch in a bucket of VR_CUDA_EXACT_MIN_T rows or more
- * runs eagerly at its exact size instead, on the GEMM algorithms its bucket chose
- * (vr_cuda_gemm_set_plan_rows). At load every bucket runs once eagerly (which also
+ * and are never scored. A batch in a large bucket (exact_threshold(): 8192 rows, or more
+ * than 2048 rows of a model with a few milliseconds of GEMM work per bucket) runs eagerly at
+ * its exact size instead, on GEMM plans for that size (vr_cuda_gemm_set_plan_rows). At load every bucket runs once eagerly (which also
  * times the cuBLASLt candidates of its GEMMs with VR_CUDA_AUTOTUNE=1)
  * and its graphs are captured, so nothing is allocated or planned on the hot
  * path. VR_CUDA_GRAPHS=0: eager forwards at the exact size; VR_CUDA_WARMUP=0:
@@ -55,10 +55,15 @@
 #define VR_CUDA_MAX_BUCKETS 64
 #define VR_CUDA_GEMM_WORKSPACE (32u << 20)
 #define VR_CUDA_MAX_ALLOCS 4096
-/* Buckets of at least this many rows: a batch smaller than its bucket runs eagerly at its
- * exact size (on the bucket's GEMM algorithms) instead of the padded graph; below it the
- * graph's saved launch overhead is worth more than the padding. VR_CUDA_EXACT=0: graphs. */
+/* Exact-size forwards: a batch smaller than its bucket runs eagerly at its exact size
+ * instead of the padded graph when the bucket holds at least VR_CUDA_EXACT_MIN_T rows, or
+ * more than 2048 rows (where buckets are far apart) of a model whose bucket forward is at
+ * least VR_CUDA_EXACT_MIN_MACS multiply-adds of GEMM work (8192 tokens of roberta-base, a few
+ * milliseconds on an H200): below that the graph's saved launch overhead is worth more than
+ * the padding. On llama-8b the 2,330-token tail batch of a packed workload was padded to 4096
+ * rows (about 40 ms of 1.66 s). VR_CUDA_EXACT=0: graphs only. */
 #define VR_CUDA_EXACT_MIN_T 8192
+#define VR_CUDA_EXACT_MIN_MACS 7.0e11
 /* Narrowest encoder that keeps its residual stream in bf16 by default. The rounding of the
  * stream averages out over the hidden width: on roberta-base (768) ours is 5.9e-3 (residual
  * in the GEMM epilogue) or 1.1e-2 (in the norm, the default) from transformers fp32, against
@@ -139,7 +144,8 @@ typedef struct vr_cuda_state {
   int32_t *tile_tmp;    /* host scratch for sorting tiles */
   uint64_t *tile_key;   /* host scratch: encoders' (work << 32 | index) sort keys */
   int use_graphs, gelu_epilogue;
-  int exact_large; /* batches in buckets >= VR_CUDA_EXACT_MIN_T rows run eagerly at their size */
+  int exact_large;      /* batches in buckets >= exact_min_T rows run eagerly at their size */
+  uint32_t exact_min_T; /* see exact_threshold() */
   vr_cuda_bucket_t buckets[VR_CUDA_MAX_BUCKETS];
   int n_buckets;
 } vr_cuda_state_t;
@@ -442,6 +448,7 @@ static void cuda_free(void *state) {
 
 static void make_buckets(vr_cuda_state_t *st);
 static int warm_up(vr_cuda_state_t *st);
+static uint32_t exact_threshold(const vr_model_config_t *c);
 
 static int check_config(const vr_model_config_t *c) {
   if (c->num_labels != 1) {
@@ -519,6 +526,7 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
     st->res_bf16 = !cfg->is_decoder && (rb && *rb ? !strcmp(rb, "1") : cfg->hidden_size >= VR_RES_BF16_MIN_C);
     const char *ex = getenv("VR_CUDA_EXACT");
     st->exact_large = !(ex && !strcmp(ex, "0"));
+    st->exact_min_T = exact_threshold(&st->cfg);
     const char *rn = getenv("VR_CUDA_RES_IN_NORM");
     st->res_in_norm = st->res_bf16 && !(rn && !strcmp(rn, "0"));
   }
@@ -739,6 +747,15 @@ static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_c
                           grid_seqs, st->head_partial, s);
 }
 
+/* Smallest bucket (rows) whose batches run at their exact size (see VR_CUDA_EXACT_MIN_MACS). */
+static uint32_t exact_threshold(const vr_model_config_t *c) {
+  const double h = c->hidden_size, q = (double)c->num_heads * c->head_dim, kv = (double)c->num_kv_heads * c->head_dim;
+  const double per_token = c->num_layers * (h * (q + 2 * kv) + q * h + (c->is_decoder ? 3.0 : 2.0) * h * c->intermediate_size);
+  if (per_token <= 0) return VR_CUDA_EXACT_MIN_T;
+  const double t = VR_CUDA_EXACT_MIN_MACS / per_token;
+  return t >= VR_CUDA_EXACT_MIN_T ? VR_CUDA_EXACT_MIN_T : t <= 2048 ? 2049 : (uint32_t)t;
+}
+
 /* Token buckets: a batch is padded up to the next bucket, so the spacing bounds the
  * wasted rows: 64, 128, 192, then four per octave from 256 to 2048 (at most 25% padding
  * where launch overhead matters most), then multiples of max(1024, max_tokens / 16)
@@ -825,9 +842,9 @@ static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqle
   VR_CUDA_CHECK(cudaMemcpyAsync(sl->in_d, sl->in_h, (size_t)lay.words * 4, cudaMemcpyHostToDevice, st->upload));
   VR_CUDA_CHECK(cudaEventRecord(sl->uploaded, st->upload));
   VR_CUDA_CHECK(cudaStreamWaitEvent(st->stream, sl->uploaded, 0));
-  if (bk && bk->T >= VR_CUDA_EXACT_MIN_T && T < bk->T && st->exact_large && bk->uses >= 1) {
+  if (bk && bk->T >= st->exact_min_T && T < bk->T && st->exact_large && bk->uses >= 1) {
     /* a large batch runs eagerly at its exact size (launch cost is hidden behind milliseconds
-     * of GPU work; padding to the bucket would not be), GEMMs on algorithms already in use
+     * of GPU work; padding to the bucket would not be), GEMM plans for the exact size
      * (vr_cuda_gemm_set_plan_rows), attention with one block per tile: the hardware then
      * balances uneven (causal) tiles, which the graphs' persistent grids cannot (llama-8b
      * packed: 1610 ms instead of 1710 ms on the H200) */
@@ -912,10 +929,10 @@ static int warm_up(vr_cuda_state_t *st) {
   }
   if (rc == 0) rc = VR_CUDA_TRY(cudaStreamSynchronize(st->stream));
   if (rc == 0)
-    vr_log(VR_LOG_INFO, "cuda:%d warm-up: %d token buckets (%u..%u) run and captured, %llu GEMM plans (%llu tuned), cpu %.2fs",
+    vr_log(VR_LOG_INFO, "cuda:%d warm-up: %d token buckets (%u..%u) run and captured, %llu GEMM plans (%llu tuned), exact-size forwards from %u tokens, cpu %.2fs",
            st->device, st->n_buckets, st->buckets[0].T, st->buckets[st->n_buckets - 1].T,
            (unsigned long long)vr_cuda_gemm_plans_created(st->gemm),
-           (unsigned long long)vr_cuda_gemm_plans_tuned(st->gemm), (double)clock() / CLOCKS_PER_SEC - t0);
+           (unsigned long long)vr_cuda_gemm_plans_tuned(st->gemm), st->exact_min_T, (double)clock() / CLOCKS_PER_SEC - t0);
   free(ids), free(cu), free(scores);
   return rc;
 }

@@ -144,10 +144,10 @@ void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A,
 void vr_cuda_gemm_res(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
                       const void *bias, const void *C, int T, int N, int K, cudaStream_t s);
 /* Exact-size mode while T > 0: a GEMM of fewer than T rows gets a plan for its exact row
- * count whose algorithm is the heuristic's best among those already in use (chosen outside
- * this mode, e.g. at warm-up: their kernels are loaded, so device memory does not grow);
- * when the heuristic offers none of them, it runs on the plan made for T rows with the
- * layouts' row count set to the call's. 0 turns it off. */
+ * count with the heuristic's first algorithm for that size (VR_CUDA_EXACT_ALGOS=known: its
+ * best among those already in use outside this mode, e.g. at warm-up); when there is none,
+ * it runs on the plan made for T rows with the layouts' row count set to the call's. 0 turns
+ * it off. */
 void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);
 /* While on, a plan's first call outside stream capture times the heuristic's candidates on
  * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). */

@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
                                  "fa, 4 warps x 16 rows, registers for 4 blocks/SM",
                                  "fa, 128-row tiles, 4 warps x 32 rows (D <= 64)", "default (auto)",
                                  "fa, 128-row tiles, Q from shared memory", "fa, 4 warps x 16 rows, Q from shared memory",
-                                 "wgmma draft (head_dim 64)"};
+                                 "wgmma (head_dim 64)"};
   for (int impl = 9; impl >= 0; --impl) {
     vr_cuda_attention_set_impl(impl);
     printf("-- attention kernel: %s\n", names[impl]);

@@ -197,7 +197,7 @@ static void attention_suites(void) {
   attention_suite();
   vr_cuda_attention_set_impl(8);
   attention_suite();
-  printf("-- attention: wgmma draft (head_dim 64; others take the four-warp kernel)\n");
+  printf("-- attention: wgmma (head_dim 64; others take the four-warp kernel)\n");
   vr_cuda_attention_set_impl(9);
   attention_suite();
   printf("-- attention: two warps of 32 rows\n");
