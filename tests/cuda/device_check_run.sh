@@ -9,8 +9,8 @@
 # test_cuda_model, vr_test_shm_client, verl-reward-server, verl-reward-score, verl-reward-bench,
 # built elsewhere with -DVR_CUDA=ON) or VR_CUDA_PACK (a .tgz of bin/ and lib/, extracted to
 # /tmp/vr-check; lib/ holds the .so files the GPU machine lacks and goes on LD_LIBRARY_PATH).
-# The same steps as the second session's calls 9-15 in docs/benchmarks.md (those ran from an
-# uncommitted copy with fixed paths; this parameterised form has not itself been run on a GPU).
+# The same steps as the second session's calls 9-15 in docs/benchmarks.md; this form ran as the
+# third session's final call 7 (PART=A, then PART=B, with VR_CUDA_PACK) on the H200.
 set -u
 OUT=${OUT:-/tmp/vr-check-out}
 mkdir -p "$OUT"
