@@ -952,6 +952,14 @@ static int g_attn_impl = -1;
 
 extern "C" void vr_cuda_attention_set_impl(int impl) { g_attn_impl = impl; }
 
+extern "C" int vr_cuda_attention_has_wgmma(void) {
+#ifdef VR_CUDA_HAVE_WGMMA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 static int attn_impl(void) {
   if (g_attn_impl < 0) {
     const char *e = getenv("VR_CUDA_ATTN");
@@ -1023,7 +1031,12 @@ static int fa_for(int D, int rows_hint) {
 #ifdef VR_CUDA_HAVE_WGMMA
   if (i == 9) return D == 64 ? 9 : 3; /* the wgmma kernel: head_dim 64 only */
 #else
-  if (i == 9) i = 3; /* built without sm_90a code (VR_CUDA_ARCH=90a): the four-warp kernel */
+  if (i == 9) { /* built without sm_90a code (the CUDA architectures are not exactly 90a) */
+    static int told;
+    if (!told) vr_log(VR_LOG_WARN, "VR_CUDA_ATTN=wgmma: this build has no sm_90a code (configure with -DVR_CUDA_ARCH=90a); using fa4");
+    told = 1;
+    i = 3;
+  }
 #endif
   if (i == 6) i = D <= 64 && (rows_hint <= 0 || rows_hint >= VR_ATTN2_MIN_ROWS) ? 5 : 3;
   if ((i == 2 || i == 5 || i == 7) && D > 64) i = 3;

@@ -753,7 +753,7 @@ static uint32_t exact_threshold(const vr_model_config_t *c) {
   const double per_token = c->num_layers * (h * (q + 2 * kv) + q * h + (c->is_decoder ? 3.0 : 2.0) * h * c->intermediate_size);
   if (per_token <= 0) return VR_CUDA_EXACT_MIN_T;
   const double t = VR_CUDA_EXACT_MIN_MACS / per_token;
-  return t >= VR_CUDA_EXACT_MIN_T ? VR_CUDA_EXACT_MIN_T : t <= 2048 ? 2049 : (uint32_t)t;
+  return t >= VR_CUDA_EXACT_MIN_T ? VR_CUDA_EXACT_MIN_T : t <= 2048 ? 2049 : (uint32_t)ceil(t);
 }
 
 /* Token buckets: a batch is padded up to the next bucket, so the spacing bounds the

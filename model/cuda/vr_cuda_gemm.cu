@@ -5,8 +5,9 @@
  * call is W with TRANSA = T (K x N, ld K), "B" is the activations (K x T, ld K).
  * A bias epilogue then adds bias[n] along m = N, i.e. per output feature.
  *
- * Plans (descriptor, layouts, heuristic algorithm) live in a direct-mapped
- * cache keyed by the full shape; a colliding key replaces the old plan. The
+ * Plans (descriptor, layouts, heuristic algorithm) live in a cache keyed by the full
+ * shape (4-way probing; a colliding key replaces an old plan), exact-size plans in a
+ * cache of their own. The
  * bias pointer is set on the descriptor at every call (descriptors are host
  * objects, read when the call is enqueued, so this is capture-safe).
  * Algorithms: the heuristic's candidates (up to VR_GEMM_CANDIDATES) are kept per plan; while
@@ -148,7 +149,7 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int e
      * the first choice was 1.4% faster on llama-8b and 3.5% on roberta-base packed batches than
      * the best known one, and device memory (cudaMemGetInfo) did not change either way. */
     int k = 0;
-    while (g->exact_known && k < p->n_algos && !algo_known(g, &p->cand[k], plan_sig(p, with_bias))) ++k;
+    while (exact == 1 && g->exact_known && k < p->n_algos && !algo_known(g, &p->cand[k], plan_sig(p, with_bias))) ++k;
     if (g->log_choice)
       vr_log(VR_LOG_INFO, "exact gemm T=%d N=%d K=%d sig=%d: candidate %d of %d", p->T, p->N, p->K,
              plan_sig(p, with_bias), k, p->n_algos);
@@ -207,9 +208,11 @@ extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
 extern "C" uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g) { return g->plans_created; }
 extern "C" size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g) { return g->workspace_bytes; }
 
-/* exact: an exact-size forward's plan (in xcache), built only from known algorithms; NULL
- * when the heuristic offers none of them (remembered, so it is asked once per key; no
- * bias-kernel fallback). */
+/* exact 0: a bucket plan (cache). exact 1: an exact-size forward's plan (xcache) on the
+ * heuristic's first choice (VR_CUDA_EXACT_ALGOS=known: its best known one); NULL when there
+ * is none (remembered, so it is asked once per key; no bias-kernel fallback). exact 2: an
+ * exact-size plan on any algorithm (xcache; replaces a remembered miss), for a call the
+ * bucket plan is not valid for; like exact 0 it never returns NULL. */
 static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int has_bias, int beta1,
                                 int gelu, int exact) {
   uint32_t h = 2166136261u;
@@ -222,8 +225,12 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
   for (int w = 0; w < 4; ++w) {
     vr_gemm_plan_t *q = &cache[(h + (uint32_t)w) % n_cache];
     if (q->used && q->T == T && q->N == N && q->K == K && q->out_f32 == out_f32 && q->has_bias == has_bias &&
-        q->beta1 == beta1 && q->gelu == gelu)
-      return q->used == 1 ? q : NULL;
+        q->beta1 == beta1 && q->gelu == gelu) {
+      if (q->used == 1) return q;
+      if (exact == 1) return NULL;
+      p = q; /* exact 2: rebuild the remembered miss */
+      break;
+    }
     if (!q->used && !p) p = q;
   }
   if (!p) p = &cache[h % n_cache];
@@ -238,13 +245,13 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
   p->bias_fallback = 0;
   p->tuned = 0;
   if (plan_build(g, p, has_bias, exact)) return p;
-  if (exact) {
+  if (exact == 1) {
     p->used = 2;
     return NULL;
   }
   if (has_bias) {
     p->bias_fallback = 1;
-    if (plan_build(g, p, 0, 0)) {
+    if (plan_build(g, p, 0, exact)) {
       vr_log(VR_LOG_DEBUG, "no bias-epilogue algorithm for T=%d N=%d K=%d: GEMM + bias kernel", T, N, K);
       return p;
     }
@@ -328,7 +335,7 @@ static void gemm_run(vr_cuda_gemm_t *g, void *D, const void *C, int out_f32, con
             CUBLAS_STATUS_SUCCESS ||
         chk.workspaceSize > g->workspace_bytes) { /* not valid at T rows: a plan of T's own, any algorithm */
       set_cols(p, (uint64_t)PT);
-      p = plan_get(g, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 0);
+      p = plan_get(g, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 2);
       PT = T;
     }
   }

@@ -104,6 +104,9 @@ int vr_cuda_attention_path(int D);
  * wmma kernel ("wmma"). For tests and comparisons; not thread-safe, call before launches
  * (and before graphs are sized). */
 void vr_cuda_attention_set_impl(int impl);
+/* 1 when this build has the wgmma kernel (impl 9: sm_90a code only, -DVR_CUDA_ARCH=90a);
+ * without it impl 9 runs the four-warp kernel. */
+int vr_cuda_attention_has_wgmma(void);
 
 /* ---- heads ---------------------------------------------------------------- */
 /* Decoder score: for each sequence i < meta[0], row r = rows[i] of x (T, C) fp32:
@@ -146,8 +149,9 @@ void vr_cuda_gemm_res(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A
 /* Exact-size mode while T > 0: a GEMM of fewer than T rows gets a plan for its exact row
  * count with the heuristic's first algorithm for that size (VR_CUDA_EXACT_ALGOS=known: its
  * best among those already in use outside this mode, e.g. at warm-up); when there is none,
- * it runs on the plan made for T rows with the layouts' row count set to the call's. 0 turns
- * it off. */
+ * it runs on the plan made for T rows with the layouts' row count set to the call's, or, if
+ * cublasLtMatmulAlgoCheck rejects that algorithm at the call's size, on a plan of the call's
+ * size with any algorithm. 0 turns it off. */
 void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);
 /* While on, a plan's first call outside stream capture times the heuristic's candidates on
  * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). */

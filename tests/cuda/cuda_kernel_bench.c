@@ -138,7 +138,7 @@ int main(int argc, char **argv) {
                                  "fa, 128-row tiles, 4 warps x 32 rows (D <= 64)", "default (auto)",
                                  "fa, 128-row tiles, Q from shared memory", "fa, 4 warps x 16 rows, Q from shared memory",
                                  "wgmma (head_dim 64)"};
-  for (int impl = 9; impl >= 0; --impl) {
+  for (int impl = vr_cuda_attention_has_wgmma() ? 9 : 8; impl >= 0; --impl) {
     vr_cuda_attention_set_impl(impl);
     printf("-- attention kernel: %s\n", names[impl]);
     bench_attention(8, 2048, 32, 8, 128, 1, reps);

@@ -197,9 +197,13 @@ static void attention_suites(void) {
   attention_suite();
   vr_cuda_attention_set_impl(8);
   attention_suite();
-  printf("-- attention: wgmma (head_dim 64; others take the four-warp kernel)\n");
-  vr_cuda_attention_set_impl(9);
-  attention_suite();
+  if (vr_cuda_attention_has_wgmma()) {
+    printf("-- attention: wgmma (head_dim 64; others take the four-warp kernel)\n");
+    vr_cuda_attention_set_impl(9);
+    attention_suite();
+  } else {
+    printf("-- attention: wgmma not in this build (no sm_90a code): skipped\n");
+  }
   printf("-- attention: two warps of 32 rows\n");
   vr_cuda_attention_set_impl(2);
   attention_suite();
@@ -683,6 +687,14 @@ int main(void) {
   g_rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761ull + 1;
   if (!g_rng) g_rng = 1;
   printf("seed %llu\n", (unsigned long long)g_rng);
+  const char *only = getenv("VR_TEST_ATTN_IMPL"); /* one attention kernel alone (sanitizer runs) */
+  if (only) {
+    printf("-- attention: impl %d only (VR_TEST_ATTN_IMPL)\n", atoi(only));
+    vr_cuda_attention_set_impl(atoi(only));
+    attention_suite();
+    printf("%s\n", g_fail ? "FAILED" : "all kernel checks passed");
+    return g_fail;
+  }
   attention_suites();
   test_norms(33, 768);
   test_norms(5, 4096);

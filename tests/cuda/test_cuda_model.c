@@ -179,7 +179,7 @@ static void test_fixture(const char *name, const char *dir) {
   verdict(name, "cuda packed: graph replay == eager", rel_err_ff(packed[2], packed[0], g.n), 1e-5);
   { /* after warm-up (every bucket used above has been captured) device memory stays put */
     size_t free0 = 0, free1 = 0, total = 0;
-    cudaMemGetInfo(&free0, &total);
+    const cudaError_t e0 = cudaMemGetInfo(&free0, &total);
     float *again = calloc(g.n, sizeof *again);
     for (int r = 0; r < 2; ++r)
       if (score(mc, g.ids, g.cu, g.n, again)) again[0] = NAN;
@@ -187,8 +187,8 @@ static void test_fixture(const char *name, const char *dir) {
       uint32_t cu1[2] = {0, g.cu[i + 1] - g.cu[i]};
       if (score(mc, g.ids + g.cu[i], cu1, 1, &again[i])) again[i] = NAN;
     }
-    cudaMemGetInfo(&free1, &total);
-    const int ok = free0 == free1;
+    const cudaError_t e1 = cudaMemGetInfo(&free1, &total);
+    const int ok = e0 == cudaSuccess && e1 == cudaSuccess && free0 == free1;
     printf("%-4s %-20s %-44s %zu -> %zu bytes free\n", ok ? "ok" : "FAIL", name, "device memory constant after warm-up",
            free0, free1);
     if (!ok) g_fail = 1;
@@ -272,11 +272,11 @@ static void test_fixture(const char *name, const char *dir) {
     unsetenv("VR_CUDA_EXACT");
     if (big && big_graph) {
       size_t free0 = 0, free1 = 0, total = 0;
-      cudaMemGetInfo(&free0, &total);
+      const cudaError_t e0 = cudaMemGetInfo(&free0, &total);
       if (score(big, ids, cu, n, ex)) ex[0] = NAN;
       if (score(big, ids, cu, n - 1, cp)) cp[0] = NAN; /* another exact size */
-      cudaMemGetInfo(&free1, &total);
-      const int ok = free0 == free1;
+      const cudaError_t e1 = cudaMemGetInfo(&free1, &total);
+      const int ok = e0 == cudaSuccess && e1 == cudaSuccess && free0 == free1;
       printf("%-4s %-20s %-44s %zu -> %zu bytes free\n", ok ? "ok" : "FAIL", name,
              "device memory constant over new exact sizes", free0, free1);
       if (!ok) g_fail = 1;
