@@ -92,7 +92,7 @@ typedef struct vr_cuda_layer {
 
 /* Word offsets of one batch's metadata block (in_h / in_d of a slot). */
 typedef struct vr_cuda_layout {
-  uint32_t ids, pos, cu, rows, tiles, words;
+  uint32_t ids, pos, cu, rows, tiles, ltiles, lrows, words;
 } vr_cuda_layout_t;
 
 typedef struct vr_cuda_bucket {
@@ -144,6 +144,7 @@ typedef struct vr_cuda_state {
   int32_t *tile_tmp;    /* host scratch for sorting tiles */
   uint64_t *tile_key;   /* host scratch: encoders' (work << 32 | index) sort keys */
   int use_graphs, gelu_epilogue;
+  int prune_last; /* eager forwards run the last layer on the score rows only (enqueue_forward) */
   int exact_large;      /* batches in buckets >= exact_min_T rows run eagerly at their size */
   uint32_t exact_min_T; /* see exact_threshold() */
   vr_cuda_bucket_t buckets[VR_CUDA_MAX_BUCKETS];
@@ -151,7 +152,8 @@ typedef struct vr_cuda_state {
 } vr_cuda_state_t;
 
 /* Metadata block of Tp rows, at most n_seqs sequences and n_tiles tiles:
- * meta[4] | ids[Tp] | pos[Tp] | cu[n_seqs + 1] | rows[n_seqs] | tiles[2 * n_tiles]. */
+ * meta[4] | ids[Tp] | pos[Tp] | cu[n_seqs + 1] | rows[n_seqs] | tiles[2 * n_tiles] |
+ * ltiles[2 * n_seqs] (one attention tile holding each score row) | lrows[n_seqs] (0, 1, ...). */
 static vr_cuda_layout_t layout_for(uint32_t Tp, uint32_t n_seqs, uint32_t n_tiles) {
   vr_cuda_layout_t l;
   l.ids = 4;
@@ -159,7 +161,9 @@ static vr_cuda_layout_t layout_for(uint32_t Tp, uint32_t n_seqs, uint32_t n_tile
   l.cu = l.pos + Tp;
   l.rows = l.cu + n_seqs + 1;
   l.tiles = l.rows + n_seqs;
-  l.words = l.tiles + 2 * n_tiles;
+  l.ltiles = l.tiles + 2 * n_tiles;
+  l.lrows = l.ltiles + 2 * n_seqs;
+  l.words = l.lrows + n_seqs;
   return l;
 }
 
@@ -520,6 +524,8 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
   {
     const char *ge = getenv("VR_CUDA_GELU_EPILOGUE");
     st->gelu_epilogue = !(ge && !strcmp(ge, "0"));
+    const char *pl = getenv("VR_CUDA_PRUNE_LAST");
+    st->prune_last = !(pl && !strcmp(pl, "0"));
     /* bf16 residual stream for encoders at least VR_RES_BF16_MIN_C wide (see the top
      * comment); VR_CUDA_RES_BF16=1 / 0 forces it on / off */
     const char *rb = getenv("VR_CUDA_RES_BF16");
@@ -604,8 +610,11 @@ static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *i
    * pad tokens sit at padding_idx (transformers' create_position_ids_from_input_ids) */
   const int roberta = c->arch == VR_ARCH_ROBERTA && c->pad_token_id >= 0;
   const int max_pos = c->is_decoder ? INT32_MAX : c->max_seq_len + c->position_offset;
-  /* the attention launch of this Tp-row forward takes tiles of this many rows */
+  /* the attention launch of this Tp-row forward takes tiles of this many rows; the last
+   * layer's score-rows-only launch (rows hint 1) takes ltile_rows */
   const uint32_t tile_rows = (uint32_t)vr_cuda_attention_tile_rows(c->head_dim, (int)Tp);
+  const uint32_t ltile_rows = (uint32_t)vr_cuda_attention_tile_rows(c->head_dim, 1);
+  int32_t *hlt = sl->in_h + lay->ltiles, *hlr = sl->in_h + lay->lrows;
   uint32_t nt = 0;
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t s0 = cu[i], s1 = cu[i + 1];
@@ -631,13 +640,16 @@ static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *i
     }
     hcu[i] = (int32_t)s0;
     hrows[i] = (int32_t)score_row(st, ids, cu, i);
+    hlt[2 * i] = (int32_t)i;
+    hlt[2 * i + 1] = (int32_t)(((uint32_t)hrows[i] - s0) / ltile_rows * ltile_rows);
+    hlr[i] = (int32_t)i;
     for (uint32_t q0 = 0; q0 < s1 - s0; q0 += tile_rows) {
       st->tile_tmp[2 * nt] = (int32_t)i;
       st->tile_tmp[2 * nt + 1] = (int32_t)q0;
       ++nt;
     }
   }
-  if (lay->tiles + 2 * nt > lay->words) return VR_ERR_INTERNAL; /* layout bound broken */
+  if (lay->tiles + 2 * nt > lay->ltiles) return VR_ERR_INTERNAL; /* layout bound broken */
   hcu[n] = (int32_t)T;
   for (uint32_t t = T; t < Tp; ++t) {
     hid[t] = 0;
@@ -666,6 +678,7 @@ static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *i
   }
   sl->in_h[VR_CUDA_META_N_SEQS] = (int32_t)n;
   sl->in_h[VR_CUDA_META_N_TILES] = (int32_t)nt;
+  sl->in_h[VR_CUDA_META_N_LTILES] = (int32_t)n;
   return (int)nt;
 }
 
@@ -694,11 +707,23 @@ static void enc_add_norm(vr_cuda_state_t *st, const uint16_t *A, const uint16_t 
   }
 }
 
+static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
 /* Enqueues the whole forward for T rows reading the metadata block in_d (layout lay);
  * grid_tiles / grid_seqs bound the attention and score grids (device-side counts decide
- * the real work). */
+ * the real work). n_seqs > 0: the batch has exactly that many sequences (eager forwards),
+ * which lets the last layer run on the score rows only (see below); 0 in graph capture.
+ *
+ * The last layer, score rows only: a sequence's score depends on the final hidden state of
+ * its score row alone, so after the last layer's K/V (the QKV GEMM and RoPE still run on
+ * every row) only one row per sequence matters. Attention runs on one tile per sequence
+ * (the tile holding its score row, lay->ltiles); the attention output and residual rows of
+ * the score rows are gathered into n_seqs compact rows, and the output projection, norms,
+ * MLP and head run on those (on roberta-base 256 x U[64,512] that is 256 rows instead of
+ * 69,724 in the last of 12 layers). The compact rows live in the QKV buffer, dead once
+ * the last attention has run. VR_CUDA_PRUNE_LAST=0: every row, as transformers does. */
 static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T,
-                            int hint_T, int grid_tiles, int grid_seqs) {
+                            int hint_T, int grid_tiles, int grid_seqs, int n_seqs) {
   const vr_model_config_t *c = &st->cfg;
   cudaStream_t s = st->stream;
   const int C = c->hidden_size, H = c->num_heads, Hkv = c->num_kv_heads, D = c->head_dim,
@@ -708,36 +733,65 @@ static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_c
   const int32_t *rows = in_d + lay->rows, *tiles = in_d + lay->tiles, *meta = in_d;
   const float scale = 1.f / sqrtf((float)D);
   const int tanh_gelu = c->act == VR_ACT_GELU_TANH;
+  /* compact rows in the QKV buffer, each part 256-byte aligned (cuBLASLt's default):
+   * ao (n, nq) bf16 | x (n, C) fp32 | xn (n, C) bf16 | y16 (n, C) bf16 */
+  const size_t o_x = align256((size_t)n_seqs * nq * 2), o_xn = o_x + align256((size_t)n_seqs * C * 4),
+               o_y = o_xn + align256((size_t)n_seqs * C * 2), compact_bytes = o_y + align256((size_t)n_seqs * C * 2);
+  const int prune = st->prune_last && n_seqs > 0 && 2 * n_seqs <= T &&
+                    compact_bytes <= (size_t)T * (size_t)ld * 2;
   if (c->is_decoder)
     vr_cuda_embed_norm(st->x, st->xn, ids, pos, st->tok, NULL, NULL, st->emb_f32, st->layers[0].n1w, NULL, T, C,
                        c->norm_eps, s);
   else
     vr_cuda_embed_norm(st->x, st->xn, ids, pos, st->tok, st->pos_emb, st->type_emb, st->emb_f32, st->emb_w,
                        st->emb_b, T, C, c->norm_eps, s);
+  float *const x_full = st->x;
+  uint16_t *const xn_full = st->xn, *const y16_full = st->y16;
   for (int l = 0; l < c->num_layers; ++l) {
     const vr_cuda_layer_t *L = &st->layers[l];
+    const int last = l + 1 == c->num_layers, sub = last && prune;
     vr_cuda_gemm(st->gemm, st->qkv, 0, st->xn, L->wqkv, L->bqkv, T, ld, C, 0.f, s);
     if (c->is_decoder)
       vr_cuda_rope(st->qkv, ld, 0, nq, H, Hkv, D, pos, st->inv_freq, c->rope_attention_scaling, T, s);
-    vr_cuda_attention(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, tiles, meta, grid_tiles, H, Hkv, D,
-                      c->is_decoder, c->is_decoder ? c->sliding_window : 0, scale, hint_T, s);
-    if (c->is_decoder) {
-      vr_cuda_gemm(st->gemm, st->x, 1, st->ao, L->wo, L->bo, T, C, nq, 1.f, s); /* x += O(attn) + bo */
-      vr_cuda_rmsnorm(st->x, st->xn, L->n2w, T, C, c->norm_eps, s);
-      vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, L->bgu, T, 2 * I, C, 0.f, s);
-      vr_cuda_swiglu(st->act, st->mlp, T, I, s);
-      vr_cuda_gemm(st->gemm, st->x, 1, st->act, L->wdown, L->bdown, T, C, I, 1.f, s);
-      if (l + 1 < c->num_layers) vr_cuda_rmsnorm(st->x, st->xn, st->layers[l + 1].n1w, T, C, c->norm_eps, s);
+    const uint16_t *ao = st->ao;
+    int R = T; /* rows from here on */
+    if (!sub) {
+      vr_cuda_attention(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, tiles, meta, grid_tiles, H, Hkv, D,
+                        c->is_decoder, c->is_decoder ? c->sliding_window : 0, scale, hint_T, s);
     } else {
-      const int last = l + 1 == c->num_layers;
-      enc_add_norm(st, st->ao, L->wo, L->bo16, L->bo, nq, L->n1w, L->n1b, 0, T, s);
+      vr_cuda_attention(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, in_d + lay->ltiles,
+                        meta + (VR_CUDA_META_N_LTILES - VR_CUDA_META_N_TILES), n_seqs, H, Hkv, D, c->is_decoder,
+                        c->is_decoder ? c->sliding_window : 0, scale, 1, s);
+      unsigned char *cb = (unsigned char *)st->qkv;
+      uint16_t *ao_s = (uint16_t *)cb;
+      float *x_s = (float *)(cb + o_x);
+      uint16_t *xn_s = (uint16_t *)(cb + o_xn), *y16_s = (uint16_t *)(cb + o_y);
+      vr_cuda_gather_rows(ao_s, st->ao, rows, meta, n_seqs, nq * 2, s);
+      if (c->is_decoder || !st->res_bf16) /* the fp32 residual stream */
+        vr_cuda_gather_rows(x_s, st->x, rows, meta, n_seqs, C * 4, s);
+      else /* encoders' bf16 stream: the residual is xn */
+        vr_cuda_gather_rows(xn_s, st->xn, rows, meta, n_seqs, C * 2, s);
+      st->x = x_s, st->xn = xn_s, st->y16 = st->y16 ? y16_s : NULL;
+      ao = ao_s;
+      R = n_seqs;
+      rows = in_d + lay->lrows; /* the score kernels read compact row j for sequence j */
+    }
+    if (c->is_decoder) {
+      vr_cuda_gemm(st->gemm, st->x, 1, ao, L->wo, L->bo, R, C, nq, 1.f, s); /* x += O(attn) + bo */
+      vr_cuda_rmsnorm(st->x, st->xn, L->n2w, R, C, c->norm_eps, s);
+      vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, L->bgu, R, 2 * I, C, 0.f, s);
+      vr_cuda_swiglu(st->act, st->mlp, R, I, s);
+      vr_cuda_gemm(st->gemm, st->x, 1, st->act, L->wdown, L->bdown, R, C, I, 1.f, s);
+      if (!last) vr_cuda_rmsnorm(st->x, st->xn, st->layers[l + 1].n1w, R, C, c->norm_eps, s);
+    } else {
+      enc_add_norm(st, ao, L->wo, L->bo16, L->bo, nq, L->n1w, L->n1b, 0, R, s);
       if (st->gelu_epilogue && L->bup16) { /* bias + GELU in the GEMM epilogue */
-        vr_cuda_gemm_ex(st->gemm, st->mlp, 0, st->xn, L->wup, L->bup16, tanh_gelu ? 2 : 1, T, I, C, 0.f, s);
+        vr_cuda_gemm_ex(st->gemm, st->mlp, 0, st->xn, L->wup, L->bup16, tanh_gelu ? 2 : 1, R, I, C, 0.f, s);
       } else {
-        vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, NULL, T, I, C, 0.f, s);
-        vr_cuda_bias_gelu(st->mlp, L->bup, T, I, tanh_gelu, s);
+        vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, NULL, R, I, C, 0.f, s);
+        vr_cuda_bias_gelu(st->mlp, L->bup, R, I, tanh_gelu, s);
       }
-      enc_add_norm(st, st->mlp, L->wdown, L->bdown16, L->bdown, I, L->n2w, L->n2b, last, T, s);
+      enc_add_norm(st, st->mlp, L->wdown, L->bdown16, L->bdown, I, L->n2w, L->n2b, last, R, s);
     }
   }
   if (c->is_decoder)
@@ -745,6 +799,7 @@ static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_c
   else
     vr_cuda_score_encoder(st->scores_d, st->x, rows, meta, st->head1_w, st->head1_b, st->head2_w, st->head2_b, C,
                           grid_seqs, st->head_partial, s);
+  st->x = x_full, st->xn = xn_full, st->y16 = y16_full;
 }
 
 /* Smallest bucket (rows) whose batches run at their exact size (see VR_CUDA_EXACT_MIN_MACS). */
@@ -804,7 +859,7 @@ static void make_buckets(vr_cuda_state_t *st) {
 static void capture(vr_cuda_state_t *st, vr_cuda_bucket_t *bk, int si) {
   cudaGraph_t graph;
   VR_CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
-  enqueue_forward(st, st->slots[si].in_d, &bk->lay, (int)bk->T, (int)bk->T, bk->grid_tiles, bk->grid_seqs);
+  enqueue_forward(st, st->slots[si].in_d, &bk->lay, (int)bk->T, (int)bk->T, bk->grid_tiles, bk->grid_seqs, 0);
   VR_CUDA_CHECK(cudaStreamEndCapture(st->stream, &graph));
   VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec[si], graph, 0));
   VR_CUDA_CHECK(cudaGraphDestroy(graph));
@@ -849,12 +904,12 @@ static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqle
      * balances uneven (causal) tiles, which the graphs' persistent grids cannot (llama-8b
      * packed: 1610 ms instead of 1710 ms on the H200) */
     vr_cuda_gemm_set_plan_rows(st->gemm, (int)bk->T);
-    enqueue_forward(st, sl->in_d, &lay, (int)T, (int)Tp, nt, (int)n_seqs);
+    enqueue_forward(st, sl->in_d, &lay, (int)T, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
   } else {
     if (bk && !bk->exec[si] && bk->uses >= 1) capture(st, bk, si);
     if (bk && bk->exec[si]) VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[si], st->stream));
-    else enqueue_forward(st, sl->in_d, &lay, (int)Tp, (int)Tp, nt, (int)n_seqs);
+    else enqueue_forward(st, sl->in_d, &lay, (int)Tp, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
   }
   if (bk) bk->uses++;
   VR_CUDA_CHECK(cudaMemcpyAsync(sl->scores_h, st->scores_d, (size_t)n_seqs * 4, cudaMemcpyDeviceToHost, st->stream));

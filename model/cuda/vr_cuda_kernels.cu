@@ -518,6 +518,28 @@ extern "C" void vr_cuda_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H,
   VR_CUDA_CHECK_LAUNCH();
 }
 
+/* One block per destination row; 4-byte words when the row allows, else 2-byte. */
+template <typename W>
+__global__ void k_gather_rows(W *dst, const W *src, const int32_t *rows, const int32_t *meta, int n, int words) {
+  const int m = min(n, meta[VR_CUDA_META_N_SEQS]);
+  for (int j = blockIdx.x; j < m; j += gridDim.x) {
+    const W *a = src + (size_t)rows[j] * words;
+    W *b = dst + (size_t)j * words;
+    for (int i = threadIdx.x; i < words; i += blockDim.x) b[i] = a[i];
+  }
+}
+
+extern "C" void vr_cuda_gather_rows(void *dst, const void *src, const int32_t *rows, const int32_t *meta, int n,
+                                    int row_bytes, cudaStream_t s) {
+  if (n <= 0 || row_bytes <= 0) return;
+  const unsigned blocks = n < 65535 ? (unsigned)n : 65535u;
+  if (row_bytes % 4 == 0)
+    k_gather_rows<uint32_t><<<blocks, 128, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, rows, meta, n, row_bytes / 4);
+  else
+    k_gather_rows<uint16_t><<<blocks, 128, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, rows, meta, n, row_bytes / 2);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
 extern "C" void vr_cuda_swiglu(uint16_t *out, const uint16_t *gu, int T, int I, cudaStream_t s) {
   const size_t n = (size_t)T * I;
   if (n == 0) return;

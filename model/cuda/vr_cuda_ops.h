@@ -28,6 +28,9 @@ extern "C" {
 #define VR_CUDA_ATTN_BM 64 /* query rows per attention tile */
 #define VR_CUDA_META_N_SEQS 0
 #define VR_CUDA_META_N_TILES 1
+/* tiles of the last layer's score-rows-only attention (see the backend's enqueue_forward);
+ * that launch reads meta + 1, so its N_TILES word is this one */
+#define VR_CUDA_META_N_LTILES 2
 
 /* ---- conversions (weights at load) ---------------------------------------- */
 /* src holds n elements of dtype (0 f32, 1 f16, 2 bf16: vr_dtype_t). */
@@ -63,6 +66,10 @@ void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C,
 void vr_cuda_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
                   const int32_t *pos, const float *inv_freq, float attn_scaling, int T,
                   cudaStream_t s);
+/* dst row j = src row rows[j] for j < min(n, meta[VR_CUDA_META_N_SEQS]), rows of row_bytes
+ * bytes (a multiple of 2); dst must not overlap src. */
+void vr_cuda_gather_rows(void *dst, const void *src, const int32_t *rows, const int32_t *meta, int n, int row_bytes,
+                         cudaStream_t s);
 /* out[t, i] = silu(gu[t, i]) * gu[t, I + i]; gu (T, 2I), out (T, I). */
 void vr_cuda_swiglu(uint16_t *out, const uint16_t *gu, int T, int I, cudaStream_t s);
 /* h[t, i] = gelu(h[t, i] + b[i]) in place; tanh_approx selects gelu_new; b may be NULL. */

@@ -241,11 +241,26 @@ static void test_fixture(const char *name, const char *dir) {
     setenv("VR_CUDA_GRAPHS", "0", 1);
     vr_model_t *eager = load(dir, "cuda", 4096);
     unsetenv("VR_CUDA_GRAPHS");
-    if (eager) {
+    if (eager) { /* eager forwards run the last layer on the score rows only */
       float e[NS];
       if (score(eager, ids[0], cu[0], NS, e)) e[0] = NAN;
       verdict(name, "graphs off (eager, exact size) == graphs", rel_err_ff(e, alone[0], NS), 1e-2);
+      float *ef = calloc(g.n, sizeof *ef);
+      if (score(eager, g.ids, g.cu, g.n, ef)) ef[0] = NAN;
+      verdict(name, "eager, last layer on score rows vs transformers", rel_err(ef, g.scores, g.n), 1e-2);
+      free(ef);
       vr_model_free(eager);
+    }
+    setenv("VR_CUDA_GRAPHS", "0", 1);
+    setenv("VR_CUDA_PRUNE_LAST", "0", 1);
+    vr_model_t *full = load(dir, "cuda", 4096);
+    unsetenv("VR_CUDA_GRAPHS");
+    unsetenv("VR_CUDA_PRUNE_LAST");
+    if (full) { /* the same eager forward with the last layer on every row */
+      float e[NS];
+      if (score(full, ids[0], cu[0], NS, e)) e[0] = NAN;
+      verdict(name, "eager, last layer on every row == graphs", rel_err_ff(e, alone[0], NS), 1e-2);
+      vr_model_free(full);
     }
     for (int b = 0; b < NB; ++b) free(ids[b]);
   }
