@@ -8,16 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
 
-#define CK(call)                                                                             \
-  do {                                                                                       \
-    cudaError_t e_ = (call);                                                                 \
-    if (e_ != cudaSuccess) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      exit(1);                                                                               \
-    }                                                                                        \
-  } while (0)
+#define CK(call) VR_CUDA_CHECK(call) /* the project's check: logs call, file, line, device; aborts */
 
 static uint16_t *rand_dev_bf16(size_t n) {
   uint16_t *h = malloc(n * 2), *d;

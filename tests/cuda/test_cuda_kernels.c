@@ -11,19 +11,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
 
 static int g_fail = 0;
 static uint64_t g_rng = 88172645463325252ull;
 
-#define CK(call)                                                                               \
-  do {                                                                                         \
-    cudaError_t e_ = (call);                                                                   \
-    if (e_ != cudaSuccess) {                                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));   \
-      exit(1);                                                                                 \
-    }                                                                                          \
-  } while (0)
+#define CK(call) VR_CUDA_CHECK(call) /* the project's check: logs call, file, line, device; aborts */
 
 static uint64_t rnd(void) {
   g_rng ^= g_rng << 13;

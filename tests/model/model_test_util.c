@@ -226,15 +226,21 @@ void mt_st_read(const char *path, mt_st_t *st) {
   free(b);
 }
 
-void mt_st_write(const char *path, const mt_st_t *st) {
-  char *js = cJSON_PrintUnformatted(st->header);
-  size_t h = strlen(js), n = 8 + h + st->data_len;
+void mt_st_write_raw(const char *path, const char *header, size_t h, const void *data, size_t data_len) {
+  const size_t n = 8 + h + data_len;
   uint8_t *b = malloc(n);
+  assert_non_null(b);
   for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)h >> (8 * i));
-  memcpy(b + 8, js, h);
-  memcpy(b + 8 + h, st->data, st->data_len);
+  memcpy(b + 8, header, h);
+  if (data) memcpy(b + 8 + h, data, data_len);
+  else memset(b + 8 + h, 0, data_len);
   mt_write_file(path, b, n);
   free(b);
+}
+
+void mt_st_write(const char *path, const mt_st_t *st) {
+  char *js = cJSON_PrintUnformatted(st->header);
+  mt_st_write_raw(path, js, strlen(js), st->data, st->data_len);
   free(js);
 }
 

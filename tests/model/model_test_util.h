@@ -60,6 +60,10 @@ typedef struct mt_st {
 void mt_st_read(const char *path, mt_st_t *st);
 /* Writes header + data (header length = serialised JSON length). */
 void mt_st_write(const char *path, const mt_st_t *st);
+/* Writes a safetensors file from raw parts: the 8-byte little-endian length of the header
+ * text, the header text (any bytes, h of them), then data_len bytes of data (zeros when
+ * data is NULL). */
+void mt_st_write_raw(const char *path, const char *header, size_t h, const void *data, size_t data_len);
 void mt_st_free(mt_st_t *st);
 
 #endif

@@ -205,19 +205,11 @@ static void test_malformed_header_json(void **state) {
   char path[1300];
   file_in_tmp(path, sizeof path, "model.safetensors");
   static const char bad[] = "{\"model.norm.weight\": {\"dtype\": \"F32\", \"shape\": [32";
-  uint8_t b[8 + sizeof bad - 1 + 16];
-  uint64_t h = sizeof bad - 1;
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(h >> (8 * i));
-  memcpy(b + 8, bad, sizeof bad - 1);
-  memset(b + 8 + h, 0, 16);
-  mt_write_file(path, b, sizeof b);
+  mt_st_write_raw(path, bad, sizeof bad - 1, NULL, 16);
   expect_fail(VR_ERR_MODEL_FORMAT, "malformed JSON", "model.safetensors");
   /* valid JSON of the wrong shape */
   static const char arr[] = "[1, 2, 3]";
-  h = sizeof arr - 1;
-  for (int i = 0; i < 8; i++) b[i] = (uint8_t)(h >> (8 * i));
-  memcpy(b + 8, arr, h);
-  mt_write_file(path, b, 8 + h);
+  mt_st_write_raw(path, arr, sizeof arr - 1, NULL, 0);
   expect_fail(VR_ERR_MODEL_FORMAT, "not a JSON object", "model.safetensors");
 }
 
