@@ -103,6 +103,14 @@ typedef struct vr_backend_ops {
    * the configured max_batch_tokens: writes n_seqs scores. Required. */
   int (*forward)(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
                  float *scores);
+  /* The trunk alone (embeddings -> layers -> final norm, no head, no pruning): writes the
+   * hidden states (T, C) of the packed batch as fp32 into hidden, row t = token t of the
+   * batch (T = cu_seqlens[n_seqs]). Decoders: after the final RMSNorm (model.norm), as
+   * transformers' last_hidden_state; encoders: the last layer's output. Same input contract
+   * as forward(). Required: this is the entry point other components (the trainer) build on,
+   * and the score heads are defined on its output (scores == head(hidden)). */
+  int (*hidden)(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
+                float *hidden);
   void (*free)(void *state);                    /* required; NULL state is a no-op */
   /* Fills the device/host fields of info (device, device_name, compute_dtype, *_bytes). Optional. */
   void (*describe)(void *state, vr_model_info_t *info);

@@ -593,6 +593,28 @@ int vr_model_score(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens
   return vr_model_flush(m, count, scores, seq_status);
 }
 
+int vr_model_hidden(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
+                    float *hidden) {
+  if (!m || !cu_seqlens || (n_seqs && !hidden)) return VR_ERR_INVAL;
+  if (m->n_pend > 0) return VR_ERR_BUSY;
+  if (n_seqs == 0) return 0;
+  if (cu_seqlens[0] != 0 || !ids) return VR_ERR_INVAL;
+  if (n_seqs > m->max_seqs) return VR_ERR_TOO_LARGE;
+  for (uint32_t i = 0; i < n_seqs; i++) {
+    if (cu_seqlens[i + 1] < cu_seqlens[i]) return VR_ERR_INVAL;
+    int st = vr_model_check_seq(m, ids + cu_seqlens[i], cu_seqlens[i + 1] - cu_seqlens[i]);
+    if (st != 0) return st;
+  }
+  if (cu_seqlens[n_seqs] > m->max_batch_tokens) return VR_ERR_TOO_LARGE;
+  if (!m->ops->hidden) {
+    vr_log(VR_LOG_ERROR, "%s backend has no trunk entry point (hidden states)", m->ops->name);
+    return VR_ERR_UNSUPPORTED;
+  }
+  int rc = m->ops->hidden(m->state, ids, cu_seqlens, n_seqs, hidden);
+  if (rc != 0) vr_log(VR_LOG_ERROR, "%s trunk forward of %u sequences failed: %s", m->ops->name, n_seqs, vr_strerror(rc));
+  return rc;
+}
+
 /* ---- pipelined scoring ------------------------------------------------------------ */
 
 int vr_model_max_inflight(const vr_model_t *m) { return m ? m->max_inflight : 0; }

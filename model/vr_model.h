@@ -68,6 +68,15 @@ int vr_model_check_seq(const vr_model_t *m, const int32_t *ids, uint32_t len);
 int vr_model_score(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens,
                    uint32_t n_seqs, float *scores, int32_t *seq_status);
 
+/* The model's trunk without its head: hidden states (T, C) fp32, T = cu_seqlens[n_seqs], C =
+ * hidden_size, of a packed batch (decoders: after the final norm, as transformers'
+ * last_hidden_state; encoders: the last encoder layer's output). Every sequence must pass
+ * vr_model_check_seq and T must be at most max_batch_tokens (else VR_ERR_TOKEN_RANGE and friends,
+ * VR_ERR_TOO_LARGE; nothing written). Not while pipelined batches are outstanding (VR_ERR_BUSY).
+ * Returns 0 or a negative vr_status_t. */
+int vr_model_hidden(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
+                    float *hidden);
+
 /* Pipelined scoring for the server's batcher. vr_model_submit() checks and launches one batch
  * (total tokens <= max_batch_tokens, n_seqs <= max_seqs; returns VR_ERR_TOO_LARGE otherwise) and
  * returns without waiting for the result: ids/cu_seqlens are copied before return (caller may reuse
