@@ -1,5 +1,5 @@
 /* vr_shm_internal.h: pieces of the shm channel shared by the server (vr_shm.c),
- * the client library (trainer/) and tests: futex doorbells, segment
+ * the client library (client/) and tests: futex doorbells, segment
  * open/attach/check, descriptor validation. Not a public header. */
 #ifndef VR_SHM_INTERNAL_H
 #define VR_SHM_INTERNAL_H

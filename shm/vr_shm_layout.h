@@ -1,6 +1,6 @@
 /* vr_shm_layout.h: the byte layout of the shared-memory segment (protocol v1).
  *
- * Internal to shm/ and trainer/ (and tests); docs/protocol.md documents the
+ * Internal to shm/ and client/ (and tests); docs/protocol.md documents the
  * same bytes. Every offset and size is pinned by the static asserts at the end
  * of this file and by tests/shm/test_shm_layout.c: changing one is a protocol
  * version bump.
