@@ -38,27 +38,6 @@ static vr_server_t g_srv;
 
 static struct event *g_batch_idle_ev, *g_exit_ev, *g_hard_ev;
 
-void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g) {
-  memset(g, 0, sizeof *g);
-  g->queue_depth = srv->batcher ? vr_batcher_depth(srv->batcher) : 0;
-  g->queue_capacity = srv->st.max_queue;
-  if (srv->shm) {
-    g->lanes_in_use = vr_shm_server_lanes_in_use(srv->shm);
-    g->shm_inflight = vr_shm_server_inflight(srv->shm);
-    g->lanes_total = srv->st.lanes;
-  }
-  g->http_inflight = __atomic_load_n(&srv->http_inflight, __ATOMIC_RELAXED);
-  if (srv->scorer.model) {
-    const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
-    g->device_bytes = mi->device_bytes;
-    g->host_bytes = mi->host_bytes;
-  }
-  g->rss_bytes = vr_metrics_rss_bytes();
-  g->ready = __atomic_load_n(&srv->ready, __ATOMIC_RELAXED);
-  g->draining = __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
-  g->uptime_s = (vr_now_ns() - srv->start_ns) / 1e9;
-}
-
 /* ---- shutdown chain (event-loop thread) ---- */
 
 static void exit_cb(evutil_socket_t fd, short what, void *arg) {
