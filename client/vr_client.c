@@ -86,6 +86,9 @@ struct vr_client {
   uint64_t last_deep_ns;
 };
 
+/* vr_client_last_error()'s text: thread-local, so it is per calling thread as
+ * client.h promises, and there even when connect failed and no handle exists.
+ * The library's only static storage; nothing is shared between threads. */
 static __thread char g_err[512];
 
 static int fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
