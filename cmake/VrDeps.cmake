@@ -12,6 +12,7 @@ endfunction()
 vr_require_pkg(VR_LIBEVENT "libevent>=2.1" libevent-dev)
 vr_require_pkg(VR_LIBEVENT_PTHREADS "libevent_pthreads" libevent-dev)
 vr_require_pkg(VR_CJSON "libcjson" libcjson-dev)
+vr_require_pkg(VR_YAML "yaml-0.1" libyaml-dev)
 # msgpack-c: Debian 12 ships msgpack-c 4.x (pkg-config module msgpack); newer ones call it msgpack-c.
 pkg_check_modules(VR_MSGPACK IMPORTED_TARGET msgpack-c)
 if(NOT VR_MSGPACK_FOUND)
