@@ -3,7 +3,7 @@
 # what is present; as root (or with sudo) it runs apt-get, otherwise it prints the
 # exact command and fails.
 VR_DEB_PACKAGES=(cmake make gcc pkg-config python3 libevent-dev libmsgpack-dev libopenblas-dev
-                 libcjson-dev libyaml-dev libcmocka-dev valgrind clang procps
+                 libcjson-dev libyaml-dev libopenmpi-dev openmpi-bin libcmocka-dev valgrind clang procps
                  python3-pip python3-setuptools python3-wheel)
 
 vr_install_deps() {
