@@ -2,7 +2,7 @@
 # vr_install_deps: installs the Debian packages the build and tests need, skipping
 # what is present; as root (or with sudo) it runs apt-get, otherwise it prints the
 # exact command and fails.
-VR_DEB_PACKAGES=(cmake make gcc pkg-config python3 libevent-dev libmsgpack-dev libopenblas-dev
+VR_DEB_PACKAGES=(cmake make gcc pkg-config python3 libevent-dev libmsgpack-dev
                  libcjson-dev libcmocka-dev valgrind clang procps
                  python3-pip python3-setuptools python3-wheel)
 

@@ -1,12 +1,14 @@
 /* verl-reward-score: score token sequences offline with the model runtime.
  *
  *   verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]
- *                     [--threads N] [--max-batch-tokens N] [--stats] [--log-level L]
+ *                     [--threads N] [--max-batch-tokens N] [--max-seqs N] [--stats]
+ *                     [--log-level L]
  *
  * Input: JSON lines {"input_ids": [int, ...]} (stdin by default); blank lines are
  * skipped. Output (stdout): one line per input, in order: {"score": x}, or
  * {"error": "line N: reason", "line": N} for an input that could not be scored
- * (malformed JSON, bad ids, too long, ...). Errors are also logged to stderr and
+ * (malformed JSON, bad ids, too long, ...). --max-seqs caps the sequences per forward
+ * (1: every sequence scored alone). Errors are also logged to stderr and
  * make the exit status 1; a model that does not load gives status 2.
  * --stats prints tokens, sequences, wall time, tokens/s and peak RSS to stderr
  * (the numbers docs/benchmarks.md records). */
@@ -37,7 +39,8 @@ typedef struct vr_score_batch {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]\n"
-          "                         [--threads N] [--max-batch-tokens N] [--stats] [--log-level L]\n"
+          "                         [--threads N] [--max-batch-tokens N] [--max-seqs N] [--stats]\n"
+          "                         [--log-level L]\n"
           "Reads JSON lines {\"input_ids\": [...]} and writes {\"score\": x} per line, in order.\n");
 }
 
@@ -122,10 +125,11 @@ int main(int argc, char **argv) {
       {"model", required_argument, 0, 'm'},        {"model_name_or_path", required_argument, 0, 'm'},
       {"device", required_argument, 0, 'd'},       {"input", required_argument, 0, 'i'},
       {"threads", required_argument, 0, 't'},      {"max-batch-tokens", required_argument, 0, 'b'},
-      {"stats", no_argument, 0, 's'},              {"log-level", required_argument, 0, 'l'},
+      {"max-seqs", required_argument, 0, 'q'},     {"stats", no_argument, 0, 's'},
+      {"log-level", required_argument, 0, 'l'},
       {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "m:d:i:t:b:sl:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:d:i:t:b:q:sl:h", longopts, NULL)) != -1) {
     char *end;
     switch (c) {
       case 'm': model_dir = optarg; break;
@@ -145,6 +149,15 @@ int main(int argc, char **argv) {
           return 2;
         }
         opt.max_batch_tokens = (uint32_t)v;
+        break;
+      }
+      case 'q': {
+        long v = strtol(optarg, &end, 10);
+        if (*end || v <= 0 || v > (1L << 26)) {
+          fprintf(stderr, "verl-reward-score: --max-seqs needs a number in 1..%ld\n", 1L << 26);
+          return 2;
+        }
+        opt.max_seqs = (uint32_t)v;
         break;
       }
       case 's': stats = 1; break;
