@@ -13,10 +13,13 @@
 static const char *const level_names[] = {"trace", "debug", "info", "warn", "error", "fatal", "off"};
 static const char level_chars[] = "TDIWEF-";
 
-/* -1 = not yet initialised from the environment. */
-static _Atomic int g_level = -1;
-static _Atomic(vr_log_sink_fn) g_sink; /* NULL (static storage); no initializer: clang rejects NULL for an _Atomic function pointer */
-static void *_Atomic g_sink_user = NULL;
+/* The logger's settings: the one mutable file-scope object in common/ (a
+ * process has one log). Atomics: set from any thread, read by every vr_log. */
+static struct {
+  _Atomic int level;             /* vr_log_level_t; -1 = not yet read from VR_LOG_LEVEL */
+  _Atomic(vr_log_sink_fn) sink;  /* NULL = stderr; left to zero-initialisation: clang rejects NULL for an _Atomic function pointer */
+  void *_Atomic sink_user;
+} g_log = {.level = -1};
 
 int vr_log_level_parse(const char *name, vr_log_level_t *out) {
   if (!name) return -1;
@@ -39,23 +42,23 @@ const char *vr_log_level_name(vr_log_level_t level) {
 }
 
 static int level_now(void) {
-  int lv = atomic_load_explicit(&g_level, memory_order_relaxed);
+  int lv = atomic_load_explicit(&g_log.level, memory_order_relaxed);
   if (lv >= 0) return lv;
   vr_log_level_t parsed = VR_LOG_INFO;
   const char *env = getenv("VR_LOG_LEVEL");
   if (env && vr_log_level_parse(env, &parsed) != 0) parsed = VR_LOG_INFO;
   int expected = -1;
-  atomic_compare_exchange_strong(&g_level, &expected, (int)parsed);
-  return atomic_load(&g_level);
+  atomic_compare_exchange_strong(&g_log.level, &expected, (int)parsed);
+  return atomic_load(&g_log.level);
 }
 
-void vr_log_set_level(vr_log_level_t level) { atomic_store(&g_level, (int)level); }
+void vr_log_set_level(vr_log_level_t level) { atomic_store(&g_log.level, (int)level); }
 vr_log_level_t vr_log_get_level(void) { return (vr_log_level_t)level_now(); }
 int vr_log_enabled(vr_log_level_t level) { return (int)level >= level_now() && level < VR_LOG_OFF; }
 
 void vr_log_set_sink(vr_log_sink_fn sink, void *user) {
-  atomic_store(&g_sink_user, user);
-  atomic_store(&g_sink, sink);
+  atomic_store(&g_log.sink_user, user);
+  atomic_store(&g_log.sink, sink);
 }
 
 void vr_log_vimpl(vr_log_level_t level, const char *func, const char *fmt, va_list ap) {
@@ -73,9 +76,9 @@ void vr_log_vimpl(vr_log_level_t level, const char *func, const char *fmt, va_li
   /* one event = one line: newlines inside a message become spaces */
   for (char *p = line; *p; p++)
     if (*p == '\n' || *p == '\r') *p = ' ';
-  vr_log_sink_fn sink = atomic_load(&g_sink);
+  vr_log_sink_fn sink = atomic_load(&g_log.sink);
   if (sink) {
-    sink(level, line, atomic_load(&g_sink_user));
+    sink(level, line, atomic_load(&g_log.sink_user));
     return;
   }
   size_t len = strlen(line);

@@ -33,62 +33,54 @@
 #include "vr_shm.h"
 #include "vr_time.h"
 
-/* The one mutable global: the server (signal callbacks reach it through their arg). */
-static vr_server_t g_srv;
-
-static struct event *g_batch_idle_ev, *g_exit_ev, *g_hard_ev;
-
-void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g) {
-  memset(g, 0, sizeof *g);
-  g->queue_depth = srv->batcher ? vr_batcher_depth(srv->batcher) : 0;
-  g->queue_capacity = srv->st.max_queue;
-  if (srv->shm) {
-    g->lanes_in_use = vr_shm_server_lanes_in_use(srv->shm);
-    g->shm_inflight = vr_shm_server_inflight(srv->shm);
-    g->lanes_total = srv->st.lanes;
-  }
-  g->http_inflight = __atomic_load_n(&srv->http_inflight, __ATOMIC_RELAXED);
-  if (srv->scorer.model) {
-    const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
-    g->device_bytes = mi->device_bytes;
-    g->host_bytes = mi->host_bytes;
-  }
-  g->rss_bytes = vr_metrics_rss_bytes();
-  g->ready = __atomic_load_n(&srv->ready, __ATOMIC_RELAXED);
-  g->draining = __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
-  g->uptime_s = (vr_now_ns() - srv->start_ns) / 1e9;
-}
+/* main()'s own state, on its stack (no file-scope globals: every libevent
+ * callback and the batcher's idle callback get it through their arg): the
+ * server context the modules share, plus the events of the shutdown chain.
+ * There is no signal handler of our own either (so no sig_atomic_t flag):
+ * SIGTERM/SIGINT reach the loop through libevent's signal pipe. */
+typedef struct main_ctx {
+  vr_server_t srv;
+  struct event *batch_idle_ev; /* batcher thread -> loop: drain finished */
+  struct event *exit_ev;       /* leave the loop (after a flush delay) */
+  struct event *hard_ev;       /* drain deadline */
+} main_ctx_t;
 
 /* ---- shutdown chain (event-loop thread) ---- */
 
 static void exit_cb(evutil_socket_t fd, short what, void *arg) {
-  vr_server_t *srv = arg;
-  event_base_loopexit(srv->base, NULL);
+  main_ctx_t *m = arg;
+  event_base_loopexit(m->srv.base, NULL);
 }
 
 static void http_idle(void *arg) {
+  main_ctx_t *m = arg;
   /* replies are queued on their sockets: give them a moment to flush */
   struct timeval tv = {0, 200000};
-  event_add(g_exit_ev, &tv);
+  event_add(m->exit_ev, &tv);
 }
 
 /* Batcher thread -> loop: everything accepted has been answered. */
-static void batcher_idle(void *arg) { event_active(g_batch_idle_ev, EV_READ, 0); }
+static void batcher_idle(void *arg) {
+  main_ctx_t *m = arg;
+  event_active(m->batch_idle_ev, EV_READ, 0);
+}
 
 static void batch_idle_cb(evutil_socket_t fd, short what, void *arg) {
-  vr_server_t *srv = arg;
+  main_ctx_t *m = arg;
+  vr_server_t *srv = &m->srv;
   vr_log(VR_LOG_INFO, "drain: batcher idle; %u HTTP replies pending", vr_http_pending(srv->http));
-  if (srv->http) vr_http_on_idle(srv->http, http_idle, srv);
-  else event_active(g_exit_ev, EV_READ, 0);
+  if (srv->http) vr_http_on_idle(srv->http, http_idle, m);
+  else event_active(m->exit_ev, EV_READ, 0);
 }
 
 static void hard_cb(evutil_socket_t fd, short what, void *arg) {
-  vr_server_t *srv = arg;
+  main_ctx_t *m = arg;
   vr_log(VR_LOG_WARN, "drain did not finish in time; exiting anyway");
-  event_base_loopexit(srv->base, NULL);
+  event_base_loopexit(m->srv.base, NULL);
 }
 
-static void begin_shutdown(vr_server_t *srv, const char *why) {
+static void begin_shutdown(main_ctx_t *m, const char *why) {
+  vr_server_t *srv = &m->srv;
   if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) {
     vr_log(VR_LOG_INFO, "%s again: already draining", why);
     return;
@@ -99,8 +91,8 @@ static void begin_shutdown(vr_server_t *srv, const char *why) {
     vr_dispatch_stop(srv->dispatch); /* takes what clients already published */
   }
   struct timeval hard = {srv->st.drain_ms / 1000 + 5, (srv->st.drain_ms % 1000) * 1000};
-  event_add(g_hard_ev, &hard);
-  vr_batcher_drain(srv->batcher, vr_now_ns() + (uint64_t)srv->st.drain_ms * 1000000u, batcher_idle, srv);
+  event_add(m->hard_ev, &hard);
+  vr_batcher_drain(srv->batcher, vr_now_ns() + (uint64_t)srv->st.drain_ms * 1000000u, batcher_idle, m);
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg) {
@@ -158,7 +150,8 @@ static int start_shm(vr_server_t *srv) {
   return 0;
 }
 
-static int run(vr_server_t *srv) {
+static int run(main_ctx_t *m) {
+  vr_server_t *srv = &m->srv;
   int rc = vr_scorer_init(&srv->scorer, &srv->st);
   if (rc) return rc;
   const char *names[VR_REWARD_MAX_COMPONENTS];
@@ -176,12 +169,12 @@ static int run(vr_server_t *srv) {
   if (srv->shm && (rc = vr_dispatch_start(srv, &srv->dispatch))) return rc;
   if (srv->st.pid_file[0] && (rc = write_pid_file(srv->st.pid_file))) return rc;
 
-  struct event *sigterm = evsignal_new(srv->base, SIGTERM, signal_cb, srv);
-  struct event *sigint = evsignal_new(srv->base, SIGINT, signal_cb, srv);
-  g_batch_idle_ev = event_new(srv->base, -1, 0, batch_idle_cb, srv);
-  g_exit_ev = event_new(srv->base, -1, 0, exit_cb, srv);
-  g_hard_ev = evtimer_new(srv->base, hard_cb, srv);
-  if (!sigterm || !sigint || !g_batch_idle_ev || !g_exit_ev || !g_hard_ev) return VR_ERR_NOMEM;
+  struct event *sigterm = evsignal_new(srv->base, SIGTERM, signal_cb, m);
+  struct event *sigint = evsignal_new(srv->base, SIGINT, signal_cb, m);
+  m->batch_idle_ev = event_new(srv->base, -1, 0, batch_idle_cb, m);
+  m->exit_ev = event_new(srv->base, -1, 0, exit_cb, m);
+  m->hard_ev = evtimer_new(srv->base, hard_cb, m);
+  if (!sigterm || !sigint || !m->batch_idle_ev || !m->exit_ev || !m->hard_ev) return VR_ERR_NOMEM;
   evsignal_add(sigterm, NULL);
   evsignal_add(sigint, NULL);
 
@@ -204,7 +197,8 @@ static int run(vr_server_t *srv) {
   return 0;
 }
 
-static void teardown(vr_server_t *srv) {
+static void teardown(main_ctx_t *m) {
+  vr_server_t *srv = &m->srv;
   if (srv->shm) vr_shm_server_set_state(srv->shm, VR_SHM_DRAINING);
   vr_dispatch_stop(srv->dispatch);
   vr_batcher_free(srv->batcher); /* joins; anything still queued is answered shutting-down */
@@ -222,15 +216,16 @@ static void teardown(vr_server_t *srv) {
     vr_http_free(srv->http);
     srv->http = NULL;
   }
-  if (g_batch_idle_ev) event_free(g_batch_idle_ev);
-  if (g_exit_ev) event_free(g_exit_ev);
-  if (g_hard_ev) event_free(g_hard_ev);
+  if (m->batch_idle_ev) event_free(m->batch_idle_ev);
+  if (m->exit_ev) event_free(m->exit_ev);
+  if (m->hard_ev) event_free(m->hard_ev);
   vr_scorer_free(&srv->scorer);
   if (srv->st.pid_file[0]) unlink(srv->st.pid_file);
 }
 
 int main(int argc, char **argv) {
-  vr_server_t *srv = &g_srv;
+  main_ctx_t m = {0};
+  vr_server_t *srv = &m.srv;
   srv->start_ns = vr_now_ns();
   vr_settings_init(&srv->st);
   int rc = vr_settings_parse(&srv->st, argc, argv);
@@ -246,8 +241,8 @@ int main(int argc, char **argv) {
   }
   vr_log(VR_LOG_INFO, "verl-reward-server starting (backends: %s%s%s)", vr_model_backends(),
          srv->st.config[0] ? ", config " : "", srv->st.config);
-  rc = run(srv);
-  teardown(srv);
+  rc = run(&m);
+  teardown(&m);
   event_base_free(srv->base);
   libevent_global_shutdown();
   if (rc) {

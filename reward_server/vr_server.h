@@ -36,7 +36,7 @@ typedef struct vr_server {
   uint32_t http_inflight;        /* atomic: HTTP score requests not yet answered */
 } vr_server_t;
 
-/* Samples the gauges /metrics reports. Thread-safe. */
+/* Samples the gauges /metrics reports (vr_server.c). Thread-safe. */
 void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g);
 
 #endif /* VR_SERVER_H */

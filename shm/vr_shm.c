@@ -1,5 +1,5 @@
 /* vr_shm.c: server side of the shared-memory channel (see vr_shm.h and
- * vr_shm_layout.h).
+ * verl_reward/protocol.h).
  *
  * Per lane the server keeps a private copy of everything it owns (lease
  * generation, request tail, response head, in-flight count) and never reads
@@ -25,10 +25,11 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "verl_reward/protocol.h"
 #include "verl_reward/status.h"
 #include "vr_log.h"
 #include "vr_proc.h"
-#include "vr_shm_internal.h"
+#include "vr_shm_validate.h"
 #include "vr_time.h"
 
 #define REC_MAGIC 0x7672726563726563ull

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "verl_reward/status.h"
-#include "vr_shm_internal.h"
+#include "vr_shm_validate.h"
 
 /* Region [off, off + len) inside [0, arena) and 4-byte aligned? */
 static int region_ok(uint64_t off, uint64_t len, uint64_t arena) {

@@ -26,7 +26,7 @@ _M64 = (1 << 64) - 1
 
 
 def checksum_score(ids):
-    """Python twin of shm/vr_checksum.h vr_checksum_score (exact float value)."""
+    """Python twin of common/vr_checksum.h vr_checksum_score (exact float value)."""
     h = (0x9E3779B97F4A7C15 ^ len(ids)) & _M64
     for t in ids:
         h = ((h ^ ((t & 0xFFFFFFFF) + 1)) * 0x100000001B3) & _M64

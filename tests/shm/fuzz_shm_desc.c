@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "verl_reward/status.h"
-#include "vr_shm_internal.h"
+#include "vr_shm_validate.h"
 
 #define CHECK(c) do { if (!(c)) abort(); } while (0)
 

@@ -22,9 +22,9 @@
 #include <cmocka.h>
 
 #include "shm_test_util.h"
+#include "verl_reward/protocol.h"
 #include "vr_checksum.h"
 #include "vr_shm.h"
-#include "vr_shm_internal.h"
 #include "vr_time.h"
 
 static void test_round_trip(void **state) {

@@ -19,8 +19,8 @@
 #include <cmocka.h>
 
 #include "shm_test_util.h"
+#include "verl_reward/protocol.h"
 #include "vr_proc.h"
-#include "vr_shm_internal.h"
 #include "vr_time.h"
 
 /* ---- the hostile client: raw access to the segment ---- */

@@ -1,6 +1,6 @@
 /* test_shm_layout: pins the segment layout of protocol v1 (docs/protocol.md,
  * "Shared-memory segment"). Compile time: the static asserts in
- * vr_shm_layout.h plus the full table below. Run time: a segment created by
+ * verl_reward/protocol.h plus the full table below. Run time: a segment created by
  * the server is read back as raw bytes at the documented offsets. Also pins
  * the checksum scorer's values (other languages reimplement it). */
 #define _GNU_SOURCE
@@ -17,9 +17,9 @@
 #include <cmocka.h>
 
 #include "shm_test_util.h"
+#include "verl_reward/protocol.h"
 #include "vr_checksum.h"
 #include "vr_shm.h"
-#include "vr_shm_internal.h"
 
 #define PIN(type, field, off) _Static_assert(offsetof(type, field) == (off), #type "." #field " at " #off)
 PIN(vr_shm_header_t, magic, 0);

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "shm_test_util.h"
-#include "vr_shm_internal.h"
+#include "vr_shm_validate.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /* vr_shm_test_server: a real server process built on vr_shm.h that scores
- * with the checksum "model" (shm/vr_checksum.h). Used by the shm tests and the
+ * with the checksum "model" (common/vr_checksum.h). Used by the shm tests and the
  * benchmark; not installed.
  *
  *   vr_shm_test_server --name N [--lanes N (8)] [--slots N (64)] [--arena-bytes N (1 MiB)]

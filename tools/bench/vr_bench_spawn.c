@@ -18,7 +18,9 @@
 #include "vr_log.h"
 #include "vr_time.h"
 
-static volatile sig_atomic_t g_child = 0; /* pid of the spawned server, for the signal handler */
+/* The one file-scope global here: the pid of the spawned server, for the
+ * fatal-signal handler (which can reach nothing else); volatile sig_atomic_t. */
+static volatile sig_atomic_t g_child = 0;
 
 static void on_fatal_signal(int sig) {
   if (g_child > 0) kill((pid_t)g_child, SIGTERM);
@@ -104,7 +106,7 @@ static void log_exit(pid_t pid, int st) {
 }
 
 int vr_spawn_server(const char *server_bin, const char *args, double ready_timeout_s, vr_spawned_t *out) {
-  static unsigned seq = 0;
+  static unsigned seq = 0; /* segment names stay unique across calls in one process (callers: one thread) */
   memset(out, 0, sizeof(*out));
   snprintf(out->shm_name, sizeof(out->shm_name), "vrbench_%d_%u", (int)getpid(), seq++);
   if (free_port(&out->port) != 0) {

@@ -36,6 +36,9 @@ typedef struct pct {
   double p50, p99, p999;
 } pct_t;
 
+/* The one file-scope global here: the server process's SIGTERM flag (a
+ * signal handler can reach nothing else; volatile sig_atomic_t, written only
+ * by on_term). */
 static volatile sig_atomic_t g_stop;
 static void on_term(int sig) {
   (void)sig;
@@ -202,7 +205,7 @@ static int uds_rtt(int samples, pct_t *out) {
 static int tp_client(const char *name, uint64_t start, uint64_t end, int fd) {
   vr_client_t *c;
   if (connect_client(name, 50, &c) != 0) return 1;
-  static int32_t ids[TP_SEQS * SEQ_TOKENS];
+  int32_t ids[TP_SEQS * SEQ_TOKENS];
   uint32_t cu[TP_SEQS + 1];
   for (int i = 0; i <= TP_SEQS; i++) cu[i] = (uint32_t)(i * SEQ_TOKENS);
   fill_tokens(ids, TP_SEQS * SEQ_TOKENS, (uint32_t)getpid());

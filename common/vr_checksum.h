@@ -5,7 +5,8 @@
  * The value is k / 2^24 with k an integer in [0, 2^24): exactly representable
  * as a float, so scores compare with ==, across processes and languages
  * (Python: see docs/protocol.md for the same function). Header-only,
- * thread-safe, no allocation. */
+ * thread-safe, no allocation. Used by the server (--model checksum), the
+ * tests, verl-reward-bench and verl-shm-bench; it belongs to no transport. */
 #ifndef VR_CHECKSUM_H
 #define VR_CHECKSUM_H
 

@@ -1,15 +1,20 @@
-/* vr_shm_segment.c: naming, header checks and attach for the shm segment
- * (used by the client library; the server's create lives in vr_shm.c). */
+/* vr_protocol.c: the vr_proto library, the segment functions both halves of
+ * the shm channel share (verl_reward/protocol.h, section 3): naming, header
+ * checks, attach / detach and server liveness. The client library attaches
+ * with them; the server (shm/vr_shm.c, which creates the segment) uses the
+ * naming and liveness checks. Knows nothing of lanes' contents. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "verl_reward/protocol.h"
 #include "verl_reward/status.h"
 #include "vr_proc.h"
-#include "vr_shm_internal.h"
 #include "vr_time.h"
 
 int vr_shm_path(const char *name, char *buf, size_t n, char *why, size_t whyn) {

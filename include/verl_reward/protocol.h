@@ -1,9 +1,22 @@
-/* vr_shm_layout.h: the byte layout of the shared-memory segment (protocol v1).
+/* verl_reward/protocol.h: the shared-memory protocol (v1), the one header both
+ * halves of the channel build on: the server (shm/) and the client library
+ * (client/), plus tests and tools that look at a segment directly.
  *
- * Internal to shm/ and trainer/ (and tests); docs/protocol.md documents the
- * same bytes. Every offset and size is pinned by the static asserts at the end
- * of this file and by tests/shm/test_shm_layout.c: changing one is a protocol
- * version bump.
+ * It holds what both sides must agree on and nothing either side keeps to
+ * itself:
+ *   1. the byte layout of the segment (constants, header / lane / descriptor
+ *      structs, lease word, size and pointer helpers, static asserts);
+ *   2. waiting and waking (futex doorbells with a waiters count), inline;
+ *   3. the segment functions of the vr_proto library (proto/vr_protocol.c):
+ *      naming, header check, attach / detach, server liveness.
+ * Server-only pieces (create, lanes, descriptor validation: shm/vr_shm.h,
+ * shm/vr_shm_validate.h) and client-only pieces (client/vr_client.c) are not
+ * here. libverl_reward_client links vr_proto statically and exports none of
+ * its symbols (client/libverl_reward_client.map): trainers use client.h.
+ *
+ * docs/protocol.md documents the same bytes. Every offset and size is pinned
+ * by the static asserts in section 1 and by tests/shm/test_shm_layout.c:
+ * changing one is a protocol version bump.
  *
  *   offset 0                      vr_shm_header_t (256 bytes)
  *   header.lanes_offset (4096)    lane 0, then lane i at lanes_offset + i * lane_bytes
@@ -18,16 +31,23 @@
  * a client writes only its own lane's "client line", request ring and arena.
  * Readers on both sides treat everything written by the other side as
  * untrusted. All multi-byte fields are little-endian host order (x86-64 and
- * aarch64); atomics are plain naturally aligned words. */
-#ifndef VR_SHM_LAYOUT_H
-#define VR_SHM_LAYOUT_H
+ * aarch64); atomics are plain naturally aligned words. Linux only (futex). */
+#ifndef VERL_REWARD_PROTOCOL_H
+#define VERL_REWARD_PROTOCOL_H
 
+#include <limits.h>
+#include <linux/futex.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
-#include "verl_reward/client.h"
+#include "verl_reward/client.h" /* VR_MAX_COMPONENTS, VR_COMPONENT_NAME_MAX */
+
+/* ================================================= 1. byte layout */
 
 #define VR_SHM_MAGIC 0x31564d4853525256ull /* "VRRSHMV1" read as little-endian bytes */
 #define VR_SHM_VERSION 1u
@@ -180,7 +200,7 @@ static inline uint8_t *vr_shm_arena(vr_shm_lane_t *l, uint32_t slots) {
   return (uint8_t *)l + sizeof(vr_shm_lane_t) + (uint64_t)slots * (sizeof(vr_shm_req_desc_t) + sizeof(vr_shm_resp_desc_t));
 }
 
-/* ---- layout pins (also checked at run time by tests/shm/test_shm_layout.c) ---- */
+/* layout pins (also checked at run time by tests/shm/test_shm_layout.c) */
 _Static_assert(sizeof(vr_shm_header_t) == 256, "header is 256 bytes");
 _Static_assert(offsetof(vr_shm_header_t, arena_bytes) == 48, "header.arena_bytes");
 _Static_assert(offsetof(vr_shm_header_t, server_pid) == 80, "header.server_pid");
@@ -213,4 +233,84 @@ _Static_assert(offsetof(vr_shm_resp_desc_t, component_names) == 64, "resp.compon
 _Static_assert(sizeof(_Atomic uint64_t) == 8 && sizeof(_Atomic uint32_t) == 4, "plain-sized atomics");
 _Static_assert(VR_MAX_COMPONENTS == 8 && VR_COMPONENT_NAME_MAX == 24, "response descriptor assumes 8 x 24 names");
 
-#endif /* VR_SHM_LAYOUT_H */
+
+/* ===================================== 2. waiting and waking (both sides) */
+
+/* One pause in a spin loop. */
+#if defined(__x86_64__) || defined(__i386__)
+#define VR_CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define VR_CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define VR_CPU_RELAX() ((void)0)
+#endif
+
+/* Futex doorbells: shared, not FUTEX_PRIVATE (the word is in a MAP_SHARED segment). */
+
+/* Sleeps while *w == expected, at most timeout_ns (< 0: no bound). Returns
+ * after a wake, a timeout, a signal or at once when *w != expected. */
+static inline void vr_futex_wait(_Atomic uint32_t *w, uint32_t expected, int64_t timeout_ns) {
+  struct timespec ts, *tp = NULL;
+  if (timeout_ns >= 0) {
+    ts.tv_sec = (time_t)(timeout_ns / 1000000000);
+    ts.tv_nsec = (long)(timeout_ns % 1000000000);
+    tp = &ts;
+  }
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, expected, tp, NULL, 0);
+}
+
+/* Wakes up to n sleepers on w. */
+static inline void vr_futex_wake(_Atomic uint32_t *w, int n) {
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, n, NULL, NULL, 0);
+}
+
+/* Rings a doorbell: bumps the word and wakes everyone, but only when the
+ * waiters count says somebody sleeps (the caller published its data before;
+ * the seq_cst fence orders that store before the waiters load, pairing with
+ * the waiter's increment-then-recheck). */
+static inline void vr_doorbell_ring(_Atomic uint32_t *seq, _Atomic uint32_t *waiters) {
+  atomic_thread_fence(memory_order_seq_cst);
+  if (atomic_load_explicit(waiters, memory_order_relaxed) != 0) {
+    atomic_fetch_add_explicit(seq, 1, memory_order_seq_cst);
+    vr_futex_wake(seq, INT_MAX);
+  }
+}
+
+/* ============================ 3. the segment (vr_proto: proto/vr_protocol.c) */
+
+/* "/name" into buf; VR_ERR_INVAL (with why) for an empty name, one with '/',
+ * or one longer than NAME_MAX. */
+int vr_shm_path(const char *name, char *buf, size_t n, char *why, size_t whyn);
+
+/* Checks a header copy against the file size: magic, version, fixed sizes,
+ * geometry (lane_bytes recomputed, total within the file, no overflow),
+ * limits. Returns 0 or VR_ERR_BAD_SEGMENT with why. */
+int vr_shm_header_check(const vr_shm_header_t *h, uint64_t file_bytes, char *why, size_t whyn);
+
+/* A client's view of an attached segment. */
+typedef struct vr_shm_map {
+  void *base;
+  size_t bytes;
+  vr_shm_header_t hdr;       /* copy taken and checked at attach (trusted after the check) */
+  vr_shm_header_t *live;     /* the shared header (state, heartbeat, doorbell) */
+} vr_shm_map_t;
+
+/* Opens and maps /name read-write, checks owner (file uid = server uid in the
+ * header; the server process, when visible, runs as that uid) and the header.
+ * Errors: VR_ERR_NOT_FOUND, VR_ERR_PERM, VR_ERR_BAD_SEGMENT, VR_ERR_IO. */
+int vr_shm_attach(const char *name, vr_shm_map_t *out, char *why, size_t whyn);
+void vr_shm_detach(vr_shm_map_t *m);
+
+/* Inode of this process's pid namespace (/proc/self/ns/pid), 0 if unknown. */
+uint64_t vr_shm_pidns(void);
+
+/* Liveness of the server that wrote a header: 1 alive, 0 dead. In the
+ * server's pid namespace: its (pid, start time) process exists. From another
+ * pid namespace (pids not comparable): its heartbeat is younger than stale_ns. */
+int vr_shm_server_alive(const vr_shm_header_t *live, int64_t stale_ns);
+
+/* Reads the epoch of the segment now registered under name: 0 and *epoch when
+ * a valid segment of a live, non-stopped server is there; otherwise an error. */
+int vr_shm_peek_epoch(const char *name, uint64_t *epoch);
+
+#endif /* VERL_REWARD_PROTOCOL_H */

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include "verl_reward/client.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,9 +22,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "verl_reward/protocol.h"
 #include "vr_proc.h"
-#include "vr_shm_internal.h"
 #include "vr_time.h"
+
+/* The client half of the channel sees the protocol only (verl_reward/protocol.h,
+ * linked as vr_proto), never the server's internals in shm/: client/CMakeLists.txt
+ * keeps shm/ off this file's include path, and this check fails the build if it
+ * is ever put back. */
+#if defined(__has_include)
+#if __has_include("vr_shm.h") || __has_include("vr_shm_validate.h")
+#error "client/ must not see shm/ (server internals); use verl_reward/protocol.h"
+#endif
+#endif
 
 #define DEEP_CHECK_NS 100000000ull   /* server liveness (/proc) at most every 100 ms */
 #define PARK_SLICE_NS 100000000ll    /* futex sleeps in slices so liveness is re-checked */
@@ -75,6 +86,9 @@ struct vr_client {
   uint64_t last_deep_ns;
 };
 
+/* vr_client_last_error()'s text: thread-local, so it is per calling thread as
+ * client.h promises, and there even when connect failed and no handle exists.
+ * The library's only static storage; nothing is shared between threads. */
 static __thread char g_err[512];
 
 static int fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,0 +1,31 @@
+/* vr_server.c: what the server context reports about itself (vr_server.h).
+ * Lives apart from main.c so the modules that report it (the HTTP front's
+ * /metrics) depend on the context, not on the program that owns it. */
+#include "vr_server.h"
+
+#include <string.h>
+
+#include "vr_model.h"
+#include "vr_shm.h"
+#include "vr_time.h"
+
+void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g) {
+  memset(g, 0, sizeof *g);
+  g->queue_depth = srv->batcher ? vr_batcher_depth(srv->batcher) : 0;
+  g->queue_capacity = srv->st.max_queue;
+  if (srv->shm) {
+    g->lanes_in_use = vr_shm_server_lanes_in_use(srv->shm);
+    g->shm_inflight = vr_shm_server_inflight(srv->shm);
+    g->lanes_total = srv->st.lanes;
+  }
+  g->http_inflight = __atomic_load_n(&srv->http_inflight, __ATOMIC_RELAXED);
+  if (srv->scorer.model) {
+    const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
+    g->device_bytes = mi->device_bytes;
+    g->host_bytes = mi->host_bytes;
+  }
+  g->rss_bytes = vr_metrics_rss_bytes();
+  g->ready = __atomic_load_n(&srv->ready, __ATOMIC_RELAXED);
+  g->draining = __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
+  g->uptime_s = (vr_now_ns() - srv->start_ns) / 1e9;
+}
