@@ -27,3 +27,15 @@ function(vr_subdirs)
     endif()
   endforeach()
 endfunction()
+
+# vr_require_targets(suite target...): a suite whose programs or libraries are not defined
+# fails the configure step instead of silently registering no tests (a target is missing
+# when the build file that defines it skipped it, or was included after tests/).
+function(vr_require_targets suite)
+  foreach(_t ${ARGN})
+    if(NOT TARGET ${_t})
+      message(FATAL_ERROR "${suite} needs target ${_t}, which is not defined: its tests cannot be registered. "
+                          "HINT: see the configure messages above for why ${_t} was skipped")
+    endif()
+  endforeach()
+endfunction()
