@@ -22,11 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "model_test_util.h"
 #include "verl_reward/status.h"
 #include "vr_log.h"
+#include "vr_test_seed.h"
 #include "vr_model.h"
 
 static int g_fail = 0;
@@ -391,10 +391,8 @@ int main(void) {
     printf("VR_FIXTURES not set\n");
     return 1;
   }
-  const char *seed = getenv("VR_TEST_SEED");
-  g_rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761ull + 7;
-  if (!g_rng) g_rng = 1;
-  printf("seed %llu\n", (unsigned long long)g_rng);
+  g_rng = vr_test_seed("test_cuda_model", 7);
+  if (!g_rng) g_rng = 1; /* xorshift: 0 stays 0 */
   vr_log_set_level(VR_LOG_WARN);
   char root[4000];
   snprintf(root, sizeof root, "%s/models", fx);

@@ -23,11 +23,12 @@
 #include "vr_checksum.h"
 #include "vr_time.h"
 
-/* Fills its lane with requests, tells the parent, waits to be killed. */
-static int victim(const char *name, int fd) {
+/* Fills its lane with requests (from the batch that seed gives), tells the parent, waits
+ * to be killed. */
+static int victim(const char *name, int fd, uint64_t seed) {
   vr_client_t *c;
   if (tu_connect(name, 0, &c) != 0) return 20;
-  uint64_t rng = (uint64_t)getpid(), id;
+  uint64_t rng = seed, id;
   tu_batch_t tb;
   tu_batch_random(&tb, &rng, 4, 100, 1000, 0);
   int n = 0;
@@ -74,7 +75,7 @@ static void test_kill_clients(void **state) {
     pid_t v[VICTIMS];
     for (int k = 0; k < VICTIMS; k++) {
       v[k] = fork();
-      if (v[k] == 0) _exit(victim(name, p[1]));
+      if (v[k] == 0) _exit(victim(name, p[1], 1000u * (uint64_t)r + (uint64_t)k));
       tu_track_pid(v[k]);
     }
     for (int k = 0; k < VICTIMS; k++) {
