@@ -42,7 +42,7 @@ static void stall_run(const char *transport) {
   unlink(json);
 
   char *srv_argv[] = {server_bin, "--model", "checksum", "--device", "cpu", "--shm-name", shm,
-                      "--port", port_s, "--log-level", "warn", NULL};
+                      "--port", port_s, "--log-level", "warn", "--lanes", "16", "--arena-mb", "1", NULL};
   pid_t srv = bt_spawn(srv_argv);
   assert_true(srv > 0);
   if (!bt_wait_ready(srv, port, 60)) fail_msg("server did not become ready");

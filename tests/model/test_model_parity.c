@@ -148,7 +148,8 @@ static void test_rope_tables(void **state) {
                                   cases[c].hi, cases[c].orig);
     for (int i = 0; i < g.n_inv_freq; i++) {
       double d = fabs((double)inv[i] - g.inv_freq[i]) / g.inv_freq[i];
-      if (!(d <= MT_TOL_ROPE)) fail_msg("%s inv_freq[%d] = %.9g, transformers %.9g", cases[c].name, i, inv[i], g.inv_freq[i]);
+      if (!(d <= MT_TOL_ROPE))
+        fail_msg("%s inv_freq[%d] = %.9g, transformers %.9g", cases[c].name, i, inv[i], g.inv_freq[i]);
     }
     free(inv);
     mt_golden_free(&g);

@@ -1,7 +1,8 @@
 /* vr_model_submit / vr_model_collect (cpu backend, synchronous fallback): every batch of
  * fresh random sequences, some of them bad, gets the statuses vr_model_score gives for the
- * same batch and its scores within MT_TOL_CPU_BATCH; collect returns batches oldest first; the limits (max_inflight, max tokens,
- * max sequences) and bad calls are refused without leaving anything outstanding. */
+ * same batch and its scores within MT_TOL_CPU_BATCH; collect returns batches oldest first;
+ * the limits (max_inflight, max tokens, max sequences) and bad calls are refused without
+ * leaving anything outstanding. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>

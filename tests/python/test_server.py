@@ -3,9 +3,9 @@
 Checksum model: every score is known exactly (vr_testlib.checksum_score), so
 each answer is checked against the request that was sent. Fixture model
 (tests/fixtures/models/llama_gqa): scores match transformers' golden scores and
-verl-reward-score's within vr_testlib.TRANSFORMERS_REL_TOL. Also: submits from several threads, limits -> RequestTooLarge,
-server killed -> ServerGone (bounded, not a hang), HTTP client == shm client,
-the verl adapter end to end."""
+verl-reward-score's within vr_testlib.TRANSFORMERS_REL_TOL. Also: submits from
+several threads, limits -> RequestTooLarge, server killed -> ServerGone (bounded,
+not a hang), HTTP client == shm client, the verl adapter end to end."""
 
 import json
 import os
@@ -276,7 +276,8 @@ class ServerLifecycleTest(unittest.TestCase):
             t0 = time.monotonic()
             with self.assertRaises(ServerGone) as cm:
                 rc.score([[3, 4]])
-            self.assertLess(time.monotonic() - t0, self.CLIENT_TIMEOUT_S / 2, "waited for the timeout: %s" % cm.exception)
+            self.assertLess(time.monotonic() - t0, self.CLIENT_TIMEOUT_S / 2,
+                            "waited for the timeout: %s" % cm.exception)
             with self.assertRaises(ServerGone):
                 rc.submit([[5]]).result()
             rc.close()

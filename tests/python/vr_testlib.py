@@ -63,6 +63,23 @@ def checksum_score(ids):
     return (h >> 40) / 16777216.0
 
 
+# verl-reward-server's default segment (32 lanes with 4 MiB arenas, every page allocated at
+# start) takes about 130 MiB of /dev/shm. The tests' servers take 16 lanes of 1 MiB, so that
+# several at once (ctest -j) fit a small /dev/shm (Docker's default is 64 MiB); a test that
+# needs more passes its own --lanes / --arena-mb.
+TEST_LANES = 16
+TEST_SEGMENT_ARGS = ("--lanes", str(TEST_LANES), "--arena-mb", "1")
+
+
+def with_test_segment(args):
+    """args plus TEST_SEGMENT_ARGS' flags that args does not set itself."""
+    args = list(args)
+    for flag, value in zip(TEST_SEGMENT_ARGS[::2], TEST_SEGMENT_ARGS[1::2]):
+        if flag not in args:
+            args += [flag, value]
+    return args
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -90,7 +107,7 @@ class Server:
         self.log_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), self.shm_name + ".log")
         self.log = open(self.log_path, "wb")
         args = [SERVER, "--model", model, "--shm-name", self.shm_name, "--port", str(self.port),
-                "--device", "cpu"] + list(extra_args)
+                "--device", "cpu"] + with_test_segment(extra_args)
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         _live.append(self)

@@ -5,7 +5,8 @@ Run by ctest (tests/server/CMakeLists.txt), one TestCase class per ctest test:
     python3 test_server.py TestHttpErrors
 Env: VR_BIN_DIR (verl-reward-server, verl-reward-score), VR_TEST_BIN (vr_test_shm_client),
 VR_FIXTURES (tests/fixtures), VR_SANITIZE ("ON" for the ASan build: fewer requests in the RSS test).
-Every server a test starts gets a unique shm name and port and is killed in cleanup.
+Every server a test starts gets a unique shm name and port and is killed in cleanup; its
+segment is vr_testlib.TEST_SEGMENT_ARGS' size unless the test gives --lanes / --arena-mb.
 """
 import asyncio
 import http.client
@@ -23,8 +24,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from vr_testlib import (CUDA_TRANSFORMERS_REL_TOL, assert_scores_close, checksum_score,  # noqa: E402
-                        free_port, norm_rel_err)
+from vr_testlib import (CUDA_TRANSFORMERS_REL_TOL, TEST_LANES, assert_scores_close,  # noqa: E402
+                        checksum_score, free_port, norm_rel_err, with_test_segment)
 
 BIN = os.environ.get("VR_BIN_DIR", "build/bin")
 TEST_BIN = os.environ.get("VR_TEST_BIN", "build/tests")
@@ -63,7 +64,7 @@ class Server:
         self.pid_file = os.path.join(self.tmp, "server.pid")
         self.log_path = os.path.join(self.tmp, "server.log")
         self.args = [SERVER, "--shm-name", self.name, "--port", str(self.port), "--pid-file", self.pid_file,
-                     *args]
+                     *with_test_segment(args)]
         e = dict(os.environ)
         if env:
             e.update(env)
@@ -610,7 +611,7 @@ class TestMetrics(unittest.TestCase):
         self.assertEqual(metric(m, "verl_reward_batch_sequences_count"), metric(m, "verl_reward_batches_total"))
         self.assertGreaterEqual(metric(m, "verl_reward_batch_sequences_sum"), 31)
         self.assertEqual(metric(m, "verl_reward_queue_depth"), 0)
-        self.assertEqual(metric(m, "verl_reward_lanes"), 32)
+        self.assertEqual(metric(m, "verl_reward_lanes"), TEST_LANES)
         self.assertEqual(metric(m, "verl_reward_ready"), 1)
         self.assertEqual(metric(m, "verl_reward_component_scores_total", component="model", reason="ok"), 31)
         self.assertGreater(metric(m, "verl_reward_resident_memory_bytes"), 0)
