@@ -1,7 +1,8 @@
 /* test_cuda_kernels.c: every kernel of the CUDA backend against a plain CPU
- * computation in double precision on fresh random inputs (seeded from the
- * clock unless VR_TEST_SEED is set; the seed is printed). Outputs are poisoned
- * (NaN) before each launch so an unwritten element fails the check.
+ * computation in double precision on pseudo-random inputs (a fixed seed unless
+ * VR_TEST_SEED is set; the seed is printed: tests/common/vr_test_seed.h).
+ * Outputs are poisoned (NaN) before each launch so an unwritten element fails
+ * the check.
  * Exit code: 0 pass, 1 fail, 77 no GPU (ctest: skipped). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -9,10 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
+#include "vr_test_seed.h"
 
 static int g_fail = 0;
 static uint64_t g_rng = 88172645463325252ull;
@@ -677,10 +678,8 @@ int main(void) {
     printf("no CUDA device: skipped\n");
     return 77;
   }
-  const char *seed = getenv("VR_TEST_SEED");
-  g_rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761ull + 1;
-  if (!g_rng) g_rng = 1;
-  printf("seed %llu\n", (unsigned long long)g_rng);
+  g_rng = vr_test_seed("test_cuda_kernels", 1);
+  if (!g_rng) g_rng = 1; /* xorshift: 0 stays 0 */
   const char *only = getenv("VR_TEST_ATTN_IMPL"); /* one attention kernel alone (sanitizer runs) */
   if (only) {
     printf("-- attention: impl %d only (VR_TEST_ATTN_IMPL)\n", atoi(only));

@@ -97,7 +97,7 @@ static void test_good_and_bad_lines(void **state) {
   } errs[] = {{3, "malformed JSON"}, {4, "outside the model's vocabulary"}, {5, "no \"input_ids\""},
               {6, "input_ids[0] is not an integer"}};
   double s0 = cJSON_GetObjectItem(lines[0], "score")->valuedouble;
-  assert_true(fabs(s0 - g.scores[0]) <= 1e-4 * fmax(1, fabs(g.scores[0])));
+  assert_true(mt_rel_err(s0, g.scores[0]) <= MT_TOL_TRANSFORMERS);
   for (int i = 0; i < 4; i++) {
     const cJSON *e = cJSON_GetObjectItem(lines[1 + i], "error");
     assert_true(cJSON_IsString(e));
@@ -108,7 +108,7 @@ static void test_good_and_bad_lines(void **state) {
     assert_int_equal(cJSON_GetObjectItem(lines[1 + i], "line")->valueint, errs[i].line);
   }
   double s5 = cJSON_GetObjectItem(lines[5], "score")->valuedouble;
-  assert_true(fabs(s5 - g.scores[5]) <= 1e-4 * fmax(1, fabs(g.scores[5])));
+  assert_true(mt_rel_err(s5, g.scores[5]) <= MT_TOL_TRANSFORMERS);
   const cJSON *e8 = cJSON_GetObjectItem(lines[6], "error");
   assert_true(cJSON_IsString(e8) && strstr(e8->valuestring, "line 8: empty sequence"));
   for (int i = 0; i < n; i++) cJSON_Delete(lines[i]);
@@ -140,7 +140,7 @@ static void test_stdin_all_golden(void **state) {
   assert_int_equal((uint32_t)n, g.n_seqs);
   for (int i = 0; i < n; i++) {
     double s = cJSON_GetObjectItem(lines[i], "score")->valuedouble;
-    if (!(fabs(s - g.scores[i]) <= 1e-4 * fmax(1, fabs(g.scores[i]))))
+    if (!(mt_rel_err(s, g.scores[i]) <= MT_TOL_TRANSFORMERS))
       fail_msg("line %d: %.9g vs transformers %.9g", i + 1, s, g.scores[i]);
     cJSON_Delete(lines[i]);
   }
