@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -179,6 +180,17 @@ class Server:
 def _kill_leftovers():
     for s in list(_live):
         s.stop()
+
+
+def f32(x):
+    """Round a score back to the float32 the server computed (scores travel as text/doubles)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def assert_scores_identical(tc, got, want, what="scores"):
+    """The cpu backend's promise (docs/protocol.md): the same float32 bits, whatever the batch,
+    the threads or the transport."""
+    tc.assertEqual([f32(x) for x in got], [f32(x) for x in want], what)
 
 
 def score_tool(model_dir, seqs):

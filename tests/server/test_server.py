@@ -198,8 +198,9 @@ def load_golden(model_dir):
 
 class TestModel(unittest.TestCase):
     """Fixture models on the cpu backend: shm and HTTP clients at the same time get
-    transformers' golden scores (within vr_testlib.TRANSFORMERS_REL_TOL: the batches the
-    server forms differ from one run to the next); real-vocabulary errors."""
+    transformers' golden scores (within vr_testlib.TRANSFORMERS_REL_TOL) and exactly the scores
+    verl-reward-score gives (the batches the server forms differ from one run to the next, the
+    bits do not); real-vocabulary errors."""
 
     MODELS = ("llama_gqa", "bert", "qwen2")
 
@@ -239,6 +240,12 @@ class TestModel(unittest.TestCase):
                 assert_scores_close(self, f32s(out["scores"]), want, what=f"{name} shm vs transformers")
                 assert_scores_close(self, [got[("http", i)] for i in range(len(seqs))], want,
                                     what=f"{name} http vs transformers")
+                # and bit-identical to verl-reward-score (all cores, one batch) although the server
+                # runs one thread and cuts its own batches (docs/protocol.md, "What a score depends on")
+                ref = reference_scores(model_dir, seqs)
+                self.assertEqual(f32s(out["scores"]), f32s(ref), f"{name} shm vs verl-reward-score")
+                self.assertEqual([got[("http", i)] for i in range(len(seqs))], f32s(ref),
+                                 f"{name} http vs verl-reward-score")
                 # the real vocabulary and position limits
                 st, data, _ = s.request("POST", "/v1/score", json.dumps({"input_ids": [[1], [1, info["vocab_size"]]]}))
                 self.assertEqual(st, 400)
