@@ -21,13 +21,14 @@
  * CUDA graph per (bucket, slot); the padding rows are no sequence's tokens
  * and are never scored. A batch in a large bucket (exact_threshold(): 8192 rows, or more
  * than 2048 rows of a model with a few milliseconds of GEMM work per bucket) runs eagerly at
- * its exact size instead, on GEMM plans for that size (vr_cuda_gemm_set_plan_rows). At load every bucket runs once eagerly (which also
- * times the cuBLASLt candidates of its GEMMs with VR_CUDA_AUTOTUNE=1)
- * and its graphs are captured, so nothing is allocated or planned on the hot
- * path. VR_CUDA_GRAPHS=0: eager forwards at the exact size; VR_CUDA_WARMUP=0:
- * buckets warmed and captured on first use instead. Encoders: the up
- * projection's bias + GELU run in the GEMM epilogue (cuBLASLt GELU_BIAS, tanh
- * form, bf16 bias; VR_CUDA_GELU_EPILOGUE=0 uses the exact-form kernel).
+ * its exact size instead, on GEMM plans for that size (vr_cuda_gemm_set_plan_rows). At load
+ * every bucket runs once eagerly (which also times the cuBLASLt candidates of its GEMMs with
+ * cuda-autotune) and its graphs are captured, so nothing is allocated or planned on the hot
+ * path. The tuning (vr_cuda_options_t: cuda-graphs off = eager forwards at the exact size,
+ * cuda-warmup off = buckets warmed and captured on first use, ...) is read once, in
+ * cuda_init, and logged there. Encoders: the up projection's bias + GELU run in the GEMM
+ * epilogue (cuBLASLt GELU_BIAS, tanh form, bf16 bias; the exact-form kernel when the model
+ * has no up bias or cuBLASLt has no such epilogue for the shape).
  *
  * Activations: decoders keep the residual stream x in fp32 (T, C); GEMM inputs
  * are bf16. The residual add and the bias are fused into the output GEMM's
@@ -35,11 +36,10 @@
  * bf16 input. Encoders (post-norm) keep the residual stream in bf16, as a
  * transformers bf16 forward does: the LayerNorm output xn is both the next
  * GEMM's input and the next residual; the output GEMM writes y16 = A W^T + b and
- * the norm computes xn = LN(y16 + xn) in place (VR_CUDA_RES_IN_NORM=0: the GEMM
- * adds xn in its epilogue instead, y16 = xn + A W^T + b, one rounding of the sum);
- * the last norm also writes fp32 x for the score head. That halves the bytes of the two norms and of the two
- * residual epilogues per layer; encoders narrower than VR_RES_BF16_MIN_C keep the
- * fp32 stream (VR_CUDA_RES_BF16=0/1 forces either).
+ * the norm computes xn = LN(y16 + xn) in place; the last norm also writes fp32 x for the
+ * score head. That halves the bytes of the two norms and of the two residual epilogues per
+ * layer; encoders narrower than VR_RES_BF16_MIN_C keep the fp32 stream (cuda-residual
+ * f32 / bf16 forces either).
  * Scores: decoders at the row the loader's rule picks (see
  * score_row()), encoders at the sequence's first token. */
 #include <math.h>
@@ -61,7 +61,7 @@
  * least VR_CUDA_EXACT_MIN_MACS multiply-adds of GEMM work (8192 tokens of roberta-base, a few
  * milliseconds on an H200): below that the graph's saved launch overhead is worth more than
  * the padding. On llama-8b the 2,330-token tail batch of a packed workload was padded to 4096
- * rows (about 40 ms of 1.66 s). VR_CUDA_EXACT=0: graphs only. */
+ * rows (about 40 ms of 1.66 s). cuda-exact-size off: graphs only. */
 #define VR_CUDA_EXACT_MIN_T 8192
 #define VR_CUDA_EXACT_MIN_MACS 7.0e11
 /* Narrowest encoder that keeps its residual stream in bf16 by default. The rounding of the
@@ -134,18 +134,15 @@ typedef struct vr_cuda_state {
   uint16_t *xn, *qkv, *ao, *mlp, *act;
   uint16_t *y16;        /* encoders with res_bf16: (T, C) pre-norm sums */
   int res_bf16;         /* encoders: bf16 residual stream (see the top comment) */
-  int res_in_norm;      /* with res_bf16: the residual added in the norm instead of the GEMM's
-                         * epilogue (default; VR_CUDA_RES_IN_NORM=0 adds it in the epilogue:
-                         * same speed within noise on the H200, and on roberta-base 5.9e-3
-                         * from fp32 transformers instead of 1.1e-2) */
   size_t in_words;      /* capacity of each slot's metadata block */
   vr_cuda_slot_t slots[VR_CUDA_SLOTS];
   int head, tail, n_busy; /* next slot to submit into / oldest outstanding */
   int32_t *tile_tmp;    /* host scratch for sorting tiles */
   uint64_t *tile_key;   /* host scratch: encoders' (work << 32 | index) sort keys */
-  int use_graphs, gelu_epilogue;
-  int prune_last; /* eager forwards run the last layer on the score rows only (enqueue_forward) */
-  int exact_large;      /* batches in buckets >= exact_min_T rows run eagerly at their size */
+  int use_graphs;       /* cuda-graphs */
+  int warmup;           /* cuda-warmup */
+  vr_cuda_autotune_t autotune;
+  int exact_large;      /* cuda-exact-size: batches in buckets >= exact_min_T rows run eagerly at their size */
   uint32_t exact_min_T; /* see exact_threshold() */
   vr_cuda_bucket_t buckets[VR_CUDA_MAX_BUCKETS];
   int n_buckets;
@@ -316,7 +313,7 @@ static int load_layer(vr_cuda_state_t *st, const vr_layer_weights_t *lw, vr_cuda
     if ((rc = new_f32(st, &L->n2b, lw->norm2_b, C, WHAT("norm2 bias"), 1))) return rc;
     if ((rc = new_bf16(st, &L->wup, lw->up_w, I * C, WHAT("up weight"), 1))) return rc;
     if ((rc = new_f32(st, &L->bup, lw->up_b, I, WHAT("up bias"), 0))) return rc;
-    if (st->gelu_epilogue && (rc = new_bf16(st, &L->bup16, lw->up_b, I, WHAT("up bias"), 0))) return rc;
+    if ((rc = new_bf16(st, &L->bup16, lw->up_b, I, WHAT("up bias"), 0))) return rc;
     if (st->res_bf16 && ((rc = new_bf16(st, &L->bo16, lw->o_b, C, WHAT("o bias"), 0)) ||
                          (rc = new_bf16(st, &L->bdown16, lw->down_b, C, WHAT("down bias"), 0))))
       return rc;
@@ -486,9 +483,10 @@ static int check_config(const vr_model_config_t *c) {
 static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, const vr_model_options_t *opt,
                      int device_index, void **state) {
   *state = NULL;
+  if (!opt) return VR_ERR_INVAL;
   int rc = check_config(cfg);
   if (rc) return rc;
-  if (opt && opt->dtype && strcmp(opt->dtype, "auto") && strcmp(opt->dtype, "bf16")) {
+  if (opt->dtype && strcmp(opt->dtype, "auto") && strcmp(opt->dtype, "bf16")) {
     vr_log(VR_LOG_ERROR, "compute dtype '%s' is not supported on cuda (bf16 only). HINT: --dtype bf16 or use --device cpu",
            opt->dtype);
     return VR_ERR_UNSUPPORTED;
@@ -516,25 +514,27 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
   if ((rc = VR_CUDA_TRY(cudaGetDeviceProperties(&prop, device_index)))) goto fail;
   snprintf(st->device_name, sizeof st->device_name, "%.63s", prop.name);
   st->num_sms = prop.multiProcessorCount;
-  st->max_tokens = (opt && opt->max_batch_tokens) ? opt->max_batch_tokens : 16384u;
-  st->max_seqs = (opt && opt->max_seqs) ? opt->max_seqs : st->max_tokens;
+  st->max_tokens = opt->max_batch_tokens ? opt->max_batch_tokens : 16384u;
+  st->max_seqs = opt->max_seqs ? opt->max_seqs : st->max_tokens;
   if (st->max_seqs > st->max_tokens) st->max_seqs = st->max_tokens;
   if ((rc = VR_CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking)))) goto fail;
   if ((rc = VR_CUDA_TRY(cudaStreamCreateWithFlags(&st->upload, cudaStreamNonBlocking)))) goto fail;
   {
-    const char *ge = getenv("VR_CUDA_GELU_EPILOGUE");
-    st->gelu_epilogue = !(ge && !strcmp(ge, "0"));
-    const char *pl = getenv("VR_CUDA_PRUNE_LAST");
-    st->prune_last = !(pl && !strcmp(pl, "0"));
-    /* bf16 residual stream for encoders at least VR_RES_BF16_MIN_C wide (see the top
-     * comment); VR_CUDA_RES_BF16=1 / 0 forces it on / off */
-    const char *rb = getenv("VR_CUDA_RES_BF16");
-    st->res_bf16 = !cfg->is_decoder && (rb && *rb ? !strcmp(rb, "1") : cfg->hidden_size >= VR_RES_BF16_MIN_C);
-    const char *ex = getenv("VR_CUDA_EXACT");
-    st->exact_large = !(ex && !strcmp(ex, "0"));
+    /* the tuning, read once (vr_model_load checked its ranges) */
+    const vr_cuda_options_t *co = &opt->cuda;
+    st->use_graphs = co->graphs;
+    st->warmup = co->warmup;
+    st->exact_large = co->exact_size;
+    st->autotune = co->autotune;
+    /* bf16 residual stream for encoders at least VR_RES_BF16_MIN_C wide (see the top comment) */
+    st->res_bf16 = !cfg->is_decoder && (co->residual == VR_CUDA_RESIDUAL_BF16 ||
+                                        (co->residual == VR_CUDA_RESIDUAL_AUTO && cfg->hidden_size >= VR_RES_BF16_MIN_C));
     st->exact_min_T = exact_threshold(&st->cfg);
-    const char *rn = getenv("VR_CUDA_RES_IN_NORM");
-    st->res_in_norm = st->res_bf16 && !(rn && !strcmp(rn, "0"));
+    vr_cuda_options_t eff = *co; /* the effective values: residual resolved for this model */
+    eff.residual = st->res_bf16 ? VR_CUDA_RESIDUAL_BF16 : VR_CUDA_RESIDUAL_F32;
+    char line[256];
+    vr_cuda_options_format(&eff, line, sizeof line);
+    vr_log(VR_LOG_INFO, "cuda:%d options: %s (exact-size forwards from %u rows)", device_index, line, st->exact_min_T);
   }
   {
     const double t0 = (double)clock() / CLOCKS_PER_SEC;
@@ -557,13 +557,8 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
            device_index, st->device_name, wbytes / 1048576.0, (st->device_bytes - wbytes) / 1048576.0,
            st->max_tokens, st->max_seqs, (double)clock() / CLOCKS_PER_SEC - t0);
   }
-  {
-    const char *g = getenv("VR_CUDA_GRAPHS");
-    st->use_graphs = !(g && !strcmp(g, "0"));
-    make_buckets(st);
-    const char *wu = getenv("VR_CUDA_WARMUP");
-    if (st->use_graphs && !(wu && !strcmp(wu, "0")) && (rc = warm_up(st))) goto fail;
-  }
+  make_buckets(st);
+  if (st->use_graphs && st->warmup && (rc = warm_up(st))) goto fail;
   *state = st;
   return 0;
 fail:
@@ -698,12 +693,9 @@ static void enc_add_norm(vr_cuda_state_t *st, const uint16_t *A, const uint16_t 
   if (!st->res_bf16) { /* x += A W^T + b (fp32); x = LN(x), xn = bf16(x) */
     vr_cuda_gemm(st->gemm, st->x, 1, A, W, b32, T, C, K, 1.f, s);
     vr_cuda_layernorm(st->x, st->xn, nw, nb, T, C, eps, s);
-  } else if (st->res_in_norm) { /* y16 = A W^T + b; xn = LN(y16 + xn) */
+  } else { /* y16 = A W^T + b; xn = LN(y16 + xn) */
     vr_cuda_gemm(st->gemm, st->y16, 0, A, W, b16, T, C, K, 0.f, s);
     vr_cuda_layernorm_b16(st->y16, st->xn, st->xn, last ? st->x : NULL, nw, nb, T, C, eps, s);
-  } else { /* y16 = xn + A W^T + b in the epilogue; xn = LN(y16) */
-    vr_cuda_gemm_res(st->gemm, st->y16, 0, A, W, b16, st->xn, T, C, K, s);
-    vr_cuda_layernorm_b16(st->y16, NULL, st->xn, last ? st->x : NULL, nw, nb, T, C, eps, s);
   }
 }
 
@@ -721,7 +713,7 @@ static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
  * the score rows are gathered into n_seqs compact rows, and the output projection, norms,
  * MLP and head run on those (on roberta-base 256 x U[64,512] that is 256 rows instead of
  * 69,724 in the last of 12 layers). The compact rows live in the QKV buffer, dead once
- * the last attention has run. VR_CUDA_PRUNE_LAST=0: every row, as transformers does. */
+ * the last attention has run. */
 static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T,
                             int hint_T, int grid_tiles, int grid_seqs, int n_seqs) {
   const vr_model_config_t *c = &st->cfg;
@@ -737,7 +729,7 @@ static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_c
    * ao (n, nq) bf16 | x (n, C) fp32 | xn (n, C) bf16 | y16 (n, C) bf16 */
   const size_t o_x = align256((size_t)n_seqs * nq * 2), o_xn = o_x + align256((size_t)n_seqs * C * 4),
                o_y = o_xn + align256((size_t)n_seqs * C * 2), compact_bytes = o_y + align256((size_t)n_seqs * C * 2);
-  const int prune = st->prune_last && n_seqs > 0 && 2 * n_seqs <= T &&
+  const int prune = n_seqs > 0 && 2 * n_seqs <= T &&
                     compact_bytes <= (size_t)T * (size_t)ld * 2;
   if (c->is_decoder)
     vr_cuda_embed_norm(st->x, st->xn, ids, pos, st->tok, NULL, NULL, st->emb_f32, st->layers[0].n1w, NULL, T, C,
@@ -785,7 +777,7 @@ static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_c
       if (!last) vr_cuda_rmsnorm(st->x, st->xn, st->layers[l + 1].n1w, R, C, c->norm_eps, s);
     } else {
       enc_add_norm(st, ao, L->wo, L->bo16, L->bo, nq, L->n1w, L->n1b, 0, R, s);
-      if (st->gelu_epilogue && L->bup16) { /* bias + GELU in the GEMM epilogue */
+      if (L->bup16) { /* bias + GELU in the GEMM epilogue */
         vr_cuda_gemm_ex(st->gemm, st->mlp, 0, st->xn, L->wup, L->bup16, tanh_gelu ? 2 : 1, R, I, C, 0.f, s);
       } else {
         vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, NULL, R, I, C, 0.f, s);
@@ -943,15 +935,14 @@ static int cuda_forward(void *state, const int32_t *ids, const uint32_t *cu_seql
 }
 
 /* Load-time warm-up: every bucket runs once eagerly (timing its GEMMs' cuBLASLt
- * candidates when VR_CUDA_AUTOTUNE=1 and the bucket is at most 4096 tokens, or every
- * bucket with VR_CUDA_AUTOTUNE=all; otherwise larger GEMMs keep the heuristic's choice,
+ * candidates with cuda-autotune small when the bucket is at most 4096 tokens, or every
+ * bucket with cuda-autotune all; otherwise larger GEMMs keep the heuristic's choice,
  * their candidates would cost seconds on big models), then
  * its graphs are captured for both slots. The batch: sequences of min(512, longest allowed)
  * tokens (at most max_seqs of them) of non-pad token ids. */
 static int warm_up(vr_cuda_state_t *st) {
   const vr_model_config_t *c = &st->cfg;
-  const char *at = getenv("VR_CUDA_AUTOTUNE");
-  const int tune = at && !strcmp(at, "1"), tune_all = at && !strcmp(at, "all");
+  const int tune = st->autotune == VR_CUDA_AUTOTUNE_SMALL, tune_all = st->autotune == VR_CUDA_AUTOTUNE_ALL;
   /* sequences of at most 512 tokens: the GEMM shapes and graphs depend only on the bucket,
    * and one 32K-token causal sequence per bucket would cost seconds of attention on 8B */
   uint32_t maxlen = c->max_seq_len > 0 && (uint32_t)c->max_seq_len < st->max_tokens ? (uint32_t)c->max_seq_len

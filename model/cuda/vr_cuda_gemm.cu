@@ -26,10 +26,9 @@
 #define VR_GEMM_CACHE 1024
 #define VR_GEMM_XCACHE 256 /* exact-size plans: their own cache, so they never evict bucket plans */
 #define VR_GEMM_CANDIDATES 12
-#define VR_GEMM_KNOWN 512
 
 typedef struct vr_gemm_plan {
-  int used; /* 0 free, 1 a plan, 2 (exact cache) no known algorithm for this key */
+  int used; /* 0 free, 1 a plan, 2 (exact cache) no algorithm for this key */
   int T, N, K, out_f32, has_bias, beta1, gelu;
   int bias_fallback; /* the heuristic rejected the bias (/gelu) epilogue: plain GEMM + kernels */
   int tuned;         /* candidates timed (or only one) */
@@ -47,16 +46,6 @@ struct vr_cuda_gemm {
   uint64_t plans_created, plans_tuned;
   int tuning;
   int plan_T; /* > 0: exact-size mode, see vr_cuda_gemm_set_plan_rows */
-  int exact_known; /* VR_CUDA_EXACT_ALGOS=known: exact-size plans only on known algorithms */
-  int log_choice;  /* VR_CUDA_GEMM_LOG=1: log each exact-size plan's choice */
-  /* algorithms of the plans made outside exact-size mode, with the output type / epilogue /
-   * accumulate they ran with (the kernel a configuration selects depends on those too):
-   * their kernels are loaded */
-  struct {
-    cublasLtMatmulAlgo_t algo;
-    int sig;
-  } known[VR_GEMM_KNOWN];
-  int n_known;
   cudaEvent_t ev0, ev1;
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
   vr_gemm_plan_t xcache[VR_GEMM_XCACHE];
@@ -78,27 +67,6 @@ static void plan_destroy(vr_gemm_plan_t *p) {
   lt_try(cublasLtMatrixLayoutDestroy(p->lc), "cublasLtMatrixLayoutDestroy");
   lt_try(cublasLtMatmulDescDestroy(p->desc), "cublasLtMatmulDescDestroy");
   p->used = 0;
-}
-
-/* What besides the algorithm configuration picks the kernel: output type, epilogue (none,
- * bias, gelu + bias), accumulate (beta). */
-static int plan_sig(const vr_gemm_plan_t *p, int with_bias) {
-  return p->out_f32 | (with_bias ? (p->gelu ? 4 : 2) : 0) | (p->beta1 ? 8 : 0);
-}
-
-static int algo_known(const vr_cuda_gemm_t *g, const cublasLtMatmulAlgo_t *a, int sig) {
-  for (int i = 0; i < g->n_known; ++i)
-    if (g->known[i].sig == sig && !memcmp(&g->known[i].algo, a, sizeof *a)) return 1;
-  return 0;
-}
-
-static void remember_algo(vr_cuda_gemm_t *g, const vr_gemm_plan_t *p) {
-  const int sig = plan_sig(p, p->has_bias && !p->bias_fallback);
-  if (g->n_known < VR_GEMM_KNOWN && !algo_known(g, &p->algo, sig)) {
-    g->known[g->n_known].algo = p->algo;
-    g->known[g->n_known].sig = sig;
-    g->n_known++;
-  }
 }
 
 /* Builds desc + layouts; with_bias selects the BIAS epilogue (GELU_BIAS when p->gelu).
@@ -144,23 +112,10 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int e
   p->algo = p->cand[0];
   p->tuned = p->n_algos == 1;
   if (exact) {
-    /* exact-size mode: the heuristic's first choice for this size (with VR_CUDA_EXACT_ALGOS=known
-     * its best among the algorithms already used by bucket plans, else no plan). On the H200
-     * the first choice was 1.4% faster on llama-8b and 3.5% on roberta-base packed batches than
-     * the best known one, and device memory (cudaMemGetInfo) did not change either way. */
-    int k = 0;
-    while (exact == 1 && g->exact_known && k < p->n_algos && !algo_known(g, &p->cand[k], plan_sig(p, with_bias))) ++k;
-    if (g->log_choice)
-      vr_log(VR_LOG_INFO, "exact gemm T=%d N=%d K=%d sig=%d: candidate %d of %d", p->T, p->N, p->K,
-             plan_sig(p, with_bias), k, p->n_algos);
-    if (k == p->n_algos) {
-      plan_destroy(p);
-      return 0;
-    }
-    p->algo = p->cand[k];
+    /* exact-size mode: the heuristic's first choice for this size, never tuned (it beat the
+     * algorithms of the bucket plans, and device memory stayed the same: docs/benchmarks.md) */
+    vr_log(VR_LOG_DEBUG, "exact-size gemm T=%d N=%d K=%d: the first of %d candidates", p->T, p->N, p->K, p->n_algos);
     p->tuned = 1;
-  } else {
-    remember_algo(g, p);
   }
   return 1;
 }
@@ -180,9 +135,6 @@ extern "C" int vr_cuda_gemm_init(vr_cuda_gemm_t **out, size_t workspace_bytes) {
     return -21;
   }
   g->workspace_bytes = workspace_bytes;
-  const char *e = getenv("VR_CUDA_EXACT_ALGOS"), *l = getenv("VR_CUDA_GEMM_LOG");
-  g->exact_known = e && !strcmp(e, "known");
-  g->log_choice = l && !strcmp(l, "1");
   if (VR_CUDA_TRY(cudaEventCreate(&g->ev0)) || VR_CUDA_TRY(cudaEventCreate(&g->ev1))) {
     vr_cuda_gemm_free(g);
     return -21;
@@ -209,8 +161,8 @@ extern "C" uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g) { return
 extern "C" size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g) { return g->workspace_bytes; }
 
 /* exact 0: a bucket plan (cache). exact 1: an exact-size forward's plan (xcache) on the
- * heuristic's first choice (VR_CUDA_EXACT_ALGOS=known: its best known one); NULL when there
- * is none (remembered, so it is asked once per key; no bias-kernel fallback). exact 2: an
+ * heuristic's first choice; NULL when there is none (remembered, so it is asked once per
+ * key; no bias-kernel fallback). exact 2: an
  * exact-size plan on any algorithm (xcache; replaces a remembered miss), for a call the
  * bucket plan is not valid for; like exact 0 it never returns NULL. */
 static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int has_bias, int beta1,
@@ -292,7 +244,6 @@ static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void 
   }
   VR_CUDA_CHECK(cudaGetLastError());
   p->algo = p->cand[best_i];
-  remember_algo(g, p);
   p->tuned = 1;
   g->plans_tuned++;
   vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d%s%s: candidate %d of %d, %.1f us", p->T, p->N, p->K,
@@ -319,7 +270,7 @@ static void gemm_run(vr_cuda_gemm_t *g, void *D, const void *C, int out_f32, con
   if (T <= 0 || N <= 0) return;
   VR_ASSERT(K > 0 && (beta == 0.f || beta == 1.f));
   VR_ASSERT(!gelu || (bias && !out_f32 && beta == 0.f));
-  /* exact-size mode (plan_T > T): a plan for exactly T rows with a known algorithm, else the
+  /* exact-size mode (plan_T > T): a plan for exactly T rows, else (no algorithm for it) the
    * plan_T-row plan with its row count set to T for this call */
   vr_gemm_plan_t *p = NULL;
   int PT = T;

@@ -154,9 +154,8 @@ void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A,
 void vr_cuda_gemm_res(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
                       const void *bias, const void *C, int T, int N, int K, cudaStream_t s);
 /* Exact-size mode while T > 0: a GEMM of fewer than T rows gets a plan for its exact row
- * count with the heuristic's first algorithm for that size (VR_CUDA_EXACT_ALGOS=known: its
- * best among those already in use outside this mode, e.g. at warm-up); when there is none,
- * it runs on the plan made for T rows with the layouts' row count set to the call's, or, if
+ * count with the heuristic's first algorithm for that size; when there is none, it runs on
+ * the plan made for T rows with the layouts' row count set to the call's, or, if
  * cublasLtMatmulAlgoCheck rejects that algorithm at the call's size, on a plan of the call's
  * size with any algorithm. 0 turns it off. */
 void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);

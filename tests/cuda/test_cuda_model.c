@@ -132,12 +132,14 @@ static int score(vr_model_t *m, const int32_t *ids, const uint32_t *cu, uint32_t
   return rc;
 }
 
-static vr_model_t *load(const char *dir, const char *device, uint32_t max_tokens) {
+/* cuda: the CUDA tuning, NULL for the defaults. */
+static vr_model_t *load_tuned(const char *dir, const char *device, uint32_t max_tokens, const vr_cuda_options_t *cuda) {
   vr_model_options_t opt;
   vr_model_options_init(&opt);
   opt.device = device;
   opt.max_batch_tokens = max_tokens;
   opt.n_threads = 2;
+  if (cuda) opt.cuda = *cuda;
   vr_model_t *m = NULL;
   int rc = vr_model_load(dir, &opt, &m);
   if (rc) {
@@ -146,6 +148,17 @@ static vr_model_t *load(const char *dir, const char *device, uint32_t max_tokens
     return NULL;
   }
   return m;
+}
+
+static vr_model_t *load(const char *dir, const char *device, uint32_t max_tokens) {
+  return load_tuned(dir, device, max_tokens, NULL);
+}
+
+/* The default CUDA tuning (each caller then changes one field). */
+static vr_cuda_options_t cuda_defaults(void) {
+  vr_model_options_t opt;
+  vr_model_options_init(&opt);
+  return opt.cuda;
 }
 
 static void test_fixture(const char *name, const char *dir) {
@@ -201,7 +214,7 @@ static void test_fixture(const char *name, const char *dir) {
     if (m2) {
       float *s2 = calloc(g.n, sizeof *s2);
       if (score(m2, g.ids, g.cu, g.n, s2)) s2[0] = NAN;
-      /* 1e-3, not bit-equal: with VR_CUDA_AUTOTUNE=1 each load times its GEMM candidates and
+      /* 1e-3, not bit-equal: with cuda-autotune each load times its GEMM candidates and
        * may pick another algorithm (another summation order); the load race this guards
        * against was 22% */
       verdict(name, "second load, packed == first load", rel_err_ff(s2, packed[0], g.n), 1e-3);
@@ -238,9 +251,9 @@ static void test_fixture(const char *name, const char *dir) {
       verdict(name, b ? "pipelined batch 2 of 2 == alone" : "pipelined batch 1 of 2 == alone",
               rel_err_ff(pipe[b], alone[b], NS), 1e-6);
     }
-    setenv("VR_CUDA_GRAPHS", "0", 1);
-    vr_model_t *eager = load(dir, "cuda", 4096);
-    unsetenv("VR_CUDA_GRAPHS");
+    vr_cuda_options_t no_graphs = cuda_defaults();
+    no_graphs.graphs = 0;
+    vr_model_t *eager = load_tuned(dir, "cuda", 4096, &no_graphs);
     if (eager) { /* eager forwards run the last layer on the score rows only */
       float e[NS];
       if (score(eager, ids[0], cu[0], NS, e)) e[0] = NAN;
@@ -251,24 +264,13 @@ static void test_fixture(const char *name, const char *dir) {
       free(ef);
       vr_model_free(eager);
     }
-    setenv("VR_CUDA_GRAPHS", "0", 1);
-    setenv("VR_CUDA_PRUNE_LAST", "0", 1);
-    vr_model_t *full = load(dir, "cuda", 4096);
-    unsetenv("VR_CUDA_GRAPHS");
-    unsetenv("VR_CUDA_PRUNE_LAST");
-    if (full) { /* the same eager forward with the last layer on every row */
-      float e[NS];
-      if (score(full, ids[0], cu[0], NS, e)) e[0] = NAN;
-      verdict(name, "eager, last layer on every row == graphs", rel_err_ff(e, alone[0], NS), 1e-2);
-      vr_model_free(full);
-    }
     for (int b = 0; b < NB; ++b) free(ids[b]);
   }
   if (score(mp, g.ids, g.cu, g.n, cpu)) cpu[0] = NAN;
   verdict(name, "cuda vs cpu backend (fixture batch)", rel_err_ff(packed[0], cpu, g.n), 1e-2);
   { /* a batch in a bucket of 8192+ rows runs eagerly at its exact size (GEMM plans for that
      * size, so another summation order is possible): within bf16 rounding of the padded graph
-     * replay (VR_CUDA_EXACT=0), and of the cpu backend; two sizes never seen before leave
+     * replay (cuda-exact-size off), and of the cpu backend; two sizes never seen before leave
      * device memory as it was after warm-up (their GEMM algorithms may be new kernels) */
     const int maxl = info->max_positions < g.max_len ? info->max_positions : g.max_len;
     uint32_t n = 0, cap = 9000;
@@ -282,9 +284,9 @@ static void test_fixture(const char *name, const char *dir) {
     }
     float *ex = calloc(n, sizeof *ex), *gr = calloc(n, sizeof *gr), *cp = calloc(n, sizeof *cp);
     vr_model_t *big = load(dir, "cuda", 16384);
-    setenv("VR_CUDA_EXACT", "0", 1);
-    vr_model_t *big_graph = load(dir, "cuda", 16384);
-    unsetenv("VR_CUDA_EXACT");
+    vr_cuda_options_t padded = cuda_defaults();
+    padded.exact_size = 0;
+    vr_model_t *big_graph = load_tuned(dir, "cuda", 16384, &padded);
     if (big && big_graph) {
       size_t free0 = 0, free1 = 0, total = 0;
       const cudaError_t e0 = cudaMemGetInfo(&free0, &total);
@@ -311,20 +313,15 @@ static void test_fixture(const char *name, const char *dir) {
      * wide use it, and every fixture is narrower): wired right, it stays within bf16
      * rounding of transformers (2e-2: one more bf16 rounding per sublayer than the 1e-2
      * fp32-stream path); decoders ignore the switch */
-    for (int in_norm = 0; in_norm < 2; ++in_norm) { /* residual added in the GEMM / in the norm */
-      setenv("VR_CUDA_RES_BF16", "1", 1);
-      setenv("VR_CUDA_RES_IN_NORM", in_norm ? "1" : "0", 1);
-      vr_model_t *mb = load(dir, "cuda", 4096);
-      unsetenv("VR_CUDA_RES_BF16");
-      unsetenv("VR_CUDA_RES_IN_NORM");
-      if (mb) {
-        float *sb = calloc(g.n, sizeof *sb);
-        if (score(mb, g.ids, g.cu, g.n, sb)) sb[0] = NAN;
-        verdict(name, in_norm ? "bf16 stream, residual in norm vs transformers" : "bf16 stream, residual in GEMM vs transformers",
-                rel_err(sb, g.scores, g.n), 2e-2);
-        free(sb);
-        vr_model_free(mb);
-      }
+    vr_cuda_options_t bf16_stream = cuda_defaults();
+    bf16_stream.residual = VR_CUDA_RESIDUAL_BF16;
+    vr_model_t *mb = load_tuned(dir, "cuda", 4096, &bf16_stream);
+    if (mb) {
+      float *sb = calloc(g.n, sizeof *sb);
+      if (score(mb, g.ids, g.cu, g.n, sb)) sb[0] = NAN;
+      verdict(name, "bf16 residual stream vs transformers", rel_err(sb, g.scores, g.n), 2e-2);
+      free(sb);
+      vr_model_free(mb);
     }
   }
 
@@ -349,9 +346,9 @@ static void test_fixture(const char *name, const char *dir) {
     verdict(name, "cuda vs cpu, 24 fresh random sequences", rel_err_ff(a, b, n), 1e-2);
     vr_model_free(mc);
     mc = NULL;
-    setenv("VR_CUDA_GRAPHS", "0", 1);
-    vr_model_t *small = load(dir, "cuda", 64);
-    unsetenv("VR_CUDA_GRAPHS");
+    vr_cuda_options_t no_graphs = cuda_defaults();
+    no_graphs.graphs = 0;
+    vr_model_t *small = load_tuned(dir, "cuda", 64, &no_graphs);
     if (small) {
       if (score(small, ids, cu, n, a)) a[0] = NAN;
       verdict(name, "cuda 64-token workspace, no graphs vs cpu", rel_err_ff(a, b, n), 1e-2);
