@@ -464,14 +464,14 @@ static int check_config(const vr_model_config_t *c) {
            c->vocab_size);
     return VR_ERR_MODEL_FORMAT;
   }
-  if (vr_cuda_attention_path(c->head_dim) < 0 || (c->is_decoder && c->head_dim % 2)) {
+  if (!vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_GENERIC, c->head_dim) || (c->is_decoder && c->head_dim % 2)) {
     vr_log(VR_LOG_ERROR, "head_dim %d is not supported by the cuda backend (1..256, even for RoPE)", c->head_dim);
     return VR_ERR_UNSUPPORTED;
   }
   if (((size_t)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim) % 8 || c->hidden_size % 8 ||
       c->intermediate_size % 8) {
     /* cuBLASLt and the 16-byte tile loads want rows that are multiples of 8 bf16 */
-    if (vr_cuda_attention_path(c->head_dim) == 1) {
+    if (vr_cuda_attention_kernel(c->head_dim, 0) != VR_CUDA_ATTN_KERNEL_GENERIC) {
       vr_log(VR_LOG_ERROR, "hidden %d / intermediate %d / qkv width must be multiples of 8 on cuda",
              c->hidden_size, c->intermediate_size);
       return VR_ERR_UNSUPPORTED;

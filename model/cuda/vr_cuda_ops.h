@@ -78,6 +78,13 @@ void vr_cuda_bias_gelu(uint16_t *h, const float *b, int T, int I, int tanh_appro
 void vr_cuda_add_bias(void *y, int y_f32, const void *b, int T, int N, cudaStream_t s);
 
 /* ---- attention ------------------------------------------------------------ */
+/* The kernels (vr_cuda_attention picks by head_dim and batch rows; tests and benchmarks may
+ * name one with vr_cuda_attention_run). */
+typedef enum vr_cuda_attn_kernel {
+  VR_CUDA_ATTN_KERNEL_GENERIC = 0, /* fp32, one warp per query row, 64-row tiles: any D in 1..256 */
+  VR_CUDA_ATTN_KERNEL_FA64 = 1,    /* tensor cores, 64-row query tiles of 4 warps x 16 rows: D 16/32/64/128 */
+  VR_CUDA_ATTN_KERNEL_FA128 = 2,   /* tensor cores, 128-row query tiles of 4 warps x 32 rows: D 16/32/64 */
+} vr_cuda_attn_kernel_t;
 /* Variable-length multi-head attention over packed sequences, no padding:
  * for each sequence, head h, query i: softmax_j(scale * q_i . k_j) v_j over the
  * keys j of the same sequence (j <= i when causal; i - j < window when
@@ -85,35 +92,33 @@ void vr_cuda_add_bias(void *y, int y_f32, const void *b, int T, int N, cudaStrea
  * q_off + h*D, key/value head h / (H / Hkv) at k_off / v_off (GQA).
  * out (T, ld_out): head h at h*D. grid_tiles: blocks along the tile axis
  * (each loops over meta[1] tiles); pass n_tiles for an eager launch or an
- * upper bound for a graph. Tensor cores for D in {16, 32, 64, 128}; a fp32
- * warp-per-query path otherwise (D <= 256). rows_hint: the batch's (bucket's) rows,
- * or 0; small batches take the four-warp kernel (see vr_cuda_attention_set_impl). */
+ * upper bound for a graph. rows_hint: the batch's (bucket's) rows, or 0 (unknown); the
+ * kernel is vr_cuda_attention_kernel(D, rows_hint). */
 void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
                        int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
                        int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale,
                        int rows_hint, cudaStream_t s);
-/* Query rows per attention tile the launch for head_dim D and rows_hint takes (64 or 128):
- * the tile list passed to vr_cuda_attention must be made of tiles of this many rows
- * (q0 multiples of it). VR_CUDA_ATTN_BM (64) is the smallest, so counts made with it
- * bound any tile list. */
+/* The same with the kernel named; it must fit D (vr_cuda_attention_kernel_fits) and the tile
+ * list must be made of vr_cuda_attention_kernel_rows(k)-row tiles. */
+void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
+                           uint16_t *out, int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
+                           int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale, cudaStream_t s);
+/* The automatic choice: FA128 for D <= 64 in batches of 4096+ rows (or rows_hint 0), FA64 for
+ * smaller batches and D = 128, GENERIC for head dims without a tensor-core kernel. */
+vr_cuda_attn_kernel_t vr_cuda_attention_kernel(int D, int rows_hint);
+/* "generic", "fa64", "fa128" (static strings). */
+const char *vr_cuda_attention_kernel_name(vr_cuda_attn_kernel_t k);
+/* 1 when kernel k runs head_dim D; vr_cuda_attention supports D iff GENERIC fits it. */
+int vr_cuda_attention_kernel_fits(vr_cuda_attn_kernel_t k, int D);
+/* Query rows per tile of kernel k (64 or 128): q0 of its tile list are multiples of it.
+ * VR_CUDA_ATTN_BM (64) is the smallest, so counts made with it bound any tile list. */
+int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k);
+/* Blocks of kernel k for head_dim D that fit on one multiprocessor at once (occupancy query;
+ * >= 1): the backend sizes graph grids with it. */
+int vr_cuda_attention_kernel_resident(vr_cuda_attn_kernel_t k, int D);
+/* The two above for the automatic choice's kernel. */
 int vr_cuda_attention_tile_rows(int D, int rows_hint);
-/* Blocks of the attention kernel a launch for head_dim D and rows_hint takes that fit on one
- * multiprocessor at once (occupancy query; >= 1): the backend sizes graph grids with it. */
 int vr_cuda_attention_resident_blocks(int D, int rows_hint);
-/* Which path vr_cuda_attention takes for D: 1 tensor cores, 0 fallback, -1 unsupported. */
-int vr_cuda_attention_path(int D);
-/* Tensor-core kernel (VR_CUDA_ATTN names in brackets): 6 = default ("auto": 128-row
- * tiles of 4 warps x 32 rows for D <= 64 in batches of 4096+ rows, else 64-row tiles of 4
- * warps x 16 rows), 5 = 128-row tiles ("fa128", D <= 64), 2 = 64-row tiles of 2 warps x 32
- * rows ("fa2", D <= 64), 3 / 4 = 64-row tiles of 4 warps x 16 rows ("fa4", "fa4r":
- * registers bounded for 4 blocks per SM), 7 / 8 = 128-row / four-warp 64-row tiles with Q
- * fragments read from shared memory ("fa128q", "fa4q"), 1 = the first mma.sync kernel ("mma"), 0 = the
- * wmma kernel ("wmma"). For tests and comparisons; not thread-safe, call before launches
- * (and before graphs are sized). */
-void vr_cuda_attention_set_impl(int impl);
-/* 1 when this build has the wgmma kernel (impl 9: sm_90a code only, -DVR_CUDA_ARCH=90a);
- * without it impl 9 runs the four-warp kernel. */
-int vr_cuda_attention_has_wgmma(void);
 
 /* ---- heads ---------------------------------------------------------------- */
 /* Decoder score: for each sequence i < meta[0], row r = rows[i] of x (T, C) fp32:

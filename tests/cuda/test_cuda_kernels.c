@@ -101,7 +101,10 @@ static float *bf_arr_to_f(const uint16_t *b, size_t n) {
 
 /* ------------------------------------------------------------ attention */
 
-static void test_attention(int H, int Hkv, int D, int causal, int window, const int *lens, int n) {
+/* force: the kernel to run (vr_cuda_attention_run), or NULL for the automatic choice
+ * (vr_cuda_attention with the batch's rows as the hint). */
+static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, int D, int causal, int window,
+                           const int *lens, int n) {
   int T = 0;
   for (int i = 0; i < n; ++i) T += lens[i];
   const int ld = (H + 2 * Hkv) * D, qoff = 0, koff = H * D, voff = (H + Hkv) * D;
@@ -110,7 +113,8 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
   int32_t *cu = malloc((n + 1) * 4), *tiles = malloc((size_t)2 * (T + n) * 4), meta[4] = {n, 0, 0, 0};
   cu[0] = 0;
   int nt = 0;
-  const int tile_rows = vr_cuda_attention_tile_rows(D, T); /* the kernel the launch below takes */
+  const vr_cuda_attn_kernel_t kernel = force ? *force : vr_cuda_attention_kernel(D, T); /* what the launch takes */
+  const int tile_rows = vr_cuda_attention_kernel_rows(kernel);
   for (int i = 0; i < n; ++i) {
     cu[i + 1] = cu[i] + lens[i];
     for (int q0 = 0; q0 < lens[i]; q0 += tile_rows) {
@@ -160,13 +164,16 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
   for (int pass = 0; pass < 2; ++pass) {
     const int grid = pass == 0 ? nt : 3; /* pass 1: fewer blocks than tiles (graph mode) */
     CK(cudaMemset(d_out, 0xFF, (size_t)T * H * D * 2));
-    vr_cuda_attention(d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D, causal,
-                      window, (float)scale, T, 0);
+    if (force)
+      vr_cuda_attention_run(kernel, d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D,
+                            causal, window, (float)scale, 0);
+    else
+      vr_cuda_attention(d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D, causal,
+                        window, (float)scale, T, 0);
     tohost(out, d_out, (size_t)T * H * D * 2);
     float *of = bf_arr_to_f(out, (size_t)T * H * D);
-    snprintf(what, sizeof what, "attention %s H%d/%d D%d %s win%d n%d T%d grid%d tile%d",
-             vr_cuda_attention_path(D) ? "tc" : "fb", H, Hkv, D, causal ? "causal" : "bidir", window, n, T, grid,
-             tile_rows);
+    snprintf(what, sizeof what, "attention %s%s H%d/%d D%d %s win%d n%d T%d grid%d", vr_cuda_attention_kernel_name(kernel),
+             force ? "" : " (auto)", H, Hkv, D, causal ? "causal" : "bidir", window, n, T, grid);
     check_rel(what, ref, of, (size_t)T * H * D, 1e-2);
     free(of);
   }
@@ -178,62 +185,69 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
   free(qkv), free(qf), free(cu), free(tiles), free(ref), free(sc), free(out);
 }
 
-static void attention_suite(void);
-static void attention_suites(void) {
-  printf("-- attention: default (auto)\n");
-  vr_cuda_attention_set_impl(6);
-  attention_suite();
-  printf("-- attention: 128-row tiles (four warps of 32 rows)\n");
-  vr_cuda_attention_set_impl(5);
-  attention_suite();
-  printf("-- attention: Q fragments from shared memory (128-row tiles; four warps of 16 rows)\n");
-  vr_cuda_attention_set_impl(7);
-  attention_suite();
-  vr_cuda_attention_set_impl(8);
-  attention_suite();
-  if (vr_cuda_attention_has_wgmma()) {
-    printf("-- attention: wgmma (head_dim 64; others take the four-warp kernel)\n");
-    vr_cuda_attention_set_impl(9);
-    attention_suite();
-  } else {
-    printf("-- attention: wgmma not in this build (no sm_90a code): skipped\n");
+/* The automatic choice by shape (host only). */
+static void test_attention_choice(void) {
+  static const struct {
+    int D, rows;
+    vr_cuda_attn_kernel_t want;
+  } cases[] = {
+      {64, 4096, VR_CUDA_ATTN_KERNEL_FA128},  {64, 0, VR_CUDA_ATTN_KERNEL_FA128},
+      {16, 1 << 20, VR_CUDA_ATTN_KERNEL_FA128}, {64, 4095, VR_CUDA_ATTN_KERNEL_FA64},
+      {32, 1, VR_CUDA_ATTN_KERNEL_FA64},      {128, 1 << 20, VR_CUDA_ATTN_KERNEL_FA64},
+      {80, 4096, VR_CUDA_ATTN_KERNEL_GENERIC}, {8, 64, VR_CUDA_ATTN_KERNEL_GENERIC},
+  };
+  int ok = 1;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    const vr_cuda_attn_kernel_t got = vr_cuda_attention_kernel(cases[i].D, cases[i].rows);
+    if (got != cases[i].want) {
+      printf("FAIL attention choice D%d rows %d: %s, expected %s\n", cases[i].D, cases[i].rows, vr_cuda_attention_kernel_name(got),
+             vr_cuda_attention_kernel_name(cases[i].want));
+      ok = 0;
+    }
   }
-  printf("-- attention: two warps of 32 rows\n");
-  vr_cuda_attention_set_impl(2);
-  attention_suite();
-  printf("-- attention: four-warp variants of the default kernel\n");
-  vr_cuda_attention_set_impl(3);
-  attention_suite();
-  vr_cuda_attention_set_impl(4);
-  attention_suite();
-  printf("-- attention: four-warp mma.sync kernel\n");
-  vr_cuda_attention_set_impl(1);
-  attention_suite();
-  printf("-- attention: wmma kernel\n");
-  vr_cuda_attention_set_impl(0);
-  attention_suite();
-  vr_cuda_attention_set_impl(6);
+  ok &= vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA128) == 128 &&
+        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA64) == 64 &&
+        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_GENERIC) == 64;
+  ok &= !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA128, 128) &&
+        !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_GENERIC, 257);
+  printf("%s attention kernel choice by head_dim and rows\n", ok ? "ok  " : "FAIL");
+  if (!ok) g_fail = 1;
 }
 
-static void attention_suite(void) {
+/* force: as test_attention; the head dims a forced kernel does not fit are skipped. */
+static void attention_suite(const vr_cuda_attn_kernel_t *force) {
   const int dims[] = {16, 32, 64, 128, 8, 24, 80};
   for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di) {
     const int D = dims[di];
+    if (force && !vr_cuda_attention_kernel_fits(*force, D)) continue;
     int lens[6];
     const int n = 1 + irand(5);
     for (int i = 0; i < n; ++i) lens[i] = 1 + irand(D >= 128 ? 200 : 300);
     lens[0] = 64 + irand(2) * 1; /* a full tile and a tile + 1 row */
     if (n > 1) lens[1] = 1;
-    test_attention(4, 2, D, 1, 0, lens, n);
-    test_attention(4, 4, D, 0, 0, lens, n);
+    test_attention(force, 4, 2, D, 1, 0, lens, n);
+    test_attention(force, 4, 4, D, 0, 0, lens, n);
     if (D == 64) {
-      test_attention(8, 1, D, 1, 0, lens, n);  /* MQA */
-      test_attention(4, 2, D, 1, 40, lens, n); /* sliding window */
+      test_attention(force, 8, 1, D, 1, 0, lens, n);  /* MQA */
+      test_attention(force, 4, 2, D, 1, 40, lens, n); /* sliding window */
     }
   }
   const int one[1] = {1100}; /* one long causal sequence (many key tiles) */
-  test_attention(2, 1, 128, 1, 0, one, 1);
-  test_attention(2, 2, 64, 0, 0, one, 1);
+  if (!force || vr_cuda_attention_kernel_fits(*force, 128)) test_attention(force, 2, 1, 128, 1, 0, one, 1);
+  if (!force || vr_cuda_attention_kernel_fits(*force, 64)) test_attention(force, 2, 2, 64, 0, 0, one, 1);
+}
+
+/* The automatic choice (these batches are under 4096 rows: FA64, GENERIC for other head dims),
+ * then each tensor-core kernel forced on every head dim it fits. The kernels the choice was
+ * made against are checked by tests/cuda/cuda_attention_bench.cu (--check). */
+static void attention_suites(void) {
+  printf("-- attention: automatic choice\n");
+  attention_suite(NULL);
+  static const vr_cuda_attn_kernel_t forced[] = {VR_CUDA_ATTN_KERNEL_FA128, VR_CUDA_ATTN_KERNEL_FA64};
+  for (size_t i = 0; i < sizeof forced / sizeof forced[0]; ++i) {
+    printf("-- attention: %s forced\n", vr_cuda_attention_kernel_name(forced[i]));
+    attention_suite(&forced[i]);
+  }
 }
 
 /* ---------------------------------------------------------------- norms */
@@ -681,11 +695,21 @@ int main(void) {
   g_rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761ull + 1;
   if (!g_rng) g_rng = 1;
   printf("seed %llu\n", (unsigned long long)g_rng);
-  const char *only = getenv("VR_TEST_ATTN_IMPL"); /* one attention kernel alone (sanitizer runs) */
+  test_attention_choice();
+  /* VR_TEST_ATTN_KERNEL=auto|fa64|fa128|generic: that attention suite alone (sanitizer runs) */
+  const char *only = getenv("VR_TEST_ATTN_KERNEL");
   if (only) {
-    printf("-- attention: impl %d only (VR_TEST_ATTN_IMPL)\n", atoi(only));
-    vr_cuda_attention_set_impl(atoi(only));
-    attention_suite();
+    static const vr_cuda_attn_kernel_t all[] = {VR_CUDA_ATTN_KERNEL_GENERIC, VR_CUDA_ATTN_KERNEL_FA64,
+                                                VR_CUDA_ATTN_KERNEL_FA128};
+    const vr_cuda_attn_kernel_t *k = NULL;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+      if (!strcmp(only, vr_cuda_attention_kernel_name(all[i]))) k = &all[i];
+    if (!k && strcmp(only, "auto")) {
+      printf("FAIL VR_TEST_ATTN_KERNEL=%s: not auto|fa64|fa128|generic\n", only);
+      return 1;
+    }
+    printf("-- attention: %s only (VR_TEST_ATTN_KERNEL)\n", only);
+    attention_suite(k);
     printf("%s\n", g_fail ? "FAILED" : "all kernel checks passed");
     return g_fail;
   }
