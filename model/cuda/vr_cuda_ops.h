@@ -1,6 +1,7 @@
 /* vr_cuda_ops.h: the CUDA backend's kernels and cuBLASLt wrapper (internal to
  * model/cuda/ and its tests in tests/cuda/; C linkage, no CUDA types beyond
  * cudaStream_t so plain C tests can drive every kernel against a CPU reference).
+ * One op family per .cu, named in each section's title.
  *
  * Conventions: bf16 tensors are passed as uint16_t* (bit patterns), fp32 as
  * float*. Shapes in comments: (T, C) = T packed tokens by C features,
@@ -32,12 +33,12 @@ extern "C" {
  * that launch reads meta + 1, so its N_TILES word is this one */
 #define VR_CUDA_META_N_LTILES 2
 
-/* ---- conversions (weights at load) ---------------------------------------- */
+/* ---- conversions (weights at load): vr_cuda_convert.cu -------------------- */
 /* src holds n elements of dtype (0 f32, 1 f16, 2 bf16: vr_dtype_t). */
 void vr_cuda_convert_to_bf16(uint16_t *dst, const void *src, int src_dtype, size_t n, cudaStream_t s);
 void vr_cuda_convert_to_f32(float *dst, const void *src, int src_dtype, size_t n, cudaStream_t s);
 
-/* ---- embeddings + first norm ---------------------------------------------- */
+/* ---- embeddings + first norm: vr_cuda_embed.cu ----------------------------- */
 /* Encoder: x[t] = LN(tok[ids[t]] + pos_emb[pos[t]] + type_emb[0]) * w + b (fp32), xn = bf16(x).
  * Decoder (pos_emb == NULL, b == NULL): x[t] = tok[ids[t]], xn = bf16(RMS(x) * w).
  * tok, pos_emb, type_emb: (V, C) tables, bf16 or (emb_f32 = 1) fp32; x (T, C) fp32;
@@ -46,7 +47,7 @@ void vr_cuda_embed_norm(float *x, uint16_t *xn, const int32_t *ids, const int32_
                         const void *tok, const void *pos_emb, const void *type_emb, int emb_f32,
                         const float *w, const float *b, int T, int C, float eps, cudaStream_t s);
 
-/* ---- norms ---------------------------------------------------------------- */
+/* ---- norms: vr_cuda_norm.cu ------------------------------------------------ */
 /* Post-norm (encoders): x = LN(x) * w + b in place (fp32), xn = bf16(x). */
 void vr_cuda_layernorm(float *x, uint16_t *xn, const float *w, const float *b, int T, int C,
                        float eps, cudaStream_t s);
@@ -59,17 +60,21 @@ void vr_cuda_layernorm_b16(const uint16_t *y, const uint16_t *r, uint16_t *xn, f
 void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C, float eps,
                      cudaStream_t s);
 
-/* ---- elementwise ---------------------------------------------------------- */
+/* ---- RoPE: vr_cuda_rope.cu ------------------------------------------------- */
 /* RoPE (rotate_half convention) in place on the H query heads at q_off and the
  * Hkv key heads at k_off of each row of qkv (T, ld), head_dim D:
  * angle = pos[t] * inv_freq[i], cos/sin multiplied by attn_scaling. */
 void vr_cuda_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
                   const int32_t *pos, const float *inv_freq, float attn_scaling, int T,
                   cudaStream_t s);
+
+/* ---- row gathers: vr_cuda_gather.cu ----------------------------------------- */
 /* dst row j = src row rows[j] for j < min(n, meta[VR_CUDA_META_N_SEQS]), rows of row_bytes
  * bytes (a multiple of 2); dst must not overlap src. */
 void vr_cuda_gather_rows(void *dst, const void *src, const int32_t *rows, const int32_t *meta, int n, int row_bytes,
                          cudaStream_t s);
+
+/* ---- activations and bias: vr_cuda_act.cu ---------------------------------- */
 /* out[t, i] = silu(gu[t, i]) * gu[t, I + i]; gu (T, 2I), out (T, I). */
 void vr_cuda_swiglu(uint16_t *out, const uint16_t *gu, int T, int I, cudaStream_t s);
 /* h[t, i] = gelu(h[t, i] + b[i]) in place; tanh_approx selects gelu_new; b may be NULL. */
@@ -77,7 +82,7 @@ void vr_cuda_bias_gelu(uint16_t *h, const float *b, int T, int I, int tanh_appro
 /* y[t, n] += b[n]; y is fp32 (y_f32 = 1, b fp32) or bf16 (b bf16). */
 void vr_cuda_add_bias(void *y, int y_f32, const void *b, int T, int N, cudaStream_t s);
 
-/* ---- attention ------------------------------------------------------------ */
+/* ---- attention: vr_cuda_attention.cu (+ vr_cuda_attention_fa.cuh) ---------- */
 /* The kernels (vr_cuda_attention picks by head_dim and batch rows; tests and benchmarks may
  * name one with vr_cuda_attention_run). */
 typedef enum vr_cuda_attn_kernel {
@@ -120,7 +125,7 @@ int vr_cuda_attention_kernel_resident(vr_cuda_attn_kernel_t k, int D);
 int vr_cuda_attention_tile_rows(int D, int rows_hint);
 int vr_cuda_attention_resident_blocks(int D, int rows_hint);
 
-/* ---- heads ---------------------------------------------------------------- */
+/* ---- score heads: vr_cuda_head.cu ------------------------------------------ */
 /* Decoder score: for each sequence i < meta[0], row r = rows[i] of x (T, C) fp32:
  * scores[i] = dot(RMS(x[r]) * norm_w, score_w) (score_w fp32 (C)). */
 void vr_cuda_score_decoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
@@ -135,7 +140,7 @@ void vr_cuda_score_encoder(float *scores, const float *x, const int32_t *rows, c
                            int C, int grid, float *partial, cudaStream_t s);
 int vr_cuda_score_encoder_blocks(int C);
 
-/* ---- GEMM (cuBLASLt) ------------------------------------------------------ */
+/* ---- GEMM (cuBLASLt): vr_cuda_gemm.cu -------------------------------------- */
 typedef struct vr_cuda_gemm vr_cuda_gemm_t;
 /* Creates the cuBLASLt handle, a workspace of workspace_bytes on the current
  * device and an empty plan cache. Returns 0 or a negative vr_status_t. */
