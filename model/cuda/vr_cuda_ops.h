@@ -163,6 +163,18 @@ void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A,
  * D = the pre-norm sum. */
 void vr_cuda_gemm_res(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
                       const void *bias, const void *C, int T, int N, int K, cudaStream_t s);
+/* Operand layout in vr_cuda_gemm_op: as stored (N) or transposed (T). */
+typedef enum vr_cuda_op { VR_CUDA_OP_N = 0, VR_CUDA_OP_T = 1 } vr_cuda_op_t;
+/* The general form, row-major: D (M, N) = op_a(A) (M, K) . op_b(B) (K, N) [+ bias (N)]
+ * [+ beta * C], with gelu as in vr_cuda_gemm_ex (0: none). A is stored (M, K) for op_a N, (K, M)
+ * for T; B is stored (K, N) for op_b N, (N, K) for T; C (M, N) of D's type, NULL = D itself.
+ * vr_cuda_gemm* are (N, T) with B = W. A training step's other two products are
+ * dX (T, C) = dY (T, N) . W (N, C): (N, N), and dW (N, C) = dY^T . X: (T, N) with A = dY
+ * (T, N), B = X (T, C), M = N, K = T. Plans are cached per (ops, shape, ...) like the
+ * forward's; exact-size mode (vr_cuda_gemm_set_plan_rows) applies to op_a N only. */
+void vr_cuda_gemm_op(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, void *D, int out_f32,
+                     const uint16_t *A, const uint16_t *B, const void *bias, int gelu, const void *C, int M, int N,
+                     int K, float beta, cudaStream_t s);
 /* Exact-size mode while T > 0: a GEMM of fewer than T rows gets a plan for its exact row
  * count with the heuristic's first algorithm for that size; when there is none, it runs on
  * the plan made for T rows with the layouts' row count set to the call's, or, if

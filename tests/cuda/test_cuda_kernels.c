@@ -531,15 +531,23 @@ static void test_act(int T, int I) {
 
 /* ----------------------------------------------------------------- gemm */
 
-static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int with_bias, int beta1) {
+/* D (T, N) = op_a(A) op_b(W) [+ bias] [+ C]: ops (N, T) go through vr_cuda_gemm / vr_cuda_gemm_res
+ * (the forward's D = A W^T, A stored (T, K), W (N, K)), other ops through vr_cuda_gemm_op with A
+ * stored (K, T) for op_a T and W stored (K, N) for op_b N. beta1: 0 none, 1 D += (C = D),
+ * 2 C in its own buffer. */
+static void test_gemm_ops(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, int T, int N, int K, int out_f32,
+                          int with_bias, int beta1) {
+  const int fwd = op_a == VR_CUDA_OP_N && op_b == VR_CUDA_OP_T;
   float *af, *wf, *bfv;
   uint16_t *a = rand_bf((size_t)T * K, 1, &af), *w = rand_bf((size_t)N * K, 1, &wf), *bb = rand_bf(N, 1, &bfv);
   float *d0 = rand_f((size_t)T * N, -2, 2);
   double *ref = malloc((size_t)T * N * sizeof(double));
+#define A_AT(t, k) (op_a == VR_CUDA_OP_N ? af[(size_t)(t) * K + (k)] : af[(size_t)(k) * T + (t)])
+#define W_AT(n, k) (op_b == VR_CUDA_OP_T ? wf[(size_t)(n) * K + (k)] : wf[(size_t)(k) * N + (n)])
   for (int t = 0; t < T; ++t)
     for (int n = 0; n < N; ++n) {
       double s = 0;
-      for (int k = 0; k < K; ++k) s += (double)af[(size_t)t * K + k] * wf[(size_t)n * K + k];
+      for (int k = 0; k < K; ++k) s += (double)A_AT(t, k) * W_AT(n, k);
       if (with_bias) s += bfv[n];
       if (beta1) s += d0[(size_t)t * N + n];
       ref[(size_t)t * N + n] = s;
@@ -557,21 +565,26 @@ static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int w
       for (int t = 0; t < T; ++t)
         for (int n = 0; n < N; ++n) {
           double s = 0;
-          for (int k = 0; k < K; ++k) s += (double)af[(size_t)t * K + k] * wf[(size_t)n * K + k];
+          for (int k = 0; k < K; ++k) s += (double)A_AT(t, k) * W_AT(n, k);
           ref[(size_t)t * N + n] = s + (with_bias ? bfv[n] : 0) + d0[(size_t)t * N + n];
         }
     d_d = beta1 ? todev(d0b, (size_t)T * N * 2) : dmalloc((size_t)T * N * 2);
     free(d0b);
   }
+#undef A_AT
+#undef W_AT
   void *d_c = NULL; /* beta1 == 2: C in its own buffer, D written elsewhere */
   if (beta1 == 2) {
     const size_t bytes = (size_t)T * N * (out_f32 ? 4 : 2);
     d_c = d_d;
     d_d = dmalloc(bytes);
-    vr_cuda_gemm_res(g, d_d, out_f32, d_a, d_w, d_bias, d_c, T, N, K, 0);
-  } else {
-    vr_cuda_gemm(g, d_d, out_f32, d_a, d_w, d_bias, T, N, K, beta1 ? 1.f : 0.f, 0);
   }
+  if (!fwd)
+    vr_cuda_gemm_op(g, op_a, op_b, d_d, out_f32, d_a, d_w, d_bias, 0, d_c, T, N, K, beta1 ? 1.f : 0.f, 0);
+  else if (beta1 == 2)
+    vr_cuda_gemm_res(g, d_d, out_f32, d_a, d_w, d_bias, d_c, T, N, K, 0);
+  else
+    vr_cuda_gemm(g, d_d, out_f32, d_a, d_w, d_bias, T, N, K, beta1 ? 1.f : 0.f, 0);
   float *got = malloc((size_t)T * N * 4);
   if (out_f32) {
     tohost(got, d_d, (size_t)T * N * 4);
@@ -582,8 +595,8 @@ static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int w
     free(gb);
   }
   char what[128];
-  snprintf(what, sizeof what, "gemm T%d N%d K%d out %s bias %d beta %d", T, N, K, out_f32 ? "f32" : "bf16",
-           with_bias, beta1);
+  snprintf(what, sizeof what, "gemm %c%c T%d N%d K%d out %s bias %d beta %d", op_a == VR_CUDA_OP_T ? 'T' : 'N',
+           op_b == VR_CUDA_OP_T ? 'T' : 'N', T, N, K, out_f32 ? "f32" : "bf16", with_bias, beta1);
   check_rel(what, ref, got, (size_t)T * N, out_f32 ? 1e-5 : 1e-2);
   if (d_c) { /* C is only read */
     const size_t n = (size_t)T * N;
@@ -606,6 +619,10 @@ static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int w
   CK(cudaFree(d_a)); CK(cudaFree(d_w)); CK(cudaFree(d_d));
   if (d_bias) CK(cudaFree(d_bias));
   free(a), free(af), free(w), free(wf), free(bb), free(bfv), free(d0), free(ref), free(got);
+}
+
+static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int with_bias, int beta1) {
+  test_gemm_ops(g, VR_CUDA_OP_N, VR_CUDA_OP_T, T, N, K, out_f32, with_bias, beta1);
 }
 
 /* ---------------------------------------------------------------- heads */
@@ -734,6 +751,17 @@ int main(void) {
   vr_cuda_gemm_set_plan_rows(g, 0);
   test_gemm(g, 37, 48, 64, 0, 0, 2);
   test_gemm(g, 129, 96, 200, 1, 1, 2);  /* residual form, fp32 */
+  /* the other operand layouts (a training step's dX = dY W and dW = dY^T X), then the
+   * forward's again, its plans now cached beside theirs */
+  test_gemm_ops(g, VR_CUDA_OP_N, VR_CUDA_OP_N, 37, 48, 64, 0, 0, 0);
+  test_gemm_ops(g, VR_CUDA_OP_N, VR_CUDA_OP_N, 300, 768, 1024, 1, 0, 1);  /* dX += dY W, fp32 */
+  test_gemm_ops(g, VR_CUDA_OP_T, VR_CUDA_OP_N, 768, 256, 300, 1, 0, 0);   /* dW = dY^T X: M = N out, K = T */
+  test_gemm_ops(g, VR_CUDA_OP_T, VR_CUDA_OP_N, 96, 200, 129, 1, 0, 1);    /* dW += dY^T X */
+  test_gemm_ops(g, VR_CUDA_OP_T, VR_CUDA_OP_T, 64, 48, 37, 0, 1, 2);     /* bias + separate C */
+  test_gemm(g, 37, 48, 64, 0, 0, 0); /* the (N, T) plan is still the cached one */
+  vr_cuda_gemm_set_plan_rows(g, 300); /* exact-size mode leaves op_a T alone */
+  test_gemm_ops(g, VR_CUDA_OP_T, VR_CUDA_OP_N, 211, 96, 64, 1, 1, 0);
+  vr_cuda_gemm_set_plan_rows(g, 0);
   test_gemm_gelu(g, 77, 256, 64);
   test_gemm_gelu(g, 256, 3072, 768);
   vr_cuda_gemm_free(g);
