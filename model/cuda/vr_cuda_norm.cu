@@ -147,15 +147,26 @@ __global__ void k_layernorm_b16_any(const uint16_t *y, const uint16_t *r, uint16
   }
 }
 
-__global__ void k_rmsnorm(const float *x, uint16_t *xn, const float *w, int C, float eps) {
+/* A norm's output element in the output's type. */
+template <typename O>
+__device__ __forceinline__ O norm_out(float v);
+template <>
+__device__ __forceinline__ uint16_t norm_out<uint16_t>(float v) { return to_bf(v); }
+template <>
+__device__ __forceinline__ float norm_out<float>(float v) { return v; }
+
+/* O = uint16_t: the next GEMM's bf16 input; O = float: the final norm's fp32 hidden states,
+ * xn may be x (each thread reads its elements before the reduction and writes them after). */
+template <typename O>
+__global__ void k_rmsnorm(const float *x, O *xn, const float *w, int C, float eps) {
   __shared__ float red[32];
   const size_t t = blockIdx.x;
   const float *xr = x + t * C;
-  uint16_t *xnr = xn + t * C;
+  O *xnr = xn + t * C;
   float q = 0.f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) q += xr[c] * xr[c];
   const float r = rsqrtf(block_sum(q, red) / C + eps);
-  for (int c = threadIdx.x; c < C; c += blockDim.x) xnr[c] = to_bf(xr[c] * r * w[c]);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) xnr[c] = norm_out<O>(xr[c] * r * w[c]);
 }
 
 /* -------------------------------------------------------------- launchers */
@@ -200,6 +211,13 @@ extern "C" void vr_cuda_layernorm_b16(const uint16_t *y, const uint16_t *r, uint
 extern "C" void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C,
                                 float eps, cudaStream_t s) {
   if (T <= 0) return;
-  k_rmsnorm<<<T, norm_threads(C), 0, s>>>(x, xn, w, C, eps);
+  k_rmsnorm<uint16_t><<<T, norm_threads(C), 0, s>>>(x, xn, w, C, eps);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_rmsnorm_f32(const float *x, float *y, const float *w, int T, int C, float eps,
+                                    cudaStream_t s) {
+  if (T <= 0) return;
+  k_rmsnorm<float><<<T, norm_threads(C), 0, s>>>(x, y, w, C, eps);
   VR_CUDA_CHECK_LAUNCH();
 }

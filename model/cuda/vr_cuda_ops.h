@@ -59,6 +59,9 @@ void vr_cuda_layernorm_b16(const uint16_t *y, const uint16_t *r, uint16_t *xn, f
 /* Pre-norm (decoders): xn = bf16(x * rsqrt(mean(x^2) + eps) * w); x unchanged. */
 void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C, float eps,
                      cudaStream_t s);
+/* The same in fp32 (decoders' final norm, the trunk's hidden states): y = x * rsqrt(mean(x^2)
+ * + eps) * w; y may be x (in place). */
+void vr_cuda_rmsnorm_f32(const float *x, float *y, const float *w, int T, int C, float eps, cudaStream_t s);
 
 /* ---- RoPE: vr_cuda_rope.cu ------------------------------------------------- */
 /* RoPE (rotate_half convention) in place on the H query heads at q_off and the

@@ -360,6 +360,10 @@ static void test_norms(int T, int C) {
   snprintf(what, sizeof what, "rmsnorm bf16 T%d C%d", T, C);
   check_rel(what, ref, xnf, (size_t)T * C, 1e-2);
   free(xnf);
+  vr_cuda_rmsnorm_f32(d_x, d_x, d_w, T, C, eps, 0); /* fp32, in place (the final norm) */
+  tohost(xo, d_x, (size_t)T * C * 4);
+  snprintf(what, sizeof what, "rmsnorm fp32 in place T%d C%d", T, C);
+  check_rel(what, ref, xo, (size_t)T * C, 1e-5);
 
   /* embeddings: encoder (tok + pos + type, LN) and decoder (tok, RMS) */
   const int V = 97, P = 130;
