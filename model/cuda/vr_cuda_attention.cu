@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int 
 
 /* FA128 for D <= 64 in batches of at least this many rows (or an unknown count); below it,
  * and for D = 128, FA64: with few tiles the GPU is not full and a smaller tile spreads the
- * work over more blocks (docs/benchmarks.md, "attention tile size"). */
+ * work over more blocks (docs/benchmarks.md, "Numbers behind the CUDA backend's code"). */
 #define VR_ATTN_FA128_MIN_ROWS 4096
 /* k_attn_fa's configurations in the library: FA_NW warps of FA64_MT / FA128_MT m16 tiles, no
  * register bound, Q fragments in registers */

@@ -65,19 +65,19 @@
 /* Exact-size forwards: a batch smaller than its bucket runs eagerly at its exact size
  * instead of the padded graph when the bucket holds at least VR_CUDA_EXACT_MIN_T rows, or
  * more than 2048 rows (where buckets are far apart) of a model whose bucket forward is at
- * least VR_CUDA_EXACT_MIN_MACS multiply-adds of GEMM work (8192 tokens of roberta-base, a few
- * milliseconds on an H200): below that the graph's saved launch overhead is worth more than
- * the padding. On llama-8b the 2,330-token tail batch of a packed workload was padded to 4096
- * rows (about 40 ms of 1.66 s). cuda-exact-size off: graphs only. */
+ * least VR_CUDA_EXACT_MIN_MACS multiply-adds of GEMM work (8192 tokens of roberta-base,
+ * milliseconds of GPU work): below that the graph's saved launch overhead is worth more than
+ * the padding, above it the padding costs more (a big model's tail batch padded to the next
+ * bucket: docs/benchmarks.md, "Numbers behind the CUDA backend's code"). cuda-exact-size
+ * off: graphs only. */
 #define VR_CUDA_EXACT_MIN_T 8192
 #define VR_CUDA_EXACT_MIN_MACS 7.0e11
 /* Narrowest encoder that keeps its residual stream in bf16 by default. The rounding of the
- * stream averages out over the hidden width: on roberta-base (768) ours is 5.9e-3 (residual
- * in the GEMM epilogue) or 1.1e-2 (in the norm, the default) from transformers fp32, against
- * 5.9e-3 with the fp32 stream and 1.3e-2 for transformers' own bf16 forward, while on
- * the 32-wide 2-layer roberta fixture a bf16 stream moved cuda vs transformers fp32 from
- * 3.95e-3 to 8.55e-3 (and cuda vs cpu on fresh sequences up to 1.03e-2, over the 1e-2
- * parity bound). */
+ * stream averages out over the hidden width: on roberta-base (768) the bf16 stream stays
+ * closer to fp32 transformers than transformers' own bf16 forward does, while on the 32-wide
+ * 2-layer roberta fixture it doubled the error against fp32 transformers and took cuda vs
+ * cpu on fresh sequences over the 1e-2 parity bound (docs/benchmarks.md, "Numbers behind
+ * the CUDA backend's code"). */
 #define VR_RES_BF16_MIN_C 256
 
 typedef struct vr_cuda_layer {
@@ -974,7 +974,7 @@ static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqle
      * of GPU work; padding to the bucket would not be), GEMM plans for the exact size
      * (vr_cuda_gemm_set_plan_rows), attention with one block per tile: the hardware then
      * balances uneven (causal) tiles, which the graphs' persistent grids cannot (llama-8b
-     * packed: 1610 ms instead of 1710 ms on the H200) */
+     * packed, docs/benchmarks.md) */
     vr_cuda_gemm_set_plan_rows(st->gemm, (int)bk->T);
     enqueue_scores(st, sl->in_d, &lay, (int)T, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);

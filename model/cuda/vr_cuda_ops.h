@@ -135,8 +135,8 @@ void vr_cuda_score_decoder(float *scores, const float *x, const int32_t *rows, c
                            const float *norm_w, const float *score_w, int C, float eps,
                            int grid, cudaStream_t s);
 /* Encoder head: h = tanh(W1 x[r] + b1) (W1 fp32 (C, C)), scores[i] = W2 . h + b2 (W2 (C)).
- * Spread over vr_cuda_score_encoder_blocks(C) blocks of 64 dense rows per sequence (the
- * head was one block per sequence, 150 us on roberta-base); partial: scratch of
+ * Spread over vr_cuda_score_encoder_blocks(C) blocks of 64 dense rows per sequence (one
+ * block per sequence was slow: docs/benchmarks.md); partial: scratch of
  * (sequences) x vr_cuda_score_encoder_blocks(C) floats. Deterministic summation order. */
 void vr_cuda_score_encoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
                            const float *w1, const float *b1, const float *w2, const float *b2,

@@ -13,8 +13,8 @@
  *           32 rows, head_dim <= 64; the automatic choice for batches of 4096+ rows
  *   fa64    library (VR_CUDA_ATTN_KERNEL_FA64): k_attn_fa, 64-row tiles of 4 warps x 16 rows;
  *           the automatic choice below that and for head_dim 128
- *   fa2     k_attn_fa, 64-row tiles of 2 warps x 32 rows (head_dim <= 64; 255 registers at 64):
- *           every K/V fragment feeds two m-tiles
+ *   fa2     k_attn_fa, 64-row tiles of 2 warps x 32 rows (head_dim <= 64, near the register
+ *           limit at 64): every K/V fragment feeds two m-tiles
  *   fa4r    fa64 with registers bounded for 4 blocks (16 warps) per multiprocessor
  *   fa128q  fa128 with the Q fragments read from shared memory at every key tile
  *   fa4q    fa64 with Q from shared memory, registers bounded for 3 blocks per multiprocessor
@@ -339,8 +339,9 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_mma(attn_params p) {
 /* ---- k_attn_wg64: wgmma (sm_90a), head_dim 64 ----
  * One warpgroup (4 warps, 16 query rows each) per 64-row query tile; 3 blocks per SM
  * (bounding the registers for 4 spilled and was no faster). Correct, but slower than the
- * mma.sync kernels it would replace (docs/benchmarks.md, "wgmma attention"), so the library
- * does not carry it; kept as the base for a TMA / warp-specialised version.
+ * mma.sync kernels it would replace (docs/benchmarks.md, "wgmma attention" and "Numbers
+ * behind the CUDA backend's code"), so the library does not carry it; kept as the base for
+ * a TMA / warp-specialised version.
  * Q, K and V tiles sit in shared memory in one layout, loaded by cp.async: core matrices of
  * 8 rows x 16 bytes, element (r, c) of a 64 x 64 bf16 tile at
  * (r / 8) * 1024 + (c / 8) * 128 + (r % 8) * 16 + (c % 8) * 2 bytes. For K (B of S = Q K^T,
