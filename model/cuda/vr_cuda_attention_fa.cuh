@@ -128,6 +128,19 @@ __device__ __forceinline__ void cp_tile2(bf16 *dst, const bf16 *qkv, int ld, siz
   }
 }
 
+/* Max / sum over the 4 lanes of a quad (t = lane % 4): one row's columns in the mma.sync C
+ * layout. */
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  return v;
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+
 /* Pairwise reduction of 8 values (depth 3 instead of a chain of 7). */
 struct op_max {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
@@ -167,10 +180,8 @@ __device__ __forceinline__ void softmax_rows16(const attn_params &p, float (&sc)
     px1[nt] = fmaxf(sc[nt][2], sc[nt][3]);
   }
   float mx0 = tree8(px0, op_max()), mx1 = tree8(px1, op_max());
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  mx0 = quad_max(mx0);
+  mx1 = quad_max(mx1);
   /* scale > 0, so max(raw) * scale is the max of the scaled scores */
   const float mn0 = fmaxf(m0, mx0 * p.scale_log2), mn1 = fmaxf(m1, mx1 * p.scale_log2);
   const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
@@ -189,10 +200,8 @@ __device__ __forceinline__ void softmax_rows16(const attn_params &p, float (&sc)
     pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(e2, e3);
   }
   float rs0 = tree8(ps0, op_add()), rs1 = tree8(ps1, op_add());
-  rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
-  rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
-  rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
-  rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
+  rs0 = quad_sum(rs0);
+  rs1 = quad_sum(rs1);
   l0 = l0 * al0 + rs0;
   l1 = l1 * al1 + rs1;
 }
@@ -399,22 +408,9 @@ static int fa_resident(void) {
 static attn_params attn_params_make(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
                                     int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta, int H,
                                     int Hkv, int causal, int window, float scale) {
-  attn_params p;
-  p.qkv = reinterpret_cast<const bf16 *>(qkv);
-  p.out = reinterpret_cast<bf16 *>(out);
-  p.cu = cu;
-  p.tiles = tiles;
-  p.meta = meta;
-  p.ld = ld;
-  p.q_off = q_off;
-  p.k_off = k_off;
-  p.v_off = v_off;
-  p.ld_out = ld_out;
-  p.H = H;
-  p.Hkv = Hkv;
-  p.causal = causal;
-  p.window = window;
-  p.scale_log2 = scale * 1.4426950408889634f;
+  const attn_params p = {reinterpret_cast<const bf16 *>(qkv), reinterpret_cast<bf16 *>(out), cu, tiles, meta, ld,
+                         q_off, k_off, v_off, ld_out, H, Hkv, causal, window,
+                         scale * 1.4426950408889634f /* scale * log2(e) */};
   return p;
 }
 

@@ -282,10 +282,8 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_mma(attn_params p) {
         mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
         mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
       }
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      mx0 = quad_max(mx0);
+      mx1 = quad_max(mx1);
       const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
       const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
       const float al0 = exp2f(m0 - mu0), al1 = exp2f(m1 - mu1);
@@ -301,10 +299,8 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_mma(attn_params p) {
         pa[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(e0, e1);
         pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(e2, e3);
       }
-      rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
-      rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
-      rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
-      rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
+      rs0 = quad_sum(rs0);
+      rs1 = quad_sum(rs1);
       l0 = l0 * al0 + rs0;
       l1 = l1 * al1 + rs1;
 #pragma unroll
@@ -576,42 +572,40 @@ int resident_fa_v(int D) {
   return n;
 }
 
-void launch_mma(const attn_params &p, dim3 grid, int D, cudaStream_t s) {
+/* The earlier kernels by head dim: the kernel and its dynamic shared memory. */
+typedef void (*attn_kernel_fn)(attn_params);
+struct mma_kernel {
+  template <int D>
+  static attn_kernel_fn fn() { return k_attn_mma<D>; }
+  template <int D>
+  static size_t smem() { return mma_smem<D>::bytes; }
+};
+struct wmma_kernel {
+  template <int D>
+  static attn_kernel_fn fn() { return k_attn_wmma<D>; }
+  template <int D>
+  static size_t smem() { return attn_smem<D>::bytes; }
+};
+
+template <typename K>
+void launch_k(const attn_params &p, dim3 grid, int D, cudaStream_t s) {
   with_dim(D, [&](auto d) {
     constexpr int DD = decltype(d)::value;
-    const size_t sh = mma_smem<DD>::bytes;
+    const attn_kernel_fn kernel = K::template fn<DD>();
+    const size_t sh = K::template smem<DD>();
     static int attr_set[64];
-    set_smem_once(k_attn_mma<DD>, sh, attr_set);
-    k_attn_mma<DD><<<grid, NWARP * 32, sh, s>>>(p);
+    set_smem_once(kernel, sh, attr_set);
+    kernel<<<grid, NWARP * 32, sh, s>>>(p);
     VR_CUDA_CHECK_LAUNCH();
   });
 }
 
-int resident_mma(int D) {
+template <typename K>
+int resident_k(int D) {
   int n = 1;
   with_dim(D, [&](auto d) {
     constexpr int DD = decltype(d)::value;
-    n = resident_of(k_attn_mma<DD>, NWARP * 32, (int)mma_smem<DD>::bytes);
-  });
-  return n;
-}
-
-void launch_wmma(const attn_params &p, dim3 grid, int D, cudaStream_t s) {
-  with_dim(D, [&](auto d) {
-    constexpr int DD = decltype(d)::value;
-    const size_t sh = attn_smem<DD>::bytes;
-    static int attr_set[64];
-    set_smem_once(k_attn_wmma<DD>, sh, attr_set);
-    k_attn_wmma<DD><<<grid, NWARP * 32, sh, s>>>(p);
-    VR_CUDA_CHECK_LAUNCH();
-  });
-}
-
-int resident_wmma(int D) {
-  int n = 1;
-  with_dim(D, [&](auto d) {
-    constexpr int DD = decltype(d)::value;
-    n = resident_of(k_attn_wmma<DD>, NWARP * 32, (int)attn_smem<DD>::bytes);
+    n = resident_of(K::template fn<DD>(), NWARP * 32, (int)K::template smem<DD>());
   });
   return n;
 }
@@ -649,8 +643,8 @@ const variant k_variants[] = {
     {"fa4r", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 1, 4, false>, resident_fa_v<4, 1, 4, false>, 1},
     {"fa128q", 16, 64, 128, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 2, 1, true>, resident_fa_v<4, 2, 1, true>, 1},
     {"fa4q", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 1, 3, true>, resident_fa_v<4, 1, 3, true>, 1},
-    {"mma", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_mma, resident_mma, 1},
-    {"wmma", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_wmma, resident_wmma, 1},
+    {"mma", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_k<mma_kernel>, resident_k<mma_kernel>, 1},
+    {"wmma", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_k<wmma_kernel>, resident_k<wmma_kernel>, 1},
     {"wgmma", 64, 64, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_wg64, resident_wg64, WGMMA_BUILT},
 };
 const int k_n_variants = (int)(sizeof k_variants / sizeof k_variants[0]);
