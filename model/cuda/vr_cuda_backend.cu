@@ -20,7 +20,7 @@
  * to 2048 tokens, then steps of max(1024, max_tokens / 16 or / 32)) and replayed from a
  * CUDA graph per (bucket, slot); the padding rows are no sequence's tokens
  * and are never scored. A batch in a large bucket (exact_threshold(): 8192 rows, or more
- * than 2048 rows of a model with a few milliseconds of GEMM work per bucket) runs eagerly at
+ * than 2048 rows of a model with milliseconds of GEMM work per bucket) runs eagerly at
  * its exact size instead, on GEMM plans for that size (vr_cuda_gemm_set_plan_rows). At load
  * every bucket runs once eagerly (which also times the cuBLASLt candidates of its GEMMs with
  * cuda-autotune) and its graphs are captured, so nothing is allocated or planned on the hot
