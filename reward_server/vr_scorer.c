@@ -18,6 +18,7 @@ static int load_model(vr_scorer_t *sc, const vr_settings_t *st) {
   mo.n_threads = st->threads;
   mo.max_batch_tokens = st->max_batch_tokens;
   mo.dtype = st->dtype;
+  mo.cuda = st->cuda;
   int rc;
   if (st->device[0]) {
     mo.device = st->device;

@@ -86,6 +86,9 @@ void vr_settings_init(vr_settings_t *s) {
   s->max_queue = 4096;
   s->threads = 0;
   s->drain_ms = 10000;
+  vr_model_options_t mo; /* the model runtime owns the CUDA tuning's defaults */
+  vr_model_options_init(&mo);
+  s->cuda = mo.cuda;
 }
 
 const char *vr_truncate_name(vr_truncate_t t) {
@@ -138,8 +141,9 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
   if (!err) { err = dummy; errlen = sizeof dummy; }
   const opt_t *o = find_opt(key);
   if (!o) {
-    snprintf(err, errlen, "unknown option '%s'", key);
-    return VR_ERR_NOT_FOUND;
+    const int rc = vr_cuda_options_set(&s->cuda, key, value, err, errlen); /* --cuda-*: model/'s table */
+    if (rc == VR_ERR_NOT_FOUND) snprintf(err, errlen, "unknown option '%s'", key);
+    return rc;
   }
   char *p = (char *)s + o->off;
   uint64_t x = 0;
@@ -267,6 +271,13 @@ void vr_settings_usage(FILE *f, const char *prog) {
       snprintf(flag, sizeof flag, "--%s %s", o->alias, o->arg);
       fprintf(f, "  %-36s alias of --%s\n", flag, o->name);
     }
+  }
+  for (size_t i = 0; vr_cuda_option_at(i); i++) {
+    const vr_cuda_option_info_t *c = vr_cuda_option_at(i);
+    char flag[96], def[64];
+    snprintf(flag, sizeof flag, "--%s %s", c->name, c->values);
+    vr_cuda_options_get(&d.cuda, c->name, def, sizeof def);
+    fprintf(f, "  %-36s %s (default: %s)\n", flag, c->help, def);
   }
   fprintf(f, "  %-36s this text\n\n", "--help");
   fprintf(f,

@@ -16,6 +16,7 @@
 
 #include "verl_reward/status.h"
 #include "vr_model.h"
+#include "vr_test_seed.h"
 
 #define BATCH 256
 #define PROBES 8 /* sequences checked per model */
@@ -101,9 +102,7 @@ int main(void) {
     printf("no CUDA device: skipped\n");
     return 77;
   }
-  const char *env = getenv("VR_TEST_SEED");
-  g_rng = env && *env ? strtoull(env, NULL, 0) : 20261201u;
-  printf("test_cuda_determinism: seed %llu (VR_TEST_SEED overrides)\n", (unsigned long long)g_rng);
+  g_rng = vr_test_seed("test_cuda_determinism", 20261201u);
   const char *fx = getenv("VR_FIXTURES");
   char root[4096];
   snprintf(root, sizeof root, "%s/models", fx && *fx ? fx : "tests/fixtures");
