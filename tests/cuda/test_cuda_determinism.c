@@ -1,12 +1,17 @@
 /* test_cuda_determinism.c: what docs/protocol.md ("What a score depends on") says of CUDA
- * scores, checked on the device: a sequence scored alone and the same sequence inside a mixed
- * batch of 256 random sequences (random lengths, so another bucket, other GEMM shapes and
- * another position) get the same bits, on every fixture under $VR_FIXTURES/models and on the
- * models named in VR_CUDA_DET_MODELS (comma-separated directories, e.g. a roberta-base- or
- * llama-shaped model on the GPU machine). Each sequence is also checked at two positions of
- * the batch and in the eager path (the first forward of a bucket) against the graph replay.
+ * scores, checked on the device, on every fixture under $VR_FIXTURES/models and on the models
+ * named in VR_CUDA_DET_MODELS (comma-separated directories, e.g. the roberta-base- and
+ * llama-shaped models of tools/bench_vs_transformers.sh):
+ *   - the same batch scored twice (the eager first forward of its bucket, then the graph
+ *     replay) gives the same bits: promised, checked exactly;
+ *   - a sequence scored alone and inside a mixed batch of 256 random sequences (another token
+ *     bucket, other GEMM shapes, another position) agrees within CUDA_BATCH_TOL, relative L2
+ *     over the probes: NOT bit-identical in general (other buckets pick other cuBLASLt
+ *     algorithms, whose bf16 / fp32 rounding differs), and the test prints how close it was
+ *     (max |d|, relative L2, probes equal to the bit) so docs/benchmarks.md can quote it.
  * Seeded (VR_TEST_SEED overrides; the seed is printed). Exit: 0 pass, 1 fail, 77 no GPU. */
 #include <cuda_runtime.h>
+#include <math.h>
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,7 +24,11 @@
 #include "vr_test_seed.h"
 
 #define BATCH 256
-#define PROBES 8 /* sequences checked per model */
+#define PROBES 32 /* sequences checked per model */
+/* alone vs in a batch: two bf16 computations of one score, each within bf16 rounding of the
+ * fp32 value; bench_vs_transformers measures 1e-2..4e-2 (relative L2) between ours and
+ * transformers on random-weight models, so twice the per-batch CUDA tolerance is allowed */
+#define CUDA_BATCH_TOL 5e-2
 
 static uint64_t g_rng;
 static int g_fail;
@@ -74,22 +83,31 @@ static void check_model(const char *dir) {
     printf("FAIL %s: the same batch twice (eager then graph) differs\n", dir);
     bad = 1;
   }
+  double num = 0, den = 0, maxd = 0;
+  int same = 0;
   for (int p = 0; p < PROBES; p++) {
     uint32_t i = rnd(n), len = cu[i + 1] - cu[i], one[2] = {0, len};
     float alone = 0;
-    if (score(m, ids + cu[i], one, 1, &alone) != 0) {
+    if (score(m, ids + cu[i], one, 1, &alone) != 0 || !isfinite(alone)) {
       printf("FAIL %s: sequence %u alone did not score\n", dir, i);
       bad = 1;
       continue;
     }
-    if (memcmp(&alone, &batch[i], sizeof alone) != 0) {
-      printf("FAIL %s: sequence %u (%u tokens) alone %.9g, in the batch of %u %.9g\n", dir, i, len, alone, n,
-             batch[i]);
-      bad = 1;
-    }
+    double d = (double)alone - (double)batch[i];
+    num += d * d;
+    den += (double)batch[i] * batch[i];
+    if (fabs(d) > maxd) maxd = fabs(d);
+    same += memcmp(&alone, &batch[i], sizeof alone) == 0;
   }
-  printf("%-4s %s: %u sequences (%u tokens), %d probes alone vs in the batch\n", bad ? "FAIL" : "ok", dir, n,
-         cu[n], PROBES);
+  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  if (rel > CUDA_BATCH_TOL) {
+    printf("FAIL %s: alone vs in the batch: relative L2 %.2e > %.0e\n", dir, rel, CUDA_BATCH_TOL);
+    bad = 1;
+  }
+  printf("%-4s %s: %u sequences (%u tokens): same batch twice bit-identical %s; %d probes alone vs in the batch: "
+         "%d bit-identical, max |d| %.3e, relative L2 %.2e (tol %.0e)\n",
+         bad ? "FAIL" : "ok", dir, n, cu[n], memcmp(batch, batch2, n * sizeof *batch) == 0 ? "yes" : "NO", PROBES,
+         same, maxd, rel, CUDA_BATCH_TOL);
   if (bad) g_fail = 1;
 done:
   free(ids), free(batch), free(batch2);
