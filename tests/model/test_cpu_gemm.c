@@ -13,6 +13,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "vr_test_seed.h"
+
 #include "cpu/vr_cpu_gemm.h"
 
 static uint64_t seed_state;
@@ -104,9 +106,7 @@ static void test_select_unknown(void **state) {
 }
 
 int main(void) {
-  const char *env = getenv("VR_TEST_SEED");
-  seed_state = env && *env ? strtoull(env, NULL, 0) : 20261201u;
-  printf("test_cpu_gemm: seed %llu (VR_TEST_SEED overrides)\n", (unsigned long long)seed_state);
+  seed_state = vr_test_seed("test_cpu_gemm", 20261201u);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_generic),
       cmocka_unit_test(test_fma),

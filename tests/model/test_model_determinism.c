@@ -17,6 +17,8 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "vr_test_seed.h"
+
 #include "cpu/vr_cpu_gemm.h"
 #include "model_test_util.h"
 #include "verl_reward/status.h"
@@ -174,9 +176,7 @@ static void test_hidden_bad_arguments(void **state) {
 }
 
 int main(void) {
-  const char *env = getenv("VR_TEST_SEED");
-  seed_state = env && *env ? strtoull(env, NULL, 0) : 20261201u;
-  printf("test_model_determinism: seed %llu (VR_TEST_SEED overrides)\n", (unsigned long long)seed_state);
+  seed_state = vr_test_seed("test_model_determinism", 20261201u);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_every_fixture_generic),
       cmocka_unit_test(test_every_fixture_fma),
