@@ -51,6 +51,8 @@ typedef struct vr_model_options {
   uint32_t max_seqs;         /* largest number of sequences per forward; 0 = max_batch_tokens */
   const char *dtype;         /* compute dtype: NULL/"auto" (cpu: f32, cuda: bf16), "f32", "bf16" */
   vr_cuda_options_t cuda;    /* device "cuda[:N]" only */
+  const char *cpu_gemm;      /* device "cpu": the GEMM variant, NULL/"auto" (avx2+fma where the CPU has
+                              * it, else generic), "generic" (the same bits on every CPU), "avx2+fma" */
 } vr_model_options_t;
 
 /* Fills every field with its default, the CUDA tuning included (the one place defaults live). */

@@ -59,6 +59,8 @@ static const opt_t k_opts[] = {
     {"max-queue", NULL, OPT_U32, F(max_queue), 1, 1u << 20, "N",
      "requests accepted but not yet batched; beyond: overloaded (HTTP 429, shm VR_ERR_OVERLOADED)"},
     {"threads", NULL, OPT_INT, F(threads), 0, 4096, "N", "cpu backend threads (0 = all cores)"},
+    {"cpu-gemm", NULL, OPT_STR, F(cpu_gemm), 0, 0, "auto|generic|avx2+fma",
+     "cpu backend GEMMs (auto: avx2+fma where the CPU has it; generic: the same score bits on every CPU)"},
     {"drain-ms", NULL, OPT_U32, F(drain_ms), 0, 600000, "MS", "on SIGTERM: time to finish accepted work"},
     {"config", NULL, OPT_STR, F(config), 0, 0, "FILE", "read 'key: value' lines (same keys as the flags)"},
 };
@@ -70,6 +72,7 @@ void vr_settings_init(vr_settings_t *s) {
   s->port = 8080;
   strcpy(s->host, "127.0.0.1");
   strcpy(s->dtype, "auto");
+  strcpy(s->cpu_gemm, "auto");
   s->max_batch_tokens = 16384;
   s->max_wait_us = 0;
   s->batch_linger_us = 100;

@@ -45,6 +45,7 @@ typedef struct vr_settings {
   uint64_t max_body_bytes;
   uint32_t max_queue;             /* requests accepted but not yet batched */
   int threads;                    /* cpu backend threads, 0 = all cores */
+  char cpu_gemm[16];              /* cpu backend GEMM variant: "auto", "generic", "avx2+fma" */
   uint32_t drain_ms;              /* shutdown: time to finish accepted work */
   char config[VR_SETTINGS_STR];   /* the --config file read, if any */
   vr_cuda_options_t cuda;         /* --cuda-* flags (vr_cuda_options_set names and parses them) */

@@ -50,6 +50,7 @@ typedef struct vr_cpu_layer {
 typedef struct vr_cpu {
   vr_model_config_t c;      /* copy; c.rope_inv_freq stays owned by the loader */
   int n_threads;
+  vr_cpu_gemm_variant_t gemm; /* opt->cpu_gemm, resolved at init */
   const float *tok_emb, *pos_emb, *type_emb0, *emb_nw, *emb_nb, *final_nw;
   vr_cpu_linear_t head1, head2;
   vr_cpu_layer_t *layers;
@@ -108,8 +109,19 @@ static int vr_cpu_init(const vr_model_config_t *cfg, const vr_model_weights_t *w
     vr_log(VR_LOG_ERROR, "cpu backend computes in f32 only (dtype \"%s\" requested)", opt->dtype);
     return VR_ERR_UNSUPPORTED;
   }
+  vr_cpu_gemm_variant_t gemm;
+  if (vr_cpu_gemm_parse(opt->cpu_gemm, &gemm) != 0) {
+    vr_log(VR_LOG_ERROR, "cpu-gemm \"%s\" is not auto|generic|avx2+fma", opt->cpu_gemm);
+    return VR_ERR_INVAL;
+  }
+  if (!vr_cpu_gemm_supported(gemm)) {
+    vr_log(VR_LOG_ERROR, "cpu-gemm %s: this CPU lacks AVX2 + FMA. HINT: --cpu-gemm generic (or auto)",
+           vr_cpu_gemm_name(gemm));
+    return VR_ERR_UNSUPPORTED;
+  }
   vr_cpu_t *s = calloc(1, sizeof *s);
   if (!s) return VR_ERR_NOMEM;
+  s->gemm = gemm;
   s->c = *cfg;
 #ifdef _OPENMP
   s->n_threads = opt->n_threads > 0 ? opt->n_threads : omp_get_max_threads();
@@ -239,7 +251,7 @@ static int vr_cpu_ensure_ws(vr_cpu_t *s, size_t T) {
 /* ---- ops ------------------------------------------------------------------------ */
 
 static void vr_cpu_linear(const vr_cpu_t *s, const vr_cpu_linear_t *l, const float *x, int T, float *y) {
-  vr_cpu_gemm_nt(T, l->out, l->in, 1.0f, x, l->in, l->w, l->in, l->b, y, l->out, s->pack, s->n_threads);
+  vr_cpu_gemm_nt(s->gemm, T, l->out, l->in, 1.0f, x, l->in, l->w, l->in, l->b, y, l->out, s->pack, s->n_threads);
 }
 
 /* y = LayerNorm(x) * w + b over rows of C (biased variance, as torch). */
@@ -343,7 +355,7 @@ static int vr_cpu_attention(vr_cpu_t *s, const uint32_t *cu, uint32_t n) {
       for (int r0 = 0; r0 < L; r0 += block) {
         const int rows = L - r0 < block ? L - r0 : block;
         const int cols = causal ? r0 + rows : L; /* later keys are masked anyway */
-        vr_cpu_gemm_nt(rows, cols, D, scale, Q + (size_t)r0 * ldq, ldq, K, ldk, NULL, S, cols, pack, 1);
+        vr_cpu_gemm_nt(s->gemm, rows, cols, D, scale, Q + (size_t)r0 * ldq, ldq, K, ldk, NULL, S, cols, pack, 1);
         for (int r = 0; r < rows; r++) {
           float *row = S + (size_t)r * cols;
           int i = r0 + r, lo = 0, hi = causal ? i + 1 : cols;
@@ -359,7 +371,7 @@ static int vr_cpu_attention(vr_cpu_t *s, const uint32_t *cu, uint32_t n) {
           float inv = 1.0f / sum;
           for (int j = lo; j < hi; j++) row[j] *= inv;
         }
-        vr_cpu_gemm_nn(rows, D, cols, S, cols, V, ldk, out + (size_t)r0 * ldq, ldq, 1);
+        vr_cpu_gemm_nn(s->gemm, rows, D, cols, S, cols, V, ldk, out + (size_t)r0 * ldq, ldq, 1);
       }
     }
   }
@@ -516,7 +528,7 @@ static void vr_cpu_describe(void *state, vr_model_info_t *info) {
   vr_cpu_t *s = state;
   snprintf(info->device, sizeof info->device, "cpu");
   snprintf(info->device_name, sizeof info->device_name, "cpu (%d threads, %s)", s->n_threads,
-           vr_cpu_gemm_variant());
+           vr_cpu_gemm_name(s->gemm));
   snprintf(info->compute_dtype, sizeof info->compute_dtype, "f32");
   info->host_bytes = s->weight_bytes + vr_cpu_ws_bytes(s) + s->s_cap * sizeof(float) +
                      (size_t)s->n_threads * VR_CPU_GEMM_PACK_FLOATS(s->pack_k) * sizeof(float) +

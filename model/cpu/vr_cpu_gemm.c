@@ -7,7 +7,7 @@
  * the tile shape changes which elements are computed together, never how one is computed. Rows
  * are blocked by VR_GEMM_MB so a block of A stays in cache while one thread's panels pass.
  * Two variants of the kernels (vr_cpu_gemm_kernel.h): avx2 + fma (fused steps) and generic
- * (baseline x86-64 or any other CPU: multiply, then add); one is chosen per process.
+ * (baseline x86-64 or any other CPU: multiply, then add); the caller names one per call.
  * Compiled with -O3 -ffp-contract=off (model/CMakeLists.txt). */
 #include "vr_cpu_gemm.h"
 
@@ -61,57 +61,49 @@ typedef void (*vr_nt_cols_fn)(int, int, int, int, float, const float *, int, con
                               float *, int, float *);
 typedef void (*vr_nn_rows_fn)(int, int, int, int, const float *, int, const float *, int, float *, int);
 
-#ifdef VR_HAVE_FMA_VARIANT
-/* -1 until the first GEMM: then 1 (fma) or 0 (generic), a pure function of the CPU unless a
- * test pinned it (racing first calls store the same value). */
-static int vr_gemm_fma = -1;
-#endif
-
-static int vr_gemm_use_fma(void) {
-#ifdef VR_HAVE_FMA_VARIANT
-  int u = __atomic_load_n(&vr_gemm_fma, __ATOMIC_RELAXED);
-  if (u < 0) {
-    __builtin_cpu_init();
-    u = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    __atomic_store_n(&vr_gemm_fma, u, __ATOMIC_RELAXED);
-  }
-  return u;
-#else
-  return 0;
-#endif
-}
-
-int vr_cpu_gemm_select(const char *variant) {
-  if (strcmp(variant, "generic") == 0) {
-#ifdef VR_HAVE_FMA_VARIANT
-    __atomic_store_n(&vr_gemm_fma, 0, __ATOMIC_RELAXED);
-#endif
-    return 0;
-  }
-  if (strcmp(variant, "avx2+fma") != 0) return -1;
+static int vr_cpu_has_fma(void) {
 #ifdef VR_HAVE_FMA_VARIANT
   __builtin_cpu_init();
-  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return -1;
-  __atomic_store_n(&vr_gemm_fma, 1, __ATOMIC_RELAXED);
-  return 0;
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
-  return -1;
+  return 0;
 #endif
 }
 
-const char *vr_cpu_gemm_variant(void) { return vr_gemm_use_fma() ? "avx2+fma" : "generic"; }
+vr_cpu_gemm_variant_t vr_cpu_gemm_best(void) { return vr_cpu_has_fma() ? VR_CPU_GEMM_FMA : VR_CPU_GEMM_GENERIC; }
 
-static vr_nt_cols_fn vr_nt_cols(void) {
+int vr_cpu_gemm_supported(vr_cpu_gemm_variant_t v) {
+  return v == VR_CPU_GEMM_GENERIC || (v == VR_CPU_GEMM_FMA && vr_cpu_has_fma());
+}
+
+const char *vr_cpu_gemm_name(vr_cpu_gemm_variant_t v) { return v == VR_CPU_GEMM_FMA ? "avx2+fma" : "generic"; }
+
+int vr_cpu_gemm_parse(const char *s, vr_cpu_gemm_variant_t *v) {
+  if (!s || !strcmp(s, "auto")) {
+    *v = vr_cpu_gemm_best();
+  } else if (!strcmp(s, "generic")) {
+    *v = VR_CPU_GEMM_GENERIC;
+  } else if (!strcmp(s, "avx2+fma")) {
+    *v = VR_CPU_GEMM_FMA;
+  } else {
+    return -1;
+  }
+  return 0;
+}
+
+static vr_nt_cols_fn vr_nt_cols(vr_cpu_gemm_variant_t v) {
 #ifdef VR_HAVE_FMA_VARIANT
-  if (vr_gemm_use_fma()) return vr_gemm_nt_cols_fma;
+  if (v == VR_CPU_GEMM_FMA) return vr_gemm_nt_cols_fma;
 #endif
+  (void)v;
   return vr_gemm_nt_cols_generic;
 }
 
-static vr_nn_rows_fn vr_nn_rows(void) {
+static vr_nn_rows_fn vr_nn_rows(vr_cpu_gemm_variant_t v) {
 #ifdef VR_HAVE_FMA_VARIANT
-  if (vr_gemm_use_fma()) return vr_gemm_nn_rows_fma;
+  if (v == VR_CPU_GEMM_FMA) return vr_gemm_nn_rows_fma;
 #endif
+  (void)v;
   return vr_gemm_nn_rows_generic;
 }
 
@@ -124,10 +116,10 @@ static int vr_gemm_threads(long macs, int n_threads) {
   return 1;
 }
 
-void vr_cpu_gemm_nt(int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
+void vr_cpu_gemm_nt(vr_cpu_gemm_variant_t v, int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
                     const float *bias, float *y, int ldy, float *pack, int n_threads) {
   if (M <= 0 || N <= 0) return;
-  const vr_nt_cols_fn f = vr_nt_cols();
+  const vr_nt_cols_fn f = vr_nt_cols(v);
   const int panels = (N + 15) / 16;
   int nt = vr_gemm_threads((long)M * N * K, n_threads);
   if (nt > panels) nt = panels;
@@ -144,10 +136,10 @@ void vr_cpu_gemm_nt(int M, int N, int K, float alpha, const float *a, int lda, c
   }
 }
 
-void vr_cpu_gemm_nn(int M, int N, int K, const float *a, int lda, const float *b, int ldb, float *y, int ldy,
+void vr_cpu_gemm_nn(vr_cpu_gemm_variant_t v, int M, int N, int K, const float *a, int lda, const float *b, int ldb, float *y, int ldy,
                     int n_threads) {
   if (M <= 0 || N <= 0) return;
-  const vr_nn_rows_fn f = vr_nn_rows();
+  const vr_nn_rows_fn f = vr_nn_rows(v);
   int nt = vr_gemm_threads((long)M * N * K, n_threads);
   if (nt > M) nt = M;
   if (nt <= 1) {

@@ -9,7 +9,8 @@
  *       k = 0..K-1 in order; on a CPU with AVX2 + FMA each step is one fused multiply-add,
  *       elsewhere a multiply then an add. The variant is picked once per process from the CPU's
  *       features, so results are fixed on a machine and may differ in the last bits between a
- *       machine with FMA and one without.
+ *       machine with FMA and one without. The caller picks the variant (the backend state holds
+ *       it, from the cpu_gemm model option): the library keeps no process-wide choice.
  *   NN: y[i][d] = sum over j = 0..K-1, in order, of a[i][j] * b[j][d] (multiply, then add).
  * Each element is computed by exactly one thread; threads split the output columns (NT) or
  * rows (NN). The file is compiled with -ffp-contract=off so the compiler fuses nothing on its
@@ -22,24 +23,31 @@
 
 #include <stddef.h>
 
+typedef enum vr_cpu_gemm_variant {
+  VR_CPU_GEMM_GENERIC = 0, /* multiply, then add: the same bits on every x86-64 (and other) CPU */
+  VR_CPU_GEMM_FMA = 1,     /* AVX2 + FMA: fused steps */
+} vr_cpu_gemm_variant_t;
+
+/* The fastest variant this CPU runs (FMA where AVX2 + FMA are present). */
+vr_cpu_gemm_variant_t vr_cpu_gemm_best(void);
+/* 1 when this CPU and build can run v. */
+int vr_cpu_gemm_supported(vr_cpu_gemm_variant_t v);
+/* "generic" / "avx2+fma". */
+const char *vr_cpu_gemm_name(vr_cpu_gemm_variant_t v);
+/* "auto" (or NULL: vr_cpu_gemm_best), "generic", "avx2+fma" -> 0; -1 for anything else. */
+int vr_cpu_gemm_parse(const char *s, vr_cpu_gemm_variant_t *v);
+
 /* Floats of packing scratch one thread needs for an NT GEMM of inner dimension K. */
 #define VR_CPU_GEMM_PACK_FLOATS(K) ((size_t)16 * (size_t)(K))
 
 /* y (M, N; row stride ldy) = alpha * a (M, K; lda) . b (N, K; ldb)^T  [+ bias (N)]
  * bias NULL: none. pack: n_threads * VR_CPU_GEMM_PACK_FLOATS(K) floats (at least one
  * thread's worth), 32-byte aligned, scratch owned by the caller. */
-void vr_cpu_gemm_nt(int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
+void vr_cpu_gemm_nt(vr_cpu_gemm_variant_t v, int M, int N, int K, float alpha, const float *a, int lda, const float *b, int ldb,
                     const float *bias, float *y, int ldy, float *pack, int n_threads);
 
 /* y (M, N; ldy) = a (M, K; lda) . b (K, N; ldb) */
-void vr_cpu_gemm_nn(int M, int N, int K, const float *a, int lda, const float *b, int ldb, float *y, int ldy,
+void vr_cpu_gemm_nn(vr_cpu_gemm_variant_t v, int M, int N, int K, const float *a, int lda, const float *b, int ldb, float *y, int ldy,
                     int n_threads);
-
-/* "avx2+fma" or "generic": the variant this process runs (for logs and reports). */
-const char *vr_cpu_gemm_variant(void);
-
-/* Tests and benchmarks only: pins the variant ("generic" or "avx2+fma") for the rest of the
- * process, before any GEMM runs. Returns 0, or -1 when this CPU or build lacks the variant. */
-int vr_cpu_gemm_select(const char *variant);
 
 #endif /* VR_CPU_GEMM_H */

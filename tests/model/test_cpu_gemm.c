@@ -31,7 +31,7 @@ static void fill(float *p, size_t n) {
   for (size_t i = 0; i < n; i++) p[i] = rndf();
 }
 
-static void check_nt(int fused, int M, int N, int K, int threads) {
+static void check_nt(vr_cpu_gemm_variant_t v, int M, int N, int K, int threads) {
   int lda = K + (int)rnd(3), ldb = K + (int)rnd(3), ldy = N + (int)rnd(3);
   float alpha = rnd(2) ? 1.0f : rndf();
   float *a = malloc((size_t)M * lda * 4), *b = malloc((size_t)N * ldb * 4), *bias = malloc((size_t)N * 4);
@@ -39,7 +39,8 @@ static void check_nt(int fused, int M, int N, int K, int threads) {
   assert_true(a && b && bias && y && pack);
   fill(a, (size_t)M * lda), fill(b, (size_t)N * ldb), fill(bias, (size_t)N);
   int use_bias = (int)rnd(2);
-  vr_cpu_gemm_nt(M, N, K, alpha, a, lda, b, ldb, use_bias ? bias : NULL, y, ldy, pack, threads);
+  const int fused = v == VR_CPU_GEMM_FMA;
+  vr_cpu_gemm_nt(v, M, N, K, alpha, a, lda, b, ldb, use_bias ? bias : NULL, y, ldy, pack, threads);
   for (int i = 0; i < M; i++)
     for (int j = 0; j < N; j++) {
       float s = 0.0f;
@@ -56,53 +57,60 @@ static void check_nt(int fused, int M, int N, int K, int threads) {
   free(a), free(b), free(bias), free(y), free(pack);
 }
 
-static void check_nn(int M, int N, int K, int threads) {
+static void check_nn(vr_cpu_gemm_variant_t v, int M, int N, int K, int threads) {
   int lda = K + (int)rnd(3), ldb = N + (int)rnd(3), ldy = N + (int)rnd(3);
   float *a = malloc((size_t)M * lda * 4), *b = malloc((size_t)K * ldb * 4), *y = malloc((size_t)M * ldy * 4);
   assert_true(a && b && y);
   fill(a, (size_t)M * lda), fill(b, (size_t)K * ldb);
-  vr_cpu_gemm_nn(M, N, K, a, lda, b, ldb, y, ldy, threads);
+  vr_cpu_gemm_nn(v, M, N, K, a, lda, b, ldb, y, ldy, threads);
   for (int i = 0; i < M; i++)
     for (int d = 0; d < N; d++) {
       float s = 0.0f;
       for (int j = 0; j < K; j++) s += a[(size_t)i * lda + j] * b[(size_t)j * ldb + d];
       if (memcmp(&s, &y[(size_t)i * ldy + d], 4) != 0)
-        fail_msg("nn M=%d N=%d K=%d threads=%d: y[%d][%d] = %.9g, contract %.9g", M, N, K, threads, i, d,
+        fail_msg("nn %s M=%d N=%d K=%d threads=%d: y[%d][%d] = %.9g, contract %.9g", vr_cpu_gemm_name(v), M, N, K, threads, i, d,
                  y[(size_t)i * ldy + d], s);
     }
   free(a), free(b), free(y);
 }
 
-static void run_variant(const char *variant, int fused) {
-  for (int t = 0; t < 300; t++) check_nt(fused, 1 + (int)rnd(40), 1 + (int)rnd(50), 1 + (int)rnd(70), 1 + (int)rnd(3));
+static void run_variant(vr_cpu_gemm_variant_t v) {
+  for (int t = 0; t < 300; t++) check_nt(v, 1 + (int)rnd(40), 1 + (int)rnd(50), 1 + (int)rnd(70), 1 + (int)rnd(3));
   /* large enough for the threaded path (more than 2^18 multiply-adds) */
-  check_nt(fused, 77, 203, 130, 2);
-  check_nt(fused, 200, 37, 96, 3);
-  for (int t = 0; t < 100; t++) check_nn(1 + (int)rnd(30), 1 + (int)rnd(40), 1 + (int)rnd(50), 1 + (int)rnd(3));
-  check_nn(300, 64, 200, 2);
-  printf("variant %s: ok\n", variant);
+  check_nt(v, 77, 203, 130, 2);
+  check_nt(v, 200, 37, 96, 3);
+  for (int t = 0; t < 100; t++) check_nn(v, 1 + (int)rnd(30), 1 + (int)rnd(40), 1 + (int)rnd(50), 1 + (int)rnd(3));
+  check_nn(v, 300, 64, 200, 2);
+  printf("variant %s: ok\n", vr_cpu_gemm_name(v));
 }
 
 static void test_generic(void **state) {
   (void)state;
-  assert_int_equal(vr_cpu_gemm_select("generic"), 0);
-  assert_string_equal(vr_cpu_gemm_variant(), "generic");
-  run_variant("generic", 0);
+  assert_true(vr_cpu_gemm_supported(VR_CPU_GEMM_GENERIC));
+  run_variant(VR_CPU_GEMM_GENERIC);
 }
 
 static void test_fma(void **state) {
   (void)state;
-  if (vr_cpu_gemm_select("avx2+fma") != 0) {
+  if (!vr_cpu_gemm_supported(VR_CPU_GEMM_FMA)) {
     printf("this CPU has no AVX2 + FMA: the fused variant is not run here\n");
     skip();
   }
-  assert_string_equal(vr_cpu_gemm_variant(), "avx2+fma");
-  run_variant("avx2+fma", 1);
+  assert_int_equal(vr_cpu_gemm_best(), VR_CPU_GEMM_FMA);
+  run_variant(VR_CPU_GEMM_FMA);
 }
 
-static void test_select_unknown(void **state) {
+static void test_parse(void **state) {
   (void)state;
-  assert_int_equal(vr_cpu_gemm_select("avx512"), -1);
+  vr_cpu_gemm_variant_t v;
+  assert_int_equal(vr_cpu_gemm_parse("generic", &v), 0);
+  assert_int_equal(v, VR_CPU_GEMM_GENERIC);
+  assert_int_equal(vr_cpu_gemm_parse("avx2+fma", &v), 0);
+  assert_int_equal(v, VR_CPU_GEMM_FMA);
+  assert_int_equal(vr_cpu_gemm_parse("auto", &v), 0);
+  assert_int_equal(v, vr_cpu_gemm_best());
+  assert_int_equal(vr_cpu_gemm_parse("avx512", &v), -1);
+  assert_string_equal(vr_cpu_gemm_name(VR_CPU_GEMM_FMA), "avx2+fma");
 }
 
 int main(void) {
@@ -110,7 +118,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_generic),
       cmocka_unit_test(test_fma),
-      cmocka_unit_test(test_select_unknown),
+      cmocka_unit_test(test_parse),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

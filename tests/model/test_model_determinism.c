@@ -36,10 +36,13 @@ static uint32_t rnd(uint32_t n) { /* splitmix64, uniform enough for test data */
   return (uint32_t)((z ^ (z >> 31)) % n);
 }
 
+static const char *g_variant = "auto"; /* the GEMM variant the fixture checks run */
+
 static vr_model_t *load(const char *dir, int threads) {
   vr_model_options_t opt;
   vr_model_options_init(&opt);
   opt.n_threads = threads;
+  opt.cpu_gemm = g_variant;
   vr_model_t *m = NULL;
   int rc = vr_model_load(dir, &opt, &m);
   if (rc != 0) fail_msg("load %s: %s", dir, vr_strerror(rc));
@@ -132,11 +135,12 @@ static void check_model(const char *name) {
   mt_golden_free(&g);
 }
 
-static void every_fixture(const char *variant) {
-  if (vr_cpu_gemm_select(variant) != 0) {
-    printf("this CPU has no %s GEMM variant: not run here\n", variant);
+static void every_fixture(vr_cpu_gemm_variant_t v) {
+  if (!vr_cpu_gemm_supported(v)) {
+    printf("this CPU has no %s GEMM variant: not run here\n", vr_cpu_gemm_name(v));
     skip();
   }
+  g_variant = vr_cpu_gemm_name(v);
   static char names[MT_MAX_MODELS][64];
   int n = mt_list_models(names, MT_MAX_MODELS);
   assert_true(n >= 10); /* the fixture set is there: a missing directory must not pass silently */
@@ -145,12 +149,12 @@ static void every_fixture(const char *variant) {
 
 static void test_every_fixture_generic(void **state) {
   (void)state;
-  every_fixture("generic");
+  every_fixture(VR_CPU_GEMM_GENERIC);
 }
 
 static void test_every_fixture_fma(void **state) {
   (void)state;
-  every_fixture("avx2+fma");
+  every_fixture(VR_CPU_GEMM_FMA);
 }
 
 static void test_hidden_bad_arguments(void **state) {
@@ -173,6 +177,13 @@ static void test_hidden_bad_arguments(void **state) {
   assert_int_equal(vr_model_hidden(m, ids, cu, 2, out), 0);
   for (size_t i = 0; i < 4 * (size_t)info->hidden_size; i++) assert_true(isfinite(out[i]));
   vr_model_free(m);
+  /* the cpu-gemm option: unknown values refused at load */
+  vr_model_options_t opt;
+  vr_model_options_init(&opt);
+  opt.cpu_gemm = "avx512";
+  vr_model_t *bad_m = NULL;
+  assert_int_equal(vr_model_load(dir, &opt, &bad_m), VR_ERR_INVAL);
+  assert_null(bad_m);
 }
 
 int main(void) {

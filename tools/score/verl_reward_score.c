@@ -1,8 +1,8 @@
 /* verl-reward-score: score token sequences offline with the model runtime.
  *
  *   verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]
- *                     [--threads N] [--max-batch-tokens N] [--max-seqs N] [--stats]
- *                     [--log-level L] [--cuda-OPTION VALUE]...   (the server's CUDA tuning flags)
+ *                     [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--max-batch-tokens N]
+ *                     [--max-seqs N] [--stats] [--log-level L] [--cuda-OPTION VALUE]...   (the server's CUDA tuning flags)
  *
  * Input: JSON lines {"input_ids": [int, ...]} (stdin by default); blank lines are
  * skipped. Output (stdout): one line per input, in order: {"score": x}, or
@@ -39,7 +39,8 @@ typedef struct vr_score_batch {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]\n"
-          "                         [--threads N] [--max-batch-tokens N] [--max-seqs N] [--stats]\n"
+          "                         [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--max-batch-tokens N]\n"
+          "                         [--max-seqs N] [--stats]\n"
           "                         [--log-level L] [--cuda-OPTION VALUE]...\n"
           "Reads JSON lines {\"input_ids\": [...]} and writes {\"score\": x} per line, in order.\n"
           "CUDA tuning (--device cuda), as verl-reward-server takes it:\n");
@@ -133,6 +134,7 @@ int main(int argc, char **argv) {
       {"model", required_argument, 0, 'm'},        {"model_name_or_path", required_argument, 0, 'm'},
       {"device", required_argument, 0, 'd'},       {"input", required_argument, 0, 'i'},
       {"threads", required_argument, 0, 't'},      {"max-batch-tokens", required_argument, 0, 'b'},
+      {"cpu-gemm", required_argument, 0, 'g'},
       {"max-seqs", required_argument, 0, 'q'},     {"stats", no_argument, 0, 's'},
       {"log-level", required_argument, 0, 'l'},
       {"help", no_argument, 0, 'h'}};
@@ -144,7 +146,7 @@ int main(int argc, char **argv) {
     longopts[nl++] = (struct option){vr_cuda_option_at(i)->name, required_argument, 0, VR_SCORE_OPT_CUDA + (int)i};
   longopts[nl] = (struct option){0, 0, 0, 0};
   int c;
-  while ((c = getopt_long(argc, argv, "m:d:i:t:b:q:sl:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:d:i:t:b:q:g:sl:h", longopts, NULL)) != -1) {
     char *end;
     if (c >= VR_SCORE_OPT_CUDA && vr_cuda_option_at((size_t)(c - VR_SCORE_OPT_CUDA))) {
       char err[160];
@@ -158,6 +160,7 @@ int main(int argc, char **argv) {
     switch (c) {
       case 'm': model_dir = optarg; break;
       case 'd': opt.device = optarg; break;
+      case 'g': opt.cpu_gemm = optarg; break;
       case 'i': input = optarg; break;
       case 't':
         opt.n_threads = (int)strtol(optarg, &end, 10);
