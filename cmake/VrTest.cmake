@@ -5,6 +5,7 @@ function(vr_add_test)
   add_executable(${T_NAME} ${T_SOURCES})
   set_target_properties(${T_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
   target_link_libraries(${T_NAME} PRIVATE vr_cmocka vr_common ${T_LIBS})
+  target_include_directories(${T_NAME} PRIVATE ${CMAKE_SOURCE_DIR}/tests/common) # vr_test_seed.h
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 300)
@@ -24,6 +25,18 @@ function(vr_subdirs)
   foreach(_c ${_children})
     if(IS_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR}/${_c} AND EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${_c}/CMakeLists.txt)
       add_subdirectory(${_c})
+    endif()
+  endforeach()
+endfunction()
+
+# vr_require_targets(suite target...): a suite whose programs or libraries are not defined
+# fails the configure step instead of silently registering no tests (a target is missing
+# when the build file that defines it skipped it, or was included after tests/).
+function(vr_require_targets suite)
+  foreach(_t ${ARGN})
+    if(NOT TARGET ${_t})
+      message(FATAL_ERROR "${suite} needs target ${_t}, which is not defined: its tests cannot be registered. "
+                          "HINT: see the configure messages above for why ${_t} was skipped")
     endif()
   endforeach()
 endfunction()

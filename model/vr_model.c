@@ -66,11 +66,6 @@ static const vr_backend_ops_t *const vr_backends[] = {&vr_backend_cpu};
 
 const char *vr_model_backends(void) { return VR_BACKEND_NAMES; }
 
-void vr_model_options_init(vr_model_options_t *opt) {
-  memset(opt, 0, sizeof *opt);
-  opt->device = "cpu";
-}
-
 /* "cpu" -> cpu/0; "cuda" -> cuda/0; "cuda:N" -> cuda/N. */
 static int vr_model_pick_backend(const char *device, const vr_backend_ops_t **ops, int *index) {
   char name[16];
@@ -400,6 +395,11 @@ int vr_model_load(const char *dir, const vr_model_options_t *opt_in, vr_model_t 
   if (opt.max_seqs == 0 || opt.max_seqs > opt.max_batch_tokens) opt.max_seqs = opt.max_batch_tokens;
   if (opt.max_batch_tokens > (1u << 26)) {
     vr_log(VR_LOG_ERROR, "max_batch_tokens %u too large (at most %u)", opt.max_batch_tokens, 1u << 26);
+    return VR_ERR_INVAL;
+  }
+  char cerr[128];
+  if (vr_cuda_options_check(&opt.cuda, cerr, sizeof cerr) != 0) {
+    vr_log(VR_LOG_ERROR, "cuda options: %s. HINT: fill them with vr_model_options_init()", cerr);
     return VR_ERR_INVAL;
   }
   const vr_backend_ops_t *ops;

@@ -19,15 +19,66 @@ extern "C" {
 
 typedef struct vr_model vr_model_t;
 
+/* ---- CUDA backend tuning (the cpu backend ignores it) ------------------------------------
+ * The defaults (vr_model_options_init) are the measured best on an H200 (docs/benchmarks.md);
+ * what each switch trades is in docs/operations.md. */
+typedef enum vr_cuda_autotune {
+  VR_CUDA_AUTOTUNE_OFF = 0,   /* every GEMM on the cuBLASLt heuristic's first algorithm */
+  VR_CUDA_AUTOTUNE_SMALL = 1, /* warm-up times the heuristic's candidates for buckets of <= 4096 rows */
+  VR_CUDA_AUTOTUNE_ALL = 2,   /* ... for every bucket (slower load) */
+} vr_cuda_autotune_t;
+
+typedef enum vr_cuda_residual {
+  VR_CUDA_RESIDUAL_AUTO = 0, /* encoders at least 256 wide: bf16; narrower encoders and decoders: f32 */
+  VR_CUDA_RESIDUAL_F32 = 1,  /* fp32 residual stream */
+  VR_CUDA_RESIDUAL_BF16 = 2, /* encoders: bf16 residual stream (decoders keep fp32) */
+} vr_cuda_residual_t;
+
+typedef struct vr_cuda_options {
+  int graphs;     /* 1: a batch is padded to a token bucket and replays that bucket's CUDA graph;
+                   * 0: every batch runs eagerly at its exact size, nothing warmed up at load */
+  int warmup;     /* with graphs: every bucket is run and captured at load (1) or on first use (0) */
+  int exact_size; /* with graphs: a batch smaller than a large bucket runs eagerly at its exact
+                   * size (1) instead of replaying the padded graph (0) */
+  vr_cuda_autotune_t autotune;
+  vr_cuda_residual_t residual;
+} vr_cuda_options_t;
+
 typedef struct vr_model_options {
   const char *device;        /* "cpu", "cuda", "cuda:N"; NULL = "cpu" */
   int n_threads;             /* cpu: OpenBLAS + loop threads; 0 = all cores */
   uint32_t max_batch_tokens; /* largest packed batch a forward gets (sizes workspaces); 0 = 16384 */
   uint32_t max_seqs;         /* largest number of sequences per forward; 0 = max_batch_tokens */
   const char *dtype;         /* compute dtype: NULL/"auto" (cpu: f32, cuda: bf16), "f32", "bf16" */
+  vr_cuda_options_t cuda;    /* device "cuda[:N]" only */
+  const char *cpu_gemm;      /* device "cpu": the GEMM variant, NULL/"auto" (avx2+fma where the CPU has
+                              * it, else generic), "generic" (the same bits on every CPU), "avx2+fma" */
 } vr_model_options_t;
 
+/* Fills every field with its default, the CUDA tuning included (the one place defaults live). */
 void vr_model_options_init(vr_model_options_t *opt);
+
+/* The CUDA tuning's one text form, shared by every front end (the server's flags and config
+ * file, verl-reward-score, the bench runner). Each option is a flag name without the dashes
+ * ('_' and '-' alike) and a value:
+ *   cuda-graphs on|off, cuda-warmup on|off, cuda-exact-size on|off,
+ *   cuda-autotune off|small|all, cuda-residual auto|f32|bf16.
+ * vr_cuda_options_set: 0; VR_ERR_NOT_FOUND when name is not a CUDA option (err untouched);
+ * VR_ERR_INVAL for a bad value, err (may be NULL) then names the flag and the value.
+ * vr_cuda_options_get: the current value's text into buf (0, or VR_ERR_NOT_FOUND).
+ * vr_cuda_options_check: 0, or VR_ERR_INVAL with err naming the first field out of range
+ * (for options filled in code rather than parsed).
+ * vr_cuda_options_format: every option as "name=value" separated by spaces, in table order.
+ * vr_cuda_option_at(i): the i-th option's name, its values ("on|off") and a one-line help
+ * text (static strings), for --help; NULL past the last one. All thread-safe. */
+typedef struct vr_cuda_option_info {
+  const char *name, *values, *help;
+} vr_cuda_option_info_t;
+int vr_cuda_options_set(vr_cuda_options_t *o, const char *name, const char *value, char *err, size_t errlen);
+int vr_cuda_options_get(const vr_cuda_options_t *o, const char *name, char *buf, size_t n);
+int vr_cuda_options_check(const vr_cuda_options_t *o, char *err, size_t errlen);
+void vr_cuda_options_format(const vr_cuda_options_t *o, char *buf, size_t n);
+const vr_cuda_option_info_t *vr_cuda_option_at(size_t i);
 
 typedef struct vr_model_info {
   char architecture[64];  /* as in config.json, e.g. "LlamaForSequenceClassification" */

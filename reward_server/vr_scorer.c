@@ -16,8 +16,10 @@ static int load_model(vr_scorer_t *sc, const vr_settings_t *st) {
   vr_model_options_t mo;
   vr_model_options_init(&mo);
   mo.n_threads = st->threads;
+  mo.cpu_gemm = st->cpu_gemm;
   mo.max_batch_tokens = st->max_batch_tokens;
   mo.dtype = st->dtype;
+  mo.cuda = st->cuda;
   int rc;
   if (st->device[0]) {
     mo.device = st->device;

@@ -59,6 +59,8 @@ static const opt_t k_opts[] = {
     {"max-queue", NULL, OPT_U32, F(max_queue), 1, 1u << 20, "N",
      "requests accepted but not yet batched; beyond: overloaded (HTTP 429, shm VR_ERR_OVERLOADED)"},
     {"threads", NULL, OPT_INT, F(threads), 0, 4096, "N", "cpu backend threads (0 = all cores)"},
+    {"cpu-gemm", NULL, OPT_STR, F(cpu_gemm), 0, 0, "auto|generic|avx2+fma",
+     "cpu backend GEMMs (auto: avx2+fma where the CPU has it; generic: the same score bits on every CPU)"},
     {"drain-ms", NULL, OPT_U32, F(drain_ms), 0, 600000, "MS", "on SIGTERM: time to finish accepted work"},
     {"config", NULL, OPT_STR, F(config), 0, 0, "FILE", "read 'key: value' lines (same keys as the flags)"},
 };
@@ -70,6 +72,7 @@ void vr_settings_init(vr_settings_t *s) {
   s->port = 8080;
   strcpy(s->host, "127.0.0.1");
   strcpy(s->dtype, "auto");
+  strcpy(s->cpu_gemm, "auto");
   s->max_batch_tokens = 16384;
   s->max_wait_us = 0;
   s->batch_linger_us = 100;
@@ -86,6 +89,9 @@ void vr_settings_init(vr_settings_t *s) {
   s->max_queue = 4096;
   s->threads = 0;
   s->drain_ms = 10000;
+  vr_model_options_t mo; /* the model runtime owns the CUDA tuning's defaults */
+  vr_model_options_init(&mo);
+  s->cuda = mo.cuda;
 }
 
 const char *vr_truncate_name(vr_truncate_t t) {
@@ -138,8 +144,9 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
   if (!err) { err = dummy; errlen = sizeof dummy; }
   const opt_t *o = find_opt(key);
   if (!o) {
-    snprintf(err, errlen, "unknown option '%s'", key);
-    return VR_ERR_NOT_FOUND;
+    const int rc = vr_cuda_options_set(&s->cuda, key, value, err, errlen); /* --cuda-*: model/'s table */
+    if (rc == VR_ERR_NOT_FOUND) snprintf(err, errlen, "unknown option '%s'", key);
+    return rc;
   }
   char *p = (char *)s + o->off;
   uint64_t x = 0;
@@ -267,6 +274,13 @@ void vr_settings_usage(FILE *f, const char *prog) {
       snprintf(flag, sizeof flag, "--%s %s", o->alias, o->arg);
       fprintf(f, "  %-36s alias of --%s\n", flag, o->name);
     }
+  }
+  for (size_t i = 0; vr_cuda_option_at(i); i++) {
+    const vr_cuda_option_info_t *c = vr_cuda_option_at(i);
+    char flag[96], def[64];
+    snprintf(flag, sizeof flag, "--%s %s", c->name, c->values);
+    vr_cuda_options_get(&d.cuda, c->name, def, sizeof def);
+    fprintf(f, "  %-36s %s (default: %s)\n", flag, c->help, def);
   }
   fprintf(f, "  %-36s this text\n\n", "--help");
   fprintf(f,

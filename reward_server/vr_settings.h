@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "vr_model.h"
+
 typedef enum vr_truncate {
   VR_TRUNCATE_ERROR = 0, /* a sequence longer than max_seq_len is rejected */
   VR_TRUNCATE_LEFT = 1,  /* keep the last max_seq_len tokens (decoder RMs score the end) */
@@ -43,8 +45,10 @@ typedef struct vr_settings {
   uint64_t max_body_bytes;
   uint32_t max_queue;             /* requests accepted but not yet batched */
   int threads;                    /* cpu backend threads, 0 = all cores */
+  char cpu_gemm[16];              /* cpu backend GEMM variant: "auto", "generic", "avx2+fma" */
   uint32_t drain_ms;              /* shutdown: time to finish accepted work */
   char config[VR_SETTINGS_STR];   /* the --config file read, if any */
+  vr_cuda_options_t cuda;         /* --cuda-* flags (vr_cuda_options_set names and parses them) */
 } vr_settings_t;
 
 /* Fills every field with its default. */

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "verl_reward/client.h"
+#include "verl_reward/protocol.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,6 +29,10 @@ typedef enum vr_shm_state {
   VR_SHM_DRAINING = 2,
   VR_SHM_STOPPED = 3,
 } vr_shm_state_t;
+/* the header's state word carries these values (include/verl_reward/protocol.h) */
+_Static_assert(VR_SHM_STARTING == VR_SHM_ST_STARTING && VR_SHM_READY == VR_SHM_ST_READY &&
+                   VR_SHM_DRAINING == VR_SHM_ST_DRAINING && VR_SHM_STOPPED == VR_SHM_ST_STOPPED,
+               "vr_shm_state_t must equal the protocol's VR_SHM_ST_* values");
 
 typedef struct vr_shm_config {
   const char *name;              /* segment name, without '/' */

@@ -2,9 +2,12 @@
 # vr_install_deps: installs the Debian packages the build and tests need, skipping
 # what is present; as root (or with sudo) it runs apt-get, otherwise it prints the
 # exact command and fails.
-VR_DEB_PACKAGES=(cmake make gcc pkg-config python3 libevent-dev libmsgpack-dev libopenblas-dev
+# clang: the libFuzzer harness test_shm_fuzz_desc; python3-pip/-setuptools/-wheel: python_install;
+# python3-numpy: python_server's numpy-input test (torch stays optional: not installed here);
+# libyaml-dev, libopenmpi-dev, openmpi-bin: verl-trainer (device maps, processes, its tests).
+VR_DEB_PACKAGES=(cmake make gcc pkg-config python3 libevent-dev libmsgpack-dev
                  libcjson-dev libyaml-dev libopenmpi-dev openmpi-bin libcmocka-dev valgrind clang procps
-                 python3-pip python3-setuptools python3-wheel)
+                 python3-pip python3-setuptools python3-wheel python3-numpy)
 
 vr_install_deps() {
   local missing=() p

@@ -20,14 +20,15 @@
  * to 2048 tokens, then steps of max(1024, max_tokens / 16 or / 32)) and replayed from a
  * CUDA graph per (bucket, slot); the padding rows are no sequence's tokens
  * and are never scored. A batch in a large bucket (exact_threshold(): 8192 rows, or more
- * than 2048 rows of a model with a few milliseconds of GEMM work per bucket) runs eagerly at
- * its exact size instead, on GEMM plans for that size (vr_cuda_gemm_set_plan_rows). At load every bucket runs once eagerly (which also
- * times the cuBLASLt candidates of its GEMMs with VR_CUDA_AUTOTUNE=1)
- * and its graphs are captured, so nothing is allocated or planned on the hot
- * path. VR_CUDA_GRAPHS=0: eager forwards at the exact size; VR_CUDA_WARMUP=0:
- * buckets warmed and captured on first use instead. Encoders: the up
- * projection's bias + GELU run in the GEMM epilogue (cuBLASLt GELU_BIAS, tanh
- * form, bf16 bias; VR_CUDA_GELU_EPILOGUE=0 uses the exact-form kernel).
+ * than 2048 rows of a model with milliseconds of GEMM work per bucket) runs eagerly at
+ * its exact size instead, on GEMM plans for that size (vr_cuda_gemm_set_plan_rows). At load
+ * every bucket runs once eagerly (which also times the cuBLASLt candidates of its GEMMs with
+ * cuda-autotune) and its graphs are captured, so nothing is allocated or planned on the hot
+ * path. The tuning (vr_cuda_options_t: cuda-graphs off = eager forwards at the exact size,
+ * cuda-warmup off = buckets warmed and captured on first use, ...) is read once, in
+ * cuda_init, and logged there. Encoders: the up projection's bias + GELU run in the GEMM
+ * epilogue (cuBLASLt GELU_BIAS, tanh form, bf16 bias; the exact-form kernel when the model
+ * has no up bias or cuBLASLt has no such epilogue for the shape).
  *
  * Activations: decoders keep the residual stream x in fp32 (T, C); GEMM inputs
  * are bf16. The residual add and the bias are fused into the output GEMM's
@@ -35,13 +36,19 @@
  * bf16 input. Encoders (post-norm) keep the residual stream in bf16, as a
  * transformers bf16 forward does: the LayerNorm output xn is both the next
  * GEMM's input and the next residual; the output GEMM writes y16 = A W^T + b and
- * the norm computes xn = LN(y16 + xn) in place (VR_CUDA_RES_IN_NORM=0: the GEMM
- * adds xn in its epilogue instead, y16 = xn + A W^T + b, one rounding of the sum);
- * the last norm also writes fp32 x for the score head. That halves the bytes of the two norms and of the two
- * residual epilogues per layer; encoders narrower than VR_RES_BF16_MIN_C keep the
- * fp32 stream (VR_CUDA_RES_BF16=0/1 forces either).
+ * the norm computes xn = LN(y16 + xn) in place; the last norm also writes fp32 x for the
+ * score head. That halves the bytes of the two norms and of the two residual epilogues per
+ * layer; encoders narrower than VR_RES_BF16_MIN_C keep the fp32 stream (cuda-residual
+ * f32 / bf16 forces either).
  * Scores: decoders at the row the loader's rule picks (see
- * score_row()), encoders at the sequence's first token. */
+ * score_row()), encoders at the sequence's first token.
+ *
+ * A forward is trunk + head: enqueue_trunk (embeddings -> layers, the last layer's output in
+ * fp32 x; the score path's eager forwards run the last layer on the score rows only), then
+ * enqueue_head (the score head on the score rows; decoders' final RMSNorm is fused into it).
+ * cuda_hidden, the backend's .hidden entry (the trunk other components build on), runs the
+ * trunk eagerly at the exact size on every row, then decoders' final RMSNorm on every row in
+ * fp32, and copies the (T, C) fp32 hidden states to the caller. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,19 +65,19 @@
 /* Exact-size forwards: a batch smaller than its bucket runs eagerly at its exact size
  * instead of the padded graph when the bucket holds at least VR_CUDA_EXACT_MIN_T rows, or
  * more than 2048 rows (where buckets are far apart) of a model whose bucket forward is at
- * least VR_CUDA_EXACT_MIN_MACS multiply-adds of GEMM work (8192 tokens of roberta-base, a few
- * milliseconds on an H200): below that the graph's saved launch overhead is worth more than
- * the padding. On llama-8b the 2,330-token tail batch of a packed workload was padded to 4096
- * rows (about 40 ms of 1.66 s). VR_CUDA_EXACT=0: graphs only. */
+ * least VR_CUDA_EXACT_MIN_MACS multiply-adds of GEMM work (8192 tokens of roberta-base,
+ * milliseconds of GPU work): below that the graph's saved launch overhead is worth more than
+ * the padding, above it the padding costs more (a big model's tail batch padded to the next
+ * bucket: docs/benchmarks.md, "Numbers behind the CUDA backend's code"). cuda-exact-size
+ * off: graphs only. */
 #define VR_CUDA_EXACT_MIN_T 8192
 #define VR_CUDA_EXACT_MIN_MACS 7.0e11
 /* Narrowest encoder that keeps its residual stream in bf16 by default. The rounding of the
- * stream averages out over the hidden width: on roberta-base (768) ours is 5.9e-3 (residual
- * in the GEMM epilogue) or 1.1e-2 (in the norm, the default) from transformers fp32, against
- * 5.9e-3 with the fp32 stream and 1.3e-2 for transformers' own bf16 forward, while on
- * the 32-wide 2-layer roberta fixture a bf16 stream moved cuda vs transformers fp32 from
- * 3.95e-3 to 8.55e-3 (and cuda vs cpu on fresh sequences up to 1.03e-2, over the 1e-2
- * parity bound). */
+ * stream averages out over the hidden width: on roberta-base (768) the bf16 stream stays
+ * closer to fp32 transformers than transformers' own bf16 forward does, while on the 32-wide
+ * 2-layer roberta fixture it doubled the error against fp32 transformers and took cuda vs
+ * cpu on fresh sequences over the 1e-2 parity bound (docs/benchmarks.md, "Numbers behind
+ * the CUDA backend's code"). */
 #define VR_RES_BF16_MIN_C 256
 
 typedef struct vr_cuda_layer {
@@ -134,18 +141,15 @@ typedef struct vr_cuda_state {
   uint16_t *xn, *qkv, *ao, *mlp, *act;
   uint16_t *y16;        /* encoders with res_bf16: (T, C) pre-norm sums */
   int res_bf16;         /* encoders: bf16 residual stream (see the top comment) */
-  int res_in_norm;      /* with res_bf16: the residual added in the norm instead of the GEMM's
-                         * epilogue (default; VR_CUDA_RES_IN_NORM=0 adds it in the epilogue:
-                         * same speed within noise on the H200, and on roberta-base 5.9e-3
-                         * from fp32 transformers instead of 1.1e-2) */
   size_t in_words;      /* capacity of each slot's metadata block */
   vr_cuda_slot_t slots[VR_CUDA_SLOTS];
   int head, tail, n_busy; /* next slot to submit into / oldest outstanding */
   int32_t *tile_tmp;    /* host scratch for sorting tiles */
   uint64_t *tile_key;   /* host scratch: encoders' (work << 32 | index) sort keys */
-  int use_graphs, gelu_epilogue;
-  int prune_last; /* eager forwards run the last layer on the score rows only (enqueue_forward) */
-  int exact_large;      /* batches in buckets >= exact_min_T rows run eagerly at their size */
+  int use_graphs;       /* cuda-graphs */
+  int warmup;           /* cuda-warmup */
+  vr_cuda_autotune_t autotune;
+  int exact_large;      /* cuda-exact-size: batches in buckets >= exact_min_T rows run eagerly at their size */
   uint32_t exact_min_T; /* see exact_threshold() */
   vr_cuda_bucket_t buckets[VR_CUDA_MAX_BUCKETS];
   int n_buckets;
@@ -316,7 +320,7 @@ static int load_layer(vr_cuda_state_t *st, const vr_layer_weights_t *lw, vr_cuda
     if ((rc = new_f32(st, &L->n2b, lw->norm2_b, C, WHAT("norm2 bias"), 1))) return rc;
     if ((rc = new_bf16(st, &L->wup, lw->up_w, I * C, WHAT("up weight"), 1))) return rc;
     if ((rc = new_f32(st, &L->bup, lw->up_b, I, WHAT("up bias"), 0))) return rc;
-    if (st->gelu_epilogue && (rc = new_bf16(st, &L->bup16, lw->up_b, I, WHAT("up bias"), 0))) return rc;
+    if ((rc = new_bf16(st, &L->bup16, lw->up_b, I, WHAT("up bias"), 0))) return rc;
     if (st->res_bf16 && ((rc = new_bf16(st, &L->bo16, lw->o_b, C, WHAT("o bias"), 0)) ||
                          (rc = new_bf16(st, &L->bdown16, lw->down_b, C, WHAT("down bias"), 0))))
       return rc;
@@ -467,14 +471,14 @@ static int check_config(const vr_model_config_t *c) {
            c->vocab_size);
     return VR_ERR_MODEL_FORMAT;
   }
-  if (vr_cuda_attention_path(c->head_dim) < 0 || (c->is_decoder && c->head_dim % 2)) {
+  if (!vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_GENERIC, c->head_dim) || (c->is_decoder && c->head_dim % 2)) {
     vr_log(VR_LOG_ERROR, "head_dim %d is not supported by the cuda backend (1..256, even for RoPE)", c->head_dim);
     return VR_ERR_UNSUPPORTED;
   }
   if (((size_t)(c->num_heads + 2 * c->num_kv_heads) * c->head_dim) % 8 || c->hidden_size % 8 ||
       c->intermediate_size % 8) {
     /* cuBLASLt and the 16-byte tile loads want rows that are multiples of 8 bf16 */
-    if (vr_cuda_attention_path(c->head_dim) == 1) {
+    if (vr_cuda_attention_kernel(c->head_dim, 0) != VR_CUDA_ATTN_KERNEL_GENERIC) {
       vr_log(VR_LOG_ERROR, "hidden %d / intermediate %d / qkv width must be multiples of 8 on cuda",
              c->hidden_size, c->intermediate_size);
       return VR_ERR_UNSUPPORTED;
@@ -486,9 +490,10 @@ static int check_config(const vr_model_config_t *c) {
 static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, const vr_model_options_t *opt,
                      int device_index, void **state) {
   *state = NULL;
+  if (!opt) return VR_ERR_INVAL;
   int rc = check_config(cfg);
   if (rc) return rc;
-  if (opt && opt->dtype && strcmp(opt->dtype, "auto") && strcmp(opt->dtype, "bf16")) {
+  if (opt->dtype && strcmp(opt->dtype, "auto") && strcmp(opt->dtype, "bf16")) {
     vr_log(VR_LOG_ERROR, "compute dtype '%s' is not supported on cuda (bf16 only). HINT: --dtype bf16 or use --device cpu",
            opt->dtype);
     return VR_ERR_UNSUPPORTED;
@@ -516,25 +521,27 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
   if ((rc = VR_CUDA_TRY(cudaGetDeviceProperties(&prop, device_index)))) goto fail;
   snprintf(st->device_name, sizeof st->device_name, "%.63s", prop.name);
   st->num_sms = prop.multiProcessorCount;
-  st->max_tokens = (opt && opt->max_batch_tokens) ? opt->max_batch_tokens : 16384u;
-  st->max_seqs = (opt && opt->max_seqs) ? opt->max_seqs : st->max_tokens;
+  st->max_tokens = opt->max_batch_tokens ? opt->max_batch_tokens : 16384u;
+  st->max_seqs = opt->max_seqs ? opt->max_seqs : st->max_tokens;
   if (st->max_seqs > st->max_tokens) st->max_seqs = st->max_tokens;
   if ((rc = VR_CUDA_TRY(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking)))) goto fail;
   if ((rc = VR_CUDA_TRY(cudaStreamCreateWithFlags(&st->upload, cudaStreamNonBlocking)))) goto fail;
   {
-    const char *ge = getenv("VR_CUDA_GELU_EPILOGUE");
-    st->gelu_epilogue = !(ge && !strcmp(ge, "0"));
-    const char *pl = getenv("VR_CUDA_PRUNE_LAST");
-    st->prune_last = !(pl && !strcmp(pl, "0"));
-    /* bf16 residual stream for encoders at least VR_RES_BF16_MIN_C wide (see the top
-     * comment); VR_CUDA_RES_BF16=1 / 0 forces it on / off */
-    const char *rb = getenv("VR_CUDA_RES_BF16");
-    st->res_bf16 = !cfg->is_decoder && (rb && *rb ? !strcmp(rb, "1") : cfg->hidden_size >= VR_RES_BF16_MIN_C);
-    const char *ex = getenv("VR_CUDA_EXACT");
-    st->exact_large = !(ex && !strcmp(ex, "0"));
+    /* the tuning, read once (vr_model_load checked its ranges) */
+    const vr_cuda_options_t *co = &opt->cuda;
+    st->use_graphs = co->graphs;
+    st->warmup = co->warmup;
+    st->exact_large = co->exact_size;
+    st->autotune = co->autotune;
+    /* bf16 residual stream for encoders at least VR_RES_BF16_MIN_C wide (see the top comment) */
+    st->res_bf16 = !cfg->is_decoder && (co->residual == VR_CUDA_RESIDUAL_BF16 ||
+                                        (co->residual == VR_CUDA_RESIDUAL_AUTO && cfg->hidden_size >= VR_RES_BF16_MIN_C));
     st->exact_min_T = exact_threshold(&st->cfg);
-    const char *rn = getenv("VR_CUDA_RES_IN_NORM");
-    st->res_in_norm = st->res_bf16 && !(rn && !strcmp(rn, "0"));
+    vr_cuda_options_t eff = *co; /* the effective values: residual resolved for this model */
+    eff.residual = st->res_bf16 ? VR_CUDA_RESIDUAL_BF16 : VR_CUDA_RESIDUAL_F32;
+    char line[256];
+    vr_cuda_options_format(&eff, line, sizeof line);
+    vr_log(VR_LOG_INFO, "cuda:%d options: %s (exact-size forwards from %u rows)", device_index, line, st->exact_min_T);
   }
   {
     const double t0 = (double)clock() / CLOCKS_PER_SEC;
@@ -557,13 +564,8 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
            device_index, st->device_name, wbytes / 1048576.0, (st->device_bytes - wbytes) / 1048576.0,
            st->max_tokens, st->max_seqs, (double)clock() / CLOCKS_PER_SEC - t0);
   }
-  {
-    const char *g = getenv("VR_CUDA_GRAPHS");
-    st->use_graphs = !(g && !strcmp(g, "0"));
-    make_buckets(st);
-    const char *wu = getenv("VR_CUDA_WARMUP");
-    if (st->use_graphs && !(wu && !strcmp(wu, "0")) && (rc = warm_up(st))) goto fail;
-  }
+  make_buckets(st);
+  if (st->use_graphs && st->warmup && (rc = warm_up(st))) goto fail;
   *state = st;
   return 0;
 fail:
@@ -688,69 +690,121 @@ static uint32_t count_tiles(const uint32_t *cu, uint32_t n) {
   return nt;
 }
 
-/* Encoders' post-norm residual block: xn = LN(xn + A W^T + b) (A: T x K), in the configured
+/* The activations one pass over the layers works on, R rows each: x (R, C) fp32 (decoders:
+ * the residual stream; encoders: the norm output, the residual stream itself with the fp32
+ * stream), xn (R, C) bf16 (the next GEMM's input; encoders' bf16 stream: also the residual),
+ * y16 (R, C) bf16 (encoders' bf16 stream: the pre-norm sums; NULL otherwise). The full-size
+ * buffers of the state, or the compact score rows of a pruned last layer (prune_rows). */
+typedef struct vr_cuda_acts {
+  float *x;
+  uint16_t *xn, *y16;
+} vr_cuda_acts_t;
+
+/* Encoders' post-norm residual block: xn = LN(xn + A W^T + b) (A: R x K), in the configured
  * residual form (see the top comment); with the bf16 stream the fp32 result also goes to x
- * when last (the score head reads x; the fp32 stream always writes it). */
-static void enc_add_norm(vr_cuda_state_t *st, const uint16_t *A, const uint16_t *W, const uint16_t *b16,
-                         const float *b32, int K, const float *nw, const float *nb, int last, int T, cudaStream_t s) {
+ * when last (the head and the trunk's output read x; the fp32 stream always writes it). */
+static void enc_add_norm(vr_cuda_state_t *st, const vr_cuda_acts_t *a, const uint16_t *A, const uint16_t *W,
+                         const uint16_t *b16, const float *b32, int K, const float *nw, const float *nb, int last, int R,
+                         cudaStream_t s) {
   const int C = st->cfg.hidden_size;
   const float eps = st->cfg.norm_eps;
   if (!st->res_bf16) { /* x += A W^T + b (fp32); x = LN(x), xn = bf16(x) */
-    vr_cuda_gemm(st->gemm, st->x, 1, A, W, b32, T, C, K, 1.f, s);
-    vr_cuda_layernorm(st->x, st->xn, nw, nb, T, C, eps, s);
-  } else if (st->res_in_norm) { /* y16 = A W^T + b; xn = LN(y16 + xn) */
-    vr_cuda_gemm(st->gemm, st->y16, 0, A, W, b16, T, C, K, 0.f, s);
-    vr_cuda_layernorm_b16(st->y16, st->xn, st->xn, last ? st->x : NULL, nw, nb, T, C, eps, s);
-  } else { /* y16 = xn + A W^T + b in the epilogue; xn = LN(y16) */
-    vr_cuda_gemm_res(st->gemm, st->y16, 0, A, W, b16, st->xn, T, C, K, s);
-    vr_cuda_layernorm_b16(st->y16, NULL, st->xn, last ? st->x : NULL, nw, nb, T, C, eps, s);
+    vr_cuda_gemm(st->gemm, a->x, 1, A, W, b32, R, C, K, 1.f, s);
+    vr_cuda_layernorm(a->x, a->xn, nw, nb, R, C, eps, s);
+  } else { /* y16 = A W^T + b; xn = LN(y16 + xn) */
+    vr_cuda_gemm(st->gemm, a->y16, 0, A, W, b16, R, C, K, 0.f, s);
+    vr_cuda_layernorm_b16(a->y16, a->xn, a->xn, last ? a->x : NULL, nw, nb, R, C, eps, s);
+  }
+}
+
+/* One layer after its attention, on R rows: the output projection of ao (R, H*D), the norms
+ * and the MLP, reading and writing the residual stream in a. Decoders: the next layer's input
+ * norm (n1w_next; NULL after the last layer) ends it. */
+static void layer_rest(vr_cuda_state_t *st, const vr_cuda_layer_t *L, const vr_cuda_acts_t *a, const uint16_t *ao,
+                       int R, int last, const float *n1w_next, cudaStream_t s) {
+  const vr_model_config_t *c = &st->cfg;
+  const int C = c->hidden_size, I = c->intermediate_size, nq = c->num_heads * c->head_dim;
+  if (c->is_decoder) {
+    vr_cuda_gemm(st->gemm, a->x, 1, ao, L->wo, L->bo, R, C, nq, 1.f, s); /* x += O(attn) + bo */
+    vr_cuda_rmsnorm(a->x, a->xn, L->n2w, R, C, c->norm_eps, s);
+    vr_cuda_gemm(st->gemm, st->mlp, 0, a->xn, L->wup, L->bgu, R, 2 * I, C, 0.f, s);
+    vr_cuda_swiglu(st->act, st->mlp, R, I, s);
+    vr_cuda_gemm(st->gemm, a->x, 1, st->act, L->wdown, L->bdown, R, C, I, 1.f, s);
+    if (n1w_next) vr_cuda_rmsnorm(a->x, a->xn, n1w_next, R, C, c->norm_eps, s);
+  } else {
+    const int tanh_gelu = c->act == VR_ACT_GELU_TANH;
+    enc_add_norm(st, a, ao, L->wo, L->bo16, L->bo, nq, L->n1w, L->n1b, 0, R, s);
+    if (L->bup16) { /* bias + GELU in the GEMM epilogue */
+      vr_cuda_gemm_ex(st->gemm, st->mlp, 0, a->xn, L->wup, L->bup16, tanh_gelu ? 2 : 1, R, I, C, 0.f, s);
+    } else {
+      vr_cuda_gemm(st->gemm, st->mlp, 0, a->xn, L->wup, NULL, R, I, C, 0.f, s);
+      vr_cuda_bias_gelu(st->mlp, L->bup, R, I, tanh_gelu, s);
+    }
+    enc_add_norm(st, a, st->mlp, L->wdown, L->bdown16, L->bdown, I, L->n2w, L->n2b, last, R, s);
   }
 }
 
 static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-/* Enqueues the whole forward for T rows reading the metadata block in_d (layout lay);
- * grid_tiles / grid_seqs bound the attention and score grids (device-side counts decide
- * the real work). n_seqs > 0: the batch has exactly that many sequences (eager forwards),
- * which lets the last layer run on the score rows only (see below); 0 in graph capture.
+/* The compact rows of a pruned last layer for n sequences, in the QKV buffer (dead once the
+ * last attention has run), each part 256-byte aligned (cuBLASLt's default):
+ * ao (n, nq) bf16 | x (n, C) fp32 | xn (n, C) bf16 | y16 (n, C) bf16. Returns their bytes;
+ * ao / a (either may be NULL) get the pointers. */
+static size_t prune_rows(vr_cuda_state_t *st, int n, uint16_t **ao, vr_cuda_acts_t *a) {
+  const size_t C = (size_t)st->cfg.hidden_size, nq = (size_t)st->cfg.num_heads * st->cfg.head_dim;
+  const size_t o_x = align256((size_t)n * nq * 2), o_xn = o_x + align256((size_t)n * C * 4),
+               o_y = o_xn + align256((size_t)n * C * 2), bytes = o_y + align256((size_t)n * C * 2);
+  unsigned char *cb = (unsigned char *)st->qkv;
+  if (ao) *ao = (uint16_t *)cb;
+  if (a) {
+    a->x = (float *)(cb + o_x);
+    a->xn = (uint16_t *)(cb + o_xn);
+    a->y16 = st->y16 ? (uint16_t *)(cb + o_y) : NULL;
+  }
+  return bytes;
+}
+
+/* Whether the score path's eager forward of n_seqs sequences in T rows prunes its last layer:
+ * at most half the rows are score rows and the compact rows fit in the QKV buffer's T rows. */
+static int prune_fits(vr_cuda_state_t *st, int T, int n_seqs) {
+  return n_seqs > 0 && 2 * n_seqs <= T && prune_rows(st, n_seqs, NULL, NULL) <= (size_t)T * (size_t)st->nqkv * 2;
+}
+
+/* The trunk on T rows reading the metadata block in_d (layout lay): embeddings, then every
+ * layer. grid_tiles bounds the attention grid (device-side counts decide the real work);
+ * hint_T is the attention's rows hint (the bucket's rows). Returns the buffers whose x (fp32)
+ * holds the last layer's output, T rows (decoders: before the final norm, which the score
+ * head fuses on its rows and cuda_hidden runs on all of them).
  *
- * The last layer, score rows only: a sequence's score depends on the final hidden state of
- * its score row alone, so after the last layer's K/V (the QKV GEMM and RoPE still run on
- * every row) only one row per sequence matters. Attention runs on one tile per sequence
- * (the tile holding its score row, lay->ltiles); the attention output and residual rows of
- * the score rows are gathered into n_seqs compact rows, and the output projection, norms,
- * MLP and head run on those (on roberta-base 256 x U[64,512] that is 256 rows instead of
- * 69,724 in the last of 12 layers). The compact rows live in the QKV buffer, dead once
- * the last attention has run. VR_CUDA_PRUNE_LAST=0: every row, as transformers does. */
-static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T,
-                            int hint_T, int grid_tiles, int grid_seqs, int n_seqs) {
+ * prune_seqs > 0 (the score path's eager forwards, the batch has exactly that many
+ * sequences and prune_fits): the last layer on the score rows only. A sequence's score
+ * depends on the final hidden state of its score row alone, so after the last layer's K/V
+ * (the QKV GEMM and RoPE still run on every row) only one row per sequence matters.
+ * Attention runs on one tile per sequence (the tile holding its score row, lay->ltiles);
+ * the attention output and residual rows of the score rows are gathered into prune_seqs
+ * compact rows (prune_rows), and the output projection, norms and MLP run on those (on
+ * roberta-base 256 x U[64,512] that is 256 rows instead of 69,724 in the last of 12 layers).
+ * The returned buffers are then the compact rows: row j = sequence j's score row. */
+static vr_cuda_acts_t enqueue_trunk(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T,
+                                    int hint_T, int grid_tiles, int prune_seqs) {
   const vr_model_config_t *c = &st->cfg;
   cudaStream_t s = st->stream;
-  const int C = c->hidden_size, H = c->num_heads, Hkv = c->num_kv_heads, D = c->head_dim,
-            I = c->intermediate_size;
+  const int C = c->hidden_size, H = c->num_heads, Hkv = c->num_kv_heads, D = c->head_dim;
   const int nq = H * D, ld = st->nqkv;
   const int32_t *ids = in_d + lay->ids, *pos = in_d + lay->pos, *cu = in_d + lay->cu;
   const int32_t *rows = in_d + lay->rows, *tiles = in_d + lay->tiles, *meta = in_d;
   const float scale = 1.f / sqrtf((float)D);
-  const int tanh_gelu = c->act == VR_ACT_GELU_TANH;
-  /* compact rows in the QKV buffer, each part 256-byte aligned (cuBLASLt's default):
-   * ao (n, nq) bf16 | x (n, C) fp32 | xn (n, C) bf16 | y16 (n, C) bf16 */
-  const size_t o_x = align256((size_t)n_seqs * nq * 2), o_xn = o_x + align256((size_t)n_seqs * C * 4),
-               o_y = o_xn + align256((size_t)n_seqs * C * 2), compact_bytes = o_y + align256((size_t)n_seqs * C * 2);
-  const int prune = st->prune_last && n_seqs > 0 && 2 * n_seqs <= T &&
-                    compact_bytes <= (size_t)T * (size_t)ld * 2;
+  vr_cuda_acts_t a = {st->x, st->xn, st->y16};
   if (c->is_decoder)
-    vr_cuda_embed_norm(st->x, st->xn, ids, pos, st->tok, NULL, NULL, st->emb_f32, st->layers[0].n1w, NULL, T, C,
+    vr_cuda_embed_norm(a.x, a.xn, ids, pos, st->tok, NULL, NULL, st->emb_f32, st->layers[0].n1w, NULL, T, C,
                        c->norm_eps, s);
   else
-    vr_cuda_embed_norm(st->x, st->xn, ids, pos, st->tok, st->pos_emb, st->type_emb, st->emb_f32, st->emb_w,
-                       st->emb_b, T, C, c->norm_eps, s);
-  float *const x_full = st->x;
-  uint16_t *const xn_full = st->xn, *const y16_full = st->y16;
+    vr_cuda_embed_norm(a.x, a.xn, ids, pos, st->tok, st->pos_emb, st->type_emb, st->emb_f32, st->emb_w, st->emb_b, T,
+                       C, c->norm_eps, s);
   for (int l = 0; l < c->num_layers; ++l) {
     const vr_cuda_layer_t *L = &st->layers[l];
-    const int last = l + 1 == c->num_layers, sub = last && prune;
-    vr_cuda_gemm(st->gemm, st->qkv, 0, st->xn, L->wqkv, L->bqkv, T, ld, C, 0.f, s);
+    const int last = l + 1 == c->num_layers, sub = last && prune_seqs > 0;
+    vr_cuda_gemm(st->gemm, st->qkv, 0, a.xn, L->wqkv, L->bqkv, T, ld, C, 0.f, s);
     if (c->is_decoder)
       vr_cuda_rope(st->qkv, ld, 0, nq, H, Hkv, D, pos, st->inv_freq, c->rope_attention_scaling, T, s);
     const uint16_t *ao = st->ao;
@@ -760,46 +814,46 @@ static void enqueue_forward(vr_cuda_state_t *st, const int32_t *in_d, const vr_c
                         c->is_decoder, c->is_decoder ? c->sliding_window : 0, scale, hint_T, s);
     } else {
       vr_cuda_attention(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, in_d + lay->ltiles,
-                        meta + (VR_CUDA_META_N_LTILES - VR_CUDA_META_N_TILES), n_seqs, H, Hkv, D, c->is_decoder,
+                        meta + (VR_CUDA_META_N_LTILES - VR_CUDA_META_N_TILES), prune_seqs, H, Hkv, D, c->is_decoder,
                         c->is_decoder ? c->sliding_window : 0, scale, 1, s);
-      unsigned char *cb = (unsigned char *)st->qkv;
-      uint16_t *ao_s = (uint16_t *)cb;
-      float *x_s = (float *)(cb + o_x);
-      uint16_t *xn_s = (uint16_t *)(cb + o_xn), *y16_s = (uint16_t *)(cb + o_y);
-      vr_cuda_gather_rows(ao_s, st->ao, rows, meta, n_seqs, nq * 2, s);
+      uint16_t *ao_s;
+      vr_cuda_acts_t a_s;
+      prune_rows(st, prune_seqs, &ao_s, &a_s);
+      vr_cuda_gather_rows(ao_s, st->ao, rows, meta, prune_seqs, nq * 2, s);
       if (c->is_decoder || !st->res_bf16) /* the fp32 residual stream */
-        vr_cuda_gather_rows(x_s, st->x, rows, meta, n_seqs, C * 4, s);
+        vr_cuda_gather_rows(a_s.x, a.x, rows, meta, prune_seqs, C * 4, s);
       else /* encoders' bf16 stream: the residual is xn */
-        vr_cuda_gather_rows(xn_s, st->xn, rows, meta, n_seqs, C * 2, s);
-      st->x = x_s, st->xn = xn_s, st->y16 = st->y16 ? y16_s : NULL;
+        vr_cuda_gather_rows(a_s.xn, a.xn, rows, meta, prune_seqs, C * 2, s);
+      a = a_s;
       ao = ao_s;
-      R = n_seqs;
-      rows = in_d + lay->lrows; /* the score kernels read compact row j for sequence j */
+      R = prune_seqs;
     }
-    if (c->is_decoder) {
-      vr_cuda_gemm(st->gemm, st->x, 1, ao, L->wo, L->bo, R, C, nq, 1.f, s); /* x += O(attn) + bo */
-      vr_cuda_rmsnorm(st->x, st->xn, L->n2w, R, C, c->norm_eps, s);
-      vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, L->bgu, R, 2 * I, C, 0.f, s);
-      vr_cuda_swiglu(st->act, st->mlp, R, I, s);
-      vr_cuda_gemm(st->gemm, st->x, 1, st->act, L->wdown, L->bdown, R, C, I, 1.f, s);
-      if (!last) vr_cuda_rmsnorm(st->x, st->xn, st->layers[l + 1].n1w, R, C, c->norm_eps, s);
-    } else {
-      enc_add_norm(st, ao, L->wo, L->bo16, L->bo, nq, L->n1w, L->n1b, 0, R, s);
-      if (st->gelu_epilogue && L->bup16) { /* bias + GELU in the GEMM epilogue */
-        vr_cuda_gemm_ex(st->gemm, st->mlp, 0, st->xn, L->wup, L->bup16, tanh_gelu ? 2 : 1, R, I, C, 0.f, s);
-      } else {
-        vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, L->wup, NULL, R, I, C, 0.f, s);
-        vr_cuda_bias_gelu(st->mlp, L->bup, R, I, tanh_gelu, s);
-      }
-      enc_add_norm(st, st->mlp, L->wdown, L->bdown16, L->bdown, I, L->n2w, L->n2b, last, R, s);
-    }
+    layer_rest(st, L, &a, ao, R, last, last ? NULL : st->layers[l + 1].n1w, s);
   }
+  return a;
+}
+
+/* The score head on the rows rows[i] of x (fp32) for each sequence i < meta[0]: decoders the
+ * final RMSNorm fused with the score dot product, encoders dense + tanh + out_proj. */
+static void enqueue_head(vr_cuda_state_t *st, const float *x, const int32_t *rows, const int32_t *meta, int grid_seqs) {
+  const vr_model_config_t *c = &st->cfg;
+  const int C = c->hidden_size;
   if (c->is_decoder)
-    vr_cuda_score_decoder(st->scores_d, st->x, rows, meta, st->final_w, st->head2_w, C, c->norm_eps, grid_seqs, s);
+    vr_cuda_score_decoder(st->scores_d, x, rows, meta, st->final_w, st->head2_w, C, c->norm_eps, grid_seqs, st->stream);
   else
-    vr_cuda_score_encoder(st->scores_d, st->x, rows, meta, st->head1_w, st->head1_b, st->head2_w, st->head2_b, C,
-                          grid_seqs, st->head_partial, s);
-  st->x = x_full, st->xn = xn_full, st->y16 = y16_full;
+    vr_cuda_score_encoder(st->scores_d, x, rows, meta, st->head1_w, st->head1_b, st->head2_w, st->head2_b, C,
+                          grid_seqs, st->head_partial, st->stream);
+}
+
+/* The score path for T rows reading in_d (layout lay): the trunk, pruned when the batch's
+ * sequence count is known (n_seqs > 0, eager forwards; 0 in graph capture) and prune_fits,
+ * then the head on the score rows. grid_tiles / grid_seqs bound the attention and head grids. */
+static void enqueue_scores(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T, int hint_T,
+                           int grid_tiles, int grid_seqs, int n_seqs) {
+  const int prune = prune_fits(st, T, n_seqs);
+  const vr_cuda_acts_t h = enqueue_trunk(st, in_d, lay, T, hint_T, grid_tiles, prune ? n_seqs : 0);
+  /* pruned: the head reads compact row j for sequence j (lrows = 0, 1, ...) */
+  enqueue_head(st, h.x, in_d + (prune ? lay->lrows : lay->rows), in_d, grid_seqs);
 }
 
 /* Smallest bucket (rows) whose batches run at their exact size (see VR_CUDA_EXACT_MIN_MACS). */
@@ -859,15 +913,15 @@ static void make_buckets(vr_cuda_state_t *st) {
 static void capture(vr_cuda_state_t *st, vr_cuda_bucket_t *bk, int si) {
   cudaGraph_t graph;
   VR_CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
-  enqueue_forward(st, st->slots[si].in_d, &bk->lay, (int)bk->T, (int)bk->T, bk->grid_tiles, bk->grid_seqs, 0);
+  enqueue_scores(st, st->slots[si].in_d, &bk->lay, (int)bk->T, (int)bk->T, bk->grid_tiles, bk->grid_seqs, 0);
   VR_CUDA_CHECK(cudaStreamEndCapture(st->stream, &graph));
   VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec[si], graph, 0));
   VR_CUDA_CHECK(cudaGraphDestroy(graph));
   vr_log(VR_LOG_DEBUG, "captured CUDA graph for the %u-token bucket (slot %d)", bk->T, si);
 }
 
-static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs) {
-  vr_cuda_state_t *st = (vr_cuda_state_t *)state;
+/* The input contract of forward/submit/hidden: 0, VR_ERR_INVAL or VR_ERR_TOO_LARGE (logged). */
+static int check_batch(const vr_cuda_state_t *st, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs) {
   if (!st || !ids || !cu_seqlens || n_seqs == 0) return VR_ERR_INVAL;
   const uint32_t T = cu_seqlens[n_seqs];
   if (cu_seqlens[0] != 0 || T == 0 || T > st->max_tokens || n_seqs > st->max_seqs) {
@@ -875,6 +929,31 @@ static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqle
            st->max_tokens, st->max_seqs);
     return VR_ERR_TOO_LARGE;
   }
+  return 0;
+}
+
+/* Builds slot sl's metadata for the batch padded to Tp rows (layout lay), copies it on the
+ * upload stream and makes the compute stream wait for the copy. The slot's previous batch was
+ * collected, so its upload and forward are complete. Returns n_tiles or a negative
+ * vr_status_t (nothing enqueued). */
+static int stage_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *ids, const uint32_t *cu_seqlens,
+                       uint32_t n_seqs, uint32_t Tp, const vr_cuda_layout_t *lay) {
+  const int nt = build_batch(st, sl, ids, cu_seqlens, n_seqs, Tp, lay);
+  if (nt < 0) {
+    vr_log(VR_LOG_ERROR, "batch rejected: %s", vr_strerror(nt));
+    return nt;
+  }
+  VR_CUDA_CHECK(cudaMemcpyAsync(sl->in_d, sl->in_h, (size_t)lay->words * 4, cudaMemcpyHostToDevice, st->upload));
+  VR_CUDA_CHECK(cudaEventRecord(sl->uploaded, st->upload));
+  VR_CUDA_CHECK(cudaStreamWaitEvent(st->stream, sl->uploaded, 0));
+  return nt;
+}
+
+static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs) {
+  vr_cuda_state_t *st = (vr_cuda_state_t *)state;
+  const int crc = check_batch(st, ids, cu_seqlens, n_seqs);
+  if (crc) return crc;
+  const uint32_t T = cu_seqlens[n_seqs];
   if (st->n_busy >= VR_CUDA_SLOTS) return VR_ERR_BUSY;
   const int si = st->head;
   vr_cuda_slot_t *sl = &st->slots[si];
@@ -888,28 +967,21 @@ static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqle
       }
   const uint32_t Tp = bk ? bk->T : T;
   const vr_cuda_layout_t lay = bk ? bk->lay : layout_for(T, n_seqs, count_tiles(cu_seqlens, n_seqs));
-  const int nt = build_batch(st, sl, ids, cu_seqlens, n_seqs, Tp, &lay);
-  if (nt < 0) {
-    vr_log(VR_LOG_ERROR, "batch rejected: %s", vr_strerror(nt));
-    return nt;
-  }
-  /* the slot's previous batch was collected, so its upload and forward are complete */
-  VR_CUDA_CHECK(cudaMemcpyAsync(sl->in_d, sl->in_h, (size_t)lay.words * 4, cudaMemcpyHostToDevice, st->upload));
-  VR_CUDA_CHECK(cudaEventRecord(sl->uploaded, st->upload));
-  VR_CUDA_CHECK(cudaStreamWaitEvent(st->stream, sl->uploaded, 0));
+  const int nt = stage_batch(st, sl, ids, cu_seqlens, n_seqs, Tp, &lay);
+  if (nt < 0) return nt;
   if (bk && bk->T >= st->exact_min_T && T < bk->T && st->exact_large && bk->uses >= 1) {
     /* a large batch runs eagerly at its exact size (launch cost is hidden behind milliseconds
      * of GPU work; padding to the bucket would not be), GEMM plans for the exact size
      * (vr_cuda_gemm_set_plan_rows), attention with one block per tile: the hardware then
      * balances uneven (causal) tiles, which the graphs' persistent grids cannot (llama-8b
-     * packed: 1610 ms instead of 1710 ms on the H200) */
+     * packed, docs/benchmarks.md) */
     vr_cuda_gemm_set_plan_rows(st->gemm, (int)bk->T);
-    enqueue_forward(st, sl->in_d, &lay, (int)T, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
+    enqueue_scores(st, sl->in_d, &lay, (int)T, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
   } else {
     if (bk && !bk->exec[si] && bk->uses >= 1) capture(st, bk, si);
     if (bk && bk->exec[si]) VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[si], st->stream));
-    else enqueue_forward(st, sl->in_d, &lay, (int)Tp, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
+    else enqueue_scores(st, sl->in_d, &lay, (int)Tp, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
   }
   if (bk) bk->uses++;
   VR_CUDA_CHECK(cudaMemcpyAsync(sl->scores_h, st->scores_d, (size_t)n_seqs * 4, cudaMemcpyDeviceToHost, st->stream));
@@ -942,16 +1014,39 @@ static int cuda_forward(void *state, const int32_t *ids, const uint32_t *cu_seql
   return rc ? rc : cuda_collect(state, scores);
 }
 
+/* The trunk alone (vr_backend_ops_t.hidden): one eager forward at the exact size, every row
+ * (no pruning, no graph, no head), then decoders' final RMSNorm (model.norm) in fp32 on every
+ * row, in place; the fp32 hidden states (T, C) are copied into the caller's buffer and the
+ * call waits for them. Uses the next submit slot's metadata buffers (nothing is outstanding). */
+static int cuda_hidden(void *state, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs, float *hidden) {
+  vr_cuda_state_t *st = (vr_cuda_state_t *)state;
+  const int crc = check_batch(st, ids, cu_seqlens, n_seqs);
+  if (crc) return crc;
+  if (!hidden) return VR_ERR_INVAL;
+  if (st->n_busy > 0) return VR_ERR_BUSY;
+  const vr_model_config_t *c = &st->cfg;
+  const uint32_t T = cu_seqlens[n_seqs];
+  vr_cuda_slot_t *sl = &st->slots[st->head];
+  VR_CUDA_CHECK(cudaSetDevice(st->device));
+  const vr_cuda_layout_t lay = layout_for(T, n_seqs, count_tiles(cu_seqlens, n_seqs));
+  const int nt = stage_batch(st, sl, ids, cu_seqlens, n_seqs, T, &lay);
+  if (nt < 0) return nt;
+  const vr_cuda_acts_t h = enqueue_trunk(st, sl->in_d, &lay, (int)T, (int)T, nt, 0);
+  if (c->is_decoder) vr_cuda_rmsnorm_f32(h.x, h.x, st->final_w, (int)T, c->hidden_size, c->norm_eps, st->stream);
+  VR_CUDA_CHECK(cudaMemcpyAsync(hidden, h.x, (size_t)T * (size_t)c->hidden_size * sizeof(float),
+                                cudaMemcpyDeviceToHost, st->stream));
+  return VR_CUDA_TRY(cudaStreamSynchronize(st->stream));
+}
+
 /* Load-time warm-up: every bucket runs once eagerly (timing its GEMMs' cuBLASLt
- * candidates when VR_CUDA_AUTOTUNE=1 and the bucket is at most 4096 tokens, or every
- * bucket with VR_CUDA_AUTOTUNE=all; otherwise larger GEMMs keep the heuristic's choice,
+ * candidates with cuda-autotune small when the bucket is at most 4096 tokens, or every
+ * bucket with cuda-autotune all; otherwise larger GEMMs keep the heuristic's choice,
  * their candidates would cost seconds on big models), then
  * its graphs are captured for both slots. The batch: sequences of min(512, longest allowed)
  * tokens (at most max_seqs of them) of non-pad token ids. */
 static int warm_up(vr_cuda_state_t *st) {
   const vr_model_config_t *c = &st->cfg;
-  const char *at = getenv("VR_CUDA_AUTOTUNE");
-  const int tune = at && !strcmp(at, "1"), tune_all = at && !strcmp(at, "all");
+  const int tune = st->autotune == VR_CUDA_AUTOTUNE_SMALL, tune_all = st->autotune == VR_CUDA_AUTOTUNE_ALL;
   /* sequences of at most 512 tokens: the GEMM shapes and graphs depend only on the bucket,
    * and one 32K-token causal sequence per bucket would cost seconds of attention on 8B */
   uint32_t maxlen = c->max_seq_len > 0 && (uint32_t)c->max_seq_len < st->max_tokens ? (uint32_t)c->max_seq_len
@@ -1006,6 +1101,7 @@ extern "C" const vr_backend_ops_t vr_backend_cuda = {
     .name = "cuda",
     .init = cuda_init,
     .forward = cuda_forward,
+    .hidden = cuda_hidden,
     .free = cuda_free,
     .describe = cuda_describe,
     .submit = cuda_submit,

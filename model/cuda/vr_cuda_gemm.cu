@@ -1,15 +1,20 @@
 /* vr_cuda_gemm.cu: the backend's one GEMM, through cuBLASLt (contract in vr_cuda_ops.h).
  *
- * Row-major D (T, N) = A (T, K) . W (N, K)^T is, in cuBLASLt's column-major
- * terms, D^T (N x T, ld N) = op(W)^T (N x K) . A^T (K x T): matrix "A" of the
- * call is W with TRANSA = T (K x N, ld K), "B" is the activations (K x T, ld K).
- * A bias epilogue then adds bias[n] along m = N, i.e. per output feature.
+ * Row-major D (M, N) = op_a(A) (M, K) . op_b(B) (K, N) is, in cuBLASLt's column-major terms,
+ * D^T (N x M, ld N) = op_b(B)^T (N x K) . op_a(A)^T (K x M): matrix "A" of the call is our B,
+ * matrix "B" is our A. A row-major matrix stored (r, c) is the column-major (c x r, ld c), so:
+ *   our B, op_b T (stored (N, K), the forward's weights W): cuBLASLt A = (K x N, ld K), TRANSA T;
+ *   our B, op_b N (stored (K, N)):                          cuBLASLt A = (N x K, ld N), TRANSA N;
+ *   our A, op_a N (stored (M, K), the activations):        cuBLASLt B = (K x M, ld K), TRANSB N;
+ *   our A, op_a T (stored (K, M)):                          cuBLASLt B = (M x K, ld M), TRANSB T.
+ * The forward's D = A W^T is (op_a N, op_b T). A bias epilogue adds bias[n] along cuBLASLt's
+ * m = N, i.e. per output feature.
  *
- * Plans (descriptor, layouts, heuristic algorithm) live in a cache keyed by the full
- * shape (4-way probing; a colliding key replaces an old plan), exact-size plans in a
- * cache of their own. The
- * bias pointer is set on the descriptor at every call (descriptors are host
- * objects, read when the call is enqueued, so this is capture-safe).
+ * Plans (descriptor, layouts, heuristic algorithm) live in a cache keyed by the operand
+ * layouts and the full shape (4-way probing; a colliding key replaces an old plan),
+ * exact-size plans in a cache of their own. The bias pointer is set on the descriptor at
+ * every call (descriptors are host objects, read when the call is enqueued, so this is
+ * capture-safe).
  * Algorithms: the heuristic's candidates (up to VR_GEMM_CANDIDATES) are kept per plan; while
  * tuning is on (vr_cuda_gemm_set_tuning, the backend's warm-up at load) a plan's first eager
  * call times every candidate on the call's own buffers (CUDA events, median of 3 after one
@@ -26,11 +31,11 @@
 #define VR_GEMM_CACHE 1024
 #define VR_GEMM_XCACHE 256 /* exact-size plans: their own cache, so they never evict bucket plans */
 #define VR_GEMM_CANDIDATES 12
-#define VR_GEMM_KNOWN 512
 
 typedef struct vr_gemm_plan {
-  int used; /* 0 free, 1 a plan, 2 (exact cache) no known algorithm for this key */
-  int T, N, K, out_f32, has_bias, beta1, gelu;
+  int used; /* 0 free, 1 a plan, 2 (exact cache) no algorithm for this key */
+  int T, N, K, out_f32, has_bias, beta1, gelu; /* T: rows of D (M) */
+  vr_cuda_op_t op_a, op_b;
   int bias_fallback; /* the heuristic rejected the bias (/gelu) epilogue: plain GEMM + kernels */
   int tuned;         /* candidates timed (or only one) */
   int n_algos;
@@ -47,16 +52,6 @@ struct vr_cuda_gemm {
   uint64_t plans_created, plans_tuned;
   int tuning;
   int plan_T; /* > 0: exact-size mode, see vr_cuda_gemm_set_plan_rows */
-  int exact_known; /* VR_CUDA_EXACT_ALGOS=known: exact-size plans only on known algorithms */
-  int log_choice;  /* VR_CUDA_GEMM_LOG=1: log each exact-size plan's choice */
-  /* algorithms of the plans made outside exact-size mode, with the output type / epilogue /
-   * accumulate they ran with (the kernel a configuration selects depends on those too):
-   * their kernels are loaded */
-  struct {
-    cublasLtMatmulAlgo_t algo;
-    int sig;
-  } known[VR_GEMM_KNOWN];
-  int n_known;
   cudaEvent_t ev0, ev1;
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
   vr_gemm_plan_t xcache[VR_GEMM_XCACHE];
@@ -80,33 +75,14 @@ static void plan_destroy(vr_gemm_plan_t *p) {
   p->used = 0;
 }
 
-/* What besides the algorithm configuration picks the kernel: output type, epilogue (none,
- * bias, gelu + bias), accumulate (beta). */
-static int plan_sig(const vr_gemm_plan_t *p, int with_bias) {
-  return p->out_f32 | (with_bias ? (p->gelu ? 4 : 2) : 0) | (p->beta1 ? 8 : 0);
-}
-
-static int algo_known(const vr_cuda_gemm_t *g, const cublasLtMatmulAlgo_t *a, int sig) {
-  for (int i = 0; i < g->n_known; ++i)
-    if (g->known[i].sig == sig && !memcmp(&g->known[i].algo, a, sizeof *a)) return 1;
-  return 0;
-}
-
-static void remember_algo(vr_cuda_gemm_t *g, const vr_gemm_plan_t *p) {
-  const int sig = plan_sig(p, p->has_bias && !p->bias_fallback);
-  if (g->n_known < VR_GEMM_KNOWN && !algo_known(g, &p->algo, sig)) {
-    g->known[g->n_known].algo = p->algo;
-    g->known[g->n_known].sig = sig;
-    g->n_known++;
-  }
-}
-
 /* Builds desc + layouts; with_bias selects the BIAS epilogue (GELU_BIAS when p->gelu).
  * Returns 1 when the heuristic found an algorithm, 0 otherwise (the plan is then destroyed). */
 static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int exact) {
   const cudaDataType_t dt = p->out_f32 ? CUDA_R_32F : CUDA_R_16BF;
   VR_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  /* cuBLASLt's A is our B, its B our A (see the top comment) */
+  const cublasOperation_t ta = p->op_b == VR_CUDA_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = p->op_a == VR_CUDA_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N;
   VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   if (with_bias) {
@@ -115,8 +91,14 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int e
     const cudaDataType_t bt = dt;
     VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
   }
-  VR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)p->K, (uint64_t)p->N, (int64_t)p->K));
-  VR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)p->K, (uint64_t)p->T, (int64_t)p->K));
+  if (p->op_b == VR_CUDA_OP_T)
+    VR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)p->K, (uint64_t)p->N, (int64_t)p->K));
+  else
+    VR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, (uint64_t)p->N, (uint64_t)p->K, (int64_t)p->N));
+  if (p->op_a == VR_CUDA_OP_N)
+    VR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)p->K, (uint64_t)p->T, (int64_t)p->K));
+  else
+    VR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, (uint64_t)p->T, (uint64_t)p->K, (int64_t)p->T));
   VR_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, dt, (uint64_t)p->N, (uint64_t)p->T, (int64_t)p->N));
   p->used = 1;
 
@@ -144,23 +126,10 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int e
   p->algo = p->cand[0];
   p->tuned = p->n_algos == 1;
   if (exact) {
-    /* exact-size mode: the heuristic's first choice for this size (with VR_CUDA_EXACT_ALGOS=known
-     * its best among the algorithms already used by bucket plans, else no plan). On the H200
-     * the first choice was 1.4% faster on llama-8b and 3.5% on roberta-base packed batches than
-     * the best known one, and device memory (cudaMemGetInfo) did not change either way. */
-    int k = 0;
-    while (exact == 1 && g->exact_known && k < p->n_algos && !algo_known(g, &p->cand[k], plan_sig(p, with_bias))) ++k;
-    if (g->log_choice)
-      vr_log(VR_LOG_INFO, "exact gemm T=%d N=%d K=%d sig=%d: candidate %d of %d", p->T, p->N, p->K,
-             plan_sig(p, with_bias), k, p->n_algos);
-    if (k == p->n_algos) {
-      plan_destroy(p);
-      return 0;
-    }
-    p->algo = p->cand[k];
+    /* exact-size mode: the heuristic's first choice for this size, never tuned (it beat the
+     * algorithms of the bucket plans, and device memory stayed the same: docs/benchmarks.md) */
+    vr_log(VR_LOG_DEBUG, "exact-size gemm T=%d N=%d K=%d: the first of %d candidates", p->T, p->N, p->K, p->n_algos);
     p->tuned = 1;
-  } else {
-    remember_algo(g, p);
   }
   return 1;
 }
@@ -180,9 +149,6 @@ extern "C" int vr_cuda_gemm_init(vr_cuda_gemm_t **out, size_t workspace_bytes) {
     return -21;
   }
   g->workspace_bytes = workspace_bytes;
-  const char *e = getenv("VR_CUDA_EXACT_ALGOS"), *l = getenv("VR_CUDA_GEMM_LOG");
-  g->exact_known = e && !strcmp(e, "known");
-  g->log_choice = l && !strcmp(l, "1");
   if (VR_CUDA_TRY(cudaEventCreate(&g->ev0)) || VR_CUDA_TRY(cudaEventCreate(&g->ev1))) {
     vr_cuda_gemm_free(g);
     return -21;
@@ -209,15 +175,17 @@ extern "C" uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g) { return
 extern "C" size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g) { return g->workspace_bytes; }
 
 /* exact 0: a bucket plan (cache). exact 1: an exact-size forward's plan (xcache) on the
- * heuristic's first choice (VR_CUDA_EXACT_ALGOS=known: its best known one); NULL when there
- * is none (remembered, so it is asked once per key; no bias-kernel fallback). exact 2: an
+ * heuristic's first choice; NULL when there is none (remembered, so it is asked once per
+ * key; no bias-kernel fallback). exact 2: an
  * exact-size plan on any algorithm (xcache; replaces a remembered miss), for a call the
  * bucket plan is not valid for; like exact 0 it never returns NULL. */
-static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int has_bias, int beta1,
-                                int gelu, int exact) {
+static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, int T, int N, int K,
+                                int out_f32, int has_bias, int beta1, int gelu, int exact) {
   uint32_t h = 2166136261u;
   const int key[7] = {T, N, K, out_f32, has_bias, beta1, gelu};
   for (int i = 0; i < 7; ++i) h = (h ^ (uint32_t)key[i]) * 16777619u;
+  /* the forward's (N, T) hashes as it did before the operand layouts were part of the key */
+  if (op_a != VR_CUDA_OP_N || op_b != VR_CUDA_OP_T) h = (h ^ (uint32_t)(4 | op_a | op_b << 1)) * 16777619u;
   /* 4-way probing: a model's ~4 GEMM shapes per token bucket must not evict each other */
   vr_gemm_plan_t *cache = exact ? g->xcache : g->cache;
   const uint32_t n_cache = exact ? VR_GEMM_XCACHE : VR_GEMM_CACHE;
@@ -225,7 +193,7 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
   for (int w = 0; w < 4; ++w) {
     vr_gemm_plan_t *q = &cache[(h + (uint32_t)w) % n_cache];
     if (q->used && q->T == T && q->N == N && q->K == K && q->out_f32 == out_f32 && q->has_bias == has_bias &&
-        q->beta1 == beta1 && q->gelu == gelu) {
+        q->beta1 == beta1 && q->gelu == gelu && q->op_a == op_a && q->op_b == op_b) {
       if (q->used == 1) return q;
       if (exact == 1) return NULL;
       p = q; /* exact 2: rebuild the remembered miss */
@@ -242,6 +210,8 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
   p->has_bias = has_bias;
   p->beta1 = beta1;
   p->gelu = gelu;
+  p->op_a = op_a;
+  p->op_b = op_b;
   p->bias_fallback = 0;
   p->tuned = 0;
   if (plan_build(g, p, has_bias, exact)) return p;
@@ -256,12 +226,13 @@ static vr_gemm_plan_t *plan_get(vr_cuda_gemm_t *g, int T, int N, int K, int out_
       return p;
     }
   }
-  vr_log(VR_LOG_FATAL, "cuBLASLt found no algorithm for bf16 GEMM T=%d N=%d K=%d out=%s on device %d",
-         T, N, K, out_f32 ? "f32" : "bf16", vr_cuda_current_device_());
+  vr_log(VR_LOG_FATAL, "cuBLASLt found no algorithm for bf16 GEMM T=%d N=%d K=%d ops %c%c out=%s on device %d", T,
+         N, K, op_a == VR_CUDA_OP_T ? 'T' : 'N', op_b == VR_CUDA_OP_T ? 'T' : 'N', out_f32 ? "f32" : "bf16",
+         vr_cuda_current_device_());
   abort();
 }
 
-/* C: the beta term's input (D itself for an in-place accumulate). */
+/* C: the beta term's input (D itself for an in-place accumulate). W: our B (cuBLASLt's A). */
 static cublasStatus_t run_algo(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, const cublasLtMatmulAlgo_t *algo, void *D,
                                const void *C, const uint16_t *A, const uint16_t *W, float beta, cudaStream_t s) {
   const float alpha = 1.f;
@@ -292,7 +263,6 @@ static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void 
   }
   VR_CUDA_CHECK(cudaGetLastError());
   p->algo = p->cand[best_i];
-  remember_algo(g, p);
   p->tuned = 1;
   g->plans_tuned++;
   vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d%s%s: candidate %d of %d, %.1f us", p->T, p->N, p->K,
@@ -313,21 +283,23 @@ static void set_cols(vr_gemm_plan_t *p, uint64_t T) {
 
 extern "C" void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T) { g->plan_T = T > 0 ? T : 0; }
 
-/* The one entry: D = A W^T [+ bias] [+ C when beta = 1] (C may be D). */
-static void gemm_run(vr_cuda_gemm_t *g, void *D, const void *C, int out_f32, const uint16_t *A, const uint16_t *W,
-                     const void *bias, int gelu, int T, int N, int K, float beta, cudaStream_t s) {
+/* The one entry: D = op_a(A) op_b(W) [+ bias] [+ C when beta = 1] (C may be D); T = M rows. */
+static void gemm_run(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, void *D, const void *C, int out_f32,
+                     const uint16_t *A, const uint16_t *W, const void *bias, int gelu, int T, int N, int K, float beta,
+                     cudaStream_t s) {
   if (T <= 0 || N <= 0) return;
   VR_ASSERT(K > 0 && (beta == 0.f || beta == 1.f));
   VR_ASSERT(!gelu || (bias && !out_f32 && beta == 0.f));
-  /* exact-size mode (plan_T > T): a plan for exactly T rows with a known algorithm, else the
-   * plan_T-row plan with its row count set to T for this call */
+  /* exact-size mode (plan_T > T): a plan for exactly T rows, else (no algorithm for it) the
+   * plan_T-row plan with its row count set to T for this call. Only for op_a N: with op_a T
+   * the row count is the leading dimension of A, which a plan cannot change per call. */
   vr_gemm_plan_t *p = NULL;
   int PT = T;
-  if (g->plan_T > T) {
-    p = plan_get(g, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 1);
+  if (g->plan_T > T && op_a == VR_CUDA_OP_N) {
+    p = plan_get(g, op_a, op_b, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 1);
     if (!p) PT = g->plan_T;
   }
-  if (!p) p = plan_get(g, PT, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 0);
+  if (!p) p = plan_get(g, op_a, op_b, PT, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 0);
   if (PT != T) {
     set_cols(p, (uint64_t)T);
     cublasLtMatmulHeuristicResult_t chk;
@@ -335,7 +307,7 @@ static void gemm_run(vr_cuda_gemm_t *g, void *D, const void *C, int out_f32, con
             CUBLAS_STATUS_SUCCESS ||
         chk.workspaceSize > g->workspace_bytes) { /* not valid at T rows: a plan of T's own, any algorithm */
       set_cols(p, (uint64_t)PT);
-      p = plan_get(g, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 2);
+      p = plan_get(g, op_a, op_b, T, N, K, out_f32, bias != NULL, beta != 0.f, gelu, 2);
       PT = T;
     }
   }
@@ -356,10 +328,17 @@ static void gemm_run(vr_cuda_gemm_t *g, void *D, const void *C, int out_f32, con
 
 extern "C" void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
                                 const void *bias, int gelu, int T, int N, int K, float beta, cudaStream_t s) {
-  gemm_run(g, D, D, out_f32, A, W, bias, gelu, T, N, K, beta, s);
+  gemm_run(g, VR_CUDA_OP_N, VR_CUDA_OP_T, D, D, out_f32, A, W, bias, gelu, T, N, K, beta, s);
 }
 
 extern "C" void vr_cuda_gemm_res(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
                                  const void *bias, const void *C, int T, int N, int K, cudaStream_t s) {
-  gemm_run(g, D, C, out_f32, A, W, bias, 0, T, N, K, 1.f, s);
+  gemm_run(g, VR_CUDA_OP_N, VR_CUDA_OP_T, D, C, out_f32, A, W, bias, 0, T, N, K, 1.f, s);
+}
+
+extern "C" void vr_cuda_gemm_op(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, void *D, int out_f32,
+                                const uint16_t *A, const uint16_t *B, const void *bias, int gelu, const void *C, int M,
+                                int N, int K, float beta, cudaStream_t s) {
+  VR_ASSERT((op_a == VR_CUDA_OP_N || op_a == VR_CUDA_OP_T) && (op_b == VR_CUDA_OP_N || op_b == VR_CUDA_OP_T));
+  gemm_run(g, op_a, op_b, D, C ? C : D, out_f32, A, B, bias, gelu, M, N, K, beta, s);
 }

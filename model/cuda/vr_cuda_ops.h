@@ -1,6 +1,7 @@
 /* vr_cuda_ops.h: the CUDA backend's kernels and cuBLASLt wrapper (internal to
  * model/cuda/ and its tests in tests/cuda/; C linkage, no CUDA types beyond
  * cudaStream_t so plain C tests can drive every kernel against a CPU reference).
+ * One op family per .cu, named in each section's title.
  *
  * Conventions: bf16 tensors are passed as uint16_t* (bit patterns), fp32 as
  * float*. Shapes in comments: (T, C) = T packed tokens by C features,
@@ -32,12 +33,12 @@ extern "C" {
  * that launch reads meta + 1, so its N_TILES word is this one */
 #define VR_CUDA_META_N_LTILES 2
 
-/* ---- conversions (weights at load) ---------------------------------------- */
+/* ---- conversions (weights at load): vr_cuda_convert.cu -------------------- */
 /* src holds n elements of dtype (0 f32, 1 f16, 2 bf16: vr_dtype_t). */
 void vr_cuda_convert_to_bf16(uint16_t *dst, const void *src, int src_dtype, size_t n, cudaStream_t s);
 void vr_cuda_convert_to_f32(float *dst, const void *src, int src_dtype, size_t n, cudaStream_t s);
 
-/* ---- embeddings + first norm ---------------------------------------------- */
+/* ---- embeddings + first norm: vr_cuda_embed.cu ----------------------------- */
 /* Encoder: x[t] = LN(tok[ids[t]] + pos_emb[pos[t]] + type_emb[0]) * w + b (fp32), xn = bf16(x).
  * Decoder (pos_emb == NULL, b == NULL): x[t] = tok[ids[t]], xn = bf16(RMS(x) * w).
  * tok, pos_emb, type_emb: (V, C) tables, bf16 or (emb_f32 = 1) fp32; x (T, C) fp32;
@@ -46,7 +47,7 @@ void vr_cuda_embed_norm(float *x, uint16_t *xn, const int32_t *ids, const int32_
                         const void *tok, const void *pos_emb, const void *type_emb, int emb_f32,
                         const float *w, const float *b, int T, int C, float eps, cudaStream_t s);
 
-/* ---- norms ---------------------------------------------------------------- */
+/* ---- norms: vr_cuda_norm.cu ------------------------------------------------ */
 /* Post-norm (encoders): x = LN(x) * w + b in place (fp32), xn = bf16(x). */
 void vr_cuda_layernorm(float *x, uint16_t *xn, const float *w, const float *b, int T, int C,
                        float eps, cudaStream_t s);
@@ -58,18 +59,25 @@ void vr_cuda_layernorm_b16(const uint16_t *y, const uint16_t *r, uint16_t *xn, f
 /* Pre-norm (decoders): xn = bf16(x * rsqrt(mean(x^2) + eps) * w); x unchanged. */
 void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C, float eps,
                      cudaStream_t s);
+/* The same in fp32 (decoders' final norm, the trunk's hidden states): y = x * rsqrt(mean(x^2)
+ * + eps) * w; y may be x (in place). */
+void vr_cuda_rmsnorm_f32(const float *x, float *y, const float *w, int T, int C, float eps, cudaStream_t s);
 
-/* ---- elementwise ---------------------------------------------------------- */
+/* ---- RoPE: vr_cuda_rope.cu ------------------------------------------------- */
 /* RoPE (rotate_half convention) in place on the H query heads at q_off and the
  * Hkv key heads at k_off of each row of qkv (T, ld), head_dim D:
  * angle = pos[t] * inv_freq[i], cos/sin multiplied by attn_scaling. */
 void vr_cuda_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
                   const int32_t *pos, const float *inv_freq, float attn_scaling, int T,
                   cudaStream_t s);
+
+/* ---- row gathers: vr_cuda_gather.cu ----------------------------------------- */
 /* dst row j = src row rows[j] for j < min(n, meta[VR_CUDA_META_N_SEQS]), rows of row_bytes
  * bytes (a multiple of 2); dst must not overlap src. */
 void vr_cuda_gather_rows(void *dst, const void *src, const int32_t *rows, const int32_t *meta, int n, int row_bytes,
                          cudaStream_t s);
+
+/* ---- activations and bias: vr_cuda_act.cu ---------------------------------- */
 /* out[t, i] = silu(gu[t, i]) * gu[t, I + i]; gu (T, 2I), out (T, I). */
 void vr_cuda_swiglu(uint16_t *out, const uint16_t *gu, int T, int I, cudaStream_t s);
 /* h[t, i] = gelu(h[t, i] + b[i]) in place; tanh_approx selects gelu_new; b may be NULL. */
@@ -77,7 +85,14 @@ void vr_cuda_bias_gelu(uint16_t *h, const float *b, int T, int I, int tanh_appro
 /* y[t, n] += b[n]; y is fp32 (y_f32 = 1, b fp32) or bf16 (b bf16). */
 void vr_cuda_add_bias(void *y, int y_f32, const void *b, int T, int N, cudaStream_t s);
 
-/* ---- attention ------------------------------------------------------------ */
+/* ---- attention: vr_cuda_attention.cu (+ vr_cuda_attention_fa.cuh) ---------- */
+/* The kernels (vr_cuda_attention picks by head_dim and batch rows; tests and benchmarks may
+ * name one with vr_cuda_attention_run). */
+typedef enum vr_cuda_attn_kernel {
+  VR_CUDA_ATTN_KERNEL_GENERIC = 0, /* fp32, one warp per query row, 64-row tiles: any D in 1..256 */
+  VR_CUDA_ATTN_KERNEL_FA64 = 1,    /* tensor cores, 64-row query tiles of 4 warps x 16 rows: D 16/32/64/128 */
+  VR_CUDA_ATTN_KERNEL_FA128 = 2,   /* tensor cores, 128-row query tiles of 4 warps x 32 rows: D 16/32/64 */
+} vr_cuda_attn_kernel_t;
 /* Variable-length multi-head attention over packed sequences, no padding:
  * for each sequence, head h, query i: softmax_j(scale * q_i . k_j) v_j over the
  * keys j of the same sequence (j <= i when causal; i - j < window when
@@ -85,52 +100,50 @@ void vr_cuda_add_bias(void *y, int y_f32, const void *b, int T, int N, cudaStrea
  * q_off + h*D, key/value head h / (H / Hkv) at k_off / v_off (GQA).
  * out (T, ld_out): head h at h*D. grid_tiles: blocks along the tile axis
  * (each loops over meta[1] tiles); pass n_tiles for an eager launch or an
- * upper bound for a graph. Tensor cores for D in {16, 32, 64, 128}; a fp32
- * warp-per-query path otherwise (D <= 256). rows_hint: the batch's (bucket's) rows,
- * or 0; small batches take the four-warp kernel (see vr_cuda_attention_set_impl). */
+ * upper bound for a graph. rows_hint: the batch's (bucket's) rows, or 0 (unknown); the
+ * kernel is vr_cuda_attention_kernel(D, rows_hint). */
 void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
                        int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
                        int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale,
                        int rows_hint, cudaStream_t s);
-/* Query rows per attention tile the launch for head_dim D and rows_hint takes (64 or 128):
- * the tile list passed to vr_cuda_attention must be made of tiles of this many rows
- * (q0 multiples of it). VR_CUDA_ATTN_BM (64) is the smallest, so counts made with it
- * bound any tile list. */
+/* The same with the kernel named; it must fit D (vr_cuda_attention_kernel_fits) and the tile
+ * list must be made of vr_cuda_attention_kernel_rows(k)-row tiles. */
+void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
+                           uint16_t *out, int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
+                           int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale, cudaStream_t s);
+/* The automatic choice: FA128 for D <= 64 in batches of 4096+ rows (or rows_hint 0), FA64 for
+ * smaller batches and D = 128, GENERIC for head dims without a tensor-core kernel. */
+vr_cuda_attn_kernel_t vr_cuda_attention_kernel(int D, int rows_hint);
+/* "generic", "fa64", "fa128" (static strings). */
+const char *vr_cuda_attention_kernel_name(vr_cuda_attn_kernel_t k);
+/* 1 when kernel k runs head_dim D; vr_cuda_attention supports D iff GENERIC fits it. */
+int vr_cuda_attention_kernel_fits(vr_cuda_attn_kernel_t k, int D);
+/* Query rows per tile of kernel k (64 or 128): q0 of its tile list are multiples of it.
+ * VR_CUDA_ATTN_BM (64) is the smallest, so counts made with it bound any tile list. */
+int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k);
+/* Blocks of kernel k for head_dim D that fit on one multiprocessor at once (occupancy query;
+ * >= 1): the backend sizes graph grids with it. */
+int vr_cuda_attention_kernel_resident(vr_cuda_attn_kernel_t k, int D);
+/* The two above for the automatic choice's kernel. */
 int vr_cuda_attention_tile_rows(int D, int rows_hint);
-/* Blocks of the attention kernel a launch for head_dim D and rows_hint takes that fit on one
- * multiprocessor at once (occupancy query; >= 1): the backend sizes graph grids with it. */
 int vr_cuda_attention_resident_blocks(int D, int rows_hint);
-/* Which path vr_cuda_attention takes for D: 1 tensor cores, 0 fallback, -1 unsupported. */
-int vr_cuda_attention_path(int D);
-/* Tensor-core kernel (VR_CUDA_ATTN names in brackets): 6 = default ("auto": 128-row
- * tiles of 4 warps x 32 rows for D <= 64 in batches of 4096+ rows, else 64-row tiles of 4
- * warps x 16 rows), 5 = 128-row tiles ("fa128", D <= 64), 2 = 64-row tiles of 2 warps x 32
- * rows ("fa2", D <= 64), 3 / 4 = 64-row tiles of 4 warps x 16 rows ("fa4", "fa4r":
- * registers bounded for 4 blocks per SM), 7 / 8 = 128-row / four-warp 64-row tiles with Q
- * fragments read from shared memory ("fa128q", "fa4q"), 1 = the first mma.sync kernel ("mma"), 0 = the
- * wmma kernel ("wmma"). For tests and comparisons; not thread-safe, call before launches
- * (and before graphs are sized). */
-void vr_cuda_attention_set_impl(int impl);
-/* 1 when this build has the wgmma kernel (impl 9: sm_90a code only, -DVR_CUDA_ARCH=90a);
- * without it impl 9 runs the four-warp kernel. */
-int vr_cuda_attention_has_wgmma(void);
 
-/* ---- heads ---------------------------------------------------------------- */
+/* ---- score heads: vr_cuda_head.cu ------------------------------------------ */
 /* Decoder score: for each sequence i < meta[0], row r = rows[i] of x (T, C) fp32:
  * scores[i] = dot(RMS(x[r]) * norm_w, score_w) (score_w fp32 (C)). */
 void vr_cuda_score_decoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
                            const float *norm_w, const float *score_w, int C, float eps,
                            int grid, cudaStream_t s);
 /* Encoder head: h = tanh(W1 x[r] + b1) (W1 fp32 (C, C)), scores[i] = W2 . h + b2 (W2 (C)).
- * Spread over vr_cuda_score_encoder_blocks(C) blocks of 64 dense rows per sequence (the
- * head was one block per sequence, 150 us on roberta-base); partial: scratch of
+ * Spread over vr_cuda_score_encoder_blocks(C) blocks of 64 dense rows per sequence (one
+ * block per sequence was slow: docs/benchmarks.md); partial: scratch of
  * (sequences) x vr_cuda_score_encoder_blocks(C) floats. Deterministic summation order. */
 void vr_cuda_score_encoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
                            const float *w1, const float *b1, const float *w2, const float *b2,
                            int C, int grid, float *partial, cudaStream_t s);
 int vr_cuda_score_encoder_blocks(int C);
 
-/* ---- GEMM (cuBLASLt) ------------------------------------------------------ */
+/* ---- GEMM (cuBLASLt): vr_cuda_gemm.cu -------------------------------------- */
 typedef struct vr_cuda_gemm vr_cuda_gemm_t;
 /* Creates the cuBLASLt handle, a workspace of workspace_bytes on the current
  * device and an empty plan cache. Returns 0 or a negative vr_status_t. */
@@ -153,10 +166,21 @@ void vr_cuda_gemm_ex(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A,
  * D = the pre-norm sum. */
 void vr_cuda_gemm_res(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
                       const void *bias, const void *C, int T, int N, int K, cudaStream_t s);
+/* Operand layout in vr_cuda_gemm_op: as stored (N) or transposed (T). */
+typedef enum vr_cuda_op { VR_CUDA_OP_N = 0, VR_CUDA_OP_T = 1 } vr_cuda_op_t;
+/* The general form, row-major: D (M, N) = op_a(A) (M, K) . op_b(B) (K, N) [+ bias (N)]
+ * [+ beta * C], with gelu as in vr_cuda_gemm_ex (0: none). A is stored (M, K) for op_a N, (K, M)
+ * for T; B is stored (K, N) for op_b N, (N, K) for T; C (M, N) of D's type, NULL = D itself.
+ * vr_cuda_gemm* are (N, T) with B = W. A training step's other two products are
+ * dX (T, C) = dY (T, N) . W (N, C): (N, N), and dW (N, C) = dY^T . X: (T, N) with A = dY
+ * (T, N), B = X (T, C), M = N, K = T. Plans are cached per (ops, shape, ...) like the
+ * forward's; exact-size mode (vr_cuda_gemm_set_plan_rows) applies to op_a N only. */
+void vr_cuda_gemm_op(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, void *D, int out_f32,
+                     const uint16_t *A, const uint16_t *B, const void *bias, int gelu, const void *C, int M, int N,
+                     int K, float beta, cudaStream_t s);
 /* Exact-size mode while T > 0: a GEMM of fewer than T rows gets a plan for its exact row
- * count with the heuristic's first algorithm for that size (VR_CUDA_EXACT_ALGOS=known: its
- * best among those already in use outside this mode, e.g. at warm-up); when there is none,
- * it runs on the plan made for T rows with the layouts' row count set to the call's, or, if
+ * count with the heuristic's first algorithm for that size; when there is none, it runs on
+ * the plan made for T rows with the layouts' row count set to the call's, or, if
  * cublasLtMatmulAlgoCheck rejects that algorithm at the call's size, on a plan of the call's
  * size with any algorithm. 0 turns it off. */
 void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);

@@ -9,7 +9,10 @@
  * lies above STALL - f*DURATION. Expected here: max ~ 300 ms, p99 ~ 280 ms,
  * p90 ~ 100 ms. A bench that measured from the actual send (coordinated
  * omission) would see the stall in only the few requests in flight, and its
- * p90 would stay near the unstalled latency (well under a millisecond).
+ * p90 would stay near the unstalled latency.
+ * The checks are lower bounds that the real stall guarantees (a slower machine only
+ * adds latency) and one upper bound on the median, half the stall, far above any
+ * unstalled latency and far below a bench that added the stall to every request.
  * Run for the shm transport and for HTTP. */
 #include <math.h>
 #include <setjmp.h>
@@ -39,7 +42,7 @@ static void stall_run(const char *transport) {
   unlink(json);
 
   char *srv_argv[] = {server_bin, "--model", "checksum", "--device", "cpu", "--shm-name", shm,
-                      "--port", port_s, "--log-level", "warn", NULL};
+                      "--port", port_s, "--log-level", "warn", "--lanes", "16", "--arena-mb", "1", NULL};
   pid_t srv = bt_spawn(srv_argv);
   assert_true(srv > 0);
   if (!bt_wait_ready(srv, port, 60)) fail_msg("server did not become ready");
@@ -60,7 +63,7 @@ static void stall_run(const char *transport) {
   double base = bt_metric_sum(port, "verl_reward_requests_total");
   assert_true(base >= 0);
   while (bt_metric_sum(port, "verl_reward_requests_total") <= base) {
-    if (bt_now() - t0 > 30) fail_msg("the bench sent nothing within 30 s");
+    if (bt_now() - t0 > 60) fail_msg("the bench sent nothing within 60 s (a hang guard)");
     usleep(5000);
   }
   usleep((useconds_t)((WARMUP + 0.8) * 1e6));
@@ -95,7 +98,7 @@ static void stall_run(const char *transport) {
   if (!(p99 >= 0.7 * want99)) fail_msg("p99 %.0f us, CO-correct value ~%.0f us", p99, want99);
   if (!(p90 >= 0.5 * want90)) fail_msg("p90 %.0f us, CO-correct value ~%.0f us", p90, want90);
   /* and the median stays a normal latency: the stall is a tail, not a shift */
-  if (!(p50 < want90)) fail_msg("p50 %.0f us should be far below the stall", p50);
+  if (!(p50 < 0.5 * stall_us)) fail_msg("p50 %.0f us should be far below the %.0f us stall", p50, stall_us);
   cJSON_Delete(j);
   unlink(json);
 }

@@ -5,8 +5,9 @@
  * with the monotonic clock), and writes JSON: load seconds, median / min
  * latency, tokens/s, device memory, and the scores.
  *
- * Usage: cuda_bench_runner --model DIR [--device cuda:0] [--max-batch-tokens N]
+ * Usage: cuda_bench_runner --model DIR [--device cuda:0] [--max-batch-tokens N] [--cuda-OPTION VALUE]...
  *        {--warmup N --iters N --seqs FILE --out JSON}... [--shapes NxL,... --shapes-out JSON]
+ * --cuda-OPTION: the server's CUDA tuning flags (--cuda-graphs off, ...: vr_cuda_options_set).
  * --shapes: fixed-shape latency and pipelining (the server's batcher's view): for each
  * shape N sequences of L fresh random tokens (8 different batches, rotated), vr_model_score
  * one batch at a time (median / p99 of `iters` calls), then `iters` batches through
@@ -149,8 +150,7 @@ static int run_shape(vr_model_t *m, uint32_t n, uint32_t L, int iters, FILE *f, 
   int32_t *ids[N_ROT];
   float *sync_sc[N_ROT], *pipe_sc[N_ROT];
   int32_t *st = malloc(n * sizeof *st);
-  static uint64_t rng = 0;
-  if (!rng) rng = (uint64_t)time(NULL) * 2654435761u + 1;
+  static uint64_t rng = 0x9E3779B97F4A7C15ull; /* fixed: every run times the same token ids */
   for (uint32_t i = 0; i <= n; ++i) cu[i] = i * L;
   for (int r = 0; r < N_ROT; ++r) {
     ids[r] = malloc((size_t)n * L * sizeof(int32_t));
@@ -217,7 +217,11 @@ int main(int argc, char **argv) {
   work_t work[MAX_WORK];
   int nw = 0, warmup = 2, iters = 10;
   const char *seqs = NULL, *shapes = NULL, *shapes_out = NULL;
+  vr_model_options_t opt;
+  vr_model_options_init(&opt);
   for (int i = 1; i + 1 < argc; i += 2) {
+    char err[160];
+    int crc;
     if (!strcmp(argv[i], "--model")) model = argv[i + 1];
     else if (!strcmp(argv[i], "--seqs")) seqs = argv[i + 1];
     else if (!strcmp(argv[i], "--out") && seqs && nw < MAX_WORK) {
@@ -229,7 +233,13 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--shapes")) shapes = argv[i + 1];
     else if (!strcmp(argv[i], "--shapes-out")) shapes_out = argv[i + 1];
-    else {
+    else if (!strncmp(argv[i], "--", 2) &&
+             (crc = vr_cuda_options_set(&opt.cuda, argv[i] + 2, argv[i + 1], err, sizeof err)) != VR_ERR_NOT_FOUND) {
+      if (crc) {
+        fprintf(stderr, "--%s\n", err);
+        return 2;
+      }
+    } else {
       fprintf(stderr, "unexpected option %s (each --out must follow its --seqs; at most %d workloads)\n", argv[i],
               MAX_WORK);
       return 2;
@@ -249,8 +259,6 @@ int main(int argc, char **argv) {
       return 1;
     }
   }
-  vr_model_options_t opt;
-  vr_model_options_init(&opt);
   opt.device = device;
   opt.max_batch_tokens = max_tokens;
   vr_model_t *m = NULL;

@@ -11,11 +11,11 @@ difference is not amplified by depth), scores sequences of growing length with
 and prints one row per sequence. Usage:
   diag_llama_vs_transformers.py --runner PATH/cuda_bench_runner --dir /tmp/diag [--layers 2] [--rope-bf16]
 
-Finding (2026-12-01, H200): with model.to(torch.bfloat16) transformers' rotary
-inv_freq buffers are rounded to bf16 too (and stay rounded after .float()), so
-its scores drift from ours - cuda and cpu backends alike - as sequences grow
-(ours matched at 8-65 tokens, 14% off at 200, 40% at 1500 on 2 layers).
---rope-bf16 reproduces that; the default keeps inv_freq fp32.
+Finding (docs/benchmarks.md, "Run 2-3 score mismatch and its cause"): with
+model.to(torch.bfloat16) transformers' rotary inv_freq buffers are rounded to bf16
+too (and stay rounded after .float()), so its scores drift from ours - cuda and cpu
+backends alike - as sequences grow. --rope-bf16 reproduces that; the default keeps
+inv_freq fp32.
 """
 import argparse
 import json

@@ -1,7 +1,8 @@
 /* test_cuda_kernels.c: every kernel of the CUDA backend against a plain CPU
- * computation in double precision on fresh random inputs (seeded from the
- * clock unless VR_TEST_SEED is set; the seed is printed). Outputs are poisoned
- * (NaN) before each launch so an unwritten element fails the check.
+ * computation in double precision on pseudo-random inputs (a fixed seed unless
+ * VR_TEST_SEED is set; the seed is printed: tests/common/vr_test_seed.h).
+ * Outputs are poisoned (NaN) before each launch so an unwritten element fails
+ * the check.
  * Exit code: 0 pass, 1 fail, 77 no GPU (ctest: skipped). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -9,10 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
+#include "vr_test_seed.h"
 
 static int g_fail = 0;
 static uint64_t g_rng = 88172645463325252ull;
@@ -101,7 +102,10 @@ static float *bf_arr_to_f(const uint16_t *b, size_t n) {
 
 /* ------------------------------------------------------------ attention */
 
-static void test_attention(int H, int Hkv, int D, int causal, int window, const int *lens, int n) {
+/* force: the kernel to run (vr_cuda_attention_run), or NULL for the automatic choice
+ * (vr_cuda_attention with the batch's rows as the hint). */
+static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, int D, int causal, int window,
+                           const int *lens, int n) {
   int T = 0;
   for (int i = 0; i < n; ++i) T += lens[i];
   const int ld = (H + 2 * Hkv) * D, qoff = 0, koff = H * D, voff = (H + Hkv) * D;
@@ -110,7 +114,8 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
   int32_t *cu = malloc((n + 1) * 4), *tiles = malloc((size_t)2 * (T + n) * 4), meta[4] = {n, 0, 0, 0};
   cu[0] = 0;
   int nt = 0;
-  const int tile_rows = vr_cuda_attention_tile_rows(D, T); /* the kernel the launch below takes */
+  const vr_cuda_attn_kernel_t kernel = force ? *force : vr_cuda_attention_kernel(D, T); /* what the launch takes */
+  const int tile_rows = vr_cuda_attention_kernel_rows(kernel);
   for (int i = 0; i < n; ++i) {
     cu[i + 1] = cu[i] + lens[i];
     for (int q0 = 0; q0 < lens[i]; q0 += tile_rows) {
@@ -160,13 +165,16 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
   for (int pass = 0; pass < 2; ++pass) {
     const int grid = pass == 0 ? nt : 3; /* pass 1: fewer blocks than tiles (graph mode) */
     CK(cudaMemset(d_out, 0xFF, (size_t)T * H * D * 2));
-    vr_cuda_attention(d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D, causal,
-                      window, (float)scale, T, 0);
+    if (force)
+      vr_cuda_attention_run(kernel, d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D,
+                            causal, window, (float)scale, 0);
+    else
+      vr_cuda_attention(d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D, causal,
+                        window, (float)scale, T, 0);
     tohost(out, d_out, (size_t)T * H * D * 2);
     float *of = bf_arr_to_f(out, (size_t)T * H * D);
-    snprintf(what, sizeof what, "attention %s H%d/%d D%d %s win%d n%d T%d grid%d tile%d",
-             vr_cuda_attention_path(D) ? "tc" : "fb", H, Hkv, D, causal ? "causal" : "bidir", window, n, T, grid,
-             tile_rows);
+    snprintf(what, sizeof what, "attention %s%s H%d/%d D%d %s win%d n%d T%d grid%d", vr_cuda_attention_kernel_name(kernel),
+             force ? "" : " (auto)", H, Hkv, D, causal ? "causal" : "bidir", window, n, T, grid);
     check_rel(what, ref, of, (size_t)T * H * D, 1e-2);
     free(of);
   }
@@ -178,62 +186,69 @@ static void test_attention(int H, int Hkv, int D, int causal, int window, const 
   free(qkv), free(qf), free(cu), free(tiles), free(ref), free(sc), free(out);
 }
 
-static void attention_suite(void);
-static void attention_suites(void) {
-  printf("-- attention: default (auto)\n");
-  vr_cuda_attention_set_impl(6);
-  attention_suite();
-  printf("-- attention: 128-row tiles (four warps of 32 rows)\n");
-  vr_cuda_attention_set_impl(5);
-  attention_suite();
-  printf("-- attention: Q fragments from shared memory (128-row tiles; four warps of 16 rows)\n");
-  vr_cuda_attention_set_impl(7);
-  attention_suite();
-  vr_cuda_attention_set_impl(8);
-  attention_suite();
-  if (vr_cuda_attention_has_wgmma()) {
-    printf("-- attention: wgmma (head_dim 64; others take the four-warp kernel)\n");
-    vr_cuda_attention_set_impl(9);
-    attention_suite();
-  } else {
-    printf("-- attention: wgmma not in this build (no sm_90a code): skipped\n");
+/* The automatic choice by shape (host only). */
+static void test_attention_choice(void) {
+  static const struct {
+    int D, rows;
+    vr_cuda_attn_kernel_t want;
+  } cases[] = {
+      {64, 4096, VR_CUDA_ATTN_KERNEL_FA128},  {64, 0, VR_CUDA_ATTN_KERNEL_FA128},
+      {16, 1 << 20, VR_CUDA_ATTN_KERNEL_FA128}, {64, 4095, VR_CUDA_ATTN_KERNEL_FA64},
+      {32, 1, VR_CUDA_ATTN_KERNEL_FA64},      {128, 1 << 20, VR_CUDA_ATTN_KERNEL_FA64},
+      {80, 4096, VR_CUDA_ATTN_KERNEL_GENERIC}, {8, 64, VR_CUDA_ATTN_KERNEL_GENERIC},
+  };
+  int ok = 1;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    const vr_cuda_attn_kernel_t got = vr_cuda_attention_kernel(cases[i].D, cases[i].rows);
+    if (got != cases[i].want) {
+      printf("FAIL attention choice D%d rows %d: %s, expected %s\n", cases[i].D, cases[i].rows, vr_cuda_attention_kernel_name(got),
+             vr_cuda_attention_kernel_name(cases[i].want));
+      ok = 0;
+    }
   }
-  printf("-- attention: two warps of 32 rows\n");
-  vr_cuda_attention_set_impl(2);
-  attention_suite();
-  printf("-- attention: four-warp variants of the default kernel\n");
-  vr_cuda_attention_set_impl(3);
-  attention_suite();
-  vr_cuda_attention_set_impl(4);
-  attention_suite();
-  printf("-- attention: four-warp mma.sync kernel\n");
-  vr_cuda_attention_set_impl(1);
-  attention_suite();
-  printf("-- attention: wmma kernel\n");
-  vr_cuda_attention_set_impl(0);
-  attention_suite();
-  vr_cuda_attention_set_impl(6);
+  ok &= vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA128) == 128 &&
+        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA64) == 64 &&
+        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_GENERIC) == 64;
+  ok &= !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA128, 128) &&
+        !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_GENERIC, 257);
+  printf("%s attention kernel choice by head_dim and rows\n", ok ? "ok  " : "FAIL");
+  if (!ok) g_fail = 1;
 }
 
-static void attention_suite(void) {
+/* force: as test_attention; the head dims a forced kernel does not fit are skipped. */
+static void attention_suite(const vr_cuda_attn_kernel_t *force) {
   const int dims[] = {16, 32, 64, 128, 8, 24, 80};
   for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di) {
     const int D = dims[di];
+    if (force && !vr_cuda_attention_kernel_fits(*force, D)) continue;
     int lens[6];
     const int n = 1 + irand(5);
     for (int i = 0; i < n; ++i) lens[i] = 1 + irand(D >= 128 ? 200 : 300);
     lens[0] = 64 + irand(2) * 1; /* a full tile and a tile + 1 row */
     if (n > 1) lens[1] = 1;
-    test_attention(4, 2, D, 1, 0, lens, n);
-    test_attention(4, 4, D, 0, 0, lens, n);
+    test_attention(force, 4, 2, D, 1, 0, lens, n);
+    test_attention(force, 4, 4, D, 0, 0, lens, n);
     if (D == 64) {
-      test_attention(8, 1, D, 1, 0, lens, n);  /* MQA */
-      test_attention(4, 2, D, 1, 40, lens, n); /* sliding window */
+      test_attention(force, 8, 1, D, 1, 0, lens, n);  /* MQA */
+      test_attention(force, 4, 2, D, 1, 40, lens, n); /* sliding window */
     }
   }
   const int one[1] = {1100}; /* one long causal sequence (many key tiles) */
-  test_attention(2, 1, 128, 1, 0, one, 1);
-  test_attention(2, 2, 64, 0, 0, one, 1);
+  if (!force || vr_cuda_attention_kernel_fits(*force, 128)) test_attention(force, 2, 1, 128, 1, 0, one, 1);
+  if (!force || vr_cuda_attention_kernel_fits(*force, 64)) test_attention(force, 2, 2, 64, 0, 0, one, 1);
+}
+
+/* The automatic choice (these batches are under 4096 rows: FA64, GENERIC for other head dims),
+ * then each tensor-core kernel forced on every head dim it fits. The kernels the choice was
+ * made against are checked by tests/cuda/cuda_attention_bench.cu (--check). */
+static void attention_suites(void) {
+  printf("-- attention: automatic choice\n");
+  attention_suite(NULL);
+  static const vr_cuda_attn_kernel_t forced[] = {VR_CUDA_ATTN_KERNEL_FA128, VR_CUDA_ATTN_KERNEL_FA64};
+  for (size_t i = 0; i < sizeof forced / sizeof forced[0]; ++i) {
+    printf("-- attention: %s forced\n", vr_cuda_attention_kernel_name(forced[i]));
+    attention_suite(&forced[i]);
+  }
 }
 
 /* ---------------------------------------------------------------- norms */
@@ -346,6 +361,10 @@ static void test_norms(int T, int C) {
   snprintf(what, sizeof what, "rmsnorm bf16 T%d C%d", T, C);
   check_rel(what, ref, xnf, (size_t)T * C, 1e-2);
   free(xnf);
+  vr_cuda_rmsnorm_f32(d_x, d_x, d_w, T, C, eps, 0); /* fp32, in place (the final norm) */
+  tohost(xo, d_x, (size_t)T * C * 4);
+  snprintf(what, sizeof what, "rmsnorm fp32 in place T%d C%d", T, C);
+  check_rel(what, ref, xo, (size_t)T * C, 1e-5);
 
   /* embeddings: encoder (tok + pos + type, LN) and decoder (tok, RMS) */
   const int V = 97, P = 130;
@@ -517,15 +536,23 @@ static void test_act(int T, int I) {
 
 /* ----------------------------------------------------------------- gemm */
 
-static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int with_bias, int beta1) {
+/* D (T, N) = op_a(A) op_b(W) [+ bias] [+ C]: ops (N, T) go through vr_cuda_gemm / vr_cuda_gemm_res
+ * (the forward's D = A W^T, A stored (T, K), W (N, K)), other ops through vr_cuda_gemm_op with A
+ * stored (K, T) for op_a T and W stored (K, N) for op_b N. beta1: 0 none, 1 D += (C = D),
+ * 2 C in its own buffer. */
+static void test_gemm_ops(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, int T, int N, int K, int out_f32,
+                          int with_bias, int beta1) {
+  const int fwd = op_a == VR_CUDA_OP_N && op_b == VR_CUDA_OP_T;
   float *af, *wf, *bfv;
   uint16_t *a = rand_bf((size_t)T * K, 1, &af), *w = rand_bf((size_t)N * K, 1, &wf), *bb = rand_bf(N, 1, &bfv);
   float *d0 = rand_f((size_t)T * N, -2, 2);
   double *ref = malloc((size_t)T * N * sizeof(double));
+#define A_AT(t, k) (op_a == VR_CUDA_OP_N ? af[(size_t)(t) * K + (k)] : af[(size_t)(k) * T + (t)])
+#define W_AT(n, k) (op_b == VR_CUDA_OP_T ? wf[(size_t)(n) * K + (k)] : wf[(size_t)(k) * N + (n)])
   for (int t = 0; t < T; ++t)
     for (int n = 0; n < N; ++n) {
       double s = 0;
-      for (int k = 0; k < K; ++k) s += (double)af[(size_t)t * K + k] * wf[(size_t)n * K + k];
+      for (int k = 0; k < K; ++k) s += (double)A_AT(t, k) * W_AT(n, k);
       if (with_bias) s += bfv[n];
       if (beta1) s += d0[(size_t)t * N + n];
       ref[(size_t)t * N + n] = s;
@@ -543,21 +570,26 @@ static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int w
       for (int t = 0; t < T; ++t)
         for (int n = 0; n < N; ++n) {
           double s = 0;
-          for (int k = 0; k < K; ++k) s += (double)af[(size_t)t * K + k] * wf[(size_t)n * K + k];
+          for (int k = 0; k < K; ++k) s += (double)A_AT(t, k) * W_AT(n, k);
           ref[(size_t)t * N + n] = s + (with_bias ? bfv[n] : 0) + d0[(size_t)t * N + n];
         }
     d_d = beta1 ? todev(d0b, (size_t)T * N * 2) : dmalloc((size_t)T * N * 2);
     free(d0b);
   }
+#undef A_AT
+#undef W_AT
   void *d_c = NULL; /* beta1 == 2: C in its own buffer, D written elsewhere */
   if (beta1 == 2) {
     const size_t bytes = (size_t)T * N * (out_f32 ? 4 : 2);
     d_c = d_d;
     d_d = dmalloc(bytes);
-    vr_cuda_gemm_res(g, d_d, out_f32, d_a, d_w, d_bias, d_c, T, N, K, 0);
-  } else {
-    vr_cuda_gemm(g, d_d, out_f32, d_a, d_w, d_bias, T, N, K, beta1 ? 1.f : 0.f, 0);
   }
+  if (!fwd)
+    vr_cuda_gemm_op(g, op_a, op_b, d_d, out_f32, d_a, d_w, d_bias, 0, d_c, T, N, K, beta1 ? 1.f : 0.f, 0);
+  else if (beta1 == 2)
+    vr_cuda_gemm_res(g, d_d, out_f32, d_a, d_w, d_bias, d_c, T, N, K, 0);
+  else
+    vr_cuda_gemm(g, d_d, out_f32, d_a, d_w, d_bias, T, N, K, beta1 ? 1.f : 0.f, 0);
   float *got = malloc((size_t)T * N * 4);
   if (out_f32) {
     tohost(got, d_d, (size_t)T * N * 4);
@@ -568,8 +600,8 @@ static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int w
     free(gb);
   }
   char what[128];
-  snprintf(what, sizeof what, "gemm T%d N%d K%d out %s bias %d beta %d", T, N, K, out_f32 ? "f32" : "bf16",
-           with_bias, beta1);
+  snprintf(what, sizeof what, "gemm %c%c T%d N%d K%d out %s bias %d beta %d", op_a == VR_CUDA_OP_T ? 'T' : 'N',
+           op_b == VR_CUDA_OP_T ? 'T' : 'N', T, N, K, out_f32 ? "f32" : "bf16", with_bias, beta1);
   check_rel(what, ref, got, (size_t)T * N, out_f32 ? 1e-5 : 1e-2);
   if (d_c) { /* C is only read */
     const size_t n = (size_t)T * N;
@@ -592,6 +624,10 @@ static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int w
   CK(cudaFree(d_a)); CK(cudaFree(d_w)); CK(cudaFree(d_d));
   if (d_bias) CK(cudaFree(d_bias));
   free(a), free(af), free(w), free(wf), free(bb), free(bfv), free(d0), free(ref), free(got);
+}
+
+static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int with_bias, int beta1) {
+  test_gemm_ops(g, VR_CUDA_OP_N, VR_CUDA_OP_T, T, N, K, out_f32, with_bias, beta1);
 }
 
 /* ---------------------------------------------------------------- heads */
@@ -677,15 +713,23 @@ int main(void) {
     printf("no CUDA device: skipped\n");
     return 77;
   }
-  const char *seed = getenv("VR_TEST_SEED");
-  g_rng = seed ? strtoull(seed, NULL, 10) : (uint64_t)time(NULL) * 2654435761ull + 1;
-  if (!g_rng) g_rng = 1;
-  printf("seed %llu\n", (unsigned long long)g_rng);
-  const char *only = getenv("VR_TEST_ATTN_IMPL"); /* one attention kernel alone (sanitizer runs) */
+  g_rng = vr_test_seed("test_cuda_kernels", 1);
+  if (!g_rng) g_rng = 1; /* xorshift: 0 stays 0 */
+  test_attention_choice();
+  /* VR_TEST_ATTN_KERNEL=auto|fa64|fa128|generic: that attention suite alone (sanitizer runs) */
+  const char *only = getenv("VR_TEST_ATTN_KERNEL");
   if (only) {
-    printf("-- attention: impl %d only (VR_TEST_ATTN_IMPL)\n", atoi(only));
-    vr_cuda_attention_set_impl(atoi(only));
-    attention_suite();
+    static const vr_cuda_attn_kernel_t all[] = {VR_CUDA_ATTN_KERNEL_GENERIC, VR_CUDA_ATTN_KERNEL_FA64,
+                                                VR_CUDA_ATTN_KERNEL_FA128};
+    const vr_cuda_attn_kernel_t *k = NULL;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
+      if (!strcmp(only, vr_cuda_attention_kernel_name(all[i]))) k = &all[i];
+    if (!k && strcmp(only, "auto")) {
+      printf("FAIL VR_TEST_ATTN_KERNEL=%s: not auto|fa64|fa128|generic\n", only);
+      return 1;
+    }
+    printf("-- attention: %s only (VR_TEST_ATTN_KERNEL)\n", only);
+    attention_suite(k);
     printf("%s\n", g_fail ? "FAILED" : "all kernel checks passed");
     return g_fail;
   }
@@ -710,6 +754,19 @@ int main(void) {
   vr_cuda_gemm_set_plan_rows(g, 0);
   test_gemm(g, 37, 48, 64, 0, 0, 2);
   test_gemm(g, 129, 96, 200, 1, 1, 2);  /* residual form, fp32 */
+  /* the other operand layouts (a training step's dX = dY W and dW = dY^T X), then the
+   * forward's again, its plans now cached beside theirs */
+  /* (leading dimensions are feature sizes, multiples of 8 as in the backend; the token count,
+   * M of dX or K of dW, is any number) */
+  test_gemm_ops(g, VR_CUDA_OP_N, VR_CUDA_OP_N, 37, 48, 64, 0, 0, 0);
+  test_gemm_ops(g, VR_CUDA_OP_N, VR_CUDA_OP_N, 300, 768, 1024, 1, 0, 1);  /* dX += dY W, fp32 */
+  test_gemm_ops(g, VR_CUDA_OP_T, VR_CUDA_OP_N, 768, 256, 300, 1, 0, 0);   /* dW = dY^T X: M = N out, K = T */
+  test_gemm_ops(g, VR_CUDA_OP_T, VR_CUDA_OP_N, 96, 200, 129, 1, 0, 1);    /* dW += dY^T X */
+  test_gemm_ops(g, VR_CUDA_OP_T, VR_CUDA_OP_T, 64, 48, 40, 0, 1, 2);     /* bias + separate C */
+  test_gemm(g, 37, 48, 64, 0, 0, 0); /* the (N, T) plan is still the cached one */
+  vr_cuda_gemm_set_plan_rows(g, 300); /* exact-size mode leaves op_a T alone */
+  test_gemm_ops(g, VR_CUDA_OP_T, VR_CUDA_OP_N, 216, 96, 64, 1, 1, 0);
+  vr_cuda_gemm_set_plan_rows(g, 0);
   test_gemm_gelu(g, 77, 256, 64);
   test_gemm_gelu(g, 256, 3072, 768);
   vr_cuda_gemm_free(g);

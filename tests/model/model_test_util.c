@@ -2,6 +2,7 @@
 #include "model_test_util.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +13,23 @@
 #include <cmocka.h>
 
 #include "vr_log.h"
+
+double mt_rel_err(double got, double want) {
+  double d = fabs(got - want) / fmax(1.0, fabs(want));
+  return isnan(d) ? INFINITY : d;
+}
+
+double mt_max_rel(const float *got, const double *want, uint32_t n) {
+  double mx = 0;
+  for (uint32_t i = 0; i < n; i++) mx = fmax(mx, mt_rel_err(got[i], want[i]));
+  return mx;
+}
+
+double mt_max_rel_ff(const float *got, const float *want, uint32_t n) {
+  double mx = 0;
+  for (uint32_t i = 0; i < n; i++) mx = fmax(mx, mt_rel_err(got[i], want[i]));
+  return mx;
+}
 
 const char *mt_models_dir(void) {
   static char dir[1024];

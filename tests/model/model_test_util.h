@@ -8,6 +8,33 @@
 
 #include <cjson/cJSON.h>
 
+/* Score tolerances, stated once for every model test (the Python suites' twins are in
+ * tests/python/vr_testlib.py). Exact floats are promised by the checksum scorer and by the cpu
+ * backend against itself (MT_TOL_CPU_BATCH); the others bound
+ * the relative error mt_rel_err() = |got - want| / max(1, |want|) unless stated otherwise.
+ *   MT_TOL_TRANSFORMERS       the cpu backend (f32) vs transformers' golden scores (f32 torch,
+ *                             tools/make_fixtures.py): another summation order, other BLAS
+ *                             kernels on another CPU
+ *   MT_TOL_CPU_BATCH          the cpu backend vs itself on the same sequences in another batch
+ *                             (packed, split, pipelined, other threads): 0, exact, because the
+ *                             backend promises bit-identical scores (docs/protocol.md)
+ *   MT_TOL_HALF_SAVE          a bf16 / f16 save vs transformers' scores of its f32 source
+ *   MT_TOL_ROPE               the loader's RoPE inv_freq table vs transformers' (f32 rounding),
+ *                             relative to the value itself
+ *   MT_TOL_CUDA_TRANSFORMERS  the cuda backend (bf16 compute) vs the golden scores, as
+ *                             ||cuda - golden|| / ||golden|| over a batch (tests/cuda) */
+#define MT_TOL_TRANSFORMERS 1e-4
+#define MT_TOL_CPU_BATCH 0.0
+#define MT_TOL_HALF_SAVE 5e-2
+#define MT_TOL_ROPE 1e-6
+#define MT_TOL_CUDA_TRANSFORMERS 1e-2
+
+/* |got - want| / max(1, |want|); INFINITY when either is NaN. */
+double mt_rel_err(double got, double want);
+/* The largest mt_rel_err over n scores. */
+double mt_max_rel(const float *got, const double *want, uint32_t n);
+double mt_max_rel_ff(const float *got, const float *want, uint32_t n);
+
 /* A golden.json written by tools/make_fixtures.py. */
 typedef struct mt_golden {
   char name[64];

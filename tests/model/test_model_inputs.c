@@ -58,8 +58,8 @@ static void check_mixed(const char *name, int limit) {
                                    vr_status_name(want[i]));
     assert_true(want[i] == 0 ? isfinite(scores[i]) : isnan(scores[i]));
   }
-  assert_true(fabs(scores[0] - g.scores[0]) <= 1e-4 * fmax(1, fabs(g.scores[0])));
-  assert_true(fabs(scores[3] - g.scores[1]) <= 1e-4 * fmax(1, fabs(g.scores[1])));
+  assert_true(mt_rel_err(scores[0], g.scores[0]) <= MT_TOL_TRANSFORMERS);
+  assert_true(mt_rel_err(scores[3], g.scores[1]) <= MT_TOL_TRANSFORMERS);
   /* vr_model_check_seq agrees */
   assert_int_equal(vr_model_check_seq(m, ids + cu[1], 3), VR_ERR_TOKEN_RANGE);
   assert_int_equal(vr_model_check_seq(m, ids, 0), VR_ERR_EMPTY_SEQ);
@@ -103,7 +103,7 @@ static void test_batch_token_cap(void **state) {
     float one;
     uint32_t c1[2] = {0, cu[i + 1] - cu[i]};
     assert_int_equal(vr_model_score(m, many + cu[i], c1, 1, &one, NULL), 0);
-    assert_true(fabsf(one - s[i]) <= 1e-5f * fmaxf(1.0f, fabsf(one)));
+    assert_true(mt_rel_err(s[i], one) <= MT_TOL_CPU_BATCH);
   }
   vr_model_free(m);
 }

@@ -97,7 +97,7 @@ static void test_good_and_bad_lines(void **state) {
   } errs[] = {{3, "malformed JSON"}, {4, "outside the model's vocabulary"}, {5, "no \"input_ids\""},
               {6, "input_ids[0] is not an integer"}};
   double s0 = cJSON_GetObjectItem(lines[0], "score")->valuedouble;
-  assert_true(fabs(s0 - g.scores[0]) <= 1e-4 * fmax(1, fabs(g.scores[0])));
+  assert_true(mt_rel_err(s0, g.scores[0]) <= MT_TOL_TRANSFORMERS);
   for (int i = 0; i < 4; i++) {
     const cJSON *e = cJSON_GetObjectItem(lines[1 + i], "error");
     assert_true(cJSON_IsString(e));
@@ -108,7 +108,7 @@ static void test_good_and_bad_lines(void **state) {
     assert_int_equal(cJSON_GetObjectItem(lines[1 + i], "line")->valueint, errs[i].line);
   }
   double s5 = cJSON_GetObjectItem(lines[5], "score")->valuedouble;
-  assert_true(fabs(s5 - g.scores[5]) <= 1e-4 * fmax(1, fabs(g.scores[5])));
+  assert_true(mt_rel_err(s5, g.scores[5]) <= MT_TOL_TRANSFORMERS);
   const cJSON *e8 = cJSON_GetObjectItem(lines[6], "error");
   assert_true(cJSON_IsString(e8) && strstr(e8->valuestring, "line 8: empty sequence"));
   for (int i = 0; i < n; i++) cJSON_Delete(lines[i]);
@@ -140,7 +140,7 @@ static void test_stdin_all_golden(void **state) {
   assert_int_equal((uint32_t)n, g.n_seqs);
   for (int i = 0; i < n; i++) {
     double s = cJSON_GetObjectItem(lines[i], "score")->valuedouble;
-    if (!(fabs(s - g.scores[i]) <= 1e-4 * fmax(1, fabs(g.scores[i]))))
+    if (!(mt_rel_err(s, g.scores[i]) <= MT_TOL_TRANSFORMERS))
       fail_msg("line %d: %.9g vs transformers %.9g", i + 1, s, g.scores[i]);
     cJSON_Delete(lines[i]);
   }
@@ -165,8 +165,69 @@ static void test_bad_model_and_usage(void **state) {
   assert_int_equal(run_tool(NULL, a2), 2);
 }
 
+/* The determinism promise as a user sees it: on every fixture, --threads 1, --threads 2,
+ * --threads 2 --max-seqs 1 (each sequence scored alone) and the input in reverse order on
+ * 3 threads print the same score text (%.9g: float round trip) for every sequence. */
+static void run_to_text(const char *in, const char *const *args, char **text) {
+  assert_int_equal(run_tool(in, args), 0);
+  char out[1300];
+  snprintf(out, sizeof out, "%s/out.jsonl", mt_tmp);
+  *text = mt_read_file(out, NULL);
+}
+
+static void test_bit_identical_threads_and_batches(void **state) {
+  (void)state;
+  static char names[64][64];
+  int nm = mt_list_models(names, 64);
+  assert_true(nm >= 10);
+  for (int k = 0; k < nm; k++) {
+    char model[1200], in[1300], rin[1300];
+    mt_model_path(model, sizeof model, names[k]);
+    mt_golden_t g;
+    mt_golden_load(model, &g);
+    static char buf[1 << 17], rbuf[1 << 17];
+    buf[0] = rbuf[0] = 0;
+    for (uint32_t i = 0; i < g.n_seqs; i++) {
+      append_seq(buf, sizeof buf, &g, i);
+      append_seq(rbuf, sizeof rbuf, &g, g.n_seqs - 1 - i);
+    }
+    snprintf(in, sizeof in, "%s/in.jsonl", mt_tmp);
+    snprintf(rin, sizeof rin, "%s/rin.jsonl", mt_tmp);
+    mt_write_file(in, buf, strlen(buf));
+    mt_write_file(rin, rbuf, strlen(rbuf));
+    const char *a1[] = {"--model", model, "--threads", "1", NULL};
+    const char *a2[] = {"--model", model, "--threads", "2", NULL};
+    const char *a3[] = {"--model", model, "--threads", "2", "--max-seqs", "1", NULL};
+    const char *a4[] = {"--model", model, "--threads", "3", NULL};
+    char *t1, *t2, *t3, *t4;
+    run_to_text(in, a1, &t1);
+    run_to_text(in, a2, &t2);
+    run_to_text(in, a3, &t3);
+    run_to_text(rin, a4, &t4);
+    if (strcmp(t1, t2) != 0) fail_msg("%s: --threads 1 and 2 differ:\n%s\n%s", names[k], t1, t2);
+    if (strcmp(t1, t3) != 0) fail_msg("%s: batch and --max-seqs 1 differ:\n%s\n%s", names[k], t1, t3);
+    /* reverse the lines of t4 and compare */
+    char *lines[256];
+    int n = 0;
+    for (char *save = NULL, *l = strtok_r(t4, "\n", &save); l && n < 256; l = strtok_r(NULL, "\n", &save))
+      lines[n++] = l;
+    assert_int_equal((uint32_t)n, g.n_seqs);
+    size_t off = 0;
+    for (int i = n - 1; i >= 0; i--) {
+      size_t len = strlen(lines[i]);
+      if (strncmp(t1 + off, lines[i], len) != 0 || t1[off + len] != '\n')
+        fail_msg("%s: reversed input, line %d: %s vs %.*s", names[k], n - i, lines[i], (int)len, t1 + off);
+      off += len + 1;
+    }
+    assert_int_equal(off, strlen(t1));
+    free(t1), free(t2), free(t3), free(t4);
+    mt_golden_free(&g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_bit_identical_threads_and_batches, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_good_and_bad_lines, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_stdin_all_golden, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_bad_model_and_usage, mt_setup_tmp, mt_teardown_tmp),

@@ -1,12 +1,14 @@
 """Shared helpers of the Python suites: paths from ctest's environment, the
-checksum model's reference function, and a real verl-reward-server process
-that is always killed (tearDown / atexit), with a unique shm name and port."""
+checksum model's reference function, the score tolerances, and a real
+verl-reward-server process that is always killed (tearDown / atexit), with a
+unique shm name and port."""
 
 import atexit
 import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -24,6 +26,30 @@ FIXTURE_MODEL = os.path.join(FIXTURES, "models", "llama_gqa")
 
 _M64 = (1 << 64) - 1
 
+# Score tolerances, stated once for every Python suite (the C tests' twins are in
+# tests/model/model_test_util.h). Only the checksum model promises exact floats.
+# The cpu backend (float32) against the transformers golden scores of tests/fixtures/models
+# (tools/make_fixtures.py, float32 torch), per sequence:
+#     |ours - golden| <= TRANSFORMERS_REL_TOL * max(1, |golden|)
+TRANSFORMERS_REL_TOL = 1e-4
+# The cuda backend (bf16 compute) against the same golden scores, over a batch:
+#     ||cuda - golden|| / ||golden|| <= CUDA_TRANSFORMERS_REL_TOL
+CUDA_TRANSFORMERS_REL_TOL = 1e-2
+
+
+def assert_scores_close(tc, got, want, tol=TRANSFORMERS_REL_TOL, what="scores"):
+    """Per-sequence check |got - want| <= tol * max(1, |want|) (NaN never passes); on failure
+    the message lists every sequence outside it as (index, got, want)."""
+    tc.assertEqual(len(got), len(want), "%s: %d scores for %d sequences" % (what, len(got), len(want)))
+    bad = [(i, g, w) for i, (g, w) in enumerate(zip(got, want)) if not abs(g - w) <= tol * max(1.0, abs(w))]
+    tc.assertEqual(bad, [], "%s: %d of %d outside %g relative" % (what, len(bad), len(want), tol))
+
+
+def norm_rel_err(got, want):
+    """||got - want|| / ||want|| over a batch (the cuda tolerance's measure)."""
+    num = sum((a - b) ** 2 for a, b in zip(got, want)) ** 0.5
+    return num / ((sum(b * b for b in want) ** 0.5) or 1.0)
+
 
 def checksum_score(ids):
     """Python twin of common/vr_checksum.h vr_checksum_score (exact float value)."""
@@ -36,6 +62,23 @@ def checksum_score(ids):
     h = (h * 0x94D049BB133111EB) & _M64
     h ^= h >> 31
     return (h >> 40) / 16777216.0
+
+
+# verl-reward-server's default segment (32 lanes with 4 MiB arenas, every page allocated at
+# start) takes about 130 MiB of /dev/shm. The tests' servers take 16 lanes of 1 MiB, so that
+# several at once (ctest -j) fit a small /dev/shm (Docker's default is 64 MiB); a test that
+# needs more passes its own --lanes / --arena-mb.
+TEST_LANES = 16
+TEST_SEGMENT_ARGS = ("--lanes", str(TEST_LANES), "--arena-mb", "1")
+
+
+def with_test_segment(args):
+    """args plus TEST_SEGMENT_ARGS' flags that args does not set itself."""
+    args = list(args)
+    for flag, value in zip(TEST_SEGMENT_ARGS[::2], TEST_SEGMENT_ARGS[1::2]):
+        if flag not in args:
+            args += [flag, value]
+    return args
 
 
 def free_port():
@@ -65,7 +108,7 @@ class Server:
         self.log_path = os.path.join(os.environ.get("TMPDIR", "/tmp"), self.shm_name + ".log")
         self.log = open(self.log_path, "wb")
         args = [SERVER, "--model", model, "--shm-name", self.shm_name, "--port", str(self.port),
-                "--device", "cpu"] + list(extra_args)
+                "--device", "cpu"] + with_test_segment(extra_args)
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL)
         _live.append(self)
@@ -137,6 +180,17 @@ class Server:
 def _kill_leftovers():
     for s in list(_live):
         s.stop()
+
+
+def f32(x):
+    """Round a score back to the float32 the server computed (scores travel as text/doubles)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def assert_scores_identical(tc, got, want, what="scores"):
+    """The cpu backend's promise (docs/protocol.md): the same float32 bits, whatever the batch,
+    the threads or the transport."""
+    tc.assertEqual([f32(x) for x in got], [f32(x) for x in want], what)
 
 
 def score_tool(model_dir, seqs):

@@ -134,8 +134,9 @@ typedef struct flood {
   const char *name;
   int inflight, requests, seqs, len;
   pthread_barrier_t submitted;
-  /* results, under mu */
+  /* under mu: the next client's number (its token ids' seed), then the results */
   pthread_mutex_t mu;
+  int next_client;
   long ok, shutting_down, overloaded, other, mismatch, connect_failed, unanswered;
 } flood_t;
 
@@ -157,6 +158,9 @@ static void fill(slot_t *sl, const flood_t *f, uint64_t *seed, uint32_t vocab) {
 
 static void *flood_main(void *arg) {
   flood_t *f = arg;
+  pthread_mutex_lock(&f->mu);
+  uint64_t seed = 1 + (uint64_t)f->next_client++; /* fixed per client: the same ids on every run */
+  pthread_mutex_unlock(&f->mu);
   vr_client_options_t o;
   vr_client_options_init(&o);
   o.connect_timeout_us = 10000000;
@@ -176,7 +180,6 @@ static void *flood_main(void *arg) {
   vr_client_limits(c, &lim);
   int checksum = lim.vocab_size == 0;
   uint32_t vocab = lim.vocab_size ? lim.vocab_size : 32000;
-  uint64_t seed = (uint64_t)(uintptr_t)&seed ^ (uint64_t)getpid();
   slot_t *slots = calloc((size_t)f->inflight, sizeof *slots);
   for (int k = 0; k < f->inflight; k++) {
     slots[k].ids = calloc((size_t)f->seqs * (size_t)f->len, sizeof(int32_t));

@@ -282,12 +282,29 @@ static void test_settings(void **state) {
   assert_int_equal(vr_settings_set(&s, "truncate", "middle", err, sizeof err), VR_ERR_INVAL);
   assert_int_equal(vr_settings_set(&s, "nope", "1", err, sizeof err), VR_ERR_NOT_FOUND);
   assert_int_equal(vr_settings_set(&s, "max-batch-tokens", "0", err, sizeof err), VR_ERR_INVAL);
+  /* the CUDA tuning: model/'s defaults, names and values */
+  assert_int_equal(s.cuda.graphs, 1);
+  assert_int_equal(s.cuda.warmup, 1);
+  assert_int_equal(s.cuda.exact_size, 1);
+  assert_int_equal(s.cuda.autotune, VR_CUDA_AUTOTUNE_OFF);
+  assert_int_equal(s.cuda.residual, VR_CUDA_RESIDUAL_AUTO);
+  assert_int_equal(vr_settings_set(&s, "cuda-graphs", "off", err, sizeof err), 0);
+  assert_int_equal(s.cuda.graphs, 0);
+  assert_int_equal(vr_settings_set(&s, "cuda_autotune", "all", err, sizeof err), 0);
+  assert_int_equal(s.cuda.autotune, VR_CUDA_AUTOTUNE_ALL);
+  assert_int_equal(vr_settings_set(&s, "cuda-residual", "bf16", err, sizeof err), 0);
+  assert_int_equal(s.cuda.residual, VR_CUDA_RESIDUAL_BF16);
+  assert_int_equal(vr_settings_set(&s, "cuda-warmup", "0", err, sizeof err), VR_ERR_INVAL);
+  assert_non_null(strstr(err, "cuda-warmup"));
+  assert_non_null(strstr(err, "'0'"));
+  assert_int_equal(s.cuda.warmup, 1);
+  assert_int_equal(vr_settings_set(&s, "cuda-nope", "on", err, sizeof err), VR_ERR_NOT_FOUND);
 
   char path[] = "/tmp/vr_settings_XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   const char *text = "---\n# comment\nport: 9001\nmax-wait-us = 250  # inline\nreward: \"model:0.7, gsm8k:0.3\"\n"
-                     "\n  truncate: left\n";
+                     "\n  truncate: left\ncuda_exact_size: off\n";
   assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
   close(fd);
   vr_settings_init(&s);
@@ -296,6 +313,7 @@ static void test_settings(void **state) {
   assert_int_equal(s.max_wait_us, 250);
   assert_string_equal(s.reward, "model:0.7, gsm8k:0.3");
   assert_int_equal(s.truncate, VR_TRUNCATE_LEFT);
+  assert_int_equal(s.cuda.exact_size, 0);
   /* flags override the file */
   char *argv[] = {"srv", "--config", path, "--port=9002", "--max-wait-us", "7", NULL};
   vr_settings_init(&s);

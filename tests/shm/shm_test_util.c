@@ -2,7 +2,9 @@
 #define _GNU_SOURCE
 #include "shm_test_util.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +73,7 @@ void tu_name(char *buf, size_t n, const char *tag) {
 int tu_connect(const char *name, uint32_t spin_us, vr_client_t **out) {
   vr_client_options_t o;
   vr_client_options_init(&o);
-  o.connect_timeout_us = 20000000;
+  o.connect_timeout_us = TU_HANG_GUARD_US;
   o.spin_us = spin_us;
   return vr_client_connect(name, &o, out);
 }
@@ -140,6 +142,18 @@ int tu_server_stat(const tu_server_t *s, const char *key, uint64_t *v) {
   return rc;
 }
 
+int tu_read_byte(int fd, char *byte) {
+  struct pollfd pf = {.fd = fd, .events = POLLIN};
+  int rc;
+  while ((rc = poll(&pf, 1, (int)(TU_HANG_GUARD_US / 1000))) < 0 && errno == EINTR) {
+  }
+  if (rc != 1) {
+    fprintf(stderr, "no byte on fd %d within %u s\n", fd, TU_HANG_GUARD_US / 1000000);
+    return -1;
+  }
+  return read(fd, byte, 1) == 1 ? 0 : -1;
+}
+
 int tu_log_count(const tu_server_t *s, const char *needle) {
   FILE *f = fopen(s->log, "r");
   if (!f) return 0;
@@ -198,7 +212,7 @@ void tu_stop_on_usr1(void) {
   sigaction(SIGUSR1, &sa, NULL);
 }
 
-int tu_score_until_usr1(const char *name, uint64_t seed, uint32_t max_seqs, uint32_t max_len) {
+int tu_score_until_usr1(const char *name, uint64_t seed, uint32_t max_seqs, uint32_t max_len, int ready_fd) {
   vr_client_t *c;
   if (tu_connect(name, 0, &c) != 0) return 10;
   uint64_t rng = seed, n = 0;
@@ -213,7 +227,7 @@ int tu_score_until_usr1(const char *name, uint64_t seed, uint32_t max_seqs, uint
       return 11;
     }
     tu_batch_free(&tb);
-    n++;
+    if (n++ == 0 && ready_fd >= 0 && write(ready_fd, "r", 1) != 1) return 13;
   }
   free(sc);
   vr_client_close(c);

@@ -4,8 +4,8 @@
  * once (each id is collected once, a second collect says NOT_FOUND, and the
  * server's served count equals the number of requests sent).
  *
- * N = 20000 per client in both passes (about 3 s plain, 14 s under ASan+UBSan
- * on 2 cores); VR_SHM_STRESS_N overrides it for quick local runs. Each client
+ * N = 20000 per client in both passes (plain and ASan+UBSan); VR_SHM_STRESS_N
+ * overrides it for quick local runs. Nothing here is timed: the run time is printed. Each client
  * keeps up to 8 requests in flight and collects them in a random order on
  * lanes of 8 slots, so the arena's out-of-order frees and its allocation FIFO
  * bound (VR_ERR_BUSY) are exercised. */
@@ -59,7 +59,7 @@ static int client_main(const char *name, int k, int n) {
     for (int t = 0; t < DEPTH && !live[s]; t++) s = (s + 1) % DEPTH;
     if (!live[s]) continue;
     vr_request_info_t info;
-    int rc = vr_client_wait(c, id[s], 30000000, sc, NULL, &info);
+    int rc = vr_client_wait(c, id[s], TU_HANG_GUARD_US, sc, NULL, &info);
     if (rc) {
       fprintf(stderr, "client %d: wait: %s (%s)\n", k, vr_status_name(rc), vr_client_last_error());
       return 1;

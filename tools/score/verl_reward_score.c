@@ -1,12 +1,14 @@
 /* verl-reward-score: score token sequences offline with the model runtime.
  *
  *   verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]
- *                     [--threads N] [--max-batch-tokens N] [--stats] [--log-level L]
+ *                     [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--max-batch-tokens N]
+ *                     [--max-seqs N] [--stats] [--log-level L] [--cuda-OPTION VALUE]...   (the server's CUDA tuning flags)
  *
  * Input: JSON lines {"input_ids": [int, ...]} (stdin by default); blank lines are
  * skipped. Output (stdout): one line per input, in order: {"score": x}, or
  * {"error": "line N: reason", "line": N} for an input that could not be scored
- * (malformed JSON, bad ids, too long, ...). Errors are also logged to stderr and
+ * (malformed JSON, bad ids, too long, ...). --max-seqs caps the sequences per forward
+ * (1: every sequence scored alone). Errors are also logged to stderr and
  * make the exit status 1; a model that does not load gives status 2.
  * --stats prints tokens, sequences, wall time, tokens/s and peak RSS to stderr
  * (the numbers docs/benchmarks.md records). */
@@ -37,9 +39,19 @@ typedef struct vr_score_batch {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]\n"
-          "                         [--threads N] [--max-batch-tokens N] [--stats] [--log-level L]\n"
-          "Reads JSON lines {\"input_ids\": [...]} and writes {\"score\": x} per line, in order.\n");
+          "                         [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--max-batch-tokens N]\n"
+          "                         [--max-seqs N] [--stats]\n"
+          "                         [--log-level L] [--cuda-OPTION VALUE]...\n"
+          "Reads JSON lines {\"input_ids\": [...]} and writes {\"score\": x} per line, in order.\n"
+          "CUDA tuning (--device cuda), as verl-reward-server takes it:\n");
+  for (size_t i = 0; vr_cuda_option_at(i); i++) {
+    char flag[96];
+    snprintf(flag, sizeof flag, "--%s %s", vr_cuda_option_at(i)->name, vr_cuda_option_at(i)->values);
+    fprintf(f, "  %-32s %s\n", flag, vr_cuda_option_at(i)->help);
+  }
 }
+
+#define VR_SCORE_OPT_CUDA 1000 /* getopt value of the first --cuda-* option (vr_cuda_option_at order) */
 
 /* Parses one line into ids appended to b; returns NULL or a malloc'd reason. */
 static char *vr_score_parse(const char *text, size_t len, vr_score_batch_t *b) {
@@ -118,18 +130,37 @@ int main(int argc, char **argv) {
   vr_model_options_t opt;
   vr_model_options_init(&opt);
   int stats = 0;
-  static const struct option longopts[] = {
+  static const struct option base_opts[] = {
       {"model", required_argument, 0, 'm'},        {"model_name_or_path", required_argument, 0, 'm'},
       {"device", required_argument, 0, 'd'},       {"input", required_argument, 0, 'i'},
       {"threads", required_argument, 0, 't'},      {"max-batch-tokens", required_argument, 0, 'b'},
-      {"stats", no_argument, 0, 's'},              {"log-level", required_argument, 0, 'l'},
-      {"help", no_argument, 0, 'h'},               {0, 0, 0, 0}};
+      {"cpu-gemm", required_argument, 0, 'g'},
+      {"max-seqs", required_argument, 0, 'q'},     {"stats", no_argument, 0, 's'},
+      {"log-level", required_argument, 0, 'l'},
+      {"help", no_argument, 0, 'h'}};
+  enum { N_BASE = sizeof base_opts / sizeof base_opts[0], MAX_CUDA = 16 };
+  struct option longopts[N_BASE + MAX_CUDA + 1];
+  size_t nl = 0;
+  for (; nl < N_BASE; nl++) longopts[nl] = base_opts[nl];
+  for (size_t i = 0; i < MAX_CUDA && vr_cuda_option_at(i); i++)
+    longopts[nl++] = (struct option){vr_cuda_option_at(i)->name, required_argument, 0, VR_SCORE_OPT_CUDA + (int)i};
+  longopts[nl] = (struct option){0, 0, 0, 0};
   int c;
-  while ((c = getopt_long(argc, argv, "m:d:i:t:b:sl:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "m:d:i:t:b:q:g:sl:h", longopts, NULL)) != -1) {
     char *end;
+    if (c >= VR_SCORE_OPT_CUDA && vr_cuda_option_at((size_t)(c - VR_SCORE_OPT_CUDA))) {
+      char err[160];
+      if (vr_cuda_options_set(&opt.cuda, vr_cuda_option_at((size_t)(c - VR_SCORE_OPT_CUDA))->name, optarg, err,
+                              sizeof err) != 0) {
+        fprintf(stderr, "verl-reward-score: --%s\n", err);
+        return 2;
+      }
+      continue;
+    }
     switch (c) {
       case 'm': model_dir = optarg; break;
       case 'd': opt.device = optarg; break;
+      case 'g': opt.cpu_gemm = optarg; break;
       case 'i': input = optarg; break;
       case 't':
         opt.n_threads = (int)strtol(optarg, &end, 10);
@@ -145,6 +176,15 @@ int main(int argc, char **argv) {
           return 2;
         }
         opt.max_batch_tokens = (uint32_t)v;
+        break;
+      }
+      case 'q': {
+        long v = strtol(optarg, &end, 10);
+        if (*end || v <= 0 || v > (1L << 26)) {
+          fprintf(stderr, "verl-reward-score: --max-seqs needs a number in 1..%ld\n", 1L << 26);
+          return 2;
+        }
+        opt.max_seqs = (uint32_t)v;
         break;
       }
       case 's': stats = 1; break;

@@ -1,0 +1,42 @@
+/* vr_cuda_rope.cu: rotary position embeddings (rotate_half) on the q and k heads. Contract in
+ * vr_cuda_ops.h. */
+#include "vr_cuda_common.cuh"
+
+/* ---------------------------------------------------------------- kernels */
+
+/* One block per token: the D/2 angles once into shared memory (dynamic, D
+ * floats), then every (head, i) pair of the token's q and k heads. */
+__global__ void k_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
+                       const int32_t *pos, const float *inv_freq, float scaling) {
+  extern __shared__ float cs_sn[];
+  const int half = D / 2, nh = H + Hkv;
+  const size_t t = blockIdx.x;
+  const float p = (float)pos[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float sn, cs;
+    sincosf(p * inv_freq[i], &sn, &cs);
+    cs_sn[i] = cs * scaling;
+    cs_sn[half + i] = sn * scaling;
+  }
+  __syncthreads();
+  uint16_t *row = qkv + t * ld;
+  for (int idx = threadIdx.x; idx < nh * half; idx += blockDim.x) {
+    const int j = idx / half, i = idx - j * half;
+    uint16_t *base = row + (j < H ? q_off + j * D : k_off + (j - H) * D);
+    const float cs = cs_sn[i], sn = cs_sn[half + i];
+    const float x1 = bf(base[i]), x2 = bf(base[i + half]);
+    base[i] = to_bf(x1 * cs - x2 * sn);
+    base[i + half] = to_bf(x2 * cs + x1 * sn);
+  }
+}
+
+/* -------------------------------------------------------------- launchers */
+
+extern "C" void vr_cuda_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
+                             const int32_t *pos, const float *inv_freq, float attn_scaling, int T,
+                             cudaStream_t s) {
+  if (T <= 0 || D < 2) return;
+  k_rope<<<T, 128, (size_t)D * sizeof(float), s>>>(qkv, ld, q_off, k_off, H, Hkv, D, pos, inv_freq,
+                                                   attn_scaling);
+  VR_CUDA_CHECK_LAUNCH();
+}
