@@ -56,7 +56,10 @@ def config(steps=3, timeout=60, ar=4096, sync=100000, extra=""):
 def env(**kw):
     e = dict(os.environ)
     e.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", NCCL_NVLS_ENABLE="0",
-             OMPI_MCA_btl_vader_single_copy_mechanism="none")
+             OMPI_MCA_btl_vader_single_copy_mechanism="none",
+             # plugins stay loaded at exit, so a sanitizer build can name (and lsan.supp suppress)
+             # the allocations Open MPI keeps
+             OMPI_MCA_mca_base_component_disable_dlclose="1")
     for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_PROCID", "VERL_COMM_PROFILE"):
         e.pop(k, None)
     e.update(kw)
