@@ -5,6 +5,7 @@
 #                three fixtures), the server's gpu test, cuda_kernel_bench, the transformers
 #                comparison for roberta-base + llama-1b, fixed-shape latency (roberta-base)
 #   B            the transformers comparison for llama-8b (about 20 GB of model files under /tmp)
+#   T            verl-trainer's gpu test (NCCL on one GPU, every role colocated) with the comm trace
 # Binaries: VR_CUDA_BIN (a folder with cuda_bench_runner, cuda_kernel_bench, cuda_attention_bench, test_cuda_kernels,
 # test_cuda_model, test_cuda_determinism, vr_test_shm_client, verl-reward-server, verl-reward-score, verl-reward-bench,
 # built elsewhere with -DVR_CUDA=ON) or VR_CUDA_PACK (a .tgz of bin/ and lib/, extracted to
@@ -37,6 +38,13 @@ if [ "${PART:-A}" = A ]; then
   VR_BENCH_RUNNER=$B/cuda_bench_runner OUT=$OUT/bench timeout 300 tools/bench_vs_transformers.sh --only roberta-base,llama-1b --keep-models > $OUT/bench_console.log 2>&1; echo "bench rc=$? ($((SECONDS-t0))s)"; tail -10 $OUT/bench_console.log
   VR_CUDA_DET_MODELS=$M/roberta-base,$M/llama-1b timeout 240 $B/test_cuda_determinism > $OUT/det_big.log 2>&1; echo "test_cuda_determinism (roberta-base, llama-1b) rc=$? ($((SECONDS-t0))s)"; grep -E "^(ok|FAIL).*vr-bench|passed|FAILED" $OUT/det_big.log | head
   timeout 60 $B/cuda_bench_runner --model $M/roberta-base --max-batch-tokens 16384 --iters 300 --shapes 1x256,8x256,64x256,1x512 --shapes-out $OUT/shapes.json > $OUT/shapes.log 2>&1; echo "shapes rc=$?"; grep -E "^shape" $OUT/shapes.log
+elif [ "${PART:-A}" = T ]; then
+  # verl-trainer on NCCL (one GPU, every role colocated): the gpu test and a 20-step comm check
+  # with the trace; NCCL comes from the machine (torch's wheel ships libnccl.so.2)
+  NCCL_DIR=$(dirname "$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)")
+  export LD_LIBRARY_PATH=$NCCL_DIR:$LD_LIBRARY_PATH NCCL_NVLS_ENABLE=0
+  echo "libnccl from $NCCL_DIR; $(mpirun --version | head -1)"
+  VR_BIN_DIR=$B timeout 300 python3 tests/trainer/test_trainer_run.py -v TestGpu > $OUT/trainer_gpu.log 2>&1; echo "trainer TestGpu rc=$? ($((SECONDS-t0))s)"; tail -30 $OUT/trainer_gpu.log
 else
   VR_BENCH_RUNNER=$B/cuda_bench_runner OUT=$OUT/bench timeout 560 tools/bench_vs_transformers.sh --only llama-8b > $OUT/bench_console.log 2>&1; echo "bench 8b rc=$? ($((SECONDS-t0))s)"; tail -8 $OUT/bench_console.log
 fi
