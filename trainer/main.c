@@ -618,7 +618,9 @@ static int controller(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const
       vr_tm_time(&tm, "sync_weights", mono_s() - t0);
       double slowest = 0;
       for (int k = 0; k < n; k++) slowest = rep[k].value[0] > slowest ? rep[k].value[0] : slowest;
-      if (slowest > 0) vr_tm_set(&tm, "comm/weight_sync/busbw_gbps", (double)sync_n / slowest / 1e9);
+      /* one rank (actor and rollout on one device) broadcasts to nobody: no bandwidth; the
+       * device copy rate printed at start is that layout's ceiling */
+      if (slowest > 0 && n > 1) vr_tm_set(&tm, "comm/weight_sync/busbw_gbps", (double)sync_n / slowest / 1e9);
       vr_tm_set(&tm, "comm/weight_sync/ranks", n);
     }
     /* control round trip: DP split to the actor group, gathered back */

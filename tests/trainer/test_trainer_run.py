@@ -247,7 +247,10 @@ class TestGpu(Run):
         with open(os.path.join(prof, "nccl_trace.json")) as f:
             trace = json.load(f)
         ev = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["args"]["comm"] == "nccl"]
-        self.assertEqual(len([e for e in ev if e["cat"] == "weight_sync"]), 5)
+        self.assertEqual(len([e for e in ev if e["cat"] == "weight_sync" and e["args"]["op"] == "broadcast"]), 5)
+        self.assertEqual(len([e for e in ev if e["cat"] == "actor" and e["args"]["op"] == "all_reduce"]), 5)
+        self.assertNotIn("comm/weight_sync/busbw_gbps", m[0])  # one rank: nothing moves
+        self.assertEqual(m[0]["comm/weight_sync/ranks"], 1)
         self.assertTrue(all(e["tid"] >= 1 for e in ev))  # CUDA streams
         with open(os.path.join(prof, "summary.txt")) as f:
             sys.stdout.write(f.read())
