@@ -83,7 +83,8 @@ static void prof_event(vr_world_t *w, const vr_group_t *g, int op, uint64_t byte
   vr_commprof_event_t e;
   memset(&e, 0, sizeof e);
   snprintf(e.role, sizeof e.role, "%s", vr_group_name(g->id));
-  snprintf(e.comm, sizeof e.comm, "%s", g->device ? "nccl" : "mpi");
+  /* NCCL groups run their barriers through MPI, timed on the host (stream 0) */
+  snprintf(e.comm, sizeof e.comm, "%s", g->device && stream > 0 ? "nccl" : "mpi");
   e.op = op;
   e.ranks = g->size;
   e.stream = stream;
