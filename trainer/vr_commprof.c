@@ -191,6 +191,12 @@ int vr_commprof_write(const char *dir, const vr_commprof_event_t *ev, size_t n, 
       int ranks = popcount256(r->seen) > 0 ? popcount256(r->seen) : 1;
       double calls = (double)r->calls / ranks, bytes = (double)r->bytes / ranks, us = r->us / ranks;
       double alg = us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0;
+      if (r->ranks <= 1 && r->op != VR_PROF_SEND && r->op != VR_PROF_RECV) {
+        /* a one-rank collective moves nothing: a bandwidth would only be bytes over a no-op */
+        fprintf(g, "%-12s %-10s %-5s %5d %10.1f %14.0f %12.3f %10s %10s\n", r->role, op_name(r->op), r->comm,
+                r->ranks, calls, bytes, us / 1e3, "-", "-");
+        continue;
+      }
       fprintf(g, "%-12s %-10s %-5s %5d %10.1f %14.0f %12.3f %10.2f %10.2f\n", r->role, op_name(r->op), r->comm,
               r->ranks, calls, bytes, us / 1e3, alg, alg * vr_commprof_bus_factor(r->op, r->ranks));
     }
