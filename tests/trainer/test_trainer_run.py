@@ -229,6 +229,22 @@ class TestCpuErrors(Run):
         self.assertEqual(json.loads(dm[0][len("[INFO] device_map "):])["rollout"]["devices"], ["cpu:2"])
 
 
+class TestDocsExamples(Run):
+    """docs/examples/ stay true: the device maps check, the config runs."""
+    SRC = os.environ.get("VR_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+
+    def test_examples(self):
+        ex = os.path.join(self.SRC, "docs", "examples")
+        rc, out, err = self.run_trainer(["--device-map", os.path.join(ex, "device_map_8gpu.yaml"), "--check",
+                                         "--gpus", "8"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("  Reference: cuda:4 (colocated with critic)\n", out)
+        rc, out, err = self.run_trainer(["--config", os.path.join(ex, "ppo_comm_check.yaml"), "--comm-check",
+                                         "--steps", "2"])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual([r["step"] for r in self.metrics()], [1, 2])
+
+
 class TestGpu(Run):
     """Label gpu: NCCL on one GPU, every role colocated on cuda:0 (one worker process)."""
     MAP = GPU_MAP
