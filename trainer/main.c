@@ -20,6 +20,7 @@
  * (vr_commprof.h); NCCL_NVLS_ENABLE=0 is set for every process the launcher starts. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdint.h>
@@ -351,13 +352,40 @@ static int launch(const vr_targs_t *a, const vr_tconfig_t *cfg, const vr_devmap_
   for (int i = 1; i < a->argc; i++) av[k++] = a->argv[i];
   av[k] = NULL;
 
+  /* a reused run directory: an earlier run's status files must not be mistaken for this one's */
+  for (int r = 0; r < world; r++) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/rank-%d.status", run_dir, r);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/rank-%d.status.tmp", run_dir, r);
+    unlink(path);
+  }
   int errpipe[2];
   if (pipe(errpipe) != 0) return 1;
+  /* forward SIGINT/SIGTERM to mpirun; installed (signals blocked) before the fork so none can
+   * kill us and orphan it in between; SA_RESTART keeps the stderr forwarder reading */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = forward_signal;
+  sa.sa_flags = SA_RESTART;
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGINT);
+  sigaddset(&block, SIGTERM);
+  sigprocmask(SIG_BLOCK, &block, &old);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   fprintf(stderr, "[INFO] verl-trainer: starting %d processes (1 controller + %d workers) with %s; status files in %s\n",
           world, map->n_workers, mpirun, run_dir);
   pid_t pid = fork();
-  if (pid < 0) return 1;
+  if (pid < 0) {
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    return 1;
+  }
   if (pid == 0) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
     dup2(errpipe[1], 2);
     close(errpipe[0]);
     close(errpipe[1]);
@@ -369,16 +397,20 @@ static int launch(const vr_targs_t *a, const vr_tconfig_t *cfg, const vr_devmap_
   free(av);
   close(errpipe[1]);
   g_child_pid = pid;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = forward_signal;
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
+  sigprocmask(SIG_SETMASK, &old, NULL);
   /* forward mpirun's stderr, remembering the rank it says failed */
   int culprit = 0;
   FILE *ef = fdopen(errpipe[0], "r");
   char line[4096];
-  while (ef && fgets(line, sizeof line, ef)) {
+  for (;;) {
+    if (!ef) break;
+    if (!fgets(line, sizeof line, ef)) {
+      if (ferror(ef) && errno == EINTR) { /* a forwarded signal; keep reading */
+        clearerr(ef);
+        continue;
+      }
+      break;
+    }
     fputs(line, stderr);
     /* Open MPI 4 names the failed process as "process rank N with PID ..." (a signal) or
      * "Process name: [[job,1],N]" (a non-zero exit) */
@@ -452,10 +484,10 @@ static void worker_loop(vr_world_t *w, vr_ctl_t *c, const vr_fault_t *fault) {
       } else {
         float mine = (float)(vr_group_rank(g) + 1);
         for (size_t i = 0; i < n; i++) host[i] = mine * ar_value(i, m.arg[1]);
-        vr_group_upload(g, dev, host, n * sizeof *host);
-        if (vr_group_barrier(w, g) != 0) vr_world_abort(w, 1, "%s barrier timed out", vr_group_name(m.group));
+        st = vr_group_upload(g, dev, host, n * sizeof *host);
+        if (st == 0) st = vr_group_barrier(w, g);
         double t0 = vr_commprof_now_us();
-        st = vr_group_allreduce_f32(w, g, dev, n);
+        if (st == 0) st = vr_group_allreduce_f32(w, g, dev, n);
         double t1 = vr_commprof_now_us();
         if (st == 0) {
           vr_group_download(g, host, dev, n * sizeof *host);
@@ -471,8 +503,15 @@ static void worker_loop(vr_world_t *w, vr_ctl_t *c, const vr_fault_t *fault) {
           val[0] = (t1 - t0) * 1e-6;
         }
       }
-      free(host);
-      vr_group_free_buf(g, dev);
+      if (st == VR_COMM_ETIMEDOUT) {
+        /* the timed-out collective may still write into its buffers: leave them (the
+         * controller ends the run) */
+        fprintf(stderr, "verl-trainer: rank %d: %s all-reduce timed out waiting for its peers\n", w->rank,
+                vr_group_name(m.group));
+      } else {
+        free(host);
+        vr_group_free_buf(g, dev);
+      }
     } else if (m.cmd == CMD_SYNC) {
       size_t n = (size_t)m.arg[0];
       unsigned char *host = malloc(n ? n : 1), *dev = vr_group_alloc(g, n);
@@ -481,10 +520,10 @@ static void worker_loop(vr_world_t *w, vr_ctl_t *c, const vr_fault_t *fault) {
       } else {
         int root = vr_group_rank(g) == 0;
         for (size_t i = 0; i < n; i++) host[i] = root ? sync_byte(i, m.arg[1]) : 0;
-        vr_group_upload(g, dev, host, n);
-        if (vr_group_barrier(w, g) != 0) vr_world_abort(w, 1, "weight_sync barrier timed out");
+        st = vr_group_upload(g, dev, host, n);
+        if (st == 0) st = vr_group_barrier(w, g);
         double t0 = vr_commprof_now_us();
-        st = vr_group_bcast(w, g, dev, n, 0);
+        if (st == 0) st = vr_group_bcast(w, g, dev, n, 0);
         double t1 = vr_commprof_now_us();
         if (st == 0) {
           vr_group_download(g, host, dev, n);
@@ -498,8 +537,12 @@ static void worker_loop(vr_world_t *w, vr_ctl_t *c, const vr_fault_t *fault) {
           val[0] = (t1 - t0) * 1e-6;
         }
       }
-      free(host);
-      vr_group_free_buf(g, dev);
+      if (st == VR_COMM_ETIMEDOUT) {
+        fprintf(stderr, "verl-trainer: rank %d: weight-sync broadcast timed out waiting for its peers\n", w->rank);
+      } else {
+        free(host);
+        vr_group_free_buf(g, dev);
+      }
     } else if (m.cmd == CMD_ECHO) {
       size_t n = (size_t)(m.payload_bytes / sizeof(int64_t));
       int64_t *x = payload;
@@ -516,13 +559,17 @@ static void worker_loop(vr_world_t *w, vr_ctl_t *c, const vr_fault_t *fault) {
       } else {
 #ifdef VR_HAVE_NCCL
         if (vr_group_is_device(g)) {
-          cudaMemset(a, 1, n);
-          cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-          cudaDeviceSynchronize();
+          int ok = cudaMemset(a, 1, n) == cudaSuccess && cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice) == cudaSuccess &&
+                   cudaDeviceSynchronize() == cudaSuccess;
           double t0 = vr_commprof_now_us();
-          for (int it = 0; it < 5; it++) cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
-          cudaDeviceSynchronize();
+          for (int it = 0; it < 5 && ok; it++) ok = cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice) == cudaSuccess;
+          ok = ok && cudaDeviceSynchronize() == cudaSuccess;
           val[0] = (vr_commprof_now_us() - t0) * 1e-6 / 5;
+          if (!ok) {
+            fprintf(stderr, "verl-trainer: rank %d: device copy on %s failed: %s\n", w->rank, w->peers[w->rank].device,
+                    cudaGetErrorString(cudaGetLastError()));
+            st = VR_COMM_EFAIL;
+          }
         } else
 #endif
         {
@@ -567,7 +614,8 @@ static int controller(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const
   const char *mf = a->metrics ? a->metrics : cfg->metrics_file;
   const int steps = a->steps ? a->steps : cfg->total_training_steps;
   if (vr_tm_open(&tm, mf, stdout, steps) != 0) {
-    fprintf(stderr, "verl-trainer: cannot open the metrics file %s: %s\n", mf, strerror(errno));
+    fprintf(stderr, "verl-trainer: cannot open the metrics file %s: %s. HINT: trainer.metrics_file or --metrics names "
+                    "a writable path (\"\" for none)\n", mf, strerror(errno));
     return 2;
   }
   const uint64_t ar_n = cfg->allreduce_bytes / sizeof(float), sync_n = cfg->sync_bytes;
@@ -656,6 +704,14 @@ static int controller(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const
 static void write_profile(vr_world_t *w, vr_commprof_t *p) {
   size_t n = 0;
   const vr_commprof_event_t *ev = vr_commprof_events(p, &n);
+  /* MPI counts and displacements are ints: each rank sends at most its share of 2 GiB (the
+   * first events), and says when it had more */
+  const size_t cap = (size_t)INT_MAX / (size_t)w->size / sizeof *ev;
+  if (n > cap) {
+    fprintf(stderr, "verl-trainer: rank %d: %zu profile events, only the first %zu go into the trace. HINT: profile "
+                    "fewer steps\n", w->rank, n, cap);
+    n = cap;
+  }
   int cnt = (int)(n * sizeof *ev);
   int *counts = NULL, *displs = NULL;
   char *all = NULL, (*labels)[128] = NULL;
@@ -692,6 +748,29 @@ static void write_profile(vr_world_t *w, vr_commprof_t *p) {
   free(counts), free(displs), free(all), free(labels);
 }
 
+/* FNV-1a over what decides the processes and groups: the workers, their roles, each role's
+ * devices and backend (not the path: nodes may keep the file elsewhere). */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static uint64_t devmap_hash(const vr_devmap_t *m) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  h = fnv(h, &m->n_workers, sizeof m->n_workers);
+  h = fnv(h, m->workers, (size_t)m->n_workers * sizeof m->workers[0]);
+  h = fnv(h, m->worker_roles, (size_t)m->n_workers * sizeof m->worker_roles[0]);
+  for (int r = 0; r < VR_ROLE_COUNT; r++) {
+    const vr_role_map_t *rm = &m->roles[r];
+    h = fnv(h, &rm->present, sizeof rm->present);
+    h = fnv(h, &rm->backend, sizeof rm->backend);
+    h = fnv(h, &rm->n_devices, sizeof rm->n_devices);
+    h = fnv(h, rm->devices, (size_t)rm->n_devices * sizeof rm->devices[0]);
+  }
+  return h;
+}
+
 static int run_under_mpi(const vr_targs_t *a) {
   int provided = 0;
   if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
@@ -718,13 +797,35 @@ static int run_under_mpi(const vr_targs_t *a) {
     rc = topology_verdict(a, &topo, &map, stdout);
     fflush(stdout);
   }
-  MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (rc != 0) {
-    MPI_Finalize();
-    return rc;
+  /* every rank must have loaded the same map (on several nodes the files are each node's own):
+   * one failure or one different map stops everyone, before any communicator exists */
+  uint64_t h = rc == 0 ? devmap_hash(&map) : 0, hmin = 0, hmax = 0;
+  int rc_any = 0;
+  MPI_Allreduce(&rc, &rc_any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hmin, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hmax, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  if (rc_any == 0 && hmin != hmax) {
+    if (h != hmin || rank == 0)
+      fprintf(stderr, "verl-trainer: rank %d: its device map %s resolves differently from another rank's (the "
+                      "files differ between nodes?). HINT: give every node the same config and device map\n",
+              rank, map.path);
+    rc_any = 2;
   }
+  if (rc_any != 0) {
+    if (rc != 0 && rank != 0) /* rank 0 printed its own problem; say which rank failed too */
+      fprintf(stderr, "verl-trainer: rank %d could not load the config or device map (see above)\n", rank);
+    MPI_Finalize();
+    return rc_any;
+  }
+  /* the profile is on for all ranks or none (its gather is collective): rank 0 decides */
   const char *pe = getenv("VERL_COMM_PROFILE");
-  vr_commprof_t *prof = pe && *pe && strcmp(pe, "0") != 0 ? vr_commprof_new(getenv("VERL_COMM_PROFILE_PATH"), rank) : NULL;
+  int prof_on = pe && *pe && strcmp(pe, "0") != 0;
+  MPI_Bcast(&prof_on, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  vr_commprof_t *prof = prof_on ? vr_commprof_new(getenv("VERL_COMM_PROFILE_PATH"), rank) : NULL;
+  if (prof_on && !prof) {
+    fprintf(stderr, "verl-trainer: rank %d: out of memory for the communication profile\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   static vr_world_t w;
   rc = vr_world_init(&w, &map, a->timeout_s > 0 ? a->timeout_s : cfg.comm_timeout_s, prof);
   if (rc != 0) {

@@ -29,8 +29,8 @@ struct vr_group {
 #ifdef VR_HAVE_NCCL
   ncclComm_t nccl;
   cudaStream_t stream;
-  cudaEvent_t ev_ref, ev0, ev1; /* ev_ref recorded at creation at host time ref_us */
-  double ref_us;
+  cudaEvent_t ev0, ev1; /* around the last operation: its duration */
+  double enq_us;         /* host time when the last operation was enqueued: its start in the trace */
 #endif
 };
 
@@ -125,14 +125,20 @@ static int nccl_wait(vr_world_t *w, vr_group_t *g) {
   }
 }
 
-/* Records the finished NCCL operation between ev0 and ev1 in the profile. */
+/* Records the finished NCCL operation in the profile: its duration between ev0 and ev1 (float
+ * milliseconds between two close events keep sub-microsecond resolution), placed at the host
+ * time of its enqueue (the stream was idle: every operation is waited for). */
 static void nccl_prof(vr_world_t *w, vr_group_t *g, int op, uint64_t bytes) {
   if (!w->prof) return;
-  float a = 0, b = 0;
-  if (cudaEventElapsedTime(&a, g->ev_ref, g->ev0) != cudaSuccess ||
-      cudaEventElapsedTime(&b, g->ev_ref, g->ev1) != cudaSuccess)
-    return;
-  prof_event(w, g, op, bytes, 1 + (int)g->id, g->ref_us + a * 1e3, g->ref_us + b * 1e3);
+  float ms = 0;
+  if (cudaEventElapsedTime(&ms, g->ev0, g->ev1) != cudaSuccess) return;
+  prof_event(w, g, op, bytes, 1 + (int)g->id, g->enq_us, g->enq_us + ms * 1e3);
+}
+
+/* Enqueues ev0 (and notes the host time) before an NCCL operation; 0 or VR_COMM_EFAIL. */
+static int nccl_begin(vr_world_t *w, vr_group_t *g) {
+  g->enq_us = w->prof ? vr_commprof_now_us() : 0;
+  return cudaEventRecord(g->ev0, g->stream) == cudaSuccess ? 0 : VR_COMM_EFAIL;
 }
 #endif
 
@@ -141,9 +147,14 @@ int vr_group_allreduce_f32(vr_world_t *w, vr_group_t *g, float *buf, size_t n) {
 #ifdef VR_HAVE_NCCL
   if (g->device) {
     if (!g->nccl) return VR_COMM_EFAIL;
-    cudaEventRecord(g->ev0, g->stream);
-    if (ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, g->nccl, g->stream) != ncclSuccess) return VR_COMM_EFAIL;
-    cudaEventRecord(g->ev1, g->stream);
+    if (nccl_begin(w, g) != 0) return VR_COMM_EFAIL;
+    ncclResult_t nr = ncclAllReduce(buf, buf, n, ncclFloat32, ncclSum, g->nccl, g->stream);
+    if (nr != ncclSuccess) {
+      fprintf(stderr, "verl-trainer: rank %d: %s all-reduce: %s. HINT: NCCL_DEBUG=WARN names the cause\n", w->rank,
+              vr_group_name(g->id), ncclGetErrorString(nr));
+      return VR_COMM_EFAIL;
+    }
+    if (cudaEventRecord(g->ev1, g->stream) != cudaSuccess) return VR_COMM_EFAIL;
     int rc = nccl_wait(w, g);
     if (rc == 0) nccl_prof(w, g, VR_PROF_ALLREDUCE, n * sizeof(float));
     return rc;
@@ -168,9 +179,14 @@ int vr_group_bcast(vr_world_t *w, vr_group_t *g, void *buf, size_t bytes, int ro
 #ifdef VR_HAVE_NCCL
   if (g->device) {
     if (!g->nccl) return VR_COMM_EFAIL;
-    cudaEventRecord(g->ev0, g->stream);
-    if (ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->nccl, g->stream) != ncclSuccess) return VR_COMM_EFAIL;
-    cudaEventRecord(g->ev1, g->stream);
+    if (nccl_begin(w, g) != 0) return VR_COMM_EFAIL;
+    ncclResult_t nr = ncclBroadcast(buf, buf, bytes, ncclUint8, root, g->nccl, g->stream);
+    if (nr != ncclSuccess) {
+      fprintf(stderr, "verl-trainer: rank %d: %s broadcast: %s. HINT: NCCL_DEBUG=WARN names the cause\n", w->rank,
+              vr_group_name(g->id), ncclGetErrorString(nr));
+      return VR_COMM_EFAIL;
+    }
+    if (cudaEventRecord(g->ev1, g->stream) != cudaSuccess) return VR_COMM_EFAIL;
     int rc = nccl_wait(w, g);
     if (rc == 0) nccl_prof(w, g, VR_PROF_BROADCAST, bytes);
     return rc;
@@ -224,7 +240,13 @@ void vr_group_free_buf(const vr_group_t *g, void *p) {
 
 int vr_group_upload(const vr_group_t *g, void *dst, const void *src, size_t bytes) {
 #ifdef VR_HAVE_NCCL
-  if (g && g->device) return cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice) == cudaSuccess ? 0 : VR_COMM_EFAIL;
+  /* on the group's own (non-blocking) stream and waited for: the collective that follows on that
+   * stream is ordered after the copy (a pageable cudaMemcpy may return before its DMA is done) */
+  if (g && g->device)
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g->stream) == cudaSuccess &&
+                   cudaStreamSynchronize(g->stream) == cudaSuccess
+               ? 0
+               : VR_COMM_EFAIL;
 #endif
   (void)g;
   memcpy(dst, src, bytes);
@@ -233,7 +255,11 @@ int vr_group_upload(const vr_group_t *g, void *dst, const void *src, size_t byte
 
 int vr_group_download(const vr_group_t *g, void *dst, const void *src, size_t bytes) {
 #ifdef VR_HAVE_NCCL
-  if (g && g->device) return cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) == cudaSuccess ? 0 : VR_COMM_EFAIL;
+  if (g && g->device)
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g->stream) == cudaSuccess &&
+                   cudaStreamSynchronize(g->stream) == cudaSuccess
+               ? 0
+               : VR_COMM_EFAIL;
 #endif
   (void)g;
   memcpy(dst, src, bytes);
@@ -394,14 +420,15 @@ int vr_world_init(vr_world_t *w, const vr_devmap_t *map, double timeout_s, vr_co
       }
       ncclUniqueId id;
       if (grank == 0 && ncclGetUniqueId(&id) != ncclSuccess) {
-        fail(w, "ncclGetUniqueId failed");
+        fail(w, "ncclGetUniqueId failed. HINT: NCCL_DEBUG=WARN names the cause (network interfaces, /dev/shm)");
         return -1;
       }
       MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, gw);
       ncclComm_t world_nccl;
       ncclResult_t nr = ncclCommInitRank(&world_nccl, gsize, id, grank);
       if (nr != ncclSuccess) {
-        fail(w, "ncclCommInitRank (%d ranks): %s", gsize, ncclGetErrorString(nr));
+        fail(w, "ncclCommInitRank (%d ranks): %s. HINT: NCCL_DEBUG=WARN names the cause; every GPU worker must "
+                "reach the others (NCCL_SOCKET_IFNAME on several hosts)", gsize, ncclGetErrorString(nr));
         return -1;
       }
       for (int g = 0; g < VR_GROUP_COUNT; g++) {
@@ -411,19 +438,19 @@ int vr_world_init(vr_world_t *w, const vr_devmap_t *map, double timeout_s, vr_co
         int key = grp ? grp->rank : 0;
         nr = ncclCommSplit(world_nccl, grp ? g : NCCL_SPLIT_NOCOLOR, key, &sub, NULL);
         if (nr != ncclSuccess) {
-          fail(w, "ncclCommSplit for %s: %s", vr_group_name((vr_group_id_t)g), ncclGetErrorString(nr));
+          fail(w, "ncclCommSplit for %s: %s. HINT: NCCL_DEBUG=WARN names the cause", vr_group_name((vr_group_id_t)g),
+               ncclGetErrorString(nr));
           return -1;
         }
         if (!grp) continue;
         grp->device = 1;
         grp->nccl = sub;
         if (cudaStreamCreateWithFlags(&grp->stream, cudaStreamNonBlocking) != cudaSuccess ||
-            cudaEventCreate(&grp->ev_ref) != cudaSuccess || cudaEventCreate(&grp->ev0) != cudaSuccess ||
-            cudaEventCreate(&grp->ev1) != cudaSuccess)
+            cudaEventCreate(&grp->ev0) != cudaSuccess || cudaEventCreate(&grp->ev1) != cudaSuccess) {
+          fail(w, "cannot create the CUDA stream and events of group %s on %s", vr_group_name((vr_group_id_t)g),
+               me.device);
           return -1;
-        cudaEventRecord(grp->ev_ref, grp->stream);
-        cudaEventSynchronize(grp->ev_ref);
-        grp->ref_us = vr_commprof_now_us();
+        }
       }
       ncclCommDestroy(world_nccl);
       MPI_Comm_free(&gw);
@@ -450,7 +477,6 @@ void vr_world_free(vr_world_t *w) {
 #ifdef VR_HAVE_NCCL
     if (grp->device) {
       if (grp->nccl) ncclCommDestroy(grp->nccl);
-      cudaEventDestroy(grp->ev_ref);
       cudaEventDestroy(grp->ev0);
       cudaEventDestroy(grp->ev1);
       cudaStreamDestroy(grp->stream);

@@ -15,8 +15,11 @@
  * Buffers: a group's collectives take device pointers on NCCL groups and host pointers on MPI
  * groups (vr_group_is_device says which). Every collective is bounded by the world's timeout:
  * a peer that died or hangs makes it return VR_COMM_ETIMEDOUT (NCCL: the communicator is
- * aborted), never block forever. Every collective is recorded by the communication profile
- * when it is on (vr_commprof.h).
+ * aborted). After a timeout the group is unusable and a timed-out MPI collective may still write
+ * into its buffer: the caller must not free or reuse it and should end the run. Every collective
+ * is recorded by the communication profile when it is on (vr_commprof.h).
+ * Not bounded: set-up (MPI_Comm_split, ncclCommInitRank / ncclCommSplit, blocking NCCL init) and
+ * the end-of-run profile gather; a rank that dies there is reported by mpirun, which ends the job.
  *
  * Threading: one thread per process uses a world (the MPI thread level is FUNNELED). */
 #ifndef VR_COMM_H

@@ -130,7 +130,7 @@ int vr_ctl_dispatch(vr_ctl_t *c, vr_group_id_t g, vr_dispatch_t mode, uint32_t c
     m.group = (uint32_t)g;
     if (arg) memcpy(m.arg, arg, sizeof m.arg);
     const void *p = payload;
-    if (mode == VR_DISPATCH_DP_SPLIT) {
+    if (mode == VR_DISPATCH_DP_SPLIT && payload) {
       size_t cnt = n_elems / (size_t)n + ((size_t)k < n_elems % (size_t)n ? 1 : 0);
       m.payload_bytes = cnt * elem_size;
       p = (const char *)payload + off;
@@ -143,13 +143,52 @@ int vr_ctl_dispatch(vr_ctl_t *c, vr_group_id_t g, vr_dispatch_t mode, uint32_t c
     ctl_send(c, ranks[k], &m, p);
     sent += sizeof m + m.payload_bytes;
   }
+  /* every member's reply header at once, against one deadline: a command runs a barrier and a
+   * collective on the workers, each bounded by timeout_s, so a healthy member answers (with
+   * VR_COMM_ETIMEDOUT if a peer hangs) within about twice that; whoever has not answered by
+   * then is the one that hangs, and is named */
+  vr_ctl_msg_t hdr[VR_DEVMAP_MAX_DEVICES];
+  MPI_Request req[VR_DEVMAP_MAX_DEVICES];
+  for (int k = 0; k < n; k++)
+    MPI_Irecv(&hdr[k], (int)sizeof hdr[k], MPI_BYTE, ranks[k], VR_CTL_TAG_REPLY, MPI_COMM_WORLD, &req[k]);
+  const double end = now_s() + 2 * w->timeout_s + 5;
+  int pending = n;
+  while (pending > 0 && now_s() <= end) {
+    int flag = 0;
+    if (MPI_Testall(n, req, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+      vr_world_abort(w, 1, "MPI error while waiting for the replies to '%s'", cmd_name(c, cmd));
+    if (flag) pending = 0;
+    if (pending) {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (pending) {
+    char who[2048] = "", timed[512] = "";
+    size_t wl = 0, tl = 0;
+    for (int k = 0; k < n; k++) {
+      int done = 0;
+      MPI_Test(&req[k], &done, MPI_STATUS_IGNORE);
+      const vr_peer_t *p = &w->peers[ranks[k]];
+      char roles[64];
+      vr_roles_str(p->roles, roles, sizeof roles);
+      if (!done && wl + 1 < sizeof who)
+        wl += (size_t)snprintf(who + wl, sizeof who - wl, "%sworker rank %d (roles %s, device %s, host %s, pid %d)",
+                               wl ? "; " : "", ranks[k], roles, p->device, p->host, p->pid);
+      else if (done && hdr[k].status != 0 && tl + 1 < sizeof timed)
+        tl += (size_t)snprintf(timed + tl, sizeof timed - tl, "%s%d", tl ? ", " : "", ranks[k]);
+    }
+    vr_world_abort(w, 1,
+                   "%s did not answer command '%s' (seq %u) within %.0f s; ending the run%s%s%s. HINT: see that "
+                   "rank's log lines above; raise trainer.comm_timeout_s if the command is legitimately slow",
+                   who, cmd_name(c, cmd), seq, 2 * w->timeout_s + 5, tl ? " (its peers, ranks " : "", timed,
+                   tl ? ", timed out waiting for it)" : "");
+  }
   size_t got = 0;
   uint64_t recvd = 0;
   for (int k = 0; k < n; k++) {
-    vr_ctl_msg_t r;
-    MPI_Request req;
-    MPI_Irecv(&r, (int)sizeof r, MPI_BYTE, ranks[k], VR_CTL_TAG_REPLY, MPI_COMM_WORLD, &req);
-    ctl_wait(c, &req, ranks[k], "waiting for the reply of");
+    const vr_ctl_msg_t r = hdr[k];
+    MPI_Request dreq;
     if (r.magic != VR_CTL_MAGIC || r.seq != seq || r.payload_bytes > VR_CTL_MAX_PAYLOAD)
       vr_world_abort(w, 1, "rank %d answered command '%s' (seq %u) with a malformed reply (magic %08x seq %u)",
                      ranks[k], cmd_name(c, cmd), seq, r.magic, r.seq);
@@ -158,8 +197,8 @@ int vr_ctl_dispatch(vr_ctl_t *c, vr_group_id_t g, vr_dispatch_t mode, uint32_t c
                      ranks[k], cmd_name(c, cmd), (unsigned long long)r.payload_bytes, out_cap - got);
     for (uint64_t o = 0; o < r.payload_bytes;) {
       int chunk = r.payload_bytes - o > (1u << 30) ? (1 << 30) : (int)(r.payload_bytes - o);
-      MPI_Irecv((char *)out + got + o, chunk, MPI_BYTE, ranks[k], VR_CTL_TAG_REPLY_DATA, MPI_COMM_WORLD, &req);
-      ctl_wait(c, &req, ranks[k], "receiving the reply of");
+      MPI_Irecv((char *)out + got + o, chunk, MPI_BYTE, ranks[k], VR_CTL_TAG_REPLY_DATA, MPI_COMM_WORLD, &dreq);
+      ctl_wait(c, &dreq, ranks[k], "receiving the reply of");
       o += (uint64_t)chunk;
     }
     got += r.payload_bytes;

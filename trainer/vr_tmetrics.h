@@ -28,7 +28,8 @@ typedef struct vr_tmetrics {
   double values[VR_TM_MAX];
 } vr_tmetrics_t;
 
-/* path NULL or "": no JSON lines file. Returns 0 or -1 (errno) when the file cannot be opened. */
+/* path NULL or "": no JSON lines file; an existing file is appended to (a resumed run continues it).
+ * Returns 0 or -1 (errno) when the file cannot be opened. */
 int vr_tm_open(vr_tmetrics_t *tm, const char *path, FILE *console, int total_steps);
 void vr_tm_close(vr_tmetrics_t *tm);
 /* Sets (or replaces) a metric of the current step. */

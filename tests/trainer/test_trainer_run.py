@@ -127,6 +127,18 @@ class TestCpuRun(Run):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("the world has 3 ranks but device_map.yaml needs 4", p.stderr)
         self.assertIn("HINT: mpirun -np 4", p.stderr)
+        # one rank reads another device map (as when the files differ between nodes): every rank
+        # stops before any communicator exists, the odd one names itself
+        with open(os.path.join(self.dir, "other_map.yaml"), "w") as f:
+            f.write(CPU_MAP.replace("critic:    {device_group: [cpu:1]}\n", "").replace("[[actor, critic], ", "["))
+        with open(os.path.join(self.dir, "other.yaml"), "w") as f:
+            f.write(config(steps=2).replace("device_map.yaml", "other_map.yaml"))
+        script = ('if [ "$OMPI_COMM_WORLD_RANK" = 2 ]; then c=other.yaml; else c=ppo.yaml; fi; '
+                  'exec "$0" --config $c --comm-check')
+        p = subprocess.run([mpirun, "-np", "4", "--oversubscribe", "--bind-to", "none", "sh", "-c", script, BIN],
+                           cwd=self.dir, env=env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("rank 2: its device map other_map.yaml resolves differently", p.stderr)
 
     def test_killed_worker_ends_the_run_naming_it(self):
         # a long run (large payloads, many steps); kill rank 2 once it is running
@@ -163,8 +175,18 @@ class TestCpuRun(Run):
         self.assertEqual(rc, 1, err)
         self.assertIn("rank 3: injected fault (hang at step 2)", err)
         self.assertRegex(err, r"worker rank 3 \(roles rollout,reference, device cpu:2, host \S+, pid \d+\) did not "
-                              r"answer command '[^']+' \(seq \d+\) within 3 s")
+                              r"answer command '[^']+' \(seq \d+\) within \d+ s")
         self.assertEqual([r["step"] for r in self.metrics()], [1])  # step 1 was written before the hang
+
+    def test_hung_worker_with_a_healthy_peer_is_the_one_named(self):
+        # rank 2 hangs inside the actor group (ranks 1, 2): rank 1 times out waiting for it and says
+        # so, but the controller names rank 2, the one that never answered
+        self.write_config(config(steps=5, timeout=2))
+        rc, out, err = self.run_trainer(["--config", "ppo.yaml", "--comm-check", "--inject-fault", "hang:2:2"])
+        self.assertEqual(rc, 1, err)
+        self.assertRegex(err, r"worker rank 2 \(roles actor,critic, device cpu:1, host \S+, pid \d+\) did not answer")
+        self.assertNotRegex(err, r"worker rank 1 \([^)]*\) did not answer")
+        self.assertRegex(err, r"its peers, ranks 1, timed out waiting for it")
 
     def test_profile_trace(self):
         steps = 2
