@@ -238,32 +238,30 @@ void vr_group_free_buf(const vr_group_t *g, void *p) {
   free(p);
 }
 
-int vr_group_upload(const vr_group_t *g, void *dst, const void *src, size_t bytes) {
+/* Copies between host memory and a group buffer. On NCCL groups: on the group's own
+ * (non-blocking) stream and waited for, so the collective that follows on that stream is
+ * ordered after the copy (a pageable cudaMemcpy may return before its DMA is done). */
+static int group_copy(const vr_group_t *g, void *dst, const void *src, size_t bytes, int to_device) {
 #ifdef VR_HAVE_NCCL
-  /* on the group's own (non-blocking) stream and waited for: the collective that follows on that
-   * stream is ordered after the copy (a pageable cudaMemcpy may return before its DMA is done) */
   if (g && g->device)
-    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g->stream) == cudaSuccess &&
+    return cudaMemcpyAsync(dst, src, bytes, to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                           g->stream) == cudaSuccess &&
                    cudaStreamSynchronize(g->stream) == cudaSuccess
                ? 0
                : VR_COMM_EFAIL;
 #endif
   (void)g;
+  (void)to_device;
   memcpy(dst, src, bytes);
   return 0;
 }
 
+int vr_group_upload(const vr_group_t *g, void *dst, const void *src, size_t bytes) {
+  return group_copy(g, dst, src, bytes, 1);
+}
+
 int vr_group_download(const vr_group_t *g, void *dst, const void *src, size_t bytes) {
-#ifdef VR_HAVE_NCCL
-  if (g && g->device)
-    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g->stream) == cudaSuccess &&
-                   cudaStreamSynchronize(g->stream) == cudaSuccess
-               ? 0
-               : VR_COMM_EFAIL;
-#endif
-  (void)g;
-  memcpy(dst, src, bytes);
-  return 0;
+  return group_copy(g, dst, src, bytes, 0);
 }
 
 /* ---- world set-up ---------------------------------------------------------------------- */
