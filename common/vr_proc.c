@@ -10,8 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Reads /proc/PID/stat; returns 0 on success with state and start time. */
-static int read_stat(pid_t pid, char *state, uint64_t *start) {
+int vr_proc_stat(pid_t pid, vr_proc_stat_t *out) {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -24,37 +23,41 @@ static int read_stat(pid_t pid, char *state, uint64_t *start) {
   char *p = strrchr(buf, ')');
   if (!p || p[1] != ' ') return -1;
   p += 2;
-  *state = *p;
-  /* p is at field 3 (state); start time is field 22 */
-  for (int field = 3; field < 22; field++) {
+  out->state = *p;
+  /* p is at field 3 (state); numeric fields 4 .. 24 follow, one space apart */
+  uint64_t f[25] = {0};
+  for (int field = 4; field <= 24; field++) {
     p = strchr(p, ' ');
     if (!p) return -1;
     p++;
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10); /* a few fields (priority, nice) are signed */
+    if (errno || end == p) return -1;
+    f[field] = (uint64_t)v;
   }
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(p, &end, 10);
-  if (errno || end == p) return -1;
-  *start = v;
+  out->utime = f[14];
+  out->stime = f[15];
+  out->start_time = f[22];
+  out->vsize = f[23];
+  out->rss_pages = f[24];
   return 0;
 }
 
 uint64_t vr_proc_start_time(pid_t pid) {
-  char st;
-  uint64_t start;
-  if (pid <= 0 || read_stat(pid, &st, &start) != 0) return 0;
-  return start;
+  vr_proc_stat_t ps;
+  if (pid <= 0 || vr_proc_stat(pid, &ps) != 0) return 0;
+  return ps.start_time;
 }
 
 int vr_proc_alive(pid_t pid, uint64_t start_time) {
-  char st;
-  uint64_t start;
+  vr_proc_stat_t ps;
   if (pid <= 0) return 0;
-  if (read_stat(pid, &st, &start) != 0) {
+  if (vr_proc_stat(pid, &ps) != 0) {
     /* no /proc entry: fall back on kill(0) (EPERM means it exists) */
     if (kill(pid, 0) == 0 || errno == EPERM) return start_time == 0;
     return 0;
   }
-  if (st == 'Z' || st == 'X') return 0;
-  return start_time == 0 || start == start_time;
+  if (ps.state == 'Z' || ps.state == 'X') return 0;
+  return start_time == 0 || ps.start_time == start_time;
 }

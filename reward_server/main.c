@@ -157,6 +157,12 @@ static int run(main_ctx_t *m) {
   const char *names[VR_REWARD_MAX_COMPONENTS];
   for (uint32_t c = 0; c < srv->scorer.spec.n; c++) names[c] = srv->scorer.spec.rules[c].name;
   vr_metrics_init(&srv->metrics, srv->scorer.spec.n, names, vr_reason_name);
+  if (srv->scorer.kind == VR_SCORER_MODEL) {
+    const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
+    vr_metrics_set_info(&srv->metrics, mi->device, mi->architecture);
+  } else if (srv->scorer.kind == VR_SCORER_CHECKSUM) {
+    vr_metrics_set_info(&srv->metrics, "cpu", "checksum");
+  } /* rules only: "none", "none" from vr_metrics_init */
   warm_up(srv);
 
   vr_batcher_config_t bc = {.max_batch_tokens = srv->st.max_batch_tokens,
@@ -226,7 +232,6 @@ static void teardown(main_ctx_t *m) {
 int main(int argc, char **argv) {
   main_ctx_t m = {0};
   vr_server_t *srv = &m.srv;
-  srv->start_ns = vr_now_ns();
   vr_settings_init(&srv->st);
   int rc = vr_settings_parse(&srv->st, argc, argv);
   if (rc == 1) return 0;

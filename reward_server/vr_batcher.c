@@ -147,6 +147,7 @@ static void pack_submit(vr_batcher_t *b, vr_slot_t *sl) {
   for (size_t k = 0; k < sl->n_jobs; k++) {
     uint64_t q = sl->t_submit > sl->jobs[k]->accepted_ns ? (sl->t_submit - sl->jobs[k]->accepted_ns) / 1000 : 0;
     sl->jobs[k]->queue_us = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+    vr_metrics_queue_wait(b->m, sl->jobs[k]->transport, sl->jobs[k]->queue_us / 1e6); /* the number it is answered with */
   }
   sl->submit_rc = vr_scorer_submit(b->sc, sl->ids, sl->cu, s, sl->scores, sl->status);
 }

@@ -3,13 +3,17 @@
 #include "vr_metrics.h"
 
 #include <ctype.h>
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "verl_reward/status.h"
+#include "vr_build_info.h"
+#include "vr_proc.h"
 
 static const char *const k_transport[VR_TRANSPORT_N] = {"shm", "http"};
 
@@ -46,7 +50,10 @@ void vr_metrics_init(vr_metrics_t *m, uint32_t n_components, const char *const *
   static const double seqs[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096};
   static const double toks[] = {16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072};
   int nlat = (int)(sizeof lat / sizeof lat[0]);
-  for (int t = 0; t < VR_TRANSPORT_N; t++) hist_init(&m->latency[t], lat, nlat);
+  for (int t = 0; t < VR_TRANSPORT_N; t++) {
+    hist_init(&m->latency[t], lat, nlat);
+    hist_init(&m->queue_wait[t], lat, nlat);
+  }
   hist_init(&m->compute, lat, nlat);
   hist_init(&m->batch_seqs, seqs, (int)(sizeof seqs / sizeof seqs[0]));
   hist_init(&m->batch_tokens, toks, (int)(sizeof toks / sizeof toks[0]));
@@ -55,6 +62,12 @@ void vr_metrics_init(vr_metrics_t *m, uint32_t n_components, const char *const *
   for (uint32_t c = 0; c < n_components; c++)
     snprintf(m->component_names[c], sizeof m->component_names[c], "%s", component_names[c]);
   m->reason_name = reason_name;
+  vr_metrics_set_info(m, NULL, NULL);
+}
+
+void vr_metrics_set_info(vr_metrics_t *m, const char *device, const char *model) {
+  snprintf(m->info_device, sizeof m->info_device, "%s", device && *device ? device : "none");
+  snprintf(m->info_model, sizeof m->info_model, "%s", model && *model ? model : "none");
 }
 
 static int status_slot(int status) {
@@ -73,8 +86,12 @@ void vr_metrics_request(vr_metrics_t *m, vr_transport_t t, int status, uint32_t 
 }
 
 void vr_metrics_http_response(vr_metrics_t *m, int code) {
-  int c = code / 100;
-  if (c >= 1 && c <= 5) add_u64(&m->http_responses[c], 1);
+  int i = code - VR_METRICS_HTTP_CODE_MIN;
+  if (i >= 0 && i < VR_METRICS_HTTP_CODES) add_u64(&m->http_codes[i], 1);
+}
+
+void vr_metrics_queue_wait(vr_metrics_t *m, vr_transport_t t, double wait_s) {
+  hist_observe(&m->queue_wait[t], wait_s);
 }
 
 void vr_metrics_batch(vr_metrics_t *m, uint32_t n_seqs, uint64_t n_tokens, double compute_s) {
@@ -98,6 +115,39 @@ uint64_t vr_metrics_rss_bytes(void) {
   int n = fscanf(f, "%llu %llu", &size, &rss);
   fclose(f);
   return n == 2 ? rss * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* Boot time (Unix seconds) from the btime line of /proc/stat; 0 if unknown. */
+static uint64_t boot_time_s(void) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long bt = 0;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "btime %llu", &bt) == 1) break;
+  fclose(f);
+  return bt;
+}
+
+int vr_metrics_process_stats(vr_process_stats_t *ps) {
+  memset(ps, 0, sizeof *ps);
+  vr_proc_stat_t st;
+  long tck = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+  uint64_t boot = boot_time_s();
+  if (vr_proc_stat(getpid(), &st) != 0 || tck <= 0 || page <= 0 || !boot) return -1;
+  ps->cpu_seconds = (double)(st.utime + st.stime) / (double)tck;
+  ps->resident_bytes = st.rss_pages * (uint64_t)page;
+  ps->virtual_bytes = st.vsize;
+  ps->start_time_s = (double)boot + (double)st.start_time / (double)tck;
+  DIR *d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  const struct dirent *e;
+  while ((e = readdir(d)))
+    if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d)) ps->open_fds++;
+  closedir(d);
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) ps->max_fds = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : rl.rlim_cur;
+  return 0;
 }
 
 /* ---- text builder ---- */
@@ -132,6 +182,18 @@ __attribute__((format(printf, 2, 3))) static void out(buf_t *b, const char *fmt,
     b->p = np;
     b->cap = ncap;
   }
+}
+
+/* A label value as the text format wants it: backslash, quote and newline escaped. */
+static void out_label_value(buf_t *b, const char *v) {
+  out(b, "\"");
+  for (; *v; v++) {
+    if (*v == '\\') out(b, "\\\\");
+    else if (*v == '"') out(b, "\\\"");
+    else if (*v == '\n') out(b, "\\n");
+    else out(b, "%c", *v);
+  }
+  out(b, "\"");
 }
 
 /* "VR_ERR_SHUTTING_DOWN" -> "shutting_down"; 0 -> "ok". */
@@ -197,17 +259,28 @@ char *vr_metrics_render(const vr_metrics_t *m, const vr_metrics_gauges_t *g, siz
   for (int t = 0; t < VR_TRANSPORT_N; t++)
     out(&b, "verl_reward_tokens_total{transport=\"%s\"} %llu\n", k_transport[t],
         (unsigned long long)get_u64(&m->tokens[t]));
-  out(&b, "# HELP verl_reward_http_responses_total HTTP responses by status class (every endpoint).\n"
+  /* the codes this server sends are always present (0 until seen), others once seen */
+  static const int k_codes[] = {200, 400, 404, 405, 413, 429, 500, 503};
+  out(&b, "# HELP verl_reward_http_responses_total HTTP responses by status code (every endpoint).\n"
           "# TYPE verl_reward_http_responses_total counter\n");
-  for (int c = 1; c <= 5; c++)
-    out(&b, "verl_reward_http_responses_total{code=\"%dxx\"} %llu\n", c,
-        (unsigned long long)get_u64(&m->http_responses[c]));
+  for (int i = 0; i < VR_METRICS_HTTP_CODES; i++) {
+    int code = VR_METRICS_HTTP_CODE_MIN + i, fixed = 0;
+    for (size_t k = 0; k < sizeof k_codes / sizeof k_codes[0]; k++) fixed |= k_codes[k] == code;
+    uint64_t x = get_u64(&m->http_codes[i]);
+    if (x || fixed) out(&b, "verl_reward_http_responses_total{code=\"%d\"} %llu\n", code, (unsigned long long)x);
+  }
 
   out(&b, "# HELP verl_reward_request_latency_seconds Server-side latency, accepted to answered.\n"
           "# TYPE verl_reward_request_latency_seconds histogram\n");
   for (int t = 0; t < VR_TRANSPORT_N; t++) {
     snprintf(lab2, sizeof lab2, "transport=\"%s\"", k_transport[t]);
     hist_render(&b, "verl_reward_request_latency_seconds", lab2, &m->latency[t]);
+  }
+  out(&b, "# HELP verl_reward_request_queue_wait_seconds Time from intake until the request's batch starts.\n"
+          "# TYPE verl_reward_request_queue_wait_seconds histogram\n");
+  for (int t = 0; t < VR_TRANSPORT_N; t++) {
+    snprintf(lab2, sizeof lab2, "transport=\"%s\"", k_transport[t]);
+    hist_render(&b, "verl_reward_request_queue_wait_seconds", lab2, &m->queue_wait[t]);
   }
   out(&b, "# HELP verl_reward_batch_sequences Sequences per packed batch.\n"
           "# TYPE verl_reward_batch_sequences histogram\n");
@@ -252,16 +325,38 @@ char *vr_metrics_render(const vr_metrics_t *m, const vr_metrics_gauges_t *g, siz
   out(&b, "# HELP verl_reward_host_memory_bytes Host memory held by the model backend.\n"
           "# TYPE verl_reward_host_memory_bytes gauge\nverl_reward_host_memory_bytes %llu\n",
       (unsigned long long)g->host_bytes);
-  out(&b, "# HELP verl_reward_resident_memory_bytes Resident set size of the server.\n"
-          "# TYPE verl_reward_resident_memory_bytes gauge\nverl_reward_resident_memory_bytes %llu\n",
-      (unsigned long long)g->rss_bytes);
   out(&b, "# HELP verl_reward_batches_total Packed batches run.\n"
           "# TYPE verl_reward_batches_total counter\nverl_reward_batches_total %llu\n",
       (unsigned long long)get_u64(&m->batches));
   out(&b, "# HELP verl_reward_ready 1 when serving, 0 while starting or draining.\n"
           "# TYPE verl_reward_ready gauge\nverl_reward_ready %d\n", g->ready && !g->draining);
-  out(&b, "# HELP verl_reward_uptime_seconds Seconds since start.\n"
-          "# TYPE verl_reward_uptime_seconds gauge\nverl_reward_uptime_seconds %.3f\n", g->uptime_s);
+  out(&b, "# HELP verl_reward_build_info Build and model of this server; the value is always 1.\n"
+          "# TYPE verl_reward_build_info gauge\nverl_reward_build_info{version=");
+  out_label_value(&b, VR_BUILD_VERSION);
+  out(&b, ",commit=");
+  out_label_value(&b, VR_BUILD_COMMIT);
+  out(&b, ",device=");
+  out_label_value(&b, m->info_device);
+  out(&b, ",model=");
+  out_label_value(&b, m->info_model);
+  out(&b, "} 1\n");
+  if (g->have_process) {
+    const vr_process_stats_t *p = &g->process;
+    out(&b, "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+            "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.3f\n", p->cpu_seconds);
+    out(&b, "# HELP process_open_fds Number of open file descriptors.\n"
+            "# TYPE process_open_fds gauge\nprocess_open_fds %llu\n", (unsigned long long)p->open_fds);
+    out(&b, "# HELP process_max_fds Maximum number of open file descriptors.\n"
+            "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n", (unsigned long long)p->max_fds);
+    out(&b, "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+            "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %llu\n",
+        (unsigned long long)p->virtual_bytes);
+    out(&b, "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+            "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %llu\n",
+        (unsigned long long)p->resident_bytes);
+    out(&b, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+            "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.3f\n", p->start_time_s);
+  }
   if (b.oom) {
     free(b.p);
     return NULL;

@@ -7,7 +7,6 @@
 
 #include "vr_model.h"
 #include "vr_shm.h"
-#include "vr_time.h"
 
 void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g) {
   memset(g, 0, sizeof *g);
@@ -24,8 +23,7 @@ void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g) {
     g->device_bytes = mi->device_bytes;
     g->host_bytes = mi->host_bytes;
   }
-  g->rss_bytes = vr_metrics_rss_bytes();
   g->ready = __atomic_load_n(&srv->ready, __ATOMIC_RELAXED);
   g->draining = __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);
-  g->uptime_s = (vr_now_ns() - srv->start_ns) / 1e9;
+  g->have_process = vr_metrics_process_stats(&g->process) == 0;
 }

@@ -30,7 +30,6 @@ typedef struct vr_server {
   struct vr_dispatch *dispatch;
   struct event_base *base;
   struct vr_http *http;          /* NULL when --port 0 */
-  uint64_t start_ns;
   int ready;                     /* atomic: 1 once warmed up and accepting */
   int draining;                  /* atomic: 1 after SIGTERM/SIGINT */
   uint32_t http_inflight;        /* atomic: HTTP score requests not yet answered */

@@ -13,6 +13,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -141,38 +142,100 @@ class Server:
         return rc
 
 
-# A strict reader of the Prometheus text format (0.0.4): every sample line must parse.
-_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
+# A strict reader of the Prometheus text format (0.0.4) and of the naming rules
+# (https://prometheus.io/docs/instrumenting/writing_exporters/, .../practices/naming/):
+# every line parses; each family has one HELP and one TYPE line before its samples, and its
+# samples are contiguous; counters end in _total; histogram buckets are cumulative, ordered by
+# le and end in le="+Inf" equal to _count, with a _sum beside; no series twice.
+_NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+_SAMPLE = re.compile(r'^(' + _NAME + r')(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
                      r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")*)?\})? '
                      r'(-?[0-9.eE+-]+|NaN|\+Inf|-Inf)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\.)*)"')
+_HIST_SUFFIX = re.compile(r"_(bucket|sum|count)$")
 
 
-def parse_prometheus(text):
-    """Returns {(name, frozenset(labels)): value}; raises on any malformed line."""
-    samples, types = {}, {}
+def _family_of(name, types):
+    if name in types:
+        return name
+    base = _HIST_SUFFIX.sub("", name)
+    return base if types.get(base) in ("histogram", "summary") else None
+
+
+def _check_histograms(samples, types):
+    for fam, kind in types.items():
+        if kind != "histogram":
+            continue
+        series = {}
+        for (name, labels), v in samples.items():  # dicts keep the exposition's order
+            if name == fam + "_bucket":
+                d = dict(labels)
+                assert "le" in d, f"{fam}_bucket without le"
+                rest = frozenset((k, x) for k, x in labels if k != "le")
+                series.setdefault(rest, []).append((d["le"], v))
+        assert series, f"histogram {fam} has no buckets"
+        for rest, buckets in series.items():
+            les = [float(le) for le, _ in buckets]
+            assert les == sorted(les) and len(set(les)) == len(les), f"{fam}{set(rest)}: le out of order {les}"
+            assert buckets[-1][0] == "+Inf", f"{fam}{set(rest)}: last bucket is not +Inf"
+            counts = [v for _, v in buckets]
+            assert all(a <= b for a, b in zip(counts, counts[1:])), f"{fam}{set(rest)}: buckets not cumulative"
+            assert (fam + "_count", rest) in samples and (fam + "_sum", rest) in samples, f"{fam}: no _count/_sum"
+            assert samples[(fam + "_count", rest)] == counts[-1], f"{fam}{set(rest)}: +Inf bucket != _count"
+
+
+def parse_prometheus(text, with_types=False):
+    """Returns {(name, frozenset(labels)): value} (and {family: type} with_types); raises on any
+    line or family that breaks the rules above."""
+    samples, types, helps, done = {}, {}, set(), set()
+    current = None  # the family whose samples are being read
     assert text.endswith("\n"), "exposition must end with a newline"
     for line in text.splitlines():
         if not line:
             continue
         if line.startswith("# HELP "):
+            parts = line.split(" ", 3)
+            assert len(parts) == 4 and re.fullmatch(_NAME, parts[2]) and parts[3].strip(), f"bad HELP: {line}"
+            assert parts[2] not in helps, f"duplicate HELP {parts[2]}"
+            assert parts[2] not in types, f"HELP after TYPE for {parts[2]}"
+            helps.add(parts[2])
             continue
         if line.startswith("# TYPE "):
             parts = line.split()
             assert len(parts) == 4 and parts[3] in ("counter", "gauge", "histogram", "summary", "untyped"), line
-            assert parts[2] not in types, f"duplicate TYPE {parts[2]}"
-            types[parts[2]] = parts[3]
+            fam = parts[2]
+            assert re.fullmatch(_NAME, fam), f"bad metric name {fam!r}"
+            assert fam not in types, f"duplicate TYPE {fam}"
+            assert fam in helps, f"TYPE without HELP before it: {fam}"
+            assert fam not in done, f"TYPE after samples of {fam}"
+            if parts[3] == "counter":
+                assert fam.endswith("_total"), f"counter {fam} does not end in _total"
+            else:
+                assert not fam.endswith("_total"), f"{parts[3]} {fam} ends in _total"
+            types[fam] = parts[3]
             continue
         assert not line.startswith("#"), f"bad comment: {line}"
         m = _SAMPLE.match(line)
         assert m, f"malformed sample line: {line!r}"
-        name, labels = m.group(1), frozenset(_LABEL.findall(m.group(3) or ""))
-        base = re.sub(r"_(bucket|sum|count)$", "", name)
-        assert name in types or base in types, f"sample without TYPE: {name}"
+        name, pairs = m.group(1), _LABEL.findall(m.group(3) or "")
+        labels = frozenset(pairs)
+        assert len({k for k, _ in pairs}) == len(pairs), f"label twice: {line}"
+        assert not any(k.startswith("__") for k, _ in pairs), f"reserved label name: {line}"
+        fam = _family_of(name, types)
+        assert fam, f"sample without TYPE: {name}"
+        if types[fam] == "histogram":
+            assert name != fam, f"histogram {fam} sample without _bucket/_sum/_count"
+            assert ("le" in dict(pairs)) == name.endswith("_bucket"), f"le on a non-bucket or missing: {line}"
+        if fam != current:
+            assert fam not in done, f"samples of {fam} are not contiguous"
+            if current:
+                done.add(current)
+            current = fam
         key = (name, labels)
         assert key not in samples, f"duplicate sample {line}"
         samples[key] = float(m.group(4))
-    return samples
+    _check_histograms(samples, types)
+    return (samples, types) if with_types else samples
 
 
 def metric(samples, name, **labels):
@@ -621,7 +684,170 @@ class TestMetrics(unittest.TestCase):
         self.assertEqual(metric(m, "verl_reward_lanes"), TEST_LANES)
         self.assertEqual(metric(m, "verl_reward_ready"), 1)
         self.assertEqual(metric(m, "verl_reward_component_scores_total", component="model", reason="ok"), 31)
-        self.assertGreater(metric(m, "verl_reward_resident_memory_bytes"), 0)
+        self.assertGreater(metric(m, "process_resident_memory_bytes"), 0)
+        s.stop()
+
+    def test_rules_reject_bad_expositions(self):
+        """The checker in parse_prometheus fails on each rule it states (so the tests below can fail)."""
+        ok = "# HELP a_total A.\n# TYPE a_total counter\na_total 1\n"
+        h = ("# HELP h H.\n# TYPE h histogram\nh_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 2\n"
+             "h_sum 3\nh_count 2\n")
+        parse_prometheus(ok + h)
+        bad = {
+            "no TYPE": "# HELP a_total A.\na_total 1\n",
+            "no HELP": "# TYPE a_total counter\na_total 1\n",
+            "TYPE after samples": "# HELP g G.\n# TYPE g gauge\ng 1\n# HELP g_x X.\n# TYPE g_x gauge\ng_x 1\n"
+                                  "# TYPE g gauge\n",
+            "counter without _total": "# HELP a A.\n# TYPE a counter\na 1\n",
+            "gauge with _total": "# HELP a_total A.\n# TYPE a_total gauge\na_total 1\n",
+            "bad name": "# HELP 1a A.\n# TYPE 1a gauge\n1a 1\n",
+            "bad label": ok + "# HELP g G.\n# TYPE g gauge\ng{x=1} 1\n",
+            "label twice": ok + "# HELP g G.\n# TYPE g gauge\ng{x=\"1\",x=\"2\"} 1\n",
+            "duplicate series": ok + "a_total 2\n",
+            "not contiguous": ok + "# HELP g G.\n# TYPE g gauge\ng 1\na_total{x=\"1\"} 1\n",
+            "bucket not cumulative": h.replace('le=\"1\"} 1', 'le=\"1\"} 5'),
+            "+Inf != _count": h.replace("h_count 2", "h_count 3"),
+            "no +Inf": h.replace('h_bucket{le=\"+Inf\"} 2\n', ""),
+            "le out of order": h.replace('h_bucket{le=\"1\"} 1', 'h_bucket{le=\"2\"} 1\nh_bucket{le=\"1\"} 1'),
+            "no _sum": h.replace("h_sum 3\n", ""),
+            "no final newline": ok[:-1],
+        }
+        for what, text in bad.items():
+            with self.subTest(what), self.assertRaises(AssertionError):
+                parse_prometheus(text)
+
+    def test_traffic_moves_counters(self):
+        """Known traffic moves each counter and histogram by what it should: responses under their
+        real codes, one batch per request of a sequential client, queue wait = the queue_us answered."""
+        s = Server(self, "--model", "checksum", "--max-seqs-per-request", "4").wait_ready()
+        m0 = parse_prometheus(s.metrics())
+        n, seqs, toks, queue_s = 6, 0, 0, 0.0
+        for i in range(n):
+            ids = [[7, i + 1] * (i + 1)] * (1 + i % 3)
+            st, out = s.score({"input_ids": ids})
+            self.assertEqual(st, 200, out)
+            seqs, toks, queue_s = seqs + len(ids), toks + sum(map(len, ids)), queue_s + out["queue_us"] / 1e6
+        self.assertEqual(s.request("POST", "/v1/score", b'{"input_ids": [[1, 2')[0], 400)
+        self.assertEqual(s.request("POST", "/v1/score", json.dumps({"input_ids": [[1]] * 5}))[0], 413)
+        self.assertEqual(s.request("GET", "/nope")[0], 404)
+        m1 = parse_prometheus(s.metrics())
+
+        def d(name, **labels):
+            return metric(m1, name, **labels) - metric(m0, name, **labels)
+
+        self.assertEqual(d("verl_reward_requests_total", transport="http", status="ok"), n)
+        self.assertEqual(d("verl_reward_requests_total", transport="http", status="parse"), 1)
+        self.assertEqual(d("verl_reward_requests_total", transport="http", status="too_large"), 1)
+        self.assertEqual(d("verl_reward_http_responses_total", code="200"), n + 1)  # + the first scrape
+        self.assertEqual(d("verl_reward_http_responses_total", code="400"), 1)
+        self.assertEqual(d("verl_reward_http_responses_total", code="413"), 1)
+        self.assertEqual(d("verl_reward_http_responses_total", code="404"), 1)
+        self.assertEqual(d("verl_reward_http_responses_total", code="503"), 0)
+        self.assertNotIn(("verl_reward_http_responses_total", frozenset({("code", "2xx")})), m1)
+        self.assertEqual(d("verl_reward_request_latency_seconds_count", transport="http"), n + 2)
+        # a sequential client: each request is a batch of its own
+        self.assertEqual(d("verl_reward_batches_total"), n)
+        for h in ("verl_reward_batch_sequences", "verl_reward_batch_tokens", "verl_reward_batch_compute_seconds"):
+            self.assertEqual(d(h + "_count"), n, h)
+            self.assertEqual(d(h + "_bucket", le="+Inf"), n, h)
+        self.assertEqual(d("verl_reward_batch_sequences_sum"), seqs)
+        self.assertEqual(d("verl_reward_batch_tokens_sum"), toks)
+        self.assertEqual(d("verl_reward_batch_sequences_bucket", le="1"), 2)  # requests 0 and 3 had one sequence
+        self.assertEqual(d("verl_reward_batch_sequences_bucket", le="2"), 4)
+        self.assertEqual(d("verl_reward_request_queue_wait_seconds_count", transport="http"), n)
+        self.assertEqual(d("verl_reward_request_queue_wait_seconds_count", transport="shm"), 0)
+        self.assertAlmostEqual(d("verl_reward_request_queue_wait_seconds_sum", transport="http"), queue_s, delta=1e-6)
+        out = s.shm_score({"input_ids": [[1, 2, 3], [4]]})
+        self.assertEqual(out["status"], "VR_OK", out)
+        m2 = parse_prometheus(s.metrics())
+        self.assertEqual(metric(m2, "verl_reward_request_queue_wait_seconds_count", transport="shm"), 1)
+        self.assertAlmostEqual(metric(m2, "verl_reward_request_queue_wait_seconds_sum", transport="shm"),
+                               out["queue_us"] / 1e6, delta=1e-9)
+        s.stop()
+
+    def test_process_metrics(self):
+        """The process_* collectors agree with what /proc says about the server from outside."""
+        t_spawn = time.time()
+        s = Server(self, "--model", "checksum").wait_ready()
+        for i in range(20):
+            self.assertEqual(s.score({"input_ids": [[i, 1, 2]]})[0], 200)
+        tck = os.sysconf("SC_CLK_TCK")
+
+        def stat():
+            with open(f"/proc/{s.proc.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()  # [0] is field 3
+
+        before = stat()
+        text = s.metrics()
+        after = stat()
+        m, types = parse_prometheus(text, with_types=True)
+        self.assertEqual({k: v for k, v in types.items() if k.startswith("process_")},
+                         {"process_cpu_seconds_total": "counter", "process_resident_memory_bytes": "gauge",
+                          "process_virtual_memory_bytes": "gauge", "process_start_time_seconds": "gauge",
+                          "process_open_fds": "gauge", "process_max_fds": "gauge"})
+        cpu = metric(m, "process_cpu_seconds_total")
+        self.assertLessEqual((int(before[11]) + int(before[12])) / tck - 0.0005, cpu)
+        self.assertLessEqual(cpu, (int(after[11]) + int(after[12])) / tck + 0.0005)
+        with open("/proc/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+        start = metric(m, "process_start_time_seconds")
+        self.assertAlmostEqual(start, btime + int(after[19]) / tck, delta=0.002)
+        self.assertGreater(start, time.time() - 86400)  # plausibility: started today, not at the epoch
+        self.assertLess(t_spawn - 2, start)  # btime is whole seconds
+        rss, vsz = metric(m, "process_resident_memory_bytes"), metric(m, "process_virtual_memory_bytes")
+        self.assertGreater(rss, 0)
+        self.assertGreaterEqual(vsz, rss)
+        self.assertEqual(vsz, int(after[20]))
+        fds, max_fds = metric(m, "process_open_fds"), metric(m, "process_max_fds")
+        self.assertGreater(fds, 2)  # stdio at least, plus the listening socket and the segment
+        self.assertLessEqual(fds, max_fds)
+        with open(f"/proc/{s.proc.pid}/limits") as f:
+            soft = next(line.split()[3] for line in f if line.startswith("Max open files"))
+        self.assertEqual(max_fds, float(soft))
+        self.assertGreaterEqual(metric(parse_prometheus(s.metrics()), "process_cpu_seconds_total"), cpu)
+        for old in ("verl_reward_uptime_seconds", "verl_reward_resident_memory_bytes"):
+            self.assertNotIn(old, types)
+        s.stop()
+
+    def test_build_info(self):
+        """verl_reward_build_info: one series, value 1, the project's version, a commit of this
+        checkout, the device and architecture /v1/model reports."""
+        s = Server(self, "--model", os.path.join(FIXTURES, "models", "llama_gqa"), "--device", "cpu").wait_ready()
+        m = parse_prometheus(s.metrics())
+        info = [dict(k[1]) for k in m if k[0] == "verl_reward_build_info"]
+        self.assertEqual(len(info), 1, info)
+        info = info[0]
+        self.assertEqual(metric(m, "verl_reward_build_info", **info), 1)
+        self.assertEqual(set(info), {"version", "commit", "device", "model"})
+        model = json.loads(s.request("GET", "/v1/model")[1])
+        self.assertEqual(info["device"], model["device"])
+        self.assertEqual(info["model"], model["architecture"])
+        self.assertEqual(info["model"], "LlamaForSequenceClassification")
+        src = os.environ.get("VR_SOURCE_DIR", ".")
+        with open(os.path.join(src, "CMakeLists.txt")) as f:
+            version = re.search(r"project\(verl_reward VERSION ([0-9.]+)", f.read()).group(1)
+        self.assertEqual(info["version"], version)
+        git = subprocess.run(["git", "-C", src, "rev-parse", "--git-dir"], capture_output=True)
+        if git.returncode != 0:
+            self.assertEqual(info["commit"], "unknown")
+        else:
+            h = re.fullmatch(r"(?:.*-g)?([0-9a-f]{7,40})(?:-dirty)?", info["commit"])
+            self.assertTrue(h, info["commit"])
+            self.assertEqual(subprocess.run(["git", "-C", src, "cat-file", "-e", h.group(1) + "^{commit}"]).returncode,
+                             0, f"{info['commit']} is not a commit of {src}")
+        s.stop()
+
+    def test_promtool(self):
+        """promtool check metrics (Debian's prometheus package) on a scrape after traffic."""
+        promtool = os.environ.get("VR_PROMTOOL") or shutil.which("promtool")
+        if not promtool:
+            self.skipTest("promtool not installed (apt-get install prometheus); parse_prometheus's rules still apply")
+        s = Server(self, "--model", "checksum").wait_ready()
+        s.score({"input_ids": [[1, 2, 3]]})
+        s.request("POST", "/v1/score", b"{")
+        p = subprocess.run([promtool, "check", "metrics"], input=s.metrics(), capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual((p.returncode, p.stdout + p.stderr), (0, ""))
         s.stop()
 
 
@@ -713,6 +939,102 @@ class TestRules(unittest.TestCase):
         self.assertEqual(st, 200, data)
         self.assertIn(b"\xa5gsm8k\x91\xca\x3f\x80\x00\x00", data)  # gsm8k component 1.0
         s.stop()
+
+
+_PROM_NAME = re.compile(r"\b((?:verl_reward|process)_[a-z_]+)")
+_RATE_ARG = re.compile(r"\b(?:rate|irate|increase)\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)")
+
+
+def dashboard_exprs(dash):
+    """Every PromQL string of a Grafana dashboard: the panels' targets (rows' panels too) and the
+    query variables of its templating."""
+    exprs, panels = [], list(dash.get("panels", []))
+    while panels:
+        p = panels.pop()
+        panels.extend(p.get("panels", []))
+        exprs.extend(t["expr"] for t in p.get("targets", []) if "expr" in t)
+    for v in dash.get("templating", {}).get("list", []):
+        if v.get("type") == "query":
+            qv = v.get("query")
+            exprs.append(qv["query"] if isinstance(qv, dict) else qv)
+    return exprs
+
+
+def dashboard_problems(dash, types):
+    """What is wrong with the dashboard's metric names given a server's {family: type}: a name the
+    server does not export, a histogram used without _bucket/_sum/_count, a _bucket of a
+    non-histogram, rate() over a gauge. Returns (problems, families used)."""
+    problems, used = [], set()
+    for e in dashboard_exprs(dash):
+        for name in _PROM_NAME.findall(e):
+            base = _HIST_SUFFIX.sub("", name)
+            fam = name if name in types else base if base in types else None
+            if not fam:
+                problems.append(f"{name} (in {e}) is not exported")
+                continue
+            used.add(fam)
+            if types[fam] == "histogram" and name == fam:
+                problems.append(f"histogram {fam} used without a suffix in {e}")
+            if name.endswith("_bucket") and types[fam] != "histogram":
+                problems.append(f"{name} of a {types[fam]} in {e}")
+        for name in _RATE_ARG.findall(e):
+            fam = name if name in types else _HIST_SUFFIX.sub("", name)
+            if types.get(fam) == "gauge":
+                problems.append(f"rate() over the gauge {name} in {e}")
+    return problems, used
+
+
+class TestDashboard(unittest.TestCase):
+    """docs/grafana/verl-reward.json uses only metrics a live server exports (after traffic, so
+    every family is present), each as its type allows; and it and the docs' Metrics table cover
+    every family the server exports."""
+    SRC = os.environ.get("VR_SOURCE_DIR", ".")
+
+    def scrape_types(self):
+        s = Server(self, "--model", "checksum").wait_ready()
+        self.assertEqual(s.score({"input_ids": [[1, 2, 3]]})[0], 200)
+        self.assertEqual(s.shm_score({"input_ids": [[4, 5]]})["status"], "VR_OK")
+        _, types = parse_prometheus(s.metrics(), with_types=True)
+        s.stop()
+        return types
+
+    def test_dashboard_names(self):
+        with open(os.path.join(self.SRC, "docs", "grafana", "verl-reward.json")) as f:
+            dash = json.load(f)
+        types = self.scrape_types()
+        exprs = dashboard_exprs(dash)
+        self.assertGreater(len(exprs), 20)
+        problems, used = dashboard_problems(dash, types)
+        self.assertEqual(problems, [])
+        self.assertEqual(set(types) - used, set(), "families the dashboard does not show")
+        # the checker can fail: an unknown name, a bare histogram, rate() of a gauge
+        bad = {"panels": [{"targets": [{"expr": "rate(verl_reward_nope_total[5m])"},
+                                       {"expr": "verl_reward_request_latency_seconds"},
+                                       {"expr": "rate(verl_reward_queue_depth[5m])"},
+                                       {"expr": "verl_reward_ready_bucket"}]}]}
+        self.assertEqual(len(dashboard_problems(bad, types)[0]), 4)
+        # Grafana's shape: unique panel ids, a grid position, a refId per target, the data source variable
+        ids = [p["id"] for p in dash["panels"]]
+        self.assertEqual(len(ids), len(set(ids)))
+        names = {v["name"] for v in dash["templating"]["list"]}
+        for p in dash["panels"]:
+            self.assertEqual(set(p["gridPos"]), {"x", "y", "w", "h"}, p["title"])
+            self.assertLessEqual(p["gridPos"]["x"] + p["gridPos"]["w"], 24, p["title"])
+            refs = [t["refId"] for t in p["targets"]]
+            self.assertEqual(len(refs), len(set(refs)), p["title"])
+            for var in re.findall(r"\$\{?([a-z_]+)", json.dumps(p)):
+                self.assertTrue(var in names or var.startswith("__"), f"{p['title']}: ${var} undefined")
+
+    def test_docs_list_every_metric(self):
+        """docs/operations.md's Metrics table names exactly the families the server exports."""
+        with open(os.path.join(self.SRC, "docs", "operations.md")) as f:
+            text = f.read()
+        section = text[text.index("### Metrics (`GET /metrics`)"):text.index("### Stopping")]
+        table = "\n".join(line for line in section.splitlines() if line.startswith("| `"))
+        types = self.scrape_types()
+        documented = {n if n in types else _HIST_SUFFIX.sub("", n)
+                      for n in re.findall(r"`((?:verl_reward|process)_[a-z_]+)`", table)}
+        self.assertEqual(documented, set(types))
 
 
 if __name__ == "__main__":

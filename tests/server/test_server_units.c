@@ -1,10 +1,13 @@
-/* test_server_units.c: the server's parsers on their own (request bodies, settings).
+/* test_server_units.c: the server's parsers on their own (request bodies, settings),
+ * and the metrics module's rendering (label escaping, status codes, histograms
+ * under concurrent updates, the process collectors).
  *
  * Request bodies come from the network: besides a table of bad bodies, every
  * valid body is mutated (bit flips, truncation, insertion, splices) many times
  * and parsed again; under ASan/UBSan any out-of-bounds read shows up here, and
  * every accepted parse must satisfy the output invariants. */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +21,7 @@
 #include <msgpack.h>
 
 #include "verl_reward/status.h"
+#include "vr_metrics.h"
 #include "vr_request.h"
 #include "vr_settings.h"
 
@@ -326,11 +330,90 @@ static void test_settings(void **state) {
   unlink(path);
 }
 
+static void assert_has(const char *text, const char *line) {
+  if (!strstr(text, line)) fail_msg("missing from the exposition: %s", line);
+}
+
+static void test_metrics_render(void **state) {
+  (void)state;
+  static vr_metrics_t m; /* large: not on the stack */
+  const char *names[] = {"model"};
+  vr_metrics_init(&m, 1, names, NULL);
+  vr_metrics_set_info(&m, "cu\"da\\0\n", NULL);
+  for (int i = 0; i < 3; i++) vr_metrics_http_response(&m, 200);
+  vr_metrics_http_response(&m, 418);
+  vr_metrics_http_response(&m, 99);  /* outside 100 .. 599: dropped */
+  vr_metrics_http_response(&m, 600);
+  vr_metrics_queue_wait(&m, VR_TRANSPORT_HTTP, 0.003);
+  vr_metrics_queue_wait(&m, VR_TRANSPORT_HTTP, 0.0004);
+  vr_metrics_gauges_t g = {0};
+  char *text = vr_metrics_render(&m, &g, NULL);
+  assert_non_null(text);
+  assert_has(text, "verl_reward_build_info{version=\"");
+  assert_has(text, ",device=\"cu\\\"da\\\\0\\n\",model=\"none\"} 1\n");
+  assert_has(text, "verl_reward_http_responses_total{code=\"200\"} 3\n");
+  assert_has(text, "verl_reward_http_responses_total{code=\"418\"} 1\n");
+  assert_has(text, "verl_reward_http_responses_total{code=\"404\"} 0\n"); /* the fixed set, before any */
+  assert_null(strstr(text, "code=\"99\""));
+  assert_null(strstr(text, "code=\"600\""));
+  assert_null(strstr(text, "xx\""));
+  assert_has(text, "verl_reward_request_queue_wait_seconds_bucket{transport=\"http\",le=\"0.0005\"} 1\n");
+  assert_has(text, "verl_reward_request_queue_wait_seconds_bucket{transport=\"http\",le=\"0.005\"} 2\n");
+  assert_has(text, "verl_reward_request_queue_wait_seconds_bucket{transport=\"http\",le=\"+Inf\"} 2\n");
+  assert_has(text, "verl_reward_request_queue_wait_seconds_count{transport=\"http\"} 2\n");
+  assert_has(text, "verl_reward_request_queue_wait_seconds_count{transport=\"shm\"} 0\n");
+  assert_null(strstr(text, "process_")); /* have_process 0: left out */
+  free(text);
+
+  assert_int_equal(vr_metrics_process_stats(&g.process), 0);
+  g.have_process = 1;
+  assert_true(g.process.resident_bytes > 0 && g.process.virtual_bytes >= g.process.resident_bytes);
+  assert_true(g.process.open_fds >= 3 && g.process.open_fds <= g.process.max_fds);
+  assert_true(g.process.start_time_s > 1.5e9 && g.process.cpu_seconds >= 0);
+  text = vr_metrics_render(&m, &g, NULL);
+  assert_non_null(text);
+  assert_has(text, "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total ");
+  assert_has(text, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds ");
+  free(text);
+}
+
+enum { OBS_THREADS = 4, OBS_EACH = 50000 };
+
+static void *observe_many(void *arg) {
+  vr_metrics_t *m = arg;
+  for (int i = 0; i < OBS_EACH; i++) {
+    vr_metrics_queue_wait(m, VR_TRANSPORT_SHM, (i & 1) ? 0.25 : 2.0); /* exact in binary: sums are exact */
+    vr_metrics_http_response(m, 200);
+  }
+  return NULL;
+}
+
+/* Concurrent updates lose nothing: counts, buckets and sums are exact after the threads join. */
+static void test_metrics_threads(void **state) {
+  (void)state;
+  static vr_metrics_t m;
+  vr_metrics_init(&m, 0, NULL, NULL);
+  pthread_t t[OBS_THREADS];
+  for (int i = 0; i < OBS_THREADS; i++) assert_int_equal(pthread_create(&t[i], NULL, observe_many, &m), 0);
+  for (int i = 0; i < OBS_THREADS; i++) pthread_join(t[i], NULL);
+  vr_metrics_gauges_t g = {0};
+  char *text = vr_metrics_render(&m, &g, NULL);
+  assert_non_null(text);
+  assert_has(text, "verl_reward_http_responses_total{code=\"200\"} 200000\n");
+  assert_has(text, "verl_reward_request_queue_wait_seconds_bucket{transport=\"shm\",le=\"0.25\"} 100000\n");
+  assert_has(text, "verl_reward_request_queue_wait_seconds_bucket{transport=\"shm\",le=\"1\"} 100000\n");
+  assert_has(text, "verl_reward_request_queue_wait_seconds_bucket{transport=\"shm\",le=\"2.5\"} 200000\n");
+  assert_has(text, "verl_reward_request_queue_wait_seconds_sum{transport=\"shm\"} 225000\n");
+  assert_has(text, "verl_reward_request_queue_wait_seconds_count{transport=\"shm\"} 200000\n");
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_valid),     cmocka_unit_test(test_json_bad),
       cmocka_unit_test(test_msgpack_valid),  cmocka_unit_test(test_msgpack_hostile),
       cmocka_unit_test(test_fuzz_bodies),    cmocka_unit_test(test_settings),
+      cmocka_unit_test(test_metrics_render), cmocka_unit_test(test_metrics_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
