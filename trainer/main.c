@@ -192,7 +192,7 @@ static int parse_fault(const char *s, vr_fault_t *f) {
 /* ---- configuration ------------------------------------------------------------------------- */
 
 static int load_topology(const vr_targs_t *a, vr_topology_t *t, int quiet) {
-  static char err[ERRBUF];
+  char err[ERRBUF];
   if (a->topology) {
     if (vr_topology_load(a->topology, t, err, sizeof err) != 0) {
       if (!quiet) fprintf(stderr, "%s", err);
@@ -208,7 +208,7 @@ static int load_topology(const vr_targs_t *a, vr_topology_t *t, int quiet) {
 
 /* Loads config + device map (+ topology). quiet: another rank reports. Returns 0 or 2. */
 static int load_all(const vr_targs_t *a, vr_tconfig_t *cfg, vr_devmap_t *map, vr_topology_t *topo, int quiet) {
-  static char err[ERRBUF];
+  char err[ERRBUF];
   vr_tconfig_defaults(cfg);
   if (a->config && vr_tconfig_load(a->config, cfg, err, sizeof err) != 0) {
     if (!quiet) fprintf(stderr, "%s", err);
@@ -252,7 +252,7 @@ static int load_all(const vr_targs_t *a, vr_tconfig_t *cfg, vr_devmap_t *map, vr
 }
 
 static void print_resolved(const vr_devmap_t *map, FILE *f) {
-  static char buf[16384];
+  char buf[16384];
   vr_devmap_describe(map, buf, sizeof buf);
   fprintf(f, "[INFO] %s", buf);
   vr_devmap_json(map, buf, sizeof buf);
@@ -261,7 +261,7 @@ static void print_resolved(const vr_devmap_t *map, FILE *f) {
 
 /* Topology verdict; returns 2 when --strict-topology turns warnings into an error. */
 static int topology_verdict(const vr_targs_t *a, const vr_topology_t *t, const vr_devmap_t *m, FILE *f) {
-  static char buf[ERRBUF];
+  char buf[ERRBUF];
   int n = vr_topology_check(t, m, buf, sizeof buf);
   fprintf(f, "[INFO] topology (%s): %s\n", t->source, n ? "see warnings" : "every all-reducing group fits its links");
   if (n) fprintf(f, "%s", buf);
@@ -748,6 +748,14 @@ static void write_profile(vr_world_t *w, vr_commprof_t *p) {
   free(counts), free(displs), free(all), free(labels);
 }
 
+/* What a process reads before it starts: the config, the device map, the machine (the topology
+ * is 256 KiB: on the heap). */
+typedef struct vr_loaded {
+  vr_tconfig_t cfg;
+  vr_devmap_t map;
+  vr_topology_t topo;
+} vr_loaded_t;
+
 /* FNV-1a over what decides the processes and groups: the workers, their roles, each role's
  * devices and backend (not the path: nodes may keep the file elsewhere). */
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
@@ -779,10 +787,12 @@ static int run_under_mpi(const vr_targs_t *a) {
   }
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  static vr_tconfig_t cfg;
-  static vr_devmap_t map;
-  static vr_topology_t topo;
-  int rc = load_all(a, &cfg, &map, &topo, rank != 0);
+  vr_loaded_t *L = calloc(1, sizeof *L);
+  if (!L) {
+    fprintf(stderr, "verl-trainer: rank %d: out of memory\n", rank);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  int rc = load_all(a, &L->cfg, &L->map, &L->topo, rank != 0);
   vr_fault_t fault;
   if (rc == 0 && parse_fault(a->fault, &fault) != 0) rc = 2;
   if (rc == 0 && !a->comm_check) {
@@ -792,14 +802,14 @@ static int run_under_mpi(const vr_targs_t *a) {
     rc = 2;
   }
   if (rc == 0 && rank == 0) {
-    print_resolved(&map, stdout);
-    if (cfg.unused[0]) printf("[INFO] config %s: not used by this build: %s\n", cfg.path, cfg.unused);
-    rc = topology_verdict(a, &topo, &map, stdout);
+    print_resolved(&L->map, stdout);
+    if (L->cfg.unused[0]) printf("[INFO] config %s: not used by this build: %s\n", L->cfg.path, L->cfg.unused);
+    rc = topology_verdict(a, &L->topo, &L->map, stdout);
     fflush(stdout);
   }
   /* every rank must have loaded the same map (on several nodes the files are each node's own):
    * one failure or one different map stops everyone, before any communicator exists */
-  uint64_t h = rc == 0 ? devmap_hash(&map) : 0, hmin = 0, hmax = 0;
+  uint64_t h = rc == 0 ? devmap_hash(&L->map) : 0, hmin = 0, hmax = 0;
   int rc_any = 0;
   MPI_Allreduce(&rc, &rc_any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(&h, &hmin, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
@@ -808,13 +818,14 @@ static int run_under_mpi(const vr_targs_t *a) {
     if (h != hmin || rank == 0)
       fprintf(stderr, "verl-trainer: rank %d: its device map %s resolves differently from another rank's (the "
                       "files differ between nodes?). HINT: give every node the same config and device map\n",
-              rank, map.path);
+              rank, L->map.path);
     rc_any = 2;
   }
   if (rc_any != 0) {
     if (rc != 0 && rank != 0) /* rank 0 printed its own problem; say which rank failed too */
       fprintf(stderr, "verl-trainer: rank %d could not load the config or device map (see above)\n", rank);
     MPI_Finalize();
+    free(L);
     return rc_any;
   }
   /* the profile is on for all ranks or none (its gather is collective): rank 0 decides */
@@ -826,18 +837,18 @@ static int run_under_mpi(const vr_targs_t *a) {
     fprintf(stderr, "verl-trainer: rank %d: out of memory for the communication profile\n", rank);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  static vr_world_t w;
-  rc = vr_world_init(&w, &map, a->timeout_s > 0 ? a->timeout_s : cfg.comm_timeout_s, prof);
+  vr_world_t w;
+  rc = vr_world_init(&w, &L->map, a->timeout_s > 0 ? a->timeout_s : L->cfg.comm_timeout_s, prof);
   if (rc != 0) {
     MPI_Abort(MPI_COMM_WORLD, rc == -2 ? 2 : 1);
     return 1;
   }
   vr_ctl_t c;
   const char *rd = getenv("VR_TRAINER_RUN_DIR");
-  if (vr_ctl_init(&c, &w, rd ? rd : (a->run_dir ? a->run_dir : cfg.run_dir), vr_cmd_names, CMD_COUNT) != 0)
+  if (vr_ctl_init(&c, &w, rd ? rd : (a->run_dir ? a->run_dir : L->cfg.run_dir), vr_cmd_names, CMD_COUNT) != 0)
     vr_world_abort(&w, 1, "out of memory");
   if (w.rank == 0) {
-    rc = controller(&w, &c, &cfg, a);
+    rc = controller(&w, &c, &L->cfg, a);
     vr_ctl_stop(&c);
   } else {
     worker_loop(&w, &c, &fault);
@@ -848,6 +859,7 @@ static int run_under_mpi(const vr_targs_t *a) {
   vr_commprof_free(prof);
   MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
   MPI_Finalize();
+  free(L);
   return rc;
 }
 
@@ -856,25 +868,36 @@ int main(int argc, char **argv) {
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
   if (a.check) {
-    static vr_tconfig_t cfg;
-    static vr_devmap_t map;
-    static vr_topology_t topo;
-    if (load_all(&a, &cfg, &map, &topo, 0)) return 2;
-    print_resolved(&map, stdout);
-    return topology_verdict(&a, &topo, &map, stdout);
+    vr_loaded_t *L = calloc(1, sizeof *L);
+    if (!L) return 1;
+    rc = load_all(&a, &L->cfg, &L->map, &L->topo, 0) ? 2 : 0;
+    if (rc == 0) {
+      print_resolved(&L->map, stdout);
+      rc = topology_verdict(&a, &L->topo, &L->map, stdout);
+    }
+    free(L);
+    return rc;
   }
   if (under_launcher()) return run_under_mpi(&a);
   /* no launcher: validate here (errors once, exit 2), then run mpirun on ourselves */
-  static vr_tconfig_t cfg;
-  static vr_devmap_t map;
-  static vr_topology_t topo;
-  if (load_all(&a, &cfg, &map, &topo, 0)) return 2;
-  vr_fault_t fault;
-  if (parse_fault(a.fault, &fault) != 0) return 2;
-  if (!a.comm_check) {
-    fprintf(stderr, "verl-trainer: this build runs the groups' communication check only (the PPO/GRPO loop is not "
-                    "built yet). HINT: add --comm-check\n");
+  vr_loaded_t *L = calloc(1, sizeof *L);
+  if (!L) return 1;
+  if (load_all(&a, &L->cfg, &L->map, &L->topo, 0)) {
+    free(L);
     return 2;
   }
-  return launch(&a, &cfg, &map);
+  vr_fault_t fault;
+  if (parse_fault(a.fault, &fault) != 0 || !a.comm_check) {
+    if (a.comm_check) {
+      free(L);
+      return 2;
+    }
+    fprintf(stderr, "verl-trainer: this build runs the groups' communication check only (the PPO/GRPO loop is not "
+                    "built yet). HINT: add --comm-check\n");
+    free(L);
+    return 2;
+  }
+  rc = launch(&a, &L->cfg, &L->map);
+  free(L);
+  return rc;
 }
