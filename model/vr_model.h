@@ -175,7 +175,7 @@ int vr_model_dir_check(const char *dir, char *err, size_t errlen);
 const char *vr_model_runtime_versions(char *buf, size_t n);
 
 /* Visible CUDA devices (0 without the CUDA backend or without a usable device; why then says
- * why: "this build has no CUDA backend", "driver 13.0: 0 devices"). Not thread-safe. */
+ * why: "this build has no CUDA backend", "driver 13.0: 0 devices", "no CUDA driver: ..."). Not thread-safe. */
 int vr_model_cuda_devices(char *why, size_t whyn);
 
 /* The HINT for a vr_model_load() failure with status rc (the load's own log line names the file,

@@ -493,9 +493,10 @@ extern "C" int vr_cuda_device_count(char *why, size_t whyn) {
   cudaError_t e = cudaGetDeviceCount(&ndev);
   if (e != cudaSuccess || ndev <= 0) {
     int drv = 0;
-    cudaDriverGetVersion(&drv);
-    if (e != cudaSuccess) snprintf(why, whyn, "driver %d.%d: %s", drv / 1000, drv % 1000 / 10, cudaGetErrorString(e));
-    else snprintf(why, whyn, "driver %d.%d: 0 devices", drv / 1000, drv % 1000 / 10);
+    char driver[48] = "no CUDA driver";
+    if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+      snprintf(driver, sizeof driver, "driver %d.%d", drv / 1000, drv % 1000 / 10);
+    snprintf(why, whyn, "%s: %s", driver, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
     return 0;
   }
   return ndev;
