@@ -390,6 +390,17 @@ int vr_settings_check(const vr_settings_t *s, char *err, size_t errlen) {
   if (wants_model && strcmp(s->model, "checksum") != 0 &&
       vr_model_device_dtype_check(s->device, s->dtype, err, errlen) != 0)
     return VR_ERR_INVAL;
+  if (s->pid_file[0]) { /* written once ready: its folder must exist now, not after the model loaded */
+    char dir[VR_SETTINGS_STR];
+    snprintf(dir, sizeof dir, "%s", s->pid_file);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = 0;
+    else snprintf(dir, sizeof dir, ".");
+    if (access(dir, W_OK) != 0) {
+      snprintf(err, errlen, "--pid-file '%s': cannot write in %s (%s)", s->pid_file, dir, strerror(errno));
+      return VR_ERR_INVAL;
+    }
+  }
   if (s->ring_slots & (s->ring_slots - 1)) {
     snprintf(err, errlen, "--ring-slots %u is not a power of two. HINT: 16, 32, 64, ...", s->ring_slots);
     return VR_ERR_INVAL;

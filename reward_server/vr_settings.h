@@ -63,7 +63,7 @@ int vr_settings_parse(vr_settings_t *s, int argc, char **argv);
 /* The checks that need every setting (run by vr_settings_parse before anything loads): the
  * reward spec needs a model and --model is given, --model DIR is a directory with config.json,
  * --model checksum with --device cuda (refused: the checksum scorer runs on the cpu), the
- * device/dtype pair, --ring-slots a power of two. 0 or VR_ERR_INVAL with err (flag, value, HINT). */
+ * device/dtype pair, --ring-slots a power of two, --pid-file's folder writable. 0 or VR_ERR_INVAL with err (flag, value, HINT). */
 int vr_settings_check(const vr_settings_t *s, char *err, size_t errlen);
 
 /* Reads one config file into s. VR_ERR_IO / VR_ERR_INVAL with a message. */

@@ -50,6 +50,7 @@ BAD_VALUES = {
         (["--model", FIXTURES], ["has no readable config.json"]),
         (["--model", "checksum", "--device", "cuda"], ["--device", "cuda"]),
         (["--reward", "model"], ["needs a model"]),
+        (["--model", MODEL, "--pid-file", "/nonexistent/dir/vr.pid"], ["--pid-file '/nonexistent/dir/vr.pid'"]),
         (["--model", MODEL, "positional"], ["unexpected argument 'positional'"]),
     ]),
     "verl-reward-score": ("--device", [

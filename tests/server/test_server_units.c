@@ -349,6 +349,7 @@ static void test_settings(void **state) {
       {"/nonexistent/model", "", "auto", "", 64, "--model '/nonexistent/model'"},
       {"/tmp", "", "auto", "", 64, "has no readable config.json"},
       {"checksum", "", "auto", "", 48, "--ring-slots 48 is not a power of two"},
+      {"checksum", "", "auto", "", 64, "--pid-file '/nonexistent/dir/vr.pid': cannot write in /nonexistent/dir"},
   };
   for (size_t i = 0; i < sizeof k_checks / sizeof k_checks[0]; i++) {
     vr_settings_t t;
@@ -358,6 +359,7 @@ static void test_settings(void **state) {
     snprintf(t.dtype, sizeof t.dtype, "%s", k_checks[i].dtype);
     snprintf(t.reward, sizeof t.reward, "%s", k_checks[i].reward);
     t.ring_slots = k_checks[i].ring_slots;
+    if (k_checks[i].want && strstr(k_checks[i].want, "--pid-file")) snprintf(t.pid_file, sizeof t.pid_file, "/nonexistent/dir/vr.pid");
     err[0] = 0;
     int rc = vr_settings_check(&t, err, sizeof err);
     if (!k_checks[i].want && rc != 0) fail_msg("check %zu: rc %d (%s)", i, rc, err);
