@@ -131,6 +131,11 @@ typedef struct vr_backend_ops {
 extern const vr_backend_ops_t vr_backend_cpu;
 #ifdef VR_HAVE_CUDA
 extern const vr_backend_ops_t vr_backend_cuda;
+/* Visible CUDA devices (0 when none; why then gets the driver's reason, "0 devices" or
+ * "driver: ..."). Loads no model; safe before anything else. Not thread-safe (first CUDA call). */
+int vr_cuda_device_count(char *why, size_t whyn);
+/* "CUDA 13.0 / cuBLAS 13.1" (the runtime and cuBLAS this binary runs with) into buf. */
+void vr_cuda_runtime_versions(char *buf, size_t n);
 #endif
 
 /* bf16 / f16 -> f32 helpers for backends (exact conversions). */

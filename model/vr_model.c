@@ -66,6 +66,24 @@ static const vr_backend_ops_t *const vr_backends[] = {&vr_backend_cpu};
 
 const char *vr_model_backends(void) { return VR_BACKEND_NAMES; }
 
+const char *vr_model_runtime_versions(char *buf, size_t n) {
+#if defined(VR_HAVE_CUDA) && defined(VR_MODEL_CUDA)
+  vr_cuda_runtime_versions(buf, n);
+#else
+  snprintf(buf, n, "cpu only");
+#endif
+  return buf;
+}
+
+int vr_model_cuda_devices(char *why, size_t whyn) {
+#if defined(VR_HAVE_CUDA) && defined(VR_MODEL_CUDA)
+  return vr_cuda_device_count(why, whyn);
+#else
+  snprintf(why, whyn, "this build has no CUDA backend");
+  return 0;
+#endif
+}
+
 /* "cpu" -> cpu/0; "cuda" -> cuda/0; "cuda:N" -> cuda/N. */
 static int vr_model_pick_backend(const char *device, const vr_backend_ops_t **ops, int *index) {
   char name[16];

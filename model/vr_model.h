@@ -151,6 +151,38 @@ int vr_model_max_inflight(const vr_model_t *m);
 /* Names of the backends compiled in, e.g. "cpu,cuda". Static string. */
 const char *vr_model_backends(void);
 
+/* ---- command-line values, checked before anything loads (every front end calls these) -------
+ * Each writes the canonical spelling into out (n bytes) and returns 0, or VR_ERR_INVAL /
+ * VR_ERR_UNSUPPORTED with err naming the value and a HINT. All thread-safe, no device touched.
+ * vr_model_device_parse: "cpu", "cuda", "cuda:N" (N in 0..1023; "cuda:0" as PyTorch writes it);
+ *   "gpu" and the like are refused; "cuda" is VR_ERR_UNSUPPORTED in a build without the CUDA backend.
+ * vr_model_dtype_parse: "auto"; "f32", "float32", "fp32" -> "f32"; "bf16", "bfloat16" -> "bf16"
+ *   (a "torch." prefix is accepted); "f16"/"float16"/"half" are VR_ERR_UNSUPPORTED (no backend
+ *   computes in f16).
+ * vr_model_device_dtype_check: the pair (canonical; device "" = auto): the cpu backend computes in
+ *   f32 only, the cuda backend in bf16 only.
+ * vr_model_cpu_gemm_parse: "auto", "generic", "avx2+fma" (not a check of this CPU: the load does that). */
+int vr_model_device_parse(const char *text, char *out, size_t n, char *err, size_t errlen);
+int vr_model_dtype_parse(const char *text, char *out, size_t n, char *err, size_t errlen);
+int vr_model_device_dtype_check(const char *device, const char *dtype, char *err, size_t errlen);
+int vr_model_cpu_gemm_parse(const char *text, char *err, size_t errlen);
+/* A model directory as vr_model_load wants it, checked without reading the weights: a directory
+ * with a readable config.json. 0, or VR_ERR_NOT_FOUND with err naming the path and a HINT. */
+int vr_model_dir_check(const char *dir, char *err, size_t errlen);
+
+/* Accelerator runtime of this build for --version: "CUDA 13.0 / cuBLAS 13.1", or "cpu only"
+ * without the CUDA backend. Touches no device. Returns buf. */
+const char *vr_model_runtime_versions(char *buf, size_t n);
+
+/* Visible CUDA devices (0 without the CUDA backend or without a usable device; why then says
+ * why: "this build has no CUDA backend", "driver 13.0: 0 devices"). Not thread-safe. */
+int vr_model_cuda_devices(char *why, size_t whyn);
+
+/* The HINT for a vr_model_load() failure with status rc (the load's own log line names the file,
+ * tensor or field): e.g. the supported architectures for VR_ERR_UNSUPPORTED, "--device cpu" for
+ * VR_ERR_NO_DEVICE. Static string, thread-safe. */
+const char *vr_model_load_hint(int rc);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,27 +21,25 @@ static int load_model(vr_scorer_t *sc, const vr_settings_t *st) {
   mo.dtype = st->dtype;
   mo.cuda = st->cuda;
   int rc;
+  char why[160];
   if (st->device[0]) {
     mo.device = st->device;
-    rc = vr_model_load(st->model, &mo, &sc->model);
-  } else if (strstr(vr_model_backends(), "cuda")) {
-    /* auto: the first visible GPU, else the cpu */
-    mo.device = "cuda";
-    rc = vr_model_load(st->model, &mo, &sc->model);
-    if (rc == VR_ERR_NO_DEVICE || rc == VR_ERR_DEVICE) {
-      vr_log(VR_LOG_INFO, "no usable GPU (%s); falling back to --device cpu", vr_strerror(rc));
-      mo.device = "cpu";
-      mo.dtype = strcmp(st->dtype, "bf16") == 0 ? "auto" : st->dtype;
-      rc = vr_model_load(st->model, &mo, &sc->model);
-    }
+  } else if (vr_model_cuda_devices(why, sizeof why) > 0) {
+    mo.device = "cuda"; /* auto: the first visible GPU, else the cpu */
   } else {
     mo.device = "cpu";
-    rc = vr_model_load(st->model, &mo, &sc->model);
+    if (strstr(vr_model_backends(), "cuda"))
+      vr_log(VR_LOG_WARN, "no usable CUDA device (%s): running on the cpu. HINT: --device cpu says so, "
+             "--device cuda makes it an error", why);
   }
+  if (!st->device[0] && strcmp(mo.device, "cpu") == 0 && strcmp(st->dtype, "bf16") == 0) {
+    vr_log(VR_LOG_WARN, "--dtype bf16 is the cuda backend's; the cpu computes in f32");
+    mo.dtype = "auto";
+  }
+  rc = vr_model_load(st->model, &mo, &sc->model);
   if (rc != 0) {
-    vr_log(VR_LOG_ERROR, "cannot load model %s: %s. HINT: --model takes a Hugging Face directory "
-           "(config.json + *.safetensors), 'checksum', or omit it with a rules-only --reward",
-           st->model, vr_strerror(rc));
+    vr_log(VR_LOG_ERROR, "cannot load model %s on %s: %s. HINT: %s", st->model, mo.device, vr_strerror(rc),
+           vr_model_load_hint(rc));
     return rc;
   }
   const vr_model_info_t *mi = vr_model_info(sc->model);
@@ -81,8 +79,7 @@ int vr_scorer_init(vr_scorer_t *sc, const vr_settings_t *st) {
     return 0;
   }
   if (!st->model[0]) {
-    vr_log(VR_LOG_ERROR, "--reward '%s' needs a model. HINT: pass --model DIR (or --model checksum), "
-           "or a rules-only --reward such as gsm8k", spec);
+    vr_log(VR_LOG_ERROR, "--reward '%s' needs a model (vr_settings_check refuses this)", spec);
     return VR_ERR_INVAL;
   }
   if (strcmp(st->model, "checksum") == 0) {

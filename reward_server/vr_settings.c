@@ -8,11 +8,25 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "verl_reward/protocol.h"
 #include "verl_reward/status.h"
+#include "vr_cli.h"
 #include "vr_log.h"
+#include "vr_rules.h"
 
-typedef enum opt_type { OPT_STR, OPT_U32, OPT_U64, OPT_PORT, OPT_INT, OPT_OCTAL, OPT_TRUNCATE, OPT_LOGLEVEL } opt_type_t;
+/* OPT_STR takes any text; the typed strings are checked (and HF spellings canonicalised) as they
+ * are set, so the config file and the command line are validated alike and before anything loads. */
+typedef enum opt_type {
+  OPT_STR, OPT_U32, OPT_U64, OPT_PORT, OPT_INT, OPT_OCTAL, OPT_TRUNCATE, OPT_LOGLEVEL,
+  OPT_DEVICE,  /* vr_model_device_parse: cpu, cuda, cuda:N */
+  OPT_DTYPE,   /* vr_model_dtype_parse: auto, f32/float32, bf16/bfloat16 */
+  OPT_GEMM,    /* vr_model_cpu_gemm_parse */
+  OPT_SHM,     /* vr_shm_path's rule; "" disables shm */
+  OPT_REWARD,  /* vr_reward_spec_parse; "" = model */
+  OPT_FILE,    /* a path that must exist (checked when set) */
+} opt_type_t;
 
 typedef struct opt {
   const char *name;   /* long flag without "--" */
@@ -32,12 +46,12 @@ static const opt_t k_opts[] = {
     {"model", "model_name_or_path", OPT_STR, F(model), 0, 0, "DIR|checksum",
      "Hugging Face model directory; 'checksum' = transport test scorer (no model); "
      "omit with a rules-only --reward"},
-    {"shm-name", "shared_mem_name", OPT_STR, F(shm_name), 0, 0, "NAME",
+    {"shm-name", "shared_mem_name", OPT_SHM, F(shm_name), 0, 0, "NAME",
      "shared-memory segment name (no '/'); empty disables shm"},
     {"port", NULL, OPT_PORT, F(port), 0, 65535, "N", "HTTP port; 0 disables HTTP"},
     {"host", NULL, OPT_STR, F(host), 0, 0, "ADDR", "HTTP listen address"},
-    {"device", NULL, OPT_STR, F(device), 0, 0, "cpu|cuda[:N]", "device; unset: the first visible GPU, else cpu"},
-    {"dtype", NULL, OPT_STR, F(dtype), 0, 0, "auto|f32|bf16", "compute dtype (auto: cpu f32, cuda bf16)"},
+    {"device", NULL, OPT_DEVICE, F(device), 0, 0, "cpu|cuda[:N]", "device; unset: the first visible GPU, else cpu"},
+    {"dtype", NULL, OPT_DTYPE, F(dtype), 0, 0, "auto|f32|bf16", "compute dtype (auto: cpu f32, cuda bf16; float32, bfloat16 accepted)"},
     {"max-batch-tokens", NULL, OPT_U32, F(max_batch_tokens), 1, 1u << 24, "N", "token budget of one packed batch"},
     {"max-wait-us", NULL, OPT_U32, F(max_wait_us), 0, 60000000, "US", "longest wait for more work before a batch starts (0: start as soon as the batcher is free; what arrives during a forward joins the next batch)"},
     {"batch-linger-us", NULL, OPT_U32, F(batch_linger_us), 0, 1000000, "US", "after a batch of N requests is answered, wait up to this long for N requests to be queued again before the next batch starts (closed-loop clients resubmit together; 0: off)"},
@@ -53,16 +67,16 @@ static const opt_t k_opts[] = {
     {"max-seqs-per-request", NULL, OPT_U32, F(max_seqs_per_request), 1, 1u << 20, "N", "sequences per request"},
     {"log-level", NULL, OPT_LOGLEVEL, F(log_level), 0, 0, "LEVEL", "trace|debug|info|warn|error"},
     {"pid-file", NULL, OPT_STR, F(pid_file), 0, 0, "FILE", "write the pid here (removed at exit)"},
-    {"reward", NULL, OPT_STR, F(reward), 0, 0, "SPEC",
+    {"reward", NULL, OPT_REWARD, F(reward), 0, 0, "SPEC",
      "reward components and weights, e.g. model:0.7,gsm8k:0.3 or gsm8k (rules only); unset: model"},
     {"max-body-bytes", NULL, OPT_U64, F(max_body_bytes), 64, 1ull << 32, "N", "largest HTTP request body (413 beyond)"},
     {"max-queue", NULL, OPT_U32, F(max_queue), 1, 1u << 20, "N",
      "requests accepted but not yet batched; beyond: overloaded (HTTP 429, shm VR_ERR_OVERLOADED)"},
     {"threads", NULL, OPT_INT, F(threads), 0, 4096, "N", "cpu backend threads (0 = all cores)"},
-    {"cpu-gemm", NULL, OPT_STR, F(cpu_gemm), 0, 0, "auto|generic|avx2+fma",
+    {"cpu-gemm", NULL, OPT_GEMM, F(cpu_gemm), 0, 0, "auto|generic|avx2+fma",
      "cpu backend GEMMs (auto: avx2+fma where the CPU has it; generic: the same score bits on every CPU)"},
     {"drain-ms", NULL, OPT_U32, F(drain_ms), 0, 600000, "MS", "on SIGTERM: time to finish accepted work"},
-    {"config", NULL, OPT_STR, F(config), 0, 0, "FILE", "read 'key: value' lines (same keys as the flags)"},
+    {"config", NULL, OPT_FILE, F(config), 0, 0, "FILE", "read 'key: value' lines (same keys as the flags)"},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
 
@@ -117,20 +131,11 @@ static const opt_t *find_opt(const char *key) {
   return NULL;
 }
 
-static int parse_u64(const char *v, int base, uint64_t *out) {
-  if (!v || !*v || *v == '-' || isspace((unsigned char)*v)) return -1;
-  errno = 0;
-  char *end = NULL;
-  unsigned long long x = strtoull(v, &end, base);
-  if (errno || end == v || *end) return -1;
-  *out = x;
-  return 0;
-}
-
 static void opt_default_text(const opt_t *o, const vr_settings_t *d, char *buf, size_t n) {
   const char *p = (const char *)d + o->off;
   switch (o->type) {
-    case OPT_STR: case OPT_LOGLEVEL: snprintf(buf, n, "%s", *p ? p : "(none)"); break;
+    case OPT_STR: case OPT_LOGLEVEL: case OPT_DEVICE: case OPT_DTYPE: case OPT_GEMM: case OPT_SHM:
+    case OPT_REWARD: case OPT_FILE: snprintf(buf, n, "%s", *p ? p : "(none)"); break;
     case OPT_U32: snprintf(buf, n, "%u", *(const uint32_t *)p); break;
     case OPT_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     case OPT_PORT: case OPT_INT: snprintf(buf, n, "%d", *(const int *)p); break;
@@ -145,15 +150,53 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
   const opt_t *o = find_opt(key);
   if (!o) {
     const int rc = vr_cuda_options_set(&s->cuda, key, value, err, errlen); /* --cuda-*: model/'s table */
-    if (rc == VR_ERR_NOT_FOUND) snprintf(err, errlen, "unknown option '%s'", key);
+    if (rc == VR_ERR_NOT_FOUND)
+      snprintf(err, errlen, "unknown key '%s' (the keys are the long flags without the dashes)", key);
     return rc;
   }
   char *p = (char *)s + o->off;
   uint64_t x = 0;
+  const int text = o->type == OPT_STR || o->type >= OPT_DEVICE; /* held inline in a char[] */
+  if (text && strlen(value) >= o->size) {
+    snprintf(err, errlen, "--%s: value longer than %zu bytes", o->name, o->size - 1);
+    return VR_ERR_INVAL;
+  }
+  char canon[64], why[256] = "";
   switch (o->type) {
     case OPT_STR:
-      if (strlen(value) >= o->size) {
-        snprintf(err, errlen, "%s: value longer than %zu bytes", o->name, o->size - 1);
+      strcpy(p, value);
+      return 0;
+    case OPT_DEVICE: case OPT_DTYPE: {
+      int rc = o->type == OPT_DEVICE ? vr_model_device_parse(value, canon, sizeof canon, err, errlen)
+                                     : vr_model_dtype_parse(value, canon, sizeof canon, err, errlen);
+      if (rc != 0) return VR_ERR_INVAL;
+      snprintf(p, o->size, "%s", canon);
+      return 0;
+    }
+    case OPT_GEMM:
+      if (vr_model_cpu_gemm_parse(value, err, errlen) != 0) return VR_ERR_INVAL;
+      strcpy(p, value);
+      return 0;
+    case OPT_SHM:
+      if (value[0] && vr_shm_path(value, canon, sizeof canon, why, sizeof why) != 0) {
+        snprintf(err, errlen, "--shm-name '%s': %s. HINT: a plain name such as verl_reward_shm (the segment is "
+                 "/dev/shm/NAME), or '' to disable shm", value, why);
+        return VR_ERR_INVAL;
+      }
+      strcpy(p, value);
+      return 0;
+    case OPT_REWARD: {
+      vr_reward_spec_t spec;
+      if (value[0] && vr_reward_spec_parse(value, &spec, why, sizeof why) != 0) {
+        snprintf(err, errlen, "--reward '%s': %s", value, why);
+        return VR_ERR_INVAL;
+      }
+      strcpy(p, value);
+      return 0;
+    }
+    case OPT_FILE:
+      if (access(value, R_OK) != 0) {
+        snprintf(err, errlen, "--%s '%s': %s", o->name, value, strerror(errno));
         return VR_ERR_INVAL;
       }
       strcpy(p, value);
@@ -161,7 +204,7 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
     case OPT_LOGLEVEL: {
       vr_log_level_t lv;
       if (vr_log_level_parse(value, &lv) != 0) {
-        snprintf(err, errlen, "%s: '%s' is not trace|debug|info|warn|error|fatal|off", o->name, value);
+        snprintf(err, errlen, "--%s '%s' is not trace|debug|info|warn|error|fatal|off", o->name, value);
         return VR_ERR_INVAL;
       }
       snprintf(p, o->size, "%s", vr_log_level_name(lv));
@@ -172,14 +215,14 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
       else if (strcmp(value, "right") == 0) *(vr_truncate_t *)p = VR_TRUNCATE_RIGHT;
       else if (strcmp(value, "error") == 0) *(vr_truncate_t *)p = VR_TRUNCATE_ERROR;
       else {
-        snprintf(err, errlen, "%s: '%s' is not left|right|error", o->name, value);
+        snprintf(err, errlen, "--%s '%s' is not left|right|error", o->name, value);
         return VR_ERR_INVAL;
       }
       return 0;
     default: break;
   }
-  if (parse_u64(value, o->type == OPT_OCTAL ? 8 : 10, &x) != 0 || x < o->min || x > o->max) {
-    snprintf(err, errlen, "%s: '%s' is not a%s number in [%llu, %llu]", o->name, value,
+  if (vr_cli_strtou64(value, o->type == OPT_OCTAL ? 8 : 10, &x) != 0 || x < o->min || x > o->max) {
+    snprintf(err, errlen, "--%s '%s' is not a%s number in [%llu, %llu]", o->name, value,
              o->type == OPT_OCTAL ? "n octal" : "", (unsigned long long)o->min, (unsigned long long)o->max);
     return VR_ERR_INVAL;
   }
@@ -282,16 +325,29 @@ void vr_settings_usage(FILE *f, const char *prog) {
     vr_cuda_options_get(&d.cuda, c->name, def, sizeof def);
     fprintf(f, "  %-36s %s (default: %s)\n", flag, c->help, def);
   }
-  fprintf(f, "  %-36s this text\n\n", "--help");
+  fprintf(f, "  %-36s this text\n", "--help");
+  fprintf(f, "  %-36s version, git commit, build type, CUDA/cuBLAS versions\n\n", "--version");
   fprintf(f,
           "Flags take '--flag value' or '--flag=value'. The --config file holds 'key: value' or\n"
-          "'key = value' lines with the same keys ('#' comments); flags override the file.\n");
+          "'key = value' lines with the same keys ('#' comments); flags override the file.\n"
+          "Every value is checked before anything loads. Exit status: 0 after a clean stop (or --help,\n"
+          "--version), 1 when start-up or serving failed (model load, segment, port), 2 for a bad flag,\n"
+          "value or config line.\n");
 }
 
-/* Splits "--key=value" / "--key value"; returns the index of the next arg or -1. */
+/* A flag of the table or a --cuda-* option (model/'s table). */
+static int known_flag(const char *key) {
+  vr_cuda_options_t c;
+  char buf[32];
+  memset(&c, 0, sizeof c);
+  return find_opt(key) != NULL || vr_cuda_options_get(&c, key, buf, sizeof buf) == 0;
+}
+
+/* Splits "--key=value" / "--key value"; returns the index of the next arg, or -1 when the value
+ * is missing (end of argv, or the next argument is itself a flag: a value that starts with "--"
+ * is given as --key=value). */
 static int next_flag(int argc, char **argv, int i, char *key, size_t keylen, const char **val) {
-  const char *a = argv[i];
-  const char *name = a + 2;
+  const char *name = argv[i] + 2;
   const char *eq = strchr(name, '=');
   size_t n = eq ? (size_t)(eq - name) : strlen(name);
   if (n >= keylen) n = keylen - 1;
@@ -301,29 +357,73 @@ static int next_flag(int argc, char **argv, int i, char *key, size_t keylen, con
     *val = eq + 1;
     return i + 1;
   }
-  if (i + 1 >= argc) return -1;
+  if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) return -1;
   *val = argv[i + 1];
   return i + 2;
 }
 
+#define PROG "verl-reward-server"
+
+int vr_settings_check(const vr_settings_t *s, char *err, size_t errlen) {
+  vr_reward_spec_t spec;
+  char why[256];
+  const char *rs = s->reward[0] ? s->reward : "model";
+  if (vr_reward_spec_parse(rs, &spec, why, sizeof why) != 0) { /* set() checked it; a default cannot fail */
+    snprintf(err, errlen, "--reward '%s': %s", rs, why);
+    return VR_ERR_INVAL;
+  }
+  const int wants_model = spec.model_index >= 0;
+  if (wants_model && !s->model[0]) {
+    snprintf(err, errlen, "--reward '%s' needs a model. HINT: pass --model DIR (or --model checksum), or a "
+             "rules-only --reward such as gsm8k", rs);
+    return VR_ERR_INVAL;
+  }
+  if (wants_model && strcmp(s->model, "checksum") == 0) {
+    if (strncmp(s->device, "cuda", 4) == 0) {
+      snprintf(err, errlen, "--model checksum runs on the cpu, but --device %s asks for a GPU. HINT: drop --device "
+               "(or --device cpu), or --model DIR to score with a model on the GPU", s->device);
+      return VR_ERR_INVAL;
+    }
+  } else if (wants_model && vr_model_dir_check(s->model, err, errlen) != 0) {
+    return VR_ERR_INVAL;
+  }
+  if (wants_model && strcmp(s->model, "checksum") != 0 &&
+      vr_model_device_dtype_check(s->device, s->dtype, err, errlen) != 0)
+    return VR_ERR_INVAL;
+  if (s->ring_slots & (s->ring_slots - 1)) {
+    snprintf(err, errlen, "--ring-slots %u is not a power of two. HINT: 16, 32, 64, ...", s->ring_slots);
+    return VR_ERR_INVAL;
+  }
+  return 0;
+}
+
 int vr_settings_parse(vr_settings_t *s, int argc, char **argv) {
-  /* pass 1: --help and --config */
+  /* pass 1: --help, --version, then every argument's shape (unknown flag, missing value), --config */
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      vr_settings_usage(stdout, argv[0]);
+      vr_settings_usage(stdout, PROG);
+      return 1;
+    }
+    if (strcmp(argv[i], "--version") == 0) {
+      char rt[128];
+      vr_cli_version(stdout, PROG, vr_model_runtime_versions(rt, sizeof rt));
       return 1;
     }
   }
   for (int i = 1; i < argc;) {
     if (strncmp(argv[i], "--", 2) != 0) {
-      fprintf(stderr, "verl-reward-server: unexpected argument '%s' (see --help)\n", argv[i]);
+      vr_cli_usage_error(PROG, "unexpected argument '%s' (flags are --name value)", argv[i]);
       return VR_ERR_INVAL;
     }
     char key[128];
     const char *val = NULL;
     int next = next_flag(argc, argv, i, key, sizeof key, &val);
+    if (!known_flag(key)) {
+      vr_cli_usage_error(PROG, "unknown option --%s", key);
+      return VR_ERR_INVAL;
+    }
     if (next < 0) {
-      fprintf(stderr, "verl-reward-server: %s needs a value (see --help)\n", argv[i]);
+      vr_cli_usage_error(PROG, "--%s needs a value", key);
       return VR_ERR_INVAL;
     }
     if (name_eq(key, "config")) {
@@ -334,14 +434,19 @@ int vr_settings_parse(vr_settings_t *s, int argc, char **argv) {
   }
   /* pass 2: flags override the file */
   for (int i = 1; i < argc;) {
-    char key[128], err[256];
+    char key[128], err[512];
     const char *val = NULL;
     int next = next_flag(argc, argv, i, key, sizeof key, &val);
     if (!name_eq(key, "config") && vr_settings_set(s, key, val, err, sizeof err) != 0) {
-      fprintf(stderr, "verl-reward-server: %s (see --help)\n", err);
+      vr_cli_usage_error(PROG, "%s", err);
       return VR_ERR_INVAL;
     }
     i = next;
+  }
+  char err[512];
+  if (vr_settings_check(s, err, sizeof err) != 0) {
+    vr_cli_usage_error(PROG, "%s", err);
+    return VR_ERR_INVAL;
   }
   return 0;
 }

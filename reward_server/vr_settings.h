@@ -54,10 +54,17 @@ typedef struct vr_settings {
 /* Fills every field with its default. */
 void vr_settings_init(vr_settings_t *s);
 
-/* Applies --config (if given) then the command line. Returns 0, 1 when --help
- * was printed (caller exits 0), or VR_ERR_INVAL after printing to stderr what
- * was wrong (flag, file:line, value). */
+/* Applies --config (if given) then the command line, then vr_settings_check. Returns 0, 1 when
+ * --help or --version was printed (caller exits 0), or VR_ERR_INVAL after printing to stderr
+ * what was wrong (an unknown flag by name, a flag without its value, file:line, flag and value):
+ * the caller exits 2 and nothing has been loaded. */
 int vr_settings_parse(vr_settings_t *s, int argc, char **argv);
+
+/* The checks that need every setting (run by vr_settings_parse before anything loads): the
+ * reward spec needs a model and --model is given, --model DIR is a directory with config.json,
+ * --model checksum with --device cuda (refused: the checksum scorer runs on the cpu), the
+ * device/dtype pair, --ring-slots a power of two. 0 or VR_ERR_INVAL with err (flag, value, HINT). */
+int vr_settings_check(const vr_settings_t *s, char *err, size_t errlen);
 
 /* Reads one config file into s. VR_ERR_IO / VR_ERR_INVAL with a message. */
 int vr_settings_load_file(vr_settings_t *s, const char *path);

@@ -37,6 +37,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "vr_cli.h"
 #include "vr_comm.h"
 #include "vr_commprof.h"
 #include "vr_control.h"
@@ -45,7 +46,6 @@
 #include "vr_tmetrics.h"
 #include "vr_topology.h"
 
-#define VR_TRAINER_VERSION "0.1.0"
 #define ERRBUF (64 * 1024)
 
 typedef struct vr_targs {
@@ -133,16 +133,13 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
       case O_RUNDIR: a->run_dir = optarg; break;
       case O_METRICS: a->metrics = optarg; break;
       case O_FAULT: a->fault = optarg; break;
-      case O_VERSION: printf("verl-trainer %s\n", VR_TRAINER_VERSION); return 0;
+      case O_VERSION: {
+        char rt[64];
+        vr_cli_version(stdout, "verl-trainer", vr_topology_runtime(rt, sizeof rt));
+        return 0;
+      }
       case 'h': usage(stdout); return 0;
-      case ':':
-        fprintf(stderr, "verl-trainer: %s needs a value\n", argv[optind - 1]);
-        usage(stderr);
-        return 2;
-      default:
-        fprintf(stderr, "verl-trainer: unknown option %s\n", argv[optind - 1]);
-        usage(stderr);
-        return 2;
+      default: return vr_cli_getopt_error("verl-trainer", c, argv, optind, optopt);
     }
   }
   if (optind != argc) {

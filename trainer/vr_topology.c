@@ -190,6 +190,17 @@ int vr_topology_load(const char *path, vr_topology_t *t, char *err, size_t cap) 
 
 /* ---- the local machine ----------------------------------------------------------------- */
 
+const char *vr_topology_runtime(char *buf, size_t n) {
+#ifndef VR_HAVE_CUDA
+  snprintf(buf, n, "cpu only");
+#else
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  snprintf(buf, n, "CUDA %d.%d", rt / 1000, rt % 1000 / 10);
+#endif
+  return buf;
+}
+
 void vr_topology_local(vr_topology_t *t) {
 #ifndef VR_HAVE_CUDA
   topo_reset(t, "none (built without CUDA)");

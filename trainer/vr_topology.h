@@ -73,6 +73,9 @@ void vr_topology_gpus(int n, vr_topology_t *t);
 /* The local machine through CUDA (compiled with VR_HAVE_CUDA; otherwise 0 GPUs). Never fails:
  * no usable GPU gives a one-node topology of 0 GPUs and source "none (reason)". */
 void vr_topology_local(vr_topology_t *t);
+/* For --version: "CUDA 13.0" (the runtime the process runs with) or "cpu only" without VR_HAVE_CUDA.
+ * Touches no device. Returns buf. */
+const char *vr_topology_runtime(char *buf, size_t n);
 
 /* The link between two devices of the map (GPU ids; cpu devices: VR_LINK_UNKNOWN). */
 vr_link_t vr_topology_link(const vr_topology_t *t, const vr_device_t *a, const vr_device_t *b);

@@ -49,6 +49,7 @@
  * cuda_hidden, the backend's .hidden entry (the trunk other components build on), runs the
  * trunk eagerly at the exact size on every row, then decoders' final RMSNorm on every row in
  * fp32, and copies the (T, C) fp32 hidden states to the caller. */
+#include <cublas_v2.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -487,6 +488,27 @@ static int check_config(const vr_model_config_t *c) {
   return 0;
 }
 
+extern "C" int vr_cuda_device_count(char *why, size_t whyn) {
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess || ndev <= 0) {
+    int drv = 0;
+    cudaDriverGetVersion(&drv);
+    if (e != cudaSuccess) snprintf(why, whyn, "driver %d.%d: %s", drv / 1000, drv % 1000 / 10, cudaGetErrorString(e));
+    else snprintf(why, whyn, "driver %d.%d: 0 devices", drv / 1000, drv % 1000 / 10);
+    return 0;
+  }
+  return ndev;
+}
+
+extern "C" void vr_cuda_runtime_versions(char *buf, size_t n) {
+  int rt = 0, major = 0, minor = 0;
+  cudaRuntimeGetVersion(&rt);
+  cublasGetProperty(MAJOR_VERSION, &major);
+  cublasGetProperty(MINOR_VERSION, &minor);
+  snprintf(buf, n, "CUDA %d.%d / cuBLAS %d.%d", rt / 1000, rt % 1000 / 10, major, minor);
+}
+
 static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, const vr_model_options_t *opt,
                      int device_index, void **state) {
   *state = NULL;
@@ -498,11 +520,11 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
            opt->dtype);
     return VR_ERR_UNSUPPORTED;
   }
-  int ndev = 0;
-  cudaError_t e = cudaGetDeviceCount(&ndev);
-  if (e != cudaSuccess || ndev <= 0) {
-    vr_log(VR_LOG_ERROR, "no CUDA device (%s). HINT: check the driver and CUDA_VISIBLE_DEVICES, or use --device cpu",
-           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  char why[160];
+  int ndev = vr_cuda_device_count(why, sizeof why);
+  if (ndev <= 0) {
+    vr_log(VR_LOG_ERROR, "no usable CUDA device (%s). HINT: --device cpu, or check the driver and CUDA_VISIBLE_DEVICES",
+           why);
     return VR_ERR_NO_DEVICE;
   }
   if (device_index < 0 || device_index >= ndev) {

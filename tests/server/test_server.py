@@ -627,7 +627,7 @@ class TestLifecycle(unittest.TestCase):
         self.assertIn("port", p.stderr)
         p = subprocess.run([SERVER, "--bogus", "1"], capture_output=True, text=True, timeout=30)
         self.assertEqual(p.returncode, 2)
-        self.assertIn("unknown option 'bogus'", p.stderr)
+        self.assertIn("unknown option --bogus", p.stderr)
         # --config with both syntaxes; flags override the file
         tmp = tempfile.mkdtemp(prefix="vrcfg_")
         cfg = os.path.join(tmp, "server.yaml")
@@ -653,7 +653,7 @@ class TestLifecycle(unittest.TestCase):
             f.write("port: lots\n")
         p = subprocess.run([SERVER, "--config", cfg], capture_output=True, text=True, timeout=30)
         self.assertEqual(p.returncode, 2)
-        self.assertIn("server.yaml:1: port: 'lots'", p.stderr)
+        self.assertIn("server.yaml:1: --port 'lots'", p.stderr)
 
 
 class TestMetrics(unittest.TestCase):

@@ -304,6 +304,71 @@ static void test_settings(void **state) {
   assert_int_equal(s.cuda.warmup, 1);
   assert_int_equal(vr_settings_set(&s, "cuda-nope", "on", err, sizeof err), VR_ERR_NOT_FOUND);
 
+  /* typed values: checked and canonicalised as they are set (command line and config file alike) */
+  static const struct { const char *key, *value; int rc; const char *want; } k_values[] = {
+      {"device", "cpu", 0, "cpu"},
+      {"device", "gpu", VR_ERR_INVAL, "HINT: --device cuda"},
+      {"device", "cuda:x", VR_ERR_INVAL, "'cuda:x'"},
+      {"device", "cuda:-1", VR_ERR_INVAL, "'cuda:-1'"},
+      {"dtype", "bfloat16", 0, "bf16"},
+      {"dtype", "torch.bfloat16", 0, "bf16"},
+      {"dtype", "float32", 0, "f32"},
+      {"dtype", "fp32", 0, "f32"},
+      {"dtype", "auto", 0, "auto"},
+      {"dtype", "float16", VR_ERR_INVAL, "no backend computes in f16"},
+      {"dtype", "int8", VR_ERR_INVAL, "--dtype 'int8'"},
+      {"shm-name", "/foo", VR_ERR_INVAL, "must not contain '/'"},
+      {"shm-name", "", 0, ""},
+      {"shm-name", "ok_name", 0, "ok_name"},
+      {"cpu-gemm", "generic", 0, "generic"},
+      {"cpu-gemm", "avx512", VR_ERR_INVAL, "--cpu-gemm 'avx512'"},
+      {"reward", "gsm9k", VR_ERR_INVAL, "unknown component 'gsm9k'"},
+      {"reward", "model:0.5,gsm8k:0.5", 0, "model:0.5,gsm8k:0.5"},
+      {"config", "/nonexistent/vr.yaml", VR_ERR_INVAL, "--config '/nonexistent/vr.yaml'"},
+      {"port", "x", VR_ERR_INVAL, "--port 'x'"},
+  };
+  for (size_t i = 0; i < sizeof k_values / sizeof k_values[0]; i++) {
+    vr_settings_t t;
+    vr_settings_init(&t);
+    err[0] = 0;
+    int rc = vr_settings_set(&t, k_values[i].key, k_values[i].value, err, sizeof err);
+    if (rc != k_values[i].rc) fail_msg("%s=%s: rc %d, want %d (%s)", k_values[i].key, k_values[i].value, rc,
+                                       k_values[i].rc, err);
+    if (rc == 0 && strcmp(k_values[i].key, "port") != 0) {
+      const char *got = !strcmp(k_values[i].key, "device") ? t.device : !strcmp(k_values[i].key, "dtype") ? t.dtype
+                      : !strcmp(k_values[i].key, "shm-name") ? t.shm_name : !strcmp(k_values[i].key, "cpu-gemm")
+                      ? t.cpu_gemm : t.reward;
+      if (strcmp(got, k_values[i].want) != 0) fail_msg("%s=%s: got '%s', want '%s'", k_values[i].key,
+                                                       k_values[i].value, got, k_values[i].want);
+    } else if (rc != 0 && !strstr(err, k_values[i].want)) {
+      fail_msg("%s=%s: error '%s' lacks '%s'", k_values[i].key, k_values[i].value, err, k_values[i].want);
+    }
+  }
+  /* the checks that need every setting */
+  static const struct { const char *model, *device, *dtype, *reward; uint32_t ring_slots; const char *want; } k_checks[] = {
+      {"checksum", "", "auto", "", 64, NULL},
+      {"", "", "auto", "gsm8k", 64, NULL},
+      {"", "", "auto", "", 64, "needs a model"},
+      {"checksum", "cuda", "auto", "", 64, "--model checksum runs on the cpu"},
+      {"/nonexistent/model", "", "auto", "", 64, "--model '/nonexistent/model'"},
+      {"/tmp", "", "auto", "", 64, "has no readable config.json"},
+      {"checksum", "", "auto", "", 48, "--ring-slots 48 is not a power of two"},
+  };
+  for (size_t i = 0; i < sizeof k_checks / sizeof k_checks[0]; i++) {
+    vr_settings_t t;
+    vr_settings_init(&t);
+    snprintf(t.model, sizeof t.model, "%s", k_checks[i].model);
+    snprintf(t.device, sizeof t.device, "%s", k_checks[i].device);
+    snprintf(t.dtype, sizeof t.dtype, "%s", k_checks[i].dtype);
+    snprintf(t.reward, sizeof t.reward, "%s", k_checks[i].reward);
+    t.ring_slots = k_checks[i].ring_slots;
+    err[0] = 0;
+    int rc = vr_settings_check(&t, err, sizeof err);
+    if (!k_checks[i].want && rc != 0) fail_msg("check %zu: rc %d (%s)", i, rc, err);
+    if (k_checks[i].want && (rc != VR_ERR_INVAL || !strstr(err, k_checks[i].want)))
+      fail_msg("check %zu: rc %d, error '%s' lacks '%s'", i, rc, err, k_checks[i].want);
+  }
+
   char path[] = "/tmp/vr_settings_XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
@@ -319,9 +384,9 @@ static void test_settings(void **state) {
   assert_int_equal(s.truncate, VR_TRUNCATE_LEFT);
   assert_int_equal(s.cuda.exact_size, 0);
   /* flags override the file */
-  char *argv[] = {"srv", "--config", path, "--port=9002", "--max-wait-us", "7", NULL};
+  char *argv[] = {"srv", "--config", path, "--port=9002", "--max-wait-us", "7", "--model", "checksum", NULL};
   vr_settings_init(&s);
-  assert_int_equal(vr_settings_parse(&s, 6, argv), 0);
+  assert_int_equal(vr_settings_parse(&s, 8, argv), 0);
   assert_int_equal(s.port, 9002);
   assert_int_equal(s.max_wait_us, 7);
   assert_int_equal(s.truncate, VR_TRUNCATE_LEFT);

@@ -14,12 +14,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "verl_reward/protocol.h"
 #include "verl_reward/status.h"
 #include "vr_bench_http.h"
 #include "vr_bench_report.h"
 #include "vr_bench_run.h"
 #include "vr_bench_spawn.h"
 #include "vr_checksum.h"
+#include "vr_cli.h"
 #include "vr_log.h"
 
 #define MAX_LIST 32
@@ -44,7 +46,7 @@ typedef struct bench_opts {
 
 static void usage(FILE *f) {
   fprintf(f,
-    "usage: verl-reward-bench [options]\n"
+    "usage: verl-reward-bench [options]    (verl-reward-bench --version | --help)\n"
     "server:\n"
     "  --shm-name NAME          shared-memory segment (default verl_reward_shm)\n"
     "  --url HOST:PORT          HTTP address for http/http-msgpack (default 127.0.0.1:8080)\n"
@@ -79,6 +81,8 @@ static void usage(FILE *f) {
     DEFAULT_VOCAB);
 }
 
+#define PROG "verl-reward-bench"
+
 /* "1,2,4" -> values; 0 or -1 (message printed). */
 static int parse_list(const char *s, const char *what, double *out, int *n, int integer) {
   *n = 0;
@@ -89,30 +93,22 @@ static int parse_list(const char *s, const char *what, double *out, int *n, int 
     double v = strtod(p, &end);
     if (errno || end == p || !(v > 0) || !isfinite(v) || (integer && (v != floor(v) || v > 4096)) ||
         (*end && *end != ',') || *n >= MAX_LIST) {
-      vr_log(VR_LOG_ERROR, "bad %s list '%s' (positive %s, comma-separated, at most %d)", what, s,
-             integer ? "integers <= 4096" : "numbers", MAX_LIST);
+      vr_cli_usage_error(PROG, "%s '%s': not a list of positive %s (comma-separated, at most %d)", what, s,
+                         integer ? "integers <= 4096" : "numbers", MAX_LIST);
       return -1;
     }
     out[(*n)++] = v;
     p = *end ? end + 1 : end;
   }
   if (*n == 0) {
-    vr_log(VR_LOG_ERROR, "empty %s list", what);
+    vr_cli_usage_error(PROG, "%s '': an empty list", what);
     return -1;
   }
   return 0;
 }
 
 static int parse_num(const char *s, const char *what, double lo, double hi, double *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-    vr_log(VR_LOG_ERROR, "bad %s '%s' (want a number in [%g, %g])", what, s, lo, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
+  return vr_cli_parse_double(PROG, what, s, lo, hi, out) ? -1 : 0;
 }
 
 /* Verification against the checksum scorer. The JSON transport prints floats
@@ -144,7 +140,7 @@ static void default_server_bin(char *buf, size_t n) {
 static int parse_args(int argc, char **argv, bench_opts_t *o) {
   enum { O_SHM = 256, O_URL, O_SPAWN, O_SRVBIN, O_READY, O_TRANSPORT, O_CONC, O_PROCS, O_RATE, O_ARRIVAL,
          O_DUR, O_WARM, O_REQS, O_TIMEOUT, O_BATCH, O_LENS, O_INPUT, O_VOCAB, O_SEED, O_VERIFY, O_JSON,
-         O_CSV, O_PLOT, O_LOG, O_SPIN, O_HELP };
+         O_CSV, O_PLOT, O_LOG, O_SPIN, O_HELP, O_VERSION };
   static const struct option lo[] = {
       {"shm-name", 1, 0, O_SHM}, {"url", 1, 0, O_URL}, {"spawn-server", 1, 0, O_SPAWN},
       {"server-bin", 1, 0, O_SRVBIN}, {"ready-timeout", 1, 0, O_READY}, {"transport", 1, 0, O_TRANSPORT},
@@ -153,7 +149,8 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       {"requests", 1, 0, O_REQS}, {"timeout-ms", 1, 0, O_TIMEOUT}, {"batch", 1, 0, O_BATCH},
       {"lengths", 1, 0, O_LENS}, {"input", 1, 0, O_INPUT}, {"vocab", 1, 0, O_VOCAB}, {"seed", 1, 0, O_SEED},
       {"verify-checksum", 0, 0, O_VERIFY}, {"json", 1, 0, O_JSON}, {"csv", 1, 0, O_CSV},
-      {"plot", 1, 0, O_PLOT}, {"log-level", 1, 0, O_LOG}, {"spin-us", 1, 0, O_SPIN}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+      {"plot", 1, 0, O_PLOT}, {"log-level", 1, 0, O_LOG}, {"spin-us", 1, 0, O_SPIN}, {"help", 0, 0, O_HELP},
+      {"version", 0, 0, O_VERSION}, {0, 0, 0, 0}};
   memset(o, 0, sizeof(*o));
   o->transports[0] = VR_TR_SHM;
   o->n_transports = 1;
@@ -170,7 +167,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
   double tmp[MAX_LIST], v;
   int c, n;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
     switch (c) {
     case O_SHM: o->shm_name = optarg; break;
     case O_URL: o->url = optarg; break;
@@ -182,10 +179,16 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       char buf[256];
       snprintf(buf, sizeof(buf), "%s", optarg);
       for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (o->n_transports == 3 || vr_transport_parse(t, &o->transports[o->n_transports])) return -1;
+        if (o->n_transports == 3 || vr_transport_parse(t, &o->transports[o->n_transports])) {
+          vr_cli_usage_error(PROG, "--transport '%s': at most three of shm, http, http-msgpack", optarg);
+          return -1;
+        }
         o->n_transports++;
       }
-      if (!o->n_transports) return -1;
+      if (!o->n_transports) {
+        vr_cli_usage_error(PROG, "--transport '%s': an empty list", optarg);
+        return -1;
+      }
       break;
     }
     case O_CONC:
@@ -199,7 +202,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       if (strcmp(optarg, "poisson") == 0) o->poisson = 1;
       else if (strcmp(optarg, "constant") == 0) o->poisson = 0;
       else {
-        vr_log(VR_LOG_ERROR, "bad --arrival '%s' (constant or poisson)", optarg);
+        vr_cli_usage_error(PROG, "--arrival '%s' is not constant or poisson", optarg);
         return -1;
       }
       break;
@@ -209,7 +212,12 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     case O_TIMEOUT: if (parse_num(optarg, "--timeout-ms", 1, 3600000, &v)) return -1; o->timeout_us = (int64_t)(v * 1000); break;
     case O_SPIN: if (parse_num(optarg, "--spin-us", 0, 1000000, &v)) return -1; o->spin_us = (int64_t)v; break;
     case O_BATCH: if (parse_num(optarg, "--batch", 1, 1 << 20, &v)) return -1; o->batch = (uint32_t)v; break;
-    case O_LENS: if (vr_len_dist_parse(optarg, &o->len)) return -1; break;
+    case O_LENS:
+      if (vr_len_dist_parse(optarg, &o->len)) {
+        vr_cli_usage_error(PROG, "--lengths '%s' is not a length distribution", optarg);
+        return -1;
+      }
+      break;
     case O_INPUT: o->input = optarg; break;
     case O_VOCAB: if (parse_num(optarg, "--vocab", 1, INT32_MAX, &v)) return -1; o->vocab = (uint32_t)v; break;
     case O_SEED: if (parse_num(optarg, "--seed", 0, 1e18, &v)) return -1; o->seed = (uint64_t)v; break;
@@ -220,20 +228,26 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     case O_LOG: {
       vr_log_level_t lv;
       if (vr_log_level_parse(optarg, &lv)) {
-        vr_log(VR_LOG_ERROR, "bad --log-level '%s'", optarg);
+        vr_cli_usage_error(PROG, "--log-level '%s' is not trace|debug|info|warn|error|fatal|off", optarg);
         return -1;
       }
       vr_log_set_level(lv);
       break;
     }
     case O_HELP: case 'h': usage(stdout); exit(0);
+    case O_VERSION: vr_cli_version(stdout, PROG, NULL); exit(0);
     default:
-      vr_log(VR_LOG_ERROR, "unknown or incomplete option '%s' (see --help)", argv[optind - 1]);
+      vr_cli_getopt_error(PROG, c, argv, optind, optopt);
       return -1;
     }
   }
   if (optind < argc) {
-    vr_log(VR_LOG_ERROR, "unexpected argument '%s' (see --help)", argv[optind]);
+    vr_cli_usage_error(PROG, "unexpected argument '%s'", argv[optind]);
+    return -1;
+  }
+  char path[300], why[200];
+  if (vr_shm_path(o->shm_name, path, sizeof path, why, sizeof why) != 0) {
+    vr_cli_usage_error(PROG, "--shm-name '%s': %s", o->shm_name, why);
     return -1;
   }
   if (!o->n_conc) {

@@ -4,11 +4,13 @@
  *   verl-reward-rules-bench [--chars N] [--seconds S] [--json FILE]
  * Single-threaded; numbers are ns per sequence (median of 5 timed rounds). */
 #include <cjson/cJSON.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "vr_cli.h"
 #include "vr_rules.h"
 
 static double now_s(void) {
@@ -93,15 +95,33 @@ int main(int argc, char **argv) {
   size_t chars = 2000;
   double seconds = 1.0;
   const char *json_path = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--chars") && i + 1 < argc) chars = (size_t)atol(argv[++i]);
-    else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
-    else if (!strcmp(argv[i], "--json") && i + 1 < argc) json_path = argv[++i];
-    else {
-      fprintf(stderr, "usage: %s [--chars N] [--seconds S] [--json FILE]\n", argv[0]);
-      return 2;
+  static const char prog[] = "verl-reward-rules-bench";
+  static const struct option lo[] = {{"chars", required_argument, 0, 'c'}, {"seconds", required_argument, 0, 's'},
+                                     {"json", required_argument, 0, 'j'},  {"version", no_argument, 0, 'V'},
+                                     {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+  uint64_t v;
+  int opt;
+  opterr = 0;
+  while ((opt = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    switch (opt) {
+      case 'c':
+        if (vr_cli_parse_u64(prog, "--chars", optarg, 1, VR_EXTRAS_MAX_TEXT - 64, &v)) return VR_EXIT_USAGE;
+        chars = (size_t)v;
+        break;
+      case 's':
+        if (vr_cli_parse_double(prog, "--seconds", optarg, 0.001, 3600, &seconds)) return VR_EXIT_USAGE;
+        break;
+      case 'j': json_path = optarg; break;
+      case 'V': vr_cli_version(stdout, prog, NULL); return 0;
+      case 'h':
+        printf("usage: verl-reward-rules-bench [--chars N] [--seconds S] [--json FILE]\n"
+               "       verl-reward-rules-bench --version | --help\n"
+               "Times each rule-based reward on a response of N characters (default 2000) for S seconds (1).\n");
+        return 0;
+      default: return vr_cli_getopt_error(prog, opt, argv, optind, optopt);
     }
   }
+  if (optind < argc) return vr_cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
   if (chars > VR_EXTRAS_MAX_TEXT - 64) chars = VR_EXTRAS_MAX_TEXT - 64;
   static const struct { const char *spec, *source, *tail, *truth; } cases[] = {
       {"gsm8k", "openai/gsm8k", "\n#### 72", "72"},

@@ -1,6 +1,6 @@
 /* verl-reward-score: score token sequences offline with the model runtime.
  *
- *   verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]
+ *   verl-reward-score --model DIR [--device cpu|cuda[:N]] [--dtype auto|f32|bf16] [--input FILE]
  *                     [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--max-batch-tokens N]
  *                     [--max-seqs N] [--stats] [--log-level L] [--cuda-OPTION VALUE]...   (the server's CUDA tuning flags)
  *
@@ -9,10 +9,12 @@
  * {"error": "line N: reason", "line": N} for an input that could not be scored
  * (malformed JSON, bad ids, too long, ...). --max-seqs caps the sequences per forward
  * (1: every sequence scored alone). Errors are also logged to stderr and
- * make the exit status 1; a model that does not load gives status 2.
+ * make the exit status 1; a model that does not load gives status 2, as does a bad command line
+ * (unknown flag, missing or bad value: every value is checked before the model loads).
  * --stats prints tokens, sequences, wall time, tokens/s and peak RSS to stderr
  * (the numbers docs/benchmarks.md records). */
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 #include <sys/resource.h>
 
 #include "verl_reward/status.h"
+#include "vr_cli.h"
 #include "vr_log.h"
 #include "vr_model.h"
 #include "vr_time.h"
@@ -38,10 +41,11 @@ typedef struct vr_score_batch {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: verl-reward-score --model DIR [--device cpu|cuda[:N]] [--input FILE]\n"
+          "usage: verl-reward-score --model DIR [--device cpu|cuda[:N]] [--dtype auto|f32|bf16] [--input FILE]\n"
           "                         [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--max-batch-tokens N]\n"
           "                         [--max-seqs N] [--stats]\n"
           "                         [--log-level L] [--cuda-OPTION VALUE]...\n"
+          "       verl-reward-score --version | --help\n"
           "Reads JSON lines {\"input_ids\": [...]} and writes {\"score\": x} per line, in order.\n"
           "CUDA tuning (--device cuda), as verl-reward-server takes it:\n");
   for (size_t i = 0; vr_cuda_option_at(i); i++) {
@@ -136,8 +140,8 @@ int main(int argc, char **argv) {
       {"threads", required_argument, 0, 't'},      {"max-batch-tokens", required_argument, 0, 'b'},
       {"cpu-gemm", required_argument, 0, 'g'},
       {"max-seqs", required_argument, 0, 'q'},     {"stats", no_argument, 0, 's'},
-      {"log-level", required_argument, 0, 'l'},
-      {"help", no_argument, 0, 'h'}};
+      {"log-level", required_argument, 0, 'l'},   {"dtype", required_argument, 0, 'D'},
+      {"version", no_argument, 0, 'V'},           {"help", no_argument, 0, 'h'}};
   enum { N_BASE = sizeof base_opts / sizeof base_opts[0], MAX_CUDA = 16 };
   struct option longopts[N_BASE + MAX_CUDA + 1];
   size_t nl = 0;
@@ -145,78 +149,83 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < MAX_CUDA && vr_cuda_option_at(i); i++)
     longopts[nl++] = (struct option){vr_cuda_option_at(i)->name, required_argument, 0, VR_SCORE_OPT_CUDA + (int)i};
   longopts[nl] = (struct option){0, 0, 0, 0};
+  static const char prog[] = "verl-reward-score";
+  char device[32] = "cpu", dtype[16] = "auto", verr[384];
+  uint64_t v;
   int c;
-  while ((c = getopt_long(argc, argv, "m:d:i:t:b:q:g:sl:h", longopts, NULL)) != -1) {
-    char *end;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":m:d:i:t:b:q:g:sl:h", longopts, NULL)) != -1) {
     if (c >= VR_SCORE_OPT_CUDA && vr_cuda_option_at((size_t)(c - VR_SCORE_OPT_CUDA))) {
       char err[160];
       if (vr_cuda_options_set(&opt.cuda, vr_cuda_option_at((size_t)(c - VR_SCORE_OPT_CUDA))->name, optarg, err,
                               sizeof err) != 0) {
-        fprintf(stderr, "verl-reward-score: --%s\n", err);
-        return 2;
+        return vr_cli_usage_error(prog, "--%s", err);
       }
       continue;
     }
     switch (c) {
       case 'm': model_dir = optarg; break;
-      case 'd': opt.device = optarg; break;
-      case 'g': opt.cpu_gemm = optarg; break;
+      case 'd':
+        if (vr_model_device_parse(optarg, device, sizeof device, verr, sizeof verr) != 0)
+          return vr_cli_usage_error(prog, "%s", verr);
+        break;
+      case 'D':
+        if (vr_model_dtype_parse(optarg, dtype, sizeof dtype, verr, sizeof verr) != 0)
+          return vr_cli_usage_error(prog, "%s", verr);
+        break;
+      case 'g':
+        if (vr_model_cpu_gemm_parse(optarg, verr, sizeof verr) != 0) return vr_cli_usage_error(prog, "%s", verr);
+        opt.cpu_gemm = optarg;
+        break;
       case 'i': input = optarg; break;
       case 't':
-        opt.n_threads = (int)strtol(optarg, &end, 10);
-        if (*end || opt.n_threads < 0) {
-          fprintf(stderr, "verl-reward-score: --threads needs a number >= 0\n");
-          return 2;
-        }
+        if (vr_cli_parse_u64(prog, "--threads", optarg, 0, 4096, &v)) return VR_EXIT_USAGE;
+        opt.n_threads = (int)v;
         break;
-      case 'b': {
-        long v = strtol(optarg, &end, 10);
-        if (*end || v <= 0 || v > (1L << 26)) {
-          fprintf(stderr, "verl-reward-score: --max-batch-tokens needs a number in 1..%ld\n", 1L << 26);
-          return 2;
-        }
+      case 'b':
+        if (vr_cli_parse_u64(prog, "--max-batch-tokens", optarg, 1, 1u << 26, &v)) return VR_EXIT_USAGE;
         opt.max_batch_tokens = (uint32_t)v;
         break;
-      }
-      case 'q': {
-        long v = strtol(optarg, &end, 10);
-        if (*end || v <= 0 || v > (1L << 26)) {
-          fprintf(stderr, "verl-reward-score: --max-seqs needs a number in 1..%ld\n", 1L << 26);
-          return 2;
-        }
+      case 'q':
+        if (vr_cli_parse_u64(prog, "--max-seqs", optarg, 1, 1u << 26, &v)) return VR_EXIT_USAGE;
         opt.max_seqs = (uint32_t)v;
         break;
-      }
       case 's': stats = 1; break;
       case 'l': {
         vr_log_level_t lv;
-        if (vr_log_level_parse(optarg, &lv) != 0) {
-          fprintf(stderr, "verl-reward-score: unknown log level %s\n", optarg);
-          return 2;
-        }
+        if (vr_log_level_parse(optarg, &lv) != 0)
+          return vr_cli_usage_error(prog, "--log-level '%s' is not trace|debug|info|warn|error|fatal|off", optarg);
         vr_log_set_level(lv);
         break;
       }
+      case 'V': {
+        char rt[128];
+        vr_cli_version(stdout, prog, vr_model_runtime_versions(rt, sizeof rt));
+        return 0;
+      }
       case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      default: return vr_cli_getopt_error(prog, c, argv, optind, optopt);
     }
   }
-  if (!model_dir || optind != argc) {
-    usage(stderr);
-    return 2;
-  }
+  if (optind != argc) return vr_cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
+  if (!model_dir) return vr_cli_usage_error(prog, "--model DIR is required");
+  if (vr_model_dir_check(model_dir, verr, sizeof verr) != 0 ||
+      vr_model_device_dtype_check(device, dtype, verr, sizeof verr) != 0)
+    return vr_cli_usage_error(prog, "%s", verr);
+  opt.device = device;
+  opt.dtype = dtype;
   FILE *in = stdin;
   if (input && strcmp(input, "-") != 0) {
     in = fopen(input, "r");
     if (!in) {
-      vr_log(VR_LOG_ERROR, "cannot open --input %s", input);
-      return 2;
+      return vr_cli_usage_error(prog, "--input '%s': %s", input, strerror(errno));
     }
   }
   vr_model_t *m = NULL;
   int rc = vr_model_load(model_dir, &opt, &m);
   if (rc != 0) {
-    fprintf(stderr, "verl-reward-score: cannot load model %s: %s\n", model_dir, vr_strerror(rc));
+    fprintf(stderr, "verl-reward-score: cannot load model %s on %s: %s. HINT: %s\n", model_dir, device,
+            vr_strerror(rc), vr_model_load_hint(rc));
     if (in != stdin) fclose(in);
     return 2;
   }

@@ -14,6 +14,7 @@
  * ({"1": .., "2": ..}), plus the parameters. Numbers only; no pass/fail. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include <unistd.h>
 
 #include "verl_reward/client.h"
+#include "vr_cli.h"
 #include "vr_checksum.h"
 #include "vr_log.h"
 #include "vr_shm.h"
@@ -266,19 +268,40 @@ int main(int argc, char **argv) {
   const char *json = NULL;
   int samples = 20000, max_clients = 4;
   double seconds = 2.0;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    else if (!strcmp(argv[i], "--samples") && i + 1 < argc) samples = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--seconds") && i + 1 < argc) seconds = atof(argv[++i]);
-    else if (!strcmp(argv[i], "--max-clients") && i + 1 < argc) max_clients = atoi(argv[++i]);
-    else {
-      fprintf(stderr, "usage: verl-shm-bench [--json FILE] [--samples N] [--seconds S] [--max-clients K]\n");
-      return 2;
+  static const char prog[] = "verl-shm-bench";
+  static const struct option lo[] = {{"json", required_argument, 0, 'j'},     {"samples", required_argument, 0, 'n'},
+                                     {"seconds", required_argument, 0, 's'},  {"max-clients", required_argument, 0, 'k'},
+                                     {"version", no_argument, 0, 'V'},        {"help", no_argument, 0, 'h'},
+                                     {0, 0, 0, 0}};
+  uint64_t v;
+  int c;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+    switch (c) {
+      case 'j': json = optarg; break;
+      case 'n':
+        if (vr_cli_parse_u64(prog, "--samples", optarg, 100, 100000000, &v)) return VR_EXIT_USAGE;
+        samples = (int)v;
+        break;
+      case 's':
+        if (vr_cli_parse_double(prog, "--seconds", optarg, 0.01, 3600, &seconds)) return VR_EXIT_USAGE;
+        break;
+      case 'k':
+        if (vr_cli_parse_u64(prog, "--max-clients", optarg, 1, 16, &v)) return VR_EXIT_USAGE;
+        max_clients = (int)v;
+        break;
+      case 'V': vr_cli_version(stdout, prog, NULL); return 0;
+      case 'h':
+        printf("usage: verl-shm-bench [--json FILE] [--samples N] [--seconds S] [--max-clients K]\n"
+               "       verl-shm-bench --version | --help\n"
+               "Round-trip latency of the shm channel (spin, park) against a Unix socket, and throughput with\n"
+               "1..K client processes (defaults: 20000 samples, 2 s per point, 4 clients; K at most 16).\n");
+        return 0;
+      default: return vr_cli_getopt_error(prog, c, argv, optind, optopt);
     }
   }
-  if (samples < 100) samples = 100;
+  if (optind < argc) return vr_cli_usage_error(prog, "unexpected argument '%s'", argv[optind]);
   if (!getenv("VR_LOG_LEVEL")) vr_log_set_level(VR_LOG_WARN); /* no per-lane info lines in the output */
-  if (max_clients < 1 || max_clients > 16) max_clients = 4;
   char name[64];
   snprintf(name, sizeof name, "verl_shm_bench_%d", (int)getpid());
   pct_t spin, park, uds;
