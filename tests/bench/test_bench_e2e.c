@@ -236,6 +236,47 @@ static void test_clamp_and_server_log(void **state) {
   unlink(log);
 }
 
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  return n;
+}
+
+/* --plot: one latency panel per transport plus one throughput panel; with 150 samples per
+ * run p50 and p90 are drawn (20 and 100 needed) but not p99 or p99.9 (1000, 10000); a .png
+ * path gives the PNG (rsvg-convert) and the SVG beside it. */
+static void test_plot_panels(void **state) {
+  (void)state;
+  char png[300], svg[300];
+  snprintf(png, sizeof png, "/tmp/vrb_e2e_%d_plot.png", (int)getpid());
+  snprintf(svg, sizeof svg, "/tmp/vrb_e2e_%d_plot.svg", (int)getpid());
+  char *args[] = {"--spawn-server", CHECKSUM_SERVER, "--transport", "shm,http", "--concurrency", "1,3",
+                  "--requests", "150", "--warmup", "0", "--lengths", "fixed:8", "--plot", png, NULL};
+  assert_int_equal(bench(args), 0);
+  char *text = slurp(svg);
+  assert_int_equal(count_of(text, "<svg"), 1);
+  assert_int_equal(count_of(text, "shm: latency percentiles"), 1);
+  assert_int_equal(count_of(text, "http: latency percentiles"), 1);
+  assert_int_equal(count_of(text, "throughput (successful requests/s)"), 1);
+  /* the point tooltips: 2 transports x 2 loads per drawn percentile, none for the others */
+  assert_int_equal(count_of(text, " p50 @ "), 4);
+  assert_int_equal(count_of(text, " p90 @ "), 4);
+  assert_int_equal(count_of(text, " max @ "), 4);
+  assert_int_equal(count_of(text, " p99 @ "), 0);
+  assert_int_equal(count_of(text, " p99.9 @ "), 0);
+  assert_non_null(strstr(text, "150 samples"));
+  assert_non_null(strstr(text, "a percentile p needs 10/(1-p) samples"));
+  free(text);
+  FILE *f = fopen(png, "rb");
+  assert_non_null(f);
+  unsigned char head[8] = {0};
+  assert_int_equal(fread(head, 1, 8, f), 8);
+  fclose(f);
+  assert_memory_equal(head, "\x89PNG\r\n\x1a\n", 8);
+  unlink(png);
+  unlink(svg);
+}
+
 /* A model's scores are not checksums: --verify-checksum must fail the run. */
 static void test_verify_catches_wrong_scores(void **state) {
   (void)state;
@@ -285,6 +326,7 @@ int main(void) {
       cmocka_unit_test(test_fixture_model),
       cmocka_unit_test(test_verify_catches_wrong_scores),
       cmocka_unit_test(test_clamp_and_server_log),
+      cmocka_unit_test(test_plot_panels),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   unlink(g_json);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "verl_reward/protocol.h"
@@ -78,7 +79,9 @@ static void usage(FILE *f) {
     "  --seed N                 workload seed (default 1)\n"
     "  --verify-checksum        check every score against the checksum scorer (server --model checksum)\n"
     "output:\n"
-    "  --json FILE  --csv FILE  --plot FILE.svg   ('-' = stdout for json/csv)\n"
+    "  --json FILE  --csv FILE   ('-' = stdout)\n"
+    "  --plot FILE.svg|FILE.png latency panels per transport + a throughput panel; .png also\n"
+    "                           writes FILE.svg and needs rsvg-convert (librsvg2-bin)\n"
     "  --log-level LEVEL        trace|debug|info|warn|error (default info)\n",
     DEFAULT_VOCAB);
 }
@@ -227,7 +230,16 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     case O_VERIFY: o->verify = 1; break;
     case O_JSON: o->json = optarg; break;
     case O_CSV: o->csv = optarg; break;
-    case O_PLOT: o->plot = optarg; break;
+    case O_PLOT: {
+      size_t pl = strlen(optarg);
+      if (pl > 4 && strcasecmp(optarg + pl - 4, ".png") == 0 && !vr_report_png_available()) {
+        vr_cli_usage_error(PROG, "--plot %s: PNG needs rsvg-convert, not on PATH. HINT: apt-get install librsvg2-bin, "
+                           "or --plot FILE.svg", optarg);
+        return -1;
+      }
+      o->plot = optarg;
+      break;
+    }
     case O_LOG: {
       vr_log_level_t lv;
       if (vr_log_level_parse(optarg, &lv)) {
@@ -383,7 +395,14 @@ report:
     vr_report_table(stdout, &meta, res, done);
     if (o.json && vr_report_json(o.json, &meta, res, done, n_runs > 1)) exit_code = exit_code ? exit_code : 1;
     if (o.csv && vr_report_csv(o.csv, &meta, res, done)) exit_code = exit_code ? exit_code : 1;
-    if (o.plot && vr_report_svg(o.plot, &meta, res, done)) exit_code = exit_code ? exit_code : 1;
+    if (o.plot) {
+      size_t pl = strlen(o.plot);
+      int png = pl > 4 && strcasecmp(o.plot + pl - 4, ".png") == 0;
+      char svg[4096];
+      snprintf(svg, sizeof svg, "%.*s.svg", (int)(png ? pl - 4 : pl), o.plot);
+      if (png ? vr_report_png(o.plot, svg, &meta, res, done) : vr_report_svg(o.plot, &meta, res, done))
+        exit_code = exit_code ? exit_code : 1;
+    }
   }
 out:
   if (o.spawn && srv.pid > 0 && vr_spawn_stop(&srv, 15.0) != 0) {
