@@ -121,6 +121,15 @@ static void test_json_bad(void **state) {
   }
 }
 
+/* Copies the packed bytes to out (at most cap) and frees the buffer; returns the length. */
+static size_t sb_take(msgpack_sbuffer *sb, char *out, size_t cap) {
+  assert_true(sb->size <= cap);
+  memcpy(out, sb->data, sb->size);
+  size_t n = sb->size;
+  msgpack_sbuffer_destroy(sb);
+  return n;
+}
+
 /* {"input_ids": [[...] x n], "extras": [{"solution_str": s, "ground_truth": g} | nil]} */
 static size_t pack_body(char *out, size_t cap, int with_extras) {
   msgpack_sbuffer sb;
@@ -149,11 +158,7 @@ static size_t pack_body(char *out, size_t cap, int with_extras) {
       msgpack_pack_str_with_body(&pk, "42", 2);
     }
   }
-  assert_true(sb.size <= cap);
-  memcpy(out, sb.data, sb.size);
-  size_t n = sb.size;
-  msgpack_sbuffer_destroy(&sb);
-  return n;
+  return sb_take(&sb, out, cap);
 }
 
 static void test_msgpack_valid(void **state) {
@@ -192,11 +197,7 @@ static size_t pack_one(char *out, size_t cap, const int *ids, size_t n, int nest
   if (nested) msgpack_pack_array(&pk, 1);
   msgpack_pack_array(&pk, n);
   for (size_t j = 0; j < n; j++) msgpack_pack_int(&pk, ids[j]);
-  assert_true(sb.size <= cap);
-  memcpy(out, sb.data, sb.size);
-  size_t len = sb.size;
-  msgpack_sbuffer_destroy(&sb);
-  return len;
+  return sb_take(&sb, out, cap);
 }
 
 static void test_flat_form(void **state) {
