@@ -93,12 +93,20 @@ static int check_counts(uint64_t n_ids, int has_ids, uint64_t n_ex, int has_ex, 
 
 /* ---------------------------------------------------------------- JSON */
 
-static int json_token(const cJSON *t, uint32_t i, uint32_t j, int32_t *out, vr_req_error_t *e) {
+/* "input_ids[i][j]" for a batch, "input_ids[j]" for one flat sequence (i is then 0). */
+static const char *tok_name(char *buf, size_t n, int flat, uint32_t i, uint32_t j) {
+  if (flat) snprintf(buf, n, "input_ids[%u]", j);
+  else snprintf(buf, n, "input_ids[%u][%u]", i, j);
+  return buf;
+}
+
+static int json_token(const cJSON *t, int flat, uint32_t i, uint32_t j, int32_t *out, vr_req_error_t *e) {
+  char nm[48];
   if (!cJSON_IsNumber(t))
-    return fail(e, VR_ERR_MALFORMED, i, "input_ids[%u][%u] is not an integer (wrong type)", i, j);
+    return fail(e, VR_ERR_MALFORMED, i, "%s is not an integer (wrong type)", tok_name(nm, sizeof nm, flat, i, j));
   double d = t->valuedouble;
   if (!(d == floor(d)) || d < -2147483648.0 || d > 2147483647.0)
-    return fail(e, VR_ERR_MALFORMED, i, "input_ids[%u][%u] = %g is not a 32-bit integer", i, j, d);
+    return fail(e, VR_ERR_MALFORMED, i, "%s = %g is not a 32-bit integer", tok_name(nm, sizeof nm, flat, i, j), d);
   *out = (int32_t)d;
   return 0;
 }
@@ -127,7 +135,7 @@ int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, u
   const cJSON *ids = cJSON_GetObjectItemCaseSensitive(root, "input_ids");
   const cJSON *ex = cJSON_GetObjectItemCaseSensitive(root, "extras");
   if (ids && !cJSON_IsArray(ids)) {
-    rc = fail(e, VR_ERR_MALFORMED, -1, "\"input_ids\" must be a list of token-id lists (wrong type)");
+    rc = fail(e, VR_ERR_MALFORMED, -1, "\"input_ids\" must be a list of token ids (one sequence) or of token-id lists (wrong type)");
     goto out;
   }
   if (ex && !cJSON_IsArray(ex) && !cJSON_IsNull(ex)) {
@@ -135,15 +143,17 @@ int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, u
     goto out;
   }
   if (ex && cJSON_IsNull(ex)) ex = NULL;
+  /* a list whose first item is a number is one sequence (flat form) */
+  int flat = ids && ids->child && cJSON_IsNumber(ids->child);
   uint32_t n = 0;
-  rc = check_counts(ids ? (uint64_t)cJSON_GetArraySize(ids) : 0, ids != NULL, ex ? (uint64_t)cJSON_GetArraySize(ex) : 0,
+  rc = check_counts(ids ? (flat ? 1 : (uint64_t)cJSON_GetArraySize(ids)) : 0, ids != NULL, ex ? (uint64_t)cJSON_GetArraySize(ex) : 0,
                     ex != NULL, sc, max_seqs, &n, e);
   if (rc) goto out;
   if ((rc = alloc_req(out, n, ex != NULL, e))) goto out;
   if (ids) {
     uint32_t i = 0;
-    const cJSON *seq;
-    cJSON_ArrayForEach(seq, ids) {
+    const cJSON *first = flat ? ids : ids->child, *seq;
+    for (seq = first; seq; seq = flat ? NULL : seq->next) {
       if (!cJSON_IsArray(seq)) {
         rc = fail(e, VR_ERR_MALFORMED, i, "input_ids[%u] must be a list of integers (wrong type)", i);
         goto out;
@@ -157,11 +167,11 @@ int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, u
     }
     if ((rc = alloc_ids(out, e))) goto out;
     i = 0;
-    cJSON_ArrayForEach(seq, ids) {
+    for (seq = first; seq; seq = flat ? NULL : seq->next) {
       uint32_t j = 0;
       const cJSON *t;
       cJSON_ArrayForEach(t, seq) {
-        if ((rc = json_token(t, i, j, &out->ids[out->cu[i] + j], e))) goto out;
+        if ((rc = json_token(t, flat, i, j, &out->ids[out->cu[i] + j], e))) goto out;
         j++;
       }
       i++;
@@ -258,18 +268,25 @@ static int mp_key_is(const msgpack_object *k, const char *s) {
   return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n && memcmp(k->via.str.ptr, s, n) == 0;
 }
 
-static int mp_token(const msgpack_object *t, uint32_t i, uint32_t j, int32_t *out, vr_req_error_t *e) {
+static int mp_is_int(const msgpack_object *t) {
+  return t->type == MSGPACK_OBJECT_POSITIVE_INTEGER || t->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
+}
+
+static int mp_token(const msgpack_object *t, int flat, uint32_t i, uint32_t j, int32_t *out, vr_req_error_t *e) {
+  char nm[48];
   if (t->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
-    if (t->via.u64 > INT32_MAX) return fail(e, VR_ERR_MALFORMED, i, "input_ids[%u][%u] is not a 32-bit integer", i, j);
+    if (t->via.u64 > INT32_MAX)
+      return fail(e, VR_ERR_MALFORMED, i, "%s is not a 32-bit integer", tok_name(nm, sizeof nm, flat, i, j));
     *out = (int32_t)t->via.u64;
     return 0;
   }
   if (t->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
-    if (t->via.i64 < INT32_MIN) return fail(e, VR_ERR_MALFORMED, i, "input_ids[%u][%u] is not a 32-bit integer", i, j);
+    if (t->via.i64 < INT32_MIN)
+      return fail(e, VR_ERR_MALFORMED, i, "%s is not a 32-bit integer", tok_name(nm, sizeof nm, flat, i, j));
     *out = (int32_t)t->via.i64;
     return 0;
   }
-  return fail(e, VR_ERR_MALFORMED, i, "input_ids[%u][%u] is not an integer (wrong type)", i, j);
+  return fail(e, VR_ERR_MALFORMED, i, "%s is not an integer (wrong type)", tok_name(nm, sizeof nm, flat, i, j));
 }
 
 static int mp_extras(const msgpack_object *item, uint32_t i, vr_score_req_t *out, vr_req_error_t *e) {
@@ -319,7 +336,7 @@ int vr_request_parse_msgpack(const uint8_t *body, size_t len, const vr_scorer_t 
     else if (mp_key_is(&kv->key, "extras")) ex = &kv->val;
   }
   if (ids && ids->type != MSGPACK_OBJECT_ARRAY) {
-    rc = fail(e, VR_ERR_MALFORMED, -1, "\"input_ids\" must be an array of integer arrays (wrong type)");
+    rc = fail(e, VR_ERR_MALFORMED, -1, "\"input_ids\" must be an array of integers (one sequence) or of integer arrays (wrong type)");
     goto out;
   }
   if (ex && ex->type == MSGPACK_OBJECT_NIL) ex = NULL;
@@ -327,14 +344,16 @@ int vr_request_parse_msgpack(const uint8_t *body, size_t len, const vr_scorer_t 
     rc = fail(e, VR_ERR_MALFORMED, -1, "\"extras\" must be an array of maps (wrong type)");
     goto out;
   }
+  /* an array whose first item is an integer is one sequence (flat form) */
+  int flat = ids && ids->via.array.size > 0 && mp_is_int(&ids->via.array.ptr[0]);
   uint32_t n = 0;
-  rc = check_counts(ids ? ids->via.array.size : 0, ids != NULL, ex ? ex->via.array.size : 0, ex != NULL, sc,
+  rc = check_counts(ids ? (flat ? 1 : ids->via.array.size) : 0, ids != NULL, ex ? ex->via.array.size : 0, ex != NULL, sc,
                     max_seqs, &n, e);
   if (rc) goto out;
   if ((rc = alloc_req(out, n, ex != NULL, e))) goto out;
   if (ids) {
     for (uint32_t i = 0; i < n; i++) {
-      const msgpack_object *seq = &ids->via.array.ptr[i];
+      const msgpack_object *seq = flat ? ids : &ids->via.array.ptr[i];
       if (seq->type != MSGPACK_OBJECT_ARRAY) {
         rc = fail(e, VR_ERR_MALFORMED, i, "input_ids[%u] must be an array of integers (wrong type)", i);
         goto out;
@@ -348,9 +367,9 @@ int vr_request_parse_msgpack(const uint8_t *body, size_t len, const vr_scorer_t 
     }
     if ((rc = alloc_ids(out, e))) goto out;
     for (uint32_t i = 0; i < n; i++) {
-      const msgpack_object *seq = &ids->via.array.ptr[i];
+      const msgpack_object *seq = flat ? ids : &ids->via.array.ptr[i];
       for (uint32_t j = 0; j < seq->via.array.size; j++)
-        if ((rc = mp_token(&seq->via.array.ptr[j], i, j, &out->ids[out->cu[i] + j], e))) goto out;
+        if ((rc = mp_token(&seq->via.array.ptr[j], flat, i, j, &out->ids[out->cu[i] + j], e))) goto out;
     }
   }
   if (ex)

@@ -1,7 +1,11 @@
 /* vr_request.h: parsing and validating a POST /v1/score body (JSON or msgpack).
  *
  * Body (both encodings, same shape):
- *   {"input_ids": [[int, ...], ...], "extras": [{...} | null, ...]}
+ *   {"input_ids": [[int, ...], ...], "extras": [{...} | null, ...]}   a batch
+ *   {"input_ids": [int, ...], "extras": [{...} | null]}                one sequence (flat form)
+ * input_ids is the flat form when its first item is a number: every item must
+ * then be an integer, and the request is a batch of one (n_seqs 1; the reply
+ * is still a list of one score). An empty list is an empty batch (rejected).
  * input_ids may be omitted only when no model is configured (rules-only
  * server): then "extras" alone gives the sequences (each with 0 tokens).
  * The body is untrusted: msgpack is walked by a bounds-checking validator

@@ -17,6 +17,7 @@ from .errors import (
     Busy,
     ConnectFailed,
     InvalidRequest,
+    SequenceFormError,
     NoLane,
     Overloaded,
     RequestTooLarge,
@@ -36,7 +37,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "RewardClient", "HttpRewardClient", "PendingScore", "HttpPendingScore", "ScoreResult",
-    "VerlRewardError", "InvalidRequest", "RequestTooLarge", "SequenceTooLong", "Timeout",
+    "VerlRewardError", "InvalidRequest", "SequenceFormError", "RequestTooLarge", "SequenceTooLong", "Timeout",
     "ServerGone", "ServerRestarted", "ShuttingDown", "Overloaded", "Busy", "NoLane",
     "ConnectFailed", "ServerError", "LibraryNotFound", "error_for", "load_library",
 ]

@@ -1,29 +1,66 @@
 """Turning user input into the packed form both transports send.
 
-Sequences: a list (or tuple) whose items are lists of ints, 1-D numpy arrays
-or 1-D torch tensors; or one 2-D numpy array / torch tensor (each row is one
-sequence, taken whole: strip padding first). Extras: None, or one entry per
+Sequences, the forms every entry point accepts:
+  - one sequence: a flat list/tuple of ints, or a 1-D numpy array / torch tensor
+    (the answer is then a list of one score);
+  - a batch: a list (or tuple) whose items are lists of ints, 1-D numpy arrays
+    or 1-D torch tensors; or one 2-D numpy array / torch tensor (each row is one
+    sequence, taken whole: strip padding first).
+Anything else is a TypeError naming these forms. Extras: None, or one entry per
 sequence, each None, a dict (packed to msgpack) or bytes (sent as is).
 """
 
+import numbers
 from array import array
 
 from . import msgpack
-from .errors import InvalidRequest, STATUS_VALUES
+from .errors import InvalidRequest, SequenceFormError, STATUS_VALUES
 
 _INVAL = STATUS_VALUES["VR_ERR_INVAL"]
 _INT32_MIN, _INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 
 
+FORMS = ("a list of ints (one sequence), a list of token-id lists (a batch), "
+         "or a 1-D/2-D numpy array or torch tensor")
+
+
+def _form_error(msg):
+    return SequenceFormError(_INVAL, msg)
+
+
+def _is_int(x):
+    """True for Python ints and numpy/torch integer scalars (not bool, not floats)."""
+    if isinstance(x, bool):
+        return False
+    if isinstance(x, numbers.Integral):
+        return True
+    dt = getattr(x, "dtype", None)
+    return getattr(x, "ndim", None) == 0 and dt is not None and (
+        getattr(dt, "kind", "") in "iu" or str(dt).startswith(("torch.int", "torch.uint")))
+
+
 def _rows(seqs):
-    """seqs -> list of per-sequence objects (2-D arrays/tensors are split into rows)."""
+    """seqs -> list of per-sequence objects (a flat sequence is a batch of one;
+    2-D arrays/tensors are split into rows)."""
     ndim = getattr(seqs, "ndim", None)
-    if ndim is not None:
+    if ndim is not None and not isinstance(seqs, (list, tuple)):
+        if ndim == 1:
+            return [seqs]
         if ndim != 2:
-            raise InvalidRequest(_INVAL, "a tensor/array of sequences must be 2-D (got %d-D)" % ndim)
+            raise _form_error("sequences must be %s; got a %d-D array" % (FORMS, ndim))
         return list(seqs)
-    if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__len__"):
-        raise InvalidRequest(_INVAL, "sequences must be a list of token-id lists, got %s" % type(seqs).__name__)
+    if not isinstance(seqs, (list, tuple)):
+        raise _form_error("sequences must be %s; got %s" % (FORMS, type(seqs).__name__))
+    if seqs and _is_int(seqs[0]):
+        for j, x in enumerate(seqs):
+            if not _is_int(x):
+                raise _form_error("sequences must be %s; got a list starting with an int whose item %d is %s"
+                                % (FORMS, j, type(x).__name__))
+        return [seqs]
+    for i, s in enumerate(seqs):
+        if isinstance(s, (str, bytes)) or not (isinstance(s, (list, tuple)) or hasattr(s, "ndim")):
+            raise _form_error("sequences must be %s; got a list whose item %d is %s"
+                            % (FORMS, i, type(s).__name__))
     return list(seqs)
 
 

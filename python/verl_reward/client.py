@@ -217,8 +217,10 @@ class RewardClient:
     def score(self, sequences, extras=None):
         """Synchronous score -> list[float], one per sequence (waits up to timeout_s).
 
-        sequences: list of token-id lists / 1-D numpy arrays / 1-D torch tensors,
-        or one 2-D array/tensor. extras: None or one dict/bytes/None per sequence
+        sequences: one sequence (a flat list of ints, a 1-D numpy array/torch
+        tensor: the answer is a list of one score), or a batch (a list of
+        token-id lists / 1-D arrays / 1-D tensors, or one 2-D array/tensor);
+        anything else raises TypeError naming these forms. extras: None or one dict/bytes/None per sequence
         (dicts are msgpack-packed; the server's rule rewards read data_source,
         solution_str, ground_truth, extra_info)."""
         return self.score_with_info(sequences, extras).scores

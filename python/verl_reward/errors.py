@@ -70,6 +70,12 @@ class InvalidRequest(VerlRewardError, ValueError):
         self.bad_seq = bad_seq
 
 
+class SequenceFormError(InvalidRequest, TypeError):
+    """The sequences are in none of the accepted forms (a list of ints, a list of
+    token-id lists, a 1-D/2-D numpy array or torch tensor). Both a TypeError and an
+    InvalidRequest, so either except clause catches it."""
+
+
 class RequestTooLarge(VerlRewardError):
     """The request exceeds the server's published limits (tokens, sequences, arena)."""
 

@@ -1,6 +1,7 @@
 """HttpRewardClient: the RewardClient API over the server's HTTP front.
 
     POST {url}/v1/score  {"input_ids": [[...], ...], "extras": [{...}|null, ...]}
+      (the server also takes {"input_ids": [...]}, one sequence; this client sends lists)
       -> {"scores": [...], "queue_us": n, "compute_us": n, "components": {name: [...]}}
 
 For trainers on another host. Standard library only (urllib); one connection
@@ -110,12 +111,34 @@ class HttpPendingScore:
         return self.result(timeout).scores
 
 
+def normalize_url(url):
+    """The server's base URL: "http://host:port", "host:port", "localhost:8080/" (http://
+    assumed, trailing slashes dropped). https is refused: the server speaks plain HTTP
+    (put a TLS proxy in front and give its http:// address, or tunnel)."""
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError("url must be a non-empty string like \"http://127.0.0.1:8080\" or \"127.0.0.1:8080\"")
+    u = url.strip()
+    scheme, sep, rest = u.partition("://")
+    if not sep:
+        scheme, rest = "http", u
+    scheme = scheme.lower()
+    if scheme == "https":
+        raise ValueError("%r: the reward server speaks plain HTTP, not https; use http://%s" % (url, rest.rstrip("/")))
+    if scheme != "http":
+        raise ValueError("%r: unsupported scheme %r (the reward server speaks http)" % (url, scheme))
+    rest = rest.rstrip("/")
+    if not rest or rest.startswith("/"):
+        raise ValueError("%r: no host (expected \"host:port\")" % url)
+    return "http://" + rest
+
+
 class HttpRewardClient:
-    """url: the server's base URL, e.g. "http://10.0.0.5:8700". timeout_s bounds
+    """url: the server's base URL, e.g. "http://10.0.0.5:8700" or "10.0.0.5:8700"
+    (http:// assumed; https is refused with ValueError). timeout_s bounds
     each request. max_workers: threads used by submit()."""
 
     def __init__(self, url, timeout_s=30.0, max_workers=4):
-        self.url = url.rstrip("/")
+        self.url = normalize_url(url)
         self.timeout_s = float(timeout_s)
         self._max_workers = max_workers
         self._pool = None

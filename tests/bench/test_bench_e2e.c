@@ -8,6 +8,7 @@
  * seq/tok rates consistent with the workload), CSV and SVG outputs, process
  * clients, --requests, open loop, a real model fixture, and that
  * --verify-checksum catches scores that are not the checksum. */
+#include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -179,6 +180,103 @@ static void test_fixture_model(void **state) {
   assert_int_equal(bench(bad), 2);
 }
 
+/* Reads a whole file into a malloc'd string ("" when missing). */
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "r");
+  char *buf = calloc(1, 1 << 20);
+  assert_non_null(buf);
+  if (f) {
+    size_t n = fread(buf, 1, (1 << 20) - 1, f);
+    buf[n] = 0;
+    fclose(f);
+  }
+  return buf;
+}
+
+/* The README's bare bench against the llama_gqa fixture (max_seq_len 48): the default
+ * lengths (fixed:128) are clamped with a warning instead of failing, and the spawned
+ * server's log (here at info: it logs the load and every lane it reclaims) goes to its
+ * file, never to the bench's output. */
+static void test_clamp_and_server_log(void **state) {
+  (void)state;
+  const char *fx = getenv("VR_FIXTURES");
+  char spawn[1200], log[300], out[300];
+  snprintf(spawn, sizeof spawn, "--model %s/models/llama_gqa --device cpu --threads 1 --log-level info " BT_SERVER_SEGMENT,
+           fx && *fx ? fx : "tests/fixtures");
+  snprintf(log, sizeof log, "/tmp/vrb_e2e_%d_server.log", (int)getpid());
+  snprintf(out, sizeof out, "/tmp/vrb_e2e_%d_out.txt", (int)getpid());
+  char *argv[] = {g_bench, "--spawn-server", spawn, "--server-log", log, "--transport", "shm", "--concurrency", "2",
+                  "--requests", "20", "--warmup", "0", "--json", g_json, NULL};
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0 || dup2(fd, 1) < 0 || dup2(fd, 2) < 0) _exit(126);
+    execv(g_bench, argv);
+    _exit(127);
+  }
+  bt_track(pid);
+  assert_int_equal(bt_wait(pid, 120), 0);
+  char *text = slurp(out), *srv = slurp(log);
+  if (!strstr(text, "clamped to 48 tokens") || !strstr(text, "HINT: --lengths fixed:48"))
+    fail_msg("no clamp warning in the bench's output:\n%s", text);
+  if (strstr(text, "vr_model_load") || strstr(text, "reclaimed"))
+    fail_msg("the server's log reached the bench's output:\n%s", text);
+  if (!strstr(srv, "vr_model_load") || !strstr(text, log))
+    fail_msg("the server's log is not in %s (or the bench does not name it):\n%s", log, srv);
+  cJSON *j = bt_read_json(g_json);
+  assert_non_null(j);
+  check_run(j, "shm", -1, 1, 48, 48); /* every sequence clamped to exactly 48 tokens */
+  cJSON_Delete(j);
+  free(text);
+  free(srv);
+  unlink(out);
+  unlink(log);
+}
+
+static int count_of(const char *hay, const char *needle) {
+  int n = 0;
+  for (const char *p = hay; (p = strstr(p, needle)) != NULL; p += strlen(needle)) n++;
+  return n;
+}
+
+/* --plot: one latency panel per transport plus one throughput panel; with 150 samples per
+ * run p50 and p90 are drawn (20 and 100 needed) but not p99 or p99.9 (1000, 10000); a .png
+ * path gives the PNG (rsvg-convert) and the SVG beside it. */
+static void test_plot_panels(void **state) {
+  (void)state;
+  char png[300], svg[300];
+  snprintf(png, sizeof png, "/tmp/vrb_e2e_%d_plot.png", (int)getpid());
+  snprintf(svg, sizeof svg, "/tmp/vrb_e2e_%d_plot.svg", (int)getpid());
+  char *args[] = {"--spawn-server", CHECKSUM_SERVER, "--transport", "shm,http", "--concurrency", "1,3",
+                  "--requests", "150", "--warmup", "0", "--lengths", "fixed:8", "--plot", png, NULL};
+  assert_int_equal(bench(args), 0);
+  char *text = slurp(svg);
+  assert_int_equal(count_of(text, "<svg"), 1);
+  assert_int_equal(count_of(text, "shm: latency percentiles"), 1);
+  assert_int_equal(count_of(text, "http: latency percentiles"), 1);
+  assert_int_equal(count_of(text, "throughput (successful requests/s)"), 1);
+  /* the point tooltips: 2 transports x 2 loads per drawn percentile, none for the others */
+  assert_int_equal(count_of(text, " p50 @ "), 4);
+  assert_int_equal(count_of(text, " p90 @ "), 4);
+  assert_int_equal(count_of(text, " max @ "), 4);
+  assert_int_equal(count_of(text, " p99 @ "), 0);
+  assert_int_equal(count_of(text, " p99.9 @ "), 0);
+  assert_non_null(strstr(text, "150 samples"));
+  assert_non_null(strstr(text, "a percentile p needs 10/(1-p) samples"));
+  free(text);
+  FILE *f = fopen(png, "rb");
+  assert_non_null(f);
+  unsigned char head[8] = {0};
+  assert_int_equal(fread(head, 1, 8, f), 8);
+  fclose(f);
+  assert_memory_equal(head, "\x89PNG\r\n\x1a\n", 8);
+  unlink(png);
+  unlink(svg);
+}
+
 /* A model's scores are not checksums: --verify-checksum must fail the run. */
 static void test_verify_catches_wrong_scores(void **state) {
   (void)state;
@@ -227,6 +325,8 @@ int main(void) {
       cmocka_unit_test(test_open_loop_poisson),
       cmocka_unit_test(test_fixture_model),
       cmocka_unit_test(test_verify_catches_wrong_scores),
+      cmocka_unit_test(test_clamp_and_server_log),
+      cmocka_unit_test(test_plot_panels),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   unlink(g_json);

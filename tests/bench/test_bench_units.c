@@ -16,6 +16,7 @@
 
 #include "verl_reward/status.h"
 #include "vr_bench_http.h"
+#include "vr_bench_report.h"
 #include "vr_bench_spawn.h"
 #include "vr_bench_workload.h"
 #include "vr_log.h"
@@ -173,6 +174,20 @@ static void test_split_args(void **state) {
   vr_log_set_level(VR_LOG_INFO);
 }
 
+/* The percentile support rule: pN needs 10/(1-N/100) samples; min/max need one. */
+static void test_pct_supported(void **state) {
+  (void)state;
+  static const struct { double p; uint64_t need; } t[] = {{50, 20}, {90, 100}, {99, 1000}, {99.9, 10000}, {99.99, 100000}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    if (!vr_report_pct_supported(t[i].p, t[i].need) || vr_report_pct_supported(t[i].p, t[i].need - 1))
+      fail_msg("p%g: want support from %llu samples on", t[i].p, (unsigned long long)t[i].need);
+  }
+  assert_int_equal(vr_report_pct_supported(99.9, 204), 0); /* the plot: p99.9 of 204 samples */
+  assert_int_equal(vr_report_pct_supported(100, 1), 1);
+  assert_int_equal(vr_report_pct_supported(100, 0), 0);
+  assert_int_equal(vr_report_pct_supported(50, 0), 0);
+}
+
 static void test_parse_url(void **state) {
   (void)state;
   char host[64];
@@ -194,7 +209,7 @@ int main(void) {
   snprintf(g_path, sizeof g_path, "/tmp/vrb_units_%d.jsonl", (int)getpid());
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_len_parse), cmocka_unit_test(test_generate), cmocka_unit_test(test_jsonl),
-      cmocka_unit_test(test_split_args), cmocka_unit_test(test_parse_url),
+      cmocka_unit_test(test_split_args), cmocka_unit_test(test_parse_url), cmocka_unit_test(test_pct_supported),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   unlink(g_path);

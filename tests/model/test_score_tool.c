@@ -1,5 +1,5 @@
 /* verl-reward-score as users run it (the real binary from $VR_BIN_DIR): JSON lines
- * in, one {"score": x} line per input out, in order; bad lines give an error line
+ * in, one {"score": x} (or {"scores": [...]} for a batch line) line per input out, in order; bad lines give an error line
  * naming the line and the reason, and exit status 1; a bad model gives status 2. */
 #include <fcntl.h>
 #include <math.h>
@@ -122,6 +122,54 @@ static void test_good_and_bad_lines(void **state) {
 }
 
 /* stdin, every golden sequence of an encoder: scores in order, exit 0. */
+/* The input forms: {"input_ids": [ids]} and [ids] are one sequence ({"score": x}),
+ * {"input_ids": [[ids], ...]} and [[ids], ...] a batch line ({"scores": [...]}, one
+ * output line per input line); the cpu backend's scores are the same bits in every form.
+ * A bad sequence in a batch line is one error line naming the line and the sequence. */
+static void test_input_forms(void **state) {
+  (void)state;
+  char model[1200], in[1300];
+  mt_model_path(model, sizeof model, "llama_gqa");
+  snprintf(in, sizeof in, "%s/in.jsonl", mt_tmp);
+  const char *text = "{\"input_ids\": [1, 2, 3]}\n"         /* 1 */
+                     "[4, 5]\n"                              /* 2 */
+                     "{\"input_ids\": [[1, 2, 3], [4, 5]]}\n" /* 3 */
+                     "[[4, 5], [1, 2, 3], [6]]\n"             /* 4 */
+                     "[6]\n"                                 /* 5 */
+                     "[[1, 2], [1, \"a\"]]\n"               /* 6: bad sequence 1 */
+                     "{\"input_ids\": [[1], 2]}\n"            /* 7: sequence 1 is not a list */
+                     "[[1], [1, 2, 300]]\n";                  /* 8: id >= vocab in sequence 1 */
+  mt_write_file(in, text, strlen(text));
+  const char *args[] = {"--model", model, "--input", in, "--threads", "1", NULL};
+  assert_int_equal(run_tool(NULL, args), 1);
+  cJSON *lines[16];
+  assert_int_equal(read_output(lines, 16), 8);
+  double a = cJSON_GetObjectItem(lines[0], "score")->valuedouble;
+  double b = cJSON_GetObjectItem(lines[1], "score")->valuedouble;
+  double c = cJSON_GetObjectItem(lines[4], "score")->valuedouble;
+  assert_true(a != b);
+  const cJSON *s3 = cJSON_GetObjectItem(lines[2], "scores"), *s4 = cJSON_GetObjectItem(lines[3], "scores");
+  assert_int_equal(cJSON_GetArraySize(s3), 2);
+  assert_int_equal(cJSON_GetArraySize(s4), 3);
+  assert_true(cJSON_GetArrayItem(s3, 0)->valuedouble == a && cJSON_GetArrayItem(s3, 1)->valuedouble == b);
+  assert_true(cJSON_GetArrayItem(s4, 0)->valuedouble == b && cJSON_GetArrayItem(s4, 1)->valuedouble == a &&
+              cJSON_GetArrayItem(s4, 2)->valuedouble == c);
+  static const struct {
+    int line;
+    const char *msg;
+  } errs[] = {{6, "line 6: sequence 1: input_ids[1][1] is not an integer"},
+              {7, "line 7: sequence 1: input_ids[1] is not a list"},
+              {8, "line 8: sequence 1: "}};
+  for (int i = 0; i < 3; i++) {
+    const cJSON *e = cJSON_GetObjectItem(lines[5 + i], "error");
+    if (!cJSON_IsString(e) || !strstr(e->valuestring, errs[i].msg))
+      fail_msg("line %d: want '%s', got %s", errs[i].line, errs[i].msg, e ? e->valuestring : "(no error)");
+    assert_int_equal(cJSON_GetObjectItem(lines[5 + i], "line")->valueint, errs[i].line);
+    assert_int_equal(cJSON_GetObjectItem(lines[5 + i], "sequence")->valueint, 1);
+  }
+  for (int i = 0; i < 8; i++) cJSON_Delete(lines[i]);
+}
+
 static void test_stdin_all_golden(void **state) {
   (void)state;
   char model[1200], in[1300];
@@ -229,6 +277,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_bit_identical_threads_and_batches, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_good_and_bad_lines, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_input_forms, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_stdin_all_golden, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_bad_model_and_usage, mt_setup_tmp, mt_teardown_tmp),
   };

@@ -154,10 +154,45 @@ class PackingTest(unittest.TestCase):
         self.assertEqual(cm.exception.bad_seq, 1)
         with self.assertRaises(errors.InvalidRequest):
             _batch.pack_sequences([[1.5]])
-        with self.assertRaises(errors.InvalidRequest):
-            _batch.pack_sequences("abc")
-        with self.assertRaises(errors.InvalidRequest):
-            _batch.pack_sequences(["abc"])
+
+    def test_forms(self):
+        """A flat list of ints (or a 1-D array) is one sequence; a list of lists a batch;
+        anything else a TypeError (also an InvalidRequest) naming the accepted forms."""
+        one = _batch.pack_sequences([5, 6, 7])
+        self.assertEqual((one[0].tolist(), one[1].tolist()), ([5, 6, 7], [0, 3]))
+        self.assertEqual(_batch.pack_sequences((5, 6, 7)), one)
+        self.assertEqual(_batch.pack_sequences([[5, 6, 7]]), one)
+        self.assertEqual(_batch.pack_sequences([]), (array("i"), array("I", [0])))
+        for bad, what in ((5, "int"), ("abc", "str"), ({"a": 1}, "dict"), ([1, [2]], "item 1 is list"),
+                          ([1, 2.0], "item 1 is float"), ([True, 1], "item 0 is bool"), (["abc"], "item 0 is str"),
+                          ([[1], 2], "item 1 is int")):
+            with self.assertRaises(TypeError) as cm:
+                _batch.pack_sequences(bad)
+            self.assertIsInstance(cm.exception, errors.InvalidRequest)
+            self.assertIn("a list of ints (one sequence), a list of token-id lists (a batch)", str(cm.exception))
+            self.assertIn(what, str(cm.exception))
+        try:
+            import numpy as np
+        except ImportError:
+            return
+        self.assertEqual(_batch.pack_sequences(np.array([5, 6, 7], dtype=np.int64)), one)
+        self.assertEqual(_batch.pack_sequences([np.int32(5), np.int64(6), 7]), one)
+        self.assertEqual(_batch.pack_sequences(np.array([[5, 6, 7]])), one)
+        with self.assertRaises(TypeError) as cm:
+            _batch.pack_sequences(np.zeros((1, 2, 3), dtype=np.int32))
+        self.assertIn("3-D", str(cm.exception))
+
+    def test_url_forms(self):
+        from verl_reward.http import normalize_url
+        for given in ("127.0.0.1:8080", "http://127.0.0.1:8080", "http://127.0.0.1:8080/", "HTTP://127.0.0.1:8080",
+                      " 127.0.0.1:8080// "):
+            self.assertEqual(normalize_url(given), "http://127.0.0.1:8080")
+        self.assertEqual(normalize_url("localhost:8080/"), "http://localhost:8080")
+        for bad, why in (("https://h:1", "plain HTTP, not https"), ("ftp://h:1", "unsupported scheme"),
+                         ("", "non-empty"), ("http://", "no host"), (None, "non-empty")):
+            with self.assertRaises(ValueError) as cm:
+                normalize_url(bad)
+            self.assertIn(why, str(cm.exception))
 
     def test_extras(self):
         self.assertIsNone(_batch.pack_extras(None, 2))

@@ -102,6 +102,13 @@ static void test_json_bad(void **state) {
       {"{\"input_ids\": [[1]], \"extras\": [1]}", VR_ERR_MALFORMED, 0, "extras[0]"},
       {"{\"input_ids\": [[1]], \"extras\": [{\"solution_str\": 3}]}", VR_ERR_MALFORMED, 0, "extras[0]"},
       {"{\"input_ids\": [[1]], \"extras\": []}", VR_ERR_MALFORMED, -1, "has 0 entries"},
+      /* the flat form: a list whose first item is a number is one sequence */
+      {"{\"input_ids\": [1, [2]]}", VR_ERR_MALFORMED, 0, "input_ids[1] is not an integer"},
+      {"{\"input_ids\": [1, 0.5]}", VR_ERR_MALFORMED, 0, "input_ids[1] = 0.5 is not a 32-bit integer"},
+      {"{\"input_ids\": [1, 2], \"extras\": [{}, {}]}", VR_ERR_MALFORMED, -1, "2 entries but \"input_ids\" has 1"},
+      {"{\"input_ids\": [1,2,3,4,5,6,7,8,9]}", VR_ERR_SEQ_TOO_LONG, 0, "9 tokens"},
+      {"{\"input_ids\": [1, 100]}", VR_ERR_TOKEN_RANGE, 0, "token id 100 at position 1"},
+      {"{\"input_ids\": 3}", VR_ERR_MALFORMED, -1, "one sequence"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     vr_score_req_t r;
@@ -112,6 +119,15 @@ static void test_json_bad(void **state) {
                e.message);
     assert_null(r.cu);
   }
+}
+
+/* Copies the packed bytes to out (at most cap) and frees the buffer; returns the length. */
+static size_t sb_take(msgpack_sbuffer *sb, char *out, size_t cap) {
+  assert_true(sb->size <= cap);
+  memcpy(out, sb->data, sb->size);
+  size_t n = sb->size;
+  msgpack_sbuffer_destroy(sb);
+  return n;
 }
 
 /* {"input_ids": [[...] x n], "extras": [{"solution_str": s, "ground_truth": g} | nil]} */
@@ -142,11 +158,7 @@ static size_t pack_body(char *out, size_t cap, int with_extras) {
       msgpack_pack_str_with_body(&pk, "42", 2);
     }
   }
-  assert_true(sb.size <= cap);
-  memcpy(out, sb.data, sb.size);
-  size_t n = sb.size;
-  msgpack_sbuffer_destroy(&sb);
-  return n;
+  return sb_take(&sb, out, cap);
 }
 
 static void test_msgpack_valid(void **state) {
@@ -163,6 +175,64 @@ static void test_msgpack_valid(void **state) {
   assert_string_equal(r.extras_ptrs[2]->solution_str.ptr, "#### 42");
   check_invariants(&r, &sc);
   vr_request_free(&r);
+}
+
+/* The flat form ({"input_ids": [ids]}) parses to the same request as the batch of one
+ * ({"input_ids": [[ids]]}), in JSON and in msgpack, extras included. */
+static void assert_same_req(const vr_score_req_t *a, const vr_score_req_t *b) {
+  assert_int_equal(a->n_seqs, b->n_seqs);
+  assert_int_equal(a->n_tokens, b->n_tokens);
+  assert_memory_equal(a->cu, b->cu, ((size_t)a->n_seqs + 1) * sizeof *a->cu);
+  assert_memory_equal(a->ids, b->ids, a->n_tokens * sizeof *a->ids);
+  assert_int_equal(a->extras_ptrs == NULL, b->extras_ptrs == NULL);
+}
+
+static size_t pack_one(char *out, size_t cap, const int *ids, size_t n, int nested) {
+  msgpack_sbuffer sb;
+  msgpack_sbuffer_init(&sb);
+  msgpack_packer pk;
+  msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+  msgpack_pack_map(&pk, 1);
+  msgpack_pack_str_with_body(&pk, "input_ids", 9);
+  if (nested) msgpack_pack_array(&pk, 1);
+  msgpack_pack_array(&pk, n);
+  for (size_t j = 0; j < n; j++) msgpack_pack_int(&pk, ids[j]);
+  return sb_take(&sb, out, cap);
+}
+
+static void test_flat_form(void **state) {
+  vr_scorer_t sc = make_scorer("model:0.5,gsm8k:0.5", VR_SCORER_CHECKSUM, 1000, 64);
+  vr_req_error_t e;
+  vr_score_req_t flat, nested, mflat, mnested;
+  const char *jf = "{\"input_ids\": [5, 0, 999, 7], \"extras\": [{\"ground_truth\": \"1\"}]}";
+  const char *jn = "{\"input_ids\": [[5, 0, 999, 7]], \"extras\": [{\"ground_truth\": \"1\"}]}";
+  assert_int_equal(vr_request_parse_json(jf, strlen(jf), &sc, 16, &flat, &e), 0);
+  assert_int_equal(vr_request_parse_json(jn, strlen(jn), &sc, 16, &nested, &e), 0);
+  assert_int_equal(flat.n_seqs, 1);
+  assert_int_equal(flat.ids[2], 999);
+  assert_string_equal(flat.extras_ptrs[0]->ground_truth.ptr, "1");
+  assert_same_req(&flat, &nested);
+  check_invariants(&flat, &sc);
+  static const int ids[] = {5, 0, 999, 7};
+  char b1[128], b2[128];
+  size_t n1 = pack_one(b1, sizeof b1, ids, 4, 0), n2 = pack_one(b2, sizeof b2, ids, 4, 1);
+  assert_int_equal(vr_request_parse_msgpack((const uint8_t *)b1, n1, &sc, 16, &mflat, &e), 0);
+  assert_int_equal(vr_request_parse_msgpack((const uint8_t *)b2, n2, &sc, 16, &mnested, &e), 0);
+  assert_int_equal(mflat.extras_ptrs == NULL, 1);
+  vr_request_free(&nested);
+  const char *jn2 = "{\"input_ids\": [[5, 0, 999, 7]]}";
+  assert_int_equal(vr_request_parse_json(jn2, strlen(jn2), &sc, 16, &nested, &e), 0);
+  assert_same_req(&mflat, &mnested);
+  assert_same_req(&mflat, &nested);
+  /* the flat form in msgpack: a non-integer after the first item names input_ids[j] */
+  const char bad[] = "\x81\xa9input_ids\x92\x01\xc3"; /* {"input_ids": [1, true]} */
+  vr_score_req_t r;
+  assert_int_equal(vr_request_parse_msgpack((const uint8_t *)bad, sizeof bad - 1, &sc, 16, &r, &e), VR_ERR_MALFORMED);
+  assert_non_null(strstr(e.message, "input_ids[1] is not an integer"));
+  vr_request_free(&flat);
+  vr_request_free(&nested);
+  vr_request_free(&mflat);
+  vr_request_free(&mnested);
 }
 
 static void test_msgpack_hostile(void **state) {
@@ -261,6 +331,8 @@ static void test_fuzz_bodies(void **state) {
   const char *json = "{\"input_ids\": [[1, 2, 3], [4], [5, 6]], \"extras\": [{\"solution_str\": \"#### 7\","
                      " \"ground_truth\": \"7\", \"extra_info\": {\"a\": [1, 2]}}, null, {\"data_source\": \"x\"}]}";
   fuzz_one(&sc, json, strlen(json), 0, 20000);
+  const char *flat = "{\"input_ids\": [1, 2, 3, 4], \"extras\": [{\"solution_str\": \"#### 7\"}]}";
+  fuzz_one(&sc, flat, strlen(flat), 0, 5000);
   char body[512];
   size_t n = pack_body(body, sizeof body, 1);
   fuzz_one(&sc, body, n, 1, 20000);
@@ -479,6 +551,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_valid),     cmocka_unit_test(test_json_bad),
       cmocka_unit_test(test_msgpack_valid),  cmocka_unit_test(test_msgpack_hostile),
+      cmocka_unit_test(test_flat_form),
       cmocka_unit_test(test_fuzz_bodies),    cmocka_unit_test(test_settings),
       cmocka_unit_test(test_metrics_render), cmocka_unit_test(test_metrics_threads),
   };

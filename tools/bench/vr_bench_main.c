@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "verl_reward/protocol.h"
@@ -39,7 +40,7 @@ typedef struct bench_opts {
   uint64_t requests, seed;
   uint32_t batch, vocab;
   vr_len_dist_t len;
-  const char *input, *json, *csv, *plot, *spawn, *server_bin, *shm_name, *url;
+  const char *input, *json, *csv, *plot, *spawn, *server_bin, *server_log, *shm_name, *url;
   int64_t timeout_us;
   int64_t spin_us;
 } bench_opts_t;
@@ -53,6 +54,8 @@ static void usage(FILE *f) {
     "  --spawn-server \"ARGS\"    start build/bin/verl-reward-server ARGS on a fresh shm name and\n"
     "                           port, wait for /ready, run, stop it (SIGTERM)\n"
     "  --server-bin PATH        server binary for --spawn-server (default: next to this binary)\n"
+    "  --server-log FILE        the spawned server's stdout+stderr (default $TMPDIR or /tmp,\n"
+    "                           /vrbench_PID_N.log; its last lines are shown if it fails to start)\n"
     "  --ready-timeout S        how long to wait for /ready (default 120)\n"
     "load:\n"
     "  --transport LIST         shm,http,http-msgpack (default shm); several = side by side\n"
@@ -76,7 +79,9 @@ static void usage(FILE *f) {
     "  --seed N                 workload seed (default 1)\n"
     "  --verify-checksum        check every score against the checksum scorer (server --model checksum)\n"
     "output:\n"
-    "  --json FILE  --csv FILE  --plot FILE.svg   ('-' = stdout for json/csv)\n"
+    "  --json FILE  --csv FILE   ('-' = stdout)\n"
+    "  --plot FILE.svg|FILE.png latency panels per transport + a throughput panel; .png also\n"
+    "                           writes FILE.svg and needs rsvg-convert (librsvg2-bin)\n"
     "  --log-level LEVEL        trace|debug|info|warn|error (default info)\n",
     DEFAULT_VOCAB);
 }
@@ -140,7 +145,7 @@ static void default_server_bin(char *buf, size_t n) {
 static int parse_args(int argc, char **argv, bench_opts_t *o) {
   enum { O_SHM = 256, O_URL, O_SPAWN, O_SRVBIN, O_READY, O_TRANSPORT, O_CONC, O_PROCS, O_RATE, O_ARRIVAL,
          O_DUR, O_WARM, O_REQS, O_TIMEOUT, O_BATCH, O_LENS, O_INPUT, O_VOCAB, O_SEED, O_VERIFY, O_JSON,
-         O_CSV, O_PLOT, O_LOG, O_SPIN, O_HELP, O_VERSION };
+         O_CSV, O_PLOT, O_LOG, O_SPIN, O_HELP, O_VERSION, O_SRVLOG };
   static const struct option lo[] = {
       {"shm-name", 1, 0, O_SHM}, {"url", 1, 0, O_URL}, {"spawn-server", 1, 0, O_SPAWN},
       {"server-bin", 1, 0, O_SRVBIN}, {"ready-timeout", 1, 0, O_READY}, {"transport", 1, 0, O_TRANSPORT},
@@ -150,7 +155,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
       {"lengths", 1, 0, O_LENS}, {"input", 1, 0, O_INPUT}, {"vocab", 1, 0, O_VOCAB}, {"seed", 1, 0, O_SEED},
       {"verify-checksum", 0, 0, O_VERIFY}, {"json", 1, 0, O_JSON}, {"csv", 1, 0, O_CSV},
       {"plot", 1, 0, O_PLOT}, {"log-level", 1, 0, O_LOG}, {"spin-us", 1, 0, O_SPIN}, {"help", 0, 0, O_HELP},
-      {"version", 0, 0, O_VERSION}, {0, 0, 0, 0}};
+      {"version", 0, 0, O_VERSION}, {"server-log", 1, 0, O_SRVLOG}, {0, 0, 0, 0}};
   memset(o, 0, sizeof(*o));
   o->transports[0] = VR_TR_SHM;
   o->n_transports = 1;
@@ -173,6 +178,7 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     case O_URL: o->url = optarg; break;
     case O_SPAWN: o->spawn = optarg; break;
     case O_SRVBIN: o->server_bin = optarg; break;
+    case O_SRVLOG: o->server_log = optarg; break;
     case O_READY: if (parse_num(optarg, "--ready-timeout", 0.1, 86400, &o->ready_timeout_s)) return -1; break;
     case O_TRANSPORT: {
       o->n_transports = 0;
@@ -224,7 +230,16 @@ static int parse_args(int argc, char **argv, bench_opts_t *o) {
     case O_VERIFY: o->verify = 1; break;
     case O_JSON: o->json = optarg; break;
     case O_CSV: o->csv = optarg; break;
-    case O_PLOT: o->plot = optarg; break;
+    case O_PLOT: {
+      size_t pl = strlen(optarg);
+      if (pl > 4 && strcasecmp(optarg + pl - 4, ".png") == 0 && !vr_report_png_available()) {
+        vr_cli_usage_error(PROG, "--plot %s: PNG needs rsvg-convert, not on PATH. HINT: apt-get install librsvg2-bin, "
+                           "or --plot FILE.svg", optarg);
+        return -1;
+      }
+      o->plot = optarg;
+      break;
+    }
     case O_LOG: {
       vr_log_level_t lv;
       if (vr_log_level_parse(optarg, &lv)) {
@@ -281,10 +296,15 @@ static int fit_workload(const bench_opts_t *o, const vr_target_t *tg, vr_workloa
            si.max_seqs_per_request);
     return VR_ERR_TOO_LARGE;
   }
+  /* generated lengths are clamped to max_seq_len (vr_workload_next); say so when the request reaches past it */
   if (o->len.kind != VR_LEN_LOGNORMAL && si.max_seq_len && o->len.b > si.max_seq_len && !o->input) {
-    vr_log(VR_LOG_ERROR, "--lengths reach %u tokens, beyond the server's max_seq_len %u", o->len.b,
-           si.max_seq_len);
-    return VR_ERR_SEQ_TOO_LONG;
+    char d[64];
+    vr_len_dist_format(&o->len, d, sizeof d);
+    vr_log(VR_LOG_WARN,
+           "--lengths %s reaches %u tokens, beyond the server's max_seq_len %u: longer sequences are clamped to "
+           "%u tokens (HINT: --lengths fixed:%u, or a uniform/lognormal range below %u, to measure an unclamped "
+           "workload)",
+           d, o->len.b, si.max_seq_len, si.max_seq_len, si.max_seq_len, si.max_seq_len);
   }
   if (o->input) return vr_workload_load_jsonl(wl, o->input);
   return 0;
@@ -317,7 +337,7 @@ int main(int argc, char **argv) {
       snprintf(spawn_args, sizeof(spawn_args), "%s --lanes %u", o.spawn, max_conc + 1);
     else
       snprintf(spawn_args, sizeof(spawn_args), "%s", o.spawn);
-    if (vr_spawn_server(bin, spawn_args, o.ready_timeout_s, &srv) != 0) return 2;
+    if (vr_spawn_server(bin, spawn_args, o.server_log, o.ready_timeout_s, &srv) != 0) return 2;
     snprintf(tg.shm_name, sizeof(tg.shm_name), "%s", srv.shm_name);
     snprintf(tg.host, sizeof(tg.host), "127.0.0.1");
     tg.port = srv.port;
@@ -375,7 +395,14 @@ report:
     vr_report_table(stdout, &meta, res, done);
     if (o.json && vr_report_json(o.json, &meta, res, done, n_runs > 1)) exit_code = exit_code ? exit_code : 1;
     if (o.csv && vr_report_csv(o.csv, &meta, res, done)) exit_code = exit_code ? exit_code : 1;
-    if (o.plot && vr_report_svg(o.plot, &meta, res, done)) exit_code = exit_code ? exit_code : 1;
+    if (o.plot) {
+      size_t pl = strlen(o.plot);
+      int png = pl > 4 && strcasecmp(o.plot + pl - 4, ".png") == 0;
+      char svg[4096];
+      snprintf(svg, sizeof svg, "%.*s.svg", (int)(png ? pl - 4 : pl), o.plot);
+      if (png ? vr_report_png(o.plot, svg, &meta, res, done) : vr_report_svg(o.plot, &meta, res, done))
+        exit_code = exit_code ? exit_code : 1;
+    }
   }
 out:
   if (o.spawn && srv.pid > 0 && vr_spawn_stop(&srv, 15.0) != 0) {

@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -98,6 +99,22 @@ static int free_port(uint16_t *port) {
   return rc;
 }
 
+/* Logs the last lines of the spawned server's log (why it exited or never got ready). */
+static void log_tail(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  char buf[2048];
+  long end = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+  long from = end > (long)sizeof buf - 1 ? end - (long)sizeof buf + 1 : 0;
+  size_t n = fseek(f, from, SEEK_SET) == 0 ? fread(buf, 1, sizeof buf - 1, f) : 0;
+  fclose(f);
+  buf[n] = 0;
+  char *p = buf;
+  if (from > 0 && (p = strchr(buf, '\n')) != NULL) p++; /* start at a whole line */
+  if (!p || !*p) return;
+  vr_log(VR_LOG_ERROR, "the server's log %s ends:\n%s", path, p);
+}
+
 static void log_exit(pid_t pid, int st) {
   if (WIFEXITED(st))
     vr_log(VR_LOG_ERROR, "server (pid %d) exited with status %d", (int)pid, WEXITSTATUS(st));
@@ -105,10 +122,20 @@ static void log_exit(pid_t pid, int st) {
     vr_log(VR_LOG_ERROR, "server (pid %d) killed by signal %d", (int)pid, WTERMSIG(st));
 }
 
-int vr_spawn_server(const char *server_bin, const char *args, double ready_timeout_s, vr_spawned_t *out) {
+int vr_spawn_server(const char *server_bin, const char *args, const char *log_path, double ready_timeout_s,
+                    vr_spawned_t *out) {
   static unsigned seq = 0; /* segment names stay unique across calls in one process (callers: one thread) */
   memset(out, 0, sizeof(*out));
   snprintf(out->shm_name, sizeof(out->shm_name), "vrbench_%d_%u", (int)getpid(), seq++);
+  const char *tmp = getenv("TMPDIR");
+  if (log_path) snprintf(out->log_path, sizeof(out->log_path), "%s", log_path);
+  else snprintf(out->log_path, sizeof(out->log_path), "%s/%s.log", tmp && *tmp ? tmp : "/tmp", out->shm_name);
+  int log_fd = open(out->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    vr_log(VR_LOG_ERROR, "cannot write the server's log %s: %s. HINT: --server-log FILE", out->log_path,
+           strerror(errno));
+    return VR_ERR_IO;
+  }
   if (free_port(&out->port) != 0) {
     vr_log(VR_LOG_ERROR, "cannot find a free TCP port: %s", strerror(errno));
     return VR_ERR_IO;
@@ -116,12 +143,16 @@ int vr_spawn_server(const char *server_bin, const char *args, double ready_timeo
   char **user = NULL;
   int n_user = 0;
   int rc = vr_split_args(args ? args : "", &user, &n_user);
-  if (rc != 0) return rc;
+  if (rc != 0) {
+    close(log_fd);
+    return rc;
+  }
   char port_s[16];
   snprintf(port_s, sizeof(port_s), "%u", out->port);
   const char **argv = calloc((size_t)n_user + 6, sizeof(char *));
   if (!argv) {
     vr_split_free(user);
+    close(log_fd);
     return VR_ERR_NOMEM;
   }
   int k = 0;
@@ -137,19 +168,21 @@ int vr_spawn_server(const char *server_bin, const char *args, double ready_timeo
     size_t off = 0;
     for (int i = 0; argv[i] && off < sizeof(line) - 1; i++)
       off += (size_t)snprintf(line + off, sizeof(line) - off, "%s%s", i ? " " : "", argv[i]);
-    vr_log(VR_LOG_INFO, "spawning: %s", line);
+    vr_log(VR_LOG_INFO, "spawning: %s (its log: %s)", line, out->log_path);
   }
   pid_t pid = fork();
   if (pid == 0) {
     /* the server must not outlive a bench that dies without cleaning up (SIGKILL, crash) */
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (getppid() == 1) _exit(127);
+    if (dup2(log_fd, 1) < 0 || dup2(log_fd, 2) < 0) _exit(126);
     execv(server_bin, (char *const *)argv);
     fprintf(stderr, "verl-reward-bench: exec %s: %s\n", server_bin, strerror(errno));
     _exit(127);
   }
   free(argv);
   vr_split_free(user);
+  close(log_fd);
   if (pid < 0) {
     vr_log(VR_LOG_ERROR, "fork failed: %s", strerror(errno));
     return VR_ERR_IO;
@@ -170,6 +203,7 @@ int vr_spawn_server(const char *server_bin, const char *args, double ready_timeo
     int st;
     if (waitpid(pid, &st, WNOHANG) == pid) {
       log_exit(pid, st);
+      log_tail(out->log_path);
       out->pid = 0;
       g_child = 0;
       rc = VR_ERR_IO;
@@ -183,6 +217,7 @@ int vr_spawn_server(const char *server_bin, const char *args, double ready_timeo
     if (vr_now_ns() > deadline) {
       vr_log(VR_LOG_ERROR, "server not ready after %.0f s (GET /ready on port %u). HINT: --ready-timeout",
              ready_timeout_s, out->port);
+      log_tail(out->log_path);
       vr_spawn_stop(out, 5.0);
       break;
     }

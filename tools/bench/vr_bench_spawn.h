@@ -16,14 +16,18 @@ typedef struct vr_spawned {
   pid_t pid;
   char shm_name[64];
   uint16_t port;
+  char log_path[1024]; /* the server's stdout + stderr */
 } vr_spawned_t;
 
 /* Splits args like a shell would for plain words and '...' / "..." quotes (no
- * expansions), appends --shm-name NAME --port PORT and execs server_bin.
+ * expansions), appends --shm-name NAME --port PORT and execs server_bin with its
+ * stdout and stderr in log_path (NULL: $TMPDIR, else /tmp, /NAME.log; truncated),
+ * so the server's log never mixes with the bench's output.
  * Waits up to ready_timeout_s for /ready. 0, or VR_ERR_PARSE (bad quoting),
- * VR_ERR_IO (exec failed / server exited: its exit status is logged),
- * VR_ERR_TIMEOUT (not ready in time; the server is killed). */
-int vr_spawn_server(const char *server_bin, const char *args, double ready_timeout_s, vr_spawned_t *out);
+ * VR_ERR_IO (log not writable, exec failed / server exited: its exit status and the
+ * log's last lines are logged), VR_ERR_TIMEOUT (not ready in time; the server is killed). */
+int vr_spawn_server(const char *server_bin, const char *args, const char *log_path, double ready_timeout_s,
+                    vr_spawned_t *out);
 
 /* SIGTERM, wait up to grace_s, then SIGKILL. Returns 0 when the server exited
  * with status 0 after SIGTERM, VR_ERR_INTERNAL otherwise (logged). */

@@ -4,10 +4,14 @@
  *                     [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--max-batch-tokens N]
  *                     [--max-seqs N] [--stats] [--log-level L] [--cuda-OPTION VALUE]...   (the server's CUDA tuning flags)
  *
- * Input: JSON lines {"input_ids": [int, ...]} (stdin by default); blank lines are
- * skipped. Output (stdout): one line per input, in order: {"score": x}, or
- * {"error": "line N: reason", "line": N} for an input that could not be scored
- * (malformed JSON, bad ids, too long, ...). --max-seqs caps the sequences per forward
+ * Input: JSON lines (stdin by default), each one of
+ *   {"input_ids": [int, ...]}  or  [int, ...]                  one sequence
+ *   {"input_ids": [[int, ...], ...]}  or  [[int, ...], ...]    a batch line (at most 256 sequences)
+ * (a list whose first item is a number is one sequence); blank lines are skipped.
+ * Output (stdout): one line per input line, in order: {"score": x} for one sequence,
+ * {"scores": [x, ...]} for a batch line, or {"error": "line N: reason", "line": N} for a
+ * line that could not be scored (malformed JSON, bad ids, too long, ...); a batch line
+ * with a bad sequence j is one error line, "line N: sequence j: reason", with "sequence": j. --max-seqs caps the sequences per forward
  * (1: every sequence scored alone). Errors are also logged to stderr and
  * make the exit status 1; a model that does not load gives status 2, as does a bad command line
  * (unknown flag, missing or bad value: every value is checked before the model loads).
@@ -35,6 +39,8 @@ typedef struct vr_score_batch {
   size_t n_ids, cap_ids;
   uint32_t cu[VR_SCORE_CHUNK_SEQS + 1];
   uint64_t line[VR_SCORE_CHUNK_SEQS]; /* input line of each sequence */
+  int32_t seq[VR_SCORE_CHUNK_SEQS];   /* index in its batch line, -1 for a one-sequence line */
+  uint32_t of[VR_SCORE_CHUNK_SEQS];   /* sequences on its line */
   char *err[VR_SCORE_CHUNK_SEQS];     /* parse error of an entry (owned), or NULL */
   uint32_t n;
 } vr_score_batch_t;
@@ -46,7 +52,9 @@ static void usage(FILE *f) {
           "                         [--max-seqs N] [--stats]\n"
           "                         [--log-level L] [--cuda-OPTION VALUE]...\n"
           "       verl-reward-score --version | --help\n"
-          "Reads JSON lines {\"input_ids\": [...]} and writes {\"score\": x} per line, in order.\n"
+          "Reads JSON lines {\"input_ids\": [ids]} or [ids] (one sequence: writes {\"score\": x}) or\n"
+          "{\"input_ids\": [[ids], ...]} or [[ids], ...] (a batch: writes {\"scores\": [x, ...]}), one output line\n"
+          "per input line, in order.\n"
           "CUDA tuning (--device cuda), as verl-reward-server takes it:\n");
   for (size_t i = 0; vr_cuda_option_at(i); i++) {
     char flag[96];
@@ -57,42 +65,98 @@ static void usage(FILE *f) {
 
 #define VR_SCORE_OPT_CUDA 1000 /* getopt value of the first --cuda-* option (vr_cuda_option_at order) */
 
-/* Parses one line into ids appended to b; returns NULL or a malloc'd reason. */
-static char *vr_score_parse(const char *text, size_t len, vr_score_batch_t *b) {
-  char *why = NULL;
-  cJSON *root = cJSON_ParseWithLength(text, len);
-  const cJSON *arr = root ? cJSON_GetObjectItemCaseSensitive(root, "input_ids") : NULL;
-  if (!root || !cJSON_IsObject(root)) {
-    why = strdup("malformed JSON (expected an object {\"input_ids\": [...]})");
+/* The sequences one input line holds (see the top of the file for the forms). */
+typedef struct vr_score_line {
+  cJSON *root;
+  const cJSON *first; /* the first sequence (an array), or NULL */
+  int flat;           /* first is the line's only sequence */
+  uint32_t n;         /* sequences on the line (1 for a line that cannot be scored) */
+  char *why;          /* malloc'd reason the whole line cannot be scored, or NULL */
+} vr_score_line_t;
+
+static void vr_score_line_read(const char *text, size_t len, vr_score_line_t *l) {
+  memset(l, 0, sizeof *l);
+  l->n = 1;
+  l->root = cJSON_ParseWithLength(text, len);
+  const cJSON *arr = l->root;
+  if (l->root && cJSON_IsObject(l->root)) arr = cJSON_GetObjectItemCaseSensitive(l->root, "input_ids");
+  if (!l->root || !(cJSON_IsObject(l->root) || cJSON_IsArray(l->root))) {
+    l->why = strdup("malformed JSON (expected {\"input_ids\": [...]} or a bare list)");
   } else if (!cJSON_IsArray(arr)) {
-    why = strdup("no \"input_ids\" array");
+    l->why = strdup("no \"input_ids\" array");
+  } else if (!arr->child || !cJSON_IsArray(arr->child)) { /* one sequence (or an empty one) */
+    l->flat = 1;
+    l->first = arr;
   } else {
-    size_t n = (size_t)cJSON_GetArraySize(arr), i = 0;
-    if (b->n_ids + n > b->cap_ids) {
-      size_t cap = (b->n_ids + n) * 2 + 1024;
-      int32_t *p = realloc(b->ids, cap * sizeof *p);
-      if (!p) {
-        why = strdup("out of memory");
-        goto done;
-      }
-      b->ids = p;
-      b->cap_ids = cap;
+    int n = cJSON_GetArraySize(arr);
+    if (n > VR_SCORE_CHUNK_SEQS) {
+      char msg[96];
+      snprintf(msg, sizeof msg, "%d sequences on one line, more than %d", n, VR_SCORE_CHUNK_SEQS);
+      l->why = strdup(msg);
+    } else {
+      l->first = arr->child;
+      l->n = (uint32_t)n;
     }
-    for (const cJSON *it = arr->child; it; it = it->next, i++) {
-      double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
-      if (!(d >= -2147483648.0 && d <= 2147483647.0) || floor(d) != d) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "input_ids[%zu] is not an integer token id", i);
-        why = strdup(msg);
-        goto done;
-      }
-      b->ids[b->n_ids + i] = (int32_t)d;
-    }
-    b->n_ids += n;
   }
-done:
-  cJSON_Delete(root);
-  return why;
+}
+
+/* Appends sequence k of its line (`seq`: an id array, or NULL) to b; returns NULL or a malloc'd reason. */
+static char *vr_score_append(const cJSON *seq, int flat, uint32_t k, vr_score_batch_t *b) {
+  char msg[96];
+  if (!cJSON_IsArray(seq)) {
+    snprintf(msg, sizeof msg, "input_ids[%u] is not a list of token ids", k);
+    return strdup(msg);
+  }
+  size_t n = (size_t)cJSON_GetArraySize(seq), i = 0;
+  if (b->n_ids + n > b->cap_ids) {
+    size_t cap = (b->n_ids + n) * 2 + 1024;
+    int32_t *p = realloc(b->ids, cap * sizeof *p);
+    if (!p) return strdup("out of memory");
+    b->ids = p;
+    b->cap_ids = cap;
+  }
+  for (const cJSON *it = seq->child; it; it = it->next, i++) {
+    double d = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+    if (!(d >= -2147483648.0 && d <= 2147483647.0) || floor(d) != d) {
+      if (flat) snprintf(msg, sizeof msg, "input_ids[%zu] is not an integer token id", i);
+      else snprintf(msg, sizeof msg, "input_ids[%u][%zu] is not an integer token id", k, i);
+      return strdup(msg);
+    }
+    b->ids[b->n_ids + i] = (int32_t)d;
+  }
+  b->n_ids += n;
+  return NULL;
+}
+
+/* Adds every sequence of line l (the batch has room for l->n) and frees l. */
+static void vr_score_add_line(vr_score_line_t *l, uint64_t lineno, vr_score_batch_t *b) {
+  const cJSON *seq = l->first;
+  for (uint32_t k = 0; k < l->n; k++) {
+    b->err[b->n] = l->why ? (k ? NULL : strdup(l->why)) : vr_score_append(seq, l->flat, k, b);
+    b->line[b->n] = lineno;
+    b->seq[b->n] = l->flat || l->why ? -1 : (int32_t)k;
+    b->of[b->n] = l->n;
+    b->cu[b->n + 1] = (uint32_t)b->n_ids;
+    b->n++;
+    if (seq) seq = seq->next;
+  }
+  free(l->why);
+  cJSON_Delete(l->root);
+}
+
+static void vr_score_print_error(uint64_t line, int32_t seq, const char *reason) {
+  char msg[320];
+  if (seq < 0) snprintf(msg, sizeof msg, "line %llu: %s", (unsigned long long)line, reason);
+  else snprintf(msg, sizeof msg, "line %llu: sequence %d: %s", (unsigned long long)line, seq, reason);
+  vr_log(VR_LOG_ERROR, "%s", msg);
+  cJSON *o = cJSON_CreateObject();
+  char *js = NULL;
+  if (o && cJSON_AddStringToObject(o, "error", msg) && cJSON_AddNumberToObject(o, "line", (double)line) &&
+      (seq < 0 || cJSON_AddNumberToObject(o, "sequence", seq)))
+    js = cJSON_PrintUnformatted(o); /* escapes the quotes of the reason */
+  printf("%s\n", js ? js : "{\"error\": \"out of memory\"}");
+  free(js);
+  cJSON_Delete(o);
 }
 
 /* Scores the batch and prints one line per entry; returns the number of failed lines. */
@@ -100,28 +164,30 @@ static int vr_score_flush(vr_model_t *m, vr_score_batch_t *b, float *scores, int
   int failed = 0;
   if (b->n == 0) return 0;
   int rc = vr_model_score(m, b->ids, b->cu, b->n, scores, st);
-  for (uint32_t i = 0; i < b->n; i++) {
+  for (uint32_t i = 0; i < b->n; i += b->seq[i] < 0 ? 1 : b->of[i]) {
+    uint32_t k = b->seq[i] < 0 ? 1 : b->of[i]; /* entries i .. i+k-1 are one input line */
     char reason[256] = "";
-    if (b->err[i]) snprintf(reason, sizeof reason, "%s", b->err[i]);
-    else if (rc != 0) snprintf(reason, sizeof reason, "scoring failed: %s", vr_strerror(rc));
-    else if (st[i] != 0) snprintf(reason, sizeof reason, "%s", vr_strerror(st[i]));
+    int32_t bad = -1;
+    for (uint32_t j = i; j < i + k && !reason[0]; j++) {
+      if (b->err[j]) snprintf(reason, sizeof reason, "%s", b->err[j]);
+      else if (rc != 0) snprintf(reason, sizeof reason, "scoring failed: %s", vr_strerror(rc));
+      else if (st[j] != 0) snprintf(reason, sizeof reason, "%s", vr_strerror(st[j]));
+      if (reason[0]) bad = b->seq[j];
+    }
     if (reason[0]) {
       failed++;
-      vr_log(VR_LOG_ERROR, "line %llu: %s", (unsigned long long)b->line[i], reason);
-      char msg[300];
-      snprintf(msg, sizeof msg, "line %llu: %s", (unsigned long long)b->line[i], reason);
-      cJSON *o = cJSON_CreateObject();
-      char *js = NULL;
-      if (o && cJSON_AddStringToObject(o, "error", msg) && cJSON_AddNumberToObject(o, "line", (double)b->line[i]))
-        js = cJSON_PrintUnformatted(o); /* escapes the quotes of the reason */
-      printf("%s\n", js ? js : "{\"error\": \"out of memory\"}");
-      free(js);
-      cJSON_Delete(o);
-    } else {
+      vr_score_print_error(b->line[i], bad, reason);
+    } else if (b->seq[i] < 0) {
       printf("{\"score\": %.9g}\n", scores[i]);
+    } else {
+      printf("{\"scores\": [");
+      for (uint32_t j = i; j < i + k; j++) printf("%s%.9g", j > i ? ", " : "", scores[j]);
+      printf("]}\n");
     }
-    free(b->err[i]);
-    b->err[i] = NULL;
+    for (uint32_t j = i; j < i + k; j++) {
+      free(b->err[j]);
+      b->err[j] = NULL;
+    }
   }
   b->n = 0;
   b->n_ids = 0;
@@ -244,12 +310,14 @@ int main(int argc, char **argv) {
     size_t k = 0;
     while (k < l && (line[k] == ' ' || line[k] == '\t')) k++;
     if (k == l) continue; /* blank line */
-    b.err[b.n] = vr_score_parse(line + k, l - k, &b);
-    b.line[b.n] = lineno;
-    b.cu[b.n + 1] = (uint32_t)b.n_ids;
-    tokens += b.cu[b.n + 1] - b.cu[b.n];
-    seqs++;
-    if (++b.n == VR_SCORE_CHUNK_SEQS) failed += vr_score_flush(m, &b, scores, st);
+    vr_score_line_t sl;
+    vr_score_line_read(line + k, l - k, &sl);
+    if (b.n + sl.n > VR_SCORE_CHUNK_SEQS) failed += vr_score_flush(m, &b, scores, st); /* a line stays in one chunk */
+    uint32_t from = b.n;
+    vr_score_add_line(&sl, lineno, &b);
+    tokens += b.cu[b.n] - b.cu[from];
+    seqs += b.n - from;
+    if (b.n == VR_SCORE_CHUNK_SEQS) failed += vr_score_flush(m, &b, scores, st);
   }
   failed += vr_score_flush(m, &b, scores, st);
   double secs = (double)(vr_now_ns() - t0) / 1e9;
