@@ -11,10 +11,13 @@
  *     (nothing is sent) is the same as sd_notify()'s.
  *   - a ready file (--ready-file PATH): written to PATH.tmp and renamed onto PATH once ready
  *     (so a reader never sees a partial file), removed at exit. Its content is
- *     "pid=<pid>\nhttp=<url or off>\nshm=<name or off>\n".
+ *     "pid=<pid>\nhttp=<url or off>\nshm=</name or off>\n"; it is also removed when a
+ *     drain starts, so it exists exactly while GET /ready answers 200.
  *
- * Failures are logged at WARN and never stop the server (a supervisor that cannot be told
- * is not a reason to refuse requests). Not thread-safe: call from one thread (the event
+ * sd_notify failures are logged at WARN and never stop the server (a supervisor that cannot
+ * be told is not a reason to refuse requests); a ready file that cannot be written is an
+ * error like an unwritable --pid-file (the server exits 1: whoever waits on it would wait
+ * forever). Not thread-safe: call from one thread (the event
  * loop's) or before threads start. The environment is read once, by vr_notify_init. */
 #ifndef VR_NOTIFY_H
 #define VR_NOTIFY_H
