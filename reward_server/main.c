@@ -114,6 +114,10 @@ static void begin_shutdown(main_ctx_t *m, const char *why, int sig) {
     raise(sig);
     _exit(128 + sig); /* not reached unless the signal is blocked */
   }
+  if (!__atomic_load_n(&srv->ready, __ATOMIC_ACQUIRE)) {
+    vr_log(VR_LOG_INFO, "%s: start-up already failed; exiting", why); /* the loop is leaving */
+    return;
+  }
   if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) {
     vr_log(VR_LOG_INFO, "%s again: already draining", why);
     return;

@@ -783,12 +783,13 @@ class TestStartup(unittest.TestCase):
                    env={"NOTIFY_SOCKET": n.address})
         # the file exists exactly while /ready answers 200: never before it, always once it does
         # (both change in one event-loop callback, between two requests)
+        # (the stale file is removed before HTTP binds: "before" counts once HTTP has answered)
         end = time.monotonic() + 120
         seen = []
         while True:
             self.assertLess(time.monotonic(), end, f"not ready:\n{s.logtext()}")
             self.assertIsNone(s.proc.poll(), s.logtext())
-            before = os.path.exists(ready_file)
+            before = bool(seen) and os.path.exists(ready_file)
             try:
                 st, body, _ = s.request("GET", "/ready")
             except OSError:
