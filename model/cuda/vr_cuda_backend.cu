@@ -59,6 +59,7 @@
 #include "vr_backend.h"
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
+#include "vr_progress.h"
 
 #define VR_CUDA_MAX_BUCKETS 64
 #define VR_CUDA_GEMM_WORKSPACE (32u << 20)
