@@ -1,22 +1,38 @@
 /* verl-reward-server: reward-model scores over shared memory and HTTP.
  *
- * main() loads the scorer, creates the shm segment, starts the batcher and
- * dispatcher threads and runs the libevent loop (HTTP + signals) on its own
- * thread. Shutdown (SIGTERM/SIGINT, delivered into the loop by libevent's
+ * Start-up, in the order an operator sees it:
+ *   1. settings checked (exit 2 on a usage error, before anything loads);
+ *   2. "starting": the HTTP listener is bound and the libevent loop (HTTP + signals) runs on
+ *      the main thread while a loader thread loads the model and runs the warm-up forward
+ *      (progress lines from model/). /health answers {"status":"starting"}, /ready 503
+ *      {"ready":false,"state":"starting"}, POST /v1/score 503 VR_ERR_AGAIN with Retry-After,
+ *      /metrics 200 (verl_reward_ready 0), /v1/model 503. sd_notify STATUS=loading ...;
+ *   3. the loader thread wakes the loop (loaded_ev); on the loop thread the loader is joined,
+ *      then the batcher, the shm segment (created only now: a client attaching earlier gets
+ *      "no such segment" and retries), the dispatcher, the pid file and the ready file are
+ *      made, and the server turns ready in that same callback: /ready 200, /health
+ *      {"status":"ok"}, sd_notify READY=1. A failed load or start-up step leaves the loop and
+ *      exits 1 after logging why, as before HTTP was bound early.
+ * SIGTERM/SIGINT during step 2 (nothing accepted, nothing to drain, the loader cannot be
+ * interrupted) log, send STOPPING=1 and end the process by that signal's default action, as a
+ * signal before the loop ran always did.
+ *
+ * Shutdown of a ready server (SIGTERM/SIGINT, delivered into the loop by libevent's
  * signal pipe) runs as a chain of loop callbacks:
  *   1. stop intake: /ready and POST /v1/score answer 503, the segment goes
  *      DRAINING (clients' new submissions fail with VR_ERR_SHUTTING_DOWN), the
- *      dispatcher takes what is already in the rings and exits;
+ *      dispatcher takes what is already in the rings and exits; STOPPING=1;
  *   2. the batcher finishes queued work until --drain-ms, then answers the rest
  *      with VR_ERR_SHUTTING_DOWN, and wakes the loop (batch_idle_ev);
  *   3. once every HTTP request is answered, a short flush delay, loop exit;
- *   4. vr_shm_server_destroy (answers anything left, unlinks), pid file removed, exit 0.
+ *   4. vr_shm_server_destroy (answers anything left, unlinks), pid and ready files removed, exit 0.
  * A hard timer (drain-ms + 5 s) ends the loop whatever happens. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/thread.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +45,7 @@
 #include "vr_http.h"
 #include "vr_log.h"
 #include "vr_model.h"
+#include "vr_notify.h"
 #include "vr_server.h"
 #include "vr_shm.h"
 #include "vr_time.h"
@@ -43,6 +60,13 @@ typedef struct main_ctx {
   struct event *batch_idle_ev; /* batcher thread -> loop: drain finished */
   struct event *exit_ev;       /* leave the loop (after a flush delay) */
   struct event *hard_ev;       /* drain deadline */
+  struct event *loaded_ev;     /* loader thread -> loop: the load ended (load_rc) */
+  pthread_t loader;
+  int loader_running;          /* loop thread: loader started and not yet joined */
+  int load_rc;                 /* written by the loader before loaded_ev, read after the join */
+  int rc;                      /* why the loop left early (a failed load or start-up step) */
+  vr_reward_spec_t spec;       /* --reward parsed before the load: the metrics' component names */
+  vr_notify_t notify;
 } main_ctx_t;
 
 /* ---- shutdown chain (event-loop thread) ---- */
@@ -79,12 +103,28 @@ static void hard_cb(evutil_socket_t fd, short what, void *arg) {
   event_base_loopexit(m->srv.base, NULL);
 }
 
-static void begin_shutdown(main_ctx_t *m, const char *why) {
+static void begin_shutdown(main_ctx_t *m, const char *why, int sig) {
   vr_server_t *srv = &m->srv;
+  if (!__atomic_load_n(&srv->loaded, __ATOMIC_ACQUIRE)) {
+    /* the loader thread cannot be interrupted and nothing was accepted: end as a signal
+     * before the loop did (the default action), without waiting for the load */
+    vr_log(VR_LOG_INFO, "%s while loading the model: exiting now (nothing accepted yet)", why);
+    vr_notify_send(&m->notify, "STOPPING=1\nSTATUS=stopping (signal during the model load)");
+    signal(sig, SIG_DFL);
+    raise(sig);
+    _exit(128 + sig); /* not reached unless the signal is blocked */
+  }
+  if (!__atomic_load_n(&srv->ready, __ATOMIC_ACQUIRE)) {
+    vr_log(VR_LOG_INFO, "%s: start-up already failed; exiting", why); /* the loop is leaving */
+    return;
+  }
   if (__atomic_exchange_n(&srv->draining, 1, __ATOMIC_ACQ_REL)) {
     vr_log(VR_LOG_INFO, "%s again: already draining", why);
     return;
   }
+  vr_notify_send(&m->notify, "STOPPING=1\nSTATUS=draining");
+  /* the ready file exists exactly while /ready answers 200 */
+  if (srv->st.ready_file[0]) unlink(srv->st.ready_file);
   vr_log(VR_LOG_INFO, "%s: draining (no new requests; finishing accepted work, up to %u ms)", why, srv->st.drain_ms);
   if (srv->shm) {
     vr_shm_server_set_state(srv->shm, VR_SHM_DRAINING);
@@ -96,7 +136,7 @@ static void begin_shutdown(main_ctx_t *m, const char *why) {
 }
 
 static void signal_cb(evutil_socket_t sig, short what, void *arg) {
-  begin_shutdown(arg, sig == SIGINT ? "SIGINT" : "SIGTERM");
+  begin_shutdown(arg, sig == SIGINT ? "SIGINT" : "SIGTERM", (int)sig);
 }
 
 /* ---- start-up ---- */
@@ -150,39 +190,49 @@ static int start_shm(vr_server_t *srv) {
   return 0;
 }
 
-static int run(main_ctx_t *m) {
+/* Loader thread: everything slow (model load, warm-up forward). Touches only srv->scorer
+ * (nobody else reads it until the loop thread joined this thread) and m->load_rc. */
+static void *loader_main(void *arg) {
+  main_ctx_t *m = arg;
   vr_server_t *srv = &m->srv;
   int rc = vr_scorer_init(&srv->scorer, &srv->st);
-  if (rc) return rc;
-  const char *names[VR_REWARD_MAX_COMPONENTS];
-  for (uint32_t c = 0; c < srv->scorer.spec.n; c++) names[c] = srv->scorer.spec.rules[c].name;
-  vr_metrics_init(&srv->metrics, srv->scorer.spec.n, names, vr_reason_name);
+  if (rc == 0) warm_up(srv);
+  m->load_rc = rc;
+  event_active(m->loaded_ev, EV_READ, 0);
+  return NULL;
+}
+
+static int write_ready_file(vr_server_t *srv) {
+  char content[1400];
+  char http[300] = "off";
+  if (srv->http) snprintf(http, sizeof http, "http://%s:%d", srv->st.host, srv->st.port);
+  snprintf(content, sizeof content, "pid=%d\nhttp=%s\nshm=%s%s\n", (int)getpid(), http, srv->shm ? "/" : "",
+           srv->shm ? srv->st.shm_name : "off");
+  return vr_ready_file_write(srv->st.ready_file, content);
+}
+
+/* Loop thread, after the load: the rest of start-up, then ready. Nothing here yields to the
+ * loop, so no request sees a half-made server: the ready file, srv->ready and READY=1 all
+ * change inside this one callback. */
+static int finish_startup(main_ctx_t *m) {
+  vr_server_t *srv = &m->srv;
   if (srv->scorer.kind == VR_SCORER_MODEL) {
     const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
     vr_metrics_set_info(&srv->metrics, mi->device, mi->architecture);
   } else if (srv->scorer.kind == VR_SCORER_CHECKSUM) {
     vr_metrics_set_info(&srv->metrics, "cpu", "checksum");
   } /* rules only: "none", "none" from vr_metrics_init */
-  warm_up(srv);
-
+  vr_notify_send(&m->notify, "STATUS=starting the batcher and transports");
   vr_batcher_config_t bc = {.max_batch_tokens = srv->st.max_batch_tokens,
                             .max_wait_us = srv->st.max_wait_us,
                             .batch_linger_us = srv->st.batch_linger_us,
                             .max_queue = srv->st.max_queue};
+  int rc;
   if ((rc = vr_batcher_create(&bc, &srv->scorer, &srv->metrics, &srv->batcher))) return rc;
   if (srv->st.shm_name[0] && (rc = start_shm(srv))) return rc;
-  if (srv->st.port && (rc = vr_http_create(srv, &srv->http))) return rc;
   if (srv->shm && (rc = vr_dispatch_start(srv, &srv->dispatch))) return rc;
   if (srv->st.pid_file[0] && (rc = write_pid_file(srv->st.pid_file))) return rc;
-
-  struct event *sigterm = evsignal_new(srv->base, SIGTERM, signal_cb, m);
-  struct event *sigint = evsignal_new(srv->base, SIGINT, signal_cb, m);
-  m->batch_idle_ev = event_new(srv->base, -1, 0, batch_idle_cb, m);
-  m->exit_ev = event_new(srv->base, -1, 0, exit_cb, m);
-  m->hard_ev = evtimer_new(srv->base, hard_cb, m);
-  if (!sigterm || !sigint || !m->batch_idle_ev || !m->exit_ev || !m->hard_ev) return VR_ERR_NOMEM;
-  evsignal_add(sigterm, NULL);
-  evsignal_add(sigint, NULL);
+  if (srv->st.ready_file[0] && (rc = write_ready_file(srv))) return rc;
 
   if (srv->shm) vr_shm_server_set_state(srv->shm, VR_SHM_READY);
   __atomic_store_n(&srv->ready, 1, __ATOMIC_RELEASE);
@@ -195,16 +245,80 @@ static int run(main_ctx_t *m) {
          srv->scorer.description, spec, srv->shm ? "/" : "", srv->shm ? srv->st.shm_name : "off", srv->st.lanes,
          http, srv->st.max_batch_tokens, srv->st.max_wait_us, srv->scorer.max_seq_len,
          vr_truncate_name(srv->scorer.truncate), vr_metrics_rss_bytes() / 1048576.0, (int)getpid());
-
-  event_base_dispatch(srv->base);
-
-  event_free(sigterm);
-  event_free(sigint);
+  char msg[400];
+  snprintf(msg, sizeof msg, "READY=1\nMAINPID=%d\nSTATUS=ready: http=%s shm=%s%s", (int)getpid(), http,
+           srv->shm ? "/" : "", srv->shm ? srv->st.shm_name : "off");
+  vr_notify_send(&m->notify, msg);
   return 0;
+}
+
+static void loaded_cb(evutil_socket_t fd, short what, void *arg) {
+  main_ctx_t *m = arg;
+  vr_server_t *srv = &m->srv;
+  pthread_join(m->loader, NULL); /* after this, srv->scorer is the loop thread's to read */
+  m->loader_running = 0;
+  int rc = m->load_rc;
+  if (rc == 0) {
+    __atomic_store_n(&srv->loaded, 1, __ATOMIC_RELEASE);
+    rc = finish_startup(m);
+  }
+  if (rc) {
+    m->rc = rc;
+    event_base_loopexit(srv->base, NULL);
+  }
+}
+
+static int run(main_ctx_t *m) {
+  vr_server_t *srv = &m->srv;
+  /* --reward first (cheap; vr_scorer_init parses it again): the metrics know their components
+   * before the load, so /metrics answers while loading */
+  char err[256] = "";
+  const char *spec = srv->st.reward[0] ? srv->st.reward : "model";
+  if (vr_reward_spec_parse(spec, &m->spec, err, sizeof err) != 0) {
+    vr_log(VR_LOG_ERROR, "--reward '%s': %s", spec, err);
+    return VR_ERR_INVAL;
+  }
+  const char *names[VR_REWARD_MAX_COMPONENTS];
+  for (uint32_t c = 0; c < m->spec.n; c++) names[c] = m->spec.rules[c].name;
+  vr_metrics_init(&srv->metrics, m->spec.n, names, vr_reason_name);
+  vr_notify_init(&m->notify);
+  /* a ready file left by a process that died must not announce this one */
+  if (srv->st.ready_file[0] && unlink(srv->st.ready_file) == 0)
+    vr_log(VR_LOG_INFO, "removed a stale ready file %s", srv->st.ready_file);
+
+  struct event *sigterm = evsignal_new(srv->base, SIGTERM, signal_cb, m);
+  struct event *sigint = evsignal_new(srv->base, SIGINT, signal_cb, m);
+  m->batch_idle_ev = event_new(srv->base, -1, 0, batch_idle_cb, m);
+  m->exit_ev = event_new(srv->base, -1, 0, exit_cb, m);
+  m->hard_ev = evtimer_new(srv->base, hard_cb, m);
+  m->loaded_ev = event_new(srv->base, -1, 0, loaded_cb, m);
+  int rc = 0;
+  if (!sigterm || !sigint || !m->batch_idle_ev || !m->exit_ev || !m->hard_ev || !m->loaded_ev) rc = VR_ERR_NOMEM;
+  if (rc == 0) {
+    evsignal_add(sigterm, NULL);
+    evsignal_add(sigint, NULL);
+  }
+  /* bound before the load: probes get "starting" instead of connection refused */
+  if (rc == 0 && srv->st.port) rc = vr_http_create(srv, &srv->http);
+  if (rc == 0) {
+    char msg[1200];
+    snprintf(msg, sizeof msg, "STATUS=loading %s", srv->st.model[0] ? srv->st.model : "(rules only)");
+    vr_notify_send(&m->notify, msg);
+    if (pthread_create(&m->loader, NULL, loader_main, m) != 0) rc = VR_ERR_NOMEM;
+    else m->loader_running = 1;
+  }
+  if (rc == 0) {
+    event_base_dispatch(srv->base);
+    rc = m->rc;
+  }
+  if (sigterm) event_free(sigterm);
+  if (sigint) event_free(sigint);
+  return rc;
 }
 
 static void teardown(main_ctx_t *m) {
   vr_server_t *srv = &m->srv;
+  if (m->loader_running) pthread_join(m->loader, NULL); /* only when the loop failed to run */
   if (srv->shm) vr_shm_server_set_state(srv->shm, VR_SHM_DRAINING);
   vr_dispatch_stop(srv->dispatch);
   vr_batcher_free(srv->batcher); /* joins; anything still queued is answered shutting-down */
@@ -225,8 +339,11 @@ static void teardown(main_ctx_t *m) {
   if (m->batch_idle_ev) event_free(m->batch_idle_ev);
   if (m->exit_ev) event_free(m->exit_ev);
   if (m->hard_ev) event_free(m->hard_ev);
+  if (m->loaded_ev) event_free(m->loaded_ev);
   vr_scorer_free(&srv->scorer);
   if (srv->st.pid_file[0]) unlink(srv->st.pid_file);
+  if (srv->st.ready_file[0]) unlink(srv->st.ready_file);
+  vr_notify_free(&m->notify);
 }
 
 int main(int argc, char **argv) {

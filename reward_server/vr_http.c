@@ -238,6 +238,13 @@ static int is_msgpack_type(const char *ct) {
 static void handle_score(vr_http_t *h, struct evhttp_request *req) {
   vr_server_t *srv = h->srv;
   uint64_t t0 = vr_now_ns();
+  if (!__atomic_load_n(&srv->ready, __ATOMIC_ACQUIRE) && !__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE)) {
+    /* starting: the scorer (its vocabulary, limits) is not ours to read yet */
+    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, VR_ERR_AGAIN, 0, 0, 0);
+    reply_error(h, req, VR_ERR_AGAIN, -1,
+                "server is starting (loading the model); retry when GET /ready answers 200");
+    return;
+  }
   if (__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE)) {
     vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, VR_ERR_SHUTTING_DOWN, 0, 0, 0);
     reply_error(h, req, VR_ERR_SHUTTING_DOWN, -1, "server is shutting down; no new requests accepted");
@@ -389,18 +396,27 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
     return;
   }
   vr_server_t *srv = h->srv;
+  const int ready = __atomic_load_n(&srv->ready, __ATOMIC_ACQUIRE);
   if (!strcmp(path, "/health")) {
-    static const char ok[] = "{\"status\":\"ok\"}\n";
-    { handle_text(h, req, 200, "application/json", ok, sizeof ok - 1); return; }
+    /* alive: 200 in every state; the body says which (liveness probes only need the code) */
+    const char *t = ready ? "{\"status\":\"ok\"}\n" : "{\"status\":\"starting\"}\n";
+    handle_text(h, req, 200, "application/json", t, strlen(t));
+    return;
   }
   if (!strcmp(path, "/ready")) {
-    int ready = __atomic_load_n(&srv->ready, __ATOMIC_ACQUIRE) && !__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
-    const char *t = ready ? "{\"ready\":true}\n"
+    const int serving = ready && !__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE);
+    const char *t = serving ? "{\"ready\":true}\n"
                           : __atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE) ? "{\"ready\":false,\"state\":\"draining\"}\n"
                                                                              : "{\"ready\":false,\"state\":\"starting\"}\n";
-    { handle_text(h, req, ready ? 200 : 503, "application/json", t, strlen(t)); return; }
+    { handle_text(h, req, serving ? 200 : 503, "application/json", t, strlen(t)); return; }
   }
   if (!strcmp(path, "/metrics")) { handle_metrics(h, req); return; }
+  if (!ready) { /* GET /v1/model: nothing to describe before the load */
+    static const char t[] = "{\"error\":{\"code\":\"VR_ERR_AGAIN\",\"message\":\"server is starting (loading the model)\"}}\n";
+    handle_text(h, req, 503, "application/json", t, sizeof t - 1);
+    return;
+  }
+  if (!h->model_json) h->model_json = build_model_json(srv); /* first ask after ready */
   const char *m = h->model_json ? h->model_json : "{}";
   struct evbuffer *b = evbuffer_new();
   evbuffer_add(b, m, strlen(m));
@@ -419,7 +435,6 @@ int vr_http_create(vr_server_t *srv, vr_http_t **out) {
   pthread_mutex_init(&h->mu, NULL);
   h->eh = evhttp_new(srv->base);
   h->wake_ev = event_new(srv->base, -1, 0, wake_cb, h);
-  h->model_json = build_model_json(srv);
   if (!h->eh || !h->wake_ev) {
     vr_http_free(h);
     return VR_ERR_NOMEM;

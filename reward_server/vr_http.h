@@ -13,7 +13,9 @@
 
 typedef struct vr_http vr_http_t;
 
-/* Binds st.host:st.port on srv->base. Returns 0 or VR_ERR_IO (logged, with the address). */
+/* Binds st.host:st.port on srv->base; may run before the model is loaded: until srv->ready the
+ * handlers read nothing of srv->scorer (/health "starting", /ready, /v1/model and POST /v1/score
+ * 503 with Retry-After; /metrics from the gauges). Returns 0 or VR_ERR_IO (logged, with the address). */
 int vr_http_create(vr_server_t *srv, vr_http_t **out);
 
 /* Score requests accepted and not yet answered (event-loop thread). */

@@ -4,7 +4,9 @@
  *   - main / event loop: HTTP (vr_http), signals, shutdown orchestration;
  *   - dispatcher (vr_dispatch): drains shm lanes into the batcher;
  *   - batcher (vr_batcher): packs, scores, answers (shm directly, HTTP via a
- *     wakeup of the event loop).
+ *     wakeup of the event loop);
+ *   - loader (main.c, start-up only): fills scorer while the loop already serves
+ *     /health and /ready; joined by the loop thread before loaded is set.
  * Fields are written before the threads start, except the atomics below. */
 #ifndef VR_SERVER_H
 #define VR_SERVER_H
@@ -30,6 +32,8 @@ typedef struct vr_server {
   struct vr_dispatch *dispatch;
   struct event_base *base;
   struct vr_http *http;          /* NULL when --port 0 */
+  int loaded;                    /* atomic: 1 once the loader thread was joined; before, only that
+                                    thread touches scorer (the loop reads none of it) */
   int ready;                     /* atomic: 1 once warmed up and accepting */
   int draining;                  /* atomic: 1 after SIGTERM/SIGINT */
   uint32_t http_inflight;        /* atomic: HTTP score requests not yet answered */

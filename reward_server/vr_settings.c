@@ -67,6 +67,8 @@ static const opt_t k_opts[] = {
     {"max-seqs-per-request", NULL, OPT_U32, F(max_seqs_per_request), 1, 1u << 20, "N", "sequences per request"},
     {"log-level", NULL, OPT_LOGLEVEL, F(log_level), 0, 0, "LEVEL", "trace|debug|info|warn|error"},
     {"pid-file", NULL, OPT_STR, F(pid_file), 0, 0, "FILE", "write the pid here (removed at exit)"},
+    {"ready-file", NULL, OPT_STR, F(ready_file), 0, 0, "FILE",
+     "created (write + rename) once ready to score, removed at exit: for supervisors without sd_notify"},
     {"reward", NULL, OPT_REWARD, F(reward), 0, 0, "SPEC",
      "reward components and weights, e.g. model:0.7,gsm8k:0.3 or gsm8k (rules only); unset: model"},
     {"max-body-bytes", NULL, OPT_U64, F(max_body_bytes), 64, 1ull << 32, "N", "largest HTTP request body (413 beyond)"},

@@ -41,6 +41,7 @@ typedef struct vr_settings {
   uint32_t max_seqs_per_request;
   char log_level[16];
   char pid_file[VR_SETTINGS_STR];
+  char ready_file[VR_SETTINGS_STR]; /* written (atomically) once ready, removed at exit; "" = none */
   char reward[512];               /* reward spec, "" = "model" */
   uint64_t max_body_bytes;
   uint32_t max_queue;             /* requests accepted but not yet batched */

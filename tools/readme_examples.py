@@ -172,6 +172,9 @@ def shape(name, text):
             if line.startswith("-: too few samples"):
                 continue  # printed only when some percentile is hidden: depends on the run's counts
             line = re.sub(r"/tmp/verl-trainer-\w+", "/tmp/verl-trainer-#", line)
+            # the machine's own GPU story ("none (built without CUDA)", "none (CUDA driver ...)",
+            # "cuda") depends on the build and the host, not on the code the README shows
+            line = re.sub(r"^\[INFO\] topology \((?:none \([^)]*\)|cuda)\):", "[INFO] topology (#):", line)
             out.append(" ".join("#" if t == "-" else NUMBER.sub("#", t) for t in line.split()))
         else:
             out.append(re.sub(r'"(queue_us|compute_us)":\d+', r'"\1":#', line))

@@ -31,6 +31,7 @@
 #include "vr_backend.h"
 #include "vr_cpu_gemm.h"
 #include "vr_log.h"
+#include "vr_progress.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -146,7 +147,12 @@ static int vr_cpu_init(const vr_model_config_t *cfg, const vr_model_weights_t *w
   }
   s->head1 = vr_cpu_lin(s, w->head1_w, w->head1_b, &err);
   s->head2 = vr_cpu_lin(s, w->head2_w, w->head2_b, &err);
+  /* F16/BF16 (or unaligned F32) layers are converted here: one progress step per layer; an
+   * aligned F32 model converts nothing and stays silent (vr_progress_end prints only long work) */
+  vr_progress_t prog;
+  vr_progress_begin(&prog, "cpu weights to f32", "layers", (uint32_t)cfg->num_layers, 0);
   for (int l = 0; l < cfg->num_layers && !err; l++) {
+    if (l) vr_progress_step(&prog, 1, 0);
     const vr_layer_weights_t *L = &w->layers[l];
     vr_cpu_layer_t *d = &s->layers[l];
     d->q = vr_cpu_lin(s, L->q_w, L->q_b, &err);
@@ -160,6 +166,10 @@ static int vr_cpu_init(const vr_model_config_t *cfg, const vr_model_weights_t *w
     d->n1b = vr_cpu_weight(s, L->norm1_b, &err);
     d->n2w = vr_cpu_weight(s, L->norm2_w, &err);
     d->n2b = vr_cpu_weight(s, L->norm2_b, &err);
+  }
+  if (!err) {
+    vr_progress_step(&prog, 1, 0);
+    vr_progress_end(&prog);
   }
   s->max_len = cfg->max_seq_len < (int)opt->max_batch_tokens ? cfg->max_seq_len : (int)opt->max_batch_tokens;
   if (!err && cfg->is_decoder) {

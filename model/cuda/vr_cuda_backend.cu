@@ -59,6 +59,7 @@
 #include "vr_backend.h"
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
+#include "vr_progress.h"
 
 #define VR_CUDA_MAX_BUCKETS 64
 #define VR_CUDA_GEMM_WORKSPACE (32u << 20)
@@ -332,6 +333,16 @@ static int load_layer(vr_cuda_state_t *st, const vr_layer_weights_t *lw, vr_cuda
   return 0;
 }
 
+/* File bytes of one layer's tensors (what its upload reads), for the progress line. */
+static uint64_t layer_file_bytes(const vr_layer_weights_t *lw) {
+  const vr_tensor_t *t[] = {lw->q_w, lw->q_b, lw->k_w, lw->k_b, lw->v_w, lw->v_b, lw->o_w, lw->o_b,
+                            lw->norm1_w, lw->norm1_b, lw->norm2_w, lw->norm2_b, lw->gate_w, lw->gate_b,
+                            lw->up_w, lw->up_b, lw->down_w, lw->down_b};
+  uint64_t b = 0;
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; ++i) b += t[i] ? t[i]->nbytes : 0;
+  return b;
+}
+
 static int load_weights(vr_cuda_state_t *st, const vr_model_weights_t *w) {
   const vr_model_config_t *c = &st->cfg;
   const size_t C = (size_t)c->hidden_size;
@@ -374,8 +385,20 @@ static int load_weights(vr_cuda_state_t *st, const vr_model_weights_t *w) {
   }
   st->layers = (vr_cuda_layer_t *)calloc((size_t)c->num_layers, sizeof(vr_cuda_layer_t));
   if (!st->layers) return VR_ERR_NOMEM;
-  for (int l = 0; l < c->num_layers; ++l)
+  /* the layers are the bulk of the upload: one progress step per layer (bytes read from the
+   * mapping, converted and copied; the copies are async, so the stream is synchronised at the end) */
+  uint64_t total = 0;
+  for (int l = 0; l < c->num_layers; ++l) total += layer_file_bytes(&w->layers[l]);
+  char what[48];
+  snprintf(what, sizeof what, "cuda:%d weights upload", st->device);
+  vr_progress_t p;
+  vr_progress_begin(&p, what, "layers", (uint32_t)c->num_layers, total);
+  for (int l = 0; l < c->num_layers; ++l) {
     if ((rc = load_layer(st, &w->layers[l], &st->layers[l], l))) return rc;
+    vr_progress_step(&p, 1, layer_file_bytes(&w->layers[l]));
+  }
+  if ((rc = VR_CUDA_TRY(cudaStreamSynchronize(st->stream)))) return rc;
+  vr_progress_end(&p);
   return 0;
 }
 
@@ -1085,7 +1108,12 @@ static int warm_up(vr_cuda_state_t *st) {
     if (id == c->pad_token_id) id = (id + 1) % c->vocab_size;
     ids[t] = id;
   }
+  char what[48];
+  snprintf(what, sizeof what, "cuda:%d warm-up", st->device);
+  vr_progress_t p;
+  vr_progress_begin(&p, what, "token buckets", (uint32_t)st->n_buckets, 0);
   for (int i = 0; rc == 0 && i < st->n_buckets; ++i) {
+    if (i) vr_progress_step(&p, 1, 0); /* bucket i-1 ran and was captured */
     vr_cuda_bucket_t *bk = &st->buckets[i];
     uint32_t n = 0;
     cu[0] = 0;
@@ -1101,6 +1129,10 @@ static int warm_up(vr_cuda_state_t *st) {
       if (!bk->exec[si]) capture(st, bk, si);
   }
   if (rc == 0) rc = VR_CUDA_TRY(cudaStreamSynchronize(st->stream));
+  if (rc == 0) {
+    vr_progress_step(&p, 1, 0);
+    vr_progress_end(&p);
+  }
   if (rc == 0)
     vr_log(VR_LOG_INFO, "cuda:%d warm-up: %d token buckets (%u..%u) run and captured, %llu GEMM plans (%llu tuned), exact-size forwards from %u tokens, cpu %.2fs",
            st->device, st->n_buckets, st->buckets[0].T, st->buckets[st->n_buckets - 1].T,

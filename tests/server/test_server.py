@@ -657,6 +657,178 @@ class TestLifecycle(unittest.TestCase):
         self.assertIn("server.yaml:1: --port 'lots'", p.stderr)
 
 
+class NotifyListener:
+    """A supervisor's end of sd_notify: an AF_UNIX datagram socket, its address for NOTIFY_SOCKET
+    (a path, or "@name" for the abstract namespace). messages() returns each datagram as a dict."""
+
+    def __init__(self, tc, abstract=False):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if abstract:
+            name = f"vrtest_notify_{os.getpid()}_{id(self)}"
+            self.sock.bind("\0" + name)
+            self.address = "@" + name
+        else:
+            d = tempfile.mkdtemp(prefix="vrnotify_")
+            self.address = os.path.join(d, "notify.sock")
+            self.sock.bind(self.address)
+            tc.addCleanup(shutil.rmtree, d, True)
+        tc.addCleanup(self.sock.close)
+        self.got = []
+
+    def messages(self):
+        self.sock.setblocking(False)
+        try:
+            while True:
+                data = self.sock.recv(65536).decode()
+                self.got.append(dict(line.split("=", 1) for line in data.split("\n") if line))
+        except BlockingIOError:
+            pass
+        return self.got
+
+    def wait_for(self, key, timeout=60):
+        """The first message carrying key (hang guard only)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            for m in self.messages():
+                if key in m:
+                    return m
+            time.sleep(0.02)
+        raise AssertionError(f"no {key} notification; got {self.got}")
+
+
+def fifo_model(tc):
+    """A model directory whose config.json is a FIFO: the loader blocks in open() until the test
+    opens it for writing, so the server stays in its "starting" state for as long as the test
+    needs (a load that is slow by construction, not by machine speed). Opening it then fails the
+    load (a FIFO is not a regular file): the failed-load path."""
+    d = tempfile.mkdtemp(prefix="vrfifo_")
+    tc.addCleanup(shutil.rmtree, d, True)
+    src = os.path.join(FIXTURES, "models", "roberta")
+    for f in os.listdir(src):
+        if f != "config.json":
+            shutil.copy(os.path.join(src, f), d)
+    os.mkfifo(os.path.join(d, "config.json"))
+    return d
+
+
+class TestStartup(unittest.TestCase):
+    """Issue 23: HTTP answers while the model loads; --ready-file and sd_notify for supervisors."""
+
+    def wait_http(self, s, timeout=60):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            self.assertIsNone(s.proc.poll(), s.logtext())
+            try:
+                return s.request("GET", "/health")
+            except OSError:
+                time.sleep(0.02)
+        raise AssertionError(f"HTTP never answered:\n{s.logtext()}")
+
+    def test_starting_state_then_failed_load(self):
+        model = fifo_model(self)
+        n = NotifyListener(self)
+        ready_file = os.path.join(tempfile.mkdtemp(prefix="vrready_"), "ready")
+        s = Server(self, "--model", model, "--ready-file", ready_file, env={"NOTIFY_SOCKET": n.address})
+        st, body, ctype = self.wait_http(s)
+        self.assertEqual((st, json.loads(body)), (200, {"status": "starting"}))
+        c = http.client.HTTPConnection("127.0.0.1", s.port, timeout=30)
+        c.request("GET", "/ready")
+        r = c.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())), (503, {"ready": False, "state": "starting"}))
+        c.request("POST", "/v1/score", body=json.dumps({"input_ids": [[0, 5, 2]]}),
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        err = json.loads(r.read())["error"]
+        self.assertEqual((r.status, r.getheader("Retry-After"), err["code"]), (503, "1", "VR_ERR_AGAIN"))
+        self.assertIn("starting", err["message"])
+        c.close()
+        st, body, _ = s.request("GET", "/v1/model")
+        self.assertEqual((st, json.loads(body)["error"]["code"]), (503, "VR_ERR_AGAIN"))
+        self.assertRegex(s.metrics(), r"(?m)^verl_reward_ready 0$")
+        self.assertFalse(os.path.exists(ready_file))
+        self.assertEqual(n.wait_for("STATUS")["STATUS"], f"loading {model}")
+        self.assertFalse(any("READY" in m for m in n.messages()))
+        # the load fails now: exit status 1 and the reason in the log, as before HTTP was bound early
+        # (opening the FIFO for writing releases the loader's open(); it then refuses the FIFO and
+        # closes it, so nothing is written: a write could only meet a closed pipe)
+        os.close(os.open(os.path.join(model, "config.json"), os.O_WRONLY))
+        self.assertEqual(s.proc.wait(timeout=60), 1)
+        log = s.logtext()
+        self.assertIn("config.json: not a regular file", log)
+        self.assertIn("exiting: ", log)
+        self.assertFalse(os.path.exists(ready_file))
+        self.assertFalse(any("READY" in m for m in n.messages()))
+        self.assertFalse(os.path.exists(f"/dev/shm/{s.name}"), "no segment before ready")
+
+    def test_sigterm_while_loading(self):
+        model = fifo_model(self)
+        n = NotifyListener(self, abstract=True)
+        s = Server(self, "--model", model, env={"NOTIFY_SOCKET": n.address})
+        self.wait_http(s)
+        n.wait_for("STATUS")
+        s.proc.send_signal(signal.SIGTERM)
+        # ends by SIGTERM's default action (nothing to drain), without waiting for the load
+        self.assertEqual(s.proc.wait(timeout=60), -signal.SIGTERM)
+        self.assertIn("SIGTERM while loading the model: exiting now", s.logtext())
+        self.assertEqual(n.wait_for("STOPPING")["STOPPING"], "1")
+        self.assertFalse(any("READY" in m for m in n.messages()))
+
+    def test_ready_file_and_notify(self):
+        n = NotifyListener(self)
+        d = tempfile.mkdtemp(prefix="vrready_")
+        self.addCleanup(shutil.rmtree, d, True)
+        ready_file = os.path.join(d, "ready")
+        with open(ready_file, "w") as f:
+            f.write("pid=1\n")  # left by a dead process: removed before anything else
+        s = Server(self, "--model", os.path.join(FIXTURES, "models", "roberta"), "--ready-file", ready_file,
+                   env={"NOTIFY_SOCKET": n.address})
+        # the file exists exactly while /ready answers 200: never before it, always once it does
+        # (both change in one event-loop callback, between two requests)
+        # (the stale file is removed before HTTP binds: "before" counts once HTTP has answered)
+        end = time.monotonic() + 120
+        seen = []
+        while True:
+            self.assertLess(time.monotonic(), end, f"not ready:\n{s.logtext()}")
+            self.assertIsNone(s.proc.poll(), s.logtext())
+            before = bool(seen) and os.path.exists(ready_file)
+            try:
+                st, body, _ = s.request("GET", "/ready")
+            except OSError:
+                continue
+            after = os.path.exists(ready_file)
+            seen.append(st)
+            if before:
+                self.assertEqual(st, 200, "ready file present while /ready said 503")
+            if st == 200:
+                self.assertTrue(after, "/ready said 200 without the ready file")
+                break
+            self.assertEqual(json.loads(body), {"ready": False, "state": "starting"})
+        self.assertEqual(json.loads(s.request("GET", "/health")[1]), {"status": "ok"})
+        with open(ready_file) as f:
+            self.assertEqual(f.read(), f"pid={s.proc.pid}\nhttp=http://127.0.0.1:{s.port}\nshm=/{s.name}\n")
+        self.assertFalse(os.path.exists(ready_file + ".tmp"))
+        ready = n.wait_for("READY")
+        self.assertEqual((ready["READY"], ready["MAINPID"]), ("1", str(s.proc.pid)))
+        self.assertTrue(ready["STATUS"].startswith("ready: "), ready)
+        self.assertFalse(any("STOPPING" in m for m in n.messages()))
+        s.stop()
+        self.assertFalse(os.path.exists(ready_file), "ready file not removed at exit")
+        msgs = n.messages()
+        keys = [k for m in msgs for k in ("READY", "STOPPING") if k in m]
+        self.assertEqual(keys, ["READY", "STOPPING"], msgs)
+        self.assertEqual(msgs[0]["STATUS"], "loading " + os.path.join(FIXTURES, "models", "roberta"))
+
+    def test_bad_notify_socket_and_unwritable_ready_file(self):
+        # a malformed NOTIFY_SOCKET is reported and ignored; the server still serves
+        s = Server(self, "--model", "checksum", env={"NOTIFY_SOCKET": "relative/path"}).wait_ready()
+        self.assertIn("NOTIFY_SOCKET=\"relative/path\" is neither", s.logtext())
+        s.stop()
+        # a ready file that cannot be written stops start-up (whoever waits on it would wait forever)
+        s = Server(self, "--model", "checksum", "--ready-file", "/nonexistent-dir/ready")
+        self.assertEqual(s.proc.wait(timeout=60), 1)
+        self.assertIn("cannot write ready file /nonexistent-dir/ready.tmp", s.logtext())
+
+
 class TestMetrics(unittest.TestCase):
     def test_counters_match(self):
         s = Server(self, "--model", "checksum").wait_ready()
