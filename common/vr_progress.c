@@ -17,6 +17,7 @@ void vr_progress_begin(vr_progress_t *p, const char *what, const char *unit, uin
   p->t0_ns = p->last_ns = vr_now_ns();
   p->interval_ns = 1000000000ull;
   p->printed = 0;
+  p->total_work = p->done_work = 0;
 }
 
 void vr_progress_format(const vr_progress_t *p, uint64_t now_ns, int final, char *buf, unsigned n) {
@@ -30,9 +31,10 @@ void vr_progress_format(const vr_progress_t *p, uint64_t now_ns, int final, char
       snprintf(buf, n, "%s: done, %u %s in %.1f s", p->what, p->done_items, p->unit, s);
     return;
   }
-  /* the ETA extrapolates the mean rate so far: bytes when known, else items */
+  /* the ETA extrapolates the mean rate so far: bytes when known, else the work weights, else items */
   double frac = p->total_bytes ? (double)p->done_bytes / (double)p->total_bytes
-                               : p->total_items ? (double)p->done_items / p->total_items : 0;
+                : p->total_work ? (double)p->done_work / (double)p->total_work
+                : p->total_items ? (double)p->done_items / p->total_items : 0;
   char eta[32] = "ETA unknown";
   if (frac > 0 && frac <= 1) snprintf(eta, sizeof eta, "ETA %.1f s", s * (1 - frac) / frac);
   if (p->total_bytes)

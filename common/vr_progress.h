@@ -9,7 +9,8 @@
  * A line reads
  *   "cuda:0 weights: 412.0/15316.5 MiB (2.7%), 1/32 layers, 803.1 MiB/s, ETA 18.6 s"
  * and the final one "cuda:0 weights: done, 15316.5 MiB, 32 layers in 19.1 s (802.0 MiB/s)".
- * With total_bytes 0 the byte parts are left out and the ETA comes from the item count.
+ * With total_bytes 0 the byte parts are left out and the ETA comes from the item count, or from
+ * the work weights when total_work is set (items of different cost, e.g. warm-up buckets).
  * Nothing is printed unless the work lasts longer than the interval (vr_progress_begin's
  * default: 1 s) or the final line is asked for, so a tiny test model logs one line at most.
  * The struct is the caller's (stack is fine); one thread at a time. */
@@ -29,7 +30,13 @@ typedef struct vr_progress {
   uint32_t total_items, done_items;
   uint64_t t0_ns, last_ns, interval_ns;
   int printed;          /* a progress line went out: the final line is then always printed */
+  /* optional work weights for the ETA when items differ in cost (warm-up buckets: tokens);
+   * total_work 0 = unweighted. Set after vr_progress_begin, add with vr_progress_work. */
+  uint64_t total_work, done_work;
 } vr_progress_t;
+
+/* Adds weighted work done (see total_work); call before the vr_progress_step of the same items. */
+static inline void vr_progress_work(vr_progress_t *p, uint64_t work) { p->done_work += work; }
 
 /* Starts the clock. what is copied (truncated to 63 bytes); unit must outlive p. */
 void vr_progress_begin(vr_progress_t *p, const char *what, const char *unit, uint32_t total_items,

@@ -1112,8 +1112,13 @@ static int warm_up(vr_cuda_state_t *st) {
   snprintf(what, sizeof what, "cuda:%d warm-up", st->device);
   vr_progress_t p;
   vr_progress_begin(&p, what, "token buckets", (uint32_t)st->n_buckets, 0);
+  /* a bucket's forward costs about its tokens: the ETA counts tokens, not buckets */
+  for (int i = 0; i < st->n_buckets; ++i) p.total_work += st->buckets[i].T;
   for (int i = 0; rc == 0 && i < st->n_buckets; ++i) {
-    if (i) vr_progress_step(&p, 1, 0); /* bucket i-1 ran and was captured */
+    if (i) { /* bucket i-1 ran and was captured */
+      vr_progress_work(&p, st->buckets[i - 1].T);
+      vr_progress_step(&p, 1, 0);
+    }
     vr_cuda_bucket_t *bk = &st->buckets[i];
     uint32_t n = 0;
     cu[0] = 0;
@@ -1130,6 +1135,7 @@ static int warm_up(vr_cuda_state_t *st) {
   }
   if (rc == 0) rc = VR_CUDA_TRY(cudaStreamSynchronize(st->stream));
   if (rc == 0) {
+    vr_progress_work(&p, st->buckets[st->n_buckets - 1].T);
     vr_progress_step(&p, 1, 0);
     vr_progress_end(&p);
   }

@@ -41,6 +41,13 @@ static void test_format(void **state) {
   p.done_items = 0;
   vr_progress_format(&p, p.t0_ns + 1000000000ull, 0, buf, sizeof buf);
   assert_string_equal(buf, "cuda:0 warm-up: 0/10 token buckets (0.0%), ETA unknown");
+  /* work weights: 3 of 4 buckets done but only 1/8 of the tokens (the big one is left) */
+  vr_progress_begin(&p, "cuda:0 warm-up", "token buckets", 4, 0);
+  p.total_work = 64 + 128 + 256 + 3648;
+  vr_progress_work(&p, 64 + 128 + 256);
+  p.done_items = 3;
+  vr_progress_format(&p, p.t0_ns + 1000000000ull, 0, buf, sizeof buf);
+  assert_string_equal(buf, "cuda:0 warm-up: 3/4 token buckets (10.9%), ETA 8.1 s");
 }
 
 static void test_rate_limit(void **state) {
