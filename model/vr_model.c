@@ -551,8 +551,7 @@ int vr_model_load(const char *dir, const vr_model_options_t *opt_in, vr_model_t 
   opt.max_seqs = m->max_seqs;
   /* the cpu backend uses f32 weights in place from the mapping: read them now, with progress,
    * not in the first requests. The cuda backend reads every byte once anyway to upload it (its
-   * upload logs the same progress): a separate read pass there cost 0.9 s of an 8B model's load
-   * on the H200 (docs/benchmarks.md). */
+   * upload logs the same progress), so a separate pass there would only read the file twice. */
   if (strcmp(ops->name, "cpu") == 0) vr_model_read_weights(m);
   rc = ops->init(&m->cfg, &m->w, &opt, device_index, &m->state);
   if (rc != 0) {
