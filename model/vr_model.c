@@ -594,14 +594,20 @@ int vr_model_check_seq(const vr_model_t *m, const int32_t *ids, uint32_t len) {
   return 0;
 }
 
+/* Writes sequence i's result: the backend's score, or NaN and a status. A score the
+ * backend produced but that is NaN/Inf (corrupt weights, overflow) is that sequence's
+ * error (VR_ERR_NONFINITE); the other sequences keep theirs. */
+static void vr_model_put(float *scores, int32_t *seq_status, uint32_t i, float score, int rc) {
+  if (rc == 0 && !isfinite(score)) rc = VR_ERR_NONFINITE;
+  scores[i] = rc == 0 ? score : NAN;
+  if (seq_status) seq_status[i] = rc;
+}
+
 /* Runs the staged sequences and scatters their scores. */
 static int vr_model_flush(vr_model_t *m, uint32_t count, float *scores, int32_t *seq_status) {
   if (count == 0) return 0;
   int rc = m->ops->forward(m->state, m->stage_ids, m->stage_cu, count, m->stage_scores);
-  for (uint32_t j = 0; j < count; j++) {
-    scores[m->stage_map[j]] = rc == 0 ? m->stage_scores[j] : NAN;
-    if (seq_status) seq_status[m->stage_map[j]] = rc;
-  }
+  for (uint32_t j = 0; j < count; j++) vr_model_put(scores, seq_status, m->stage_map[j], m->stage_scores[j], rc);
   if (rc != 0) vr_log(VR_LOG_ERROR, "%s forward of %u sequences failed: %s", m->ops->name, count, vr_strerror(rc));
   return rc;
 }
@@ -675,11 +681,8 @@ int vr_model_max_inflight(const vr_model_t *m) { return m ? m->max_inflight : 0;
 /* Writes the result of a pending batch: scores (from src, the backend's count scores) or
  * NaN, and seq_status rc, for the sequences sent to the backend. */
 static void vr_model_scatter(struct vr_model_pending *p, const float *src, int rc) {
-  for (uint32_t j = 0; j < p->count; j++) {
-    uint32_t i = p->identity ? j : p->map[j];
-    p->scores[i] = rc == 0 ? src[j] : NAN;
-    if (p->seq_status) p->seq_status[i] = rc;
-  }
+  for (uint32_t j = 0; j < p->count; j++)
+    vr_model_put(p->scores, p->seq_status, p->identity ? j : p->map[j], rc == 0 ? src[j] : NAN, rc);
 }
 
 int vr_model_submit(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens, uint32_t n_seqs,
@@ -759,6 +762,6 @@ int vr_model_collect(vr_model_t *m) {
   float *dst = p->identity ? p->scores : m->stage_scores;
   int rc = m->ops->collect(m->state, dst);
   if (rc != 0) vr_log(VR_LOG_ERROR, "%s forward of %u sequences failed: %s", m->ops->name, p->count, vr_strerror(rc));
-  if (rc != 0 || !p->identity) vr_model_scatter(p, dst, rc);
+  vr_model_scatter(p, dst, rc); /* identity: in place, marks the non-finite ones */
   return rc;
 }

@@ -113,8 +113,9 @@ int vr_model_check_seq(const vr_model_t *m, const int32_t *ids, uint32_t len);
  * cu_seqlens has n_seqs + 1 entries, cu_seqlens[0] = 0. Every sequence is
  * checked first (vr_model_check_seq); seq_status[i] (optional, n_seqs entries)
  * gets 0 or the sequence's error, and scores[i] is NaN for a bad sequence; the
- * good ones are still scored. Batches larger than max_batch_tokens are split.
- * Returns 0 when the forward ran (even if some sequences were rejected), or a
+ * good ones are still scored. A sequence whose score came out NaN or Inf gets
+ * VR_ERR_NONFINITE (and NaN): scores[i] is finite whenever seq_status[i] is 0.
+ * Batches larger than max_batch_tokens are split. Returns 0 when the forward ran (even if some sequences were rejected), or a
  * negative vr_status_t when nothing could be scored (bad arguments, device error). */
 int vr_model_score(vr_model_t *m, const int32_t *ids, const uint32_t *cu_seqlens,
                    uint32_t n_seqs, float *scores, int32_t *seq_status);

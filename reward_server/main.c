@@ -154,19 +154,29 @@ static int write_pid_file(const char *path) {
   return ok ? 0 : VR_ERR_IO;
 }
 
-/* One forward before READY so the first client does not pay for lazy setup. */
-static void warm_up(vr_server_t *srv) {
-  if (srv->scorer.kind != VR_SCORER_MODEL) return;
+/* One forward before READY so the first client does not pay for lazy setup, and so a
+ * model whose weights give NaN/Inf is refused at start instead of answering errors.
+ * Returns 0 or the forward's status (VR_ERR_NONFINITE for a non-finite score). */
+static int warm_up(vr_server_t *srv) {
+  if (srv->scorer.kind != VR_SCORER_MODEL) return 0;
   int32_t ids[8];
   uint32_t n = srv->scorer.vocab_size && srv->scorer.vocab_size < 8 ? srv->scorer.vocab_size : 8;
   if (n > srv->scorer.max_seq_len) n = srv->scorer.max_seq_len;
   for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)i;
   uint32_t cu[2] = {0, n};
   float score, comps[VR_REWARD_MAX_COMPONENTS];
-  int32_t st;
+  int32_t st = 0;
   uint64_t t0 = vr_now_ns();
   int rc = vr_scorer_run(&srv->scorer, ids, cu, 1, NULL, NULL, &score, &st, comps, NULL);
+  if (rc == 0 && st == VR_ERR_NONFINITE) {
+    vr_log(VR_LOG_ERROR,
+           "model %s produced non-finite scores (NaN/Inf) on the warm-up sequence (token ids 0..%u): the weights "
+           "are probably corrupt. HINT: check the model files (re-download or re-convert them) and their dtype",
+           srv->st.model, n - 1);
+    return VR_ERR_NONFINITE;
+  }
   vr_log(VR_LOG_INFO, "warm-up forward: %s in %.1f ms", rc ? vr_strerror(rc) : "ok", (vr_now_ns() - t0) / 1e6);
+  return 0;
 }
 
 static int start_shm(vr_server_t *srv) {
@@ -196,7 +206,7 @@ static void *loader_main(void *arg) {
   main_ctx_t *m = arg;
   vr_server_t *srv = &m->srv;
   int rc = vr_scorer_init(&srv->scorer, &srv->st);
-  if (rc == 0) warm_up(srv);
+  if (rc == 0) rc = warm_up(srv);
   m->load_rc = rc;
   event_active(m->loaded_ev, EV_READ, 0);
   return NULL;

@@ -73,6 +73,7 @@ static int http_code_of(int status) {
     case VR_ERR_OVERLOADED: return 429;
     case VR_ERR_SHUTTING_DOWN: case VR_ERR_AGAIN: return 503;
     case VR_ERR_NOMEM: case VR_ERR_INTERNAL: case VR_ERR_DEVICE: return 500;
+    case VR_ERR_NONFINITE: return 500; /* the model's fault (its weights), not the request's */
     default: return status < 0 ? 400 : 500;
   }
 }

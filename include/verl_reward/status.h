@@ -41,7 +41,8 @@ extern "C" {
   X(VR_ERR_INTERNAL,               -25,  "internal error")                                 \
   X(VR_ERR_NO_DEVICE,              -26,  "no usable GPU device")                           \
   X(VR_ERR_PARSE,                  -27,  "could not parse input")                          \
-  X(VR_ERR_BUSY,                   -28,  "resource busy (too many requests in flight)")
+  X(VR_ERR_BUSY,                   -28,  "resource busy (too many requests in flight)")  \
+  X(VR_ERR_NONFINITE,              -29,  "score is not finite (NaN/Inf)")
 
 typedef enum vr_status {
 #define VR_STATUS_ENUM_(name, value, msg) name = value,

@@ -41,6 +41,7 @@ STATUS_TABLE = (
     (-26, "VR_ERR_NO_DEVICE", "no usable GPU device"),
     (-27, "VR_ERR_PARSE", "could not parse input"),
     (-28, "VR_ERR_BUSY", "resource busy (too many requests in flight)"),
+    (-29, "VR_ERR_NONFINITE", "score is not finite (NaN/Inf)"),
 )
 
 STATUS_NAMES = {value: name for value, name, _ in STATUS_TABLE}
@@ -151,6 +152,7 @@ _CLASS_BY_NAME = {
     "VR_ERR_NO_DEVICE": ServerError,
     "VR_ERR_PARSE": InvalidRequest,
     "VR_ERR_BUSY": Busy,
+    "VR_ERR_NONFINITE": ServerError,
 }
 
 # code -> exception class; every non-zero code of STATUS_TABLE has an entry.

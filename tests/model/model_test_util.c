@@ -267,3 +267,34 @@ void mt_st_free(mt_st_t *st) {
   free(st->data);
   memset(st, 0, sizeof *st);
 }
+
+void mt_make_nan_model(const char *name, const char *dst, int token) {
+  char src[1200], path[1400];
+  mt_model_path(src, sizeof src, name);
+  assert_true(mkdir(dst, 0700) == 0);
+  mt_copy_dir(src, dst);
+  snprintf(path, sizeof path, "%s/model.safetensors", dst);
+  mt_st_t st;
+  mt_st_read(path, &st);
+  int hit = 0;
+  for (cJSON *t = st.header->child; t; t = t->next) {
+    const cJSON *dt = cJSON_GetObjectItem(t, "dtype"), *off = cJSON_GetObjectItem(t, "data_offsets");
+    const cJSON *shape = cJSON_GetObjectItem(t, "shape");
+    if (!cJSON_IsString(dt) || strcmp(dt->valuestring, "F32") != 0 || cJSON_GetArraySize(off) != 2) continue;
+    size_t b = (size_t)cJSON_GetArrayItem(off, 0)->valuedouble, e = (size_t)cJSON_GetArrayItem(off, 1)->valuedouble;
+    assert_true(b <= e && e <= st.data_len);
+    if (token >= 0) {
+      if (!strstr(t->string, "embed_tokens")) continue;
+      size_t row = (size_t)cJSON_GetArrayItem(shape, 1)->valuedouble * sizeof(float);
+      assert_true(b + (size_t)(token + 1) * row <= e);
+      b += (size_t)token * row;
+      e = b + row;
+    }
+    const float nan = NAN;
+    for (size_t k = b; k + sizeof nan <= e; k += sizeof nan) memcpy(st.data + k, &nan, sizeof nan);
+    hit = 1;
+  }
+  assert_true(hit);
+  mt_st_write(path, &st);
+  mt_st_free(&st);
+}

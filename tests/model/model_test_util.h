@@ -93,4 +93,9 @@ void mt_st_write(const char *path, const mt_st_t *st);
 void mt_st_write_raw(const char *path, const char *header, size_t h, const void *data, size_t data_len);
 void mt_st_free(mt_st_t *st);
 
+/* Copies fixture model `name` to dst (a new directory it creates) with NaN weights: every
+ * F32 tensor entirely NaN when token < 0, else only row `token` of the token embedding
+ * (so only sequences containing that token score NaN). */
+void mt_make_nan_model(const char *name, const char *dst, int token);
+
 #endif

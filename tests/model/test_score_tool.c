@@ -273,6 +273,38 @@ static void test_bit_identical_threads_and_batches(void **state) {
   }
 }
 
+/* NaN weights (issue 18): a non-finite score is an error line naming the line, every output
+ * line is JSON (never {"score": nan}), and the exit status is 1. */
+static void test_nonfinite_scores(void **state) {
+  (void)state;
+  char model[1300], in[1300];
+  snprintf(model, sizeof model, "%s/nan_tok", mt_tmp);
+  mt_make_nan_model("llama_gqa", model, 5); /* only sequences with token 5 give NaN */
+  snprintf(in, sizeof in, "%s/in.jsonl", mt_tmp);
+  static const char text[] = "[1, 2, 3]\n[4, 5, 6]\n[[1, 2], [5, 6]]\n";
+  mt_write_file(in, text, sizeof text - 1);
+  const char *args[] = {"--model", model, "--input", in, NULL};
+  assert_int_equal(run_tool(NULL, args), 1);
+  cJSON *lines[8];
+  assert_int_equal(read_output(lines, 8), 3);
+  const cJSON *s0 = cJSON_GetObjectItem(lines[0], "score");
+  assert_true(cJSON_IsNumber(s0) && isfinite(s0->valuedouble));
+  assert_string_equal(cJSON_GetObjectItem(lines[1], "error")->valuestring, "line 2: score is not finite (NaN/Inf)");
+  assert_int_equal(cJSON_GetObjectItem(lines[1], "line")->valueint, 2);
+  assert_string_equal(cJSON_GetObjectItem(lines[2], "error")->valuestring,
+                      "line 3: sequence 1: score is not finite (NaN/Inf)");
+  for (int i = 0; i < 3; i++) cJSON_Delete(lines[i]);
+
+  snprintf(model, sizeof model, "%s/nan_all", mt_tmp); /* every score NaN: every line an error */
+  mt_make_nan_model("llama_gqa", model, -1);
+  assert_int_equal(run_tool(NULL, args), 1);
+  assert_int_equal(read_output(lines, 8), 3);
+  for (int i = 0; i < 3; i++) {
+    assert_non_null(strstr(cJSON_GetObjectItem(lines[i], "error")->valuestring, "score is not finite (NaN/Inf)"));
+    cJSON_Delete(lines[i]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_bit_identical_threads_and_batches, mt_setup_tmp, mt_teardown_tmp),
@@ -280,6 +312,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_input_forms, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_stdin_all_golden, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_bad_model_and_usage, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_nonfinite_scores, mt_setup_tmp, mt_teardown_tmp),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -259,6 +259,99 @@ def load_golden(model_dir):
     return golden["sequences"], golden["scores"]
 
 
+def nan_model(tc, token=None):
+    """A scratch copy of the llama_gqa fixture with NaN weights: every F32 tensor (token None)
+    or only the token embedding's row `token` (only sequences containing it score NaN)."""
+    src = os.path.join(FIXTURES, "models", "llama_gqa")
+    dst = os.path.join(tempfile.mkdtemp(prefix="vrnan_"), "llama_gqa_nan")
+    tc.addCleanup(shutil.rmtree, os.path.dirname(dst), True)
+    shutil.copytree(src, dst)
+    path = os.path.join(dst, "model.safetensors")
+    with open(path, "rb") as f:
+        blob = bytearray(f.read())
+    h = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + h])
+    nan = struct.pack("<f", float("nan"))
+    for name, t in header.items():
+        if name == "__metadata__" or t["dtype"] != "F32":
+            continue
+        b, e = (8 + h + o for o in t["data_offsets"])
+        if token is not None:
+            if "embed_tokens" not in name:
+                continue
+            row = t["shape"][1] * 4
+            b, e = b + token * row, b + (token + 1) * row
+        blob[b:e] = nan * ((e - b) // 4)
+    with open(path, "wb") as f:
+        f.write(blob)
+    return dst
+
+
+class TestNonfinite(unittest.TestCase):
+    """NaN weights (issue 18): a model whose warm-up score is NaN is refused at start (exit 1,
+    an ERROR naming the model); at run time a NaN score is its sequence's VR_ERR_NONFINITE on
+    HTTP and shm, the other requests of the same batch keep their normal scores, and /metrics
+    counts it."""
+
+    NAN_TOKEN = 50  # not among the warm-up's token ids 0..7
+
+    def test_all_nan_refused_at_start(self):
+        model = nan_model(self)
+        s = Server(self, "--model", model, "--device", "cpu", "--threads", "1")
+        self.assertEqual(s.proc.wait(timeout=120), 1, s.logtext())
+        log = s.logtext()
+        self.assertIn(f"model {model} produced non-finite scores (NaN/Inf)", log)
+        self.assertIn("the weights are probably corrupt. HINT: ", log)
+        self.assertNotIn("ready:", log)
+        self.assertFalse(os.path.exists(f"/dev/shm/{s.name}"), "no segment for a refused model")
+
+    def test_nan_sequence_is_its_own_error(self):
+        model = nan_model(self, self.NAN_TOKEN)
+        good_seqs = [[1, 2, 3], [4, 6, 7, 8], [9, 10]]
+        bad_seq = [11, self.NAN_TOKEN, 12]
+        want = reference_scores(os.path.join(FIXTURES, "models", "llama_gqa"), good_seqs)
+        # a long batch window: the concurrent requests below share batches
+        s = Server(self, "--model", model, "--device", "cpu", "--threads", "1",
+                   "--max-wait-us", "200000").wait_ready()
+        results, errors = {}, []
+
+        def http_worker(key, body):
+            try:
+                results[key] = s.request("POST", "/v1/score", json.dumps(body))
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        th = [threading.Thread(target=http_worker, args=(i, {"input_ids": [q]})) for i, q in enumerate(good_seqs)]
+        th.append(threading.Thread(target=http_worker, args=("bad", {"input_ids": [good_seqs[0], bad_seq]})))
+        for t in th:
+            t.start()
+        shm_bad = s.shm_score({"input_ids": [good_seqs[1], bad_seq]})
+        shm_good = s.shm_score({"input_ids": good_seqs})
+        for t in th:
+            t.join()
+        self.assertEqual(errors, [])
+        for i in range(len(good_seqs)):
+            st, body, _ = results[i]
+            self.assertEqual(st, 200, body)
+            self.assertEqual(f32s(json.loads(body)["scores"]), [want[i]], f"http sequence {i}")
+        st, body, _ = results["bad"]
+        self.assertEqual(st, 500, body)
+        err = json.loads(body)["error"]
+        self.assertEqual((err["code"], err["sequence"]), ("VR_ERR_NONFINITE", 1), err)
+        self.assertIn("score is not finite (NaN/Inf)", err["message"])
+        self.assertEqual(shm_bad["status"], "VR_ERR_NONFINITE", shm_bad)
+        self.assertEqual(shm_bad["bad_seq"], 1, shm_bad)
+        self.assertEqual(shm_good["status"], "VR_OK", shm_good)
+        self.assertEqual(f32s(shm_good["scores"]), want)
+        samples = parse_prometheus(s.metrics())
+        for transport in ("http", "shm"):
+            self.assertEqual(metric(samples, "verl_reward_requests_total", transport=transport,
+                                    status="nonfinite"), 1, transport)
+            self.assertEqual(metric(samples, "verl_reward_sequences_total", transport=transport,
+                                    status="nonfinite"), 2, transport)
+        s.stop()
+
+
 class TestModel(unittest.TestCase):
     """Fixture models on the cpu backend: shm and HTTP clients at the same time get
     transformers' golden scores (within vr_testlib.TRANSFORMERS_REL_TOL) and exactly the scores

@@ -172,6 +172,8 @@ static int vr_score_flush(vr_model_t *m, vr_score_batch_t *b, float *scores, int
       if (b->err[j]) snprintf(reason, sizeof reason, "%s", b->err[j]);
       else if (rc != 0) snprintf(reason, sizeof reason, "scoring failed: %s", vr_strerror(rc));
       else if (st[j] != 0) snprintf(reason, sizeof reason, "%s", vr_strerror(st[j]));
+      else if (!isfinite(scores[j])) /* vr_model_score says NONFINITE first; never print nan/inf */
+        snprintf(reason, sizeof reason, "%s", vr_strerror(VR_ERR_NONFINITE));
       if (reason[0]) bad = b->seq[j];
     }
     if (reason[0]) {
