@@ -28,6 +28,7 @@
 #include "verl_reward/protocol.h"
 #include "verl_reward/status.h"
 #include "vr_log.h"
+#include "vr_log_limit.h"
 #include "vr_proc.h"
 #include "vr_shm_validate.h"
 #include "vr_time.h"
@@ -83,6 +84,7 @@ struct vr_shm_server {
   pthread_mutex_t stop_mu;
   pthread_cond_t stop_cv;
   int stop;
+  vr_log_limit_t quarantine_log; /* a hostile client can make one reset per descriptor */
 };
 
 void vr_shm_config_init(vr_shm_config_t *cfg) {
@@ -96,6 +98,8 @@ void vr_shm_config_init(vr_shm_config_t *cfg) {
   cfg->max_seqs_per_request = 1024;
   cfg->vocab_size = 0;
   cfg->spin_us = 50;
+  cfg->log_burst = 10;
+  cfg->log_window_ns = 10ull * 1000000000ull;
 }
 
 /* ---------------------------------------------------------------- lanes */
@@ -125,7 +129,7 @@ static void lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t r
   uint64_t lease = atomic_load_explicit(&sh->lease, memory_order_acquire);
   uint32_t pid = VR_SHM_LEASE_PID(lease);
   if (quarantine)
-    vr_log(VR_LOG_WARN, "lane %u (client pid %u) reset and quarantined: %s", i, pid, why);
+    vr_log_limited(&s->quarantine_log, VR_LOG_WARN, "lane %u (client pid %u) reset and quarantined: %s", i, pid, why);
   else
     vr_log(VR_LOG_INFO, "lane %u (client pid %u) reclaimed: %s", i, pid, why);
   L->gen++;
@@ -462,6 +466,7 @@ static void *liveness_main(void *arg) {
     if (beat++ % 2 == 0) {
       pthread_mutex_unlock(&s->stop_mu);
       reclaim_dead(s);
+      vr_log_limit_flush(&s->quarantine_log); /* the count line once a flood's window ended */
       pthread_mutex_lock(&s->stop_mu);
     }
     struct timespec ts = vr_timespec_at(vr_now_ns() + LIVENESS_PERIOD_NS);
@@ -571,6 +576,8 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   s = calloc(1, sizeof *s);
   if (!s) return VR_ERR_NOMEM;
   s->cfg = cfg;
+  vr_log_limit_init(&s->quarantine_log, "lane quarantined", cfg.log_burst ? cfg.log_burst : 10,
+                    cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
   rc = vr_shm_path(cfg.name, s->path, sizeof s->path, why, sizeof why);
   if (rc) {
     vr_log(VR_LOG_ERROR, "%s", why);
@@ -744,5 +751,6 @@ void vr_shm_server_destroy(vr_shm_server_t *s) {
     pthread_mutex_destroy(&s->stop_mu);
     pthread_mutex_destroy(&s->rec_mu);
   }
+  vr_log_limit_free(&s->quarantine_log); /* reports what it still counts */
   free(s);
 }

@@ -44,6 +44,8 @@ typedef struct vr_shm_config {
   uint32_t max_seqs_per_request; /* default 1024 */
   uint32_t vocab_size;           /* published to clients; 0 = no model */
   uint32_t spin_us;              /* server-side spin before parking; default 50 */
+  uint32_t log_burst;            /* lane-reset WARN lines per log window; default 10 */
+  uint64_t log_window_ns;        /* their window (then one "suppressed K" line); default 10 s */
 } vr_shm_config_t;
 
 void vr_shm_config_init(vr_shm_config_t *cfg);

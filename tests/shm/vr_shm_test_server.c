@@ -4,7 +4,7 @@
  *
  *   vr_shm_test_server --name N [--lanes N (8)] [--slots N (64)] [--arena-bytes N (1 MiB)]
  *       [--max-seq-len N] [--max-seqs N] [--vocab N] [--spin-us N] [--mode 0600]
- *       [--delay-us N] [--workers N] [--stats FILE]
+ *       [--delay-us N] [--workers N] [--stats FILE] [--log-burst N (10)] [--log-window-s S (10)]
  *
  * The dispatcher thread polls; --workers threads (default 1) complete, so poll
  * and complete always run on different threads, as in the real server.
@@ -127,6 +127,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--max-seqs")) cfg.max_seqs_per_request = (uint32_t)num(v);
     else if (!strcmp(a, "--vocab")) cfg.vocab_size = (uint32_t)num(v);
     else if (!strcmp(a, "--spin-us")) cfg.spin_us = (uint32_t)num(v);
+    else if (!strcmp(a, "--log-burst")) cfg.log_burst = (uint32_t)num(v);
+    else if (!strcmp(a, "--log-window-s")) cfg.log_window_ns = num(v) * 1000000000ull;
     else if (!strcmp(a, "--mode")) cfg.mode = (uint32_t)strtoul(v, NULL, 8);
     else if (!strcmp(a, "--delay-us")) g_delay_us = (uint32_t)num(v);
     else if (!strcmp(a, "--workers")) workers = (int)num(v);
