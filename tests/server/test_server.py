@@ -290,8 +290,8 @@ def nan_model(tc, token=None):
 class TestNonfinite(unittest.TestCase):
     """NaN weights (issue 18): a model whose warm-up score is NaN is refused at start (exit 1,
     an ERROR naming the model); at run time a NaN score is its sequence's VR_ERR_NONFINITE on
-    HTTP and shm, the other requests of the same batch keep their normal scores, and /metrics
-    counts it."""
+    HTTP and shm, the requests sent beside it (a 200 ms batch window makes them share batches;
+    not asserted) keep their normal scores, and /metrics counts it."""
 
     NAN_TOKEN = 50  # not among the warm-up's token ids 0..7
 
@@ -310,7 +310,7 @@ class TestNonfinite(unittest.TestCase):
         good_seqs = [[1, 2, 3], [4, 6, 7, 8], [9, 10]]
         bad_seq = [11, self.NAN_TOKEN, 12]
         want = reference_scores(os.path.join(FIXTURES, "models", "llama_gqa"), good_seqs)
-        # a long batch window: the concurrent requests below share batches
+        # a long batch window: the concurrent requests below are likely to share batches
         s = Server(self, "--model", model, "--device", "cpu", "--threads", "1",
                    "--max-wait-us", "200000").wait_ready()
         results, errors = {}, []
