@@ -1063,7 +1063,9 @@ class TestMetrics(unittest.TestCase):
         rss, vsz = metric(m, "process_resident_memory_bytes"), metric(m, "process_virtual_memory_bytes")
         self.assertGreater(rss, 0)
         self.assertGreaterEqual(vsz, rss)
-        self.assertEqual(vsz, int(after[20]))
+        # the mapping moves between the scrape and the read of /proc (a thread's stack, an arena):
+        # the same order of magnitude, not the same byte count
+        self.assertLess(abs(vsz - int(after[20])), 0.05 * int(after[20]))
         fds, max_fds = metric(m, "process_open_fds"), metric(m, "process_max_fds")
         self.assertGreater(fds, 2)  # stdio at least, plus the listening socket and the segment
         self.assertLessEqual(fds, max_fds)
