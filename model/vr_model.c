@@ -85,37 +85,32 @@ int vr_model_cuda_devices(char *why, size_t whyn) {
 #endif
 }
 
-/* "cpu" -> cpu/0; "cuda" -> cuda/0; "cuda:N" -> cuda/N. */
+/* "cpu" -> cpu/0; "cuda" -> cuda/0; "cuda:N" -> cuda/N. The text is checked by
+ * vr_model_device_parse (the rule the front ends check flags with); this only splits it. */
 static int vr_model_pick_backend(const char *device, const vr_backend_ops_t **ops, int *index) {
-  char name[16];
-  const char *colon = strchr(device, ':');
-  size_t n = colon ? (size_t)(colon - device) : strlen(device);
-  *index = 0;
-  if (n == 0 || n >= sizeof name) goto bad;
-  memcpy(name, device, n);
-  name[n] = 0;
-  if (colon) {
-    char *end;
-    errno = 0;
-    long v = strtol(colon + 1, &end, 10);
-    if (errno || end == colon + 1 || *end || v < 0 || v > 1023 || strcmp(name, "cuda") != 0) goto bad;
-    *index = (int)v;
+  char canon[16], why[256];
+  int rc = vr_model_device_parse(device, canon, sizeof canon, why, sizeof why);
+  if (rc == VR_ERR_UNSUPPORTED) {
+    vr_log(VR_LOG_ERROR, "device \"%s\": this build has no CUDA backend (backends: %s). HINT: build with nvcc and -DVR_CUDA=ON",
+           device, VR_BACKEND_NAMES);
+    return rc;
   }
+  if (rc != 0) {
+    vr_log(VR_LOG_ERROR, "device \"%s\" not understood (use cpu, cuda or cuda:N; backends: %s): %s", device,
+           VR_BACKEND_NAMES, why);
+    return rc;
+  }
+  char *colon = strchr(canon, ':');
+  *index = colon ? atoi(colon + 1) : 0; /* 0..1023, checked above */
+  if (colon) *colon = 0;
   for (size_t i = 0; i < sizeof vr_backends / sizeof vr_backends[0]; i++) {
-    if (strcmp(vr_backends[i]->name, name) == 0) {
+    if (strcmp(vr_backends[i]->name, canon) == 0) {
       *ops = vr_backends[i];
       return 0;
     }
   }
-  if (strcmp(name, "cuda") == 0) {
-    vr_log(VR_LOG_ERROR, "device \"%s\": this build has no CUDA backend (backends: %s). HINT: build with nvcc and -DVR_CUDA=ON",
-           device, VR_BACKEND_NAMES);
-    return VR_ERR_UNSUPPORTED;
-  }
-bad:
-  vr_log(VR_LOG_ERROR, "device \"%s\" not understood (use cpu, cuda or cuda:N; backends: %s)", device,
-         VR_BACKEND_NAMES);
-  return VR_ERR_INVAL;
+  vr_log(VR_LOG_ERROR, "device \"%s\": no %s backend in this build (backends: %s)", device, canon, VR_BACKEND_NAMES);
+  return VR_ERR_UNSUPPORTED;
 }
 
 /* ---- files ------------------------------------------------------------------ */
