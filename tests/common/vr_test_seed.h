@@ -22,4 +22,12 @@ static inline uint64_t vr_test_seed(const char *what, uint64_t fixed) {
   return seed;
 }
 
+/* A uniform-enough draw in [0, n) from *state (splitmix64), for test inputs. */
+static inline uint32_t vr_test_rand(uint64_t *state, uint32_t n) {
+  uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return (uint32_t)((z ^ (z >> 31)) % n);
+}
+
 #endif

@@ -33,12 +33,7 @@
 static uint64_t g_rng;
 static int g_fail;
 
-static uint32_t rnd(uint32_t n) {
-  uint64_t z = (g_rng += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return (uint32_t)((z ^ (z >> 31)) % n);
-}
+static uint32_t rnd(uint32_t n) { return vr_test_rand(&g_rng, n); }
 
 static int score(vr_model_t *m, const int32_t *ids, const uint32_t *cu, uint32_t n, float *out) {
   int32_t *st = calloc(n, sizeof *st);

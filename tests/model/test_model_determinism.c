@@ -29,12 +29,7 @@
 
 static uint64_t seed_state;
 
-static uint32_t rnd(uint32_t n) { /* splitmix64, uniform enough for test data */
-  uint64_t z = (seed_state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return (uint32_t)((z ^ (z >> 31)) % n);
-}
+static uint32_t rnd(uint32_t n) { return vr_test_rand(&seed_state, n); }
 
 static const char *g_variant = "auto"; /* the GEMM variant the fixture checks run */
 
