@@ -71,17 +71,6 @@ static void usage(FILE *f) {
           "Exit status: 0 ok, 1 run-time failure, 2 bad configuration. See docs/operations.md, \"verl-trainer\".\n");
 }
 
-static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno || end == s || *end || v < lo || v > hi) {
-    fprintf(stderr, "verl-trainer: %s needs an integer in %ld..%ld, not \"%s\"\n", flag, lo, hi, s);
-    return -1;
-  }
-  *out = v;
-  return 0;
-}
 
 static int parse_args(int argc, char **argv, vr_targs_t *a) {
   memset(a, 0, sizeof *a);
@@ -108,7 +97,7 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
                                      {0, 0, 0, 0}};
   opterr = 0;
   int c;
-  long v;
+  uint64_t v;
   while ((c = getopt_long(argc, argv, ":c:d:h", lo, NULL)) != -1) {
     switch (c) {
       case 'c': a->config = optarg; break;
@@ -117,16 +106,16 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
       case O_COMM_CHECK: a->comm_check = 1; break;
       case O_STRICT: a->strict_topology = 1; break;
       case O_GPUS:
-        if (parse_int("--gpus", optarg, 0, VR_TOPO_MAX_GPUS, &v)) return 2;
+        if (vr_cli_parse_u64("verl-trainer", "--gpus", optarg, 0, VR_TOPO_MAX_GPUS, &v)) return 2;
         a->gpus = (int)v;
         break;
       case O_TOPO: a->topology = optarg; break;
       case O_STEPS:
-        if (parse_int("--steps", optarg, 1, 100000000, &v)) return 2;
+        if (vr_cli_parse_u64("verl-trainer", "--steps", optarg, 1, 100000000, &v)) return 2;
         a->steps = (int)v;
         break;
       case O_TIMEOUT:
-        if (parse_int("--timeout", optarg, 1, 86400, &v)) return 2;
+        if (vr_cli_parse_u64("verl-trainer", "--timeout", optarg, 1, 86400, &v)) return 2;
         a->timeout_s = (double)v;
         break;
       case O_MPIRUN: a->mpirun = optarg; break;
