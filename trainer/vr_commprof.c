@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "vr_text.h"
+
 struct vr_commprof {
   char dir[1024];
   char label[128];
@@ -75,18 +77,13 @@ double vr_commprof_bus_factor(int op, int ranks) {
 }
 
 /* JSON string body without quotes (labels and roles are ours, but escape anyway). */
+/* s as a JSON string (vr_text's escaping; our strings are labels of at most 128 bytes). */
 static void put_json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
+  char buf[1024];
+  vr_text_t t;
+  vr_text_init(&t, buf, sizeof buf);
+  vr_text_json_str(&t, s);
+  fputs(buf, f);
 }
 
 static int mkdir_p(const char *dir) {
