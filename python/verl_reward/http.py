@@ -1,7 +1,10 @@
 """HttpRewardClient: the RewardClient API over the server's HTTP front.
 
     POST {url}/v1/score  {"input_ids": [[...], ...], "extras": [{...}|null, ...]}
-      (the server also takes {"input_ids": [...]}, one sequence; this client sends lists)
+      (the server also takes {"input_ids": [...]}, one sequence; this client sends lists;
+      score_text_with_info sends {"text": [...]}, score_messages_with_info
+      {"messages": [[{role, content}, ...], ...], "add_generation_prompt": bool}:
+      the server tokenises those with the served model directory's tokenizer)
       -> {"scores": [...], "queue_us": n, "compute_us": n, "components": {name: [...]}}
 
 For trainers on another host. Standard library only (urllib); one connection
@@ -111,6 +114,21 @@ class HttpPendingScore:
         return self.result(timeout).scores
 
 
+def check_conversation(conv, i):
+    """One chat conversation -> a list of {"role": str, "content": str} dicts (copied), or
+    InvalidRequest naming conversation i and the bad message."""
+    if isinstance(conv, (str, bytes, dict)) or not hasattr(conv, "__iter__"):
+        raise error_for(_INVAL, "conversation %d must be a list of {role, content} messages, not %s"
+                        % (i, type(conv).__name__), i)
+    out = []
+    for j, m in enumerate(conv):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise error_for(_INVAL, "conversation %d, message %d: expected {\"role\": str, \"content\": str}, got %r"
+                            % (i, j, m if not isinstance(m, dict) else {k: type(v).__name__ for k, v in m.items()}), i)
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
 def normalize_url(url):
     """The server's base URL: "http://host:port", "host:port", "localhost:8080/" (http://
     assumed, trailing slashes dropped). https is refused: the server speaks plain HTTP
@@ -164,7 +182,35 @@ class HttpRewardClient:
         n = len(cu) - 1
         if n == 0:
             return ScoreResult([], {}, 0, 0)
-        doc = {"input_ids": [ids[cu[i]:cu[i + 1]].tolist() for i in range(n)]}
+        return self._post({"input_ids": [ids[cu[i]:cu[i + 1]].tolist() for i in range(n)]}, n, extras)
+
+    def score_text_with_info(self, texts, extras=None):
+        """Scores raw texts that the server tokenises with the served model's own tokenizer:
+        POST /v1/score {"text": [...]} (needs a model directory with a tokenizer on the
+        server side). texts: a list of str -> ScoreResult."""
+        if self._closed:
+            raise VerlRewardError(STATUS_VALUES["VR_ERR_CANCELLED"], "HttpRewardClient is closed")
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise error_for(_INVAL, "texts[%d] must be a str, not %s" % (i, type(t).__name__), i)
+        if not texts:
+            return ScoreResult([], {}, 0, 0)
+        return self._post({"text": texts}, len(texts), extras)
+
+    def score_messages_with_info(self, conversations, extras=None, add_generation_prompt=False):
+        """Scores chat conversations that the server renders with the served model's chat
+        template: POST /v1/score {"messages": [[{"role", "content"}, ...], ...],
+        "add_generation_prompt": bool} -> ScoreResult."""
+        if self._closed:
+            raise VerlRewardError(STATUS_VALUES["VR_ERR_CANCELLED"], "HttpRewardClient is closed")
+        convs = [check_conversation(c, i) for i, c in enumerate(conversations)]
+        if not convs:
+            return ScoreResult([], {}, 0, 0)
+        return self._post({"messages": convs, "add_generation_prompt": bool(add_generation_prompt)},
+                          len(convs), extras)
+
+    def _post(self, doc, n, extras):
         ex = extras_list(extras, n, dict, "a dict (HTTP sends JSON)")
         if ex is not None:
             doc["extras"] = ex
