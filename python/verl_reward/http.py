@@ -7,8 +7,9 @@
       the server tokenises those with the served model directory's tokenizer)
       -> {"scores": [...], "queue_us": n, "compute_us": n, "components": {name: [...]}}
 
-For trainers on another host. Standard library only (urllib); one connection
-per request. Errors: the server's JSON error body carries a vr_status_t code,
+For trainers on another host. Standard library only (http.client): each thread
+keeps one persistent (keep-alive) connection to the server and reuses it; a reused
+connection that turns out closed is replaced once before the error counts. Errors: the server's JSON error body carries a vr_status_t code,
 mapped to the same exceptions as the shm client; connection refused / reset
 raise ServerGone, a socket timeout raises Timeout.
 """
@@ -18,7 +19,9 @@ import json
 import socket
 import struct
 import threading
+import http.client
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from ._batch import extras_list, pack_sequences
@@ -162,6 +165,52 @@ class HttpRewardClient:
         self._pool = None
         self._pool_lock = threading.Lock()
         self._closed = False
+        parts = urllib.parse.urlsplit(self.url)
+        self._host, self._port = parts.hostname, parts.port or 80
+        self._prefix = parts.path.rstrip("/")
+        self._local = threading.local()
+        self._conns = set()          # every thread's connection, closed by close()
+
+    def _connection(self):
+        """This thread's connection -> (conn, reused)."""
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            return c, True
+        c = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
+        self._local.conn = c
+        with self._pool_lock:
+            self._conns.add(c)
+        return c, False
+
+    def _drop_connection(self, c):
+        self._local.conn = None
+        with self._pool_lock:
+            self._conns.discard(c)
+        c.close()
+
+    def _request(self, path, body):
+        """POST body to path on this thread's connection -> (http status, raw body)."""
+        for attempt in (0, 1):
+            c, reused = self._connection()
+            try:
+                c.request("POST", self._prefix + path, body=body,
+                          headers={"Content-Type": "application/json", "Accept": "application/json"})
+                r = c.getresponse()
+                raw = r.read()
+                if r.will_close:
+                    self._drop_connection(c)
+                return r.status, raw
+            except (socket.timeout, TimeoutError):
+                self._drop_connection(c)
+                raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
+                                "no HTTP answer from %s within %.3f s" % (self.url, self.timeout_s)) from None
+            except (http.client.HTTPException, ConnectionError, OSError) as e:
+                self._drop_connection(c)
+                if reused and attempt == 0:
+                    continue             # the server closed an idle keep-alive connection
+                raise error_for(STATUS_VALUES["VR_ERR_SERVER_GONE"],
+                                "cannot reach %s: %s" % (self.url, e)) from None
+        raise AssertionError("unreachable")
 
     def ready(self):
         """True when GET /ready answers 200."""
@@ -218,24 +267,9 @@ class HttpRewardClient:
             body = json.dumps(doc, default=_jsonable).encode("utf-8")
         except (TypeError, ValueError) as e:
             raise error_for(_INVAL, "extras not JSON-serialisable: %s" % e) from None
-        req = urllib.request.Request(self.url + "/v1/score", data=body, method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            raise _error_from_body(e.code, e.read() or b"") from None
-        except (socket.timeout, TimeoutError):
-            raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
-                            "no HTTP answer from %s within %.3f s" % (self.url, self.timeout_s)) from None
-        except (urllib.error.URLError, ConnectionError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
-                                "no HTTP answer from %s within %.3f s" % (self.url, self.timeout_s)) from None
-            raise error_for(STATUS_VALUES["VR_ERR_SERVER_GONE"],
-                            "cannot reach %s: %s" % (self.url, reason)) from None
+        status, raw = self._request("/v1/score", body)
+        if not 200 <= status < 300:
+            raise _error_from_body(status, raw or b"")
         return self._parse(raw, n)
 
     def _parse(self, raw, n):
@@ -279,6 +313,10 @@ class HttpRewardClient:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        with self._pool_lock:
+            conns, self._conns = self._conns, set()
+        for c in conns:
+            c.close()
 
     def __enter__(self):
         return self

@@ -461,6 +461,18 @@ class _Recorder(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+class HttpKeepAliveTest(unittest.TestCase):
+    def test_one_connection_per_thread_reused(self):
+        with verl_reward.HttpRewardClient(SERVER.url) as hc:
+            socks = set()
+            for i in range(5):
+                self.assertEqual(hc.score([[1, 2, i]]), [f32(checksum_score([1, 2, i]))])
+                socks.add(id(hc._local.conn.sock))
+            self.assertEqual(len(socks), 1, "a new connection per request")
+            hc._local.conn.sock.close()          # a dead keep-alive connection is replaced once
+            self.assertEqual(hc.score([[3]]), [f32(checksum_score([3]))])
+
+
 class TextFormsOverHttpTest(unittest.TestCase):
     """Without an rm_tokenizer, texts and conversations go to /v1/score as {"text"} and
     {"messages"} for the server's own tokenizer (the server side is a separate change)."""
