@@ -307,6 +307,12 @@ class HttpRewardClient:
             fut = self._pool.submit(self._score, sequences, extras)
         return HttpPendingScore(fut, self.timeout_s)
 
+    async def score_async(self, sequences, extras=None):
+        """await -> ScoreResult: the request runs on the client's worker pool (max_workers
+        threads in all, not one per call; each keeps its connection)."""
+        import asyncio
+        return await asyncio.wrap_future(self.submit(sequences, extras)._future)
+
     def close(self):
         with self._pool_lock:
             self._closed = True

@@ -218,6 +218,23 @@ class VersionSelectionTest(unittest.TestCase):
                 finally:
                     s.uninstall()
 
+    def test_legacy_driver_manager_takes_the_loop_settings(self):
+        """verl 0.6 / 0.7.0's driver: load_reward_manager builds the registered legacy class as
+        cls(tokenizer=, num_examine=, compute_score=, reward_fn_key=, **reward_model.reward_kwargs)
+        (verl/trainer/ppo/reward.py at v0.6.0, v0.7.0); the loop-only keys must not break it."""
+        s = standin.VerlStandIn("0.7.0").install()
+        try:
+            fn = standin.load_extern_object(os.path.join(PKG_DIR, "verl_custom_reward.py"), "compute_score")
+            cls = s.modules["verl.workers.reward_manager"].get_reward_manager_cls("verl_reward")
+            mgr = cls(tokenizer=None, num_examine=0, compute_score=fn, reward_fn_key="data_source",
+                      shm_name=SERVER.shm_name, max_batch=8, linger_ms=2, input="ids", send_extras=False)
+            data = make_batch(PROMPTS, RESPONSES, 4, 5)
+            rows = mgr(data)
+            for i, (p, r) in enumerate(zip(PROMPTS, RESPONSES)):
+                self.assertEqual(f32(rows[i][len(r) - 1]), f32(checksum_score(p + r)))
+        finally:
+            s.uninstall()
+
     def test_without_verl(self):
         for n in standin.VerlStandIn.NAMES:
             self.assertNotIn(n, sys.modules)
@@ -472,6 +489,29 @@ class _Recorder(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+
+class AsyncClientTest(unittest.TestCase):
+    """64 concurrent coroutines on one client, every answer back and right (0 lost)."""
+
+    def check(self, client):
+        async def one(i):
+            seqs = [[i, 1, 2], [i]]
+            return seqs, await client.score_async(seqs)
+
+        async def main():
+            return await asyncio.gather(*[one(i) for i in range(64)])
+
+        for seqs, res in asyncio.run(main()):
+            self.assertEqual(res.scores, [f32(checksum_score(s)) for s in seqs])
+
+    def test_shm(self):
+        with RewardClient(SERVER.shm_name) as rc:
+            self.check(rc)
+
+    def test_http(self):
+        with verl_reward.HttpRewardClient(SERVER.url, max_workers=8) as hc:
+            self.check(hc)
 
 
 class HttpKeepAliveTest(unittest.TestCase):
