@@ -71,8 +71,18 @@ class MicroBatcher:
         return fut
 
     async def score_async(self, item, extra=None):
-        """await -> (score, components); no thread per call (the batch's sender thread answers)."""
-        return await asyncio.wrap_future(self.submit(item, extra))
+        """await -> (score, components). No thread per call, and one wake-up of the event
+        loop per batch (not per item): the sender thread hands a batch's results to the
+        loop in one call_soon_threadsafe."""
+        loop = asyncio.get_running_loop()
+        sink = _AsyncSink(loop, loop.create_future())
+        with self._cond:
+            if self._closed:
+                raise VerlRewardError(_CANCELLED, "MicroBatcher is closed")
+            self._queue.append((item, extra, sink, time.monotonic()))
+            if len(self._queue) == 1 or len(self._queue) >= self.max_batch:
+                self._cond.notify()
+        return await sink.fut
 
     def _take(self):
         """Waits for a batch to be due; None once closed and drained."""
@@ -101,7 +111,8 @@ class MicroBatcher:
             self._send(batch)
 
     def _send(self, batch):
-        live = [b for b in batch if b[2].set_running_or_notify_cancel()]
+        live = [b for b in batch if _start(b[2])]
+        done = []                  # (sink, ok, value), delivered together at the end
         while live:
             inputs = [b[0] for b in live]
             extras = [b[1] for b in live]
@@ -112,22 +123,27 @@ class MicroBatcher:
             except VerlRewardError as e:
                 bad = getattr(e, "bad_seq", -1)
                 if isinstance(bad, int) and 0 <= bad < len(live) and len(live) > 1:
-                    live[bad][2].set_exception(e)       # only the named item fails
+                    done.append((live[bad][2], False, e))       # only the named item fails
                     live = live[:bad] + live[bad + 1:]
                     continue
-                return _fail(live, e)
+                done.extend((b[2], False, e) for b in live)
+                break
             except BaseException as e:     # a bug in score_fn must not kill the sender thread
-                return _fail(live, e)
+                done.extend((b[2], False, e) for b in live)
+                break
             n = len(live)
             if len(res.scores) != n:
-                return _fail(live, VerlRewardError(STATUS_VALUES["VR_ERR_MALFORMED"],
-                                                   "%d scores for a batch of %d" % (len(res.scores), n)))
+                err = VerlRewardError(STATUS_VALUES["VR_ERR_MALFORMED"],
+                                      "%d scores for a batch of %d" % (len(res.scores), n))
+                done.extend((b[2], False, err) for b in live)
+                break
             with self._cond:
                 self.batches_sent += 1
                 self.items_sent += n
-            for i, b in enumerate(live):
-                b[2].set_result((res.scores[i], {k: v[i] for k, v in res.components.items()}))
-            return None
+            done.extend((b[2], True, (res.scores[i], {k: v[i] for k, v in res.components.items()}))
+                        for i, b in enumerate(live))
+            break
+        _deliver(done)
 
     def close(self):
         """Stops the sender threads after the queued items were sent (idempotent)."""
@@ -145,6 +161,42 @@ class MicroBatcher:
         self.close()
 
 
-def _fail(items, err):
-    for b in items:
-        b[2].set_exception(err)
+class _AsyncSink:
+    """Where an awaiting coroutine's result goes: an asyncio future of `loop`."""
+    __slots__ = ("loop", "fut")
+
+    def __init__(self, loop, fut):
+        self.loop = loop
+        self.fut = fut
+
+
+def _start(sink):
+    """False when the caller gave up (cancelled) before the item was sent."""
+    if isinstance(sink, _AsyncSink):
+        return not sink.fut.cancelled()
+    return sink.set_running_or_notify_cancel()
+
+
+def _set_all(pairs):
+    for fut, ok, value in pairs:
+        if not fut.done():
+            if ok:
+                fut.set_result(value)
+            else:
+                fut.set_exception(value)
+
+
+def _deliver(done):
+    by_loop = {}
+    for sink, ok, value in done:
+        if isinstance(sink, _AsyncSink):
+            by_loop.setdefault(sink.loop, []).append((sink.fut, ok, value))
+        elif ok:
+            sink.set_result(value)
+        else:
+            sink.set_exception(value)
+    for loop, pairs in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_set_all, pairs)
+        except RuntimeError:       # the loop was closed meanwhile: nobody waits any more
+            pass

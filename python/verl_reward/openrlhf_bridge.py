@@ -199,13 +199,17 @@ def make_handler(service, model_name="verl-reward", data_source=None):
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024       # listen backlog: trainers open many connections at once (default 5)
+
+
 class Bridge:
     """The bridge server on (host, port) (port 0: a free one, see .port), serving on a
     daemon thread until close()."""
 
     def __init__(self, service, host="127.0.0.1", port=5000, model_name="verl-reward", data_source=None):
-        self.httpd = ThreadingHTTPServer((host, port), make_handler(service, model_name, data_source))
-        self.httpd.daemon_threads = True
+        self.httpd = _Server((host, port), make_handler(service, model_name, data_source))
         self.port = self.httpd.server_address[1]
         self.url = "http://%s:%d" % (host, self.port)
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="verl-reward-bridge", daemon=True)
