@@ -140,6 +140,22 @@ class MicroBatcherTest(unittest.TestCase):
         with self.assertRaises(verl_reward.VerlRewardError):
             b.submit("x")
 
+    def test_cancelled_coroutine_does_not_spoil_its_batch(self):
+        b = MicroBatcher(lambda items, ex: ScoreResult([float(x) for x in items], {}, 0, 0), max_batch=10,
+                         linger_s=0.05)
+
+        async def main():
+            tasks = [asyncio.create_task(b.score_async(i)) for i in range(4)]
+            await asyncio.sleep(0.001)
+            tasks[1].cancel()
+            return await asyncio.gather(*tasks, return_exceptions=True)
+
+        out = asyncio.run(main())
+        self.assertIsInstance(out[1], asyncio.CancelledError)
+        self.assertEqual([out[i][0] for i in (0, 2, 3)], [0.0, 2.0, 3.0])
+        self.assertEqual(b.items_sent, 3)
+        b.close()
+
     def test_linger_sends_a_lone_item(self):
         b = MicroBatcher(lambda items, ex: ScoreResult([7.0] * len(items), {}, 0, 0), max_batch=100,
                          linger_s=0.01)
