@@ -134,6 +134,9 @@ static int take_get_reward(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_r
     return fail(e, VR_ERR_MALFORMED, -1, "\"prompts\" must be a list as long as \"query\" (%d)", n);
   if (l && (!cJSON_IsArray(l) || cJSON_GetArraySize(l) != n))
     return fail(e, VR_ERR_MALFORMED, -1, "\"labels\" must be a list as long as \"query\" (%d)", n);
+  const cJSON *ds = cJSON_GetObjectItemCaseSensitive(root, "data_source"); /* extension: every sample's */
+  if (ds && !cJSON_IsString(ds) && !cJSON_IsNull(ds))
+    return fail(e, VR_ERR_MALFORMED, -1, "\"data_source\" must be a string (wrong type)");
   cJSON *ex = cJSON_AddArrayToObject(norm, "extras");
   if (!ex) return fail(e, VR_ERR_NOMEM, -1, "out of memory");
   const cJSON *qi = q->child, *pi = p ? p->child : NULL, *li = l ? l->child : NULL;
@@ -151,6 +154,8 @@ static int take_get_reward(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_r
       return fail(e, VR_ERR_NOMEM, -1, "out of memory");
     }
     cJSON_AddItemToArray(ex, o);
+    if (cJSON_IsString(ds) && !cJSON_AddStringToObject(o, "data_source", ds->valuestring))
+      return fail(e, VR_ERR_NOMEM, -1, "out of memory");
     if (li && !cJSON_IsNull(li)) {
       /* strings and numbers as vr_extras takes them; anything else as its JSON text */
       cJSON *gt = cJSON_IsString(li) || cJSON_IsNumber(li) ? cJSON_Duplicate(li, 0) : NULL;
@@ -170,8 +175,9 @@ static int take_get_reward(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_r
   return 0;
 }
 
-/* TEI's PredictInput: one text, a pair, or a batch of texts / pairs. Every form is text. */
-static int take_predict(cJSON *root, vr_compat_req_t *cr, vr_req_error_t *e) {
+/* TEI's PredictInput: one text, a pair, or a batch of texts / pairs. Every form is text; the
+ * extension "input_ids" ([[int]], one per text) gives the model its tokens. */
+static int take_predict(cJSON *root, cJSON *norm, vr_compat_req_t *cr, vr_req_error_t *e) {
   const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");
   const char *hint = "TEI's /predict takes texts only (token ids: POST /v1/score or /classify)";
   if (!in) return fail(e, VR_ERR_MALFORMED, -1, "missing \"inputs\" (a string, a pair [string, string] or a batch)");
@@ -179,7 +185,7 @@ static int take_predict(cJSON *root, vr_compat_req_t *cr, vr_req_error_t *e) {
   if (!cJSON_IsArray(in) || !in->child)
     return fail(e, VR_ERR_MALFORMED, -1, "\"inputs\" must be a string, a pair of strings or a batch of "
                 "[string] / [string, string] (%s)", cJSON_IsArray(in) ? "empty" : "wrong type");
-  int pairs = 0;
+  int pairs = 0, n = 1;
   if (cJSON_IsString(in->child)) { /* [a] is one text, [a, b] one pair, longer is refused */
     const int k = cJSON_GetArraySize(in);
     if (k > 2 || (k == 2 && !cJSON_IsString(in->child->next)))
@@ -194,9 +200,16 @@ static int take_predict(cJSON *root, vr_compat_req_t *cr, vr_req_error_t *e) {
         return fail(e, VR_ERR_MALFORMED, i, "inputs[%u] must be [string] or [string, string]", i);
       pairs |= k == 2;
     }
+    n = (int)i;
   }
   if (pairs) return fail(e, VR_ERR_UNSUPPORTED, -1, "\"inputs\": text pairs are not scored (a reward model scores one text)");
-  return text_unsupported(e, "inputs", hint);
+  cJSON *ids = cJSON_DetachItemFromObjectCaseSensitive(root, "input_ids");
+  if (!ids) return text_unsupported(e, "inputs", hint);
+  cJSON_AddItemToObject(norm, "input_ids", ids);
+  const int k = cJSON_IsArray(ids) && ids->child && cJSON_IsNumber(ids->child) ? 1 : cJSON_GetArraySize(ids);
+  if (cJSON_IsArray(ids) && k != n)
+    return fail(e, VR_ERR_MALFORMED, -1, "\"input_ids\" has %d sequences for %d texts in \"inputs\"", k, n);
+  return 0;
 }
 
 int vr_compat_parse(vr_compat_route_t r, const char *body, size_t len, const vr_scorer_t *sc, uint32_t max_seqs,
@@ -246,10 +259,10 @@ int vr_compat_parse(vr_compat_route_t r, const char *body, size_t len, const vr_
     field = "input_ids";
     rc = take_get_reward(root, norm, sc, e);
   } else if (r == VR_COMPAT_PREDICT) {
-    field = "inputs";
+    field = "input_ids";
     if (!(rc = opt_bool(root, "raw_scores", 0, &cr->activation, e))) {
       cr->activation = !cr->activation;
-      rc = take_predict(root, cr, e);
+      rc = take_predict(root, norm, cr, e);
     }
   } else {
     rc = fail(e, VR_ERR_INVAL, -1, "not a POST route");

@@ -16,11 +16,13 @@
  *   POST /get_reward      OpenRLHF {"query": [str], "prompts"?: [str|null], "labels"?: [...]}
  *                         -> {"rewards": [r], "scores": [r], "extra_logs": {component: [x]}}
  *                         label i -> extras ground_truth, query minus its prompt -> solution_str;
- *                         extension "input_ids": [[int]] gives the model its tokens.
+ *                         extensions: "input_ids": [[int]] (the model's tokens of each query),
+ *                         "data_source": str (every sample's, for the rules).
  *   POST /predict         TEI {"inputs": str | [str] | [str, str] | [[str] | [str, str], ...],
  *                              "raw_scores"?: bool}
  *                         -> [{"score", "label": "LABEL_0"}] (one input) or a list of those
- *                         (batch); score = sigmoid unless raw_scores (TEI's infer.rs).
+ *                         (batch); score = sigmoid unless raw_scores (TEI's infer.rs);
+ *                         extension "input_ids": [[int]], one per text.
  *   GET  /v1/models       OpenAI model list; GET /info TEI's Info.
  *
  * Text (str) inputs need a tokenizer; this server has none yet, so they are answered with

@@ -233,6 +233,13 @@ static void test_get_reward(void **state) {
   assert_string_equal(t, "{\"rewards\":[1,0,0],\"scores\":[1,0,0],\"extra_logs\":{\"gsm8k\":[1,0,0]}}\n");
   free(t);
   done(&p);
+  /* the data_source extension reaches every sample */
+  p = parse(VR_COMPAT_GET_REWARD, "{\"query\": [\"a\", \"b\"], \"data_source\": \"openai/gsm8k\"}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_string_equal(p.r.extras[1].data_source.ptr, "openai/gsm8k");
+  done(&p);
+  expect_error(VR_COMPAT_GET_REWARD, "{\"query\": [\"a\"], \"data_source\": 1}", &sc, VR_ERR_MALFORMED,
+               "\"data_source\" must be a string");
   /* prompts and labels may be left out (null labels: no ground truth) */
   p = parse(VR_COMPAT_GET_REWARD, "{\"query\": [\"a\"], \"labels\": [null]}", &sc);
   assert_int_equal(p.rc, 0);
@@ -279,6 +286,32 @@ static void test_predict(void **state) {
   expect_error(P, "{\"inputs\": 1}", &sc, VR_ERR_MALFORMED, "(wrong type)");
   expect_error(P, "{\"input\": \"a\"}", &sc, VR_ERR_MALFORMED, "missing \"inputs\"");
   expect_error(P, "{\"inputs\": \"a\", \"raw_scores\": \"yes\"}", &sc, VR_ERR_MALFORMED, "\"raw_scores\" must be true or false");
+  /* the input_ids extension (what the tokenizing bridge sends): TEI's reply shapes */
+  const float s1[1] = {0.0f}, s2[2] = {1.5f, -2.0f};
+  parsed_t p = parse(P, "{\"inputs\": \"ab\", \"input_ids\": [1, 2]}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.n_tokens, 2);
+  char *t = reply_text(&p, &sc, s1, NULL);
+  assert_string_equal(t, "[{\"score\":0.5,\"label\":\"LABEL_0\"}]\n");
+  free(t);
+  done(&p);
+  p = parse(P, "{\"inputs\": [[\"a\"], [\"b\"]], \"input_ids\": [[1], [2, 3]], \"raw_scores\": true}", &sc);
+  assert_int_equal(p.rc, 0);
+  t = reply_text(&p, &sc, s2, NULL);
+  assert_string_equal(t, "[[{\"score\":1.5,\"label\":\"LABEL_0\"}],[{\"score\":-2,\"label\":\"LABEL_0\"}]]\n");
+  free(t);
+  done(&p);
+  p = parse(P, "{\"inputs\": [\"one\"], \"input_ids\": [[4]]}", &sc); /* [str] is one text: a flat reply */
+  assert_int_equal(p.rc, 0);
+  t = reply_text(&p, &sc, s2, NULL);
+  assert_string_equal(t, "[{\"score\":0.817574501,\"label\":\"LABEL_0\"}]\n");
+  free(t);
+  done(&p);
+  expect_error(P, "{\"inputs\": [[\"a\"], [\"b\"]], \"input_ids\": [[1]]}", &sc, VR_ERR_MALFORMED,
+               "\"input_ids\" has 1 sequences for 2 texts");
+  expect_error(P, "{\"inputs\": \"a\", \"input_ids\": [[1], [2]]}", &sc, VR_ERR_MALFORMED, "has 2 sequences for 1 texts");
+  expect_error(P, "{\"inputs\": \"a\", \"input_ids\": [[1, -1]]}", &sc, VR_ERR_TOKEN_RANGE, "token id -1");
+  expect_error(P, "{\"inputs\": [\"q\", \"a\"], \"input_ids\": [[1]]}", &sc, VR_ERR_UNSUPPORTED, "text pairs");
 }
 
 /* Valid bodies mutated byte-wise: every accepted parse keeps the request invariants. */
@@ -289,7 +322,7 @@ static void test_mutations(void **state) {
     {VR_COMPAT_EMBEDDINGS, "{\"input\": [1, 2, 3]}"},
     {VR_COMPAT_GET_REWARD, "{\"query\": [\"Q #### 2\", \"b\"], \"prompts\": [\"Q\", null], \"labels\": [\"2\", 7], "
                            "\"input_ids\": [[1], [2, 3]]}"},
-    {VR_COMPAT_PREDICT, "{\"inputs\": [[\"a\"], [\"b\", \"c\"]], \"raw_scores\": true}"},
+    {VR_COMPAT_PREDICT, "{\"inputs\": [[\"a\"], [\"b\"]], \"raw_scores\": true, \"input_ids\": [[1], [2, 3]]}"},
   };
   vr_scorer_t sc = make_scorer("model:0.5,gsm8k:0.5", VR_SCORER_CHECKSUM);
   uint64_t st = vr_test_seed("test_http_compat mutations", 17);
