@@ -181,12 +181,13 @@ static int take_predict(cJSON *root, cJSON *norm, vr_compat_req_t *cr, vr_req_er
   const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");
   const char *hint = "TEI's /predict takes texts only (token ids: POST /v1/score or /classify)";
   if (!in) return fail(e, VR_ERR_MALFORMED, -1, "missing \"inputs\" (a string, a pair [string, string] or a batch)");
-  if (cJSON_IsString(in)) return text_unsupported(e, "inputs", hint);
-  if (!cJSON_IsArray(in) || !in->child)
+  if (!cJSON_IsString(in) && (!cJSON_IsArray(in) || !in->child))
     return fail(e, VR_ERR_MALFORMED, -1, "\"inputs\" must be a string, a pair of strings or a batch of "
                 "[string] / [string, string] (%s)", cJSON_IsArray(in) ? "empty" : "wrong type");
   int pairs = 0, n = 1;
-  if (cJSON_IsString(in->child)) { /* [a] is one text, [a, b] one pair, longer is refused */
+  if (cJSON_IsString(in)) {
+    /* one text */
+  } else if (cJSON_IsString(in->child)) { /* [a] is one text, [a, b] one pair, longer is refused */
     const int k = cJSON_GetArraySize(in);
     if (k > 2 || (k == 2 && !cJSON_IsString(in->child->next)))
       return fail(e, VR_ERR_MALFORMED, -1, "\"inputs\" as a list of strings is one text or one pair: %d items", k);
