@@ -42,6 +42,7 @@ from .errors import (
 )
 from .http import HttpPendingScore, HttpRewardClient
 from ._lib import LibraryNotFound, load_library
+from ._batch import PackedSequences, pack_padded
 
 __version__ = "0.1.0"
 
@@ -50,4 +51,5 @@ __all__ = [
     "VerlRewardError", "InvalidRequest", "SequenceFormError", "RequestTooLarge", "SequenceTooLong", "Timeout",
     "ServerGone", "ServerRestarted", "ShuttingDown", "Overloaded", "Busy", "NoLane",
     "ConnectFailed", "ServerError", "LibraryNotFound", "error_for", "load_library",
+    "PackedSequences", "pack_padded",
 ]
