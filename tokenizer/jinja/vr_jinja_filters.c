@@ -531,6 +531,20 @@ static bool parse_int_str(jj_str_t s, int base, int64_t *out) {
   bool neg = false;
   if (i < s.n && (s.p[i] == '+' || s.p[i] == '-')) neg = s.p[i++] == '-';
   if (i >= s.n) return false;
+  /* a 0x / 0o / 0b prefix matching the base (or picking it, for base 0) */
+  if (i + 1 < s.n && s.p[i] == '0') {
+    char k = (char)(s.p[i + 1] | 0x20);
+    int pb = k == 'x' ? 16 : k == 'o' ? 8 : k == 'b' ? 2 : 0;
+    if (pb && (base == pb || base == 0)) {
+      base = pb;
+      i += 2;
+      if (i < s.n && s.p[i] == '_') i++;
+    }
+  }
+  if (base == 0) {
+    if (s.n - i > 1 && s.p[i] == '0') return false; /* Python: no leading zeros in base 0 */
+    base = 10;
+  }
   uint64_t v = 0;
   bool any = false, last_us = false;
   for (; i < s.n; i++) {
@@ -605,10 +619,14 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
     if (v.t == JV_BOOL) return jj_int(v.u.b);
     if (v.t == JV_FLOAT) return jj_float(fabs(v.u.f));
     jj_rt_fail(c, VR_ERR_INVAL, "bad operand type for abs(): '%s'", jj_type_name(v));
-  case F_ATTR:
+  case F_ATTR: { /* Python getattr only: a dict's keys are not its attributes */
     BIND("name");
     if (!p[0]) jj_rt_fail(c, VR_ERR_INVAL, "attr needs a name");
-    return jj_getattr(c, v, need_str(c, "attr", *p[0]));
+    jj_str_t an = need_str(c, "attr", *p[0]);
+    if (v.t == JV_NS || v.t == JV_LOOP || v.t == JV_UNDEF || jj_has_method(v, an))
+      return jj_getattr(c, v, an);
+    return jj_undef((jj_str_t){"attr: no such attribute", 23});
+  }
   case F_BATCH: {
     BIND("linecount", "fill_with");
     if (!p[0]) jj_rt_fail(c, VR_ERR_INVAL, "batch needs linecount");
@@ -708,7 +726,8 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
     }
     if (v.t == JV_STR) {
       int64_t r;
-      if (base >= 2 && base <= 36 && parse_int_str(v.u.s, (int)base, &r)) return jj_int(r);
+      if ((base == 0 || (base >= 2 && base <= 36)) && parse_int_str(v.u.s, (int)base, &r))
+        return jj_int(r);
       double d;
       if (parse_float_str(c, v.u.s, &d) && isfinite(d) && fabs(d) < 9.2e18) return jj_int((int64_t)d);
     }
@@ -925,7 +944,7 @@ bool jj_apply_test(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *args, 
   size_t want = 0;
   switch (n->fid) {
   case T_DIVISIBLEBY: case T_EQ: case T_GE: case T_GT: case T_IN: case T_LE: case T_LT:
-  case T_NE: case T_SAMEAS: case T_FILTER: case T_TEST: want = 1; break;
+  case T_NE: case T_SAMEAS: want = 1; break;
   default: break;
   }
   if (nargs != want)
@@ -997,8 +1016,8 @@ bool jj_apply_test(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *args, 
   }
   case T_LOWER: return str_all(jj_tostr(c, v).u.s, false);
   case T_UPPER: return str_all(jj_tostr(c, v).u.s, true);
-  case T_FILTER: return jj_filter_id(need_str(c, "test 'filter'", args[0])) > 0;
-  case T_TEST: return jj_test_id(need_str(c, "test 'test'", args[0])) > 0;
+  case T_FILTER: return v.t == JV_STR && jj_filter_id(v.u.s) > 0;
+  case T_TEST: return v.t == JV_STR && jj_test_id(v.u.s) > 0;
   }
   jj_rt_fail(c, VR_ERR_INTERNAL, "test '%.*s' has no implementation", SPN(n->name));
 }
@@ -1116,7 +1135,8 @@ static jj_val_t str_method(jj_ctx_t *c, jj_str_t s, jj_str_t name, jj_val_t *arg
     }
     const char *f = name.p[0] == 'r' ? rfind_sub(s, s.n, sub) : find_sub(s, 0, sub);
     if (!f) {
-      if (name.p[0] == 'i' || name.p[1] == 'i') jj_rt_fail(c, VR_ERR_INVAL, "%s: substring not found", fname);
+      if (jj_streq(name, "index") || jj_streq(name, "rindex"))
+        jj_rt_fail(c, VR_ERR_INVAL, "%s: substring not found", fname);
       return jj_int(-1);
     }
     return jj_int((int64_t)jj_utf8_len((jj_str_t){s.p, (size_t)(f - s.p)}));
