@@ -208,7 +208,7 @@ jj_val_t jj_getitem(jj_ctx_t *c, jj_val_t obj, jj_val_t key) {
     if (obj.t == JV_DICT && jj_has_method(obj, key.u.s)) return jj_getattr(c, obj, key.u.s);
     return undef_msg(c, "'dict object' has no attribute '%.*s'", SP(key.u.s));
   }
-  if ((obj.t == JV_LIST || obj.t == JV_STR) && (key.t == JV_INT || key.t == JV_BOOL)) {
+  if ((jj_is_seq(obj) || obj.t == JV_STR) && (key.t == JV_INT || key.t == JV_BOOL)) {
     int64_t i = key.t == JV_INT ? key.u.i : key.u.b;
     int64_t n = obj.t == JV_LIST ? (int64_t)obj.u.l->n : (int64_t)jj_utf8_len(obj.u.s);
     if (i < 0) i += n;
@@ -262,7 +262,7 @@ static size_t slice_indices(jj_ctx_t *c, int64_t len, jj_val_t vs, jj_val_t ve, 
 static jj_val_t do_slice(jj_ctx_t *c, jj_val_t obj, jj_val_t a, jj_val_t b, jj_val_t s) {
   int64_t *idx;
   if (obj.t == JV_UNDEF) fail_undef(c, obj);
-  if (obj.t == JV_LIST) {
+  if (jj_is_seq(obj)) {
     size_t n = slice_indices(c, (int64_t)obj.u.l->n, a, b, s, &idx);
     jj_list_t *l = jj_list_new(c, n);
     for (size_t k = 0; k < n; k++) l->v[k] = obj.u.l->v[idx[k]];
@@ -392,15 +392,15 @@ static jj_val_t arith(jj_ctx_t *c, int op, jj_val_t a, jj_val_t b) {
     if (b.u.s.n) memcpy(p + a.u.s.n, b.u.s.p, b.u.s.n);
     return jj_strv(p, a.u.s.n + b.u.s.n);
   }
-  if (op == JT_ADD && a.t == JV_LIST && b.t == JV_LIST) {
+  if (op == JT_ADD && jj_is_seq(a) && jj_is_seq(b) && a.u.l->kind == b.u.l->kind) {
     jj_list_t *l = jj_list_new(c, a.u.l->n + b.u.l->n);
     if (a.u.l->n) memcpy(l->v, a.u.l->v, a.u.l->n * sizeof(jj_val_t));
     if (b.u.l->n) memcpy(l->v + a.u.l->n, b.u.l->v, b.u.l->n * sizeof(jj_val_t));
     return jj_listv(l);
   }
-  if (op == JT_MUL && (a.t == JV_STR || a.t == JV_LIST) && (b.t == JV_INT || b.t == JV_BOOL))
+  if (op == JT_MUL && (a.t == JV_STR || jj_is_seq(a)) && (b.t == JV_INT || b.t == JV_BOOL))
     return repeat(c, a, numi(b));
-  if (op == JT_MUL && (b.t == JV_STR || b.t == JV_LIST) && (a.t == JV_INT || a.t == JV_BOOL))
+  if (op == JT_MUL && (b.t == JV_STR || jj_is_seq(b)) && (a.t == JV_INT || a.t == JV_BOOL))
     return repeat(c, b, numi(a));
   if (op == JT_MOD && a.t == JV_STR)
     jj_rt_fail(c, VR_ERR_UNSUPPORTED, "printf-style string formatting ('%%') is not supported");
@@ -421,12 +421,15 @@ static bool contains(jj_ctx_t *c, jj_val_t container, jj_val_t item) {
     for (size_t i = 0; i + item.u.s.n <= container.u.s.n; i++)
       if (!memcmp(container.u.s.p + i, item.u.s.p, item.u.s.n)) return true;
     return false;
-  case JV_LIST:
-    for (size_t i = 0; i < container.u.l->n; i++)
-      if (jj_equal(container.u.l->v[i], item)) return true;
+  case JV_LIST: {
+    jj_list_t *l = jj_iter_items(c, container);
+    for (size_t i = 0; i < l->n; i++)
+      if (jj_equal(l->v[i], item)) return true;
     return false;
+  }
   case JV_DICT:
-  case JV_NS:
+    if (item.t == JV_LIST || item.t == JV_DICT || item.t == JV_NS)
+      jj_rt_fail(c, VR_ERR_INVAL, "unhashable type: '%s'", jj_type_name(item));
     return item.t == JV_STR && jj_dict_get(container.u.d, item.u.s) != NULL;
   default:
     jj_rt_fail(c, VR_ERR_INVAL, "argument of type '%s' is not iterable", jj_type_name(container));
@@ -436,9 +439,11 @@ static bool contains(jj_ctx_t *c, jj_val_t container, jj_val_t item) {
 jj_list_t *jj_iter_items(jj_ctx_t *c, jj_val_t v) {
   switch (v.t) {
   case JV_UNDEF: return jj_list_new(c, 0);
-  case JV_LIST: return v.u.l;
-  case JV_DICT:
-  case JV_NS: {
+  case JV_LIST:
+    if (v.u.l->err_status) /* a generator whose production failed: fails when consumed */
+      jj_fail(&c->err, v.u.l->err_status, "%s", v.u.l->err_msg);
+    return v.u.l;
+  case JV_DICT: {
     jj_list_t *l = jj_list_new(c, v.u.d->n);
     for (size_t i = 0; i < v.u.d->n; i++) l->v[i] = jj_strv(v.u.d->k[i].p, v.u.d->k[i].n);
     return l;
@@ -748,7 +753,7 @@ static jj_val_t eval_inner(rt_t *R, const jj_node_t *n) {
   case JN_TUPLE: {
     jj_list_t *l = jj_list_new(c, n->n1);
     for (size_t i = 0; i < n->n1; i++) l->v[i] = eval(R, n->l1[i]);
-    l->tuple = n->kind == JN_TUPLE;
+    l->kind = n->kind == JN_TUPLE ? JL_TUPLE : JL_LIST;
     return jj_listv(l);
   }
   case JN_DICT: {
@@ -796,7 +801,7 @@ static void assign(rt_t *R, jj_scope_t *s, const jj_node_t *target, jj_val_t v) 
     return;
   }
   /* tuple unpacking */
-  jj_list_t *items = (v.t == JV_LIST) ? v.u.l : (v.t == JV_STR || v.t == JV_DICT) ? jj_iter_items(c, v) : NULL;
+  jj_list_t *items = (v.t == JV_LIST || v.t == JV_STR || v.t == JV_DICT) ? jj_iter_items(c, v) : NULL;
   if (!items)
     jj_rt_fail(c, VR_ERR_INVAL, "cannot unpack non-iterable %s object", jj_type_name(v));
   if (items->n != target->n1)
@@ -1028,11 +1033,15 @@ static int render_vals(const vr_jinja_t *t, const cJSON *context, const vr_jinja
   else vr_jinja_opts_default(&c->opts);
   if (c->opts.max_depth < 1) c->opts.max_depth = 1;
   c->arena.cap = c->opts.max_memory;
-  c->err.buf = err;
-  c->err.len = errlen;
+  c->err.buf = c->msg;
+  c->err.len = sizeof c->msg;
   int rc = 0;
-  if (setjmp(c->err.jb)) rc = c->err.status;
-  else render_top(c, t, context, chat, out, outlen);
+  if (setjmp(c->err.jb)) {
+    rc = c->err.status;
+    set_err(err, errlen, c->msg);
+  } else {
+    render_top(c, t, context, chat, out, outlen);
+  }
   jj_arena_free(&c->arena);
   free(c);
   return rc;

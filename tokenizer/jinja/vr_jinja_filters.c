@@ -4,6 +4,7 @@
  * makes them). Case mapping is ASCII only and refuses text whose letters are outside ASCII but
  * could change case, instead of guessing. */
 #include <math.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,7 +135,9 @@ static int64_t py_len(jj_ctx_t *c, jj_val_t v) {
   switch (v.t) {
   case JV_UNDEF: return 0;
   case JV_STR: return (int64_t)jj_utf8_len(v.u.s);
-  case JV_LIST: return (int64_t)v.u.l->n;
+  case JV_LIST:
+    if (v.u.l->kind == JL_GEN) jj_rt_fail(c, VR_ERR_INVAL, "object of type 'generator' has no len()");
+    return (int64_t)v.u.l->n;
   case JV_DICT: return (int64_t)v.u.d->n;
   case JV_LOOP: return (int64_t)v.u.loop->items->n;
   default: jj_rt_fail(c, VR_ERR_INVAL, "object of type '%s' has no len()", jj_type_name(v));
@@ -444,6 +447,7 @@ static void merge_sort(jj_ctx_t *c, sortkey_t *a, sortkey_t *tmp, size_t n, bool
 
 static jj_val_t filt_select(jj_ctx_t *c, jj_val_t v, jj_val_t *args, size_t nargs, bool attr,
                             bool want) {
+  if (!jj_truthy(v)) return jj_listv(jj_list_new(c, 0)); /* jinja2: `if value:` first */
   jj_list_t *items = jj_iter_items(c, v);
   size_t off = attr ? 1 : 0;
   if (attr && nargs < 1) jj_rt_fail(c, VR_ERR_INVAL, "selectattr/rejectattr need an attribute");
@@ -465,7 +469,10 @@ static jj_val_t filt_select(jj_ctx_t *c, jj_val_t v, jj_val_t *args, size_t narg
 }
 
 static jj_val_t filt_indent(jj_ctx_t *c, jj_val_t v, jj_val_t **p) {
-  jj_str_t s = jj_tostr(c, v).u.s;
+  /* jinja2 does `s += "\n"` on the value itself: anything but a string fails there */
+  if (v.t == JV_UNDEF) fail_undef(c, v);
+  if (v.t != JV_STR) jj_rt_fail(c, VR_ERR_INVAL, "indent: expected a string, got %s", jj_type_name(v));
+  jj_str_t s = v.u.s;
   jj_str_t ind;
   if (!p[0]) ind = (jj_str_t){"    ", 4};
   else if (p[0]->t == JV_STR) ind = p[0]->u.s;
@@ -598,8 +605,8 @@ static jj_val_t filt_round(jj_ctx_t *c, jj_val_t v, jj_val_t **p) {
   jj_rt_fail(c, VR_ERR_INVAL, "round: method must be common, ceil or floor");
 }
 
-jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *args,
-                         size_t nargs, jj_str_t *kwn, jj_val_t *kwv, size_t nkw) {
+static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *args,
+                             size_t nargs, jj_str_t *kwn, jj_val_t *kwv, size_t nkw) {
   jj_val_t *p[6];
 #define BIND(...)                                                                          \
   do {                                                                                     \
@@ -666,7 +673,7 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
     sortkey_t *a = jj_alloc(c, (m + 1) * sizeof *a), *tmp = jj_alloc(c, (m + 1) * sizeof *a);
     for (size_t i = 0; i < m; i++) {
       jj_list_t *pair = jj_list_new(c, 2);
-      pair->tuple = true;
+      pair->kind = JL_TUPLE;
       pair->v[0] = jj_strv(v.u.d->k[i].p, v.u.d->k[i].n);
       pair->v[1] = v.u.d->v[i];
       a[i].item = jj_listv(pair);
@@ -701,6 +708,8 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
   }
   case F_LAST: {
     NOARGS();
+    if (v.t == JV_LIST && v.u.l->kind == JL_GEN)
+      jj_rt_fail(c, VR_ERR_INVAL, "last: 'generator' object is not reversible");
     jj_list_t *items = jj_iter_items(c, v);
     if (items->n == 0) return jj_undef((jj_str_t){"No last item, sequence was empty.", 33});
     return items->v[items->n - 1];
@@ -708,6 +717,7 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
   case F_FLOAT: {
     BIND("default");
     jj_val_t def = p[0] ? *p[0] : jj_float(0.0);
+    if (v.t == JV_UNDEF) fail_undef(c, v); /* float(Undefined) raises */
     if (v.t == JV_FLOAT) return v;
     if (v.t == JV_INT || v.t == JV_BOOL) return jj_float(numf(v));
     double d;
@@ -718,6 +728,7 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
     BIND("default", "base");
     jj_val_t def = p[0] ? *p[0] : jj_int(0);
     int64_t base = p[1] ? need_int(c, "int base", *p[1]) : 10;
+    if (v.t == JV_UNDEF) fail_undef(c, v); /* int(Undefined) raises */
     if (v.t == JV_INT) return v;
     if (v.t == JV_BOOL) return jj_int(v.u.b);
     if (v.t == JV_FLOAT) {
@@ -737,7 +748,9 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
     NOARGS();
     if (v.t == JV_UNDEF) return jj_listv(jj_list_new(c, 0));
     if (v.t != JV_DICT) jj_rt_fail(c, VR_ERR_INVAL, "items: can only get item pairs from a mapping");
-    return jj_call_method(c, v, (jj_str_t){"items", 5}, NULL, 0, NULL, NULL, 0);
+    jj_val_t r = jj_call_method(c, v, (jj_str_t){"items", 5}, NULL, 0, NULL, NULL, 0);
+    r.u.l->kind = JL_LIST; /* made a generator by the caller */
+    return r;
   }
   case F_JOIN: {
     BIND("d", "attribute");
@@ -769,6 +782,7 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
     NOARGS();
     return map_case(c, jj_tostr(c, v).u.s, CASE_JTITLE, "title");
   case F_MAP: {
+    if (!jj_truthy(v)) return jj_listv(jj_list_new(c, 0)); /* jinja2: `if value:` first */
     jj_list_t *items = jj_iter_items(c, v);
     jj_list_t *out = jj_list_new(c, items->n);
     bool by_attr = false;
@@ -835,9 +849,14 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
       for (size_t i = ch->n; i-- > 0;) jj_buf_put(c, &b, ch->v[i].u.s.p, ch->v[i].u.s.n);
       return sv(c, &b);
     }
+    /* reversed(x) for lists, tuples and views is an iterator; a generator is not
+       reversible, so jinja2 falls back to a reversed list */
+    bool was_gen = v.t == JV_LIST && v.u.l->kind == JL_GEN;
     jj_list_t *items = jj_iter_items(c, v);
     jj_list_t *out = jj_list_new(c, items->n);
     for (size_t i = 0; i < items->n; i++) out->v[i] = items->v[items->n - 1 - i];
+    out->kind = (was_gen || v.t != JV_LIST) ? JL_LIST : JL_GEN;
+    if (v.t == JV_DICT) out->kind = JL_GEN;
     return jj_listv(out);
   }
   case F_ROUND:
@@ -924,6 +943,40 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
   jj_rt_fail(c, VR_ERR_INTERNAL, "filter '%.*s' has no implementation", SPN(n->name));
 }
 
+/* The filters that are generators in jinja2: their result is a JL_GEN, and an error while
+ * making it is kept in the generator and raised only when something consumes it (a template
+ * that merely tests `{% if xs | select(...) %}` never fails, and is always true, in jinja2).
+ * Bounds (VR_ERR_TOO_LARGE) and allocation failures are raised at once. */
+static bool is_lazy(int fid) {
+  return fid == F_MAP || fid == F_SELECT || fid == F_REJECT || fid == F_SELECTATTR ||
+         fid == F_REJECTATTR || fid == F_UNIQUE || fid == F_ITEMS || fid == F_BATCH;
+}
+
+jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *args,
+                         size_t nargs, jj_str_t *kwn, jj_val_t *kwv, size_t nkw) {
+  if (!is_lazy(n->fid)) return filter_eager(c, n, v, args, nargs, kwn, kwv, nkw);
+  jmp_buf saved;
+  memcpy(&saved, &c->err.jb, sizeof saved);
+  int depth = c->depth, line = c->line;
+  jj_buf_t *out = c->out;
+  if (setjmp(c->err.jb)) {
+    memcpy(&c->err.jb, &saved, sizeof saved);
+    c->depth = depth;
+    c->line = line;
+    c->out = out;
+    if (c->err.status == VR_ERR_TOO_LARGE || c->err.status == VR_ERR_NOMEM) longjmp(c->err.jb, 1);
+    jj_list_t *g = jj_list_new(c, 0);
+    g->kind = JL_GEN;
+    g->err_status = c->err.status;
+    g->err_msg = jj_mkstr(c, c->msg, strlen(c->msg)).u.s.p;
+    return jj_listv(g);
+  }
+  jj_val_t r = filter_eager(c, n, v, args, nargs, kwn, kwv, nkw);
+  memcpy(&c->err.jb, &saved, sizeof saved);
+  r.u.l->kind = JL_GEN;
+  return r;
+}
+
 /* ---- tests ------------------------------------------------------------------------------- */
 
 static bool str_all(jj_str_t s, bool upper) {
@@ -964,7 +1017,7 @@ bool jj_apply_test(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *args, 
   case T_STRING: return v.t == JV_STR;
   case T_MAPPING: return v.t == JV_DICT;
   case T_ITERABLE: return v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF;
-  case T_SEQUENCE: return v.t == JV_STR || v.t == JV_LIST || v.t == JV_DICT || v.t == JV_UNDEF;
+  case T_SEQUENCE: return v.t == JV_STR || jj_is_seq(v) || v.t == JV_DICT || v.t == JV_UNDEF;
   case T_ESCAPED: return false;
   case T_ODD:
   case T_EVEN: {
@@ -1058,7 +1111,7 @@ bool jj_has_method(jj_val_t self, jj_str_t name) {
 }
 
 static bool prefix_match(jj_ctx_t *c, jj_str_t s, jj_val_t arg, bool suffix) {
-  if (arg.t == JV_LIST && arg.u.l->tuple) {
+  if (arg.t == JV_LIST && arg.u.l->kind == JL_TUPLE) {
     for (size_t i = 0; i < arg.u.l->n; i++)
       if (prefix_match(c, s, arg.u.l->v[i], suffix)) return true;
     return false;
@@ -1196,13 +1249,14 @@ jj_val_t jj_call_method(jj_ctx_t *c, jj_val_t self, jj_str_t name, jj_val_t *arg
     if (jj_streq(name, "items") || jj_streq(name, "keys") || jj_streq(name, "values")) {
       bind(c, "dict method", NULL, 0, args, nargs, kwn, kwv, nkw, p);
       jj_list_t *l = jj_list_new(c, d->n);
+      l->kind = name.p[0] == 'k' ? JL_KEYS : name.p[0] == 'v' ? JL_VALUES : JL_ITEMS;
       for (size_t i = 0; i < d->n; i++) {
         jj_val_t k = jj_strv(d->k[i].p, d->k[i].n);
         if (name.p[0] == 'k') l->v[i] = k;
         else if (name.p[0] == 'v') l->v[i] = d->v[i];
         else {
           jj_list_t *pair = jj_list_new(c, 2);
-          pair->tuple = true;
+          pair->kind = JL_TUPLE;
           pair->v[0] = k;
           pair->v[1] = d->v[i];
           l->v[i] = jj_listv(pair);

@@ -44,7 +44,7 @@ typedef enum {
   JV_INT,
   JV_FLOAT,
   JV_STR,
-  JV_LIST,   /* also tuples: jinja2 treats them alike for everything templates do */
+  JV_LIST,   /* list, tuple, generator or dict view: jj_list_t.kind says which */
   JV_DICT,
   JV_NS,     /* namespace(): a dict whose entries `set ns.x` may change */
   JV_MACRO,
@@ -75,10 +75,19 @@ typedef struct jj_val {
   } u;
 } jj_val_t;
 
+/* What Python object a JV_LIST stands for. Filters such as map/select/unique/items/batch
+ * return generators in jinja2: always true, no len(), not printable (jinja2 would print an
+ * address), not subscriptable; an error while producing one is kept (err) and raised when it
+ * is consumed, as Python's laziness would. dict.keys()/values()/items() are views: they print
+ * as dict_keys([...]) and have a len() but no subscript. */
+typedef enum { JL_LIST = 0, JL_TUPLE, JL_GEN, JL_KEYS, JL_VALUES, JL_ITEMS } jj_list_kind_t;
+
 struct jj_list {
   size_t n;
   jj_val_t *v;
-  bool tuple; /* printed as (a, b); otherwise a list */
+  jj_list_kind_t kind;
+  int err_status;      /* JL_GEN: the deferred error (0: none) */
+  const char *err_msg;
 };
 
 struct jj_dict {
@@ -205,7 +214,8 @@ typedef struct jj_buf {
 
 typedef struct jj_ctx {
   jj_arena_t arena;
-  jj_errbuf_t err;
+  jj_errbuf_t err;     /* err.buf is msg below; copied to the caller's buffer at the end */
+  char msg[768];
   int status;
   vr_jinja_opts_t opts;
   uint64_t steps;
@@ -240,6 +250,7 @@ jj_val_t jj_none(void);
 jj_val_t jj_undef(jj_str_t name);
 jj_list_t *jj_list_new(jj_ctx_t *c, size_t n);
 jj_val_t jj_listv(jj_list_t *l);
+bool jj_is_seq(jj_val_t v);  /* a real list or tuple (not a generator or a view) */
 jj_dict_t *jj_dict_new(jj_ctx_t *c);
 void jj_dict_set(jj_ctx_t *c, jj_dict_t *d, jj_str_t k, jj_val_t v);
 jj_val_t *jj_dict_get(const jj_dict_t *d, jj_str_t k);

@@ -129,6 +129,9 @@ jj_val_t jj_listv(jj_list_t *l) {
   v.u.l = l;
   return v;
 }
+bool jj_is_seq(jj_val_t v) {
+  return v.t == JV_LIST && (v.u.l->kind == JL_LIST || v.u.l->kind == JL_TUPLE);
+}
 jj_dict_t *jj_dict_new(jj_ctx_t *c) { return jj_alloc(c, sizeof(jj_dict_t)); }
 
 bool jj_streq(jj_str_t a, const char *lit) {
@@ -174,7 +177,7 @@ bool jj_truthy(jj_val_t v) {
   case JV_INT: return v.u.i != 0;
   case JV_FLOAT: return v.u.f != 0.0;
   case JV_STR: return v.u.s.n > 0;
-  case JV_LIST: return v.u.l->n > 0;
+  case JV_LIST: return v.u.l->kind == JL_GEN || v.u.l->n > 0; /* a generator is always true */
   case JV_DICT: return v.u.d->n > 0;
   default: return true;
   }
@@ -188,7 +191,11 @@ const char *jj_type_name(jj_val_t v) {
   case JV_INT: return "int";
   case JV_FLOAT: return "float";
   case JV_STR: return "str";
-  case JV_LIST: return "list";
+  case JV_LIST: {
+    static const char *const names[] = {"list", "tuple", "generator", "dict_keys", "dict_values",
+                                        "dict_items"};
+    return names[v.u.l->kind];
+  }
   case JV_DICT: return "dict";
   case JV_NS: return "Namespace";
   case JV_MACRO: return "Macro";
@@ -215,6 +222,8 @@ bool jj_equal(jj_val_t a, jj_val_t b) {
   case JV_UNDEF: case JV_NONE: return true;
   case JV_STR: return str_eq(a.u.s, b.u.s);
   case JV_LIST:
+    if (a.u.l == b.u.l) return true;
+    if (a.u.l->kind != b.u.l->kind || a.u.l->kind == JL_GEN) return false;
     if (a.u.l->n != b.u.l->n) return false;
     for (size_t i = 0; i < a.u.l->n; i++)
       if (!jj_equal(a.u.l->v[i], b.u.l->v[i])) return false;
@@ -249,7 +258,7 @@ int jj_compare(jj_ctx_t *c, jj_val_t a, jj_val_t b) {
     if (r) return r;
     return a.u.s.n < b.u.s.n ? -1 : a.u.s.n > b.u.s.n ? 1 : 0;
   }
-  if (a.t == JV_LIST && b.t == JV_LIST) {
+  if (jj_is_seq(a) && jj_is_seq(b) && a.u.l->kind == b.u.l->kind) {
     size_t m = a.u.l->n < b.u.l->n ? a.u.l->n : b.u.l->n;
     for (size_t i = 0; i < m; i++) {
       if (jj_equal(a.u.l->v[i], b.u.l->v[i])) continue;
@@ -457,15 +466,23 @@ void jj_print(jj_ctx_t *c, jj_buf_t *b, jj_val_t v) {
   case JV_INT: put_int(c, b, v.u.i); return;
   case JV_FLOAT: put_float(c, b, v.u.f, false); return;
   case JV_STR: jj_buf_put(c, b, v.u.s.p, v.u.s.n); return;
-  case JV_LIST:
-    jj_buf_putc(c, b, v.u.l->tuple ? '(' : '[');
+  case JV_LIST: {
+    jj_list_kind_t k = v.u.l->kind;
+    if (k == JL_GEN)
+      jj_rt_fail(c, VR_ERR_UNSUPPORTED,
+                 "printing a generator (the result of map/select/unique/items/batch/reverse "
+                 "without |list) is not supported: jinja2 prints its memory address");
+    if (k >= JL_KEYS) buf_puts(c, b, k == JL_KEYS ? "dict_keys(" : k == JL_VALUES ? "dict_values(" : "dict_items(");
+    jj_buf_putc(c, b, k == JL_TUPLE ? '(' : '[');
     for (size_t i = 0; i < v.u.l->n; i++) {
       if (i) jj_buf_put(c, b, ", ", 2);
       jj_repr(c, b, v.u.l->v[i]);
     }
-    if (v.u.l->tuple && v.u.l->n == 1) jj_buf_putc(c, b, ',');
-    jj_buf_putc(c, b, v.u.l->tuple ? ')' : ']');
+    if (k == JL_TUPLE && v.u.l->n == 1) jj_buf_putc(c, b, ',');
+    jj_buf_putc(c, b, k == JL_TUPLE ? ')' : ']');
+    if (k >= JL_KEYS) jj_buf_putc(c, b, ')');
     return;
+  }
   case JV_DICT:
     jj_buf_putc(c, b, '{');
     for (size_t i = 0; i < v.u.d->n; i++) {
@@ -551,6 +568,9 @@ void jj_json(jj_ctx_t *c, jj_buf_t *b, jj_val_t v, const jj_json_opts_t *o, int 
   case JV_FLOAT: put_float(c, b, v.u.f, true); return;
   case JV_STR: json_str(c, b, v.u.s, o->ensure_ascii); return;
   case JV_LIST:
+    if (!jj_is_seq(v))
+      jj_rt_fail(c, VR_ERR_INVAL, "tojson: Object of type %s is not JSON serializable",
+                 jj_type_name(v));
     if (v.u.l->n == 0) {
       buf_puts(c, b, "[]");
       return;
