@@ -10,6 +10,8 @@
 VR_DEB_PACKAGES=(cmake make gcc pkg-config python3 libevent-dev libmsgpack-dev
                  libcjson-dev libyaml-dev libopenmpi-dev openmpi-bin libcmocka-dev valgrind clang procps
                  python3-pip python3-setuptools python3-wheel python3-numpy librsvg2-bin systemd python3-yaml)
+# python3-jinja2: tests/jinja's differential test renders random templates with real jinja2
+VR_DEB_PACKAGES+=(python3-jinja2)
 
 vr_install_deps() {
   local missing=() p

@@ -4,12 +4,18 @@
  * template's raise_exception, say) must fail here too, with the template's message.
  *   {"name": ..., "template": "...", "bos_token": "...", "eos_token": "...",
  *    "cases": [{"id": ..., "messages": [...], "add_generation_prompt": b, "tools": [...],
- *               "extra": {...}, "expected": "..."} | {..., "error": "..."}]} */
+ *               "extra": {...}, "expected": "..."} | {..., "error": "..."}]}
+ *
+ * test_jinja_golden --cases FILE [--max-refused-pct P]: the differential mode of
+ * tests/jinja/jinja_diff.py: FILE holds {"cases": [{"id", "template", "context", "expected" |
+ * "error"}]} rendered by jinja2; a case the engine refuses as unsupported (VR_ERR_UNSUPPORTED)
+ * counts as refused, at most P percent of them (default 0). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "verl_reward/status.h"
 #include "vr_jinja.h"
 
 static char *slurp(const char *path) {
@@ -120,7 +126,60 @@ static int run_file(const char *path, int *ncases) {
   return fails;
 }
 
+static int run_cases(const char *path, double max_refused_pct) {
+  char *text = slurp(path);
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  if (!root) {
+    fprintf(stderr, "%s: cannot read or not JSON\n", path);
+    return 1;
+  }
+  const cJSON *c;
+  int n = 0, fails = 0, refused = 0;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(root, "cases")) {
+    const char *id = str_or_null(c, "id"), *src = str_or_null(c, "template");
+    const char *want = str_or_null(c, "expected");
+    char err[1024];
+    vr_jinja_t *t;
+    char *out = NULL;
+    size_t ol = 0;
+    n++;
+    int rc = vr_jinja_compile(src, strlen(src), &t, err, sizeof err);
+    if (rc == 0) {
+      rc = vr_jinja_render(t, cJSON_GetObjectItemCaseSensitive(c, "context"), NULL, &out, &ol,
+                           err, sizeof err);
+      vr_jinja_free(t);
+    }
+    if (want && rc == VR_ERR_UNSUPPORTED) {
+      refused++;
+    } else if (want && rc != 0) {
+      fprintf(stderr, "[%s] failed where jinja2 rendered: %s\n  template: %s\n", id, err, src);
+      fails++;
+    } else if (want && (ol != strlen(want) || memcmp(out, want, ol) != 0)) {
+      fprintf(stderr, "[%s] differs from jinja2\n  template: %s\n  want: [%s]\n  got:  [%s]\n",
+              id, src, want, out);
+      fails++;
+    } else if (!want && rc == 0) {
+      fprintf(stderr, "[%s] jinja2 raised %s, we rendered [%s]\n  template: %s\n", id,
+              str_or_null(c, "error"), out, src);
+      fails++;
+    }
+    free(out);
+  }
+  cJSON_Delete(root);
+  printf("test_jinja_golden --cases: %d cases, %d failures, %d refused as unsupported\n", n, fails,
+         refused);
+  if (n == 0) return 1;
+  if (refused * 100.0 > max_refused_pct * n) {
+    fprintf(stderr, "too many refusals (%d of %d)\n", refused, n);
+    return 1;
+  }
+  return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 3 && strcmp(argv[1], "--cases") == 0)
+    return run_cases(argv[2], argc >= 5 && strcmp(argv[3], "--max-refused-pct") == 0 ? atof(argv[4]) : 0.0);
   if (argc < 2) {
     fprintf(stderr, "usage: test_jinja_golden FIXTURE_DIR\n");
     return 2;
