@@ -576,6 +576,67 @@ static int set_special(vr_tok_t *tok, int which, const cJSON *v) {
 
 static const char *const SPECIAL_KEYS[4] = {"bos_token", "eos_token", "pad_token", "unk_token"};
 
+/* Special tokens the config names (and class defaults) become special added tokens when the
+ * model vocab holds them, as transformers' from_pretrained does. */
+static int add_named_special(vr_tok_t *tok, const cJSON *v) {
+  const char *s = cJSON_IsString(v) ? v->valuestring : cJSON_IsObject(v) ? vr_tok_jstr(v, "content") : NULL;
+  if (!s) return 0;
+  int found;
+  vr_tok_map_get(&tok->added_by_content, s, strlen(s), &found);
+  if (found) return 0;
+  int32_t id = vr_tok_map_get(&tok->model.vocab, s, strlen(s), NULL);
+  if (id < 0) return 0;
+  return add_token(tok, s, id, 1, 0, 0, 0, 0);
+}
+
+/* transformers 5 rebuilds parts of the pipeline in some tokenizer classes instead of taking
+ * tokenizer.json as it is (seen with the fixtures of tests/fixtures/tokenizers: the effective pipeline that
+ * transformers' backend_tokenizer reports). We apply the same, keyed on tokenizer_class:
+ *   LlamaTokenizer(Fast): no normalizer; pre_tokenizer Metaspace("▁", prepend_scheme, split=false)
+ *     with prepend_scheme "never" when add_prefix_space is false, else "first" when legacy is
+ *     false, else "always" (legacy absent or null counts as true)
+ *   GemmaTokenizer(Fast): mask_token "<mask>" by default (a special added token when in vocab)
+ * Every class: bos/eos/unk/pad/mask/cls/sep and additional_special_tokens named in the config
+ * are special added tokens. Other classes (PreTrainedTokenizerFast, TokenizersBackend,
+ * Qwen2Tokenizer, ...) use tokenizer.json's pipeline unchanged. */
+static int apply_class_rules(vr_tok_t *tok, const cJSON *root, const char *file, char *err, size_t errlen) {
+  const char *cls = vr_tok_jstr(root, "tokenizer_class");
+  int rc = 0;
+  if (cls && (!strcmp(cls, "LlamaTokenizer") || !strcmp(cls, "LlamaTokenizerFast"))) {
+    int aps = vr_tok_jbool(root, "add_prefix_space", 1), legacy = vr_tok_jbool(root, "legacy", 1);
+    if (aps < 0 || legacy < 0) {
+      vr_tok_seterr(err, errlen, "%s: add_prefix_space / legacy is not a boolean", file);
+      return VR_ERR_MODEL_FORMAT;
+    }
+    vr_tok_pre_t *p = calloc(1, sizeof *p);
+    if (!p) return VR_ERR_NOMEM;
+    p->type = VR_TOK_PRE_METASPACE;
+    p->replacement = 0x2581;
+    p->prepend_scheme = !aps ? VR_TOK_PREPEND_NEVER : !legacy ? VR_TOK_PREPEND_FIRST : VR_TOK_PREPEND_ALWAYS;
+    p->split = 0;
+    vr_tok_norm_free(tok->norm);
+    tok->norm = NULL;
+    vr_tok_pre_free(tok->pre);
+    tok->pre = p;
+  }
+  if (cls && (!strcmp(cls, "GemmaTokenizer") || !strcmp(cls, "GemmaTokenizerFast")) &&
+      !cJSON_GetObjectItemCaseSensitive(root, "mask_token")) {
+    cJSON *m = cJSON_CreateString("<mask>");
+    rc = m ? add_named_special(tok, m) : VR_ERR_NOMEM;
+    cJSON_Delete(m);
+  }
+  static const char *const keys[] = {"bos_token", "eos_token", "unk_token", "pad_token", "mask_token", "cls_token",
+                                     "sep_token"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !rc; i++)
+    rc = add_named_special(tok, cJSON_GetObjectItemCaseSensitive(root, keys[i]));
+  const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "additional_special_tokens"), *e;
+  if (cJSON_IsArray(extra)) cJSON_ArrayForEach(e, extra) {
+      if (rc) break;
+      rc = add_named_special(tok, e);
+    }
+  return rc;
+}
+
 static int parse_config(vr_tok_t *tok, const char *json, size_t len, const char *file, char *err, size_t errlen) {
   cJSON *root = cJSON_ParseWithLength(json, len);
   if (!root || !cJSON_IsObject(root)) {
@@ -606,6 +667,7 @@ static int parse_config(vr_tok_t *tok, const char *json, size_t len, const char 
       if ((rc = parse_added_obj(tok, e, (int32_t)id, file, "added_tokens_decoder", err, errlen))) break;
     }
   }
+  if (!rc) rc = apply_class_rules(tok, root, file, err, errlen);
   const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
   if (!rc && cJSON_IsString(ct)) {
     tok->templates = calloc(1, sizeof *tok->templates);
