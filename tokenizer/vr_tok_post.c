@@ -152,7 +152,7 @@ int vr_tok_post_apply(const vr_tok_post_t *p, vr_tok_ids_t *ids) {
   for (size_t i = 0; i < p->npre + p->npost; i++)
     if (vr_tok_ids_push(ids, 0)) return VR_ERR_NOMEM;
   memmove(ids->v + p->npre, ids->v, n * sizeof *ids->v);
-  memcpy(ids->v, p->pre, p->npre * sizeof *ids->v);
-  memcpy(ids->v + p->npre + n, p->post, p->npost * sizeof *ids->v);
+  if (p->npre) memcpy(ids->v, p->pre, p->npre * sizeof *ids->v);
+  if (p->npost) memcpy(ids->v + p->npre + n, p->post, p->npost * sizeof *ids->v);
   return 0;
 }

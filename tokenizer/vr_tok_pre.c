@@ -126,7 +126,7 @@ static int split_piece(vr_tok_ctx_t *c, const vr_tok_piece_t *pc, const vr_tok_r
       else sp.v[--w] = x;
       prev = x.m;
     }
-    memmove(sp.v, sp.v + w, (sp.n - w) * sizeof *sp.v);
+    if (sp.n - w) memmove(sp.v, sp.v + w, (sp.n - w) * sizeof *sp.v);
     k = sp.n - w;
     break;
   }

@@ -513,6 +513,12 @@ static int parse_added_obj(vr_tok_t *tok, const cJSON *e, int32_t id, const char
 
 static int parse_tokenizer_json(vr_tok_t *tok, const char *json, size_t len, const char *file, char *err,
                                 size_t errlen) {
+  /* HF reads the file with serde_json, which takes UTF-8 only; every string below is then UTF-8 */
+  size_t bad = vr_tok_utf8_check(json, len);
+  if (bad != len) {
+    vr_tok_seterr(err, errlen, "%s: not a tokenizer: not valid UTF-8 (byte %zu)", file, bad);
+    return VR_ERR_MODEL_FORMAT;
+  }
   cJSON *root = cJSON_ParseWithLength(json, len);
   if (!root || !cJSON_IsObject(root)) {
     const char *at = cJSON_GetErrorPtr();
@@ -638,7 +644,7 @@ static int apply_class_rules(vr_tok_t *tok, const cJSON *root, const char *file,
 }
 
 static int parse_config(vr_tok_t *tok, const char *json, size_t len, const char *file, char *err, size_t errlen) {
-  cJSON *root = cJSON_ParseWithLength(json, len);
+  cJSON *root = vr_tok_utf8_check(json, len) == len ? cJSON_ParseWithLength(json, len) : NULL;
   if (!root || !cJSON_IsObject(root)) {
     vr_tok_seterr(err, errlen, "%s: not a JSON object", file);
     cJSON_Delete(root);
@@ -651,7 +657,8 @@ static int parse_config(vr_tok_t *tok, const char *json, size_t len, const char 
     vr_tok_seterr(err, errlen, "%s: clean_up_tokenization_spaces is not a boolean", file);
     rc = VR_ERR_MODEL_FORMAT;
   }
-  tok->clean_up_spaces = cu > 0;
+  /* transformers 5 ignores the flag for BPE models ("destructive for BPE", it warns) */
+  tok->clean_up_spaces = cu > 0 && tok->model.type != VR_TOK_MODEL_BPE;
   /* added_tokens_decoder: tokens transformers adds when tokenizer.json lacks them */
   const cJSON *atd = cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
   const cJSON *e;
@@ -789,7 +796,7 @@ int vr_tok_load(const char *dir, vr_tok_t **out, char *err, size_t errlen) {
     if (k == 0) {
       rc = parse_config(tok, cj, n, path, err, errlen);
     } else {
-      cJSON *root = cJSON_ParseWithLength(cj, n);
+      cJSON *root = vr_tok_utf8_check(cj, n) == n ? cJSON_ParseWithLength(cj, n) : NULL;
       if (!cJSON_IsObject(root)) {
         vr_tok_seterr(err, errlen, "%s: not a JSON object", path);
         rc = VR_ERR_MODEL_FORMAT;

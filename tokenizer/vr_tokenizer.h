@@ -52,7 +52,8 @@ int vr_tok_encode_with(const vr_tok_t *tok, vr_tok_scratch_t *sc, const char *te
                        int add_special_tokens, int32_t **ids, size_t *n, char *err, size_t errlen);
 
 /* Decodes ids as transformers' decode: decoder chain, then clean_up_tokenization when the
- * config's clean_up_tokenization_spaces is true. skip_special_tokens drops special added tokens.
+ * config's clean_up_tokenization_spaces is true and the model is not BPE (transformers 5 ignores
+ * the flag for BPE). skip_special_tokens drops special added tokens.
  * An id the tokenizer has no token for is VR_ERR_TOKEN_RANGE (HF silently drops it).
  * *text is malloc'd and NUL-terminated; *len excludes the NUL. */
 int vr_tok_decode(const vr_tok_t *tok, const int32_t *ids, size_t n, int skip_special_tokens, char **text,
