@@ -293,9 +293,9 @@ static jj_val_t do_slice(jj_ctx_t *c, jj_val_t obj, jj_val_t a, jj_val_t b, jj_v
 
 static bool isnum(jj_val_t v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
 static double numf(jj_val_t v) {
-  return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : (double)v.u.b;
+  return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.t == JV_BOOL ? (double)v.u.b : 0.0;
 }
-static int64_t numi(jj_val_t v) { return v.t == JV_INT ? v.u.i : (int64_t)v.u.b; }
+static int64_t numi(jj_val_t v) { return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? (int64_t)v.u.b : 0; }
 
 static const char *op_text(int op) {
   switch (op) {

@@ -90,7 +90,7 @@ __attribute__((noreturn)) static void fail_undef(jj_ctx_t *c, jj_val_t u) {
 
 static bool isnum(jj_val_t v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
 static double numf(jj_val_t v) {
-  return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : (double)v.u.b;
+  return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.t == JV_BOOL ? (double)v.u.b : 0.0;
 }
 
 /* Binds positional + keyword arguments to named slots; unknown keywords, duplicates and

@@ -208,9 +208,9 @@ const char *jj_type_name(jj_val_t v) {
 
 static bool is_num(jj_val_t v) { return v.t == JV_INT || v.t == JV_FLOAT || v.t == JV_BOOL; }
 static double num_f(jj_val_t v) {
-  return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : (double)v.u.b;
+  return v.t == JV_FLOAT ? v.u.f : v.t == JV_INT ? (double)v.u.i : v.t == JV_BOOL ? (double)v.u.b : 0.0;
 }
-static int64_t num_i(jj_val_t v) { return v.t == JV_INT ? v.u.i : (int64_t)v.u.b; }
+static int64_t num_i(jj_val_t v) { return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? (int64_t)v.u.b : 0; }
 
 bool jj_equal(jj_val_t a, jj_val_t b) {
   if (is_num(a) && is_num(b)) {
