@@ -87,8 +87,10 @@ typedef struct vr_jinja_chat {
 } vr_jinja_chat_t;
 
 /* apply_chat_template(messages, tokenize=False, ...) for one conversation: builds the context
- * from chat and renders t into *out (as vr_jinja_render). messages must be an array
- * (VR_ERR_INVAL otherwise, message names the field). */
+ * from chat and renders t into *out (as vr_jinja_render). As transformers 5 checks first:
+ * messages must be a non-empty array, tools and documents arrays of objects (VR_ERR_INVAL
+ * otherwise, the message names the field). To get apply_chat_template(tokenize=True)'s ids,
+ * encode the text with add_special_tokens=False: the template writes BOS/EOS itself. */
 int vr_jinja_chat(const vr_jinja_t *t, const vr_jinja_chat_t *chat, const vr_jinja_opts_t *opts,
                   char **out, size_t *outlen, char *err, size_t errlen);
 

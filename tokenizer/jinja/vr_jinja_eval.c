@@ -977,12 +977,31 @@ static void render_top(jj_ctx_t *c, const vr_jinja_t *t, const cJSON *context,
     globals->vars = *d.u.d;
   }
   if (chat) {
+    /* apply_chat_template's own checks before it renders */
     if (!chat->messages || !cJSON_IsArray(chat->messages))
       jj_fail(&c->err, VR_ERR_INVAL, "messages: expected a JSON array of message objects");
+    if (cJSON_GetArraySize(chat->messages) == 0)
+      jj_fail(&c->err, VR_ERR_INVAL, "messages: cannot apply chat template to an empty conversation; "
+                                     "provide at least one message");
     if (chat->tools && !cJSON_IsArray(chat->tools) && !cJSON_IsNull(chat->tools))
-      jj_fail(&c->err, VR_ERR_INVAL, "tools: expected a JSON array");
+      jj_fail(&c->err, VR_ERR_INVAL, "tools: expected a JSON array of tool schemas (objects)");
     if (chat->documents && !cJSON_IsArray(chat->documents) && !cJSON_IsNull(chat->documents))
-      jj_fail(&c->err, VR_ERR_INVAL, "documents: expected a JSON array");
+      jj_fail(&c->err, VR_ERR_INVAL, "documents: expected a JSON array of objects");
+    const cJSON *it;
+    int k = 0;
+    if (cJSON_IsArray(chat->tools))
+      cJSON_ArrayForEach(it, chat->tools) {
+        if (!cJSON_IsObject(it))
+          jj_fail(&c->err, VR_ERR_INVAL, "tools[%d]: tools should be JSON schemas (objects)", k);
+        k++;
+      }
+    k = 0;
+    if (cJSON_IsArray(chat->documents))
+      cJSON_ArrayForEach(it, chat->documents) {
+        if (!cJSON_IsObject(it))
+          jj_fail(&c->err, VR_ERR_INVAL, "documents[%d]: documents should be objects with 'title' and 'text'", k);
+        k++;
+      }
     if (chat->extra && !cJSON_IsObject(chat->extra))
       jj_fail(&c->err, VR_ERR_INVAL, "extra template variables: expected a JSON object");
     jj_dict_t *g = &globals->vars;
