@@ -726,6 +726,30 @@ class TestText(unittest.TestCase):
         self.assertEqual(st, 200, out)
         s.stop()
 
+    def test_score_tool(self):
+        """verl-reward-score takes the same text / messages lines, with the same ids."""
+        d = text_model(self)
+        texts = ["the cat sat in a hat", "In the end, a tie."]
+        refs = tokenize(d, [{"text": t} for t in texts] + [{"messages": self.CONV}, {"messages": self.CONV2, "add_generation_prompt": True}])
+        lines = [{"text": texts[0]}, {"text": texts}, {"messages": self.CONV}, {"messages": [self.CONV2], "add_generation_prompt": True},
+                 {"text": [texts[0]], "add_special_tokens": False},
+                 {"input_ids": refs[0]["input_ids"]}, {"input_ids": [r["input_ids"] for r in refs[:2]]},
+                 {"input_ids": refs[2]["input_ids"]}, {"input_ids": [refs[3]["input_ids"]]}, {"input_ids": [refs[0]["input_ids"][1:]]},
+                 {"messages": [[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]]}, {"text": [1]}]
+        p = subprocess.run([os.path.join(BIN, "verl-reward-score"), "--model", d], input="".join(json.dumps(x) + "\n" for x in lines),
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr)  # the two bad lines
+        out = [json.loads(x) for x in p.stdout.splitlines()]
+        self.assertEqual(len(out), len(lines), p.stdout)
+        for a, b in ((0, 5), (1, 6), (2, 7), (3, 8), (4, 9)):
+            self.assertEqual(out[a], out[b], (lines[a], out[a], out[b]))
+        self.assertIn("template raised: Conversation roles must alternate", out[10]["error"])
+        self.assertIn("text[0] must be a string", out[11]["error"])
+        p = subprocess.run([os.path.join(BIN, "verl-reward-score"), "--model", text_model(self, with_tokenizer=False)],
+                           input='{"text": "x"}\n', capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no tokenizer.json", json.loads(p.stdout)["error"])
+
     def test_no_tokenizer(self):
         d = text_model(self, with_tokenizer=False)
         s = Server(self, "--model", d).wait_ready()
