@@ -170,6 +170,8 @@ static void test_error_messages(void **state) {
   EXPECT_ERROR("{% for a, b in [1] %}{% endfor %}", NULL, NULL, VR_ERR_INVAL, "cannot unpack");
   EXPECT_ERROR("{{ 9223372036854775807 + 1 }}", NULL, NULL, VR_ERR_UNSUPPORTED, "integer overflow");
   EXPECT_ERROR("{{ x | tojson }}", NULL, NULL, VR_ERR_INVAL, "not JSON serializable");
+  /* found by fuzz_jinja: a slice inside a tuple subscript had no object */
+  EXPECT_ERROR("{{ xs[::, 1] }}", NULL, NULL, VR_ERR_UNSUPPORTED, "slice inside a tuple subscript");
 }
 
 /* ---- bounds ------------------------------------------------------------------------------ */
