@@ -65,11 +65,34 @@ static int fail(vr_req_error_t *e, int status, int64_t seq, const char *fmt, ...
   return status;
 }
 
-/* Text where the model needs token ids: the tokenizer's place once the server has one. */
-static int text_unsupported(vr_req_error_t *e, const char *field, const char *ids_hint) {
-  return fail(e, VR_ERR_UNSUPPORTED, -1,
-              "\"%s\": text input needs the reward model's tokenizer, which this server does not load; %s", field,
-              ids_hint);
+/* Text where the model needs token ids and the server has no tokenizer (the reason named). */
+static int text_unsupported(const vr_scorer_t *sc, vr_req_error_t *e, const char *field, const char *ids_hint) {
+  return fail(e, VR_ERR_UNSUPPORTED, -1, "\"%s\": text input needs the reward model's tokenizer, which this server "
+              "does not have (%s); %s", field, sc->kind != VR_SCORER_MODEL ? "no model is loaded"
+              : sc->tok_note[0] ? sc->tok_note : "no tokenizer", ids_hint);
+}
+
+/* Texts for the model: norm["text"] (a copy of the strings) + "add_special_tokens", which the
+ * server encodes with the model directory's tokenizer as POST /v1/score {"text"} does. `texts`
+ * is one string, or an array whose items are strings (or, pick_first, arrays whose first item
+ * is the string: TEI's batch). */
+static int take_texts(const vr_scorer_t *sc, cJSON *norm, const cJSON *texts, int pick_first, int special,
+                      const char *field, const char *ids_hint, vr_req_error_t *e) {
+  if (sc->kind != VR_SCORER_MODEL || !sc->tok) return text_unsupported(sc, e, field, ids_hint);
+  cJSON *arr = cJSON_AddArrayToObject(norm, "text");
+  if (!arr || !cJSON_AddBoolToObject(norm, "add_special_tokens", special)) return fail(e, VR_ERR_NOMEM, -1, "out of memory");
+  if (cJSON_IsString(texts)) {
+    cJSON *x = cJSON_CreateString(texts->valuestring);
+    if (!x) return fail(e, VR_ERR_NOMEM, -1, "out of memory");
+    cJSON_AddItemToArray(arr, x);
+    return 0;
+  }
+  for (const cJSON *it = texts->child; it; it = it->next) {
+    cJSON *x = cJSON_CreateString(pick_first ? it->child->valuestring : it->valuestring);
+    if (!x) return fail(e, VR_ERR_NOMEM, -1, "out of memory");
+    cJSON_AddItemToArray(arr, x);
+  }
+  return 0;
 }
 
 /* vr_request names "input_ids"; the caller sent `field`: rewrite every occurrence in the message. */
@@ -101,12 +124,16 @@ static int opt_bool(const cJSON *root, const char *key, int def, int *out, vr_re
   return 0;
 }
 
-/* "input" of vLLM / SGLang: moves the token ids into norm["input_ids"], or refuses text. */
-static int take_input(cJSON *root, cJSON *norm, vr_req_error_t *e) {
+/* "input" of vLLM / SGLang: token ids into norm["input_ids"], texts into norm["text"]
+ * (vLLM's "add_special_tokens", default true, applies to them). */
+static int take_input(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_req_error_t *e) {
   const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "input");
   const char *hint = "send token ids ([int] for one sequence, [[int]] for several)";
+  int special = 1;
+  int rc = opt_bool(root, "add_special_tokens", 1, &special, e);
+  if (rc) return rc;
   if (!in) return fail(e, VR_ERR_MALFORMED, -1, "missing \"input\" (a string, a list of strings, [int] or [[int]])");
-  if (cJSON_IsString(in)) return text_unsupported(e, "input", hint);
+  if (cJSON_IsString(in)) return take_texts(sc, norm, in, 0, special, "input", hint, e);
   if (!cJSON_IsArray(in))
     return fail(e, VR_ERR_MALFORMED, -1, "\"input\" must be a string, a list of strings, [int] or [[int]] (wrong type)");
   if (!in->child) return fail(e, VR_ERR_MALFORMED, -1, "\"input\" is empty: no sequences to score");
@@ -115,7 +142,7 @@ static int take_input(cJSON *root, cJSON *norm, vr_req_error_t *e) {
     for (const cJSON *x = in->child; x; x = x->next, i++)
       if (!cJSON_IsString(x))
         return fail(e, VR_ERR_MALFORMED, i, "input[%u] must be a string like input[0] (wrong type)", i);
-    return text_unsupported(e, "input", hint);
+    return take_texts(sc, norm, in, 0, special, "input", hint, e);
   }
   cJSON_AddItemToObject(norm, "input_ids", cJSON_DetachItemFromObjectCaseSensitive(root, "input"));
   return 0;
@@ -170,14 +197,15 @@ static int take_get_reward(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_r
   }
   cJSON *ids = cJSON_DetachItemFromObjectCaseSensitive(root, "input_ids");
   if (ids) cJSON_AddItemToObject(norm, "input_ids", ids);
-  else if (sc->kind != VR_SCORER_NONE && n > 0)
-    return text_unsupported(e, "query", "add \"input_ids\": [[int]] (the queries' token ids) or use a rules-only server");
+  else if (sc->kind != VR_SCORER_NONE && n > 0) /* OpenRLHF's serve_rm.py encodes with add_special_tokens=False */
+    return take_texts(sc, norm, q, 0, 0, "query",
+                      "add \"input_ids\": [[int]] (the queries' token ids) or use a rules-only server", e);
   return 0;
 }
 
 /* TEI's PredictInput: one text, a pair, or a batch of texts / pairs. Every form is text; the
  * extension "input_ids" ([[int]], one per text) gives the model its tokens. */
-static int take_predict(cJSON *root, cJSON *norm, vr_compat_req_t *cr, vr_req_error_t *e) {
+static int take_predict(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_compat_req_t *cr, vr_req_error_t *e) {
   const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");
   const char *hint = "TEI's /predict takes texts only (token ids: POST /v1/score or /classify)";
   if (!in) return fail(e, VR_ERR_MALFORMED, -1, "missing \"inputs\" (a string, a pair [string, string] or a batch)");
@@ -205,7 +233,8 @@ static int take_predict(cJSON *root, cJSON *norm, vr_compat_req_t *cr, vr_req_er
   }
   if (pairs) return fail(e, VR_ERR_UNSUPPORTED, -1, "\"inputs\": text pairs are not scored (a reward model scores one text)");
   cJSON *ids = cJSON_DetachItemFromObjectCaseSensitive(root, "input_ids");
-  if (!ids) return text_unsupported(e, "inputs", hint);
+  if (!ids) /* TEI encodes with the tokenizer's special tokens */
+    return take_texts(sc, norm, in, cr->batch, 1, "inputs", hint, e);
   cJSON_AddItemToObject(norm, "input_ids", ids);
   const int k = cJSON_IsArray(ids) && ids->child && cJSON_IsNumber(ids->child) ? 1 : cJSON_GetArraySize(ids);
   if (cJSON_IsArray(ids) && k != n)
@@ -255,7 +284,7 @@ int vr_compat_parse(vr_compat_route_t r, const char *body, size_t len, const vr_
     if (r == VR_COMPAT_CLASSIFY && ((rc = opt_bool(root, "activation", 1, &legacy, e)) ||
                                     (rc = opt_bool(root, "use_activation", legacy, &cr->activation, e))))
       goto out;
-    rc = take_input(root, norm, e);
+    rc = take_input(root, norm, sc, e);
   } else if (r == VR_COMPAT_GET_REWARD) {
     field = "input_ids";
     rc = take_get_reward(root, norm, sc, e);
@@ -263,7 +292,7 @@ int vr_compat_parse(vr_compat_route_t r, const char *body, size_t len, const vr_
     field = "input_ids";
     if (!(rc = opt_bool(root, "raw_scores", 0, &cr->activation, e))) {
       cr->activation = !cr->activation;
-      rc = take_predict(root, norm, cr, e);
+      rc = take_predict(root, norm, sc, cr, e);
     }
   } else {
     rc = fail(e, VR_ERR_INVAL, -1, "not a POST route");

@@ -25,9 +25,13 @@
  *                         extension "input_ids": [[int]], one per text.
  *   GET  /v1/models       OpenAI model list; GET /info TEI's Info.
  *
- * Text (str) inputs need a tokenizer; this server has none yet, so they are answered with
- * VR_ERR_UNSUPPORTED (HTTP 400) naming the field (rules-only servers take /get_reward texts).
- * Bodies are JSON only (untrusted; every limit of vr_request applies).
+ * Text (str) inputs become POST /v1/score's {"text": [...], "add_special_tokens"} (vr_text.h):
+ * the HTTP text worker encodes them with the model directory's tokenizer before the batcher
+ * (vLLM input with its "add_special_tokens", default true; OpenRLHF queries without special
+ * tokens, as its serve_rm.py; TEI texts with them). Without a tokenizer they are answered with
+ * VR_ERR_UNSUPPORTED (HTTP 400) naming the field and the reason (rules-only servers take
+ * /get_reward texts as they are). Bodies are JSON only (untrusted; every limit of vr_request
+ * applies).
  *
  * Threading: pure functions of their inputs; call from the event-loop thread (they allocate). */
 #ifndef VR_HTTP_COMPAT_H

@@ -5,9 +5,10 @@
 verl-reward-server answers the framework request shapes itself, on its own port: vLLM
 POST /classify, SGLang POST /v1/classify and /v1/embeddings, OpenRLHF POST /get_reward, TEI
 POST /predict and GET /info, GET /v1/models (reward_server/vr_http_compat.c; docs/protocol.md).
-That is the one implementation of each route: point the framework at the server. Texts need
-the reward model's tokenizer; a server that cannot tokenise them answers 400 naming the field.
-This bridge is for that case: it forwards every request to the same path on the server and,
+That is the one implementation of each route: point the framework at the server. The server
+encodes texts with its model directory's tokenizer; one without tokenizer files answers 400
+naming the field. This bridge is for that case: it forwards every request to the same path on
+the server and,
 given --rm-tokenizer, first turns the texts of the body into token ids with that tokenizer
 (transformers; a path or hub name):
 

@@ -32,6 +32,7 @@
 #include "verl_reward/status.h"
 #include "vr_http_compat.h"
 #include "vr_test_seed.h"
+#include "vr_text.h"
 
 static vr_scorer_t make_scorer(const char *spec, vr_scorer_kind_t kind) {
   vr_scorer_t sc;
@@ -314,6 +315,59 @@ static void test_predict(void **state) {
   expect_error(P, "{\"inputs\": [\"q\", \"a\"], \"input_ids\": [[1]]}", &sc, VR_ERR_UNSUPPORTED, "text pairs");
 }
 
+/* With a tokenizer, text becomes the /v1/score {"text"} request the text worker encodes. The
+ * tokenizer is not read while parsing: a stand-in pointer marks it present. */
+static void test_text_forms(void **state) {
+  (void)state;
+  static char tok_stand_in;
+  vr_scorer_t sc = make_scorer("model:1,gsm8k:0.5", VR_SCORER_MODEL);
+  sc.tok = (struct vr_tok *)(void *)&tok_stand_in;
+  parsed_t p = parse(VR_COMPAT_CLASSIFY, "{\"model\": \"rm\", \"input\": \"hi there\", \"use_activation\": false}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.kind, VR_TEXT_PLAIN);
+  assert_int_equal(p.r.text.n, 1);
+  assert_string_equal(p.r.text.items[0], "hi there");
+  assert_int_equal(p.r.text.add_special_tokens, 1); /* vLLM's CompletionRequestMixin default */
+  assert_int_equal(p.r.n_seqs, 1);
+  done(&p);
+  p = parse(VR_COMPAT_EMBEDDINGS, "{\"input\": [\"a\", \"b\"], \"add_special_tokens\": false}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.n, 2);
+  assert_string_equal(p.r.text.items[1], "b");
+  assert_int_equal(p.r.text.add_special_tokens, 0);
+  done(&p);
+  /* OpenRLHF: queries without special tokens (serve_rm.py), extras beside them */
+  p = parse(VR_COMPAT_GET_REWARD, "{\"query\": [\"Q #### 2\", \"x\"], \"prompts\": [\"Q\", null], \"labels\": [\"2\", null]}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.n, 2);
+  assert_string_equal(p.r.text.items[0], "Q #### 2");
+  assert_int_equal(p.r.text.add_special_tokens, 0);
+  assert_string_equal(p.r.extras[0].solution_str.ptr, " #### 2");
+  done(&p);
+  /* TEI: texts with special tokens; a batch replies as a list of lists */
+  p = parse(VR_COMPAT_PREDICT, "{\"inputs\": [[\"a\"], [\"b\"]]}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.n, 2);
+  assert_string_equal(p.r.text.items[0], "a");
+  assert_int_equal(p.r.text.add_special_tokens, 1);
+  const float s2[2] = {0.0f, 0.0f};
+  char *t = reply_text(&p, &sc, s2, NULL);
+  assert_string_equal(t, "[[{\"score\":0.5,\"label\":\"LABEL_0\"}],[{\"score\":0.5,\"label\":\"LABEL_0\"}]]\n");
+  free(t);
+  done(&p);
+  p = parse(VR_COMPAT_PREDICT, "{\"inputs\": [\"one\"]}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.n, 1);
+  done(&p);
+  expect_error(VR_COMPAT_CLASSIFY, "{\"input\": \"a\", \"add_special_tokens\": 1}", &sc, VR_ERR_MALFORMED,
+               "\"add_special_tokens\" must be true or false");
+  expect_error(VR_COMPAT_PREDICT, "{\"inputs\": [\"q\", \"a\"]}", &sc, VR_ERR_UNSUPPORTED, "text pairs");
+  /* the reason the tokenizer is missing is named */
+  sc.tok = NULL;
+  snprintf(sc.tok_note, sizeof sc.tok_note, "the model directory /m has no tokenizer.json");
+  expect_error(VR_COMPAT_CLASSIFY, "{\"input\": \"a\"}", &sc, VR_ERR_UNSUPPORTED, "(the model directory /m has no tokenizer.json)");
+}
+
 /* Valid bodies mutated byte-wise: every accepted parse keeps the request invariants. */
 static void test_mutations(void **state) {
   (void)state;
@@ -384,7 +438,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_routes),      cmocka_unit_test(test_classify), cmocka_unit_test(test_classify_errors),
     cmocka_unit_test(test_embeddings),  cmocka_unit_test(test_get_reward), cmocka_unit_test(test_predict),
-    cmocka_unit_test(test_mutations),
+    cmocka_unit_test(test_text_forms),  cmocka_unit_test(test_mutations),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
