@@ -10,7 +10,6 @@
 #include <cjson/cJSON.h>
 #include <event2/buffer.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,15 +54,7 @@ void vr_compat_random_id(uint8_t id16[16]) {
 
 /* ------------------------------------------------------------------ parsing */
 
-static int fail(vr_req_error_t *e, int status, int64_t seq, const char *fmt, ...) {
-  e->status = status;
-  e->sequence = seq;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e->message, sizeof e->message, fmt, ap);
-  va_end(ap);
-  return status;
-}
+#define fail vr_req_fail /* vr_request.h's error helper */
 
 /* Text where the model needs token ids and the server has no tokenizer (the reason named). */
 static int text_unsupported(const vr_scorer_t *sc, vr_req_error_t *e, const char *field, const char *ids_hint) {

@@ -88,6 +88,17 @@ static void expect_error(vr_compat_route_t route, const char *body, const vr_sco
              vr_status_name(status), needle);
 }
 
+/* Parses body (which must be accepted) and checks that its reply for scores contains want. */
+static void expect_reply(vr_compat_route_t route, const char *body, const vr_scorer_t *sc, const float *scores,
+                         const char *want) {
+  parsed_t p = parse(route, body, sc);
+  if (p.rc) fail_msg("body %s: %s \"%s\"", body, vr_status_name(p.rc), p.e.message);
+  char *t = reply_text(&p, sc, scores, NULL);
+  if (!strstr(t, want)) fail_msg("body %s: reply %s lacks %s", body, t, want);
+  free(t);
+  done(&p);
+}
+
 static void test_routes(void **state) {
   (void)state;
   assert_int_equal(vr_compat_route("/classify"), VR_COMPAT_CLASSIFY);
@@ -124,40 +135,17 @@ static void test_classify(void **state) {
   done(&p);
   /* one flat sequence; verl >= 0.7.1's use_activation: false -> the raw score; no model: ours */
   const float s1[1] = {-2.0f};
-  p = parse(VR_COMPAT_CLASSIFY, "{\"input\": [5, 6], \"use_activation\": false}", &sc);
-  assert_int_equal(p.rc, 0);
-  assert_int_equal(p.r.n_seqs, 1);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"model\":\"/models/rm\",\"data\":[{\"index\":0,\"label\":\"LABEL_0\",\"probs\":[-2],"));
-  free(t);
-  done(&p);
+  const vr_compat_route_t C = VR_COMPAT_CLASSIFY;
+  expect_reply(C, "{\"input\": [5, 6], \"use_activation\": false}", &sc, s1,
+               "\"model\":\"/models/rm\",\"data\":[{\"index\":0,\"label\":\"LABEL_0\",\"probs\":[-2],");
   /* verl 0.7.0 (vLLM < 0.11.2): "activation": false; use_activation wins when both are set */
-  p = parse(VR_COMPAT_CLASSIFY, "{\"model\": \"rm\", \"input\": [5], \"activation\": false}", &sc);
-  assert_int_equal(p.rc, 0);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"probs\":[-2]"));
-  free(t);
-  done(&p);
-  p = parse(VR_COMPAT_CLASSIFY, "{\"input\": [5], \"activation\": false, \"use_activation\": true}", &sc);
-  assert_int_equal(p.rc, 0);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"probs\":[0.119202919]"));
-  free(t);
-  done(&p);
-  p = parse(VR_COMPAT_CLASSIFY, "{\"input\": [5], \"use_activation\": null, \"model\": null}", &sc);
-  assert_int_equal(p.rc, 0);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"model\":\"/models/rm\""));
-  assert_non_null(strstr(t, "\"probs\":[0.119202919]"));
-  free(t);
-  done(&p);
+  expect_reply(C, "{\"model\": \"rm\", \"input\": [5], \"activation\": false}", &sc, s1, "\"probs\":[-2]");
+  expect_reply(C, "{\"input\": [5], \"activation\": false, \"use_activation\": true}", &sc, s1,
+               "\"probs\":[0.119202919]");
+  expect_reply(C, "{\"input\": [5], \"use_activation\": null, \"model\": null}", &sc, s1,
+               "\"model\":\"/models/rm\",\"data\":[{\"index\":0,\"label\":\"LABEL_0\",\"probs\":[0.119202919]");
   /* a model name with quotes and control bytes comes back escaped */
-  p = parse(VR_COMPAT_CLASSIFY, "{\"model\": \"a\\\"b\\n\", \"input\": [5]}", &sc);
-  assert_int_equal(p.rc, 0);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"model\":\"a\\\"b\\n\""));
-  free(t);
-  done(&p);
+  expect_reply(C, "{\"model\": \"a\\\"b\\n\", \"input\": [5]}", &sc, s1, "\"model\":\"a\\\"b\\n\"");
 }
 
 /* What verl sends (text) and what no shape allows. */
