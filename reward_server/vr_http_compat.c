@@ -139,6 +139,15 @@ static int take_input(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_req_er
   return 0;
 }
 
+/* The input_ids extension must give one sequence per item (a flat [int] is one); other
+ * shapes are left for vr_request to name. */
+static int ids_match(const cJSON *ids, int n, const char *items, vr_req_error_t *e) {
+  const int k = cJSON_IsArray(ids) && ids->child && cJSON_IsNumber(ids->child) ? 1 : cJSON_GetArraySize(ids);
+  if (cJSON_IsArray(ids) && k != n)
+    return fail(e, VR_ERR_MALFORMED, -1, "\"input_ids\" has %d sequences for %d %s", k, n, items);
+  return 0;
+}
+
 /* OpenRLHF's body -> norm["extras"] (and the input_ids extension). */
 static int take_get_reward(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_req_error_t *e) {
   const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "query");
@@ -187,8 +196,10 @@ static int take_get_reward(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_r
     }
   }
   cJSON *ids = cJSON_DetachItemFromObjectCaseSensitive(root, "input_ids");
-  if (ids) cJSON_AddItemToObject(norm, "input_ids", ids);
-  else if (sc->kind != VR_SCORER_NONE && n > 0) /* OpenRLHF's serve_rm.py encodes with add_special_tokens=False */
+  if (ids) {
+    cJSON_AddItemToObject(norm, "input_ids", ids);
+    return ids_match(ids, n, "queries in \"query\"", e);
+  } else if (sc->kind != VR_SCORER_NONE && n > 0) /* OpenRLHF's serve_rm.py encodes with add_special_tokens=False */
     return take_texts(sc, norm, q, 0, 0, "query",
                       "add \"input_ids\": [[int]] (the queries' token ids) or use a rules-only server", e);
   return 0;
@@ -227,10 +238,7 @@ static int take_predict(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_comp
   if (!ids) /* TEI encodes with the tokenizer's special tokens */
     return take_texts(sc, norm, in, cr->batch, 1, "inputs", hint, e);
   cJSON_AddItemToObject(norm, "input_ids", ids);
-  const int k = cJSON_IsArray(ids) && ids->child && cJSON_IsNumber(ids->child) ? 1 : cJSON_GetArraySize(ids);
-  if (cJSON_IsArray(ids) && k != n)
-    return fail(e, VR_ERR_MALFORMED, -1, "\"input_ids\" has %d sequences for %d texts in \"inputs\"", k, n);
-  return 0;
+  return ids_match(ids, n, "texts in \"inputs\"", e);
 }
 
 int vr_compat_parse(vr_compat_route_t r, const char *body, size_t len, const vr_scorer_t *sc, uint32_t max_seqs,

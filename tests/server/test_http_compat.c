@@ -253,7 +253,7 @@ static void test_get_reward(void **state) {
   assert_string_equal(p.r.extras[0].ground_truth.ptr, "1");
   done(&p);
   expect_error(G, "{\"query\": [\"a\"], \"input_ids\": [[4], [5]]}", &ms, VR_ERR_MALFORMED,
-               "\"extras\" has 1 entries but \"input_ids\" has 2 sequences");
+               "\"input_ids\" has 2 sequences for 1 queries in \"query\"");
   expect_error(G, "{\"query\": [\"a\"], \"input_ids\": [[4, \"x\"]]}", &ms, VR_ERR_MALFORMED, "input_ids[0][1] is not an integer");
 }
 
