@@ -115,15 +115,40 @@ static int opt_bool(const cJSON *root, const char *key, int def, int *out, vr_re
   return 0;
 }
 
+/* vLLM's chat form of /classify (ClassificationChatRequest): {"messages": [one conversation],
+ * "add_generation_prompt"?, "chat_template_kwargs"?} -> norm["messages"] for the chat template;
+ * vLLM's add_special_tokens (default false there) and continue_final_message are refused when
+ * true (the template writes the special tokens; no open final message). */
+static int take_messages(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_req_error_t *e) {
+  int special = 0, cont = 0, rc;
+  if ((rc = opt_bool(root, "add_special_tokens", 0, &special, e)) ||
+      (rc = opt_bool(root, "continue_final_message", 0, &cont, e)))
+    return rc;
+  if (special || cont)
+    return fail(e, VR_ERR_UNSUPPORTED, -1, "\"%s\": true is not supported with \"messages\"",
+                special ? "add_special_tokens" : "continue_final_message");
+  if (sc->kind != VR_SCORER_MODEL || !sc->tok)
+    return text_unsupported(sc, e, "messages", "send the conversation rendered and tokenised as \"input\": [int]");
+  static const char *const keys[] = {"messages", "add_generation_prompt", "chat_template_kwargs"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(root, keys[i]);
+    if (v) cJSON_AddItemToObject(norm, keys[i], v);
+  }
+  return 0;
+}
+
 /* "input" of vLLM / SGLang: token ids into norm["input_ids"], texts into norm["text"]
- * (vLLM's "add_special_tokens", default true, applies to them). */
+ * (vLLM's "add_special_tokens", default true, applies to them); vLLM's chat form. */
 static int take_input(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_req_error_t *e) {
   const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "input");
   const char *hint = "send token ids ([int] for one sequence, [[int]] for several)";
+  if (!in && cJSON_GetObjectItemCaseSensitive(root, "messages")) return take_messages(root, norm, sc, e);
   int special = 1;
   int rc = opt_bool(root, "add_special_tokens", 1, &special, e);
   if (rc) return rc;
-  if (!in) return fail(e, VR_ERR_MALFORMED, -1, "missing \"input\" (a string, a list of strings, [int] or [[int]])");
+  if (!in)
+    return fail(e, VR_ERR_MALFORMED, -1, "missing \"input\" (a string, a list of strings, [int] or [[int]]) "
+                "or \"messages\" (one conversation)");
   if (cJSON_IsString(in)) return take_texts(sc, norm, in, 0, special, "input", hint, e);
   if (!cJSON_IsArray(in))
     return fail(e, VR_ERR_MALFORMED, -1, "\"input\" must be a string, a list of strings, [int] or [[int]] (wrong type)");

@@ -3,7 +3,8 @@
  * through the same batcher, limits and error replies; only the body shapes differ.
  *
  *   POST /classify        vLLM   {"model"?, "input": str | [str] | [int] | [[int]],
- *   POST /v1/classify     SGLang  "use_activation"? | "activation"?}
+ *   POST /v1/classify     SGLang  "use_activation"? | "activation"?}, or vLLM's chat form
+ *                                {"messages": [conversation], "add_generation_prompt"?, ...}
  *                         -> {"id": "classify-<32 hex>", "object": "list", "created", "model",
  *                             "data": [{"index", "label": "LABEL_0", "probs": [p], "num_classes": 1}],
  *                             "usage": {"prompt_tokens", "total_tokens", "completion_tokens": 0,

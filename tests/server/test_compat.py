@@ -205,6 +205,14 @@ class TestCompatText(unittest.TestCase):
             st, out = self.post(s, path, {"input": self.TEXTS, "add_special_tokens": False, "use_activation": False})
             self.assertEqual([x["probs"][0] for x in out["data"]], want_nobos["scores"])
             self.assertEqual(out["usage"]["prompt_tokens"], sum(len(x) - 1 for x in ids))
+        # vLLM's chat form of /classify: one conversation through the chat template
+        conv = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "the answer is in a hat!"}]
+        for agp in (False, True):
+            st, ref_c = s.score({"messages": [conv], "add_generation_prompt": agp})
+            st2, out = self.post(s, "/classify", {"model": d, "messages": conv, "add_generation_prompt": agp,
+                                                  "use_activation": False})
+            self.assertEqual((st, st2), (200, 200), out)
+            self.assertEqual(out["data"][0]["probs"][0], ref_c["scores"][0])
         st, out = self.post(s, "/v1/embeddings", {"model": d, "input": self.TEXTS[1]})
         self.assertEqual((st, out["data"][-1]["embedding"][-1]), (200, want["scores"][1]))
         # OpenRLHF: queries encoded without special tokens, labels -> ground truth

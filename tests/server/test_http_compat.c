@@ -347,6 +347,19 @@ static void test_text_forms(void **state) {
   assert_int_equal(p.rc, 0);
   assert_int_equal(p.r.text.n, 1);
   done(&p);
+  /* vLLM's chat form: one conversation for the chat template */
+  p = parse(VR_COMPAT_CLASSIFY, "{\"model\": \"rm\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+            "\"add_generation_prompt\": true, \"use_activation\": false}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.kind, VR_TEXT_CHAT);
+  assert_int_equal(p.r.text.n, 1);
+  assert_int_equal(p.r.text.add_generation_prompt, 1);
+  done(&p);
+  expect_error(VR_COMPAT_CLASSIFY, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_special_tokens\": true}",
+               &sc, VR_ERR_UNSUPPORTED, "\"add_special_tokens\": true is not supported with \"messages\"");
+  expect_error(VR_COMPAT_CLASSIFY, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"continue_final_message\": true}",
+               &sc, VR_ERR_UNSUPPORTED, "\"continue_final_message\": true");
+  expect_error(VR_COMPAT_CLASSIFY, "{\"messages\": [{\"content\": \"hi\"}]}", &sc, VR_ERR_MALFORMED, "messages[0].role is missing");
   expect_error(VR_COMPAT_CLASSIFY, "{\"input\": \"a\", \"add_special_tokens\": 1}", &sc, VR_ERR_MALFORMED,
                "\"add_special_tokens\" must be true or false");
   expect_error(VR_COMPAT_PREDICT, "{\"inputs\": [\"q\", \"a\"]}", &sc, VR_ERR_UNSUPPORTED, "text pairs");
@@ -354,6 +367,8 @@ static void test_text_forms(void **state) {
   sc.tok = NULL;
   snprintf(sc.tok_note, sizeof sc.tok_note, "the model directory /m has no tokenizer.json");
   expect_error(VR_COMPAT_CLASSIFY, "{\"input\": \"a\"}", &sc, VR_ERR_UNSUPPORTED, "(the model directory /m has no tokenizer.json)");
+  expect_error(VR_COMPAT_CLASSIFY, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", &sc, VR_ERR_UNSUPPORTED,
+               "\"messages\": text input needs the reward model's tokenizer");
 }
 
 /* Valid bodies mutated byte-wise: every accepted parse keeps the request invariants. */
