@@ -302,6 +302,9 @@ static void test_small_constructs(void **state) {
   expect_text("{% if x is defined %}d{% else %}u{% endif %}", "{\"x\": null}", "d");
   expect_text("{{ x }}", "{\"x\": null}", "None");
   expect_text("{{ n }}|{{ f }}", "{\"n\": 3, \"f\": 3.5}", "3|3.5");
+  /* extreme slice steps (no overflow) */
+  expect_text("{{ 'abc'[::9223372036854775807] }}|{{ 'abc'[::-9223372036854775807 - 1] }}|{{ [1, 2, 3][1::-9223372036854775807] }}",
+              NULL, "a|c|[2]");
   expect_text("{%- for m in ms -%}\n  {{ m }}\n{%- endfor %}", "{\"ms\": [1, 2]}", "12");
   expect_text("  {% if true %}\n  x\n  {% endif %}\n", NULL, "  x\n");
 }

@@ -750,6 +750,37 @@ class TestText(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("no tokenizer.json", json.loads(p.stdout)["error"])
 
+    def test_sigterm_with_text_in_flight(self):
+        """Text requests queued on the text worker are answered on SIGTERM (200 or 503), the
+        server exits 0 (the worker is joined), nothing is dropped."""
+        d = text_model(self)
+        s = Server(self, "--model", d, "--max-wait-us", "2000").wait_ready()
+        results, lock = [], threading.Lock()
+        texts = ["the cat sat in a hat " * 2, "In the end, a tie."] * 8
+
+        def worker(k):
+            for r in range(6):
+                try:
+                    body = {"messages": [self.CONV, self.CONV2]} if (k + r) % 2 else {"text": texts}
+                    st, out = s.score(body)
+                except ConnectionRefusedError:
+                    st, out = "refused", None
+                except (ConnectionResetError, http.client.RemoteDisconnected) as ex:
+                    st, out = "dropped", str(ex)
+                with lock:
+                    results.append((st, out))
+
+        th = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in th:
+            t.start()
+        time.sleep(0.05)
+        s.stop()
+        for t in th:
+            t.join()
+        bad = [(st, out) for st, out in results if st not in (200, 503, "refused")]
+        self.assertEqual(bad, [])
+        self.assertTrue(any(st == 200 for st, _ in results), results[:3])
+
     def test_no_tokenizer(self):
         d = text_model(self, with_tokenizer=False)
         s = Server(self, "--model", d).wait_ready()

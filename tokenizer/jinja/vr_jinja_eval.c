@@ -233,7 +233,7 @@ static bool slice_arg(jj_ctx_t *c, jj_val_t v, int64_t *out) {
 /* Python's slice.indices + iteration: fills idx (n entries at most), returns the count */
 static size_t slice_indices(jj_ctx_t *c, int64_t len, jj_val_t vs, jj_val_t ve, jj_val_t vst,
                             int64_t **idx) {
-  int64_t step = 1, start, stop;
+  int64_t step = 1, start = 0, stop = 0;
   if (slice_arg(c, vst, &step) && step == 0) jj_rt_fail(c, VR_ERR_INVAL, "slice step cannot be zero");
   bool hs = slice_arg(c, vs, &start), he = slice_arg(c, ve, &stop);
   if (step > 0) {
@@ -251,9 +251,11 @@ static size_t slice_indices(jj_ctx_t *c, int64_t len, jj_val_t vs, jj_val_t ve, 
     else if (stop < 0) stop = stop + len < 0 ? -1 : stop + len;
     else if (stop >= len) stop = len - 1;
   }
+  /* counts in unsigned arithmetic: a step near INT64_MIN/MAX must not overflow */
+  uint64_t ustep = step > 0 ? (uint64_t)step : (uint64_t)(-(step + 1)) + 1u;
   size_t n = 0;
-  if (step > 0 && start < stop) n = (size_t)((stop - start + step - 1) / step);
-  if (step < 0 && start > stop) n = (size_t)((start - stop + (-step) - 1) / (-step));
+  if (step > 0 && start < stop) n = (size_t)((uint64_t)(stop - start - 1) / ustep + 1u);
+  if (step < 0 && start > stop) n = (size_t)((uint64_t)(start - stop - 1) / ustep + 1u);
   *idx = n ? jj_alloc(c, n * sizeof(int64_t)) : NULL;
   for (size_t k = 0; k < n; k++) (*idx)[k] = start + (int64_t)k * step;
   return n;
