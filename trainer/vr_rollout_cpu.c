@@ -397,6 +397,13 @@ static int vr_rcpu_copy_blocks(void *state, const uint32_t *src, const uint32_t 
   return 0;
 }
 
+static float *vr_rcpu_param_buffer(void *state, size_t *n_params, int *on_device) {
+  vr_rcpu_t *s = state;
+  *n_params = s->n_params;
+  *on_device = 0;
+  return s->params;
+}
+
 static int vr_rcpu_logits(void *state, uint32_t n_rows, float *out) {
   vr_rcpu_t *s = state;
   if (n_rows > s->n_logits) return VR_ERR_INVAL;
@@ -426,6 +433,8 @@ const vr_rollout_backend_t vr_rollout_backend_cpu = {
     .decode = NULL, /* a decode step is the same forward with q_len = 1 */
     .sample = vr_rcpu_sample,
     .copy_blocks = vr_rcpu_copy_blocks,
+    .param_buffer = vr_rcpu_param_buffer, /* the view points into it: a write is live at once */
+    .params_updated = NULL,
     .logits = vr_rcpu_logits,
     .describe = vr_rcpu_describe,
 };
