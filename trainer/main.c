@@ -42,6 +42,7 @@
 #include "vr_commprof.h"
 #include "vr_control.h"
 #include "vr_devmap.h"
+#include "vr_generate.h"
 #include "vr_tconfig.h"
 #include "vr_tmetrics.h"
 #include "vr_topology.h"
@@ -67,6 +68,7 @@ static void usage(FILE *f) {
           "usage: verl-trainer --device-map FILE --check [--gpus N | --topology FILE] [--strict-topology]\n"
           "       verl-trainer --config ppo.yaml [--device-map FILE] --comm-check [--steps N] [--timeout S]\n"
           "                    [--metrics FILE] [--run-dir DIR] [--mpirun PATH] [--strict-topology]\n"
+          "       verl-trainer generate --model DIR [--max-new-tokens N --temperature T ...] (verl-trainer generate --help)\n"
           "       verl-trainer --version | --help\n"
           "Exit status: 0 ok, 1 run-time failure, 2 bad configuration. See docs/operations.md, \"verl-trainer\".\n");
 }
@@ -850,6 +852,7 @@ static int run_under_mpi(const vr_targs_t *a) {
 }
 
 int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "generate") == 0) return vr_generate_main(argc - 1, argv + 1);
   vr_targs_t a;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;
