@@ -116,7 +116,7 @@ class Generate(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertEqual(p.stdout, "")
         for ln, frag in ((2, "input_ids[1] = 257 is not a token id in [0, 257)"), (3, "not a JSON object"), (5, "no \"input_ids\""),
-                         (6, "is empty"), (7, "input_ids[1] is not an integer"), (8, "is not a list"),
+                         (6, "\"input_ids\" is empty"), (7, "input_ids[1] is not an integer"), (8, "\"input_ids\" is not a list"),
                          (9, "64 input ids")):
             self.assertIn("<stdin>:%d: %s" % (ln, frag), p.stderr)
         self.assertNotIn("<stdin>:1:", p.stderr)
