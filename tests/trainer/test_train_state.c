@@ -15,6 +15,7 @@
 #include "model_test_util.h"
 #include "train_test_util.h"
 #include "verl_reward/status.h"
+#include "vr_model.h"
 
 static vr_lm_t *load(const char *name, vr_lm_head_t head, int want_rc) {
   char dir[1024];
@@ -224,6 +225,12 @@ static void test_bad_inputs(void **state) {
   assert_int_equal(vr_lm_load(dir, NULL, &none), VR_ERR_UNSUPPORTED);
   assert_non_null(strstr(mt_log_text(), "encoder"));
   assert_int_equal(vr_lm_load("/nonexistent/dir", NULL, &none), VR_ERR_NOT_FOUND);
+  /* the reward runtime still refuses a causal LM, saying what it is */
+  vr_model_t *rm = NULL;
+  tr_fixture_dir(dir, sizeof dir, "llama_lm");
+  assert_int_equal(vr_model_load(dir, NULL, &rm), VR_ERR_UNSUPPORTED);
+  assert_non_null(strstr(mt_log_text(), "LlamaForCausalLM is a causal language model (lm_head), not a reward model"));
+  assert_null(rm);
   assert_non_null(strstr(mt_log_text(), "config.json: not found"));
   mt_log_stop();
   assert_null(none);
