@@ -2,9 +2,7 @@
 #define _GNU_SOURCE /* getline */
 #include "vr_generate.h"
 
-#include <cjson/cJSON.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +13,7 @@
 #include "vr_lm.h"
 #include "vr_log.h"
 #include "vr_rollout_lm.h"
+#include "vr_tids.h"
 
 #define PROG "verl-trainer generate"
 #define VR_GEN_MAX_STOP 64
@@ -159,71 +158,9 @@ static int vr_gen_parse(int argc, char **argv, vr_gen_args_t *a) {
   return -1;
 }
 
-typedef struct vr_gen_input {
-  int32_t *ids;
-  uint32_t *cu, n, cap_prompts;
-  size_t n_ids, cap_ids;
-} vr_gen_input_t;
-
-/* Checks one line's object; appends its prompt. Returns NULL or the problem (static text into why). */
-static const char *vr_gen_line(vr_gen_input_t *in, const char *line, size_t len, int vocab, uint32_t max_len, char *why,
-                               size_t whyn) {
-  cJSON *j = cJSON_ParseWithLength(line, len);
-  const char *bad = NULL;
-  const cJSON *arr = j ? cJSON_GetObjectItemCaseSensitive(j, "input_ids") : NULL;
-  if (!j || !cJSON_IsObject(j)) bad = "not a JSON object";
-  else if (!arr) bad = "no \"input_ids\"";
-  else if (!cJSON_IsArray(arr)) bad = "\"input_ids\" is not a list";
-  else if (!arr->child) bad = "\"input_ids\" is empty";
-  if (bad) {
-    snprintf(why, whyn, "%s", bad);
-    cJSON_Delete(j);
-    return why;
-  }
-  size_t n = (size_t)cJSON_GetArraySize(arr);
-  if (n >= max_len) {
-    snprintf(why, whyn, "%zu input ids; the model takes at most %u tokens in all (prompt + response), so at most %u",
-             n, max_len, max_len - 1);
-    cJSON_Delete(j);
-    return why;
-  }
-  if (in->n_ids + n > in->cap_ids) {
-    size_t cap = (in->cap_ids ? in->cap_ids * 2 : 4096) + n;
-    int32_t *p = realloc(in->ids, cap * sizeof *p);
-    if (!p) {
-      cJSON_Delete(j);
-      return "out of memory";
-    }
-    in->ids = p, in->cap_ids = cap;
-  }
-  if (in->n + 2 > in->cap_prompts) {
-    uint32_t cap = in->cap_prompts ? in->cap_prompts * 2 : 256;
-    uint32_t *p = realloc(in->cu, cap * sizeof *p);
-    if (!p) {
-      cJSON_Delete(j);
-      return "out of memory";
-    }
-    in->cu = p, in->cap_prompts = cap;
-  }
-  size_t k = 0;
-  for (const cJSON *e = arr->child; e; e = e->next, k++) {
-    double v = cJSON_IsNumber(e) ? e->valuedouble : NAN;
-    if (!(v >= 0 && v < vocab) || floor(v) != v) {
-      if (cJSON_IsNumber(e)) snprintf(why, whyn, "input_ids[%zu] = %.17g is not a token id in [0, %d)", k, v, vocab);
-      else snprintf(why, whyn, "input_ids[%zu] is not an integer", k);
-      cJSON_Delete(j);
-      return why;
-    }
-    in->ids[in->n_ids + k] = (int32_t)v;
-  }
-  cJSON_Delete(j);
-  if (in->n == 0) in->cu[0] = 0;
-  in->n_ids += n;
-  in->cu[++in->n] = (uint32_t)in->n_ids;
-  return NULL;
-}
-
-static int vr_gen_read(FILE *f, const char *name, int vocab, uint32_t max_len, vr_gen_input_t *in) {
+/* Reads every line (vr_tids: the trainer's token-id JSON lines) and reports EVERY bad one as
+ * "name:LINE: problem" before giving up; a prompt must leave room for one new token. */
+static int vr_gen_read(FILE *f, const char *name, int vocab, uint32_t max_len, vr_tids_t *in) {
   char *line = NULL, why[256];
   size_t cap = 0;
   ssize_t len;
@@ -233,8 +170,20 @@ static int vr_gen_read(FILE *f, const char *name, int vocab, uint32_t max_len, v
     size_t i = 0;
     while (i < (size_t)len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n')) i++;
     if (i == (size_t)len) continue;
-    const char *p = vr_gen_line(in, line, (size_t)len, vocab, max_len, why, sizeof why);
-    if (p && ++bad <= VR_GEN_MAX_REPORTED) fprintf(stderr, PROG ": %s:%lu: %s\n", name, lineno, p);
+    int rc = (size_t)len > VR_TIDS_MAX_LINE ? VR_ERR_PARSE
+                                            : vr_tids_parse_line(line, (size_t)len, vocab, INT32_MAX, (uint32_t)lineno,
+                                                                 in, why, sizeof why);
+    if (rc == 0 && in->cu[in->n] - in->cu[in->n - 1] >= max_len) { /* no room for a response: take it back */
+      snprintf(why, sizeof why, "%u input ids leave no room for a response (max_model_len %u)",
+               in->cu[in->n] - in->cu[in->n - 1], max_len);
+      in->n--;
+      in->T = in->cu[in->n];
+      rc = VR_ERR_SEQ_TOO_LONG;
+    } else if (rc != 0 && (size_t)len > VR_TIDS_MAX_LINE) {
+      snprintf(why, sizeof why, "line of %zd bytes is longer than %u", len, VR_TIDS_MAX_LINE);
+    }
+    if (rc != 0 && ++bad <= VR_GEN_MAX_REPORTED) fprintf(stderr, PROG ": %s:%lu: %s\n", name, lineno, why);
+    if (rc == VR_ERR_NOMEM) break;
   }
   free(line);
   if (ferror(f)) {
@@ -304,7 +253,7 @@ int vr_generate_main(int argc, char **argv) {
     rc = VR_EXIT_FAIL;
     goto out;
   }
-  vr_gen_input_t prompts = {0};
+  vr_tids_t prompts = {0};
   rc = vr_gen_read(in, a.input ? a.input : "<stdin>", lc->vocab_size, info.max_model_len, &prompts);
   if (in != stdin) fclose(in);
   if (rc == 0) {
@@ -340,8 +289,7 @@ int vr_generate_main(int argc, char **argv) {
       vr_gen_output_free(&o);
     }
   }
-  free(prompts.ids);
-  free(prompts.cu);
+  vr_tids_free(&prompts);
 out:
   vr_rollout_free(r);
   vr_rollout_lm_view_free(&view);

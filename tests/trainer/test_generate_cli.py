@@ -115,9 +115,9 @@ class Generate(unittest.TestCase):
         p = gen(["--model", model], text, check=False)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertEqual(p.stdout, "")
-        for ln, frag in ((2, "input_ids[1] = 257 is not a token id in [0, 257)"), (3, "not a JSON object"), (5, "no \"input_ids\""),
-                         (6, "\"input_ids\" is empty"), (7, "input_ids[1] is not an integer"), (8, "\"input_ids\" is not a list"),
-                         (9, "64 input ids")):
+        for ln, frag in ((2, "input_ids[1] = 257 is outside the vocabulary [0, 257)"), (3, "malformed JSON"), (5, "no \"input_ids\" list"),
+                         (6, "input_ids is empty"), (7, "input_ids[1] is not an integer token id"), (8, "no \"input_ids\" list"),
+                         (9, "64 input ids leave no room for a response (max_model_len 64)")):
             self.assertIn("<stdin>:%d: %s" % (ln, frag), p.stderr)
         self.assertNotIn("<stdin>:1:", p.stderr)
         self.assertIn("7 bad input lines; nothing generated", p.stderr)

@@ -23,6 +23,7 @@
 #include "trainer_test_util.h"
 #include "vr_lm.h"
 #include "vr_rollout_lm.h"
+#include "vr_train.h"
 
 typedef struct golden {
   cJSON *doc;
@@ -89,6 +90,58 @@ static void expect_same(const vr_gen_output_t *a, const vr_gen_output_t *b) {
   assert_memory_equal(a->cu, b->cu, (a->n_resp + 1) * sizeof *a->cu);
   assert_memory_equal(a->tokens, b->tokens, a->cu[a->n_resp] * sizeof *a->tokens);
   assert_memory_equal(a->logprobs, b->logprobs, a->cu[a->n_resp] * sizeof *a->logprobs);
+}
+
+/* The PPO ratio starts at 1: sampled responses' log-probs equal the training engine's
+ * (vr_train_forward at the same temperature on prompt + response, response tokens masked in).
+ * lm holds the weights r generates with. */
+static void check_training_engine(const vr_lm_t *lm, vr_rollout_t *r, const golden_t *g, const vr_gen_params_t *gp0,
+                                  const char *name) {
+  vr_train_options_t to;
+  vr_train_options_init(&to);
+  to.n_threads = 2;
+  vr_train_t *t = NULL;
+  assert_int_equal(vr_train_init(lm, &to, &t), 0);
+  const struct { float T; int k; float p; } modes[] = {{0.0f, -1, 1.0f}, {1.0f, -1, 1.0f}, {0.7f, 40, 0.9f}};
+  double worst = 0;
+  for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+    vr_gen_params_t gp = *gp0;
+    gp.sample.temperature = modes[m].T, gp.sample.top_k = modes[m].k, gp.sample.top_p = modes[m].p;
+    gp.n = 2;
+    gp.seed = 11 + m;
+    vr_gen_output_t o;
+    assert_int_equal(vr_rollout_generate(r, g->ids, g->cu, g->n, &gp, &o), 0);
+    /* one packed batch: prompt + response of every response */
+    size_t T = 0;
+    for (uint32_t i = 0; i < o.n_resp; i++) T += g->cu[i / 2 + 1] - g->cu[i / 2] + o.cu[i + 1] - o.cu[i];
+    int32_t *ids = malloc(T * sizeof *ids);
+    uint8_t *mask = calloc(T, 1);
+    uint32_t *cu = malloc((o.n_resp + 1) * sizeof *cu);
+    float *out = malloc(T * sizeof *out);
+    cu[0] = 0;
+    for (uint32_t i = 0; i < o.n_resp; i++) {
+      const uint32_t p = i / 2, pl = g->cu[p + 1] - g->cu[p], n = o.cu[i + 1] - o.cu[i];
+      memcpy(ids + cu[i], g->ids + g->cu[p], pl * sizeof *ids);
+      memcpy(ids + cu[i] + pl, o.tokens + o.cu[i], n * sizeof *ids);
+      memset(mask + cu[i] + pl, 1, n);
+      cu[i + 1] = cu[i] + pl + n;
+    }
+    vr_train_batch_t b = {.ids = ids, .cu_seqlens = cu, .n_seqs = o.n_resp, .mask = mask};
+    assert_int_equal(vr_train_forward(t, &b, modes[m].T > 0 ? modes[m].T : 1.0f, out, NULL, 0), 0);
+    for (uint32_t i = 0; i < o.n_resp; i++) {
+      const uint32_t pl = g->cu[i / 2 + 1] - g->cu[i / 2];
+      for (uint32_t k = 0; k < o.cu[i + 1] - o.cu[i]; k++) {
+        const double d = fabs(out[cu[i] + pl + k] - o.logprobs[o.cu[i] + k]);
+        if (d > worst) worst = d;
+        assert_true(d < 1e-5);
+      }
+    }
+    free(ids), free(mask), free(cu), free(out);
+    vr_gen_output_free(&o);
+  }
+  printf("%s: rollout log-probs (greedy, T 1, T 0.7 top-k 40 top-p 0.9) equal the training engine's within %.2e\n",
+         name, worst);
+  vr_train_free(t);
 }
 
 static void run_model(const char *name) {
@@ -181,6 +234,7 @@ static void run_model(const char *name) {
   vr_lm_free(lm2);
   free(nw);
 
+  check_training_engine(lm, r, &g, &gp, name);
   vr_gen_output_free(&greedy), vr_gen_output_free(&t07);
   vr_rollout_free(r);
   vr_rollout_lm_view_free(&view);
