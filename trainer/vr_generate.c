@@ -12,6 +12,7 @@
 #include "vr_cli.h"
 #include "vr_lm.h"
 #include "vr_log.h"
+#include "vr_gencfg.h"
 #include "vr_rollout_lm.h"
 #include "vr_tids.h"
 
@@ -229,7 +230,7 @@ int vr_generate_main(int argc, char **argv) {
   const vr_lm_config_t *lc = vr_lm_config(lm);
   int32_t stops[2 * VR_GEN_MAX_STOP];
   uint32_t n_stop = 0;
-  if (!a.ignore_eos && vr_rollout_eos_ids(a.model, lc->vocab_size, stops, VR_GEN_MAX_STOP, &n_stop) != 0) {
+  if (!a.ignore_eos && vr_gencfg_eos_ids(a.model, lc->vocab_size, stops, VR_GEN_MAX_STOP, &n_stop) != 0) {
     vr_lm_free(lm);
     return VR_EXIT_FAIL;
   }

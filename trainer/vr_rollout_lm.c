@@ -1,10 +1,6 @@
-/* vr_rollout_lm.c: the engine on a vr_lm_t, and the EOS ids of a checkpoint (vr_rollout_lm.h). */
+/* vr_rollout_lm.c: the engine on a vr_lm_t (vr_rollout_lm.h). */
 #include "vr_rollout_lm.h"
 
-#include <cjson/cJSON.h>
-#include <errno.h>
-#include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,68 +63,4 @@ int vr_rollout_from_lm(const vr_lm_t *lm, const vr_rollout_options_t *opt, vr_ro
   if (rc == 0) rc = vr_rollout_init(&v->cfg, vr_lm_params_const(lm), vr_lm_n_floats(lm), &v->w, opt, out);
   if (rc != 0) vr_rollout_lm_view_free(v);
   return rc;
-}
-
-/* A small JSON file parsed; NULL with *rc 0 when it does not exist. */
-static cJSON *vr_rlm_json(const char *path, int *rc) {
-  *rc = 0;
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    if (errno != ENOENT) {
-      vr_log(VR_LOG_ERROR, "%s: cannot open: %s", path, strerror(errno));
-      *rc = VR_ERR_IO;
-    }
-    return NULL;
-  }
-  char *buf = malloc(1 << 20);
-  size_t n = buf ? fread(buf, 1, 1 << 20, f) : 0;
-  int too_big = buf && n == (1 << 20);
-  fclose(f);
-  cJSON *j = buf && !too_big ? cJSON_ParseWithLength(buf, n) : NULL;
-  free(buf);
-  if (!j || !cJSON_IsObject(j)) {
-    vr_log(VR_LOG_ERROR, "%s: %s", path, too_big ? "larger than 1 MiB" : "not a JSON object");
-    cJSON_Delete(j);
-    *rc = VR_ERR_MODEL_FORMAT;
-    return NULL;
-  }
-  return j;
-}
-
-/* eos_token_id of j into ids; 1 when the key was there, 0 when absent or null, <0 on a bad type. */
-static int vr_rlm_eos_of(const cJSON *j, const char *path, int vocab, int32_t *ids, uint32_t cap, uint32_t *n) {
-  const cJSON *e = cJSON_GetObjectItemCaseSensitive(j, "eos_token_id");
-  if (!e || cJSON_IsNull(e)) return 0;
-  const cJSON *one = cJSON_IsArray(e) ? e->child : e;
-  for (; one; one = cJSON_IsArray(e) ? one->next : NULL) {
-    if (!cJSON_IsNumber(one) || floor(one->valuedouble) != one->valuedouble) {
-      vr_log(VR_LOG_ERROR, "%s: \"eos_token_id\" must be an integer or a list of integers", path);
-      return VR_ERR_MODEL_FORMAT;
-    }
-    if (one->valuedouble < 0 || one->valuedouble >= vocab) {
-      vr_log(VR_LOG_WARN, "%s: eos_token_id %.0f is outside the vocabulary [0, %d): ignored", path, one->valuedouble, vocab);
-    } else if (*n < cap) {
-      ids[(*n)++] = (int32_t)one->valuedouble;
-    }
-    if (!cJSON_IsArray(e)) break;
-  }
-  return 1;
-}
-
-int vr_rollout_eos_ids(const char *dir, int vocab, int32_t *ids, uint32_t cap, uint32_t *n) {
-  *n = 0;
-  static const char *const files[] = {"generation_config.json", "config.json"};
-  for (int f = 0; f < 2; f++) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, files[f]);
-    int rc;
-    cJSON *j = vr_rlm_json(path, &rc);
-    if (rc != 0) return rc;
-    if (!j) continue;
-    int got = vr_rlm_eos_of(j, path, vocab, ids, cap, n);
-    cJSON_Delete(j);
-    if (got < 0) return got;
-    if (got) return 0; /* the first file that names it wins, as transformers' generation config */
-  }
-  return 0;
 }

@@ -31,12 +31,6 @@ void vr_rollout_lm_view_free(vr_rollout_lm_t *v);
 /* View + engine in one call (v filled, free it after the engine). */
 int vr_rollout_from_lm(const vr_lm_t *lm, const vr_rollout_options_t *opt, vr_rollout_lm_t *v, vr_rollout_t **out);
 
-/* The stop ids a checkpoint directory names: generation_config.json's "eos_token_id" (an integer or
- * a list), else config.json's; ids outside [0, vocab) are skipped with a warning. Writes at most cap
- * ids into ids, *n their count (0 when neither file names one). 0, or VR_ERR_MODEL_FORMAT when a
- * file exists but is not valid JSON or eos_token_id has the wrong type (logged with the path). */
-int vr_rollout_eos_ids(const char *dir, int vocab, int32_t *ids, uint32_t cap, uint32_t *n);
-
 #ifdef __cplusplus
 }
 #endif

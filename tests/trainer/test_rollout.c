@@ -23,6 +23,7 @@
 
 #include "rollout_test_util.h"
 #include "verl_reward/status.h"
+#include "vr_gencfg.h"
 #include "vr_kvcache.h"
 #include "vr_rollout.h"
 #include "vr_sample.h"
@@ -569,6 +570,62 @@ static void test_bad_inputs(void **st) {
   rt_model_free(&m);
 }
 
+static int eos(const char *json, int32_t *ids, uint32_t *n) {
+  return vr_gencfg_eos_parse(json, strlen(json), "t.json", 100, ids, 4, n);
+}
+
+static void write_file(const char *dir, const char *name, const char *text) {
+  char p[512];
+  snprintf(p, sizeof p, "%s/%s", dir, name);
+  FILE *f = fopen(p, "w");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+}
+
+static void test_gencfg(void **st) {
+  (void)st;
+  int32_t ids[4];
+  uint32_t n;
+  assert_int_equal(eos("{\"eos_token_id\": 2}", ids, &n), 1);
+  assert_int_equal(n, 1);
+  assert_int_equal(ids[0], 2);
+  assert_int_equal(eos("{\"eos_token_id\": [7, 150, 9, 3, 4, 5]}", ids, &n), 1); /* 150 skipped, capped at 4 */
+  assert_int_equal(n, 4);
+  assert_int_equal(ids[0], 7);
+  assert_int_equal(ids[1], 9);
+  assert_int_equal(ids[3], 4);
+  assert_int_equal(eos("{\"eos_token_id\": null}", ids, &n), 0);
+  assert_int_equal(eos("{\"pad_token_id\": 0}", ids, &n), 0);
+  assert_int_equal(n, 0);
+  assert_int_equal(eos("{\"eos_token_id\": \"2\"}", ids, &n), VR_ERR_MODEL_FORMAT);
+  assert_int_equal(eos("{\"eos_token_id\": [1, 2.5]}", ids, &n), VR_ERR_MODEL_FORMAT);
+  assert_int_equal(n, 0);
+  assert_int_equal(eos("{\"eos_token_id\": [1, [2]]}", ids, &n), VR_ERR_MODEL_FORMAT);
+  assert_int_equal(eos("[2]", ids, &n), VR_ERR_MODEL_FORMAT);
+  assert_int_equal(eos("{\"eos_token_id\": 2", ids, &n), VR_ERR_MODEL_FORMAT);
+  /* generation_config.json first, config.json when it names none, nothing when neither exists */
+  char dir[] = "/tmp/vr_gencfg_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  assert_int_equal(vr_gencfg_eos_ids(dir, 100, ids, 4, &n), 0);
+  assert_int_equal(n, 0);
+  write_file(dir, "config.json", "{\"eos_token_id\": 5}");
+  assert_int_equal(vr_gencfg_eos_ids(dir, 100, ids, 4, &n), 0);
+  assert_true(n == 1 && ids[0] == 5);
+  write_file(dir, "generation_config.json", "{\"eos_token_id\": [8, 9]}");
+  assert_int_equal(vr_gencfg_eos_ids(dir, 100, ids, 4, &n), 0);
+  assert_true(n == 2 && ids[0] == 8 && ids[1] == 9);
+  write_file(dir, "generation_config.json", "{\"do_sample\": true}");
+  assert_int_equal(vr_gencfg_eos_ids(dir, 100, ids, 4, &n), 0);
+  assert_true(n == 1 && ids[0] == 5);
+  write_file(dir, "generation_config.json", "{not json");
+  assert_int_equal(vr_gencfg_eos_ids(dir, 100, ids, 4, &n), VR_ERR_MODEL_FORMAT);
+  assert_int_equal(n, 0);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_philox_kat),
@@ -584,6 +641,7 @@ int main(void) {
       cmocka_unit_test(test_stop_ids),
       cmocka_unit_test(test_weight_update),
       cmocka_unit_test(test_bad_inputs),
+      cmocka_unit_test(test_gencfg),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,6 +22,7 @@
 
 #include "trainer_test_util.h"
 #include "vr_lm.h"
+#include "vr_gencfg.h"
 #include "vr_rollout_lm.h"
 #include "vr_train.h"
 
@@ -154,7 +155,7 @@ static void run_model(const char *name) {
   load_golden(name, &g);
   int32_t eos[8];
   uint32_t n_eos = 0;
-  assert_int_equal(vr_rollout_eos_ids(dir, vr_lm_config(lm)->vocab_size, eos, 8, &n_eos), 0);
+  assert_int_equal(vr_gencfg_eos_ids(dir, vr_lm_config(lm)->vocab_size, eos, 8, &n_eos), 0);
   assert_int_equal(n_eos, (uint32_t)cJSON_GetArraySize(cJSON_GetObjectItem(g.doc, "eos_token_id")));
   vr_rollout_options_t opt;
   vr_rollout_options_init(&opt);
