@@ -1,6 +1,6 @@
 /* vr_rollout.h: the rollout engine (issue 21): batched generation for causal LMs with a paged KV
  * cache, continuous batching and vLLM-style sampling, behind a backend table (cpu reference here,
- * cuda in trainer/cuda/).
+ * cuda in trainer/cuda_rollout/).
  *
  * Pieces:
  *   vr_sample.h   the sampling rule (temperature, top-k, top-p as vLLM applies them), the log-prob
@@ -10,7 +10,10 @@
  *                 num_blocks blocks it allocated at init).
  *   vr_rollout.c  the scheduler: requests (n responses per prompt sharing the prompt's blocks),
  *                 prefill-first continuous batching, preemption by recompute when blocks run out.
- *   vr_rollout_cpu.c  the cpu backend (fp32, deterministic GEMMs of model/cpu/vr_cpu_gemm.h).
+ *   vr_rollout_cpu.c  the cpu backend (fp32 on the training backend's ops and model/'s GEMMs).
+ *   vr_rollout_lm.h   the engine on a vr_lm_t (the trainer's causal-LM handle);
+ *   vr_rollout_sync.h weight updates over the weight-sync group; vr_gencfg.h the EOS ids of a
+ *                     checkpoint; vr_generate.h the `verl-trainer generate` command.
  *
  * The backend contract, the engine's API and the weights view follow. Threading: a vr_rollout_t
  * and its backend state are used by one thread at a time. */
