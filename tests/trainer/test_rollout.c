@@ -413,6 +413,57 @@ static void test_paged_equals_one_at_a_time(void **st) {
   rt_model_free(&m);
 }
 
+/* Random schedules: block sizes 1..8, caches from the smallest that fits one sequence up, 1..6
+ * sequences per step, prefill budgets from 1 token, n 1..3, greedy or sampled, stop ids: every
+ * configuration gives exactly the one-at-a-time outputs (nothing dropped, nothing changed). */
+static void test_scheduler_random(void **st) {
+  (void)st;
+  uint64_t seed = vr_test_seed("test_scheduler_random", 31), rs = seed;
+  rt_model_t m;
+  rt_model_random(&m, &shape_llama, seed, 0.35f);
+  enum { NP = 10 };
+  const uint64_t big_bb = vr_rollout_block_bytes(&m.cfg, 16, 4);
+  vr_rollout_t *big = engine(&m, 1024 * big_bb, 16, 256, 2048);
+  uint64_t total_preempt = 0;
+  for (int it = 0; it < 12; it++) {
+    int32_t ids[NP * 24];
+    uint32_t cu[NP + 1];
+    make_prompts(&rs, shape_llama.vocab, NP, 24, ids, cu);
+    uint64_t keys[NP];
+    for (int p = 0; p < NP; p++) keys[p] = rs + (uint64_t)p * 7;
+    vr_gen_params_t gp;
+    vr_gen_params_init(&gp);
+    gp.n = 1 + vr_test_rand(&rs, 3);
+    gp.max_new_tokens = 1 + vr_test_rand(&rs, 30);
+    if (vr_test_rand(&rs, 2)) {
+      gp.sample.temperature = 0.5f + (float)vr_test_rand(&rs, 100) / 100.0f;
+      gp.sample.top_k = vr_test_rand(&rs, 2) ? -1 : 1 + (int)vr_test_rand(&rs, 30);
+      gp.sample.top_p = vr_test_rand(&rs, 2) ? 1.0f : 0.5f + (float)vr_test_rand(&rs, 50) / 100.0f;
+    }
+    int32_t stop[2] = {(int32_t)vr_test_rand(&rs, 61), (int32_t)vr_test_rand(&rs, 61)};
+    gp.stop_ids = stop;
+    gp.n_stop = vr_test_rand(&rs, 3);
+    const uint32_t bs = 1 + vr_test_rand(&rs, 8);
+    const uint32_t need = (24 + gp.max_new_tokens + bs - 1) / bs; /* one longest sequence */
+    const uint32_t blocks = need + vr_test_rand(&rs, 3 * need);
+    vr_rollout_t *r = engine(&m, blocks * vr_rollout_block_bytes(&m.cfg, bs, 4), bs, 1 + vr_test_rand(&rs, 6),
+                             1 + vr_test_rand(&rs, 40));
+    vr_gen_output_t ref, o;
+    one_at_a_time(big, ids, cu, NP, &gp, keys, &ref);
+    gp.seeds = keys;
+    assert_int_equal(vr_rollout_generate(r, ids, cu, NP, &gp, &o), 0);
+    expect_same(&ref, &o);
+    total_preempt += o.stats.preemptions;
+    vr_gen_output_free(&o);
+    vr_gen_output_free(&ref);
+    vr_rollout_free(r);
+  }
+  printf("12 random schedules equal one at a time (%llu preemptions in all)\n", (unsigned long long)total_preempt);
+  assert_true(total_preempt > 0);
+  vr_rollout_free(big);
+  rt_model_free(&m);
+}
+
 static void test_seeded_sampling(void **st) {
   (void)st;
   rt_model_t m;
@@ -637,6 +688,7 @@ int main(void) {
       cmocka_unit_test(test_reference_mistral),
       cmocka_unit_test(test_reference_tied),
       cmocka_unit_test(test_paged_equals_one_at_a_time),
+      cmocka_unit_test(test_scheduler_random),
       cmocka_unit_test(test_seeded_sampling),
       cmocka_unit_test(test_stop_ids),
       cmocka_unit_test(test_weight_update),
