@@ -172,7 +172,9 @@ uint32_t vr_train_split(const uint32_t *cu_seqlens, uint32_t n_seqs, uint32_t bu
 
 /* The comm of a cpu group over an MPI communicator: mpi_comm points at an MPI_Comm (kept as a
  * pointer so this header needs no mpi.h), which must outlive c. Sum all-reduce and broadcast
- * through MPI; for tests and cpu groups. In vr_train_mpi.c. */
+ * through MPI; for tests and cpu groups. In vr_train_mpi.c. The comm over a role group of the
+ * trainer's world (vr_comm.h: bounded collectives, NCCL on device groups) is
+ * vr_train_comm_group in vr_train_comm.h. */
 void vr_train_comm_mpi(vr_train_comm_t *c, void *mpi_comm);
 
 #ifdef __cplusplus
