@@ -25,7 +25,8 @@
  * ---- Gradients ------------------------------------------------------------------------------
  * backward(dout, dent) adds to the gradient buffer d/dparams of
  *     sum over masked t of dout[t] * out[t] + dent[t] * entropy[t]
- * for the batch of the last forward with keep = 1 (each such forward allows one backward).
+ * for the batch of the last forward with keep = 1 (each such forward allows one backward; any
+ * later forward, kept or not, or set_params, discards it).
  * Gradients accumulate over micro-batches until zero_grad. Data parallel: each rank's loss is
  * its share of the global loss (e.g. token-mean: divide by the GLOBAL token count); step()
  * all-reduces (sums) the gradients over the group, so every rank applies the same update.

@@ -236,31 +236,38 @@ static void test_bad_inputs(void **state) {
   assert_null(none);
 }
 
-/* A critic initialised from a reward model (LlamaForSequenceClassification): its value at each
- * sequence's last token is the reward model's score (the reward runtime's cpu forward). */
-static void test_critic_from_reward_model(void **state) {
+/* A critic initialised from a reward model (*ForSequenceClassification): its value at each
+ * sequence's last token is the reward model's score (the reward runtime's cpu forward). Every
+ * decoder reward fixture: GQA, MQA with head_dim 16, llama3 and linear RoPE, attention and MLP
+ * biases (o_proj too), qkv bias, sliding window, tied, bf16 weights, sharded files. */
+static void test_critic_from_reward_models(void **state) {
   (void)state;
-  char dir[1024];
-  snprintf(dir, sizeof dir, "%s/models/llama_gqa", getenv("VR_FIXTURES") ? getenv("VR_FIXTURES") : "tests/fixtures");
-  vr_lm_load_options_t o = {.head = VR_LM_HEAD_VALUE};
-  vr_lm_t *lm = NULL;
-  assert_int_equal(vr_lm_load(dir, &o, &lm), 0);
-  assert_true(vr_lm_params(lm)[vr_lm_tensor(lm, (size_t)vr_lm_index(lm)->score_b)->offset] == 0.0f);
-  vr_model_t *rm = NULL;
-  assert_int_equal(vr_model_load(dir, NULL, &rm), 0);
-  int32_t ids[] = {5, 17, 3, 44, 9, 12, 31, 2, 8, 60, 61, 1};
-  uint32_t cu[] = {0, 5, 12};
-  float scores[2], values[12];
-  assert_int_equal(vr_model_score(rm, ids, cu, 2, scores, NULL), 0);
-  vr_train_t *t = tr_engine(lm, 0, 0, 0);
-  vr_train_batch_t b = {ids, cu, 2, NULL};
-  assert_int_equal(vr_train_forward(t, &b, 1.0f, values, NULL, 0), 0);
-  printf("critic from a reward model: last-token values %.7g %.7g, reward scores %.7g %.7g\n", values[4], values[11],
-         scores[0], scores[1]);
-  assert_true(fabs(values[4] - scores[0]) <= 1e-5 && fabs(values[11] - scores[1]) <= 1e-5);
-  vr_train_free(t);
-  vr_model_free(rm);
-  vr_lm_free(lm);
+  static const char *const names[] = {"llama_gqa", "llama_linear_bias", "llama3_mqa", "llama_tied",
+                                      "mistral_swa", "qwen2",    "qwen2_bf16",        "llama_gqa_sharded"};
+  int32_t ids[40];
+  for (int i = 0; i < 40; i++) ids[i] = 10 + (i * 37) % 87; /* no pad id (< 10) */
+  uint32_t cu[] = {0, 7, 40};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/%s", getenv("VR_FIXTURES") ? getenv("VR_FIXTURES") : "tests/fixtures", names[k]);
+    vr_lm_load_options_t o = {.head = VR_LM_HEAD_VALUE};
+    vr_lm_t *lm = NULL;
+    assert_int_equal(vr_lm_load(dir, &o, &lm), 0);
+    assert_true(vr_lm_params(lm)[vr_lm_tensor(lm, (size_t)vr_lm_index(lm)->score_b)->offset] == 0.0f);
+    vr_model_t *rm = NULL;
+    assert_int_equal(vr_model_load(dir, NULL, &rm), 0);
+    float scores[2], values[40];
+    assert_int_equal(vr_model_score(rm, ids, cu, 2, scores, NULL), 0);
+    vr_train_t *t = tr_engine(lm, 0, 0, 0);
+    vr_train_batch_t b = {ids, cu, 2, NULL};
+    assert_int_equal(vr_train_forward(t, &b, 1.0f, values, NULL, 0), 0);
+    double d = fmax(fabs(values[6] - scores[0]), fabs(values[39] - scores[1]));
+    printf("critic from reward model %-18s: |last-token value - reward score| %.3g\n", names[k], d);
+    assert_true(d <= 1e-5 * fmax(1.0, fabs(scores[1])));
+    vr_train_free(t);
+    vr_model_free(rm);
+    vr_lm_free(lm);
+  }
 }
 
 int main(void) {
@@ -268,7 +275,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_save_load, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_microbatch_and_resume, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test(test_bad_inputs),
-      cmocka_unit_test(test_critic_from_reward_model),
+      cmocka_unit_test(test_critic_from_reward_models),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
