@@ -159,6 +159,14 @@ int64_t vr_train_step_count(const vr_train_t *t);
 int vr_train_get_params(vr_train_t *t, float *dst, size_t n);
 int vr_train_set_params(vr_train_t *t, const float *src, size_t n);
 int vr_train_get_grads(vr_train_t *t, float *dst, size_t n);
+/* The engine's own parameter / gradient buffers (vr_train_n_floats floats, the vr_lm layout):
+ * host memory on cpu, device memory on a device backend; for a weight-sync broadcast straight
+ * from the actor's buffer. Stable for the engine's lifetime; the caller must not write the
+ * parameters while a kept forward is pending (backward reads them) and reads them as of the last
+ * completed step. */
+float *vr_train_param_buffer(vr_train_t *t);
+float *vr_train_grad_buffer(vr_train_t *t);
+const char *vr_train_device(const vr_train_t *t); /* the backend's name: "cpu", "cuda" */
 
 /* Optimizer state of this rank's shard: a file "VRAD" (u32 version 1, i64 step, u64 n_floats,
  * u64 lo, u64 hi, then m and v as f32 little endian). load checks every field against this

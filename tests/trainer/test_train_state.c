@@ -140,6 +140,8 @@ static void test_microbatch_and_resume(void **state) {
   float *resumed = malloc(n * sizeof *resumed);
   assert_int_equal(vr_train_get_params(t, resumed, n), 0);
   assert_memory_equal(straight, resumed, n * sizeof *resumed);
+  assert_memory_equal(vr_train_param_buffer(t), resumed, n * sizeof *resumed); /* the cpu buffer is the params */
+  assert_string_equal(vr_train_device(t), "cpu");
   printf("resume from params + optimizer state after 2 of 4 steps: bit-exact\n");
   /* a damaged optimizer file is refused with a reason */
   size_t len;
