@@ -140,6 +140,8 @@ static void test_microbatch_and_resume(void **state) {
   float *resumed = malloc(n * sizeof *resumed);
   assert_int_equal(vr_train_get_params(t, resumed, n), 0);
   assert_memory_equal(straight, resumed, n * sizeof *resumed);
+  assert_memory_equal(vr_train_param_buffer(t), resumed, n * sizeof *resumed); /* the cpu buffer is the params */
+  assert_string_equal(vr_train_device(t), "cpu");
   printf("resume from params + optimizer state after 2 of 4 steps: bit-exact\n");
   /* a damaged optimizer file is refused with a reason */
   size_t len;
@@ -236,11 +238,46 @@ static void test_bad_inputs(void **state) {
   assert_null(none);
 }
 
+/* A critic initialised from a reward model (*ForSequenceClassification): its value at each
+ * sequence's last token is the reward model's score (the reward runtime's cpu forward). Every
+ * decoder reward fixture: GQA, MQA with head_dim 16, llama3 and linear RoPE, attention and MLP
+ * biases (o_proj too), qkv bias, sliding window, tied, bf16 weights, sharded files. */
+static void test_critic_from_reward_models(void **state) {
+  (void)state;
+  static const char *const names[] = {"llama_gqa", "llama_linear_bias", "llama3_mqa", "llama_tied",
+                                      "mistral_swa", "qwen2",    "qwen2_bf16",        "llama_gqa_sharded"};
+  int32_t ids[40];
+  for (int i = 0; i < 40; i++) ids[i] = 10 + (i * 37) % 87; /* no pad id (< 10) */
+  uint32_t cu[] = {0, 7, 40};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/%s", getenv("VR_FIXTURES") ? getenv("VR_FIXTURES") : "tests/fixtures", names[k]);
+    vr_lm_load_options_t o = {.head = VR_LM_HEAD_VALUE};
+    vr_lm_t *lm = NULL;
+    assert_int_equal(vr_lm_load(dir, &o, &lm), 0);
+    assert_true(vr_lm_params(lm)[vr_lm_tensor(lm, (size_t)vr_lm_index(lm)->score_b)->offset] == 0.0f);
+    vr_model_t *rm = NULL;
+    assert_int_equal(vr_model_load(dir, NULL, &rm), 0);
+    float scores[2], values[40];
+    assert_int_equal(vr_model_score(rm, ids, cu, 2, scores, NULL), 0);
+    vr_train_t *t = tr_engine(lm, 0, 0, 0);
+    vr_train_batch_t b = {ids, cu, 2, NULL};
+    assert_int_equal(vr_train_forward(t, &b, 1.0f, values, NULL, 0), 0);
+    double d = fmax(fabs(values[6] - scores[0]), fabs(values[39] - scores[1]));
+    printf("critic from reward model %-18s: |last-token value - reward score| %.3g\n", names[k], d);
+    assert_true(d <= 1e-5 * fmax(1.0, fabs(scores[1])));
+    vr_train_free(t);
+    vr_model_free(rm);
+    vr_lm_free(lm);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_save_load, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_microbatch_and_resume, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test(test_bad_inputs),
+      cmocka_unit_test(test_critic_from_reward_models),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
