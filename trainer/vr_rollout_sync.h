@@ -6,7 +6,8 @@
  * backend offers one of the group's memory kind (cpu backend on an MPI group: host memory; nothing
  * reloaded, no second copy), else into the engine's host staging buffer followed by set_params. A
  * member without an engine (another actor rank) passes its own buffer: it receives the root's
- * values. The seconds reported cover the broadcast and the hand-over to the backend.
+ * values. The seconds reported cover the broadcast (with any wait for the root to reach it) and
+ * the hand-over to the backend.
  *
  * Every member of g calls it, from the thread that owns the world. Returns 0, a vr_comm error
  * (VR_COMM_ETIMEDOUT / VR_COMM_EFAIL: the group is unusable afterwards) or a vr_status_t. */
