@@ -13,8 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #include "verl_reward/status.h"
+#include "vr_http_compat.h"
 #include "vr_log.h"
 #include "vr_model.h"
 #include "vr_request.h"
@@ -28,6 +30,7 @@ typedef struct http_pending {
   struct evhttp_request *req; /* stays valid until we reply (libevent detaches it on EOF) */
   int msgpack;                /* reply encoding */
   vr_score_req_t r;
+  vr_compat_req_t *compat;    /* NULL: POST /v1/score; else the vr_http_compat route's reply shape */
   struct http_pending *next;  /* done list */
 } http_pending_t;
 
@@ -115,7 +118,12 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
   const vr_scorer_t *sc = &h->srv->scorer;
   const uint32_t n = p->r.n_seqs, nc = sc->spec.n;
   struct evbuffer *b = evbuffer_new();
-  if (!p->msgpack) {
+  if (p->compat) {
+    uint8_t id[16];
+    vr_compat_random_id(id);
+    vr_compat_reply(p->compat, sc, p->job.scores, p->job.components, n, p->r.n_tokens, (int64_t)time(NULL), id, b);
+    reply(h, p->req, 200, "application/json", b);
+  } else if (!p->msgpack) {
     evbuffer_add_printf(b, "{\"scores\":");
     json_floats(b, p->job.scores, n, 1);
     evbuffer_add_printf(b, ",\"queue_us\":%u,\"compute_us\":%u", p->job.queue_us, p->job.compute_us);
@@ -163,6 +171,7 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
 
 static void pending_free(http_pending_t *p) {
   vr_request_free(&p->r);
+  vr_compat_free(p->compat);
   vr_job_free_outputs(&p->job);
   free(p);
 }
@@ -236,7 +245,8 @@ static int is_msgpack_type(const char *ct) {
   return ct && (strncasecmp(ct, "application/msgpack", 19) == 0 || strncasecmp(ct, "application/x-msgpack", 21) == 0);
 }
 
-static void handle_score(vr_http_t *h, struct evhttp_request *req) {
+/* POST /v1/score, or a vr_http_compat route (route != VR_COMPAT_NONE: JSON of that shape). */
+static void handle_score(vr_http_t *h, struct evhttp_request *req, vr_compat_route_t route) {
   vr_server_t *srv = h->srv;
   uint64_t t0 = vr_now_ns();
   if (!__atomic_load_n(&srv->ready, __ATOMIC_ACQUIRE) && !__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE)) {
@@ -264,7 +274,9 @@ static void handle_score(vr_http_t *h, struct evhttp_request *req) {
     return;
   }
   vr_req_error_t e;
-  int rc = mp ? vr_request_parse_msgpack((const uint8_t *)body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &e)
+  int rc = route ? vr_compat_parse(route, body, len, &srv->scorer, srv->st.max_seqs_per_request, srv->st.model, &p->r,
+                                   &p->compat, &e)
+         : mp ? vr_request_parse_msgpack((const uint8_t *)body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &e)
               : vr_request_parse_json(body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &e);
   if (rc) {
     vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, rc, 0, 0, (vr_now_ns() - t0) / 1e9);
@@ -385,9 +397,16 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
       reply_plain_error(h, req, 405, "VR_ERR_INVAL", "use POST for /v1/score");
       return;
     }
-    { handle_score(h, req); return; }
+    { handle_score(h, req, VR_COMPAT_NONE); return; }
   }
-  int known = !strcmp(path, "/health") || !strcmp(path, "/ready") || !strcmp(path, "/metrics") || !strcmp(path, "/v1/model");
+  const vr_compat_route_t compat = vr_compat_route(path);
+  if (vr_compat_is_post(compat)) {
+    if (cmd != EVHTTP_REQ_POST) { reply_plain_error(h, req, 405, "VR_ERR_INVAL", "use POST"); return; }
+    handle_score(h, req, compat);
+    return;
+  }
+  int known = compat || !strcmp(path, "/health") || !strcmp(path, "/ready") || !strcmp(path, "/metrics") ||
+              !strcmp(path, "/v1/model");
   if (!known) {
     reply_plain_error(h, req, 404, "VR_ERR_NOT_FOUND", "no such endpoint");
     return;
@@ -417,11 +436,15 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
     handle_text(h, req, 503, "application/json", t, sizeof t - 1);
     return;
   }
-  if (!h->model_json) h->model_json = build_model_json(srv); /* first ask after ready */
-  const char *m = h->model_json ? h->model_json : "{}";
   struct evbuffer *b = evbuffer_new();
-  evbuffer_add(b, m, strlen(m));
-  evbuffer_add(b, "\n", 1);
+  if (compat) {
+    vr_compat_get(compat, srv, (int64_t)time(NULL), b); /* GET /v1/models, /info */
+  } else {
+    if (!h->model_json) h->model_json = build_model_json(srv); /* first ask after ready */
+    const char *m = h->model_json ? h->model_json : "{}";
+    evbuffer_add(b, m, strlen(m));
+    evbuffer_add(b, "\n", 1);
+  }
   reply(h, req, 200, "application/json", b);
   evbuffer_free(b);
 }

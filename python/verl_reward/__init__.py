@@ -9,7 +9,17 @@
 
 RewardClient wraps libverl_reward_client.so through ctypes (found via
 $VERL_REWARD_LIB, next to this package, or the system path); HttpRewardClient
-needs no library. verl integration: verl_reward.verl_adapter.
+needs no library. Both have score_async() for coroutines.
+
+Framework drop-ins (docs/operations.md has the configuration of each):
+  verl_reward.verl_reward_loop     verl >= 0.7 reward loop (VerlRewardLoopManager), per-sample
+                                   compute_score / compute_score_async, register_with_verl
+  verl_reward.verl_adapter         verl 0.4-0.6 (batch compute_score, VerlRewardManager)
+  verl_reward.verl_custom_reward   the file for verl's custom_reward_function.path
+  verl_reward.openrlhf_bridge      OpenRLHF /get_reward, vLLM/SGLang /classify, TEI /predict (HTTP)
+  verl_reward.openrlhf_reward_func the file for OpenRLHF's --reward.remote_url
+  verl_reward.trl                  VerlRewardFunction for TRL's GRPOTrainer
+  verl_reward.batcher, .service    the micro-batcher they share
 """
 
 from .client import PendingScore, RewardClient, ScoreResult

@@ -15,7 +15,7 @@ import threading
 
 from . import _lib
 from ._batch import pack_extras, pack_sequences
-from .errors import STATUS_VALUES, Timeout, VerlRewardError, error_for
+from .errors import STATUS_VALUES, Busy, Timeout, VerlRewardError, error_for
 
 _OK = 0
 _TIMEOUT = STATUS_VALUES["VR_ERR_TIMEOUT"]
@@ -234,6 +234,35 @@ class RewardClient:
         if rc != _OK:
             raise self._error(rc)
         return PendingScore(self, req.value, cb.n)
+
+    async def score_async(self, sequences, extras=None, timeout=None):
+        """await -> ScoreResult, with no thread per call: the request goes into the lane at
+        once (retried while the lane is Busy), then the coroutine polls for it, sleeping
+        20 us doubling to 1 ms between polls (other coroutines run meanwhile). timeout in
+        seconds (None: timeout_s). A Timeout leaves the request pending: the exception's
+        `pending` attribute is its PendingScore (wait on it again, or drop it)."""
+        import asyncio
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.timeout_s if timeout is None else float(timeout))
+        delay = 2e-5
+        while True:
+            try:
+                pending = self.submit(sequences, extras)
+                break
+            except Busy:
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1e-3)
+        delay = 2e-5
+        while not pending.done():
+            if loop.time() >= deadline:
+                err = error_for(_TIMEOUT, "no answer within the timeout (still pending)")
+                err.pending = pending
+                raise err
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1e-3)
+        return pending.result(0)
 
     def close(self):
         """Releases the lane (idempotent). Waits for calls in progress on other threads."""

@@ -383,12 +383,9 @@ class VerlRewardManager:
 
 
 def register_with_verl(name="verl_reward"):
-    """Registers VerlRewardManager in verl's reward-manager registry (verl >= 0.4:
-    verl.workers.reward_manager.register) so `reward_model.reward_manager: verl_reward`
-    finds it. Returns True when registered, False when verl has no registry."""
-    try:
-        from verl.workers.reward_manager import register
-    except ImportError:
-        return False
-    register(name)(VerlRewardManager)
-    return True
+    """Registers VerlRewardManager in verl's legacy reward-manager registry (verl >= 0.5:
+    verl.workers.reward_manager.register) and, from verl 0.7.0, VerlRewardLoopManager in
+    the reward loop's registry (what verl >= 0.7 actually reads by default): see
+    verl_reward.verl_reward_loop.register_with_verl. Returns True when any registry took it."""
+    from .verl_reward_loop import register_with_verl as register_all
+    return any(register_all(name).values())
