@@ -620,13 +620,15 @@ static void test_adamw(void) {
     double nrm = 0;
     for (int64_t i = 0; i < n; ++i) nrm += (double)g[i] * g[i];
     const double gs = fmin(1.0, hp.clip / (sqrt(nrm) + 1e-6));
-    const double bc1 = 1 - pow(0.9, step), bc2 = 1 - pow(0.999, step);
+    /* the hyperparameters as the kernel holds them (fp32): 1 - 0.999f is 1.3e-5 away from 0.001 */
+    const double b1 = hp.beta1, b2 = hp.beta2, lr = hp.lr, eps = hp.eps;
+    const double bc1 = 1 - pow(b1, step), bc2 = 1 - pow(b2, step);
     for (int c = 0; c < nc; ++c)
       for (int64_t i = off[c]; i < off[c] + len[c]; ++i) {
         const double gi = g[i] * gs;
-        rm[i] = 0.9 * rm[i] + 0.1 * gi;
-        rv[i] = 0.999 * rv[i] + 0.001 * gi * gi;
-        rp[i] = rp[i] * (1 - 1e-3 * wd[c]) - (1e-3 / bc1) * rm[i] / (sqrt(rv[i]) / sqrt(bc2) + 1e-8);
+        rm[i] = b1 * rm[i] + (1 - b1) * gi;
+        rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+        rp[i] = rp[i] * (1 - lr * wd[c]) - (lr / bc1) * rm[i] / (sqrt(rv[i]) / sqrt(bc2) + eps);
       }
     free(g);
   }
