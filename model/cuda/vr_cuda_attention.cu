@@ -193,11 +193,11 @@ extern "C" void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_
 extern "C" void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
                                       int ld_out, float *lse, const int32_t *cu, const int32_t *tiles,
                                       const int32_t *meta, int grid_tiles, int H, int Hkv, int D, int causal,
-                                      float scale, int rows_hint, cudaStream_t s) {
+                                      int window, float scale, int rows_hint, cudaStream_t s) {
   if (grid_tiles <= 0) return;
   const vr_cuda_attn_kernel_t k = vr_cuda_attention_kernel(D, rows_hint);
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && k != VR_CUDA_ATTN_KERNEL_GENERIC && lse);
-  attn_params p = attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, 0, scale);
+  attn_params p = attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);
   p.lse = lse;
   const dim3 grid((unsigned)grid_tiles, (unsigned)H);
   switch (D) {

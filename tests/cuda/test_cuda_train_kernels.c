@@ -419,7 +419,7 @@ static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, floa
 /* Host reference of causal GQA attention over packed sequences (qkv float view (T, ld)):
  * O (T, H*D), lse2 (T, H) log2-domain; with dO given, dqkv (T, ld) (q, k, v columns). */
 typedef struct {
-  int H, Hkv, D, ld, koff, voff;
+  int H, Hkv, D, ld, koff, voff, window; /* window > 0: keys j of query i with i - j < window */
 } attn_shape;
 
 static void ref_attention(const attn_shape *a, const float *qkv, const int32_t *cu, int n, const float *dO, double *O,
@@ -436,7 +436,8 @@ static void ref_attention(const attn_shape *a, const float *qkv, const int32_t *
         const size_t ti = (size_t)cu[s] + i;
         const float *q = qkv + ti * ld + h * D;
         double m = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
+        const int j0 = a->window > 0 && i - a->window + 1 > 0 ? i - a->window + 1 : 0;
+        for (int j = j0; j <= i; ++j) {
           const float *k = qkv + ((size_t)cu[s] + j) * ld + a->koff + hk * D;
           double d = 0;
           for (int c = 0; c < D; ++c) d += (double)q[c] * k[c];
@@ -444,12 +445,12 @@ static void ref_attention(const attn_shape *a, const float *qkv, const int32_t *
           m = fmax(m, P[j]);
         }
         double z = 0;
-        for (int j = 0; j <= i; ++j) z += exp(P[j] - m);
-        for (int j = 0; j <= i; ++j) P[j] = exp(P[j] - m) / z;
+        for (int j = j0; j <= i; ++j) z += exp(P[j] - m);
+        for (int j = j0; j <= i; ++j) P[j] = exp(P[j] - m) / z;
         if (lse2) lse2[ti * H + h] = (m + log(z)) / log(2.0);
         double *o = O + ti * H * D + h * D;
         for (int c = 0; c < D; ++c) o[c] = 0;
-        for (int j = 0; j <= i; ++j) {
+        for (int j = j0; j <= i; ++j) {
           const float *v = qkv + ((size_t)cu[s] + j) * ld + a->voff + hk * D;
           for (int c = 0; c < D; ++c) o[c] += P[j] * v[c];
         }
@@ -457,7 +458,7 @@ static void ref_attention(const attn_shape *a, const float *qkv, const int32_t *
         const float *go = dO + ti * H * D + h * D;
         double delta = 0;
         for (int c = 0; c < D; ++c) delta += (double)go[c] * o[c];
-        for (int j = 0; j <= i; ++j) {
+        for (int j = j0; j <= i; ++j) {
           const size_t tj = (size_t)cu[s] + j;
           const float *v = qkv + tj * ld + a->voff + hk * D, *k = qkv + tj * ld + a->koff + hk * D;
           double d = 0;
@@ -476,11 +477,13 @@ static void ref_attention(const attn_shape *a, const float *qkv, const int32_t *
   free(P), free(dP);
 }
 
-static void test_attention_train(int H, int Hkv, int D, const int *lens, int n) {
+/* generic_fwd: the generic forward even where the tensor-core one runs D. */
+static void test_attention_train(int H, int Hkv, int D, int window, int generic_fwd, const int *lens, int n) {
   int T = 0;
   for (int i = 0; i < n; ++i) T += lens[i];
-  attn_shape a = {H, Hkv, D, (H + 2 * Hkv) * D, H * D, (H + Hkv) * D};
+  attn_shape a = {H, Hkv, D, (H + 2 * Hkv) * D, H * D, (H + Hkv) * D, window};
   const int ld = a.ld, HD = H * D;
+  const int fa = !generic_fwd && (D == 16 || D == 32 || D == 64 || D == 128);
   float *qf, *dof;
   uint16_t *qkv = rand_bf((size_t)T * ld, 2.f, &qf), *dO = rand_bf((size_t)T * HD, 1.f, &dof);
   int32_t *cu = malloc((n + 1) * 4), *tiles = malloc((size_t)2 * (T + n) * 4), *btiles = malloc((size_t)2 * (T + n) * 4);
@@ -497,16 +500,22 @@ static void test_attention_train(int H, int Hkv, int D, const int *lens, int n) 
   int32_t *d_cu = todev(cu, (n + 1) * 4), *d_t = todev(tiles, (size_t)2 * nt * 4), *d_bt = todev(btiles, (size_t)2 * nbt * 4),
           *d_meta = todev(meta, 16);
   const float scale = 1.f / sqrtf((float)D);
-  vr_cuda_attention_lse(d_qkv, ld, 0, a.koff, a.voff, d_o, HD, d_lse, d_cu, d_t, d_meta, nt, H, Hkv, D, 1, scale, T, 0);
+  if (fa)
+    vr_cuda_attention_lse(d_qkv, ld, 0, a.koff, a.voff, d_o, HD, d_lse, d_cu, d_t, d_meta, nt, H, Hkv, D, 1, window, scale,
+                          T, 0);
+  else
+    vr_cutrain_attention_fwd_generic(d_o, HD, d_lse, d_qkv, ld, 0, a.koff, a.voff, d_cu, d_bt, nbt, H, Hkv, D, window,
+                                     scale, 0);
   vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_bt, nbt, H, Hkv,
-                           D, scale, T, 0);
+                           D, window, scale, T, 0);
   uint16_t *go = malloc((size_t)T * HD * 2), *gd = malloc((size_t)T * ld * 2), *gd2 = malloc((size_t)T * ld * 2);
   float *gl = malloc((size_t)T * H * 4);
   tohost(go, d_o, (size_t)T * HD * 2);
   tohost(gl, d_lse, (size_t)T * H * 4);
   tohost(gd, d_dq, (size_t)T * ld * 2);
   char what[160], shape[96];
-  snprintf(shape, sizeof shape, "H%d/%d D%d n%d T%d", H, Hkv, D, n, T);
+  snprintf(shape, sizeof shape, "%s/%s H%d/%d D%d win%d n%d T%d", fa ? "fa" : "generic",
+           vr_cutrain_attention_bwd_tc(D, window) ? "wmma" : "generic", H, Hkv, D, window, n, T);
   snprintf(what, sizeof what, "attention_lse out %s", shape);
   check_rel_bf(what, O, go, (size_t)T * HD, 1e-2);
   snprintf(what, sizeof what, "attention_lse lse %s", shape);
@@ -528,7 +537,7 @@ static void test_attention_train(int H, int Hkv, int D, const int *lens, int n) 
     free(r), free(gp);
   }
   vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_bt, nbt, H, Hkv,
-                           D, scale, T, 0);
+                           D, window, scale, T, 0);
   tohost(gd2, d_dq, (size_t)T * ld * 2);
   snprintf(what, sizeof what, "attention_bwd deterministic %s", shape);
   check_same_bits(what, gd, gd2, (size_t)T * ld * 2);
@@ -542,7 +551,7 @@ static void test_attention_train(int H, int Hkv, int D, const int *lens, int n) 
  * (L = sum dO . O) on a tiny GQA shape: the formulas the GPU is held to are right. */
 static void test_attention_ref_fd(void) {
   const int n = 2, T = 8; /* lengths 3 and 5 */
-  attn_shape a = {4, 2, 4, (4 + 4) * 4, 16, 24};
+  attn_shape a = {4, 2, 4, (4 + 4) * 4, 16, 24, 3};
   const int32_t cu[3] = {0, 3, 8};
   float *q = rand_f((size_t)T * a.ld, -1, 1), *dO = rand_f((size_t)T * a.H * a.D, -1, 1);
   double *O = dcalloc((size_t)T * a.H * a.D), *g = dcalloc((size_t)T * a.ld), *fd = dcalloc((size_t)T * a.ld);
@@ -562,7 +571,7 @@ static void test_attention_ref_fd(void) {
   }
   float *gf = malloc((size_t)T * a.ld * 4);
   for (size_t i = 0; i < (size_t)T * a.ld; ++i) gf[i] = (float)g[i];
-  check_rel("attention reference backward vs finite differences H4/2 D4", fd, gf, (size_t)T * a.ld, 1e-5);
+  check_rel("attention reference backward vs finite differences H4/2 D4 win3", fd, gf, (size_t)T * a.ld, 1e-5);
   free(q), free(dO), free(O), free(g), free(fd), free(gf);
 }
 
@@ -705,14 +714,20 @@ int main(void) {
   test_attention_ref_fd();
   static const int small[] = {1, 17, 64, 65, 130, 200};
   static const int medium_a[] = {300, 513}, medium_b[] = {257, 700, 64};
-  test_attention_train(4, 4, 64, small, 6);
-  test_attention_train(8, 2, 64, small, 6);
-  test_attention_train(8, 1, 64, small, 6);
-  test_attention_train(4, 4, 128, small, 6);
-  test_attention_train(8, 2, 128, small, 6);
-  test_attention_train(8, 1, 128, small, 6);
-  test_attention_train(16, 2, 128, medium_a, 2);
-  test_attention_train(14, 2, 64, medium_b, 3);
+  test_attention_train(4, 4, 64, 0, 0, small, 6);
+  test_attention_train(8, 2, 64, 0, 0, small, 6);
+  test_attention_train(8, 1, 64, 0, 0, small, 6);
+  test_attention_train(4, 4, 128, 0, 0, small, 6);
+  test_attention_train(8, 2, 128, 0, 0, small, 6);
+  test_attention_train(8, 1, 128, 0, 0, small, 6);
+  test_attention_train(16, 2, 128, 0, 0, medium_a, 2);
+  test_attention_train(14, 2, 64, 0, 0, medium_b, 3);
+  /* the generic kernels: head dims without tensor-core kernels, sliding windows */
+  test_attention_train(4, 2, 8, 0, 0, small, 6);
+  test_attention_train(4, 1, 16, 4, 0, small, 6);
+  test_attention_train(8, 2, 64, 37, 0, small, 6);
+  test_attention_train(4, 4, 96, 0, 0, small, 6);
+  test_attention_train(8, 2, 64, 0, 1, small, 6);
   test_sumsq(3000017);
   test_sumsq(5);
   test_adamw();

@@ -13,7 +13,10 @@
  * Four warps, warp w owns rows 16w .. 16w + 15 of the block's tile; the streamed tile's 64 rows
  * are shared. wmma 16x16x16 bf16 with fp32 accumulation; S / dP through a per-warp fp32 tile,
  * P and dS as bf16 tiles (the operands of the next products). Scores in the log2 domain:
- * P = 2^(scale log2(e) q.k - lse2). */
+ * P = 2^(scale log2(e) q.k - lse2).
+ *
+ * Head dims other than 64 / 128 and sliding windows take the generic path (one warp per row,
+ * fp32; with a generic forward that saves lse for the head dims the tensor-core forward lacks). */
 #include <mma.h>
 
 #include "vr_cuda_common.cuh"
@@ -258,6 +261,123 @@ __global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dq(bwd_params p) {
   store_rows<D>(p.dqkv, p.ld, s0, q0 + warp * 16, len, p.q_off + h * D, dq, p.scale, st);
 }
 
+
+/* ---- generic path: any D <= 256, sliding windows (small models, the tests' fixtures) ----
+ * One warp per row, lanes own dims lane + 32 k (k < GDPL), fp32 throughout; blocks of 8 warps
+ * over a 64-row tile of one head (forward, dQ) or key head (dK, dV). Keys j of query i:
+ * j <= i and, with window > 0, i - j < window. */
+#define GNW 8
+#define GDPL 8
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ void load_row(float (&r)[GDPL], const bf16 *src, int D) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k = 0; k < GDPL; ++k) r[k] = lane + 32 * k < D ? __bfloat162float(src[lane + 32 * k]) : 0.f;
+}
+
+__device__ __forceinline__ float dot_row(const float (&a)[GDPL], const bf16 *b, int D) {
+  const int lane = threadIdx.x & 31;
+  float d = 0.f;
+#pragma unroll
+  for (int k = 0; k < GDPL; ++k)
+    if (lane + 32 * k < D) d += a[k] * __bfloat162float(b[lane + 32 * k]);
+  return warp_sum(d);
+}
+
+__device__ __forceinline__ void store_row(bf16 *dst, const float (&r)[GDPL], float mul, int D) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int k = 0; k < GDPL; ++k)
+    if (lane + 32 * k < D) dst[lane + 32 * k] = __float2bfloat16_rn(r[k] * mul);
+}
+
+/* Grid (n_tiles, H): o, lse of the tile's query rows. */
+__global__ void __launch_bounds__(GNW * 32) k_attn_fwd_generic(bwd_params p, bf16 *o, float *lse, int D, int window) {
+  const int seq = p.tiles[2 * blockIdx.x], t0 = p.tiles[2 * blockIdx.x + 1], h = blockIdx.y;
+  const int hk = h / (p.H / p.Hkv), len = p.cu[seq + 1] - p.cu[seq];
+  const size_t s0 = (size_t)p.cu[seq];
+  for (int i = t0 + (threadIdx.x >> 5); i < min(len, t0 + ABM); i += GNW) {
+    float q[GDPL], acc[GDPL];
+    load_row(q, p.qkv + (s0 + i) * p.ld + p.q_off + h * D, D);
+#pragma unroll
+    for (int k = 0; k < GDPL; ++k) acc[k] = 0.f;
+    float m = -INFINITY, l = 0.f;
+    for (int j = window > 0 ? max(0, i - window + 1) : 0; j <= i; ++j) {
+      const size_t rj = (s0 + j) * p.ld;
+      const float sc = dot_row(q, p.qkv + rj + p.k_off + hk * D, D) * p.scale_log2;
+      const float mn = fmaxf(m, sc), corr = exp2f(m - mn), e = exp2f(sc - mn);
+      float v[GDPL];
+      load_row(v, p.qkv + rj + p.v_off + hk * D, D);
+#pragma unroll
+      for (int k = 0; k < GDPL; ++k) acc[k] = acc[k] * corr + e * v[k];
+      l = l * corr + e;
+      m = mn;
+    }
+    store_row(o + (s0 + i) * p.ld_o + h * D, acc, 1.f / l, D);
+    if ((threadIdx.x & 31) == 0) lse[(s0 + i) * p.H + h] = m + log2f(l);
+  }
+}
+
+/* Grid (n_tiles, H): dQ of the tile's query rows. */
+__global__ void __launch_bounds__(GNW * 32) k_attn_bwd_dq_generic(bwd_params p, int D, int window) {
+  const int seq = p.tiles[2 * blockIdx.x], t0 = p.tiles[2 * blockIdx.x + 1], h = blockIdx.y;
+  const int hk = h / (p.H / p.Hkv), len = p.cu[seq + 1] - p.cu[seq];
+  const size_t s0 = (size_t)p.cu[seq];
+  for (int i = t0 + (threadIdx.x >> 5); i < min(len, t0 + ABM); i += GNW) {
+    float q[GDPL], go[GDPL], dq[GDPL];
+    load_row(q, p.qkv + (s0 + i) * p.ld + p.q_off + h * D, D);
+    load_row(go, p.dout + (s0 + i) * p.ld_o + h * D, D);
+#pragma unroll
+    for (int k = 0; k < GDPL; ++k) dq[k] = 0.f;
+    const float lse = p.lse[(s0 + i) * p.H + h], del = p.delta[(s0 + i) * p.H + h];
+    for (int j = window > 0 ? max(0, i - window + 1) : 0; j <= i; ++j) {
+      const size_t rj = (s0 + j) * p.ld;
+      const float pr = exp2f(dot_row(q, p.qkv + rj + p.k_off + hk * D, D) * p.scale_log2 - lse);
+      const float ds = pr * (dot_row(go, p.qkv + rj + p.v_off + hk * D, D) - del);
+      float k_[GDPL];
+      load_row(k_, p.qkv + rj + p.k_off + hk * D, D);
+#pragma unroll
+      for (int k = 0; k < GDPL; ++k) dq[k] += ds * k_[k];
+    }
+    store_row(p.dqkv + (s0 + i) * p.ld + p.q_off + h * D, dq, p.scale, D);
+  }
+}
+
+/* Grid (n_tiles, Hkv): dK, dV of the tile's key rows, summed over the key head's query group. */
+__global__ void __launch_bounds__(GNW * 32) k_attn_bwd_dkdv_generic(bwd_params p, int D, int window) {
+  const int seq = p.tiles[2 * blockIdx.x], t0 = p.tiles[2 * blockIdx.x + 1], hk = blockIdx.y, G = p.H / p.Hkv;
+  const int len = p.cu[seq + 1] - p.cu[seq];
+  const size_t s0 = (size_t)p.cu[seq];
+  for (int j = t0 + (threadIdx.x >> 5); j < min(len, t0 + ABM); j += GNW) {
+    float kr[GDPL], vr[GDPL], dk[GDPL], dv[GDPL];
+    load_row(kr, p.qkv + (s0 + j) * p.ld + p.k_off + hk * D, D);
+    load_row(vr, p.qkv + (s0 + j) * p.ld + p.v_off + hk * D, D);
+#pragma unroll
+    for (int k = 0; k < GDPL; ++k) dk[k] = dv[k] = 0.f;
+    const int iend = window > 0 ? min(len, j + window) : len;
+    for (int gi = 0; gi < G; ++gi) {
+      const int h = hk * G + gi;
+      for (int i = j; i < iend; ++i) {
+        const size_t ri = s0 + i;
+        const float pr = exp2f(dot_row(kr, p.qkv + ri * p.ld + p.q_off + h * D, D) * p.scale_log2 - p.lse[ri * p.H + h]);
+        const float ds = pr * (dot_row(vr, p.dout + ri * p.ld_o + h * D, D) - p.delta[ri * p.H + h]);
+        float q[GDPL], go[GDPL];
+        load_row(q, p.qkv + ri * p.ld + p.q_off + h * D, D);
+        load_row(go, p.dout + ri * p.ld_o + h * D, D);
+#pragma unroll
+        for (int k = 0; k < GDPL; ++k) dk[k] += ds * q[k], dv[k] += pr * go[k];
+      }
+    }
+    store_row(p.dqkv + (s0 + j) * p.ld + p.k_off + hk * D, dk, p.scale, D);
+    store_row(p.dqkv + (s0 + j) * p.ld + p.v_off + hk * D, dv, 1.f, D);
+  }
+}
+
 template <int D>
 void launch_bwd(const bwd_params &p, int n_tiles, cudaStream_t s) {
   const size_t sh = bwd_smem<D>::bytes;
@@ -273,23 +393,53 @@ void launch_bwd(const bwd_params &p, int n_tiles, cudaStream_t s) {
 
 /* -------------------------------------------------------------- launchers */
 
-extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
-                                         const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse,
-                                         float *delta, const int32_t *cu, const int32_t *tiles, int n_tiles, int H,
-                                         int Hkv, int D, float scale, int T, cudaStream_t s) {
-  if (T <= 0 || n_tiles <= 0) return;
-  VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && (D == 64 || D == 128));
-  VR_ASSERT(ld % 8 == 0 && ld_o % 8 == 0 && q_off % 8 == 0 && k_off % 8 == 0 && v_off % 8 == 0);
+static bwd_params params_make(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
+                              const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse, float *delta,
+                              const int32_t *cu, const int32_t *tiles, int H, int Hkv, float scale) {
+  VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0);
   bwd_params p = {reinterpret_cast<const bf16 *>(qkv), reinterpret_cast<const bf16 *>(o),
                   reinterpret_cast<const bf16 *>(dout), lse, delta, reinterpret_cast<bf16 *>(dqkv), cu, tiles,
                   ld, q_off, k_off, v_off, ld_o, H, Hkv, scale, scale * 1.4426950408889634f};
+  return p;
+}
+
+extern "C" int vr_cutrain_attention_bwd_tc(int D, int window) { return (D == 64 || D == 128) && window <= 0; }
+
+extern "C" void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const uint16_t *qkv, int ld,
+                                                 int q_off, int k_off, int v_off, const int32_t *cu,
+                                                 const int32_t *tiles, int n_tiles, int H, int Hkv, int D, int window,
+                                                 float scale, cudaStream_t s) {
+  if (n_tiles <= 0) return;
+  VR_ASSERT(D >= 1 && D <= 32 * GDPL);
+  bwd_params p = params_make(NULL, qkv, ld, q_off, k_off, v_off, NULL, NULL, ld_o, NULL, NULL, cu, tiles, H, Hkv, scale);
+  k_attn_fwd_generic<<<dim3((unsigned)n_tiles, (unsigned)H), GNW * 32, 0, s>>>(p, reinterpret_cast<bf16 *>(o), lse, D,
+                                                                              window);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
+                                         const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse,
+                                         float *delta, const int32_t *cu, const int32_t *tiles, int n_tiles, int H,
+                                         int Hkv, int D, int window, float scale, int T, cudaStream_t s) {
+  if (T <= 0 || n_tiles <= 0) return;
+  const bwd_params p =
+      params_make(dqkv, qkv, ld, q_off, k_off, v_off, o, dout, ld_o, lse, delta, cu, tiles, H, Hkv, scale);
   const size_t warps = (size_t)T * H;
   k_attn_delta<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(p, T, D);
   VR_CUDA_CHECK_LAUNCH();
-  if (D == 64)
-    launch_bwd<64>(p, n_tiles, s);
-  else
-    launch_bwd<128>(p, n_tiles, s);
+  if (vr_cutrain_attention_bwd_tc(D, window)) {
+    VR_ASSERT(ld % 8 == 0 && ld_o % 8 == 0 && q_off % 8 == 0 && k_off % 8 == 0 && v_off % 8 == 0);
+    if (D == 64)
+      launch_bwd<64>(p, n_tiles, s);
+    else
+      launch_bwd<128>(p, n_tiles, s);
+    return;
+  }
+  VR_ASSERT(D >= 1 && D <= 32 * GDPL);
+  k_attn_bwd_dkdv_generic<<<dim3((unsigned)n_tiles, (unsigned)Hkv), GNW * 32, 0, s>>>(p, D, window);
+  VR_CUDA_CHECK_LAUNCH();
+  k_attn_bwd_dq_generic<<<dim3((unsigned)n_tiles, (unsigned)H), GNW * 32, 0, s>>>(p, D, window);
+  VR_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" int vr_cutrain_attention_tiles(const int32_t *cu, int n_seqs, int rows, int32_t *tiles, int max_tiles) {

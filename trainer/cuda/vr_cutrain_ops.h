@@ -92,19 +92,27 @@ void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const float
 
 /* ---- attention: vr_cutrain_attention.cu -------------------------------------- */
 /* Forward with the logsumexp saved: model/cuda's vr_cuda_attention_lse (tensor-core kernels,
- * D 64 or 128, causal). Backward (FlashAttention-2 style, recomputing P from the saved lse):
+ * D 16/32/64/128), or vr_cutrain_attention_fwd_generic for any D <= 256 (fp32, one warp per
+ * row: small models). Causal; window > 0: keys j of query i with i - j < window.
+ * Backward (FlashAttention-2 style, recomputing P from the saved lse):
  *   qkv (T, ld) bf16 the forward's input (after RoPE), q_off / k_off / v_off as the forward's;
  *   o, dout (T, ld_o) bf16 the forward's output and its gradient (head h at h * D);
  *   lse (T, H) fp32 log2-domain logsumexp of the scaled scores (vr_cuda_attention_lse's);
  *   dqkv (T, ld) bf16 out: dq, dk, dv at the same columns as q, k, v (other columns untouched);
  *   cu (n_seqs + 1), tiles (2 * n_tiles): 64-row tiles (seq, t0), as vr_cutrain_attention_tiles;
  *   delta: T * H floats scratch (rowsum(dout * o) per head).
- * dK / dV of a key head are summed over its query group inside one block (deterministic);
- * dQ in a second kernel per query tile. Causal only, no sliding window; D 64 or 128. */
+ * Tensor cores (wmma) when vr_cutrain_attention_bwd_tc(D, window) (D 64 or 128, no window):
+ * dK / dV of a key head summed over its query group inside one block, dQ in a second kernel
+ * per query tile; otherwise the generic fp32 kernels (any D <= 256, windows), the same split.
+ * No atomics: deterministic. */
+int vr_cutrain_attention_bwd_tc(int D, int window);
+void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const uint16_t *qkv, int ld, int q_off,
+                                      int k_off, int v_off, const int32_t *cu, const int32_t *tiles, int n_tiles, int H,
+                                      int Hkv, int D, int window, float scale, cudaStream_t s);
 void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                               const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse, float *delta,
-                              const int32_t *cu, const int32_t *tiles, int n_tiles, int H, int Hkv, int D, float scale,
-                              int T, cudaStream_t s);
+                              const int32_t *cu, const int32_t *tiles, int n_tiles, int H, int Hkv, int D, int window,
+                              float scale, int T, cudaStream_t s);
 /* Host: the tile list of rows-row tiles of sequences cu (n_seqs + 1, host) into tiles
  * (2 * max_tiles); returns n_tiles, or -1 when more than max_tiles are needed. */
 int vr_cutrain_attention_tiles(const int32_t *cu, int n_seqs, int rows, int32_t *tiles, int max_tiles);
