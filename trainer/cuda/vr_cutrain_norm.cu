@@ -32,15 +32,15 @@ __global__ void k_rmsnorm_bwd_dx(float *dx, float *rstd, const float *dy, const 
 }
 
 /* Pass 1 of a column reduction: partial[chunk, c] = sum over the chunk's rows t (in order) of
- * dy[t, c] * x[t, c] * rstd[t] (x == NULL: of the bf16 matrix dyb). Grid (ceil(C / 256), chunks). */
+ * dy[t, c] * x[t, c] * rstd[t] (x == NULL: of the bf16 matrix dyb, row pitch ld). Grid (ceil(C / 256), chunks). */
 __global__ void k_colsum_partial(float *partial, const float *dy, const float *x, const float *rstd,
-                                 const uint16_t *dyb, int T, int C) {
+                                 const uint16_t *dyb, int ld, int T, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int t0 = blockIdx.y * CHUNK, t1 = min(T, t0 + CHUNK);
   float a = 0.f;
   if (dyb) {
-    for (int t = t0; t < t1; ++t) a += bf(dyb[(size_t)t * C + c]);
+    for (int t = t0; t < t1; ++t) a += bf(dyb[(size_t)t * ld + c]);
   } else {
     for (int t = t0; t < t1; ++t) a += dy[(size_t)t * C + c] * x[(size_t)t * C + c] * rstd[t];
   }
@@ -74,17 +74,18 @@ extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, float *dw, const float *dy, co
   k_rmsnorm_bwd_dx<<<T, norm_threads(C), 0, s>>>(dx, rstd, dy, x, w, C, eps, accumulate);
   VR_CUDA_CHECK_LAUNCH();
   const dim3 g1((unsigned)((C + 255) / 256), (unsigned)chunks);
-  k_colsum_partial<<<g1, 256, 0, s>>>(partial, dy, x, rstd, NULL, T, C);
+  k_colsum_partial<<<g1, 256, 0, s>>>(partial, dy, x, rstd, NULL, C, T, C);
   VR_CUDA_CHECK_LAUNCH();
   k_colsum_final<<<(C + 255) / 256, 256, 0, s>>>(dw, partial, chunks, C);
   VR_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int T, int N, float *scratch, cudaStream_t s) {
+extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, int T, int N, float *scratch,
+                                       cudaStream_t s) {
   if (T <= 0) return;
   const int chunks = chunks_of(T);
   const dim3 g1((unsigned)((N + 255) / 256), (unsigned)chunks);
-  k_colsum_partial<<<g1, 256, 0, s>>>(scratch, NULL, NULL, NULL, dy, T, N);
+  k_colsum_partial<<<g1, 256, 0, s>>>(scratch, NULL, NULL, NULL, dy, ld, T, N);
   VR_CUDA_CHECK_LAUNCH();
   k_colsum_final<<<(N + 255) / 256, 256, 0, s>>>(db, scratch, chunks, N);
   VR_CUDA_CHECK_LAUNCH();

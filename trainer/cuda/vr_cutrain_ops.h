@@ -33,10 +33,10 @@ extern "C" {
 size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C);
 void vr_cutrain_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, int T, int C,
                             float eps, int accumulate, float *scratch, cudaStream_t s);
-/* Column sums of a bf16 matrix (a bias gradient): db (N) += sum_t dy[t, n], dy (T, N) bf16, in
- * the same two passes. scratch: vr_cutrain_colsum_scratch(T, N) floats. */
+/* Column sums of a bf16 matrix (a bias gradient): db (N) += sum_t dy[t * ld + n], dy rows of
+ * pitch ld >= N, bf16, in the same two passes. scratch: vr_cutrain_colsum_scratch(T, N) floats. */
 size_t vr_cutrain_colsum_scratch(int T, int N);
-void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int T, int N, float *scratch, cudaStream_t s);
+void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, int T, int N, float *scratch, cudaStream_t s);
 
 /* ---- activations: vr_cutrain_act.cu ------------------------------------------ */
 /* SwiGLU backward: forward out = silu(g) * u with gu (T, 2I) = [g | u]. Given dout (T, I) bf16:
@@ -118,27 +118,34 @@ void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q
 int vr_cutrain_attention_tiles(const int32_t *cu, int n_seqs, int rows, int32_t *tiles, int max_tiles);
 
 /* ---- optimizer and reductions: vr_cutrain_optim.cu ---------------------------- */
-/* Sum of squares of x (n fp32) into out[0], two passes over a fixed grid
+/* Sum of squares of x (n fp32) into out[0] (double), two passes over a fixed grid
  * (VR_CUTRAIN_SUMSQ_BLOCKS partials in scratch, then one block in order). */
 #define VR_CUTRAIN_SUMSQ_BLOCKS 1024
-void vr_cutrain_sumsq(float *out, const float *x, size_t n, float *scratch, cudaStream_t s);
+void vr_cutrain_sumsq(double *out, const float *x, size_t n, double *scratch, cudaStream_t s);
 /* AdamW (torch.optim.AdamW: decoupled weight decay, bias correction) over chunks of one
- * contiguous buffer set: chunk i covers [off[i], off[i] + len[i]) with weight decay wd[i]
- * (multi-tensor: one launch for every tensor; chunks of at most 65536 elements).
- *   p, m, v fp32 (n) updated; g fp32 (n) read; p16 bf16 (n) = bf16(p) written (NULL: none).
+ * contiguous buffer set: chunk i covers [off[i], off[i] + len[i]) with weight decay
+ * weight_decay * wd[i] (wd NULL: 1 everywhere) — multi-tensor: one launch for every tensor.
+ *   p fp32 updated and g fp32 read at [off, off + len); m, v fp32 at [off - moff, ...) (the
+ *   moments of a shard starting at moff); p16 bf16 = bf16(p) written (NULL: none).
  *   Gradients are scaled by min(1, clip / (sqrt(sumsq[0]) + 1e-6)) when clip > 0 and sumsq is
- *   given (torch.nn.utils.clip_grad_norm_); the norm never goes to the host.
- *   step >= 1 (bias correction 1 - beta^step). off, len (int64), wd (fp32): device arrays. */
+ *   given (torch.nn.utils.clip_grad_norm_), the norm staying on the device.
+ *   step >= 1 (bias correction 1 - beta^step). off, len (int64), wd (fp32): device arrays,
+ *   made by vr_cutrain_adamw_chunks (host: chunks of VR_CUTRAIN_ADAMW_CHUNK over [lo, hi);
+ *   returns their number, -1 when more than max_chunks). */
+#define VR_CUTRAIN_ADAMW_CHUNK 65536
 typedef struct vr_cutrain_adamw {
-  float lr, beta1, beta2, eps, clip;
-  int step;
+  float lr, beta1, beta2, eps, weight_decay, clip;
+  int64_t step;
 } vr_cutrain_adamw_t;
-void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, const float *g, const int64_t *off,
-                      const int64_t *len, const float *wd, int n_chunks, const float *sumsq,
+int vr_cutrain_adamw_chunks(size_t lo, size_t hi, int64_t *off, int64_t *len, int max_chunks);
+void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, const float *g, int64_t moff, const int64_t *off,
+                      const int64_t *len, const float *wd, int n_chunks, const double *sumsq,
                       const vr_cutrain_adamw_t *hp, cudaStream_t s);
 /* x (n) fp32 = scale * uniform(-1, 1) from a counter hash of (seed, i): random weights for
  * benchmarks and tests, the same on every device. */
 void vr_cutrain_fill_uniform(float *x, size_t n, uint64_t seed, float scale, cudaStream_t s);
+/* x (n) fp32 *= a (gradient clipping by the caller's factor). */
+void vr_cutrain_scale(float *x, size_t n, float a, cudaStream_t s);
 /* x (n) fp32 = value. */
 void vr_cutrain_fill(float *x, size_t n, float value, cudaStream_t s);
 
