@@ -126,11 +126,13 @@ typedef struct vr_train_backend_ops {
 } vr_train_backend_ops_t;
 
 extern const vr_train_backend_ops_t vr_train_backend_cpu;
+/* trainer/cuda/vr_train_cuda.c, in CUDA builds (VR_HAVE_CUDA) only. */
+extern const vr_train_backend_ops_t vr_train_backend_cuda;
 
 typedef struct vr_train vr_train_t;
 
 /* Builds the engine for lm on opt->device (NULL opt = defaults). "cuda" is VR_ERR_UNSUPPORTED
- * until the CUDA training backend is in the build (the message says so). The caller owns *out. */
+ * in a build without CUDA (the message says so). The caller owns *out. */
 int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt, vr_train_t **out);
 void vr_train_free(vr_train_t *t);
 
