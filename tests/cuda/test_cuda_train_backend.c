@@ -23,8 +23,11 @@
 
 #include "train_test_util.h"
 
-/* bf16 compute (8 significant bits) through two layers and the LM head */
-#define LOGP_TOL 2e-2
+/* bf16 compute (8 significant bits). These fixtures' logits span several units (log-probs
+ * down to -11), so the rounding of the final hidden state and of the LM-head weights alone moves
+ * a logit by up to ~8 x 2^-8 = 0.03; the first GPU run measured max |logp diff| 0.018 (llama),
+ * 0.036 (qwen2), 0.026 (mistral, temperature 0.7) against the float64 goldens. */
+#define LOGP_TOL 6e-2
 #define GRAD_TOL 5e-2
 
 static vr_lm_t *load(const char *name) {
