@@ -20,19 +20,18 @@ ldconfig -p | grep -q libmpi.so.40 || LP=$LP:${VR_CUDA_LIB:-}/mpi
 LP=$LP:$(dirname "$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)")
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 t0=$SECONDS
-x() { env LD_LIBRARY_PATH=$LP "$@"; }
-timeout 60 x $B/test_cuda_train_kernels > $OUT/kernels.log 2>&1; echo "test_cuda_train_kernels rc=$? ($((SECONDS-t0))s)"
+timeout 60 env LD_LIBRARY_PATH=$LP $B/test_cuda_train_kernels > $OUT/kernels.log 2>&1; echo "test_cuda_train_kernels rc=$? ($((SECONDS-t0))s)"
 grep -E "^FAIL|passed|FAILED" $OUT/kernels.log | head -30
-timeout 60 x $B/test_cuda_train_backend > $OUT/backend.log 2>&1; echo "test_cuda_train_backend rc=$? ($((SECONDS-t0))s)"
+timeout 60 env LD_LIBRARY_PATH=$LP $B/test_cuda_train_backend > $OUT/backend.log 2>&1; echo "test_cuda_train_backend rc=$? ($((SECONDS-t0))s)"
 grep -E "^  cuda|FAILED|PASSED|ERROR" $OUT/backend.log | head -60
 T=$(mktemp -d)
 for n in llama_lm qwen2_lm mistral_lm; do
   python3 -c "import json,sys; g=json.load(open('tests/fixtures/lm/$n/golden.json')); sys.stdout.write(''.join(json.dumps({'input_ids': s}) + '\n' for s in g['sequences']))" > $T/$n.jsonl
   for dev in cpu cuda; do
-    timeout 20 x $B/verl-trainer logprobs --model tests/fixtures/lm/$n --device $dev --input $T/$n.jsonl > $T/lp_$dev.jsonl 2> $T/err || tail -3 $T/err
-    timeout 30 x $B/verl-trainer sft --model tests/fixtures/lm/$n --data $T/$n.jsonl --save $T/sft_$dev --steps 3 --lr 1e-3 \
+    timeout 20 env LD_LIBRARY_PATH=$LP $B/verl-trainer logprobs --model tests/fixtures/lm/$n --device $dev --input $T/$n.jsonl > $T/lp_$dev.jsonl 2> $T/err || tail -3 $T/err
+    timeout 30 env LD_LIBRARY_PATH=$LP $B/verl-trainer sft --model tests/fixtures/lm/$n --data $T/$n.jsonl --save $T/sft_$dev --steps 3 --lr 1e-3 \
       --weight-decay 0.1 --clip 1.0 --device $dev > $T/sft_$dev.log 2>&1 || tail -3 $T/sft_$dev.log
-    timeout 20 x $B/verl-trainer logprobs --model $T/sft_$dev --device cpu --input $T/$n.jsonl > $T/lp3_$dev.jsonl 2> /dev/null
+    timeout 20 env LD_LIBRARY_PATH=$LP $B/verl-trainer logprobs --model $T/sft_$dev --device cpu --input $T/$n.jsonl > $T/lp3_$dev.jsonl 2> /dev/null
   done
   python3 - "$T" "$n" <<'PY'
 import json, sys
@@ -46,7 +45,7 @@ PY
   grep -h '"step": 3' $T/sft_cpu.log $T/sft_cuda.log
 done
 rm -rf $T
-timeout 70 x $B/cuda_train_bench --model all --iters 5 > $OUT/bench.log 2>&1; echo "cuda_train_bench rc=$? ($((SECONDS-t0))s)"
+timeout 70 env LD_LIBRARY_PATH=$LP $B/cuda_train_bench --model all --iters 5 > $OUT/bench.log 2>&1; echo "cuda_train_bench rc=$? ($((SECONDS-t0))s)"
 grep -v "^json" $OUT/bench.log | tail -4
 timeout 60 python3 tests/cuda/train_bench_torch.py --modes eager --iters 4 > $OUT/torch_eager.log 2>&1
 echo "torch eager rc=$? ($((SECONDS-t0))s)"; grep -E "^torch" $OUT/torch_eager.log
