@@ -72,6 +72,7 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
   int rc = vr_cutrain_create(&d, NULL, T, 0, 0, at, &e);
   if (rc) {
     fprintf(stderr, "%s: engine create failed (%d)\n", m->name, rc);
+    free(lo), free(inv);
     return 1;
   }
   vr_cutrain_randomize(e, 42, 0.02f);
@@ -134,7 +135,11 @@ int main(int argc, char **argv) {
   const char *which = "all";
   int seqs = 16, len = 1024, iters = 5;
   double gemm = 781.0;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) {
+      fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[i]);
+      return 2;
+    }
     if (!strcmp(argv[i], "--model")) which = argv[i + 1];
     else if (!strcmp(argv[i], "--seqs")) seqs = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--len")) len = atoi(argv[i + 1]);
