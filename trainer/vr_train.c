@@ -67,8 +67,8 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
 #ifdef VR_HAVE_CUDA
     ops = &vr_train_backend_cuda;
 #else
-    vr_log(VR_LOG_ERROR, "device \"%s\": this build has no CUDA (configure with -DVR_CUDA=ON). HINT: --device cpu",
-           opt.device);
+    vr_log(VR_LOG_ERROR, "device \"%s\": this build has no CUDA training backend (configure with -DVR_CUDA=ON). "
+           "HINT: --device cpu", opt.device);
     return VR_ERR_UNSUPPORTED;
 #endif
   } else {
