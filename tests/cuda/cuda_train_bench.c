@@ -52,7 +52,8 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
     const size_t qn = (size_t)H * D * C, kn = (size_t)KV * D * C;
     o->q_w = put(&at, qn), o->k_w = put(&at, kn), o->v_w = put(&at, kn);
     o->q_b = o->k_b = o->v_b = VR_CUTRAIN_NONE;
-    if (m->qkv_bias) o->q_b = put(&at, (size_t)H * D), o->k_b = put(&at, (size_t)KV * D), o->v_b = put(&at, (size_t)KV * D);
+    if (m->qkv_bias)
+      o->q_b = put(&at, (size_t)H * D), o->k_b = put(&at, (size_t)KV * D), o->v_b = put(&at, (size_t)KV * D);
     o->o_w = put(&at, (size_t)C * H * D), o->o_b = VR_CUTRAIN_NONE;
     o->gate_w = put(&at, (size_t)F * C), o->up_w = put(&at, (size_t)F * C), o->down_w = put(&at, (size_t)C * F);
     o->gate_b = o->up_b = o->down_b = VR_CUTRAIN_NONE;
@@ -116,15 +117,17 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
                f_fwd = 2.0 * (double)n_params + attn / 3.0;
   const double tps = T / t_step, tps_f = T / t_fwd;
   const double mfu = tps * f_train / (gemm_tflops * 1e12), mfu_f = tps_f * f_fwd / (gemm_tflops * 1e12);
-  printf("%-14s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
-         "%.1fk tokens/s  MFU %.1f%%  |  device memory %.1f GiB  loss %.4f (ln V = %.4f)\n",
-         m->name, n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3, 100 * mfu, t_fwd * 1e3, tps_f / 1e3,
-         100 * mfu_f, (free0 - free1) / 1073741824.0, nll, log((double)V));
-  printf("json {\"model\": \"%s\", \"params\": %zu, \"tokens\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.1f, "
-         "\"mfu\": %.4f, \"fwd_ms\": %.3f, \"fwd_tokens_per_s\": %.1f, \"fwd_mfu\": %.4f, \"device_gib\": %.3f, "
-         "\"gemm_tflops\": %.1f}\n",
-         m->name, n_params, T, t_step * 1e3, tps, mfu, t_fwd * 1e3, tps_f, mfu_f, (free0 - free1) / 1073741824.0,
-         gemm_tflops);
+  printf(
+      "%-14s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
+      "%.1fk tokens/s  MFU %.1f%%  |  device memory %.1f GiB  loss %.4f (ln V = %.4f)\n",
+      m->name, n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3, 100 * mfu, t_fwd * 1e3, tps_f / 1e3, 100 * mfu_f,
+      (free0 - free1) / 1073741824.0, nll, log((double)V));
+  printf(
+      "json {\"model\": \"%s\", \"params\": %zu, \"tokens\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.1f, "
+      "\"mfu\": %.4f, \"fwd_ms\": %.3f, \"fwd_tokens_per_s\": %.1f, \"fwd_mfu\": %.4f, \"device_gib\": %.3f, "
+      "\"gemm_tflops\": %.1f}\n",
+      m->name, n_params, T, t_step * 1e3, tps, mfu, t_fwd * 1e3, tps_f, mfu_f, (free0 - free1) / 1073741824.0,
+      gemm_tflops);
   fflush(stdout);
   vr_cutrain_free(e);
   free(lo), free(inv), free(ids), free(tgt), free(cu), free(glp), free(logp);
@@ -140,14 +143,21 @@ int main(int argc, char **argv) {
       fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[i]);
       return 2;
     }
-    if (!strcmp(argv[i], "--model")) which = argv[i + 1];
-    else if (!strcmp(argv[i], "--seqs")) seqs = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--len")) len = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--gemm-tflops")) gemm = atof(argv[i + 1]);
+    if (!strcmp(argv[i], "--model"))
+      which = argv[i + 1];
+    else if (!strcmp(argv[i], "--seqs"))
+      seqs = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--len"))
+      len = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--iters"))
+      iters = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--gemm-tflops"))
+      gemm = atof(argv[i + 1]);
     else {
-      fprintf(stderr, "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
-              "[--gemm-tflops R]\n", argv[0]);
+      fprintf(stderr,
+              "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
+              "[--gemm-tflops R]\n",
+              argv[0]);
       return 2;
     }
   }
@@ -157,7 +167,8 @@ int main(int argc, char **argv) {
   }
   int rc = 0, ran = 0;
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
-    if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name)) rc |= bench(&k_shapes[i], seqs, len, iters, gemm), ++ran;
+    if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
+      rc |= bench(&k_shapes[i], seqs, len, iters, gemm), ++ran;
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }

@@ -327,8 +327,7 @@ static void test_logsoftmax_fd(int rows, int V, float temp) {
   int32_t *tgt = malloc(rows * 4);
   for (int r = 0; r < rows; ++r) tgt[r] = irand(V);
   float *d_l = todev(l, n * 4), *d_lp = dmalloc(rows * 4), *d_ent = dmalloc(rows * 4), *d_lse = dmalloc(rows * 4),
-        *d_glp = todev(glp, rows * 4), *d_gent = todev(gent, rows * 4), *lp = malloc(rows * 4),
-        *en = malloc(rows * 4);
+        *d_glp = todev(glp, rows * 4), *d_gent = todev(gent, rows * 4), *lp = malloc(rows * 4), *en = malloc(rows * 4);
   int32_t *d_tgt = todev(tgt, rows * 4);
   uint16_t *d_dl = dmalloc(n * 2), *gdl = malloc(n * 2);
   vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, 0);
@@ -385,9 +384,9 @@ static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, floa
   }
   uint16_t *d_x = todev(x, (size_t)T * C * 2), *d_W = todev(W, (size_t)V * C * 2),
            *d_dl = dmalloc((size_t)chunk * V * 2);
-  float *d_lp = dmalloc(T * 4), *d_ent = dmalloc(T * 4), *d_lse = dmalloc(T * 4), *d_logits = dmalloc((size_t)chunk * V * 4),
-        *d_glp = todev(glp, T * 4), *d_gent = todev(gent, T * 4), *d_dx = dmalloc((size_t)T * C * 4),
-        *d_dw = todev(dw0, (size_t)V * C * 4);
+  float *d_lp = dmalloc(T * 4), *d_ent = dmalloc(T * 4), *d_lse = dmalloc(T * 4),
+        *d_logits = dmalloc((size_t)chunk * V * 4), *d_glp = todev(glp, T * 4), *d_gent = todev(gent, T * 4),
+        *d_dx = dmalloc((size_t)T * C * 4), *d_dw = todev(dw0, (size_t)V * C * 4);
   int32_t *d_tgt = todev(tgt, T * 4);
   vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits, 0);
   vr_cutrain_lmhead_bwd(gm, d_dx, d_dw, d_glp, d_gent, d_lse, d_ent, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits,
@@ -486,7 +485,8 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   const int fa = !generic_fwd && (D == 16 || D == 32 || D == 64 || D == 128);
   float *qf, *dof;
   uint16_t *qkv = rand_bf((size_t)T * ld, 2.f, &qf), *dO = rand_bf((size_t)T * HD, 1.f, &dof);
-  int32_t *cu = malloc((n + 1) * 4), *tiles = malloc((size_t)2 * (T + n) * 4), *btiles = malloc((size_t)2 * (T + n) * 4);
+  int32_t *cu = malloc((n + 1) * 4), *tiles = malloc((size_t)2 * (T + n) * 4),
+          *btiles = malloc((size_t)2 * (T + n) * 4);
   cu[0] = 0;
   for (int i = 0; i < n; ++i) cu[i + 1] = cu[i] + lens[i];
   const int nt = vr_cutrain_attention_tiles(cu, n, vr_cuda_attention_tile_rows(D, T), tiles, T + n);
@@ -494,15 +494,15 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   int32_t meta[4] = {n, nt, 0, 0};
   double *O = dcalloc((size_t)T * HD), *lse = dcalloc((size_t)T * H), *dq = dcalloc((size_t)T * ld);
   ref_attention(&a, qf, cu, n, dof, O, lse, dq);
-  uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2), *d_o = dmalloc((size_t)T * HD * 2), *d_do = todev(dO, (size_t)T * HD * 2),
-           *d_dq = dmalloc((size_t)T * ld * 2);
+  uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2), *d_o = dmalloc((size_t)T * HD * 2),
+           *d_do = todev(dO, (size_t)T * HD * 2), *d_dq = dmalloc((size_t)T * ld * 2);
   float *d_lse = dmalloc((size_t)T * H * 4), *d_delta = dmalloc((size_t)T * H * 4);
-  int32_t *d_cu = todev(cu, (n + 1) * 4), *d_t = todev(tiles, (size_t)2 * nt * 4), *d_bt = todev(btiles, (size_t)2 * nbt * 4),
-          *d_meta = todev(meta, 16);
+  int32_t *d_cu = todev(cu, (n + 1) * 4), *d_t = todev(tiles, (size_t)2 * nt * 4),
+          *d_bt = todev(btiles, (size_t)2 * nbt * 4), *d_meta = todev(meta, 16);
   const float scale = 1.f / sqrtf((float)D);
   if (fa)
-    vr_cuda_attention_lse(d_qkv, ld, 0, a.koff, a.voff, d_o, HD, d_lse, d_cu, d_t, d_meta, nt, H, Hkv, D, 1, window, scale,
-                          T, 0);
+    vr_cuda_attention_lse(d_qkv, ld, 0, a.koff, a.voff, d_o, HD, d_lse, d_cu, d_t, d_meta, nt, H, Hkv, D, 1, window,
+                          scale, T, 0);
   else
     vr_cutrain_attention_fwd_generic(d_o, HD, d_lse, d_qkv, ld, 0, a.koff, a.voff, d_cu, d_bt, nbt, H, Hkv, D, window,
                                      scale, 0);

@@ -37,11 +37,11 @@ typedef struct vr_cutrain_layer_off {
 
 typedef struct vr_cutrain_desc {
   int vocab, hidden, layers, heads, kv_heads, head_dim, inter;
-  int window;                 /* sliding window, 0 = full causal */
+  int window; /* sliding window, 0 = full causal */
   float rms_eps, rope_scaling;
-  const float *rope_inv_freq; /* (head_dim / 2), host; copied */
-  size_t n_floats;            /* the buffer, padding included */
-  size_t embed, final_norm, lm_head; /* lm_head VR_CUTRAIN_NONE: tied (the embedding) */
+  const float *rope_inv_freq;          /* (head_dim / 2), host; copied */
+  size_t n_floats;                     /* the buffer, padding included */
+  size_t embed, final_norm, lm_head;   /* lm_head VR_CUTRAIN_NONE: tied (the embedding) */
   const vr_cutrain_layer_off_t *layer; /* layers entries; copied */
 } vr_cutrain_desc_t;
 
@@ -71,8 +71,8 @@ int vr_cutrain_scale_grads(vr_cutrain_t *e, float s);
 /* AdamW on the shard with step count step >= 1; clip > 0 also clips by the global norm of the
  * whole gradient buffer on the device (no host round trip; the engine of vr_train.h clips
  * itself and passes 0). Refreshes the bf16 compute copy. */
-int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, float eps, float weight_decay, float clip,
-                     int64_t step);
+int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, float eps, float weight_decay,
+                          float clip, int64_t step);
 /* Device buffers (n_floats floats): for all-reduce and broadcasts. */
 float *vr_cutrain_params(vr_cutrain_t *e);
 float *vr_cutrain_grads(vr_cutrain_t *e);

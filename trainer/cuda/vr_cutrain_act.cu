@@ -11,8 +11,7 @@ template <int V8>
 __global__ void k_swiglu_bwd(uint16_t *dgu, const uint16_t *dout, const uint16_t *gu, int T, int I) {
   const int W = V8 ? 8 : 1;
   const size_t vpr = (size_t)I / W, total = (size_t)T * vpr;
-  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
-       idx += (size_t)gridDim.x * blockDim.x) {
+  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
     const size_t t = idx / vpr, i0 = (idx - t * vpr) * W;
     const uint16_t *gr = gu + t * 2 * I, *dr = dout + t * I;
     uint16_t *dgr = dgu + t * 2 * I;

@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dkdv(bwd_params p) {
   for (int gi = 0; gi < G; ++gi) {
     const int h = hk * G + gi;
     for (int q0 = k0; q0 < len; q0 += ABM) { /* causal: queries at or after the keys */
-      __syncthreads(); /* the previous query tile is consumed (and sK / sV landed) */
+      __syncthreads();                       /* the previous query tile is consumed (and sK / sV landed) */
       load_tile<D>(sQ, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
       load_tile<D>(sdO, p.dout, p.ld_o, s0, h * D, q0, len);
       load_vec(slse, sdel, p, s0, q0, len, h);
@@ -260,7 +260,6 @@ __global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dq(bwd_params p) {
   float *st = reinterpret_cast<float *>(smem + L::str) + warp * 16 * L::LDO;
   store_rows<D>(p.dqkv, p.ld, s0, q0 + warp * 16, len, p.q_off + h * D, dq, p.scale, st);
 }
-
 
 /* ---- generic path: any D <= 256, sliding windows (small models, the tests' fixtures) ----
  * One warp per row, lanes own dims lane + 32 k (k < GDPL), fp32 throughout; blocks of 8 warps
@@ -364,7 +363,8 @@ __global__ void __launch_bounds__(GNW * 32) k_attn_bwd_dkdv_generic(bwd_params p
       const int h = hk * G + gi;
       for (int i = j; i < iend; ++i) {
         const size_t ri = s0 + i;
-        const float pr = exp2f(dot_row(kr, p.qkv + ri * p.ld + p.q_off + h * D, D) * p.scale_log2 - p.lse[ri * p.H + h]);
+        const float pr =
+            exp2f(dot_row(kr, p.qkv + ri * p.ld + p.q_off + h * D, D) * p.scale_log2 - p.lse[ri * p.H + h]);
         const float ds = pr * (dot_row(vr, p.dout + ri * p.ld_o + h * D, D) - p.delta[ri * p.H + h]);
         float q[GDPL], go[GDPL];
         load_row(q, p.qkv + ri * p.ld + p.q_off + h * D, D);
@@ -397,9 +397,23 @@ static bwd_params params_make(uint16_t *dqkv, const uint16_t *qkv, int ld, int q
                               const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse, float *delta,
                               const int32_t *cu, const int32_t *tiles, int H, int Hkv, float scale) {
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0);
-  bwd_params p = {reinterpret_cast<const bf16 *>(qkv), reinterpret_cast<const bf16 *>(o),
-                  reinterpret_cast<const bf16 *>(dout), lse, delta, reinterpret_cast<bf16 *>(dqkv), cu, tiles,
-                  ld, q_off, k_off, v_off, ld_o, H, Hkv, scale, scale * 1.4426950408889634f};
+  bwd_params p = {reinterpret_cast<const bf16 *>(qkv),
+                  reinterpret_cast<const bf16 *>(o),
+                  reinterpret_cast<const bf16 *>(dout),
+                  lse,
+                  delta,
+                  reinterpret_cast<bf16 *>(dqkv),
+                  cu,
+                  tiles,
+                  ld,
+                  q_off,
+                  k_off,
+                  v_off,
+                  ld_o,
+                  H,
+                  Hkv,
+                  scale,
+                  scale * 1.4426950408889634f};
   return p;
 }
 
@@ -411,9 +425,10 @@ extern "C" void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *l
                                                  float scale, cudaStream_t s) {
   if (n_tiles <= 0) return;
   VR_ASSERT(D >= 1 && D <= 32 * GDPL);
-  bwd_params p = params_make(NULL, qkv, ld, q_off, k_off, v_off, NULL, NULL, ld_o, NULL, NULL, cu, tiles, H, Hkv, scale);
+  bwd_params p =
+      params_make(NULL, qkv, ld, q_off, k_off, v_off, NULL, NULL, ld_o, NULL, NULL, cu, tiles, H, Hkv, scale);
   k_attn_fwd_generic<<<dim3((unsigned)n_tiles, (unsigned)H), GNW * 32, 0, s>>>(p, reinterpret_cast<bf16 *>(o), lse, D,
-                                                                              window);
+                                                                               window);
   VR_CUDA_CHECK_LAUNCH();
 }
 

@@ -9,8 +9,8 @@
 /* ---------------------------------------------------------------- kernels */
 
 /* Block u: row uniq[u] of dW += the segment's rows of dx, in segment order. */
-__global__ void k_embed_bwd(float *dW, const float *dx, const int32_t *order, const int32_t *seg,
-                            const int32_t *uniq, int C) {
+__global__ void k_embed_bwd(float *dW, const float *dx, const int32_t *order, const int32_t *seg, const int32_t *uniq,
+                            int C) {
   const int u = blockIdx.x, b = seg[u], e = seg[u + 1];
   float *wr = dW + (size_t)uniq[u] * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -29,8 +29,8 @@ extern "C" void vr_cutrain_embed_bwd(float *dW, const float *dx, const int32_t *
   VR_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" int vr_cutrain_embed_segments(const int32_t *ids, int T, int V, int32_t *order, int32_t *seg,
-                                         int32_t *uniq, int32_t *count) {
+extern "C" int vr_cutrain_embed_segments(const int32_t *ids, int T, int V, int32_t *order, int32_t *seg, int32_t *uniq,
+                                         int32_t *count) {
   memset(count, 0, (size_t)V * sizeof(int32_t));
   for (int t = 0; t < T; ++t) {
     if (ids[t] < 0 || ids[t] >= V) return -1;

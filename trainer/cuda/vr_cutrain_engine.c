@@ -16,14 +16,14 @@
 
 /* One layer's kept activations (T = max_tokens rows). */
 typedef struct {
-  float *x_mid;     /* (T, C) residual after attention */
-  uint16_t *xn1;    /* (T, C) RMSNorm1 output */
-  uint16_t *qkv;    /* (T, NQKV) after RoPE */
-  uint16_t *att;    /* (T, H*D) attention output */
-  float *lse;       /* (T, H) */
-  uint16_t *xn2;    /* (T, C) */
-  uint16_t *gu;     /* (T, 2F) gate | up */
-  uint16_t *act;    /* (T, F) */
+  float *x_mid;  /* (T, C) residual after attention */
+  uint16_t *xn1; /* (T, C) RMSNorm1 output */
+  uint16_t *qkv; /* (T, NQKV) after RoPE */
+  uint16_t *att; /* (T, H*D) attention output */
+  float *lse;    /* (T, H) */
+  uint16_t *xn2; /* (T, C) */
+  uint16_t *gu;  /* (T, 2F) gate | up */
+  uint16_t *act; /* (T, F) */
 } layer_acts_t;
 
 struct vr_cutrain {
@@ -37,23 +37,23 @@ struct vr_cutrain {
   float *p, *g, *m, *v;
   uint16_t *p16;
   /* activations */
-  float **x;         /* layers + 1 residual streams (T, C): x[l] = input of layer l */
+  float **x; /* layers + 1 residual streams (T, C): x[l] = input of layer l */
   layer_acts_t *a;
-  uint16_t *xf;      /* (T, C) final norm output */
+  uint16_t *xf; /* (T, C) final norm output */
   /* backward scratch */
-  float *dx, *dxn;   /* (T, C) */
-  uint16_t *dx16;    /* (T, C) */
+  float *dx, *dxn;                          /* (T, C) */
+  uint16_t *dx16;                           /* (T, C) */
   uint16_t *dact, *dgu, *datt, *dqkv, *tmp; /* (T, F), (T, 2F), (T, HD), (T, NQKV), (T, max(F, HD)) */
-  float *delta, *red; /* (T, H); reduction scratch */
+  float *delta, *red;                       /* (T, H); reduction scratch */
   /* LM head */
   float *logits, *lse_r, *ent_r, *logp_r, *glp, *gent;
   uint16_t *dlogits;
   /* metadata: one device int32 block, staged through pinned host memory */
   int32_t *meta_d, *meta_h;
   int32_t *ids, *pos, *cu, *fa_tiles, *tiles, *meta4, *tgt, *order, *seg, *uniq;
-  int32_t *count_h;  /* (V) host */
+  int32_t *count_h; /* (V) host */
   float *rope_if, *rope_nif;
-  float *stage_h;    /* pinned (2 T) floats: glp, gent in; logp, ent out */
+  float *stage_h; /* pinned (2 T) floats: glp, gent in; logp, ent out */
   double *sq, *sq_red;
   int64_t *ad_off, *ad_len;
   int ad_n;
@@ -76,13 +76,13 @@ static int dalloc(vr_cutrain_t *e, void **p, size_t bytes) {
   return 0;
 }
 
-#define DALLOC(ptr, bytes)                               \
-  do {                                                   \
+#define DALLOC(ptr, bytes)                                 \
+  do {                                                     \
     int rc_ = dalloc(e, (void **)&(ptr), (size_t)(bytes)); \
-    if (rc_) {                                           \
-      vr_cutrain_free(e);                                \
-      return rc_;                                        \
-    }                                                    \
+    if (rc_) {                                             \
+      vr_cutrain_free(e);                                  \
+      return rc_;                                          \
+    }                                                      \
   } while (0)
 
 static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NONE && a + na == b; }
@@ -90,9 +90,10 @@ static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NO
 void vr_cutrain_free(vr_cutrain_t *e) {
   if (!e) return;
   if (e->s) cudaStreamSynchronize(e->s);
-  void *dev[] = {e->p, e->g, e->m, e->v, e->p16, e->xf, e->dx, e->dxn, e->dx16, e->dact, e->dgu, e->datt, e->dqkv,
-                 e->tmp, e->delta, e->red, e->logits, e->lse_r, e->ent_r, e->logp_r, e->glp, e->gent, e->dlogits,
-                 e->meta_d, e->rope_if, e->rope_nif, e->sq, e->sq_red, e->ad_off, e->ad_len};
+  void *dev[] = {e->p,       e->g,        e->m,     e->v,      e->p16,    e->xf,    e->dx,      e->dxn,
+                 e->dx16,    e->dact,     e->dgu,   e->datt,   e->dqkv,   e->tmp,   e->delta,   e->red,
+                 e->logits,  e->lse_r,    e->ent_r, e->logp_r, e->glp,    e->gent,  e->dlogits, e->meta_d,
+                 e->rope_if, e->rope_nif, e->sq,    e->sq_red, e->ad_off, e->ad_len};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) cudaFree(dev[i]);
   if (e->x)
     for (int l = 0; l <= e->d.layers; ++l) cudaFree(e->x[l]);
@@ -130,8 +131,10 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   *out = NULL;
   const int C = d->hidden, H = d->heads, KV = d->kv_heads, D = d->head_dim, F = d->inter, V = d->vocab;
   if (D < 2 || D % 2 || D > 256 || H % KV || max_tokens <= 0 || shard_lo > shard_hi || shard_hi > d->n_floats) {
-    vr_log(VR_LOG_ERROR, "unsupported shape: head_dim %d (even, <= 256), heads %d / kv %d, max_tokens %d, shard "
-           "[%zu, %zu) of %zu", D, H, KV, max_tokens, shard_lo, shard_hi, d->n_floats);
+    vr_log(VR_LOG_ERROR,
+           "unsupported shape: head_dim %d (even, <= 256), heads %d / kv %d, max_tokens %d, shard "
+           "[%zu, %zu) of %zu",
+           D, H, KV, max_tokens, shard_lo, shard_hi, d->n_floats);
     return VR_ERR_UNSUPPORTED;
   }
   vr_cutrain_t *e = calloc(1, sizeof *e);
@@ -243,7 +246,8 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s)); /* before nif goes */
   free(nif);
   /* optimizer chunks of the shard */
-  int64_t *ho = malloc((size_t)(max_chunks ? max_chunks : 1) * 8), *hl = malloc((size_t)(max_chunks ? max_chunks : 1) * 8);
+  int64_t *ho = malloc((size_t)(max_chunks ? max_chunks : 1) * 8),
+          *hl = malloc((size_t)(max_chunks ? max_chunks : 1) * 8);
   if (!ho || !hl) {
     free(ho), free(hl);
     vr_cutrain_free(e);
@@ -268,9 +272,11 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     vr_cutrain_free(e);
     return rc;
   }
-  vr_log(VR_LOG_INFO, "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "%.2f GiB on the device", n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split",
-         e->fused_gu ? "fused" : "split", e->dev_bytes / 1073741824.0);
+  vr_log(VR_LOG_INFO,
+         "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
+         "%.2f GiB on the device",
+         n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
+         e->dev_bytes / 1073741824.0);
   *out = e;
   return 0;
 }
@@ -309,7 +315,8 @@ static void proj_bwd(vr_cutrain_t *e, float *dx, const uint16_t *dy, int ld, con
                      const size_t *w_off, const size_t *b_off, const int *w, int fused, int T) {
   if (fused) {
     vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + w_off[0], 1, dy, x, NULL, 0, NULL, ld, K, T, 1.f, e->s);
-    vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, dx, 1, dy, P16(e, w_off[0]), NULL, 0, NULL, T, K, ld, 0.f, e->s);
+    vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, dx, 1, dy, P16(e, w_off[0]), NULL, 0, NULL, T, K, ld, 0.f,
+                    e->s);
     if (b_off[0] != NONE) vr_cutrain_colsum_bf16(e->g + b_off[0], dy, ld, T, ld, e->red, e->s);
     return;
   }
@@ -395,13 +402,13 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   int rc = stage_batch(e, ids, cu, n_seqs, tgt);
   if (rc) return rc;
   e->T = T, e->n_seqs = n_seqs, e->temp = temperature;
-  vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->ids, NULL, P(e, d->embed), NULL, NULL, 1, P(e, e->L[0].norm1), NULL, T,
-                     C, d->rms_eps, e->s);
+  vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->ids, NULL, P(e, d->embed), NULL, NULL, 1, P(e, e->L[0].norm1), NULL, T, C,
+                     d->rms_eps, e->s);
   for (int l = 0; l < d->layers; ++l) layer_fwd(e, l, T);
   vr_cuda_rmsnorm(e->x[d->layers], e->xf, P(e, d->final_norm), T, C, d->rms_eps, e->s);
   const uint16_t *W = P16(e, d->lm_head != NONE ? d->lm_head : d->embed);
-  vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature,
-                        e->chunk, e->logits, e->s);
+  vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature, e->chunk,
+                        e->logits, e->s);
   if (logp || ent) {
     VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h, e->logp_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
     VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h + T, e->ent_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
@@ -463,10 +470,10 @@ int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
   if (gent) VR_CUDA_CHECK(cudaMemcpyAsync(e->gent, e->stage_h + T, (size_t)T * 4, cudaMemcpyHostToDevice, e->s));
   const size_t wo = d->lm_head != NONE ? d->lm_head : d->embed;
   /* dxn = d(final norm output) */
-  vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf, P16(e, wo),
-                        e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits, e->s);
-  vr_cutrain_rmsnorm_bwd(e->dx, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C, d->rms_eps,
-                         0, e->red, e->s);
+  vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf,
+                        P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits, e->s);
+  vr_cutrain_rmsnorm_bwd(e->dx, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C, d->rms_eps, 0,
+                         e->red, e->s);
   for (int l = d->layers - 1; l >= 0; --l) layer_bwd(e, l, T);
   vr_cutrain_embed_bwd(e->g + d->embed, e->dx, e->order, e->seg, e->uniq, e->n_uniq, C, e->s);
   /* the staging buffer is reused by the next call: wait until the copies have read it */
@@ -497,8 +504,8 @@ int vr_cutrain_scale_grads(vr_cutrain_t *e, float s) {
   return 0;
 }
 
-int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, float eps, float weight_decay, float clip,
-                     int64_t step) {
+int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, float eps, float weight_decay,
+                          float clip, int64_t step) {
   if (step < 1) return VR_ERR_INVAL;
   const vr_cutrain_adamw_t hp = {lr, beta1, beta2, eps, weight_decay, clip, step};
   if (clip > 0.f) vr_cutrain_sumsq(e->sq, e->g, e->d.n_floats, e->sq_red, e->s);

@@ -38,9 +38,9 @@ __device__ __forceinline__ lsm_acc lsm_merge(lsm_acc a, lsm_acc b) {
 }
 
 /* One block per row: lse, ent, logp of z = logits * inv_temp. */
-__global__ void __launch_bounds__(LSM_THREADS) k_logsoftmax_rows(float *logp, float *ent, float *lse,
-                                                                 const float *logits, const int32_t *tgt, int V,
-                                                                 float inv_temp) {
+__global__ void __launch_bounds__(LSM_THREADS)
+    k_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int V,
+                      float inv_temp) {
   __shared__ lsm_acc red[LSM_THREADS / 32];
   const size_t r = blockIdx.x;
   const float *lr = logits + r * V;
@@ -80,13 +80,11 @@ __global__ void __launch_bounds__(LSM_THREADS) k_logsoftmax_rows(float *logp, fl
 /* dlogits[r, j] = bf16(inv_temp * (glp (j == y) - p_j (glp + gent (log p_j + ent)))),
  * log p_j = z_j - lse; 4 elements per thread (V % 4 == 0) or 1. */
 template <int V4>
-__global__ void k_dlogits_rows(uint16_t *dl, const float *logits, const float *glp, const float *gent,
-                               const float *lse, const float *ent, const int32_t *tgt, int rows, int V,
-                               float inv_temp) {
+__global__ void k_dlogits_rows(uint16_t *dl, const float *logits, const float *glp, const float *gent, const float *lse,
+                               const float *ent, const int32_t *tgt, int rows, int V, float inv_temp) {
   const int W = V4 ? 4 : 1;
   const size_t vpr = (size_t)V / W, total = (size_t)rows * vpr;
-  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
-       idx += (size_t)gridDim.x * blockDim.x) {
+  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
     const size_t r = idx / vpr;
     const int j0 = (int)(idx - r * vpr) * W, y = tgt[r];
     const float gl = y >= 0 ? glp[r] : 0.f, ge = gent ? gent[r] : 0.f, l = lse[r], h = ent ? ent[r] : 0.f;
@@ -113,8 +111,8 @@ __global__ void k_dlogits_rows(uint16_t *dl, const float *logits, const float *g
 
 /* -------------------------------------------------------------- launchers */
 
-extern "C" void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits,
-                                           const int32_t *tgt, int rows, int V, float temp, cudaStream_t s) {
+extern "C" void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt,
+                                           int rows, int V, float temp, cudaStream_t s) {
   if (rows <= 0) return;
   k_logsoftmax_rows<<<rows, LSM_THREADS, 0, s>>>(logp, ent, lse, logits, tgt, V, 1.f / temp);
   VR_CUDA_CHECK_LAUNCH();
@@ -126,17 +124,16 @@ extern "C" void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, 
   const size_t n = (size_t)rows * V;
   if (n == 0) return;
   if (V % 4 == 0)
-    k_dlogits_rows<1><<<grid_for(n / 4, 256), 256, 0, s>>>(dlogits, logits, glp, gent, lse, ent, tgt, rows, V,
-                                                           1.f / temp);
+    k_dlogits_rows<1>
+        <<<grid_for(n / 4, 256), 256, 0, s>>>(dlogits, logits, glp, gent, lse, ent, tgt, rows, V, 1.f / temp);
   else
-    k_dlogits_rows<0><<<grid_for(n, 256), 256, 0, s>>>(dlogits, logits, glp, gent, lse, ent, tgt, rows, V,
-                                                       1.f / temp);
+    k_dlogits_rows<0><<<grid_for(n, 256), 256, 0, s>>>(dlogits, logits, glp, gent, lse, ent, tgt, rows, V, 1.f / temp);
   VR_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x,
-                                      const uint16_t *W, const int32_t *tgt, int T, int C, int V, float temp,
-                                      int chunk, float *logits, cudaStream_t s) {
+                                      const uint16_t *W, const int32_t *tgt, int T, int C, int V, float temp, int chunk,
+                                      float *logits, cudaStream_t s) {
   VR_ASSERT(chunk > 0 && lse);
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int rows = T - t0 < chunk ? T - t0 : chunk;
@@ -155,8 +152,8 @@ extern "C" void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, c
     const int rows = T - t0 < chunk ? T - t0 : chunk;
     const uint16_t *xc = x + (size_t)t0 * C;
     vr_cuda_gemm(g, logits, 1, xc, W, NULL, rows, V, C, 0.f, s);
-    vr_cutrain_dlogits_rows(dlogits, logits, glp + t0, gent ? gent + t0 : NULL, lse + t0, ent + t0, tgt + t0, rows,
-                            V, temp, s);
+    vr_cutrain_dlogits_rows(dlogits, logits, glp + t0, gent ? gent + t0 : NULL, lse + t0, ent + t0, tgt + t0, rows, V,
+                            temp, s);
     /* dx (rows, C) = dlogits (rows, V) . W (V, C) */
     vr_cuda_gemm_op(g, VR_CUDA_OP_N, VR_CUDA_OP_N, dx + (size_t)t0 * C, 1, dlogits, W, NULL, 0, NULL, rows, C, V, 0.f,
                     s);

@@ -60,9 +60,7 @@ __global__ void k_colsum_final(float *out, const float *partial, int chunks, int
 
 static int chunks_of(int T) { return (T + CHUNK - 1) / CHUNK; }
 
-extern "C" size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C) {
-  return (size_t)chunks_of(T) * C + (size_t)T;
-}
+extern "C" size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C) { return (size_t)chunks_of(T) * C + (size_t)T; }
 
 extern "C" size_t vr_cutrain_colsum_scratch(int T, int N) { return (size_t)chunks_of(T) * N; }
 

@@ -53,8 +53,8 @@ void vr_cutrain_rope_bwd(uint16_t *dqkv, int ld, int q_off, int k_off, int H, in
  * (u < n_uniq), the rows order[seg[u]] .. order[seg[u+1] - 1] of dx summed in that order
  * (sort/segment, no atomics: deterministic). order (T), seg (n_uniq + 1), uniq (n_uniq):
  * device int32, made by vr_cutrain_embed_segments (host). */
-void vr_cutrain_embed_bwd(float *dW, const float *dx, const int32_t *order, const int32_t *seg,
-                          const int32_t *uniq, int n_uniq, int C, cudaStream_t s);
+void vr_cutrain_embed_bwd(float *dW, const float *dx, const int32_t *order, const int32_t *seg, const int32_t *uniq,
+                          int n_uniq, int C, cudaStream_t s);
 /* Host: the counting sort of ids (T, each in [0, V)) into order / seg / uniq (sizes as above;
  * seg needs T + 1 entries at most); count: V int32 scratch. Returns n_uniq, or -1 when an id
  * is outside [0, V). */
@@ -71,21 +71,21 @@ int vr_cutrain_embed_segments(const int32_t *ids, int T, int V, int32_t *order, 
  *   logp = z[tgt] - lse, ent = lse - sum softmax(z) * z.
  * logits: chunk * V floats. Either of logp / ent may be NULL; lse is required (the backward
  * reads it). */
-void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x,
-                           const uint16_t *W, const int32_t *tgt, int T, int C, int V, float temp, int chunk,
-                           float *logits, cudaStream_t s);
+void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
+                           const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits,
+                           cudaStream_t s);
 /* Backward from the caller's per-token loss gradients glp = dL/dlogp (T) and gent = dL/dent
  * (T, or NULL): per chunk the logits are recomputed, dz = glp (onehot(tgt) - p)
  * - gent * p (log p + ent) is formed as bf16 dlogits = dz / temp (rows, V) in `dlogits`
  * scratch (chunk * V bf16), then dx (T, C) fp32 = dlogits W (written) and dW (V, C) fp32 +=
  * dlogits^T x (accumulated). logits / dlogits: the forward's chunk scratch and chunk * V bf16. */
 void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,
-                           const float *lse, const float *ent, const uint16_t *x, const uint16_t *W,
-                           const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits,
-                           uint16_t *dlogits, cudaStream_t s);
+                           const float *lse, const float *ent, const uint16_t *x, const uint16_t *W, const int32_t *tgt,
+                           int T, int C, int V, float temp, int chunk, float *logits, uint16_t *dlogits,
+                           cudaStream_t s);
 /* The two row kernels alone (tests): over logits (rows, V) fp32 already in memory. */
-void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt,
-                                int rows, int V, float temp, cudaStream_t s);
+void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int rows,
+                                int V, float temp, cudaStream_t s);
 void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const float *glp, const float *gent,
                              const float *lse, const float *ent, const int32_t *tgt, int rows, int V, float temp,
                              cudaStream_t s);

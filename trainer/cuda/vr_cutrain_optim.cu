@@ -111,7 +111,12 @@ extern "C" void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, co
                                  const double *sumsq, const vr_cutrain_adamw_t *hp, cudaStream_t s) {
   if (n_chunks <= 0) return;
   VR_ASSERT(hp->step >= 1);
-  adamw_k k = {hp->lr, hp->beta1, hp->beta2, hp->eps, hp->clip, hp->weight_decay,
+  adamw_k k = {hp->lr,
+               hp->beta1,
+               hp->beta2,
+               hp->eps,
+               hp->clip,
+               hp->weight_decay,
                (float)(1.0 - pow((double)hp->beta1, (double)hp->step)),
                (float)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step))};
   k_adamw<<<n_chunks, 512, 0, s>>>(p, p16, m, v, g, moff, off, len, wd, sumsq, k);

@@ -21,7 +21,7 @@
 typedef struct {
   vr_cutrain_t *e;
   int T_max;
-  int32_t *tgt;      /* (T_max) the kept forward's row targets */
+  int32_t *tgt;         /* (T_max) the kept forward's row targets */
   float *row_a, *row_b; /* (T_max) row outputs / row gradients */
   int T;
 } vr_tcuda_t;
@@ -77,18 +77,21 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
   }
   for (int l = 0; l < c->num_layers; ++l) {
     const vr_lm_layer_index_t *y = &ix->layers[l];
-    const vr_cutrain_layer_off_t o = {off_of(lm, y->q_w),    off_of(lm, y->q_b),    off_of(lm, y->k_w),
-                                      off_of(lm, y->k_b),    off_of(lm, y->v_w),    off_of(lm, y->v_b),
-                                      off_of(lm, y->o_w),    off_of(lm, y->o_b),    off_of(lm, y->gate_w),
-                                      off_of(lm, y->gate_b), off_of(lm, y->up_w),   off_of(lm, y->up_b),
-                                      off_of(lm, y->down_w), off_of(lm, y->down_b), off_of(lm, y->norm1),
-                                      off_of(lm, y->norm2)};
+    const vr_cutrain_layer_off_t o = {
+        off_of(lm, y->q_w),    off_of(lm, y->q_b),    off_of(lm, y->k_w),   off_of(lm, y->k_b),
+        off_of(lm, y->v_w),    off_of(lm, y->v_b),    off_of(lm, y->o_w),   off_of(lm, y->o_b),
+        off_of(lm, y->gate_w), off_of(lm, y->gate_b), off_of(lm, y->up_w),  off_of(lm, y->up_b),
+        off_of(lm, y->down_w), off_of(lm, y->down_b), off_of(lm, y->norm1), off_of(lm, y->norm2)};
     L[l] = o;
   }
-  const vr_cutrain_desc_t d = {c->vocab_size, c->hidden_size, c->num_layers, c->num_heads, c->num_kv_heads,
-                               c->head_dim, c->intermediate_size, c->sliding_window, c->rms_norm_eps,
-                               c->rope_attention_scaling, c->rope_inv_freq, vr_lm_n_floats(lm), off_of(lm, ix->embed),
-                               off_of(lm, ix->final_norm), off_of(lm, ix->lm_head), L};
+  const vr_cutrain_desc_t d = {c->vocab_size,           c->hidden_size,
+                               c->num_layers,           c->num_heads,
+                               c->num_kv_heads,         c->head_dim,
+                               c->intermediate_size,    c->sliding_window,
+                               c->rms_norm_eps,         c->rope_attention_scaling,
+                               c->rope_inv_freq,        vr_lm_n_floats(lm),
+                               off_of(lm, ix->embed),   off_of(lm, ix->final_norm),
+                               off_of(lm, ix->lm_head), L};
   int rc = vr_cutrain_create(&d, vr_lm_params_const(lm), T, 0, lo, hi, &s->e);
   free(L);
   if (rc) {
@@ -149,8 +152,7 @@ static int vr_tcuda_grad_sqnorm(void *state, size_t lo, size_t hi, double *out) 
 static int vr_tcuda_scale_grads(void *state, float f) { return vr_cutrain_scale_grads(((vr_tcuda_t *)state)->e, f); }
 
 static int vr_tcuda_adamw(void *state, const vr_adamw_t *h, int64_t step) {
-  return vr_cutrain_adamw_step(((vr_tcuda_t *)state)->e, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, 0.f,
-                               step);
+  return vr_cutrain_adamw_step(((vr_tcuda_t *)state)->e, h->lr, h->beta1, h->beta2, h->eps, h->weight_decay, 0.f, step);
 }
 
 static int vr_tcuda_get_params(void *state, float *dst) { return vr_cutrain_get_params(((vr_tcuda_t *)state)->e, dst); }
