@@ -65,7 +65,23 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
   n_params += C;
   float *inv = malloc((size_t)D / 2 * sizeof *inv);
   for (int i = 0; i < D / 2; ++i) inv[i] = (float)pow(m->theta, -2.0 * i / D);
-  const vr_cutrain_desc_t d = {V, C, L, H, KV, D, F, 0, 1e-6f, 1.0f, inv, at, embed, fnorm, VR_CUTRAIN_NONE, lo};
+  const vr_cutrain_desc_t d = {.vocab = V,
+                               .hidden = C,
+                               .layers = L,
+                               .heads = H,
+                               .kv_heads = KV,
+                               .head_dim = D,
+                               .inter = F,
+                               .rms_eps = 1e-6f,
+                               .rope_scaling = 1.0f,
+                               .rope_inv_freq = inv,
+                               .n_floats = at,
+                               .embed = embed,
+                               .final_norm = fnorm,
+                               .lm_head = VR_CUTRAIN_NONE,
+                               .layer = lo,
+                               .score_w = VR_CUTRAIN_NONE,
+                               .score_b = VR_CUTRAIN_NONE};
   const int T = seqs * len;
   size_t free0 = 0, total = 0;
   cudaMemGetInfo(&free0, &total);

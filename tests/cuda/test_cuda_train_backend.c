@@ -8,7 +8,8 @@
  *     engine's gradients;
  *   log-probs after 3 AdamW steps (lr 1e-3, wd 0.1), with and without clipping: LOGP_TOL;
  *   a masked batch: unwanted tokens are 0 and the gradients match the cpu engine's;
- *   two backward passes of one batch: the same bits (no atomics anywhere).
+ *   two backward passes of one batch: the same bits (no atomics anywhere);
+ *   the critic (qwen2_critic, value head): values and the gradients of sum w * value.
  * Exit code 77 without a GPU (ctest: skipped). */
 #include <math.h>
 #include <setjmp.h>
@@ -30,11 +31,12 @@
 #define LOGP_TOL 6e-2
 #define GRAD_TOL 5e-2
 
-static vr_lm_t *load(const char *name) {
+static vr_lm_t *load(const char *name, vr_lm_head_t head) {
   char dir[1024];
   tr_fixture_dir(dir, sizeof dir, name);
+  vr_lm_load_options_t o = {.head = head, .seed = 1};
   vr_lm_t *lm = NULL;
-  assert_int_equal(vr_lm_load(dir, NULL, &lm), 0);
+  assert_int_equal(vr_lm_load(dir, &o, &lm), 0);
   return lm;
 }
 
@@ -134,7 +136,7 @@ static void run_lm(const char *name) {
   printf("%s\n", name);
   tr_golden_t g;
   tr_golden_load(name, &g);
-  vr_lm_t *lm = load(name);
+  vr_lm_t *lm = load(name, VR_LM_HEAD_LM);
   vr_train_t *tc = engine(lm, "cuda"), *tp = engine(lm, "cpu");
   check_logprobs(tc, &g, "logprobs_t1", "entropy_t1", 1.0f);
   check_logprobs(tc, &g, "logprobs_t07", "entropy_t07", 0.7f);
@@ -192,6 +194,37 @@ static void run_lm(const char *name) {
   tr_golden_free(&g);
 }
 
+/* The critic: values per token and the gradients of sum w * value, against the golden and the
+ * cpu engine. */
+static void test_critic(void **state) {
+  (void)state;
+  tr_golden_t g;
+  tr_golden_load("qwen2_critic", &g);
+  vr_lm_t *lm = load("qwen2_critic", VR_LM_HEAD_VALUE);
+  vr_train_t *tc = engine(lm, "cuda"), *tp = engine(lm, "cpu");
+  vr_train_batch_t b = {g.ids, g.cu, g.n, NULL};
+  float *val = calloc(g.T, sizeof *val), *dw = calloc(g.T, sizeof *dw);
+  double *want = calloc(g.T, sizeof *want), *w = calloc(g.T, sizeof *w);
+  assert_int_equal(vr_train_forward(tc, &b, 1.0f, val, NULL, 0), 0);
+  tr_golden_rows(cJSON_GetObjectItem(g.root, "values"), &g, 0, want);
+  const double d = max_abs_diff(val, want, g.T);
+  printf("qwen2_critic\n  cuda values: max |diff| %.3g (tolerance %g)\n", d, LOGP_TOL);
+  assert_true(d <= LOGP_TOL);
+  tr_golden_rows(cJSON_GetObjectItem(g.root, "w"), &g, 0, w);
+  for (uint32_t i = 0; i < g.T; i++) dw[i] = (float)w[i];
+  const size_t n = vr_train_n_floats(tc);
+  float *gc = malloc(n * sizeof *gc), *gp = malloc(n * sizeof *gp);
+  grads_of(tc, &b, 1.0f, dw, NULL, gc, g.T);
+  assert_true(tr_grads_check(lm, gc, &g, "value") <= GRAD_TOL);
+  grads_of(tp, &b, 1.0f, dw, NULL, gp, g.T);
+  assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
+  free(val), free(dw), free(want), free(w), free(gc), free(gp);
+  vr_train_free(tc);
+  vr_train_free(tp);
+  vr_lm_free(lm);
+  tr_golden_free(&g);
+}
+
 static void test_llama(void **state) { (void)state, run_lm("llama_lm"); }
 static void test_qwen2(void **state) { (void)state, run_lm("qwen2_lm"); }
 static void test_mistral(void **state) { (void)state, run_lm("mistral_lm"); }
@@ -206,6 +239,7 @@ int main(void) {
       cmocka_unit_test(test_llama),
       cmocka_unit_test(test_qwen2),
       cmocka_unit_test(test_mistral),
+      cmocka_unit_test(test_critic),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

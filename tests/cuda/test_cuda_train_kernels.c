@@ -13,6 +13,7 @@
  *   fused LM-head backward (bf16 dlogits into the GEMMs): 1e-2; attention forward 1e-2 and
  *     backward 2e-2 (bf16 P, dS and operands, as FlashAttention-2's own tests allow);
  *   finite differences: 2e-3 of the fp32 GPU forwards (h = 1e-2), 1e-6 of the host forwards.
+ * Value head: 1e-5 (fp32).
  * Reductions are checked bit-for-bit across two runs (the determinism the headers promise).
  * Exit code: 0 pass, 1 fail, 77 no GPU (ctest: skipped). */
 #include "vr_cutrain_ops.h"
@@ -152,6 +153,46 @@ static void test_colsum(int T, int N) {
   check_rel(what, ref, g, N, 1e-5);
   dfree(d_m), dfree(d_b), dfree(d_s);
   free(m), free(f), free(b0), free(ref), free(g);
+}
+
+/* The value head: val = h w + b and its backward (dh, dw +=, db +=). */
+static void test_value(int T, int C) {
+  float *h = rand_f((size_t)T * C, -2, 2), *w = rand_f(C, -1, 1), *b = rand_f(1, -1, 1), *gv = rand_f(T, -1, 1);
+  float *w0 = rand_f(C, -1, 1), *b0 = rand_f(1, -1, 1);
+  double *rv = dcalloc(T), *rdh = dcalloc((size_t)T * C), *rdw = dcalloc(C), rdb = b0[0];
+  for (int c = 0; c < C; ++c) rdw[c] = w0[c];
+  for (int t = 0; t < T; ++t) {
+    double a = b[0];
+    for (int c = 0; c < C; ++c) {
+      a += (double)h[(size_t)t * C + c] * w[c];
+      rdh[(size_t)t * C + c] = (double)gv[t] * w[c];
+      rdw[c] += (double)gv[t] * h[(size_t)t * C + c];
+    }
+    rv[t] = a;
+    rdb += gv[t];
+  }
+  float *d_h = todev(h, (size_t)T * C * 4), *d_w = todev(w, C * 4), *d_b = todev(b, 4), *d_gv = todev(gv, T * 4),
+        *d_v = dmalloc(T * 4), *d_dh = dmalloc((size_t)T * C * 4), *d_dw = todev(w0, C * 4), *d_db = todev(b0, 4),
+        *d_s = dmalloc(vr_cutrain_colsum_scratch(T, C) * 4);
+  vr_cutrain_value_fwd(d_v, d_h, d_w, d_b, T, C, 0);
+  vr_cutrain_value_bwd(d_dh, d_dw, d_db, d_gv, d_h, d_w, T, C, d_s, 0);
+  float *gv_ = malloc(T * 4), *gdh = malloc((size_t)T * C * 4), *gdw = malloc(C * 4), gdb;
+  char what[96];
+  tohost(gv_, d_v, T * 4);
+  snprintf(what, sizeof what, "value_fwd T%d C%d", T, C);
+  check_rel(what, rv, gv_, T, 1e-5);
+  tohost(gdh, d_dh, (size_t)T * C * 4);
+  snprintf(what, sizeof what, "value_bwd dh T%d C%d", T, C);
+  check_rel(what, rdh, gdh, (size_t)T * C, 1e-6);
+  tohost(gdw, d_dw, C * 4);
+  snprintf(what, sizeof what, "value_bwd dw (+=) T%d C%d", T, C);
+  check_rel(what, rdw, gdw, C, 1e-5);
+  tohost(&gdb, d_db, 4);
+  snprintf(what, sizeof what, "value_bwd db (+=) T%d", T);
+  check_rel(what, &rdb, &gdb, 1, 1e-5);
+  dfree(d_h), dfree(d_w), dfree(d_b), dfree(d_gv), dfree(d_v), dfree(d_dh), dfree(d_dw), dfree(d_db), dfree(d_s);
+  free(h), free(w), free(b), free(gv), free(w0), free(b0), free(rv), free(rdh), free(rdw), free(gv_), free(gdh),
+      free(gdw);
 }
 
 /* ------------------------------------------------------------ SwiGLU, RoPE */
@@ -695,6 +736,8 @@ int main(void) {
   test_rmsnorm_fd(3, 16);
   test_colsum(200, 1152);
   test_colsum(7, 13);
+  test_value(300, 896);
+  test_value(5, 32);
   test_swiglu_bwd(33, 4864);
   test_swiglu_bwd(5, 13);
   test_rope_bwd(70, 14, 2, 64);

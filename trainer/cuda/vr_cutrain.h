@@ -43,6 +43,7 @@ typedef struct vr_cutrain_desc {
   size_t n_floats;                     /* the buffer, padding included */
   size_t embed, final_norm, lm_head;   /* lm_head VR_CUTRAIN_NONE: tied (the embedding) */
   const vr_cutrain_layer_off_t *layer; /* layers entries; copied */
+  size_t score_w, score_b;             /* value head (critic): score (1, C), bias (1); NONE: the LM head */
 } vr_cutrain_desc_t;
 
 typedef struct vr_cutrain vr_cutrain_t;
@@ -59,7 +60,9 @@ void vr_cutrain_free(vr_cutrain_t *e);
 /* Forward over a batch (host arrays): ids (T), cu (n_seqs + 1, cu[n_seqs] = T <= max_tokens),
  * tgt (T) targets per row or -1. logp / ent: host (T) outputs or NULL (then the call does not
  * wait for the device). keep = 1 saves what backward needs (one backward per such forward).
- * Inputs are checked by the caller (ids < vocab, positions < the model's limit). */
+ * Value head: logp gets the value of every row (tgt and temperature unused, ent untouched);
+ * backward's glp is then dL/dvalue per row and gent is ignored. Inputs are checked by the caller (ids < vocab,
+ * positions < the model's limit). */
 int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, int n_seqs, const int32_t *tgt,
                        float temperature, float *logp, float *ent, int keep);
 /* glp (T), gent (T or NULL): host. VR_ERR_INVAL when no kept forward is pending. */

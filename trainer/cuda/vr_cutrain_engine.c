@@ -47,6 +47,8 @@ struct vr_cutrain {
   float *delta, *red;                       /* (T, H); reduction scratch */
   /* LM head */
   float *logits, *lse_r, *ent_r, *logp_r, *glp, *gent;
+  float *hv; /* value head: (T, C) fp32 final norm output */
+  int value; /* 1: value head (score_w), 0: LM head */
   uint16_t *dlogits;
   /* metadata: one device int32 block, staged through pinned host memory */
   int32_t *meta_d, *meta_h;
@@ -90,10 +92,10 @@ static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NO
 void vr_cutrain_free(vr_cutrain_t *e) {
   if (!e) return;
   if (e->s) cudaStreamSynchronize(e->s);
-  void *dev[] = {e->p,       e->g,        e->m,     e->v,      e->p16,    e->xf,    e->dx,      e->dxn,
-                 e->dx16,    e->dact,     e->dgu,   e->datt,   e->dqkv,   e->tmp,   e->delta,   e->red,
-                 e->logits,  e->lse_r,    e->ent_r, e->logp_r, e->glp,    e->gent,  e->dlogits, e->meta_d,
-                 e->rope_if, e->rope_nif, e->sq,    e->sq_red, e->ad_off, e->ad_len};
+  void *dev[] = {e->p,       e->g,        e->m,     e->v,      e->p16,    e->xf,     e->dx,      e->dxn,
+                 e->dx16,    e->dact,     e->dgu,   e->datt,   e->dqkv,   e->tmp,    e->delta,   e->red,
+                 e->logits,  e->lse_r,    e->ent_r, e->logp_r, e->glp,    e->gent,   e->dlogits, e->meta_d,
+                 e->rope_if, e->rope_nif, e->sq,    e->sq_red, e->ad_off, e->ad_len, e->hv};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) cudaFree(dev[i]);
   if (e->x)
     for (int l = 0; l <= e->d.layers; ++l) cudaFree(e->x[l]);
@@ -152,6 +154,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   e->d.layer = e->L;
   e->T_max = max_tokens;
   e->lo = shard_lo, e->hi = shard_hi;
+  e->value = d->score_w != NONE;
   e->nqkv = (H + 2 * KV) * D;
   e->fused_qkv = e->fused_gu = 1;
   const size_t qn = (size_t)H * D * C, kn = (size_t)KV * D * C;
@@ -209,8 +212,12 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   const size_t r2 = vr_cutrain_colsum_scratch(max_tokens, e->nqkv > 2 * F ? e->nqkv : 2 * F);
   if (r2 > red) red = r2;
   DALLOC(e->red, red * 4);
-  DALLOC(e->logits, chunk * V * 4);
-  DALLOC(e->dlogits, chunk * V * 2);
+  if (e->value) {
+    DALLOC(e->hv, T * C * 4);
+  } else {
+    DALLOC(e->logits, chunk * V * 4);
+    DALLOC(e->dlogits, chunk * V * 2);
+  }
   DALLOC(e->lse_r, T * 4);
   DALLOC(e->ent_r, T * 4);
   DALLOC(e->logp_r, T * 4);
@@ -392,7 +399,7 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   const vr_cutrain_desc_t *d = &e->d;
   e->kept = 0;
   if (n_seqs <= 0 || cu[n_seqs] == 0) return 0;
-  if (cu[n_seqs] > (uint32_t)e->T_max || !(temperature > 0.f)) {
+  if (cu[n_seqs] > (uint32_t)e->T_max || (!e->value && !(temperature > 0.f))) {
     vr_log(VR_LOG_ERROR, "batch of %u rows (engine: %d), temperature %g", cu[n_seqs], e->T_max, temperature);
     return VR_ERR_TOO_LARGE;
   }
@@ -405,10 +412,16 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->ids, NULL, P(e, d->embed), NULL, NULL, 1, P(e, e->L[0].norm1), NULL, T, C,
                      d->rms_eps, e->s);
   for (int l = 0; l < d->layers; ++l) layer_fwd(e, l, T);
-  vr_cuda_rmsnorm(e->x[d->layers], e->xf, P(e, d->final_norm), T, C, d->rms_eps, e->s);
-  const uint16_t *W = P16(e, d->lm_head != NONE ? d->lm_head : d->embed);
-  vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature, e->chunk,
-                        e->logits, e->s);
+  if (e->value) {
+    vr_cuda_rmsnorm_f32(e->x[d->layers], e->hv, P(e, d->final_norm), T, C, d->rms_eps, e->s);
+    vr_cutrain_value_fwd(e->logp_r, e->hv, P(e, d->score_w), P(e, d->score_b), T, C, e->s);
+    ent = NULL;
+  } else {
+    vr_cuda_rmsnorm(e->x[d->layers], e->xf, P(e, d->final_norm), T, C, d->rms_eps, e->s);
+    const uint16_t *W = P16(e, d->lm_head != NONE ? d->lm_head : d->embed);
+    vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature,
+                          e->chunk, e->logits, e->s);
+  }
   if (logp || ent) {
     VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h, e->logp_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
     VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h + T, e->ent_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
@@ -468,10 +481,14 @@ int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
   if (gent) memcpy(e->stage_h + T, gent, (size_t)T * 4);
   VR_CUDA_CHECK(cudaMemcpyAsync(e->glp, e->stage_h, (size_t)T * 4, cudaMemcpyHostToDevice, e->s));
   if (gent) VR_CUDA_CHECK(cudaMemcpyAsync(e->gent, e->stage_h + T, (size_t)T * 4, cudaMemcpyHostToDevice, e->s));
-  const size_t wo = d->lm_head != NONE ? d->lm_head : d->embed;
-  /* dxn = d(final norm output) */
-  vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf,
-                        P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits, e->s);
+  if (e->value) {
+    vr_cutrain_value_bwd(e->dxn, e->g + d->score_w, e->g + d->score_b, e->glp, e->hv, P(e, d->score_w), T, C, e->red,
+                         e->s);
+  } else {
+    const size_t wo = d->lm_head != NONE ? d->lm_head : d->embed;
+    vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf,
+                          P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits, e->s);
+  }
   vr_cutrain_rmsnorm_bwd(e->dx, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C, d->rms_eps, 0,
                          e->red, e->s);
   for (int l = d->layers - 1; l >= 0; --l) layer_bwd(e, l, T);

@@ -32,7 +32,8 @@ __global__ void k_rmsnorm_bwd_dx(float *dx, float *rstd, const float *dy, const 
 }
 
 /* Pass 1 of a column reduction: partial[chunk, c] = sum over the chunk's rows t (in order) of
- * dy[t, c] * x[t, c] * rstd[t] (x == NULL: of the bf16 matrix dyb, row pitch ld). Grid (ceil(C / 256), chunks). */
+ * dy[t, c] * x[t, c] * rstd[t]; with x == NULL of dy[t, c] * rstd[t] (rstd NULL: 1), or with
+ * dyb given of the bf16 matrix dyb (row pitch ld). Grid (ceil(C / 256), chunks). */
 __global__ void k_colsum_partial(float *partial, const float *dy, const float *x, const float *rstd,
                                  const uint16_t *dyb, int ld, int T, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -41,8 +42,10 @@ __global__ void k_colsum_partial(float *partial, const float *dy, const float *x
   float a = 0.f;
   if (dyb) {
     for (int t = t0; t < t1; ++t) a += bf(dyb[(size_t)t * ld + c]);
-  } else {
+  } else if (x) {
     for (int t = t0; t < t1; ++t) a += dy[(size_t)t * C + c] * x[(size_t)t * C + c] * rstd[t];
+  } else { /* rstd: row weights, or NULL (1) */
+    for (int t = t0; t < t1; ++t) a += dy[(size_t)t * C + c] * (rstd ? rstd[t] : 1.f);
   }
   partial[(size_t)blockIdx.y * C + c] = a;
 }
@@ -86,5 +89,16 @@ extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, in
   k_colsum_partial<<<g1, 256, 0, s>>>(scratch, NULL, NULL, NULL, dy, ld, T, N);
   VR_CUDA_CHECK_LAUNCH();
   k_colsum_final<<<(N + 255) / 256, 256, 0, s>>>(db, scratch, chunks, N);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cutrain_colsum_weighted(float *out, const float *x, const float *wgt, int T, int C, float *scratch,
+                                           cudaStream_t s) {
+  if (T <= 0) return;
+  const int chunks = chunks_of(T);
+  const dim3 g1((unsigned)((C + 255) / 256), (unsigned)chunks);
+  k_colsum_partial<<<g1, 256, 0, s>>>(scratch, x, NULL, wgt, NULL, C, T, C);
+  VR_CUDA_CHECK_LAUNCH();
+  k_colsum_final<<<(C + 255) / 256, 256, 0, s>>>(out, scratch, chunks, C);
   VR_CUDA_CHECK_LAUNCH();
 }

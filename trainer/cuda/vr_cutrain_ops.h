@@ -38,6 +38,19 @@ void vr_cutrain_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *
 size_t vr_cutrain_colsum_scratch(int T, int N);
 void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, int T, int N, float *scratch, cudaStream_t s);
 
+/* out (C) += sum_t x[t, c] * wgt[t] (wgt NULL: 1), x (T, C) fp32, in the same two passes.
+ * scratch: vr_cutrain_colsum_scratch(T, C) floats. */
+void vr_cutrain_colsum_weighted(float *out, const float *x, const float *wgt, int T, int C, float *scratch,
+                                cudaStream_t s);
+
+/* ---- value head (the critic): vr_cutrain_value.cu ----------------------------- */
+/* val (T) = h (T, C) . w (C) + b[0] (fp32; h the final norm's fp32 output). */
+void vr_cutrain_value_fwd(float *val, const float *h, const float *w, const float *b, int T, int C, cudaStream_t s);
+/* Backward from gv = dL/dval (T): dh (T, C) = gv w^T (written), dw (C) += h^T gv, db[0] += sum gv
+ * (deterministic column sums). scratch: vr_cutrain_colsum_scratch(T, C) floats. */
+void vr_cutrain_value_bwd(float *dh, float *dw, float *db, const float *gv, const float *h, const float *w, int T,
+                          int C, float *scratch, cudaStream_t s);
+
 /* ---- activations: vr_cutrain_act.cu ------------------------------------------ */
 /* SwiGLU backward: forward out = silu(g) * u with gu (T, 2I) = [g | u]. Given dout (T, I) bf16:
  * dgu[:, :I] = dout * u * silu'(g), dgu[:, I:] = dout * silu(g); dgu (T, 2I) bf16. */

@@ -5,8 +5,9 @@
  * vr_train.h on top of the engine's rows (out[t] is row t - 1's log-prob of ids[t]; masked
  * tokens give 0 and no gradient).
  *
- * Not here yet: the value head (VR_LM_HEAD_VALUE is VR_ERR_UNSUPPORTED on cuda) and per-layer
- * recomputation (opt->recompute is ignored: every layer's activations are kept). */
+ * Both heads: the LM head (log-probs, entropy) and the value head (the critic: one value per
+ * token). Not here yet: per-layer recomputation (opt->recompute is ignored: every layer's
+ * activations are kept). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +22,9 @@
 typedef struct {
   vr_cutrain_t *e;
   int T_max;
-  int32_t *tgt;         /* (T_max) the kept forward's row targets */
+  int32_t *tgt;         /* (T_max) the kept forward's row targets (value head: 0 wanted, -1 not) */
   float *row_a, *row_b; /* (T_max) row outputs / row gradients */
-  int T;
+  int T, value;
 } vr_tcuda_t;
 
 static size_t off_of(const vr_lm_t *lm, int i) { return i < 0 ? VR_CUTRAIN_NONE : vr_lm_tensor(lm, (size_t)i)->offset; }
@@ -40,10 +41,6 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
   *state = NULL;
   const vr_lm_config_t *c = vr_lm_config(lm);
   const vr_lm_index_t *ix = vr_lm_index(lm);
-  if (c->head != VR_LM_HEAD_LM) {
-    vr_log(VR_LOG_ERROR, "the CUDA training backend has no value head yet. HINT: --device cpu for the critic");
-    return VR_ERR_UNSUPPORTED;
-  }
   int dev = 0;
   if (opt->device && opt->device[4] == ':') {
     char *end = NULL;
@@ -84,14 +81,25 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
         off_of(lm, y->down_w), off_of(lm, y->down_b), off_of(lm, y->norm1), off_of(lm, y->norm2)};
     L[l] = o;
   }
-  const vr_cutrain_desc_t d = {c->vocab_size,           c->hidden_size,
-                               c->num_layers,           c->num_heads,
-                               c->num_kv_heads,         c->head_dim,
-                               c->intermediate_size,    c->sliding_window,
-                               c->rms_norm_eps,         c->rope_attention_scaling,
-                               c->rope_inv_freq,        vr_lm_n_floats(lm),
-                               off_of(lm, ix->embed),   off_of(lm, ix->final_norm),
-                               off_of(lm, ix->lm_head), L};
+  const vr_cutrain_desc_t d = {.vocab = c->vocab_size,
+                               .hidden = c->hidden_size,
+                               .layers = c->num_layers,
+                               .heads = c->num_heads,
+                               .kv_heads = c->num_kv_heads,
+                               .head_dim = c->head_dim,
+                               .inter = c->intermediate_size,
+                               .window = c->sliding_window,
+                               .rms_eps = c->rms_norm_eps,
+                               .rope_scaling = c->rope_attention_scaling,
+                               .rope_inv_freq = c->rope_inv_freq,
+                               .n_floats = vr_lm_n_floats(lm),
+                               .embed = off_of(lm, ix->embed),
+                               .final_norm = off_of(lm, ix->final_norm),
+                               .lm_head = off_of(lm, ix->lm_head),
+                               .layer = L,
+                               .score_w = off_of(lm, ix->score_w),
+                               .score_b = off_of(lm, ix->score_b)};
+  s->value = c->head == VR_LM_HEAD_VALUE;
   int rc = vr_cutrain_create(&d, vr_lm_params_const(lm), T, 0, lo, hi, &s->e);
   free(L);
   if (rc) {
@@ -102,8 +110,9 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
   return 0;
 }
 
-/* Row r of the engine predicts token r + 1 of its sequence: its target when that token is
- * wanted (mask, or every token but a sequence's first). */
+/* LM head: row r of the engine predicts token r + 1 of its sequence, its target when that token
+ * is wanted (mask, or every token but a sequence's first); out[r + 1] = the row's log-prob.
+ * Value head: row t is token t, wanted by the mask or always; out[t] = its value. */
 static int vr_tcuda_forward(void *state, const vr_train_batch_t *b, float tau, float *out, float *ent, int keep) {
   vr_tcuda_t *s = state;
   const uint32_t n = b->n_seqs, T = n ? b->cu_seqlens[n] : 0;
@@ -112,6 +121,10 @@ static int vr_tcuda_forward(void *state, const vr_train_batch_t *b, float tau, f
   if (T > (uint32_t)s->T_max) return VR_ERR_TOO_LARGE;
   for (uint32_t q = 0; q < n; ++q)
     for (uint32_t t = b->cu_seqlens[q]; t < b->cu_seqlens[q + 1]; ++t) {
+      if (s->value) {
+        s->tgt[t] = !b->mask || b->mask[t] ? 0 : -1;
+        continue;
+      }
       const uint32_t nx = t + 1;
       const int want = nx < b->cu_seqlens[q + 1] && (!b->mask || b->mask[nx]);
       s->tgt[t] = want ? b->ids[nx] : -1;
@@ -122,6 +135,10 @@ static int vr_tcuda_forward(void *state, const vr_train_batch_t *b, float tau, f
   if (ent) memset(ent, 0, T * sizeof *ent);
   for (uint32_t r = 0; r < T; ++r) {
     if (s->tgt[r] < 0) continue;
+    if (s->value) {
+      out[r] = s->row_a[r];
+      continue;
+    }
     out[r + 1] = s->row_a[r];
     if (ent) ent[r + 1] = s->row_b[r];
   }
@@ -133,9 +150,9 @@ static int vr_tcuda_backward(void *state, const float *dout, const float *dent) 
   vr_tcuda_t *s = state;
   if (s->T == 0) return vr_cutrain_backward(s->e, s->row_a, NULL); /* logs the missing forward */
   for (int r = 0; r < s->T; ++r) {
-    const int w = s->tgt[r] >= 0;
-    s->row_a[r] = w ? dout[r + 1] : 0.f;
-    s->row_b[r] = w && dent ? dent[r + 1] : 0.f;
+    const int w = s->tgt[r] >= 0, t = s->value ? r : r + 1;
+    s->row_a[r] = w ? dout[t] : 0.f;
+    s->row_b[r] = w && dent && !s->value ? dent[t] : 0.f;
   }
   s->T = 0;
   return vr_cutrain_backward(s->e, s->row_a, dent ? s->row_b : NULL);
