@@ -547,8 +547,8 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   else
     vr_cutrain_attention_fwd_generic(d_o, HD, d_lse, d_qkv, ld, 0, a.koff, a.voff, d_cu, d_bt, nbt, H, Hkv, D, window,
                                      scale, 0);
-  vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_bt, nbt, H, Hkv,
-                           D, window, scale, T, 0);
+  vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_bt, NULL, nbt, H,
+                           Hkv, D, window, scale, T, 0);
   uint16_t *go = malloc((size_t)T * HD * 2), *gd = malloc((size_t)T * ld * 2), *gd2 = malloc((size_t)T * ld * 2);
   float *gl = malloc((size_t)T * H * 4);
   tohost(go, d_o, (size_t)T * HD * 2);
@@ -577,10 +577,20 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
     check_rel_bf(what, r, gp, m, 2e-2);
     free(r), free(gp);
   }
-  vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_bt, nbt, H, Hkv,
-                           D, window, scale, T, 0);
+  /* again with each kernel's tiles heaviest first (the engine's order): the same bits */
+  int32_t *kt = malloc((size_t)2 * nbt * 4), *qt = malloc((size_t)2 * nbt * 4);
+  uint64_t *sc = malloc((size_t)2 * nbt * 8);
+  memcpy(kt, btiles, (size_t)2 * nbt * 4), memcpy(qt, btiles, (size_t)2 * nbt * 4);
+  vr_cutrain_attention_tiles_sort(cu, kt, nbt, 1, sc);
+  vr_cutrain_attention_tiles_sort(cu, qt, nbt, 0, sc);
+  int32_t *d_kt = todev(kt, (size_t)2 * nbt * 4), *d_qt = todev(qt, (size_t)2 * nbt * 4);
+  CK(cudaMemset(d_dq, 0xFF, (size_t)T * ld * 2));
+  vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_kt, d_qt, nbt, H,
+                           Hkv, D, window, scale, T, 0);
+  dfree(d_kt), dfree(d_qt);
+  free(kt), free(qt), free(sc);
   tohost(gd2, d_dq, (size_t)T * ld * 2);
-  snprintf(what, sizeof what, "attention_bwd deterministic %s", shape);
+  snprintf(what, sizeof what, "attention_bwd deterministic, any tile order %s", shape);
   check_same_bits(what, gd, gd2, (size_t)T * ld * 2);
   dfree(d_qkv), dfree(d_o), dfree(d_do), dfree(d_dq), dfree(d_lse);
   dfree(d_delta), dfree(d_cu), dfree(d_t), dfree(d_bt), dfree(d_meta);

@@ -19,6 +19,8 @@
  * fp32; with a generic forward that saves lse for the head dims the tensor-core forward lacks). */
 #include <mma.h>
 
+#include <algorithm>
+
 #include "vr_cuda_common.cuh"
 #include "vr_cutrain_ops.h"
 
@@ -34,7 +36,7 @@ struct bwd_params {
   const float *lse;
   float *delta;
   bf16 *dqkv;
-  const int32_t *cu, *tiles;
+  const int32_t *cu, *tiles, *tiles_q; /* the dK/dV kernels' tile order, the dQ kernels' */
   int ld, q_off, k_off, v_off, ld_o, H, Hkv;
   float scale, scale_log2;
 };
@@ -219,7 +221,7 @@ __global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dq(bwd_params p) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float *sS = reinterpret_cast<float *>(smem + L::warps + warp * L::per_warp);
   bf16 *sP = reinterpret_cast<bf16 *>(sS + 16 * L::LDS), *sdS = sP + 16 * L::LDP;
-  const int seq = p.tiles[2 * blockIdx.x], q0 = p.tiles[2 * blockIdx.x + 1];
+  const int seq = p.tiles_q[2 * blockIdx.x], q0 = p.tiles_q[2 * blockIdx.x + 1];
   const size_t s0 = (size_t)p.cu[seq];
   const int len = p.cu[seq + 1] - p.cu[seq], h = blockIdx.y, hk = h / (p.H / p.Hkv);
   load_tile<D>(sQ, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
@@ -324,7 +326,7 @@ __global__ void __launch_bounds__(GNW * 32) k_attn_fwd_generic(bwd_params p, bf1
 
 /* Grid (n_tiles, H): dQ of the tile's query rows. */
 __global__ void __launch_bounds__(GNW * 32) k_attn_bwd_dq_generic(bwd_params p, int D, int window) {
-  const int seq = p.tiles[2 * blockIdx.x], t0 = p.tiles[2 * blockIdx.x + 1], h = blockIdx.y;
+  const int seq = p.tiles_q[2 * blockIdx.x], t0 = p.tiles_q[2 * blockIdx.x + 1], h = blockIdx.y;
   const int hk = h / (p.H / p.Hkv), len = p.cu[seq + 1] - p.cu[seq];
   const size_t s0 = (size_t)p.cu[seq];
   for (int i = t0 + (threadIdx.x >> 5); i < min(len, t0 + ABM); i += GNW) {
@@ -395,25 +397,15 @@ void launch_bwd(const bwd_params &p, int n_tiles, cudaStream_t s) {
 
 static bwd_params params_make(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                               const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse, float *delta,
-                              const int32_t *cu, const int32_t *tiles, int H, int Hkv, float scale) {
+                              const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q, int H, int Hkv,
+                              float scale) {
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0);
-  bwd_params p = {reinterpret_cast<const bf16 *>(qkv),
-                  reinterpret_cast<const bf16 *>(o),
-                  reinterpret_cast<const bf16 *>(dout),
-                  lse,
-                  delta,
-                  reinterpret_cast<bf16 *>(dqkv),
-                  cu,
-                  tiles,
-                  ld,
-                  q_off,
-                  k_off,
-                  v_off,
-                  ld_o,
-                  H,
-                  Hkv,
-                  scale,
-                  scale * 1.4426950408889634f};
+  bwd_params p;
+  p.qkv = reinterpret_cast<const bf16 *>(qkv), p.o = reinterpret_cast<const bf16 *>(o);
+  p.dout = reinterpret_cast<const bf16 *>(dout), p.lse = lse, p.delta = delta, p.dqkv = reinterpret_cast<bf16 *>(dqkv);
+  p.cu = cu, p.tiles = tiles, p.tiles_q = tiles_q ? tiles_q : tiles;
+  p.ld = ld, p.q_off = q_off, p.k_off = k_off, p.v_off = v_off, p.ld_o = ld_o, p.H = H, p.Hkv = Hkv;
+  p.scale = scale, p.scale_log2 = scale * 1.4426950408889634f;
   return p;
 }
 
@@ -426,7 +418,7 @@ extern "C" void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *l
   if (n_tiles <= 0) return;
   VR_ASSERT(D >= 1 && D <= 32 * GDPL);
   bwd_params p =
-      params_make(NULL, qkv, ld, q_off, k_off, v_off, NULL, NULL, ld_o, NULL, NULL, cu, tiles, H, Hkv, scale);
+      params_make(NULL, qkv, ld, q_off, k_off, v_off, NULL, NULL, ld_o, NULL, NULL, cu, tiles, NULL, H, Hkv, scale);
   k_attn_fwd_generic<<<dim3((unsigned)n_tiles, (unsigned)H), GNW * 32, 0, s>>>(p, reinterpret_cast<bf16 *>(o), lse, D,
                                                                                window);
   VR_CUDA_CHECK_LAUNCH();
@@ -434,11 +426,12 @@ extern "C" void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *l
 
 extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                                          const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse,
-                                         float *delta, const int32_t *cu, const int32_t *tiles, int n_tiles, int H,
-                                         int Hkv, int D, int window, float scale, int T, cudaStream_t s) {
+                                         float *delta, const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q,
+                                         int n_tiles, int H, int Hkv, int D, int window, float scale, int T,
+                                         cudaStream_t s) {
   if (T <= 0 || n_tiles <= 0) return;
   const bwd_params p =
-      params_make(dqkv, qkv, ld, q_off, k_off, v_off, o, dout, ld_o, lse, delta, cu, tiles, H, Hkv, scale);
+      params_make(dqkv, qkv, ld, q_off, k_off, v_off, o, dout, ld_o, lse, delta, cu, tiles, tiles_q, H, Hkv, scale);
   const size_t warps = (size_t)T * H;
   k_attn_delta<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(p, T, D);
   VR_CUDA_CHECK_LAUNCH();
@@ -467,4 +460,21 @@ extern "C" int vr_cutrain_attention_tiles(const int32_t *cu, int n_seqs, int row
       ++n;
     }
   return n;
+}
+
+extern "C" void vr_cutrain_attention_tiles_sort(const int32_t *cu, int32_t *tiles, int n_tiles, int for_keys,
+                                                uint64_t *scratch) {
+  for (int i = 0; i < n_tiles; ++i) {
+    const int seq = tiles[2 * i], t0 = tiles[2 * i + 1], len = cu[seq + 1] - cu[seq];
+    /* work of a key tile: the queries at or after it; of a query tile: the keys up to its end */
+    const uint64_t work = (uint64_t)(for_keys ? len - t0 : (t0 + ABM < len ? t0 + ABM : len));
+    scratch[i] = (~work & 0xffffffffull) << 32 | (uint64_t)i; /* ascending = most work first, then list order */
+  }
+  std::sort(scratch, scratch + n_tiles);
+  int32_t *copy = reinterpret_cast<int32_t *>(scratch + n_tiles); /* 2 n_tiles int32 after the keys */
+  for (int i = 0; i < 2 * n_tiles; ++i) copy[i] = tiles[i];
+  for (int i = 0; i < n_tiles; ++i) {
+    const int k = (int)(scratch[i] & 0xffffffffull);
+    tiles[2 * i] = copy[2 * k], tiles[2 * i + 1] = copy[2 * k + 1];
+  }
 }

@@ -52,7 +52,8 @@ struct vr_cutrain {
   uint16_t *dlogits;
   /* metadata: one device int32 block, staged through pinned host memory */
   int32_t *meta_d, *meta_h;
-  int32_t *ids, *pos, *cu, *fa_tiles, *tiles, *meta4, *tgt, *order, *seg, *uniq;
+  int32_t *ids, *pos, *cu, *fa_tiles, *tiles, *tiles_q, *meta4, *tgt, *order, *seg, *uniq;
+  uint64_t *sort_h; /* (2 (T + 1)) host scratch of the tile sorts */
   int32_t *count_h; /* (V) host */
   float *rope_if, *rope_nif;
   float *stage_h; /* pinned (2 T) floats: glp, gent in; logp, ent out */
@@ -109,21 +110,23 @@ void vr_cutrain_free(vr_cutrain_t *e) {
   cudaFreeHost(e->stage_h);
   if (e->gemm) vr_cuda_gemm_free(e->gemm);
   if (e->s) cudaStreamDestroy(e->s);
-  free(e->x), free(e->a), free(e->L), free(e->count_h);
+  free(e->x), free(e->a), free(e->L), free(e->count_h), free(e->sort_h);
   free(e);
 }
 
 /* The metadata block of T_max rows (int32 words; the same layout on the device and in the
- * pinned staging copy): ids, pos, tgt, order, uniq (T each), tiles and fa_tiles (2 (T + 1)
- * each: a tile list has at most one tile per row), seg and cu (T + 1 each), meta (4). */
+ * pinned staging copy): ids, pos, tgt, order, uniq (T each), tiles (the dK/dV order), tiles_q
+ * (the dQ order) and fa_tiles (2 (T + 1) each: a tile list has at most one tile per row), seg
+ * and cu (T + 1 each), meta (4). */
 typedef struct {
-  size_t ids, pos, tgt, order, uniq, tiles, fa_tiles, seg, cu, meta, words;
+  size_t ids, pos, tgt, order, uniq, tiles, tiles_q, fa_tiles, seg, cu, meta, words;
 } meta_layout_t;
 
 static meta_layout_t meta_layout(size_t T) {
   meta_layout_t m;
   m.ids = 0, m.pos = T, m.tgt = 2 * T, m.order = 3 * T, m.uniq = 4 * T;
-  m.tiles = 5 * T, m.fa_tiles = m.tiles + 2 * (T + 1), m.seg = m.fa_tiles + 2 * (T + 1);
+  m.tiles = 5 * T, m.tiles_q = m.tiles + 2 * (T + 1), m.fa_tiles = m.tiles_q + 2 * (T + 1);
+  m.seg = m.fa_tiles + 2 * (T + 1);
   m.cu = m.seg + T + 1, m.meta = m.cu + T + 1, m.words = m.meta + 4;
   return m;
 }
@@ -146,7 +149,8 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   e->x = calloc((size_t)d->layers + 1, sizeof *e->x);
   e->a = calloc((size_t)d->layers, sizeof *e->a);
   e->count_h = malloc((size_t)V * sizeof *e->count_h);
-  if (!e->L || !e->x || !e->a || !e->count_h) {
+  e->sort_h = malloc(2 * ((size_t)max_tokens + 1) * sizeof *e->sort_h);
+  if (!e->L || !e->x || !e->a || !e->count_h || !e->sort_h) {
     vr_cutrain_free(e);
     return VR_ERR_NOMEM;
   }
@@ -239,7 +243,8 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   int32_t *b = e->meta_d;
   e->ids = b + ml.ids, e->pos = b + ml.pos, e->tgt = b + ml.tgt, e->order = b + ml.order, e->uniq = b + ml.uniq;
-  e->tiles = b + ml.tiles, e->fa_tiles = b + ml.fa_tiles, e->seg = b + ml.seg, e->cu = b + ml.cu;
+  e->tiles = b + ml.tiles, e->tiles_q = b + ml.tiles_q, e->fa_tiles = b + ml.fa_tiles, e->seg = b + ml.seg,
+  e->cu = b + ml.cu;
   e->meta4 = b + ml.meta;
   /* rope */
   float *nif = malloc((size_t)D / 2 * sizeof *nif);
@@ -372,7 +377,8 @@ static int stage_batch(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   const size_t Tm = (size_t)e->T_max;
   const meta_layout_t ml = meta_layout(Tm);
   int32_t *hids = h + ml.ids, *hpos = h + ml.pos, *htgt = h + ml.tgt, *hord = h + ml.order, *huniq = h + ml.uniq;
-  int32_t *htiles = h + ml.tiles, *hfa = h + ml.fa_tiles, *hseg = h + ml.seg, *hcu = h + ml.cu, *hmeta = h + ml.meta;
+  int32_t *htiles = h + ml.tiles, *htq = h + ml.tiles_q, *hfa = h + ml.fa_tiles, *hseg = h + ml.seg, *hcu = h + ml.cu,
+          *hmeta = h + ml.meta;
   memcpy(hids, ids, (size_t)T * 4);
   memcpy(htgt, tgt, (size_t)T * 4);
   for (int q = 0; q < n; ++q) {
@@ -384,6 +390,10 @@ static int stage_batch(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   e->n_tiles = vr_cutrain_attention_tiles(hcu, n, 64, htiles, max_tiles);
   e->n_fa = vr_cutrain_attention_tiles(hcu, n, vr_cuda_attention_tile_rows(e->d.head_dim, T), hfa, max_tiles);
   if (e->n_tiles < 0 || e->n_fa < 0) return VR_ERR_INTERNAL; /* an empty sequence: the caller checks */
+  /* the backward kernels take their heaviest tiles first (the blocks start in list order) */
+  memcpy(htq, htiles, (size_t)e->n_tiles * 2 * sizeof *htq);
+  vr_cutrain_attention_tiles_sort(hcu, htiles, e->n_tiles, 1, e->sort_h);
+  vr_cutrain_attention_tiles_sort(hcu, htq, e->n_tiles, 0, e->sort_h);
   hmeta[VR_CUDA_META_N_SEQS] = n, hmeta[VR_CUDA_META_N_TILES] = e->n_fa, hmeta[2] = hmeta[3] = 0;
   e->n_uniq = vr_cutrain_embed_segments(ids, T, e->d.vocab, hord, hseg, huniq, e->count_h);
   if (e->n_uniq < 0) {
@@ -461,7 +471,7 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
                   e->s);
   if (o->o_b != NONE) vr_cutrain_colsum_bf16(e->g + o->o_b, e->dx16, C, T, C, e->red, e->s);
   vr_cutrain_attention_bwd(e->dqkv, a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, e->datt, HD, a->lse, e->delta, e->cu,
-                           e->tiles, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), T, e->s);
+                           e->tiles, e->tiles_q, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), T, e->s);
   vr_cutrain_rope_bwd(e->dqkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_nif, d->rope_scaling, T, e->s);
   const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
   const int qwid[3] = {HD, KV * D, KV * D};

@@ -114,6 +114,8 @@ void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const float
  *   dqkv (T, ld) bf16 out: dq, dk, dv at the same columns as q, k, v (other columns untouched);
  *   cu (n_seqs + 1), tiles (2 * n_tiles): 64-row tiles (seq, t0), as vr_cutrain_attention_tiles;
  *   delta: T * H floats scratch (rowsum(dout * o) per head).
+ * tiles orders the dK / dV kernels' blocks, tiles_q (the same tiles in any order, or NULL: tiles)
+ * the dQ kernels'; vr_cutrain_attention_tiles_sort puts each kernel's heaviest tiles first.
  * Tensor cores (wmma) when vr_cutrain_attention_bwd_tc(D, window) (D 64 or 128, no window):
  * dK / dV of a key head summed over its query group inside one block, dQ in a second kernel
  * per query tile; otherwise the generic fp32 kernels (any D <= 256, windows), the same split.
@@ -124,8 +126,12 @@ void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const u
                                       int Hkv, int D, int window, float scale, cudaStream_t s);
 void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                               const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse, float *delta,
-                              const int32_t *cu, const int32_t *tiles, int n_tiles, int H, int Hkv, int D, int window,
-                              float scale, int T, cudaStream_t s);
+                              const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q, int n_tiles, int H,
+                              int Hkv, int D, int window, float scale, int T, cudaStream_t s);
+/* Host: reorders a 64-row tile list (n_tiles tiles of sequences cu) by descending work for the
+ * dK / dV kernels (for_keys = 1: the queries at or after the tile) or the dQ kernels (0: the
+ * keys up to the tile's end), ties in list order. scratch: 2 * n_tiles uint64. */
+void vr_cutrain_attention_tiles_sort(const int32_t *cu, int32_t *tiles, int n_tiles, int for_keys, uint64_t *scratch);
 /* Host: the tile list of rows-row tiles of sequences cu (n_seqs + 1, host) into tiles
  * (2 * max_tiles); returns n_tiles, or -1 when more than max_tiles are needed. */
 int vr_cutrain_attention_tiles(const int32_t *cu, int n_seqs, int rows, int32_t *tiles, int max_tiles);
