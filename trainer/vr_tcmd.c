@@ -143,7 +143,9 @@ static int vr_tcmd_engine(const vr_tcmd_args_t *a, vr_lm_t **lm, vr_train_t **t)
   o.device = a->device;
   o.n_threads = (int)a->threads;
   o.cpu_gemm = a->cpu_gemm;
-  o.max_tokens = (uint32_t)a->max_tokens;
+  /* a micro-batch holds at least one whole sequence (vr_train_split) */
+  int max_pos = vr_lm_config(*lm)->max_position_embeddings;
+  o.max_tokens = a->max_tokens > (uint64_t)max_pos ? (uint32_t)a->max_tokens : (uint32_t)max_pos;
   rc = vr_train_init(*lm, &o, t);
   if (rc != 0) {
     fprintf(stderr, PROG ": cannot start the training engine on %s: %s\n", a->device, vr_strerror(rc));
@@ -153,15 +155,14 @@ static int vr_tcmd_engine(const vr_tcmd_args_t *a, vr_lm_t **lm, vr_train_t **t)
 }
 
 /* Reads the token-id lines of path (NULL or "-": stdin). */
-static int vr_tcmd_read(const char *path, const vr_lm_t *lm, uint32_t max_tokens, vr_tids_t *ids) {
+static int vr_tcmd_read(const char *path, const vr_lm_t *lm, vr_tids_t *ids) {
   FILE *f = path && strcmp(path, "-") != 0 ? fopen(path, "r") : stdin;
   if (!f) {
     fprintf(stderr, PROG ": cannot open %s: %s\n", path, strerror(errno));
     return VR_EXIT_USAGE;
   }
   const vr_lm_config_t *c = vr_lm_config(lm);
-  int max_len = c->max_position_embeddings < (int)max_tokens ? c->max_position_embeddings : (int)max_tokens;
-  int rc = vr_tids_read(f, f == stdin ? "<stdin>" : path, c->vocab_size, max_len, ids);
+  int rc = vr_tids_read(f, f == stdin ? "<stdin>" : path, c->vocab_size, c->max_position_embeddings, ids);
   if (f != stdin) fclose(f);
   return rc == 0 ? 0 : rc == VR_ERR_NOMEM || rc == VR_ERR_IO ? VR_EXIT_FAIL : VR_EXIT_USAGE;
 }
@@ -176,7 +177,7 @@ int vr_tcmd_logprobs(int argc, char **argv) {
   float *lp = NULL;
   uint32_t *starts = NULL;
   rc = vr_tcmd_engine(&a, &lm, &t);
-  if (rc == 0) rc = vr_tcmd_read(a.input, lm, (uint32_t)a.max_tokens, &ids);
+  if (rc == 0) rc = vr_tcmd_read(a.input, lm, &ids);
   if (rc == 0 && ids.n > 0) {
     lp = malloc(ids.T * sizeof *lp);
     starts = malloc((ids.n + 1) * sizeof *starts);
@@ -241,7 +242,7 @@ int vr_tcmd_sft(int argc, char **argv) {
   float *lp = NULL, *d = NULL;
   uint32_t *starts = NULL;
   rc = vr_tcmd_engine(&a, &lm, &t);
-  if (rc == 0) rc = vr_tcmd_read(a.data, lm, (uint32_t)a.max_tokens, &ids);
+  if (rc == 0) rc = vr_tcmd_read(a.data, lm, &ids);
   if (rc == 0 && ids.T <= ids.n) {
     fprintf(stderr, PROG ": %s has no token to train on (every sequence needs at least 2 tokens)\n", a.data);
     rc = VR_EXIT_USAGE;

@@ -51,7 +51,7 @@ int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uin
     snprintf(why, whylen, "input_ids is empty");
     rc = VR_ERR_EMPTY_SEQ;
   } else if (rc == 0 && n > (size_t)max_len) {
-    snprintf(why, whylen, "%zu tokens, more than the model's %d positions", n, max_len);
+    snprintf(why, whylen, "%zu tokens, more than the model's max_position_embeddings %d", n, max_len);
     rc = VR_ERR_SEQ_TOO_LONG;
   }
   if (rc == 0) rc = vr_tids_grow(out, n);

@@ -223,6 +223,9 @@ int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_n
 }
 
 size_t vr_train_n_floats(const vr_train_t *t) { return t->n_floats; }
+float *vr_train_param_buffer(vr_train_t *t) { return t->ops->params(t->state); }
+float *vr_train_grad_buffer(vr_train_t *t) { return t->ops->grads(t->state); }
+const char *vr_train_device(const vr_train_t *t) { return t->ops->name; }
 int64_t vr_train_step_count(const vr_train_t *t) { return t->step; }
 
 int vr_train_get_params(vr_train_t *t, float *dst, size_t n) {

@@ -25,7 +25,8 @@
  * ---- Gradients ------------------------------------------------------------------------------
  * backward(dout, dent) adds to the gradient buffer d/dparams of
  *     sum over masked t of dout[t] * out[t] + dent[t] * entropy[t]
- * for the batch of the last forward with keep = 1 (each such forward allows one backward).
+ * for the batch of the last forward with keep = 1 (each such forward allows one backward; any
+ * later forward, kept or not, or set_params, discards it).
  * Gradients accumulate over micro-batches until zero_grad. Data parallel: each rank's loss is
  * its share of the global loss (e.g. token-mean: divide by the GLOBAL token count); step()
  * all-reduces (sums) the gradients over the group, so every rank applies the same update.
@@ -126,7 +127,9 @@ typedef struct vr_train_backend_ops {
 } vr_train_backend_ops_t;
 
 extern const vr_train_backend_ops_t vr_train_backend_cpu;
-/* trainer/cuda/vr_train_cuda.c, in CUDA builds (VR_HAVE_CUDA) only. */
+/* A device backend is picked in vr_train_init by opt->device's prefix and reads its device index
+ * from opt->device ("cuda:N") itself: vr_train_backend_cuda (trainer/cuda/vr_train_cuda.c), in
+ * CUDA builds (VR_HAVE_CUDA) only. */
 extern const vr_train_backend_ops_t vr_train_backend_cuda;
 
 typedef struct vr_train vr_train_t;
@@ -160,6 +163,14 @@ int64_t vr_train_step_count(const vr_train_t *t);
 int vr_train_get_params(vr_train_t *t, float *dst, size_t n);
 int vr_train_set_params(vr_train_t *t, const float *src, size_t n);
 int vr_train_get_grads(vr_train_t *t, float *dst, size_t n);
+/* The engine's own parameter / gradient buffers (vr_train_n_floats floats, the vr_lm layout):
+ * host memory on cpu, device memory on a device backend; for a weight-sync broadcast straight
+ * from the actor's buffer. Stable for the engine's lifetime; the caller must not write the
+ * parameters while a kept forward is pending (backward reads them) and reads them as of the last
+ * completed step. */
+float *vr_train_param_buffer(vr_train_t *t);
+float *vr_train_grad_buffer(vr_train_t *t);
+const char *vr_train_device(const vr_train_t *t); /* the backend's name: "cpu", "cuda" */
 
 /* Optimizer state of this rank's shard: a file "VRAD" (u32 version 1, i64 step, u64 n_floats,
  * u64 lo, u64 hi, then m and v as f32 little endian). load checks every field against this
@@ -174,7 +185,9 @@ uint32_t vr_train_split(const uint32_t *cu_seqlens, uint32_t n_seqs, uint32_t bu
 
 /* The comm of a cpu group over an MPI communicator: mpi_comm points at an MPI_Comm (kept as a
  * pointer so this header needs no mpi.h), which must outlive c. Sum all-reduce and broadcast
- * through MPI; for tests and cpu groups. In vr_train_mpi.c. */
+ * through MPI; for tests and cpu groups. In vr_train_mpi.c. The comm over a role group of the
+ * trainer's world (vr_comm.h: bounded collectives, NCCL on device groups) is
+ * vr_train_comm_group in vr_train_comm.h. */
 void vr_train_comm_mpi(vr_train_comm_t *c, void *mpi_comm);
 
 #ifdef __cplusplus

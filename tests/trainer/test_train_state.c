@@ -15,6 +15,7 @@
 #include "model_test_util.h"
 #include "train_test_util.h"
 #include "verl_reward/status.h"
+#include "vr_model.h"
 
 static vr_lm_t *load(const char *name, vr_lm_head_t head, int want_rc) {
   char dir[1024];
@@ -139,6 +140,8 @@ static void test_microbatch_and_resume(void **state) {
   float *resumed = malloc(n * sizeof *resumed);
   assert_int_equal(vr_train_get_params(t, resumed, n), 0);
   assert_memory_equal(straight, resumed, n * sizeof *resumed);
+  assert_memory_equal(vr_train_param_buffer(t), resumed, n * sizeof *resumed); /* the cpu buffer is the params */
+  assert_string_equal(vr_train_device(t), "cpu");
   printf("resume from params + optimizer state after 2 of 4 steps: bit-exact\n");
   /* a damaged optimizer file is refused with a reason */
   size_t len;
@@ -226,9 +229,89 @@ static void test_bad_inputs(void **state) {
   assert_int_equal(vr_lm_load(dir, NULL, &none), VR_ERR_UNSUPPORTED);
   assert_non_null(strstr(mt_log_text(), "encoder"));
   assert_int_equal(vr_lm_load("/nonexistent/dir", NULL, &none), VR_ERR_NOT_FOUND);
+  /* the reward runtime still refuses a causal LM, saying what it is */
+  vr_model_t *rm = NULL;
+  tr_fixture_dir(dir, sizeof dir, "llama_lm");
+  assert_int_equal(vr_model_load(dir, NULL, &rm), VR_ERR_UNSUPPORTED);
+  assert_non_null(strstr(mt_log_text(), "LlamaForCausalLM is a causal language model (lm_head), not a reward model"));
+  assert_null(rm);
   assert_non_null(strstr(mt_log_text(), "config.json: not found"));
   mt_log_stop();
   assert_null(none);
+}
+
+/* A critic initialised from a reward model (*ForSequenceClassification): its value at each
+ * sequence's last token is the reward model's score (the reward runtime's cpu forward). Every
+ * decoder reward fixture: GQA, MQA with head_dim 16, llama3 and linear RoPE, attention and MLP
+ * biases (o_proj too), qkv bias, sliding window, tied, bf16 weights, sharded files. */
+static void test_critic_from_reward_models(void **state) {
+  (void)state;
+  static const char *const names[] = {"llama_gqa", "llama_linear_bias", "llama3_mqa", "llama_tied",
+                                      "mistral_swa", "qwen2",    "qwen2_bf16",        "llama_gqa_sharded"};
+  int32_t ids[40];
+  for (int i = 0; i < 40; i++) ids[i] = 10 + (i * 37) % 87; /* no pad id (< 10) */
+  uint32_t cu[] = {0, 7, 40};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/%s", getenv("VR_FIXTURES") ? getenv("VR_FIXTURES") : "tests/fixtures", names[k]);
+    vr_lm_load_options_t o = {.head = VR_LM_HEAD_VALUE};
+    vr_lm_t *lm = NULL;
+    assert_int_equal(vr_lm_load(dir, &o, &lm), 0);
+    assert_true(vr_lm_params(lm)[vr_lm_tensor(lm, (size_t)vr_lm_index(lm)->score_b)->offset] == 0.0f);
+    vr_model_t *rm = NULL;
+    assert_int_equal(vr_model_load(dir, NULL, &rm), 0);
+    float scores[2], values[40];
+    assert_int_equal(vr_model_score(rm, ids, cu, 2, scores, NULL), 0);
+    vr_train_t *t = tr_engine(lm, 0, 0, 0);
+    vr_train_batch_t b = {ids, cu, 2, NULL};
+    assert_int_equal(vr_train_forward(t, &b, 1.0f, values, NULL, 0), 0);
+    double d = fmax(fabs(values[6] - scores[0]), fabs(values[39] - scores[1]));
+    printf("critic from reward model %-18s: |last-token value - reward score| %.3g\n", names[k], d);
+    assert_true(d <= 1e-5 * fmax(1.0, fabs(scores[1])));
+    vr_train_free(t);
+    vr_model_free(rm);
+    vr_lm_free(lm);
+  }
+}
+
+/* A response mask: gradients of the masked rows only equal the full forward's with the other
+ * rows' dout zero (LM head and value head). */
+static void mask_case(const char *name, vr_lm_head_t head) {
+  tr_golden_t g;
+  tr_golden_load(name, &g);
+  vr_lm_t *lm = load(name, head, 0);
+  vr_train_t *t = tr_engine(lm, 0, 0, 0);
+  size_t n = vr_train_n_floats(t);
+  uint8_t *mask = calloc(g.T, 1);
+  float *out = calloc(g.T, sizeof *out), *d = calloc(g.T, sizeof *d), *e = calloc(g.T, sizeof *e);
+  float *ga = malloc(n * sizeof *ga), *gb = malloc(n * sizeof *gb);
+  for (uint32_t q = 0; q < g.n; q++) /* the second half of every sequence is the "response" */
+    for (uint32_t i = g.cu[q] + (g.cu[q + 1] - g.cu[q] + 1) / 2; i < g.cu[q + 1]; i++)
+      if (i > g.cu[q]) mask[i] = 1, d[i] = 0.25f + 0.01f * (float)(i % 7), e[i] = -0.1f;
+  vr_train_batch_t b = {g.ids, g.cu, g.n, mask};
+  assert_int_equal(vr_train_zero_grad(t), 0);
+  assert_int_equal(vr_train_forward(t, &b, 0.9f, out, NULL, 1), 0);
+  assert_int_equal(vr_train_backward(t, d, e), 0);
+  assert_int_equal(vr_train_get_grads(t, ga, n), 0);
+  b.mask = NULL;
+  assert_int_equal(vr_train_zero_grad(t), 0);
+  assert_int_equal(vr_train_forward(t, &b, 0.9f, out, NULL, 1), 0);
+  assert_int_equal(vr_train_backward(t, d, e), 0);
+  assert_int_equal(vr_train_get_grads(t, gb, n), 0);
+  double md = 0, mx = 0;
+  for (size_t i = 0; i < n; i++) md = fmax(md, fabs(ga[i] - gb[i])), mx = fmax(mx, fabs(gb[i]));
+  printf("%s: masked backward vs zero dout outside the mask: max |grad diff| %.3g of max %.3g\n", name, md, mx);
+  assert_true(mx > 0 && md <= 1e-6 * mx);
+  free(mask), free(out), free(d), free(e), free(ga), free(gb);
+  vr_train_free(t);
+  vr_lm_free(lm);
+  tr_golden_free(&g);
+}
+
+static void test_masks(void **state) {
+  (void)state;
+  mask_case("llama_lm", VR_LM_HEAD_LM);
+  mask_case("qwen2_critic", VR_LM_HEAD_VALUE);
 }
 
 int main(void) {
@@ -236,6 +319,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_save_load, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_microbatch_and_resume, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test(test_bad_inputs),
+      cmocka_unit_test(test_critic_from_reward_models),
+      cmocka_unit_test(test_masks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
