@@ -1,0 +1,449 @@
+/* test_cuda_rollout.c: the rollout engine's CUDA kernels (trainer/cuda_rollout/) against plain
+ * host computations: K/V appended into the paged cache (the layout of vr_cuda_roll_ops.h, bit
+ * for bit), decode attention over random block tables (GQA 1/4/7/8/16, head dims 8..128,
+ * lengths 1..5000, split and unsplit partitions, sliding window, padding rows) against a
+ * double-precision softmax, and the sampler against an independent host implementation of
+ * vr_cuda_roll_rng.h's definition (sorting instead of radix descents), plus a chi-square test
+ * of the sampled distribution on a small vocabulary. Inputs from a fixed seed (VR_TEST_SEED
+ * replaces it). Exit code: 0 pass, 1 fail, 77 no GPU (ctest: skipped). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vr_cuda_check.h"
+#include "vr_cuda_roll_ops.h"
+#include "vr_test_seed.h"
+
+#define CK(call) VR_CUDA_CHECK(call)
+
+static int g_fail = 0;
+static uint64_t g_rng;
+
+static uint32_t irand(uint32_t n) { return vr_test_rand(&g_rng, n); }
+static float frand(void) { return (float)vr_test_rand(&g_rng, 1u << 30) / (float)(1u << 29) - 1.f; } /* [-1, 1) */
+
+static uint16_t f2bf(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static void *dalloc(size_t n) {
+  void *p = NULL;
+  CK(cudaMalloc(&p, n));
+  CK(cudaMemset(p, 0xFF, n)); /* poison: NaN in bf16 and fp32 */
+  return p;
+}
+static void *todev(const void *h, size_t n) {
+  void *p = dalloc(n);
+  CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+  return p;
+}
+static void tohost(void *h, const void *d, size_t n) {
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+static void report(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void report(int ok, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("%-4s ", ok ? "ok" : "FAIL");
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  fflush(stdout);
+  if (!ok) g_fail = 1;
+}
+
+/* ------------------------------------------------------------ paged cache + decode attention */
+
+/* One batch: n sequences of lens[i] cached tokens (0 = padding row), H query heads, Hkv kv
+ * heads, head dim D, keys in blocks placed at random in a pool; part 0 = the engine's pick. */
+static void test_decode(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
+  const int ld = (H + 2 * Hkv) * D, koff = H * D, voff = (H + Hkv) * D;
+  int total = 0, max_len = 0, max_blocks = 1;
+  for (int i = 0; i < n; ++i) {
+    total += lens[i];
+    if (lens[i] > max_len) max_len = lens[i];
+    const int nb = (lens[i] + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK;
+    if (nb > max_blocks) max_blocks = nb;
+  }
+  int pool = 0;
+  for (int i = 0; i < n; ++i) pool += (lens[i] + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK;
+  pool += 3; /* unused blocks too */
+  /* a random permutation of the pool's blocks, handed out in order */
+  int32_t *perm = malloc(sizeof(int32_t) * pool);
+  for (int i = 0; i < pool; ++i) perm[i] = i;
+  for (int i = pool - 1; i > 0; --i) {
+    const int j = (int)irand((uint32_t)i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  int32_t *bt = malloc(sizeof(int32_t) * (size_t)n * max_blocks);
+  int used = 0;
+  for (int i = 0; i < n; ++i)
+    for (int k = 0; k < max_blocks; ++k)
+      bt[i * max_blocks + k] = k * VR_ROLL_BLOCK < lens[i] ? perm[used++] : -1;
+  /* the cached tokens' K/V rows (total, ld) and their slots */
+  const size_t T = total > 0 ? (size_t)total : 1;
+  uint16_t *kv = malloc(T * ld * 2);
+  int32_t *slots = malloc(T * 4);
+  for (size_t i = 0; i < T * ld; ++i) kv[i] = f2bf(frand());
+  size_t t = 0;
+  for (int i = 0; i < n; ++i)
+    for (int p = 0; p < lens[i]; ++p, ++t)
+      slots[t] = bt[i * max_blocks + p / VR_ROLL_BLOCK] * VR_ROLL_BLOCK + p % VR_ROLL_BLOCK;
+  const size_t cache_elems = (size_t)pool * Hkv * VR_ROLL_BLOCK * D;
+  uint16_t *kc_d = dalloc(cache_elems * 2), *vc_d = dalloc(cache_elems * 2);
+  uint16_t *kv_d = todev(kv, T * ld * 2);
+  int32_t *slots_d = todev(slots, T * 4);
+  vr_cuda_roll_kv_append(kc_d, vc_d, kv_d, ld, koff, voff, slots_d, total, Hkv, D, 0);
+  /* the layout, bit for bit, on every appended element */
+  uint16_t *kc = malloc(cache_elems * 2), *vc = malloc(cache_elems * 2);
+  tohost(kc, kc_d, cache_elems * 2);
+  tohost(vc, vc_d, cache_elems * 2);
+  size_t bad_layout = 0;
+  for (size_t r = 0; r < (size_t)total; ++r) {
+    const size_t blk = (size_t)slots[r] / VR_ROLL_BLOCK, off = (size_t)slots[r] % VR_ROLL_BLOCK;
+    for (int hk = 0; hk < Hkv; ++hk)
+      for (int d = 0; d < D; ++d) {
+        const size_t head = blk * Hkv + hk;
+        const size_t ki = ((head * (D / 8) + d / 8) * VR_ROLL_BLOCK + off) * 8 + d % 8;
+        const size_t vi = (head * VR_ROLL_BLOCK + off) * D + d;
+        bad_layout += kc[ki] != kv[r * ld + koff + hk * D + d];
+        bad_layout += vc[vi] != kv[r * ld + voff + hk * D + d];
+      }
+  }
+  /* queries (n, ld), only the q columns matter */
+  uint16_t *q = malloc((size_t)n * ld * 2);
+  for (size_t i = 0; i < (size_t)n * ld; ++i) q[i] = f2bf(frand() * 2.f);
+  uint16_t *q_d = todev(q, (size_t)n * ld * 2);
+  int32_t *bt_d = todev(bt, sizeof(int32_t) * (size_t)n * max_blocks);
+  int32_t *lens_d = todev(lens, sizeof(int32_t) * n);
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (part <= 0) part = vr_cuda_roll_pick_part(n, H, Hkv, D, sms);
+  const int max_parts = (max_len + part - 1) / part > 0 ? (max_len + part - 1) / part : 1;
+  float *po = dalloc((size_t)n * H * max_parts * D * 4), *pml = dalloc((size_t)n * H * max_parts * 2 * 4);
+  const int ld_out = H * D;
+  uint16_t *out_d = dalloc((size_t)n * ld_out * 2);
+  const float scale = 1.f / sqrtf((float)D);
+  vr_cuda_roll_decode_attention(out_d, ld_out, q_d, ld, 0, kc_d, vc_d, bt_d, max_blocks, lens_d, n, H, Hkv, D, window,
+                                scale, part, max_parts, po, pml, 0);
+  uint16_t *out = malloc((size_t)n * ld_out * 2);
+  tohost(out, out_d, (size_t)n * ld_out * 2);
+  /* reference: double softmax over the sequence's own rows of kv */
+  double maxd = 0, num = 0, den = 0;
+  size_t nonfinite = 0;
+  double *sc = malloc(sizeof(double) * (max_len > 0 ? max_len : 1));
+  size_t row0 = 0;
+  const int G = H / Hkv;
+  for (int i = 0; i < n; ++i) {
+    const int L = lens[i], kb = window > 0 && L > window ? L - window : 0;
+    for (int h = 0; h < H; ++h) {
+      const int hk = h / G;
+      double m = -INFINITY, z = 0;
+      for (int j = kb; j < L; ++j) {
+        double s = 0;
+        for (int d = 0; d < D; ++d)
+          s += (double)bf2f(q[(size_t)i * ld + h * D + d]) * bf2f(kv[(row0 + j) * ld + koff + hk * D + d]);
+        sc[j] = s * scale;
+        if (sc[j] > m) m = sc[j];
+      }
+      for (int j = kb; j < L; ++j) z += exp(sc[j] - m);
+      for (int d = 0; d < D; ++d) {
+        double o = 0;
+        for (int j = kb; j < L; ++j) o += exp(sc[j] - m) / z * bf2f(kv[(row0 + j) * ld + voff + hk * D + d]);
+        const float g = bf2f(out[(size_t)i * ld_out + h * D + d]);
+        if (!isfinite(g)) {
+          ++nonfinite;
+          continue;
+        }
+        const double df = fabs(g - o);
+        if (df > maxd) maxd = df;
+        num += df * df;
+        den += o * o;
+      }
+    }
+    row0 += (size_t)L;
+  }
+  const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  char lens_s[96];
+  int off = 0;
+  for (int i = 0; i < n && off < 80; ++i) off += snprintf(lens_s + off, sizeof lens_s - off, "%s%d", i ? "," : "", lens[i]);
+  report(bad_layout == 0 && nonfinite == 0 && maxd < 1.6e-2 && rel < 1e-2,
+         "decode attn H%d Hkv%d D%d window %d part %d parts %d lens %s: rel %.2e maxabs %.2e layout-mismatch %zu "
+         "non-finite %zu",
+         H, Hkv, D, window, part, max_parts, lens_s, rel, maxd, bad_layout, nonfinite);
+  free(sc);
+  free(out);
+  free(q);
+  free(kc);
+  free(vc);
+  free(kv);
+  free(slots);
+  free(bt);
+  free(perm);
+  CK(cudaFree(kc_d));
+  CK(cudaFree(vc_d));
+  CK(cudaFree(kv_d));
+  CK(cudaFree(slots_d));
+  CK(cudaFree(q_d));
+  CK(cudaFree(bt_d));
+  CK(cudaFree(lens_d));
+  CK(cudaFree(po));
+  CK(cudaFree(pml));
+  CK(cudaFree(out_d));
+}
+
+/* ------------------------------------------------------------ sampling */
+
+typedef struct {
+  uint32_t key;
+  int idx;
+} kidx_t;
+static int cmp_kidx_desc(const void *a, const void *b) {
+  const kidx_t *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? 1 : -1;
+  return x->idx - y->idx;
+}
+
+/* The definition of vr_cuda_roll_rng.h, computed by sorting. Writes the kept mask too (V). */
+static int host_sample(const float *l, int V, const vr_roll_sample_param_t *p, float *lp, unsigned char *kept,
+                       double *margin) {
+  const int greedy = !(p->temperature > 0.f);
+  const float T = greedy ? 1.f : p->temperature;
+  float m = -INFINITY;
+  int am = 0;
+  for (int i = 0; i < V; ++i)
+    if (l[i] > m) m = l[i], am = i;
+  double z = 0;
+  for (int i = 0; i < V; ++i) z += exp(((double)l[i] - m) / T);
+  const double logZ = log(z);
+  *margin = INFINITY;
+  if (greedy) {
+    for (int i = 0; i < V; ++i) kept[i] = i == am;
+    *lp = (float)(l[am] - m - logZ);
+    return am;
+  }
+  kidx_t *s = malloc(sizeof(kidx_t) * V);
+  for (int i = 0; i < V; ++i) s[i] = (kidx_t){vr_roll_fkey(l[i]), i};
+  qsort(s, V, sizeof(kidx_t), cmp_kidx_desc);
+  uint32_t thr = 0;
+  if (p->top_k > 0 && p->top_k < V) thr = s[p->top_k - 1].key;
+  int nk = 0;
+  while (nk < V && s[nk].key >= thr) ++nk;
+  if (p->top_p > 0.f && p->top_p < 1.f) {
+    uint64_t zf = 0;
+    for (int i = 0; i < nk; ++i) zf += vr_roll_fixed(expf((l[s[i].idx] - m) / T));
+    const double P = (double)p->top_p * (double)zf;
+    uint64_t above = 0; /* mass of strictly larger keys */
+    int i = 0;
+    uint32_t last = s[0].key;
+    while (i < nk) {
+      int j = i;
+      uint64_t grp = 0;
+      while (j < nk && s[j].key == s[i].key) grp += vr_roll_fixed(expf((l[s[j].idx] - m) / T)), ++j;
+      if (!((double)above < P)) break;
+      last = s[i].key;
+      above += grp;
+      i = j;
+    }
+    if (last > thr) thr = last;
+  }
+  const uint64_t key = vr_roll_key(p->seed, p->request, p->position);
+  float best = -INFINITY, second = -INFINITY;
+  int bi = 0;
+  for (int i = 0; i < V; ++i) {
+    kept[i] = vr_roll_fkey(l[i]) >= thr;
+    if (!kept[i]) continue;
+    const float g = -logf(-logf(vr_roll_uniform(key, (uint32_t)i)));
+    const float sc = l[i] / T + g;
+    if (sc > best) second = best, best = sc, bi = i;
+    else if (sc > second) second = sc;
+  }
+  *margin = (double)best - second;
+  *lp = (float)((l[bi] - m) / T - logZ);
+  free(s);
+  return bi;
+}
+
+static void test_sample_rows(int V, int B, float quant) {
+  float *l = malloc(sizeof(float) * (size_t)V * B);
+  for (size_t i = 0; i < (size_t)V * B; ++i) {
+    float v = frand() * 6.f;
+    if (quant > 0) v = roundf(v / quant) * quant; /* ties */
+    l[i] = v;
+  }
+  vr_roll_sample_param_t *pr = calloc(B, sizeof *pr);
+  static const float temps[] = {0.f, 1.f, 0.7f, 1.3f};
+  static const int topks[] = {0, 1, 5, 50, 100000};
+  static const float topps[] = {1.f, 0.9f, 0.5f, 0.999f, 0.05f};
+  for (int b = 0; b < B; ++b) {
+    pr[b].temperature = temps[b % 4];
+    pr[b].top_k = topks[(b / 4) % 5];
+    pr[b].top_p = topps[(b / 20) % 5];
+    pr[b].seed = 1234 + (uint64_t)(b % 3);
+    pr[b].request = (uint64_t)b;
+    pr[b].position = (uint64_t)(b * 7);
+  }
+  float *l_d = todev(l, sizeof(float) * (size_t)V * B);
+  vr_roll_sample_param_t *pr_d = todev(pr, sizeof *pr * B);
+  int32_t *tok_d = dalloc(4 * (size_t)B);
+  float *lp_d = dalloc(4 * (size_t)B);
+  vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d, B, V, 0);
+  int32_t *tok = malloc(4 * (size_t)B);
+  float *lp = malloc(4 * (size_t)B);
+  tohost(tok, tok_d, 4 * (size_t)B);
+  tohost(lp, lp_d, 4 * (size_t)B);
+  /* the same rows one at a time, at another batch position: the same result */
+  int32_t one;
+  int batch_dep = 0;
+  for (int b = 0; b < B; b += 37) {
+    vr_cuda_roll_sample(tok_d, lp_d, l_d + (size_t)b * V, pr_d + b, 1, V, 0);
+    tohost(&one, tok_d, 4);
+    batch_dep += one != tok[b];
+  }
+  unsigned char *kept = malloc(V);
+  int mism = 0, edge = 0;
+  double maxlp = 0;
+  for (int b = 0; b < B; ++b) {
+    float hlp;
+    double margin;
+    const int ht = host_sample(l + (size_t)b * V, V, &pr[b], &hlp, kept, &margin);
+    if (ht != tok[b]) {
+      if (margin < 1e-5) ++edge;
+      else {
+        if (mism < 5)
+          printf("     row %d (T %.2f k %d p %.3f): gpu %d host %d margin %.3g\n", b, pr[b].temperature,
+                 pr[b].top_k, pr[b].top_p, tok[b], ht, margin);
+        ++mism;
+      }
+      continue;
+    }
+    const double d = fabs((double)hlp - lp[b]);
+    if (!(d <= maxlp)) maxlp = d; /* NaN propagates into the check below */
+  }
+  report(mism == 0 && batch_dep == 0 && maxlp < 2e-3 && edge <= B / 100,
+         "sample V %d rows %d%s: token mismatches %d (knife-edge %d), logprob maxabs %.2e, batch-dependent %d", V, B,
+         quant > 0 ? " (tied logits)" : "", mism, edge, maxlp, batch_dep);
+  free(kept);
+  free(tok);
+  free(lp);
+  free(l);
+  free(pr);
+  CK(cudaFree(l_d));
+  CK(cudaFree(pr_d));
+  CK(cudaFree(tok_d));
+  CK(cudaFree(lp_d));
+}
+
+/* The empirical distribution of N draws (positions 0..N-1 of one request) from one row of a
+ * small vocabulary against softmax(l / T) restricted to the kept set: chi-square below the
+ * 0.1% critical value of its degrees of freedom, and no draw outside the kept set. */
+static void test_sample_chisq(float T, int k, float p) {
+  enum { V = 12, N = 40000 };
+  const float row[V] = {2.0f, 1.5f, 1.2f, 1.0f, 0.8f, 0.5f, 0.1f, -0.3f, -0.5f, -1.f, -2.f, -3.f};
+  float *l = malloc(sizeof(float) * V * N);
+  vr_roll_sample_param_t *pr = calloc(N, sizeof *pr);
+  for (int i = 0; i < N; ++i) {
+    memcpy(l + (size_t)i * V, row, sizeof row);
+    pr[i] = (vr_roll_sample_param_t){.temperature = T, .top_p = p, .top_k = k, .seed = 99, .request = 5,
+                                     .position = (uint64_t)i};
+  }
+  float *l_d = todev(l, sizeof(float) * V * N);
+  vr_roll_sample_param_t *pr_d = todev(pr, sizeof *pr * N);
+  int32_t *tok_d = dalloc(4 * N);
+  float *lp_d = dalloc(4 * N);
+  vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d, N, V, 0);
+  int32_t *tok = malloc(4 * N);
+  tohost(tok, tok_d, 4 * N);
+  unsigned char kept[V];
+  float hlp;
+  double margin;
+  host_sample(row, V, &pr[0], &hlp, kept, &margin);
+  double w[V], zs = 0;
+  int nkept = 0;
+  for (int i = 0; i < V; ++i) {
+    w[i] = kept[i] ? exp(row[i] / T) : 0;
+    zs += w[i];
+    nkept += kept[i];
+  }
+  long cnt[V] = {0};
+  int outside = 0;
+  for (int i = 0; i < N; ++i) {
+    if (tok[i] < 0 || tok[i] >= V || !kept[tok[i]]) ++outside;
+    else ++cnt[tok[i]];
+  }
+  double chi = 0;
+  for (int i = 0; i < V; ++i)
+    if (kept[i]) {
+      const double e = N * w[i] / zs;
+      chi += (cnt[i] - e) * (cnt[i] - e) / e;
+    }
+  /* 0.1% critical values of chi-square, df 1..11 */
+  static const double crit[] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59, 31.26};
+  const int df = nkept - 1;
+  report(outside == 0 && (df == 0 || chi < crit[df]), "sample distribution T %.2f top_k %d top_p %.2f: kept %d, chi2 %.2f (df %d, 0.1%% critical %.2f), outside %d",
+         T, k, p, nkept, chi, df, df > 0 ? crit[df] : 0.0, outside);
+  free(l);
+  free(pr);
+  free(tok);
+  CK(cudaFree(l_d));
+  CK(cudaFree(pr_d));
+  CK(cudaFree(tok_d));
+  CK(cudaFree(lp_d));
+}
+
+/* ------------------------------------------------------------ main */
+
+int main(void) {
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  g_rng = vr_test_seed("test_cuda_rollout", 20261201);
+  /* decode attention: head dims, GQA ratios, lengths, splits */
+  const int lens_a[] = {1, 17, 300, 129, 0, 64};
+  const int lens_b[] = {5000, 1, 2049, 777};
+  const int lens_c[] = {33, 16, 15, 512, 513, 1000};
+  static const int dims[] = {64, 128};
+  static const int groups[] = {1, 4, 8};
+  for (int di = 0; di < 2; ++di)
+    for (int gi = 0; gi < 3; ++gi) {
+      const int Hkv = groups[gi] == 1 ? 4 : 2, H = Hkv * groups[gi], D = dims[di];
+      test_decode(H, Hkv, D, lens_a, 6, 0, 0);
+      test_decode(H, Hkv, D, lens_b, 4, 0, 0);
+      test_decode(H, Hkv, D, lens_c, 6, 0, 64);
+    }
+  test_decode(14, 2, 64, lens_b, 4, 0, 0);    /* Qwen2-0.5B's grouping: 7 */
+  test_decode(32, 8, 128, lens_c, 6, 0, 0);   /* Llama-3.2-1B's */
+  test_decode(32, 2, 64, lens_a, 6, 0, 128);  /* 16 per group: two head chunks */
+  test_decode(4, 2, 8, lens_a, 6, 0, 16);     /* the fixtures' head dims */
+  test_decode(2, 2, 16, lens_c, 6, 0, 0);
+  test_decode(4, 1, 16, lens_b, 4, 0, 256);
+  test_decode(8, 2, 64, lens_b, 4, 100, 64);  /* sliding window */
+  test_decode(8, 2, 64, lens_c, 6, 20, 0);
+  test_decode(8, 8, 256, lens_c, 6, 0, 0);
+  /* sampling */
+  test_sample_rows(1000, 400, 0.f);
+  test_sample_rows(1000, 400, 0.25f);
+  test_sample_rows(151936, 40, 0.f);
+  test_sample_chisq(1.f, 0, 1.f);
+  test_sample_chisq(0.8f, 8, 1.f);
+  test_sample_chisq(1.2f, 0, 0.8f);
+  test_sample_chisq(0.9f, 6, 0.7f);
+  printf(g_fail ? "test_cuda_rollout: FAILED\n" : "test_cuda_rollout: all passed\n");
+  return g_fail;
+}
