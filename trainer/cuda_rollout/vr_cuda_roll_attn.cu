@@ -32,7 +32,7 @@ struct roll_attn_params {
   const uint16_t *qkv;
   int ld, q_off;
   const uint16_t *kc, *vc;
-  const int32_t *bt;
+  const int32_t *bt, *bt_row;
   int max_blocks;
   const int32_t *lens;
   int H, Hkv, window, part, max_parts, n_gchunks;
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(NW * 32) k_roll_decode(roll_attn_params p) {
   for (int i = tid; i < ng * D; i += NW * 32) qs[i] = bf(q[i]) * p.scale_log2;
   __syncthreads();
 
-  const int32_t *bt = p.bt + (size_t)b * p.max_blocks;
+  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
   const int kb0 = k0 / VR_ROLL_BLOCK, kb1 = (p1 - 1) / VR_ROLL_BLOCK; /* cache blocks, inclusive */
   /* pass 1: scores */
   {
@@ -251,7 +251,7 @@ extern "C" int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms) {
 
 extern "C" void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
                                               const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
-                                              int max_blocks, const int32_t *lens, int B, int H, int Hkv, int D,
+                                              int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H, int Hkv, int D,
                                               int window, float scale, int part, int max_parts, float *po, float *pml,
                                               cudaStream_t s) {
   if (B <= 0) return;
@@ -260,7 +260,7 @@ extern "C" void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const u
   const size_t smem = vr_cuda_roll_attention_smem(H, Hkv, D, part);
   VR_ASSERT(smem <= SMEM_LIMIT);
   const int G = H / Hkv, gch = (G + MAXG - 1) / MAXG;
-  roll_attn_params p = {out, ld_out, qkv, ld, q_off, kc, vc, block_tables, max_blocks, lens, H, Hkv, window,
+  roll_attn_params p = {out, ld_out, qkv, ld, q_off, kc, vc, block_tables, bt_row, max_blocks, lens, H, Hkv, window,
                         part, max_parts, gch, scale * 1.4426950408889634f, po, pml};
   const dim3 grid((unsigned)(Hkv * gch), (unsigned)B, (unsigned)max_parts);
   switch (D) {

@@ -21,7 +21,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vr_cuda_roll_rng.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,8 +41,10 @@ void vr_cuda_roll_kv_append(uint16_t *kc, uint16_t *vc, const uint16_t *qkv, int
 /* One query token per sequence b < B against its cached keys 0..lens[b]-1 (the new token's
  * own K/V already appended): out[b, h] = softmax_j(scale * q[b, h] . k_j) v_j, q = row b of
  * qkv (B, ld) at q_off + h*D, key/value head h / (H / Hkv) (GQA), keys j >= lens[b] - window
- * only when window > 0. block_tables (B, max_blocks) int32; lens (B), 0 = padding row (its
- * output is zeros). out (B, ld_out): head h at h*D, bf16.
+ * only when window > 0. block_tables (n_tables, max_blocks) int32: row b uses table bt_row[b]
+ * (bt_row NULL: table b), so the tokens of a chunked prefill each attend to their sequence's
+ * cache up to their own position (lens = position + 1); lens (B), 0 = padding row (its output is
+ * zeros). out (B, ld_out): head h at h*D, bf16.
  * Work: one block per (sequence, kv head, group of <= 8 query heads, partition of `part` keys):
  * each K/V head is read once for all the query heads of its group. A sequence whose keys span
  * more than one partition (flash-decoding) leaves per-partition results in the fp32 scratch
@@ -54,7 +55,7 @@ void vr_cuda_roll_kv_append(uint16_t *kc, uint16_t *vc, const uint16_t *qkv, int
  * 16..VR_ROLL_MAX_PART. */
 void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
                                    const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
-                                   int max_blocks, const int32_t *lens, int B, int H, int Hkv, int D, int window,
+                                   int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H, int Hkv, int D, int window,
                                    float scale, int part, int max_parts, float *po, float *pml, cudaStream_t s);
 /* Dynamic shared memory of one attention block (bytes) for these sizes; the launcher needs it
  * to be at most 48 KiB (pick part accordingly: vr_cuda_roll_pick_part). */
@@ -65,12 +66,26 @@ size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
 int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
 
 /* ---- sampling: vr_cuda_roll_sample.cu ----------------------------------------- */
-/* For each row b < B of logits (B, V) fp32 with params[b] (vr_cuda_roll_rng.h's definition):
- * tokens[b] = the sampled (or greedy) token, logprobs[b] = its log-prob at the row's
- * temperature. One block of VR_ROLL_SAMPLE_THREADS per row; deterministic (integer
- * histograms, fixed reduction order). */
-void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits, const vr_roll_sample_param_t *params,
-                         int B, int V, cudaStream_t s);
+/* One row to sample: logits row `row`, trainer/vr_sample.h's parameters, and the uniform u in
+ * [0, 1) the host drew with vr_sample_uniform(key, stream, position) (so the device draws exactly
+ * the CPU's random number). */
+typedef struct vr_cuda_roll_sample_row {
+  int32_t row;
+  float temperature; /* 0: greedy */
+  int32_t top_k;     /* <= 0 or >= V: off */
+  float top_p;       /* (0, 1]; 1: off */
+  double u;
+} vr_cuda_roll_sample_row_t;
+/* For each i < n: tokens[i], logprobs[i] = vr_sample_row()'s token and log-prob for logits row
+ * rows[i].row of logits (n_rows, V) fp32 (trainer/vr_sample.h's rule: top-k keeps ties, top-p over
+ * (value, id) ascending, inverse CDF over the survivors in id order, log-prob of
+ * log_softmax(l / T)). A row holding NaN or +Inf, or only -Inf, gets token -1 and a NaN log-prob.
+ * One block of VR_ROLL_SAMPLE_THREADS per row. Deterministic: integer histograms (top-p's
+ * probability mass in 2^32 fixed point) and fixed-shape reductions, so a row's result does not
+ * depend on the batch; it equals the CPU's except where a top-p cut or the inverse-CDF step
+ * falls within rounding of a boundary (the CPU sums in double sequentially). */
+void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits, const vr_cuda_roll_sample_row_t *rows,
+                         int n, int V, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -1,195 +1,268 @@
-/* vr_cuda_roll_sample.cu: greedy / temperature / top-k / top-p sampling and the sampled
- * token's log-prob, one block per row of logits. The definition (and the RNG) is
- * vr_cuda_roll_rng.h's; the launcher's contract is in vr_cuda_roll_ops.h.
+/* vr_cuda_roll_sample.cu: trainer/vr_sample.h's sampling rule on the device, one block per row
+ * (launcher contract in vr_cuda_roll_ops.h).
  *
- * Per row: (A) max and argmax, (B) Z = sum exp((l - max) / T) for the log-prob; greedy rows stop
- * there. Sampled rows: (C) top-k threshold by a radix select on the order-preserving keys
- * (4 passes of 8 bits, integer histograms), (D) top-p threshold by the same descent on
- * histograms of 2^32-fixed-point probability mass, (E) the Gumbel-max argmax over the kept
- * tokens. Integer atomics and fixed-shape reductions only, so a row's result is the same in any
- * batch and on every run. */
+ * Per row, with z = l / T (float division, as the CPU):
+ *   (A) finiteness, max and argmax of z (the lowest id among equal maxima);
+ *   (B) S = sum exp(z - max) in double: the log-prob z_tok - max - log S (greedy rows stop here,
+ *       with T = 1);
+ *   (C) top-k: the k-th largest z by a radix select on order-preserving 32-bit keys (4 passes of
+ *       8-bit integer histograms); survivors are z >= it, ties kept;
+ *   (D) top-p over the survivors in (z, id) ascending order, as the CPU's sort: a survivor is
+ *       dropped iff the mass of the survivors after it in that order is >= p * total. The same
+ *       radix descent on histograms of the mass (2^32 fixed point, integer atomics) finds the
+ *       boundary value; within the tie group at the boundary the higher ids are the later ones,
+ *       so the kept ones are the group's top ids (a radix select on ids);
+ *   (E) inverse CDF over the survivors in id order: every thread owns a contiguous range of ids,
+ *       the ranges' double sums are scanned in a fixed order, the owner of u * total walks its
+ *       range. */
 #include <math.h>
 
 #include "vr_cuda_common.cuh"
 #include "vr_cuda_roll_ops.h"
 
 #define NT VR_ROLL_SAMPLE_THREADS
+#define NWARPS (NT / 32)
 
 namespace {
+
+__device__ __forceinline__ uint32_t fkey(float f) {
+  if (f == 0.f) f = 0.f; /* -0 == +0, as the CPU's comparison */
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ uint64_t fixed32(double e) { return (uint64_t)(e * 4294967296.0); }
 
 /* (value, index) argmax over the block: larger value wins, lower index among equal ones. */
 __device__ void block_argmax(float &v, int &ix, float *rv, int *ri) {
   for (int o = 16; o > 0; o >>= 1) {
     const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
     const int i2 = __shfl_xor_sync(0xffffffffu, ix, o);
-    if (v2 > v || (v2 == v && i2 < ix)) {
-      v = v2;
-      ix = i2;
-    }
+    if (v2 > v || (v2 == v && i2 < ix)) v = v2, ix = i2;
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   __syncthreads();
-  if (lane == 0) {
-    rv[warp] = v;
-    ri[warp] = ix;
-  }
+  if (lane == 0) rv[warp] = v, ri[warp] = ix;
   __syncthreads();
   v = rv[lane];
   ix = ri[lane];
   for (int o = 16; o > 0; o >>= 1) {
     const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
     const int i2 = __shfl_xor_sync(0xffffffffu, ix, o);
-    if (v2 > v || (v2 == v && i2 < ix)) {
-      v = v2;
-      ix = i2;
-    }
+    if (v2 > v || (v2 == v && i2 < ix)) v = v2, ix = i2;
   }
 }
 
-__device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long *red) {
+template <typename X>
+__device__ X block_sum_t(X v, X *red) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   __syncthreads();
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  unsigned long long t = red[lane];
+  X t = red[lane];
   for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
   return t;
 }
 
+struct smem_t {
+  float rv[32];
+  int ri[32];
+  double rd[32];
+  unsigned long long ru[32];
+  uint32_t cnt[256];
+  unsigned long long mass[256];
+  double scan[NT];
+  uint32_t prefix;
+  int rem;
+  unsigned long long above;
+  int found;
+};
+
+/* The key of the k-th largest (1-based) among elements with sel(i), keyf(i) their 32-bit keys,
+ * by 8-bit digits from bit `top` down. Every thread returns it. */
+template <typename Sel, typename Key>
+__device__ uint32_t radix_kth(int V, int k, int top, Sel sel, Key keyf, smem_t &sm) {
+  const int tid = threadIdx.x;
+  uint32_t prefix = 0, mask = 0;
+  if (tid == 0) sm.rem = k;
+  for (int shift = top; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += NT) sm.cnt[i] = 0;
+    __syncthreads();
+    for (int i = tid; i < V; i += NT)
+      if (sel(i)) {
+        const uint32_t key = keyf(i);
+        if ((key & mask) == prefix) atomicAdd(&sm.cnt[(key >> shift) & 255u], 1u);
+      }
+    __syncthreads();
+    if (tid == 0) {
+      int rem = sm.rem;
+      uint32_t d = 255;
+      for (; d > 0; --d) {
+        if ((int)sm.cnt[d] >= rem) break;
+        rem -= (int)sm.cnt[d];
+      }
+      sm.rem = rem;
+      sm.prefix = prefix | (d << shift);
+    }
+    __syncthreads();
+    prefix = sm.prefix;
+    mask |= 255u << shift;
+  }
+  return prefix;
+}
+
 __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logprobs, const float *logits,
-                                                     const vr_roll_sample_param_t *params, int V) {
-  __shared__ float rv[32];
-  __shared__ int ri[32];
-  __shared__ unsigned long long ru[32];
-  __shared__ uint32_t cnt[256];
-  __shared__ unsigned long long mass[256];
-  __shared__ uint32_t s_prefix;
-  __shared__ unsigned long long s_above;
-  __shared__ int s_rem;
+                                                     const vr_cuda_roll_sample_row_t *rows, int V) {
+  __shared__ smem_t sm;
   const int b = blockIdx.x, tid = threadIdx.x;
-  const float *l = logits + (size_t)b * V;
-  const vr_roll_sample_param_t prm = params[b];
-  const int greedy = !(prm.temperature > 0.f);
+  const vr_cuda_roll_sample_row_t prm = rows[b];
+  const float *l = logits + (size_t)prm.row * V;
+  const int greedy = prm.temperature == 0.f;
   const float T = greedy ? 1.f : prm.temperature;
 
-  /* (A) max, argmax */
+  /* (A) */
   float m = -INFINITY;
-  int am = 0x7fffffff;
+  int am = 0x7fffffff, bad = 0, any = 0;
   for (int i = tid; i < V; i += NT) {
     const float v = l[i];
-    if (v > m) {
-      m = v;
-      am = i;
-    }
+    if (isnan(v) || v == INFINITY) bad = 1;
+    any |= v > -INFINITY;
+    const float z = v / T;
+    if (z > m) m = z, am = i;
   }
-  block_argmax(m, am, rv, ri);
-  /* (B) log Z at temperature T */
-  float z = 0.f;
-  for (int i = tid; i < V; i += NT) z += expf((l[i] - m) / T);
-  const float logZ = logf(block_sum(z, rv));
-  if (greedy) {
-    if (tid == 0) {
-      tokens[b] = am;
-      logprobs[b] = (l[am] - m) - logZ;
-    }
+  bad = __syncthreads_or(bad);
+  any = __syncthreads_or(any);
+  if (bad || !any) {
+    if (tid == 0) tokens[b] = -1, logprobs[b] = NAN;
     return;
   }
-  uint32_t thr = 0; /* keep keys >= thr */
-  /* (C) top-k: the key of the k-th largest logit */
-  if (prm.top_k > 0 && prm.top_k < V) {
-    uint32_t prefix = 0, mask = 0;
-    if (tid == 0) s_rem = prm.top_k;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int i = tid; i < 256; i += NT) cnt[i] = 0;
-      __syncthreads();
-      for (int i = tid; i < V; i += NT) {
-        const uint32_t key = vr_roll_fkey(l[i]);
-        if ((key & mask) == prefix) atomicAdd(&cnt[(key >> shift) & 255u], 1u);
-      }
-      __syncthreads();
-      if (tid == 0) {
-        int rem = s_rem;
-        uint32_t d = 255;
-        for (;; --d) {
-          if ((int)cnt[d] >= rem || d == 0) break;
-          rem -= (int)cnt[d];
-        }
-        s_rem = rem;
-        s_prefix = prefix | (d << shift);
-      }
-      __syncthreads();
-      prefix = s_prefix;
-      mask |= 255u << shift;
-    }
-    thr = prefix;
+  block_argmax(m, am, sm.rv, sm.ri);
+  /* (B) */
+  double se = 0.0;
+  for (int i = tid; i < V; i += NT) se += exp((double)(l[i] / T) - (double)m);
+  const double logS = log(block_sum_t<double>(se, sm.rd));
+  if (greedy) {
+    if (tid == 0) tokens[b] = am, logprobs[b] = (float)((double)(l[am] / T) - (double)m - logS);
+    return;
   }
-  /* (D) top-p over the top-k survivors, in 2^32 fixed point */
-  if (prm.top_p > 0.f && prm.top_p < 1.f) {
-    unsigned long long zf = 0;
-    for (int i = tid; i < V; i += NT)
-      if (vr_roll_fkey(l[i]) >= thr) zf += vr_roll_fixed(expf((l[i] - m) / T));
-    zf = block_sum_u64(zf, ru);
-    const double P = (double)prm.top_p * (double)zf;
+  auto zkey = [&](int i) { return fkey(l[i] / T); };
+  auto all = [](int) { return true; };
+  uint32_t kmin = 0; /* survivors: key > kmin, or key == kmin and id >= id_min */
+  int id_min = 0;
+  /* (C) */
+  if (prm.top_k > 0 && prm.top_k < V) kmin = radix_kth(V, prm.top_k, 24, all, zkey, sm);
+  /* (D) */
+  if (prm.top_p < 1.f) {
+    unsigned long long tot = 0;
+    for (int i = tid; i < V; i += NT) {
+      const float z = l[i] / T;
+      if (fkey(z) >= kmin) tot += fixed32(exp((double)z - (double)m));
+    }
+    tot = block_sum_t<unsigned long long>(tot, sm.ru);
+    const double drop = 1.0 - (double)prm.top_p, P = (1.0 - drop) * (double)tot;
     uint32_t prefix = 0, mask = 0;
-    if (tid == 0) s_above = 0;
+    if (tid == 0) sm.above = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int i = tid; i < 256; i += NT) {
-        cnt[i] = 0;
-        mass[i] = 0;
-      }
+      for (int i = tid; i < 256; i += NT) sm.cnt[i] = 0, sm.mass[i] = 0;
       __syncthreads();
       for (int i = tid; i < V; i += NT) {
-        const uint32_t key = vr_roll_fkey(l[i]);
-        if (key >= thr && (key & mask) == prefix) {
+        const float z = l[i] / T;
+        const uint32_t key = fkey(z);
+        if (key >= kmin && (key & mask) == prefix) {
           const uint32_t d = (key >> shift) & 255u;
-          atomicAdd(&cnt[d], 1u);
-          atomicAdd(&mass[d], vr_roll_fixed(expf((l[i] - m) / T)));
+          atomicAdd(&sm.cnt[d], 1u);
+          atomicAdd(&sm.mass[d], fixed32(exp((double)z - (double)m)));
         }
       }
       __syncthreads();
       if (tid == 0) {
-        unsigned long long acc = s_above, chosen_acc = s_above;
+        unsigned long long acc = sm.above, chosen_acc = sm.above;
         int chosen = -1;
         for (int d = 255; d >= 0; --d) {
-          if (cnt[d] == 0) continue;
-          if ((double)acc < P) {
-            chosen = d;
-            chosen_acc = acc;
-          } else {
-            break;
-          }
-          acc += mass[d];
+          if (sm.cnt[d] == 0) continue;
+          if (!((double)acc < P)) break;
+          chosen = d, chosen_acc = acc;
+          acc += sm.mass[d];
         }
-        if (chosen < 0) chosen = 0; /* unreachable: the top bucket has acc = above < P */
-        s_above = chosen_acc;
-        s_prefix = prefix | ((uint32_t)chosen << shift);
+        if (chosen < 0) chosen = 255; /* unreachable: the top bucket has acc = above < P */
+        sm.above = chosen_acc;
+        sm.prefix = prefix | ((uint32_t)chosen << shift);
+        if (shift == 0) { /* the boundary value's tie group: its top ids survive */
+          const unsigned long long c = sm.cnt[chosen], e = sm.mass[chosen] / c;
+          unsigned long long keep = c;
+          if (e > 0) {
+            keep = 0;
+            while (keep < c && (double)(chosen_acc + keep * e) < P) ++keep;
+          }
+          sm.rem = (int)keep;
+          sm.found = (int)(c - keep); /* ids of the group to drop (the lowest ones) */
+        }
       }
       __syncthreads();
-      prefix = s_prefix;
+      prefix = sm.prefix;
       mask |= 255u << shift;
     }
-    if (prefix > thr) thr = prefix;
-  }
-  /* (E) Gumbel-max over the kept tokens */
-  const uint64_t key = vr_roll_key(prm.seed, prm.request, prm.position);
-  float best = -INFINITY;
-  int bi = 0x7fffffff;
-  for (int i = tid; i < V; i += NT) {
-    const float v = l[i];
-    if (vr_roll_fkey(v) >= thr) {
-      const float g = -logf(-logf(vr_roll_uniform(key, (uint32_t)i)));
-      const float s = v / T + g;
-      if (s > best) {
-        best = s;
-        bi = i;
-      }
+    kmin = prefix;
+    const int keep = sm.rem, dropn = sm.found;
+    __syncthreads();
+    if (dropn > 0) {
+      const uint32_t kb = kmin;
+      id_min = (int)radix_kth(V, keep, 24, [&](int i) { return zkey(i) == kb; }, [](int i) { return (uint32_t)i; },
+                              sm);
     }
   }
-  block_argmax(best, bi, rv, ri);
+  /* (E) inverse CDF in id order over contiguous per-thread ranges */
+  const int chunk = (V + NT - 1) / NT, i0 = min(V, tid * chunk), i1 = min(V, i0 + chunk);
+  double loc = 0.0;
+  int last_here = -1;
+  for (int i = i0; i < i1; ++i) {
+    const float z = l[i] / T;
+    const uint32_t key = fkey(z);
+    if (key > kmin || (key == kmin && i >= id_min)) {
+      loc += exp((double)z - (double)m);
+      last_here = i;
+    }
+  }
+  sm.scan[tid] = loc;
+  __syncthreads();
+  if (tid == 0) { /* fixed-order exclusive scan of the ranges' sums */
+    double run = 0.0;
+    for (int t = 0; t < NT; ++t) {
+      const double x = sm.scan[t];
+      sm.scan[t] = run;
+      run += x;
+    }
+    sm.rd[0] = run;
+    sm.found = 0x7fffffff;
+  }
+  __syncthreads();
+  const double total = sm.rd[0], target = prm.u * total, start = sm.scan[tid];
+  int tok = -1;
+  if (last_here >= 0 && start + loc > target) { /* this range holds the crossing (or one past it) */
+    double cum = start;
+    for (int i = i0; i < i1 && tok < 0; ++i) {
+      const float z = l[i] / T;
+      const uint32_t key = fkey(z);
+      if (key > kmin || (key == kmin && i >= id_min)) {
+        cum += exp((double)z - (double)m);
+        if (cum > target) tok = i;
+      }
+    }
+    if (tok < 0) tok = last_here;
+    atomicMin(&sm.found, tok);
+  }
+  int last = last_here;
+  for (int o = 16; o > 0; o >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
+  if ((tid & 31) == 0) sm.ri[tid >> 5] = last;
+  __syncthreads();
   if (tid == 0) {
-    tokens[b] = bi;
-    logprobs[b] = (l[bi] - m) / T - logZ;
+    int t = sm.found;
+    if (t == 0x7fffffff) { /* u * total rounded up to the total: the last survivor */
+      t = -1;
+      for (int w = 0; w < NWARPS; ++w) t = max(t, sm.ri[w]);
+    }
+    tokens[b] = t;
+    logprobs[b] = (float)((double)(l[t] / T) - (double)m - logS);
   }
 }
 
@@ -198,9 +271,9 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
 /* -------------------------------------------------------------- launchers */
 
 extern "C" void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits,
-                                    const vr_roll_sample_param_t *params, int B, int V, cudaStream_t s) {
-  if (B <= 0) return;
+                                    const vr_cuda_roll_sample_row_t *rows, int n, int V, cudaStream_t s) {
+  if (n <= 0) return;
   VR_ASSERT(V > 0);
-  k_roll_sample<<<(unsigned)B, NT, 0, s>>>(tokens, logprobs, logits, params, V);
+  k_roll_sample<<<(unsigned)n, NT, 0, s>>>(tokens, logprobs, logits, rows, V);
   VR_CUDA_CHECK_LAUNCH();
 }
