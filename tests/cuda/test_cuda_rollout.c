@@ -15,6 +15,9 @@
 
 #include "vr_cuda_check.h"
 #include "vr_cuda_roll_ops.h"
+#include "vr_config.h"
+#include "vr_cuda_roll_backend.h"
+#include "vr_rollout.h"
 #include "vr_sample.h"
 #include "vr_test_seed.h"
 
@@ -358,6 +361,250 @@ static void test_sample_chisq(float T, int k, float p) {
   CK(cudaFree(lp_d));
 }
 
+/* ------------------------------------------------------------ the engine: cuda backend vs cpu */
+
+/* A random causal LM (Llama layout; qwen2-style q/k/v biases with bias = 1) in one fp32 buffer
+ * with the view of trainer/vr_rollout.h pointing into it. */
+typedef struct {
+  vr_model_config_t cfg;
+  float *params;
+  size_t n;
+  vr_rollout_weights_t w;
+  vr_rollout_layer_w_t *layers;
+} tmodel_t;
+
+static float *take(tmodel_t *m, size_t *off, size_t n, float scale, float bias) {
+  float *p = m->params + *off;
+  for (size_t i = 0; i < n; ++i) p[i] = bias + scale * frand();
+  *off += n;
+  return p;
+}
+
+static void tmodel_make(tmodel_t *m, int V, int C, int L, int H, int KV, int D, int F, int tied, int bias, int window) {
+  memset(m, 0, sizeof *m);
+  vr_model_config_t *c = &m->cfg;
+  c->arch = bias ? VR_ARCH_QWEN2 : VR_ARCH_LLAMA;
+  c->is_decoder = 1;
+  c->vocab_size = V, c->hidden_size = C, c->num_layers = L, c->num_heads = H, c->num_kv_heads = KV;
+  c->head_dim = D, c->intermediate_size = F, c->max_position_embeddings = 1024, c->max_seq_len = 1024;
+  c->num_labels = 1, c->norm_eps = 1e-5f, c->act = VR_ACT_SILU, c->pad_token_id = -1;
+  c->attention_bias = bias, c->tie_word_embeddings = tied, c->sliding_window = window;
+  c->rope_theta = 10000.f;
+  c->rope_inv_freq = vr_rope_inv_freq(D, 10000.f, "default", 1.f, 1.f, 1.f, 1024.f);
+  c->rope_attention_scaling = 1.f;
+  const size_t per_layer = (size_t)(H + 2 * KV) * D * C + (size_t)C * H * D + 3 * (size_t)F * C + 2 * (size_t)C +
+                           (size_t)(H + 2 * KV) * D;
+  m->n = (size_t)V * C * (tied ? 1 : 2) + C + (size_t)L * per_layer;
+  m->params = malloc(m->n * sizeof(float));
+  m->layers = calloc(L, sizeof *m->layers);
+  size_t off = 0;
+  m->w.tok_emb = take(m, &off, (size_t)V * C, 1.f, 0.f);
+  m->w.final_norm_w = take(m, &off, C, 0.1f, 1.f);
+  m->w.lm_head = tied ? m->w.tok_emb : take(m, &off, (size_t)V * C, 1.f, 0.f);
+  const float sc = 1.f / sqrtf((float)C) * 1.7f, sf = 1.f / sqrtf((float)F) * 1.7f;
+  for (int l = 0; l < L; ++l) {
+    vr_rollout_layer_w_t *y = &m->layers[l];
+    y->q_w = take(m, &off, (size_t)H * D * C, sc, 0.f);
+    y->k_w = take(m, &off, (size_t)KV * D * C, sc, 0.f);
+    y->v_w = take(m, &off, (size_t)KV * D * C, sc, 0.f);
+    y->o_w = take(m, &off, (size_t)C * H * D, sc, 0.f);
+    y->norm1_w = take(m, &off, C, 0.1f, 1.f);
+    y->norm2_w = take(m, &off, C, 0.1f, 1.f);
+    y->gate_w = take(m, &off, (size_t)F * C, sc, 0.f);
+    y->up_w = take(m, &off, (size_t)F * C, sc, 0.f);
+    y->down_w = take(m, &off, (size_t)C * F, sf, 0.f);
+    float *b = take(m, &off, (size_t)(H + 2 * KV) * D, 0.3f, 0.f);
+    if (bias) y->q_b = b, y->k_b = b + H * D, y->v_b = b + (H + KV) * D;
+  }
+  m->w.layers = m->layers;
+}
+
+static void tmodel_free(tmodel_t *m) {
+  free(m->params);
+  free(m->layers);
+  free(m->cfg.rope_inv_freq);
+}
+
+static int make_engine(const tmodel_t *m, const vr_rollout_backend_t *be, const char *dev, uint32_t max_batch_tokens,
+                       vr_rollout_t **out) {
+  vr_rollout_options_t o;
+  vr_rollout_options_init(&o);
+  o.device = dev;
+  o.kv_cache_bytes = 16u << 20;
+  o.max_seqs = 32;
+  o.max_batch_tokens = max_batch_tokens;
+  o.max_model_len = 512;
+  return vr_rollout_init_backend(be, &m->cfg, m->params, m->n, &m->w, &o, out);
+}
+
+/* top-1 minus top-2 of the cpu engine's logits after prompt ++ prefix (one prefill). */
+static double cpu_margin(vr_rollout_t *cpu, const tmodel_t *m, const int32_t *prompt, uint32_t np, const int32_t *pre,
+                         uint32_t k) {
+  int32_t *ids = malloc(sizeof(int32_t) * (np + k));
+  memcpy(ids, prompt, np * 4);
+  memcpy(ids + np, pre, k * 4);
+  uint32_t cu[2] = {0, np + k};
+  vr_gen_params_t gp;
+  vr_gen_params_init(&gp);
+  gp.max_new_tokens = 1;
+  vr_gen_output_t o;
+  double margin = -1;
+  const int V = m->cfg.vocab_size;
+  float *lg = malloc(sizeof(float) * V);
+  if (vr_rollout_generate(cpu, ids, cu, 1, &gp, &o) == 0 &&
+      vr_rollout_backend_cpu.logits(vr_rollout_backend_state(cpu), 1, lg) == 0) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int i = 0; i < V; ++i) {
+      if (lg[i] > a) b = a, a = lg[i];
+      else if (lg[i] > b) b = lg[i];
+    }
+    margin = (double)a - b;
+    vr_gen_output_free(&o);
+  }
+  free(lg);
+  free(ids);
+  return margin;
+}
+
+/* Greedy generation (n per prompt) on the cuda engine equals the cpu engine token for token up to
+ * the first step where the cpu's top-1/top-2 margin is below 0.05 (bf16 weights against fp32),
+ * log-probs of the equal tokens within 0.05. Returns the cuda output (for the callers' other checks). */
+static void compare_greedy(const char *what, const tmodel_t *m, vr_rollout_t *cpu, vr_rollout_t *cu, const int32_t *ids,
+                           const uint32_t *pcu, uint32_t np, uint32_t n, uint32_t max_new) {
+  vr_gen_params_t gp;
+  vr_gen_params_init(&gp);
+  gp.n = n;
+  gp.max_new_tokens = max_new;
+  vr_gen_output_t a, b;
+  const int ra = vr_rollout_generate(cpu, ids, pcu, np, &gp, &a), rb = vr_rollout_generate(cu, ids, pcu, np, &gp, &b);
+  if (ra || rb) {
+    report(0, "greedy %s: generate failed (cpu %d, cuda %d)", what, ra, rb);
+    return;
+  }
+  uint32_t equal = 0, total = 0, bad = 0, near = 0;
+  double maxlp = 0;
+  for (uint32_t r = 0; r < a.n_resp; ++r) {
+    const uint32_t la = a.cu[r + 1] - a.cu[r], lb = b.cu[r + 1] - b.cu[r];
+    const uint32_t l = la < lb ? la : lb;
+    total += la;
+    uint32_t k = 0;
+    while (k < l && a.tokens[a.cu[r] + k] == b.tokens[b.cu[r] + k]) {
+      const double d = fabs((double)a.logprobs[a.cu[r] + k] - b.logprobs[b.cu[r] + k]);
+      if (d > maxlp) maxlp = d;
+      ++k;
+    }
+    equal += k;
+    if (k < la || la != lb) {
+      const uint32_t p = r / n;
+      const double mg = k < l ? cpu_margin(cpu, m, ids + pcu[p], pcu[p + 1] - pcu[p], a.tokens + a.cu[r], k) : 0;
+      if (k < l && mg >= 0 && mg < 0.05) ++near;
+      else {
+        if (bad < 3) printf("     %s response %u: diverges at token %u of %u (cpu margin %.4f)\n", what, r, k, la, mg);
+        ++bad;
+      }
+    }
+  }
+  report(bad == 0 && maxlp < 0.05 && equal > total / 2,
+         "greedy %s: cuda == cpu on %u of %u tokens (%u responses, %u diverge where the cpu margin < 0.05), logprob "
+         "maxabs %.3g",
+         what, equal, total, a.n_resp, near, maxlp);
+  vr_gen_output_free(&a);
+  vr_gen_output_free(&b);
+}
+
+/* Two outputs identical bit for bit. */
+static int same_output(const vr_gen_output_t *a, const vr_gen_output_t *b) {
+  if (a->n_resp != b->n_resp || a->cu[a->n_resp] != b->cu[b->n_resp]) return 0;
+  if (memcmp(a->cu, b->cu, sizeof(uint32_t) * (a->n_resp + 1))) return 0;
+  return !memcmp(a->tokens, b->tokens, 4 * a->cu[a->n_resp]) && !memcmp(a->logprobs, b->logprobs, 4 * a->cu[a->n_resp]);
+}
+
+static void test_engine(const char *what, int V, int C, int L, int H, int KV, int D, int F, int tied, int bias,
+                        int window) {
+  tmodel_t m;
+  tmodel_make(&m, V, C, L, H, KV, D, F, tied, bias, window);
+  enum { NP = 12 };
+  uint32_t pcu[NP + 1] = {0};
+  int32_t ids[NP * 80];
+  for (int p = 0; p < NP; ++p) {
+    const uint32_t len = 3 + irand(p == 0 ? 150 : 60);
+    for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand((uint32_t)V);
+    pcu[p + 1] = pcu[p] + len;
+  }
+  vr_rollout_t *cpu = NULL, *cu = NULL, *cu_chunk = NULL;
+  if (make_engine(&m, &vr_rollout_backend_cpu, "cpu", 2048, &cpu) || make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &cu) ||
+      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 40, &cu_chunk)) {
+    report(0, "engine %s: init failed", what);
+    goto done;
+  }
+  char name[96];
+  snprintf(name, sizeof name, "%s (n 1)", what);
+  compare_greedy(name, &m, cpu, cu, ids, pcu, NP, 1, 40);
+  snprintf(name, sizeof name, "%s (n 2, shared prompt blocks)", what);
+  compare_greedy(name, &m, cpu, cu, ids, pcu, NP, 2, 20);
+  snprintf(name, sizeof name, "%s (prefill chunks of 40 tokens: paged rows)", what);
+  compare_greedy(name, &m, cpu, cu_chunk, ids, pcu, NP, 1, 30);
+  {
+    /* graph replay == eager, and a seeded sampled run reproduces */
+    vr_gen_params_t gp;
+    vr_gen_params_init(&gp);
+    gp.max_new_tokens = 40;
+    vr_gen_output_t g1, e1, s1, s2;
+    int rc = vr_rollout_generate(cu, ids, pcu, NP, &gp, &g1);
+    vr_cuda_roll_use_graphs(vr_rollout_backend_state(cu), 0);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &e1);
+    vr_cuda_roll_use_graphs(vr_rollout_backend_state(cu), 1);
+    report(rc == 0 && same_output(&g1, &e1), "engine %s: graph replay == eager (tokens and log-probs, bit for bit)", what);
+    gp.sample.temperature = 0.8f;
+    gp.sample.top_p = 0.9f;
+    gp.sample.top_k = 20;
+    gp.n = 3;
+    gp.seed = 7;
+    rc = vr_rollout_generate(cu, ids, pcu, NP, &gp, &s1);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &s2);
+    report(rc == 0 && same_output(&s1, &s2), "engine %s: sampling (T 0.8, top-p 0.9, top-k 20, n 3, seed 7) reproduces",
+           what);
+    vr_gen_output_free(&s1);
+    vr_gen_output_free(&s2);
+    /* weight update: new parameters through set_weights (host) and through the device path give
+     * what an engine built on them gives */
+    tmodel_t m2;
+    tmodel_make(&m2, V, C, L, H, KV, D, F, tied, bias, window);
+    vr_rollout_t *fresh = NULL;
+    gp = (vr_gen_params_t){0};
+    vr_gen_params_init(&gp);
+    gp.max_new_tokens = 40;
+    vr_gen_output_t f, u1, u2;
+    double secs = -1;
+    rc = make_engine(&m2, &vr_rollout_backend_cuda, "cuda", 2048, &fresh);
+    rc |= vr_rollout_generate(fresh, ids, pcu, NP, &gp, &f);
+    rc |= vr_rollout_set_weights(cu, m2.params, m2.n, &m2.w, &secs);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &u1);
+    float *dp = NULL;
+    CK(cudaMalloc((void **)&dp, m.n * sizeof(float)));
+    CK(cudaMemcpy(dp, m.params, m.n * sizeof(float), cudaMemcpyHostToDevice)); /* back to the first model */
+    double dsecs = -1;
+    rc |= vr_cuda_roll_set_weights_device(vr_rollout_backend_state(cu), dp, m.n, m.params, &m.w, &dsecs);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &u2);
+    report(rc == 0 && same_output(&f, &u1) && same_output(&u2, &g1) && !same_output(&f, &g1),
+           "engine %s: weight update (host %.3f ms, device %.3f ms) == an engine loaded with those weights", what,
+           secs * 1e3, dsecs * 1e3);
+    CK(cudaFree(dp));
+    vr_gen_output_free(&f);
+    vr_gen_output_free(&u1);
+    vr_gen_output_free(&u2);
+    vr_rollout_free(fresh);
+    tmodel_free(&m2);
+    vr_gen_output_free(&g1);
+    vr_gen_output_free(&e1);
+  }
+done:
+  vr_rollout_free(cpu);
+  vr_rollout_free(cu);
+  vr_rollout_free(cu_chunk);
+  tmodel_free(&m);
+}
+
 /* ------------------------------------------------------------ main */
 
 int main(void) {
@@ -397,6 +644,11 @@ int main(void) {
   test_sample_chisq(0.8f, 8, 1.f);
   test_sample_chisq(1.2f, 0, 0.8f);
   test_sample_chisq(0.9f, 6, 0.7f);
+  /* the engine on the cuda backend against the cpu engine */
+  test_engine("llama gqa D16", 300, 64, 2, 4, 2, 16, 96, 0, 0, 0);
+  test_engine("qwen2 bias tied mqa D64", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
+  test_engine("mistral window 24 D8", 97, 32, 2, 4, 2, 8, 48, 0, 0, 24);
+  test_engine("gqa 8 D128", 256, 256, 2, 16, 2, 128, 256, 0, 0, 0);
   printf(g_fail ? "test_cuda_rollout: FAILED\n" : "test_cuda_rollout: all passed\n");
   return g_fail;
 }
