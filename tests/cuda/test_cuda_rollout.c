@@ -15,7 +15,7 @@
 
 #include "vr_cuda_check.h"
 #include "vr_cuda_roll_ops.h"
-#include "vr_config.h"
+#include "rollout_test_model.h"
 #include "vr_cuda_roll_backend.h"
 #include "vr_rollout.h"
 #include "vr_sample.h"
@@ -363,68 +363,6 @@ static void test_sample_chisq(float T, int k, float p) {
 
 /* ------------------------------------------------------------ the engine: cuda backend vs cpu */
 
-/* A random causal LM (Llama layout; qwen2-style q/k/v biases with bias = 1) in one fp32 buffer
- * with the view of trainer/vr_rollout.h pointing into it. */
-typedef struct {
-  vr_model_config_t cfg;
-  float *params;
-  size_t n;
-  vr_rollout_weights_t w;
-  vr_rollout_layer_w_t *layers;
-} tmodel_t;
-
-static float *take(tmodel_t *m, size_t *off, size_t n, float scale, float bias) {
-  float *p = m->params + *off;
-  for (size_t i = 0; i < n; ++i) p[i] = bias + scale * frand();
-  *off += n;
-  return p;
-}
-
-static void tmodel_make(tmodel_t *m, int V, int C, int L, int H, int KV, int D, int F, int tied, int bias, int window) {
-  memset(m, 0, sizeof *m);
-  vr_model_config_t *c = &m->cfg;
-  c->arch = bias ? VR_ARCH_QWEN2 : VR_ARCH_LLAMA;
-  c->is_decoder = 1;
-  c->vocab_size = V, c->hidden_size = C, c->num_layers = L, c->num_heads = H, c->num_kv_heads = KV;
-  c->head_dim = D, c->intermediate_size = F, c->max_position_embeddings = 1024, c->max_seq_len = 1024;
-  c->num_labels = 1, c->norm_eps = 1e-5f, c->act = VR_ACT_SILU, c->pad_token_id = -1;
-  c->attention_bias = bias, c->tie_word_embeddings = tied, c->sliding_window = window;
-  c->rope_theta = 10000.f;
-  c->rope_inv_freq = vr_rope_inv_freq(D, 10000.f, "default", 1.f, 1.f, 1.f, 1024.f);
-  c->rope_attention_scaling = 1.f;
-  const size_t per_layer = (size_t)(H + 2 * KV) * D * C + (size_t)C * H * D + 3 * (size_t)F * C + 2 * (size_t)C +
-                           (size_t)(H + 2 * KV) * D;
-  m->n = (size_t)V * C * (tied ? 1 : 2) + C + (size_t)L * per_layer;
-  m->params = malloc(m->n * sizeof(float));
-  m->layers = calloc(L, sizeof *m->layers);
-  size_t off = 0;
-  m->w.tok_emb = take(m, &off, (size_t)V * C, 1.f, 0.f);
-  m->w.final_norm_w = take(m, &off, C, 0.1f, 1.f);
-  m->w.lm_head = tied ? m->w.tok_emb : take(m, &off, (size_t)V * C, 1.f, 0.f);
-  const float sc = 1.f / sqrtf((float)C) * 1.7f, sf = 1.f / sqrtf((float)F) * 1.7f;
-  for (int l = 0; l < L; ++l) {
-    vr_rollout_layer_w_t *y = &m->layers[l];
-    y->q_w = take(m, &off, (size_t)H * D * C, sc, 0.f);
-    y->k_w = take(m, &off, (size_t)KV * D * C, sc, 0.f);
-    y->v_w = take(m, &off, (size_t)KV * D * C, sc, 0.f);
-    y->o_w = take(m, &off, (size_t)C * H * D, sc, 0.f);
-    y->norm1_w = take(m, &off, C, 0.1f, 1.f);
-    y->norm2_w = take(m, &off, C, 0.1f, 1.f);
-    y->gate_w = take(m, &off, (size_t)F * C, sc, 0.f);
-    y->up_w = take(m, &off, (size_t)F * C, sc, 0.f);
-    y->down_w = take(m, &off, (size_t)C * F, sf, 0.f);
-    float *b = take(m, &off, (size_t)(H + 2 * KV) * D, 0.3f, 0.f);
-    if (bias) y->q_b = b, y->k_b = b + H * D, y->v_b = b + (H + KV) * D;
-  }
-  m->w.layers = m->layers;
-}
-
-static void tmodel_free(tmodel_t *m) {
-  free(m->params);
-  free(m->layers);
-  free(m->cfg.rope_inv_freq);
-}
-
 static int make_engine(const tmodel_t *m, const vr_rollout_backend_t *be, const char *dev, uint32_t max_batch_tokens,
                        vr_rollout_t **out) {
   vr_rollout_options_t o;
@@ -439,10 +377,10 @@ static int make_engine(const tmodel_t *m, const vr_rollout_backend_t *be, const 
 
 /* top-1 minus top-2 of the cpu engine's logits after prompt ++ prefix (one prefill). */
 static double cpu_margin(vr_rollout_t *cpu, const tmodel_t *m, const int32_t *prompt, uint32_t np, const int32_t *pre,
-                         uint32_t k) {
+                         uint32_t k, double *maxabs) {
   int32_t *ids = malloc(sizeof(int32_t) * (np + k));
   memcpy(ids, prompt, np * 4);
-  memcpy(ids + np, pre, k * 4);
+  if (k) memcpy(ids + np, pre, k * 4);
   uint32_t cu[2] = {0, np + k};
   vr_gen_params_t gp;
   vr_gen_params_init(&gp);
@@ -459,6 +397,10 @@ static double cpu_margin(vr_rollout_t *cpu, const tmodel_t *m, const int32_t *pr
       else if (lg[i] > b) b = lg[i];
     }
     margin = (double)a - b;
+    if (maxabs) {
+      *maxabs = 0;
+      for (int i = 0; i < V; ++i) *maxabs = fabs(lg[i]) > *maxabs ? fabs(lg[i]) : *maxabs;
+    }
     vr_gen_output_free(&o);
   }
   free(lg);
@@ -467,8 +409,9 @@ static double cpu_margin(vr_rollout_t *cpu, const tmodel_t *m, const int32_t *pr
 }
 
 /* Greedy generation (n per prompt) on the cuda engine equals the cpu engine token for token up to
- * the first step where the cpu's top-1/top-2 margin is below 0.05 (bf16 weights against fp32),
- * log-probs of the equal tokens within 0.05. Returns the cuda output (for the callers' other checks). */
+ * the first step where the cpu's top-1/top-2 margin is below 1% of the logits' scale (the largest
+ * |logit| after prompt 0: bf16 weights and activations against fp32 round at that relative
+ * size), log-probs of the equal tokens within the same bound. */
 static void compare_greedy(const char *what, const tmodel_t *m, vr_rollout_t *cpu, vr_rollout_t *cu, const int32_t *ids,
                            const uint32_t *pcu, uint32_t np, uint32_t n, uint32_t max_new) {
   vr_gen_params_t gp;
@@ -482,7 +425,9 @@ static void compare_greedy(const char *what, const tmodel_t *m, vr_rollout_t *cp
     return;
   }
   uint32_t equal = 0, total = 0, bad = 0, near = 0;
-  double maxlp = 0;
+  double maxlp = 0, scale = 0;
+  cpu_margin(cpu, m, ids, pcu[1], NULL, 0, &scale);
+  const double tol = 0.01 * scale;
   for (uint32_t r = 0; r < a.n_resp; ++r) {
     const uint32_t la = a.cu[r + 1] - a.cu[r], lb = b.cu[r + 1] - b.cu[r];
     const uint32_t l = la < lb ? la : lb;
@@ -496,18 +441,18 @@ static void compare_greedy(const char *what, const tmodel_t *m, vr_rollout_t *cp
     equal += k;
     if (k < la || la != lb) {
       const uint32_t p = r / n;
-      const double mg = k < l ? cpu_margin(cpu, m, ids + pcu[p], pcu[p + 1] - pcu[p], a.tokens + a.cu[r], k) : 0;
-      if (k < l && mg >= 0 && mg < 0.05) ++near;
+      const double mg = k < l ? cpu_margin(cpu, m, ids + pcu[p], pcu[p + 1] - pcu[p], a.tokens + a.cu[r], k, NULL) : 0;
+      if (k < l && mg >= 0 && mg < tol) ++near;
       else {
         if (bad < 3) printf("     %s response %u: diverges at token %u of %u (cpu margin %.4f)\n", what, r, k, la, mg);
         ++bad;
       }
     }
   }
-  report(bad == 0 && maxlp < 0.05 && equal > total / 2,
-         "greedy %s: cuda == cpu on %u of %u tokens (%u responses, %u diverge where the cpu margin < 0.05), logprob "
-         "maxabs %.3g",
-         what, equal, total, a.n_resp, near, maxlp);
+  report(bad == 0 && maxlp < tol && equal > total / 2,
+         "greedy %s: cuda == cpu on %u of %u tokens (%u responses, %u diverge where the cpu margin < %.3f = 1%% of "
+         "max |logit|), logprob maxabs %.3g",
+         what, equal, total, a.n_resp, near, tol, maxlp);
   vr_gen_output_free(&a);
   vr_gen_output_free(&b);
 }
@@ -522,7 +467,10 @@ static int same_output(const vr_gen_output_t *a, const vr_gen_output_t *b) {
 static void test_engine(const char *what, int V, int C, int L, int H, int KV, int D, int F, int tied, int bias,
                         int window) {
   tmodel_t m;
-  tmodel_make(&m, V, C, L, H, KV, D, F, tied, bias, window);
+  if (tmodel_make(&m, V, C, L, H, KV, D, F, tied, bias, window, g_rng, 0.f, 1.f)) {
+    report(0, "engine %s: out of host memory", what);
+    return;
+  }
   enum { NP = 12 };
   uint32_t pcu[NP + 1] = {0};
   int32_t ids[NP * 80];
@@ -569,7 +517,7 @@ static void test_engine(const char *what, int V, int C, int L, int H, int KV, in
     /* weight update: new parameters through set_weights (host) and through the device path give
      * what an engine built on them gives */
     tmodel_t m2;
-    tmodel_make(&m2, V, C, L, H, KV, D, F, tied, bias, window);
+    if (tmodel_make(&m2, V, C, L, H, KV, D, F, tied, bias, window, g_rng + 1, 0.f, 1.f)) abort();
     vr_rollout_t *fresh = NULL;
     gp = (vr_gen_params_t){0};
     vr_gen_params_init(&gp);
@@ -644,7 +592,13 @@ int main(void) {
   test_sample_chisq(0.8f, 8, 1.f);
   test_sample_chisq(1.2f, 0, 0.8f);
   test_sample_chisq(0.9f, 6, 0.7f);
-  /* the engine on the cuda backend against the cpu engine */
+  /* the engine on the cuda backend against the cpu engine (VR_ROLL_TEST_KERNELS_ONLY=1 skips it:
+   * the compute-sanitizer run of tests/cuda/rollout_device_run.sh) */
+  const char *ko = getenv("VR_ROLL_TEST_KERNELS_ONLY");
+  if (ko && *ko == '1') {
+    printf(g_fail ? "test_cuda_rollout: FAILED\n" : "test_cuda_rollout: all passed (kernels only)\n");
+    return g_fail;
+  }
   test_engine("llama gqa D16", 300, 64, 2, 4, 2, 16, 96, 0, 0, 0);
   test_engine("qwen2 bias tied mqa D64", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
   test_engine("mistral window 24 D8", 97, 32, 2, 4, 2, 8, 48, 0, 0, 24);

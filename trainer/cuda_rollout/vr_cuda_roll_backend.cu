@@ -598,7 +598,15 @@ static int rcu_decode(void *state, const vr_rollout_batch_t *b) {
   VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
   if (!st->use_graphs || !bk->warm || !bk->exec) {
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
-    rcu_decode_enqueue(st, bk); /* eager: this step's result; first time: builds the plans */
+    if (!bk->warm) {
+      /* the bucket's first step: a pass that times the cuBLASLt candidates of its GEMMs (runs each
+       * several times, so the residual stream and the K/V it appends are garbage), then the real
+       * pass, which starts from the embeddings and rewrites every slot the first one wrote */
+      vr_cuda_gemm_set_tuning(st->gemm, 1);
+      rcu_decode_enqueue(st, bk);
+      vr_cuda_gemm_set_tuning(st->gemm, 0);
+    }
+    rcu_decode_enqueue(st, bk); /* eager: this step's result */
     bk->warm = 1;
     VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
     if (st->use_graphs && !bk->exec) { /* capture for the next steps (the capture does not run) */
