@@ -156,6 +156,11 @@ int main(int argc, char **argv) {
   printf("  last decode step on the device: %.3f ms; weight update: host fp32 -> device bf16 %.1f ms, device fp32 -> "
          "bf16 %.2f ms; init %.2f s\n",
          vr_cuda_roll_last_decode_ms(st), host_s * 1e3, dev_s * 1e3, init_s);
+  double pr[6] = {0};
+  if (vr_cuda_roll_profile_decode(st, (uint32_t)P, 20, pr) == 0)
+    printf("  decode step on the device (mean of 20): graph %.3f ms, eager %.3f ms; eager without attention %.3f, "
+           "without the layers' GEMMs %.3f, without the small kernels %.3f, without the LM head %.3f ms\n",
+           pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
   if (json) {
     FILE *f = fopen(json, "w");
     if (f) {
@@ -163,10 +168,12 @@ int main(int argc, char **argv) {
               "{\"shape\": \"%s\", \"params\": %zu, \"prompts\": %d, \"prompt_len\": %d, \"new_tokens\": %d, "
               "\"tokens\": %llu, \"wall_s\": %.4f, \"tokens_per_s\": %.1f, \"prefill_ms\": %.3f, \"decode_steps\": %llu, "
               "\"step_ms\": %.4f, \"step_bytes\": %.0f, \"copy_rate_gbs\": %.1f, \"ideal_step_ms\": %.4f, "
-              "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f}\n",
+              "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
+              "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
+              "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f}\n",
               sh->name, m.n, P, Lp, N, (unsigned long long)gen, wall, tps, s->prefill_s * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
-              host_s * 1e3, dev_s * 1e3);
+              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
       fclose(f);
     }
   }

@@ -81,7 +81,13 @@ typedef struct rcu {
   int n_buckets, use_graphs;
   cudaEvent_t dec_ev0, dec_ev1;
   int dec_timed;
+  unsigned skip; /* vr_cuda_roll_profile_decode's variants: RCU_SKIP_* ops left out; 0 otherwise */
 } rcu_t;
+
+#define RCU_SKIP_ATTN 1u  /* decode attention */
+#define RCU_SKIP_GEMM 2u  /* the layers' GEMMs */
+#define RCU_SKIP_SMALL 4u /* norms, RoPE, K/V append, SwiGLU, embeddings */
+#define RCU_SKIP_HEAD 8u  /* final norm + LM head */
 
 static void *rcu_dalloc(rcu_t *st, size_t bytes, size_t *acct) {
   if (st->n_allocs >= RCU_MAX_ALLOCS) return NULL;
@@ -451,32 +457,39 @@ static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts
   const int32_t *md = st->meta_d;
   const rcu_layout_t *ly = &st->lay;
   const float scale = 1.f / sqrtf((float)D);
-  vr_cuda_embed_norm(st->x, st->xn, md + ly->ids, md + ly->pos, st->tok, NULL, NULL, 0, st->L[0].n1w, NULL, T, C,
-                     c->norm_eps, s);
+  const int gemm = !(st->skip & RCU_SKIP_GEMM), small = !(st->skip & RCU_SKIP_SMALL), attn = !(st->skip & RCU_SKIP_ATTN);
+  if (small)
+    vr_cuda_embed_norm(st->x, st->xn, md + ly->ids, md + ly->pos, st->tok, NULL, NULL, 0, st->L[0].n1w, NULL, T, C,
+                       c->norm_eps, s);
   for (int l = 0; l < c->num_layers; ++l) {
     const rcu_layer_t *Ly = &st->L[l];
     uint16_t *kc = st->kpool + (size_t)l * st->layer_elems, *vc = st->vpool + (size_t)l * st->layer_elems;
-    vr_cuda_gemm(st->gemm, st->qkv, 0, st->xn, Ly->wqkv, Ly->bqkv, T, NQ, C, 0.f, s);
-    vr_cuda_rope(st->qkv, NQ, 0, QD, H, Hkv, D, md + ly->pos, st->inv_freq, c->rope_attention_scaling, T, s);
-    vr_cuda_roll_kv_append(kc, vc, st->qkv, NQ, QD, QD + KD, md + ly->slots, T, Hkv, D, s);
-    if (mode == RCU_ATTN_VARLEN)
+    if (gemm) vr_cuda_gemm(st->gemm, st->qkv, 0, st->xn, Ly->wqkv, Ly->bqkv, T, NQ, C, 0.f, s);
+    if (small) {
+      vr_cuda_rope(st->qkv, NQ, 0, QD, H, Hkv, D, md + ly->pos, st->inv_freq, c->rope_attention_scaling, T, s);
+      vr_cuda_roll_kv_append(kc, vc, st->qkv, NQ, QD, QD + KD, md + ly->slots, T, Hkv, D, s);
+    }
+    if (!attn) {
+    } else if (mode == RCU_ATTN_VARLEN) {
       vr_cuda_attention(st->qkv, NQ, 0, QD, QD + KD, st->ao, QD, md + ly->cu, md + ly->tiles, md + ly->meta, n_tiles, H,
                         Hkv, D, 1, c->sliding_window, scale, T, s);
-    else
+    } else {
       vr_cuda_roll_decode_attention(st->ao, QD, st->qkv, NQ, 0, kc, vc, md + ly->bt, (int)st->max_blocks,
                                     mode == RCU_ATTN_PAGED_ROWS ? md + ly->btrow : NULL, md + ly->lens, T, H, Hkv, D,
                                     c->sliding_window, scale, part, max_parts, st->po, st->pml, s);
-    vr_cuda_gemm(st->gemm, st->x, 1, st->ao, Ly->wo, Ly->bo, T, C, QD, 1.f, s);
-    vr_cuda_rmsnorm(st->x, st->xn, Ly->n2w, T, C, c->norm_eps, s);
-    vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, Ly->wgu, Ly->bgu, T, 2 * F, C, 0.f, s);
-    vr_cuda_swiglu(st->act, st->mlp, T, F, s);
-    vr_cuda_gemm(st->gemm, st->x, 1, st->act, Ly->wdown, Ly->bdown, T, C, F, 1.f, s);
-    if (l + 1 < c->num_layers) vr_cuda_rmsnorm(st->x, st->xn, st->L[l + 1].n1w, T, C, c->norm_eps, s);
+    }
+    if (gemm) vr_cuda_gemm(st->gemm, st->x, 1, st->ao, Ly->wo, Ly->bo, T, C, QD, 1.f, s);
+    if (small) vr_cuda_rmsnorm(st->x, st->xn, Ly->n2w, T, C, c->norm_eps, s);
+    if (gemm) vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, Ly->wgu, Ly->bgu, T, 2 * F, C, 0.f, s);
+    if (small) vr_cuda_swiglu(st->act, st->mlp, T, F, s);
+    if (gemm) vr_cuda_gemm(st->gemm, st->x, 1, st->act, Ly->wdown, Ly->bdown, T, C, F, 1.f, s);
+    if (small && l + 1 < c->num_layers) vr_cuda_rmsnorm(st->x, st->xn, st->L[l + 1].n1w, T, C, c->norm_eps, s);
   }
 }
 
 /* Final norm + LM head on R rows of x (rows R = T, decode) or on the gathered last rows (prefill). */
 static void rcu_head(rcu_t *st, const float *x, int R) {
+  if (st->skip & RCU_SKIP_HEAD) return;
   vr_cuda_rmsnorm(x, st->xnl, st->final_w, R, st->C, st->c->norm_eps, st->s);
   vr_cuda_gemm(st->gemm, st->logits, 1, st->xnl, st->head, NULL, R, st->V, st->C, 0.f, st->s);
 }
@@ -636,6 +649,34 @@ extern "C" double vr_cuda_roll_last_decode_ms(void *state) {
 }
 
 extern "C" void vr_cuda_roll_use_graphs(void *state, int on) { ((rcu_t *)state)->use_graphs = on != 0; }
+
+extern "C" int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]) {
+  rcu_t *st = (rcu_t *)state;
+  rcu_bucket_t *bk = NULL;
+  for (int i = 0; i < st->n_buckets && !bk; ++i)
+    if ((uint32_t)st->buckets[i].B >= n) bk = &st->buckets[i];
+  if (!bk || !bk->warm || !bk->exec || reps < 1) return VR_ERR_INVAL;
+  static const unsigned variants[5] = {0, RCU_SKIP_ATTN, RCU_SKIP_GEMM, RCU_SKIP_SMALL, RCU_SKIP_HEAD};
+  for (int v = 0; v < 6; ++v) {
+    for (int r = -2; r < reps; ++r) {
+      if (r == 0) VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
+      if (v == 5) {
+        VR_CUDA_CHECK(cudaGraphLaunch(bk->exec, st->s));
+      } else {
+        st->skip = variants[v];
+        rcu_decode_enqueue(st, bk);
+        st->skip = 0;
+      }
+    }
+    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
+    VR_CUDA_CHECK(cudaEventSynchronize(st->dec_ev1));
+    float t = 0;
+    VR_CUDA_CHECK(cudaEventElapsedTime(&t, st->dec_ev0, st->dec_ev1));
+    ms[v] = t / reps;
+  }
+  st->dec_timed = 0;
+  return 0;
+}
 
 /* ---- sampling, blocks, logits ---------------------------------------------------------------- */
 

@@ -48,6 +48,13 @@ int vr_cuda_roll_set_weights_device(void *state, const float *dparams, size_t n_
 /* Tests: 0 runs every decode eagerly (no graphs), 1 (the default) replays the buckets' graphs. */
 void vr_cuda_roll_use_graphs(void *state, int on);
 
+/* Benchmarks: the last decode bucket holding n rows (warm, graph captured), replayed on the last
+ * decode's metadata: ms[0] the step eagerly, ms[1..4] eagerly without (1) the decode attention, (2)
+ * the layers' GEMMs, (3) the small kernels (norms, RoPE, K/V append, SwiGLU, embeddings), (4) the
+ * LM head; ms[5] the graph replay; each the mean of reps. Overwrites the cache slots of that step
+ * with garbage: only after the generation. 0 or VR_ERR_INVAL (no such bucket yet). */
+int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]);
+
 /* Device time (ms, CUDA events) of the last decode() call's forward, for benchmarks. */
 double vr_cuda_roll_last_decode_ms(void *state);
 
