@@ -3,8 +3,8 @@
  *
  * Per row, with z = l / T (float division, as the CPU):
  *   (A) finiteness, max and argmax of z (the lowest id among equal maxima);
- *   (B) S = sum exp(z - max) in double: the log-prob z_tok - max - log S (greedy rows stop here,
- *       with T = 1);
+ *   (B) S = sum exp(z - max) (expf, summed in double; the CPU takes exp in double: the log-probs
+ *       agree to ~1e-7): the log-prob z_tok - max - log S (greedy rows stop here, with T = 1);
  *   (C) top-k: the k-th largest z by a radix select on order-preserving 32-bit keys (4 passes of
  *       8-bit integer histograms); survivors are z >= it, ties kept;
  *   (D) top-p over the survivors in (z, id) ascending order, as the CPU's sort: a survivor is
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
   block_argmax(m, am, sm.rv, sm.ri);
   /* (B) */
   double se = 0.0;
-  for (int i = tid; i < V; i += NT) se += exp((double)(l[i] / T) - (double)m);
+  for (int i = tid; i < V; i += NT) se += (double)expf(l[i] / T - m); /* float exp, double sum */
   const double logS = log(block_sum_t<double>(se, sm.rd));
   if (greedy) {
     if (tid == 0) tokens[b] = am, logprobs[b] = (float)((double)(l[am] / T) - (double)m - logS);
