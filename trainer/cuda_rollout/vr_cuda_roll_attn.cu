@@ -2,8 +2,7 @@
  * keys (flash-decoding), plus the combine kernel (contract and cache layout in
  * vr_cuda_roll_ops.h).
  *
- * k_roll_decode<D>: a block of nw(D) warps (8; 4 for D = 256, whose cross-warp sums would not fit
- * in 48 KiB of shared memory) owns (sequence b, kv head hk, up to MAXG query heads of
+ * k_roll_decode<D>: a block of NW warps owns (sequence b, kv head hk, up to MAXG query heads of
  * hk's group, one partition of `part` keys), so each K/V byte is read once for all the query
  * heads sharing it. Three passes over the partition, scores in shared memory:
  *   1. scores: a warp takes one cache block (16 keys) at a time; lane pair (j, j + 16) owns key
@@ -21,13 +20,11 @@
 #include "vr_cuda_common.cuh"
 #include "vr_cuda_roll_ops.h"
 
+#define NW 4   /* warps per attention block */
 #define MAXG 8 /* query heads per block */
 #define SMEM_LIMIT (48u * 1024u)
 
 namespace {
-
-/* Warps per attention block for head dim D (more warps: more loads in flight per block). */
-__host__ __device__ constexpr int nw_for(int D) { return D >= 256 ? 4 : 8; }
 
 struct roll_attn_params {
   uint16_t *out;
@@ -53,8 +50,7 @@ __device__ __forceinline__ void unpack8(const uint4 v, float *f) {
 }
 
 template <int D>
-__global__ void __launch_bounds__(nw_for(D) * 32) k_roll_decode(roll_attn_params p) {
-  constexpr int NW = nw_for(D);
+__global__ void __launch_bounds__(NW * 32) k_roll_decode(roll_attn_params p) {
   constexpr int NC = D / 8;                /* 16-byte chunks per head */
   constexpr int LPT = NC < 32 ? NC : 32;   /* pass 3: lanes per token row */
   constexpr int TPW = 32 / LPT;            /* pass 3: token rows per warp step */
@@ -231,7 +227,7 @@ __global__ void k_roll_combine(uint16_t *out, int ld_out, const int32_t *lens, i
 
 template <int D>
 void launch_decode(const roll_attn_params &p, dim3 grid, size_t smem, cudaStream_t s) {
-  k_roll_decode<D><<<grid, nw_for(D) * 32, smem, s>>>(p);
+  k_roll_decode<D><<<grid, NW * 32, smem, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -240,7 +236,7 @@ void launch_decode(const roll_attn_params &p, dim3 grid, size_t smem, cudaStream
 /* -------------------------------------------------------------- launchers */
 
 extern "C" size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part) {
-  const int G = H / Hkv, MG = G < MAXG ? G : MAXG, NW = nw_for(D);
+  const int G = H / Hkv, MG = G < MAXG ? G : MAXG;
   const int regB = MG * part > NW * MG * D ? MG * part : NW * MG * D;
   return ((size_t)MG * D + (size_t)regB + 2 * MAXG) * sizeof(float);
 }
