@@ -38,6 +38,12 @@ struct vr_rollout {
   vr_rollout_options_t opt;
   vr_kvcache_t kv;
   uint32_t max_blocks; /* per sequence */
+  /* the init view, kept as offsets: its pointers are only compared with init_base as integers */
+  uintptr_t init_base;
+  size_t n_params;
+  vr_rollout_weights_t view;
+  vr_rollout_layer_w_t *layers;
+  float *staging;      /* weight-sync receive buffer for backends without param_buffer (lazily) */
 };
 
 void vr_rollout_options_init(vr_rollout_options_t *opt) {
@@ -121,6 +127,16 @@ int vr_rollout_init_backend(const vr_rollout_backend_t *be, const vr_model_confi
   if (!r->opt.max_model_len || r->opt.max_model_len > (uint32_t)cfg->max_seq_len)
     r->opt.max_model_len = (uint32_t)cfg->max_seq_len;
   r->max_blocks = (r->opt.max_model_len + r->opt.block_size - 1) / r->opt.block_size;
+  r->init_base = (uintptr_t)params;
+  r->n_params = n_params;
+  r->view = *w;
+  r->layers = malloc((size_t)cfg->num_layers * sizeof *r->layers);
+  if (!r->layers) {
+    vr_rollout_free(r);
+    return VR_ERR_NOMEM;
+  }
+  memcpy(r->layers, w->layers, (size_t)cfg->num_layers * sizeof *r->layers);
+  r->view.layers = r->layers;
   uint32_t nb = 0;
   int index = 0;
   if (r->opt.device && strncmp(r->opt.device, "cuda:", 5) == 0) index = atoi(r->opt.device + 5);
@@ -142,6 +158,8 @@ void vr_rollout_free(vr_rollout_t *r) {
   if (!r) return;
   if (r->state) r->be->free(r->state);
   vr_kvcache_free(&r->kv);
+  free(r->layers);
+  free(r->staging);
   free(r);
 }
 
@@ -164,6 +182,59 @@ int vr_rollout_set_weights(vr_rollout_t *r, const float *params, size_t n_params
   if (seconds) *seconds = (double)(vr_now_ns() - t0) * 1e-9;
   return rc;
 }
+
+/* p (a pointer of the init view) moved onto base. */
+static const float *vr_rollout_move(const vr_rollout_t *r, const float *p, const float *base) {
+  return p ? base + ((uintptr_t)p - r->init_base) / sizeof(float) : NULL;
+}
+
+int vr_rollout_set_params(vr_rollout_t *r, const float *params, size_t n_params, double *seconds) {
+  if (n_params != r->n_params) {
+    vr_log(VR_LOG_ERROR, "rollout: new parameters have %zu floats, the engine was built for %zu", n_params, r->n_params);
+    return VR_ERR_INVAL;
+  }
+  const int L = r->cfg->num_layers;
+  vr_rollout_layer_w_t *layers = malloc((size_t)L * sizeof *layers);
+  if (!layers) return VR_ERR_NOMEM;
+  vr_rollout_weights_t w = r->view;
+  w.tok_emb = vr_rollout_move(r, w.tok_emb, params);
+  w.final_norm_w = vr_rollout_move(r, w.final_norm_w, params);
+  w.lm_head = vr_rollout_move(r, w.lm_head, params);
+  for (int l = 0; l < L; l++) {
+    const vr_rollout_layer_w_t *a = &r->layers[l];
+    vr_rollout_layer_w_t *d = &layers[l];
+    d->q_w = vr_rollout_move(r, a->q_w, params), d->q_b = vr_rollout_move(r, a->q_b, params);
+    d->k_w = vr_rollout_move(r, a->k_w, params), d->k_b = vr_rollout_move(r, a->k_b, params);
+    d->v_w = vr_rollout_move(r, a->v_w, params), d->v_b = vr_rollout_move(r, a->v_b, params);
+    d->o_w = vr_rollout_move(r, a->o_w, params), d->o_b = vr_rollout_move(r, a->o_b, params);
+    d->norm1_w = vr_rollout_move(r, a->norm1_w, params), d->norm2_w = vr_rollout_move(r, a->norm2_w, params);
+    d->gate_w = vr_rollout_move(r, a->gate_w, params), d->gate_b = vr_rollout_move(r, a->gate_b, params);
+    d->up_w = vr_rollout_move(r, a->up_w, params), d->up_b = vr_rollout_move(r, a->up_b, params);
+    d->down_w = vr_rollout_move(r, a->down_w, params), d->down_b = vr_rollout_move(r, a->down_b, params);
+  }
+  w.layers = layers;
+  int rc = vr_rollout_set_weights(r, params, n_params, &w, seconds);
+  free(layers);
+  return rc;
+}
+
+/* The backend's parameter storage (NULL when it has none) and whether it is device memory. */
+float *vr_rollout_param_buffer(vr_rollout_t *r, size_t *n_params, int *on_device) {
+  if (!r->be->param_buffer) return NULL;
+  return r->be->param_buffer(r->state, n_params, on_device);
+}
+
+int vr_rollout_params_updated(vr_rollout_t *r) {
+  return r->be->params_updated ? r->be->params_updated(r->state) : 0;
+}
+
+/* A host buffer of n_params floats for receiving weights, allocated on first use, kept. */
+float *vr_rollout_staging(vr_rollout_t *r) {
+  if (!r->staging) r->staging = malloc((r->n_params ? r->n_params : 1) * sizeof(float));
+  return r->staging;
+}
+
+size_t vr_rollout_n_params(const vr_rollout_t *r) { return r->n_params; }
 
 /* ---- generate --------------------------------------------------------------------------------------- */
 

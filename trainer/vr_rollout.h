@@ -1,6 +1,6 @@
 /* vr_rollout.h: the rollout engine (issue 21): batched generation for causal LMs with a paged KV
  * cache, continuous batching and vLLM-style sampling, behind a backend table (cpu reference here,
- * cuda in trainer/cuda/).
+ * cuda in trainer/cuda_rollout/).
  *
  * Pieces:
  *   vr_sample.h   the sampling rule (temperature, top-k, top-p as vLLM applies them), the log-prob
@@ -10,7 +10,10 @@
  *                 num_blocks blocks it allocated at init).
  *   vr_rollout.c  the scheduler: requests (n responses per prompt sharing the prompt's blocks),
  *                 prefill-first continuous batching, preemption by recompute when blocks run out.
- *   vr_rollout_cpu.c  the cpu backend (fp32, deterministic GEMMs of model/cpu/vr_cpu_gemm.h).
+ *   vr_rollout_cpu.c  the cpu backend (fp32 on the training backend's ops and model/'s GEMMs).
+ *   vr_rollout_lm.h   the engine on a vr_lm_t (the trainer's causal-LM handle);
+ *   vr_rollout_sync.h weight updates over the weight-sync group; vr_gencfg.h the EOS ids of a
+ *                     checkpoint; vr_generate.h the `verl-trainer generate` command.
  *
  * The backend contract, the engine's API and the weights view follow. Threading: a vr_rollout_t
  * and its backend state are used by one thread at a time. */
@@ -115,6 +118,14 @@ typedef struct vr_rollout_backend {
   /* Required. Copies the K/V of block src[i] into block dst[i] for every layer, i < n (copy on
    * write of a shared partial block). src and dst sets are disjoint. */
   int (*copy_blocks)(void *state, const uint32_t *src, const uint32_t *dst, uint32_t n);
+  /* Optional: the backend's own parameter storage, n_params floats in the layout
+   * set_weights was first given (the view's offsets stay valid), which a weight-sync broadcast may
+   * write directly: *on_device 0 = host memory (MPI groups), 1 = device memory (NCCL groups).
+   * params_updated() (optional: NULL = nothing to do, as on cpu) must follow such a write (cuda:
+   * e.g. refresh bf16 copies). NULL: the engine receives into a host staging buffer and calls
+   * set_weights. */
+  float *(*param_buffer)(void *state, size_t *n_params, int *on_device);
+  int (*params_updated)(void *state);
   /* Optional: the logits rows of the last forward, (n_rows, vocab) fp32 into host memory (tests). */
   int (*logits)(void *state, uint32_t n_rows, float *out);
   /* Optional: bytes held (weights, K/V pool, workspaces) and where ("cpu" / "cuda:0"). */
@@ -192,6 +203,17 @@ int vr_rollout_generate(vr_rollout_t *r, const int32_t *ids, const uint32_t *cu,
  * reloaded from disk. *seconds (optional) gets the time taken. */
 int vr_rollout_set_weights(vr_rollout_t *r, const float *params, size_t n_params, const vr_rollout_weights_t *w,
                            double *seconds);
+
+/* The same with params in the layout given at init (the engine keeps the view's offsets). */
+int vr_rollout_set_params(vr_rollout_t *r, const float *params, size_t n_params, double *seconds);
+
+/* For weight sync (vr_rollout_sync.h): the backend's param_buffer (NULL when it has none; then
+ * receive into vr_rollout_staging, a host buffer of vr_rollout_n_params floats the engine keeps, and
+ * call vr_rollout_set_params), and params_updated after writing into it. */
+float *vr_rollout_param_buffer(vr_rollout_t *r, size_t *n_params, int *on_device);
+int vr_rollout_params_updated(vr_rollout_t *r);
+float *vr_rollout_staging(vr_rollout_t *r);
+size_t vr_rollout_n_params(const vr_rollout_t *r);
 
 /* The engine's shape after init. */
 typedef struct vr_rollout_info {

@@ -1,5 +1,7 @@
-/* vr_rollout_cpu.c: the rollout's cpu backend (vr_rollout.h): fp32, the deterministic GEMMs of
- * model/cpu/vr_cpu_gemm.h, a paged K/V pool allocated once at init.
+/* vr_rollout_cpu.c: the rollout's cpu backend (vr_rollout.h): fp32, the training backend's ops
+ * (trainer/cpu/vr_tcpu_ops.h: linear on the deterministic GEMMs of model/cpu/vr_cpu_gemm.h, RMSNorm,
+ * SwiGLU), its own RoPE at arbitrary positions and paged attention over a K/V pool allocated once
+ * at init.
  *
  * One forward serves prefill and decode alike (a decode step is a prefill of one token per
  * sequence): embeddings, then per layer RMSNorm -> q/k/v (+ bias: qwen2) -> RoPE at each token's
@@ -22,6 +24,7 @@
 #include <string.h>
 
 #include "cpu/vr_cpu_gemm.h"
+#include "vr_tcpu_ops.h" /* trainer/cpu: the training backend's ops */
 #include "verl_reward/status.h"
 #include "vr_log.h"
 #include "vr_rollout.h"
@@ -54,6 +57,8 @@ typedef struct vr_rcpu {
   uint32_t n_logits;     /* rows valid in logits */
   float *scores;         /* n_threads * max_model_len * group attention scratch */
   float *pack;           /* GEMM packing scratch */
+  float *rstd;           /* (ws_tokens) RMSNorm scratch */
+  vr_tcpu_ctx_t ops;     /* the training backend's cpu ops (linear, RMSNorm, SwiGLU): one set of kernels */
   void *sample_ws;       /* VR_SAMPLE_SCRATCH_BYTES(V) */
 } vr_rcpu_t;
 
@@ -65,7 +70,7 @@ static void vr_rcpu_free(void *state) {
   free(s->kpool), free(s->vpool);
   free(s->rope_cos), free(s->rope_sin);
   free(s->x), free(s->h), free(s->q), free(s->k), free(s->v), free(s->att), free(s->f1), free(s->f2);
-  free(s->pos), free(s->seq), free(s->last), free(s->logits), free(s->scores), free(s->pack), free(s->sample_ws);
+  free(s->pos), free(s->seq), free(s->last), free(s->logits), free(s->scores), free(s->pack), free(s->sample_ws), free(s->rstd);
   free(s);
 }
 
@@ -143,7 +148,9 @@ static int vr_rcpu_init(const vr_model_config_t *c, const vr_rollout_options_t *
     if (H * D > k) k = H * D;
     size_t bytes = (size_t)s->n_threads * VR_CPU_GEMM_PACK_FLOATS(k) * sizeof(float);
     s->pack = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-    if (!s->pos || !s->seq || !s->layers || !s->sample_ws || !s->pack) err = VR_ERR_NOMEM;
+    s->rstd = malloc(T * sizeof *s->rstd);
+    if (!s->pos || !s->seq || !s->layers || !s->sample_ws || !s->pack || !s->rstd) err = VR_ERR_NOMEM;
+    s->ops = (vr_tcpu_ctx_t){.gemm = gemm, .n_threads = s->n_threads, .pack = s->pack, .pack_k = (int)k};
   }
   if (err) {
     vr_log(VR_LOG_ERROR, "rollout: out of memory for the cpu backend (K/V pool %llu bytes, %zu-token workspace)",
@@ -217,22 +224,6 @@ static int vr_rcpu_set_weights(void *state, const float *params, size_t n_params
 }
 
 /* ---- ops ----------------------------------------------------------------------------------------- */
-
-static void vr_rcpu_linear(const vr_rcpu_t *s, const float *w, const float *b, int out, int in, const float *x, int T,
-                           float *y) {
-  vr_cpu_gemm_nt(s->gemm, T, out, in, 1.0f, x, in, w, in, b, y, out, s->pack, s->n_threads);
-}
-
-/* y = x * rsqrt(mean(x^2) + eps) * w, as transformers' LlamaRMSNorm (and model/cpu). */
-static void vr_rcpu_rmsnorm(const float *x, const float *w, int T, int C, float eps, float *y) {
-  for (int t = 0; t < T; t++) {
-    const float *r = x + (size_t)t * C;
-    double ss = 0;
-    for (int i = 0; i < C; i++) ss += (double)r[i] * r[i];
-    float inv = 1.0f / sqrtf((float)(ss / C) + eps);
-    for (int i = 0; i < C; i++) y[(size_t)t * C + i] = w[i] * (r[i] * inv);
-  }
-}
 
 /* Rotates the nh heads of each of T rows of x by the row's position (rotate_half pairs (i, i + D/2)). */
 static void vr_rcpu_rope(const vr_rcpu_t *s, float *x, int nh, uint32_t T) {
@@ -340,10 +331,10 @@ static int vr_rcpu_forward(void *state, const vr_rollout_batch_t *b) {
     memcpy(s->x + (size_t)t * C, s->w.tok_emb + (size_t)b->ids[t] * C, (size_t)C * sizeof(float));
   for (int l = 0; l < c->num_layers; l++) {
     const vr_rollout_layer_w_t *L = &s->w.layers[l];
-    vr_rcpu_rmsnorm(s->x, L->norm1_w, (int)T, C, c->norm_eps, s->h);
-    vr_rcpu_linear(s, L->q_w, L->q_b, QD, C, s->h, (int)T, s->q);
-    vr_rcpu_linear(s, L->k_w, L->k_b, KD, C, s->h, (int)T, s->k);
-    vr_rcpu_linear(s, L->v_w, L->v_b, KD, C, s->h, (int)T, s->v);
+    vr_tcpu_rmsnorm(s->x, L->norm1_w, (int)T, C, c->norm_eps, s->h, s->rstd);
+    vr_tcpu_linear(&s->ops, s->h, L->q_w, L->q_b, (int)T, C, QD, s->q);
+    vr_tcpu_linear(&s->ops, s->h, L->k_w, L->k_b, (int)T, C, KD, s->k);
+    vr_tcpu_linear(&s->ops, s->h, L->v_w, L->v_b, (int)T, C, KD, s->v);
     vr_rcpu_rope(s, s->q, c->num_heads, T);
     vr_rcpu_rope(s, s->k, c->num_kv_heads, T);
     float *K = s->kpool + (size_t)l * s->layer_stride, *V = s->vpool + (size_t)l * s->layer_stride;
@@ -353,19 +344,19 @@ static int vr_rcpu_forward(void *state, const vr_rollout_batch_t *b) {
       memcpy(V + slot, s->v + (size_t)t * KD, (size_t)KD * sizeof(float));
     }
     vr_rcpu_attention(s, b, l, T);
-    vr_rcpu_linear(s, L->o_w, L->o_b, C, QD, s->att, (int)T, s->h);
+    vr_tcpu_linear(&s->ops, s->att, L->o_w, L->o_b, (int)T, QD, C, s->h);
     for (size_t i = 0; i < (size_t)T * C; i++) s->x[i] += s->h[i];
-    vr_rcpu_rmsnorm(s->x, L->norm2_w, (int)T, C, c->norm_eps, s->h);
-    vr_rcpu_linear(s, L->gate_w, L->gate_b, F, C, s->h, (int)T, s->f1);
-    vr_rcpu_linear(s, L->up_w, L->up_b, F, C, s->h, (int)T, s->f2);
-    for (size_t i = 0; i < (size_t)T * F; i++) s->f1[i] = s->f1[i] / (1.0f + expf(-s->f1[i])) * s->f2[i];
-    vr_rcpu_linear(s, L->down_w, L->down_b, C, F, s->f1, (int)T, s->h);
+    vr_tcpu_rmsnorm(s->x, L->norm2_w, (int)T, C, c->norm_eps, s->h, s->rstd);
+    vr_tcpu_linear(&s->ops, s->h, L->gate_w, L->gate_b, (int)T, C, F, s->f1);
+    vr_tcpu_linear(&s->ops, s->h, L->up_w, L->up_b, (int)T, C, F, s->f2);
+    vr_tcpu_swiglu(s->f1, s->f2, (size_t)T * F, s->f1); /* elementwise: in place is fine */
+    vr_tcpu_linear(&s->ops, s->f1, L->down_w, L->down_b, (int)T, F, C, s->h);
     for (size_t i = 0; i < (size_t)T * C; i++) s->x[i] += s->h[i];
   }
   for (uint32_t q = 0; q < b->n_seqs; q++)
-    vr_rcpu_rmsnorm(s->x + (size_t)(b->cu_q[q + 1] - 1) * C, s->w.final_norm_w, 1, C, c->norm_eps,
-                    s->last + (size_t)q * C);
-  vr_rcpu_linear(s, s->w.lm_head, NULL, c->vocab_size, C, s->last, (int)b->n_seqs, s->logits);
+    vr_tcpu_rmsnorm(s->x + (size_t)(b->cu_q[q + 1] - 1) * C, s->w.final_norm_w, 1, C, c->norm_eps,
+                    s->last + (size_t)q * C, s->rstd);
+  vr_tcpu_linear(&s->ops, s->last, s->w.lm_head, NULL, (int)b->n_seqs, C, c->vocab_size, s->logits);
   s->n_logits = b->n_seqs;
   return 0;
 }
@@ -397,6 +388,13 @@ static int vr_rcpu_copy_blocks(void *state, const uint32_t *src, const uint32_t 
   return 0;
 }
 
+static float *vr_rcpu_param_buffer(void *state, size_t *n_params, int *on_device) {
+  vr_rcpu_t *s = state;
+  *n_params = s->n_params;
+  *on_device = 0;
+  return s->params;
+}
+
 static int vr_rcpu_logits(void *state, uint32_t n_rows, float *out) {
   vr_rcpu_t *s = state;
   if (n_rows > s->n_logits) return VR_ERR_INVAL;
@@ -426,6 +424,8 @@ const vr_rollout_backend_t vr_rollout_backend_cpu = {
     .decode = NULL, /* a decode step is the same forward with q_len = 1 */
     .sample = vr_rcpu_sample,
     .copy_blocks = vr_rcpu_copy_blocks,
+    .param_buffer = vr_rcpu_param_buffer, /* the view points into it: a write is live at once */
+    .params_updated = NULL,
     .logits = vr_rcpu_logits,
     .describe = vr_rcpu_describe,
 };
