@@ -18,6 +18,7 @@
 #include "rollout_test_model.h"
 #include "vr_cuda_roll_backend.h"
 #include "vr_rollout.h"
+#include "vr_rollout_lm.h"
 #include "vr_sample.h"
 #include "vr_test_seed.h"
 
@@ -565,6 +566,52 @@ done:
   tmodel_free(&m);
 }
 
+/* The causal-LM fixtures of the training engine (tests/fixtures/lm/<name>, through vr_lm and
+ * vr_rollout_lm_view): greedy on cuda equals the cpu engine as compare_greedy says (the cpu engine
+ * is checked against transformers on the same fixtures by tests/trainer/test_rollout_golden.c). */
+static void test_fixture(const char *name) {
+  const char *fx = getenv("VR_FIXTURES");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/lm/%s", fx ? fx : "tests/fixtures", name);
+  vr_lm_t *lm = NULL;
+  vr_rollout_lm_t v;
+  memset(&v, 0, sizeof v);
+  if (vr_lm_load(dir, NULL, &lm) != 0 || vr_rollout_lm_view(lm, &v) != 0) {
+    report(0, "fixture %s: cannot load %s (VR_FIXTURES names tests/fixtures)", name, dir);
+    vr_lm_free(lm);
+    return;
+  }
+  tmodel_t m; /* borrows the lm's buffer and the view: nothing of it is freed here */
+  memset(&m, 0, sizeof m);
+  m.cfg = v.cfg;
+  m.params = vr_lm_params(lm);
+  m.n = vr_lm_n_floats(lm);
+  m.w = v.w;
+  enum { NP = 8 };
+  uint32_t pcu[NP + 1] = {0};
+  int32_t ids[NP * 24];
+  for (int p = 0; p < NP; ++p) {
+    const uint32_t len = 2 + irand(22);
+    for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand((uint32_t)m.cfg.vocab_size);
+    pcu[p + 1] = pcu[p] + len;
+  }
+  vr_rollout_t *cpu = NULL, *cu = NULL;
+  char what[96];
+  if (make_engine(&m, &vr_rollout_backend_cpu, "cpu", 2048, &cpu) == 0 &&
+      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &cu) == 0) {
+    snprintf(what, sizeof what, "fixture %s (n 1)", name);
+    compare_greedy(what, &m, cpu, cu, ids, pcu, NP, 1, 24);
+    snprintf(what, sizeof what, "fixture %s (n 3)", name);
+    compare_greedy(what, &m, cpu, cu, ids, pcu, NP, 3, 16);
+  } else {
+    report(0, "fixture %s: engine init failed", name);
+  }
+  vr_rollout_free(cpu);
+  vr_rollout_free(cu);
+  vr_rollout_lm_view_free(&v);
+  vr_lm_free(lm);
+}
+
 /* ------------------------------------------------------------ main */
 
 int main(void) {
@@ -615,6 +662,9 @@ int main(void) {
   test_engine("qwen2 bias tied mqa D64", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
   test_engine("mistral window 24 D8", 97, 32, 2, 4, 2, 8, 48, 0, 0, 24);
   test_engine("gqa 8 D128", 256, 256, 2, 16, 2, 128, 256, 0, 0, 0);
+  test_fixture("llama_lm");
+  test_fixture("qwen2_lm");
+  test_fixture("mistral_lm");
   printf(g_fail ? "test_cuda_rollout: FAILED\n" : "test_cuda_rollout: all passed\n");
   return g_fail;
 }
