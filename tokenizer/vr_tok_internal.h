@@ -227,6 +227,10 @@ int vr_tok_jbool(const cJSON *o, const char *key, int def);
 /* "pattern": {"String": s} or {"Regex": r} -> compiled; error names the component. */
 int vr_tok_jpattern(const cJSON *o, const char *file, const char *comp, vr_tok_re_t **out, char *err,
                     size_t errlen);
+/* A Sequence component's list j[key]: *arr and *k (its length), or VR_ERR_MODEL_FORMAT naming
+ * comp; *sub gets a zeroed array of k (at least 1) pointers of elem bytes each. */
+int vr_tok_jlist(const cJSON *j, const char *key, const char *file, const char *comp, const cJSON **arr,
+                 void *sub, size_t elem, char *err, size_t errlen);
 /* Copies a string member (may be absent: *out = NULL). */
 int vr_tok_jdup(const cJSON *o, const char *key, char **out, size_t *n);
 

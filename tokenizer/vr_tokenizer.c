@@ -90,6 +90,20 @@ int vr_tok_jdup(const cJSON *o, const char *key, char **out, size_t *n) {
   return 0;
 }
 
+int vr_tok_jlist(const cJSON *j, const char *key, const char *file, const char *comp, const cJSON **arr,
+                 void *sub, size_t elem, char *err, size_t errlen) {
+  *arr = cJSON_GetObjectItemCaseSensitive(j, key);
+  if (!cJSON_IsArray(*arr)) {
+    vr_tok_seterr(err, errlen, "%s: %s Sequence: \"%s\" is not a list", file, comp, key);
+    return VR_ERR_MODEL_FORMAT;
+  }
+  size_t k = (size_t)cJSON_GetArraySize(*arr);
+  void *v = calloc(k ? k : 1, elem);
+  if (!v) return VR_ERR_NOMEM;
+  memcpy(sub, &v, sizeof v);
+  return 0;
+}
+
 int vr_tok_jpattern(const cJSON *o, const char *file, const char *comp, vr_tok_re_t **out, char *err,
                     size_t errlen) {
   const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "pattern");
