@@ -609,20 +609,71 @@ static int add_named_special(vr_tok_t *tok, const cJSON *v) {
   return add_token(tok, s, id, 1, 0, 0, 0, 0);
 }
 
+static int pre_bytelevel(const vr_tok_pre_t *p) {
+  if (!p) return 0;
+  if (p->type == VR_TOK_PRE_BYTELEVEL) return 1;
+  for (size_t i = 0; i < p->nsub; i++)
+    if (pre_bytelevel(p->sub[i])) return 1;
+  return 0;
+}
+
+static int dec_bytelevel(const vr_tok_dec_t *d) {
+  if (!d) return 0;
+  if (d->type == VR_TOK_DEC_BYTELEVEL) return 1;
+  for (size_t i = 0; i < d->nsub; i++)
+    if (dec_bytelevel(d->sub[i])) return 1;
+  return 0;
+}
+
+/* A GPT-2 style byte-level tokenizer.json (ByteLevel pre-tokenizer or decoder). */
+static int is_bytelevel(const vr_tok_t *tok) { return pre_bytelevel(tok->pre) || dec_bytelevel(tok->dec); }
+
+static int32_t config_token_id(const vr_tok_t *tok, const cJSON *v) {
+  const char *s = cJSON_IsString(v) ? v->valuestring : cJSON_IsObject(v) ? vr_tok_jstr(v, "content") : NULL;
+  return s ? vr_tok_token_to_id(tok, s, strlen(s)) : -1;
+}
+
+/* Llama/Gemma classes' update_post_processor: the single template is [bos if add_bos_token] $A
+ * [eos if add_eos_token], replacing the file's post-processor (ByteLevel's changes only offsets). */
+static int bos_eos_template(vr_tok_t *tok, const cJSON *root, int add_bos, int add_eos) {
+  int32_t bos = config_token_id(tok, cJSON_GetObjectItemCaseSensitive(root, "bos_token"));
+  int32_t eos = config_token_id(tok, cJSON_GetObjectItemCaseSensitive(root, "eos_token"));
+  vr_tok_post_t *p = calloc(1, sizeof *p);
+  if (!p) return VR_ERR_NOMEM;
+  p->type = VR_TOK_POST_TEMPLATE;
+  p->pre = malloc(sizeof *p->pre);
+  p->post = malloc(sizeof *p->post);
+  if (!p->pre || !p->post) {
+    vr_tok_post_free(p);
+    return VR_ERR_NOMEM;
+  }
+  if (add_bos && bos >= 0) p->pre[p->npre++] = bos;
+  if (add_eos && eos >= 0) p->post[p->npost++] = eos;
+  vr_tok_post_free(tok->post);
+  tok->post = p;
+  return 0;
+}
+
 /* transformers 5 rebuilds parts of the pipeline in some tokenizer classes instead of taking
  * tokenizer.json as it is (seen with the fixtures of tests/fixtures/tokenizers: the effective pipeline that
  * transformers' backend_tokenizer reports). We apply the same, keyed on tokenizer_class:
  *   LlamaTokenizer(Fast): no normalizer; pre_tokenizer Metaspace("▁", prepend_scheme, split=false)
  *     with prepend_scheme "never" when add_prefix_space is false, else "first" when legacy is
- *     false, else "always" (legacy absent or null counts as true)
+ *     false, else "always" (legacy absent or null counts as true). Not for a byte-level
+ *     tokenizer.json under that class name (DeepSeek-V3/R1, deepseek-llm, ...): transformers
+ *     5.0-5.15 installed Metaspace there too, which drops every space (transformers issues
+ *     #45488, #48206); the fix (PR #48317) routes such files to the file's own pipeline, which
+ *     is what we use.
  *   GemmaTokenizer(Fast): mask_token "<mask>" by default (a special added token when in vocab)
+ *   both: when the config sets add_bos_token / add_eos_token, the single template becomes
+ *     [bos] $A [eos] accordingly (update_post_processor; DeepSeek's byte-level files rely on it)
  * Every class: bos/eos/unk/pad/mask/cls/sep and additional_special_tokens named in the config
  * are special added tokens. Other classes (PreTrainedTokenizerFast, TokenizersBackend,
  * Qwen2Tokenizer, ...) use tokenizer.json's pipeline unchanged. */
 static int apply_class_rules(vr_tok_t *tok, const cJSON *root, const char *file, char *err, size_t errlen) {
   const char *cls = vr_tok_jstr(root, "tokenizer_class");
   int rc = 0;
-  if (cls && (!strcmp(cls, "LlamaTokenizer") || !strcmp(cls, "LlamaTokenizerFast"))) {
+  if (cls && (!strcmp(cls, "LlamaTokenizer") || !strcmp(cls, "LlamaTokenizerFast")) && !is_bytelevel(tok)) {
     int aps = vr_tok_jbool(root, "add_prefix_space", 1), legacy = vr_tok_jbool(root, "legacy", 1);
     if (aps < 0 || legacy < 0) {
       vr_tok_seterr(err, errlen, "%s: add_prefix_space / legacy is not a boolean", file);
@@ -645,6 +696,11 @@ static int apply_class_rules(vr_tok_t *tok, const cJSON *root, const char *file,
     rc = m ? add_named_special(tok, m) : VR_ERR_NOMEM;
     cJSON_Delete(m);
   }
+  int llama_like = cls && (!strcmp(cls, "LlamaTokenizer") || !strcmp(cls, "LlamaTokenizerFast") ||
+                           !strcmp(cls, "GemmaTokenizer") || !strcmp(cls, "GemmaTokenizerFast"));
+  const cJSON *ab = cJSON_GetObjectItemCaseSensitive(root, "add_bos_token");
+  const cJSON *ae = cJSON_GetObjectItemCaseSensitive(root, "add_eos_token");
+  if (!rc && llama_like && (cJSON_IsBool(ab) || cJSON_IsBool(ae))) rc = bos_eos_template(tok, root, cJSON_IsTrue(ab), cJSON_IsTrue(ae));
   static const char *const keys[] = {"bos_token", "eos_token", "unk_token", "pad_token", "mask_token", "cls_token",
                                      "sep_token"};
   for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !rc; i++)
