@@ -53,6 +53,11 @@ typedef struct vr_tok_ctx {
   size_t heap_cap;
   void *lat;
   size_t lat_cap;
+  /* word -> ids of the model, kept across calls that share the ctx (HF's BPE cache; the model
+   * is a pure function of the word): cache maps a pre-token to an offset into cache_ids, where
+   * its id count and ids are stored */
+  vr_tok_map_t cache;
+  vr_tok_ids_t cache_ids;
 } vr_tok_ctx_t;
 
 int vr_tok_ctx_init(vr_tok_ctx_t *c);

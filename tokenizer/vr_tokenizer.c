@@ -56,6 +56,7 @@ struct vr_tok {
   char *special_text[4];
   int32_t special_id[4];
   int clean_up_spaces;
+  int split_special; /* config split_special_tokens: special tokens are not matched (HF encode_special_tokens) */
   named_template_t *templates;
   size_t ntemplates;
   size_t vocab_size;
@@ -159,6 +160,8 @@ void vr_tok_ctx_free(vr_tok_ctx_t *c) {
   free(c->sym);
   free(c->heap);
   free(c->lat);
+  vr_tok_map_free(&c->cache);
+  free(c->cache_ids.v);
   memset(c, 0, sizeof *c);
 }
 
@@ -255,6 +258,10 @@ static int split_added(const vr_tok_t *tok, const trie_t *t, vr_tok_ctx_t *c, ui
       continue;
     }
     const added_t *a = &tok->added[ai];
+    if (tok->split_special && a->special) {
+      i = end; /* HF skips the match; the text is tokenized as any other */
+      continue;
+    }
     size_t ms = i, me = end;
     if (a->single_word) {
       size_t l;
@@ -296,6 +303,35 @@ static int split_added(const vr_tok_t *tok, const trie_t *t, vr_tok_ctx_t *c, ui
 }
 
 /* ---- encode -------------------------------------------------------------------------------- */
+
+enum { CACHE_MAX_WORD = 256, CACHE_MAX_WORDS = 1 << 16 };
+
+/* The model on one pre-token, through the ctx's word cache (words up to CACHE_MAX_WORD bytes;
+ * the cache is emptied when it holds CACHE_MAX_WORDS words). */
+static int model_cached(const vr_tok_t *tok, vr_tok_ctx_t *c, const char *s, size_t n, vr_tok_ids_t *ids, char *err,
+                        size_t errlen) {
+  if (n > CACHE_MAX_WORD) return vr_tok_model_encode(&tok->model, c, s, n, ids, err, errlen);
+  int found;
+  int32_t at = vr_tok_map_get(&c->cache, s, n, &found);
+  if (found) {
+    const int32_t *v = c->cache_ids.v + at;
+    for (int32_t k = 1; k <= v[0]; k++)
+      if (vr_tok_ids_push(ids, v[k])) return VR_ERR_NOMEM;
+    return 0;
+  }
+  size_t first = ids->n;
+  int rc = vr_tok_model_encode(&tok->model, c, s, n, ids, err, errlen);
+  if (rc) return rc;
+  if (c->cache.count >= CACHE_MAX_WORDS || c->cache_ids.n > (size_t)INT32_MAX / 2) {
+    vr_tok_map_free(&c->cache);
+    c->cache_ids.n = 0;
+  }
+  size_t off = c->cache_ids.n;
+  if (vr_tok_ids_push(&c->cache_ids, (int32_t)(ids->n - first))) return VR_ERR_NOMEM;
+  for (size_t k = first; k < ids->n; k++)
+    if (vr_tok_ids_push(&c->cache_ids, ids->v[k])) return VR_ERR_NOMEM;
+  return vr_tok_map_put(&c->cache, s, n, (int32_t)off);
+}
 
 static int encode_ctx(const vr_tok_t *tok, vr_tok_ctx_t *c, const char *text, size_t len, int add_special,
                       vr_tok_ids_t *ids, char *err, size_t errlen) {
@@ -340,7 +376,7 @@ static int encode_ctx(const vr_tok_t *tok, vr_tok_ctx_t *c, const char *text, si
   for (size_t i = 0; i < c->a.n && !rc; i++) {
     vr_tok_piece_t pc = c->a.v[i];
     if (pc.id >= 0) rc = vr_tok_ids_push(ids, pc.id);
-    else if (pc.len) rc = vr_tok_model_encode(&tok->model, c, c->arena.p + pc.off, pc.len, ids, err, errlen);
+    else if (pc.len) rc = model_cached(tok, c, c->arena.p + pc.off, pc.len, ids, err, errlen);
   }
   /* 5. post-process */
   if (!rc && add_special && tok->post) rc = vr_tok_post_apply(tok->post, ids);
@@ -727,6 +763,12 @@ static int parse_config(vr_tok_t *tok, const char *json, size_t len, const char 
     vr_tok_seterr(err, errlen, "%s: clean_up_tokenization_spaces is not a boolean", file);
     rc = VR_ERR_MODEL_FORMAT;
   }
+  int ss = vr_tok_jbool(root, "split_special_tokens", 0);
+  if (ss < 0) {
+    vr_tok_seterr(err, errlen, "%s: split_special_tokens is not a boolean", file);
+    rc = VR_ERR_MODEL_FORMAT;
+  }
+  tok->split_special = ss > 0;
   /* transformers 5 ignores the flag for BPE models ("destructive for BPE", it warns) */
   tok->clean_up_spaces = cu > 0 && tok->model.type != VR_TOK_MODEL_BPE;
   /* added_tokens_decoder: tokens transformers adds when tokenizer.json lacks them */

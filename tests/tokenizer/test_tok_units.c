@@ -391,6 +391,10 @@ static void test_class_rules(void **st) {
   assert_int_equal(vr_tok_adds_bos(t), 1);
   free(ids);
   vr_tok_free(t);
+  /* split_special_tokens: <s> in the text is text */
+  t = load_dir(spm, "{\"tokenizer_class\": \"LlamaTokenizer\", \"legacy\": false, \"split_special_tokens\": true}");
+  expect_split(t, "hi<s>", "\xe2\x96\x81hi|<unk>");
+  vr_tok_free(t);
   /* legacy true (the file's rule was Prepend on every piece): Metaspace(always) */
   t = load_dir(spm, "{\"tokenizer_class\": \"LlamaTokenizer\", \"legacy\": true}");
   expect_split(t, "hi<s>hi", "\xe2\x96\x81hi|<s>|\xe2\x96\x81hi");
