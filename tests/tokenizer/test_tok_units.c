@@ -344,29 +344,35 @@ static void test_errors(void **st) {
 
 /* ---- transformers 5 class rules (tokenizer_config.json's tokenizer_class) ------------------ */
 
-static vr_tok_t *load_dir(const char *tokenizer_json, const char *config) {
+/* A model directory with tokenizer.json, tokenizer_config.json and (when stm) special_tokens_map.json. */
+static vr_tok_t *load_dir3(const char *tokenizer_json, const char *config, const char *stm) {
   char dir[] = "/tmp/vr_tok_unit_XXXXXX";
   assert_non_null(mkdtemp(dir));
+  const char *names[3] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+  const char *texts[3] = {tokenizer_json, config, stm};
   char path[256];
-  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-  FILE *f = fopen(path, "w");
-  fputs(tokenizer_json, f);
-  fclose(f);
-  snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-  f = fopen(path, "w");
-  fputs(config, f);
-  fclose(f);
+  for (int i = 0; i < 3; i++) {
+    if (!texts[i]) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    FILE *f = fopen(path, "w");
+    fputs(texts[i], f);
+    fclose(f);
+  }
   vr_tok_t *t = NULL;
   char err[512];
   int rc = vr_tok_load(dir, &t, err, sizeof err);
   if (rc) fprintf(stderr, "load: %s\n", err);
   assert_int_equal(rc, 0);
-  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-  unlink(path);
-  snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-  unlink(path);
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    unlink(path);
+  }
   rmdir(dir);
   return t;
+}
+
+static vr_tok_t *load_dir(const char *tokenizer_json, const char *config) {
+  return load_dir3(tokenizer_json, config, NULL);
 }
 
 static void test_class_rules(void **st) {
@@ -419,6 +425,45 @@ static void test_class_rules(void **st) {
   assert_int_equal(vr_tok_decode(t, want, 3, 1, &text, &tl, err, sizeof err), 0);
   assert_string_equal(text, "hi hi");
   free(text);
+  vr_tok_free(t);
+  (void)st;
+}
+
+static void test_config_accessors(void **st) {
+  const char *tj = "{\"added_tokens\": [{\"id\": 0, \"content\": \"<e>\", \"special\": true}], \"model\": "
+                   "{\"type\": \"WordPiece\", \"unk_token\": \"u\", \"vocab\": {\"<e>\": 0, \"u\": 1, \"<p>\": 2}}}";
+  /* templates as a list of {name, template}; eos only in special_tokens_map.json; pad from the
+   * config, an AddedToken object, and in the vocab only: it becomes a special added token */
+  vr_tok_t *t = load_dir3(tj, "{\"chat_template\": [{\"name\": \"default\", \"template\": \"A{{ x }}\"}, "
+                              "{\"name\": \"tool_use\", \"template\": \"B\"}], \"bos_token\": null, "
+                              "\"pad_token\": {\"__type\": \"AddedToken\", \"content\": \"<p>\"}}",
+                          "{\"eos_token\": \"<e>\", \"pad_token\": \"u\"}");
+  assert_int_equal(vr_tok_chat_template_count(t), 2);
+  assert_string_equal(vr_tok_chat_template(t, NULL), "A{{ x }}");
+  assert_string_equal(vr_tok_chat_template(t, "tool_use"), "B");
+  assert_null(vr_tok_chat_template(t, "nope"));
+  const char *text = NULL;
+  assert_string_equal(vr_tok_chat_template_at(t, 1, &text), "tool_use");
+  assert_string_equal(text, "B");
+  int32_t id;
+  assert_null(vr_tok_special_token(t, VR_TOK_BOS, &id));
+  assert_int_equal(id, -1);
+  assert_string_equal(vr_tok_special_token(t, VR_TOK_EOS, &id), "<e>");
+  assert_int_equal(id, 0);
+  assert_string_equal(vr_tok_special_token(t, VR_TOK_PAD, &id), "<p>"); /* the config wins */
+  assert_int_equal(id, 2);
+  assert_int_equal(vr_tok_is_special(t, 2), 1);
+  assert_int_equal(vr_tok_is_special(t, 1), 0);
+  assert_int_equal(vr_tok_vocab_size(t), 3);
+  assert_int_equal(vr_tok_adds_bos(t), 0);
+  size_t n;
+  assert_memory_equal(vr_tok_id_to_token(t, 2, &n), "<p>", 3);
+  vr_tok_free(t);
+  /* a plain string template is "default" */
+  t = load_dir(tj, "{\"chat_template\": \"C\"}");
+  assert_int_equal(vr_tok_chat_template_count(t), 1);
+  assert_string_equal(vr_tok_chat_template_at(t, 0, NULL), "default");
+  assert_string_equal(vr_tok_chat_template(t, "default"), "C");
   vr_tok_free(t);
   (void)st;
 }
@@ -486,6 +531,7 @@ int main(void) {
       cmocka_unit_test(test_bpe_prefix_suffix), cmocka_unit_test(test_unigram_byte_fallback),
       cmocka_unit_test(test_post_and_decoders), cmocka_unit_test(test_regex_onig),
       cmocka_unit_test(test_errors),            cmocka_unit_test(test_class_rules),
+      cmocka_unit_test(test_config_accessors),
       cmocka_unit_test(test_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
