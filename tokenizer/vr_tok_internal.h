@@ -163,6 +163,24 @@ int vr_tok_model_encode(const vr_tok_model_t *m, vr_tok_ctx_t *c, const char *s,
                         char *err, size_t errlen);
 /* The token text of id, or NULL. */
 const char *vr_tok_model_token(const vr_tok_model_t *m, int32_t id, size_t *n);
+/* The id of a vocab token, or -1. */
+static inline int32_t vr_tok_vocab_id(const vr_tok_model_t *m, const char *s, size_t n) {
+  return vr_tok_map_get(&m->vocab, s, n, NULL);
+}
+/* vocab {token: id} and unk_token of a BPE / WordPiece model (vr_tok_model.c) */
+int vr_tok_model_parse_vocab(const cJSON *v, const char *file, const char *comp, vr_tok_model_t *m, char *err,
+                             size_t errlen);
+int vr_tok_model_parse_unk(const cJSON *j, const char *file, const char *comp, vr_tok_model_t *m, char *err,
+                           size_t errlen);
+/* vr_tok_bpe.c */
+int vr_tok_bpe_parse(const cJSON *j, const char *file, vr_tok_model_t *m, char *err, size_t errlen);
+int vr_tok_bpe_encode(const vr_tok_model_t *m, vr_tok_ctx_t *c, const char *s, size_t n, vr_tok_ids_t *out, char *err,
+                      size_t errlen);
+/* A symbol of a word being merged (BPE), or a piece (start = id, end = prev) of a Unigram path. */
+typedef struct vr_tok_sym {
+  int32_t id, prev, next;
+  uint32_t len; /* bytes of the word it covers; 0 = merged away */
+} vr_tok_sym_t;
 
 /* ---- post-processors ------------------------------------------------------------------ */
 
