@@ -41,10 +41,20 @@ typedef enum vr_arch {
   VR_ARCH_QWEN2 = 4,   /* Qwen2ForSequenceClassification */
 } vr_arch_t;
 
+/* What the checkpoint's head is (config.json "architectures"). The reward runtime
+ * (vr_model_load) serves VR_TASK_SEQ_CLS only; the trainer's weights entry
+ * (vr_model_weights.h) also opens the decoders' causal-LM and token-classification forms. */
+typedef enum vr_task {
+  VR_TASK_SEQ_CLS = 0,   /* *ForSequenceClassification: score (num_labels, C) */
+  VR_TASK_CAUSAL_LM = 1, /* LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM: lm_head (V, C) */
+  VR_TASK_TOKEN_CLS = 2, /* LlamaForTokenClassification, ...: score (num_labels, C) + bias */
+} vr_task_t;
+
 typedef enum vr_act { VR_ACT_GELU = 0 /* erf */, VR_ACT_GELU_TANH = 1 /* gelu_new, gelu_pytorch_tanh */, VR_ACT_SILU = 2, VR_ACT_RELU = 3 } vr_act_t;
 
 typedef struct vr_model_config {
   vr_arch_t arch;
+  vr_task_t task;              /* the head architectures[0] names */
   int is_decoder;
   int vocab_size, hidden_size, num_layers, num_heads, num_kv_heads, head_dim, intermediate_size;
   int max_position_embeddings; /* as in config.json */
@@ -88,7 +98,11 @@ typedef struct vr_model_weights {
   const vr_tensor_t *final_norm_w;            /* decoders: model.norm */
   /* heads. bert: head1 = pooler.dense (tanh), head2 = classifier.
    *        roberta: head1 = classifier.dense (tanh), head2 = classifier.out_proj.
-   *        decoders: head2 = score (num_labels, C), no bias; head1 NULL. */
+   *        decoders: head2 = score (num_labels, C), no bias; head1 NULL.
+   *        decoders, VR_TASK_TOKEN_CLS: head2 = score (num_labels, C), head2_b = score.bias.
+   *        decoders, VR_TASK_CAUSAL_LM: head2 = lm_head (V, C), or tok_emb itself when
+   *        tie_word_embeddings (a lm_head.weight in the file is then ignored, as transformers
+   *        ties it). */
   const vr_tensor_t *head1_w, *head1_b, *head2_w, *head2_b;
 } vr_model_weights_t;
 

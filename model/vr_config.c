@@ -13,13 +13,20 @@
 static const struct {
   const char *name;
   vr_arch_t arch;
+  vr_task_t task;
 } vr_arch_names[] = {
-    {"BertForSequenceClassification", VR_ARCH_BERT},
-    {"RobertaForSequenceClassification", VR_ARCH_ROBERTA},
-    {"XLMRobertaForSequenceClassification", VR_ARCH_ROBERTA},
-    {"LlamaForSequenceClassification", VR_ARCH_LLAMA},
-    {"MistralForSequenceClassification", VR_ARCH_MISTRAL},
-    {"Qwen2ForSequenceClassification", VR_ARCH_QWEN2},
+    {"BertForSequenceClassification", VR_ARCH_BERT, VR_TASK_SEQ_CLS},
+    {"RobertaForSequenceClassification", VR_ARCH_ROBERTA, VR_TASK_SEQ_CLS},
+    {"XLMRobertaForSequenceClassification", VR_ARCH_ROBERTA, VR_TASK_SEQ_CLS},
+    {"LlamaForSequenceClassification", VR_ARCH_LLAMA, VR_TASK_SEQ_CLS},
+    {"MistralForSequenceClassification", VR_ARCH_MISTRAL, VR_TASK_SEQ_CLS},
+    {"Qwen2ForSequenceClassification", VR_ARCH_QWEN2, VR_TASK_SEQ_CLS},
+    {"LlamaForCausalLM", VR_ARCH_LLAMA, VR_TASK_CAUSAL_LM},
+    {"MistralForCausalLM", VR_ARCH_MISTRAL, VR_TASK_CAUSAL_LM},
+    {"Qwen2ForCausalLM", VR_ARCH_QWEN2, VR_TASK_CAUSAL_LM},
+    {"LlamaForTokenClassification", VR_ARCH_LLAMA, VR_TASK_TOKEN_CLS},
+    {"MistralForTokenClassification", VR_ARCH_MISTRAL, VR_TASK_TOKEN_CLS},
+    {"Qwen2ForTokenClassification", VR_ARCH_QWEN2, VR_TASK_TOKEN_CLS},
 };
 
 /* Key lookup helpers: a present key of the wrong type is an error (-1), an
@@ -177,14 +184,15 @@ int vr_config_parse(const char *json, size_t json_len, const char *path, vr_mode
   size_t ai = 0, na = sizeof vr_arch_names / sizeof vr_arch_names[0];
   while (ai < na && strcmp(vr_arch_names[ai].name, a0->valuestring) != 0) ai++;
   if (ai == na) {
-    vr_log(VR_LOG_ERROR, "%s: architecture \"%.100s\" is not supported; supported: %s", path,
-           a0->valuestring, VR_SUPPORTED_ARCHS);
+    vr_log(VR_LOG_ERROR, "%s: architecture \"%.100s\" is not supported; supported: %s (reward models); %s (trainer)",
+           path, a0->valuestring, VR_SUPPORTED_ARCHS, VR_TRAINER_ARCHS);
     rc = VR_ERR_UNSUPPORTED;
     goto done;
   }
   snprintf(arch_name, arch_cap, "%s", vr_arch_names[ai].name);
   snprintf(model_type, type_cap, "%s", vr_cfg_str(root, "model_type") ? vr_cfg_str(root, "model_type") : "");
   cfg->arch = vr_arch_names[ai].arch;
+  cfg->task = vr_arch_names[ai].task;
   int enc = cfg->arch == VR_ARCH_BERT || cfg->arch == VR_ARCH_ROBERTA;
   cfg->is_decoder = !enc;
 

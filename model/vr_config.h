@@ -22,10 +22,17 @@ extern "C" {
   "XLMRobertaForSequenceClassification, LlamaForSequenceClassification, "                    \
   "MistralForSequenceClassification, Qwen2ForSequenceClassification"
 
+/* Decoder checkpoints with other heads, which only the trainer opens (vr_model_weights.h). */
+#define VR_TRAINER_ARCHS                                                                     \
+  "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, LlamaForTokenClassification, "   \
+  "MistralForTokenClassification, Qwen2ForTokenClassification, and the decoder "             \
+  "*ForSequenceClassification"
+
 /* Parses config.json text (json_len bytes, need not be NUL-terminated). path is
  * used in messages. Fills *cfg (cfg->num_labels = -1 when config.json does not
  * say; the loader then takes it from the head's shape), the architecture name
- * and model_type. On error returns VR_ERR_MODEL_FORMAT / VR_ERR_UNSUPPORTED /
+ * and model_type; cfg->task says which head architectures[0] names (every name of
+ * VR_SUPPORTED_ARCHS and VR_TRAINER_ARCHS parses; the caller decides which it serves). On error returns VR_ERR_MODEL_FORMAT / VR_ERR_UNSUPPORTED /
  * VR_ERR_NOMEM, logs the key and the problem, and leaves nothing to free.
  * On success free with vr_config_free(). */
 int vr_config_parse(const char *json, size_t json_len, const char *path, vr_model_config_t *cfg,

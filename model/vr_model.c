@@ -19,6 +19,7 @@
 #include "vr_log.h"
 #include "vr_progress.h"
 #include "vr_safetensors.h"
+#include "vr_model_weights.h"
 
 #define VR_MODEL_MAX_JSON (64u * 1024u * 1024u) /* config.json / index.json size limit */
 
@@ -32,6 +33,8 @@ struct vr_model {
   size_t n_index;
   vr_model_weights_t w;
   vr_layer_weights_t *layers;
+  char *config_json;             /* config.json as read (vr_model_weights_open only) */
+  size_t config_len;
   int err;                       /* first resolution error (load only) */
   const vr_backend_ops_t *ops;
   void *state;
@@ -376,7 +379,14 @@ static void vr_model_resolve_decoder(vr_model_t *m) {
     }
   }
   w->final_norm_w = vr_model_tensor(m, C, -1, "model.norm.weight");
+  if (c->task == VR_TASK_CAUSAL_LM) {
+    w->head2_w = c->tie_word_embeddings ? w->tok_emb : vr_model_tensor(m, c->vocab_size, C, "lm_head.weight");
+    if (!w->head2_w && !m->err) m->err = VR_ERR_MODEL_FORMAT;
+    return;
+  }
   w->head2_w = vr_model_tensor(m, -2, C, "score.weight");
+  if (c->task == VR_TASK_TOKEN_CLS && w->head2_w)
+    w->head2_b = vr_model_tensor(m, w->head2_w->shape[0], -1, "score.bias");
 }
 
 /* ---- load / free --------------------------------------------------------------- */
@@ -395,6 +405,7 @@ void vr_model_free(vr_model_t *m) {
   free(m->stage_map);
   free(m->stage_scores);
   vr_config_free(&m->cfg);
+  free(m->config_json);
   free(m);
 }
 
@@ -428,6 +439,68 @@ static void vr_model_read_weights(vr_model_t *m) {
   vr_progress_end(&p);
 }
 
+/* Reads config.json, maps the safetensors files and resolves the architecture's tensors into
+ * m (no backend). for_trainer 0: only reward models (VR_TASK_SEQ_CLS) are accepted, a causal
+ * LM or token classifier is refused with a message saying so; 1: decoders only, any task,
+ * and config.json's text is kept in m->config_json. */
+static int vr_model_open_dir(vr_model_t *m, const char *dir, int for_trainer) {
+  if (snprintf(m->dir, sizeof m->dir, "%s", dir) >= (int)sizeof m->dir) {
+    vr_log(VR_LOG_ERROR, "model path too long: %s", dir);
+    return VR_ERR_INVAL;
+  }
+  char path[2048];
+  char *json = NULL;
+  size_t len = 0;
+  snprintf(path, sizeof path, "%s/config.json", m->dir);
+  int rc = vr_model_read_file(path, &json, &len);
+  if (rc == VR_ERR_NOT_FOUND) vr_log(VR_LOG_ERROR, "%s: not found (is %s a Hugging Face model directory?)", path, dir);
+  if (rc != 0) return rc;
+  rc = vr_config_parse(json, len, path, &m->cfg, m->info.architecture, sizeof m->info.architecture,
+                       m->info.model_type, sizeof m->info.model_type);
+  if (rc == 0 && !for_trainer && m->cfg.task != VR_TASK_SEQ_CLS) {
+    vr_log(VR_LOG_ERROR, "%s: %s is a %s, not a reward model: verl-reward serves models with one score head (%s). HINT: the trainer (verl-trainer logprobs/sft) loads causal LMs; for a reward model save %sForSequenceClassification with num_labels=1",
+           path, m->info.architecture, m->cfg.task == VR_TASK_CAUSAL_LM ? "causal language model (lm_head)" : "token classifier (one score per token)",
+           VR_SUPPORTED_ARCHS, m->cfg.arch == VR_ARCH_LLAMA ? "Llama" : m->cfg.arch == VR_ARCH_QWEN2 ? "Qwen2" : "Mistral");
+    rc = VR_ERR_UNSUPPORTED;
+  }
+  if (rc == 0 && for_trainer && !m->cfg.is_decoder) {
+    vr_log(VR_LOG_ERROR, "%s: %s is an encoder; the trainer loads decoders only (%s)", path,
+           m->info.architecture, VR_TRAINER_ARCHS);
+    rc = VR_ERR_UNSUPPORTED;
+  }
+  if (rc == 0 && for_trainer) {
+    m->config_json = json;
+    m->config_len = len;
+    json = NULL;
+  }
+  free(json);
+  json = NULL;
+  if (rc != 0) return rc;
+
+  snprintf(path, sizeof path, "%s/model.safetensors.index.json", m->dir);
+  rc = vr_model_read_file(path, &json, &len);
+  if (rc == 0) {
+    rc = vr_model_open_sharded(m, json, len, path);
+  } else if (rc == VR_ERR_NOT_FOUND) {
+    snprintf(path, sizeof path, "%s/model.safetensors", m->dir);
+    rc = access(path, F_OK) == 0 || errno != ENOENT ? vr_model_open_file(m, "model.safetensors")
+                                                   : VR_ERR_NOT_FOUND;
+    if (rc == VR_ERR_NOT_FOUND)
+      vr_log(VR_LOG_ERROR, "%s: neither model.safetensors nor model.safetensors.index.json (pytorch_model.bin is not read; HINT: re-save with save_pretrained(safe_serialization=True))",
+             dir);
+    if (rc == 0) rc = vr_model_build_index(m);
+  }
+  free(json);
+  if (rc != 0) return rc;
+
+  m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
+  if (!m->layers) return VR_ERR_NOMEM;
+  m->w.layers = m->layers;
+  if (m->cfg.is_decoder) vr_model_resolve_decoder(m);
+  else vr_model_resolve_encoder(m);
+  return m->err;
+}
+
 int vr_model_load(const char *dir, const vr_model_options_t *opt_in, vr_model_t **out) {
   vr_model_options_t opt;
   if (opt_in) opt = *opt_in;
@@ -453,53 +526,8 @@ int vr_model_load(const char *dir, const vr_model_options_t *opt_in, vr_model_t 
 
   vr_model_t *m = calloc(1, sizeof *m);
   if (!m) return VR_ERR_NOMEM;
-  if (snprintf(m->dir, sizeof m->dir, "%s", dir) >= (int)sizeof m->dir) {
-    vr_log(VR_LOG_ERROR, "model path too long: %s", dir);
-    free(m);
-    return VR_ERR_INVAL;
-  }
-  char path[2048];
-  char *json = NULL;
-  size_t len = 0;
-  snprintf(path, sizeof path, "%s/config.json", m->dir);
-  rc = vr_model_read_file(path, &json, &len);
-  if (rc == VR_ERR_NOT_FOUND) vr_log(VR_LOG_ERROR, "%s: not found (is %s a Hugging Face model directory?)", path, dir);
+  rc = vr_model_open_dir(m, dir, 0);
   if (rc != 0) goto fail;
-  rc = vr_config_parse(json, len, path, &m->cfg, m->info.architecture, sizeof m->info.architecture,
-                       m->info.model_type, sizeof m->info.model_type);
-  free(json);
-  json = NULL;
-  if (rc != 0) goto fail;
-
-  snprintf(path, sizeof path, "%s/model.safetensors.index.json", m->dir);
-  rc = vr_model_read_file(path, &json, &len);
-  if (rc == 0) {
-    rc = vr_model_open_sharded(m, json, len, path);
-  } else if (rc == VR_ERR_NOT_FOUND) {
-    snprintf(path, sizeof path, "%s/model.safetensors", m->dir);
-    rc = access(path, F_OK) == 0 || errno != ENOENT ? vr_model_open_file(m, "model.safetensors")
-                                                   : VR_ERR_NOT_FOUND;
-    if (rc == VR_ERR_NOT_FOUND)
-      vr_log(VR_LOG_ERROR, "%s: neither model.safetensors nor model.safetensors.index.json (pytorch_model.bin is not read; HINT: re-save with save_pretrained(safe_serialization=True))",
-             dir);
-    if (rc == 0) rc = vr_model_build_index(m);
-  }
-  free(json);
-  json = NULL;
-  if (rc != 0) goto fail;
-
-  m->layers = calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
-  if (!m->layers) {
-    rc = VR_ERR_NOMEM;
-    goto fail;
-  }
-  m->w.layers = m->layers;
-  if (m->cfg.is_decoder) vr_model_resolve_decoder(m);
-  else vr_model_resolve_encoder(m);
-  if (m->err) {
-    rc = m->err;
-    goto fail;
-  }
   long long rows = (long long)m->w.head2_w->shape[0];
   if (m->cfg.num_labels >= 0 && m->cfg.num_labels != rows) {
     vr_log(VR_LOG_ERROR, "%s: config.json says num_labels %d but the score head has %lld rows", dir,
@@ -570,9 +598,31 @@ int vr_model_load(const char *dir, const vr_model_options_t *opt_in, vr_model_t 
   *out = m;
   return 0;
 fail:
-  free(json);
   vr_model_free(m);
   return rc;
+}
+
+/* ---- the trainer's entry (vr_model_weights.h) ------------------------------------- */
+
+int vr_model_weights_open(const char *dir, vr_model_t **out) {
+  if (!dir || !out) return VR_ERR_INVAL;
+  *out = NULL;
+  vr_model_t *m = calloc(1, sizeof *m);
+  if (!m) return VR_ERR_NOMEM;
+  int rc = vr_model_open_dir(m, dir, 1);
+  if (rc != 0) {
+    vr_model_free(m);
+    return rc;
+  }
+  *out = m;
+  return 0;
+}
+
+const vr_model_config_t *vr_model_weights_config(const vr_model_t *m) { return &m->cfg; }
+const vr_model_weights_t *vr_model_weights_tensors(const vr_model_t *m) { return &m->w; }
+const char *vr_model_weights_config_json(const vr_model_t *m, size_t *len) {
+  if (len) *len = m->config_len;
+  return m->config_json;
 }
 
 const vr_model_info_t *vr_model_info(const vr_model_t *m) { return &m->info; }

@@ -42,6 +42,8 @@
 #include "vr_commprof.h"
 #include "vr_control.h"
 #include "vr_devmap.h"
+#include "vr_generate.h"
+#include "vr_tcmd.h"
 #include "vr_tconfig.h"
 #include "vr_tmetrics.h"
 #include "vr_topology.h"
@@ -67,7 +69,10 @@ static void usage(FILE *f) {
           "usage: verl-trainer --device-map FILE --check [--gpus N | --topology FILE] [--strict-topology]\n"
           "       verl-trainer --config ppo.yaml [--device-map FILE] --comm-check [--steps N] [--timeout S]\n"
           "                    [--metrics FILE] [--run-dir DIR] [--mpirun PATH] [--strict-topology]\n"
-          "       verl-trainer --version | --help\n"
+          "       verl-trainer logprobs --model DIR [--device cpu|cuda] [--temperature T] < ids.jsonl\n"
+          "       verl-trainer sft --model DIR --data FILE --save DIR2 --steps N --lr X [...]\n"
+          "       verl-trainer generate --model DIR [--max-new-tokens N --temperature T --n N ...] < ids.jsonl\n"
+          "       verl-trainer --version | --help   (verl-trainer logprobs|sft --help for theirs)\n"
           "Exit status: 0 ok, 1 run-time failure, 2 bad configuration. See docs/operations.md, \"verl-trainer\".\n");
 }
 
@@ -849,7 +854,19 @@ static int run_under_mpi(const vr_targs_t *a) {
   return rc;
 }
 
+/* Subcommands: `verl-trainer NAME ...` runs NAME's handler with argv starting at NAME. */
+static const struct {
+  const char *name;
+  int (*run)(int argc, char **argv);
+} vr_subcommands[] = {
+    {"logprobs", vr_tcmd_logprobs},
+    {"sft", vr_tcmd_sft},
+    {"generate", vr_generate_main},
+};
+
 int main(int argc, char **argv) {
+  for (size_t i = 0; argc > 1 && i < sizeof vr_subcommands / sizeof vr_subcommands[0]; i++)
+    if (strcmp(argv[1], vr_subcommands[i].name) == 0) return vr_subcommands[i].run(argc - 1, argv + 1);
   vr_targs_t a;
   int rc = parse_args(argc, argv, &a);
   if (rc >= 0) return rc;

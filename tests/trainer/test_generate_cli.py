@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""verl-trainer generate as users run it (trainer/vr_generate.c), on the causal-LM fixtures:
+
+  - greedy output of the golden prompts equals transformers' generate (tests/fixtures/lm_gen,
+    token for token while the top-1/top-2 margin exceeds 1e-3, log-probs within 2e-5), one line
+    per prompt in input order, blank lines skipped, finish_reason "stop" exactly when the EOS of
+    generation_config.json ended the response;
+  - --n 3 writes 3 lines per prompt in order; --seed reproduces, another seed differs; --input and
+    --output files; --stop-token-ids ends a response at that token (included); --ignore-eos;
+  - bad input lines are all named "FILE:LINE: problem", exit 1, nothing written;
+  - command-line errors exit 2 (missing --model, --top-p 0, --device cuda in a build without the
+    cuda rollout backend), a directory that is not a model exits 1.
+Env: VR_BIN_DIR (verl-trainer), VR_SOURCE_DIR (fixtures)."""
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+BIN = os.path.join(os.environ.get("VR_BIN_DIR", "build/bin"), "verl-trainer")
+SRC = os.environ.get("VR_SOURCE_DIR", ".")
+FIX = os.path.join(SRC, "tests", "fixtures")
+
+
+def gen(args, stdin="", check=True):
+    p = subprocess.run([BIN, "generate"] + args, input=stdin, capture_output=True, text=True, timeout=120)
+    if check and p.returncode != 0:
+        raise AssertionError("exit %d: %s" % (p.returncode, p.stderr))
+    return p
+
+
+def lines(text):
+    return [json.loads(l) for l in text.splitlines()]
+
+
+class Generate(unittest.TestCase):
+    def golden(self, name):
+        with open(os.path.join(FIX, "lm_gen", name + ".json")) as f:
+            return json.load(f)
+
+    def prompts_text(self, g, blank=True):
+        out = []
+        for c in g["cases"]:
+            out.append(json.dumps({"input_ids": c["prompt"], "other": "ignored"}))
+            if blank:
+                out.append("")
+        return "\n".join(out) + "\n"
+
+    def test_greedy_equals_transformers(self):
+        for name in ("llama_lm", "qwen2_lm", "mistral_lm"):
+            g = self.golden(name)
+            p = gen(["--model", os.path.join(FIX, "lm", name), "--temperature", "0", "--max-new-tokens",
+                     str(g["max_new_tokens"]), "--stats"], self.prompts_text(g))
+            got = lines(p.stdout)
+            self.assertEqual(len(got), len(g["cases"]))
+            self.assertIn("new tokens in", p.stderr)
+            compared = 0
+            for c, o in zip(g["cases"], got):
+                for t, (want, m) in enumerate(zip(c["output_ids"], c["margins"])):
+                    if m <= 1e-3:
+                        break
+                    self.assertEqual(o["output_ids"][t], want, "%s prompt %s token %d" % (name, c["prompt"], t))
+                    self.assertAlmostEqual(o["logprobs"][t], c["logprobs_t1"][t], delta=2e-5)
+                    compared += 1
+                else:
+                    self.assertEqual(o["output_ids"], c["output_ids"])
+                    eos = c["output_ids"][-1] in g["eos_token_id"]
+                    self.assertEqual(o["finish_reason"], "stop" if eos else "length")
+                self.assertEqual(len(o["logprobs"]), len(o["output_ids"]))
+            self.assertGreater(compared, 150)
+
+    def test_n_seed_files_stops(self):
+        model = os.path.join(FIX, "lm", "llama_lm")
+        text = '{"input_ids": [5, 6, 7]}\n{"input_ids": [9]}\n'
+        base = ["--model", model, "--max-new-tokens", "12", "--temperature", "0.8", "--top-p", "0.9", "--top-k", "50",
+                "--n", "3"]
+        a = lines(gen(base + ["--seed", "1"], text).stdout)
+        self.assertEqual(len(a), 6)
+        with tempfile.TemporaryDirectory() as d:
+            inp, outp = os.path.join(d, "in.jsonl"), os.path.join(d, "out.jsonl")
+            with open(inp, "w") as f:
+                f.write(text)
+            p = gen(base + ["--seed", "1", "--input", inp, "--output", outp])
+            self.assertEqual(p.stdout, "")
+            with open(outp) as f:
+                self.assertEqual(lines(f.read()), a)  # reproduces
+        b = lines(gen(base + ["--seed", "2"], text).stdout)
+        self.assertNotEqual([o["output_ids"] for o in a], [o["output_ids"] for o in b])
+        # the 3 responses of a prompt are not copies of each other
+        self.assertGreater(len({tuple(o["output_ids"]) for o in a[:3]}), 1)
+        # the second prompt alone: its responses do not depend on the first being there
+        alone = lines(gen(base + ["--seed", "1"], '{"input_ids": [5, 6, 7]}\n').stdout)
+        self.assertEqual(alone, a[:3])
+        # stop token ids: greedy output cut at the 4th token's first occurrence, stop token included
+        g = lines(gen(["--model", model, "--max-new-tokens", "12", "--temperature", "0", "--ignore-eos"],
+                      '{"input_ids": [5, 6, 7]}\n').stdout)[0]
+        stop = g["output_ids"][3]
+        first = g["output_ids"].index(stop)
+        s = lines(gen(["--model", model, "--max-new-tokens", "12", "--temperature", "0", "--stop-token-ids",
+                       "250,%d" % stop], '{"input_ids": [5, 6, 7]}\n').stdout)[0]
+        self.assertEqual(s["output_ids"], g["output_ids"][:first + 1])
+        self.assertEqual(s["finish_reason"], "stop")
+
+    def test_bad_input(self):
+        model = os.path.join(FIX, "lm", "qwen2_lm")
+        text = ('{"input_ids": [1, 2]}\n'
+                '{"input_ids": [1, 257]}\n'
+                'not json\n'
+                '\n'
+                '{"ids": [1]}\n'
+                '{"input_ids": []}\n'
+                '{"input_ids": [1, "a"]}\n'
+                '{"input_ids": 5}\n'
+                '{"input_ids": [%s]}\n' % ", ".join(["3"] * 64))
+        p = gen(["--model", model], text, check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.stdout, "")
+        for ln, frag in ((2, "input_ids[1] = 257 is outside the vocabulary [0, 257)"), (3, "malformed JSON"), (5, "no \"input_ids\" list"),
+                         (6, "input_ids is empty"), (7, "input_ids[1] is not an integer token id"), (8, "no \"input_ids\" list"),
+                         (9, "64 input ids leave no room for a response (max_model_len 64)")):
+            self.assertIn("<stdin>:%d: %s" % (ln, frag), p.stderr)
+        self.assertNotIn("<stdin>:1:", p.stderr)
+        self.assertIn("7 bad input lines; nothing generated", p.stderr)
+
+    def test_command_line(self):
+        model = os.path.join(FIX, "lm", "llama_lm")
+        self.assertEqual(gen([], check=False).returncode, 2)
+        p = gen(["--model", model, "--top-p", "0"], check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--top-p", p.stderr)
+        p = gen(["--model", model, "--frobnicate"], check=False)
+        self.assertEqual(p.returncode, 2)
+        version = subprocess.run([BIN, "--version"], capture_output=True, text=True).stdout
+        if "cpu only" in version:  # a build without CUDA refuses the device before loading anything
+            p = gen(["--model", model, "--device", "cuda"], "{\"input_ids\": [1]}\n", check=False)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn("no cuda rollout backend", p.stderr)
+        p = gen(["--model", FIX], "{\"input_ids\": [1]}\n", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("cannot load the model", p.stderr)
+        p = gen(["--help"])
+        self.assertIn("--max-new-tokens", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

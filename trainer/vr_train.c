@@ -1,0 +1,334 @@
+/* vr_train.c: the training engine over a backend table (vr_train.h): input checks, data
+ * parallel gradient all-reduce in buckets, global-norm clipping, AdamW with ZeRO-1 shards,
+ * optimizer state files, micro-batch splitting. */
+#include "vr_train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "verl_reward/status.h"
+#include "vr_log.h"
+
+struct vr_train {
+  const vr_train_backend_ops_t *ops;
+  void *state;
+  vr_train_options_t opt;
+  vr_lm_config_t cfg;              /* rope_inv_freq not used here */
+  size_t n_floats, lo, hi;         /* this rank's shard */
+  int64_t step;
+  int pending;                     /* a kept forward awaits backward */
+};
+
+void vr_train_options_init(vr_train_options_t *o) {
+  memset(o, 0, sizeof *o);
+  o->device = "cpu";
+  o->max_tokens = 8192;
+  o->bucket_floats = (size_t)1 << 22;
+}
+
+void vr_adamw_init(vr_adamw_t *h) {
+  h->lr = 1e-3f;
+  h->beta1 = 0.9f;
+  h->beta2 = 0.999f;
+  h->eps = 1e-8f;
+  h->weight_decay = 0.01f;
+}
+
+/* Shard r of R over n floats, split at VR_LM_ALIGN boundaries. */
+static void vr_train_shard(size_t n, int r, int R, size_t *lo, size_t *hi) {
+  size_t units = n / VR_LM_ALIGN;
+  *lo = units * (size_t)r / (size_t)R * VR_LM_ALIGN;
+  *hi = r + 1 == R ? n : units * (size_t)(r + 1) / (size_t)R * VR_LM_ALIGN;
+}
+
+int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_t **out) {
+  if (!lm || !out) return VR_ERR_INVAL;
+  *out = NULL;
+  vr_train_options_t opt;
+  if (opt_in) opt = *opt_in;
+  else vr_train_options_init(&opt);
+  if (!opt.device) opt.device = "cpu";
+  if (opt.max_tokens == 0) opt.max_tokens = 8192;
+  if (opt.bucket_floats == 0) opt.bucket_floats = (size_t)1 << 22;
+  if (opt.comm.size <= 0) opt.comm.size = 1, opt.comm.rank = 0;
+  if (opt.comm.rank < 0 || opt.comm.rank >= opt.comm.size ||
+      (opt.comm.size > 1 && (!opt.comm.allreduce_sum || !opt.comm.bcast))) {
+    vr_log(VR_LOG_ERROR, "training engine: comm rank %d of %d without collectives", opt.comm.rank, opt.comm.size);
+    return VR_ERR_INVAL;
+  }
+  const vr_train_backend_ops_t *ops = NULL;
+  if (strcmp(opt.device, "cpu") == 0) {
+    ops = &vr_train_backend_cpu;
+  } else if (strncmp(opt.device, "cuda", 4) == 0 && (opt.device[4] == 0 || opt.device[4] == ':')) {
+#ifdef VR_HAVE_CUDA
+    ops = &vr_train_backend_cuda;
+#else
+    vr_log(VR_LOG_ERROR, "device \"%s\": this build has no CUDA training backend (configure with -DVR_CUDA=ON). "
+           "HINT: --device cpu", opt.device);
+    return VR_ERR_UNSUPPORTED;
+#endif
+  } else {
+    vr_log(VR_LOG_ERROR, "device \"%s\" not understood (cpu or cuda[:N])", opt.device);
+    return VR_ERR_INVAL;
+  }
+  vr_train_t *t = calloc(1, sizeof *t);
+  if (!t) return VR_ERR_NOMEM;
+  t->ops = ops;
+  t->opt = opt;
+  t->cfg = *vr_lm_config(lm);
+  t->cfg.rope_inv_freq = NULL;
+  t->n_floats = vr_lm_n_floats(lm);
+  if (opt.zero1 && opt.comm.size > 1) vr_train_shard(t->n_floats, opt.comm.rank, opt.comm.size, &t->lo, &t->hi);
+  else t->lo = 0, t->hi = t->n_floats;
+  int rc = ops->init(lm, &t->opt, t->lo, t->hi, &t->state);
+  if (rc != 0) {
+    free(t);
+    return rc;
+  }
+  *out = t;
+  return 0;
+}
+
+void vr_train_free(vr_train_t *t) {
+  if (!t) return;
+  t->ops->free(t->state);
+  free(t);
+}
+
+/* The input contract of forward (vr_train.h); logs the first problem. */
+static int vr_train_check(const vr_train_t *t, const vr_train_batch_t *b, float tau) {
+  if (!b || (b->n_seqs && (!b->cu_seqlens || !b->ids))) {
+    vr_log(VR_LOG_ERROR, "training forward: NULL batch arrays");
+    return VR_ERR_INVAL;
+  }
+  if (t->cfg.head == VR_LM_HEAD_LM && !(tau > 0.0f && isfinite(tau))) {
+    vr_log(VR_LOG_ERROR, "training forward: temperature %g must be a positive number", tau);
+    return VR_ERR_INVAL;
+  }
+  if (b->n_seqs == 0) return 0;
+  if (b->cu_seqlens[0] != 0) {
+    vr_log(VR_LOG_ERROR, "training forward: cu_seqlens[0] is %u, must be 0", b->cu_seqlens[0]);
+    return VR_ERR_INVAL;
+  }
+  for (uint32_t q = 0; q < b->n_seqs; q++) {
+    uint32_t a = b->cu_seqlens[q], e = b->cu_seqlens[q + 1];
+    if (e < a) {
+      vr_log(VR_LOG_ERROR, "training forward: cu_seqlens decreases at sequence %u", q);
+      return VR_ERR_INVAL;
+    }
+    if (e == a) {
+      vr_log(VR_LOG_ERROR, "training forward: sequence %u is empty", q);
+      return VR_ERR_EMPTY_SEQ;
+    }
+    if (e - a > (uint32_t)t->cfg.max_position_embeddings) {
+      vr_log(VR_LOG_ERROR, "training forward: sequence %u has %u tokens, more than max_position_embeddings %d", q,
+             e - a, t->cfg.max_position_embeddings);
+      return VR_ERR_SEQ_TOO_LONG;
+    }
+    if (e > t->opt.max_tokens) {
+      vr_log(VR_LOG_ERROR, "training forward: batch of %u+ tokens is larger than max_tokens %u. HINT: split it (vr_train_split)",
+             e, t->opt.max_tokens);
+      return VR_ERR_TOO_LARGE;
+    }
+    for (uint32_t i = a; i < e; i++) {
+      if (b->ids[i] < 0 || b->ids[i] >= t->cfg.vocab_size) {
+        vr_log(VR_LOG_ERROR, "training forward: sequence %u token %u is id %d, outside the vocabulary [0, %d)", q,
+               i - a, b->ids[i], t->cfg.vocab_size);
+        return VR_ERR_TOKEN_RANGE;
+      }
+    }
+    if (b->mask && t->cfg.head == VR_LM_HEAD_LM && b->mask[a]) {
+      vr_log(VR_LOG_ERROR, "training forward: mask selects the first token of sequence %u, which has no log-prob", q);
+      return VR_ERR_INVAL;
+    }
+  }
+  return 0;
+}
+
+int vr_train_forward(vr_train_t *t, const vr_train_batch_t *b, float temperature, float *out, float *entropy,
+                     int keep) {
+  if (!t || !out) return VR_ERR_INVAL;
+  t->pending = 0;
+  int rc = vr_train_check(t, b, temperature);
+  if (rc != 0) return rc;
+  rc = t->ops->forward(t->state, b, temperature, out, t->cfg.head == VR_LM_HEAD_LM ? entropy : NULL, keep);
+  if (rc == 0) t->pending = keep != 0;
+  return rc;
+}
+
+int vr_train_backward(vr_train_t *t, const float *dout, const float *dent) {
+  if (!t || !dout) return VR_ERR_INVAL;
+  if (!t->pending) {
+    vr_log(VR_LOG_ERROR, "training backward: no forward with keep = 1 is pending");
+    return VR_ERR_INVAL;
+  }
+  t->pending = 0;
+  return t->ops->backward(t->state, dout, t->cfg.head == VR_LM_HEAD_LM ? dent : NULL);
+}
+
+int vr_train_zero_grad(vr_train_t *t) { return t ? t->ops->zero_grad(t->state) : VR_ERR_INVAL; }
+
+int vr_train_grad_norm(vr_train_t *t, double *norm) {
+  double sq = 0;
+  int rc = t->ops->grad_sqnorm(t->state, 0, t->n_floats, &sq);
+  if (rc == 0) *norm = sqrt(sq);
+  return rc;
+}
+
+int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_norm) {
+  if (!t || !h) return VR_ERR_INVAL;
+  const vr_train_comm_t *c = &t->opt.comm;
+  int rc = 0;
+  if (c->size > 1) { /* sum the gradients over the group, bucket by bucket */
+    float *g = t->ops->grads(t->state);
+    for (size_t o = 0; o < t->n_floats && rc == 0; o += t->opt.bucket_floats) {
+      size_t n = t->n_floats - o < t->opt.bucket_floats ? t->n_floats - o : t->opt.bucket_floats;
+      rc = c->allreduce_sum(c->ctx, g + o, n);
+    }
+    if (rc != 0) {
+      vr_log(VR_LOG_ERROR, "training step: gradient all-reduce failed (%d)", rc);
+      return rc;
+    }
+  }
+  double norm = 0;
+  rc = vr_train_grad_norm(t, &norm);
+  if (rc != 0) return rc;
+  if (grad_norm) *grad_norm = norm;
+  if (!isfinite(norm)) {
+    vr_log(VR_LOG_ERROR, "training step %lld: gradient norm is %g; step skipped", (long long)t->step + 1, norm);
+    return VR_ERR_NONFINITE;
+  }
+  if (clip > 0.0f) { /* torch.nn.utils.clip_grad_norm_ */
+    double coef = (double)clip / (norm + 1e-6);
+    if (coef < 1.0) rc = t->ops->scale_grads(t->state, (float)coef);
+    if (rc != 0) return rc;
+  }
+  rc = t->ops->adamw(t->state, h, t->step + 1);
+  if (rc != 0) return rc;
+  t->step++;
+  if (t->opt.zero1 && c->size > 1) { /* every rank's updated shard to every rank */
+    float *p = t->ops->params(t->state);
+    for (int r = 0; r < c->size && rc == 0; r++) {
+      size_t lo, hi;
+      vr_train_shard(t->n_floats, r, c->size, &lo, &hi);
+      rc = c->bcast(c->ctx, p + lo, (hi - lo) * sizeof(float), r);
+    }
+    if (rc != 0) vr_log(VR_LOG_ERROR, "training step: parameter broadcast failed (%d)", rc);
+  }
+  return rc;
+}
+
+size_t vr_train_n_floats(const vr_train_t *t) { return t->n_floats; }
+float *vr_train_param_buffer(vr_train_t *t) { return t->ops->params(t->state); }
+float *vr_train_grad_buffer(vr_train_t *t) { return t->ops->grads(t->state); }
+const char *vr_train_device(const vr_train_t *t) { return t->ops->name; }
+int64_t vr_train_step_count(const vr_train_t *t) { return t->step; }
+
+int vr_train_get_params(vr_train_t *t, float *dst, size_t n) {
+  if (!t || !dst || n != t->n_floats) return VR_ERR_INVAL;
+  return t->ops->get_params(t->state, dst);
+}
+
+int vr_train_set_params(vr_train_t *t, const float *src, size_t n) {
+  if (!t || !src || n != t->n_floats) return VR_ERR_INVAL;
+  t->pending = 0;
+  return t->ops->set_params(t->state, src);
+}
+
+int vr_train_get_grads(vr_train_t *t, float *dst, size_t n) {
+  if (!t || !dst || n != t->n_floats) return VR_ERR_INVAL;
+  return t->ops->get_grads(t->state, dst);
+}
+
+/* ---- optimizer state file ----------------------------------------------------------------- */
+
+#define VR_TRAIN_OPT_MAGIC "VRAD"
+#define VR_TRAIN_OPT_VERSION 1u
+
+typedef struct vr_train_opt_header {
+  char magic[4];
+  uint32_t version;
+  int64_t step;
+  uint64_t n_floats, lo, hi;
+} vr_train_opt_header_t;
+
+int vr_train_save_optimizer(vr_train_t *t, const char *path) {
+  size_t n = t->hi - t->lo;
+  float *m = malloc((n ? n : 1) * sizeof *m), *v = malloc((n ? n : 1) * sizeof *v);
+  int rc = m && v ? t->ops->get_moments(t->state, m, v) : VR_ERR_NOMEM;
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
+  if (rc == 0 && !f) {
+    vr_log(VR_LOG_ERROR, "%s: cannot create: %s", tmp, strerror(errno));
+    rc = VR_ERR_IO;
+  }
+  if (f) {
+    vr_train_opt_header_t h = {{'V', 'R', 'A', 'D'}, VR_TRAIN_OPT_VERSION, t->step, t->n_floats, t->lo, t->hi};
+    int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(m, sizeof *m, n, f) == n && fwrite(v, sizeof *v, n, f) == n;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+      vr_log(VR_LOG_ERROR, "%s: write failed: %s", path, strerror(errno));
+      unlink(tmp);
+      rc = VR_ERR_IO;
+    }
+  }
+  free(m);
+  free(v);
+  return rc;
+}
+
+int vr_train_load_optimizer(vr_train_t *t, const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    vr_log(VR_LOG_ERROR, "%s: cannot open the optimizer state: %s", path, strerror(errno));
+    return errno == ENOENT ? VR_ERR_NOT_FOUND : VR_ERR_IO;
+  }
+  vr_train_opt_header_t h;
+  int rc = 0;
+  if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, VR_TRAIN_OPT_MAGIC, 4) != 0) {
+    vr_log(VR_LOG_ERROR, "%s: not an optimizer state file (magic \"VRAD\" missing)", path);
+    rc = VR_ERR_MODEL_FORMAT;
+  } else if (h.version != VR_TRAIN_OPT_VERSION) {
+    vr_log(VR_LOG_ERROR, "%s: version %u, this build reads version %u", path, h.version, VR_TRAIN_OPT_VERSION);
+    rc = VR_ERR_MODEL_FORMAT;
+  } else if (h.n_floats != t->n_floats || h.lo != t->lo || h.hi != t->hi || h.step < 0) {
+    vr_log(VR_LOG_ERROR, "%s: %s differs (file: n_floats %llu shard [%llu, %llu) step %lld; engine: n_floats %zu shard [%zu, %zu))",
+           path, h.n_floats != t->n_floats ? "n_floats (another model)" : h.step < 0 ? "step" : "the shard (another DP size or rank)",
+           (unsigned long long)h.n_floats, (unsigned long long)h.lo, (unsigned long long)h.hi, (long long)h.step,
+           t->n_floats, t->lo, t->hi);
+    rc = VR_ERR_MODEL_FORMAT;
+  }
+  size_t n = t->hi - t->lo;
+  float *m = NULL, *v = NULL;
+  if (rc == 0) {
+    m = malloc((n ? n : 1) * sizeof *m), v = malloc((n ? n : 1) * sizeof *v);
+    if (!m || !v) rc = VR_ERR_NOMEM;
+  }
+  if (rc == 0 && (fread(m, sizeof *m, n, f) != n || fread(v, sizeof *v, n, f) != n || fgetc(f) != EOF)) {
+    vr_log(VR_LOG_ERROR, "%s: truncated or too long (want %zu moments each of m and v)", path, n);
+    rc = VR_ERR_MODEL_FORMAT;
+  }
+  fclose(f);
+  if (rc == 0) rc = t->ops->set_moments(t->state, m, v);
+  if (rc == 0) t->step = h.step;
+  free(m);
+  free(v);
+  return rc;
+}
+
+uint32_t vr_train_split(const uint32_t *cu, uint32_t n, uint32_t budget, uint32_t *starts) {
+  uint32_t k = 0, q = 0;
+  while (q < n) {
+    starts[k++] = q;
+    uint32_t first = q;
+    q++;
+    while (q < n && cu[q + 1] - cu[first] <= budget) q++;
+  }
+  starts[k] = n;
+  return k;
+}

@@ -1,0 +1,196 @@
+/* vr_train.h: the training engine (issue 20): per-token log-probs / entropy / values of packed
+ * sequences, backward of a caller-given per-token loss gradient, gradient accumulation,
+ * global-norm clipping and AdamW, data parallel with ZeRO-1, behind a backend table.
+ *
+ * The engine is built from a vr_lm_t (vr_lm.h) and copies its parameters; the lm is not used
+ * after vr_train_init (get/set params move them back and forth). The loss lives with the
+ * caller (the RL algorithms of issue 22): forward gives per-token quantities, the caller
+ * computes its loss and hands dL/dlogp (and dL/dentropy) per token back to backward.
+ *
+ * ---- Packed batches and which tokens count ---------------------------------------------
+ * A batch is n_seqs sequences concatenated without padding: sequence q is
+ * ids[cu_seqlens[q] .. cu_seqlens[q+1]), T = cu_seqlens[n_seqs]; positions count from each
+ * sequence's start. Outputs are per token, indexed like ids:
+ *   head LM:    out[t] = log p(ids[t] | ids[start .. t-1]) at the temperature (softmax of
+ *               logits / temperature, logits of row t-1), entropy[t] = entropy of that same
+ *               distribution. Defined for every token but a sequence's first.
+ *   head VALUE: out[t] = score . h[t] + bias, the value of token t's final hidden state (verl's
+ *               critic reads the values of response token t at t-1: the caller picks rows).
+ * mask (T bytes, or NULL): 1 where the caller wants out[t] (the response tokens); rows with 0 are
+ * written as 0 and take no part in backward. mask NULL = every token (head LM: every token but
+ * each sequence's first). Head LM: a 1 on a sequence's first token is VR_ERR_INVAL.
+ * The LM head never materialises the (T, V) logits: it runs over chunks of tokens and of the
+ * vocabulary with an online log-sum-exp (the backward recomputes the chunk's logits).
+ *
+ * ---- Gradients ------------------------------------------------------------------------------
+ * backward(dout, dent) adds to the gradient buffer d/dparams of
+ *     sum over masked t of dout[t] * out[t] + dent[t] * entropy[t]
+ * for the batch of the last forward with keep = 1 (each such forward allows one backward; any
+ * later forward, kept or not, or set_params, discards it).
+ * Gradients accumulate over micro-batches until zero_grad. Data parallel: each rank's loss is
+ * its share of the global loss (e.g. token-mean: divide by the GLOBAL token count); step()
+ * all-reduces (sums) the gradients over the group, so every rank applies the same update.
+ *
+ * ---- Optimizer ------------------------------------------------------------------------------
+ * AdamW as torch.optim.AdamW (fp32 moments m, v; step count s starting at 1):
+ *   p -= lr * weight_decay * p;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
+ *   p -= lr / (1 - b1^s) * m / (sqrt(v) / sqrt(1 - b2^s) + eps)
+ * applied to every parameter (weight decay included, as torch applies it to all of
+ * model.parameters() by default). Clipping (clip > 0): g *= clip / (norm + 1e-6) when
+ * norm > clip, norm = global L2 norm over all gradients after the all-reduce
+ * (torch.nn.utils.clip_grad_norm_). ZeRO-1: rank r of a group of R keeps moments only for its
+ * shard [lo, hi) of the buffer (contiguous, split at VR_LM_ALIGN boundaries), updates that
+ * shard, then the shards are broadcast so every rank holds all parameters. Results are equal
+ * to a single rank's (same sums in the same order) up to the order of the gradient all-reduce.
+ *
+ * Threading: a vr_train_t is used by one thread. Not thread-safe. */
+#ifndef VR_TRAIN_H
+#define VR_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vr_lm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct vr_train_batch {
+  const int32_t *ids;         /* (T) token ids, each in [0, vocab_size) */
+  const uint32_t *cu_seqlens; /* (n_seqs + 1), cu_seqlens[0] = 0, non-decreasing, no empty sequence */
+  uint32_t n_seqs;
+  const uint8_t *mask;        /* (T) or NULL: which tokens' outputs are wanted (above) */
+} vr_train_batch_t;
+
+typedef struct vr_adamw {
+  float lr, beta1, beta2, eps, weight_decay;
+} vr_adamw_t;
+
+/* Collectives of the data-parallel group (host buffers on cpu groups, device buffers where
+ * the backend's buffers live on a device and the group is NCCL). All return 0 or a negative
+ * code; a failure ends the step with that code. size 1 (or the whole struct zero) = no DP. */
+typedef struct vr_train_comm {
+  int rank, size;
+  int (*allreduce_sum)(void *ctx, float *buf, size_t n);      /* in place */
+  int (*bcast)(void *ctx, void *buf, size_t bytes, int root);
+  void *ctx;
+} vr_train_comm_t;
+
+typedef struct vr_train_options {
+  const char *device;         /* "cpu" (NULL = cpu) or "cuda[:N]" */
+  int n_threads;              /* cpu: OpenMP threads, 0 = all */
+  const char *cpu_gemm;       /* cpu: NULL/"auto", "generic", "avx2+fma" (vr_cpu_gemm.h) */
+  int recompute;              /* 1: keep only each layer's input; recompute the layer in backward */
+  uint32_t max_tokens;        /* largest batch (T) a forward gets; 0 = 8192 */
+  size_t vocab_chunk;         /* LM head: vocabulary rows per chunk; 0 = backend default */
+  vr_train_comm_t comm;       /* data-parallel group; zero = one rank */
+  int zero1;                  /* 1: shard optimizer state over comm (ZeRO-1); 0: every rank holds all */
+  size_t bucket_floats;       /* gradient all-reduce bucket; 0 = 1<<22 */
+} vr_train_options_t;
+
+void vr_train_options_init(vr_train_options_t *o);
+void vr_adamw_init(vr_adamw_t *h); /* torch defaults: lr 1e-3, betas 0.9/0.999, eps 1e-8, wd 0.01 */
+
+/* ---- backend table (cpu in trainer/cpu/; cuda registers under VR_HAVE_CUDA) ---------------
+ * Buffers "params", "grads", "m", "v" are the backend's own (host or device), laid out as
+ * vr_lm's table (n_floats floats; m and v only for the shard [shard_lo, shard_hi)); the pad
+ * between tensors is kept zero. Entries are required unless marked optional. Every entry
+ * returns 0 or a negative vr_status_t and logs what failed. */
+typedef struct vr_train_backend_ops {
+  const char *name; /* "cpu", "cuda" */
+  /* Copies lm's parameters; the moments of [shard_lo, shard_hi) start at zero. */
+  int (*init)(const vr_lm_t *lm, const vr_train_options_t *opt, size_t shard_lo, size_t shard_hi, void **state);
+  void (*free)(void *state); /* NULL is a no-op */
+  /* Checked batch (the engine checks ids, cu_seqlens, mask, T <= max_tokens). out (T) and
+   * entropy (T, head LM only, may be NULL) are host arrays. keep: save what backward needs. */
+  int (*forward)(void *state, const vr_train_batch_t *b, float temperature, float *out, float *entropy, int keep);
+  /* dout (T), dent (T or NULL): host arrays; adds into grads; consumes the kept forward. */
+  int (*backward)(void *state, const float *dout, const float *dent);
+  int (*zero_grad)(void *state);
+  /* The gradient buffer (for the engine's all-reduce through comm; device pointer on cuda). */
+  float *(*grads)(void *state);
+  /* Sum of squares of grads[lo, hi) in double (deterministic order). */
+  int (*grad_sqnorm)(void *state, size_t lo, size_t hi, double *out);
+  int (*scale_grads)(void *state, float s);
+  /* AdamW on params[shard_lo, shard_hi) with step count step (>= 1). */
+  int (*adamw)(void *state, const vr_adamw_t *h, int64_t step);
+  /* The parameter buffer (for the engine's ZeRO-1 broadcasts; device pointer on cuda). */
+  float *(*params)(void *state);
+  /* Host copies of the whole params / grads buffer (n_floats floats). */
+  int (*get_params)(void *state, float *dst);
+  int (*set_params)(void *state, const float *src);
+  int (*get_grads)(void *state, float *dst);
+  /* Host copies of the shard's moments (shard_hi - shard_lo floats each). */
+  int (*get_moments)(void *state, float *m, float *v);
+  int (*set_moments)(void *state, const float *m, const float *v);
+} vr_train_backend_ops_t;
+
+extern const vr_train_backend_ops_t vr_train_backend_cpu;
+/* A device backend is picked in vr_train_init by opt->device's prefix and reads its device index
+ * from opt->device ("cuda:N") itself: vr_train_backend_cuda (trainer/cuda/vr_train_cuda.c), in
+ * CUDA builds (VR_HAVE_CUDA) only. */
+extern const vr_train_backend_ops_t vr_train_backend_cuda;
+
+typedef struct vr_train vr_train_t;
+
+/* Builds the engine for lm on opt->device (NULL opt = defaults). "cuda" is VR_ERR_UNSUPPORTED
+ * in a build without CUDA (the message says so). The caller owns *out. */
+int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt, vr_train_t **out);
+void vr_train_free(vr_train_t *t);
+
+/* Forward (see the top): VR_ERR_INVAL for a malformed batch or mask, VR_ERR_TOKEN_RANGE for an
+ * id outside the vocabulary, VR_ERR_SEQ_TOO_LONG past max_position_embeddings,
+ * VR_ERR_TOO_LARGE when T > max_tokens; the message names the sequence and token. */
+int vr_train_forward(vr_train_t *t, const vr_train_batch_t *b, float temperature, float *out, float *entropy,
+                     int keep);
+/* VR_ERR_INVAL when no forward with keep = 1 is pending. */
+int vr_train_backward(vr_train_t *t, const float *dout, const float *dent);
+int vr_train_zero_grad(vr_train_t *t);
+/* One optimizer step: all-reduce the gradients (buckets of bucket_floats), global norm,
+ * clipping when clip > 0, AdamW (ZeRO-1: own shard, then broadcasts), step count + 1.
+ * *grad_norm (may be NULL) gets the norm before clipping. Gradients are left as reduced
+ * (and clipped); call zero_grad before the next accumulation. */
+int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_norm);
+/* The global norm of the current (local, not yet reduced) gradients. */
+int vr_train_grad_norm(vr_train_t *t, double *norm);
+
+size_t vr_train_n_floats(const vr_train_t *t); /* = vr_lm_n_floats of the lm */
+int64_t vr_train_step_count(const vr_train_t *t);
+/* Host copies of the whole buffer (n = vr_train_n_floats). set_params also updates nothing
+ * else (moments and step count stay). To save a checkpoint: get_params into vr_lm_params of
+ * the lm and vr_lm_save. */
+int vr_train_get_params(vr_train_t *t, float *dst, size_t n);
+int vr_train_set_params(vr_train_t *t, const float *src, size_t n);
+int vr_train_get_grads(vr_train_t *t, float *dst, size_t n);
+/* The engine's own parameter / gradient buffers (vr_train_n_floats floats, the vr_lm layout):
+ * host memory on cpu, device memory on a device backend; for a weight-sync broadcast straight
+ * from the actor's buffer. Stable for the engine's lifetime; the caller must not write the
+ * parameters while a kept forward is pending (backward reads them) and reads them as of the last
+ * completed step. */
+float *vr_train_param_buffer(vr_train_t *t);
+float *vr_train_grad_buffer(vr_train_t *t);
+const char *vr_train_device(const vr_train_t *t); /* the backend's name: "cpu", "cuda" */
+
+/* Optimizer state of this rank's shard: a file "VRAD" (u32 version 1, i64 step, u64 n_floats,
+ * u64 lo, u64 hi, then m and v as f32 little endian). load checks every field against this
+ * engine and names the one that differs. */
+int vr_train_save_optimizer(vr_train_t *t, const char *path);
+int vr_train_load_optimizer(vr_train_t *t, const char *path);
+
+/* Micro-batches of consecutive sequences with at most budget tokens each (a longer sequence
+ * gets a micro-batch of its own): writes first sequence indices into starts (n_seqs + 1
+ * entries: starts[k] .. starts[k+1]) and returns the number of micro-batches (>= 0). */
+uint32_t vr_train_split(const uint32_t *cu_seqlens, uint32_t n_seqs, uint32_t budget, uint32_t *starts);
+
+/* The comm of a cpu group over an MPI communicator: mpi_comm points at an MPI_Comm (kept as a
+ * pointer so this header needs no mpi.h), which must outlive c. Sum all-reduce and broadcast
+ * through MPI; for tests and cpu groups. In vr_train_mpi.c. The comm over a role group of the
+ * trainer's world (vr_comm.h: bounded collectives, NCCL on device groups) is
+ * vr_train_comm_group in vr_train_comm.h. */
+void vr_train_comm_mpi(vr_train_comm_t *c, void *mpi_comm);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VR_TRAIN_H */
