@@ -427,14 +427,16 @@ static jj_val_t fold_case(jj_ctx_t *c, jj_val_t v, bool case_sensitive) {
   return map_case(c, v.u.s, CASE_LOWER, "case-insensitive comparison");
 }
 
-static void merge_sort(jj_ctx_t *c, sortkey_t *a, sortkey_t *tmp, size_t n, bool reverse) {
+/* eq_first: jinja2's sort filter compares one-element key lists, so equal keys (two Undefined,
+ * two equal dicts) never reach '<'; dictsort compares the keys themselves */
+static void merge_sort(jj_ctx_t *c, sortkey_t *a, sortkey_t *tmp, size_t n, bool reverse, bool eq_first) {
   if (n < 2) return;
   size_t h = n / 2;
-  merge_sort(c, a, tmp, h, reverse);
-  merge_sort(c, a + h, tmp, n - h, reverse);
+  merge_sort(c, a, tmp, h, reverse, eq_first);
+  merge_sort(c, a + h, tmp, n - h, reverse, eq_first);
   size_t i = 0, j = h, k = 0;
   while (i < h && j < n) {
-    int r = jj_compare(c, a[j].key, a[i].key);
+    int r = (eq_first && jj_equal(a[j].key, a[i].key)) ? 0 : jj_compare(c, a[j].key, a[i].key);
     bool take_right = reverse ? r > 0 : r < 0;
     tmp[k++] = take_right ? a[j++] : a[i++];
   }
@@ -679,7 +681,7 @@ static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val
       a[i].item = jj_listv(pair);
       a[i].key = fold_case(c, pair->v[by_value ? 1 : 0], cs);
     }
-    merge_sort(c, a, tmp, m, rev);
+    merge_sort(c, a, tmp, m, rev, false);
     jj_list_t *out = jj_list_new(c, m);
     for (size_t i = 0; i < m; i++) out->v[i] = a[i].item;
     return jj_listv(out);
@@ -856,7 +858,8 @@ static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val
     jj_list_t *out = jj_list_new(c, items->n);
     for (size_t i = 0; i < items->n; i++) out->v[i] = items->v[items->n - 1 - i];
     out->kind = (was_gen || v.t != JV_LIST) ? JL_LIST : JL_GEN;
-    if (v.t == JV_DICT) out->kind = JL_GEN;
+    /* reversed() works on dicts and on Undefined (it has __len__ and __getitem__): an iterator */
+    if (v.t == JV_DICT || v.t == JV_UNDEF) out->kind = JL_GEN;
     return jj_listv(out);
   }
   case F_ROUND:
@@ -885,7 +888,7 @@ static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val
     }
     jj_list_t *out = jj_list_new(c, m);
     if (n->fid == F_SORT) {
-      merge_sort(c, a, tmp, m, rev);
+      merge_sort(c, a, tmp, m, rev, true);
       for (size_t i = 0; i < m; i++) out->v[i] = a[i].item;
       return jj_listv(out);
     }
