@@ -425,6 +425,9 @@ static bool contains(jj_ctx_t *c, jj_val_t container, jj_val_t item) {
       if (!memcmp(container.u.s.p + i, item.u.s.p, item.u.s.n)) return true;
     return false;
   case JV_LIST: {
+    /* a generator that failed after producing some items: `in` stops at a match before it */
+    for (size_t i = 0; container.u.l->err_status && i < container.u.l->n; i++)
+      if (jj_equal(container.u.l->v[i], item)) return true;
     jj_list_t *l = jj_iter_items(c, container);
     for (size_t i = 0; i < l->n; i++)
       if (jj_equal(l->v[i], item)) return true;
