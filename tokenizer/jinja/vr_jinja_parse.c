@@ -270,8 +270,7 @@ static jj_node_t *parse_postfix(parser_t *P, jj_node_t *n) {
         nl_push(P, &args, parse_subscribed(P), (jj_str_t){0});
       }
       expect(P, JT_RBRACKET, "']'");
-      if (args.n == 0) jj_fail(P->e, VR_ERR_PARSE, "line %d: empty subscript", t->line);
-      jj_node_t *arg;
+      jj_node_t *arg; /* x[] subscripts with the empty tuple, as jinja2 parses it */
       if (args.n == 1) {
         arg = args.v[0];
       } else {
