@@ -324,6 +324,7 @@ int vr_client_connect(const char *shm_name, const vr_client_options_t *opt, vr_c
   atomic_store(&c->resp_tail, 0);
   atomic_store(&c->lane->req_head, 0);
   atomic_store(&c->lane->resp_tail, 0);
+  atomic_store(&c->lane->cli_waiters, 0); /* nobody else sleeps on a lane just leased */
   c->last_deep_ns = vr_now_ns();
   *out = c;
   g_err[0] = '\0';

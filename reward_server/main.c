@@ -139,6 +139,17 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg) {
   begin_shutdown(arg, sig == SIGINT ? "SIGINT" : "SIGTERM", (int)sig);
 }
 
+/* SIGHUP is the daemon convention for "reload"; it must never end the server (its default
+ * action would, leaving the segment behind). Reloading the model and settings is not
+ * implemented yet: the signal is logged and the server carries on unchanged. */
+static void sighup_cb(evutil_socket_t sig, short what, void *arg) {
+  (void)sig;
+  (void)what;
+  (void)arg;
+  vr_log(VR_LOG_WARN, "SIGHUP: reloading is not supported by this server yet; carrying on unchanged "
+                      "(HINT: restart it to load a new model or settings)");
+}
+
 /* ---- start-up ---- */
 
 static int write_pid_file(const char *path) {
@@ -298,15 +309,17 @@ static int run(main_ctx_t *m) {
 
   struct event *sigterm = evsignal_new(srv->base, SIGTERM, signal_cb, m);
   struct event *sigint = evsignal_new(srv->base, SIGINT, signal_cb, m);
+  struct event *sighup = evsignal_new(srv->base, SIGHUP, sighup_cb, m);
   m->batch_idle_ev = event_new(srv->base, -1, 0, batch_idle_cb, m);
   m->exit_ev = event_new(srv->base, -1, 0, exit_cb, m);
   m->hard_ev = evtimer_new(srv->base, hard_cb, m);
   m->loaded_ev = event_new(srv->base, -1, 0, loaded_cb, m);
   int rc = 0;
-  if (!sigterm || !sigint || !m->batch_idle_ev || !m->exit_ev || !m->hard_ev || !m->loaded_ev) rc = VR_ERR_NOMEM;
+  if (!sigterm || !sigint || !sighup || !m->batch_idle_ev || !m->exit_ev || !m->hard_ev || !m->loaded_ev) rc = VR_ERR_NOMEM;
   if (rc == 0) {
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
+    evsignal_add(sighup, NULL);
   }
   /* bound before the load: probes get "starting" instead of connection refused */
   if (rc == 0 && srv->st.port) rc = vr_http_create(srv, &srv->http);
@@ -323,6 +336,7 @@ static int run(main_ctx_t *m) {
   }
   if (sigterm) event_free(sigterm);
   if (sigint) event_free(sigint);
+  if (sighup) event_free(sighup);
   return rc;
 }
 
@@ -366,6 +380,7 @@ int main(int argc, char **argv) {
   vr_log_level_t lv;
   if (vr_log_level_parse(srv->st.log_level, &lv) == 0) vr_log_set_level(lv);
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGHUP, SIG_IGN); /* never the default (exit, segment left behind); the loop logs it once running */
   /* SIGTERM/SIGINT stay default until the loop handles them: an early signal just ends us */
   if (evthread_use_pthreads() != 0 || !(srv->base = event_base_new())) {
     vr_log(VR_LOG_FATAL, "cannot initialise libevent");

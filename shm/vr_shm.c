@@ -36,6 +36,8 @@
 #define REC_MAGIC 0x7672726563726563ull
 #define LIVENESS_PERIOD_NS 100000000ll /* heartbeat; lanes are checked every 2nd beat */
 #define PARK_SLICE_NS 100000000ll
+#define TAMPER_SLICE_NS 1000000ll      /* park slice after the waiters word was found changed */
+#define TAMPER_HOLD_NS 10000000000ull  /* ... for this long after the last time */
 
 enum { LANE_FREE = 0, LANE_ACTIVE = 1, LANE_QUARANTINED = 2 };
 
@@ -85,6 +87,15 @@ struct vr_shm_server {
   pthread_cond_t stop_cv;
   int stop;
   vr_log_limit_t quarantine_log; /* a hostile client can make one reset per descriptor */
+  /* Private copies of what the server publishes in the header. The header is
+   * writable by every client, so the server never reads its own state back
+   * from there: it rewrites the shared words from these. */
+  pthread_mutex_t state_mu;      /* orders set_state against the beat's rewrite */
+  _Atomic uint32_t state;        /* VR_SHM_ST_*: what poll obeys */
+  _Atomic uint32_t parked;       /* 1 while the dispatcher sleeps on srv_seq */
+  uint64_t epoch;
+  _Atomic uint64_t tamper_until_ns; /* poll parks in short slices until then */
+  vr_log_limit_t tamper_log;     /* header words found changed by someone else */
 };
 
 void vr_shm_config_init(vr_shm_config_t *cfg) {
@@ -147,6 +158,9 @@ static void lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t r
     L->state = LANE_FREE;
     L->pid = 0;
     atomic_store(&sh->client_start_time, 0);
+    /* a client killed while parked leaves its waiters count up; nobody of
+     * the old lease sleeps on the lane any more */
+    atomic_store(&sh->cli_waiters, 0);
     atomic_store_explicit(&sh->lease, VR_SHM_LEASE(L->gen, 0), memory_order_release);
   }
   /* wake any thread of a live client sleeping on this lane: it sees the new generation */
@@ -268,7 +282,7 @@ static int lane_collect(vr_shm_server_t *s, uint32_t i, vr_shm_request_t *reqs, 
 
 /* One pass over all lanes. */
 static int collect(vr_shm_server_t *s, vr_shm_request_t *reqs, int max) {
-  uint32_t st = atomic_load_explicit(&s->h->state, memory_order_relaxed);
+  uint32_t st = atomic_load_explicit(&s->state, memory_order_relaxed); /* never the shared word */
   int refuse = st != VR_SHM_ST_READY;
   int n = 0;
   uint32_t nl = s->cfg.n_lanes;
@@ -320,14 +334,30 @@ int vr_shm_server_poll(vr_shm_server_t *s, vr_shm_request_t *reqs, int max, int6
     uint64_t now = vr_now_ns();
     if (now >= deadline) return 0;
     if (now < spin_end) continue;
-    atomic_fetch_add_explicit(&s->h->srv_waiters, 1, memory_order_seq_cst);
+    /* The waiters word is set and cleared from the private flag, never counted
+     * up and down: a client that zeroes it (or sets it) cannot leave it wrong
+     * beyond this park; while parked, the liveness beat puts it back too. */
+    atomic_store_explicit(&s->parked, 1, memory_order_seq_cst);
+    atomic_store_explicit(&s->h->srv_waiters, 1, memory_order_seq_cst);
     uint32_t seq = atomic_load_explicit(&s->h->srv_seq, memory_order_seq_cst);
     n = collect(s, reqs, max);
     if (n == 0 && !atomic_load(&s->wake_pending)) {
-      int64_t left = deadline == UINT64_MAX ? PARK_SLICE_NS : (int64_t)(deadline - now);
-      vr_futex_wait(&s->h->srv_seq, seq, left < PARK_SLICE_NS ? left : PARK_SLICE_NS);
+      int64_t slice = now < atomic_load(&s->tamper_until_ns) ? TAMPER_SLICE_NS : PARK_SLICE_NS;
+      int64_t left = deadline == UINT64_MAX ? slice : (int64_t)(deadline - now);
+      vr_futex_wait(&s->h->srv_seq, seq, left < slice ? left : slice);
     }
-    atomic_fetch_sub_explicit(&s->h->srv_waiters, 1, memory_order_seq_cst);
+    uint32_t seen = atomic_load_explicit(&s->h->srv_waiters, memory_order_seq_cst);
+    atomic_store_explicit(&s->h->srv_waiters, 0, memory_order_seq_cst);
+    atomic_store_explicit(&s->parked, 0, memory_order_seq_cst);
+    if (seen != 1) {
+      /* someone else wrote the word while we slept: clients may not ring, so
+       * sleep in short slices for a while (bounded latency, more wake-ups) */
+      atomic_store(&s->tamper_until_ns, vr_now_ns() + TAMPER_HOLD_NS);
+      vr_log_limited(&s->tamper_log, VR_LOG_WARN,
+                     "header word srv_waiters was %u while the server slept (written by a client); "
+                     "parking in %lld us slices for %llu s", seen, (long long)(TAMPER_SLICE_NS / 1000),
+                     (unsigned long long)(TAMPER_HOLD_NS / 1000000000ull));
+    }
     if (n) return n;
   }
 }
@@ -457,16 +487,38 @@ static void reclaim_dead(vr_shm_server_t *s) {
   }
 }
 
+/* Puts the header's state and waiters words back from the private copies when
+ * a client changed them (the heartbeat is rewritten every beat anyway). */
+static void restore_header(vr_shm_server_t *s) {
+  pthread_mutex_lock(&s->state_mu);
+  uint32_t want = atomic_load(&s->state), got = atomic_load(&s->h->state);
+  if (got != want) {
+    atomic_store(&s->h->state, want);
+    vr_log_limited(&s->tamper_log, VR_LOG_WARN, "header word state was %u, the server's state is %u (written by a client): restored",
+                   got, want);
+  }
+  pthread_mutex_unlock(&s->state_mu);
+  /* only the harmful direction (0 while parked: clients would not ring); a
+   * stray 1 costs clients a futex wake until the next park clears it */
+  uint32_t zero = 0;
+  if (atomic_load(&s->parked) && atomic_compare_exchange_strong(&s->h->srv_waiters, &zero, 1)) {
+    atomic_store(&s->tamper_until_ns, vr_now_ns() + TAMPER_HOLD_NS);
+    vr_log_limited(&s->tamper_log, VR_LOG_WARN, "header word srv_waiters was 0 while the server slept (written by a client): restored");
+  }
+}
+
 static void *liveness_main(void *arg) {
   vr_shm_server_t *s = arg;
   unsigned beat = 0;
   pthread_mutex_lock(&s->stop_mu);
   while (!s->stop) {
     atomic_store_explicit(&s->h->heartbeat_ns, vr_now_ns(), memory_order_release);
+    restore_header(s);
     if (beat++ % 2 == 0) {
       pthread_mutex_unlock(&s->stop_mu);
       reclaim_dead(s);
       vr_log_limit_flush(&s->quarantine_log); /* the count line once a flood's window ended */
+      vr_log_limit_flush(&s->tamper_log);
       pthread_mutex_lock(&s->stop_mu);
     }
     struct timespec ts = vr_timespec_at(vr_now_ns() + LIVENESS_PERIOD_NS);
@@ -578,6 +630,9 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   s->cfg = cfg;
   vr_log_limit_init(&s->quarantine_log, "lane quarantined", cfg.log_burst ? cfg.log_burst : 10,
                     cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
+  vr_log_limit_init(&s->tamper_log, "header word changed", cfg.log_burst ? cfg.log_burst : 10,
+                    cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
+  pthread_mutex_init(&s->state_mu, NULL);
   rc = vr_shm_path(cfg.name, s->path, sizeof s->path, why, sizeof why);
   if (rc) {
     vr_log(VR_LOG_ERROR, "%s", why);
@@ -649,9 +704,10 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   h->server_pidns = vr_shm_pidns();
   uint64_t epoch = 0;
   if (getrandom(&epoch, sizeof epoch, 0) != (ssize_t)sizeof epoch) epoch = vr_now_ns() ^ ((uint64_t)getpid() << 32);
-  h->epoch = epoch ? epoch : 1;
+  h->epoch = s->epoch = epoch ? epoch : 1;
   h->max_components = VR_MAX_COMPONENTS;
   h->component_name_bytes = VR_COMPONENT_NAME_MAX;
+  atomic_store(&s->state, VR_SHM_ST_STARTING);
   atomic_store(&h->state, VR_SHM_ST_STARTING);
   atomic_store(&h->heartbeat_ns, vr_now_ns());
   atomic_thread_fence(memory_order_release);
@@ -693,7 +749,10 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
 
 void vr_shm_server_set_state(vr_shm_server_t *s, vr_shm_state_t st) {
   if (!s) return;
+  pthread_mutex_lock(&s->state_mu);
+  atomic_store(&s->state, (uint32_t)st);
   atomic_store_explicit(&s->h->state, (uint32_t)st, memory_order_release);
+  pthread_mutex_unlock(&s->state_mu);
   if (st == VR_SHM_ST_STOPPED || st == VR_SHM_ST_DRAINING) {
     /* clients sleeping on their lane re-check the state */
     for (uint32_t i = 0; s->lanes && i < s->cfg.n_lanes; i++) {
@@ -714,7 +773,7 @@ void vr_shm_server_destroy(vr_shm_server_t *s) {
   }
   if (s->lanes) {
     /* refuse what is still queued, answer what was handed out */
-    atomic_store(&s->h->state, VR_SHM_ST_DRAINING);
+    vr_shm_server_set_state(s, VR_SHM_DRAINING);
     vr_shm_request_t tmp[16];
     for (uint32_t i = 0; i < s->cfg.n_lanes; i++) {
       pthread_mutex_lock(&s->lanes[i].mu);
@@ -742,7 +801,7 @@ void vr_shm_server_destroy(vr_shm_server_t *s) {
       uint64_t epoch = 0;
       ssize_t got = pread(fd, &epoch, sizeof epoch, offsetof(vr_shm_header_t, epoch));
       close(fd);
-      if (got == (ssize_t)sizeof epoch && epoch == s->h->epoch) shm_unlink(s->path);
+      if (got == (ssize_t)sizeof epoch && epoch == s->epoch) shm_unlink(s->path);
     }
     munmap(s->base, s->bytes);
   }
@@ -752,5 +811,7 @@ void vr_shm_server_destroy(vr_shm_server_t *s) {
     pthread_mutex_destroy(&s->rec_mu);
   }
   vr_log_limit_free(&s->quarantine_log); /* reports what it still counts */
+  vr_log_limit_free(&s->tamper_log);
+  pthread_mutex_destroy(&s->state_mu);
   free(s);
 }

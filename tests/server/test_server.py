@@ -665,6 +665,24 @@ class TestSigterm(unittest.TestCase):
         self.assertEqual(codes, {503: self.N_HTTP})
 
 
+class TestHardening(unittest.TestCase):
+    """Issue 18 at the level of the real server binary."""
+
+    def test_sighup_does_not_end_the_server(self):
+        # case 11: SIGHUP ended the server by its default action (exit 129) and left the
+        # segment behind; now it is logged and the server carries on, then stops cleanly
+        s = Server(self, "--model", "checksum").wait_ready()
+        s.proc.send_signal(signal.SIGHUP)
+        end = time.monotonic() + 60
+        while "SIGHUP" not in s.logtext() and time.monotonic() < end and s.proc.poll() is None:
+            time.sleep(0.05)
+        self.assertIsNone(s.proc.poll(), f"server ended on SIGHUP:\n{s.logtext()}")
+        self.assertIn("SIGHUP", s.logtext())
+        self.assertEqual(s.request("GET", "/ready")[0], 200)
+        self.assertEqual(f32s(s.shm_score({"input_ids": [[1, 2, 3]]})["scores"]), [checksum_score([1, 2, 3])])
+        s.stop()
+
+
 class TestOverload(unittest.TestCase):
     """A full queue refuses at once (HTTP 429, shm VR_ERR_OVERLOADED) instead of growing.
     "At once" is an order, not a time: the batching wait (MAX_WAIT_S) holds the 4 queued
