@@ -108,6 +108,7 @@ void vr_client_options_init(vr_client_options_t *opt) {
   opt->timeout_us = 30000000;
   opt->connect_timeout_us = 0;
   opt->spin_us = 50;
+  opt->expected_server_uid = -1;
 }
 
 static void sleep_us(uint64_t us) {
@@ -121,7 +122,7 @@ static void sleep_us(uint64_t us) {
  * under the same name with another epoch). Lock held. */
 static int server_lost(vr_client_t *c, const char *what) {
   uint64_t e = 0;
-  if (vr_shm_peek_epoch(c->name, &e) == 0 && e != c->epoch) {
+  if (vr_shm_peek_epoch(c->name, c->opt.expected_server_uid, &e) == 0 && e != c->epoch) {
     c->dead = VR_ERR_SERVER_RESTARTED;
     return fail(c->dead, "reward server on '%s' restarted (%s); close and reconnect", c->name, what);
   }
@@ -276,7 +277,7 @@ int vr_client_connect(const char *shm_name, const vr_client_options_t *opt, vr_c
   char why[400];
   int rc;
   for (;;) {
-    rc = vr_shm_attach(name, &c->map, why, sizeof why);
+    rc = vr_shm_attach(name, o.expected_server_uid, &c->map, why, sizeof why);
     if (rc == 0) {
       vr_shm_header_t *live = c->map.live;
       uint32_t st = atomic_load(&live->state);

@@ -1,16 +1,21 @@
 /* vr_protocol.c: the vr_proto library, the segment functions both halves of
  * the shm channel share (verl_reward/protocol.h, section 3): naming, header
- * checks, attach / detach and server liveness. The client library attaches
- * with them; the server (shm/vr_shm.c, which creates the segment) uses the
- * naming and liveness checks. Knows nothing of lanes' contents. */
+ * checks, the rendezvous socket's address, attach / detach (connect, check the
+ * server's uid, receive and check the sealed memfd) and server liveness. The
+ * client library attaches with them; the server (shm/vr_shm.c, which creates
+ * the segment and listens) uses the naming and the socket address. Knows nothing of lanes' contents. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "verl_reward/protocol.h"
 #include "verl_reward/status.h"
@@ -76,32 +81,124 @@ int vr_shm_server_alive(const vr_shm_header_t *live, int64_t stale_ns) {
   return hb != 0 && now >= hb ? (int64_t)(now - hb) < stale_ns : hb != 0;
 }
 
-/* Opens name and reads+checks the header; fills fd (caller closes), st, hdr. */
-static int open_checked(const char *name, int oflag, int *fd_out, struct stat *st, vr_shm_header_t *hdr,
-                        char *why, size_t whyn) {
+int vr_shm_sockaddr(const char *name, struct sockaddr_un *sa, unsigned *len, char *why, size_t whyn) {
   char path[NAME_MAX + 2];
   int rc = vr_shm_path(name, path, sizeof path, why, whyn);
   if (rc) return rc;
-  int fd = shm_open(path, oflag | O_CLOEXEC, 0);
-  if (fd < 0) {
-    int e = errno;
-    if (e == ENOENT) {
-      snprintf(why, whyn, "no shared-memory segment /dev/shm%s (is verl-reward-server running with --shm-name %s?)", path, name);
-      return VR_ERR_NOT_FOUND;
-    }
-    if (e == EACCES || e == EPERM) {
-      snprintf(why, whyn, "permission denied opening /dev/shm%s. HINT: run as the server's user, or start the server with a group mode (--shm-mode 0660) and share its group", path);
-      return VR_ERR_PERM;
-    }
-    snprintf(why, whyn, "shm_open %s: %s", path, strerror(e));
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  size_t n = strlen(VR_SHM_SOCK_PREFIX) + strlen(name);
+  if (n + 1 > sizeof sa->sun_path) {
+    snprintf(why, whyn, "shared-memory name '%.40s...' is too long for a socket name (at most %zu bytes)", name,
+             sizeof sa->sun_path - 1 - strlen(VR_SHM_SOCK_PREFIX));
+    return VR_ERR_INVAL;
+  }
+  /* abstract namespace: sun_path[0] = 0, no terminating NUL counted */
+  memcpy(sa->sun_path + 1, VR_SHM_SOCK_PREFIX, strlen(VR_SHM_SOCK_PREFIX));
+  memcpy(sa->sun_path + 1 + strlen(VR_SHM_SOCK_PREFIX), name, strlen(name));
+  *len = (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+  return 0;
+}
+
+/* Connects to name, checks the server's uid, receives the hello and the memfd
+ * and checks seals, owner and header: fills *fd_out (caller closes) and hdr. */
+static int receive_segment(const char *name, int64_t expected_uid, int *fd_out, vr_shm_header_t *hdr, char *why,
+                           size_t whyn) {
+  struct sockaddr_un sa;
+  unsigned salen;
+  int rc = vr_shm_sockaddr(name, &sa, &salen, why, whyn);
+  if (rc) return rc;
+  int sk = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sk < 0) {
+    snprintf(why, whyn, "socket: %s", strerror(errno));
     return VR_ERR_IO;
   }
-  if (fstat(fd, st) != 0 || pread(fd, hdr, sizeof *hdr, 0) != (ssize_t)sizeof *hdr) {
-    snprintf(why, whyn, "segment /dev/shm%s is empty or unreadable (server still starting?)", path);
-    close(fd);
+  if (connect(sk, (struct sockaddr *)&sa, salen) != 0) {
+    int e = errno;
+    close(sk);
+    if (e == ECONNREFUSED || e == ENOENT) {
+      snprintf(why, whyn, "no reward server listens on '%s' (is verl-reward-server running with --shm-name %s?)", name,
+               name);
+      return VR_ERR_NOT_FOUND;
+    }
+    snprintf(why, whyn, "connect to '%s': %s", name, strerror(e));
+    return e == EAGAIN ? VR_ERR_NOT_FOUND : VR_ERR_IO; /* EAGAIN: its backlog is full */
+  }
+  struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
+  socklen_t crl = sizeof cr;
+  uint32_t want = expected_uid < 0 ? (uint32_t)geteuid() : (uint32_t)expected_uid;
+  if (getsockopt(sk, SOL_SOCKET, SO_PEERCRED, &cr, &crl) != 0 || cr.uid != want) {
+    snprintf(why, whyn, "the process serving '%s' (pid %d) runs as uid %u, not the expected uid %u: refusing it. "
+             "HINT: if that is your reward server, set the client's expected_server_uid to %u",
+             name, (int)cr.pid, (unsigned)cr.uid, want, (unsigned)cr.uid);
+    close(sk);
+    return VR_ERR_PERM;
+  }
+  struct timeval tv = {5, 0}; /* the server answers at once; a hung peer is not a server */
+  setsockopt(sk, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  vr_shm_hello_t hello;
+  memset(&hello, 0, sizeof hello);
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int) * 4)];
+  } ctl;
+  memset(&ctl, 0, sizeof ctl);
+  struct iovec iov = {&hello, sizeof hello};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  ssize_t got;
+  while ((got = recvmsg(sk, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL)) < 0 && errno == EINTR) {
+  }
+  int e = errno;
+  close(sk);
+  int fd = -1, nfds = 0;
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+      int n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int k = 0; k < n; k++) {
+        int f;
+        memcpy(&f, CMSG_DATA(cm) + k * sizeof(int), sizeof f);
+        if (nfds++ == 0) fd = f;
+        else close(f);
+      }
+    }
+  if (got != (ssize_t)sizeof hello || hello.magic != VR_SHM_HELLO_MAGIC) {
+    if (fd >= 0) close(fd);
+    if (got < 0) snprintf(why, whyn, "no hello from the server on '%s': %s", name, strerror(e));
+    else snprintf(why, whyn, "the server on '%s' sent %zd bytes, not a verl-reward hello", name, got);
     return VR_ERR_BAD_SEGMENT;
   }
-  rc = vr_shm_header_check(hdr, (uint64_t)st->st_size, why, whyn);
+  if (hello.version != VR_SHM_VERSION) {
+    if (fd >= 0) close(fd);
+    snprintf(why, whyn, "the server on '%s' speaks protocol version %u, this library %u", name, hello.version,
+             VR_SHM_VERSION);
+    return VR_ERR_BAD_SEGMENT;
+  }
+  if (hello.status != 0) {
+    if (fd >= 0) close(fd);
+    snprintf(why, whyn, "the server on '%s' refused this client (uid %u): %s. HINT: start it with --allow-uid %u "
+             "(or --allow-gid with one of this user's groups)", name, (unsigned)geteuid(), vr_status_name(hello.status),
+             (unsigned)geteuid());
+    return hello.status == VR_ERR_PERM ? VR_ERR_PERM : VR_ERR_BAD_SEGMENT;
+  }
+  struct stat st;
+  int seals = fd >= 0 ? fcntl(fd, F_GET_SEALS) : -1;
+  if (nfds != 1 || seals < 0 || (seals & VR_SHM_SEALS_REQUIRED) != VR_SHM_SEALS_REQUIRED || fstat(fd, &st) != 0) {
+    if (fd >= 0) close(fd);
+    snprintf(why, whyn, "the server on '%s' sent %d descriptors, seals 0x%x (need 0x%x): not a sealed segment", name,
+             nfds, seals, VR_SHM_SEALS_REQUIRED);
+    return VR_ERR_BAD_SEGMENT;
+  }
+  if (pread(fd, hdr, sizeof *hdr, 0) != (ssize_t)sizeof *hdr) {
+    close(fd);
+    snprintf(why, whyn, "segment of '%s' is empty or unreadable", name);
+    return VR_ERR_BAD_SEGMENT;
+  }
+  rc = vr_shm_header_check(hdr, (uint64_t)st.st_size, why, whyn);
+  if (rc == 0 && (st.st_uid != cr.uid || hdr->server_uid != cr.uid)) {
+    snprintf(why, whyn, "segment of '%s' is owned by uid %u and names server uid %u, but the server runs as %u",
+             name, (unsigned)st.st_uid, hdr->server_uid, (unsigned)cr.uid);
+    rc = VR_ERR_BAD_SEGMENT;
+  }
   if (rc) {
     close(fd);
     return rc;
@@ -110,36 +207,18 @@ static int open_checked(const char *name, int oflag, int *fd_out, struct stat *s
   return 0;
 }
 
-int vr_shm_attach(const char *name, vr_shm_map_t *out, char *why, size_t whyn) {
+int vr_shm_attach(const char *name, int64_t expected_uid, vr_shm_map_t *out, char *why, size_t whyn) {
   memset(out, 0, sizeof *out);
   int fd;
-  struct stat st;
   vr_shm_header_t hdr;
-  int rc = open_checked(name, O_RDWR, &fd, &st, &hdr, why, whyn);
+  int rc = receive_segment(name, expected_uid, &fd, &hdr, why, whyn);
   if (rc) return rc;
-  /* owner: the file belongs to the uid the server recorded, and the server
-   * process (when visible) runs as that uid: a segment planted under the name
-   * by someone else is refused */
-  if (st.st_uid != hdr.server_uid) {
-    snprintf(why, whyn, "segment /dev/shm/%s is owned by uid %u but claims server uid %u: refusing it", name,
-             (unsigned)st.st_uid, hdr.server_uid);
-    close(fd);
-    return VR_ERR_BAD_SEGMENT;
-  }
-  char proc[64];
-  struct stat pst;
-  snprintf(proc, sizeof proc, "/proc/%d", hdr.server_pid);
-  if (hdr.server_pidns == vr_shm_pidns() && stat(proc, &pst) == 0 && pst.st_uid != hdr.server_uid) {
-    snprintf(why, whyn, "segment /dev/shm/%s names server pid %d, which runs as uid %u, not %u: refusing it", name,
-             hdr.server_pid, (unsigned)pst.st_uid, hdr.server_uid);
-    close(fd);
-    return VR_ERR_BAD_SEGMENT;
-  }
   void *base = mmap(NULL, hdr.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int e = errno;
   close(fd);
   if (base == MAP_FAILED) {
-    snprintf(why, whyn, "mmap of %llu bytes of /dev/shm/%s: %s", (unsigned long long)hdr.total_bytes, name, strerror(e));
+    snprintf(why, whyn, "mmap of %llu bytes of the segment of '%s': %s", (unsigned long long)hdr.total_bytes, name,
+             strerror(e));
     return e == ENOMEM ? VR_ERR_NOMEM : VR_ERR_IO;
   }
   out->base = base;
@@ -154,16 +233,17 @@ void vr_shm_detach(vr_shm_map_t *m) {
   memset(m, 0, sizeof *m);
 }
 
-int vr_shm_peek_epoch(const char *name, uint64_t *epoch) {
+int vr_shm_peek_epoch(const char *name, int64_t expected_uid, uint64_t *epoch) {
   int fd;
-  struct stat st;
   vr_shm_header_t hdr;
-  char why[256];
-  int rc = open_checked(name, O_RDONLY, &fd, &st, &hdr, why, sizeof why);
+  char why[512];
+  int rc = receive_segment(name, expected_uid, &fd, &hdr, why, sizeof why);
   if (rc) return rc;
+  /* the live state, not the copy: pread again */
+  uint32_t state = VR_SHM_ST_STOPPED;
+  if (pread(fd, &state, sizeof state, offsetof(vr_shm_header_t, state)) != (ssize_t)sizeof state) state = VR_SHM_ST_STOPPED;
   close(fd);
-  if (hdr.state == VR_SHM_ST_STOPPED) return VR_ERR_SERVER_GONE;
-  if (!vr_shm_server_alive(&hdr, 5000000000ll)) return VR_ERR_SERVER_GONE;
+  if (state == VR_SHM_ST_STOPPED) return VR_ERR_SERVER_GONE;
   *epoch = hdr.epoch;
   return 0;
 }

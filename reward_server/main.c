@@ -203,6 +203,17 @@ static int start_shm(vr_server_t *srv) {
   cfg.max_seqs_per_request = srv->st.max_seqs_per_request;
   cfg.vocab_size = srv->scorer.vocab_size;
   cfg.spin_us = srv->st.spin_us;
+  _Static_assert(VR_SETTINGS_MAX_IDS <= VR_SHM_MAX_ALLOW, "every --allow-uid/gid entry fits the shm config");
+  uint32_t uids[VR_SETTINGS_MAX_IDS], gids[VR_SETTINGS_MAX_IDS];
+  char err[256];
+  /* checked when set: these cannot fail unless a user or group vanished since */
+  if (vr_settings_ids(srv->st.allow_uid, 0, uids, VR_SETTINGS_MAX_IDS, &cfg.n_allow_uids, err, sizeof err) != 0 ||
+      vr_settings_ids(srv->st.allow_gid, 1, gids, VR_SETTINGS_MAX_IDS, &cfg.n_allow_gids, err, sizeof err) != 0) {
+    vr_log(VR_LOG_ERROR, "--allow-uid / --allow-gid: %s", err);
+    return VR_ERR_INVAL;
+  }
+  cfg.allow_uids = uids;
+  cfg.allow_gids = gids;
   int rc = vr_shm_server_create(&cfg, &srv->shm);
   if (rc) {
     vr_log(VR_LOG_ERROR, "cannot create shared-memory segment /%s: %s", srv->st.shm_name, vr_strerror(rc));

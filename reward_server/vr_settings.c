@@ -4,7 +4,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,8 @@ typedef enum opt_type {
   OPT_SHM,     /* vr_shm_path's rule; "" disables shm */
   OPT_REWARD,  /* vr_reward_spec_parse; "" = model */
   OPT_FILE,    /* a path that must exist (checked when set) */
+  OPT_UIDS,    /* vr_settings_ids: comma-separated user names / uids */
+  OPT_GIDS,    /* the same for groups */
 } opt_type_t;
 
 typedef struct opt {
@@ -61,7 +65,12 @@ static const opt_t k_opts[] = {
      "longer sequences: keep the last (left) / first (right) max-seq-len tokens, or reject"},
     {"spin-us", NULL, OPT_U32, F(spin_us), 0, 1000000, "US", "server busy-poll before parking on the futex"},
     {"lanes", NULL, OPT_U32, F(lanes), 1, 1024, "N", "client lanes in the segment"},
-    {"shm-mode", NULL, OPT_OCTAL, F(shm_mode), 0, 0777, "MODE", "segment permissions (octal)"},
+    {"shm-mode", NULL, OPT_OCTAL, F(shm_mode), 0, 0777, "MODE",
+     "who may attach, read as file modes (octal): 0600 the server's uid, 0660 also its group, 0666 anyone"},
+    {"allow-uid", NULL, OPT_UIDS, F(allow_uid), 0, 0, "LIST",
+     "further users (names or uids, comma-separated) whose clients may attach"},
+    {"allow-gid", NULL, OPT_GIDS, F(allow_gid), 0, 0, "LIST",
+     "further groups (names or gids, comma-separated): a client in one of them (primary or supplementary) may attach"},
     {"ring-slots", NULL, OPT_U32, F(ring_slots), 1, 4096, "N", "requests in flight per lane (power of two)"},
     {"arena-mb", NULL, OPT_U32, F(arena_mb), 1, 4096, "MB", "payload arena per lane"},
     {"max-seqs-per-request", NULL, OPT_U32, F(max_seqs_per_request), 1, 1u << 20, "N", "sequences per request"},
@@ -137,7 +146,7 @@ static void opt_default_text(const opt_t *o, const vr_settings_t *d, char *buf, 
   const char *p = (const char *)d + o->off;
   switch (o->type) {
     case OPT_STR: case OPT_LOGLEVEL: case OPT_DEVICE: case OPT_DTYPE: case OPT_GEMM: case OPT_SHM:
-    case OPT_REWARD: case OPT_FILE: snprintf(buf, n, "%s", *p ? p : "(none)"); break;
+    case OPT_REWARD: case OPT_FILE: case OPT_UIDS: case OPT_GIDS: snprintf(buf, n, "%s", *p ? p : "(none)"); break;
     case OPT_U32: snprintf(buf, n, "%u", *(const uint32_t *)p); break;
     case OPT_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     case OPT_PORT: case OPT_INT: snprintf(buf, n, "%d", *(const int *)p); break;
@@ -181,8 +190,8 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
       return 0;
     case OPT_SHM:
       if (value[0] && vr_shm_path(value, canon, sizeof canon, why, sizeof why) != 0) {
-        snprintf(err, errlen, "--shm-name '%s': %s. HINT: a plain name such as verl_reward_shm (the segment is "
-                 "/dev/shm/NAME), or '' to disable shm", value, why);
+        snprintf(err, errlen, "--shm-name '%s': %s. HINT: a plain name such as verl_reward_shm (clients attach "
+                 "through the abstract socket @verl-reward/NAME), or '' to disable shm", value, why);
         return VR_ERR_INVAL;
       }
       strcpy(p, value);
@@ -191,6 +200,15 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
       vr_reward_spec_t spec;
       if (value[0] && vr_reward_spec_parse(value, &spec, why, sizeof why) != 0) {
         snprintf(err, errlen, "--reward '%s': %s", value, why);
+        return VR_ERR_INVAL;
+      }
+      strcpy(p, value);
+      return 0;
+    }
+    case OPT_UIDS: case OPT_GIDS: {
+      uint32_t ids[VR_SETTINGS_MAX_IDS], n;
+      if (vr_settings_ids(value, o->type == OPT_GIDS, ids, VR_SETTINGS_MAX_IDS, &n, why, sizeof why) != 0) {
+        snprintf(err, errlen, "--%s '%s': %s", o->name, value, why);
         return VR_ERR_INVAL;
       }
       strcpy(p, value);
@@ -232,6 +250,50 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
     case OPT_U32: case OPT_OCTAL: *(uint32_t *)p = (uint32_t)x; break;
     case OPT_U64: *(uint64_t *)p = x; break;
     default: *(int *)p = (int)x; break;
+  }
+  return 0;
+}
+
+int vr_settings_ids(const char *text, int groups, uint32_t *out, uint32_t max, uint32_t *n, char *err, size_t errlen) {
+  *n = 0;
+  char buf[256];
+  if (strlen(text) >= sizeof buf) {
+    snprintf(err, errlen, "list longer than %zu bytes", sizeof buf - 1);
+    return VR_ERR_INVAL;
+  }
+  strcpy(buf, text);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    while (isspace((unsigned char)*t)) t++;
+    char *e = t + strlen(t);
+    while (e > t && isspace((unsigned char)e[-1])) *--e = '\0';
+    if (!*t) continue;
+    uint64_t x;
+    if (vr_cli_strtou64(t, 10, &x) == 0) {
+      if (x >= UINT32_MAX) {
+        snprintf(err, errlen, "id %s out of range", t);
+        return VR_ERR_INVAL;
+      }
+    } else if (groups) {
+      struct group *g = getgrnam(t);
+      if (!g) {
+        snprintf(err, errlen, "no group '%s'", t);
+        return VR_ERR_INVAL;
+      }
+      x = g->gr_gid;
+    } else {
+      struct passwd *pw = getpwnam(t);
+      if (!pw) {
+        snprintf(err, errlen, "no user '%s'", t);
+        return VR_ERR_INVAL;
+      }
+      x = pw->pw_uid;
+    }
+    if (*n >= max) {
+      snprintf(err, errlen, "more than %u entries", max);
+      return VR_ERR_INVAL;
+    }
+    out[(*n)++] = (uint32_t)x;
   }
   return 0;
 }

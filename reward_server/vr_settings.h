@@ -35,7 +35,9 @@ typedef struct vr_settings {
   vr_truncate_t truncate;
   uint32_t spin_us;
   uint32_t lanes;
-  uint32_t shm_mode;
+  uint32_t shm_mode;              /* who may attach (owner / group / other bits) */
+  char allow_uid[256];            /* --allow-uid list (vr_settings_ids), "" = none */
+  char allow_gid[256];            /* --allow-gid list */
   uint32_t ring_slots;
   uint32_t arena_mb;
   uint32_t max_seqs_per_request;
@@ -79,5 +81,10 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
 void vr_settings_usage(FILE *f, const char *prog);
 
 const char *vr_truncate_name(vr_truncate_t t);
+
+/* Parses a comma-separated list of user (groups 0) or group (groups 1) names or numeric ids
+ * into out (at most max). 0, or VR_ERR_INVAL with err naming the bad entry. */
+#define VR_SETTINGS_MAX_IDS 32
+int vr_settings_ids(const char *text, int groups, uint32_t *out, uint32_t max, uint32_t *n, char *err, size_t errlen);
 
 #endif /* VR_SETTINGS_H */

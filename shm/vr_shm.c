@@ -19,10 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "verl_reward/protocol.h"
@@ -83,9 +86,12 @@ struct vr_shm_server {
   uint32_t rr;             /* poll's round-robin start (poll caller only) */
   pthread_t live_thread;
   int live_started;
-  pthread_mutex_t stop_mu;
-  pthread_cond_t stop_cv;
-  int stop;
+  int stop_fd;             /* eventfd: destroy tells the liveness thread to end */
+  int listen_fd;           /* the rendezvous socket (abstract "\0verl-reward/<name>") */
+  int mem_fd;              /* the sealed memfd handed to every admitted client */
+  uint32_t allow_uids[VR_SHM_MAX_ALLOW], n_allow_uids;
+  uint32_t allow_gids[VR_SHM_MAX_ALLOW], n_allow_gids;
+  vr_log_limit_t refuse_log;     /* refused connections (any local user can make them) */
   vr_log_limit_t quarantine_log; /* a hostile client can make one reset per descriptor */
   /* Private copies of what the server publishes in the header. The header is
    * writable by every client, so the server never reads its own state back
@@ -507,24 +513,94 @@ static void restore_header(vr_shm_server_t *s) {
   }
 }
 
+/* 1 when the peer may attach: the server's own uid; with mode's group bits,
+ * a member of the server's group; with its other bits, anyone; and every
+ * --allow-uid / --allow-gid (primary or supplementary group). */
+static int peer_allowed(const vr_shm_server_t *s, int fd, const struct ucred *cr) {
+  if (cr->uid == geteuid() || (s->cfg.mode & 0007u)) return 1;
+  for (uint32_t k = 0; k < s->n_allow_uids; k++)
+    if (cr->uid == s->allow_uids[k]) return 1;
+  gid_t groups[256];
+  socklen_t gl = sizeof groups;
+  int ng = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0 ? (int)(gl / sizeof(gid_t)) : 0;
+  for (int k = -1; k < ng; k++) {
+    gid_t g = k < 0 ? cr->gid : groups[k];
+    if ((s->cfg.mode & 0070u) && g == getegid()) return 1;
+    for (uint32_t j = 0; j < s->n_allow_gids; j++)
+      if (g == s->allow_gids[j]) return 1;
+  }
+  return 0;
+}
+
+/* Answers every pending connection on the rendezvous socket with a hello (and
+ * the memfd when the peer is allowed), then closes it. Never blocks: the
+ * accepted sockets are non-blocking and the hello fits any socket buffer. */
+static void admit_clients(vr_shm_server_t *s) {
+  for (int k = 0; k < 64; k++) { /* a bounded batch per wake: the beat must go on */
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+        vr_log_limited(&s->refuse_log, VR_LOG_WARN, "accept on the rendezvous socket of /%s: %s", s->name,
+                       strerror(errno));
+      return;
+    }
+    struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
+    socklen_t crl = sizeof cr;
+    int ok = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0 && peer_allowed(s, fd, &cr);
+    vr_shm_hello_t hello = {VR_SHM_HELLO_MAGIC, VR_SHM_VERSION, ok ? 0 : VR_ERR_PERM, 0};
+    union {
+      struct cmsghdr h;
+      char buf[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {&hello, sizeof hello};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (ok) {
+      mh.msg_control = ctl.buf;
+      mh.msg_controllen = sizeof ctl.buf;
+      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+      cm->cmsg_level = SOL_SOCKET;
+      cm->cmsg_type = SCM_RIGHTS;
+      cm->cmsg_len = CMSG_LEN(sizeof(int));
+      memcpy(CMSG_DATA(cm), &s->mem_fd, sizeof(int));
+    } else {
+      vr_log_limited(&s->refuse_log, VR_LOG_WARN,
+                     "refused a client of /%s: pid %d uid %u gid %u is not allowed (HINT: --allow-uid / --allow-gid, "
+                     "or a group mode --shm-mode 0660)", s->name, (int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid);
+    }
+    if (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof hello)
+      vr_log(VR_LOG_DEBUG, "client pid %d left before its hello: %s", (int)cr.pid, strerror(errno));
+    close(fd);
+  }
+}
+
 static void *liveness_main(void *arg) {
   vr_shm_server_t *s = arg;
   unsigned beat = 0;
-  pthread_mutex_lock(&s->stop_mu);
-  while (!s->stop) {
-    atomic_store_explicit(&s->h->heartbeat_ns, vr_now_ns(), memory_order_release);
-    restore_header(s);
-    if (beat++ % 2 == 0) {
-      pthread_mutex_unlock(&s->stop_mu);
-      reclaim_dead(s);
-      vr_log_limit_flush(&s->quarantine_log); /* the count line once a flood's window ended */
-      vr_log_limit_flush(&s->tamper_log);
-      pthread_mutex_lock(&s->stop_mu);
+  uint64_t next = 0;
+  for (;;) {
+    uint64_t now = vr_now_ns();
+    if (now >= next) {
+      atomic_store_explicit(&s->h->heartbeat_ns, now, memory_order_release);
+      restore_header(s);
+      if (beat++ % 2 == 0) {
+        reclaim_dead(s);
+        vr_log_limit_flush(&s->quarantine_log); /* the count line once a flood's window ended */
+        vr_log_limit_flush(&s->tamper_log);
+        vr_log_limit_flush(&s->refuse_log);
+      }
+      next = now + LIVENESS_PERIOD_NS;
     }
-    struct timespec ts = vr_timespec_at(vr_now_ns() + LIVENESS_PERIOD_NS);
-    if (!s->stop) pthread_cond_timedwait(&s->stop_cv, &s->stop_mu, &ts);
+    struct pollfd pf[2] = {{.fd = s->stop_fd, .events = POLLIN}, {.fd = s->listen_fd, .events = POLLIN}};
+    int ms = (int)((next - now + 999999) / 1000000);
+    if (poll(pf, 2, ms > 0 ? ms : 1) < 0 && errno != EINTR) {
+      vr_log(VR_LOG_ERROR, "poll in the shm liveness thread: %s", strerror(errno));
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+    if (pf[0].revents) break;
+    if (pf[1].revents & POLLIN) admit_clients(s);
   }
-  pthread_mutex_unlock(&s->stop_mu);
   return NULL;
 }
 
@@ -547,6 +623,11 @@ static int config_check(const vr_shm_config_t *c, char *why, size_t whyn) {
     snprintf(why, whyn, "max_seq_len and max_seqs_per_request must be > 0");
     return VR_ERR_INVAL;
   }
+  if (c->n_allow_uids > VR_SHM_MAX_ALLOW || c->n_allow_gids > VR_SHM_MAX_ALLOW ||
+      (c->n_allow_uids && !c->allow_uids) || (c->n_allow_gids && !c->allow_gids)) {
+    snprintf(why, whyn, "at most %u allowed uids and %u gids", VR_SHM_MAX_ALLOW, VR_SHM_MAX_ALLOW);
+    return VR_ERR_INVAL;
+  }
   if (c->mode & ~0777u) {
     snprintf(why, whyn, "mode 0%o has bits beyond 0777", c->mode);
     return VR_ERR_INVAL;
@@ -554,62 +635,80 @@ static int config_check(const vr_shm_config_t *c, char *why, size_t whyn) {
   return 0;
 }
 
-/* The name exists: replace it when it is a stale segment (its server is dead
- * or stopped, or it was never initialised); refuse a live or foreign one. */
-static int handle_existing(const char *path, const char *name) {
-  int fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
+/* Binds and listens on name's abstract socket. The name is taken only while a
+ * process holds a socket bound to it (the kernel frees it when that process
+ * dies), so there is no stale state to replace and no file to plant. */
+static int bind_name(vr_shm_server_t *s) {
+  struct sockaddr_un sa;
+  unsigned salen;
+  char why[256];
+  int rc = vr_shm_sockaddr(s->name, &sa, &salen, why, sizeof why);
+  if (rc) {
+    vr_log(VR_LOG_ERROR, "%s", why);
+    return rc;
+  }
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
-    if (errno == ENOENT) return 0; /* vanished meanwhile: retry create */
-    vr_log(VR_LOG_ERROR, "/dev/shm%s exists and cannot be opened (%s). HINT: another user's server owns it; pick another --shm-name",
-           path, strerror(errno));
-    return errno == EACCES ? VR_ERR_PERM : VR_ERR_EXISTS;
+    vr_log(VR_LOG_ERROR, "socket: %s", strerror(errno));
+    return VR_ERR_IO;
   }
-  struct stat st;
-  vr_shm_header_t h;
-  memset(&h, 0, sizeof h);
-  ssize_t got = 0;
-  if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof h) got = pread(fd, &h, sizeof h, 0);
-  close(fd);
-  if (got == (ssize_t)sizeof h && h.magic != 0 && h.magic != VR_SHM_MAGIC) {
-    vr_log(VR_LOG_ERROR, "/dev/shm%s exists and is not a verl-reward segment (magic 0x%016llx). HINT: pick another --shm-name or remove it",
-           path, (unsigned long long)h.magic);
+  if (bind(fd, (struct sockaddr *)&sa, salen) != 0) {
+    int e = errno;
+    close(fd);
+    if (e != EADDRINUSE) {
+      vr_log(VR_LOG_ERROR, "bind @%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, strerror(e));
+      return VR_ERR_IO;
+    }
+    /* who holds it: its credentials come with a connection */
+    struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
+    socklen_t crl = sizeof cr;
+    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, salen) == 0)
+      getsockopt(probe, SOL_SOCKET, SO_PEERCRED, &cr, &crl);
+    if (probe >= 0) close(probe);
+    vr_log(VR_LOG_ERROR, "shm name '%s' is taken: pid %d (uid %d) listens on @%s%s. HINT: stop that server, or pick "
+           "another --shm-name", s->name, (int)cr.pid, (int)cr.uid, VR_SHM_SOCK_PREFIX, s->name);
     return VR_ERR_EXISTS;
   }
-  if (got == (ssize_t)sizeof h && h.magic == VR_SHM_MAGIC && h.state != VR_SHM_ST_STOPPED &&
-      vr_shm_server_alive(&h, 5000000000ll)) {
-    vr_log(VR_LOG_ERROR, "/dev/shm%s belongs to a live verl-reward-server (pid %d). HINT: stop it, or pick another --shm-name",
-           path, h.server_pid);
-    return VR_ERR_EXISTS;
+  if (listen(fd, 128) != 0) {
+    vr_log(VR_LOG_ERROR, "listen @%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, strerror(errno));
+    close(fd);
+    return VR_ERR_IO;
   }
-  vr_log(VR_LOG_WARN, "replacing stale segment /dev/shm%s (server pid %d %s)", path, h.server_pid,
-         got != (ssize_t)sizeof h || h.magic == 0 ? "never finished creating it" : "is gone or stopped");
-  if (shm_unlink(path) != 0 && errno != ENOENT) {
-    vr_log(VR_LOG_ERROR, "cannot remove stale /dev/shm%s: %s", path, strerror(errno));
-    return errno == EACCES ? VR_ERR_PERM : VR_ERR_IO;
-  }
-  (void)name;
+  s->listen_fd = fd;
   return 0;
 }
 
-static int open_exclusive(vr_shm_server_t *s, int *fd_out) {
-  for (int attempt = 0; attempt < 4; attempt++) {
-    int fd = shm_open(s->path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, (mode_t)s->cfg.mode);
-    if (fd >= 0) {
-      fchmod(fd, (mode_t)s->cfg.mode); /* exactly the mode asked for, whatever the umask */
-      *fd_out = fd;
-      return 0;
-    }
-    if (errno != EEXIST) {
-      int e = errno;
-      vr_log(VR_LOG_ERROR, "shm_open %s: %s%s", s->path, strerror(e),
-             e == ENOENT ? ". HINT: /dev/shm is not mounted (mount -t tmpfs tmpfs /dev/shm)" : "");
-      return e == EACCES ? VR_ERR_PERM : VR_ERR_IO;
-    }
-    int rc = handle_existing(s->path, s->name);
-    if (rc) return rc;
+/* The segment: a memfd of total bytes, every page allocated now (a memory
+ * limit fails here with ENOSPC instead of SIGBUS on first touch), sealed so
+ * that nobody holding it can change its size or its seals. */
+static int make_memfd(vr_shm_server_t *s, uint64_t total, uint64_t lane_bytes) {
+  char label[NAME_MAX + 16];
+  snprintf(label, sizeof label, "verl-reward:%s", s->name);
+  int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    vr_log(VR_LOG_ERROR, "memfd_create: %s", strerror(errno));
+    return VR_ERR_IO;
   }
-  vr_log(VR_LOG_ERROR, "could not create %s: another process keeps recreating it", s->path);
-  return VR_ERR_EXISTS;
+  int e = ftruncate(fd, (off_t)total) == 0 ? posix_fallocate(fd, 0, (off_t)total) : errno;
+  if (e != 0) {
+    if (e == ENOSPC || e == EFBIG || e == ENOMEM)
+      vr_log(VR_LOG_ERROR,
+             "not enough memory for segment /%s: %llu bytes (%u lanes x %llu). HINT: raise the memory limit of the "
+             "server's container/cgroup, or use fewer lanes / a smaller arena (verl-reward-server --lanes N, --arena-mb MB)",
+             s->name, (unsigned long long)total, s->cfg.n_lanes, (unsigned long long)lane_bytes);
+    else
+      vr_log(VR_LOG_ERROR, "allocating segment /%s (%llu bytes): %s", s->name, (unsigned long long)total, strerror(e));
+    close(fd);
+    return (e == ENOSPC || e == EFBIG || e == ENOMEM) ? VR_ERR_NOSPACE : VR_ERR_IO;
+  }
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    vr_log(VR_LOG_ERROR, "sealing segment /%s: %s", s->name, strerror(errno));
+    close(fd);
+    return VR_ERR_IO;
+  }
+  s->mem_fd = fd;
+  return 0;
 }
 
 int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
@@ -632,7 +731,11 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
                     cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
   vr_log_limit_init(&s->tamper_log, "header word changed", cfg.log_burst ? cfg.log_burst : 10,
                     cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
+  vr_log_limit_init(&s->refuse_log, "client refused", cfg.log_burst ? cfg.log_burst : 10,
+                    cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
   pthread_mutex_init(&s->state_mu, NULL);
+  for (uint32_t k = 0; k < cfg.n_allow_uids; k++) s->allow_uids[s->n_allow_uids++] = cfg.allow_uids[k];
+  for (uint32_t k = 0; k < cfg.n_allow_gids; k++) s->allow_gids[s->n_allow_gids++] = cfg.allow_gids[k];
   rc = vr_shm_path(cfg.name, s->path, sizeof s->path, why, sizeof why);
   if (rc) {
     vr_log(VR_LOG_ERROR, "%s", why);
@@ -645,40 +748,32 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   uint64_t lane_bytes = vr_shm_lane_bytes(cfg.ring_slots, cfg.arena_bytes);
   uint64_t total = VR_SHM_LANES_OFFSET + (uint64_t)cfg.n_lanes * lane_bytes;
 
-  int fd = -1;
-  rc = open_exclusive(s, &fd);
+  s->stop_fd = s->listen_fd = s->mem_fd = -1;
+  rc = bind_name(s);
+  if (rc == 0) rc = make_memfd(s, total, lane_bytes);
+  void *base = MAP_FAILED;
+  if (rc == 0) {
+    base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, s->mem_fd, 0);
+    if (base == MAP_FAILED) {
+      vr_log(VR_LOG_ERROR, "mmap of segment /%s (%llu bytes): %s", s->name, (unsigned long long)total, strerror(errno));
+      rc = VR_ERR_NOMEM;
+    }
+  }
+  if (rc == 0 && (s->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
+    vr_log(VR_LOG_ERROR, "eventfd: %s", strerror(errno));
+    rc = VR_ERR_IO;
+  }
   if (rc) {
+    if (base != MAP_FAILED) munmap(base, total);
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    if (s->mem_fd >= 0) close(s->mem_fd);
+    if (s->stop_fd >= 0) close(s->stop_fd);
+    vr_log_limit_free(&s->quarantine_log);
+    vr_log_limit_free(&s->tamper_log);
+    vr_log_limit_free(&s->refuse_log);
+    pthread_mutex_destroy(&s->state_mu);
     free(s);
     return rc;
-  }
-  /* allocate every page now: a too-small /dev/shm fails here with ENOSPC
-   * instead of SIGBUS on first touch */
-  int e = posix_fallocate(fd, 0, (off_t)total);
-  if (e != 0) {
-    struct statvfs vfs;
-    unsigned long long avail = statvfs("/dev/shm", &vfs) == 0 ? (unsigned long long)vfs.f_bavail * vfs.f_frsize : 0;
-    if (e == ENOSPC || e == EFBIG)
-      vr_log(VR_LOG_ERROR,
-             "/dev/shm is too small: segment %s needs %llu bytes (%u lanes x %llu), %llu available. "
-             "HINT: enlarge /dev/shm (docker run --shm-size=%lluM ..., or mount -o remount,size=... /dev/shm), "
-             "or use fewer lanes / a smaller arena (verl-reward-server --lanes N, --arena-mb MB)",
-             s->path, (unsigned long long)total, cfg.n_lanes, (unsigned long long)lane_bytes, avail,
-             (unsigned long long)(total >> 20) + 64);
-    else
-      vr_log(VR_LOG_ERROR, "posix_fallocate %s (%llu bytes): %s", s->path, (unsigned long long)total, strerror(e));
-    close(fd);
-    shm_unlink(s->path);
-    free(s);
-    return (e == ENOSPC || e == EFBIG) ? VR_ERR_NOSPACE : VR_ERR_IO;
-  }
-  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  e = errno;
-  close(fd);
-  if (base == MAP_FAILED) {
-    vr_log(VR_LOG_ERROR, "mmap %s (%llu bytes): %s", s->path, (unsigned long long)total, strerror(e));
-    shm_unlink(s->path);
-    free(s);
-    return VR_ERR_NOMEM;
   }
   s->base = base;
   s->bytes = total;
@@ -732,17 +827,15 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   }
   pthread_mutex_init(&s->rec_mu, NULL);
   s->recs.next = s->recs.prev = &s->recs;
-  pthread_mutex_init(&s->stop_mu, NULL);
-  vr_cond_init_monotonic(&s->stop_cv);
   if (pthread_create(&s->live_thread, NULL, liveness_main, s) != 0) {
     vr_log(VR_LOG_ERROR, "cannot start the shm liveness thread");
     vr_shm_server_destroy(s);
     return VR_ERR_NOMEM;
   }
   s->live_started = 1;
-  vr_log(VR_LOG_INFO, "shm segment %s created: %u lanes x %llu bytes (arena %llu, %u slots), mode 0%o, epoch %016llx",
-         s->path, cfg.n_lanes, (unsigned long long)lane_bytes, (unsigned long long)cfg.arena_bytes, cfg.ring_slots,
-         cfg.mode, (unsigned long long)h->epoch);
+  vr_log(VR_LOG_INFO, "shm segment /%s created: %u lanes x %llu bytes (arena %llu, %u slots), sealed memfd, "
+         "socket @%s%s, access mode 0%o, epoch %016llx", s->name, cfg.n_lanes, (unsigned long long)lane_bytes, (unsigned long long)cfg.arena_bytes, cfg.ring_slots,
+         VR_SHM_SOCK_PREFIX, s->name, cfg.mode, (unsigned long long)h->epoch);
   *out = s;
   return 0;
 }
@@ -765,12 +858,13 @@ void vr_shm_server_set_state(vr_shm_server_t *s, vr_shm_state_t st) {
 void vr_shm_server_destroy(vr_shm_server_t *s) {
   if (!s) return;
   if (s->live_started) {
-    pthread_mutex_lock(&s->stop_mu);
-    s->stop = 1;
-    pthread_cond_signal(&s->stop_cv);
-    pthread_mutex_unlock(&s->stop_mu);
+    uint64_t one = 1;
+    if (write(s->stop_fd, &one, sizeof one) != (ssize_t)sizeof one) VR_ASSERT(!"eventfd write");
     pthread_join(s->live_thread, NULL);
   }
+  /* the name is free from here on: a new server may bind it while we finish */
+  if (s->listen_fd >= 0) close(s->listen_fd);
+  s->listen_fd = -1;
   if (s->lanes) {
     /* refuse what is still queued, answer what was handed out */
     vr_shm_server_set_state(s, VR_SHM_DRAINING);
@@ -794,24 +888,13 @@ void vr_shm_server_destroy(vr_shm_server_t *s) {
     for (uint32_t i = 0; i < s->cfg.n_lanes; i++) pthread_mutex_destroy(&s->lanes[i].mu);
     free(s->lanes);
   }
-  if (s->base) {
-    /* unlink only our own segment (the name may have been taken over) */
-    int fd = shm_open(s->path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd >= 0) {
-      uint64_t epoch = 0;
-      ssize_t got = pread(fd, &epoch, sizeof epoch, offsetof(vr_shm_header_t, epoch));
-      close(fd);
-      if (got == (ssize_t)sizeof epoch && epoch == s->epoch) shm_unlink(s->path);
-    }
-    munmap(s->base, s->bytes);
-  }
-  if (s->live_started) {
-    pthread_cond_destroy(&s->stop_cv);
-    pthread_mutex_destroy(&s->stop_mu);
-    pthread_mutex_destroy(&s->rec_mu);
-  }
+  if (s->base) munmap(s->base, s->bytes);
+  if (s->mem_fd >= 0) close(s->mem_fd);
+  if (s->stop_fd >= 0) close(s->stop_fd);
+  if (s->live_started) pthread_mutex_destroy(&s->rec_mu);
   vr_log_limit_free(&s->quarantine_log); /* reports what it still counts */
   vr_log_limit_free(&s->tamper_log);
+  vr_log_limit_free(&s->refuse_log);
   pthread_mutex_destroy(&s->state_mu);
   free(s);
 }

@@ -1,4 +1,4 @@
-/* verl_reward/protocol.h: the shared-memory protocol (v1), the one header both
+/* verl_reward/protocol.h: the shared-memory protocol (v2), the one header both
  * halves of the channel build on: the server (shm/) and the client library
  * (client/), plus tests and tools that look at a segment directly.
  *
@@ -50,7 +50,7 @@
 /* ================================================= 1. byte layout */
 
 #define VR_SHM_MAGIC 0x31564d4853525256ull /* "VRRSHMV1" read as little-endian bytes */
-#define VR_SHM_VERSION 1u
+#define VR_SHM_VERSION 2u /* 2: attach through a socket and a sealed memfd (section 3) */
 #define VR_SHM_LANES_OFFSET 4096u
 #define VR_SHM_LANE_ALIGN 4096u
 #define VR_SHM_ARENA_ALIGN 64u      /* client allocations in the arena are 64-byte aligned */
@@ -278,9 +278,36 @@ static inline void vr_doorbell_ring(_Atomic uint32_t *seq, _Atomic uint32_t *wai
 
 /* ============================ 3. the segment (vr_proto: proto/vr_protocol.c) */
 
-/* "/name" into buf; VR_ERR_INVAL (with why) for an empty name, one with '/',
- * or one longer than NAME_MAX. */
+/* Rendezvous (v2). The segment has no name in /dev/shm: it is a sealed memfd
+ * (VR_SHM_SEALS: it can neither shrink nor grow, and no seal can be added or
+ * removed), and the name is a Unix-domain stream socket in the abstract
+ * namespace, "\0verl-reward/<name>" (no file: nothing to plant, nothing left
+ * behind by a dead server). A client connects, checks the peer's uid
+ * (SO_PEERCRED) against its own or an expected uid, and reads one
+ * vr_shm_hello_t; with status 0 the hello carries the memfd as SCM_RIGHTS.
+ * The server checks the client's uid/gid (SO_PEERCRED, SO_PEERGROUPS) against
+ * its policy first and answers a refused client with status VR_ERR_PERM and
+ * no fd. The server closes the connection after the hello. */
+#define VR_SHM_HELLO_MAGIC 0x32485256u /* "VRH2" read as little-endian bytes */
+#define VR_SHM_SOCK_PREFIX "verl-reward/"
+#define VR_SHM_SEALS_REQUIRED 0x0007u /* F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW (linux/fcntl.h values) */
+
+typedef struct vr_shm_hello {
+  uint32_t magic;     /*  0 VR_SHM_HELLO_MAGIC */
+  uint32_t version;   /*  4 VR_SHM_VERSION */
+  int32_t status;     /*  8 0: the memfd is attached; else why the client was refused */
+  uint32_t reserved;  /* 12 zero */
+} vr_shm_hello_t;
+_Static_assert(sizeof(vr_shm_hello_t) == 16, "hello is 16 bytes");
+
+/* "/name" into buf (the form used in messages); VR_ERR_INVAL (with why) for an
+ * empty name, one with '/', or one longer than NAME_MAX. */
 int vr_shm_path(const char *name, char *buf, size_t n, char *why, size_t whyn);
+
+/* The socket address of name: abstract "\0verl-reward/<name>"; *len is the
+ * address length to pass to bind/connect. Same errors as vr_shm_path. */
+struct sockaddr_un;
+int vr_shm_sockaddr(const char *name, struct sockaddr_un *sa, unsigned *len, char *why, size_t whyn);
 
 /* Checks a header copy against the file size: magic, version, fixed sizes,
  * geometry (lane_bytes recomputed, total within the file, no overflow),
@@ -295,10 +322,12 @@ typedef struct vr_shm_map {
   vr_shm_header_t *live;     /* the shared header (state, heartbeat, doorbell) */
 } vr_shm_map_t;
 
-/* Opens and maps /name read-write, checks owner (file uid = server uid in the
- * header; the server process, when visible, runs as that uid) and the header.
- * Errors: VR_ERR_NOT_FOUND, VR_ERR_PERM, VR_ERR_BAD_SEGMENT, VR_ERR_IO. */
-int vr_shm_attach(const char *name, vr_shm_map_t *out, char *why, size_t whyn);
+/* Connects to name's socket, checks that the server runs as expected_uid
+ * (< 0: this process's euid), receives the memfd, checks its seals, owner and
+ * header, and maps it read-write. Errors: VR_ERR_NOT_FOUND (nobody listens on
+ * the name), VR_ERR_PERM (the server runs as another uid, or refused this
+ * client), VR_ERR_BAD_SEGMENT, VR_ERR_IO, VR_ERR_NOMEM. */
+int vr_shm_attach(const char *name, int64_t expected_uid, vr_shm_map_t *out, char *why, size_t whyn);
 void vr_shm_detach(vr_shm_map_t *m);
 
 /* Inode of this process's pid namespace (/proc/self/ns/pid), 0 if unknown. */
@@ -309,8 +338,9 @@ uint64_t vr_shm_pidns(void);
  * pid namespace (pids not comparable): its heartbeat is younger than stale_ns. */
 int vr_shm_server_alive(const vr_shm_header_t *live, int64_t stale_ns);
 
-/* Reads the epoch of the segment now registered under name: 0 and *epoch when
- * a valid segment of a live, non-stopped server is there; otherwise an error. */
-int vr_shm_peek_epoch(const char *name, uint64_t *epoch);
+/* Reads the epoch of the segment now served under name (by a server of
+ * expected_uid, as vr_shm_attach): 0 and *epoch when a live, non-stopped
+ * server answers; otherwise an error. */
+int vr_shm_peek_epoch(const char *name, int64_t expected_uid, uint64_t *epoch);
 
 #endif /* VERL_REWARD_PROTOCOL_H */

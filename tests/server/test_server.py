@@ -26,7 +26,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from vr_testlib import (CUDA_TRANSFORMERS_REL_TOL, TEST_LANES, assert_scores_close,  # noqa: E402
-                        checksum_score, free_port, norm_rel_err, with_test_segment)
+                        checksum_score, free_port, norm_rel_err, shm_name_exists, with_test_segment)
 
 BIN = os.environ.get("VR_BIN_DIR", "build/bin")
 TEST_BIN = os.environ.get("VR_TEST_BIN", "build/tests")
@@ -79,8 +79,6 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
-        if self.name and os.path.exists(f"/dev/shm/{self.name}"):
-            os.unlink(f"/dev/shm/{self.name}")
 
     def logtext(self):
         self.log.flush()
@@ -137,7 +135,7 @@ class Server:
         rc = self.proc.wait(timeout=timeout)
         self.tc.assertEqual(rc, 0, f"server exit status {rc}:\n{self.logtext()}")
         if self.name:
-            self.tc.assertFalse(os.path.exists(f"/dev/shm/{self.name}"), "segment not unlinked")
+            self.tc.assertFalse(shm_name_exists(self.name), "segment not unlinked")
         self.tc.assertFalse(os.path.exists(self.pid_file), "pid file not removed")
         return rc
 
@@ -303,7 +301,7 @@ class TestNonfinite(unittest.TestCase):
         self.assertIn(f"model {model} produced non-finite scores (NaN/Inf)", log)
         self.assertIn("the weights are probably corrupt. HINT: ", log)
         self.assertNotIn("ready:", log)
-        self.assertFalse(os.path.exists(f"/dev/shm/{s.name}"), "no segment for a refused model")
+        self.assertFalse(shm_name_exists(s.name), "no segment for a refused model")
 
     def test_nan_sequence_is_its_own_error(self):
         model = nan_model(self, self.NAN_TOKEN)
@@ -730,7 +728,7 @@ class TestLifecycle(unittest.TestCase):
         for flag in ("--model", "--model_name_or_path", "--shm-name", "--shared_mem_name", "--port", "--host",
                      "--device", "--dtype", "--max-batch-tokens", "--max-wait-us", "--max-seq-len", "--truncate",
                      "--spin-us", "--lanes", "--shm-mode", "--log-level", "--pid-file", "--config", "--reward",
-                     "--max-body-bytes", "--max-queue", "--threads"):
+                     "--max-body-bytes", "--max-queue", "--threads", "--allow-uid", "--allow-gid"):
             self.assertIn(flag + " ", p.stdout)
         self.assertIn("(default: 8080)", p.stdout)
         self.assertIn("(default: verl_reward_shm)", p.stdout)
@@ -754,10 +752,15 @@ class TestLifecycle(unittest.TestCase):
         ids = list(range(1, 81))
         st, out = s.score({"input_ids": [ids]})
         self.assertEqual(f32s(out["scores"]), [checksum_score(ids[-50:])])
-        # SIGKILL leaves a stale segment; the next server on the name replaces it
+        # SIGKILL leaves nothing behind (the kernel frees the socket name); the next server
+        # takes the name at once, even with a junk file where v1 kept its segment
         s.proc.kill()
         s.proc.wait()
-        self.assertTrue(os.path.exists(f"/dev/shm/{s.name}"))
+        self.assertFalse(shm_name_exists(s.name))
+        junk = f"/dev/shm/{s.name}"
+        with open(junk, "wb") as f:
+            f.write(b"not a verl-reward segment" + bytes(300))
+        self.addCleanup(lambda: os.path.exists(junk) and os.unlink(junk))
         s2 = Server(self, "--model", "checksum", name=s.name).wait_ready()
         self.assertEqual(f32s(s2.shm_score({"input_ids": [[1, 2]]})["scores"]), [checksum_score([1, 2])])
         s2.stop()
@@ -869,7 +872,7 @@ class TestStartup(unittest.TestCase):
         self.assertIn("exiting: ", log)
         self.assertFalse(os.path.exists(ready_file))
         self.assertFalse(any("READY" in m for m in n.messages()))
-        self.assertFalse(os.path.exists(f"/dev/shm/{s.name}"), "no segment before ready")
+        self.assertFalse(shm_name_exists(s.name), "no segment before ready")
 
     def test_sigterm_while_loading(self):
         model = fifo_model(self)

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,4 +242,30 @@ void tu_shm_config(vr_shm_config_t *cfg, const char *name, uint32_t n_lanes, uin
   cfg->name = name;
   cfg->n_lanes = n_lanes;
   cfg->arena_bytes = arena_bytes;
+}
+
+int tu_receive_memfd(const char *name) {
+  struct sockaddr_un sa;
+  unsigned len;
+  char why[256];
+  if (vr_shm_sockaddr(name, &sa, &len, why, sizeof why) != 0) return -1;
+  int sk = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sk < 0 || connect(sk, (struct sockaddr *)&sa, len) != 0) {
+    if (sk >= 0) close(sk);
+    return -1;
+  }
+  vr_shm_hello_t hello;
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } ctl;
+  struct iovec iov = {&hello, sizeof hello};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  ssize_t got = recvmsg(sk, &mh, MSG_WAITALL | MSG_CMSG_CLOEXEC);
+  close(sk);
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  if (got != (ssize_t)sizeof hello || hello.status != 0 || !cm || cm->cmsg_type != SCM_RIGHTS) return -1;
+  int fd;
+  memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+  return fd;
 }

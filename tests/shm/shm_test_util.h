@@ -77,6 +77,10 @@ int tu_score_until_usr1(const char *name, uint64_t seed, uint32_t max_seqs, uint
 /* Defaults plus name, lanes and arena: an in-process server's config. */
 void tu_shm_config(vr_shm_config_t *cfg, const char *name, uint32_t n_lanes, uint64_t arena_bytes);
 
+/* Speaks the rendezvous by hand, as any local process could: connects to name's socket and
+ * returns the segment's memfd from the hello (caller closes), or -1. */
+int tu_receive_memfd(const char *name);
+
 /* Connects with a connect timeout of TU_HANG_GUARD_US and the given spin budget. */
 int tu_connect(const char *name, uint32_t spin_us, vr_client_t **out);
 

@@ -125,7 +125,7 @@ static int hostile_main(const char *name, int rounds) {
   hostile_t H;
   memset(&H, 0, sizeof H);
   char why[256];
-  if (vr_shm_attach(name, &H.m, why, sizeof why) != 0) return 40;
+  if (vr_shm_attach(name, -1, &H.m, why, sizeof why) != 0) return 40;
   H.slots = H.m.hdr.ring_slots;
   H.rng = 4242; /* fixed: the same garbage on every run (the tearing thread's timing still varies) */
   if (grab_lane(&H) != 0) return 41;

@@ -9,8 +9,11 @@
  *   - the state word set to DRAINING: clients are served again (it stayed
  *     off for good), and the server logs it;
  *   - a client killed by SIGKILL while parked: once its lane is reclaimed,
- *     the lane's cli_waiters word is 0 again. */
+ *     the lane's cli_waiters word is 0 again;
+ *   - ftruncate of the segment (case 3) is refused: the memfd is sealed. */
 #define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -18,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,7 +63,7 @@ static pid_t tamper(const char *name, size_t off, uint32_t v, uint64_t dur_ns) {
   if (pid == 0) {
     vr_shm_map_t m;
     char why[256];
-    if (vr_shm_attach(name, &m, why, sizeof why) != 0) _exit(40);
+    if (vr_shm_attach(name, -1, &m, why, sizeof why) != 0) _exit(40);
     _Atomic uint32_t *w = (_Atomic uint32_t *)((uint8_t *)m.base + off);
     uint64_t t0 = vr_now_ns();
     do atomic_store(w, v);
@@ -93,7 +97,7 @@ static void test_waiters_word_zeroed(void **state) {
   usleep(300000); /* past the park slice in which the zeroes landed */
   vr_shm_map_t m;
   char why[256];
-  assert_int_equal(vr_shm_attach(name, &m, why, sizeof why), 0);
+  assert_int_equal(vr_shm_attach(name, -1, &m, why, sizeof why), 0);
   int ones = 0, others = 0;
   for (int i = 0; i < 200; i++) { /* the idle server sleeps almost all the time */
     uint32_t w = atomic_load(&m.live->srv_waiters);
@@ -164,7 +168,7 @@ static void test_parked_client_killed(void **state) {
   tu_track_pid(child);
   vr_shm_map_t m;
   char why[256];
-  assert_int_equal(vr_shm_attach(name, &m, why, sizeof why), 0);
+  assert_int_equal(vr_shm_attach(name, -1, &m, why, sizeof why), 0);
   vr_shm_lane_t *lane = NULL;
   uint64_t t0 = vr_now_ns();
   while (vr_now_ns() - t0 < TU_HANG_GUARD_NS) { /* its lane, with the client asleep on it */
@@ -189,9 +193,43 @@ static void test_parked_client_killed(void **state) {
   assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
+/* Case 3: any mapper could ftruncate the v1 segment, and the server died of SIGBUS on its
+ * next access. The memfd is sealed: truncating, growing or adding a seal fails, while a
+ * well-behaved client keeps scoring. */
+static void test_truncate_refused(void **state) {
+  (void)state;
+  char name[64];
+  tu_name(name, sizeof name, "tampert");
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name, NULL), 0);
+  vr_client_t *c;
+  assert_int_equal(tu_connect(name, 0, &c), 0);
+  int fd = tu_receive_memfd(name);
+  assert_true(fd >= 0);
+  struct stat st;
+  assert_int_equal(fstat(fd, &st), 0);
+  assert_int_equal(ftruncate(fd, 0), -1);
+  assert_int_equal(errno, EPERM);
+  assert_int_equal(ftruncate(fd, 4096), -1);
+  assert_int_equal(ftruncate(fd, st.st_size + 4096), -1);
+  assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE), -1);
+  assert_int_equal(fcntl(fd, F_GET_SEALS) & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+                   F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  struct stat st2;
+  assert_int_equal(fstat(fd, &st2), 0);
+  assert_int_equal(st2.st_size, st.st_size);
+  close(fd);
+  /* the server and its client carry on */
+  assert_true(parked_median_ns(c, 5) > 0);
+  vr_client_close(c);
+  int rc = tu_server_stop(&s, SIGTERM);
+  assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {cmocka_unit_test(test_waiters_word_zeroed),
                                      cmocka_unit_test(test_state_word_overwritten),
-                                     cmocka_unit_test(test_parked_client_killed)};
+                                     cmocka_unit_test(test_parked_client_killed),
+                                     cmocka_unit_test(test_truncate_refused)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
