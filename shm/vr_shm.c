@@ -39,8 +39,6 @@
 #define REC_MAGIC 0x7672726563726563ull
 #define LIVENESS_PERIOD_NS 100000000ll /* heartbeat; lanes are checked every 2nd beat */
 #define PARK_SLICE_NS 100000000ll
-#define TAMPER_SLICE_NS 1000000ll      /* park slice after the waiters word was found changed */
-#define TAMPER_HOLD_NS 10000000000ull  /* ... for this long after the last time */
 
 enum { LANE_FREE = 0, LANE_ACTIVE = 1, LANE_QUARANTINED = 2 };
 
@@ -48,7 +46,8 @@ typedef struct srv_lane {
   pthread_mutex_t mu;
   _Atomic int state;       /* LANE_*; written under mu, read unlocked as a hint */
   uint32_t gen;            /* authoritative lease generation */
-  uint32_t pid;            /* client pid of the current lease */
+  uint32_t pid;            /* client pid of the current lease (SO_PEERCRED at admission) */
+  uint64_t start;          /* that process's start time (/proc, read by the server) */
   uint32_t req_tail;       /* requests consumed */
   uint32_t resp_head;      /* responses published */
   uint32_t inflight;       /* accepted, not completed (this generation) */
@@ -79,6 +78,7 @@ struct vr_shm_server {
   srv_lane_t *lanes;
   vr_shm_vlimits_t lim;
   uint32_t mask;
+  uint64_t lane_bytes;     /* private copy of the header's geometry */
   pthread_mutex_t rec_mu;
   rec_t recs;              /* sentinel of the in-flight list */
   _Atomic uint32_t inflight;
@@ -88,20 +88,21 @@ struct vr_shm_server {
   int live_started;
   int stop_fd;             /* eventfd: destroy tells the liveness thread to end */
   int listen_fd;           /* the rendezvous socket (abstract "\0verl-reward/<name>") */
-  int mem_fd;              /* the sealed memfd handed to every admitted client */
+  int hdr_fd;              /* the header page: sealed, and read-only for everyone but us */
+  int bell_fd;             /* the doorbell page (word 0: the server doorbell), writable by clients */
+  int info_fd;             /* the info socket (\0verl-reward/<name>/info): hello without a lane */
+  _Atomic uint32_t *bell;  /* the server doorbell in our mapping of the doorbell page */
+  void *bell_map;
   uint32_t allow_uids[VR_SHM_MAX_ALLOW], n_allow_uids;
   uint32_t allow_gids[VR_SHM_MAX_ALLOW], n_allow_gids;
   vr_log_limit_t refuse_log;     /* refused connections (any local user can make them) */
   vr_log_limit_t quarantine_log; /* a hostile client can make one reset per descriptor */
-  /* Private copies of what the server publishes in the header. The header is
-   * writable by every client, so the server never reads its own state back
-   * from there: it rewrites the shared words from these. */
-  pthread_mutex_t state_mu;      /* orders set_state against the beat's rewrite */
+  /* Private copies of what the server publishes in the header: the server never
+   * reads its own state back from shared memory. */
+  pthread_mutex_t state_mu;      /* serialises set_state */
   _Atomic uint32_t state;        /* VR_SHM_ST_*: what poll obeys */
-  _Atomic uint32_t parked;       /* 1 while the dispatcher sleeps on srv_seq */
   uint64_t epoch;
-  _Atomic uint64_t tamper_until_ns; /* poll parks in short slices until then */
-  vr_log_limit_t tamper_log;     /* header words found changed by someone else */
+
 };
 
 void vr_shm_config_init(vr_shm_config_t *cfg) {
@@ -143,8 +144,7 @@ static int lane_respond(vr_shm_server_t *s, srv_lane_t *L, const vr_shm_resp_des
 static void lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t reason, const char *why) {
   srv_lane_t *L = &s->lanes[i];
   vr_shm_lane_t *sh = L->sh;
-  uint64_t lease = atomic_load_explicit(&sh->lease, memory_order_acquire);
-  uint32_t pid = VR_SHM_LEASE_PID(lease);
+  uint32_t pid = L->pid; /* the server's own record, never the lease word */
   if (quarantine)
     vr_log_limited(&s->quarantine_log, VR_LOG_WARN, "lane %u (client pid %u) reset and quarantined: %s", i, pid, why);
   else
@@ -163,6 +163,7 @@ static void lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t r
   } else {
     L->state = LANE_FREE;
     L->pid = 0;
+    L->start = 0;
     atomic_store(&sh->client_start_time, 0);
     /* a client killed while parked leaves its waiters count up; nobody of
      * the old lease sleeps on the lane any more */
@@ -195,18 +196,7 @@ static int lane_sync_lease(vr_shm_server_t *s, uint32_t i) {
   uint64_t lease = atomic_load_explicit(&L->sh->lease, memory_order_acquire);
   uint32_t pid = VR_SHM_LEASE_PID(lease), gen = VR_SHM_LEASE_GEN(lease);
   char why[128];
-  if (L->state == LANE_FREE) {
-    if (pid == 0) return 0;
-    if (gen != L->gen) {
-      snprintf(why, sizeof why, "lease generation %u, server issued %u", gen, L->gen);
-      lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
-      return 0;
-    }
-    L->state = LANE_ACTIVE;
-    L->pid = pid;
-    vr_log(VR_LOG_DEBUG, "lane %u leased by pid %u (generation %u)", i, pid, gen);
-  }
-  if (L->state != LANE_ACTIVE) return 0;
+  if (L->state != LANE_ACTIVE) return 0; /* lanes are given out by admit_clients, never claimed */
   if (pid != L->pid || gen != L->gen) {
     snprintf(why, sizeof why, "lease word changed under an active lease (pid %u gen %u, expected %u/%u)", pid, gen,
              L->pid, L->gen);
@@ -307,7 +297,7 @@ static int collect(vr_shm_server_t *s, vr_shm_request_t *reqs, int max) {
       }
       continue;
     }
-    if (lst == LANE_FREE && VR_SHM_LEASE_PID(lease) == 0) continue;
+    if (lst == LANE_FREE) continue;
     /* unlocked hint: nothing published and nothing to reclaim */
     if (lst == LANE_ACTIVE && atomic_load_explicit(&sh->req_head, memory_order_relaxed) ==
                                   atomic_load_explicit(&sh->req_tail, memory_order_relaxed) &&
@@ -340,30 +330,16 @@ int vr_shm_server_poll(vr_shm_server_t *s, vr_shm_request_t *reqs, int max, int6
     uint64_t now = vr_now_ns();
     if (now >= deadline) return 0;
     if (now < spin_end) continue;
-    /* The waiters word is set and cleared from the private flag, never counted
-     * up and down: a client that zeroes it (or sets it) cannot leave it wrong
-     * beyond this park; while parked, the liveness beat puts it back too. */
-    atomic_store_explicit(&s->parked, 1, memory_order_seq_cst);
+    /* The waiters word (in the header, which clients map read-only) is set and
+     * cleared from the private flag, never counted up and down. */
     atomic_store_explicit(&s->h->srv_waiters, 1, memory_order_seq_cst);
-    uint32_t seq = atomic_load_explicit(&s->h->srv_seq, memory_order_seq_cst);
+    uint32_t seq = atomic_load_explicit(s->bell, memory_order_seq_cst);
     n = collect(s, reqs, max);
     if (n == 0 && !atomic_load(&s->wake_pending)) {
-      int64_t slice = now < atomic_load(&s->tamper_until_ns) ? TAMPER_SLICE_NS : PARK_SLICE_NS;
-      int64_t left = deadline == UINT64_MAX ? slice : (int64_t)(deadline - now);
-      vr_futex_wait(&s->h->srv_seq, seq, left < slice ? left : slice);
+      int64_t left = deadline == UINT64_MAX ? PARK_SLICE_NS : (int64_t)(deadline - now);
+      vr_futex_wait(s->bell, seq, left < PARK_SLICE_NS ? left : PARK_SLICE_NS);
     }
-    uint32_t seen = atomic_load_explicit(&s->h->srv_waiters, memory_order_seq_cst);
     atomic_store_explicit(&s->h->srv_waiters, 0, memory_order_seq_cst);
-    atomic_store_explicit(&s->parked, 0, memory_order_seq_cst);
-    if (seen != 1) {
-      /* someone else wrote the word while we slept: clients may not ring, so
-       * sleep in short slices for a while (bounded latency, more wake-ups) */
-      atomic_store(&s->tamper_until_ns, vr_now_ns() + TAMPER_HOLD_NS);
-      vr_log_limited(&s->tamper_log, VR_LOG_WARN,
-                     "header word srv_waiters was %u while the server slept (written by a client); "
-                     "parking in %lld us slices for %llu s", seen, (long long)(TAMPER_SLICE_NS / 1000),
-                     (unsigned long long)(TAMPER_HOLD_NS / 1000000000ull));
-    }
     if (n) return n;
   }
 }
@@ -371,8 +347,8 @@ int vr_shm_server_poll(vr_shm_server_t *s, vr_shm_request_t *reqs, int max, int6
 void vr_shm_server_wake(vr_shm_server_t *s) {
   if (!s) return;
   atomic_store(&s->wake_pending, 1);
-  atomic_fetch_add(&s->h->srv_seq, 1);
-  vr_futex_wake(&s->h->srv_seq, INT_MAX);
+  atomic_fetch_add(s->bell, 1);
+  vr_futex_wake(s->bell, INT_MAX);
 }
 
 /* Removes r from the in-flight list and frees it. */
@@ -454,62 +430,35 @@ int vr_shm_server_complete(vr_shm_server_t *s, const vr_shm_request_t *req, int 
 uint32_t vr_shm_server_lanes_in_use(const vr_shm_server_t *s) {
   if (!s) return 0;
   uint32_t n = 0;
-  for (uint32_t i = 0; i < s->cfg.n_lanes; i++) {
-    uint64_t w = atomic_load_explicit(&s->lanes[i].sh->lease, memory_order_relaxed);
-    if (VR_SHM_LEASE_PID(w) != 0 && !VR_SHM_LEASE_CLOSING(w)) n++;
-  }
+  for (uint32_t i = 0; i < s->cfg.n_lanes; i++) n += atomic_load_explicit(&s->lanes[i].state, memory_order_relaxed) != LANE_FREE;
   return n;
+}
+
+vr_shm_lane_t *vr_shm_server_lane(vr_shm_server_t *s, uint32_t i) {
+  return s && i < s->cfg.n_lanes ? s->lanes[i].sh : NULL;
 }
 
 uint32_t vr_shm_server_inflight(const vr_shm_server_t *s) { return s ? atomic_load(&s->inflight) : 0; }
 
 /* ------------------------------------------------------------ liveness */
 
-/* Reclaims lanes of clients that closed or died. */
+/* Reclaims lanes of clients that closed or died (by the pid and start time the
+ * server recorded at admission, never by what the lane says). */
 static void reclaim_dead(vr_shm_server_t *s) {
   for (uint32_t i = 0; i < s->cfg.n_lanes; i++) {
     srv_lane_t *L = &s->lanes[i];
-    uint64_t lease = atomic_load_explicit(&L->sh->lease, memory_order_acquire);
-    uint32_t pid = VR_SHM_LEASE_PID(lease);
-    if ((uint32_t)lease == 0) continue; /* free */
-    uint64_t start = atomic_load_explicit(&L->sh->client_start_time, memory_order_acquire);
-    int closing = VR_SHM_LEASE_CLOSING(lease);
-    /* flag bits without a pid: nobody can lease it as it is, free it */
-    if (pid != 0 && !closing && vr_proc_alive((pid_t)pid, start)) continue;
+    if (atomic_load_explicit(&L->state, memory_order_acquire) == LANE_FREE) continue;
     pthread_mutex_lock(&L->mu);
-    if (atomic_load_explicit(&L->sh->lease, memory_order_acquire) == lease) {
+    uint64_t lease = atomic_load_explicit(&L->sh->lease, memory_order_acquire);
+    int closing = VR_SHM_LEASE_CLOSING(lease), alive = vr_proc_alive((pid_t)L->pid, L->start);
+    if (L->state != LANE_FREE && (closing || !alive)) {
       char why[96];
-      if (pid == 0)
-        snprintf(why, sizeof why, "lease word 0x%08x has flags but no pid", (uint32_t)lease);
-      else if (closing)
-        snprintf(why, sizeof why, "client closed");
-      else
-        snprintf(why, sizeof why, "client pid %u is gone", pid);
+      snprintf(why, sizeof why, closing ? "client closed" : "client pid %u is gone", L->pid);
       if (L->state == LANE_ACTIVE && L->inflight)
         snprintf(why + strlen(why), sizeof why - strlen(why), " (%u requests in flight dropped)", L->inflight);
       lane_reset(s, i, 0, 0, why);
     }
     pthread_mutex_unlock(&L->mu);
-  }
-}
-
-/* Puts the header's state and waiters words back from the private copies when
- * a client changed them (the heartbeat is rewritten every beat anyway). */
-static void restore_header(vr_shm_server_t *s) {
-  pthread_mutex_lock(&s->state_mu);
-  uint32_t want = atomic_load(&s->state), got = atomic_load(&s->h->state);
-  if (got != want) {
-    atomic_store(&s->h->state, want);
-    vr_log_limited(&s->tamper_log, VR_LOG_WARN, "header word state was %u, the server's state is %u (written by a client): restored",
-                   got, want);
-  }
-  pthread_mutex_unlock(&s->state_mu);
-  /* only the harmful direction (0 while parked: clients would not ring); a
-   * stray 1 costs clients a futex wake until the next park clears it */
-  uint32_t zero = 0;
-  if (atomic_load(&s->parked) && atomic_compare_exchange_strong(&s->h->srv_waiters, &zero, 1)) {
-    atomic_store(&s->tamper_until_ns, vr_now_ns() + TAMPER_HOLD_NS);
-    vr_log_limited(&s->tamper_log, VR_LOG_WARN, "header word srv_waiters was 0 while the server slept (written by a client): restored");
   }
 }
 
@@ -532,12 +481,89 @@ static int peer_allowed(const vr_shm_server_t *s, int fd, const struct ucred *cr
   return 0;
 }
 
-/* Answers every pending connection on the rendezvous socket with a hello (and
- * the memfd when the peer is allowed), then closes it. Never blocks: the
+/* A memfd of bytes, every page allocated now (a memory limit fails here, not as
+ * a fault later), mapped read-write and shared at fixed (NULL: anywhere; else
+ * MAP_FIXED over what is there, which readers of that range never see
+ * unmapped), then sealed with seals. Returns the fd and *map, or -1 (logged,
+ * rate-limited: admission calls it for every client). */
+static int memfd_sealed(vr_shm_server_t *s, const char *what, uint64_t bytes, unsigned seals, void *fixed, void **map) {
+  char label[NAME_MAX + 32];
+  snprintf(label, sizeof label, "verl-reward:%s:%s", s->name, what);
+  int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  int e = fd < 0 ? errno : ftruncate(fd, (off_t)bytes) == 0 ? posix_fallocate(fd, 0, (off_t)bytes) : errno;
+  void *m = MAP_FAILED;
+  if (e == 0) {
+    m = mmap(fixed, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (fixed ? MAP_FIXED : 0), fd, 0);
+    if (m == MAP_FAILED) e = errno;
+  }
+  if (e == 0 && fcntl(fd, F_ADD_SEALS, seals) != 0) e = errno;
+  if (e != 0) {
+    if (e == ENOSPC || e == EFBIG || e == ENOMEM)
+      vr_log_limited(&s->refuse_log, VR_LOG_ERROR,
+                     "not enough memory for the %s of segment /%s (%llu bytes). HINT: raise the memory limit of the "
+                     "server's container/cgroup, or use a smaller arena (verl-reward-server --arena-mb MB)",
+                     what, s->name, (unsigned long long)bytes);
+    else
+      vr_log_limited(&s->refuse_log, VR_LOG_ERROR, "memfd for the %s of segment /%s (%llu bytes): %s", what, s->name,
+                     (unsigned long long)bytes, strerror(e));
+    if (m != MAP_FAILED && !fixed) munmap(m, bytes);
+    if (fd >= 0) close(fd);
+    errno = e;
+    return -1;
+  }
+  *map = m;
+  return fd;
+}
+
+/* Sends the hello (and fds) on a freshly accepted socket; never blocks. */
+static int send_hello(int fd, const vr_shm_hello_t *hello, const int *fds, int nfds) {
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int) * 3)];
+  } ctl;
+  memset(&ctl, 0, sizeof ctl);
+  struct iovec iov = {(void *)hello, sizeof *hello};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (nfds > 0) {
+    mh.msg_control = ctl.buf;
+    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
+  }
+  return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof *hello ? 0 : -1;
+}
+
+/* Gives lane i (free, lock held) to the client pid: a fresh sealed memfd replaces
+ * the lane's memory in our mapping (the last client's pages stay with whoever
+ * still maps them; nobody else ever sees them), with the lease written by us.
+ * Returns the memfd (caller closes it once sent) or -1. */
+static int lane_assign(vr_shm_server_t *s, uint32_t i, pid_t pid, uint32_t uid) {
+  srv_lane_t *L = &s->lanes[i];
+  void *m;
+  int fd = memfd_sealed(s, "lane", s->lane_bytes, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, L->sh, &m);
+  if (fd < 0) return -1;
+  L->pid = (uint32_t)pid;
+  L->start = vr_proc_start_time(pid);
+  L->req_tail = L->resp_head = L->inflight = 0;
+  atomic_store(&L->sh->client_start_time, L->start);
+  L->sh->client_uid = uid;
+  atomic_store_explicit(&L->sh->lease, VR_SHM_LEASE(L->gen, (uint32_t)pid), memory_order_release);
+  atomic_store_explicit(&L->state, LANE_ACTIVE, memory_order_release);
+  vr_log(VR_LOG_DEBUG, "lane %u given to pid %d uid %u (generation %u)", i, (int)pid, uid, L->gen);
+  return fd;
+}
+
+/* Answers every pending connection on a listener with a hello, then closes it.
+ * On the rendezvous socket an admitted client gets [header, doorbell, its
+ * lane] as SCM_RIGHTS; on the info socket everyone gets the hello alone (the
+ * epoch and state, for a client that lost its server). Never blocks: the
  * accepted sockets are non-blocking and the hello fits any socket buffer. */
-static void admit_clients(vr_shm_server_t *s) {
+static void admit_clients(vr_shm_server_t *s, int lfd, int info) {
   for (int k = 0; k < 64; k++) { /* a bounded batch per wake: the beat must go on */
-    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
         vr_log_limited(&s->refuse_log, VR_LOG_WARN, "accept on the rendezvous socket of /%s: %s", s->name,
@@ -546,30 +572,49 @@ static void admit_clients(vr_shm_server_t *s) {
     }
     struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
     socklen_t crl = sizeof cr;
-    int ok = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0 && peer_allowed(s, fd, &cr);
-    vr_shm_hello_t hello = {VR_SHM_HELLO_MAGIC, VR_SHM_VERSION, ok ? 0 : VR_ERR_PERM, 0};
-    union {
-      struct cmsghdr h;
-      char buf[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct iovec iov = {&hello, sizeof hello};
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (ok) {
-      mh.msg_control = ctl.buf;
-      mh.msg_controllen = sizeof ctl.buf;
-      struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      memcpy(CMSG_DATA(cm), &s->mem_fd, sizeof(int));
-    } else {
+    int have_cred = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0;
+    uint32_t st = atomic_load(&s->state);
+    vr_shm_hello_t hello = {VR_SHM_HELLO_MAGIC, VR_SHM_VERSION, 0, VR_SHM_HELLO_NO_LANE, s->epoch, st, 0};
+    int fds[3] = {s->hdr_fd, s->bell_fd, -1}, nfds = 0;
+    uint32_t lane = VR_SHM_HELLO_NO_LANE;
+    if (info) {
+      /* nothing but the hello */
+    } else if (!have_cred || cr.pid <= 0 || !peer_allowed(s, fd, &cr)) {
+      hello.status = VR_ERR_PERM;
       vr_log_limited(&s->refuse_log, VR_LOG_WARN,
                      "refused a client of /%s: pid %d uid %u gid %u is not allowed (HINT: --allow-uid / --allow-gid, "
                      "or a group mode --shm-mode 0660)", s->name, (int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid);
+    } else if (st != VR_SHM_ST_READY) {
+      hello.status = st == VR_SHM_ST_STARTING ? VR_ERR_AGAIN : VR_ERR_SHUTTING_DOWN;
+    } else {
+      hello.status = VR_ERR_NO_LANE;
+      for (uint32_t i = 0; i < s->cfg.n_lanes && lane == VR_SHM_HELLO_NO_LANE; i++) {
+        srv_lane_t *L = &s->lanes[i];
+        if (atomic_load(&L->state) != LANE_FREE) continue;
+        pthread_mutex_lock(&L->mu);
+        if (L->state == LANE_FREE) {
+          fds[2] = lane_assign(s, i, cr.pid, (uint32_t)cr.uid);
+          if (fds[2] >= 0) lane = i;
+          else hello.status = VR_ERR_NOSPACE;
+        }
+        pthread_mutex_unlock(&L->mu);
+        if (hello.status == VR_ERR_NOSPACE) break;
+      }
+      if (lane != VR_SHM_HELLO_NO_LANE) {
+        hello.status = 0;
+        hello.lane = lane;
+        nfds = 3;
+      }
     }
-    if (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof hello)
+    if (send_hello(fd, &hello, fds, nfds) != 0) {
       vr_log(VR_LOG_DEBUG, "client pid %d left before its hello: %s", (int)cr.pid, strerror(errno));
+      if (lane != VR_SHM_HELLO_NO_LANE) {
+        pthread_mutex_lock(&s->lanes[lane].mu);
+        lane_reset(s, lane, 0, 0, "client left before its hello");
+        pthread_mutex_unlock(&s->lanes[lane].mu);
+      }
+    }
+    if (fds[2] >= 0) close(fds[2]);
     close(fd);
   }
 }
@@ -582,24 +627,24 @@ static void *liveness_main(void *arg) {
     uint64_t now = vr_now_ns();
     if (now >= next) {
       atomic_store_explicit(&s->h->heartbeat_ns, now, memory_order_release);
-      restore_header(s);
       if (beat++ % 2 == 0) {
         reclaim_dead(s);
         vr_log_limit_flush(&s->quarantine_log); /* the count line once a flood's window ended */
-        vr_log_limit_flush(&s->tamper_log);
         vr_log_limit_flush(&s->refuse_log);
       }
       next = now + LIVENESS_PERIOD_NS;
     }
-    struct pollfd pf[2] = {{.fd = s->stop_fd, .events = POLLIN}, {.fd = s->listen_fd, .events = POLLIN}};
+    struct pollfd pf[3] = {{.fd = s->stop_fd, .events = POLLIN}, {.fd = s->listen_fd, .events = POLLIN},
+                           {.fd = s->info_fd, .events = POLLIN}};
     int ms = (int)((next - now + 999999) / 1000000);
-    if (poll(pf, 2, ms > 0 ? ms : 1) < 0 && errno != EINTR) {
+    if (poll(pf, 3, ms > 0 ? ms : 1) < 0 && errno != EINTR) {
       vr_log(VR_LOG_ERROR, "poll in the shm liveness thread: %s", strerror(errno));
       struct timespec ts = {0, 10000000};
       nanosleep(&ts, NULL);
     }
     if (pf[0].revents) break;
-    if (pf[1].revents & POLLIN) admit_clients(s);
+    if (pf[1].revents & POLLIN) admit_clients(s, s->listen_fd, 0);
+    if (pf[2].revents & POLLIN) admit_clients(s, s->info_fd, 1);
   }
   return NULL;
 }
@@ -638,15 +683,16 @@ static int config_check(const vr_shm_config_t *c, char *why, size_t whyn) {
 /* Binds and listens on name's abstract socket. The name is taken only while a
  * process holds a socket bound to it (the kernel frees it when that process
  * dies), so there is no stale state to replace and no file to plant. */
-static int bind_name(vr_shm_server_t *s) {
+static int bind_name(vr_shm_server_t *s, int info, int *out) {
   struct sockaddr_un sa;
   unsigned salen;
   char why[256];
-  int rc = vr_shm_sockaddr(s->name, &sa, &salen, why, sizeof why);
+  int rc = vr_shm_sockaddr(s->name, info, &sa, &salen, why, sizeof why);
   if (rc) {
     vr_log(VR_LOG_ERROR, "%s", why);
     return rc;
   }
+  const char *tail = info ? VR_SHM_SOCK_INFO_SUFFIX : "";
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     vr_log(VR_LOG_ERROR, "socket: %s", strerror(errno));
@@ -656,7 +702,7 @@ static int bind_name(vr_shm_server_t *s) {
     int e = errno;
     close(fd);
     if (e != EADDRINUSE) {
-      vr_log(VR_LOG_ERROR, "bind @%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, strerror(e));
+      vr_log(VR_LOG_ERROR, "bind @%s%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, tail, strerror(e));
       return VR_ERR_IO;
     }
     /* who holds it: its credentials come with a connection */
@@ -666,48 +712,43 @@ static int bind_name(vr_shm_server_t *s) {
     if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, salen) == 0)
       getsockopt(probe, SOL_SOCKET, SO_PEERCRED, &cr, &crl);
     if (probe >= 0) close(probe);
-    vr_log(VR_LOG_ERROR, "shm name '%s' is taken: pid %d (uid %d) listens on @%s%s. HINT: stop that server, or pick "
-           "another --shm-name", s->name, (int)cr.pid, (int)cr.uid, VR_SHM_SOCK_PREFIX, s->name);
+    vr_log(VR_LOG_ERROR, "shm name '%s' is taken: pid %d (uid %d) listens on @%s%s%s. HINT: stop that server, or pick "
+           "another --shm-name", s->name, (int)cr.pid, (int)cr.uid, VR_SHM_SOCK_PREFIX, s->name, tail);
     return VR_ERR_EXISTS;
   }
   if (listen(fd, 128) != 0) {
-    vr_log(VR_LOG_ERROR, "listen @%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, strerror(errno));
+    vr_log(VR_LOG_ERROR, "listen @%s%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, tail, strerror(errno));
     close(fd);
     return VR_ERR_IO;
   }
-  s->listen_fd = fd;
+  *out = fd;
   return 0;
 }
 
-/* The segment: a memfd of total bytes, every page allocated now (a memory
- * limit fails here with ENOSPC instead of SIGBUS on first touch), sealed so
- * that nobody holding it can change its size or its seals. */
-static int make_memfd(vr_shm_server_t *s, uint64_t total, uint64_t lane_bytes) {
-  char label[NAME_MAX + 16];
-  snprintf(label, sizeof label, "verl-reward:%s", s->name);
-  int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (fd < 0) {
-    vr_log(VR_LOG_ERROR, "memfd_create: %s", strerror(errno));
-    return VR_ERR_IO;
+/* Our view of the segment: one reserved range (total bytes), the header page at
+ * its start backed by the sealed header memfd (clients map it read-only:
+ * F_SEAL_FUTURE_WRITE), the lanes behind it backed by shared anonymous memory
+ * until lane_assign puts a client's memfd over each. Plus the doorbell page. */
+static int make_segment(vr_shm_server_t *s, uint64_t total) {
+  void *base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) {
+    vr_log(VR_LOG_ERROR, "reserving %llu bytes for segment /%s: %s", (unsigned long long)total, s->name, strerror(errno));
+    return VR_ERR_NOMEM;
   }
-  int e = ftruncate(fd, (off_t)total) == 0 ? posix_fallocate(fd, 0, (off_t)total) : errno;
-  if (e != 0) {
-    if (e == ENOSPC || e == EFBIG || e == ENOMEM)
-      vr_log(VR_LOG_ERROR,
-             "not enough memory for segment /%s: %llu bytes (%u lanes x %llu). HINT: raise the memory limit of the "
-             "server's container/cgroup, or use fewer lanes / a smaller arena (verl-reward-server --lanes N, --arena-mb MB)",
-             s->name, (unsigned long long)total, s->cfg.n_lanes, (unsigned long long)lane_bytes);
-    else
-      vr_log(VR_LOG_ERROR, "allocating segment /%s (%llu bytes): %s", s->name, (unsigned long long)total, strerror(e));
-    close(fd);
-    return (e == ENOSPC || e == EFBIG || e == ENOMEM) ? VR_ERR_NOSPACE : VR_ERR_IO;
+  s->base = base;
+  s->bytes = total;
+  void *m;
+  s->hdr_fd = memfd_sealed(s, "header", VR_SHM_LANES_OFFSET,
+                           F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL, base, &m);
+  if (s->hdr_fd < 0) return errno == ENOSPC || errno == EFBIG || errno == ENOMEM ? VR_ERR_NOSPACE : VR_ERR_IO;
+  s->bell_fd = memfd_sealed(s, "doorbell", 4096, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, NULL, &s->bell_map);
+  if (s->bell_fd < 0) return errno == ENOSPC || errno == EFBIG || errno == ENOMEM ? VR_ERR_NOSPACE : VR_ERR_IO;
+  s->bell = (_Atomic uint32_t *)s->bell_map;
+  if (mmap((uint8_t *)base + VR_SHM_LANES_OFFSET, total - VR_SHM_LANES_OFFSET, PROT_READ | PROT_WRITE,
+           MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+    vr_log(VR_LOG_ERROR, "mapping the lanes of segment /%s: %s", s->name, strerror(errno));
+    return VR_ERR_NOMEM;
   }
-  if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    vr_log(VR_LOG_ERROR, "sealing segment /%s: %s", s->name, strerror(errno));
-    close(fd);
-    return VR_ERR_IO;
-  }
-  s->mem_fd = fd;
   return 0;
 }
 
@@ -729,8 +770,6 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   s->cfg = cfg;
   vr_log_limit_init(&s->quarantine_log, "lane quarantined", cfg.log_burst ? cfg.log_burst : 10,
                     cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
-  vr_log_limit_init(&s->tamper_log, "header word changed", cfg.log_burst ? cfg.log_burst : 10,
-                    cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
   vr_log_limit_init(&s->refuse_log, "client refused", cfg.log_burst ? cfg.log_burst : 10,
                     cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
   pthread_mutex_init(&s->state_mu, NULL);
@@ -745,38 +784,31 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   snprintf(s->name, sizeof s->name, "%s", cfg.name);
   s->cfg.name = s->name;
   s->mask = cfg.ring_slots - 1;
+  s->lane_bytes = vr_shm_lane_bytes(cfg.ring_slots, cfg.arena_bytes);
   uint64_t lane_bytes = vr_shm_lane_bytes(cfg.ring_slots, cfg.arena_bytes);
   uint64_t total = VR_SHM_LANES_OFFSET + (uint64_t)cfg.n_lanes * lane_bytes;
 
-  s->stop_fd = s->listen_fd = s->mem_fd = -1;
-  rc = bind_name(s);
-  if (rc == 0) rc = make_memfd(s, total, lane_bytes);
-  void *base = MAP_FAILED;
-  if (rc == 0) {
-    base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, s->mem_fd, 0);
-    if (base == MAP_FAILED) {
-      vr_log(VR_LOG_ERROR, "mmap of segment /%s (%llu bytes): %s", s->name, (unsigned long long)total, strerror(errno));
-      rc = VR_ERR_NOMEM;
-    }
-  }
+  s->stop_fd = s->listen_fd = s->info_fd = s->hdr_fd = s->bell_fd = -1;
+  rc = bind_name(s, 0, &s->listen_fd);
+  if (rc == 0) rc = bind_name(s, 1, &s->info_fd);
+  if (rc == 0) rc = make_segment(s, total);
   if (rc == 0 && (s->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
     vr_log(VR_LOG_ERROR, "eventfd: %s", strerror(errno));
     rc = VR_ERR_IO;
   }
   if (rc) {
-    if (base != MAP_FAILED) munmap(base, total);
-    if (s->listen_fd >= 0) close(s->listen_fd);
-    if (s->mem_fd >= 0) close(s->mem_fd);
-    if (s->stop_fd >= 0) close(s->stop_fd);
+    if (s->base) munmap(s->base, s->bytes);
+    if (s->bell_map) munmap(s->bell_map, 4096);
+    int fds[5] = {s->listen_fd, s->info_fd, s->hdr_fd, s->bell_fd, s->stop_fd};
+    for (int k = 0; k < 5; k++)
+      if (fds[k] >= 0) close(fds[k]);
     vr_log_limit_free(&s->quarantine_log);
-    vr_log_limit_free(&s->tamper_log);
     vr_log_limit_free(&s->refuse_log);
     pthread_mutex_destroy(&s->state_mu);
     free(s);
     return rc;
   }
-  s->base = base;
-  s->bytes = total;
+  void *base = s->base;
   s->h = base;
   vr_shm_header_t *h = s->h;
   h->version = VR_SHM_VERSION;
@@ -833,8 +865,8 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
     return VR_ERR_NOMEM;
   }
   s->live_started = 1;
-  vr_log(VR_LOG_INFO, "shm segment /%s created: %u lanes x %llu bytes (arena %llu, %u slots), sealed memfd, "
-         "socket @%s%s, access mode 0%o, epoch %016llx", s->name, cfg.n_lanes, (unsigned long long)lane_bytes, (unsigned long long)cfg.arena_bytes, cfg.ring_slots,
+  vr_log(VR_LOG_INFO, "shm segment /%s created: %u lanes x %llu bytes (arena %llu, %u slots), sealed memfds, "
+         "lanes given out at connect, socket @%s%s, access mode 0%o, epoch %016llx", s->name, cfg.n_lanes, (unsigned long long)lane_bytes, (unsigned long long)cfg.arena_bytes, cfg.ring_slots,
          VR_SHM_SOCK_PREFIX, s->name, cfg.mode, (unsigned long long)h->epoch);
   *out = s;
   return 0;
@@ -864,7 +896,8 @@ void vr_shm_server_destroy(vr_shm_server_t *s) {
   }
   /* the name is free from here on: a new server may bind it while we finish */
   if (s->listen_fd >= 0) close(s->listen_fd);
-  s->listen_fd = -1;
+  if (s->info_fd >= 0) close(s->info_fd);
+  s->listen_fd = s->info_fd = -1;
   if (s->lanes) {
     /* refuse what is still queued, answer what was handed out */
     vr_shm_server_set_state(s, VR_SHM_DRAINING);
@@ -889,11 +922,12 @@ void vr_shm_server_destroy(vr_shm_server_t *s) {
     free(s->lanes);
   }
   if (s->base) munmap(s->base, s->bytes);
-  if (s->mem_fd >= 0) close(s->mem_fd);
+  if (s->bell_map) munmap(s->bell_map, 4096);
+  if (s->hdr_fd >= 0) close(s->hdr_fd);
+  if (s->bell_fd >= 0) close(s->bell_fd);
   if (s->stop_fd >= 0) close(s->stop_fd);
   if (s->live_started) pthread_mutex_destroy(&s->rec_mu);
   vr_log_limit_free(&s->quarantine_log); /* reports what it still counts */
-  vr_log_limit_free(&s->tamper_log);
   vr_log_limit_free(&s->refuse_log);
   pthread_mutex_destroy(&s->state_mu);
   free(s);

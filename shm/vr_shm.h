@@ -103,6 +103,11 @@ void vr_shm_server_wake(vr_shm_server_t *s);
 uint32_t vr_shm_server_lanes_in_use(const vr_shm_server_t *s);
 uint32_t vr_shm_server_inflight(const vr_shm_server_t *s);
 
+/* The server's own mapping of lane i (NULL if out of range): for tests and
+ * diagnostics in the server's process, which see there what the lane's client
+ * wrote. Clients never see other lanes. */
+vr_shm_lane_t *vr_shm_server_lane(vr_shm_server_t *s, uint32_t i);
+
 /* Closes the socket (the name is free again), sets state STOPPED, answers
  * anything not completed with VR_ERR_SHUTTING_DOWN and frees the handle
  * (clients keep their mapping until they detach). NULL is a no-op. */

@@ -104,9 +104,15 @@ static void test_segment_bytes(void **state) {
   vr_shm_server_t *s;
   assert_int_equal(vr_shm_server_create(&cfg, &s), 0);
   vr_shm_server_set_state(s, VR_SHM_READY);
-  vr_shm_map_t m; /* the segment as a client receives it */
+  /* a client is given lane 0 and its lease word reads (generation 0, pid) */
+  vr_client_t *c;
+  vr_client_options_t o;
+  vr_client_options_init(&o);
+  assert_int_equal(vr_client_connect(name, &o, &c), 0);
+  vr_shm_map_t m; /* the header as a client receives it (read-only); this attach takes lane 1 */
   char why[256];
   assert_int_equal(vr_shm_attach(name, -1, &m, why, sizeof why), 0);
+  assert_int_equal(m.lane_idx, 1);
   uint8_t *p = m.base;
   assert_memory_equal(p, "VRRSHMV1", 8);
   assert_int_equal(u64_at(p, 0), VR_SHM_MAGIC);
@@ -126,7 +132,7 @@ static void test_segment_bytes(void **state) {
   assert_int_equal(u64_at(p, 56), lane);
   assert_int_equal(u64_at(p, 64), 4096);
   assert_int_equal(u64_at(p, 72), 4096 + 3 * lane);
-  assert_int_equal((uint64_t)m.bytes, 4096 + 3 * lane);
+  assert_int_equal((uint64_t)m.bytes, 4096); /* the header page; each lane is its own memfd */
   assert_int_equal((pid_t)u32_at(p, 80), getpid());
   assert_int_equal(u32_at(p, 84), geteuid());
   assert_true(u64_at(p, 88) != 0);
@@ -136,19 +142,15 @@ static void test_segment_bytes(void **state) {
   assert_int_equal(u32_at(p, 128), VR_SHM_ST_READY);
   assert_true(u64_at(p, 136) != 0);
   assert_int_equal(vr_shm_header_check((const vr_shm_header_t *)p, (uint64_t)m.bytes, why, sizeof why), 0);
-  /* a client leases lane 0 and its lease word reads (generation 0, pid) */
-  vr_client_t *c;
-  vr_client_options_t o;
-  vr_client_options_init(&o);
-  assert_int_equal(vr_client_connect(name, &o, &c), 0);
-  assert_int_equal(u64_at(p, 4096), (uint64_t)getpid());
+  const uint8_t *l0 = (const uint8_t *)vr_shm_server_lane(s, 0); /* the server's view of c's lane */
+  assert_int_equal(u64_at(l0, 0), (uint64_t)getpid());
+  assert_int_equal(u64_at((const uint8_t *)m.lane, 0), (uint64_t)getpid()); /* ours: lane 1, generation 0 */
   /* one request: descriptor at lane + 256, payload in the arena */
   int32_t ids[3] = {7, 8, 9};
   uint32_t cu[2] = {0, 3};
   vr_batch_t b = {.n_seqs = 1, .token_ids = ids, .cu_seqlens = cu};
   uint64_t id;
   assert_int_equal(vr_client_submit(c, &b, &id), 0);
-  const uint8_t *l0 = p + 4096;
   assert_int_equal(u32_at(l0, 64), 1);          /* req_head */
   assert_int_equal(u64_at(l0, 256), id);        /* req_id */
   assert_int_equal(u32_at(l0, 256 + 8), 1);     /* n_seqs */
