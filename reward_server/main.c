@@ -356,6 +356,7 @@ static void teardown(main_ctx_t *m) {
   if (m->loader_running) pthread_join(m->loader, NULL); /* only when the loop failed to run */
   if (srv->shm) vr_shm_server_set_state(srv->shm, VR_SHM_DRAINING);
   vr_dispatch_stop(srv->dispatch);
+  vr_http_stop_parsing(srv->http); /* it submits to the batcher */
   vr_batcher_free(srv->batcher); /* joins; anything still queued is answered shutting-down */
   srv->batcher = NULL;
   vr_dispatch_free(srv->dispatch);

@@ -1,4 +1,13 @@
-/* vr_http.c: evhttp front; every evhttp call happens on the event-loop thread. */
+/* vr_http.c: evhttp front; every evhttp call happens on the event-loop thread.
+ *
+ * A POST /v1/score body is received by libevent on the loop thread (non-blocking,
+ * in pieces), then moved (its buffer chain, not its bytes) to the parse thread,
+ * which parses, validates and submits it to the batcher: one large body never
+ * holds up the loop, so /health and every other connection keep being served
+ * (issue 18 case 6). Replies are always made on the loop thread, through the
+ * done list. The parse thread takes bodies one at a time: the memory that
+ * parsing a large body takes (the JSON tree) is bounded by one body's worth,
+ * and is given back to the system after a large one (malloc_trim). */
 #define _GNU_SOURCE
 #include "vr_http.h"
 
@@ -7,18 +16,23 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <malloc.h>
 #include <math.h>
 #include <msgpack.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 
 #include "verl_reward/status.h"
+#include "vr_http_guard.h"
 #include "vr_log.h"
 #include "vr_model.h"
 #include "vr_request.h"
 #include "vr_time.h"
+
+#define VR_HTTP_TRIM_BYTES (1u << 20) /* bodies from this size on: malloc_trim after their parse */
 
 /* One POST /v1/score between intake and reply. Created and freed on the event
  * thread; between vr_batcher_submit and done() the batcher owns job fields. */
@@ -27,8 +41,12 @@ typedef struct http_pending {
   vr_http_t *h;
   struct evhttp_request *req; /* stays valid until we reply (libevent detaches it on EOF) */
   int msgpack;                /* reply encoding */
+  int msgpack_in;             /* body encoding */
   vr_score_req_t r;
-  struct http_pending *next;  /* done list */
+  struct evbuffer *body;      /* the request body, moved here for the parse thread; NULL once parsed */
+  int failed;                 /* parse or submit failed: reply perr (job.status holds the status) */
+  vr_req_error_t perr;
+  struct http_pending *next;  /* parse queue, then done list */
 } http_pending_t;
 
 struct vr_http {
@@ -41,6 +59,14 @@ struct vr_http {
   void (*idle_cb)(void *);
   void *idle_arg;
   char *model_json;           /* GET /v1/model body, built once */
+  vr_http_guard_t *guard;     /* connection cap, request deadline, accept back-off */
+  /* the parse thread */
+  pthread_t parse_th;
+  int parse_started;
+  pthread_mutex_t pmu;        /* guards the parse queue and parse_stop */
+  pthread_cond_t pcv;
+  http_pending_t *pq_head, *pq_tail;
+  int parse_stop;
 };
 
 /* ------------------------------------------------------------------ replies */
@@ -51,6 +77,7 @@ static void reply(vr_http_t *h, struct evhttp_request *req, int code, const char
   evhttp_add_header(oh, "Server", "verl-reward-server");
   if (code == 503 || code == 429) evhttp_add_header(oh, "Retry-After", "1");
   vr_metrics_http_response(&h->srv->metrics, code);
+  vr_http_guard_end(h->guard, req);
   const char *reason = code == 200 ? "OK" : code == 400 ? "Bad Request" : code == 404 ? "Not Found"
                     : code == 405 ? "Method Not Allowed" : code == 413 ? "Payload Too Large"
                     : code == 429 ? "Too Many Requests" : code == 503 ? "Service Unavailable"
@@ -162,6 +189,7 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
 }
 
 static void pending_free(http_pending_t *p) {
+  if (p->body) evbuffer_free(p->body);
   vr_request_free(&p->r);
   vr_job_free_outputs(&p->job);
   free(p);
@@ -180,9 +208,81 @@ static void http_job_done(vr_job_t *job) {
   event_active(h->wake_ev, EV_READ, 0);
 }
 
+/* Parse thread: a request that failed before the batcher took it goes to the
+ * loop thread like a finished one. */
+static void pending_fail(http_pending_t *p, int status, int64_t seq, const char *msg) {
+  p->failed = 1;
+  p->job.status = status;
+  p->perr.status = status;
+  p->perr.sequence = seq;
+  if (msg != p->perr.message) snprintf(p->perr.message, sizeof p->perr.message, "%s", msg);
+  http_job_done(&p->job);
+}
+
+/* Parse thread: parse, validate and submit one body. */
+static void parse_one(vr_http_t *h, http_pending_t *p) {
+  vr_server_t *srv = h->srv;
+  size_t len = evbuffer_get_length(p->body);
+  const char *body = len ? (const char *)evbuffer_pullup(p->body, -1) : "";
+  int rc = !body ? VR_ERR_NOMEM
+         : p->msgpack_in ? vr_request_parse_msgpack((const uint8_t *)body, len, &srv->scorer,
+                                                    srv->st.max_seqs_per_request, &p->r, &p->perr)
+                         : vr_request_parse_json(body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &p->perr);
+  evbuffer_free(p->body);
+  p->body = NULL;
+  if (len >= VR_HTTP_TRIM_BYTES) malloc_trim(0); /* the parse of a large body: give its memory back */
+  if (rc) {
+    pending_fail(p, rc, body ? p->perr.sequence : -1, body ? p->perr.message : "out of memory");
+    return;
+  }
+  const uint32_t n = p->r.n_seqs;
+  if (vr_job_alloc_outputs(&p->job, n, srv->scorer.spec.n) != 0) {
+    pending_fail(p, VR_ERR_NOMEM, -1, "out of memory");
+    return;
+  }
+  vr_job_t *j = &p->job;
+  j->transport = VR_TRANSPORT_HTTP;
+  j->n_seqs = n;
+  j->n_tokens = p->r.n_tokens;
+  j->ids = p->r.ids;
+  j->cu = p->r.cu;
+  j->extras = p->r.extras_ptrs;
+  j->done = http_job_done;
+  j->user = p;
+  rc = vr_batcher_submit(srv->batcher, j);
+  if (rc)
+    pending_fail(p, rc, -1,
+                 rc == VR_ERR_OVERLOADED ? "server overloaded: request queue full (--max-queue); retry later"
+                                         : vr_strerror(rc));
+}
+
+static void *parse_main(void *arg) {
+  vr_http_t *h = arg;
+  pthread_mutex_lock(&h->pmu);
+  for (;;) {
+    while (!h->pq_head && !h->parse_stop) pthread_cond_wait(&h->pcv, &h->pmu);
+    if (!h->pq_head) break;
+    http_pending_t *p = h->pq_head;
+    h->pq_head = p->next;
+    if (!h->pq_head) h->pq_tail = NULL;
+    p->next = NULL;
+    int stopping = h->parse_stop;
+    pthread_mutex_unlock(&h->pmu);
+    if (stopping) /* the batcher may be gone: answer, do not submit */
+      pending_fail(p, VR_ERR_SHUTTING_DOWN, -1, "server is shutting down; no new requests accepted");
+    else
+      parse_one(h, p);
+    pthread_mutex_lock(&h->pmu);
+  }
+  pthread_mutex_unlock(&h->pmu);
+  return NULL;
+}
+
 static void finish_pending(vr_http_t *h, http_pending_t *p) {
   int st = p->job.status;
-  if (st == 0) {
+  if (p->failed) {
+    reply_error(h, p->req, st, p->perr.sequence, p->perr.message);
+  } else if (st == 0) {
     reply_scores(h, p);
   } else {
     int64_t bad = -1;
@@ -194,7 +294,8 @@ static void finish_pending(vr_http_t *h, http_pending_t *p) {
     reply_error(h, p->req, st, bad, msg);
   }
   double lat = (vr_now_ns() - p->job.accepted_ns) / 1e9;
-  vr_metrics_request(&h->srv->metrics, VR_TRANSPORT_HTTP, st, p->r.n_seqs, p->r.n_tokens, lat);
+  vr_metrics_request(&h->srv->metrics, VR_TRANSPORT_HTTP, st, p->failed && st != VR_ERR_OVERLOADED ? 0 : p->r.n_seqs,
+                     p->failed && st != VR_ERR_OVERLOADED ? 0 : p->r.n_tokens, lat);
   pending_free(p);
   h->pending--;
   __atomic_store_n(&h->srv->http_inflight, h->pending, __ATOMIC_RELAXED);
@@ -255,56 +356,30 @@ static void handle_score(vr_http_t *h, struct evhttp_request *req) {
   const char *ct = evhttp_find_header(ih, "Content-Type");
   int mp = is_msgpack_type(ct);
   /* anything but msgpack is parsed as JSON (curl -d sends form-urlencoded) */
-  struct evbuffer *in = evhttp_request_get_input_buffer(req);
-  size_t len = evbuffer_get_length(in);
-  const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
   http_pending_t *p = calloc(1, sizeof *p);
-  if (!p) {
-    reply_error(h, req, VR_ERR_NOMEM, -1, "out of memory");
-    return;
-  }
-  vr_req_error_t e;
-  int rc = mp ? vr_request_parse_msgpack((const uint8_t *)body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &e)
-              : vr_request_parse_json(body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &e);
-  if (rc) {
-    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, rc, 0, 0, (vr_now_ns() - t0) / 1e9);
-    reply_error(h, req, rc, e.sequence, e.message);
+  if (!p || !(p->body = evbuffer_new())) {
     free(p);
-    return;
-  }
-  const uint32_t n = p->r.n_seqs;
-  if (vr_job_alloc_outputs(&p->job, n, srv->scorer.spec.n) != 0) {
-    pending_free(p);
     reply_error(h, req, VR_ERR_NOMEM, -1, "out of memory");
     return;
   }
+  /* the body's buffer chain moves to the parse thread; no byte is copied here */
+  evbuffer_add_buffer(p->body, evhttp_request_get_input_buffer(req));
   p->h = h;
   p->req = req;
+  p->msgpack_in = mp;
   p->msgpack = mp;
   const char *accept = evhttp_find_header(ih, "Accept");
   if (accept && strstr(accept, "application/json") && !strstr(accept, "msgpack")) p->msgpack = 0;
   if (accept && is_msgpack_type(accept)) p->msgpack = 1;
-  vr_job_t *j = &p->job;
-  j->transport = VR_TRANSPORT_HTTP;
-  j->n_seqs = n;
-  j->n_tokens = p->r.n_tokens;
-  j->ids = p->r.ids;
-  j->cu = p->r.cu;
-  j->extras = p->r.extras_ptrs;
-  j->accepted_ns = t0;
-  j->done = http_job_done;
-  j->user = p;
-  rc = vr_batcher_submit(srv->batcher, j);
-  if (rc) {
-    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, rc, n, p->r.n_tokens, (vr_now_ns() - t0) / 1e9);
-    reply_error(h, req, rc, -1,
-                rc == VR_ERR_OVERLOADED ? "server overloaded: request queue full (--max-queue); retry later"
-                                        : vr_strerror(rc));
-    pending_free(p);
-    return;
-  }
+  p->job.accepted_ns = t0;
   h->pending++;
   __atomic_store_n(&srv->http_inflight, h->pending, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&h->pmu);
+  if (h->pq_tail) h->pq_tail->next = p;
+  else h->pq_head = p;
+  h->pq_tail = p;
+  pthread_cond_signal(&h->pcv);
+  pthread_mutex_unlock(&h->pmu);
 }
 
 static void handle_text(vr_http_t *h, struct evhttp_request *req, int code, const char *ctype, const char *text,
@@ -372,6 +447,7 @@ static char *build_model_json(const vr_server_t *srv) {
 
 static void gen_cb(struct evhttp_request *req, void *arg) {
   vr_http_t *h = arg;
+  vr_http_guard_begin(h->guard, req); /* every path below replies, which ends it */
   const char *uri = evhttp_request_get_uri(req);
   enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
   char path[128];
@@ -434,26 +510,47 @@ int vr_http_create(vr_server_t *srv, vr_http_t **out) {
   if (!h) return VR_ERR_NOMEM;
   h->srv = srv;
   pthread_mutex_init(&h->mu, NULL);
+  pthread_mutex_init(&h->pmu, NULL);
+  pthread_cond_init(&h->pcv, NULL);
+  if (pthread_create(&h->parse_th, NULL, parse_main, h) != 0) {
+    vr_http_free(h);
+    return VR_ERR_NOMEM;
+  }
+  h->parse_started = 1;
   h->eh = evhttp_new(srv->base);
   h->wake_ev = event_new(srv->base, -1, 0, wake_cb, h);
   if (!h->eh || !h->wake_ev) {
     vr_http_free(h);
     return VR_ERR_NOMEM;
   }
-  evhttp_set_max_body_size(h->eh, (ev_ssize_t)srv->st.max_body_bytes);
+  const uint64_t body_limit = vr_settings_body_limit(&srv->st);
+  evhttp_set_max_body_size(h->eh, (ev_ssize_t)body_limit);
   evhttp_set_max_headers_size(h->eh, 64 * 1024);
   evhttp_set_timeout(h->eh, 120);
   evhttp_set_allowed_methods(h->eh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                         EVHTTP_REQ_DELETE);
   evhttp_set_gencb(h->eh, gen_cb, h);
-  if (!evhttp_bind_socket_with_handle(h->eh, srv->st.host, (ev_uint16_t)srv->st.port)) {
+  struct evhttp_bound_socket *bound = evhttp_bind_socket_with_handle(h->eh, srv->st.host, (ev_uint16_t)srv->st.port);
+  if (!bound) {
     vr_log(VR_LOG_ERROR, "cannot listen on %s:%d (port in use or bad address). HINT: --port N, or --port 0 "
            "to disable HTTP", srv->st.host, srv->st.port);
     vr_http_free(h);
     return VR_ERR_IO;
   }
-  vr_log(VR_LOG_INFO, "HTTP listening on http://%s:%d (max body %llu bytes)", srv->st.host, srv->st.port,
-         (unsigned long long)srv->st.max_body_bytes);
+  uint32_t max_conns = srv->st.max_connections;
+  struct rlimit nofile;
+  if (max_conns == 0) /* below the fd limit: accept() itself never runs out */
+    max_conns = getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur > 80
+                    ? (uint32_t)(nofile.rlim_cur - 64 < (1u << 20) ? nofile.rlim_cur - 64 : (1u << 20))
+                    : 16;
+  h->guard = vr_http_guard_create(srv->base, h->eh, bound, max_conns, srv->st.request_timeout_s);
+  if (!h->guard) {
+    vr_http_free(h);
+    return VR_ERR_NOMEM;
+  }
+  vr_log(VR_LOG_INFO, "HTTP listening on http://%s:%d (max body %llu bytes, %u connections, %u s per request)",
+         srv->st.host, srv->st.port, (unsigned long long)body_limit, max_conns,
+         srv->st.request_timeout_s);
   *out = h;
   return 0;
 }
@@ -466,8 +563,20 @@ void vr_http_on_idle(vr_http_t *h, void (*cb)(void *), void *arg) {
   check_idle(h);
 }
 
+void vr_http_stop_parsing(vr_http_t *h) {
+  if (!h || !h->parse_started) return;
+  pthread_mutex_lock(&h->pmu);
+  h->parse_stop = 1;
+  pthread_cond_signal(&h->pcv);
+  pthread_mutex_unlock(&h->pmu);
+  pthread_join(h->parse_th, NULL); /* what is queued is answered shutting-down (done list) */
+  h->parse_started = 0;
+}
+
 void vr_http_free(vr_http_t *h) {
   if (!h) return;
+  vr_http_stop_parsing(h);
+  vr_http_guard_free(h->guard);
   if (h->eh) evhttp_free(h->eh);
   if (h->wake_ev) event_free(h->wake_ev);
   pthread_mutex_lock(&h->mu);
@@ -480,6 +589,8 @@ void vr_http_free(vr_http_t *h) {
     list = n;
   }
   pthread_mutex_destroy(&h->mu);
+  pthread_mutex_destroy(&h->pmu);
+  pthread_cond_destroy(&h->pcv);
   free(h->model_json);
   free(h);
 }

@@ -3,9 +3,10 @@
  *   POST /v1/score   JSON or application/msgpack: {"input_ids": [[...]], "extras": [{...}]}
  *   GET  /health /ready /metrics /v1/model
  *
- * Every evhttp object is touched only on the event-loop thread: the batcher
- * hands finished requests back through a mutex-guarded list and event_active()
- * (the base must have been created after evthread_use_pthreads()). */
+ * Every evhttp object is touched only on the event-loop thread: the parse
+ * thread (bodies are parsed off the loop) and the batcher hand finished
+ * requests back through a mutex-guarded list and event_active() (the base must
+ * have been created after evthread_use_pthreads()). */
 #ifndef VR_HTTP_H
 #define VR_HTTP_H
 
@@ -24,6 +25,11 @@ uint32_t vr_http_pending(const vr_http_t *h);
 /* Called on the event loop when the last pending request was answered and
  * replies had a moment to flush (used by shutdown). */
 void vr_http_on_idle(vr_http_t *h, void (*cb)(void *), void *arg);
+
+/* Stops and joins the parse thread; bodies still queued are answered
+ * VR_ERR_SHUTTING_DOWN (on the loop, later). Call before the batcher is freed.
+ * Idempotent; NULL is a no-op. */
+void vr_http_stop_parsing(vr_http_t *h);
 
 /* Frees the listener and every connection. Call on the event-loop thread after
  * every pending request was answered. NULL is a no-op. */

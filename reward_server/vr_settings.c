@@ -80,7 +80,14 @@ static const opt_t k_opts[] = {
      "created (write + rename) once ready to score, removed at exit: for supervisors without sd_notify"},
     {"reward", NULL, OPT_REWARD, F(reward), 0, 0, "SPEC",
      "reward components and weights, e.g. model:0.7,gsm8k:0.3 or gsm8k (rules only); unset: model"},
-    {"max-body-bytes", NULL, OPT_U64, F(max_body_bytes), 64, 1ull << 32, "N", "largest HTTP request body (413 beyond)"},
+    {"max-body-bytes", NULL, OPT_U64, F(max_body_bytes), 0, 1ull << 32, "N",
+     "largest HTTP request body (413 beyond); 0: derived from the request limits, "
+     "max-seqs-per-request x (max-seq-len x 12 + 1024) + 64 KiB"},
+    {"max-connections", NULL, OPT_U32, F(max_connections), 0, 1u << 20, "N",
+     "HTTP connections open at once; the newest beyond are closed (0: the fd limit, ulimit -n, less 64)"},
+    {"request-timeout-s", NULL, OPT_U32, F(request_timeout_s), 1, 86400, "S",
+     "an HTTP connection that completes no request within S seconds of its accept or its last reply is closed "
+     "(a whole-request deadline, not per byte)"},
     {"max-queue", NULL, OPT_U32, F(max_queue), 1, 1u << 20, "N",
      "requests accepted but not yet batched; beyond: overloaded (HTTP 429, shm VR_ERR_OVERLOADED)"},
     {"threads", NULL, OPT_INT, F(threads), 0, 4096, "N", "cpu backend threads (0 = all cores)"},
@@ -110,8 +117,10 @@ void vr_settings_init(vr_settings_t *s) {
   s->arena_mb = 4;
   s->max_seqs_per_request = 1024;
   strcpy(s->log_level, "info");
-  s->max_body_bytes = 64ull << 20;
+  s->max_body_bytes = 0; /* derived (vr_settings_body_limit) */
   s->max_queue = 4096;
+  s->max_connections = 0;
+  s->request_timeout_s = 60;
   s->threads = 0;
   s->drain_ms = 10000;
   vr_model_options_t mo; /* the model runtime owns the CUDA tuning's defaults */
@@ -252,6 +261,14 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
     default: *(int *)p = (int)x; break;
   }
   return 0;
+}
+
+uint64_t vr_settings_body_limit(const vr_settings_t *s) {
+  if (s->max_body_bytes) return s->max_body_bytes;
+  /* a JSON token id takes at most 12 bytes ("-2147483648,"); 1 KiB per sequence for its
+   * brackets and extras; 64 KiB for the rest */
+  uint64_t b = (uint64_t)s->max_seqs_per_request * ((uint64_t)s->max_seq_len * 12 + 1024) + (64u << 10);
+  return b < (1ull << 32) ? b : (1ull << 32);
 }
 
 int vr_settings_ids(const char *text, int groups, uint32_t *out, uint32_t max, uint32_t *n, char *err, size_t errlen) {

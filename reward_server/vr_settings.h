@@ -45,8 +45,10 @@ typedef struct vr_settings {
   char pid_file[VR_SETTINGS_STR];
   char ready_file[VR_SETTINGS_STR]; /* written (atomically) once ready, removed at exit; "" = none */
   char reward[512];               /* reward spec, "" = "model" */
-  uint64_t max_body_bytes;
+  uint64_t max_body_bytes;        /* 0: derived (vr_settings_body_limit) */
   uint32_t max_queue;             /* requests accepted but not yet batched */
+  uint32_t max_connections;       /* HTTP connections open at once (vr_http_guard) */
+  uint32_t request_timeout_s;     /* whole-request deadline of an HTTP connection */
   int threads;                    /* cpu backend threads, 0 = all cores */
   char cpu_gemm[16];              /* cpu backend GEMM variant: "auto", "generic", "avx2+fma" */
   uint32_t drain_ms;              /* shutdown: time to finish accepted work */
@@ -81,6 +83,10 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
 void vr_settings_usage(FILE *f, const char *prog);
 
 const char *vr_truncate_name(vr_truncate_t t);
+
+/* The HTTP body limit: --max-body-bytes, or when 0 the limit derived from the request
+ * limits (max-seqs-per-request x (max-seq-len x 12 + 1024) + 64 KiB, at most 4 GiB). */
+uint64_t vr_settings_body_limit(const vr_settings_t *s);
 
 /* Parses a comma-separated list of user (groups 0) or group (groups 1) names or numeric ids
  * into out (at most max). 0, or VR_ERR_INVAL with err naming the bad entry. */

@@ -681,6 +681,131 @@ class TestHardening(unittest.TestCase):
         s.stop()
 
 
+class TestHttpHardening(unittest.TestCase):
+    """Issue 18 cases 6 and 7: one large body, a trickling client, a connection flood and the
+    fd limit must not stop /health or the server."""
+
+    def _health_ms(self, s):
+        t0 = time.monotonic()
+        st, _, _ = s.request("GET", "/health", timeout=120)
+        self.assertEqual(st, 200)
+        return (time.monotonic() - t0) * 1000
+
+    def test_big_body_does_not_block_health(self):
+        # case 6: a large JSON body was parsed on the event loop: /health stalled for the whole
+        # parse (9 s for 63 MB). Now the parse runs beside the loop; /health is measured during
+        # it, against the big request's own time (no wall-clock constant).
+        s = Server(self, "--model", "checksum", "--max-seqs-per-request", "1024").wait_ready()
+        n_seq, n_tok = (128, 2000) if SANITIZE else (1024, 4000)
+        body = json.dumps({"input_ids": [[(i * 7 + t) % 30000 for t in range(n_tok)] for i in range(n_seq)]})
+        rss0 = rss_bytes(s.proc.pid)
+        result = {}
+
+        def big():
+            t0 = time.monotonic()
+            st, data, _ = s.request("POST", "/v1/score", body, timeout=300)
+            result["ms"] = (time.monotonic() - t0) * 1000
+            result["st"], result["n"] = st, len(json.loads(data).get("scores", []))
+
+        th = threading.Thread(target=big)
+        th.start()
+        lat = []
+        while th.is_alive():
+            lat.append(self._health_ms(s))
+            time.sleep(0.02)
+        th.join()
+        self.assertEqual((result["st"], result["n"]), (200, n_seq))
+        worst = max(lat) if lat else 0.0
+        print(f"\n{len(body) / 1e6:.1f} MB body answered in {result['ms']:.0f} ms; /health during it: "
+              f"{len(lat)} probes, worst {worst:.1f} ms; RSS {rss0 / 2**20:.0f} -> {rss_bytes(s.proc.pid) / 2**20:.0f} MiB")
+        self.assertGreaterEqual(len(lat), 1)
+        self.assertLess(worst, max(result["ms"] / 4, 50.0), "/health waited for the parse")
+        # the parse's memory went back (malloc_trim): well below the body's JSON-tree size
+        self.assertLess(rss_bytes(s.proc.pid) - rss0, max(len(body), 64 << 20))
+        s.stop()
+
+    def test_body_limit_derived_from_request_limits(self):
+        # 2 sequences x (10 tokens x 12 + 1024) + 64 KiB = 67824 bytes, known before any parse
+        s = Server(self, "--model", "checksum", "--max-seqs-per-request", "2", "--max-seq-len", "10").wait_ready()
+        self.assertIn("max body 67824 bytes", s.logtext())
+        ok = json.dumps({"input_ids": [[1, 2, 3]], "pad": "x" * 60000})
+        self.assertEqual(s.request("POST", "/v1/score", ok)[0], 200)
+        big = json.dumps({"input_ids": [[1, 2, 3]], "pad": "x" * 70000})
+        self.assertEqual(s.request("POST", "/v1/score", big)[0], 413)
+        s.stop()
+
+    def test_trickling_client_is_cut(self):
+        # case 7: one byte per 30 s kept a connection past the 120 s timeout forever (the timeout
+        # is per read); now a request must be complete within --request-timeout-s
+        s = Server(self, "--model", "checksum", "--request-timeout-s", "2").wait_ready()
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n")
+        t0, closed = time.monotonic(), False
+        c.settimeout(0.3)
+        while time.monotonic() - t0 < 30 and not closed:  # hang guard: the deadline is 2 s
+            try:
+                c.sendall(b"1")
+                closed = c.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed = True
+        c.close()
+        took = time.monotonic() - t0
+        self.assertTrue(closed, "the trickling connection was never closed")
+        self.assertGreaterEqual(took, 1.5)
+        self.assertLess(self._health_ms(s), 10000)
+        self.assertIn("completed no request within 2 s", s.logtext())
+        s.stop()
+
+    def test_connection_cap(self):
+        s = Server(self, "--model", "checksum", "--max-connections", "4").wait_ready()
+        conns = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
+        time.sleep(1.5)  # three sweeps
+        closed = 0
+        for c in conns:
+            c.settimeout(0.5)
+            try:
+                closed += c.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed += 1
+        for c in conns:
+            c.close()
+        self.assertGreaterEqual(closed, 4, "connections over the cap were left open")
+        time.sleep(1.0)
+        self.assertLess(self._health_ms(s), 10000)
+        self.assertIn("over the cap (--max-connections 4)", s.logtext())
+        s.stop()
+
+    def test_fd_limit_backs_off(self):
+        # case 7: at the fd limit accept() failed ~460k times a second, each failure a log line,
+        # and /health timed out. Now the listener pauses 100 ms per failure, one line per 10 s.
+        s = Server(self, "--model", "checksum", "--max-connections", "100000", "--lanes", "2")
+        s.wait_ready()
+        subprocess.run(["prlimit", f"--pid={s.proc.pid}", "--nofile=48:"], check=True)  # soft limit only
+        conns = []
+        for _ in range(80):  # more than the server has fds for
+            try:
+                conns.append(socket.create_connection(("127.0.0.1", s.port), timeout=2))
+            except OSError:
+                break
+        time.sleep(2.0)
+        for c in conns:
+            c.close()
+        subprocess.run(["prlimit", f"--pid={s.proc.pid}", "--nofile=1024:"], check=True)
+        time.sleep(1.0)
+        self.assertLess(self._health_ms(s), 10000)
+        log = s.logtext()
+        lines = [line for line in log.splitlines() if "HTTP accept()" in line]
+        print(f"\n{len(conns)} connections opened at a 48-fd limit; {len(lines)} accept log lines")
+        self.assertGreaterEqual(len(lines), 1)
+        self.assertLessEqual(len(lines), 2)
+        s.stop()
+
+
 class TestOverload(unittest.TestCase):
     """A full queue refuses at once (HTTP 429, shm VR_ERR_OVERLOADED) instead of growing.
     "At once" is an order, not a time: the batching wait (MAX_WAIT_S) holds the 4 queued
