@@ -666,6 +666,29 @@ class TestSigterm(unittest.TestCase):
 class TestHardening(unittest.TestCase):
     """Issue 18 at the level of the real server binary."""
 
+    def test_model_file_changed_under_the_server(self):
+        # case 8: the cpu backend used f32 weights in place from the file mapping: overwriting
+        # model.safetensors changed the scores silently, truncating it killed the server (SIGBUS)
+        src = os.path.join(FIXTURES, "models", "llama_gqa")
+        dst = os.path.join(tempfile.mkdtemp(prefix="vrmf_"), "llama_gqa")
+        self.addCleanup(shutil.rmtree, os.path.dirname(dst), True)
+        shutil.copytree(src, dst)
+        seqs = [[1, 2, 3], [4, 6, 7, 8], [9, 10]]
+        s = Server(self, "--model", dst, "--device", "cpu", "--threads", "1").wait_ready()
+        st, before = s.score({"input_ids": seqs})
+        self.assertEqual(st, 200, before)
+        path = os.path.join(dst, "model.safetensors")
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:  # rewritten in place: every weight now 0x7f7f7f7f
+            f.write(b"\x7f" * size)
+        st, after = s.score({"input_ids": seqs})
+        self.assertEqual((st, after["scores"]), (200, before["scores"]), "scores changed with the file")
+        os.truncate(path, 0)
+        st, after = s.score({"input_ids": seqs})
+        self.assertIsNone(s.proc.poll(), f"server died with the file truncated:\n{s.logtext()}")
+        self.assertEqual((st, after["scores"]), (200, before["scores"]))
+        s.stop()
+
     def test_sighup_does_not_end_the_server(self):
         # case 11: SIGHUP ended the server by its default action (exit 129) and left the
         # segment behind; now it is logged and the server carries on, then stops cleanly
