@@ -258,7 +258,8 @@ static int finish_startup(main_ctx_t *m) {
   vr_batcher_config_t bc = {.max_batch_tokens = srv->st.max_batch_tokens,
                             .max_wait_us = srv->st.max_wait_us,
                             .batch_linger_us = srv->st.batch_linger_us,
-                            .max_queue = srv->st.max_queue};
+                            .max_queue = srv->st.max_queue,
+                            .max_client_queue = srv->st.max_queue_per_client};
   int rc;
   if ((rc = vr_batcher_create(&bc, &srv->scorer, &srv->metrics, &srv->batcher))) return rc;
   if (srv->st.shm_name[0] && (rc = start_shm(srv))) return rc;

@@ -372,6 +372,8 @@ static void handle_score(vr_http_t *h, struct evhttp_request *req) {
   if (accept && strstr(accept, "application/json") && !strstr(accept, "msgpack")) p->msgpack = 0;
   if (accept && is_msgpack_type(accept)) p->msgpack = 1;
   p->job.accepted_ns = t0;
+  /* fairness: one client per connection (the high bit keeps it apart from shm lanes) */
+  p->job.client = (uint64_t)(uintptr_t)evhttp_request_get_connection(req) | (1ull << 63);
   h->pending++;
   __atomic_store_n(&srv->http_inflight, h->pending, __ATOMIC_RELAXED);
   pthread_mutex_lock(&h->pmu);

@@ -83,6 +83,9 @@ static const opt_t k_opts[] = {
     {"max-body-bytes", NULL, OPT_U64, F(max_body_bytes), 0, 1ull << 32, "N",
      "largest HTTP request body (413 beyond); 0: derived from the request limits, "
      "max-seqs-per-request x (max-seq-len x 12 + 1024) + 64 KiB"},
+    {"max-queue-per-client", NULL, OPT_U32, F(max_queue_per_client), 0, 1u << 20, "N",
+     "requests one client (a shm lane, an HTTP connection) may have queued; beyond: overloaded for that client "
+     "only (0: no limit of its own)"},
     {"max-connections", NULL, OPT_U32, F(max_connections), 0, 1u << 20, "N",
      "HTTP connections open at once; the newest beyond are closed (0: the fd limit, ulimit -n, less 64)"},
     {"request-timeout-s", NULL, OPT_U32, F(request_timeout_s), 1, 86400, "S",
@@ -120,6 +123,7 @@ void vr_settings_init(vr_settings_t *s) {
   s->max_body_bytes = 0; /* derived (vr_settings_body_limit) */
   s->max_queue = 4096;
   s->max_connections = 0;
+  s->max_queue_per_client = 1024;
   s->request_timeout_s = 60;
   s->threads = 0;
   s->drain_ms = 10000;

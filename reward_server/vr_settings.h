@@ -47,6 +47,7 @@ typedef struct vr_settings {
   char reward[512];               /* reward spec, "" = "model" */
   uint64_t max_body_bytes;        /* 0: derived (vr_settings_body_limit) */
   uint32_t max_queue;             /* requests accepted but not yet batched */
+  uint32_t max_queue_per_client;  /* requests of one client queued (fairness) */
   uint32_t max_connections;       /* HTTP connections open at once (vr_http_guard) */
   uint32_t request_timeout_s;     /* whole-request deadline of an HTTP connection */
   int threads;                    /* cpu backend threads, 0 = all cores */

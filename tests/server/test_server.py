@@ -829,6 +829,63 @@ class TestHttpHardening(unittest.TestCase):
         s.stop()
 
 
+class TestFairness(unittest.TestCase):
+    """Issue 18 case 9: one client's 64 queued maximum-size requests delayed another client's
+    one-sequence request by 7.6 s (FIFO). Clients are served round-robin now: the light
+    client's wait is bounded by a few batch times, measured in the same run (the server's own
+    compute_us of a flood-sized request), not by a wall-clock constant."""
+
+    SEQS, LEN = 64, 48  # one flood request = one batch (--max-batch-tokens 3072)
+
+    def test_flood_beside_a_light_client(self):
+        s = Server(self, "--model", os.path.join(FIXTURES, "models", "llama_gqa"), "--device", "cpu",
+                   "--threads", "1", "--max-batch-tokens", str(self.SEQS * self.LEN)).wait_ready()
+        big = {"input_ids": [[(i + t) % 97 for t in range(self.LEN)] for i in range(self.SEQS)]}
+        batch_us = []
+        for _ in range(3):
+            st, out = s.score(big)
+            self.assertEqual(st, 200, out)
+            batch_us.append(out["compute_us"])
+        batch = max(max(batch_us), 1)
+        ready = os.path.join(s.tmp, "flood_ready")
+        flood = subprocess.Popen([SHM_CLIENT, "flood", s.name, "1", "64", "640", str(self.SEQS), str(self.LEN), ready],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: flood.poll() is None and flood.kill())
+        end = time.monotonic() + 60
+        while not os.path.exists(ready) and time.monotonic() < end:
+            time.sleep(0.005)
+        self.assertTrue(os.path.exists(ready), "the flood never got its 64 requests in flight")
+        waits = []
+        for _ in range(5):
+            depth = metric(parse_prometheus(s.metrics()), "verl_reward_queue_depth")
+            st, out = s.score({"input_ids": [[1, 2, 3]]})
+            self.assertEqual(st, 200, out)
+            waits.append((out["queue_us"], depth))
+        out, err = flood.communicate(timeout=300)
+        self.assertEqual(flood.returncode, 0, err)
+        print(f"\nbatch {batch} us (of {batch_us}); light client's queue_us with the flood's queue depth: {waits}")
+        self.assertTrue(any(d >= 8 for _, d in waits), f"the flood did not keep a backlog: {waits}")
+        worst = max(w for w, _ in waits)
+        # FIFO: behind the flood's backlog (up to 63 batches); round-robin: the batch running, its own
+        self.assertLess(worst, 4 * batch + 20000, f"the light client waited behind the flood: {waits}")
+        s.stop()
+
+    def test_per_client_queue_limit(self):
+        # one client may hold at most --max-queue-per-client queued requests; the excess is its
+        # own VR_ERR_OVERLOADED, while another client is still served
+        s = Server(self, "--model", "checksum", "--max-queue-per-client", "4",
+                   "--max-wait-us", "300000", "--batch-linger-us", "0").wait_ready()
+        flood = subprocess.run([SHM_CLIENT, "flood", s.name, "1", "32", "32", "1", "8"], capture_output=True,
+                               text=True, timeout=120)
+        self.assertEqual(flood.returncode, 0, flood.stderr)
+        counts = json.loads(flood.stdout)
+        self.assertGreater(counts["overloaded"], 0, counts)
+        self.assertGreater(counts["ok"], 0, counts)
+        st, out = s.score({"input_ids": [[1, 2, 3]]})
+        self.assertEqual((st, f32s(out["scores"])), (200, [checksum_score([1, 2, 3])]))
+        s.stop()
+
+
 class TestOverload(unittest.TestCase):
     """A full queue refuses at once (HTTP 429, shm VR_ERR_OVERLOADED) instead of growing.
     "At once" is an order, not a time: the batching wait (MAX_WAIT_S) holds the 4 queued
