@@ -138,13 +138,27 @@ static int sbuf_write(void *data, const char *buf, size_t len) {
   return evbuffer_add((struct evbuffer *)data, buf, len);
 }
 
+/* Scores with per-sequence errors (issue 18): a sequence the model could not score (its score
+ * was NaN/Inf) is null in scores and has {"code", "status", "message"} at its index of
+ * "errors" (present only then; null for the good ones, whose scores are kept). */
 static void reply_scores(vr_http_t *h, http_pending_t *p) {
   const vr_scorer_t *sc = &h->srv->scorer;
   const uint32_t n = p->r.n_seqs, nc = sc->spec.n;
+  const int with_errors = p->job.status != 0;
   struct evbuffer *b = evbuffer_new();
   if (!p->msgpack) {
     evbuffer_add_printf(b, "{\"scores\":");
     json_floats(b, p->job.scores, n, 1);
+    if (with_errors) {
+      evbuffer_add_printf(b, ",\"errors\":[");
+      for (uint32_t i = 0; i < n; i++) {
+        int e = p->job.seq_status[i];
+        if (e) evbuffer_add_printf(b, "%s{\"code\":\"%s\",\"status\":%d,\"message\":\"%s\"}", i ? "," : "",
+                                   vr_status_name(e), e, vr_strerror(e));
+        else evbuffer_add_printf(b, i ? ",null" : "null");
+      }
+      evbuffer_add(b, "]", 1);
+    }
     evbuffer_add_printf(b, ",\"queue_us\":%u,\"compute_us\":%u", p->job.queue_us, p->job.compute_us);
     if (sc->has_components) {
       evbuffer_add_printf(b, ",\"components\":{");
@@ -159,12 +173,31 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
   } else {
     msgpack_packer pk;
     msgpack_packer_init(&pk, b, sbuf_write);
-    msgpack_pack_map(&pk, sc->has_components ? 4 : 3);
+    msgpack_pack_map(&pk, (sc->has_components ? 4 : 3) + (with_errors ? 1 : 0));
     msgpack_pack_str_with_body(&pk, "scores", 6);
     msgpack_pack_array(&pk, n);
     for (uint32_t i = 0; i < n; i++) {
       if (isfinite(p->job.scores[i])) msgpack_pack_float(&pk, p->job.scores[i]);
       else msgpack_pack_nil(&pk);
+    }
+    if (with_errors) {
+      msgpack_pack_str_with_body(&pk, "errors", 6);
+      msgpack_pack_array(&pk, n);
+      for (uint32_t i = 0; i < n; i++) {
+        int e = p->job.seq_status[i];
+        if (!e) {
+          msgpack_pack_nil(&pk);
+          continue;
+        }
+        const char *code = vr_status_name(e), *msg = vr_strerror(e);
+        msgpack_pack_map(&pk, 3);
+        msgpack_pack_str_with_body(&pk, "code", 4);
+        msgpack_pack_str_with_body(&pk, code, strlen(code));
+        msgpack_pack_str_with_body(&pk, "status", 6);
+        msgpack_pack_int32(&pk, e);
+        msgpack_pack_str_with_body(&pk, "message", 7);
+        msgpack_pack_str_with_body(&pk, msg, strlen(msg));
+      }
     }
     msgpack_pack_str_with_body(&pk, "queue_us", 8);
     msgpack_pack_uint32(&pk, p->job.queue_us);
@@ -282,7 +315,7 @@ static void finish_pending(vr_http_t *h, http_pending_t *p) {
   int st = p->job.status;
   if (p->failed) {
     reply_error(h, p->req, st, p->perr.sequence, p->perr.message);
-  } else if (st == 0) {
+  } else if (st == 0 || st == VR_ERR_NONFINITE) { /* scored: a non-finite score is its sequence's error */
     reply_scores(h, p);
   } else {
     int64_t bad = -1;

@@ -288,7 +288,7 @@ def nan_model(tc, token=None):
 class TestNonfinite(unittest.TestCase):
     """NaN weights (issue 18): a model whose warm-up score is NaN is refused at start (exit 1,
     an ERROR naming the model); at run time a NaN score is its sequence's VR_ERR_NONFINITE on
-    HTTP and shm, the requests sent beside it (a 200 ms batch window makes them share batches;
+    HTTP (200 with per-sequence errors, the good scores kept) and shm (bad_seq), the requests sent beside it (a 200 ms batch window makes them share batches;
     not asserted) keep their normal scores, and /metrics counts it."""
 
     NAN_TOKEN = 50  # not among the warm-up's token ids 0..7
@@ -333,20 +333,29 @@ class TestNonfinite(unittest.TestCase):
             self.assertEqual(st, 200, body)
             self.assertEqual(f32s(json.loads(body)["scores"]), [want[i]], f"http sequence {i}")
         st, body, _ = results["bad"]
-        self.assertEqual(st, 500, body)
-        err = json.loads(body)["error"]
-        self.assertEqual((err["code"], err["sequence"]), ("VR_ERR_NONFINITE", 1), err)
-        self.assertIn("score is not finite (NaN/Inf)", err["message"])
+        # per-sequence errors (issue 18): 200, the good sequence's score kept, the bad one null
+        # with its error at its index of "errors"
+        self.assertEqual(st, 200, body)
+        out = json.loads(body)
+        self.assertEqual(f32s(out["scores"]), [want[0], None])
+        self.assertIsNone(out["errors"][0])
+        self.assertEqual((out["errors"][1]["code"], out["errors"][1]["status"]), ("VR_ERR_NONFINITE", -29), out)
+        self.assertIn("score is not finite (NaN/Inf)", out["errors"][1]["message"])
+        st, body, ctype = s.request("POST", "/v1/score", json.dumps({"input_ids": [bad_seq, good_seqs[2]]}),
+                                    headers={"Accept": "application/msgpack"})
+        self.assertEqual((st, ctype), (200, "application/msgpack"))
+        self.assertNotIn(b"errors", s.request("POST", "/v1/score", json.dumps({"input_ids": [good_seqs[2]]}))[1])
         self.assertEqual(shm_bad["status"], "VR_ERR_NONFINITE", shm_bad)
         self.assertEqual(shm_bad["bad_seq"], 1, shm_bad)
         self.assertEqual(shm_good["status"], "VR_OK", shm_good)
         self.assertEqual(f32s(shm_good["scores"]), want)
         samples = parse_prometheus(s.metrics())
         for transport in ("http", "shm"):
+            want_n = 2 if transport == "http" else 1  # HTTP: also the msgpack request above
             self.assertEqual(metric(samples, "verl_reward_requests_total", transport=transport,
-                                    status="nonfinite"), 1, transport)
+                                    status="nonfinite"), want_n, transport)
             self.assertEqual(metric(samples, "verl_reward_sequences_total", transport=transport,
-                                    status="nonfinite"), 2, transport)
+                                    status="nonfinite"), 2 * want_n, transport)
         s.stop()
 
 
