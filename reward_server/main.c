@@ -46,6 +46,7 @@
 #include "vr_log.h"
 #include "vr_model.h"
 #include "vr_notify.h"
+#include "vr_reload.h"
 #include "vr_server.h"
 #include "vr_shm.h"
 #include "vr_time.h"
@@ -139,15 +140,14 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg) {
   begin_shutdown(arg, sig == SIGINT ? "SIGINT" : "SIGTERM", (int)sig);
 }
 
-/* SIGHUP is the daemon convention for "reload"; it must never end the server (its default
- * action would, leaving the segment behind). Reloading the model and settings is not
- * implemented yet: the signal is logged and the server carries on unchanged. */
+/* SIGHUP: the daemon convention for "reload": the model is loaded again beside the serving
+ * one and switched in (vr_reload.h); never the default action (exit, segment left behind). */
 static void sighup_cb(evutil_socket_t sig, short what, void *arg) {
   (void)sig;
   (void)what;
-  (void)arg;
-  vr_log(VR_LOG_WARN, "SIGHUP: reloading is not supported by this server yet; carrying on unchanged "
-                      "(HINT: restart it to load a new model or settings)");
+  main_ctx_t *m = arg;
+  if (m->srv.reload) vr_reload_start(m->srv.reload, "SIGHUP");
+  else vr_log(VR_LOG_WARN, "SIGHUP before the server is serving: ignored");
 }
 
 /* ---- start-up ---- */
@@ -163,31 +163,6 @@ static int write_pid_file(const char *path) {
   int ok = write(fd, buf, (size_t)n) == n;
   close(fd);
   return ok ? 0 : VR_ERR_IO;
-}
-
-/* One forward before READY so the first client does not pay for lazy setup, and so a
- * model whose weights give NaN/Inf is refused at start instead of answering errors.
- * Returns 0 or the forward's status (VR_ERR_NONFINITE for a non-finite score). */
-static int warm_up(vr_server_t *srv) {
-  if (srv->scorer.kind != VR_SCORER_MODEL) return 0;
-  int32_t ids[8];
-  uint32_t n = srv->scorer.vocab_size && srv->scorer.vocab_size < 8 ? srv->scorer.vocab_size : 8;
-  if (n > srv->scorer.max_seq_len) n = srv->scorer.max_seq_len;
-  for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)i;
-  uint32_t cu[2] = {0, n};
-  float score, comps[VR_REWARD_MAX_COMPONENTS];
-  int32_t st = 0;
-  uint64_t t0 = vr_now_ns();
-  int rc = vr_scorer_run(&srv->scorer, ids, cu, 1, NULL, NULL, &score, &st, comps, NULL);
-  if (rc == 0 && st == VR_ERR_NONFINITE) {
-    vr_log(VR_LOG_ERROR,
-           "model %s produced non-finite scores (NaN/Inf) on the warm-up sequence (token ids 0..%u): the weights "
-           "are probably corrupt. HINT: check the model files (re-download or re-convert them) and their dtype",
-           srv->st.model, n - 1);
-    return VR_ERR_NONFINITE;
-  }
-  vr_log(VR_LOG_INFO, "warm-up forward: %s in %.1f ms", rc ? vr_strerror(rc) : "ok", (vr_now_ns() - t0) / 1e6);
-  return 0;
 }
 
 static int start_shm(vr_server_t *srv) {
@@ -228,7 +203,7 @@ static void *loader_main(void *arg) {
   main_ctx_t *m = arg;
   vr_server_t *srv = &m->srv;
   int rc = vr_scorer_init(&srv->scorer, &srv->st);
-  if (rc == 0) rc = warm_up(srv);
+  if (rc == 0) rc = vr_scorer_warm_up(&srv->scorer, srv->st.model);
   m->load_rc = rc;
   event_active(m->loaded_ev, EV_READ, 0);
   return NULL;
@@ -262,6 +237,7 @@ static int finish_startup(main_ctx_t *m) {
                             .max_client_queue = srv->st.max_queue_per_client};
   int rc;
   if ((rc = vr_batcher_create(&bc, &srv->scorer, &srv->metrics, &srv->batcher))) return rc;
+  if (!(srv->reload = vr_reload_create(srv))) return VR_ERR_NOMEM;
   if (srv->st.shm_name[0] && (rc = start_shm(srv))) return rc;
   if (srv->shm && (rc = vr_dispatch_start(srv, &srv->dispatch))) return rc;
   if (srv->st.pid_file[0] && (rc = write_pid_file(srv->st.pid_file))) return rc;
@@ -358,6 +334,8 @@ static void teardown(main_ctx_t *m) {
   if (srv->shm) vr_shm_server_set_state(srv->shm, VR_SHM_DRAINING);
   vr_dispatch_stop(srv->dispatch);
   vr_http_stop_parsing(srv->http); /* it submits to the batcher */
+  vr_reload_free(srv->reload);     /* a running reload ends without switching */
+  srv->reload = NULL;
   vr_batcher_free(srv->batcher); /* joins; anything still queued is answered shutting-down */
   srv->batcher = NULL;
   vr_dispatch_free(srv->dispatch);
@@ -383,6 +361,29 @@ static void teardown(main_ctx_t *m) {
   vr_notify_free(&m->notify);
 }
 
+/* The admin token: the file's first line, without surrounding blanks; at least 16 bytes. */
+static int read_admin_token(const char *path, char *out, size_t n) {
+  FILE *f = fopen(path, "r");
+  char line[512] = "";
+  if (!f || !fgets(line, sizeof line, f)) {
+    fprintf(stderr, "--admin-token-file %s: cannot read a token line%s%s\n", path, f ? "" : ": ",
+            f ? "" : strerror(errno));
+    if (f) fclose(f);
+    return -1;
+  }
+  fclose(f);
+  char *s = line, *e;
+  while (*s == ' ' || *s == '\t') s++;
+  e = s + strlen(s);
+  while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+  if (strlen(s) < 16 || strlen(s) >= n) {
+    fprintf(stderr, "--admin-token-file %s: the token must be 16..%zu bytes (it is %zu)\n", path, n - 1, strlen(s));
+    return -1;
+  }
+  snprintf(out, n, "%s", s);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   main_ctx_t m = {0};
   vr_server_t *srv = &m.srv;
@@ -392,6 +393,9 @@ int main(int argc, char **argv) {
   if (rc) return 2;
   vr_log_level_t lv;
   if (vr_log_level_parse(srv->st.log_level, &lv) == 0) vr_log_set_level(lv);
+  if (srv->st.admin_token_file[0] && read_admin_token(srv->st.admin_token_file, srv->admin_token,
+                                                      sizeof srv->admin_token) != 0)
+    return 2;
   signal(SIGPIPE, SIG_IGN);
   signal(SIGHUP, SIG_IGN); /* never the default (exit, segment left behind); the loop logs it once running */
   /* SIGTERM/SIGINT stay default until the loop handles them: an early signal just ends us */

@@ -67,6 +67,10 @@ struct vr_batcher {
    * device, the next is packed and submitted into the other (pipelined on cuda) */
   vr_slot_t slots[2];
   size_t last_jobs;          /* jobs of the last answered batch (batcher thread only) */
+  /* a model switch asked by vr_batcher_swap_model (under mu) */
+  pthread_cond_t swap_cv;
+  int swap_pending, swap_rc;
+  struct vr_model *swap_model;
   uint64_t last_done_ns;     /* when it was answered */
 };
 
@@ -300,6 +304,21 @@ static void *batcher_main(void *arg) {
   int next = 0;
   pthread_mutex_lock(&b->mu);
   for (;;) {
+    if (b->swap_pending) { /* between batches: the one in flight finishes on the old model */
+      if (inflight) {
+        pthread_mutex_unlock(&b->mu);
+        complete(b, inflight);
+        inflight = NULL;
+        pthread_mutex_lock(&b->mu);
+      }
+      struct vr_model *old = b->sc->model;
+      __atomic_store_n(&b->sc->model, b->swap_model, __ATOMIC_RELEASE);
+      b->swap_model = old;
+      b->swap_rc = 0;
+      b->swap_pending = 0;
+      pthread_cond_broadcast(&b->swap_cv);
+      continue;
+    }
     if (inflight && !(b->queued_tokens >= b->cfg.max_batch_tokens && !b->draining)) {
       pthread_mutex_unlock(&b->mu);
       complete(b, inflight);
@@ -307,7 +326,8 @@ static void *batcher_main(void *arg) {
       pthread_mutex_lock(&b->mu);
       continue;
     }
-    while (!b->rr && !b->draining) pthread_cond_wait(&b->cv, &b->mu);
+    while (!b->rr && !b->draining && !b->swap_pending) pthread_cond_wait(&b->cv, &b->mu);
+    if (b->swap_pending) continue;
     if (!b->rr) break; /* draining and empty */
     /* wait for company until the token budget fills or nothing more is expected */
     const uint64_t wait_end = q_oldest_ns(b) + (uint64_t)b->cfg.max_wait_us * 1000u;
@@ -362,6 +382,12 @@ static void *batcher_main(void *arg) {
   }
   void (*cb)(void *) = b->on_idle;
   void *cb_arg = b->on_idle_arg;
+  b->started = 2; /* exited: a swap asked from now on is refused at once */
+  if (b->swap_pending) { /* asked while we stopped: refused, the caller keeps its model */
+    b->swap_rc = VR_ERR_SHUTTING_DOWN;
+    b->swap_pending = 0;
+    pthread_cond_broadcast(&b->swap_cv);
+  }
   pthread_mutex_unlock(&b->mu);
   if (cb) cb(cb_arg);
   return NULL;
@@ -376,10 +402,12 @@ int vr_batcher_create(const vr_batcher_config_t *cfg, vr_scorer_t *sc, vr_metric
   b->m = m;
   pthread_mutex_init(&b->mu, NULL);
   vr_cond_init_monotonic(&b->cv);
+  pthread_cond_init(&b->swap_cv, NULL);
   int e = pthread_create(&b->thread, NULL, batcher_main, b);
   if (e) {
     vr_log(VR_LOG_ERROR, "cannot start the batcher thread: %s", strerror(e));
     pthread_cond_destroy(&b->cv);
+    pthread_cond_destroy(&b->swap_cv);
     pthread_mutex_destroy(&b->mu);
     free(b);
     return VR_ERR_INTERNAL;
@@ -435,6 +463,7 @@ void vr_batcher_free(vr_batcher_t *b) {
     pthread_join(b->thread, NULL);
   }
   pthread_cond_destroy(&b->cv);
+  pthread_cond_destroy(&b->swap_cv);
   pthread_mutex_destroy(&b->mu);
   for (int i = 0; i < 2; i++) {
     vr_slot_t *sl = &b->slots[i];
@@ -448,6 +477,23 @@ void vr_batcher_free(vr_batcher_t *b) {
     free(sl->jobs);
   }
   free(b);
+}
+
+int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, struct vr_model **old) {
+  pthread_mutex_lock(&b->mu);
+  *old = m;
+  if (b->started != 1 || b->draining) {
+    pthread_mutex_unlock(&b->mu);
+    return VR_ERR_SHUTTING_DOWN;
+  }
+  b->swap_model = m;
+  b->swap_pending = 1;
+  pthread_cond_signal(&b->cv);
+  while (b->swap_pending) pthread_cond_wait(&b->swap_cv, &b->mu);
+  int rc = b->swap_rc;
+  *old = b->swap_model;
+  pthread_mutex_unlock(&b->mu);
+  return rc;
 }
 
 uint32_t vr_batcher_depth(vr_batcher_t *b) {

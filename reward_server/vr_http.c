@@ -29,6 +29,7 @@
 #include "vr_http_guard.h"
 #include "vr_log.h"
 #include "vr_model.h"
+#include "vr_reload.h"
 #include "vr_request.h"
 #include "vr_time.h"
 
@@ -81,7 +82,8 @@ static void reply(vr_http_t *h, struct evhttp_request *req, int code, const char
   const char *reason = code == 200 ? "OK" : code == 400 ? "Bad Request" : code == 404 ? "Not Found"
                     : code == 405 ? "Method Not Allowed" : code == 413 ? "Payload Too Large"
                     : code == 429 ? "Too Many Requests" : code == 503 ? "Service Unavailable"
-                    : code == 415 ? "Unsupported Media Type" : "Internal Server Error";
+                    : code == 415 ? "Unsupported Media Type" : code == 202 ? "Accepted"
+                    : code == 401 ? "Unauthorized" : code == 409 ? "Conflict" : "Internal Server Error";
   evhttp_send_reply(req, code, reason, body);
 }
 
@@ -442,7 +444,7 @@ static char *build_model_json(const vr_server_t *srv) {
   const vr_scorer_t *sc = &srv->scorer;
   cJSON *o = cJSON_CreateObject();
   if (sc->kind == VR_SCORER_MODEL) {
-    const vr_model_info_t *mi = vr_model_info(sc->model);
+    const vr_model_info_t *mi = vr_model_info(__atomic_load_n(&sc->model, __ATOMIC_ACQUIRE));
     cJSON_AddStringToObject(o, "architecture", mi->architecture);
     cJSON_AddStringToObject(o, "model_type", mi->model_type);
     cJSON_AddBoolToObject(o, "is_decoder", mi->is_decoder);
@@ -480,6 +482,34 @@ static char *build_model_json(const vr_server_t *srv) {
   return s;
 }
 
+/* POST /admin/reload with "Authorization: Bearer <token>" (--admin-token-file): 202 started,
+ * 409 one is running, 503 not serving; 401 without the token; 404 when no token is set. */
+static void handle_admin_reload(vr_http_t *h, struct evhttp_request *req, enum evhttp_cmd_type cmd) {
+  vr_server_t *srv = h->srv;
+  if (!srv->admin_token[0] || !srv->reload) {
+    reply_plain_error(h, req, 404, "VR_ERR_NOT_FOUND", "no such endpoint (start the server with --admin-token-file)");
+    return;
+  }
+  if (cmd != EVHTTP_REQ_POST) {
+    reply_plain_error(h, req, 405, "VR_ERR_INVAL", "use POST for /admin/reload");
+    return;
+  }
+  const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+  const size_t tl = strlen(srv->admin_token);
+  int ok = auth && strncmp(auth, "Bearer ", 7) == 0 && strlen(auth + 7) == tl;
+  unsigned diff = 0; /* constant time in the token's length */
+  for (size_t i = 0; ok && i < tl; i++) diff |= (unsigned)(auth[7 + i] ^ srv->admin_token[i]);
+  if (!ok || diff) {
+    vr_log(VR_LOG_WARN, "POST /admin/reload without the admin token: refused");
+    reply_plain_error(h, req, 401, "VR_ERR_PERM", "missing or wrong admin token (Authorization: Bearer ...)");
+    return;
+  }
+  int rc = vr_reload_start(srv->reload, "POST /admin/reload");
+  const char *t = rc == 0 ? "{\"reload\":\"started\"}\n" : rc == VR_ERR_BUSY ? "{\"reload\":\"running\"}\n"
+                                                                       : "{\"reload\":\"refused\"}\n";
+  handle_text(h, req, rc == 0 ? 202 : rc == VR_ERR_BUSY ? 409 : 503, "application/json", t, strlen(t));
+}
+
 static void gen_cb(struct evhttp_request *req, void *arg) {
   vr_http_t *h = arg;
   vr_http_guard_begin(h->guard, req); /* every path below replies, which ends it */
@@ -491,6 +521,10 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
   memcpy(path, uri ? uri : "", n);
   path[n] = 0;
   int is_get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+  if (strcmp(path, "/admin/reload") == 0) {
+    handle_admin_reload(h, req, cmd);
+    return;
+  }
   if (strcmp(path, "/v1/score") == 0) {
     if (cmd != EVHTTP_REQ_POST) {
       reply_plain_error(h, req, 405, "VR_ERR_INVAL", "use POST for /v1/score");
@@ -591,6 +625,12 @@ int vr_http_create(vr_server_t *srv, vr_http_t **out) {
 }
 
 uint32_t vr_http_pending(const vr_http_t *h) { return h ? h->pending : 0; }
+
+void vr_http_model_changed(vr_http_t *h) {
+  if (!h) return;
+  free(h->model_json); /* rebuilt at the next GET /v1/model */
+  h->model_json = NULL;
+}
 
 void vr_http_on_idle(vr_http_t *h, void (*cb)(void *), void *arg) {
   h->idle_cb = cb;

@@ -2,6 +2,7 @@
  *
  *   POST /v1/score   JSON or application/msgpack: {"input_ids": [[...]], "extras": [{...}]}
  *   GET  /health /ready /metrics /v1/model
+ *   POST /admin/reload (with --admin-token-file; vr_reload.h)
  *
  * Every evhttp object is touched only on the event-loop thread: the parse
  * thread (bodies are parsed off the loop) and the batcher hand finished
@@ -18,6 +19,9 @@ typedef struct vr_http vr_http_t;
  * handlers read nothing of srv->scorer (/health "starting", /ready, /v1/model and POST /v1/score
  * 503 with Retry-After; /metrics from the gauges). Returns 0 or VR_ERR_IO (logged, with the address). */
 int vr_http_create(vr_server_t *srv, vr_http_t **out);
+
+/* The model was switched (a reload): GET /v1/model describes the new one. Loop thread. */
+void vr_http_model_changed(vr_http_t *h);
 
 /* Score requests accepted and not yet answered (event-loop thread). */
 uint32_t vr_http_pending(const vr_http_t *h);

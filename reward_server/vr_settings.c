@@ -97,6 +97,8 @@ static const opt_t k_opts[] = {
     {"cpu-gemm", NULL, OPT_GEMM, F(cpu_gemm), 0, 0, "auto|generic|avx2+fma",
      "cpu backend GEMMs (auto: avx2+fma where the CPU has it; generic: the same score bits on every CPU)"},
     {"drain-ms", NULL, OPT_U32, F(drain_ms), 0, 600000, "MS", "on SIGTERM: time to finish accepted work"},
+    {"admin-token-file", NULL, OPT_FILE, F(admin_token_file), 0, 0, "FILE",
+     "enables POST /admin/reload for requests with 'Authorization: Bearer <the file's first line>'"},
     {"config", NULL, OPT_FILE, F(config), 0, 0, "FILE", "read 'key: value' lines (same keys as the flags)"},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])

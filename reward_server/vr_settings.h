@@ -54,6 +54,7 @@ typedef struct vr_settings {
   char cpu_gemm[16];              /* cpu backend GEMM variant: "auto", "generic", "avx2+fma" */
   uint32_t drain_ms;              /* shutdown: time to finish accepted work */
   char config[VR_SETTINGS_STR];   /* the --config file read, if any */
+  char admin_token_file[VR_SETTINGS_STR]; /* POST /admin/reload's token; "" = endpoint off */
   vr_cuda_options_t cuda;         /* --cuda-* flags (vr_cuda_options_set names and parses them) */
 } vr_settings_t;
 

@@ -698,6 +698,72 @@ class TestHardening(unittest.TestCase):
         self.assertEqual((st, after["scores"]), (200, before["scores"]))
         s.stop()
 
+    def test_reload_switches_model_or_keeps_the_old(self):
+        # SIGHUP / POST /admin/reload: the model directory is loaded again beside the serving
+        # model and switched in; a model that fails its warm-up (NaN) is refused, the old one
+        # keeps serving
+        src = os.path.join(FIXTURES, "models", "llama_gqa")
+        dst = os.path.join(tempfile.mkdtemp(prefix="vrrl_"), "llama_gqa")
+        self.addCleanup(shutil.rmtree, os.path.dirname(dst), True)
+        shutil.copytree(src, dst)
+        token = "t0ken-" + "x" * 20
+        tok_file = os.path.join(os.path.dirname(dst), "admin.token")
+        with open(tok_file, "w") as f:
+            f.write(token + "\n")
+        seqs = [[1, 2, 3], [4, 6, 7, 8], [9, 10]]
+        s = Server(self, "--model", dst, "--device", "cpu", "--threads", "1",
+                   "--admin-token-file", tok_file).wait_ready()
+        st, before = s.score({"input_ids": seqs})
+        self.assertEqual(st, 200, before)
+        path = os.path.join(dst, "model.safetensors")
+
+        def rewrite(fn):  # a new file renamed over the old one, as a deployment would
+            with open(path, "rb") as f:
+                blob = bytearray(f.read())
+            h = struct.unpack("<Q", blob[:8])[0]
+            header = json.loads(blob[8:8 + h])
+            for name, t in header.items():
+                if name != "__metadata__":
+                    fn(name, t, blob, 8 + h)
+            with open(path + ".new", "wb") as f:
+                f.write(blob)
+            os.replace(path + ".new", path)
+
+        def double_score_head(name, t, blob, base):
+            if name == "score.weight":
+                b, e = (base + o for o in t["data_offsets"])
+                vals = struct.unpack(f"<{(e - b) // 4}f", blob[b:e])
+                blob[b:e] = struct.pack(f"<{len(vals)}f", *(2 * v for v in vals))
+
+        def wait_log(text, n=1):
+            end = time.monotonic() + 120
+            while s.logtext().count(text) < n and time.monotonic() < end and s.proc.poll() is None:
+                time.sleep(0.05)
+            self.assertGreaterEqual(s.logtext().count(text), n, s.logtext())
+
+        rewrite(double_score_head)
+        s.proc.send_signal(signal.SIGHUP)
+        wait_log("reload (SIGHUP): now serving")
+        st, after = s.score({"input_ids": seqs})
+        self.assertEqual(st, 200, after)
+        self.assertEqual(f32s(after["scores"]), [f32(2 * x) for x in f32s(before["scores"])])
+
+        def nan_all(name, t, blob, base):
+            if t["dtype"] == "F32":
+                b, e = (base + o for o in t["data_offsets"])
+                blob[b:e] = struct.pack("<f", float("nan")) * ((e - b) // 4)
+
+        rewrite(nan_all)
+        st, _, _ = s.request("POST", "/admin/reload", b"", headers={"Authorization": "Bearer wrong"})
+        self.assertEqual(st, 401)
+        st, body, _ = s.request("POST", "/admin/reload", b"", headers={"Authorization": "Bearer " + token})
+        self.assertEqual(st, 202, body)
+        wait_log("reload (POST /admin/reload) failed")
+        self.assertIn("produced non-finite scores", s.logtext())
+        st, kept = s.score({"input_ids": seqs})
+        self.assertEqual((st, kept["scores"]), (200, after["scores"]), "the failed reload changed the model")
+        s.stop()
+
     def test_sighup_does_not_end_the_server(self):
         # case 11: SIGHUP ended the server by its default action (exit 129) and left the
         # segment behind; now it is logged and the server carries on, then stops cleanly
@@ -710,6 +776,7 @@ class TestHardening(unittest.TestCase):
         self.assertIn("SIGHUP", s.logtext())
         self.assertEqual(s.request("GET", "/ready")[0], 200)
         self.assertEqual(f32s(s.shm_score({"input_ids": [[1, 2, 3]]})["scores"]), [checksum_score([1, 2, 3])])
+        self.assertEqual(s.request("POST", "/admin/reload", b"")[0], 404)  # no --admin-token-file
         s.stop()
 
 
