@@ -924,7 +924,7 @@ class TestFairness(unittest.TestCase):
             batch_us.append(out["compute_us"])
         batch = max(max(batch_us), 1)
         ready = os.path.join(s.tmp, "flood_ready")
-        flood = subprocess.Popen([SHM_CLIENT, "flood", s.name, "1", "64", "640", str(self.SEQS), str(self.LEN), ready],
+        flood = subprocess.Popen([SHM_CLIENT, "flood", s.name, "1", "64", "192", str(self.SEQS), str(self.LEN), ready],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: flood.poll() is None and flood.kill())
         end = time.monotonic() + 60
