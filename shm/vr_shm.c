@@ -9,7 +9,10 @@
  * Locking: each lane has a private mutex taken by poll (consuming requests),
  * complete (publishing a response), the liveness thread and destroy (resets).
  * The record list (requests handed out and not completed) has its own mutex.
- * Lock order: lane, then records. */
+ * Lock order: lane, then records.
+ *
+ * The rendezvous (sockets, sealed memfds, admission of clients) is in
+ * vr_shm_admit.c; the state both share is in vr_shm_internal.h. */
 #define _GNU_SOURCE
 #include "vr_shm.h"
 
@@ -23,9 +26,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "verl_reward/protocol.h"
@@ -40,70 +41,7 @@
 #define LIVENESS_PERIOD_NS 100000000ll /* heartbeat; lanes are checked every 2nd beat */
 #define PARK_SLICE_NS 100000000ll
 
-enum { LANE_FREE = 0, LANE_ACTIVE = 1, LANE_QUARANTINED = 2 };
-
-typedef struct srv_lane {
-  pthread_mutex_t mu;
-  _Atomic int state;       /* LANE_*; written under mu, read unlocked as a hint */
-  uint32_t gen;            /* authoritative lease generation */
-  uint32_t pid;            /* client pid of the current lease (SO_PEERCRED at admission) */
-  uint64_t start;          /* that process's start time (/proc, read by the server) */
-  uint32_t req_tail;       /* requests consumed */
-  uint32_t resp_head;      /* responses published */
-  uint32_t inflight;       /* accepted, not completed (this generation) */
-  vr_shm_lane_t *sh;
-  vr_shm_req_desc_t *req_ring;
-  vr_shm_resp_desc_t *resp_ring;
-  uint8_t *arena;
-} srv_lane_t;
-
-/* A request handed to the caller of poll: lives at the start of the buffer
- * vr_shm_accept() allocated (payload copy follows it). */
-typedef struct rec {
-  uint64_t magic;
-  struct rec *prev, *next;
-  uint32_t lane, gen;
-  uint64_t req_id;
-  uint64_t result_off;
-  uint32_t n_seqs;
-} rec_t;
-
-struct vr_shm_server {
-  vr_shm_config_t cfg;
-  char name[NAME_MAX + 1];
-  char path[NAME_MAX + 2];
-  void *base;
-  size_t bytes;
-  vr_shm_header_t *h;
-  srv_lane_t *lanes;
-  vr_shm_vlimits_t lim;
-  uint32_t mask;
-  uint64_t lane_bytes;     /* private copy of the header's geometry */
-  pthread_mutex_t rec_mu;
-  rec_t recs;              /* sentinel of the in-flight list */
-  _Atomic uint32_t inflight;
-  _Atomic uint32_t wake_pending;
-  uint32_t rr;             /* poll's round-robin start (poll caller only) */
-  pthread_t live_thread;
-  int live_started;
-  int stop_fd;             /* eventfd: destroy tells the liveness thread to end */
-  int listen_fd;           /* the rendezvous socket (abstract "\0verl-reward/<name>") */
-  int hdr_fd;              /* the header page: sealed, and read-only for everyone but us */
-  int bell_fd;             /* the doorbell page (word 0: the server doorbell), writable by clients */
-  int info_fd;             /* the info socket (\0verl-reward/<name>/info): hello without a lane */
-  _Atomic uint32_t *bell;  /* the server doorbell in our mapping of the doorbell page */
-  void *bell_map;
-  uint32_t allow_uids[VR_SHM_MAX_ALLOW], n_allow_uids;
-  uint32_t allow_gids[VR_SHM_MAX_ALLOW], n_allow_gids;
-  vr_log_limit_t refuse_log;     /* refused connections (any local user can make them) */
-  vr_log_limit_t quarantine_log; /* a hostile client can make one reset per descriptor */
-  /* Private copies of what the server publishes in the header: the server never
-   * reads its own state back from shared memory. */
-  pthread_mutex_t state_mu;      /* serialises set_state */
-  _Atomic uint32_t state;        /* VR_SHM_ST_*: what poll obeys */
-  uint64_t epoch;
-
-};
+#include "vr_shm_internal.h"
 
 void vr_shm_config_init(vr_shm_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -141,7 +79,7 @@ static int lane_respond(vr_shm_server_t *s, srv_lane_t *L, const vr_shm_resp_des
 /* Resets lane i (lock held): bumps the generation, empties the rings. A lane
  * whose client is still alive and did not close is quarantined (kept leased
  * under the new generation, ignored) until that client closes or dies. */
-static void lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t reason, const char *why) {
+void vr_shm_lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t reason, const char *why) {
   srv_lane_t *L = &s->lanes[i];
   vr_shm_lane_t *sh = L->sh;
   uint32_t pid = L->pid; /* the server's own record, never the lease word */
@@ -186,7 +124,7 @@ static void lane_answer_error(vr_shm_server_t *s, uint32_t i, uint64_t req_id, u
   r.n_seqs = n_seqs;
   r.bad_seq = bad_seq;
   char why[160];
-  if (lane_respond(s, L, &r, why, sizeof why) != 0) lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
+  if (lane_respond(s, L, &r, why, sizeof why) != 0) vr_shm_lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
 }
 
 /* Brings the private lane state in line with the lease word (lock held).
@@ -200,11 +138,11 @@ static int lane_sync_lease(vr_shm_server_t *s, uint32_t i) {
   if (pid != L->pid || gen != L->gen) {
     snprintf(why, sizeof why, "lease word changed under an active lease (pid %u gen %u, expected %u/%u)", pid, gen,
              L->pid, L->gen);
-    lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
+    vr_shm_lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
     return 0;
   }
   if (VR_SHM_LEASE_CLOSING(lease)) {
-    lane_reset(s, i, 0, 0, "client closed");
+    vr_shm_lane_reset(s, i, 0, 0, "client closed");
     return 0;
   }
   return 1;
@@ -223,7 +161,7 @@ static int lane_collect(vr_shm_server_t *s, uint32_t i, vr_shm_request_t *reqs, 
     if (avail > s->cfg.ring_slots) {
       snprintf(why, sizeof why, "request head %u is %u ahead of tail %u (%u slots)", head, avail, L->req_tail,
                s->cfg.ring_slots);
-      lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
+      vr_shm_lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
       return n;
     }
     vr_shm_accepted_t acc;
@@ -232,7 +170,7 @@ static int lane_collect(vr_shm_server_t *s, uint32_t i, vr_shm_request_t *reqs, 
     L->req_tail++;
     atomic_store_explicit(&L->sh->req_tail, L->req_tail, memory_order_release);
     if (v == VR_DESC_CORRUPT) {
-      lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
+      vr_shm_lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
       return n;
     }
     if (v == VR_DESC_REJECT) {
@@ -292,7 +230,7 @@ static int collect(vr_shm_server_t *s, vr_shm_request_t *reqs, int max) {
       /* ignored until its client closes (here) or dies (liveness thread) */
       if (VR_SHM_LEASE_CLOSING(lease)) {
         pthread_mutex_lock(&L->mu);
-        if (L->state == LANE_QUARANTINED && atomic_load(&sh->lease) == lease) lane_reset(s, i, 0, 0, "client closed");
+        if (L->state == LANE_QUARANTINED && atomic_load(&sh->lease) == lease) vr_shm_lane_reset(s, i, 0, 0, "client closed");
         pthread_mutex_unlock(&L->mu);
       }
       continue;
@@ -417,7 +355,7 @@ int vr_shm_server_complete(vr_shm_server_t *s, const vr_shm_request_t *req, int 
     }
     char why[160];
     L->inflight--;
-    if (lane_respond(s, L, &d, why, sizeof why) != 0) lane_reset(s, r->lane, 1, VR_ERR_MALFORMED, why);
+    if (lane_respond(s, L, &d, why, sizeof why) != 0) vr_shm_lane_reset(s, r->lane, 1, VR_ERR_MALFORMED, why);
   } else {
     vr_log(VR_LOG_DEBUG, "request %llu of lane %u dropped: the client left (generation %u, now %u)",
            (unsigned long long)r->req_id, r->lane, r->gen, L->gen);
@@ -456,168 +394,12 @@ static void reclaim_dead(vr_shm_server_t *s) {
       snprintf(why, sizeof why, closing ? "client closed" : "client pid %u is gone", L->pid);
       if (L->state == LANE_ACTIVE && L->inflight)
         snprintf(why + strlen(why), sizeof why - strlen(why), " (%u requests in flight dropped)", L->inflight);
-      lane_reset(s, i, 0, 0, why);
+      vr_shm_lane_reset(s, i, 0, 0, why);
     }
     pthread_mutex_unlock(&L->mu);
   }
 }
 
-/* 1 when the peer may attach: the server's own uid; with mode's group bits,
- * a member of the server's group; with its other bits, anyone; and every
- * --allow-uid / --allow-gid (primary or supplementary group). */
-static int peer_allowed(const vr_shm_server_t *s, int fd, const struct ucred *cr) {
-  if (cr->uid == geteuid() || (s->cfg.mode & 0007u)) return 1;
-  for (uint32_t k = 0; k < s->n_allow_uids; k++)
-    if (cr->uid == s->allow_uids[k]) return 1;
-  gid_t groups[256];
-  socklen_t gl = sizeof groups;
-  int ng = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &gl) == 0 ? (int)(gl / sizeof(gid_t)) : 0;
-  for (int k = -1; k < ng; k++) {
-    gid_t g = k < 0 ? cr->gid : groups[k];
-    if ((s->cfg.mode & 0070u) && g == getegid()) return 1;
-    for (uint32_t j = 0; j < s->n_allow_gids; j++)
-      if (g == s->allow_gids[j]) return 1;
-  }
-  return 0;
-}
-
-/* A memfd of bytes, every page allocated now (a memory limit fails here, not as
- * a fault later), mapped read-write and shared at fixed (NULL: anywhere; else
- * MAP_FIXED over what is there, which readers of that range never see
- * unmapped), then sealed with seals. Returns the fd and *map, or -1 (logged,
- * rate-limited: admission calls it for every client). */
-static int memfd_sealed(vr_shm_server_t *s, const char *what, uint64_t bytes, unsigned seals, void *fixed, void **map) {
-  char label[NAME_MAX + 32];
-  snprintf(label, sizeof label, "verl-reward:%s:%s", s->name, what);
-  int fd = memfd_create(label, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  int e = fd < 0 ? errno : ftruncate(fd, (off_t)bytes) == 0 ? posix_fallocate(fd, 0, (off_t)bytes) : errno;
-  void *m = MAP_FAILED;
-  if (e == 0) {
-    m = mmap(fixed, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (fixed ? MAP_FIXED : 0), fd, 0);
-    if (m == MAP_FAILED) e = errno;
-  }
-  if (e == 0 && fcntl(fd, F_ADD_SEALS, seals) != 0) e = errno;
-  if (e != 0) {
-    if (e == ENOSPC || e == EFBIG || e == ENOMEM)
-      vr_log_limited(&s->refuse_log, VR_LOG_ERROR,
-                     "not enough memory for the %s of segment /%s (%llu bytes). HINT: raise the memory limit of the "
-                     "server's container/cgroup, or use a smaller arena (verl-reward-server --arena-mb MB)",
-                     what, s->name, (unsigned long long)bytes);
-    else
-      vr_log_limited(&s->refuse_log, VR_LOG_ERROR, "memfd for the %s of segment /%s (%llu bytes): %s", what, s->name,
-                     (unsigned long long)bytes, strerror(e));
-    if (m != MAP_FAILED && !fixed) munmap(m, bytes);
-    if (fd >= 0) close(fd);
-    errno = e;
-    return -1;
-  }
-  *map = m;
-  return fd;
-}
-
-/* Sends the hello (and fds) on a freshly accepted socket; never blocks. */
-static int send_hello(int fd, const vr_shm_hello_t *hello, const int *fds, int nfds) {
-  union {
-    struct cmsghdr h;
-    char buf[CMSG_SPACE(sizeof(int) * 3)];
-  } ctl;
-  memset(&ctl, 0, sizeof ctl);
-  struct iovec iov = {(void *)hello, sizeof *hello};
-  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (nfds > 0) {
-    mh.msg_control = ctl.buf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds);
-    struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
-    memcpy(CMSG_DATA(cm), fds, sizeof(int) * (size_t)nfds);
-  }
-  return sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)sizeof *hello ? 0 : -1;
-}
-
-/* Gives lane i (free, lock held) to the client pid: a fresh sealed memfd replaces
- * the lane's memory in our mapping (the last client's pages stay with whoever
- * still maps them; nobody else ever sees them), with the lease written by us.
- * Returns the memfd (caller closes it once sent) or -1. */
-static int lane_assign(vr_shm_server_t *s, uint32_t i, pid_t pid, uint32_t uid) {
-  srv_lane_t *L = &s->lanes[i];
-  void *m;
-  int fd = memfd_sealed(s, "lane", s->lane_bytes, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, L->sh, &m);
-  if (fd < 0) return -1;
-  L->pid = (uint32_t)pid;
-  L->start = vr_proc_start_time(pid);
-  L->req_tail = L->resp_head = L->inflight = 0;
-  atomic_store(&L->sh->client_start_time, L->start);
-  L->sh->client_uid = uid;
-  atomic_store_explicit(&L->sh->lease, VR_SHM_LEASE(L->gen, (uint32_t)pid), memory_order_release);
-  atomic_store_explicit(&L->state, LANE_ACTIVE, memory_order_release);
-  vr_log(VR_LOG_DEBUG, "lane %u given to pid %d uid %u (generation %u)", i, (int)pid, uid, L->gen);
-  return fd;
-}
-
-/* Answers every pending connection on a listener with a hello, then closes it.
- * On the rendezvous socket an admitted client gets [header, doorbell, its
- * lane] as SCM_RIGHTS; on the info socket everyone gets the hello alone (the
- * epoch and state, for a client that lost its server). Never blocks: the
- * accepted sockets are non-blocking and the hello fits any socket buffer. */
-static void admit_clients(vr_shm_server_t *s, int lfd, int info) {
-  for (int k = 0; k < 64; k++) { /* a bounded batch per wake: the beat must go on */
-    int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-        vr_log_limited(&s->refuse_log, VR_LOG_WARN, "accept on the rendezvous socket of /%s: %s", s->name,
-                       strerror(errno));
-      return;
-    }
-    struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
-    socklen_t crl = sizeof cr;
-    int have_cred = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &crl) == 0;
-    uint32_t st = atomic_load(&s->state);
-    vr_shm_hello_t hello = {VR_SHM_HELLO_MAGIC, VR_SHM_VERSION, 0, VR_SHM_HELLO_NO_LANE, s->epoch, st, 0};
-    int fds[3] = {s->hdr_fd, s->bell_fd, -1}, nfds = 0;
-    uint32_t lane = VR_SHM_HELLO_NO_LANE;
-    if (info) {
-      /* nothing but the hello */
-    } else if (!have_cred || cr.pid <= 0 || !peer_allowed(s, fd, &cr)) {
-      hello.status = VR_ERR_PERM;
-      vr_log_limited(&s->refuse_log, VR_LOG_WARN,
-                     "refused a client of /%s: pid %d uid %u gid %u is not allowed (HINT: --allow-uid / --allow-gid, "
-                     "or a group mode --shm-mode 0660)", s->name, (int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid);
-    } else if (st != VR_SHM_ST_READY) {
-      hello.status = st == VR_SHM_ST_STARTING ? VR_ERR_AGAIN : VR_ERR_SHUTTING_DOWN;
-    } else {
-      hello.status = VR_ERR_NO_LANE;
-      for (uint32_t i = 0; i < s->cfg.n_lanes && lane == VR_SHM_HELLO_NO_LANE; i++) {
-        srv_lane_t *L = &s->lanes[i];
-        if (atomic_load(&L->state) != LANE_FREE) continue;
-        pthread_mutex_lock(&L->mu);
-        if (L->state == LANE_FREE) {
-          fds[2] = lane_assign(s, i, cr.pid, (uint32_t)cr.uid);
-          if (fds[2] >= 0) lane = i;
-          else hello.status = VR_ERR_NOSPACE;
-        }
-        pthread_mutex_unlock(&L->mu);
-        if (hello.status == VR_ERR_NOSPACE) break;
-      }
-      if (lane != VR_SHM_HELLO_NO_LANE) {
-        hello.status = 0;
-        hello.lane = lane;
-        nfds = 3;
-      }
-    }
-    if (send_hello(fd, &hello, fds, nfds) != 0) {
-      vr_log(VR_LOG_DEBUG, "client pid %d left before its hello: %s", (int)cr.pid, strerror(errno));
-      if (lane != VR_SHM_HELLO_NO_LANE) {
-        pthread_mutex_lock(&s->lanes[lane].mu);
-        lane_reset(s, lane, 0, 0, "client left before its hello");
-        pthread_mutex_unlock(&s->lanes[lane].mu);
-      }
-    }
-    if (fds[2] >= 0) close(fds[2]);
-    close(fd);
-  }
-}
 
 static void *liveness_main(void *arg) {
   vr_shm_server_t *s = arg;
@@ -643,8 +425,8 @@ static void *liveness_main(void *arg) {
       nanosleep(&ts, NULL);
     }
     if (pf[0].revents) break;
-    if (pf[1].revents & POLLIN) admit_clients(s, s->listen_fd, 0);
-    if (pf[2].revents & POLLIN) admit_clients(s, s->info_fd, 1);
+    if (pf[1].revents & POLLIN) vr_shm_admit_clients(s, s->listen_fd, 0);
+    if (pf[2].revents & POLLIN) vr_shm_admit_clients(s, s->info_fd, 1);
   }
   return NULL;
 }
@@ -680,77 +462,6 @@ static int config_check(const vr_shm_config_t *c, char *why, size_t whyn) {
   return 0;
 }
 
-/* Binds and listens on name's abstract socket. The name is taken only while a
- * process holds a socket bound to it (the kernel frees it when that process
- * dies), so there is no stale state to replace and no file to plant. */
-static int bind_name(vr_shm_server_t *s, int info, int *out) {
-  struct sockaddr_un sa;
-  unsigned salen;
-  char why[256];
-  int rc = vr_shm_sockaddr(s->name, info, &sa, &salen, why, sizeof why);
-  if (rc) {
-    vr_log(VR_LOG_ERROR, "%s", why);
-    return rc;
-  }
-  const char *tail = info ? VR_SHM_SOCK_INFO_SUFFIX : "";
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    vr_log(VR_LOG_ERROR, "socket: %s", strerror(errno));
-    return VR_ERR_IO;
-  }
-  if (bind(fd, (struct sockaddr *)&sa, salen) != 0) {
-    int e = errno;
-    close(fd);
-    if (e != EADDRINUSE) {
-      vr_log(VR_LOG_ERROR, "bind @%s%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, tail, strerror(e));
-      return VR_ERR_IO;
-    }
-    /* who holds it: its credentials come with a connection */
-    struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
-    socklen_t crl = sizeof cr;
-    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, salen) == 0)
-      getsockopt(probe, SOL_SOCKET, SO_PEERCRED, &cr, &crl);
-    if (probe >= 0) close(probe);
-    vr_log(VR_LOG_ERROR, "shm name '%s' is taken: pid %d (uid %d) listens on @%s%s%s. HINT: stop that server, or pick "
-           "another --shm-name", s->name, (int)cr.pid, (int)cr.uid, VR_SHM_SOCK_PREFIX, s->name, tail);
-    return VR_ERR_EXISTS;
-  }
-  if (listen(fd, 128) != 0) {
-    vr_log(VR_LOG_ERROR, "listen @%s%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, tail, strerror(errno));
-    close(fd);
-    return VR_ERR_IO;
-  }
-  *out = fd;
-  return 0;
-}
-
-/* Our view of the segment: one reserved range (total bytes), the header page at
- * its start backed by the sealed header memfd (clients map it read-only:
- * F_SEAL_FUTURE_WRITE), the lanes behind it backed by shared anonymous memory
- * until lane_assign puts a client's memfd over each. Plus the doorbell page. */
-static int make_segment(vr_shm_server_t *s, uint64_t total) {
-  void *base = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) {
-    vr_log(VR_LOG_ERROR, "reserving %llu bytes for segment /%s: %s", (unsigned long long)total, s->name, strerror(errno));
-    return VR_ERR_NOMEM;
-  }
-  s->base = base;
-  s->bytes = total;
-  void *m;
-  s->hdr_fd = memfd_sealed(s, "header", VR_SHM_LANES_OFFSET,
-                           F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL, base, &m);
-  if (s->hdr_fd < 0) return errno == ENOSPC || errno == EFBIG || errno == ENOMEM ? VR_ERR_NOSPACE : VR_ERR_IO;
-  s->bell_fd = memfd_sealed(s, "doorbell", 4096, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, NULL, &s->bell_map);
-  if (s->bell_fd < 0) return errno == ENOSPC || errno == EFBIG || errno == ENOMEM ? VR_ERR_NOSPACE : VR_ERR_IO;
-  s->bell = (_Atomic uint32_t *)s->bell_map;
-  if (mmap((uint8_t *)base + VR_SHM_LANES_OFFSET, total - VR_SHM_LANES_OFFSET, PROT_READ | PROT_WRITE,
-           MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
-    vr_log(VR_LOG_ERROR, "mapping the lanes of segment /%s: %s", s->name, strerror(errno));
-    return VR_ERR_NOMEM;
-  }
-  return 0;
-}
 
 int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   if (!cfg_in || !out) return VR_ERR_INVAL;
@@ -789,9 +500,9 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   uint64_t total = VR_SHM_LANES_OFFSET + (uint64_t)cfg.n_lanes * lane_bytes;
 
   s->stop_fd = s->listen_fd = s->info_fd = s->hdr_fd = s->bell_fd = -1;
-  rc = bind_name(s, 0, &s->listen_fd);
-  if (rc == 0) rc = bind_name(s, 1, &s->info_fd);
-  if (rc == 0) rc = make_segment(s, total);
+  rc = vr_shm_bind_name(s, 0, &s->listen_fd);
+  if (rc == 0) rc = vr_shm_bind_name(s, 1, &s->info_fd);
+  if (rc == 0) rc = vr_shm_make_segment(s, total);
   if (rc == 0 && (s->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
     vr_log(VR_LOG_ERROR, "eventfd: %s", strerror(errno));
     rc = VR_ERR_IO;
