@@ -135,7 +135,13 @@ void vr_shm_admit_clients(vr_shm_server_t *s, int lfd, int info) {
     uint32_t lane = VR_SHM_HELLO_NO_LANE;
     if (info) {
       /* nothing but the hello */
-    } else if (!have_cred || cr.pid <= 0 || !peer_allowed(s, fd, &cr)) {
+    } else if (have_cred && cr.pid <= 0) { /* not visible in our pid namespace */
+      hello.status = VR_ERR_PERM;
+      vr_log_limited(&s->refuse_log, VR_LOG_WARN,
+                     "refused a client of /%s (uid %u) from another pid namespace: lanes are reclaimed by pid. "
+                     "HINT: run the server and its clients in one pid namespace (--pid=host, shareProcessNamespace)",
+                     s->name, (unsigned)cr.uid);
+    } else if (!have_cred || !peer_allowed(s, fd, &cr)) {
       hello.status = VR_ERR_PERM;
       vr_log_limited(&s->refuse_log, VR_LOG_WARN,
                      "refused a client of /%s: pid %d uid %u gid %u is not allowed (HINT: --allow-uid / --allow-gid, "
