@@ -50,7 +50,12 @@ static int memfd_sealed(vr_shm_server_t *s, const char *what, uint64_t bytes, un
   void *m = MAP_FAILED;
   if (e == 0) {
     m = mmap(fixed, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (fixed ? MAP_FIXED : 0), fd, 0);
-    if (m == MAP_FAILED) e = errno;
+    if (m == MAP_FAILED) {
+      e = errno;
+      /* a failed MAP_FIXED may have removed what was there: the range must stay mapped
+       * (other threads read it unlocked), so put anonymous memory back */
+      if (fixed) mmap(fixed, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    }
   }
   if (e == 0 && fcntl(fd, F_ADD_SEALS, seals) != 0) e = errno;
   if (e != 0) {
