@@ -388,6 +388,8 @@ int main(int argc, char **argv) {
   main_ctx_t m = {0};
   vr_server_t *srv = &m.srv;
   vr_settings_init(&srv->st);
+  srv->argc = argc;
+  srv->argv = argv;
   int rc = vr_settings_parse(&srv->st, argc, argv);
   if (rc == 1) return 0;
   if (rc) return 2;

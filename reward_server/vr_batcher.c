@@ -71,6 +71,7 @@ struct vr_batcher {
   pthread_cond_t swap_cv;
   int swap_pending, swap_rc;
   struct vr_model *swap_model;
+  const vr_batcher_config_t *swap_cfg;
   uint64_t last_done_ns;     /* when it was answered */
 };
 
@@ -314,6 +315,7 @@ static void *batcher_main(void *arg) {
       struct vr_model *old = b->sc->model;
       __atomic_store_n(&b->sc->model, b->swap_model, __ATOMIC_RELEASE);
       b->swap_model = old;
+      if (b->swap_cfg) b->cfg = *b->swap_cfg;
       b->swap_rc = 0;
       b->swap_pending = 0;
       pthread_cond_broadcast(&b->swap_cv);
@@ -479,7 +481,8 @@ void vr_batcher_free(vr_batcher_t *b) {
   free(b);
 }
 
-int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, struct vr_model **old) {
+int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, const vr_batcher_config_t *cfg,
+                          struct vr_model **old) {
   pthread_mutex_lock(&b->mu);
   *old = m;
   if (b->started != 1 || b->draining) {
@@ -487,6 +490,7 @@ int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, struct vr_model *
     return VR_ERR_SHUTTING_DOWN;
   }
   b->swap_model = m;
+  b->swap_cfg = cfg;
   b->swap_pending = 1;
   pthread_cond_signal(&b->cv);
   while (b->swap_pending) pthread_cond_wait(&b->swap_cv, &b->mu);

@@ -82,12 +82,13 @@ void vr_batcher_free(vr_batcher_t *b);
 
 uint32_t vr_batcher_depth(vr_batcher_t *b);
 
-/* Switches the scorer's model to m between two batches (the batch in flight, if any, is
+/* Switches the scorer's model to m, and the batching settings to *cfg (NULL: kept), between two batches (the batch in flight, if any, is
  * finished on the old one first) and returns the old model in *old (the caller frees it once
  * no other thread can still be reading the old pointer). Blocks until the batcher thread did
  * it. 0, or VR_ERR_SHUTTING_DOWN when the batcher is stopping: then nothing was switched and
  * *old is m. Any thread but the batcher's. */
 struct vr_model;
-int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, struct vr_model **old);
+int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, const vr_batcher_config_t *cfg,
+                          struct vr_model **old);
 
 #endif /* VR_BATCHER_H */

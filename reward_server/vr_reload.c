@@ -20,17 +20,31 @@ struct vr_reload {
   int running;             /* loop thread only */
   char why[64];
   uint64_t t0;
+  vr_settings_t st;        /* the settings parsed again (config file + command line) */
   vr_scorer_t next;        /* the reload thread's scorer; after a switch it holds the old model */
   int rc;                  /* the reload thread's result (read after the join) */
   int stopping;            /* atomic: vr_reload_free is waiting: do not switch */
   uint64_t n_done, n_failed;
 };
 
+/* What a reload may change; anything else differing refuses it (restart for that). */
+static const char *const k_changeable[] = {"model", "log-level", "max-wait-us", "batch-linger-us", "max-queue",
+                                           "max-queue-per-client", NULL};
+
 static void *reload_main(void *arg) {
   vr_reload_t *r = arg;
   vr_server_t *srv = r->srv;
   vr_scorer_t *nx = &r->next;
-  int rc = vr_scorer_init(nx, &srv->st);
+  vr_settings_init(&r->st);
+  int rc = vr_settings_parse(&r->st, srv->argc, srv->argv) == 0 ? 0 : VR_ERR_INVAL;
+  if (rc) vr_log(VR_LOG_ERROR, "reload: the settings (--config and the command line) do not parse; see above");
+  const char *diff = rc ? NULL : vr_settings_first_difference(&srv->st, &r->st, k_changeable);
+  if (diff) {
+    vr_log(VR_LOG_ERROR, "reload: --%s changed; a reload changes only --model, --log-level, --max-wait-us, "
+           "--batch-linger-us, --max-queue and --max-queue-per-client. HINT: restart the server for --%s", diff, diff);
+    rc = VR_ERR_UNSUPPORTED;
+  }
+  if (rc == 0) rc = vr_scorer_init(nx, &r->st);
   if (rc == 0 && nx->kind != VR_SCORER_MODEL) rc = VR_ERR_UNSUPPORTED;
   if (rc == 0 && (nx->vocab_size != srv->scorer.vocab_size || nx->max_seq_len != srv->scorer.max_seq_len)) {
     vr_log(VR_LOG_ERROR, "reload: the new model takes other requests (vocabulary %u, max_seq_len %u; serving: %u, %u): "
@@ -38,11 +52,14 @@ static void *reload_main(void *arg) {
            nx->vocab_size, nx->max_seq_len, srv->scorer.vocab_size, srv->scorer.max_seq_len);
     rc = VR_ERR_UNSUPPORTED;
   }
-  if (rc == 0) rc = vr_scorer_warm_up(nx, srv->st.model);
+  if (rc == 0) rc = vr_scorer_warm_up(nx, r->st.model);
   if (rc == 0 && __atomic_load_n(&r->stopping, __ATOMIC_ACQUIRE)) rc = VR_ERR_SHUTTING_DOWN;
   if (rc == 0) {
     struct vr_model *old = NULL;
-    rc = vr_batcher_swap_model(srv->batcher, nx->model, &old);
+    vr_batcher_config_t bc = {.max_batch_tokens = r->st.max_batch_tokens, .max_wait_us = r->st.max_wait_us,
+                              .batch_linger_us = r->st.batch_linger_us, .max_queue = r->st.max_queue,
+                              .max_client_queue = r->st.max_queue_per_client};
+    rc = vr_batcher_swap_model(srv->batcher, nx->model, &bc, &old);
     nx->model = old; /* switched: the old one, freed on the loop; refused: the new one */
   }
   r->rc = rc;
@@ -60,6 +77,15 @@ static void done_cb(evutil_socket_t fd, short what, void *arg) {
   vr_server_t *srv = r->srv;
   double s = (vr_now_ns() - r->t0) / 1e9;
   if (r->rc == 0) {
+    /* the settings a reload may change (the batcher has its copy already) */
+    snprintf(srv->st.model, sizeof srv->st.model, "%s", r->st.model);
+    snprintf(srv->st.log_level, sizeof srv->st.log_level, "%s", r->st.log_level);
+    vr_log_level_t lv;
+    if (vr_log_level_parse(srv->st.log_level, &lv) == 0) vr_log_set_level(lv);
+    srv->st.max_wait_us = r->st.max_wait_us;
+    srv->st.batch_linger_us = r->st.batch_linger_us;
+    srv->st.max_queue = r->st.max_queue;
+    srv->st.max_queue_per_client = r->st.max_queue_per_client;
     char desc[sizeof srv->scorer.description];
     const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
     snprintf(desc, sizeof desc, "%s", r->next.description); /* the new model's line */

@@ -1,13 +1,16 @@
-/* vr_reload.h: replacing the model of a running server (SIGHUP, POST /admin/reload).
+/* vr_reload.h: replacing the model and settings of a running server (SIGHUP,
+ * POST /admin/reload).
  *
- * A reload loads the model named by the server's settings again (--model: the directory
- * may now hold other weights) on a thread of its own, beside the one serving, and warms
- * it up (a NaN/Inf warm-up score refuses it). The new model must take the same requests
+ * A reload parses the settings again (--config file and command line: --model,
+ * --log-level, --max-wait-us, --batch-linger-us, --max-queue and --max-queue-per-client
+ * may change; any other change refuses the reload), loads the model they name (a new
+ * directory, or the same one holding other weights) on a thread of its own, beside the one
+ * serving, and warms it up (a NaN/Inf warm-up score refuses it). The new model must take the same requests
  * as the old one (same vocabulary size and effective max_seq_len: the shm segment
  * publishes them to clients), else it is refused. Then the batcher switches to it between
- * two batches (the batch in flight finishes on the old model) and the old one is freed on
- * the event loop. Any failure keeps the old model serving and is logged (ERROR) and
- * counted. Settings other than the model's files are not reloaded (restart for those).
+ * two batches (the batch in flight finishes on the old model), with the new batching
+ * settings, and the old model is freed on the event loop. Any failure keeps the old model
+ * and settings serving and is logged (ERROR) and counted.
  * Event-loop thread only (start, free); one reload at a time. */
 #ifndef VR_RELOAD_H
 #define VR_RELOAD_H

@@ -37,6 +37,8 @@ typedef struct vr_server {
   struct vr_http *http;          /* NULL when --port 0 */
   struct vr_reload *reload;      /* SIGHUP / POST /admin/reload (vr_reload.h); loop thread */
   char admin_token[256];         /* from --admin-token-file; "" = POST /admin/reload off */
+  int argc;                      /* the command line, parsed again by a reload */
+  char **argv;
   int loaded;                    /* atomic: 1 once the loader thread was joined; before, only that
                                     thread touches scorer (the loop reads none of it) */
   int ready;                     /* atomic: 1 once warmed up and accepting */

@@ -269,6 +269,19 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
   return 0;
 }
 
+const char *vr_settings_first_difference(const vr_settings_t *a, const vr_settings_t *b, const char *const *allowed) {
+  for (size_t i = 0; i < N_OPTS; i++) {
+    const opt_t *o = &k_opts[i];
+    const char *pa = (const char *)a + o->off, *pb = (const char *)b + o->off;
+    const int text = o->type == OPT_STR || o->type >= OPT_DEVICE;
+    if (text ? strncmp(pa, pb, o->size) == 0 : memcmp(pa, pb, o->size) == 0) continue;
+    int ok = 0;
+    for (const char *const *n = allowed; n && *n && !ok; n++) ok = strcmp(*n, o->name) == 0;
+    if (!ok) return o->name;
+  }
+  return memcmp(&a->cuda, &b->cuda, sizeof a->cuda) == 0 ? NULL : "cuda-*";
+}
+
 uint64_t vr_settings_body_limit(const vr_settings_t *s) {
   if (s->max_body_bytes) return s->max_body_bytes;
   /* a JSON token id takes at most 12 bytes ("-2147483648,"); 1 KiB per sequence for its

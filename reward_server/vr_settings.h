@@ -86,6 +86,11 @@ void vr_settings_usage(FILE *f, const char *prog);
 
 const char *vr_truncate_name(vr_truncate_t t);
 
+/* The long name of the first flag whose value differs between a and b and is not one of
+ * allowed (a NULL-terminated list of long names); "cuda-*" for the --cuda-* options; NULL
+ * when they agree but for allowed ones (a reload's check). */
+const char *vr_settings_first_difference(const vr_settings_t *a, const vr_settings_t *b, const char *const *allowed);
+
 /* The HTTP body limit: --max-body-bytes, or when 0 the limit derived from the request
  * limits (max-seqs-per-request x (max-seq-len x 12 + 1024) + 64 KiB, at most 4 GiB). */
 uint64_t vr_settings_body_limit(const vr_settings_t *s);

@@ -711,7 +711,10 @@ class TestHardening(unittest.TestCase):
         with open(tok_file, "w") as f:
             f.write(token + "\n")
         seqs = [[1, 2, 3], [4, 6, 7, 8], [9, 10]]
-        s = Server(self, "--model", dst, "--device", "cpu", "--threads", "1",
+        cfg = os.path.join(os.path.dirname(dst), "server.yaml")
+        with open(cfg, "w") as f:
+            f.write("max-wait-us: 0\n")
+        s = Server(self, "--config", cfg, "--model", dst, "--device", "cpu", "--threads", "1",
                    "--admin-token-file", tok_file).wait_ready()
         st, before = s.score({"input_ids": seqs})
         self.assertEqual(st, 200, before)
@@ -742,11 +745,22 @@ class TestHardening(unittest.TestCase):
             self.assertGreaterEqual(s.logtext().count(text), n, s.logtext())
 
         rewrite(double_score_head)
+        with open(cfg, "w") as f:  # a batching setting changes with it
+            f.write("max-wait-us: 300000\n")
         s.proc.send_signal(signal.SIGHUP)
         wait_log("reload (SIGHUP): now serving")
         st, after = s.score({"input_ids": seqs})
         self.assertEqual(st, 200, after)
         self.assertEqual(f32s(after["scores"]), [f32(2 * x) for x in f32s(before["scores"])])
+        self.assertGreaterEqual(after["queue_us"], 250000, "the new --max-wait-us is not in force")
+        # a setting a reload cannot change refuses it, naming the flag
+        with open(cfg, "w") as f:
+            f.write("max-wait-us: 300000\nspin-us: 7\n")
+        s.proc.send_signal(signal.SIGHUP)
+        wait_log("reload: --spin-us changed")
+        wait_log("reload (SIGHUP) failed")
+        with open(cfg, "w") as f:
+            f.write("max-wait-us: 0\n")
 
         def nan_all(name, t, blob, base):
             if t["dtype"] == "F32":
@@ -759,6 +773,7 @@ class TestHardening(unittest.TestCase):
         st, body, _ = s.request("POST", "/admin/reload", b"", headers={"Authorization": "Bearer " + token})
         self.assertEqual(st, 202, body)
         wait_log("reload (POST /admin/reload) failed")
+        self.assertEqual(s.logtext().count("reload (SIGHUP) failed"), 1)
         self.assertIn("produced non-finite scores", s.logtext())
         st, kept = s.score({"input_ids": seqs})
         self.assertEqual((st, kept["scores"]), (200, after["scores"]), "the failed reload changed the model")
