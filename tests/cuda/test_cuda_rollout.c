@@ -1,6 +1,6 @@
 /* test_cuda_rollout.c: the rollout engine's CUDA kernels (trainer/cuda_rollout/) against plain
  * host computations: K/V appended into the paged cache (the layout of vr_cuda_roll_ops.h, bit
- * for bit), decode attention over random block tables (GQA 1/4/7/8/16, head dims 8..256,
+ * for bit), the fused RoPE + append against vr_cuda_rope then vr_cuda_roll_kv_append, decode attention over random block tables (GQA 1/4/7/8/16, head dims 8..256,
  * lengths 1..5000, split and unsplit partitions, sliding window, padding rows) against a
  * double-precision softmax, and the sampler against the CPU engine's (trainer/vr_sample.c:
  * sorting and sequential sums where the GPU uses radix descents and scans), plus chi-square
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "vr_cuda_check.h"
+#include "vr_cuda_ops.h"
 #include "vr_cuda_roll_ops.h"
 #include "rollout_test_model.h"
 #include "vr_cuda_roll_backend.h"
@@ -209,6 +210,63 @@ static void test_decode(int H, int Hkv, int D, const int *lens, int n, int windo
   CK(cudaFree(po));
   CK(cudaFree(pml));
   CK(cudaFree(out_d));
+}
+
+/* vr_cuda_roll_rope_append == vr_cuda_rope + vr_cuda_roll_kv_append: the rotated q/k columns of
+ * qkv and both caches (from the same poisoned start), bit for bit; rows with slot -1 rotate but
+ * write no cache. */
+static void test_rope_append(int T, int H, int Hkv, int D) {
+  const int ld = (H + 2 * Hkv) * D + 8, qoff = 0, koff = H * D, voff = (H + Hkv) * D;
+  const int nblk = (T + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK + 2;
+  const size_t cache = (size_t)nblk * Hkv * VR_ROLL_BLOCK * D;
+  uint16_t *qkv = malloc((size_t)T * ld * 2);
+  int32_t *pos = malloc(sizeof(int32_t) * T), *slots = malloc(sizeof(int32_t) * T);
+  float *inv = malloc(sizeof(float) * (D / 2));
+  for (size_t i = 0; i < (size_t)T * ld; ++i) qkv[i] = f2bf(frand());
+  for (int t = 0; t < T; ++t) {
+    pos[t] = (int32_t)irand(4000);
+    slots[t] = t % 7 == 3 ? -1 : (int32_t)(nblk * VR_ROLL_BLOCK - 1 - t); /* distinct, from the pool's end */
+  }
+  for (int i = 0; i < D / 2; ++i) inv[i] = powf(10000.f, -2.f * i / D);
+  uint16_t *a_d = todev(qkv, (size_t)T * ld * 2), *b_d = todev(qkv, (size_t)T * ld * 2);
+  int32_t *pos_d = todev(pos, sizeof(int32_t) * T), *slots_d = todev(slots, sizeof(int32_t) * T);
+  float *inv_d = todev(inv, sizeof(float) * (D / 2));
+  uint16_t *ka = dalloc(cache * 2), *va = dalloc(cache * 2), *kb = dalloc(cache * 2), *vb = dalloc(cache * 2);
+  vr_cuda_rope(a_d, ld, qoff, koff, H, Hkv, D, pos_d, inv_d, 1.f, T, 0);
+  vr_cuda_roll_kv_append(ka, va, a_d, ld, koff, voff, slots_d, T, Hkv, D, 0);
+  vr_cuda_roll_rope_append(kb, vb, b_d, ld, qoff, koff, voff, pos_d, slots_d, inv_d, 1.f, T, H, Hkv, D, 0);
+  uint16_t *ha = malloc((size_t)T * ld * 2), *hb = malloc((size_t)T * ld * 2);
+  uint16_t *ca = malloc(cache * 2), *cb = malloc(cache * 2);
+  size_t bad_qkv = 0, bad_k = 0, bad_v = 0;
+  tohost(ha, a_d, (size_t)T * ld * 2);
+  tohost(hb, b_d, (size_t)T * ld * 2);
+  for (size_t i = 0; i < (size_t)T * ld; ++i) bad_qkv += ha[i] != hb[i];
+  tohost(ca, ka, cache * 2);
+  tohost(cb, kb, cache * 2);
+  for (size_t i = 0; i < cache; ++i) bad_k += ca[i] != cb[i];
+  tohost(ca, va, cache * 2);
+  tohost(cb, vb, cache * 2);
+  for (size_t i = 0; i < cache; ++i) bad_v += ca[i] != cb[i];
+  report(bad_qkv == 0 && bad_k == 0 && bad_v == 0,
+         "rope+append T%d H%d Hkv%d D%d == rope, append: differing qkv %zu, K cache %zu, V cache %zu", T, H, Hkv, D,
+         bad_qkv, bad_k, bad_v);
+  free(qkv);
+  free(pos);
+  free(slots);
+  free(inv);
+  free(ha);
+  free(hb);
+  free(ca);
+  free(cb);
+  CK(cudaFree(a_d));
+  CK(cudaFree(b_d));
+  CK(cudaFree(pos_d));
+  CK(cudaFree(slots_d));
+  CK(cudaFree(inv_d));
+  CK(cudaFree(ka));
+  CK(cudaFree(va));
+  CK(cudaFree(kb));
+  CK(cudaFree(vb));
 }
 
 /* ------------------------------------------------------------ sampling */
@@ -622,6 +680,11 @@ int main(void) {
     return 77;
   }
   g_rng = vr_test_seed("test_cuda_rollout", 20261201);
+  test_rope_append(37, 4, 2, 64);
+  test_rope_append(64, 32, 8, 64); /* Llama-3.2-1B's heads */
+  test_rope_append(5, 14, 2, 64);
+  test_rope_append(9, 4, 2, 8);
+  test_rope_append(20, 8, 8, 256);
   /* decode attention: head dims, GQA ratios, lengths, splits */
   const int lens_a[] = {1, 17, 300, 129, 0, 64};
   const int lens_b[] = {5000, 1, 2049, 777};

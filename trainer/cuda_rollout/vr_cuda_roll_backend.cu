@@ -466,8 +466,8 @@ static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts
     uint16_t *kc = st->kpool + (size_t)l * st->layer_elems, *vc = st->vpool + (size_t)l * st->layer_elems;
     if (gemm) vr_cuda_gemm(st->gemm, st->qkv, 0, st->xn, Ly->wqkv, Ly->bqkv, T, NQ, C, 0.f, s);
     if (small) {
-      vr_cuda_rope(st->qkv, NQ, 0, QD, H, Hkv, D, md + ly->pos, st->inv_freq, c->rope_attention_scaling, T, s);
-      vr_cuda_roll_kv_append(kc, vc, st->qkv, NQ, QD, QD + KD, md + ly->slots, T, Hkv, D, s);
+      vr_cuda_roll_rope_append(kc, vc, st->qkv, NQ, 0, QD, QD + KD, md + ly->pos, md + ly->slots, st->inv_freq,
+                               c->rope_attention_scaling, T, H, Hkv, D, s);
     }
     if (!attn) {
     } else if (mode == RCU_ATTN_VARLEN) {
