@@ -74,6 +74,22 @@ size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
  * partials to combine); always within the shared-memory bound. */
 int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
 
+/* ---- skinny GEMMs: vr_cuda_roll_gemm.cu ---------------------------------------- */
+#define VR_ROLL_GEMM_MAX_M 64
+/* D (M, N) = A (M, K) . W (N, K)^T [+ bias (N)] [+ D if beta == 1], the decode step's products at
+ * M = the batch bucket: A, W bf16 (16-byte aligned, rows of K), fp32 accumulation; D fp32
+ * (out_f32 = 1, bias fp32, beta 0 or 1) or bf16 (bias bf16, beta 0). K is cut into `splits`
+ * ranges of 32-element chunks; splits > 1 needs ws of splits * M * N floats (the partials, summed
+ * in split order by a second kernel: deterministic). Requires vr_cuda_roll_gemm_supported. Not
+ * bit-equal to cuBLASLt (another summation order): the backend times both at a bucket's warm-up,
+ * checks this one against cuBLASLt there (vr_cuda_roll_gemm_compare) and keeps the faster. */
+int vr_cuda_roll_gemm_supported(int M, int N, int K, int splits);
+void vr_cuda_roll_gemm(void *D, int out_f32, const uint16_t *A, const uint16_t *W, const void *bias, int M, int N,
+                       int K, float beta, int splits, float *ws, cudaStream_t s);
+/* res (2 unsigned, device) = max |a - b| and max |b| over n elements (fp32 or bf16), as float bits
+ * (a NaN difference reads as above every finite one). */
+void vr_cuda_roll_gemm_compare(const void *a, const void *b, int out_f32, size_t n, unsigned *res, cudaStream_t s);
+
 /* ---- sampling: vr_cuda_roll_sample.cu ----------------------------------------- */
 /* One row to sample: logits row `row`, trainer/vr_sample.h's parameters, and the uniform u in
  * [0, 1) the host drew with vr_sample_uniform(key, stream, position) (so the device draws exactly
