@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(NW * 32, D <= 64 && MG <= 4 ? 4 : 1) k_roll_de
       /* online softmax over the block's 16 keys (lanes j and j + 16 hold the same key) */
 #pragma unroll
       for (int g = 0; g < MG; ++g) {
-        const float sv = valid ? s[g] + __shfl_xor_sync(0xffffffffu, s[g], 16) : -INFINITY;
+        const float tot = s[g] + __shfl_xor_sync(0xffffffffu, s[g], 16); /* every lane shuffles */
+        const float sv = valid ? tot : -INFINITY;
         float bm = sv;
 #pragma unroll
         for (int off = 8; off > 0; off >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, off));
