@@ -12,11 +12,12 @@
  *   the weight update: host fp32 buffer -> device bf16 (set_weights), and device fp32 -> device bf16
  *     (vr_cuda_roll_set_weights_device, the actor on the same GPU).
  *   with --n R, R responses per prompt sharing the prompt's cache blocks (P * R sequences decode
- *   together); --temperature T samples (default 0: greedy); --no-skinny keeps every decode GEMM on
- *   cuBLASLt (default: each shape's faster of cuBLASLt and the skinny kernel, chosen at warm-up; the
- *   choices are printed).
+ *   together); --temperature T samples (default 0: greedy); --skinny lets each decode GEMM shape
+ *   take the faster of cuBLASLt and the skinny kernel at warm-up (the choices are printed; default:
+ *   cuBLASLt, the engine's default). Prompts longer than the test model's 4096 positions raise its
+ *   max_position_embeddings (default RoPE: nothing else depends on it).
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
- *        [--n R] [--temperature T] [--no-skinny] [--json FILE]. Exit code 0, or 1 on any error, 77
+ *        [--n R] [--temperature T] [--skinny] [--json FILE]. Exit code 0, or 1 on any error, 77
  *        without a GPU. */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -65,11 +66,11 @@ static double copy_rate(void) {
 
 int main(int argc, char **argv) {
   const char *shape_name = "llama-1b", *json = NULL;
-  int P = 64, Lp = 128, N = 256, R = 1, skinny = 1;
+  int P = 64, Lp = 128, N = 256, R = 1, skinny = 0;
   float temp = 0.f;
   for (int i = 1; i < argc; i += 2) {
-    if (!strcmp(argv[i], "--no-skinny")) {
-      skinny = 0;
+    if (!strcmp(argv[i], "--skinny")) {
+      skinny = 1;
       --i;
       continue;
     }
@@ -109,6 +110,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "out of host memory for %zu parameters\n", (size_t)0);
     return 1;
   }
+  if (Lp + N + 16 > m.cfg.max_position_embeddings) m.cfg.max_position_embeddings = m.cfg.max_seq_len = Lp + N + 16;
   printf("%s: %zu parameters (random, filled in %.2f s); device copy rate %.0f GB/s\n", sh->name, m.n,
          (vr_now_ns() - t0) * 1e-9, rate * 1e-9);
   vr_rollout_options_t o;

@@ -195,7 +195,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->opt = *opt;
   st->device = device_index;
   st->use_graphs = 1;
-  st->use_skinny = 1;
+  st->use_skinny = 0; /* measured slower than cuBLASLt on every decode shape (docs/benchmarks.md) */
   int rc = 0;
 #define TRY(call)                        \
   do {                                   \
@@ -533,7 +533,8 @@ static rcu_sg_t *rcu_sg_tune(rcu_t *st, void *D, int out_f32, const uint16_t *A,
              "to %g): not used", T, N, K, sp, dmax, ymax);
       continue;
     }
-    const float us = rcu_sg_time(st, sp, D, out_f32, A, W, bias, T, N, K, beta);
+    /* timed on the scratch: D stays the reference of the next split count (beta 1 accumulates) */
+    const float us = rcu_sg_time(st, sp, st->sg_scratch, out_f32, A, W, bias, T, N, K, beta);
     if (best == 0.f || us < best) best = us, e->splits = sp;
   }
   e->sg_us = best;
