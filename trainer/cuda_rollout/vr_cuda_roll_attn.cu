@@ -51,13 +51,13 @@ __device__ __forceinline__ void unpack8(const uint4 v, float *f) {
 }
 
 template <int D, int MG>
-__global__ void __launch_bounds__(NW * 32, D <= 64 && MG <= 4 ? 4 : 1) k_roll_decode(roll_attn_params p) {
+__global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_decode(roll_attn_params p) {
   constexpr int NC = D / 8;                             /* 16-byte chunks per head */
   constexpr int KCH = (NC + 1) / 2;                     /* K chunks per lane per cache block */
   constexpr int LPT = NC < 32 ? NC : 32;                /* V: lanes per token row */
   constexpr int TPW = 32 / LPT;                         /* V: token rows per warp step */
   constexpr int VST = (VR_ROLL_BLOCK + TPW - 1) / TPW;  /* V loads per lane per cache block */
-  constexpr int UNR = D <= 64 ? 2 : 1;                  /* cache blocks in flight per warp */
+  constexpr int UNR = D <= 64 && MG <= 4 ? 2 : 1;      /* cache blocks in flight per warp */
   extern __shared__ float sm[];
   const int G = p.H / p.Hkv;
   const int hk = blockIdx.x / p.n_gchunks, g0 = (blockIdx.x % p.n_gchunks) * MAXG;
@@ -148,9 +148,10 @@ __global__ void __launch_bounds__(NW * 32, D <= 64 && MG <= 4 ? 4 : 1) k_roll_de
       const bool valid = key >= k0 && key < p1;
       /* online softmax over the block's 16 keys (lanes j and j + 16 hold the same key) */
 #pragma unroll
+      for (int g = 0; g < MG; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], 16); /* every lane shuffles */
+#pragma unroll
       for (int g = 0; g < MG; ++g) {
-        const float tot = s[g] + __shfl_xor_sync(0xffffffffu, s[g], 16); /* every lane shuffles */
-        const float sv = valid ? tot : -INFINITY;
+        const float sv = valid ? s[g] : -INFINITY;
         float bm = sv;
 #pragma unroll
         for (int off = 8; off > 0; off >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, off));
