@@ -6,9 +6,10 @@
  * hk's group, one partition of `part` keys), so each K/V byte is read once for all the query
  * heads sharing it (MG: the register tile of query heads, 1, 4 or 8). One pass, online softmax
  * per warp: the block's cache blocks (16 keys each) are dealt to its warps, UNR at a time per
- * warp (2 for D <= 64), and for each the warp issues all its loads before the first use: K as
- * lane pair (j, j + 16) owning key j, the two lanes taking alternate 8-element chunks (thanks to
- * the cache's (D/8, 16, 8) key layout each chunk load of a half-warp is 256 contiguous bytes),
+ * warp (2 for D <= 64 with the 1- or 4-head tile, else 1: registers), and for each the warp
+ * issues all its loads before the first use: K as lane pair (j, j + 16) owning key j, the two
+ * lanes taking alternate 8-element chunks (thanks to the cache's (D/8, 16, 8) key layout each
+ * chunk load of a half-warp is 256 contiguous bytes),
  * and V as D/8 lanes per token row (16-byte loads), 32 / (D/8) rows side by side; V rows of keys
  * that do not count are not read. Scores (q in shared memory, pre-scaled by scale * log2(e)), the
  * block's max over the 16 key lanes, rescale of the running sum and output by 2^(m - m'), then
