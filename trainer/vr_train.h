@@ -75,6 +75,16 @@ typedef struct vr_train_comm {
   int (*allreduce_sum)(void *ctx, float *buf, size_t n);      /* in place */
   int (*bcast)(void *ctx, void *buf, size_t bytes, int root);
   void *ctx;
+  /* Optional (both or neither): a non-blocking in-place sum all-reduce of n <= 2^30 floats.
+   * iallreduce_sum starts it and sets *req; wait completes it and releases req (called exactly
+   * once per started request, also after a failure elsewhere). test (optional) drives progress
+   * without blocking: *done = 1 once complete (the engine still calls wait). When present the
+   * engine reduces every gradient bucket with these, overlapped or not, so both paths give the
+   * same bits; absent, it calls allreduce_sum per bucket. An NCCL comm starts ncclAllReduce on
+   * the stream that orders after the backend's backward work and waits on that stream. */
+  int (*iallreduce_sum)(void *ctx, float *buf, size_t n, void **req);
+  int (*wait)(void *ctx, void *req);
+  int (*test)(void *ctx, void *req, int *done);
 } vr_train_comm_t;
 
 typedef struct vr_train_options {
@@ -86,7 +96,8 @@ typedef struct vr_train_options {
   size_t vocab_chunk;         /* LM head: vocabulary rows per chunk; 0 = backend default */
   vr_train_comm_t comm;       /* data-parallel group; zero = one rank */
   int zero1;                  /* 1: shard optimizer state over comm (ZeRO-1); 0: every rank holds all */
-  size_t bucket_floats;       /* gradient all-reduce bucket; 0 = 1<<22 */
+  size_t bucket_floats;       /* gradient all-reduce bucket (upper bound; buckets end at layer
+                               * boundaries, see vr_train_backward_last); 0 = 1<<22 */
 } vr_train_options_t;
 
 void vr_train_options_init(vr_train_options_t *o);
@@ -124,6 +135,16 @@ typedef struct vr_train_backend_ops {
   /* Host copies of the shard's moments (shard_hi - shard_lo floats each). */
   int (*get_moments)(void *state, float *m, float *v);
   int (*set_moments)(void *state, const float *m, const float *v);
+  /* Optional: backward (same contract) that also calls ready(ctx, lo) each time this backward has
+   * made its last addition to grads[lo, n_floats): lo decreases call by call, from the head and
+   * final norm (lo = offset of model.norm.weight) through each layer from the last (lo = offset of
+   * its first tensor) to the embeddings (lo = 0, the last call). A device backend calls it once
+   * the kernels writing those gradients are ordered before the comm's next collective (same
+   * stream, or an event the comm waits on). The engine starts the all-reduce of the buckets that
+   * became complete, so communication overlaps the rest of the backward. NULL: the engine runs
+   * backward, then reduces every bucket (same results, no overlap). */
+  int (*backward_ready)(void *state, const float *dout, const float *dent, void (*ready)(void *ctx, size_t lo),
+                        void *ctx);
 } vr_train_backend_ops_t;
 
 extern const vr_train_backend_ops_t vr_train_backend_cpu;
@@ -142,15 +163,27 @@ void vr_train_free(vr_train_t *t);
  * VR_ERR_TOO_LARGE when T > max_tokens; the message names the sequence and token. */
 int vr_train_forward(vr_train_t *t, const vr_train_batch_t *b, float temperature, float *out, float *entropy,
                      int keep);
-/* VR_ERR_INVAL when no forward with keep = 1 is pending. */
+/* VR_ERR_INVAL when no forward with keep = 1 is pending, or after vr_train_backward_last until
+ * the next step or zero_grad. */
 int vr_train_backward(vr_train_t *t, const float *dout, const float *dent);
+/* The last micro-batch's backward before vr_train_step: backward, and on a group of size > 1 the
+ * gradient all-reduce bucket by bucket as the backward completes them (top layers first; with
+ * the comm's iallreduce_sum non-blocking, overlapping the rest of the backward; waited for in
+ * step, which then skips its own all-reduce). Buckets: consecutive layers from the top (cut at
+ * layer starts, the final norm and 0) of at least bucket_floats floats, split into pieces of at
+ * most bucket_floats; the same buckets and collective as step's own all-reduce, so the results
+ * are bit-identical to backward + step. Until step or zero_grad the gradients are in flight:
+ * zero_grad, get_grads, grad_norm and free wait for them (get_grads then gives the sums);
+ * backward / backward_last are VR_ERR_INVAL; forward may run (it does not touch gradients).
+ * A failed collective is reported by step (or zero_grad). Size 1: the same as backward. */
+int vr_train_backward_last(vr_train_t *t, const float *dout, const float *dent);
 int vr_train_zero_grad(vr_train_t *t);
 /* One optimizer step: all-reduce the gradients (buckets of bucket_floats), global norm,
  * clipping when clip > 0, AdamW (ZeRO-1: own shard, then broadcasts), step count + 1.
  * *grad_norm (may be NULL) gets the norm before clipping. Gradients are left as reduced
  * (and clipped); call zero_grad before the next accumulation. */
 int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_norm);
-/* The global norm of the current (local, not yet reduced) gradients. */
+/* The global norm of the current gradients (local ones; the sums after backward_last). */
 int vr_train_grad_norm(vr_train_t *t, double *norm);
 
 size_t vr_train_n_floats(const vr_train_t *t); /* = vr_lm_n_floats of the lm */

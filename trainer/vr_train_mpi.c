@@ -1,6 +1,9 @@
 /* vr_train_mpi.c: the data-parallel comm of the training engine over a bare MPI communicator
  * (vr_train_comm_mpi, vr_train.h) and over a role group of the world (vr_train_comm.h). */
 #include <mpi.h>
+#include <stdlib.h>
+
+#include "verl_reward/status.h"
 
 #include "vr_comm.h"
 #include "vr_train.h"
@@ -29,6 +32,33 @@ static int vr_train_mpi_bcast(void *ctx, void *buf, size_t bytes, int root) {
   return 0;
 }
 
+/* Non-blocking all-reduce: req is a malloc'd MPI_Request (n <= 2^30: the engine's buckets). */
+static int vr_train_mpi_iallreduce(void *ctx, float *buf, size_t n, void **req) {
+  MPI_Comm comm = *(MPI_Comm *)ctx;
+  *req = NULL;
+  if (n > (size_t)1 << 30) return VR_ERR_INVAL;
+  MPI_Request *r = malloc(sizeof *r);
+  if (!r) return VR_ERR_NOMEM;
+  if (MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, comm, r) != MPI_SUCCESS) {
+    free(r);
+    return VR_COMM_EFAIL;
+  }
+  *req = r;
+  return 0;
+}
+
+static int vr_train_mpi_wait(void *ctx, void *req) {
+  (void)ctx;
+  int rc = MPI_Wait(req, MPI_STATUS_IGNORE) == MPI_SUCCESS ? 0 : VR_COMM_EFAIL;
+  free(req);
+  return rc;
+}
+
+static int vr_train_mpi_test(void *ctx, void *req, int *done) {
+  (void)ctx;
+  return MPI_Test(req, done, MPI_STATUS_IGNORE) == MPI_SUCCESS ? 0 : VR_COMM_EFAIL;
+}
+
 void vr_train_comm_mpi(vr_train_comm_t *c, void *mpi_comm) {
   MPI_Comm comm = *(MPI_Comm *)mpi_comm;
   MPI_Comm_rank(comm, &c->rank);
@@ -36,6 +66,9 @@ void vr_train_comm_mpi(vr_train_comm_t *c, void *mpi_comm) {
   c->allreduce_sum = vr_train_mpi_allreduce;
   c->bcast = vr_train_mpi_bcast;
   c->ctx = mpi_comm;
+  c->iallreduce_sum = vr_train_mpi_iallreduce;
+  c->wait = vr_train_mpi_wait;
+  c->test = vr_train_mpi_test;
 }
 
 /* ---- over a role group of the world (vr_train_comm.h) ---------------------------------- */
@@ -58,4 +91,7 @@ void vr_train_comm_group(vr_train_comm_t *c, vr_train_group_ref_t *ref, vr_world
   c->allreduce_sum = vr_train_group_allreduce;
   c->bcast = vr_train_group_bcast;
   c->ctx = ref;
+  c->iallreduce_sum = NULL; /* vr_comm's collectives are blocking: buckets reduce one by one */
+  c->wait = NULL;
+  c->test = NULL;
 }

@@ -18,11 +18,12 @@
 #include <cmocka.h>
 
 #include "train_test_util.h"
+#include "verl_reward/status.h"
 #include "vr_devmap.h"
 #include "vr_train_comm.h"
 
 /* Gradients of this rank's share (ranks partition the sequences) of the global token-mean NLL. */
-static void local_grads(vr_train_t *t, const tr_golden_t *g, int rank, int size) {
+static void local_grads(vr_train_t *t, const tr_golden_t *g, int rank, int size, int last) {
   uint32_t N = g->T - g->n, cu[64] = {0}, n = 0;
   int32_t ids[512];
   uint32_t T = 0;
@@ -37,8 +38,45 @@ static void local_grads(vr_train_t *t, const tr_golden_t *g, int rank, int size)
   assert_int_equal(vr_train_forward(t, &b, 1.0f, lp, NULL, 1), 0);
   for (uint32_t q = 0; q < n; q++)
     for (uint32_t i = cu[q] + 1; i < cu[q + 1]; i++) d[i] = -1.0f / (float)N;
-  assert_int_equal(vr_train_backward(t, d, NULL), 0);
+  if (last) {
+    assert_int_equal(vr_train_backward_last(t, d, NULL), 0);
+    assert_int_equal(vr_train_backward(t, d, NULL), VR_ERR_INVAL); /* in flight until step */
+  } else {
+    assert_int_equal(vr_train_backward(t, d, NULL), 0);
+  }
 }
+
+/* A comm that forwards to another and notes, at each bucket's start, whether the gradients of
+ * layer 0 [lo, hi) are still all zero: the backward has not reached the bottom layer yet. */
+typedef struct spy {
+  vr_train_comm_t in;
+  const float *g;
+  size_t lo, hi;
+  int starts, early; /* buckets started; of those, started before the lower layers' backward */
+} spy_t;
+
+static void spy_note(spy_t *s, const float *buf) {
+  int zero = (size_t)(buf - s->g) >= s->hi;
+  for (const float *p = s->g + s->lo; zero && p < s->g + s->hi; p++) zero = *p == 0.0f;
+  s->starts++;
+  s->early += zero;
+}
+
+static int spy_allreduce(void *ctx, float *buf, size_t n) {
+  spy_note(ctx, buf);
+  return ((spy_t *)ctx)->in.allreduce_sum(((spy_t *)ctx)->in.ctx, buf, n);
+}
+
+static int spy_iallreduce(void *ctx, float *buf, size_t n, void **req) {
+  spy_note(ctx, buf);
+  return ((spy_t *)ctx)->in.iallreduce_sum(((spy_t *)ctx)->in.ctx, buf, n, req);
+}
+
+static int spy_bcast(void *ctx, void *buf, size_t bytes, int root) {
+  return ((spy_t *)ctx)->in.bcast(((spy_t *)ctx)->in.ctx, buf, bytes, root);
+}
+
+static int spy_wait(void *ctx, void *req) { return ((spy_t *)ctx)->in.wait(((spy_t *)ctx)->in.ctx, req); }
 
 /* comm: the data-parallel group (MPI_COMM_WORLD or a role group of the trainer's world). */
 static void run(const char *name, int zero1, const vr_train_comm_t *comm, const char *what) {
@@ -52,21 +90,46 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
   o.comm = *comm;
   o.zero1 = zero1;
   o.bucket_floats = 1000; /* several buckets */
-  vr_train_t *dp = NULL, *one = tr_engine(lm, 0, 0, 0);
+  vr_train_t *dp = NULL, *ov = NULL, *one = tr_engine(lm, 0, 0, 0);
   assert_int_equal(vr_train_init(lm, &o, &dp), 0);
+  spy_t spy = {*comm, NULL, 0, 0, 0, 0};
+  o.comm.ctx = &spy;
+  o.comm.allreduce_sum = spy_allreduce;
+  o.comm.bcast = spy_bcast;
+  o.comm.iallreduce_sum = comm->iallreduce_sum ? spy_iallreduce : NULL;
+  o.comm.wait = comm->wait ? spy_wait : NULL;
+  o.comm.test = NULL;
+  assert_int_equal(vr_train_init(lm, &o, &ov), 0); /* the same, reducing during backward */
+  spy.g = vr_train_grad_buffer(ov);
+  spy.lo = vr_lm_tensor(lm, (size_t)vr_lm_index(lm)->layers[0].q_w)->offset;
+  spy.hi = vr_lm_tensor(lm, (size_t)vr_lm_index(lm)->layers[1].q_w)->offset;
   size_t n = vr_train_n_floats(dp);
   float *gd = malloc(n * sizeof *gd), *g1 = malloc(n * sizeof *g1), *pd = malloc(n * sizeof *pd),
-        *p1 = malloc(n * sizeof *p1), *p0 = malloc(n * sizeof *p0);
+        *p1 = malloc(n * sizeof *p1), *p0 = malloc(n * sizeof *p0), *go = malloc(n * sizeof *go),
+        *po = malloc(n * sizeof *po);
   vr_adamw_t h = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f};
   for (int s = 0; s < 3; s++) {
-    local_grads(dp, &g, rank, size);
-    local_grads(one, &g, 0, 1);
-    double nd, n1;
+    local_grads(dp, &g, rank, size, 0);
+    local_grads(ov, &g, rank, size, 1);
+    local_grads(one, &g, 0, 1, s == 2); /* size 1: backward_last is backward */
+    double nd, n1, no;
     const float clip = s == 0 ? 0.0f : 1.0f; /* step 0 unclipped: its gradients are the golden ones */
     assert_int_equal(vr_train_step(dp, &h, clip, &nd), 0);
+    assert_int_equal(vr_train_step(ov, &h, clip, &no), 0);
     assert_int_equal(vr_train_step(one, &h, clip, &n1), 0);
     assert_int_equal(vr_train_get_grads(dp, gd, n), 0);
+    assert_int_equal(vr_train_get_grads(ov, go, n), 0);
     assert_int_equal(vr_train_get_grads(one, g1, n), 0);
+    /* overlapped reduction = the one after backward, bit for bit */
+    assert_memory_equal(gd, go, n * sizeof *gd);
+    assert_true(nd == no);
+    if (rank == 0 && s == 0) printf("%s: %d buckets per step, %d started during the backward\n", name, spy.starts, spy.early);
+    assert_true(spy.starts >= 4);
+    /* every bucket above layer 0 went out before layer 0's backward */
+    int above = 0;
+    for (size_t o = spy.hi; o < n; o += 1000) above++;
+    assert_true(spy.early >= above);
+    spy.starts = spy.early = 0;
     if (s == 0) assert_true(tr_grads_check(lm, gd, &g, "nll") <= 1e-5);
     double md = 0, mx = 0;
     for (size_t i = 0; i < n; i++) md = fmax(md, fabs(gd[i] - g1[i])), mx = fmax(mx, fabs(g1[i]));
@@ -75,6 +138,18 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
   }
   assert_int_equal(vr_train_get_params(dp, pd, n), 0);
   assert_int_equal(vr_train_get_params(one, p1, n), 0);
+  assert_int_equal(vr_train_get_params(ov, po, n), 0);
+  assert_memory_equal(pd, po, n * sizeof *pd);
+  /* zero_grad and get_grads complete a reduction in flight; free with one in flight is clean */
+  local_grads(ov, &g, rank, size, 1);
+  assert_int_equal(vr_train_get_grads(ov, go, n), 0);
+  local_grads(dp, &g, rank, size, 0);
+  assert_int_equal(vr_train_step(dp, &h, 0.0f, NULL), 0);
+  assert_int_equal(vr_train_get_grads(dp, gd, n), 0);
+  assert_memory_equal(gd, go, n * sizeof *gd);
+  local_grads(ov, &g, rank, size, 1); /* its zero_grad waits for the reduction in flight */
+  local_grads(ov, &g, rank, size, 1);
+  vr_train_free(ov);
   double md = 0;
   for (size_t i = 0; i < n; i++) md = fmax(md, fabs(pd[i] - p1[i]));
   /* rank 0's parameters to everyone; every rank compares; the verdicts summed */
@@ -104,7 +179,7 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
   long full = (long)(40 + 8 * n);
   if (zero1 && size > 1) assert_true(bytes < full * 2 / size);
   else assert_int_equal(bytes, full);
-  free(gd), free(g1), free(pd), free(p1), free(p0);
+  free(gd), free(g1), free(pd), free(p1), free(p0), free(go), free(po);
   vr_train_free(dp);
   vr_train_free(one);
   vr_lm_free(lm);

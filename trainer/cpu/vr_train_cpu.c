@@ -39,6 +39,7 @@ typedef struct vr_tcpu {
   size_t n_floats, lo, hi;
   float *p, *g, *m, *v;            /* params, grads (n_floats); moments (hi - lo) */
   vr_tcpu_layer_t *pl, *gl;        /* per layer views of p and g */
+  size_t *off_layer, off_fnorm;    /* offsets of each layer's first tensor and of the final norm */
   float *p_embed, *g_embed, *p_fnorm, *g_fnorm, *p_head, *g_head, *p_score, *g_score, *p_sbias, *g_sbias;
   vr_tcpu_ctx_t ctx;
   float *cos_t, *sin_t;            /* (max_position_embeddings, D/2) */
@@ -151,7 +152,7 @@ static void vr_tcpu_free(void *state) {
   if (!s) return;
   vr_tcpu_free_ws(s);
   free(s->p), free(s->g), free(s->m), free(s->v);
-  free(s->pl), free(s->gl);
+  free(s->pl), free(s->gl), free(s->off_layer);
   free(s->cos_t), free(s->sin_t);
   free((void *)s->c.rope_inv_freq);
   free(s->ctx.pack);
@@ -195,12 +196,15 @@ static int vr_tcpu_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_t
   s->m = vr_tcpu_alloc(hi - lo, &err), s->v = vr_tcpu_alloc(hi - lo, &err);
   if (!err) memcpy(s->p, vr_lm_params_const(lm), s->n_floats * sizeof(float));
   s->pl = calloc((size_t)c->num_layers, sizeof *s->pl), s->gl = calloc((size_t)c->num_layers, sizeof *s->gl);
-  if (!s->pl || !s->gl) err = VR_ERR_NOMEM;
+  s->off_layer = calloc((size_t)c->num_layers, sizeof *s->off_layer);
+  if (!s->pl || !s->gl || !s->off_layer) err = VR_ERR_NOMEM;
   const vr_lm_index_t *ix = vr_lm_index(lm);
   for (int l = 0; l < c->num_layers && !err; l++) {
     vr_tcpu_views(&s->pl[l], s->p, lm, &ix->layers[l]);
     vr_tcpu_views(&s->gl[l], s->g, lm, &ix->layers[l]);
+    s->off_layer[l] = vr_lm_tensor(lm, (size_t)ix->layers[l].q_w)->offset;
   }
+  if (!err) s->off_fnorm = vr_lm_tensor(lm, (size_t)ix->final_norm)->offset;
   if (!err) {
     s->p_embed = vr_tcpu_at(s->p, lm, ix->embed), s->g_embed = vr_tcpu_at(s->g, lm, ix->embed);
     s->p_fnorm = vr_tcpu_at(s->p, lm, ix->final_norm), s->g_fnorm = vr_tcpu_at(s->g, lm, ix->final_norm);
@@ -358,7 +362,10 @@ static void vr_tcpu_layer_bwd(vr_tcpu_t *s, int l, float *dx) {
   vr_tcpu_rmsnorm_bwd(A->xin, P->n1, A->r1, s->dh, T, C, dx, G->n1);
 }
 
-static int vr_tcpu_backward(void *state, const float *dout, const float *dent) {
+/* backward_ready (vr_train.h): ready (may be NULL) after the head + final norm, each layer, the
+ * embeddings. */
+static int vr_tcpu_backward_ready(void *state, const float *dout, const float *dent,
+                                  void (*ready)(void *ctx, size_t lo), void *rctx) {
   vr_tcpu_t *s = state;
   const vr_lm_config_t *c = &s->c;
   const int C = c->hidden_size, T = s->T, R = s->R;
@@ -390,13 +397,22 @@ static int vr_tcpu_backward(void *state, const float *dout, const float *dent) {
   }
   memset(s->dx, 0, (size_t)T * C * sizeof(float));
   vr_tcpu_rmsnorm_bwd(s->xf, s->p_fnorm, s->rf, dhf, T, C, s->dx, s->g_fnorm);
-  for (int l = c->num_layers - 1; l >= 0; l--) vr_tcpu_layer_bwd(s, l, s->dx);
+  if (ready) ready(rctx, s->off_fnorm);
+  for (int l = c->num_layers - 1; l >= 0; l--) {
+    vr_tcpu_layer_bwd(s, l, s->dx);
+    if (ready) ready(rctx, s->off_layer[l]);
+  }
   for (int t = 0; t < T; t++) {
     float *ge = s->g_embed + (size_t)s->ids[t] * C;
     const float *d = s->dx + (size_t)t * C;
     for (int i = 0; i < C; i++) ge[i] += d[i];
   }
+  if (ready) ready(rctx, 0);
   return 0;
+}
+
+static int vr_tcpu_backward(void *state, const float *dout, const float *dent) {
+  return vr_tcpu_backward_ready(state, dout, dent, NULL, NULL);
 }
 
 /* ---- optimizer and buffers ---------------------------------------------------------------------- */
@@ -489,4 +505,5 @@ const vr_train_backend_ops_t vr_train_backend_cpu = {
     .get_grads = vr_tcpu_get_grads,
     .get_moments = vr_tcpu_get_moments,
     .set_moments = vr_tcpu_set_moments,
+    .backward_ready = vr_tcpu_backward_ready,
 };
