@@ -10,6 +10,10 @@
  *       i = 1..n-1 of every sequence (one batch, accumulated over micro-batches of at most N
  *       tokens), one {"step", "loss", "grad_norm"} line per step on stdout, then saves DIR2 as
  *       a Hugging Face checkpoint (vr_lm_save) plus the optimizer state (DIR2/optimizer.vrad).
+ *   verl-trainer sft --resume DIR --data FILE --save DIR2 --steps N --lr X [...]
+ *       continues from a checkpoint sft saved: parameters from DIR (the model), AdamW moments and
+ *       the step count K from DIR/optimizer.vrad, then steps K+1..N (N is the total, as
+ *       transformers' max_steps) with the same flags: equal bit for bit to one run of N steps.
  *
  * Exit status: 0 ok, 1 a run-time failure, 2 a bad command line, model or input file. */
 #include "vr_tcmd.h"
@@ -32,7 +36,7 @@
 #define PROG "verl-trainer"
 
 typedef struct vr_tcmd_args {
-  const char *model, *device, *input, *data, *save, *cpu_gemm;
+  const char *model, *device, *input, *data, *save, *cpu_gemm, *resume;
   double temperature, lr, wd, beta1, beta2, eps, clip;
   uint64_t steps, max_tokens, threads;
 } vr_tcmd_args_t;
@@ -47,6 +51,8 @@ static void vr_tcmd_usage(FILE *f, const char *cmd) {
     fprintf(f, "usage: verl-trainer sft --model DIR --data FILE --save DIR2 --steps N --lr X [--weight-decay W]\n"
                "                        [--betas B1,B2] [--eps E] [--clip C] [--micro-batch-tokens N] [--device cpu|cuda]\n"
                "                        [--threads N] [--cpu-gemm auto|generic|avx2+fma]\n"
+               "       verl-trainer sft --resume DIR (a checkpoint sft saved, instead of --model) ...: steps K+1..N after\n"
+               "                        its K steps (parameters, AdamW moments, step count), same flags as the first run\n"
                "N AdamW steps (torch.optim.AdamW; defaults weight decay 0.01, betas 0.9,0.999, eps 1e-8, no clipping)\n"
                "on the token-mean of -log p over every token after the first of every sequence in FILE (one batch),\n"
                "then saves DIR2 (safetensors + config.json + generation_config.json + optimizer.vrad).\n");
@@ -60,7 +66,7 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
   a->wd = 0.01, a->beta1 = 0.9, a->beta2 = 0.999, a->eps = 1e-8, a->lr = -1;
   a->max_tokens = 8192;
   enum { O_MODEL = 256, O_DEVICE, O_TEMP, O_INPUT, O_DATA, O_SAVE, O_STEPS, O_LR, O_WD, O_BETAS, O_EPS, O_CLIP,
-         O_MAXTOK, O_THREADS, O_GEMM };
+         O_MAXTOK, O_THREADS, O_GEMM, O_RESUME };
   static const struct option lo[] = {{"model", required_argument, 0, O_MODEL},
                                      {"device", required_argument, 0, O_DEVICE},
                                      {"temperature", required_argument, 0, O_TEMP},
@@ -77,6 +83,7 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
                                      {"micro-batch-tokens", required_argument, 0, O_MAXTOK},
                                      {"threads", required_argument, 0, O_THREADS},
                                      {"cpu-gemm", required_argument, 0, O_GEMM},
+                                     {"resume", required_argument, 0, O_RESUME},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   const int lp = strcmp(cmd, "logprobs") == 0;
@@ -92,6 +99,7 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
       case O_DATA: a->data = optarg; break;
       case O_SAVE: a->save = optarg; break;
       case O_GEMM: a->cpu_gemm = optarg; break;
+      case O_RESUME: a->resume = optarg; break;
       case O_TEMP: bad = vr_cli_parse_double(PROG, "--temperature", optarg, 1e-6, 1e6, &a->temperature); break;
       case O_LR: bad = vr_cli_parse_double(PROG, "--lr", optarg, 0, 10, &a->lr); break;
       case O_WD: bad = vr_cli_parse_double(PROG, "--weight-decay", optarg, 0, 10, &a->wd); break;
@@ -117,6 +125,10 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
     if (bad) return VR_EXIT_USAGE;
   }
   if (optind != argc) return vr_cli_usage_error(PROG, "%s: unexpected argument \"%s\"", cmd, argv[optind]);
+  if (a->resume && lp) return vr_cli_usage_error(PROG, "--resume is an sft flag");
+  if (a->resume && a->model)
+    return vr_cli_usage_error(PROG, "sft: --resume DIR loads the model from DIR; drop --model %s", a->model);
+  if (a->resume) a->model = a->resume;
   if (!a->model) return vr_cli_usage_error(PROG, "%s needs --model DIR", cmd);
   if (!lp && (!a->data || !a->save || a->steps == 0 || a->lr < 0))
     return vr_cli_usage_error(PROG, "sft needs --data FILE, --save DIR, --steps N and --lr X");
@@ -251,9 +263,23 @@ int vr_tcmd_sft(int argc, char **argv) {
     lp = malloc(ids.T * sizeof *lp), d = calloc(ids.T, sizeof *d), starts = malloc((ids.n + 1) * sizeof *starts);
     if (!lp || !d || !starts) rc = VR_EXIT_FAIL;
   }
+  uint64_t done = 0; /* steps already taken (a resumed checkpoint's) */
+  if (rc == 0 && a.resume) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/optimizer.vrad", a.resume);
+    int e = vr_train_load_optimizer(t, path);
+    if (e != 0) {
+      fprintf(stderr, PROG ": cannot resume from %s: %s\n", path, vr_strerror(e));
+      rc = e == VR_ERR_NOMEM || e == VR_ERR_IO ? VR_EXIT_FAIL : VR_EXIT_USAGE;
+    } else if ((done = (uint64_t)vr_train_step_count(t)) >= a.steps) {
+      fprintf(stderr, PROG ": %s is at step %llu; --steps %llu (the total) leaves nothing to do\n", a.resume,
+              (unsigned long long)done, (unsigned long long)a.steps);
+      rc = VR_EXIT_USAGE;
+    }
+  }
   uint32_t nb = rc == 0 ? vr_train_split(ids.cu, ids.n, (uint32_t)a.max_tokens, starts) : 0;
   vr_adamw_t h = {(float)a.lr, (float)a.beta1, (float)a.beta2, (float)a.eps, (float)a.wd};
-  for (uint64_t s = 1; s <= a.steps && rc == 0; s++) {
+  for (uint64_t s = done + 1; s <= a.steps && rc == 0; s++) {
     double loss = 0, norm = 0;
     int e = vr_tcmd_sft_step(t, &ids, starts, nb, lp, d, &h, (float)a.clip, &loss, &norm);
     if (e != 0) {

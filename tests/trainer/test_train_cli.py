@@ -102,6 +102,59 @@ class TestSft(unittest.TestCase):
             self.assertLessEqual(d, TOL)
 
 
+class TestResume(unittest.TestCase):
+    """sft 2 steps, then --resume for steps 3..5 == one sft run of 5 steps, bit for bit (weights,
+    optimizer state, printed loss and grad norm), untied and tied, clipped, in micro-batches."""
+
+    def sft(self, data, out, steps, *src):
+        p = run(["sft", *src, "--data", data, "--save", out, "--steps", str(steps), "--lr", "1e-3",
+                 "--weight-decay", "0.1", "--clip", "0.5", "--micro-batch-tokens", "16"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return [json.loads(l) for l in p.stdout.splitlines()]
+
+    def test_resume_equals_one_run(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ("llama_lm", "qwen2_lm"):
+                data = os.path.join(tmp, name + ".jsonl")
+                with open(data, "w") as f:
+                    f.write(ids_text(golden(name)["sequences"]))
+                m = os.path.join(FIX, name)
+                a, b, c = (os.path.join(tmp, name + x) for x in ("_5", "_2", "_2_5"))
+                full = self.sft(data, a, 5, "--model", m)
+                first = self.sft(data, b, 2, "--model", m)
+                rest = self.sft(data, c, 5, "--resume", b)
+                self.assertEqual([s["step"] for s in rest], [3, 4, 5])
+                self.assertEqual(first + rest, full)
+                for f in ("model.safetensors", "optimizer.vrad", "config.json"):
+                    with open(os.path.join(a, f), "rb") as x, open(os.path.join(c, f), "rb") as y:
+                        self.assertEqual(x.read(), y.read(), f"{name}: {f} differs")
+                print(f"{name}: sft 2 steps + resume to 5 == sft 5 steps, bit for bit")
+
+    def test_resume_errors(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            data = os.path.join(tmp, "d.jsonl")
+            with open(data, "w") as f:
+                f.write(ids_text(golden("llama_lm")["sequences"]))
+            ck = os.path.join(tmp, "ck")
+            self.sft(data, ck, 2, "--model", os.path.join(FIX, "llama_lm"))
+            base = ["sft", "--data", data, "--save", os.path.join(tmp, "o"), "--lr", "1e-3"]
+            for args, frag in (
+                    (["--resume", ck, "--steps", "2"], "is at step 2; --steps 2 (the total) leaves nothing"),
+                    (["--resume", ck, "--model", ck, "--steps", "3"], "--resume DIR loads the model from DIR"),
+                    (["--resume", os.path.join(FIX, "llama_lm"), "--steps", "3"], "optimizer.vrad"),
+                    (["--resume", "/no/such/dir", "--steps", "3"], "/no/such/dir")):
+                p = run(base + args)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn(frag, p.stderr)
+            # another model's optimizer state
+            q = os.path.join(tmp, "q")
+            self.sft(data, q, 1, "--model", os.path.join(FIX, "qwen2_lm"))
+            os.replace(os.path.join(q, "optimizer.vrad"), os.path.join(ck, "optimizer.vrad"))
+            p = run(base + ["--resume", ck, "--steps", "3"])
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("n_floats (another model) differs", p.stderr)
+
+
 class TestErrors(unittest.TestCase):
     M = os.path.join(FIX, "llama_lm")
 
