@@ -179,6 +179,15 @@ static int vr_tcmd_read(const char *path, const vr_lm_t *lm, vr_tids_t *ids) {
   return rc == 0 ? 0 : rc == VR_ERR_NOMEM || rc == VR_ERR_IO ? VR_EXIT_FAIL : VR_EXIT_USAGE;
 }
 
+/* Micro-batch k of the split (starts): its sequences with cu_seqlens rebased into cu (room for
+ * ids->n + 1 entries, on the heap: a micro-batch may hold millions of one-token sequences). */
+static vr_train_batch_t vr_tcmd_micro(const vr_tids_t *ids, const uint32_t *starts, uint32_t k, uint32_t *cu) {
+  uint32_t q0 = starts[k], q1 = starts[k + 1], base = ids->cu[q0];
+  for (uint32_t q = q0; q <= q1; q++) cu[q - q0] = ids->cu[q] - base;
+  vr_train_batch_t b = {ids->ids + base, cu, q1 - q0, NULL};
+  return b;
+}
+
 int vr_tcmd_logprobs(int argc, char **argv) {
   vr_tcmd_args_t a;
   int rc = vr_tcmd_parse(argc, argv, "logprobs", &a);
@@ -187,20 +196,18 @@ int vr_tcmd_logprobs(int argc, char **argv) {
   vr_train_t *t = NULL;
   vr_tids_t ids = {0};
   float *lp = NULL;
-  uint32_t *starts = NULL;
+  uint32_t *starts = NULL, *cu = NULL;
   rc = vr_tcmd_engine(&a, &lm, &t);
   if (rc == 0) rc = vr_tcmd_read(a.input, lm, &ids);
   if (rc == 0 && ids.n > 0) {
     lp = malloc(ids.T * sizeof *lp);
-    starts = malloc((ids.n + 1) * sizeof *starts);
-    if (!lp || !starts) rc = VR_EXIT_FAIL;
+    starts = malloc((ids.n + 1) * sizeof *starts), cu = malloc((ids.n + 1) * sizeof *cu);
+    if (!lp || !starts || !cu) rc = VR_EXIT_FAIL;
   }
   uint32_t nb = rc == 0 && ids.n > 0 ? vr_train_split(ids.cu, ids.n, (uint32_t)a.max_tokens, starts) : 0;
   for (uint32_t k = 0; k < nb && rc == 0; k++) {
     uint32_t q0 = starts[k], q1 = starts[k + 1], base = ids.cu[q0];
-    uint32_t cu[q1 - q0 + 1];
-    for (uint32_t q = q0; q <= q1; q++) cu[q - q0] = ids.cu[q] - base;
-    vr_train_batch_t b = {ids.ids + base, cu, q1 - q0, NULL};
+    vr_train_batch_t b = vr_tcmd_micro(&ids, starts, k, cu);
     int e = vr_train_forward(t, &b, (float)a.temperature, lp + base, NULL, 0);
     if (e != 0) {
       fprintf(stderr, PROG ": forward failed at line %u: %s\n", ids.line[q0], vr_strerror(e));
@@ -217,6 +224,7 @@ int vr_tcmd_logprobs(int argc, char **argv) {
   if (fflush(stdout) != 0 && rc == 0) rc = VR_EXIT_FAIL;
   free(lp);
   free(starts);
+  free(cu);
   vr_tids_free(&ids);
   vr_train_free(t);
   vr_lm_free(lm);
@@ -224,20 +232,18 @@ int vr_tcmd_logprobs(int argc, char **argv) {
 }
 
 /* One optimizer step of sft: loss and gradients over every micro-batch, then AdamW. */
-static int vr_tcmd_sft_step(vr_train_t *t, const vr_tids_t *ids, const uint32_t *starts, uint32_t nb, float *lp,
-                            float *d, const vr_adamw_t *h, float clip, double *loss, double *norm) {
+static int vr_tcmd_sft_step(vr_train_t *t, const vr_tids_t *ids, const uint32_t *starts, uint32_t nb, uint32_t *cu,
+                            float *lp, float *d, const vr_adamw_t *h, float clip, double *loss, double *norm) {
   const uint64_t N = ids->T - ids->n; /* predicted tokens */
   int rc = vr_train_zero_grad(t);
   double l = 0;
   for (uint32_t k = 0; k < nb && rc == 0; k++) {
     uint32_t q0 = starts[k], q1 = starts[k + 1], base = ids->cu[q0];
-    uint32_t cu[q1 - q0 + 1];
-    for (uint32_t q = q0; q <= q1; q++) cu[q - q0] = ids->cu[q] - base;
-    vr_train_batch_t b = {ids->ids + base, cu, q1 - q0, NULL};
+    vr_train_batch_t b = vr_tcmd_micro(ids, starts, k, cu);
     rc = vr_train_forward(t, &b, 1.0f, lp + base, NULL, 1);
     for (uint32_t q = q0; q < q1 && rc == 0; q++)
       for (uint32_t i = ids->cu[q] + 1; i < ids->cu[q + 1]; i++) l -= lp[i], d[i] = -1.0f / (float)N;
-    if (rc == 0) rc = vr_train_backward(t, d + base, NULL);
+    if (rc == 0) rc = k + 1 == nb ? vr_train_backward_last(t, d + base, NULL) : vr_train_backward(t, d + base, NULL);
   }
   *loss = l / (double)N;
   if (rc == 0) rc = vr_train_step(t, h, clip, norm);
@@ -252,7 +258,7 @@ int vr_tcmd_sft(int argc, char **argv) {
   vr_train_t *t = NULL;
   vr_tids_t ids = {0};
   float *lp = NULL, *d = NULL;
-  uint32_t *starts = NULL;
+  uint32_t *starts = NULL, *cu = NULL;
   rc = vr_tcmd_engine(&a, &lm, &t);
   if (rc == 0) rc = vr_tcmd_read(a.data, lm, &ids);
   if (rc == 0 && ids.T <= ids.n) {
@@ -261,7 +267,8 @@ int vr_tcmd_sft(int argc, char **argv) {
   }
   if (rc == 0) {
     lp = malloc(ids.T * sizeof *lp), d = calloc(ids.T, sizeof *d), starts = malloc((ids.n + 1) * sizeof *starts);
-    if (!lp || !d || !starts) rc = VR_EXIT_FAIL;
+    cu = malloc((ids.n + 1) * sizeof *cu);
+    if (!lp || !d || !starts || !cu) rc = VR_EXIT_FAIL;
   }
   uint64_t done = 0; /* steps already taken (a resumed checkpoint's) */
   if (rc == 0 && a.resume) {
@@ -281,7 +288,7 @@ int vr_tcmd_sft(int argc, char **argv) {
   vr_adamw_t h = {(float)a.lr, (float)a.beta1, (float)a.beta2, (float)a.eps, (float)a.wd};
   for (uint64_t s = done + 1; s <= a.steps && rc == 0; s++) {
     double loss = 0, norm = 0;
-    int e = vr_tcmd_sft_step(t, &ids, starts, nb, lp, d, &h, (float)a.clip, &loss, &norm);
+    int e = vr_tcmd_sft_step(t, &ids, starts, nb, cu, lp, d, &h, (float)a.clip, &loss, &norm);
     if (e != 0) {
       fprintf(stderr, PROG ": sft step %llu failed: %s\n", (unsigned long long)s, vr_strerror(e));
       rc = VR_EXIT_FAIL;
@@ -306,6 +313,7 @@ int vr_tcmd_sft(int argc, char **argv) {
   free(lp);
   free(d);
   free(starts);
+  free(cu);
   vr_tids_free(&ids);
   vr_train_free(t);
   vr_lm_free(lm);

@@ -6,8 +6,9 @@
  *
  * (defaults 2, 128, 5, 1<<20). Each rank trains on its own random tokens (seed = rank), one
  * micro-batch, no ZeRO-1; a barrier before each step; per mode the median of STEPS step times
- * (forward + backward + all-reduce + AdamW) on rank 0, and whether both modes' parameters are
- * bit-identical (they must be). Exit status 0 = ran and the parameters agreed. */
+ * (forward + backward + all-reduce + AdamW) on rank 0, the medians of its parts (forward; backward,
+ * which in the overlapped mode starts the buckets; step: the all-reduce or the wait for it, then
+ * clipping and AdamW), and whether both modes' parameters are bit-identical (they must be). Exit status 0 = ran and the parameters agreed. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,7 +23,8 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* STEPS steps; overlap 1: backward_last; times (steps) on return. */
+/* STEPS steps; overlap 1: backward_last; per step s, times[4 s + k]: whole step, forward,
+ * backward, step. */
 static int bench(vr_train_t *t, const vr_train_batch_t *b, int steps, int overlap, double *times) {
   const uint32_t T = b->cu_seqlens[b->n_seqs];
   float *lp = malloc(T * sizeof *lp), *d = calloc(T, sizeof *d);
@@ -37,9 +39,12 @@ static int bench(vr_train_t *t, const vr_train_batch_t *b, int steps, int overla
     double t0 = MPI_Wtime();
     rc = vr_train_zero_grad(t);
     if (rc == 0) rc = vr_train_forward(t, b, 1.0f, lp, NULL, 1);
+    double t1 = MPI_Wtime();
     if (rc == 0) rc = overlap ? vr_train_backward_last(t, d, NULL) : vr_train_backward(t, d, NULL);
+    double t2 = MPI_Wtime();
     if (rc == 0) rc = vr_train_step(t, &h, 1.0f, NULL);
-    times[s] = MPI_Wtime() - t0;
+    double t3 = MPI_Wtime();
+    times[4 * s] = t3 - t0, times[4 * s + 1] = t1 - t0, times[4 * s + 2] = t2 - t1, times[4 * s + 3] = t3 - t2;
   }
   free(lp);
   free(d);
@@ -72,7 +77,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 2 && rc == 0; k++) rc = vr_train_init(lm, &o, &t[k]);
   int32_t *ids = malloc((size_t)nseq * len * sizeof *ids);
   uint32_t *cu = malloc(((size_t)nseq + 1) * sizeof *cu);
-  double *times = malloc(2 * (size_t)(total > 0 ? total : 1) * sizeof *times);
+  double *times = malloc(8 * (size_t)(total > 0 ? total : 1) * sizeof *times), med[2][4];
   if (rc == 0 && (!ids || !cu || !times)) rc = VR_ERR_NOMEM;
   if (rc == 0) {
     uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
@@ -86,7 +91,7 @@ int main(int argc, char **argv) {
     rc = bench(t[0], &b, 1, 0, times); /* warm-up: workspaces, pages */
     if (rc == 0) rc = bench(t[1], &b, 1, 1, times);
     for (int r = 0; r < 2 && rc == 0; r++) /* interleaved rounds, so load changes hit both */
-      for (int k = 0; k < 2 && rc == 0; k++) rc = bench(t[k], &b, per, k, times + k * total + r * per);
+      for (int k = 0; k < 2 && rc == 0; k++) rc = bench(t[k], &b, per, k, times + 4 * (k * total + r * per));
   }
   int rc_all = rc;
   MPI_Allreduce(&rc, &rc_all, 1, MPI_INT, MPI_MIN, world);
@@ -99,14 +104,19 @@ int main(int argc, char **argv) {
     free(p0);
     free(p1);
     if (rank == 0) {
-      double med[2];
-      for (int k = 0; k < 2; k++) {
-        qsort(times + k * total, (size_t)total, sizeof *times, cmp_double);
-        med[k] = times[k * total + total / 2];
-      }
+      double col[total];
+      for (int k = 0; k < 2; k++)
+        for (int j = 0; j < 4; j++) {
+          for (int s = 0; s < total; s++) col[s] = times[4 * (k * total + s) + j];
+          qsort(col, (size_t)total, sizeof *col, cmp_double);
+          med[k][j] = col[total / 2];
+        }
       printf("{\"ranks\": %d, \"tokens_per_rank\": %d, \"n_floats\": %zu, \"bucket_floats\": %zu, \"steps\": %d, "
-             "\"step_s_after_backward\": %.4f, \"step_s_overlapped\": %.4f, \"params_bit_equal\": %s}\n",
-             size, nseq * len, n, bucket, total, med[0], med[1], same ? "true" : "false");
+             "\"step_s_after_backward\": %.4f, \"step_s_overlapped\": %.4f, \"params_bit_equal\": %s,\n"
+             " \"after_backward\": {\"forward\": %.4f, \"backward\": %.4f, \"step\": %.4f},\n"
+             " \"overlapped\": {\"forward\": %.4f, \"backward\": %.4f, \"step\": %.4f}}\n",
+             size, nseq * len, n, bucket, total, med[0][0], med[1][0], same ? "true" : "false", med[0][1], med[0][2],
+             med[0][3], med[1][1], med[1][2], med[1][3]);
     }
   } else if (rank == 0) {
     fprintf(stderr, "bench_train_dp: failed: %s\n", vr_strerror(rc_all));

@@ -55,6 +55,22 @@ class TestLogprobs(unittest.TestCase):
             print(f"{name}: max |logp diff| T=1 {d1:.3g}, T=0.7 {d2:.3g}, batches of 40 tokens {d3:.3g}")
             self.assertLessEqual(max(d1, d2, d3), TOL)
 
+    def test_many_sequences_in_one_batch(self):
+        # 40000 one-token lines in one micro-batch under a 128 KiB stack: the rebased cu_seqlens
+        # of a micro-batch live on the heap (a stack array of 160 KB crashed)
+        import resource
+
+        def small_stack():
+            resource.setrlimit(resource.RLIMIT_STACK, (128 << 10, 128 << 10))
+        p = subprocess.run([BIN, "logprobs", "--model", os.path.join(FIX, "llama_lm"), "--max-tokens", "16777216"],
+                           input='{"input_ids": [1]}\n' * 40000 + '{"input_ids": [1, 5]}\n', capture_output=True,
+                           text=True, timeout=120, preexec_fn=small_stack)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 40001)
+        self.assertEqual(lines[0], '{"logprobs": []}')
+        self.assertEqual(len(json.loads(lines[-1])["logprobs"]), 1)
+
     def test_empty_input(self):
         p = run(["logprobs", "--model", os.path.join(FIX, "llama_lm")], "\n\n")
         self.assertEqual((p.returncode, p.stdout), (0, ""), p.stderr)
