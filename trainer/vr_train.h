@@ -29,7 +29,8 @@
  * later forward, kept or not, or set_params, discards it).
  * Gradients accumulate over micro-batches until zero_grad. Data parallel: each rank's loss is
  * its share of the global loss (e.g. token-mean: divide by the GLOBAL token count); step()
- * all-reduces (sums) the gradients over the group, so every rank applies the same update.
+ * all-reduces (sums) the gradients over the group, so every rank applies the same update
+ * (vr_train_backward_last starts that all-reduce during the last micro-batch's backward).
  *
  * ---- Optimizer ------------------------------------------------------------------------------
  * AdamW as torch.optim.AdamW (fp32 moments m, v; step count s starting at 1):

@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 2 && rc == 0; k++) rc = vr_train_init(lm, &o, &t[k]);
   int32_t *ids = malloc((size_t)nseq * len * sizeof *ids);
   uint32_t *cu = malloc(((size_t)nseq + 1) * sizeof *cu);
-  double *times = malloc(8 * (size_t)(total > 0 ? total : 1) * sizeof *times), med[2][4];
+  double *times = malloc(8 * (size_t)(total > 0 ? total : 1) * sizeof *times), med[2][4] = {{0}};
   if (rc == 0 && (!ids || !cu || !times)) rc = VR_ERR_NOMEM;
   if (rc == 0) {
     uint64_t x = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
@@ -104,9 +104,10 @@ int main(int argc, char **argv) {
     free(p0);
     free(p1);
     if (rank == 0) {
-      double col[total];
+      double *col = malloc((size_t)total * sizeof *col);
       for (int k = 0; k < 2; k++)
         for (int j = 0; j < 4; j++) {
+          if (!col) break;
           for (int s = 0; s < total; s++) col[s] = times[4 * (k * total + s) + j];
           qsort(col, (size_t)total, sizeof *col, cmp_double);
           med[k][j] = col[total / 2];
@@ -117,6 +118,7 @@ int main(int argc, char **argv) {
              " \"overlapped\": {\"forward\": %.4f, \"backward\": %.4f, \"step\": %.4f}}\n",
              size, nseq * len, n, bucket, total, med[0][0], med[1][0], same ? "true" : "false", med[0][1], med[0][2],
              med[0][3], med[1][1], med[1][2], med[1][3]);
+      free(col);
     }
   } else if (rank == 0) {
     fprintf(stderr, "bench_train_dp: failed: %s\n", vr_strerror(rc_all));
