@@ -273,8 +273,8 @@ int vr_tcmd_sft(int argc, char **argv) {
   uint64_t done = 0; /* steps already taken (a resumed checkpoint's) */
   if (rc == 0 && a.resume) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/optimizer.vrad", a.resume);
-    int e = vr_train_load_optimizer(t, path);
+    int e = snprintf(path, sizeof path, "%s/optimizer.vrad", a.resume) >= (int)sizeof path ? VR_ERR_INVAL
+                                                                                            : vr_train_load_optimizer(t, path);
     if (e != 0) {
       fprintf(stderr, PROG ": cannot resume from %s: %s\n", path, vr_strerror(e));
       rc = e == VR_ERR_NOMEM || e == VR_ERR_IO ? VR_EXIT_FAIL : VR_EXIT_USAGE;
@@ -301,7 +301,7 @@ int vr_tcmd_sft(int argc, char **argv) {
     char path[4096];
     int e = vr_train_get_params(t, vr_lm_params(lm), vr_lm_n_floats(lm));
     if (e == 0) e = vr_lm_save(lm, a.save);
-    snprintf(path, sizeof path, "%s/optimizer.vrad", a.save);
+    if (e == 0 && snprintf(path, sizeof path, "%s/optimizer.vrad", a.save) >= (int)sizeof path) e = VR_ERR_INVAL;
     if (e == 0) e = vr_train_save_optimizer(t, path);
     if (e != 0) {
       fprintf(stderr, PROG ": cannot save %s: %s\n", a.save, vr_strerror(e));

@@ -385,8 +385,11 @@ int vr_train_save_optimizer(vr_train_t *t, const char *path) {
   size_t n = t->hi - t->lo;
   float *m = malloc((n ? n : 1) * sizeof *m), *v = malloc((n ? n : 1) * sizeof *v);
   int rc = m && v ? t->ops->get_moments(t->state, m, v) : VR_ERR_NOMEM;
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  char tmp[4096 + 8];
+  if (rc == 0 && snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+    vr_log(VR_LOG_ERROR, "%s: optimizer state path too long", path);
+    rc = VR_ERR_INVAL;
+  }
   FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
   if (rc == 0 && !f) {
     vr_log(VR_LOG_ERROR, "%s: cannot create: %s", tmp, strerror(errno));

@@ -118,6 +118,42 @@ class TestSft(unittest.TestCase):
             self.assertLessEqual(d, TOL)
 
 
+class TestLongPaths(unittest.TestCase):
+    """A checkpoint saved under a 2.03k-character directory (Linux allows 4095): every file lands
+    under its own name, generation_config.json included; past PATH_MAX sft refuses to save."""
+
+    def deep(self, root, length):
+        d = root
+        while len(d) < length:
+            d = os.path.join(d, "d" * min(200, max(1, length - len(d) - 1)))
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def test_long_model_and_save_dirs(self):
+        import shutil
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(FIX, "llama_lm")
+            model = self.deep(os.path.join(tmp, "m"), 900)
+            for f in ("config.json", "model.safetensors", "generation_config.json"):
+                shutil.copy(os.path.join(src, f), model)
+            data = os.path.join(tmp, "d.jsonl")
+            with open(data, "w") as f:
+                f.write(ids_text(golden("llama_lm")["sequences"]))
+            save = self.deep(os.path.join(tmp, "s"), 2030)
+            p = run(["sft", "--model", model, "--data", data, "--save", save, "--steps", "1", "--lr", "1e-3"])
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(sorted(os.listdir(save)),
+                             ["config.json", "generation_config.json", "model.safetensors", "optimizer.vrad"])
+            with open(os.path.join(src, "generation_config.json"), "rb") as a, \
+                    open(os.path.join(save, "generation_config.json"), "rb") as b:
+                self.assertEqual(a.read(), b.read())
+            # past PATH_MAX: refused with a message, nothing written under a cut name
+            p = run(["sft", "--model", model, "--data", data, "--save", save + "/" + "x" * 250 + "/" + "y" * 250 * 8,
+                     "--steps", "1", "--lr", "1e-3"])
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("too long", p.stderr)
+
+
 class TestResume(unittest.TestCase):
     """sft 2 steps, then --resume for steps 3..5 == one sft run of 5 steps, bit for bit (weights,
     optimizer state, printed loss and grad norm), untied and tied, clipped, in micro-batches."""
