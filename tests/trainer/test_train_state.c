@@ -211,6 +211,16 @@ static void test_bad_inputs(void **state) {
   for (int i = 0; i < 8; i++) assert_true(mask[i] ? some[i] == all[i] : some[i] == 0.0f);
   free(longer), free(out);
   vr_train_free(t);
+  /* a vocabulary chunk past INT_MAX is the whole vocabulary (it wrapped to 0 and never ended) */
+  b.mask = NULL;
+  float ref[8], big[8];
+  t = tr_engine(lm, 0, 0, 0);
+  assert_int_equal(vr_train_forward(t, &b, 1.0f, ref, NULL, 0), 0);
+  vr_train_free(t);
+  t = tr_engine(lm, 0, 0, (size_t)1 << 32);
+  assert_int_equal(vr_train_forward(t, &b, 1.0f, big, NULL, 0), 0);
+  assert_memory_equal(ref, big, sizeof ref);
+  vr_train_free(t);
   /* heads and devices */
   vr_train_options_t o;
   vr_train_options_init(&o);

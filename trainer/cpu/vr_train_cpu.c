@@ -188,8 +188,8 @@ static int vr_tcpu_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_t
   s->ctx.n_threads = 1;
 #endif
   s->recompute = opt->recompute;
-  s->vchunk = opt->vocab_chunk > 0 ? (int)opt->vocab_chunk : 4096;
-  if (s->vchunk > c->vocab_size) s->vchunk = c->vocab_size;
+  size_t vchunk = opt->vocab_chunk > 0 ? opt->vocab_chunk : 4096; /* clamped before it becomes an int */
+  s->vchunk = vchunk > (size_t)c->vocab_size ? c->vocab_size : (int)vchunk;
   s->n_floats = vr_lm_n_floats(lm);
   s->lo = lo, s->hi = hi;
   s->p = vr_tcpu_alloc(s->n_floats, &err), s->g = vr_tcpu_alloc(s->n_floats, &err);
