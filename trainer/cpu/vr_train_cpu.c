@@ -42,7 +42,8 @@ typedef struct vr_tcpu {
   size_t *off_layer, off_fnorm;    /* offsets of each layer's first tensor and of the final norm */
   float *p_embed, *g_embed, *p_fnorm, *g_fnorm, *p_head, *g_head, *p_score, *g_score, *p_sbias, *g_sbias;
   vr_tcpu_ctx_t ctx;
-  float *cos_t, *sin_t;            /* (max_position_embeddings, D/2) */
+  float *cos_t, *sin_t;            /* (rope_n, D/2): positions up to the longest sequence seen */
+  size_t rope_n;
   int recompute, vchunk;
   /* workspace for ws_T tokens */
   size_t ws_T, att_cap;
@@ -213,14 +214,6 @@ static int vr_tcpu_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_t
     s->p_score = vr_tcpu_at(s->p, lm, ix->score_w), s->g_score = vr_tcpu_at(s->g, lm, ix->score_w);
     s->p_sbias = vr_tcpu_at(s->p, lm, ix->score_b), s->g_sbias = vr_tcpu_at(s->g, lm, ix->score_b);
   }
-  size_t npos = (size_t)c->max_position_embeddings * half;
-  s->cos_t = vr_tcpu_alloc(npos, &err), s->sin_t = vr_tcpu_alloc(npos, &err);
-  for (int p = 0; p < c->max_position_embeddings && !err; p++)
-    for (int i = 0; i < half; i++) { /* in float32, as transformers' rotary embedding */
-      float a = (float)p * inv[i];
-      s->cos_t[(size_t)p * half + i] = cosf(a) * c->rope_attention_scaling;
-      s->sin_t[(size_t)p * half + i] = sinf(a) * c->rope_attention_scaling;
-    }
   int k = c->hidden_size;
   if (c->num_heads * c->head_dim > k) k = c->num_heads * c->head_dim;
   if (c->intermediate_size > k) k = c->intermediate_size;
@@ -237,6 +230,33 @@ static int vr_tcpu_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_t
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
+
+/* RoPE tables for positions [0, n) (n <= max_position_embeddings, checked by the engine); grown
+ * on demand so a config's 2^24 positions cost nothing until sequences that long arrive. */
+static int vr_tcpu_rope_ensure(vr_tcpu_t *s, size_t n) {
+  if (n <= s->rope_n) return 0;
+  const vr_lm_config_t *c = &s->c;
+  const size_t half = (size_t)c->head_dim / 2, cap = (size_t)c->max_position_embeddings;
+  size_t want = 2 * s->rope_n > n ? 2 * s->rope_n : n;
+  if (want < 256) want = 256;
+  if (want > cap) want = cap;
+  float *ct = realloc(s->cos_t, want * half * sizeof *ct);
+  if (ct) s->cos_t = ct;
+  float *st = ct ? realloc(s->sin_t, want * half * sizeof *st) : NULL;
+  if (!st) {
+    vr_log(VR_LOG_ERROR, "cpu training backend: out of memory for RoPE tables of %zu positions", want);
+    return VR_ERR_NOMEM;
+  }
+  s->sin_t = st;
+  for (size_t p = s->rope_n; p < want; p++)
+    for (size_t i = 0; i < half; i++) { /* in float32, as transformers' rotary embedding */
+      float a = (float)p * c->rope_inv_freq[i];
+      s->cos_t[p * half + i] = cosf(a) * c->rope_attention_scaling;
+      s->sin_t[p * half + i] = sinf(a) * c->rope_attention_scaling;
+    }
+  s->rope_n = want;
+  return 0;
+}
 
 /* One decoder layer on A->xin (filled by the caller); writes xout (T, C). */
 static int vr_tcpu_layer_fwd(vr_tcpu_t *s, const vr_tcpu_layer_t *P, vr_tcpu_acts_t *A, int T, float *xout) {
@@ -285,6 +305,10 @@ static int vr_tcpu_forward(void *state, const vr_train_batch_t *b, float tau, fl
   const uint32_t T = b->cu_seqlens[b->n_seqs];
   s->kept = 0;
   int rc = vr_tcpu_ensure(s, T > 0 ? T : 1);
+  uint32_t longest = 0;
+  for (uint32_t q = 0; q < b->n_seqs; q++)
+    if (b->cu_seqlens[q + 1] - b->cu_seqlens[q] > longest) longest = b->cu_seqlens[q + 1] - b->cu_seqlens[q];
+  if (rc == 0) rc = vr_tcpu_rope_ensure(s, longest);
   if (rc != 0) return rc;
   s->T = (int)T, s->n = b->n_seqs, s->tau = tau;
   memcpy(s->ids, b->ids, T * sizeof *s->ids);
