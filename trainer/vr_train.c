@@ -27,6 +27,9 @@ struct vr_train {
   void **req;                      /* per bucket: a started non-blocking all-reduce or NULL */
   char *done;                      /* per bucket: test said complete */
   int inflight, comm_rc;           /* backward_last started the reduction; first failure */
+  int rs;                          /* ZeRO-1 with the comm's reduce-scatter: buckets reduce-scattered */
+  size_t *off;                     /* (size + 1) a bucket's pieces per rank (reduce-scatter) */
+  double *sq;                      /* (size) the ranks' shard sums of squares (reduce-scatter) */
 };
 
 void vr_train_options_init(vr_train_options_t *o) {
@@ -105,7 +108,8 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   if (opt.comm.size <= 0) opt.comm.size = 1, opt.comm.rank = 0;
   if (opt.comm.rank < 0 || opt.comm.rank >= opt.comm.size ||
       (opt.comm.size > 1 && (!opt.comm.allreduce_sum || !opt.comm.bcast)) ||
-      (opt.comm.iallreduce_sum == NULL) != (opt.comm.wait == NULL)) {
+      (opt.comm.iallreduce_sum == NULL) != (opt.comm.wait == NULL) ||
+      (opt.comm.ireduce_scatter_sum && (!opt.comm.wait || !opt.comm.reduce_scatter_sum))) {
     vr_log(VR_LOG_ERROR, "training engine: comm rank %d of %d without collectives", opt.comm.rank, opt.comm.size);
     return VR_ERR_INVAL;
   }
@@ -130,9 +134,15 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   if (opt.zero1 && opt.comm.size > 1) vr_train_shard(t->n_floats, opt.comm.rank, opt.comm.size, &t->lo, &t->hi);
   else t->lo = 0, t->hi = t->n_floats;
   int rc = opt.comm.size > 1 ? vr_train_plan(t, lm) : 0;
+  t->rs = opt.zero1 && opt.comm.size > 1 && opt.comm.reduce_scatter_sum;
+  if (rc == 0 && t->rs) {
+    t->off = malloc(((size_t)opt.comm.size + 1) * sizeof *t->off);
+    t->sq = malloc((size_t)opt.comm.size * sizeof *t->sq);
+    if (!t->off || !t->sq) rc = VR_ERR_NOMEM;
+  }
   if (rc == 0) rc = ops->init(lm, &t->opt, t->lo, t->hi, &t->state);
   if (rc != 0) {
-    free(t->bk), free(t->req), free(t->done);
+    free(t->bk), free(t->req), free(t->done), free(t->off), free(t->sq);
     free(t);
     return rc;
   }
@@ -149,7 +159,18 @@ static void vr_train_launch(vr_train_t *t, size_t lo) {
     if (t->comm_rc != 0) continue; /* after a failure nothing more is started */
     size_t a = t->bk[i], n = t->bk[i + 1] - a;
     t->done[i] = 0;
-    int rc = c->iallreduce_sum ? c->iallreduce_sum(c->ctx, g + a, n, &t->req[i]) : c->allreduce_sum(c->ctx, g + a, n);
+    int rc;
+    if (t->rs) { /* rank r's piece: the bucket within its shard */
+      for (int r = 0; r <= c->size; r++) {
+        size_t lo = t->n_floats, hi;
+        if (r < c->size) vr_train_shard(t->n_floats, r, c->size, &lo, &hi);
+        t->off[r] = lo < a ? 0 : lo > a + n ? n : lo - a;
+      }
+      rc = c->ireduce_scatter_sum ? c->ireduce_scatter_sum(c->ctx, g + a, n, t->off, &t->req[i])
+                                  : c->reduce_scatter_sum(c->ctx, g + a, n, t->off);
+    } else {
+      rc = c->iallreduce_sum ? c->iallreduce_sum(c->ctx, g + a, n, &t->req[i]) : c->allreduce_sum(c->ctx, g + a, n);
+    }
     if (rc != 0) {
       t->req[i] = NULL;
       t->comm_rc = rc;
@@ -186,7 +207,7 @@ void vr_train_free(vr_train_t *t) {
   if (!t) return;
   if (t->inflight) vr_train_wait(t);
   t->ops->free(t->state);
-  free(t->bk), free(t->req), free(t->done);
+  free(t->bk), free(t->req), free(t->done), free(t->off), free(t->sq);
   free(t);
 }
 
@@ -318,7 +339,19 @@ int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_n
     }
   }
   double norm = 0;
-  rc = vr_train_grad_norm(t, &norm);
+  if (t->rs) { /* each shard's sum of squares to every rank, summed in rank order */
+    rc = t->ops->grad_sqnorm(t->state, t->lo, t->hi, &t->sq[c->rank]);
+    for (int r = 0; r < c->size && rc == 0; r++) rc = c->bcast(c->ctx, &t->sq[r], sizeof t->sq[r], r);
+    if (rc != 0) {
+      vr_log(VR_LOG_ERROR, "training step: gradient norm exchange failed (%d)", rc);
+      return rc;
+    }
+    double sq = 0;
+    for (int r = 0; r < c->size; r++) sq += t->sq[r];
+    norm = sqrt(sq);
+  } else {
+    rc = vr_train_grad_norm(t, &norm);
+  }
   if (rc != 0) return rc;
   if (grad_norm) *grad_norm = norm;
   if (!isfinite(norm)) {
@@ -346,6 +379,7 @@ int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_n
 }
 
 size_t vr_train_n_floats(const vr_train_t *t) { return t->n_floats; }
+void vr_train_shard_range(const vr_train_t *t, size_t *lo, size_t *hi) { *lo = t->lo, *hi = t->hi; }
 float *vr_train_param_buffer(vr_train_t *t) { return t->ops->params(t->state); }
 float *vr_train_grad_buffer(vr_train_t *t) { return t->ops->grads(t->state); }
 const char *vr_train_device(const vr_train_t *t) { return t->ops->name; }

@@ -43,6 +43,10 @@
  * shard [lo, hi) of the buffer (contiguous, split at VR_LM_ALIGN boundaries), updates that
  * shard, then the shards are broadcast so every rank holds all parameters. Results are equal
  * to a single rank's (same sums in the same order) up to the order of the gradient all-reduce.
+ * ZeRO-1 over a comm with reduce_scatter_sum: the gradients are reduce-scattered, so after the
+ * step only the shard [lo, hi) (vr_train_shard_range) holds the sums and the rest of the
+ * gradient buffer is undefined; the norm is then sqrt of the sum over ranks, in rank order, of
+ * each shard's sum of squares (every rank computes the same value).
  *
  * Threading: a vr_train_t is used by one thread. Not thread-safe. */
 #ifndef VR_TRAIN_H
@@ -86,6 +90,17 @@ typedef struct vr_train_comm {
   int (*iallreduce_sum)(void *ctx, float *buf, size_t n, void **req);
   int (*wait)(void *ctx, void *req);
   int (*test)(void *ctx, void *req, int *done);
+  /* Optional, for ZeRO-1: a sum reduce-scatter of buf[0, n) (n <= 2^30) in place: rank r ends
+   * with the sums of its piece buf[off[r], off[r+1]) (off: size + 1 non-decreasing entries, 0 ..
+   * n, read during the call only); the rest of buf is left undefined. The non-blocking form
+   * completes through wait (and test) as iallreduce_sum; it needs wait. When the engine shards
+   * (zero1) and reduce_scatter_sum is given, it reduce-scatters every bucket (the non-blocking
+   * form when given) instead of all-reducing it: half the traffic; the step then also calls bcast
+   * on host doubles (each rank's shard sum of squares, 8 bytes), so a device comm offering these
+   * must accept small host buffers in bcast. An NCCL comm can do the reduce-scatter as one
+   * ncclReduce per non-empty piece (root = its owner) inside ncclGroupStart/End. */
+  int (*reduce_scatter_sum)(void *ctx, float *buf, size_t n, const size_t *off);
+  int (*ireduce_scatter_sum)(void *ctx, float *buf, size_t n, const size_t *off, void **req);
 } vr_train_comm_t;
 
 typedef struct vr_train_options {
@@ -184,10 +199,14 @@ int vr_train_zero_grad(vr_train_t *t);
  * *grad_norm (may be NULL) gets the norm before clipping. Gradients are left as reduced
  * (and clipped); call zero_grad before the next accumulation. */
 int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_norm);
-/* The global norm of the current gradients (local ones; the sums after backward_last). */
+/* The global norm of the current gradients (local ones; the sums after backward_last; with a
+ * reduce-scatter, the norm over the whole buffer, which then mixes shard sums and undefined
+ * values: use step's grad_norm). */
 int vr_train_grad_norm(vr_train_t *t, double *norm);
 
 size_t vr_train_n_floats(const vr_train_t *t); /* = vr_lm_n_floats of the lm */
+/* This rank's optimizer shard [*lo, *hi) (the whole buffer without ZeRO-1 or DP). */
+void vr_train_shard_range(const vr_train_t *t, size_t *lo, size_t *hi);
 int64_t vr_train_step_count(const vr_train_t *t);
 /* Host copies of the whole buffer (n = vr_train_n_floats). set_params also updates nothing
  * else (moments and step count stay). To save a checkpoint: get_params into vr_lm_params of

@@ -2,10 +2,10 @@
  * after the backward (vr_train_backward + vr_train_step) and overlapping it
  * (vr_train_backward_last), timed side by side in one run. Run under mpirun:
  *
- *   mpirun -np 3 bench_train_dp MODEL_DIR [SEQS_PER_RANK SEQ_LEN STEPS BUCKET_FLOATS]
+ *   mpirun -np 3 bench_train_dp MODEL_DIR [SEQS_PER_RANK SEQ_LEN STEPS BUCKET_FLOATS ZERO1]
  *
- * (defaults 2, 128, 5, 1<<20). Each rank trains on its own random tokens (seed = rank), one
- * micro-batch, no ZeRO-1; a barrier before each step; per mode the median of STEPS step times
+ * (defaults 2, 128, 5, 1<<20, 0; ZERO1 1: optimizer sharded, gradients reduce-scattered). Each
+ * rank trains on its own random tokens (seed = rank), one micro-batch; a barrier before each step; per mode the median of STEPS step times
  * (forward + backward + all-reduce + AdamW) on rank 0, the medians of its parts (forward; backward,
  * which in the overlapped mode starts the buckets; step: the all-reduce or the wait for it, then
  * clipping and AdamW), and whether both modes' parameters are bit-identical (they must be). Exit status 0 = ran and the parameters agreed. */
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(world, &rank);
   MPI_Comm_size(world, &size);
   if (argc < 2) {
-    if (rank == 0) fprintf(stderr, "usage: bench_train_dp MODEL_DIR [SEQS_PER_RANK SEQ_LEN STEPS BUCKET_FLOATS]\n");
+    if (rank == 0) fprintf(stderr, "usage: bench_train_dp MODEL_DIR [SEQS_PER_RANK SEQ_LEN STEPS BUCKET_FLOATS ZERO1]\n");
     MPI_Finalize();
     return 2;
   }
@@ -73,6 +73,7 @@ int main(int argc, char **argv) {
   vr_train_options_init(&o);
   vr_train_comm_mpi(&o.comm, &world);
   o.bucket_floats = bucket;
+  o.zero1 = argc > 6 ? atoi(argv[6]) != 0 : 0;
   o.max_tokens = (uint32_t)(nseq * len);
   for (int k = 0; k < 2 && rc == 0; k++) rc = vr_train_init(lm, &o, &t[k]);
   int32_t *ids = malloc((size_t)nseq * len * sizeof *ids);
@@ -112,11 +113,11 @@ int main(int argc, char **argv) {
           qsort(col, (size_t)total, sizeof *col, cmp_double);
           med[k][j] = col[total / 2];
         }
-      printf("{\"ranks\": %d, \"tokens_per_rank\": %d, \"n_floats\": %zu, \"bucket_floats\": %zu, \"steps\": %d, "
+      printf("{\"ranks\": %d, \"zero1\": %d, \"tokens_per_rank\": %d, \"n_floats\": %zu, \"bucket_floats\": %zu, \"steps\": %d, "
              "\"step_s_after_backward\": %.4f, \"step_s_overlapped\": %.4f, \"params_bit_equal\": %s,\n"
              " \"after_backward\": {\"forward\": %.4f, \"backward\": %.4f, \"step\": %.4f},\n"
              " \"overlapped\": {\"forward\": %.4f, \"backward\": %.4f, \"step\": %.4f}}\n",
-             size, nseq * len, n, bucket, total, med[0][0], med[1][0], same ? "true" : "false", med[0][1], med[0][2],
+             size, o.zero1, nseq * len, n, bucket, total, med[0][0], med[1][0], same ? "true" : "false", med[0][1], med[0][2],
              med[0][3], med[1][1], med[1][2], med[1][3]);
       free(col);
     }

@@ -4,7 +4,11 @@
  * gradients of the whole batch (up to the order of the sums: relative 1e-6 per tensor) and match
  * transformers' (1e-5), and after 3 AdamW steps (lr 1e-3) the parameters must equal the single-rank
  * run's within 1e-5 and be bit-identical on every rank, with ZeRO-1 (optimizer state sharded, each
- * rank's optimizer file holds only its shard) and without. Exit status 0 on every rank = pass. */
+ * rank's optimizer file holds only its shard) and without. ZeRO-1 over MPI_COMM_WORLD
+ * reduce-scatters the gradients (the shards gathered for the checks), over the actor group it
+ * all-reduces. Every step also runs in a second engine that reduces during the backward
+ * (vr_train_backward_last): bit-identical gradients, norms and parameters. Exit status 0 on every
+ * rank = pass. */
 #include <math.h>
 #include <mpi.h>
 #include <setjmp.h>
@@ -53,6 +57,7 @@ typedef struct spy {
   const float *g;
   size_t lo, hi;
   int starts, early; /* buckets started; of those, started before the lower layers' backward */
+  int scatters;      /* of those, reduce-scattered */
 } spy_t;
 
 static void spy_note(spy_t *s, const float *buf) {
@@ -70,6 +75,29 @@ static int spy_allreduce(void *ctx, float *buf, size_t n) {
 static int spy_iallreduce(void *ctx, float *buf, size_t n, void **req) {
   spy_note(ctx, buf);
   return ((spy_t *)ctx)->in.iallreduce_sum(((spy_t *)ctx)->in.ctx, buf, n, req);
+}
+
+static int spy_reduce_scatter(void *ctx, float *buf, size_t n, const size_t *off) {
+  spy_note(ctx, buf);
+  ((spy_t *)ctx)->scatters++;
+  return ((spy_t *)ctx)->in.reduce_scatter_sum(((spy_t *)ctx)->in.ctx, buf, n, off);
+}
+
+static int spy_ireduce_scatter(void *ctx, float *buf, size_t n, const size_t *off, void **req) {
+  spy_note(ctx, buf);
+  ((spy_t *)ctx)->scatters++;
+  return ((spy_t *)ctx)->in.ireduce_scatter_sum(((spy_t *)ctx)->in.ctx, buf, n, off, req);
+}
+
+/* With a reduce-scatter (ZeRO-1 over a comm that has one) each rank holds the sums of its shard
+ * only: every rank's shard of g to every rank, so g is the whole reduced gradient. */
+static void gather_shards(const vr_train_comm_t *c, vr_train_t *t, float *g) {
+  for (int r = 0; r < c->size; r++) {
+    size_t range[2];
+    vr_train_shard_range(t, &range[0], &range[1]);
+    assert_int_equal(c->bcast(c->ctx, range, sizeof range, r), 0);
+    assert_int_equal(c->bcast(c->ctx, g + range[0], (range[1] - range[0]) * sizeof *g, r), 0);
+  }
 }
 
 static int spy_bcast(void *ctx, void *buf, size_t bytes, int root) {
@@ -92,13 +120,16 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
   o.bucket_floats = 1000; /* several buckets */
   vr_train_t *dp = NULL, *ov = NULL, *one = tr_engine(lm, 0, 0, 0);
   assert_int_equal(vr_train_init(lm, &o, &dp), 0);
-  spy_t spy = {*comm, NULL, 0, 0, 0, 0};
+  spy_t spy = {*comm, NULL, 0, 0, 0, 0, 0};
   o.comm.ctx = &spy;
   o.comm.allreduce_sum = spy_allreduce;
   o.comm.bcast = spy_bcast;
   o.comm.iallreduce_sum = comm->iallreduce_sum ? spy_iallreduce : NULL;
   o.comm.wait = comm->wait ? spy_wait : NULL;
   o.comm.test = NULL;
+  o.comm.reduce_scatter_sum = comm->reduce_scatter_sum ? spy_reduce_scatter : NULL;
+  o.comm.ireduce_scatter_sum = comm->ireduce_scatter_sum ? spy_ireduce_scatter : NULL;
+  const int rs = zero1 && comm->reduce_scatter_sum; /* the gradients are reduce-scattered */
   assert_int_equal(vr_train_init(lm, &o, &ov), 0); /* the same, reducing during backward */
   spy.g = vr_train_grad_buffer(ov);
   spy.lo = vr_lm_tensor(lm, (size_t)vr_lm_index(lm)->layers[0].q_w)->offset;
@@ -120,6 +151,7 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
     assert_int_equal(vr_train_get_grads(dp, gd, n), 0);
     assert_int_equal(vr_train_get_grads(ov, go, n), 0);
     assert_int_equal(vr_train_get_grads(one, g1, n), 0);
+    if (rs) gather_shards(comm, dp, gd), gather_shards(comm, ov, go);
     /* overlapped reduction = the one after backward, bit for bit */
     assert_memory_equal(gd, go, n * sizeof *gd);
     assert_true(nd == no);
@@ -129,7 +161,8 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
     int above = 0;
     for (size_t o = spy.hi; o < n; o += 1000) above++;
     assert_true(spy.early >= above);
-    spy.starts = spy.early = 0;
+    assert_int_equal(spy.scatters, rs ? spy.starts : 0);
+    spy.starts = spy.early = spy.scatters = 0;
     if (s == 0) assert_true(tr_grads_check(lm, gd, &g, "nll") <= 1e-5);
     double md = 0, mx = 0;
     for (size_t i = 0; i < n; i++) md = fmax(md, fabs(gd[i] - g1[i])), mx = fmax(mx, fabs(g1[i]));
@@ -146,6 +179,7 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
   local_grads(dp, &g, rank, size, 0);
   assert_int_equal(vr_train_step(dp, &h, 0.0f, NULL), 0);
   assert_int_equal(vr_train_get_grads(dp, gd, n), 0);
+  if (rs) gather_shards(comm, dp, gd), gather_shards(comm, ov, go);
   assert_memory_equal(gd, go, n * sizeof *gd);
   local_grads(ov, &g, rank, size, 1); /* its zero_grad waits for the reduction in flight */
   local_grads(ov, &g, rank, size, 1);
@@ -159,8 +193,8 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
   assert_int_equal(comm->allreduce_sum(comm->ctx, &differ, 1), 0);
   const int all_same = differ == 0.0f;
   if (rank == 0)
-    printf("%s over %s, %d ranks, zero1 %d: 3 steps, max |param diff| vs one rank %.3g, identical on every rank: %s\n",
-           name, what, size, zero1, md, all_same ? "yes" : "NO");
+    printf("%s over %s, %d ranks, zero1 %d (%s): 3 steps, max |param diff| vs one rank %.3g, identical on every rank: %s\n",
+           name, what, size, zero1, rs ? "reduce-scatter" : "all-reduce", md, all_same ? "yes" : "NO");
   /* AdamW turns rounding-level gradient differences of near-zero gradients (|g| ~ eps) into
    * visible update differences: bound them by 1% of one step's lr */
   assert_true(md <= 1e-5);
