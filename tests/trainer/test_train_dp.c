@@ -7,8 +7,9 @@
  * rank's optimizer file holds only its shard) and without. ZeRO-1 over MPI_COMM_WORLD
  * reduce-scatters the gradients (the shards gathered for the checks), over the actor group it
  * all-reduces. Every step also runs in a second engine that reduces during the backward
- * (vr_train_backward_last): bit-identical gradients, norms and parameters. Exit status 0 on every
- * rank = pass. */
+ * (vr_train_backward_last): bit-identical gradients, norms and parameters; step 1 runs in two
+ * micro-batches (backward, then backward_last), after which the comparison with one rank allows
+ * 1e-5 (accumulation order). Exit status 0 on every rank = pass. */
 #include <math.h>
 #include <mpi.h>
 #include <setjmp.h>
@@ -26,8 +27,10 @@
 #include "vr_devmap.h"
 #include "vr_train_comm.h"
 
-/* Gradients of this rank's share (ranks partition the sequences) of the global token-mean NLL. */
-static void local_grads(vr_train_t *t, const tr_golden_t *g, int rank, int size, int last) {
+/* Gradients of this rank's share (ranks partition the sequences) of the global token-mean NLL;
+ * split: in two micro-batches (its first sequence, then the rest) when it has two or more; last:
+ * the final backward through vr_train_backward_last. */
+static void local_grads_split(vr_train_t *t, const tr_golden_t *g, int rank, int size, int last, int split) {
   uint32_t N = g->T - g->n, cu[64] = {0}, n = 0;
   int32_t ids[512];
   uint32_t T = 0;
@@ -37,17 +40,30 @@ static void local_grads(vr_train_t *t, const tr_golden_t *g, int rank, int size,
     cu[++n] = T;
   }
   float lp[512], d[512] = {0};
-  vr_train_batch_t b = {ids, cu, n, NULL};
-  assert_int_equal(vr_train_zero_grad(t), 0);
-  assert_int_equal(vr_train_forward(t, &b, 1.0f, lp, NULL, 1), 0);
   for (uint32_t q = 0; q < n; q++)
     for (uint32_t i = cu[q] + 1; i < cu[q + 1]; i++) d[i] = -1.0f / (float)N;
-  if (last) {
-    assert_int_equal(vr_train_backward_last(t, d, NULL), 0);
-    assert_int_equal(vr_train_backward(t, d, NULL), VR_ERR_INVAL); /* in flight until step */
-  } else {
+  assert_int_equal(vr_train_zero_grad(t), 0);
+  uint32_t m = split && n >= 2 ? 1 : 0; /* sequences of the first micro-batch (0: none) */
+  if (m) {
+    vr_train_batch_t b0 = {ids, cu, m, NULL};
+    assert_int_equal(vr_train_forward(t, &b0, 1.0f, lp, NULL, 1), 0);
     assert_int_equal(vr_train_backward(t, d, NULL), 0);
   }
+  uint32_t cu1[64];
+  for (uint32_t q = m; q <= n; q++) cu1[q - m] = cu[q] - cu[m];
+  vr_train_batch_t b = {ids + cu[m], cu1, n - m, NULL};
+  assert_int_equal(vr_train_forward(t, &b, 1.0f, lp, NULL, 1), 0);
+  float *dd = d + cu[m];
+  if (last) {
+    assert_int_equal(vr_train_backward_last(t, dd, NULL), 0);
+    assert_int_equal(vr_train_backward(t, dd, NULL), VR_ERR_INVAL); /* in flight until step */
+  } else {
+    assert_int_equal(vr_train_backward(t, dd, NULL), 0);
+  }
+}
+
+static void local_grads(vr_train_t *t, const tr_golden_t *g, int rank, int size, int last) {
+  local_grads_split(t, g, rank, size, last, 0);
 }
 
 /* A comm that forwards to another and notes, at each bucket's start, whether the gradients of
@@ -140,8 +156,9 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
         *po = malloc(n * sizeof *po);
   vr_adamw_t h = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f};
   for (int s = 0; s < 3; s++) {
-    local_grads(dp, &g, rank, size, 0);
-    local_grads(ov, &g, rank, size, 1);
+    /* step 1 in micro-batches: backward_last after a plain backward */
+    local_grads_split(dp, &g, rank, size, 0, s == 1);
+    local_grads_split(ov, &g, rank, size, 1, s == 1);
     local_grads(one, &g, 0, 1, s == 2); /* size 1: backward_last is backward */
     double nd, n1, no;
     const float clip = s == 0 ? 0.0f : 1.0f; /* step 0 unclipped: its gradients are the golden ones */
@@ -157,16 +174,18 @@ static void run(const char *name, int zero1, const vr_train_comm_t *comm, const 
     assert_true(nd == no);
     if (rank == 0 && s == 0) printf("%s: %d buckets per step, %d started during the backward\n", name, spy.starts, spy.early);
     assert_true(spy.starts >= 4);
-    /* every bucket above layer 0 went out before layer 0's backward */
+    /* every bucket above layer 0 went out before layer 0's backward (the spy sees that while
+     * layer 0's gradients are still zero: not after an earlier micro-batch, step 1) */
     int above = 0;
     for (size_t o = spy.hi; o < n; o += 1000) above++;
-    assert_true(spy.early >= above);
+    if (s != 1) assert_true(spy.early >= above);
     assert_int_equal(spy.scatters, rs ? spy.starts : 0);
     spy.starts = spy.early = spy.scatters = 0;
     if (s == 0) assert_true(tr_grads_check(lm, gd, &g, "nll") <= 1e-5);
     double md = 0, mx = 0;
     for (size_t i = 0; i < n; i++) md = fmax(md, fabs(gd[i] - g1[i])), mx = fmax(mx, fabs(g1[i]));
-    assert_true(md <= 1e-6 * mx);
+    if (md > 1e-6 * mx) printf("%s rank %d step %d: max |grad diff| vs one rank %.3g of %.3g\n", name, rank, s, md, mx);
+    assert_true(md <= (s == 0 ? 1e-6 : 1e-5) * mx); /* from step 1 (micro-batches) on, sums in another order */
     assert_true(fabs(nd - n1) <= 1e-6 * n1);
   }
   assert_int_equal(vr_train_get_params(dp, pd, n), 0);
