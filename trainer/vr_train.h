@@ -157,8 +157,9 @@ typedef struct vr_train_backend_ops {
    * its first tensor) to the embeddings (lo = 0, the last call). A device backend calls it once
    * the kernels writing those gradients are ordered before the comm's next collective (same
    * stream, or an event the comm waits on). The engine starts the all-reduce of the buckets that
-   * became complete, so communication overlaps the rest of the backward. NULL: the engine runs
-   * backward, then reduces every bucket (same results, no overlap). */
+   * became complete, so communication overlaps the rest of the backward. ready must be called
+   * from the thread that called backward_ready (it calls the comm), never from worker threads.
+   * NULL: the engine runs backward, then reduces every bucket (same results, no overlap). */
   int (*backward_ready)(void *state, const float *dout, const float *dent, void (*ready)(void *ctx, size_t lo),
                         void *ctx);
 } vr_train_backend_ops_t;

@@ -67,7 +67,8 @@ void vr_tcpu_attention_bwd(const vr_tcpu_ctx_t *c, const float *q, const float *
 /* LM head log-probs + entropy at temperature tau for R selected rows, never materialising
  * (R, V): h (R, C) hidden rows, tgt (R) target ids, W (V, C). Chunks of VR_TCPU_LM_ROWS rows and
  * vchunk vocabulary rows with an online log-sum-exp (double accumulators); z = h W^T / tau.
- * Writes logp (R), ent (R), lse (R) (of z). zbuf: VR_TCPU_LM_ROWS * vchunk floats. */
+ * Writes logp (R), ent (R), lse (R) (of z). zbuf: VR_TCPU_LM_ROWS * vchunk floats; vchunk in
+ * [1, V] (the caller clamps it: 0 would never finish). */
 void vr_tcpu_lmhead(const vr_tcpu_ctx_t *c, const float *h, const int32_t *tgt, int R, int C, const float *W,
                     int V, float tau, int vchunk, float *logp, float *ent, float *lse, float *zbuf);
 /* Backward for dlogp (R) and dent (R, or NULL): dh (R, C) written, gW (V, C) added. Recomputes z
