@@ -1,7 +1,11 @@
 /* vr_http.h: the HTTP front (libevent evhttp on the event-loop thread).
  *
- *   POST /v1/score   JSON or application/msgpack: {"input_ids": [[...]], "extras": [{...}]}
+ *   POST /v1/score   JSON or application/msgpack: {"input_ids": [[...]], "extras": [{...}]},
+ *                    or {"text": [...]} / {"messages": [[...]]} (vr_text.h): those are tokenised
+ *                    on the HTTP text worker thread, never on the event loop
  *   GET  /health /ready /metrics /v1/model
+ *   the framework routes (vLLM /classify, SGLang /v1/classify /v1/embeddings, OpenRLHF
+ *   /get_reward, TEI /predict /info, GET /v1/models): vr_http_compat.h, the same queue
  *
  * Every evhttp object is touched only on the event-loop thread: the batcher
  * hands finished requests back through a mutex-guarded list and event_active()

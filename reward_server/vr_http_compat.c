@@ -10,7 +10,6 @@
 #include <cjson/cJSON.h>
 #include <event2/buffer.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,21 +54,36 @@ void vr_compat_random_id(uint8_t id16[16]) {
 
 /* ------------------------------------------------------------------ parsing */
 
-static int fail(vr_req_error_t *e, int status, int64_t seq, const char *fmt, ...) {
-  e->status = status;
-  e->sequence = seq;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(e->message, sizeof e->message, fmt, ap);
-  va_end(ap);
-  return status;
+#define fail vr_req_fail /* vr_request.h's error helper */
+
+/* Text where the model needs token ids and the server has no tokenizer (the reason named). */
+static int text_unsupported(const vr_scorer_t *sc, vr_req_error_t *e, const char *field, const char *ids_hint) {
+  return fail(e, VR_ERR_UNSUPPORTED, -1, "\"%s\": text input needs the reward model's tokenizer, which this server "
+              "does not have (%s); %s", field, sc->kind != VR_SCORER_MODEL ? "no model is loaded"
+              : sc->tok_note[0] ? sc->tok_note : "no tokenizer", ids_hint);
 }
 
-/* Text where the model needs token ids: the tokenizer's place once the server has one. */
-static int text_unsupported(vr_req_error_t *e, const char *field, const char *ids_hint) {
-  return fail(e, VR_ERR_UNSUPPORTED, -1,
-              "\"%s\": text input needs the reward model's tokenizer, which this server does not load; %s", field,
-              ids_hint);
+/* Texts for the model: norm["text"] (a copy of the strings) + "add_special_tokens", which the
+ * server encodes with the model directory's tokenizer as POST /v1/score {"text"} does. `texts`
+ * is one string, or an array whose items are strings (or, pick_first, arrays whose first item
+ * is the string: TEI's batch). */
+static int take_texts(const vr_scorer_t *sc, cJSON *norm, const cJSON *texts, int pick_first, int special,
+                      const char *field, const char *ids_hint, vr_req_error_t *e) {
+  if (sc->kind != VR_SCORER_MODEL || !sc->tok) return text_unsupported(sc, e, field, ids_hint);
+  cJSON *arr = cJSON_AddArrayToObject(norm, "text");
+  if (!arr || !cJSON_AddBoolToObject(norm, "add_special_tokens", special)) return fail(e, VR_ERR_NOMEM, -1, "out of memory");
+  if (cJSON_IsString(texts)) {
+    cJSON *x = cJSON_CreateString(texts->valuestring);
+    if (!x) return fail(e, VR_ERR_NOMEM, -1, "out of memory");
+    cJSON_AddItemToArray(arr, x);
+    return 0;
+  }
+  for (const cJSON *it = texts->child; it; it = it->next) {
+    cJSON *x = cJSON_CreateString(pick_first ? it->child->valuestring : it->valuestring);
+    if (!x) return fail(e, VR_ERR_NOMEM, -1, "out of memory");
+    cJSON_AddItemToArray(arr, x);
+  }
+  return 0;
 }
 
 /* vr_request names "input_ids"; the caller sent `field`: rewrite every occurrence in the message. */
@@ -101,12 +115,41 @@ static int opt_bool(const cJSON *root, const char *key, int def, int *out, vr_re
   return 0;
 }
 
-/* "input" of vLLM / SGLang: moves the token ids into norm["input_ids"], or refuses text. */
-static int take_input(cJSON *root, cJSON *norm, vr_req_error_t *e) {
+/* vLLM's chat form of /classify (ClassificationChatRequest): {"messages": [one conversation],
+ * "add_generation_prompt"?, "chat_template_kwargs"?} -> norm["messages"] for the chat template;
+ * vLLM's add_special_tokens (default false there) and continue_final_message are refused when
+ * true (the template writes the special tokens; no open final message). */
+static int take_messages(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_req_error_t *e) {
+  int special = 0, cont = 0, rc;
+  if ((rc = opt_bool(root, "add_special_tokens", 0, &special, e)) ||
+      (rc = opt_bool(root, "continue_final_message", 0, &cont, e)))
+    return rc;
+  if (special || cont)
+    return fail(e, VR_ERR_UNSUPPORTED, -1, "\"%s\": true is not supported with \"messages\"",
+                special ? "add_special_tokens" : "continue_final_message");
+  if (sc->kind != VR_SCORER_MODEL || !sc->tok)
+    return text_unsupported(sc, e, "messages", "send the conversation rendered and tokenised as \"input\": [int]");
+  static const char *const keys[] = {"messages", "add_generation_prompt", "chat_template_kwargs"};
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    cJSON *v = cJSON_DetachItemFromObjectCaseSensitive(root, keys[i]);
+    if (v) cJSON_AddItemToObject(norm, keys[i], v);
+  }
+  return 0;
+}
+
+/* "input" of vLLM / SGLang: token ids into norm["input_ids"], texts into norm["text"]
+ * (vLLM's "add_special_tokens", default true, applies to them); vLLM's chat form. */
+static int take_input(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_req_error_t *e) {
   const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "input");
   const char *hint = "send token ids ([int] for one sequence, [[int]] for several)";
-  if (!in) return fail(e, VR_ERR_MALFORMED, -1, "missing \"input\" (a string, a list of strings, [int] or [[int]])");
-  if (cJSON_IsString(in)) return text_unsupported(e, "input", hint);
+  if (!in && cJSON_GetObjectItemCaseSensitive(root, "messages")) return take_messages(root, norm, sc, e);
+  int special = 1;
+  int rc = opt_bool(root, "add_special_tokens", 1, &special, e);
+  if (rc) return rc;
+  if (!in)
+    return fail(e, VR_ERR_MALFORMED, -1, "missing \"input\" (a string, a list of strings, [int] or [[int]]) "
+                "or \"messages\" (one conversation)");
+  if (cJSON_IsString(in)) return take_texts(sc, norm, in, 0, special, "input", hint, e);
   if (!cJSON_IsArray(in))
     return fail(e, VR_ERR_MALFORMED, -1, "\"input\" must be a string, a list of strings, [int] or [[int]] (wrong type)");
   if (!in->child) return fail(e, VR_ERR_MALFORMED, -1, "\"input\" is empty: no sequences to score");
@@ -115,9 +158,18 @@ static int take_input(cJSON *root, cJSON *norm, vr_req_error_t *e) {
     for (const cJSON *x = in->child; x; x = x->next, i++)
       if (!cJSON_IsString(x))
         return fail(e, VR_ERR_MALFORMED, i, "input[%u] must be a string like input[0] (wrong type)", i);
-    return text_unsupported(e, "input", hint);
+    return take_texts(sc, norm, in, 0, special, "input", hint, e);
   }
   cJSON_AddItemToObject(norm, "input_ids", cJSON_DetachItemFromObjectCaseSensitive(root, "input"));
+  return 0;
+}
+
+/* The input_ids extension must give one sequence per item (a flat [int] is one); other
+ * shapes are left for vr_request to name. */
+static int ids_match(const cJSON *ids, int n, const char *items, vr_req_error_t *e) {
+  const int k = cJSON_IsArray(ids) && ids->child && cJSON_IsNumber(ids->child) ? 1 : cJSON_GetArraySize(ids);
+  if (cJSON_IsArray(ids) && k != n)
+    return fail(e, VR_ERR_MALFORMED, -1, "\"input_ids\" has %d sequences for %d %s", k, n, items);
   return 0;
 }
 
@@ -134,6 +186,9 @@ static int take_get_reward(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_r
     return fail(e, VR_ERR_MALFORMED, -1, "\"prompts\" must be a list as long as \"query\" (%d)", n);
   if (l && (!cJSON_IsArray(l) || cJSON_GetArraySize(l) != n))
     return fail(e, VR_ERR_MALFORMED, -1, "\"labels\" must be a list as long as \"query\" (%d)", n);
+  const cJSON *ds = cJSON_GetObjectItemCaseSensitive(root, "data_source"); /* extension: every sample's */
+  if (ds && !cJSON_IsString(ds) && !cJSON_IsNull(ds))
+    return fail(e, VR_ERR_MALFORMED, -1, "\"data_source\" must be a string (wrong type)");
   cJSON *ex = cJSON_AddArrayToObject(norm, "extras");
   if (!ex) return fail(e, VR_ERR_NOMEM, -1, "out of memory");
   const cJSON *qi = q->child, *pi = p ? p->child : NULL, *li = l ? l->child : NULL;
@@ -151,6 +206,8 @@ static int take_get_reward(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_r
       return fail(e, VR_ERR_NOMEM, -1, "out of memory");
     }
     cJSON_AddItemToArray(ex, o);
+    if (cJSON_IsString(ds) && !cJSON_AddStringToObject(o, "data_source", ds->valuestring))
+      return fail(e, VR_ERR_NOMEM, -1, "out of memory");
     if (li && !cJSON_IsNull(li)) {
       /* strings and numbers as vr_extras takes them; anything else as its JSON text */
       cJSON *gt = cJSON_IsString(li) || cJSON_IsNumber(li) ? cJSON_Duplicate(li, 0) : NULL;
@@ -164,23 +221,28 @@ static int take_get_reward(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_r
     }
   }
   cJSON *ids = cJSON_DetachItemFromObjectCaseSensitive(root, "input_ids");
-  if (ids) cJSON_AddItemToObject(norm, "input_ids", ids);
-  else if (sc->kind != VR_SCORER_NONE && n > 0)
-    return text_unsupported(e, "query", "add \"input_ids\": [[int]] (the queries' token ids) or use a rules-only server");
+  if (ids) {
+    cJSON_AddItemToObject(norm, "input_ids", ids);
+    return ids_match(ids, n, "queries in \"query\"", e);
+  } else if (sc->kind != VR_SCORER_NONE && n > 0) /* OpenRLHF's serve_rm.py encodes with add_special_tokens=False */
+    return take_texts(sc, norm, q, 0, 0, "query",
+                      "add \"input_ids\": [[int]] (the queries' token ids) or use a rules-only server", e);
   return 0;
 }
 
-/* TEI's PredictInput: one text, a pair, or a batch of texts / pairs. Every form is text. */
-static int take_predict(cJSON *root, vr_compat_req_t *cr, vr_req_error_t *e) {
+/* TEI's PredictInput: one text, a pair, or a batch of texts / pairs. Every form is text; the
+ * extension "input_ids" ([[int]], one per text) gives the model its tokens. */
+static int take_predict(cJSON *root, cJSON *norm, const vr_scorer_t *sc, vr_compat_req_t *cr, vr_req_error_t *e) {
   const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");
   const char *hint = "TEI's /predict takes texts only (token ids: POST /v1/score or /classify)";
   if (!in) return fail(e, VR_ERR_MALFORMED, -1, "missing \"inputs\" (a string, a pair [string, string] or a batch)");
-  if (cJSON_IsString(in)) return text_unsupported(e, "inputs", hint);
-  if (!cJSON_IsArray(in) || !in->child)
+  if (!cJSON_IsString(in) && (!cJSON_IsArray(in) || !in->child))
     return fail(e, VR_ERR_MALFORMED, -1, "\"inputs\" must be a string, a pair of strings or a batch of "
                 "[string] / [string, string] (%s)", cJSON_IsArray(in) ? "empty" : "wrong type");
-  int pairs = 0;
-  if (cJSON_IsString(in->child)) { /* [a] is one text, [a, b] one pair, longer is refused */
+  int pairs = 0, n = 1;
+  if (cJSON_IsString(in)) {
+    /* one text */
+  } else if (cJSON_IsString(in->child)) { /* [a] is one text, [a, b] one pair, longer is refused */
     const int k = cJSON_GetArraySize(in);
     if (k > 2 || (k == 2 && !cJSON_IsString(in->child->next)))
       return fail(e, VR_ERR_MALFORMED, -1, "\"inputs\" as a list of strings is one text or one pair: %d items", k);
@@ -194,9 +256,14 @@ static int take_predict(cJSON *root, vr_compat_req_t *cr, vr_req_error_t *e) {
         return fail(e, VR_ERR_MALFORMED, i, "inputs[%u] must be [string] or [string, string]", i);
       pairs |= k == 2;
     }
+    n = (int)i;
   }
   if (pairs) return fail(e, VR_ERR_UNSUPPORTED, -1, "\"inputs\": text pairs are not scored (a reward model scores one text)");
-  return text_unsupported(e, "inputs", hint);
+  cJSON *ids = cJSON_DetachItemFromObjectCaseSensitive(root, "input_ids");
+  if (!ids) /* TEI encodes with the tokenizer's special tokens */
+    return take_texts(sc, norm, in, cr->batch, 1, "inputs", hint, e);
+  cJSON_AddItemToObject(norm, "input_ids", ids);
+  return ids_match(ids, n, "texts in \"inputs\"", e);
 }
 
 int vr_compat_parse(vr_compat_route_t r, const char *body, size_t len, const vr_scorer_t *sc, uint32_t max_seqs,
@@ -241,15 +308,15 @@ int vr_compat_parse(vr_compat_route_t r, const char *body, size_t len, const vr_
     if (r == VR_COMPAT_CLASSIFY && ((rc = opt_bool(root, "activation", 1, &legacy, e)) ||
                                     (rc = opt_bool(root, "use_activation", legacy, &cr->activation, e))))
       goto out;
-    rc = take_input(root, norm, e);
+    rc = take_input(root, norm, sc, e);
   } else if (r == VR_COMPAT_GET_REWARD) {
     field = "input_ids";
     rc = take_get_reward(root, norm, sc, e);
   } else if (r == VR_COMPAT_PREDICT) {
-    field = "inputs";
+    field = "input_ids";
     if (!(rc = opt_bool(root, "raw_scores", 0, &cr->activation, e))) {
       cr->activation = !cr->activation;
-      rc = take_predict(root, cr, e);
+      rc = take_predict(root, norm, sc, cr, e);
     }
   } else {
     rc = fail(e, VR_ERR_INVAL, -1, "not a POST route");

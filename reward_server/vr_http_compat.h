@@ -3,7 +3,8 @@
  * through the same batcher, limits and error replies; only the body shapes differ.
  *
  *   POST /classify        vLLM   {"model"?, "input": str | [str] | [int] | [[int]],
- *   POST /v1/classify     SGLang  "use_activation"? | "activation"?}
+ *   POST /v1/classify     SGLang  "use_activation"? | "activation"?}, or vLLM's chat form
+ *                                {"messages": [conversation], "add_generation_prompt"?, ...}
  *                         -> {"id": "classify-<32 hex>", "object": "list", "created", "model",
  *                             "data": [{"index", "label": "LABEL_0", "probs": [p], "num_classes": 1}],
  *                             "usage": {"prompt_tokens", "total_tokens", "completion_tokens": 0,
@@ -16,16 +17,22 @@
  *   POST /get_reward      OpenRLHF {"query": [str], "prompts"?: [str|null], "labels"?: [...]}
  *                         -> {"rewards": [r], "scores": [r], "extra_logs": {component: [x]}}
  *                         label i -> extras ground_truth, query minus its prompt -> solution_str;
- *                         extension "input_ids": [[int]] gives the model its tokens.
+ *                         extensions: "input_ids": [[int]] (the model's tokens of each query),
+ *                         "data_source": str (every sample's, for the rules).
  *   POST /predict         TEI {"inputs": str | [str] | [str, str] | [[str] | [str, str], ...],
  *                              "raw_scores"?: bool}
  *                         -> [{"score", "label": "LABEL_0"}] (one input) or a list of those
- *                         (batch); score = sigmoid unless raw_scores (TEI's infer.rs).
+ *                         (batch); score = sigmoid unless raw_scores (TEI's infer.rs);
+ *                         extension "input_ids": [[int]], one per text.
  *   GET  /v1/models       OpenAI model list; GET /info TEI's Info.
  *
- * Text (str) inputs need a tokenizer; this server has none yet, so they are answered with
- * VR_ERR_UNSUPPORTED (HTTP 400) naming the field (rules-only servers take /get_reward texts).
- * Bodies are JSON only (untrusted; every limit of vr_request applies).
+ * Text (str) inputs become POST /v1/score's {"text": [...], "add_special_tokens"} (vr_text.h):
+ * the HTTP text worker encodes them with the model directory's tokenizer before the batcher
+ * (vLLM input with its "add_special_tokens", default true; OpenRLHF queries without special
+ * tokens, as its serve_rm.py; TEI texts with them). Without a tokenizer they are answered with
+ * VR_ERR_UNSUPPORTED (HTTP 400) naming the field and the reason (rules-only servers take
+ * /get_reward texts as they are). Bodies are JSON only (untrusted; every limit of vr_request
+ * applies).
  *
  * Threading: pure functions of their inputs; call from the event-loop thread (they allocate). */
 #ifndef VR_HTTP_COMPAT_H

@@ -16,7 +16,7 @@ Framework drop-ins (docs/operations.md has the configuration of each):
                                    compute_score / compute_score_async, register_with_verl
   verl_reward.verl_adapter         verl 0.4-0.6 (batch compute_score, VerlRewardManager)
   verl_reward.verl_custom_reward   the file for verl's custom_reward_function.path
-  verl_reward.openrlhf_bridge      OpenRLHF /get_reward, vLLM/SGLang /classify, TEI /predict (HTTP)
+  verl_reward.openrlhf_bridge      tokenizing HTTP front for the server's own framework routes
   verl_reward.openrlhf_reward_func the file for OpenRLHF's --reward.remote_url
   verl_reward.trl                  VerlRewardFunction for TRL's GRPOTrainer
   verl_reward.batcher, .service    the micro-batcher they share
@@ -42,6 +42,7 @@ from .errors import (
 )
 from .http import HttpPendingScore, HttpRewardClient
 from ._lib import LibraryNotFound, load_library
+from ._batch import PackedSequences, pack_padded
 
 __version__ = "0.1.0"
 
@@ -50,4 +51,5 @@ __all__ = [
     "VerlRewardError", "InvalidRequest", "SequenceFormError", "RequestTooLarge", "SequenceTooLong", "Timeout",
     "ServerGone", "ServerRestarted", "ShuttingDown", "Overloaded", "Busy", "NoLane",
     "ConnectFailed", "ServerError", "LibraryNotFound", "error_for", "load_library",
+    "PackedSequences", "pack_padded",
 ]

@@ -7,7 +7,9 @@
       the server tokenises those with the served model directory's tokenizer)
       -> {"scores": [...], "queue_us": n, "compute_us": n, "components": {name: [...]}}
 
-For trainers on another host. Standard library only (http.client): each thread
+Bodies are msgpack (application/msgpack both ways) when the msgpack package is importable
+(verl_reward.msgpack.BACKEND == "msgpack"), else JSON. For trainers on another host.
+Standard library only besides that (http.client): each thread
 keeps one persistent (keep-alive) connection to the server and reuses it; a reused
 connection that turns out closed is replaced once before the error counts. Errors: the server's JSON error body carries a vr_status_t code,
 mapped to the same exceptions as the shm client; connection refused / reset
@@ -24,6 +26,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from . import msgpack
 from ._batch import extras_list, pack_sequences
 from .client import ScoreResult
 from .errors import STATUS_VALUES, VerlRewardError, error_for
@@ -188,18 +191,18 @@ class HttpRewardClient:
             self._conns.discard(c)
         c.close()
 
-    def _request(self, path, body):
-        """POST body to path on this thread's connection -> (http status, raw body)."""
+    def _request(self, path, body, ctype="application/json", method="POST"):
+        """POST body to path on this thread's connection -> (http status, raw body, content type)."""
         for attempt in (0, 1):
             c, reused = self._connection()
             try:
-                c.request("POST", self._prefix + path, body=body,
-                          headers={"Content-Type": "application/json", "Accept": "application/json"})
+                c.request(method, self._prefix + path, body=body,
+                          headers={"Content-Type": ctype, "Accept": ctype} if body is not None else {})
                 r = c.getresponse()
                 raw = r.read()
                 if r.will_close:
                     self._drop_connection(c)
-                return r.status, raw
+                return r.status, raw, r.getheader("Content-Type") or ""
             except (socket.timeout, TimeoutError):
                 self._drop_connection(c)
                 raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
@@ -264,19 +267,32 @@ class HttpRewardClient:
         if ex is not None:
             doc["extras"] = ex
         try:
-            body = json.dumps(doc, default=_jsonable).encode("utf-8")
-        except (TypeError, ValueError) as e:
-            raise error_for(_INVAL, "extras not JSON-serialisable: %s" % e) from None
-        status, raw = self._request("/v1/score", body)
+            if msgpack.BACKEND == "msgpack":
+                body, ctype = msgpack.packb(doc), "application/msgpack"
+            else:
+                body, ctype = json.dumps(doc, default=_jsonable).encode("utf-8"), "application/json"
+        except (TypeError, ValueError, OverflowError) as e:
+            raise error_for(_INVAL, "extras not serialisable: %s" % e) from None
+        status, raw, rtype = self._request("/v1/score", body, ctype)
         if not 200 <= status < 300:
             raise _error_from_body(status, raw or b"")
-        return self._parse(raw, n)
+        return self._parse(raw, n, rtype)
 
-    def _parse(self, raw, n):
+    def request_raw(self, method, path, body=None, ctype="application/json"):
+        """`method` (GET / POST) any path of the server on this thread's keep-alive connection
+        -> (http status, raw body, content type); no error mapping (the bridge forwards)."""
+        if self._closed:
+            raise VerlRewardError(STATUS_VALUES["VR_ERR_CANCELLED"], "HttpRewardClient is closed")
+        return self._request(path, body, ctype, method)
+
+    def _parse(self, raw, n, rtype="application/json"):
         try:
-            doc = json.loads(raw.decode("utf-8"))
+            if "msgpack" in rtype:
+                doc = msgpack.unpackb(raw)
+            else:
+                doc = json.loads(raw.decode("utf-8"))
             scores = [_f32(x) for x in doc["scores"]]
-        except (ValueError, UnicodeDecodeError, KeyError, TypeError, OverflowError) as e:
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, OverflowError, AttributeError) as e:
             raise error_for(_MALFORMED, "bad answer from %s: %s" % (self.url, e)) from None
         if len(scores) != n:
             raise error_for(_MALFORMED, "server sent %d scores for %d sequences" % (len(scores), n))

@@ -34,6 +34,7 @@ first access from the installed verl (ImportError with the fix when verl is miss
 
 import re
 
+from ._batch import masked_ids
 from .errors import STATUS_VALUES, InvalidRequest
 from .service import RewardService, load_tokenizer
 
@@ -106,17 +107,9 @@ def reward_kwargs_from_config(config):
 # ---------------------------------------------------------------------------
 # one sample of verl's DataProto (data[0] of a length-1 DataProto)
 
-def _as_list(x):
-    if hasattr(x, "detach"):
-        x = x.detach().cpu()
-    return x.tolist() if hasattr(x, "tolist") else list(x)
-
-
 def valid_ids(ids, mask):
-    """1-D ids restricted to mask == 1 -> list of int (torch: one masked select)."""
-    if hasattr(ids, "detach") and hasattr(mask, "bool"):
-        return ids[mask.bool()].tolist()
-    return [t for t, m in zip(_as_list(ids), _as_list(mask)) if m]
+    """1-D ids restricted to mask != 0 -> list of int (one masked select for numpy / torch)."""
+    return masked_ids(ids, mask)
 
 
 def sample_parts(item):

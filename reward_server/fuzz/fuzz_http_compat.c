@@ -1,6 +1,7 @@
 /* fuzz_http_compat.c: libFuzzer harness for the framework request shapes (vr_http_compat) and,
  * through them, the /v1/score parser. Input: the first byte picks the route (classify,
- * embeddings, get_reward, predict), the rest is the body. Build: CC=clang cmake -DVR_FUZZ=ON;
+ * embeddings, get_reward, predict; bit 2: a tokenizer is present, so texts take the text path, which
+ * parses only: encoding is the text worker's), the rest is the body. Build: CC=clang cmake -DVR_FUZZ=ON;
  * run: build/bin/fuzz_http_compat -max_total_time=60 [corpus dir]. */
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +27,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     init = 1;
   }
   if (size < 1) return 0;
+  static char tok_stand_in; /* never read while parsing */
+  sc.kind = data[0] & 4 ? VR_SCORER_MODEL : VR_SCORER_CHECKSUM;
+  sc.tok = data[0] & 4 ? (struct vr_tok *)(void *)&tok_stand_in : NULL;
   static const vr_compat_route_t routes[4] = {VR_COMPAT_CLASSIFY, VR_COMPAT_EMBEDDINGS, VR_COMPAT_GET_REWARD,
                                               VR_COMPAT_PREDICT};
   vr_score_req_t r;

@@ -7,6 +7,7 @@ vLLM/SGLang/TEI shapes, and the TRL reward function."""
 import asyncio
 import concurrent.futures
 import json
+import math
 import os
 import re
 import sys
@@ -60,6 +61,11 @@ def gsm8k(solution, truth):
     """The server's gsm8k rule for these tests' strings: the number after '####'."""
     m = re.findall(r"#### (\-?[0-9\.\,]+)", solution)
     return 1.0 if m and m[-1].replace(",", "") == str(truth) else 0.0
+
+
+def sigmoid32(x):
+    """vLLM's / TEI's activation for one label, as the server computes it (double, then float32)."""
+    return f32(1.0 / (1.0 + math.exp(-x)))
 
 
 def expected(ids, solution=None, truth=None):
@@ -400,15 +406,19 @@ class ComputeScoreTest(unittest.TestCase):
 
 # ---------------------------------------------------------------------------
 class BridgeTest(unittest.TestCase):
+    """The tokenizing bridge in front of the server's own framework routes: texts become
+    token ids of the RM tokenizer, the rest is the server's answer, unchanged."""
+
     @classmethod
     def setUpClass(cls):
         cls.tok = CharTok()
-        cls.svc = fresh_service(rm_tokenizer=cls.tok, linger_ms=20)
-        cls.bridge = Bridge(cls.svc, port=0, model_name="rm-test", data_source="openai/gsm8k")
+        cls.bridge = Bridge(SERVER.url, rm_tokenizer=cls.tok, port=0, data_source="openai/gsm8k")
+        cls.plain = Bridge(SERVER.url, port=0)          # no tokenizer: a pure forwarder
 
     @classmethod
     def tearDownClass(cls):
         cls.bridge.close()
+        cls.plain.close()
 
     def test_openrlhf_get_reward(self):
         queries = ["<s>Q: 6*7? A: #### 42</s>", "<s>Q: 1+1? A: #### 3", "no prompt #### 5"]
@@ -422,17 +432,25 @@ class BridgeTest(unittest.TestCase):
         self.assertEqual([f32(x) for x in doc["rewards"]], [f32(x) for x in want])
         self.assertEqual(doc["scores"], doc["rewards"])
         self.assertEqual(doc["extra_logs"]["gsm8k"], [1.0, 0.0, 1.0])
+        # the same body straight to the server (no tokenizer there): 400 naming the field
+        code, doc = post(SERVER.url + "/get_reward", {"query": queries, "prompts": prompts, "labels": labels})
+        self.assertEqual(code, 400, doc)
+        self.assertEqual(doc["error"]["code"], "VR_ERR_UNSUPPORTED")
+        self.assertIn("\"query\"", doc["error"]["message"])
 
-    def test_openrlhf_errors(self):
-        code, doc = post(self.bridge.url + "/get_reward", {"query": "not a list"})
-        self.assertEqual(code, 400)
-        self.assertEqual(doc["error"]["code"], "VR_ERR_MALFORMED")
-        code, doc = post(self.bridge.url + "/get_reward", {"query": ["a"], "labels": ["1", "2"]})
-        self.assertEqual(code, 400)
-        code, doc = post(self.bridge.url + "/get_reward", None, raw=b"{")
-        self.assertEqual(code, 400)
+    def test_errors_are_the_servers(self):
+        for body, raw, code_want, name in (({"query": "not a list"}, None, 400, "VR_ERR_MALFORMED"),
+                                           ({"query": ["a"], "labels": ["1", "2"]}, None, 400, "VR_ERR_MALFORMED"),
+                                           (None, b"{", 400, "VR_ERR_PARSE")):
+            code, doc = post(self.bridge.url + "/get_reward", body, raw=raw)
+            direct = post(SERVER.url + "/get_reward", body, raw=raw)
+            self.assertEqual((code, doc["error"]["code"]), (code_want, name), doc)
+            self.assertEqual(direct[0], code)
         code, doc = post(self.bridge.url + "/nope", {})
         self.assertEqual(code, 404)
+        code, doc = post(self.plain.url + "/classify", {"input": "hello"})
+        self.assertEqual(code, 400)
+        self.assertIn("\"input\": text input needs the reward model's tokenizer", doc["error"]["message"])
 
     def test_reward_func_file(self):
         service_mod._tokenizers["test-chartok"] = self.tok
@@ -451,42 +469,54 @@ class BridgeTest(unittest.TestCase):
             self.assertEqual(len(o["rewards"]), 1)
             self.assertEqual(f32(o["rewards"][0]), f32(expected(self.tok.encode(q, False), q[len("P%d" % i):],
                                                                 str(i % 2))))
+        with self.assertRaises(InvalidRequest):
+            fn(["a"], ["a", "b"], [None])
 
     def test_vllm_sglang_classify_and_embeddings(self):
         seqs = [[1, 2, 3], [4, 5]]
         with RewardClient(SERVER.shm_name) as rc:
             direct = rc.score(seqs)
-            text_direct = rc.score([self.tok.encode("hello", add_special_tokens=False)])
+            text_direct = rc.score([self.tok.encode("hello")])     # vLLM's default: special tokens added
         for path in ("/classify", "/v1/classify"):
             code, doc = post(self.bridge.url + path, {"model": "m", "input": seqs})
             self.assertEqual(code, 200, doc)
             self.assertEqual(doc["object"], "list")
             self.assertEqual(doc["model"], "m")
-            self.assertEqual([d["probs"] for d in doc["data"]], [[x] for x in direct])
+            self.assertEqual([f32(d["probs"][0]) for d in doc["data"]], [sigmoid32(x) for x in direct])
             self.assertEqual([(d["index"], d["num_classes"]) for d in doc["data"]], [(0, 1), (1, 1)])
-            self.assertEqual(doc["usage"], {"prompt_tokens": 5, "total_tokens": 5})
+            self.assertEqual(doc["usage"], {"prompt_tokens": 5, "total_tokens": 5, "completion_tokens": 0,
+                                            "prompt_tokens_details": None})
             self.assertTrue(isinstance(doc["created"], int) and doc["id"])
-        code, doc = post(self.bridge.url + "/classify", {"input": [7, 8, 9]})
-        self.assertEqual(len(doc["data"]), 1)
+            # verl's payload: text, use_activation false -> the raw score of the RM tokenizer's ids
+            code, doc = post(self.bridge.url + path, {"model": "m", "input": "hello", "use_activation": False})
+            self.assertEqual(f32(doc["data"][-1]["probs"][-1]), text_direct[0])
+        code, doc = post(self.bridge.url + "/classify", {"input": ["hello"], "add_special_tokens": False,
+                                                         "use_activation": False})
+        with RewardClient(SERVER.shm_name) as rc:
+            self.assertEqual(f32(doc["data"][0]["probs"][0]), rc.score([self.tok.encode("hello", False)])[0])
         code, doc = post(self.bridge.url + "/v1/embeddings", {"model": "m", "input": "hello"})
         self.assertEqual(code, 200, doc)
-        self.assertEqual(doc["data"][-1]["embedding"][-1], text_direct[0])     # what verl reads from SGLang
+        self.assertEqual(f32(doc["data"][-1]["embedding"][-1]), text_direct[0])     # what verl reads from SGLang
         code, doc = post(self.bridge.url + "/classify", {"input": [1.5]})
         self.assertEqual(code, 400)
 
     def test_tei_predict_info_models(self):
         with RewardClient(SERVER.shm_name) as rc:
-            want = rc.score([self.tok.encode(t, add_special_tokens=False) for t in ("ab", "cde")])
+            want = rc.score([self.tok.encode(t) for t in ("ab", "cde")])
         code, doc = post(self.bridge.url + "/predict", {"inputs": "ab"})
-        self.assertEqual((code, doc), (200, [{"score": want[0], "label": "LABEL_0"}]))
-        code, doc = post(self.bridge.url + "/predict", {"inputs": ["ab", "cde"], "raw_scores": True})
-        self.assertEqual(doc, [[{"score": w, "label": "LABEL_0"}] for w in want])
-        code, doc = post(self.bridge.url + "/predict", {"inputs": [["a", "b"]]})
+        self.assertEqual(code, 200, doc)
+        self.assertEqual(doc[0]["label"], "LABEL_0")
+        self.assertEqual(f32(doc[0]["score"]), sigmoid32(want[0]))
+        code, doc = post(self.bridge.url + "/predict", {"inputs": [["ab"], ["cde"]], "raw_scores": True})
+        self.assertEqual([[{"score": f32(d[0]["score"]), "label": d[0]["label"]}] for d in doc],
+                         [[{"score": w, "label": "LABEL_0"}] for w in want])
+        code, doc = post(self.bridge.url + "/predict", {"inputs": ["ab", "cde"]})    # TEI: a pair
         self.assertEqual(code, 400)
+        self.assertIn("text pairs", doc["error"]["message"])
         with urllib.request.urlopen(self.bridge.url + "/info") as r:
-            self.assertEqual(json.loads(r.read())["model_id"], "rm-test")
+            self.assertEqual(json.loads(r.read())["model_id"], "checksum")
         with urllib.request.urlopen(self.bridge.url + "/v1/models") as r:
-            self.assertEqual(json.loads(r.read())["data"][0]["id"], "rm-test")
+            self.assertEqual(json.loads(r.read())["data"][0]["id"], "checksum")
 
 
 class _Recorder(BaseHTTPRequestHandler):
@@ -497,7 +527,9 @@ class _Recorder(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self):
-        doc = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        # the client sends msgpack when the msgpack package is importable, else JSON
+        doc = verl_reward.msgpack.unpackb(raw) if "msgpack" in self.headers["Content-Type"] else json.loads(raw)
         _Recorder.bodies.append(doc)
         n = len(doc.get("text") or doc.get("messages") or doc.get("input_ids"))
         body = json.dumps({"scores": [0.5] * n, "queue_us": 1, "compute_us": 2, "components": {}}).encode()

@@ -66,15 +66,20 @@ class ItemStandIn:
         self.non_tensor_batch = non_tensor_batch
 
 
+def _native(v):
+    """torch tensors and numpy arrays index themselves (as TensorDict's do); ListTensor does not."""
+    return hasattr(v, "detach") or type(v).__module__ == "numpy"
+
+
 def _take(data, idx):
     """DataProto.__getitem__ for an int (item) or a slice (DataProto)."""
     if isinstance(idx, slice):
         rows = range(len(data))[idx]
-        t = {k: ListTensor([v.tolist()[i] for i in rows]) if not hasattr(v, "detach") else v[idx]
+        t = {k: ListTensor([v.tolist()[i] for i in rows]) if not _native(v) else v[idx]
              for k, v in data.batch.items()}
         ntb = {k: [v[i] for i in rows] for k, v in data.non_tensor_batch.items()}
         return LoopData(TensorDictStandIn(t, len(rows)), ntb)
-    t = {k: (v[idx] if hasattr(v, "detach") else Row(v.tolist()[idx])) for k, v in data.batch.items()}
+    t = {k: (v[idx] if _native(v) else Row(v.tolist()[idx])) for k, v in data.batch.items()}
     return ItemStandIn(t, {k: v[idx] for k, v in data.non_tensor_batch.items()})
 
 

@@ -16,7 +16,7 @@ import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import Server, f32, metric, parse_prometheus  # noqa: E402
+from test_server import Server, f32, metric, parse_prometheus, text_model, tokenize  # noqa: E402
 from vr_testlib import checksum_score  # noqa: E402
 
 
@@ -174,6 +174,76 @@ class TestCompat(unittest.TestCase):
         self.assertEqual(errors, [])
         m = parse_prometheus(s.metrics())
         self.assertEqual(metric(m, "verl_reward_requests_total", transport="http", status="ok"), 64)
+        s.stop()
+
+
+class TestCompatText(unittest.TestCase):
+    """Text on the framework routes, on a model directory with a tokenizer: encoded by the
+    server as POST /v1/score {"text"} encodes it (vLLM: special tokens unless
+    "add_special_tokens": false; OpenRLHF queries without; TEI texts with)."""
+    TEXTS = ["the cat sat in a hat", "In the end, a tie."]
+
+    def post(self, s, path, body):
+        st, data, _ = s.request("POST", path, json.dumps(body))
+        return st, json.loads(data)
+
+    def test_text_routes(self):
+        d = text_model(self)
+        s = Server(self, "--model", d, "--reward", "model:1,gsm8k:0.5").wait_ready()
+        ref = tokenize(d, [{"text": t} for t in self.TEXTS])
+        ids = [r["input_ids"] for r in ref]
+        self.assertEqual(ids[0][0], 1, "BOS first with special tokens")
+        st, want = s.score({"input_ids": ids})
+        st2, want_nobos = s.score({"input_ids": [x[1:] for x in ids]})
+        self.assertEqual((st, st2), (200, 200))
+        # verl's vLLM payload (text, use_activation false) and its SGLang one: the raw score
+        for path in ("/classify", "/v1/classify"):
+            st, out = self.post(s, path, {"model": d, "input": self.TEXTS[0], "use_activation": False})
+            self.assertEqual(st, 200, out)
+            self.assertEqual(out["data"][-1]["probs"][-1], want["scores"][0])
+            self.assertEqual(out["usage"]["prompt_tokens"], len(ids[0]))
+            st, out = self.post(s, path, {"input": self.TEXTS, "add_special_tokens": False, "use_activation": False})
+            self.assertEqual([x["probs"][0] for x in out["data"]], want_nobos["scores"])
+            self.assertEqual(out["usage"]["prompt_tokens"], sum(len(x) - 1 for x in ids))
+        # vLLM's chat form of /classify: one conversation through the chat template
+        conv = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "the answer is in a hat!"}]
+        for agp in (False, True):
+            st, ref_c = s.score({"messages": [conv], "add_generation_prompt": agp})
+            st2, out = self.post(s, "/classify", {"model": d, "messages": conv, "add_generation_prompt": agp,
+                                                  "use_activation": False})
+            self.assertEqual((st, st2), (200, 200), out)
+            self.assertEqual(out["data"][0]["probs"][0], ref_c["scores"][0])
+        st, out = self.post(s, "/v1/embeddings", {"model": d, "input": self.TEXTS[1]})
+        self.assertEqual((st, out["data"][-1]["embedding"][-1]), (200, want["scores"][1]))
+        # OpenRLHF: queries encoded without special tokens, labels -> ground truth
+        body = {"query": [self.TEXTS[0] + " #### 7", self.TEXTS[1]], "prompts": [self.TEXTS[0], None],
+                "labels": ["7", "1"]}
+        st, out = self.post(s, "/get_reward", body)
+        self.assertEqual(st, 200, out)
+        q_ids = [r["input_ids"][1:] for r in tokenize(d, [{"text": q} for q in body["query"]])]
+        st, ref_q = s.score({"input_ids": q_ids, "extras": [{"solution_str": " #### 7", "ground_truth": "7"},
+                                                              {"solution_str": self.TEXTS[1], "ground_truth": "1"}]})
+        self.assertEqual(out["rewards"], ref_q["scores"])
+        self.assertEqual(out["extra_logs"], ref_q["components"])
+        self.assertEqual(out["extra_logs"]["gsm8k"], [1.0, 0.0])
+        # TEI: one text, [text], a batch; sigmoid unless raw_scores
+        st, out = self.post(s, "/predict", {"inputs": self.TEXTS[0], "raw_scores": True})
+        self.assertEqual((st, out), (200, [{"score": want["scores"][0], "label": "LABEL_0"}]))
+        st, out = self.post(s, "/predict", {"inputs": [self.TEXTS[1]]})
+        self.assertEqual(f32(out[0]["score"]), sigmoid32(f32(want["scores"][1])))
+        st, out = self.post(s, "/predict", {"inputs": [[t] for t in self.TEXTS], "raw_scores": True})
+        self.assertEqual(out, [[{"score": x, "label": "LABEL_0"}] for x in want["scores"]])
+        st, out = self.post(s, "/predict", {"inputs": self.TEXTS})     # TEI reads [a, b] as one pair
+        self.assertEqual((st, out["error"]["code"]), (400, "VR_ERR_UNSUPPORTED"))
+        s.stop()
+
+    def test_no_tokenizer_names_the_reason(self):
+        d = text_model(self, with_tokenizer=False)
+        s = Server(self, "--model", d).wait_ready()
+        st, out = self.post(s, "/classify", {"input": "hi"})
+        self.assertEqual((st, out["error"]["code"]), (400, "VR_ERR_UNSUPPORTED"))
+        self.assertIn("\"input\": text input needs the reward model's tokenizer", out["error"]["message"])
+        self.assertIn("no tokenizer.json", out["error"]["message"])
         s.stop()
 
 

@@ -32,6 +32,7 @@
 #include "verl_reward/status.h"
 #include "vr_http_compat.h"
 #include "vr_test_seed.h"
+#include "vr_text.h"
 
 static vr_scorer_t make_scorer(const char *spec, vr_scorer_kind_t kind) {
   vr_scorer_t sc;
@@ -87,6 +88,17 @@ static void expect_error(vr_compat_route_t route, const char *body, const vr_sco
              vr_status_name(status), needle);
 }
 
+/* Parses body (which must be accepted) and checks that its reply for scores contains want. */
+static void expect_reply(vr_compat_route_t route, const char *body, const vr_scorer_t *sc, const float *scores,
+                         const char *want) {
+  parsed_t p = parse(route, body, sc);
+  if (p.rc) fail_msg("body %s: %s \"%s\"", body, vr_status_name(p.rc), p.e.message);
+  char *t = reply_text(&p, sc, scores, NULL);
+  if (!strstr(t, want)) fail_msg("body %s: reply %s lacks %s", body, t, want);
+  free(t);
+  done(&p);
+}
+
 static void test_routes(void **state) {
   (void)state;
   assert_int_equal(vr_compat_route("/classify"), VR_COMPAT_CLASSIFY);
@@ -123,40 +135,17 @@ static void test_classify(void **state) {
   done(&p);
   /* one flat sequence; verl >= 0.7.1's use_activation: false -> the raw score; no model: ours */
   const float s1[1] = {-2.0f};
-  p = parse(VR_COMPAT_CLASSIFY, "{\"input\": [5, 6], \"use_activation\": false}", &sc);
-  assert_int_equal(p.rc, 0);
-  assert_int_equal(p.r.n_seqs, 1);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"model\":\"/models/rm\",\"data\":[{\"index\":0,\"label\":\"LABEL_0\",\"probs\":[-2],"));
-  free(t);
-  done(&p);
+  const vr_compat_route_t C = VR_COMPAT_CLASSIFY;
+  expect_reply(C, "{\"input\": [5, 6], \"use_activation\": false}", &sc, s1,
+               "\"model\":\"/models/rm\",\"data\":[{\"index\":0,\"label\":\"LABEL_0\",\"probs\":[-2],");
   /* verl 0.7.0 (vLLM < 0.11.2): "activation": false; use_activation wins when both are set */
-  p = parse(VR_COMPAT_CLASSIFY, "{\"model\": \"rm\", \"input\": [5], \"activation\": false}", &sc);
-  assert_int_equal(p.rc, 0);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"probs\":[-2]"));
-  free(t);
-  done(&p);
-  p = parse(VR_COMPAT_CLASSIFY, "{\"input\": [5], \"activation\": false, \"use_activation\": true}", &sc);
-  assert_int_equal(p.rc, 0);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"probs\":[0.119202919]"));
-  free(t);
-  done(&p);
-  p = parse(VR_COMPAT_CLASSIFY, "{\"input\": [5], \"use_activation\": null, \"model\": null}", &sc);
-  assert_int_equal(p.rc, 0);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"model\":\"/models/rm\""));
-  assert_non_null(strstr(t, "\"probs\":[0.119202919]"));
-  free(t);
-  done(&p);
+  expect_reply(C, "{\"model\": \"rm\", \"input\": [5], \"activation\": false}", &sc, s1, "\"probs\":[-2]");
+  expect_reply(C, "{\"input\": [5], \"activation\": false, \"use_activation\": true}", &sc, s1,
+               "\"probs\":[0.119202919]");
+  expect_reply(C, "{\"input\": [5], \"use_activation\": null, \"model\": null}", &sc, s1,
+               "\"model\":\"/models/rm\",\"data\":[{\"index\":0,\"label\":\"LABEL_0\",\"probs\":[0.119202919]");
   /* a model name with quotes and control bytes comes back escaped */
-  p = parse(VR_COMPAT_CLASSIFY, "{\"model\": \"a\\\"b\\n\", \"input\": [5]}", &sc);
-  assert_int_equal(p.rc, 0);
-  t = reply_text(&p, &sc, s1, NULL);
-  assert_non_null(strstr(t, "\"model\":\"a\\\"b\\n\""));
-  free(t);
-  done(&p);
+  expect_reply(C, "{\"model\": \"a\\\"b\\n\", \"input\": [5]}", &sc, s1, "\"model\":\"a\\\"b\\n\"");
 }
 
 /* What verl sends (text) and what no shape allows. */
@@ -233,6 +222,13 @@ static void test_get_reward(void **state) {
   assert_string_equal(t, "{\"rewards\":[1,0,0],\"scores\":[1,0,0],\"extra_logs\":{\"gsm8k\":[1,0,0]}}\n");
   free(t);
   done(&p);
+  /* the data_source extension reaches every sample */
+  p = parse(VR_COMPAT_GET_REWARD, "{\"query\": [\"a\", \"b\"], \"data_source\": \"openai/gsm8k\"}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_string_equal(p.r.extras[1].data_source.ptr, "openai/gsm8k");
+  done(&p);
+  expect_error(VR_COMPAT_GET_REWARD, "{\"query\": [\"a\"], \"data_source\": 1}", &sc, VR_ERR_MALFORMED,
+               "\"data_source\" must be a string");
   /* prompts and labels may be left out (null labels: no ground truth) */
   p = parse(VR_COMPAT_GET_REWARD, "{\"query\": [\"a\"], \"labels\": [null]}", &sc);
   assert_int_equal(p.rc, 0);
@@ -257,7 +253,7 @@ static void test_get_reward(void **state) {
   assert_string_equal(p.r.extras[0].ground_truth.ptr, "1");
   done(&p);
   expect_error(G, "{\"query\": [\"a\"], \"input_ids\": [[4], [5]]}", &ms, VR_ERR_MALFORMED,
-               "\"extras\" has 1 entries but \"input_ids\" has 2 sequences");
+               "\"input_ids\" has 2 sequences for 1 queries in \"query\"");
   expect_error(G, "{\"query\": [\"a\"], \"input_ids\": [[4, \"x\"]]}", &ms, VR_ERR_MALFORMED, "input_ids[0][1] is not an integer");
 }
 
@@ -279,6 +275,100 @@ static void test_predict(void **state) {
   expect_error(P, "{\"inputs\": 1}", &sc, VR_ERR_MALFORMED, "(wrong type)");
   expect_error(P, "{\"input\": \"a\"}", &sc, VR_ERR_MALFORMED, "missing \"inputs\"");
   expect_error(P, "{\"inputs\": \"a\", \"raw_scores\": \"yes\"}", &sc, VR_ERR_MALFORMED, "\"raw_scores\" must be true or false");
+  /* the input_ids extension (what the tokenizing bridge sends): TEI's reply shapes */
+  const float s1[1] = {0.0f}, s2[2] = {1.5f, -2.0f};
+  parsed_t p = parse(P, "{\"inputs\": \"ab\", \"input_ids\": [1, 2]}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.n_tokens, 2);
+  char *t = reply_text(&p, &sc, s1, NULL);
+  assert_string_equal(t, "[{\"score\":0.5,\"label\":\"LABEL_0\"}]\n");
+  free(t);
+  done(&p);
+  p = parse(P, "{\"inputs\": [[\"a\"], [\"b\"]], \"input_ids\": [[1], [2, 3]], \"raw_scores\": true}", &sc);
+  assert_int_equal(p.rc, 0);
+  t = reply_text(&p, &sc, s2, NULL);
+  assert_string_equal(t, "[[{\"score\":1.5,\"label\":\"LABEL_0\"}],[{\"score\":-2,\"label\":\"LABEL_0\"}]]\n");
+  free(t);
+  done(&p);
+  p = parse(P, "{\"inputs\": [\"one\"], \"input_ids\": [[4]]}", &sc); /* [str] is one text: a flat reply */
+  assert_int_equal(p.rc, 0);
+  t = reply_text(&p, &sc, s2, NULL);
+  assert_string_equal(t, "[{\"score\":0.817574501,\"label\":\"LABEL_0\"}]\n");
+  free(t);
+  done(&p);
+  expect_error(P, "{\"inputs\": [[\"a\"], [\"b\"]], \"input_ids\": [[1]]}", &sc, VR_ERR_MALFORMED,
+               "\"input_ids\" has 1 sequences for 2 texts");
+  expect_error(P, "{\"inputs\": \"a\", \"input_ids\": [[1], [2]]}", &sc, VR_ERR_MALFORMED, "has 2 sequences for 1 texts");
+  expect_error(P, "{\"inputs\": \"a\", \"input_ids\": [[1, -1]]}", &sc, VR_ERR_TOKEN_RANGE, "token id -1");
+  expect_error(P, "{\"inputs\": [\"q\", \"a\"], \"input_ids\": [[1]]}", &sc, VR_ERR_UNSUPPORTED, "text pairs");
+}
+
+/* With a tokenizer, text becomes the /v1/score {"text"} request the text worker encodes. The
+ * tokenizer is not read while parsing: a stand-in pointer marks it present. */
+static void test_text_forms(void **state) {
+  (void)state;
+  static char tok_stand_in;
+  vr_scorer_t sc = make_scorer("model:1,gsm8k:0.5", VR_SCORER_MODEL);
+  sc.tok = (struct vr_tok *)(void *)&tok_stand_in;
+  parsed_t p = parse(VR_COMPAT_CLASSIFY, "{\"model\": \"rm\", \"input\": \"hi there\", \"use_activation\": false}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.kind, VR_TEXT_PLAIN);
+  assert_int_equal(p.r.text.n, 1);
+  assert_string_equal(p.r.text.items[0], "hi there");
+  assert_int_equal(p.r.text.add_special_tokens, 1); /* vLLM's CompletionRequestMixin default */
+  assert_int_equal(p.r.n_seqs, 1);
+  done(&p);
+  p = parse(VR_COMPAT_EMBEDDINGS, "{\"input\": [\"a\", \"b\"], \"add_special_tokens\": false}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.n, 2);
+  assert_string_equal(p.r.text.items[1], "b");
+  assert_int_equal(p.r.text.add_special_tokens, 0);
+  done(&p);
+  /* OpenRLHF: queries without special tokens (serve_rm.py), extras beside them */
+  p = parse(VR_COMPAT_GET_REWARD, "{\"query\": [\"Q #### 2\", \"x\"], \"prompts\": [\"Q\", null], \"labels\": [\"2\", null]}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.n, 2);
+  assert_string_equal(p.r.text.items[0], "Q #### 2");
+  assert_int_equal(p.r.text.add_special_tokens, 0);
+  assert_string_equal(p.r.extras[0].solution_str.ptr, " #### 2");
+  done(&p);
+  /* TEI: texts with special tokens; a batch replies as a list of lists */
+  p = parse(VR_COMPAT_PREDICT, "{\"inputs\": [[\"a\"], [\"b\"]]}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.n, 2);
+  assert_string_equal(p.r.text.items[0], "a");
+  assert_int_equal(p.r.text.add_special_tokens, 1);
+  const float s2[2] = {0.0f, 0.0f};
+  char *t = reply_text(&p, &sc, s2, NULL);
+  assert_string_equal(t, "[[{\"score\":0.5,\"label\":\"LABEL_0\"}],[{\"score\":0.5,\"label\":\"LABEL_0\"}]]\n");
+  free(t);
+  done(&p);
+  p = parse(VR_COMPAT_PREDICT, "{\"inputs\": [\"one\"]}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.n, 1);
+  done(&p);
+  /* vLLM's chat form: one conversation for the chat template */
+  p = parse(VR_COMPAT_CLASSIFY, "{\"model\": \"rm\", \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+            "\"add_generation_prompt\": true, \"use_activation\": false}", &sc);
+  assert_int_equal(p.rc, 0);
+  assert_int_equal(p.r.text.kind, VR_TEXT_CHAT);
+  assert_int_equal(p.r.text.n, 1);
+  assert_int_equal(p.r.text.add_generation_prompt, 1);
+  done(&p);
+  expect_error(VR_COMPAT_CLASSIFY, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_special_tokens\": true}",
+               &sc, VR_ERR_UNSUPPORTED, "\"add_special_tokens\": true is not supported with \"messages\"");
+  expect_error(VR_COMPAT_CLASSIFY, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"continue_final_message\": true}",
+               &sc, VR_ERR_UNSUPPORTED, "\"continue_final_message\": true");
+  expect_error(VR_COMPAT_CLASSIFY, "{\"messages\": [{\"content\": \"hi\"}]}", &sc, VR_ERR_MALFORMED, "messages[0].role is missing");
+  expect_error(VR_COMPAT_CLASSIFY, "{\"input\": \"a\", \"add_special_tokens\": 1}", &sc, VR_ERR_MALFORMED,
+               "\"add_special_tokens\" must be true or false");
+  expect_error(VR_COMPAT_PREDICT, "{\"inputs\": [\"q\", \"a\"]}", &sc, VR_ERR_UNSUPPORTED, "text pairs");
+  /* the reason the tokenizer is missing is named */
+  sc.tok = NULL;
+  snprintf(sc.tok_note, sizeof sc.tok_note, "the model directory /m has no tokenizer.json");
+  expect_error(VR_COMPAT_CLASSIFY, "{\"input\": \"a\"}", &sc, VR_ERR_UNSUPPORTED, "(the model directory /m has no tokenizer.json)");
+  expect_error(VR_COMPAT_CLASSIFY, "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}]}", &sc, VR_ERR_UNSUPPORTED,
+               "\"messages\": text input needs the reward model's tokenizer");
 }
 
 /* Valid bodies mutated byte-wise: every accepted parse keeps the request invariants. */
@@ -289,7 +379,7 @@ static void test_mutations(void **state) {
     {VR_COMPAT_EMBEDDINGS, "{\"input\": [1, 2, 3]}"},
     {VR_COMPAT_GET_REWARD, "{\"query\": [\"Q #### 2\", \"b\"], \"prompts\": [\"Q\", null], \"labels\": [\"2\", 7], "
                            "\"input_ids\": [[1], [2, 3]]}"},
-    {VR_COMPAT_PREDICT, "{\"inputs\": [[\"a\"], [\"b\", \"c\"]], \"raw_scores\": true}"},
+    {VR_COMPAT_PREDICT, "{\"inputs\": [[\"a\"], [\"b\"]], \"raw_scores\": true, \"input_ids\": [[1], [2, 3]]}"},
   };
   vr_scorer_t sc = make_scorer("model:0.5,gsm8k:0.5", VR_SCORER_CHECKSUM);
   uint64_t st = vr_test_seed("test_http_compat mutations", 17);
@@ -351,7 +441,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
     cmocka_unit_test(test_routes),      cmocka_unit_test(test_classify), cmocka_unit_test(test_classify_errors),
     cmocka_unit_test(test_embeddings),  cmocka_unit_test(test_get_reward), cmocka_unit_test(test_predict),
-    cmocka_unit_test(test_mutations),
+    cmocka_unit_test(test_text_forms),  cmocka_unit_test(test_mutations),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
