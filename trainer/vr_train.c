@@ -1,6 +1,7 @@
 /* vr_train.c: the training engine over a backend table (vr_train.h): input checks, data
- * parallel gradient all-reduce in buckets, global-norm clipping, AdamW with ZeRO-1 shards,
- * optimizer state files, micro-batch splitting. */
+ * parallel gradient all-reduce (reduce-scatter under ZeRO-1 where the comm has one) in buckets,
+ * started during the last backward (vr_train_backward_last) or in the step, global-norm clipping,
+ * AdamW with ZeRO-1 shards, optimizer state files, micro-batch splitting. */
 #include "vr_train.h"
 
 #include <errno.h>
