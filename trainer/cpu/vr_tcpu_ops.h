@@ -42,6 +42,18 @@ void vr_tcpu_rmsnorm_bwd(const float *x, const float *w, const float *r, const f
 void vr_tcpu_rope(float *x, int nh, int D, const uint32_t *cu, uint32_t n, const float *cos_t,
                   const float *sin_t, int inverse);
 
+/* RoPE cos/sin tables (n, half) for positions [0, n), grown on demand: a config's
+ * max_position_embeddings may be 2^24, so nothing is computed before sequences that long come. */
+typedef struct vr_tcpu_rope_tab {
+  float *cos_t, *sin_t;
+  size_t n;
+} vr_tcpu_rope_tab_t;
+/* Covers positions [0, need) (growing to at least twice the old size, at most cap): entry (p, i)
+ * is cosf / sinf of (float)p * inv[i], times scale, in float32 as transformers' rotary embedding.
+ * 0 or VR_ERR_NOMEM (the table is then as before). */
+int vr_tcpu_rope_grow(vr_tcpu_rope_tab_t *t, size_t need, size_t cap, const float *inv, int half, float scale);
+void vr_tcpu_rope_free(vr_tcpu_rope_tab_t *t);
+
 /* a (T*F) = silu(g) * u. */
 void vr_tcpu_swiglu(const float *g, const float *u, size_t n, float *a);
 /* dg, du (n) from da. */

@@ -42,8 +42,7 @@ typedef struct vr_tcpu {
   size_t *off_layer, off_fnorm;    /* offsets of each layer's first tensor and of the final norm */
   float *p_embed, *g_embed, *p_fnorm, *g_fnorm, *p_head, *g_head, *p_score, *g_score, *p_sbias, *g_sbias;
   vr_tcpu_ctx_t ctx;
-  float *cos_t, *sin_t;            /* (rope_n, D/2): positions up to the longest sequence seen */
-  size_t rope_n;
+  vr_tcpu_rope_tab_t rope;         /* positions up to the longest sequence seen */
   int recompute, vchunk;
   /* workspace for ws_T tokens */
   size_t ws_T, att_cap;
@@ -154,7 +153,7 @@ static void vr_tcpu_free(void *state) {
   vr_tcpu_free_ws(s);
   free(s->p), free(s->g), free(s->m), free(s->v);
   free(s->pl), free(s->gl), free(s->off_layer);
-  free(s->cos_t), free(s->sin_t);
+  vr_tcpu_rope_free(&s->rope);
   free((void *)s->c.rope_inv_freq);
   free(s->ctx.pack);
   free(s->zbuf);
@@ -231,33 +230,6 @@ static int vr_tcpu_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_t
 
 /* ---- forward ------------------------------------------------------------------------------ */
 
-/* RoPE tables for positions [0, n) (n <= max_position_embeddings, checked by the engine); grown
- * on demand so a config's 2^24 positions cost nothing until sequences that long arrive. */
-static int vr_tcpu_rope_ensure(vr_tcpu_t *s, size_t n) {
-  if (n <= s->rope_n) return 0;
-  const vr_lm_config_t *c = &s->c;
-  const size_t half = (size_t)c->head_dim / 2, cap = (size_t)c->max_position_embeddings;
-  size_t want = 2 * s->rope_n > n ? 2 * s->rope_n : n;
-  if (want < 256) want = 256;
-  if (want > cap) want = cap;
-  float *ct = realloc(s->cos_t, want * half * sizeof *ct);
-  if (ct) s->cos_t = ct;
-  float *st = ct ? realloc(s->sin_t, want * half * sizeof *st) : NULL;
-  if (!st) {
-    vr_log(VR_LOG_ERROR, "cpu training backend: out of memory for RoPE tables of %zu positions", want);
-    return VR_ERR_NOMEM;
-  }
-  s->sin_t = st;
-  for (size_t p = s->rope_n; p < want; p++)
-    for (size_t i = 0; i < half; i++) { /* in float32, as transformers' rotary embedding */
-      float a = (float)p * c->rope_inv_freq[i];
-      s->cos_t[p * half + i] = cosf(a) * c->rope_attention_scaling;
-      s->sin_t[p * half + i] = sinf(a) * c->rope_attention_scaling;
-    }
-  s->rope_n = want;
-  return 0;
-}
-
 /* One decoder layer on A->xin (filled by the caller); writes xout (T, C). */
 static int vr_tcpu_layer_fwd(vr_tcpu_t *s, const vr_tcpu_layer_t *P, vr_tcpu_acts_t *A, int T, float *xout) {
   const vr_lm_config_t *c = &s->c;
@@ -267,8 +239,8 @@ static int vr_tcpu_layer_fwd(vr_tcpu_t *s, const vr_tcpu_layer_t *P, vr_tcpu_act
   vr_tcpu_linear(x, A->h1, P->q_w, P->q_b, T, C, H * D, A->q);
   vr_tcpu_linear(x, A->h1, P->k_w, P->k_b, T, C, KV * D, A->k);
   vr_tcpu_linear(x, A->h1, P->v_w, P->v_b, T, C, KV * D, A->v);
-  vr_tcpu_rope(A->q, H, D, s->cu, s->n, s->cos_t, s->sin_t, 0);
-  vr_tcpu_rope(A->k, KV, D, s->cu, s->n, s->cos_t, s->sin_t, 0);
+  vr_tcpu_rope(A->q, H, D, s->cu, s->n, s->rope.cos_t, s->rope.sin_t, 0);
+  vr_tcpu_rope(A->k, KV, D, s->cu, s->n, s->rope.cos_t, s->rope.sin_t, 0);
   vr_tcpu_attention(x, A->q, A->k, A->v, H, KV, D, c->sliding_window, s->cu, s->n, A->att, A->lse, s->att_s);
   vr_tcpu_linear(x, A->att, P->o_w, P->o_b, T, H * D, C, s->tmpC);
   for (size_t i = 0; i < (size_t)T * C; i++) A->xmid[i] = A->xin[i] + s->tmpC[i];
@@ -308,7 +280,11 @@ static int vr_tcpu_forward(void *state, const vr_train_batch_t *b, float tau, fl
   uint32_t longest = 0;
   for (uint32_t q = 0; q < b->n_seqs; q++)
     if (b->cu_seqlens[q + 1] - b->cu_seqlens[q] > longest) longest = b->cu_seqlens[q + 1] - b->cu_seqlens[q];
-  if (rc == 0) rc = vr_tcpu_rope_ensure(s, longest);
+  if (rc == 0 && vr_tcpu_rope_grow(&s->rope, longest, (size_t)s->c.max_position_embeddings, s->c.rope_inv_freq,
+                                    s->c.head_dim / 2, s->c.rope_attention_scaling) != 0) {
+    vr_log(VR_LOG_ERROR, "cpu training backend: out of memory for RoPE tables of %u positions", longest);
+    rc = VR_ERR_NOMEM;
+  }
   if (rc != 0) return rc;
   s->T = (int)T, s->n = b->n_seqs, s->tau = tau;
   memcpy(s->ids, b->ids, T * sizeof *s->ids);
@@ -378,8 +354,8 @@ static void vr_tcpu_layer_bwd(vr_tcpu_t *s, int l, float *dx) {
   vr_tcpu_linear_bwd(x, A->att, P->o_w, dx, T, H * D, C, s->datt, 0, G->o_w, G->o_b);
   vr_tcpu_attention_bwd(x, A->q, A->k, A->v, A->att, A->lse, s->datt, H, KV, D, c->sliding_window, s->cu, s->n,
                         s->dq, s->dk, s->dv, s->att_s);
-  vr_tcpu_rope(s->dq, H, D, s->cu, s->n, s->cos_t, s->sin_t, 1);
-  vr_tcpu_rope(s->dk, KV, D, s->cu, s->n, s->cos_t, s->sin_t, 1);
+  vr_tcpu_rope(s->dq, H, D, s->cu, s->n, s->rope.cos_t, s->rope.sin_t, 1);
+  vr_tcpu_rope(s->dk, KV, D, s->cu, s->n, s->rope.cos_t, s->rope.sin_t, 1);
   vr_tcpu_linear_bwd(x, A->h1, P->q_w, s->dq, T, C, H * D, s->dh, 0, G->q_w, G->q_b);
   vr_tcpu_linear_bwd(x, A->h1, P->k_w, s->dk, T, C, KV * D, s->dh, 1, G->k_w, G->k_b);
   vr_tcpu_linear_bwd(x, A->h1, P->v_w, s->dv, T, C, KV * D, s->dh, 1, G->v_w, G->v_b);
