@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 import unittest
 
+from cli_util import model_copy, peak_rss
+
 BIN = os.path.join(os.environ.get("VR_BIN_DIR", "build/bin"), "verl-trainer")
 SRC = os.environ.get("VR_SOURCE_DIR", ".")
 FIX = os.path.join(SRC, "tests", "fixtures")
@@ -50,29 +52,14 @@ class Generate(unittest.TestCase):
         # max_position_embeddings 2^24 (the loader's limit) and the default max_model_len: the
         # cpu backend's RoPE tables and attention scratch cover the longest context seen, not 2^24
         # positions (512 MiB of tables at head_dim 8 before any prompt); the outputs are the original's
-        import shutil
         src = os.path.join(FIX, "lm", "llama_lm")
         g = self.golden("llama_lm")
         args = ["--temperature", "0", "--max-new-tokens", str(g["max_new_tokens"]), "--kv-cache-bytes", "1048576"]
         want = gen(["--model", src] + args, self.prompts_text(g)).stdout
         with tempfile.TemporaryDirectory() as tmp:
-            for f in ("model.safetensors", "generation_config.json"):
-                shutil.copy(os.path.join(src, f), tmp)
-            with open(os.path.join(src, "config.json")) as f:
-                cfg = json.load(f)
-            cfg["max_position_embeddings"] = 1 << 24
-            with open(os.path.join(tmp, "config.json"), "w") as f:
-                json.dump(cfg, f)
-            probe = ("import resource, subprocess, sys\n"
-                     "p = subprocess.run(sys.argv[1:], input=sys.stdin.read(), capture_output=True, text=True)\n"
-                     "sys.stderr.write(p.stderr)\n"
-                     "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-                     "sys.stdout.write(p.stdout)\n")
-            p = subprocess.run(["python3", "-c", probe, BIN, "generate", "--model", tmp] + args,
-                               input=self.prompts_text(g), capture_output=True, text=True, timeout=120)
-            head, _, out = p.stdout.partition("\n")
-            rc, kib = (int(x) for x in head.split())
-            self.assertEqual(rc, 0, p.stderr)
+            model_copy(src, tmp, max_position_embeddings=1 << 24)
+            rc, kib, out, err = peak_rss([BIN, "generate", "--model", tmp] + args, self.prompts_text(g))
+            self.assertEqual(rc, 0, err)
             print(f"generate with max_position_embeddings 2^24: peak RSS {kib / 1024:.0f} MiB")
             self.assertLess(kib, 256 << 10)
             self.assertEqual(out, want)

@@ -10,6 +10,8 @@ import subprocess
 import tempfile
 import unittest
 
+from cli_util import model_copy, peak_rss
+
 BIN = os.path.join(os.environ.get("VR_BIN_DIR", "build/bin"), "verl-trainer")
 FIX = os.path.join(os.environ.get("VR_SOURCE_DIR", "."), "tests", "fixtures", "lm")
 TOL = 1e-5
@@ -74,25 +76,12 @@ class TestLogprobs(unittest.TestCase):
     def test_rope_tables_follow_the_input(self):
         # max_position_embeddings 2^24 (the loader's limit): the RoPE tables cover the longest
         # sequence seen, not 2^24 positions (512 MiB here, 8 GiB at head_dim 128, at start-up)
-        import shutil
         with tempfile.TemporaryDirectory() as tmp:
             src = os.path.join(FIX, "llama_lm")
-            for f in ("model.safetensors", "generation_config.json"):
-                shutil.copy(os.path.join(src, f), tmp)
-            with open(os.path.join(src, "config.json")) as f:
-                cfg = json.load(f)
-            cfg["max_position_embeddings"] = 1 << 24
-            with open(os.path.join(tmp, "config.json"), "w") as f:
-                json.dump(cfg, f)
+            model_copy(src, tmp, max_position_embeddings=1 << 24)
             seqs = golden("llama_lm")["sequences"]
-            probe = ("import resource, subprocess, sys\n"
-                     "p = subprocess.run(sys.argv[1:], input=sys.stdin.read(), capture_output=True, text=True)\n"
-                     "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
-                     "sys.stderr.write(p.stderr)\n")
-            p = subprocess.run(["python3", "-c", probe, BIN, "logprobs", "--model", tmp], input=ids_text(seqs),
-                               capture_output=True, text=True, timeout=120)
-            rc, kib = (int(x) for x in p.stdout.split())
-            self.assertEqual(rc, 0, p.stderr)
+            rc, kib, _, err = peak_rss([BIN, "logprobs", "--model", tmp], ids_text(seqs))
+            self.assertEqual(rc, 0, err)
             print(f"logprobs with max_position_embeddings 2^24: peak RSS {kib / 1024:.0f} MiB")
             self.assertLess(kib, 256 << 10)
             # and the log-probs are those of the original config
