@@ -24,6 +24,7 @@ struct vr_client_text {
 /* vr_client_text_last_error()'s text: per thread, as vr_client_last_error(); the library's only
  * static storage. */
 static __thread char g_err[1024];
+static __thread int32_t g_bad = -1; /* the item of the last encode error, -1 if none */
 
 static int fail(int rc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(int rc, const char *fmt, ...) {
@@ -35,6 +36,8 @@ static int fail(int rc, const char *fmt, ...) {
 }
 
 const char *vr_client_text_last_error(void) { return g_err; }
+
+int32_t vr_client_text_last_bad_item(void) { return g_bad; }
 
 void vr_text_options_init(vr_text_options_t *opt) {
   if (!opt) return;
@@ -170,6 +173,7 @@ static int item_text(const vr_client_text_t *tt, vr_text_input_t kind, const vr_
 int vr_client_text_encode(const vr_client_text_t *tt, vr_text_input_t kind, const vr_text_batch_t *b,
                           const vr_text_options_t *opt, int32_t **ids_out, uint32_t **cu_out, uint64_t *n_tokens) {
   g_err[0] = 0;
+  g_bad = -1;
   if (!tt || !b || !ids_out || !cu_out || !n_tokens || (b->n && !b->items))
     return fail(VR_ERR_INVAL, "vr_client_text_encode: NULL argument");
   if (kind != VR_TEXT_INPUT_PLAIN && kind != VR_TEXT_INPUT_CHAT)
@@ -187,8 +191,10 @@ int vr_client_text_encode(const vr_client_text_t *tt, vr_text_input_t kind, cons
   int32_t *all = NULL;
   uint64_t total = 0, cap = 0;
   int rc = 0;
+  uint32_t i_fail = 0;
   vr_tok_scratch_t *sc = vr_tok_scratch_new();
   for (uint32_t i = 0; i < b->n && !rc; i++) {
+    i_fail = i;
     const char *item = b->items[i];
     if (!item) {
       rc = fail(VR_ERR_INVAL, "%s[%u] is NULL", what, i);
@@ -234,6 +240,7 @@ int vr_client_text_encode(const vr_client_text_t *tt, vr_text_input_t kind, cons
   }
   vr_tok_scratch_free(sc);
   if (rc) {
+    g_bad = (int32_t)i_fail;
     free(all);
     free(cu);
     return rc;
@@ -252,7 +259,15 @@ int vr_client_text_score(const vr_client_text_t *tt, vr_client_t *c, vr_text_inp
   int32_t *ids = NULL;
   uint32_t *cu = NULL;
   uint64_t n_tokens = 0;
-  if ((rc = vr_client_text_encode(tt, kind, b, opt, &ids, &cu, &n_tokens))) return rc;
+  if ((rc = vr_client_text_encode(tt, kind, b, opt, &ids, &cu, &n_tokens))) {
+    if (info) { /* as a request the server refused: its status and the item */
+      memset(info, 0, sizeof *info);
+      info->status = rc;
+      info->n_seqs = b->n;
+      info->bad_seq = g_bad;
+    }
+    return rc;
+  }
   int32_t one = 0; /* vr_batch_t wants a pointer even for zero tokens */
   vr_batch_t batch = {.n_seqs = b->n, .token_ids = ids ? ids : &one, .cu_seqlens = cu, .extras = b->extras,
                       .extras_len = b->extras_len};

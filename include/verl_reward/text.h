@@ -102,13 +102,16 @@ const char *vr_client_text_bos_token(const vr_client_text_t *tt);
 void vr_client_text_buffer_free(void *p);
 
 /* Checks (vr_client_text_check), encodes and scores through vr_client_score(c, ...): scores,
- * components and info as there. Returns 0, an encode error, or the request's error (its detail
- * copied into vr_client_text_last_error()). */
+ * components and info as there. Returns 0, an encode error (info, when given, then has that
+ * status and bad_seq = the item), or the request's error (its detail copied into
+ * vr_client_text_last_error()). */
 int vr_client_text_score(const vr_client_text_t *tt, vr_client_t *c, vr_text_input_t kind, const vr_text_batch_t *b,
                          const vr_text_options_t *opt, float *scores, float *components, vr_request_info_t *info);
 
 /* The calling thread's last error detail of this library ("" if none). */
 const char *vr_client_text_last_error(void);
+/* The item of the calling thread's last vr_client_text_encode error, -1 if none. */
+int32_t vr_client_text_last_bad_item(void);
 
 #ifdef __cplusplus
 }

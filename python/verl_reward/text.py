@@ -113,6 +113,7 @@ def _declare(lib):
         "vr_client_text_bos_token": (c.c_char_p, [p]),
         "vr_client_text_buffer_free": (None, [c.c_void_p]),
         "vr_client_text_last_error": (c.c_char_p, []),
+        "vr_client_text_last_bad_item": (c.c_int32, []),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -148,9 +149,11 @@ def load_text_library():
         raise TextLibraryNotFound(tried)
 
 
-def _error(lib, rc):
+def _error(lib, rc, encoding=False):
+    """The library's error (the failing item as bad_seq after an encode)."""
     detail = lib.vr_client_text_last_error()
-    return error_for(rc, detail.decode("utf-8", "replace") if detail else None)
+    bad = int(lib.vr_client_text_last_bad_item()) if encoding else -1
+    return error_for(rc, detail.decode("utf-8", "replace") if detail else None, bad)
 
 
 def _utf8(x, what, i):
@@ -227,7 +230,7 @@ class RmTokenizer:
         rc = self._lib.vr_client_text_encode(self._h, kind, c.byref(b), c.byref(opts), c.byref(ids_p),
                                              c.byref(cu_p), c.byref(nt))
         if rc != 0:
-            raise _error(self._lib, rc)
+            raise _error(self._lib, rc, encoding=True)
         try:
             ids = array("i", c.string_at(ids_p, nt.value * 4)) if nt.value else array("i")
             cu = array("I", c.string_at(cu_p, (n + 1) * 4))

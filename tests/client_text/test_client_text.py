@@ -140,6 +140,7 @@ class TestCText(Fixture, unittest.TestCase):
                 continue
             self.assertEqual(got.get("error"), code, (line, got))
             self.assertIn(needle, got["message"], (line, got))
+            self.assertEqual(got["bad_item"], 1 if "messages[1]" in needle else 0, (line, got))
         # the same shapes give the same messages on the HTTP path (one conversation check)
         st, o = self.srv.score({"messages": [[{"content": "x"}]]})
         self.assertIn("messages[0][0].role is missing", o["error"]["message"])
@@ -224,6 +225,10 @@ class TestPyText(Fixture, unittest.TestCase):
                 self.assertEqual(cm.exception.name, code, str(cm.exception))
                 self.assertIn(needle, str(cm.exception))
             self.assertEqual(rc.score_text(["fine"]), self.http({"text": ["fine"]}))
+            for fn in (lambda: rc.score_messages([CONV, [{"content": "x"}]]), lambda: rc.score_text(["ok", b"\xff"])):
+                with self.assertRaises(VerlRewardError) as cm:
+                    fn()
+                self.assertEqual(cm.exception.bad_seq, 1, str(cm.exception))
         with RewardClient(self.srv.name, connect_timeout_s=10) as rc:
             with self.assertRaises(InvalidRequest) as cm:
                 rc.score_text(["x"])

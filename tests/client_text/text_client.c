@@ -9,7 +9,7 @@
  *   {"raw_text_hex": "..."}      one text given as hex bytes (invalid UTF-8 cannot be JSON)
  * and gets one output line: {"input_ids": [[...]], "scores": [...]} (the ids from
  * vr_client_text_encode, the scores from vr_client_text_score), {"text": "..."} for render, or
- * {"error": "VR_ERR_...", "message": "..."}. Conversations go to the library as the JSON text of
+ * {"error": "VR_ERR_...", "message": "...", "bad_item": i} (-1 when no item is to blame). Conversations go to the library as the JSON text of
  * each one. Exit 0 when every line was answered (errors included), 2 on bad usage or a load
  * failure (the error line printed first). */
 #define _GNU_SOURCE
@@ -25,6 +25,7 @@ static void print_error(int rc) {
   cJSON *o = cJSON_CreateObject();
   cJSON_AddStringToObject(o, "error", vr_status_name(rc));
   cJSON_AddStringToObject(o, "message", vr_client_text_last_error());
+  cJSON_AddNumberToObject(o, "bad_item", vr_client_text_last_bad_item());
   char *s = cJSON_PrintUnformatted(o);
   puts(s);
   free(s);
@@ -103,7 +104,19 @@ static void one_line(const vr_client_text_t *tt, vr_client_t *c, const cJSON *ro
   uint64_t nt = 0;
   int rc = vr_client_text_encode(tt, kind, &b, &o, &ids, &cu, &nt);
   float *scores = calloc((size_t)n + 1, sizeof *scores);
-  if (rc == 0) rc = vr_client_text_score(tt, c, kind, &b, &o, scores, NULL, NULL);
+  vr_request_info_t info;
+  if (rc == 0) {
+    rc = vr_client_text_score(tt, c, kind, &b, &o, scores, NULL, &info);
+    if (rc == 0 && (info.status != 0 || info.n_seqs != (uint32_t)n)) {
+      fprintf(stderr, "info: status %d, n_seqs %u for %d items\n", info.status, info.n_seqs, n);
+      exit(3);
+    }
+  } else if (vr_client_text_score(tt, c, kind, &b, &o, scores, NULL, &info) != rc || info.status != rc ||
+             info.bad_seq != vr_client_text_last_bad_item()) {
+    fprintf(stderr, "vr_client_text_score disagrees with vr_client_text_encode (rc %d, status %d, bad_seq %d)\n", rc,
+            info.status, info.bad_seq);
+    exit(3);
+  }
   if (rc) {
     print_error(rc);
   } else {
