@@ -108,8 +108,16 @@ static int render(const vr_client_text_t *tt, uint32_t i, const char *item, size
                   char **text, size_t *tlen) {
   char at[32], err[768] = "";
   snprintf(at, sizeof at, "messages[%u]", i);
-  cJSON *conv = cJSON_ParseWithLength(item, len);
+  if (memchr(item, 0, len)) return fail(VR_ERR_MALFORMED, "%s: a NUL byte in the conversation's JSON", at);
+  const char *end = NULL;
+  cJSON *conv = cJSON_ParseWithLengthOpts(item, len, &end, 0);
   if (!conv) return fail(VR_ERR_MALFORMED, "%s: not valid JSON (a conversation is a JSON list of message objects)", at);
+  while (end < item + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
+  if (end != item + len) {
+    cJSON_Delete(conv);
+    return fail(VR_ERR_MALFORMED, "%s: not valid JSON (bytes after the conversation at offset %zu)", at,
+                (size_t)(end - item));
+  }
   int rc = vr_tok_chat_check_conversation(conv, at, err, sizeof err);
   cJSON_Delete(conv);
   if (rc) return fail(rc, "%s", err);

@@ -113,6 +113,7 @@ class TestCText(Fixture, unittest.TestCase):
     def test_errors(self):
         lines = [
             {"messages": ["[{\"role\": \"user\", "]},                           # not JSON
+            {"messages": [json.dumps(CONV) + " []"]},                           # trailing bytes
             {"messages": [[{"content": "x"}]]},
             {"messages": [CONV, [{"role": 3, "content": "x"}]]},
             {"messages": [[]]},
@@ -123,6 +124,7 @@ class TestCText(Fixture, unittest.TestCase):
         ]
         want = [
             ("VR_ERR_MALFORMED", "messages[0]: not valid JSON"),
+            ("VR_ERR_MALFORMED", "messages[0]: not valid JSON (bytes after the conversation at offset"),
             ("VR_ERR_MALFORMED", "messages[0][0].role is missing"),
             ("VR_ERR_MALFORMED", "messages[1][0].role must be a string"),
             ("VR_ERR_MALFORMED", "messages[0] is an empty conversation"),
