@@ -143,11 +143,13 @@ class RewardClient:
     score() and PendingScore.result(). connect_timeout_s: how long the
     constructor waits for the segment to appear / a lane to free up (0: fail at
     once). spin_us: busy-poll budget before sleeping (None: library default).
+    expected_server_uid: the uid the server must run as (None: this process's
+    euid); a server of another uid is refused (ConnectFailed).
     Raises ConnectFailed (no such segment, permission, other version),
     ServerGone, NoLane or Timeout; LibraryNotFound when the .so is missing."""
 
     def __init__(self, shm_name="verl_reward_shm", timeout_s=30.0, connect_timeout_s=0.0,
-                 spin_us=None, tokenizer=None):
+                 spin_us=None, expected_server_uid=None, tokenizer=None):
         self._lib = _lib.load_library()
         self._tokenizer = tokenizer
         self._tok_checked = None
@@ -159,6 +161,8 @@ class RewardClient:
         opts.connect_timeout_us = max(0, int(connect_timeout_s * 1e6))
         if spin_us is not None:
             opts.spin_us = int(spin_us)
+        if expected_server_uid is not None:
+            opts.expected_server_uid = int(expected_server_uid)
         self._opts = opts
         self._cond = threading.Condition()
         self._active = 0

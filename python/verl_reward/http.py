@@ -291,8 +291,17 @@ class HttpRewardClient:
                 doc = msgpack.unpackb(raw)
             else:
                 doc = json.loads(raw.decode("utf-8"))
-            scores = [_f32(x) for x in doc["scores"]]
+            errors = doc.get("errors") or []
         except (ValueError, UnicodeDecodeError, KeyError, TypeError, OverflowError, AttributeError) as e:
+            raise error_for(_MALFORMED, "bad answer from %s: %s" % (self.url, e)) from None
+        # per-sequence errors (a score the model could not give): raised as over shm, for the
+        # first sequence at fault
+        for i, e in enumerate(errors if isinstance(errors, list) else []):
+            if isinstance(e, dict) and isinstance(e.get("status"), int) and e["status"] < 0:
+                raise error_for(e["status"], "sequence %d: %s" % (i, e.get("message", "")), bad_seq=i)
+        try:
+            scores = [_f32(x) for x in doc["scores"]]
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise error_for(_MALFORMED, "bad answer from %s: %s" % (self.url, e)) from None
         if len(scores) != n:
             raise error_for(_MALFORMED, "server sent %d scores for %d sequences" % (len(scores), n))
