@@ -145,6 +145,8 @@ class RewardClient:
     once). spin_us: busy-poll budget before sleeping (None: library default).
     expected_server_uid: the uid the server must run as (None: this process's
     euid); a server of another uid is refused (ConnectFailed).
+    tokenizer: the reward model's tokenizer for score_text / score_messages (a directory,
+    loaded with verl_reward.text.load, or an RmTokenizer); None: those raise InvalidRequest.
     Raises ConnectFailed (no such segment, permission, other version),
     ServerGone, NoLane or Timeout; LibraryNotFound when the .so is missing."""
 
