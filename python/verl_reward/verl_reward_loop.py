@@ -275,7 +275,7 @@ def __getattr__(name):
 def _sample_inputs(solution_str, extra_info, kw):
     from .verl_adapter import _ID_KEYS, _ids_for_sample, _load_tokenizer
     info = _plain(extra_info) if extra_info is not None else None
-    tok = _load_tokenizer(kw.get("tokenizer"))
+    tok = _load_tokenizer(rm_tokenizer_from(kw.get("tokenizer"), kw.get("rm_tokenizer_dir")))
     ids = _ids_for_sample(0, solution_str, info, tok, kw.get("prompt_key", "prompt"))
     slim = {k: v for k, v in info.items() if k not in _ID_KEYS} if isinstance(info, dict) else info
     return ids, slim
