@@ -241,6 +241,14 @@ class TestPyText(Fixture, unittest.TestCase):
             RmTokenizer(empty)
         self.assertEqual(cm.exception.name, "VR_ERR_NOT_FOUND")
         self.assertIn("%s: no tokenizer.json" % empty, str(cm.exception))
+        # a tokenizer without tokenizer_config.json has no chat template: texts only
+        shutil.copy(os.path.join(self.dir, "tokenizer.json"), empty)
+        with RewardClient(self.srv.name, tokenizer=empty, connect_timeout_s=10) as rc:
+            self.assertEqual(len(rc.score_text(["x"])), 1)
+            with self.assertRaises(VerlRewardError) as cm:
+                rc.score_messages([CONV])
+            self.assertEqual(cm.exception.name, "VR_ERR_NOT_FOUND")
+            self.assertIn("%s: tokenizer_config.json has no chat template" % empty, str(cm.exception))
         with RewardClient(self.srv.name, tokenizer=big_vocab_tokenizer(self), connect_timeout_s=10) as rc:
             with self.assertRaises(InvalidRequest) as cm:
                 rc.score_text(["x"])
