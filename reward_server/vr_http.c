@@ -19,6 +19,8 @@
 #include "vr_model.h"
 #include "vr_request.h"
 #include "vr_time.h"
+#include "vr_tok_chat.h"
+#include "vr_tokenizer.h"
 
 /* One POST /v1/score between intake and reply. Created and freed on the event
  * thread; between vr_batcher_submit and done() the batcher owns job fields. */
@@ -28,7 +30,10 @@ typedef struct http_pending {
   struct evhttp_request *req; /* stays valid until we reply (libevent detaches it on EOF) */
   int msgpack;                /* reply encoding */
   vr_score_req_t r;
-  struct http_pending *next;  /* done list */
+  int pre_status;             /* text requests: failed before the batcher (encode, limits) */
+  int64_t pre_seq;
+  char pre_msg[256];
+  struct http_pending *next;  /* done list, or the text queue */
 } http_pending_t;
 
 struct vr_http {
@@ -41,6 +46,14 @@ struct vr_http {
   void (*idle_cb)(void *);
   void *idle_arg;
   char *model_json;           /* GET /v1/model body, built once */
+  /* text worker: "text" / "messages" requests are tokenised off the event loop, then
+     submitted to the batcher from there (vr_batcher_submit is thread-safe) */
+  pthread_t text_thread;
+  int text_started;
+  pthread_mutex_t text_mu;    /* guards the queue and text_stop */
+  pthread_cond_t text_cv;
+  http_pending_t *text_head, *text_tail;
+  int text_stop;
 };
 
 /* ------------------------------------------------------------------ replies */
@@ -169,6 +182,14 @@ static void pending_free(http_pending_t *p) {
 
 /* ------------------------------------------------------------------ completion */
 
+static void post_done(vr_http_t *h, http_pending_t *p) {
+  pthread_mutex_lock(&h->mu);
+  p->next = h->done;
+  h->done = p;
+  pthread_mutex_unlock(&h->mu);
+  event_active(h->wake_ev, EV_READ, 0);
+}
+
 /* Batcher thread: hand the finished request to the event loop. */
 static void http_job_done(vr_job_t *job) {
   http_pending_t *p = (http_pending_t *)job;
@@ -181,8 +202,10 @@ static void http_job_done(vr_job_t *job) {
 }
 
 static void finish_pending(vr_http_t *h, http_pending_t *p) {
-  int st = p->job.status;
-  if (st == 0) {
+  int st = p->pre_status ? p->pre_status : p->job.status;
+  if (p->pre_status) {
+    reply_error(h, p->req, p->pre_status, p->pre_seq, p->pre_msg);
+  } else if (st == 0) {
     reply_scores(h, p);
   } else {
     int64_t bad = -1;
@@ -228,6 +251,76 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg) {
     rev = n;
   }
   check_idle(h);
+}
+
+/* ------------------------------------------------------------------ text worker */
+
+static void fill_job(http_pending_t *p, uint64_t t0) {
+  vr_job_t *j = &p->job;
+  j->transport = VR_TRANSPORT_HTTP;
+  j->n_seqs = p->r.n_seqs;
+  j->n_tokens = p->r.n_tokens;
+  j->ids = p->r.ids;
+  j->cu = p->r.cu;
+  j->extras = p->r.extras_ptrs;
+  j->accepted_ns = t0;
+  j->done = http_job_done;
+  j->user = p;
+}
+
+/* Text worker thread: template + tokenizer, the sequence checks, then the batcher. A failure
+ * goes back to the event loop through the done list (pre_status), like a scored request. */
+static void text_one(vr_http_t *h, http_pending_t *p) {
+  vr_server_t *srv = h->srv;
+  vr_req_error_t e;
+  memset(&e, 0, sizeof e);
+  int32_t *ids = NULL;
+  uint64_t nt = 0;
+  int rc = vr_text_encode(srv->scorer.tok, &p->r.text, &ids, p->r.cu, &nt, &e);
+  if (!rc) {
+    p->r.ids = ids;
+    p->r.n_tokens = nt;
+    rc = vr_request_check_seqs(&p->r, &srv->scorer, &e);
+  }
+  if (!rc) {
+    fill_job(p, p->job.accepted_ns);
+    rc = vr_batcher_submit(srv->batcher, &p->job);
+    if (!rc) return; /* done() answers it */
+    e.sequence = -1;
+    snprintf(e.message, sizeof e.message, "%s",
+             rc == VR_ERR_OVERLOADED ? "server overloaded: request queue full (--max-queue); retry later" : vr_strerror(rc));
+  }
+  p->pre_status = rc;
+  p->pre_seq = e.sequence;
+  snprintf(p->pre_msg, sizeof p->pre_msg, "%s", e.message);
+  post_done(h, p);
+}
+
+static void *text_main(void *arg) {
+  vr_http_t *h = arg;
+  for (;;) {
+    pthread_mutex_lock(&h->text_mu);
+    while (!h->text_head && !h->text_stop) pthread_cond_wait(&h->text_cv, &h->text_mu);
+    http_pending_t *p = h->text_head;
+    if (p) {
+      h->text_head = p->next;
+      if (!h->text_head) h->text_tail = NULL;
+      p->next = NULL;
+    }
+    pthread_mutex_unlock(&h->text_mu);
+    if (!p) return NULL; /* stopping with an empty queue */
+    text_one(h, p);
+  }
+}
+
+static void text_enqueue(vr_http_t *h, http_pending_t *p) {
+  pthread_mutex_lock(&h->text_mu);
+  p->next = NULL;
+  if (h->text_tail) h->text_tail->next = p;
+  else h->text_head = p;
+  h->text_tail = p;
+  pthread_cond_signal(&h->text_cv);
+  pthread_mutex_unlock(&h->text_mu);
 }
 
 /* ------------------------------------------------------------------ handlers */
@@ -284,16 +377,15 @@ static void handle_score(vr_http_t *h, struct evhttp_request *req) {
   const char *accept = evhttp_find_header(ih, "Accept");
   if (accept && strstr(accept, "application/json") && !strstr(accept, "msgpack")) p->msgpack = 0;
   if (accept && is_msgpack_type(accept)) p->msgpack = 1;
+  if (p->r.text.kind != VR_TEXT_NONE) { /* tokenised on the text worker, which submits */
+    p->job.accepted_ns = t0;
+    text_enqueue(h, p);
+    h->pending++;
+    __atomic_store_n(&srv->http_inflight, h->pending, __ATOMIC_RELAXED);
+    return;
+  }
   vr_job_t *j = &p->job;
-  j->transport = VR_TRANSPORT_HTTP;
-  j->n_seqs = n;
-  j->n_tokens = p->r.n_tokens;
-  j->ids = p->r.ids;
-  j->cu = p->r.cu;
-  j->extras = p->r.extras_ptrs;
-  j->accepted_ns = t0;
-  j->done = http_job_done;
-  j->user = p;
+  fill_job(p, t0);
   rc = vr_batcher_submit(srv->batcher, j);
   if (rc) {
     vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, rc, n, p->r.n_tokens, (vr_now_ns() - t0) / 1e9);
@@ -358,6 +450,11 @@ static char *build_model_json(const vr_server_t *srv) {
     cJSON_AddStringToObject(o, "device", sc->kind == VR_SCORER_CHECKSUM ? "cpu" : "none");
   }
   cJSON_AddStringToObject(o, "model", srv->st.model);
+  /* "text"/"messages" requests: accepted when the model directory's tokenizer loaded */
+  cJSON_AddBoolToObject(o, "text_input", sc->tok != NULL);
+  cJSON_AddBoolToObject(o, "chat_template", sc->tok && vr_tok_chat_template(sc->tok, NULL) != NULL);
+  if (sc->tok) cJSON_AddNumberToObject(o, "tokenizer_vocab_size", (double)vr_tok_vocab_size(sc->tok));
+  else cJSON_AddStringToObject(o, "tokenizer", sc->tok_note[0] ? sc->tok_note : "no model");
   cJSON_AddNumberToObject(o, "max_seq_len", sc->max_seq_len);
   cJSON_AddStringToObject(o, "truncate", vr_truncate_name(sc->truncate));
   char spec[512];
@@ -434,6 +531,14 @@ int vr_http_create(vr_server_t *srv, vr_http_t **out) {
   if (!h) return VR_ERR_NOMEM;
   h->srv = srv;
   pthread_mutex_init(&h->mu, NULL);
+  pthread_mutex_init(&h->text_mu, NULL);
+  pthread_cond_init(&h->text_cv, NULL);
+  if (pthread_create(&h->text_thread, NULL, text_main, h) != 0) {
+    vr_log(VR_LOG_ERROR, "cannot start the HTTP text worker thread");
+    vr_http_free(h);
+    return VR_ERR_NOMEM;
+  }
+  h->text_started = 1;
   h->eh = evhttp_new(srv->base);
   h->wake_ev = event_new(srv->base, -1, 0, wake_cb, h);
   if (!h->eh || !h->wake_ev) {
@@ -468,6 +573,15 @@ void vr_http_on_idle(vr_http_t *h, void (*cb)(void *), void *arg) {
 
 void vr_http_free(vr_http_t *h) {
   if (!h) return;
+  if (h->text_started) { /* every request was answered: its queue is empty */
+    pthread_mutex_lock(&h->text_mu);
+    h->text_stop = 1;
+    pthread_cond_signal(&h->text_cv);
+    pthread_mutex_unlock(&h->text_mu);
+    pthread_join(h->text_thread, NULL);
+  }
+  pthread_mutex_destroy(&h->text_mu);
+  pthread_cond_destroy(&h->text_cv);
   if (h->eh) evhttp_free(h->eh);
   if (h->wake_ev) event_free(h->wake_ev);
   pthread_mutex_lock(&h->mu);

@@ -1,6 +1,8 @@
 /* vr_http.h: the HTTP front (libevent evhttp on the event-loop thread).
  *
- *   POST /v1/score   JSON or application/msgpack: {"input_ids": [[...]], "extras": [{...}]}
+ *   POST /v1/score   JSON or application/msgpack: {"input_ids": [[...]], "extras": [{...}]},
+ *                    or {"text": [...]} / {"messages": [[...]]} (vr_text.h): those are tokenised
+ *                    on the HTTP text worker thread, never on the event loop
  *   GET  /health /ready /metrics /v1/model
  *
  * Every evhttp object is touched only on the event-loop thread: the batcher

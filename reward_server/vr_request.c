@@ -31,6 +31,7 @@ void vr_request_free(vr_score_req_t *r) {
   free(r->extras_ptrs);
   free(r->ids);
   free(r->cu);
+  vr_text_free(&r->text);
   memset(r, 0, sizeof *r);
 }
 
@@ -57,7 +58,7 @@ static int alloc_ids(vr_score_req_t *r, vr_req_error_t *e) {
 }
 
 /* Checks every sequence against the scorer's limits, naming the first bad one. */
-static int check_seqs(const vr_score_req_t *r, const vr_scorer_t *sc, vr_req_error_t *e) {
+int vr_request_check_seqs(const vr_score_req_t *r, const vr_scorer_t *sc, vr_req_error_t *e) {
   for (uint32_t i = 0; i < r->n_seqs; i++) {
     uint32_t len = r->cu[i + 1] - r->cu[i];
     int64_t pos;
@@ -88,6 +89,15 @@ static int check_counts(uint64_t n_ids, int has_ids, uint64_t n_ex, int has_ex, 
     return fail(e, VR_ERR_TOO_LARGE, -1, "%llu sequences, more than the limit %u (--max-seqs-per-request)",
                 (unsigned long long)cnt, max_seqs);
   *n = (uint32_t)cnt;
+  return 0;
+}
+
+/* text / messages need a model whose directory holds a tokenizer, and replace input_ids */
+static int text_allowed(int has_ids, const vr_scorer_t *sc, vr_req_error_t *e) {
+  if (has_ids) return fail(e, VR_ERR_MALFORMED, -1, "give one of \"input_ids\", \"text\" and \"messages\", not several");
+  if (sc->kind != VR_SCORER_MODEL || !sc->tok)
+    return fail(e, VR_ERR_UNSUPPORTED, -1, "this server takes token ids only: %s; send \"input_ids\"",
+                sc->kind != VR_SCORER_MODEL ? "no model is loaded" : sc->tok_note);
   return 0;
 }
 
@@ -143,11 +153,16 @@ int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, u
     goto out;
   }
   if (ex && cJSON_IsNull(ex)) ex = NULL;
+  if ((rc = vr_text_from_json(root, max_seqs, &out->text, e))) goto out;
+  if (out->text.kind != VR_TEXT_NONE && (rc = text_allowed(ids != NULL, sc, e))) goto out;
   /* a list whose first item is a number is one sequence (flat form) */
   int flat = ids && ids->child && cJSON_IsNumber(ids->child);
   uint32_t n = 0;
-  rc = check_counts(ids ? (flat ? 1 : (uint64_t)cJSON_GetArraySize(ids)) : 0, ids != NULL, ex ? (uint64_t)cJSON_GetArraySize(ex) : 0,
-                    ex != NULL, sc, max_seqs, &n, e);
+  if (out->text.kind != VR_TEXT_NONE)
+    rc = check_counts(out->text.n, 1, ex ? (uint64_t)cJSON_GetArraySize(ex) : 0, ex != NULL, sc, max_seqs, &n, e);
+  else
+    rc = check_counts(ids ? (flat ? 1 : (uint64_t)cJSON_GetArraySize(ids)) : 0, ids != NULL,
+                      ex ? (uint64_t)cJSON_GetArraySize(ex) : 0, ex != NULL, sc, max_seqs, &n, e);
   if (rc) goto out;
   if ((rc = alloc_req(out, n, ex != NULL, e))) goto out;
   if (ids) {
@@ -196,7 +211,7 @@ int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, u
       i++;
     }
   }
-  rc = check_seqs(out, sc, e);
+  if (out->text.kind == VR_TEXT_NONE) rc = vr_request_check_seqs(out, sc, e);
 out:
   cJSON_Delete(root);
   if (rc) vr_request_free(out);
@@ -344,11 +359,16 @@ int vr_request_parse_msgpack(const uint8_t *body, size_t len, const vr_scorer_t 
     rc = fail(e, VR_ERR_MALFORMED, -1, "\"extras\" must be an array of maps (wrong type)");
     goto out;
   }
+  if ((rc = vr_text_from_msgpack(root, max_seqs, &out->text, e))) goto out;
+  if (out->text.kind != VR_TEXT_NONE && (rc = text_allowed(ids != NULL, sc, e))) goto out;
   /* an array whose first item is an integer is one sequence (flat form) */
   int flat = ids && ids->via.array.size > 0 && mp_is_int(&ids->via.array.ptr[0]);
   uint32_t n = 0;
-  rc = check_counts(ids ? (flat ? 1 : ids->via.array.size) : 0, ids != NULL, ex ? ex->via.array.size : 0, ex != NULL, sc,
-                    max_seqs, &n, e);
+  if (out->text.kind != VR_TEXT_NONE)
+    rc = check_counts(out->text.n, 1, ex ? ex->via.array.size : 0, ex != NULL, sc, max_seqs, &n, e);
+  else
+    rc = check_counts(ids ? (flat ? 1 : ids->via.array.size) : 0, ids != NULL, ex ? ex->via.array.size : 0, ex != NULL,
+                      sc, max_seqs, &n, e);
   if (rc) goto out;
   if ((rc = alloc_req(out, n, ex != NULL, e))) goto out;
   if (ids) {
@@ -375,7 +395,7 @@ int vr_request_parse_msgpack(const uint8_t *body, size_t len, const vr_scorer_t 
   if (ex)
     for (uint32_t i = 0; i < n; i++)
       if ((rc = mp_extras(&ex->via.array.ptr[i], i, out, e))) goto out;
-  rc = check_seqs(out, sc, e);
+  if (out->text.kind == VR_TEXT_NONE) rc = vr_request_check_seqs(out, sc, e);
 out:
   msgpack_unpacked_destroy(&u);
   if (rc) vr_request_free(out);

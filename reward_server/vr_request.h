@@ -3,6 +3,9 @@
  * Body (both encodings, same shape):
  *   {"input_ids": [[int, ...], ...], "extras": [{...} | null, ...]}   a batch
  *   {"input_ids": [int, ...], "extras": [{...} | null]}                one sequence (flat form)
+ *   {"text": [...]} / {"messages": [[...], ...]} instead of input_ids: see vr_text.h; the parse
+ *   then leaves ids NULL and text filled, and the caller encodes (vr_text_encode) and checks
+ *   (vr_request_check_seqs) before scoring
  * input_ids is the flat form when its first item is a number: every item must
  * then be an integer, and the request is a batch of one (n_seqs 1; the reply
  * is still a list of one score). An empty list is an empty batch (rejected).
@@ -19,6 +22,7 @@
 
 #include "vr_rules.h"
 #include "vr_scorer.h"
+#include "vr_text.h"
 
 typedef struct vr_score_req {
   uint32_t n_seqs;
@@ -27,6 +31,7 @@ typedef struct vr_score_req {
   uint32_t *cu;                    /* n_seqs + 1 */
   vr_extras_t *extras;             /* n_seqs parsed extras, or NULL when none sent */
   const vr_extras_t **extras_ptrs; /* n_seqs: &extras[i], NULL for a null entry; NULL when none sent */
+  vr_text_req_t text;              /* kind VR_TEXT_NONE unless the request sent text/messages */
 } vr_score_req_t;
 
 /* A parse failure: the status, the sequence it concerns (-1: the request) and a message. */
@@ -43,6 +48,10 @@ int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, u
 int vr_request_parse_msgpack(const uint8_t *body, size_t len, const vr_scorer_t *sc, uint32_t max_seqs,
                              vr_score_req_t *out, vr_req_error_t *e);
 void vr_request_free(vr_score_req_t *r);
+
+/* Checks every sequence of r (ids and cu filled) against the scorer's limits, naming the first
+ * bad one; what the parsers run on input_ids. 0 or the status with *e set. */
+int vr_request_check_seqs(const vr_score_req_t *r, const vr_scorer_t *sc, vr_req_error_t *e);
 
 /* Validates that buf[0..len) holds exactly one well-formed msgpack object whose
  * container counts fit in the bytes present, nested at most max_depth. 0 or -1. */

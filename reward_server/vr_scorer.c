@@ -6,11 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "verl_reward/status.h"
 #include "vr_checksum.h"
 #include "vr_log.h"
 #include "vr_model.h"
+#include "vr_time.h"
+#include "vr_tokenizer.h"
 
 static int load_model(vr_scorer_t *sc, const vr_settings_t *st) {
   vr_model_options_t mo;
@@ -58,6 +61,28 @@ static int load_model(vr_scorer_t *sc, const vr_settings_t *st) {
   return 0;
 }
 
+/* The model directory's tokenizer, when it has one: text and messages requests need it. */
+static void load_tokenizer(vr_scorer_t *sc, const char *dir) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+  if (access(path, F_OK) != 0) {
+    snprintf(sc->tok_note, sizeof sc->tok_note, "the model directory %s has no tokenizer.json", dir);
+    vr_log(VR_LOG_INFO, "tokenizer: none (%s); requests must send input_ids", sc->tok_note);
+    return;
+  }
+  char err[320] = "";
+  uint64_t t0 = vr_now_ns();
+  int rc = vr_tok_load(dir, &sc->tok, err, sizeof err);
+  if (rc) {
+    sc->tok = NULL;
+    snprintf(sc->tok_note, sizeof sc->tok_note, "the tokenizer of %s did not load: %s", dir, err);
+    vr_log(VR_LOG_WARN, "tokenizer: %s; text and messages requests are refused, input_ids are served", sc->tok_note);
+    return;
+  }
+  vr_log(VR_LOG_INFO, "tokenizer: %s (vocab %zu, chat template %s) loaded in %.1f ms", dir, vr_tok_vocab_size(sc->tok),
+         vr_tok_chat_template(sc->tok, NULL) ? "yes" : "no", (vr_now_ns() - t0) / 1e6);
+}
+
 int vr_scorer_init(vr_scorer_t *sc, const vr_settings_t *st) {
   memset(sc, 0, sizeof *sc);
   sc->max_seq_len = st->max_seq_len;
@@ -89,12 +114,16 @@ int vr_scorer_init(vr_scorer_t *sc, const vr_settings_t *st) {
     return 0;
   }
   sc->kind = VR_SCORER_MODEL;
-  return load_model(sc, st);
+  rc = load_model(sc, st);
+  if (rc == 0) load_tokenizer(sc, st->model);
+  return rc;
 }
 
 void vr_scorer_free(vr_scorer_t *sc) {
   if (sc->model) vr_model_free(sc->model);
   sc->model = NULL;
+  vr_tok_free(sc->tok);
+  sc->tok = NULL;
 }
 
 void vr_scorer_window(const vr_scorer_t *sc, uint32_t len, uint32_t *start, uint32_t *kept) {

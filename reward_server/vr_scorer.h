@@ -14,6 +14,7 @@
 #include "vr_settings.h"
 
 struct vr_model;
+struct vr_tok;
 
 typedef enum vr_scorer_kind {
   VR_SCORER_MODEL = 0,    /* a Hugging Face model via vr_model */
@@ -30,10 +31,15 @@ typedef struct vr_scorer {
   uint32_t max_seq_len;       /* effective: --max-seq-len capped by the model's positions */
   vr_truncate_t truncate;
   char description[2400];     /* start-up line / GET /v1/model summary */
+  struct vr_tok *tok;         /* the model directory's tokenizer (text / messages requests), or
+                                 NULL; owned; read-only after init (any thread) */
+  char tok_note[400];         /* why tok is NULL (no tokenizer.json, or its load error) */
 } vr_scorer_t;
 
 /* Loads the model named by settings (directory, "checksum" or "" for rules-only)
- * and parses --reward. Returns 0 or a negative vr_status_t after logging why. */
+ * and parses --reward. Returns 0 or a negative vr_status_t after logging why.
+ * A model directory holding tokenizer.json also gets its tokenizer (sc->tok); one that does
+ * not load is a WARN (token ids are still served) with the reason in sc->tok_note. */
 int vr_scorer_init(vr_scorer_t *sc, const vr_settings_t *st);
 void vr_scorer_free(vr_scorer_t *sc);
 

@@ -581,6 +581,193 @@ class TestScores(unittest.TestCase):
         s.stop()
 
 
+TOKENIZE = os.path.join(BIN, "verl-tokenize")
+
+
+def text_model(tc, with_tokenizer=True):
+    """llama_gqa (vocab 97) in a temporary directory, with the small SentencePiece-style BPE
+    tokenizer of tests/fixtures/server_tokenizer (89 ids, Llama-2 chat template) beside it."""
+    d = tempfile.mkdtemp(prefix="vrtext_")
+    tc.addCleanup(shutil.rmtree, d, True)
+    src = os.path.join(FIXTURES, "models", "llama_gqa")
+    for f in ("config.json", "model.safetensors"):
+        os.symlink(os.path.abspath(os.path.join(src, f)), os.path.join(d, f))
+    if with_tokenizer:
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(FIXTURES, "server_tokenizer", f), d)
+    return d
+
+
+def tokenize(model_dir, lines):
+    """The tokenizer's own encode (verl-tokenize, checked against transformers in tests/tokenizer)."""
+    p = subprocess.run([TOKENIZE, "--tokenizer", model_dir], input="".join(json.dumps(x) + "\n" for x in lines),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return [json.loads(x) for x in p.stdout.splitlines()]
+
+
+def mp_pack(o):
+    """A small msgpack encoder (str, int, bool, None, list, dict) for request bodies."""
+    if o is None:
+        return b"\xc0"
+    if o is True or o is False:
+        return b"\xc3" if o else b"\xc2"
+    if isinstance(o, int):
+        return struct.pack(">Bq", 0xD3, o)
+    if isinstance(o, str):
+        b = o.encode()
+        return struct.pack(">BI", 0xDB, len(b)) + b
+    if isinstance(o, list):
+        return struct.pack(">BI", 0xDD, len(o)) + b"".join(mp_pack(x) for x in o)
+    if isinstance(o, dict):
+        return struct.pack(">BI", 0xDF, len(o)) + b"".join(mp_pack(k) + mp_pack(v) for k, v in o.items())
+    raise TypeError(type(o))
+
+
+def mp_scores(data):
+    """The "scores" float32 array of a msgpack reply."""
+    i = data.index(b"\xa6scores") + 7
+    n = data[i] & 0x0F
+    return [struct.unpack(">f", data[i + 2 + 5 * k:i + 6 + 5 * k])[0] for k in range(n)]
+
+
+class TestText(unittest.TestCase):
+    """{"text": ...} and {"messages": ...} requests: the model directory's tokenizer and chat
+    template give exactly the ids the tokenizer's own encode gives (scores equal to those of
+    the same ids sent as input_ids), JSON and msgpack; bad shapes are 400 naming the field."""
+
+    CONV = [{"role": "user", "content": "Hi there"}, {"role": "assistant", "content": "the answer is in a hat!"}]
+    CONV2 = [{"role": "system", "content": "Be nice"}, {"role": "user", "content": "What is it?"}]
+
+    def test_text_and_messages(self):
+        d = text_model(self)
+        s = Server(self, "--model", d).wait_ready()
+        st, data, _ = s.request("GET", "/v1/model")
+        info = json.loads(data)
+        self.assertEqual(st, 200)
+        self.assertTrue(info["text_input"], info)
+        self.assertTrue(info["chat_template"], info)
+        texts = ["the cat sat in a hat", "In the end, a tie.", "x"]
+        ref = tokenize(d, [{"text": t} for t in texts])
+        st, by_ids = s.score({"input_ids": [r["input_ids"] for r in ref]})
+        self.assertEqual(st, 200, by_ids)
+        st, by_text = s.score({"text": texts})
+        self.assertEqual(st, 200, by_text)
+        self.assertEqual(by_text["scores"], by_ids["scores"])
+        self.assertEqual(ref[0]["input_ids"][0], 1, "add_special_tokens: BOS first")
+        # one text as a plain string; add_special_tokens false drops the BOS
+        st, one = s.score({"text": texts[0]})
+        self.assertEqual((st, one["scores"]), (200, by_ids["scores"][:1]))
+        st, nobos = s.score({"text": [texts[0]], "add_special_tokens": False})
+        st2, want = s.score({"input_ids": [ref[0]["input_ids"][1:]]})
+        self.assertEqual((st, nobos["scores"]), (st2, want["scores"]))
+        # conversations: the chat template renders them (BOS written by the template, once)
+        for agp in (False, True):
+            ref = tokenize(d, [{"messages": c, "add_generation_prompt": agp} for c in (self.CONV, self.CONV2)])
+            self.assertEqual(ref[0]["input_ids"].count(1), 1, ref[0])
+            st, by_ids = s.score({"input_ids": [r["input_ids"] for r in ref]})
+            self.assertEqual(st, 200, by_ids)
+            body = {"messages": [self.CONV, self.CONV2]}
+            if agp:
+                body["add_generation_prompt"] = True
+            st, by_msgs = s.score(body)
+            self.assertEqual(st, 200, by_msgs)
+            self.assertEqual(by_msgs["scores"], by_ids["scores"], agp)
+        # one conversation (flat form) and msgpack bodies
+        ref = tokenize(d, [{"messages": self.CONV}])
+        st, want = s.score({"input_ids": ref[0]["input_ids"]})
+        st, flat = s.score({"messages": self.CONV})
+        self.assertEqual(flat["scores"], want["scores"])
+        st, data, ctype = s.request("POST", "/v1/score", mp_pack({"messages": [self.CONV]}), ctype="application/msgpack")
+        self.assertEqual((st, ctype), (200, "application/msgpack"), data)
+        self.assertEqual(mp_scores(data), f32s(want["scores"]))
+        st, data, _ = s.request("POST", "/v1/score", mp_pack({"text": texts[:2]}), ctype="application/msgpack")
+        self.assertEqual(st, 200, data)
+        self.assertEqual(mp_scores(data), f32s(by_text["scores"][:2]))
+        # extras still pair with the items
+        st, out = s.score({"text": texts[:2], "extras": [None, None]})
+        self.assertEqual((st, out["scores"]), (200, by_text["scores"][:2]))
+        s.stop()
+
+    def test_errors(self):
+        d = text_model(self)
+        s = Server(self, "--model", d).wait_ready()
+        cases = [
+            ({"messages": [[{"content": "x"}]]}, "VR_ERR_MALFORMED", "messages[0][0].role is missing"),
+            ({"messages": [[{"role": 3, "content": "x"}]]}, "VR_ERR_MALFORMED", "messages[0][0].role must be a string"),
+            ({"messages": [["hello"]]}, "VR_ERR_MALFORMED", "messages[0][0] must be an object"),
+            ({"messages": [[]]}, "VR_ERR_MALFORMED", "messages[0] is an empty conversation"),
+            ({"messages": "hi"}, "VR_ERR_MALFORMED", "\"messages\" must be a list"),
+            ({"messages": [[{"role": "user", "content": 5}]]}, "VR_ERR_MALFORMED", "messages[0][0].content"),
+            ({"text": ["ok", 5]}, "VR_ERR_MALFORMED", "text[1] must be a string"),
+            ({"text": []}, "VR_ERR_MALFORMED", "\"text\" is empty"),
+            ({"text": ["a"], "input_ids": [[1, 2]]}, "VR_ERR_MALFORMED", "give one of"),
+            ({"text": ["a"], "messages": [self.CONV]}, "VR_ERR_MALFORMED", "give one of"),
+            ({"text": ["a"], "add_generation_prompt": True}, "VR_ERR_MALFORMED", "go with \"messages\""),
+            ({"messages": [self.CONV], "add_generation_prompt": 1}, "VR_ERR_MALFORMED", "must be a boolean"),
+            ({"text": ["a", "b"], "extras": [None]}, "VR_ERR_MALFORMED", "\"extras\" has 1 entries"),
+            # the Llama-2 template's raise_exception: roles must alternate
+            ({"messages": [[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]]}, "VR_ERR_INVAL",
+             "template raised: Conversation roles must alternate"),
+        ]
+        for body, code, needle in cases:
+            st, out = s.score(body)
+            self.assertEqual(st, 400, (body, out))
+            self.assertEqual(out["error"]["code"], code, (body, out))
+            self.assertIn(needle, out["error"]["message"], (body, out))
+        # the template error names the conversation
+        st, out = s.score({"messages": [self.CONV, [{"role": "assistant", "content": "first"}]]})
+        self.assertEqual((st, out["error"].get("sequence")), (400, 1), out)
+        # a conversation that renders too long for the model is the usual length error
+        st, out = s.score({"text": ["the " * 3000]})
+        self.assertEqual(st, 400, out)
+        self.assertEqual(out["error"]["code"], "VR_ERR_SEQ_TOO_LONG", out)
+        st, out = s.score({"text": ["fine"]})
+        self.assertEqual(st, 200, out)
+        s.stop()
+
+    def test_score_tool(self):
+        """verl-reward-score takes the same text / messages lines, with the same ids."""
+        d = text_model(self)
+        texts = ["the cat sat in a hat", "In the end, a tie."]
+        refs = tokenize(d, [{"text": t} for t in texts] + [{"messages": self.CONV}, {"messages": self.CONV2, "add_generation_prompt": True}])
+        lines = [{"text": texts[0]}, {"text": texts}, {"messages": self.CONV}, {"messages": [self.CONV2], "add_generation_prompt": True},
+                 {"text": [texts[0]], "add_special_tokens": False},
+                 {"input_ids": refs[0]["input_ids"]}, {"input_ids": [r["input_ids"] for r in refs[:2]]},
+                 {"input_ids": refs[2]["input_ids"]}, {"input_ids": [refs[3]["input_ids"]]}, {"input_ids": [refs[0]["input_ids"][1:]]},
+                 {"messages": [[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]]}, {"text": [1]}]
+        p = subprocess.run([os.path.join(BIN, "verl-reward-score"), "--model", d], input="".join(json.dumps(x) + "\n" for x in lines),
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr)  # the two bad lines
+        out = [json.loads(x) for x in p.stdout.splitlines()]
+        self.assertEqual(len(out), len(lines), p.stdout)
+        for a, b in ((0, 5), (1, 6), (2, 7), (3, 8), (4, 9)):
+            self.assertEqual(out[a], out[b], (lines[a], out[a], out[b]))
+        self.assertIn("template raised: Conversation roles must alternate", out[10]["error"])
+        self.assertIn("text[0] must be a string", out[11]["error"])
+        p = subprocess.run([os.path.join(BIN, "verl-reward-score"), "--model", text_model(self, with_tokenizer=False)],
+                           input='{"text": "x"}\n', capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("no tokenizer.json", json.loads(p.stdout)["error"])
+
+    def test_no_tokenizer(self):
+        d = text_model(self, with_tokenizer=False)
+        s = Server(self, "--model", d).wait_ready()
+        st, data, _ = s.request("GET", "/v1/model")
+        info = json.loads(data)
+        self.assertFalse(info["text_input"], info)
+        self.assertIn("no tokenizer.json", info["tokenizer"])
+        for body in ({"text": ["hello"]}, {"messages": [self.CONV]}):
+            st, out = s.score(body)
+            self.assertEqual(st, 400, out)
+            self.assertEqual(out["error"]["code"], "VR_ERR_UNSUPPORTED", out)
+            self.assertIn("no tokenizer.json", out["error"]["message"])
+            self.assertIn("input_ids", out["error"]["message"])
+        st, out = s.score({"input_ids": [[1, 5, 7]]})
+        self.assertEqual(st, 200, out)
+        s.stop()
+
+
 # The longest batching wait the server takes (--max-wait-us): it keeps requests queued,
 # whatever the machine's speed, until the test lets them go (SIGTERM, or a refused request).
 MAX_WAIT_S = 60

@@ -8,6 +8,13 @@
  *   {"input_ids": [int, ...]}  or  [int, ...]                  one sequence
  *   {"input_ids": [[int, ...], ...]}  or  [[int, ...], ...]    a batch line (at most 256 sequences)
  * (a list whose first item is a number is one sequence); blank lines are skipped.
+ * When the model directory holds a tokenizer (tokenizer.json), also
+ *   {"text": "..."} / {"text": ["...", ...]}                    one text / a batch of texts
+ *   {"messages": [{"role", "content"}, ...]} / {"messages": [[...], ...]}   one conversation / a batch
+ * with optional "add_special_tokens" (text; default true) and "add_generation_prompt"
+ * (messages; default false): texts are encoded as tokenizer(text), conversations rendered with
+ * the tokenizer's chat template and encoded as apply_chat_template(tokenize=True), as the
+ * server does (docs/protocol.md).
  * Output (stdout): one line per input line, in order: {"score": x} for one sequence,
  * {"scores": [x, ...]} for a batch line, or {"error": "line N: reason", "line": N} for a
  * line that could not be scored (malformed JSON, bad ids, too long, ...); a batch line
@@ -31,6 +38,9 @@
 #include "vr_log.h"
 #include "vr_model.h"
 #include "vr_time.h"
+#include "vr_tok_chat.h"
+#include "vr_tokenizer.h"
+#include <unistd.h>
 
 #define VR_SCORE_CHUNK_SEQS 256 /* sequences scored per vr_model_score call */
 
@@ -74,10 +84,96 @@ typedef struct vr_score_line {
   char *why;          /* malloc'd reason the whole line cannot be scored, or NULL */
 } vr_score_line_t;
 
-static void vr_score_line_read(const char *text, size_t len, vr_score_line_t *l) {
+/* The tokenizer of the model directory (NULL: none; why says why). */
+typedef struct vr_score_tok {
+  vr_tok_t *tok;
+  char why[1024];
+} vr_score_tok_t;
+
+/* A {"text"} / {"messages"} line becomes {"input_ids": [[...], ...]} (or one flat list for a
+ * single text / conversation); returns NULL or a malloc'd reason. */
+static char *vr_score_encode_line(cJSON *root, const vr_score_tok_t *tk) {
+  const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
+  const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages");
+  const cJSON *agp = cJSON_GetObjectItemCaseSensitive(root, "add_generation_prompt");
+  const cJSON *ast = cJSON_GetObjectItemCaseSensitive(root, "add_special_tokens");
+  char msg[1200];
+  if (text && msgs) return strdup("give one of \"input_ids\", \"text\" and \"messages\"");
+  if (cJSON_GetObjectItemCaseSensitive(root, "input_ids")) return strdup("give one of \"input_ids\", \"text\" and \"messages\"");
+  if (!tk->tok) {
+    snprintf(msg, sizeof msg, "text and messages need a tokenizer: %s", tk->why);
+    return strdup(msg);
+  }
+  if ((agp && !cJSON_IsBool(agp)) || (ast && !cJSON_IsBool(ast)))
+    return strdup("\"add_generation_prompt\" / \"add_special_tokens\" must be booleans");
+  const cJSON *items = text ? text : msgs;
+  int single = text ? cJSON_IsString(text) : (cJSON_IsArray(msgs) && msgs->child && cJSON_IsObject(msgs->child));
+  if (!single && !cJSON_IsArray(items))
+    return strdup(text ? "\"text\" must be a string or a list of strings" : "\"messages\" must be a list of conversations");
+  if (!single && cJSON_GetArraySize(items) > VR_SCORE_CHUNK_SEQS) {
+    snprintf(msg, sizeof msg, "%d sequences on one line, more than %d", cJSON_GetArraySize(items), VR_SCORE_CHUNK_SEQS);
+    return strdup(msg);
+  }
+  cJSON *out = cJSON_CreateArray();
+  uint32_t k = 0;
+  for (const cJSON *it = single ? items : items->child; it; it = single ? NULL : it->next, k++) {
+    char err[512] = "";
+    char *rendered = NULL;
+    size_t rlen = 0;
+    const char *src = NULL;
+    int rc = 0, add_special = ast ? cJSON_IsTrue(ast) : 1;
+    if (text) {
+      if (!cJSON_IsString(it)) {
+        snprintf(msg, sizeof msg, "text[%u] must be a string", k);
+        cJSON_Delete(out);
+        return strdup(msg);
+      }
+      src = it->valuestring;
+      rlen = strlen(src);
+    } else {
+      char *js = cJSON_IsArray(it) ? cJSON_PrintUnformatted(it) : NULL;
+      if (!js) {
+        snprintf(msg, sizeof msg, "messages[%u] must be a list of message objects", k);
+        cJSON_Delete(out);
+        return strdup(msg);
+      }
+      rc = vr_tok_apply_chat_template_ex(tk->tok, NULL, js, agp && cJSON_IsTrue(agp), NULL, &rendered, &rlen, err,
+                                         sizeof err);
+      free(js);
+      src = rendered;
+      add_special = 0; /* apply_chat_template(tokenize=True): the template writes BOS itself */
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!rc) rc = vr_tok_encode(tk->tok, src, rlen, add_special, &ids, &n, err, sizeof err);
+    free(rendered);
+    if (rc) {
+      snprintf(msg, sizeof msg, "%s[%u]: %s", text ? "text" : "messages", k, err);
+      cJSON_Delete(out);
+      return strdup(msg);
+    }
+    cJSON *seq = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(seq, cJSON_CreateNumber(ids[i]));
+    free(ids);
+    if (single) {
+      cJSON_Delete(out);
+      out = seq;
+    } else {
+      cJSON_AddItemToArray(out, seq);
+    }
+  }
+  cJSON_AddItemToObject(root, "input_ids", out);
+  return NULL;
+}
+
+static void vr_score_line_read(const char *text, size_t len, const vr_score_tok_t *tk, vr_score_line_t *l) {
   memset(l, 0, sizeof *l);
   l->n = 1;
   l->root = cJSON_ParseWithLength(text, len);
+  if (cJSON_IsObject(l->root) && (cJSON_GetObjectItemCaseSensitive(l->root, "text") ||
+                                  cJSON_GetObjectItemCaseSensitive(l->root, "messages"))) {
+    if ((l->why = vr_score_encode_line(l->root, tk))) return;
+  }
   const cJSON *arr = l->root;
   if (l->root && cJSON_IsObject(l->root)) arr = cJSON_GetObjectItemCaseSensitive(l->root, "input_ids");
   if (!l->root || !(cJSON_IsObject(l->root) || cJSON_IsArray(l->root))) {
@@ -297,6 +393,16 @@ int main(int argc, char **argv) {
     if (in != stdin) fclose(in);
     return 2;
   }
+  vr_score_tok_t tk = {0};
+  char tpath[4096];
+  snprintf(tpath, sizeof tpath, "%s/tokenizer.json", model_dir);
+  if (access(tpath, F_OK) != 0) {
+    snprintf(tk.why, sizeof tk.why, "the model directory %s has no tokenizer.json", model_dir);
+  } else if (vr_tok_load(model_dir, &tk.tok, verr, sizeof verr) != 0) {
+    tk.tok = NULL;
+    snprintf(tk.why, sizeof tk.why, "the tokenizer of %s did not load: %s", model_dir, verr);
+    vr_log(VR_LOG_WARN, "%s; text and messages lines fail, input_ids lines are scored", tk.why);
+  }
   vr_score_batch_t b = {0};
   float scores[VR_SCORE_CHUNK_SEQS];
   int32_t st[VR_SCORE_CHUNK_SEQS];
@@ -313,7 +419,7 @@ int main(int argc, char **argv) {
     while (k < l && (line[k] == ' ' || line[k] == '\t')) k++;
     if (k == l) continue; /* blank line */
     vr_score_line_t sl;
-    vr_score_line_read(line + k, l - k, &sl);
+    vr_score_line_read(line + k, l - k, &tk, &sl);
     if (b.n + sl.n > VR_SCORE_CHUNK_SEQS) failed += vr_score_flush(m, &b, scores, st); /* a line stays in one chunk */
     uint32_t from = b.n;
     vr_score_add_line(&sl, lineno, &b);
@@ -338,6 +444,7 @@ int main(int argc, char **argv) {
   free(b.ids);
   if (in != stdin) fclose(in);
   vr_model_free(m);
+  vr_tok_free(tk.tok);
   fflush(stdout);
   return failed ? 1 : 0;
 }

@@ -1,0 +1,67 @@
+/* vr_tok_chat.c: apply_chat_template glue between vr_tokenizer and vr_jinja (see vr_tok_chat.h). */
+#include "vr_tok_chat.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verl_reward/status.h"
+#include "vr_jinja.h"
+
+int vr_tok_apply_chat_template_ex(const vr_tok_t *tok, const char *template_name, const char *messages_json,
+                                  int add_generation_prompt, const char *extra_json, char **text, size_t *len,
+                                  char *err, size_t errlen) {
+  *text = NULL;
+  const char *src = vr_tok_chat_template(tok, template_name);
+  if (!src) {
+    snprintf(err, errlen, "%s: tokenizer_config.json has no chat_template%s%s", vr_tok_source(tok),
+             template_name ? " named " : "", template_name ? template_name : "");
+    return VR_ERR_NOT_FOUND;
+  }
+  cJSON *msgs = cJSON_Parse(messages_json ? messages_json : "");
+  cJSON *extra = extra_json ? cJSON_Parse(extra_json) : cJSON_CreateObject();
+  int rc = 0;
+  if (!cJSON_IsArray(msgs)) {
+    snprintf(err, errlen, "messages is not a JSON array");
+    rc = VR_ERR_INVAL;
+  } else if (!cJSON_IsObject(extra)) {
+    snprintf(err, errlen, "extra template variables are not a JSON object");
+    rc = VR_ERR_INVAL;
+  }
+  /* the other special tokens, unless the caller set them */
+  static const struct { vr_tok_special_t w; const char *name; } more[] = {{VR_TOK_PAD, "pad_token"},
+                                                                          {VR_TOK_UNK, "unk_token"}};
+  for (size_t i = 0; !rc && i < sizeof more / sizeof more[0]; i++) {
+    const char *s = vr_tok_special_token(tok, more[i].w, NULL);
+    if (s && !cJSON_GetObjectItemCaseSensitive(extra, more[i].name) && !cJSON_AddStringToObject(extra, more[i].name, s))
+      rc = VR_ERR_NOMEM;
+  }
+  vr_jinja_t *t = NULL;
+  if (!rc) {
+    char e2[512] = "";
+    rc = vr_jinja_compile(src, strlen(src), &t, e2, sizeof e2);
+    if (rc) snprintf(err, errlen, "%s: chat_template: %s", vr_tok_source(tok), e2);
+  }
+  if (!rc) {
+    vr_jinja_chat_t chat = {.messages = msgs, .add_generation_prompt = add_generation_prompt != 0,
+                            .bos_token = vr_tok_special_token(tok, VR_TOK_BOS, NULL),
+                            .eos_token = vr_tok_special_token(tok, VR_TOK_EOS, NULL),
+                            .tools = NULL, .documents = NULL, .extra = extra};
+    size_t n = 0;
+    char e2[512] = "";
+    rc = vr_jinja_chat(t, &chat, NULL, text, &n, e2, sizeof e2);
+    if (rc) snprintf(err, errlen, "%s: chat_template: %s", vr_tok_source(tok), e2);
+    else if (len) *len = n;
+  }
+  vr_jinja_free(t);
+  cJSON_Delete(msgs);
+  cJSON_Delete(extra);
+  return rc;
+}
+
+int vr_tok_apply_chat_template(const vr_tok_t *tok, const char *messages_json, int add_generation_prompt,
+                               char **text, char *err, size_t errlen) {
+  return vr_tok_apply_chat_template_ex(tok, NULL, messages_json, add_generation_prompt, NULL, text, NULL, err,
+                                       errlen);
+}

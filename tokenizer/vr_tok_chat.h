@@ -1,0 +1,39 @@
+/* vr_tok_chat.h: a tokenizer's chat template applied to a conversation, as transformers'
+ * apply_chat_template(messages, tokenize=False, add_generation_prompt=...) renders it
+ * (library vr_tok_chat: vr_tokenizer + the Jinja engine of tokenizer/jinja).
+ *
+ * The template is tokenizer_config.json's chat_template (the default one, or the named one of
+ * a list). The variables: messages, add_generation_prompt, bos_token / eos_token / pad_token /
+ * unk_token as the config names them (undefined when unset), tools = documents = None, then
+ * the caller's extra kwargs (enable_thinking, ...). To get ids as apply_chat_template(
+ * tokenize=True) does, encode the text with add_special_tokens = 0 (the template writes the
+ * special tokens itself).
+ *
+ * Returns 0 or a negative vr_status_t with err: VR_ERR_NOT_FOUND (no such template),
+ * VR_ERR_INVAL (messages not a JSON array, a template runtime error, raise_exception),
+ * VR_ERR_PARSE / VR_ERR_UNSUPPORTED (the template does not compile / a construct the engine
+ * lacks, named with its line), VR_ERR_TOO_LARGE, VR_ERR_NOMEM. *text is malloc'd.
+ * Thread-safe (the template is compiled per call; the tokenizer is only read). */
+#ifndef VR_TOK_CHAT_H
+#define VR_TOK_CHAT_H
+
+#include <stddef.h>
+
+#include "vr_tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int vr_tok_apply_chat_template(const vr_tok_t *tok, const char *messages_json, int add_generation_prompt,
+                               char **text, char *err, size_t errlen);
+
+/* template_name: NULL for the default; extra_json: NULL or a JSON object of further variables. */
+int vr_tok_apply_chat_template_ex(const vr_tok_t *tok, const char *template_name, const char *messages_json,
+                                  int add_generation_prompt, const char *extra_json, char **text, size_t *len,
+                                  char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VR_TOK_CHAT_H */
