@@ -127,6 +127,8 @@ typedef struct vr_train_backend_ops {
 } vr_train_backend_ops_t;
 
 extern const vr_train_backend_ops_t vr_train_backend_cpu;
+/* A device backend (e.g. vr_train_backend_cuda) is picked in vr_train_init by opt->device's
+ * prefix and reads its device index from opt->device ("cuda:N") itself. */
 
 typedef struct vr_train vr_train_t;
 

@@ -272,12 +272,53 @@ static void test_critic_from_reward_models(void **state) {
   }
 }
 
+/* A response mask: gradients of the masked rows only equal the full forward's with the other
+ * rows' dout zero (LM head and value head). */
+static void mask_case(const char *name, vr_lm_head_t head) {
+  tr_golden_t g;
+  tr_golden_load(name, &g);
+  vr_lm_t *lm = load(name, head, 0);
+  vr_train_t *t = tr_engine(lm, 0, 0, 0);
+  size_t n = vr_train_n_floats(t);
+  uint8_t *mask = calloc(g.T, 1);
+  float *out = calloc(g.T, sizeof *out), *d = calloc(g.T, sizeof *d), *e = calloc(g.T, sizeof *e);
+  float *ga = malloc(n * sizeof *ga), *gb = malloc(n * sizeof *gb);
+  for (uint32_t q = 0; q < g.n; q++) /* the second half of every sequence is the "response" */
+    for (uint32_t i = g.cu[q] + (g.cu[q + 1] - g.cu[q] + 1) / 2; i < g.cu[q + 1]; i++)
+      if (i > g.cu[q]) mask[i] = 1, d[i] = 0.25f + 0.01f * (float)(i % 7), e[i] = -0.1f;
+  vr_train_batch_t b = {g.ids, g.cu, g.n, mask};
+  assert_int_equal(vr_train_zero_grad(t), 0);
+  assert_int_equal(vr_train_forward(t, &b, 0.9f, out, NULL, 1), 0);
+  assert_int_equal(vr_train_backward(t, d, e), 0);
+  assert_int_equal(vr_train_get_grads(t, ga, n), 0);
+  b.mask = NULL;
+  assert_int_equal(vr_train_zero_grad(t), 0);
+  assert_int_equal(vr_train_forward(t, &b, 0.9f, out, NULL, 1), 0);
+  assert_int_equal(vr_train_backward(t, d, e), 0);
+  assert_int_equal(vr_train_get_grads(t, gb, n), 0);
+  double md = 0, mx = 0;
+  for (size_t i = 0; i < n; i++) md = fmax(md, fabs(ga[i] - gb[i])), mx = fmax(mx, fabs(gb[i]));
+  printf("%s: masked backward vs zero dout outside the mask: max |grad diff| %.3g of max %.3g\n", name, md, mx);
+  assert_true(mx > 0 && md <= 1e-6 * mx);
+  free(mask), free(out), free(d), free(e), free(ga), free(gb);
+  vr_train_free(t);
+  vr_lm_free(lm);
+  tr_golden_free(&g);
+}
+
+static void test_masks(void **state) {
+  (void)state;
+  mask_case("llama_lm", VR_LM_HEAD_LM);
+  mask_case("qwen2_critic", VR_LM_HEAD_VALUE);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_save_load, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_microbatch_and_resume, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_critic_from_reward_models),
+      cmocka_unit_test(test_masks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -42,8 +42,11 @@ void vr_tcpu_linear_bwd(const vr_tcpu_ctx_t *c, const float *x, const float *w, 
   }
   vr_tcpu_transpose(dy, T, out, out, dyT);
   vr_cpu_gemm_nn(c->gemm, out, in, T, dyT, T, x, in, tw, in, c->n_threads);
-  for (size_t i = 0; i < (size_t)out * in; i++) gw[i] += tw[i];
+  const size_t nw = (size_t)out * in;
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (c->n_threads > 1 && nw >= 65536)
+  for (size_t i = 0; i < nw; i++) gw[i] += tw[i];
   if (gb)
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (c->n_threads > 1 && (size_t)out * T >= 65536)
     for (int j = 0; j < out; j++) {
       float s = 0.0f;
       for (int t = 0; t < T; t++) s += dyT[(size_t)j * T + t];
@@ -269,6 +272,7 @@ void vr_tcpu_lmhead(const vr_tcpu_ctx_t *c, const float *h, const int32_t *tgt, 
       const int vc = V - v0 < vchunk ? V - v0 : vchunk;
       vr_cpu_gemm_nt(c->gemm, rows, vc, C, alpha, h + (size_t)r0 * C, C, W + (size_t)v0 * C, C, NULL, zbuf, vc,
                      c->pack, c->n_threads);
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (c->n_threads > 1 && (size_t)rows * vc >= 16384)
       for (int r = 0; r < rows; r++) {
         const float *z = zbuf + (size_t)r * vc;
         double cm = m[r];
@@ -309,6 +313,7 @@ void vr_tcpu_lmhead_bwd(const vr_tcpu_ctx_t *c, const float *h, const int32_t *t
       const int vc = V - v0 < vchunk ? V - v0 : vchunk;
       vr_cpu_gemm_nt(c->gemm, rows, vc, C, alpha, h + (size_t)r0 * C, C, W + (size_t)v0 * C, C, NULL, zbuf, vc,
                      c->pack, c->n_threads);
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) if (c->n_threads > 1 && (size_t)rows * vc >= 16384)
       for (int r = 0; r < rows; r++) {
         float *z = zbuf + (size_t)r * vc;
         const float l = lse[r0 + r], H = ent[r0 + r], gl = dlogp[r0 + r], ge = dent ? dent[r0 + r] : 0.0f;
