@@ -43,6 +43,8 @@
 #include "vr_control.h"
 #include "vr_devmap.h"
 #include "vr_generate.h"
+#include "vr_ppo.h"
+#include "vr_rlwork.h"
 #include "vr_tcmd.h"
 #include "vr_tconfig.h"
 #include "vr_tmetrics.h"
@@ -52,6 +54,7 @@
 
 typedef struct vr_targs {
   const char *config, *device_map, *topology, *mpirun, *run_dir, *metrics, *fault;
+  long crash_in_save; /* tests: --crash-in-save N (the controller _exit(9)s inside step N's save) */
   int gpus;          /* -1: not given */
   int check, comm_check, strict_topology, steps;
   double timeout_s;  /* 0: from the config */
@@ -83,7 +86,7 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
   a->argc = argc;
   a->argv = argv;
   enum { O_CHECK = 256, O_COMM_CHECK, O_STRICT, O_GPUS, O_TOPO, O_STEPS, O_TIMEOUT, O_MPIRUN, O_RUNDIR, O_METRICS,
-         O_FAULT, O_VERSION };
+         O_FAULT, O_VERSION, O_CRASH };
   static const struct option lo[] = {{"config", required_argument, 0, 'c'},
                                      {"device-map", required_argument, 0, 'd'},
                                      {"check", no_argument, 0, O_CHECK},
@@ -97,6 +100,7 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
                                      {"run-dir", required_argument, 0, O_RUNDIR},
                                      {"metrics", required_argument, 0, O_METRICS},
                                      {"inject-fault", required_argument, 0, O_FAULT},
+                                     {"crash-in-save", required_argument, 0, O_CRASH},
                                      {"version", no_argument, 0, O_VERSION},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
@@ -127,6 +131,10 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
       case O_RUNDIR: a->run_dir = optarg; break;
       case O_METRICS: a->metrics = optarg; break;
       case O_FAULT: a->fault = optarg; break;
+      case O_CRASH:
+        if (vr_cli_parse_u64("verl-trainer", "--crash-in-save", optarg, 1, 100000000, &v)) return 2;
+        a->crash_in_save = (long)v;
+        break;
       case O_VERSION: {
         char rt[64];
         vr_cli_version(stdout, "verl-trainer", vr_topology_runtime(rt, sizeof rt));
@@ -230,6 +238,10 @@ static int load_all(const vr_targs_t *a, vr_tconfig_t *cfg, vr_devmap_t *map, vr
     if (!quiet)
       fprintf(stderr, "%s: error: trainer.nnodes is %d but the device map %s uses %d nodes. HINT: make them agree\n",
               cfg->path, cfg->nnodes, map->path, n_nodes);
+    return 2;
+  }
+  if (!a->comm_check && !a->check && cfg->rl.present && vr_ppo_check(cfg, map, err, sizeof err) != 0) {
+    if (!quiet) fprintf(stderr, "%s", err);
     return 2;
   }
   if (cfg->n_gpus_per_node > 0 && max_gpus > cfg->n_gpus_per_node) {
@@ -691,6 +703,46 @@ static int controller(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const
   return 0;
 }
 
+/* ---- the RL loop ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_stop; /* SIGTERM/SIGINT on the controller: save and leave after the step */
+
+static void on_stop_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+/* Workers build their engines (every rank learns whether all did), then the controller runs
+ * the loop while the workers serve it. Only the controller reacts to SIGTERM/SIGINT (mpirun
+ * forwards them to every rank): it finishes the step, saves, and stops the workers. */
+static int run_rl(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const vr_targs_t *a) {
+  vr_rlworker_t *wk = NULL;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = w->rank == 0 ? on_stop_signal : SIG_IGN;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  int rc = w->rank == 0 ? 0 : vr_rlworker_init(w, cfg, &wk), any = 0;
+  rc = rc != 0;
+  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any) {
+    if (w->rank == 0) fprintf(stderr, "verl-trainer: a worker could not build its engines (see above)\n");
+    vr_rlworker_free(wk);
+    return 2;
+  }
+  c->cmd_names = vr_rlc_names;
+  c->n_cmd_names = VR_RLC_COUNT;
+  if (w->rank == 0) {
+    vr_ppo_args_t pa = {a->metrics, a->steps, &g_stop, a->crash_in_save};
+    rc = vr_ppo_run(w, c, cfg, &pa);
+    vr_ctl_stop(c);
+  } else {
+    rc = vr_rlworker_loop(wk, c);
+    vr_rlworker_free(wk);
+  }
+  return rc;
+}
+
 /* Gathers every rank's profile events on rank 0 and writes the trace there. */
 static void write_profile(vr_world_t *w, vr_commprof_t *p) {
   size_t n = 0;
@@ -786,10 +838,12 @@ static int run_under_mpi(const vr_targs_t *a) {
   int rc = load_all(a, &L->cfg, &L->map, &L->topo, rank != 0);
   vr_fault_t fault;
   if (rc == 0 && parse_fault(a->fault, &fault) != 0) rc = 2;
-  if (rc == 0 && !a->comm_check) {
+  const int rl_run = !a->comm_check && L->cfg.rl.present;
+  if (rc == 0 && !a->comm_check && !rl_run) {
     if (rank == 0)
-      fprintf(stderr, "verl-trainer: this build runs the groups' communication check only (the PPO/GRPO loop is not "
-                      "built yet). HINT: add --comm-check\n");
+      fprintf(stderr, "verl-trainer: %s has no RL sections (data, actor_rollout_ref, algorithm): nothing to train. "
+                      "HINT: see docs/operations.md \"RL loop\", or --comm-check for the communication check\n",
+              a->config);
     rc = 2;
   }
   if (rc == 0 && rank == 0) {
@@ -838,7 +892,9 @@ static int run_under_mpi(const vr_targs_t *a) {
   const char *rd = getenv("VR_TRAINER_RUN_DIR");
   if (vr_ctl_init(&c, &w, rd ? rd : (a->run_dir ? a->run_dir : L->cfg.run_dir), vr_cmd_names, CMD_COUNT) != 0)
     vr_world_abort(&w, 1, "out of memory");
-  if (w.rank == 0) {
+  if (rl_run) {
+    rc = run_rl(&w, &c, &L->cfg, a);
+  } else if (w.rank == 0) {
     rc = controller(&w, &c, &L->cfg, a);
     vr_ctl_stop(&c);
   } else {
@@ -890,13 +946,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   vr_fault_t fault;
-  if (parse_fault(a.fault, &fault) != 0 || !a.comm_check) {
-    if (a.comm_check) {
-      free(L);
-      return 2;
-    }
-    fprintf(stderr, "verl-trainer: this build runs the groups' communication check only (the PPO/GRPO loop is not "
-                    "built yet). HINT: add --comm-check\n");
+  if (parse_fault(a.fault, &fault) != 0 || (!a.comm_check && !L->cfg.rl.present)) {
+    if (!a.comm_check && !L->cfg.rl.present)
+      fprintf(stderr, "verl-trainer: %s has no RL sections (data, actor_rollout_ref, algorithm): nothing to train. "
+                      "HINT: see docs/operations.md \"RL loop\", or --comm-check for the communication check\n",
+              a.config);
     free(L);
     return 2;
   }
