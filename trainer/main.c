@@ -19,6 +19,7 @@
  * Environment: VERL_COMM_PROFILE=1 (+ VERL_COMM_PROFILE_PATH) writes the communication trace
  * (vr_commprof.h); NCCL_NVLS_ENABLE=0 is set for every process the launcher starts. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <mpi.h>
@@ -283,8 +284,21 @@ static int under_launcher(void) {
 }
 
 static volatile sig_atomic_t g_child_pid; /* the mpirun child, for the signal forwarder */
+static char g_ctl_pidfile[1100];          /* <run_dir>/controller.pid: the RL controller's pid */
 
+/* SIGINT/SIGTERM: to the RL controller when it has said where it is (it saves a checkpoint and
+ * stops the workers; mpirun itself would abort the job), else to mpirun. Async-signal-safe:
+ * open/read/close/kill only. */
 static void forward_signal(int sig) {
+  int fd = g_ctl_pidfile[0] ? open(g_ctl_pidfile, O_RDONLY) : -1;
+  if (fd >= 0) {
+    char b[24];
+    ssize_t n = read(fd, b, sizeof b - 1);
+    close(fd);
+    long pid = 0;
+    for (ssize_t i = 0; i < n && b[i] >= '0' && b[i] <= '9'; i++) pid = pid * 10 + (b[i] - '0');
+    if (pid > 1 && kill((pid_t)pid, sig) == 0) return;
+  }
   if (g_child_pid > 0) kill((pid_t)g_child_pid, sig);
 }
 
@@ -324,6 +338,8 @@ static int launch(const vr_targs_t *a, const vr_tconfig_t *cfg, const vr_devmap_
     }
   }
   setenv("VR_TRAINER_RUN_DIR", run_dir, 1);
+  snprintf(g_ctl_pidfile, sizeof g_ctl_pidfile, "%s/controller.pid", run_dir);
+  unlink(g_ctl_pidfile);
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   char np[16], self[4096];
   const int world = 1 + map->n_workers;
@@ -433,6 +449,7 @@ static int launch(const vr_targs_t *a, const vr_tconfig_t *cfg, const vr_devmap_
     fprintf(stderr, "verl-trainer: the run failed (mpirun exit status %d)\n", code);
     return code == 2 ? 2 : 1;
   }
+  unlink(g_ctl_pidfile);
   if (!a->run_dir && !cfg->run_dir[0]) {
     for (int r = 0; r < world; r++) {
       char path[1200];
@@ -733,6 +750,14 @@ static int run_rl(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const vr_
   c->cmd_names = vr_rlc_names;
   c->n_cmd_names = VR_RLC_COUNT;
   if (w->rank == 0) {
+    /* where the launcher sends SIGTERM/SIGINT (forward_signal) */
+    const char *rd = getenv("VR_TRAINER_RUN_DIR");
+    if (rd && *rd) {
+      char path[1100];
+      snprintf(path, sizeof path, "%s/controller.pid", rd);
+      FILE *pf = fopen(path, "w");
+      if (pf) fprintf(pf, "%d\n", (int)getpid()), fclose(pf);
+    }
     vr_ppo_args_t pa = {a->metrics, a->steps, &g_stop, a->crash_in_save};
     rc = vr_ppo_run(w, c, cfg, &pa);
     vr_ctl_stop(c);

@@ -229,7 +229,6 @@ static int save(run_t *R, int64_t step) {
   int rc = vr_ckpt_begin(&R->ck, step, dir, sizeof dir);
   if (rc != 0) return rc;
   ckpt_cmd(R->w, R->c, VR_RLC_SAVE, dir);
-  R->ck.crash_after = 0;
   vr_ckpt_state_t st = {step, R->smp.epoch, R->smp.index, R->smp.seed, R->smp.shuffle, R->klc.value};
   rc = R->rl->async_save ? vr_ckpt_finish_async(&R->ck, &st) : vr_ckpt_finish(&R->ck, &st);
   vr_tm_time(&R->tm, "save_checkpoint", mono_s() - t0);
