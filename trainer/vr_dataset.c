@@ -45,7 +45,7 @@ static char *dup_str(const char *s) {
   return d;
 }
 
-static void row_free(vr_prompt_row_t *r) {
+void vr_prompt_row_free(vr_prompt_row_t *r) {
   free(r->ids), free(r->data_source), free(r->ground_truth), free(r->extra_info);
   memset(r, 0, sizeof *r);
 }
@@ -111,6 +111,17 @@ static int parse_row(const cJSON *o, const vr_dataset_options_t *opt, vr_prompt_
   return n > r->n_ids ? 1 : 0;
 }
 
+int vr_dataset_parse_line(const char *line, size_t len, const vr_dataset_options_t *opt, vr_prompt_row_t *row,
+                          char *why, size_t wn) {
+  memset(row, 0, sizeof *row);
+  cJSON *o = cJSON_ParseWithLength(line, len);
+  if (!o) return fail(why, wn, VR_ERR_PARSE, "not valid JSON");
+  int rc = parse_row(o, opt, row, why, wn);
+  cJSON_Delete(o);
+  if (rc < 0) vr_prompt_row_free(row);
+  return rc;
+}
+
 int vr_dataset_load(const char *path, const vr_dataset_options_t *opt, vr_dataset_t *ds, char *err, size_t cap) {
   memset(ds, 0, sizeof *ds);
   FILE *f = fopen(path, "rb");
@@ -129,26 +140,18 @@ int vr_dataset_load(const char *path, const vr_dataset_options_t *opt, vr_datase
     size_t i = 0;
     while (i < (size_t)len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\n' || line[i] == '\r')) i++;
     if (i == (size_t)len) continue;
-    cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
-    if (!o) {
-      rc = fail(err, cap, VR_ERR_PARSE, "%s:%u: not valid JSON", path, lineno);
-      break;
-    }
     if (ds->n_rows == cap_rows) {
       cap_rows = cap_rows ? cap_rows * 2 : 256;
       vr_prompt_row_t *nr = realloc(ds->rows, cap_rows * sizeof *nr);
       if (!nr) {
-        cJSON_Delete(o);
         rc = VR_ERR_NOMEM;
         break;
       }
       ds->rows = nr;
     }
     char why[768];
-    int pr = parse_row(o, opt, &ds->rows[ds->n_rows], why, sizeof why);
-    cJSON_Delete(o);
+    int pr = vr_dataset_parse_line(line, (size_t)len, opt, &ds->rows[ds->n_rows], why, sizeof why);
     if (pr < 0) {
-      row_free(&ds->rows[ds->n_rows]);
       rc = fail(err, cap, pr, "%s:%u: %s", path, lineno, why);
       break;
     }
@@ -163,7 +166,7 @@ int vr_dataset_load(const char *path, const vr_dataset_options_t *opt, vr_datase
 }
 
 void vr_dataset_free(vr_dataset_t *ds) {
-  for (uint32_t i = 0; i < ds->n_rows; i++) row_free(&ds->rows[i]);
+  for (uint32_t i = 0; i < ds->n_rows; i++) vr_prompt_row_free(&ds->rows[i]);
   free(ds->rows);
   memset(ds, 0, sizeof *ds);
 }

@@ -56,6 +56,11 @@ typedef struct vr_dataset_options {
 /* Loads path. 0, or a negative vr_status_t with "path:line: ..." in err. */
 int vr_dataset_load(const char *path, const vr_dataset_options_t *opt, vr_dataset_t *ds, char *err, size_t cap);
 void vr_dataset_free(vr_dataset_t *ds);
+/* One line (len bytes, need not be NUL-terminated) into *row: 0, 1 (accepted, truncated), or a
+ * negative vr_status_t with the problem in why (row zeroed). vr_prompt_row_free releases a row. */
+int vr_dataset_parse_line(const char *line, size_t len, const vr_dataset_options_t *opt, vr_prompt_row_t *row,
+                          char *why, size_t wn);
+void vr_prompt_row_free(vr_prompt_row_t *r);
 
 /* verl's truncation on ids[n] to max: returns the new length (ids rewritten in place), or -1 for
  * VR_TRUNC_ERROR when n > max. */
