@@ -41,6 +41,7 @@ struct vr_rlworker {
   vr_rollout_t *roll;
   int32_t stops[MAX_STOP];
   uint32_t n_stop;
+  char dev[32]; /* "cpu" or "cuda:N": the engines' device (the rollout engine keeps the pointer) */
 };
 
 /* ---- wire ---------------------------------------------------------------------------------- */
@@ -110,6 +111,9 @@ static int engine_init(vr_rlworker_t *wk, role_engine_t *e, const char *dir, vr_
   }
   vr_train_options_t o;
   vr_train_options_init(&o);
+  /* a GPU worker asks for its device: refused with the engine's message while the CUDA training
+   * backend is not in the build (an NCCL group needs device buffers) */
+  o.device = wk->dev;
   o.n_threads = 1; /* one process per device; on cpu groups the ranks share the cores */
   o.max_tokens = FWD_TOKENS;
   if (g && vr_group_size(g) > 1) vr_train_comm_group(&o.comm, &e->ref, wk->w, g);
@@ -128,6 +132,8 @@ int vr_rlworker_init(vr_world_t *w, const vr_tconfig_t *cfg, vr_rlworker_t **out
   if (!wk) return VR_ERR_NOMEM;
   wk->w = w, wk->cfg = cfg;
   wk->roles = w->map->worker_roles[w->worker];
+  if (w->cuda_device >= 0) snprintf(wk->dev, sizeof wk->dev, "cuda:%d", w->cuda_device);
+  else snprintf(wk->dev, sizeof wk->dev, "cpu");
   const vr_rlconfig_t *rl = &cfg->rl;
   int rc = 0;
   if (wk->roles & (1u << VR_ROLE_ACTOR))
@@ -141,6 +147,7 @@ int vr_rlworker_init(vr_world_t *w, const vr_tconfig_t *cfg, vr_rlworker_t **out
     rc = vr_lm_load(rl->model_path, NULL, &wk->roll_lm);
     vr_rollout_options_t ro;
     vr_rollout_options_init(&ro);
+    ro.device = wk->dev;
     ro.n_threads = 1;
     ro.max_model_len = (uint32_t)(rl->max_prompt_length + rl->max_response_length);
     if (rc == 0) rc = vr_rollout_from_lm(wk->roll_lm, &ro, &wk->view, &wk->roll);
