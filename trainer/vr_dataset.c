@@ -189,10 +189,11 @@ int vr_sampler_init(vr_sampler_t *s, uint32_t n_rows, uint32_t batch, uint64_t s
 
 uint32_t vr_sampler_batches_per_epoch(const vr_sampler_t *s) { return s->n_rows / s->batch; }
 
-void vr_sampler_next(vr_sampler_t *s, uint32_t *rows, uint64_t *epoch) {
+int vr_sampler_next(vr_sampler_t *s, uint32_t *rows, uint64_t *epoch) {
   /* the epoch's permutation, recomputed per call: O(n) and stateless, so resuming needs only
    * (epoch, index) */
   uint32_t *perm = malloc(s->n_rows * sizeof *perm);
+  if (!perm) return VR_ERR_NOMEM;
   for (uint32_t i = 0; i < s->n_rows; i++) perm[i] = i;
   if (s->shuffle) {
     uint64_t x = s->seed ^ (0xa0761d6478bd642full * (s->epoch + 1));
@@ -206,4 +207,5 @@ void vr_sampler_next(vr_sampler_t *s, uint32_t *rows, uint64_t *epoch) {
   free(perm);
   if (epoch) *epoch = s->epoch;
   if (++s->index == vr_sampler_batches_per_epoch(s)) s->index = 0, s->epoch++;
+  return 0;
 }

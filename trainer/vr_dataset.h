@@ -78,8 +78,8 @@ typedef struct vr_sampler {
 int vr_sampler_init(vr_sampler_t *s, uint32_t n_rows, uint32_t batch, uint64_t seed, int shuffle);
 uint32_t vr_sampler_batches_per_epoch(const vr_sampler_t *s);
 /* The next batch's row indices (batch of them) and its epoch; advances (a new epoch after the
- * last full batch). */
-void vr_sampler_next(vr_sampler_t *s, uint32_t *rows, uint64_t *epoch);
+ * last full batch). 0 or VR_ERR_NOMEM (nothing advanced). */
+int vr_sampler_next(vr_sampler_t *s, uint32_t *rows, uint64_t *epoch);
 
 #ifdef __cplusplus
 }

@@ -235,6 +235,12 @@ static int save(run_t *R, int64_t step) {
   return rc;
 }
 
+/* The controller cannot go on without memory: the run ends (the workers with it). */
+#define NEED(x)                                                                   \
+  do {                                                                            \
+    if (!(x)) vr_world_abort(w, 1, "controller: out of memory (%s:%d)", __FILE__, __LINE__); \
+  } while (0)
+
 /* One step; returns 0 or aborts the run. */
 static void step(run_t *R, int64_t gstep) {
   vr_world_t *w = R->w;
@@ -243,9 +249,10 @@ static void step(run_t *R, int64_t gstep) {
   const uint32_t B = (uint32_t)rl->train_batch_size, N = (uint32_t)rl->rollout_n, NR = B * N;
   const double t_step = mono_s();
   double t0 = t_step;
-  uint32_t rows[B];
+  uint32_t *rows = malloc((size_t)B * sizeof *rows);
   uint64_t epoch;
-  vr_sampler_next(&R->smp, rows, &epoch);
+  NEED(rows);
+  NEED(vr_sampler_next(&R->smp, rows, &epoch) == 0);
   /* ---- gen */
   uint32_t PT = 0;
   for (uint32_t p = 0; p < B; p++) PT += R->ds.rows[rows[p]].n_ids;
@@ -253,9 +260,10 @@ static void step(run_t *R, int64_t gstep) {
                      (float)rl->top_p, rl->top_k, 0};
   const size_t gb = sizeof gh + ((size_t)B + 1) * 4 + (size_t)PT * 4 + (size_t)B * 8;
   unsigned char *gp = malloc(gb);
+  NEED(gp);
   uint32_t *pcu = (uint32_t *)(gp + sizeof gh);
   int32_t *pids = (int32_t *)(pcu + B + 1);
-  uint64_t *seeds = (uint64_t *)(pids + PT);
+  unsigned char *seeds = (unsigned char *)(pids + PT); /* (B) u64, not 8-aligned: memcpy */
   memcpy(gp, &gh, sizeof gh);
   pcu[0] = 0;
   for (uint32_t p = 0; p < B; p++) {
@@ -263,10 +271,12 @@ static void step(run_t *R, int64_t gstep) {
     memcpy(pids + pcu[p], r->ids, (size_t)r->n_ids * 4);
     pcu[p + 1] = pcu[p] + r->n_ids;
     /* the sampling key of (step, prompt position): independent of how prompts are split */
-    seeds[p] = vr_sample_prompt_key(rl->seed ^ ((uint64_t)gstep * 0x9e3779b97f4a7c15ull), p);
+    const uint64_t key = vr_sample_prompt_key(rl->seed ^ ((uint64_t)gstep * 0x9e3779b97f4a7c15ull), p);
+    memcpy(seeds + (size_t)p * 8, &key, 8);
   }
   const size_t rcap = (size_t)MAXR * 8 + (size_t)NR * 4 * (1 + (size_t)rl->max_response_length);
   uint32_t *gout = malloc(rcap);
+  NEED(gout);
   vr_ctl_reply_t rep[MAXR];
   uint64_t arg[4] = {0};
   size_t got = 0;
@@ -279,6 +289,7 @@ static void step(run_t *R, int64_t gstep) {
   b.cu = calloc((size_t)NR + 1, 4), b.resp = calloc(NR, 4);
   uint32_t *rlen = calloc(NR, 4);
   const int32_t **rtok = calloc(NR, sizeof *rtok);
+  NEED(b.cu && b.resp && rlen && rtok);
   {
     size_t off = 0;
     uint32_t r = 0;
@@ -301,6 +312,7 @@ static void step(run_t *R, int64_t gstep) {
   }
   b.T = b.cu[NR];
   b.ids = malloc((size_t)b.T * 4);
+  NEED(b.ids);
   for (uint32_t r = 0; r < NR; r++) {
     const vr_prompt_row_t *pr = &R->ds.rows[rows[r / N]];
     memcpy(b.ids + b.cu[r], pr->ids, (size_t)pr->n_ids * 4);
@@ -312,10 +324,12 @@ static void step(run_t *R, int64_t gstep) {
   t0 = mono_s();
   uint8_t **ex = calloc(NR, sizeof *ex);
   uint32_t *exl = calloc(NR, 4);
+  NEED(ex && exl);
   for (uint32_t r = 0; r < NR; r++) {
     const vr_prompt_row_t *pr = &R->ds.rows[rows[r / N]];
     char *sol = solution_text(R->tok, b.ids + b.cu[r] + b.resp[r], rlen[r]);
     ex[r] = vr_rlreward_extras(pr->data_source, sol, pr->ground_truth, pr->extra_info, &exl[r]);
+    NEED(sol && ex[r]);
     free(sol);
   }
   int rc = vr_rlreward_submit(R->rw, NR, b.ids, b.cu, ex, exl);
@@ -326,7 +340,8 @@ static void step(run_t *R, int64_t gstep) {
   /* ---- old_log_prob, ref, values */
   size_t pkb;
   void *pk = vr_rlw_pack(&b, 0, NULL, &pkb);
-  for (int k = 0; k < VR_RLW_NARR; k++) b.arr[k] = calloc(b.T ? b.T : 1, sizeof(float));
+  NEED(pk);
+  for (int k = 0; k < VR_RLW_NARR; k++) NEED(b.arr[k] = calloc(b.T ? b.T : 1, sizeof(float)));
   t0 = mono_s();
   rows_pass(w, c, VR_GROUP_ACTOR, VR_RLC_LOGP, pk, pkb, rl->temperature, b.arr[0], b.T);
   vr_tm_time(&R->tm, "old_log_prob", mono_s() - t0);
@@ -343,6 +358,7 @@ static void step(run_t *R, int64_t gstep) {
   free(pk);
   t0 = mono_s();
   float *score = malloc((size_t)NR * sizeof *score);
+  NEED(score);
   rc = vr_rlreward_wait(R->rw, score);
   if (rc != 0) vr_world_abort(w, 1, "reward: %s", vr_strerror(rc));
   vr_tm_time(&R->tm, "reward", t_reward + mono_s() - t0);
@@ -355,6 +371,7 @@ static void step(run_t *R, int64_t gstep) {
   double *rew = calloc(NT, sizeof *rew), *val = calloc(NT, sizeof *val), *adv = calloc(NT, sizeof *adv),
          *ret = calloc(NT, sizeof *ret), *seq_score = malloc(NR * sizeof(double)), *seq_rew = malloc(NR * sizeof(double));
   int64_t *grp = malloc(NR * sizeof *grp);
+  NEED(rcu && rew && val && adv && ret && seq_score && seq_rew && grp);
   for (uint32_t r = 0; r < NR; r++) {
     rew[rcu[r + 1] - 1] = score[r]; /* the score on the last response token (verl's reward manager) */
     seq_score[r] = score[r];
@@ -388,6 +405,7 @@ static void step(run_t *R, int64_t gstep) {
     case VR_ADV_GRPO:
     case VR_ADV_RLOO: {
       double *a1 = malloc(NR * sizeof *a1);
+      NEED(a1);
       if (rl->adv_estimator == VR_ADV_GRPO) vr_algo_grpo(seq_rew, grp, NR, 1e-6, rl->norm_adv_by_std_in_grpo, a1);
       else vr_algo_rloo(seq_rew, grp, NR, a1);
       for (uint32_t r = 0; r < NR; r++)
@@ -416,7 +434,7 @@ static void step(run_t *R, int64_t gstep) {
     up.cliprange_value = rl->cliprange_value, up.agg_mode = rl->critic.loss_agg_mode;
     up.mini_batch = (uint32_t)rl->critic.ppo_mini_batch_size * N;
     up.micro_batch = (uint32_t)rl->critic.ppo_micro_batch_size_per_gpu, up.epochs = (uint32_t)rl->critic.ppo_epochs;
-    pk = vr_rlw_pack(&b, VR_RLW_VALUES | VR_RLW_RETURNS, &up, &pkb);
+    NEED(pk = vr_rlw_pack(&b, VR_RLW_VALUES | VR_RLW_RETURNS, &up, &pkb));
     update_pass(w, c, VR_GROUP_CRITIC, VR_RLC_UPDATE_CRITIC, pk, pkb, st);
     free(pk);
     const double nu = st[VR_ST_UPDATES] > 0 ? st[VR_ST_UPDATES] : 1, ntk = st[VR_ST_TOKENS] > 0 ? st[VR_ST_TOKENS] : 1;
@@ -441,7 +459,7 @@ static void step(run_t *R, int64_t gstep) {
     up.agg_mode = rl->actor.loss_agg_mode;
     up.mini_batch = (uint32_t)rl->actor.ppo_mini_batch_size * N;
     up.micro_batch = (uint32_t)rl->actor.ppo_micro_batch_size_per_gpu, up.epochs = (uint32_t)rl->actor.ppo_epochs;
-    pk = vr_rlw_pack(&b, VR_RLW_OLD | VR_RLW_ADV | (rl->use_kl_loss ? VR_RLW_REF : 0), &up, &pkb);
+    NEED(pk = vr_rlw_pack(&b, VR_RLW_OLD | VR_RLW_ADV | (rl->use_kl_loss ? VR_RLW_REF : 0), &up, &pkb));
     update_pass(w, c, VR_GROUP_ACTOR, VR_RLC_UPDATE_ACTOR, pk, pkb, st);
     free(pk);
     const double nu = st[VR_ST_UPDATES] > 0 ? st[VR_ST_UPDATES] : 1, ntk = st[VR_ST_TOKENS] > 0 ? st[VR_ST_TOKENS] : 1;
@@ -469,12 +487,14 @@ static void step(run_t *R, int64_t gstep) {
   if (R->has_critic) {
     put_stats(&R->tm, "critic/values", val, NT);
     double *d = malloc(NT * sizeof *d);
+    NEED(d);
     for (size_t i = 0; i < NT; i++) d[i] = ret[i] - val[i];
     const double vr = var_of(ret, NT);
     vr_tm_set(&R->tm, "critic/vf_explained_var", 1.0 - var_of(d, NT) / (vr + 1e-5));
     free(d);
   }
   double *lens = malloc(NR * sizeof *lens), clipped = 0;
+  NEED(lens);
   for (uint32_t r = 0; r < NR; r++) lens[r] = rlen[r], clipped += rlen[r] >= (uint32_t)rl->max_response_length;
   put_stats(&R->tm, "response_length", lens, NR);
   vr_tm_set(&R->tm, "response_length/clip_ratio", clipped / NR);
@@ -493,7 +513,7 @@ static void step(run_t *R, int64_t gstep) {
   vr_tm_set(&R->tm, "training/epoch", (double)epoch);
   vr_tm_set(&R->tm, "reward/restarts", vr_rlreward_restarts(R->rw));
   free(rcu), free(rew), free(val), free(adv), free(ret), free(seq_score), free(seq_rew), free(grp), free(score);
-  free(gout), free(rlen), free(rtok);
+  free(gout), free(rlen), free(rtok), free(rows);
   for (int k = 0; k < VR_RLW_NARR; k++) free(b.arr[k]);
   free(b.cu), free(b.resp), free(b.ids);
 }

@@ -183,13 +183,19 @@ static int do_gen(vr_rlworker_t *wk, vr_group_t *g, const void *p, size_t bytes,
   const unsigned char *q = (const unsigned char *)p + sizeof h;
   const uint32_t *cu = (const uint32_t *)q;
   const int32_t *ids = (const int32_t *)(q + ((size_t)h.n_prompts + 1) * 4);
-  const uint64_t *seeds = (const uint64_t *)(q + ((size_t)h.n_prompts + 1) * 4 + (size_t)h.T * 4);
+  const unsigned char *seed_bytes = q + ((size_t)h.n_prompts + 1) * 4 + (size_t)h.T * 4; /* u64, unaligned */
   if (cu[0] != 0 || cu[h.n_prompts] != h.T) return VR_ERR_MALFORMED;
   uint32_t lo, hi;
   vr_rlw_slice(h.n_prompts, vr_group_rank(g), vr_group_size(g), &lo, &hi);
   uint32_t *lcu = malloc(((size_t)(hi - lo) + 1) * sizeof *lcu);
-  if (!lcu) return VR_ERR_NOMEM;
+  uint64_t *seeds = malloc(((size_t)(hi - lo) + 1) * sizeof *seeds);
+  if (!lcu || !seeds) {
+    free(lcu), free(seeds);
+    return VR_ERR_NOMEM;
+  }
+  memcpy(seeds, seed_bytes + (size_t)lo * 8, (size_t)(hi - lo) * 8);
   for (uint32_t i = lo; i <= hi; i++) lcu[i - lo] = cu[i] - cu[lo];
+  int rc_bad = 0;
   vr_gen_params_t gp;
   vr_gen_params_init(&gp);
   gp.sample.temperature = h.temperature;
@@ -197,13 +203,15 @@ static int do_gen(vr_rlworker_t *wk, vr_group_t *g, const void *p, size_t bytes,
   gp.sample.top_k = h.top_k;
   gp.n = h.n;
   gp.max_new_tokens = h.max_new_tokens;
-  gp.seeds = seeds + lo;
+  gp.seeds = seeds;
   gp.stop_ids = wk->stops;
   gp.n_stop = wk->n_stop;
   vr_gen_output_t o;
   memset(&o, 0, sizeof o);
-  int rc = hi > lo ? vr_rollout_generate(wk->roll, ids + cu[lo], lcu, hi - lo, &gp, &o) : 0;
-  free(lcu);
+  for (uint32_t i = lo; i < hi; i++)
+    if (cu[i + 1] <= cu[i] || cu[i + 1] > h.T) rc_bad = 1;
+  int rc = rc_bad ? VR_ERR_MALFORMED : hi > lo ? vr_rollout_generate(wk->roll, ids + cu[lo], lcu, hi - lo, &gp, &o) : 0;
+  free(lcu), free(seeds);
   if (rc != 0) return rc;
   /* reply: u32 n_resp, u32 n_tok, u32 lens[n_resp], i32 tokens[n_tok] */
   const uint32_t nr = o.n_resp, nt = nr ? o.cu[nr] : 0;
