@@ -445,7 +445,7 @@ static void step(run_t *R, int64_t gstep) {
     vr_tm_set(&R->tm, "critic/lr", rl->critic.lr);
     vr_tm_time(&R->tm, "update_critic", mono_s() - t0);
   }
-  if (gstep > R->cfg->critic_warmup) {
+  if (R->cfg->critic_warmup <= gstep) { /* verl: critic_warmup <= global_steps (steps count from 1) */
     t0 = mono_s();
     memset(&up, 0, sizeof up);
     up.temperature = rl->temperature;
@@ -611,7 +611,7 @@ int vr_ppo_run(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const vr_ppo
   for (int64_t s = start + 1; s <= total; s++) {
     step(R, s);
     const int stop = a->stop && *a->stop;
-    if ((cfg->save_freq > 0 && s % cfg->save_freq == 0) || s == total || stop) {
+    if ((cfg->save_freq > 0 && (s % cfg->save_freq == 0 || s == total)) || stop) { /* verl's rule, + SIGTERM */
       if (a->crash_in_save == s) R->ck.crash_after = s;
       if (save(R, s) != 0) {
         code = 1;

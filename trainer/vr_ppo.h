@@ -10,13 +10,14 @@
  *   values         critic group (adv_estimator gae)
  *   adv            controller: KL in reward (apply_kl_penalty + kl_ctrl), the estimator
  *   update_critic  critic group: ppo_epochs x mini-batches of clipped value loss
- *   update_actor   actor group (after trainer.critic_warmup steps): dual-clip PPO loss,
+ *   update_actor   actor group (from step trainer.critic_warmup on): dual-clip PPO loss,
  *                  entropy bonus, KL loss
  *   update_weights weight-sync group: actor -> rollout parameters
  *   step           the whole step
  * then the metrics (verl's names: compute_data_metrics, the actor's / critic's update metrics,
  * timing_s/..., perf/...) to the JSON lines file and a console line with a progress bar, and a
- * checkpoint every trainer.save_freq steps (vr_ckpt.h), at the last step and on SIGTERM.
+ * checkpoint every trainer.save_freq steps and at the last step when save_freq > 0 (verl), and on
+ * SIGTERM (vr_ckpt.h).
  *
  * Update metrics over several mini-batches / epochs: losses, entropy and grad_norm are the mean
  * over the optimizer steps; clip fractions and ppo_kl are token fractions / means over every

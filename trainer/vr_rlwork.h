@@ -7,7 +7,9 @@
  * rollout (vr_rollout on the same checkpoint). Every command that splits work gives member k of
  * a group of K the contiguous slice [k*n/K, (k+1)*n/K) of the n sequences / prompts, and replies
  * with that slice's results in order, so the controller's gather (replies concatenated in
- * group-rank order) is the whole batch. Results do not depend on K (cpu: bit-identical).
+ * group-rank order) is the whole batch. Generation and log-prob / value passes do not depend on K
+ * (cpu: bit-identical); an update's gradients are all-reduced over the group, so they equal one
+ * rank's up to the order of that sum.
  *
  * ---- the batch on the wire (vr_rlw_*) -----------------------------------------------------------
  * header vr_rlw_hdr_t, then u32 cu[n+1] (sequence q = prompt ++ response is ids[cu[q], cu[q+1])),

@@ -19,13 +19,13 @@
  *   the RL loop's (verl's names and defaults; docs/operations.md "RL loop"):
  *     total_epochs: 1                 # passes over data.train_files (total_training_steps, when
  *                                     # given, wins; else epochs * batches per epoch)
- *     save_freq: -1                   # a checkpoint every N steps (-1: only at the end / SIGTERM)
+ *     save_freq: -1                   # a checkpoint every N steps and at the last (-1: none; SIGTERM saves)
  *     default_local_dir: checkpoints  # where global_step_N/ go (relative to the config's directory)
  *     resume_mode: auto               # auto | disable | resume_path (+ resume_from_path)
  *     resume_from_path: ""            # a global_step_N directory for resume_mode resume_path
  *     max_actor_ckpt_to_keep: null    # keep the newest N checkpoints (null: all)
  *     max_critic_ckpt_to_keep: null   # (checkpoints hold both: the smaller of the two wins)
- *     critic_warmup: 0                # steps that update only the critic
+ *     critic_warmup: 0                # the actor updates from step critic_warmup on (verl: warmup <= step)
  *     project_name / experiment_name / logger / test_freq / val_before_train / balance_batch:
  *                                     verl's, accepted, not used
  * The RL sections data / actor_rollout_ref / critic / algorithm are vr_rlconfig.h's.

@@ -378,6 +378,49 @@ class TestData(Rl):
         self.assertIn("prompts.jsonl:1: the prompt has", err)
         self.assertIn("data.truncation", err)
 
+    def test_every_option_runs(self):
+        """The paths the learning runs leave out: KL in the reward with the adaptive controller,
+        KL loss with a straight-through estimator, entropy bonus, several mini-batches and
+        epochs (so the update is off-policy and the clip acts), each loss_agg_mode, RLOO,
+        REINFORCE++, critic warm-up, and a reference on its own worker."""
+        mp = PPO_MAP.replace("critic:    {device_group: [cpu:1]}",
+                             "critic:    {device_group: [cpu:1]}\nreference: {device_group: [cpu:1]}").replace(
+                                 "colocate:  [actor, rollout]", "colocate:  [[actor, rollout], [critic, reference]]")
+        self.write("device_map.yaml", mp)
+        runs = [("gae", "token-mean", "  use_kl_in_reward: true\n  kl_penalty: low_var_kl\n"
+                 "  kl_ctrl: {type: adaptive, kl_coef: 0.2, target_kl: 0.01, horizon: 100}\n  gamma: 0.99\n  lam: 0.95\n"),
+                ("rloo", "seq-mean-token-sum", ""), ("reinforce_plus_plus", "seq-mean-token-mean", "  gamma: 0.9\n"),
+                ("grpo", "seq-mean-token-sum-norm", "  norm_adv_by_std_in_grpo: false\n")]
+        for est, agg, alg in runs:
+            with self.subTest(est=est):
+                self.fresh()
+                actor = (f"    ppo_epochs: 2\n    loss_agg_mode: {agg}\n    use_kl_loss: true\n"
+                         "    kl_loss_type: k3+\n    kl_loss_coef: 0.1\n    entropy_coeff: 0.01\n    clip_ratio_high: 0.28\n")
+                text = config(steps=6, lr=0.05, est=est, actor_extra=actor,
+                              extra_trainer="  critic_warmup: 2\n" if est == "gae" else "")
+                text = text.replace("ppo_mini_batch_size: 16", "ppo_mini_batch_size: 4").replace(
+                    "adv_estimator: " + est, "adv_estimator: " + est + "\n" + alg)
+                self.write("ppo.yaml", text)
+                rc, out, err = self.run_trainer()
+                self.assertEqual(rc, 0, err[-3000:])
+                m = self.metrics()
+                self.assertEqual(sorted(m), list(range(1, 7)))
+                last = m[6]
+                for k in ("actor/kl_loss", "actor/kl_coef", "timing_s/ref", "actor/pg_clipfrac"):
+                    self.assertIn(k, last)
+                self.assertGreater(max(m[s]["actor/pg_clipfrac"] for s in m if "actor/pg_clipfrac" in m[s]), 0)
+                self.assertGreater(max(m[s]["actor/ppo_kl"] for s in m if "actor/ppo_kl" in m[s]) , 0)
+                for r in m.values():
+                    for k, v in r.items():
+                        self.assertTrue(v == v and abs(v) < 1e30, (k, v))  # finite
+                if est == "gae":
+                    # critic warm-up 2: verl updates the actor once critic_warmup <= global step
+                    self.assertNotIn("actor/pg_loss", m[1])
+                    self.assertIn("actor/pg_loss", m[2])
+                    coefs = [m[s]["actor/reward_kl_penalty_coeff"] for s in sorted(m)]
+                    self.assertEqual(coefs[0], 0.2)
+                    self.assertNotEqual(coefs[-1], 0.2)  # the adaptive controller moved it
+
     def test_bad_rows_and_keys(self):
         self.write("device_map.yaml", GRPO_MAP)
         with open(os.path.join(self.dir, "prompts.jsonl"), "a") as f:
