@@ -91,7 +91,7 @@ int vr_tconfig_load(const char *path, vr_tconfig_t *c, char *err, size_t cap) {
   top[0] = (vr_yaml_field_t){.name = "trainer"};
   for (int i = 0; i < N_VERL_SECTIONS; i++) top[1 + i] = (vr_yaml_field_t){.name = vr_verl_sections[i]};
   vr_yaml_fields(&y, vr_yaml_root(&y), "the config", top, 1 + N_VERL_SECTIONS);
-  if (base_dir[0]) snprintf(c->default_local_dir, sizeof c->default_local_dir, "%s/checkpoints", base_dir);
+  if (base_dir[0]) snprintf(c->default_local_dir, sizeof c->default_local_dir, "%.1000s/checkpoints", base_dir);
   for (int i = 0; i < N_VERL_SECTIONS; i++) {
     if (!top[1 + i].value) continue;
     if (vr_rlconfig_is_section(vr_verl_sections[i]))
