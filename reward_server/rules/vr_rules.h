@@ -6,7 +6,7 @@
  *      parsed from untrusted msgpack (shm / HTTP msgpack body) or cJSON (HTTP
  *      JSON body), and packed to msgpack for clients, tests and benchmarks.
  *   2. Reward specs: "model:0.7,gsm8k:0.3", "gsm8k", "overlong(max_len=4096,buffer=512):1".
- *   3. Scorers (gsm8k, math, exact_match, overlong, auto) and the weighted mix.
+ *   3. Scorers (gsm8k, math, exact_match, overlong, auto, contains_word) and the weighted mix.
  * The exact rule of every scorer is written next to its kind below and in
  * docs/operations.md ("## Rule-based rewards").
  *

@@ -1,4 +1,4 @@
-/* vr_rules_score.c: the scorers (gsm8k, math, exact_match, overlong, auto).
+/* vr_rules_score.c: the scorers (gsm8k, math, exact_match, overlong, auto, contains_word).
  * Pure functions of (rule, extras, response_tokens): thread-safe, never abort
  * on any input, always return a finite score. Rules: vr_rules.h and
  * docs/operations.md "## Rule-based rewards". */
