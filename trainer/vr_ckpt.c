@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "verl_reward/status.h"
@@ -77,6 +78,31 @@ int vr_ckpt_begin(vr_ckpt_t *c, int64_t step, char *dir, size_t cap) {
     return VR_ERR_IO;
   }
   snprintf(dir, cap, "%s", c->tmp);
+  c->n_markers = 0;
+  return 0;
+}
+
+void vr_ckpt_expect(vr_ckpt_t *c, const char *rel) {
+  if (c->n_markers < 4) snprintf(c->markers[c->n_markers++], sizeof c->markers[0], "%.1100s/%.150s", c->tmp, rel);
+}
+
+/* Waits for the workers' markers (polling: they are other processes) and removes them. */
+static int wait_markers(vr_ckpt_t *c) {
+  const double limit = c->marker_timeout_s > 0 ? c->marker_timeout_s : 3600;
+  for (int i = 0; i < c->n_markers; i++) {
+    double waited = 0;
+    while (access(c->markers[i], F_OK) != 0) {
+      if (waited > limit) {
+        fprintf(stderr, "verl-trainer: checkpoint %s: %s did not appear within %.0f s\n", c->final, c->markers[i],
+                limit);
+        return -1;
+      }
+      struct timespec ts = {0, 2000000L};
+      nanosleep(&ts, NULL);
+      waited += 0.002;
+    }
+    unlink(c->markers[i]);
+  }
   return 0;
 }
 
@@ -130,7 +156,8 @@ static int finish(vr_ckpt_t *c) {
            ", \"seed\": %" PRIu64 ", \"shuffle\": %d}, \"kl_coef\": %.17g}\n",
            st->global_step, st->epoch, st->index, st->seed, st->shuffle, st->kl_coef);
   snprintf(path, sizeof path, "%s/data.json", c->tmp);
-  int rc = write_file_atomic(path, text);
+  int rc = wait_markers(c);
+  if (rc == 0) rc = write_file_atomic(path, text);
   if (rc == 0) rc = nftw(c->tmp, fsync_cb, 16, FTW_PHYS);
   if (c->crash_after == st->global_step) _exit(9); /* tests: a crash before the rename */
   if (rc == 0) {

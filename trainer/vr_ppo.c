@@ -166,9 +166,9 @@ static void sync_weights(vr_world_t *w, vr_ctl_t *c) {
   expect_ok(w, "update_weights", rep, n);
 }
 
-static void ckpt_cmd(vr_world_t *w, vr_ctl_t *c, uint32_t cmd, const char *dir) {
+static void ckpt_cmd(vr_world_t *w, vr_ctl_t *c, uint32_t cmd, const char *dir, int async) {
   vr_ctl_reply_t rep[MAXR];
-  uint64_t arg[4] = {0};
+  uint64_t arg[4] = {(uint64_t)async, 0, 0, 0};
   int n = vr_ctl_dispatch(c, VR_GROUP_ACTOR, VR_DISPATCH_ONE_TO_ALL, cmd, arg, dir, strlen(dir), 1, NULL, 0, NULL, rep,
                           MAXR);
   expect_ok(w, vr_rlc_names[cmd], rep, n);
@@ -228,7 +228,10 @@ static int save(run_t *R, int64_t step) {
   const double t0 = mono_s();
   int rc = vr_ckpt_begin(&R->ck, step, dir, sizeof dir);
   if (rc != 0) return rc;
-  ckpt_cmd(R->w, R->c, VR_RLC_SAVE, dir);
+  ckpt_cmd(R->w, R->c, VR_RLC_SAVE, dir, R->rl->async_save);
+  /* every save ends with the model files' markers (the workers write them after the files) */
+  vr_ckpt_expect(&R->ck, "actor/.model_complete");
+  if (R->w->map->roles[VR_ROLE_CRITIC].present) vr_ckpt_expect(&R->ck, "critic/.model_complete");
   vr_ckpt_state_t st = {step, R->smp.epoch, R->smp.index, R->smp.seed, R->smp.shuffle, R->klc.value};
   rc = R->rl->async_save ? vr_ckpt_finish_async(&R->ck, &st) : vr_ckpt_finish(&R->ck, &st);
   vr_tm_time(&R->tm, "save_checkpoint", mono_s() - t0);
@@ -540,7 +543,7 @@ static int resume(run_t *R, int64_t *start) {
   R->smp.epoch = st.epoch;
   R->smp.index = st.index < vr_sampler_batches_per_epoch(&R->smp) ? st.index : 0;
   R->klc.value = st.kl_coef;
-  ckpt_cmd(R->w, R->c, VR_RLC_LOAD, dir);
+  ckpt_cmd(R->w, R->c, VR_RLC_LOAD, dir, 0);
   sync_weights(R->w, R->c);
   *start = st.global_step;
   printf("[INFO] resumed from %s (global step %" PRId64 ")\n", dir, st.global_step);

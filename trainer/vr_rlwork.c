@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/stat.h>
 
 #include "verl_reward/status.h"
@@ -26,9 +27,12 @@ const char *const vr_rlc_names[VR_RLC_COUNT] = {"stop", "generate", "log_prob", 
 #define FWD_TOKENS 8192u /* tokens per forward of log-prob / value passes */
 
 typedef struct role_engine {
-  vr_lm_t *lm;
+  vr_lm_t *lm;                /* the checkpoint's handle; its buffer is the snapshot a save writes */
   vr_train_t *t;
   vr_train_group_ref_t ref;
+  pthread_t writer;           /* async_save: the model file write in flight */
+  int writing, write_rc;
+  char write_dir[2048];
 } role_engine_t;
 
 struct vr_rlworker {
@@ -122,7 +126,36 @@ static int engine_init(vr_rlworker_t *wk, role_engine_t *e, const char *dir, vr_
   return rc;
 }
 
+static int join_writer(role_engine_t *e) {
+  if (e->writing) {
+    pthread_join(e->writer, NULL);
+    e->writing = 0;
+  }
+  return e->write_rc;
+}
+
+/* The model files, then the marker (MODEL_DONE) the controller's finish waits for. */
+#define MODEL_DONE ".model_complete"
+static int write_model(role_engine_t *e) {
+  int rc = vr_lm_save(e->lm, e->write_dir);
+  if (rc == 0) {
+    char p[2100];
+    snprintf(p, sizeof p, "%s/" MODEL_DONE, e->write_dir);
+    FILE *f = fopen(p, "w");
+    rc = f && fclose(f) == 0 ? 0 : VR_ERR_IO;
+  }
+  if (rc != 0) fprintf(stderr, "verl-trainer: writing the checkpoint's model into %s failed\n", e->write_dir);
+  return rc;
+}
+
+static void *writer_main(void *arg) {
+  role_engine_t *e = arg;
+  e->write_rc = write_model(e);
+  return NULL;
+}
+
 static void engine_free(role_engine_t *e) {
+  join_writer(e);
   vr_train_free(e->t);
   vr_lm_free(e->lm);
 }
@@ -384,14 +417,19 @@ static int do_update(vr_rlworker_t *wk, role_engine_t *e, vr_group_t *g, int cri
   return rc;
 }
 
-static int save_engine(role_engine_t *e, vr_group_t *g, const char *dir, const char *sub) {
+/* Group rank 0 writes the model (async: on its writer thread from a snapshot in e->lm), every rank
+ * its optimizer shard. The previous write is joined first (its status reported now). */
+static int save_engine(role_engine_t *e, vr_group_t *g, const char *dir, const char *sub, int async) {
   char path[2048];
   snprintf(path, sizeof path, "%s/%s", dir, sub);
-  int rc = 0;
-  if (vr_group_rank(g) == 0) {
+  int rc = join_writer(e);
+  e->write_rc = 0;
+  if (rc == 0 && vr_group_rank(g) == 0) {
     rc = vr_train_get_params(e->t, vr_lm_params(e->lm), vr_lm_n_floats(e->lm));
-    if (rc == 0) rc = vr_lm_save(e->lm, path);
-  } else if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    snprintf(e->write_dir, sizeof e->write_dir, "%s", path);
+    if (rc == 0 && async && pthread_create(&e->writer, NULL, writer_main, e) == 0) e->writing = 1;
+    else if (rc == 0) rc = write_model(e);
+  } else if (rc == 0 && mkdir(path, 0755) != 0 && errno != EEXIST) {
     rc = VR_ERR_IO;
   }
   snprintf(path, sizeof path, "%s/%s/optim_rank_%d.bin", dir, sub, vr_group_rank(g));
@@ -401,6 +439,7 @@ static int save_engine(role_engine_t *e, vr_group_t *g, const char *dir, const c
 
 static int load_engine(role_engine_t *e, vr_group_t *g, const char *dir, const char *sub, vr_lm_head_t head) {
   char path[2048];
+  join_writer(e);
   snprintf(path, sizeof path, "%s/%s", dir, sub);
   vr_lm_load_options_t lo = {.head = head};
   vr_lm_t *lm = NULL;
@@ -467,7 +506,7 @@ int vr_rlworker_loop(vr_rlworker_t *wk, vr_ctl_t *c) {
           const int crit = m.group == VR_GROUP_CRITIC;
           role_engine_t *e = crit ? &wk->critic : &wk->actor;
           if (!e->t) rc = VR_ERR_INVAL;
-          else if (m.cmd == VR_RLC_SAVE) rc = save_engine(e, g, dir, crit ? "critic" : "actor");
+          else if (m.cmd == VR_RLC_SAVE) rc = save_engine(e, g, dir, crit ? "critic" : "actor", m.arg[0] != 0);
           else rc = load_engine(e, g, dir, crit ? "critic" : "actor", crit ? VR_LM_HEAD_VALUE : VR_LM_HEAD_LM);
           break;
         }

@@ -236,7 +236,9 @@ class TestCheckpoint(Rl):
         self.assertEqual(rc, 0, err[-2000:])
         ref = self.metrics()
         os.rename(os.path.join(self.dir, "metrics.jsonl"), os.path.join(self.dir, "ref.jsonl"))
-        self.write("ppo.yaml", config(steps=30, est="gae", save_freq=10))
+        # the interrupted run saves asynchronously: the same checkpoints, written on threads
+        self.write("ppo.yaml", config(steps=30, est="gae", save_freq=10,
+                                      actor_extra="    checkpoint: {async_save: true}\n"))
         rc, _, err = self.run_trainer(["--crash-in-save", "20"])
         self.assertEqual(rc, 1, err[-2000:])
         self.assertEqual(self.tracker(), 10)
@@ -268,10 +270,12 @@ class TestCheckpoint(Rl):
         self.assertEqual(st["dataloader"]["seed"], 7)
 
     def test_kill9_while_saving(self):
-        # a save every step; the controller is SIGKILLed at some point: whatever the moment, the
-        # tracker names a complete checkpoint and the rerun resumes from it
+        # a save every step (async_save: the model files written on the workers' threads, the
+        # finish on the controller's); the controller is SIGKILLed at some point: whatever the
+        # moment, the tracker names a complete checkpoint and the rerun resumes from it
         self.write("ppo.yaml", config(steps=100000, est="gae", save_freq=1,
-                                      extra_trainer="  run_dir: rundir\n  max_actor_ckpt_to_keep: 3\n"))
+                                      extra_trainer="  run_dir: rundir\n  max_actor_ckpt_to_keep: 3\n",
+                                      actor_extra="    checkpoint: {async_save: true}\n"))
         p = subprocess.Popen([TRAINER, "--config", "ppo.yaml"], cwd=self.dir, env=env(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
         pidfile = os.path.join(self.dir, "rundir", "controller.pid")
@@ -286,8 +290,10 @@ class TestCheckpoint(Rl):
         step = self.tracker()
         self.assertGreaterEqual(step, 5)
         done = self.ckdir("global_step_%d" % step)
-        for f in ("data.json", "actor/model.safetensors", "actor/optim_rank_0.bin", "critic/model.safetensors"):
+        for f in ("data.json", "actor/model.safetensors", "actor/config.json", "actor/optim_rank_0.bin",
+                  "critic/model.safetensors"):
             self.assertTrue(os.path.exists(os.path.join(done, f)), f)
+        self.assertFalse(os.path.exists(os.path.join(done, "actor/.model_complete")))
         kept = [d for d in os.listdir(self.ckdir()) if d.startswith("global_step_") and not d.endswith(".tmp")]
         self.assertLessEqual(len(kept), 3 + 1)  # the pruning of the newest save may not have run yet
         self.write("ppo.yaml", config(steps=step + 2, est="gae", save_freq=1))
