@@ -12,7 +12,11 @@
  *       runs the groups' communication check for total_training_steps steps: per step an
  *       all-reduce in every role group, the actor -> rollout weight-sync broadcast and a
  *       data-parallel control round trip, every result checked for its values, with
- *       timing_s/... and bandwidths per step. The RL loop itself (PPO/GRPO) is not in this build.
+ *       timing_s/... and bandwidths per step.
+ *   verl-trainer --config ppo.yaml [--device-map FILE] [--steps N] [--metrics FILE]
+ *       the RL loop (PPO / GRPO / RLOO / REINFORCE++, vr_ppo.h) when the config has its sections
+ *       (data, actor_rollout_ref, critic, algorithm): rewards from verl-reward-server over shm,
+ *       checkpoints in trainer.default_local_dir, SIGTERM/SIGINT save and exit 0.
  *
  * Exit status: 0 success, 1 a run-time failure (a worker died, timed out, a collective gave
  * wrong values), 2 bad configuration, device map or command line.
@@ -71,6 +75,7 @@ static const char *const vr_cmd_names[CMD_COUNT] = {"stop", "all_reduce check", 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: verl-trainer --device-map FILE --check [--gpus N | --topology FILE] [--strict-topology]\n"
+          "       verl-trainer --config ppo.yaml [--device-map FILE] [--steps N] [--metrics FILE]   (the RL loop)\n"
           "       verl-trainer --config ppo.yaml [--device-map FILE] --comm-check [--steps N] [--timeout S]\n"
           "                    [--metrics FILE] [--run-dir DIR] [--mpirun PATH] [--strict-topology]\n"
           "       verl-trainer logprobs --model DIR [--device cpu|cuda] [--temperature T] < ids.jsonl\n"
