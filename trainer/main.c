@@ -410,6 +410,12 @@ static int launch(const vr_targs_t *a, const vr_tconfig_t *cfg, const vr_devmap_
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     sigprocmask(SIG_SETMASK, &old, NULL);
+    /* a process group of its own: a terminal's Ctrl-C reaches only this launcher, which forwards
+     * it (to the RL controller, which saves and stops cleanly; else to mpirun). No stdin: a
+     * background group must not read the terminal, and no rank reads it. */
+    setpgid(0, 0);
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0), close(devnull);
     dup2(errpipe[1], 2);
     close(errpipe[0]);
     close(errpipe[1]);

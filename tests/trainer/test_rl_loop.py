@@ -303,15 +303,22 @@ class TestCheckpoint(Rl):
         self.assertEqual(self.tracker(), step + 2)
 
     def test_sigterm_saves_and_exits_cleanly(self):
+        self.stop_run(lambda p: p.send_signal(signal.SIGTERM))
+
+    def test_ctrl_c_saves_and_exits_cleanly(self):
+        # a terminal's Ctrl-C: SIGINT to verl-trainer's whole process group (mpirun has its own)
+        self.stop_run(lambda p: os.killpg(p.pid, signal.SIGINT))
+
+    def stop_run(self, stop):
         self.write("ppo.yaml", config(steps=100000, est="gae", save_freq=-1,
                                       extra_trainer="  max_actor_ckpt_to_keep: 1\n"))
         p = subprocess.Popen([TRAINER, "--config", "ppo.yaml"], cwd=self.dir, env=env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
         deadline = time.monotonic() + GUARD_S
         mf = os.path.join(self.dir, "metrics.jsonl")
         while (not os.path.exists(mf) or os.path.getsize(mf) < 10000) and time.monotonic() < deadline:
             time.sleep(0.02)
-        p.send_signal(signal.SIGTERM)
+        stop(p)
         out, err = p.communicate(timeout=GUARD_S)
         self.assertEqual(p.returncode, 0, err[-2000:])
         self.assertIn("stopped by a signal", out)
