@@ -63,7 +63,7 @@ struct vr_client {
   char name[NAME_MAX + 1];
   vr_client_options_t opt;
   vr_shm_map_t map;
-  vr_shm_header_t *h;         /* live header */
+  const vr_shm_header_t *h;   /* live header (read-only mapping) */
   vr_shm_lane_t *lane;
   vr_shm_req_desc_t *req_ring;
   vr_shm_resp_desc_t *resp_ring;
@@ -108,6 +108,7 @@ void vr_client_options_init(vr_client_options_t *opt) {
   opt->timeout_us = 30000000;
   opt->connect_timeout_us = 0;
   opt->spin_us = 50;
+  opt->expected_server_uid = -1;
 }
 
 static void sleep_us(uint64_t us) {
@@ -121,7 +122,7 @@ static void sleep_us(uint64_t us) {
  * under the same name with another epoch). Lock held. */
 static int server_lost(vr_client_t *c, const char *what) {
   uint64_t e = 0;
-  if (vr_shm_peek_epoch(c->name, &e) == 0 && e != c->epoch) {
+  if (vr_shm_peek_epoch(c->name, c->opt.expected_server_uid, &e) == 0 && e != c->epoch) {
     c->dead = VR_ERR_SERVER_RESTARTED;
     return fail(c->dead, "reward server on '%s' restarted (%s); close and reconnect", c->name, what);
   }
@@ -237,25 +238,23 @@ static int harvest(vr_client_t *c) {
 
 /* ------------------------------------------------------------ connect */
 
-static int try_lease(vr_client_t *c) {
-  const vr_shm_header_t *h = &c->map.hdr;
-  pid_t pid = getpid();
-  for (uint32_t i = 0; i < h->n_lanes; i++) {
-    vr_shm_lane_t *l = vr_shm_lane_at(c->map.base, h, i);
-    uint64_t w = atomic_load_explicit(&l->lease, memory_order_acquire);
-    if ((uint32_t)w != 0) continue;
-    uint64_t mine = VR_SHM_LEASE(VR_SHM_LEASE_GEN(w), (uint32_t)pid);
-    if (!atomic_compare_exchange_strong(&l->lease, &w, mine)) continue;
-    atomic_store_explicit(&l->client_start_time, vr_proc_start_time(pid), memory_order_release);
-    l->client_uid = (uint32_t)geteuid();
-    c->lane = l;
-    c->lane_idx = i;
-    c->lease = mine;
-    c->gen = VR_SHM_LEASE_GEN(mine);
-    c->pid = (uint32_t)pid;
-    return 0;
+/* Takes the lane the server gave us at attach (its lease word written by the
+ * server). Returns 0, or VR_ERR_BAD_SEGMENT when the lease is not ours. */
+static int take_lane(vr_client_t *c, char *why, size_t whyn) {
+  uint64_t w = atomic_load_explicit(&c->map.lane->lease, memory_order_acquire);
+  if (VR_SHM_LEASE_PID(w) == 0 || VR_SHM_LEASE_CLOSING(w) || VR_SHM_LEASE_QUARANTINED(w)) {
+    snprintf(why, whyn, "lane %u of '%s' came with lease 0x%016llx, not a lease of ours", c->map.lane_idx, c->name,
+             (unsigned long long)w);
+    return VR_ERR_BAD_SEGMENT;
   }
-  return VR_ERR_NO_LANE;
+  c->lane = c->map.lane;
+  c->lane_idx = c->map.lane_idx;
+  c->lease = w;
+  c->gen = VR_SHM_LEASE_GEN(w);
+  c->pid = (uint32_t)getpid();
+  atomic_store_explicit(&c->lane->client_start_time, vr_proc_start_time(getpid()), memory_order_release);
+  c->lane->client_uid = (uint32_t)geteuid();
+  return 0;
 }
 
 int vr_client_connect(const char *shm_name, const vr_client_options_t *opt, vr_client_t **out) {
@@ -276,20 +275,10 @@ int vr_client_connect(const char *shm_name, const vr_client_options_t *opt, vr_c
   char why[400];
   int rc;
   for (;;) {
-    rc = vr_shm_attach(name, &c->map, why, sizeof why);
+    rc = vr_shm_attach(name, o.expected_server_uid, &c->map, why, sizeof why);
     if (rc == 0) {
-      vr_shm_header_t *live = c->map.live;
-      uint32_t st = atomic_load(&live->state);
-      if (!vr_shm_server_alive(live, HEARTBEAT_STALE_NS) || st == VR_SHM_ST_STOPPED) {
-        rc = VR_ERR_SERVER_GONE;
-        snprintf(why, sizeof why, "segment '%s' is left over from a server (pid %d) that is gone", name, live->server_pid);
-      } else if (st != VR_SHM_ST_READY) {
-        rc = st == VR_SHM_ST_DRAINING ? VR_ERR_SHUTTING_DOWN : VR_ERR_AGAIN;
-        snprintf(why, sizeof why, "server on '%s' is %s", name, st == VR_SHM_ST_DRAINING ? "draining" : "still starting");
-      } else {
-        rc = try_lease(c);
-        if (rc) snprintf(why, sizeof why, "all %u lanes of '%s' are leased", live->n_lanes, name);
-      }
+      /* the server gave us a lane: it was READY when it answered */
+      rc = take_lane(c, why, sizeof why);
       if (rc == 0) break;
       vr_shm_detach(&c->map);
     }
@@ -339,8 +328,8 @@ void vr_client_close(vr_client_t *c) {
     int ours = w == c->lease || (VR_SHM_LEASE_QUARANTINED(w) && !VR_SHM_LEASE_CLOSING(w) &&
                                  VR_SHM_LEASE_PID(w) == c->pid && VR_SHM_LEASE_GEN(w) != c->gen);
     if (ours && atomic_compare_exchange_strong(&c->lane->lease, &w, w | VR_SHM_LEASE_CLOSING_BIT)) {
-      atomic_fetch_add(&c->h->srv_seq, 1);
-      vr_futex_wake(&c->h->srv_seq, INT_MAX);
+      atomic_fetch_add(c->map.bell, 1);
+      vr_futex_wake(c->map.bell, INT_MAX);
     }
   }
   vr_shm_detach(&c->map);
@@ -464,7 +453,7 @@ int vr_client_submit(vr_client_t *c, const vr_batch_t *b, uint64_t *req_id) {
   d->submit_ns = vr_now_ns();
   c->req_head++;
   atomic_store_explicit(&c->lane->req_head, c->req_head, memory_order_release);
-  vr_doorbell_ring(&c->h->srv_seq, &c->h->srv_waiters);
+  vr_doorbell_ring(c->map.bell, &c->h->srv_waiters);
   *req_id = id;
 out:
   pthread_mutex_unlock(&c->mu);

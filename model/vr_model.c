@@ -3,6 +3,7 @@
 #include "vr_model.h"
 
 #include <errno.h>
+#include <sys/mman.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -409,34 +410,51 @@ void vr_model_free(vr_model_t *m) {
   free(m);
 }
 
-/* Reads every tensor of the mapped files once (one byte per page), in file order, so the page
- * cache holds the weights before the cpu backend converts or uses them and the first request
- * does not pay for the disk; logs progress (bytes, tensors, MiB/s, ETA) through vr_progress.
- * The mapping is MAP_PRIVATE and read only: nothing is copied. */
-static void vr_model_read_weights(vr_model_t *m) {
+/* Copies every mapped file into memory of our own (anonymous, read-only once filled), in
+ * file order with progress (bytes, tensors, MiB/s, ETA) through vr_progress, and points the
+ * tensors there; the file mappings are dropped. The cpu backend uses f32 weights in place:
+ * from here on the model does not depend on the files (issue 18: a file truncated or
+ * rewritten under a running server used to kill it with SIGBUS or change its scores). It
+ * costs the model's size in resident memory beside the page cache. Returns 0 or
+ * VR_ERR_NOMEM (logged with a HINT). */
+static int vr_model_own_weights(vr_model_t *m) {
   uint64_t total = 0;
   uint32_t n_tensors = 0;
-  for (size_t f = 0; f < m->n_files; f++)
-    for (size_t i = 0; i < m->files[f].n_entries; i++, n_tensors++) total += m->files[f].entries[i].t.nbytes;
+  for (size_t f = 0; f < m->n_files; f++) {
+    total += m->files[f].size;
+    n_tensors += (uint32_t)m->files[f].n_entries;
+  }
   vr_progress_t p;
   char what[80];
   snprintf(what, sizeof what, "reading weights (%zu file%s)", m->n_files, m->n_files == 1 ? "" : "s");
   vr_progress_begin(&p, what, "tensors", n_tensors, total);
-  volatile uint8_t sink = 0;
   for (size_t f = 0; f < m->n_files; f++) {
-    const vr_st_file_t *sf = &m->files[f];
-    for (size_t i = 0; i < sf->n_entries; i++) {
-      const uint8_t *d = sf->entries[i].t.data;
-      size_t nb = sf->entries[i].t.nbytes;
-      if (!d) continue;
-      uint8_t acc = 0;
-      for (size_t o = 0; o < nb; o += 4096) acc ^= d[o];
-      sink ^= acc;
-      vr_progress_step(&p, 1, nb);
+    vr_st_file_t *sf = &m->files[f];
+    uint8_t *own = mmap(NULL, sf->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (own == MAP_FAILED) {
+      vr_log(VR_LOG_ERROR, "%s: no memory for a private copy of its %zu bytes: %s. HINT: the cpu backend holds "
+             "its weights in memory of its own; free memory or use a smaller model", sf->path, sf->size,
+             strerror(errno));
+      return VR_ERR_NOMEM;
     }
+    const uint8_t *map = sf->map;
+    const size_t data_off = (size_t)(sf->data - map);
+    memcpy(own, map, data_off); /* length + header */
+    vr_progress_step(&p, 0, data_off);
+    for (size_t i = 0; i < sf->n_entries; i++) {
+      vr_st_entry_t *e = &sf->entries[i];
+      const size_t off = (size_t)((const uint8_t *)e->t.data - map);
+      if (e->t.nbytes) memcpy(own + off, map + off, e->t.nbytes);
+      e->t.data = own + off;
+      vr_progress_step(&p, 1, e->t.nbytes);
+    }
+    mprotect(own, sf->size, PROT_READ);
+    munmap(sf->map, sf->size);
+    sf->map = own;
+    sf->data = own + data_off;
   }
-  (void)sink;
   vr_progress_end(&p);
+  return 0;
 }
 
 /* Reads config.json, maps the safetensors files and resolves the architecture's tensors into
@@ -572,10 +590,10 @@ int vr_model_load(const char *dir, const vr_model_options_t *opt_in, vr_model_t 
   snprintf(in->device, sizeof in->device, "%s", ops->name);
 
   opt.max_seqs = m->max_seqs;
-  /* the cpu backend uses f32 weights in place from the mapping: read them now, with progress,
-   * not in the first requests. The cuda backend reads every byte once anyway to upload it (its
-   * upload logs the same progress), so a separate pass there would only read the file twice. */
-  if (strcmp(ops->name, "cpu") == 0) vr_model_read_weights(m);
+  /* the cpu backend uses f32 weights in place: they move into memory of our own now, with
+   * progress, so the model never depends on the files again. The cuda backend reads every
+   * byte once in its init to upload it to the device (its upload logs the same progress). */
+  if (strcmp(ops->name, "cpu") == 0 && (rc = vr_model_own_weights(m)) != 0) goto fail;
   rc = ops->init(&m->cfg, &m->w, &opt, device_index, &m->state);
   if (rc != 0) {
     m->state = NULL;

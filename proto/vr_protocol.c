@@ -1,16 +1,21 @@
 /* vr_protocol.c: the vr_proto library, the segment functions both halves of
  * the shm channel share (verl_reward/protocol.h, section 3): naming, header
- * checks, attach / detach and server liveness. The client library attaches
- * with them; the server (shm/vr_shm.c, which creates the segment) uses the
- * naming and liveness checks. Knows nothing of lanes' contents. */
+ * checks, the rendezvous socket's address, attach / detach (connect, check the
+ * server's uid, receive and check the sealed memfd) and server liveness. The
+ * client library attaches with them; the server (shm/vr_shm.c, which creates
+ * the segment and listens) uses the naming and the socket address. Knows nothing of lanes' contents. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <stddef.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "verl_reward/protocol.h"
 #include "verl_reward/status.h"
@@ -53,9 +58,10 @@ int vr_shm_header_check(const vr_shm_header_t *h, uint64_t file_bytes, char *why
   if (h->lanes_offset != VR_SHM_LANES_OFFSET) BAD("lanes_offset %llu != %u", (unsigned long long)h->lanes_offset, VR_SHM_LANES_OFFSET);
   /* n_lanes <= 1024 and lane_bytes < 2^41: the product cannot overflow */
   uint64_t total = h->lanes_offset + (uint64_t)h->n_lanes * h->lane_bytes;
-  if (h->total_bytes != total || total > file_bytes)
-    BAD("total_bytes %llu (computed %llu) exceeds the %llu-byte file", (unsigned long long)h->total_bytes,
-        (unsigned long long)total, (unsigned long long)file_bytes);
+  if (h->total_bytes != total || h->lanes_offset > file_bytes)
+    BAD("total_bytes %llu (computed %llu), or the header page (%llu) beyond the %llu-byte header file",
+        (unsigned long long)h->total_bytes, (unsigned long long)total, (unsigned long long)h->lanes_offset,
+        (unsigned long long)file_bytes);
   if (h->max_seq_len == 0 || h->max_seqs_per_request == 0) BAD("zero limits (max_seq_len %u, max_seqs %u)", h->max_seq_len, h->max_seqs_per_request);
   if (h->epoch == 0 || h->server_pid <= 0) BAD("no server identity (pid %d, epoch 0x%llx)", h->server_pid, (unsigned long long)h->epoch);
   return 0;
@@ -76,94 +82,205 @@ int vr_shm_server_alive(const vr_shm_header_t *live, int64_t stale_ns) {
   return hb != 0 && now >= hb ? (int64_t)(now - hb) < stale_ns : hb != 0;
 }
 
-/* Opens name and reads+checks the header; fills fd (caller closes), st, hdr. */
-static int open_checked(const char *name, int oflag, int *fd_out, struct stat *st, vr_shm_header_t *hdr,
-                        char *why, size_t whyn) {
+int vr_shm_sockaddr(const char *name, int info, struct sockaddr_un *sa, unsigned *len, char *why, size_t whyn) {
   char path[NAME_MAX + 2];
   int rc = vr_shm_path(name, path, sizeof path, why, whyn);
   if (rc) return rc;
-  int fd = shm_open(path, oflag | O_CLOEXEC, 0);
-  if (fd < 0) {
-    int e = errno;
-    if (e == ENOENT) {
-      snprintf(why, whyn, "no shared-memory segment /dev/shm%s (is verl-reward-server running with --shm-name %s?)", path, name);
-      return VR_ERR_NOT_FOUND;
-    }
-    if (e == EACCES || e == EPERM) {
-      snprintf(why, whyn, "permission denied opening /dev/shm%s. HINT: run as the server's user, or start the server with a group mode (--shm-mode 0660) and share its group", path);
-      return VR_ERR_PERM;
-    }
-    snprintf(why, whyn, "shm_open %s: %s", path, strerror(e));
-    return VR_ERR_IO;
+  memset(sa, 0, sizeof *sa);
+  sa->sun_family = AF_UNIX;
+  const size_t np = strlen(VR_SHM_SOCK_PREFIX), ni = strlen(VR_SHM_SOCK_INFO_SUFFIX);
+  size_t n = np + strlen(name) + (info ? ni : 0);
+  if (np + strlen(name) + ni + 1 > sizeof sa->sun_path) {
+    snprintf(why, whyn, "shared-memory name '%.40s...' is too long for a socket name (at most %zu bytes)", name,
+             sizeof sa->sun_path - 1 - np - ni);
+    return VR_ERR_INVAL;
   }
-  if (fstat(fd, st) != 0 || pread(fd, hdr, sizeof *hdr, 0) != (ssize_t)sizeof *hdr) {
-    snprintf(why, whyn, "segment /dev/shm%s is empty or unreadable (server still starting?)", path);
-    close(fd);
-    return VR_ERR_BAD_SEGMENT;
-  }
-  rc = vr_shm_header_check(hdr, (uint64_t)st->st_size, why, whyn);
-  if (rc) {
-    close(fd);
-    return rc;
-  }
-  *fd_out = fd;
+  /* abstract namespace: sun_path[0] = 0, no terminating NUL counted */
+  memcpy(sa->sun_path + 1, VR_SHM_SOCK_PREFIX, np);
+  memcpy(sa->sun_path + 1 + np, name, strlen(name));
+  if (info) memcpy(sa->sun_path + 1 + np + strlen(name), VR_SHM_SOCK_INFO_SUFFIX, ni);
+  *len = (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
   return 0;
 }
 
-int vr_shm_attach(const char *name, vr_shm_map_t *out, char *why, size_t whyn) {
-  memset(out, 0, sizeof *out);
-  int fd;
-  struct stat st;
-  vr_shm_header_t hdr;
-  int rc = open_checked(name, O_RDWR, &fd, &st, &hdr, why, whyn);
+/* Connects to name (info: its info socket), checks the server's uid and reads
+ * the hello: fills *hello and up to 3 received fds (fds[k] = -1 if absent;
+ * caller closes) and *peer_uid. */
+static int handshake(const char *name, int info, int64_t expected_uid, vr_shm_hello_t *hello, int fds[3],
+                     uint32_t *peer_uid, char *why, size_t whyn) {
+  fds[0] = fds[1] = fds[2] = -1;
+  struct sockaddr_un sa;
+  unsigned salen;
+  int rc = vr_shm_sockaddr(name, info, &sa, &salen, why, whyn);
   if (rc) return rc;
-  /* owner: the file belongs to the uid the server recorded, and the server
-   * process (when visible) runs as that uid: a segment planted under the name
-   * by someone else is refused */
-  if (st.st_uid != hdr.server_uid) {
-    snprintf(why, whyn, "segment /dev/shm/%s is owned by uid %u but claims server uid %u: refusing it", name,
-             (unsigned)st.st_uid, hdr.server_uid);
-    close(fd);
+  int sk = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sk < 0) {
+    snprintf(why, whyn, "socket: %s", strerror(errno));
+    return VR_ERR_IO;
+  }
+  if (connect(sk, (struct sockaddr *)&sa, salen) != 0) {
+    int e = errno;
+    close(sk);
+    if (e == ECONNREFUSED || e == ENOENT || e == EAGAIN) { /* EAGAIN: its backlog is full */
+      snprintf(why, whyn, "no reward server listens on '%s' (is verl-reward-server running with --shm-name %s?)", name,
+               name);
+      return VR_ERR_NOT_FOUND;
+    }
+    snprintf(why, whyn, "connect to '%s': %s", name, strerror(e));
+    return VR_ERR_IO;
+  }
+  struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
+  socklen_t crl = sizeof cr;
+  uint32_t want = expected_uid < 0 ? (uint32_t)geteuid() : (uint32_t)expected_uid;
+  if (getsockopt(sk, SOL_SOCKET, SO_PEERCRED, &cr, &crl) != 0 || cr.uid != want) {
+    snprintf(why, whyn, "the process serving '%s' (pid %d) runs as uid %u, not the expected uid %u: refusing it. "
+             "HINT: if that is your reward server, set the client's expected_server_uid to %u",
+             name, (int)cr.pid, (unsigned)cr.uid, want, (unsigned)cr.uid);
+    close(sk);
+    return VR_ERR_PERM;
+  }
+  *peer_uid = (uint32_t)cr.uid;
+  struct timeval tv = {5, 0}; /* the server answers at once; a hung peer is not a server */
+  setsockopt(sk, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  memset(hello, 0, sizeof *hello);
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int) * 8)];
+  } ctl;
+  memset(&ctl, 0, sizeof ctl);
+  struct iovec iov = {hello, sizeof *hello};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  ssize_t got;
+  while ((got = recvmsg(sk, &mh, MSG_CMSG_CLOEXEC | MSG_WAITALL)) < 0 && errno == EINTR) {
+  }
+  int e = errno, nfds = 0;
+  close(sk);
+  for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+    if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+      int n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+      for (int k = 0; k < n; k++) {
+        int f;
+        memcpy(&f, CMSG_DATA(cm) + k * sizeof(int), sizeof f);
+        if (nfds < 3) fds[nfds] = f;
+        else close(f);
+        nfds++;
+      }
+    }
+  if (got != (ssize_t)sizeof *hello || hello->magic != VR_SHM_HELLO_MAGIC || hello->version != VR_SHM_VERSION) {
+    if (got < 0) snprintf(why, whyn, "no hello from the server on '%s': %s", name, strerror(e));
+    else if (got == (ssize_t)sizeof *hello && hello->magic == VR_SHM_HELLO_MAGIC)
+      snprintf(why, whyn, "the server on '%s' speaks protocol version %u, this library %u", name, hello->version,
+               VR_SHM_VERSION);
+    else snprintf(why, whyn, "the server on '%s' sent %zd bytes, not a verl-reward hello", name, got);
+    rc = VR_ERR_BAD_SEGMENT;
+  } else if (hello->status == 0 && !info && nfds != 3) {
+    snprintf(why, whyn, "the server on '%s' sent %d descriptors, not 3", name, nfds);
+    rc = VR_ERR_BAD_SEGMENT;
+  }
+  if (rc)
+    for (int k = 0; k < 3; k++)
+      if (fds[k] >= 0) close(fds[k]), fds[k] = -1;
+  return rc;
+}
+
+/* Checks one received memfd: its seals include want, its owner is uid, its size is bytes. */
+static int check_memfd(int fd, const char *what, unsigned want, uint32_t uid, uint64_t bytes, char *why, size_t whyn) {
+  struct stat st;
+  int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || ((unsigned)seals & want) != want || fstat(fd, &st) != 0 || st.st_uid != uid ||
+      (bytes && (uint64_t)st.st_size != bytes)) {
+    snprintf(why, whyn, "the %s memfd (seals 0x%x, need 0x%x; owner %u, server %u; %lld bytes, expected %llu) is not "
+             "a sealed segment of the server", what, seals, want, (unsigned)st.st_uid, uid, (long long)st.st_size,
+             (unsigned long long)bytes);
     return VR_ERR_BAD_SEGMENT;
   }
-  char proc[64];
-  struct stat pst;
-  snprintf(proc, sizeof proc, "/proc/%d", hdr.server_pid);
-  if (hdr.server_pidns == vr_shm_pidns() && stat(proc, &pst) == 0 && pst.st_uid != hdr.server_uid) {
-    snprintf(why, whyn, "segment /dev/shm/%s names server pid %d, which runs as uid %u, not %u: refusing it", name,
-             hdr.server_pid, (unsigned)pst.st_uid, hdr.server_uid);
-    close(fd);
-    return VR_ERR_BAD_SEGMENT;
+  return 0;
+}
+
+int vr_shm_attach(const char *name, int64_t expected_uid, vr_shm_map_t *out, char *why, size_t whyn) {
+  memset(out, 0, sizeof *out);
+  vr_shm_hello_t hello;
+  int fds[3];
+  uint32_t uid = 0;
+  int rc = handshake(name, 0, expected_uid, &hello, fds, &uid, why, whyn);
+  if (rc) return rc;
+  if (hello.status != 0) {
+    switch (hello.status) {
+      case VR_ERR_PERM:
+        snprintf(why, whyn, "the server on '%s' refused this client (uid %u). HINT: start it with --allow-uid %u "
+                 "(or --allow-gid with one of this user's groups)", name, (unsigned)geteuid(), (unsigned)geteuid());
+        break;
+      case VR_ERR_AGAIN: snprintf(why, whyn, "server on '%s' is still starting", name); break;
+      case VR_ERR_SHUTTING_DOWN: snprintf(why, whyn, "server on '%s' is draining", name); break;
+      case VR_ERR_NO_LANE: snprintf(why, whyn, "all lanes of '%s' are leased", name); break;
+      case VR_ERR_NOSPACE:
+        snprintf(why, whyn, "the server on '%s' could not allocate a lane (memory limit; its log says more)", name);
+        break;
+      default: snprintf(why, whyn, "the server on '%s' answered %s", name, vr_status_name(hello.status)); break;
+    }
+    for (int k = 0; k < 3; k++)
+      if (fds[k] >= 0) close(fds[k]);
+    return hello.status;
   }
-  void *base = mmap(NULL, hdr.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  int e = errno;
-  close(fd);
-  if (base == MAP_FAILED) {
-    snprintf(why, whyn, "mmap of %llu bytes of /dev/shm/%s: %s", (unsigned long long)hdr.total_bytes, name, strerror(e));
-    return e == ENOMEM ? VR_ERR_NOMEM : VR_ERR_IO;
+  vr_shm_header_t hdr;
+  struct stat st;
+  rc = check_memfd(fds[0], "header", VR_SHM_SEALS_HEADER, uid, 0, why, whyn);
+  if (rc == 0 && (fstat(fds[0], &st) != 0 || pread(fds[0], &hdr, sizeof hdr, 0) != (ssize_t)sizeof hdr)) {
+    snprintf(why, whyn, "segment header of '%s' is empty or unreadable", name);
+    rc = VR_ERR_BAD_SEGMENT;
   }
-  out->base = base;
-  out->bytes = hdr.total_bytes;
+  if (rc == 0) rc = vr_shm_header_check(&hdr, (uint64_t)st.st_size, why, whyn);
+  if (rc == 0 && (hdr.server_uid != uid || hdr.epoch != hello.epoch || hello.lane >= hdr.n_lanes)) {
+    snprintf(why, whyn, "segment of '%s' names server uid %u and epoch %016llx, lane %u of %u; the server runs as %u "
+             "and said epoch %016llx", name, hdr.server_uid, (unsigned long long)hdr.epoch, hello.lane, hdr.n_lanes,
+             (unsigned)uid, (unsigned long long)hello.epoch);
+    rc = VR_ERR_BAD_SEGMENT;
+  }
+  if (rc == 0) rc = check_memfd(fds[1], "doorbell", VR_SHM_SEALS_LANE, uid, VR_SHM_BELL_BYTES, why, whyn);
+  if (rc == 0) rc = check_memfd(fds[2], "lane", VR_SHM_SEALS_LANE, uid, hdr.lane_bytes, why, whyn);
+  void *maps[3] = {MAP_FAILED, MAP_FAILED, MAP_FAILED};
+  const size_t sizes[3] = {rc == 0 ? (size_t)hdr.lanes_offset : 0, VR_SHM_BELL_BYTES, rc == 0 ? (size_t)hdr.lane_bytes : 0};
+  for (int k = 0; k < 3 && rc == 0; k++) {
+    maps[k] = mmap(NULL, sizes[k], k == 0 ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fds[k], 0);
+    if (maps[k] == MAP_FAILED) {
+      int e = errno;
+      snprintf(why, whyn, "mmap of %zu bytes of the segment of '%s': %s", sizes[k], name, strerror(e));
+      rc = e == ENOMEM ? VR_ERR_NOMEM : VR_ERR_IO;
+    }
+  }
+  for (int k = 0; k < 3; k++) close(fds[k]);
+  if (rc) {
+    for (int k = 0; k < 3; k++)
+      if (maps[k] != MAP_FAILED) munmap(maps[k], sizes[k]);
+    return rc;
+  }
+  out->base = maps[0];
+  out->bytes = sizes[0];
   out->hdr = hdr;
-  out->live = (vr_shm_header_t *)base;
+  out->live = (const vr_shm_header_t *)maps[0];
+  out->bell = (_Atomic uint32_t *)maps[1];
+  out->lane = (vr_shm_lane_t *)maps[2];
+  out->lane_idx = hello.lane;
   return 0;
 }
 
 void vr_shm_detach(vr_shm_map_t *m) {
   if (m->base) munmap(m->base, m->bytes);
+  if (m->bell) munmap((void *)m->bell, VR_SHM_BELL_BYTES);
+  if (m->lane) munmap(m->lane, m->hdr.lane_bytes);
   memset(m, 0, sizeof *m);
 }
 
-int vr_shm_peek_epoch(const char *name, uint64_t *epoch) {
-  int fd;
-  struct stat st;
-  vr_shm_header_t hdr;
-  char why[256];
-  int rc = open_checked(name, O_RDONLY, &fd, &st, &hdr, why, sizeof why);
+int vr_shm_peek_epoch(const char *name, int64_t expected_uid, uint64_t *epoch) {
+  vr_shm_hello_t hello;
+  int fds[3];
+  uint32_t uid;
+  char why[512];
+  int rc = handshake(name, 1, expected_uid, &hello, fds, &uid, why, sizeof why);
+  for (int k = 0; k < 3; k++)
+    if (fds[k] >= 0) close(fds[k]);
   if (rc) return rc;
-  close(fd);
-  if (hdr.state == VR_SHM_ST_STOPPED) return VR_ERR_SERVER_GONE;
-  if (!vr_shm_server_alive(&hdr, 5000000000ll)) return VR_ERR_SERVER_GONE;
-  *epoch = hdr.epoch;
+  if (hello.state == VR_SHM_ST_STOPPED) return VR_ERR_SERVER_GONE;
+  *epoch = hello.epoch;
   return 0;
 }

@@ -46,6 +46,7 @@
 #include "vr_log.h"
 #include "vr_model.h"
 #include "vr_notify.h"
+#include "vr_reload.h"
 #include "vr_server.h"
 #include "vr_shm.h"
 #include "vr_time.h"
@@ -139,6 +140,16 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg) {
   begin_shutdown(arg, sig == SIGINT ? "SIGINT" : "SIGTERM", (int)sig);
 }
 
+/* SIGHUP: the daemon convention for "reload": the model is loaded again beside the serving
+ * one and switched in (vr_reload.h); never the default action (exit, segment left behind). */
+static void sighup_cb(evutil_socket_t sig, short what, void *arg) {
+  (void)sig;
+  (void)what;
+  main_ctx_t *m = arg;
+  if (m->srv.reload) vr_reload_start(m->srv.reload, "SIGHUP");
+  else vr_log(VR_LOG_WARN, "SIGHUP before the server is serving: ignored");
+}
+
 /* ---- start-up ---- */
 
 static int write_pid_file(const char *path) {
@@ -154,31 +165,6 @@ static int write_pid_file(const char *path) {
   return ok ? 0 : VR_ERR_IO;
 }
 
-/* One forward before READY so the first client does not pay for lazy setup, and so a
- * model whose weights give NaN/Inf is refused at start instead of answering errors.
- * Returns 0 or the forward's status (VR_ERR_NONFINITE for a non-finite score). */
-static int warm_up(vr_server_t *srv) {
-  if (srv->scorer.kind != VR_SCORER_MODEL) return 0;
-  int32_t ids[8];
-  uint32_t n = srv->scorer.vocab_size && srv->scorer.vocab_size < 8 ? srv->scorer.vocab_size : 8;
-  if (n > srv->scorer.max_seq_len) n = srv->scorer.max_seq_len;
-  for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)i;
-  uint32_t cu[2] = {0, n};
-  float score, comps[VR_REWARD_MAX_COMPONENTS];
-  int32_t st = 0;
-  uint64_t t0 = vr_now_ns();
-  int rc = vr_scorer_run(&srv->scorer, ids, cu, 1, NULL, NULL, &score, &st, comps, NULL);
-  if (rc == 0 && st == VR_ERR_NONFINITE) {
-    vr_log(VR_LOG_ERROR,
-           "model %s produced non-finite scores (NaN/Inf) on the warm-up sequence (token ids 0..%u): the weights "
-           "are probably corrupt. HINT: check the model files (re-download or re-convert them) and their dtype",
-           srv->st.model, n - 1);
-    return VR_ERR_NONFINITE;
-  }
-  vr_log(VR_LOG_INFO, "warm-up forward: %s in %.1f ms", rc ? vr_strerror(rc) : "ok", (vr_now_ns() - t0) / 1e6);
-  return 0;
-}
-
 static int start_shm(vr_server_t *srv) {
   vr_shm_config_t cfg;
   vr_shm_config_init(&cfg);
@@ -192,6 +178,17 @@ static int start_shm(vr_server_t *srv) {
   cfg.max_seqs_per_request = srv->st.max_seqs_per_request;
   cfg.vocab_size = srv->scorer.vocab_size;
   cfg.spin_us = srv->st.spin_us;
+  _Static_assert(VR_SETTINGS_MAX_IDS <= VR_SHM_MAX_ALLOW, "every --allow-uid/gid entry fits the shm config");
+  uint32_t uids[VR_SETTINGS_MAX_IDS], gids[VR_SETTINGS_MAX_IDS];
+  char err[256];
+  /* checked when set: these cannot fail unless a user or group vanished since */
+  if (vr_settings_ids(srv->st.allow_uid, 0, uids, VR_SETTINGS_MAX_IDS, &cfg.n_allow_uids, err, sizeof err) != 0 ||
+      vr_settings_ids(srv->st.allow_gid, 1, gids, VR_SETTINGS_MAX_IDS, &cfg.n_allow_gids, err, sizeof err) != 0) {
+    vr_log(VR_LOG_ERROR, "--allow-uid / --allow-gid: %s", err);
+    return VR_ERR_INVAL;
+  }
+  cfg.allow_uids = uids;
+  cfg.allow_gids = gids;
   int rc = vr_shm_server_create(&cfg, &srv->shm);
   if (rc) {
     vr_log(VR_LOG_ERROR, "cannot create shared-memory segment /%s: %s", srv->st.shm_name, vr_strerror(rc));
@@ -206,7 +203,7 @@ static void *loader_main(void *arg) {
   main_ctx_t *m = arg;
   vr_server_t *srv = &m->srv;
   int rc = vr_scorer_init(&srv->scorer, &srv->st);
-  if (rc == 0) rc = warm_up(srv);
+  if (rc == 0) rc = vr_scorer_warm_up(&srv->scorer, srv->st.model);
   m->load_rc = rc;
   event_active(m->loaded_ev, EV_READ, 0);
   return NULL;
@@ -236,9 +233,11 @@ static int finish_startup(main_ctx_t *m) {
   vr_batcher_config_t bc = {.max_batch_tokens = srv->st.max_batch_tokens,
                             .max_wait_us = srv->st.max_wait_us,
                             .batch_linger_us = srv->st.batch_linger_us,
-                            .max_queue = srv->st.max_queue};
+                            .max_queue = srv->st.max_queue,
+                            .max_client_queue = srv->st.max_queue_per_client};
   int rc;
   if ((rc = vr_batcher_create(&bc, &srv->scorer, &srv->metrics, &srv->batcher))) return rc;
+  if (!(srv->reload = vr_reload_create(srv))) return VR_ERR_NOMEM;
   if (srv->st.shm_name[0] && (rc = start_shm(srv))) return rc;
   if (srv->shm && (rc = vr_dispatch_start(srv, &srv->dispatch))) return rc;
   if (srv->st.pid_file[0] && (rc = write_pid_file(srv->st.pid_file))) return rc;
@@ -298,15 +297,17 @@ static int run(main_ctx_t *m) {
 
   struct event *sigterm = evsignal_new(srv->base, SIGTERM, signal_cb, m);
   struct event *sigint = evsignal_new(srv->base, SIGINT, signal_cb, m);
+  struct event *sighup = evsignal_new(srv->base, SIGHUP, sighup_cb, m);
   m->batch_idle_ev = event_new(srv->base, -1, 0, batch_idle_cb, m);
   m->exit_ev = event_new(srv->base, -1, 0, exit_cb, m);
   m->hard_ev = evtimer_new(srv->base, hard_cb, m);
   m->loaded_ev = event_new(srv->base, -1, 0, loaded_cb, m);
   int rc = 0;
-  if (!sigterm || !sigint || !m->batch_idle_ev || !m->exit_ev || !m->hard_ev || !m->loaded_ev) rc = VR_ERR_NOMEM;
+  if (!sigterm || !sigint || !sighup || !m->batch_idle_ev || !m->exit_ev || !m->hard_ev || !m->loaded_ev) rc = VR_ERR_NOMEM;
   if (rc == 0) {
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
+    evsignal_add(sighup, NULL);
   }
   /* bound before the load: probes get "starting" instead of connection refused */
   if (rc == 0 && srv->st.port) rc = vr_http_create(srv, &srv->http);
@@ -323,6 +324,7 @@ static int run(main_ctx_t *m) {
   }
   if (sigterm) event_free(sigterm);
   if (sigint) event_free(sigint);
+  if (sighup) event_free(sighup);
   return rc;
 }
 
@@ -331,6 +333,9 @@ static void teardown(main_ctx_t *m) {
   if (m->loader_running) pthread_join(m->loader, NULL); /* only when the loop failed to run */
   if (srv->shm) vr_shm_server_set_state(srv->shm, VR_SHM_DRAINING);
   vr_dispatch_stop(srv->dispatch);
+  vr_http_stop_parsing(srv->http); /* it submits to the batcher */
+  vr_reload_free(srv->reload);     /* a running reload ends without switching */
+  srv->reload = NULL;
   vr_batcher_free(srv->batcher); /* joins; anything still queued is answered shutting-down */
   srv->batcher = NULL;
   vr_dispatch_free(srv->dispatch);
@@ -356,16 +361,45 @@ static void teardown(main_ctx_t *m) {
   vr_notify_free(&m->notify);
 }
 
+/* The admin token: the file's first line, without surrounding blanks; at least 16 bytes. */
+static int read_admin_token(const char *path, char *out, size_t n) {
+  FILE *f = fopen(path, "r");
+  char line[512] = "";
+  if (!f || !fgets(line, sizeof line, f)) {
+    fprintf(stderr, "--admin-token-file %s: cannot read a token line%s%s\n", path, f ? "" : ": ",
+            f ? "" : strerror(errno));
+    if (f) fclose(f);
+    return -1;
+  }
+  fclose(f);
+  char *s = line, *e;
+  while (*s == ' ' || *s == '\t') s++;
+  e = s + strlen(s);
+  while (e > s && (e[-1] == '\n' || e[-1] == '\r' || e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+  if (strlen(s) < 16 || strlen(s) >= n) {
+    fprintf(stderr, "--admin-token-file %s: the token must be 16..%zu bytes (it is %zu)\n", path, n - 1, strlen(s));
+    return -1;
+  }
+  snprintf(out, n, "%s", s);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   main_ctx_t m = {0};
   vr_server_t *srv = &m.srv;
   vr_settings_init(&srv->st);
+  srv->argc = argc;
+  srv->argv = argv;
   int rc = vr_settings_parse(&srv->st, argc, argv);
   if (rc == 1) return 0;
   if (rc) return 2;
   vr_log_level_t lv;
   if (vr_log_level_parse(srv->st.log_level, &lv) == 0) vr_log_set_level(lv);
+  if (srv->st.admin_token_file[0] && read_admin_token(srv->st.admin_token_file, srv->admin_token,
+                                                      sizeof srv->admin_token) != 0)
+    return 2;
   signal(SIGPIPE, SIG_IGN);
+  signal(SIGHUP, SIG_IGN); /* never the default (exit, segment left behind); the loop logs it once running */
   /* SIGTERM/SIGINT stay default until the loop handles them: an early signal just ends us */
   if (evthread_use_pthreads() != 0 || !(srv->base = event_base_new())) {
     vr_log(VR_LOG_FATAL, "cannot initialise libevent");

@@ -1,4 +1,10 @@
-/* vr_batcher.c: bounded job queue + batcher thread (packing without padding). */
+/* vr_batcher.c: bounded job queue + batcher thread (packing without padding).
+ *
+ * The queue is fair (issue 18 case 9): one FIFO per client (job->client: a
+ * shm lane, an HTTP connection), and the batcher takes jobs round-robin over
+ * the clients that have some, so a client's wait is bounded by its own backlog
+ * plus about one batch per other client ahead of it, whatever another client
+ * queued. A client may have at most max_client_queue jobs queued. */
 #define _GNU_SOURCE
 #include "vr_batcher.h"
 
@@ -27,6 +33,18 @@ typedef struct vr_slot {
   int submit_rc;
 } vr_slot_t;
 
+/* One client's queued jobs. Lives while it has some: in the hash (by key) and in
+ * the ring of clients to serve. */
+typedef struct cq {
+  uint64_t key;
+  vr_job_t *head, *tail;
+  uint32_t depth;
+  struct cq *hnext;          /* hash chain */
+  struct cq *prev, *next;    /* the ring */
+} cq_t;
+
+#define CQ_BUCKETS 1024u
+
 struct vr_batcher {
   vr_batcher_config_t cfg;
   vr_scorer_t *sc;
@@ -36,7 +54,8 @@ struct vr_batcher {
 
   pthread_mutex_t mu;      /* guards everything below up to the packing buffers */
   pthread_cond_t cv;       /* signalled on submit and drain */
-  vr_job_t *head, *tail;
+  cq_t *buckets[CQ_BUCKETS];
+  cq_t *rr;                /* the client the next job is taken from; NULL: queue empty */
   uint32_t depth;
   uint64_t queued_tokens;  /* kept (post-truncation) tokens of queued jobs */
   int draining;
@@ -48,6 +67,11 @@ struct vr_batcher {
    * device, the next is packed and submitted into the other (pipelined on cuda) */
   vr_slot_t slots[2];
   size_t last_jobs;          /* jobs of the last answered batch (batcher thread only) */
+  /* a model switch asked by vr_batcher_swap_model (under mu) */
+  pthread_cond_t swap_cv;
+  int swap_pending, swap_rc;
+  struct vr_model *swap_model;
+  const vr_batcher_config_t *swap_cfg;
   uint64_t last_done_ns;     /* when it was answered */
 };
 
@@ -84,6 +108,75 @@ static uint64_t job_kept_tokens(const vr_scorer_t *sc, const vr_job_t *j) {
 }
 
 static uint64_t job_tokens(const vr_job_t *j) { return j->kept_tokens; }
+
+/* ---- the fair queue (lock held) ---- */
+
+static cq_t **cq_slot(vr_batcher_t *b, uint64_t key) {
+  cq_t **pp = &b->buckets[(key ^ (key >> 29)) % CQ_BUCKETS];
+  while (*pp && (*pp)->key != key) pp = &(*pp)->hnext;
+  return pp;
+}
+
+/* Appends j to its client's queue (creating it, at the end of the round). */
+static int q_push(vr_batcher_t *b, vr_job_t *j) {
+  cq_t **pp = cq_slot(b, j->client), *c = *pp;
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (!c) return VR_ERR_NOMEM;
+    c->key = j->client;
+    *pp = c;
+    if (!b->rr) {
+      c->prev = c->next = c;
+      b->rr = c;
+    } else { /* just before rr: served after everyone already waiting */
+      c->next = b->rr;
+      c->prev = b->rr->prev;
+      c->prev->next = c;
+      b->rr->prev = c;
+    }
+  }
+  j->next = NULL;
+  if (c->tail) c->tail->next = j;
+  else c->head = j;
+  c->tail = j;
+  c->depth++;
+  b->depth++;
+  return 0;
+}
+
+/* Takes the head job of the client whose turn it is; the turn moves on. */
+static vr_job_t *q_pop(vr_batcher_t *b) {
+  cq_t *c = b->rr;
+  if (!c) return NULL;
+  vr_job_t *j = c->head;
+  c->head = j->next;
+  if (!c->head) c->tail = NULL;
+  j->next = NULL;
+  c->depth--;
+  b->depth--;
+  b->rr = c->next;
+  if (c->depth == 0) {
+    if (c->next == c) b->rr = NULL;
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    *cq_slot(b, c->key) = c->hnext;
+    free(c);
+  }
+  return j;
+}
+
+static vr_job_t *q_peek(const vr_batcher_t *b) { return b->rr ? b->rr->head : NULL; }
+
+/* The oldest queued job's intake time (the queue is not empty). */
+static uint64_t q_oldest_ns(const vr_batcher_t *b) {
+  uint64_t t = UINT64_MAX;
+  const cq_t *c = b->rr;
+  do {
+    if (c->head->accepted_ns < t) t = c->head->accepted_ns;
+    c = c->next;
+  } while (c != b->rr);
+  return t;
+}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   if (need <= *cap) return 0;
@@ -212,6 +305,22 @@ static void *batcher_main(void *arg) {
   int next = 0;
   pthread_mutex_lock(&b->mu);
   for (;;) {
+    if (b->swap_pending) { /* between batches: the one in flight finishes on the old model */
+      if (inflight) {
+        pthread_mutex_unlock(&b->mu);
+        complete(b, inflight);
+        inflight = NULL;
+        pthread_mutex_lock(&b->mu);
+      }
+      struct vr_model *old = b->sc->model;
+      __atomic_store_n(&b->sc->model, b->swap_model, __ATOMIC_RELEASE);
+      b->swap_model = old;
+      if (b->swap_cfg) b->cfg = *b->swap_cfg;
+      b->swap_rc = 0;
+      b->swap_pending = 0;
+      pthread_cond_broadcast(&b->swap_cv);
+      continue;
+    }
     if (inflight && !(b->queued_tokens >= b->cfg.max_batch_tokens && !b->draining)) {
       pthread_mutex_unlock(&b->mu);
       complete(b, inflight);
@@ -219,10 +328,11 @@ static void *batcher_main(void *arg) {
       pthread_mutex_lock(&b->mu);
       continue;
     }
-    while (!b->head && !b->draining) pthread_cond_wait(&b->cv, &b->mu);
-    if (!b->head) break; /* draining and empty */
+    while (!b->rr && !b->draining && !b->swap_pending) pthread_cond_wait(&b->cv, &b->mu);
+    if (b->swap_pending) continue;
+    if (!b->rr) break; /* draining and empty */
     /* wait for company until the token budget fills or nothing more is expected */
-    const uint64_t wait_end = b->head->accepted_ns + (uint64_t)b->cfg.max_wait_us * 1000u;
+    const uint64_t wait_end = q_oldest_ns(b) + (uint64_t)b->cfg.max_wait_us * 1000u;
     const uint64_t linger_end = b->last_done_ns + (uint64_t)b->cfg.batch_linger_us * 1000u;
     while (!inflight && !b->draining && b->queued_tokens < b->cfg.max_batch_tokens) {
       const uint64_t now = vr_now_ns();
@@ -234,20 +344,18 @@ static void *batcher_main(void *arg) {
       pthread_cond_timedwait(&b->cv, &b->mu, &ts);
     }
     int expired = b->draining && vr_now_ns() >= b->deadline_ns;
-    /* take jobs: the head always, then whole jobs while the budget allows */
+    /* take jobs round-robin over the clients: the first always, then whole jobs while the
+     * budget allows */
     vr_slot_t *sl = &b->slots[next];
     sl->n_jobs = 0;
     uint64_t tok = 0;
-    while (b->head) {
-      vr_job_t *j = b->head;
+    while (b->rr) {
+      vr_job_t *j = q_peek(b);
       uint64_t t = job_tokens(j);
       if (!expired && sl->n_jobs > 0 && tok + t > b->cfg.max_batch_tokens) break;
       if (grow((void **)&sl->jobs, &sl->jobs_cap, sl->n_jobs + 1, sizeof *sl->jobs) != 0) break;
-      b->head = j->next;
-      if (!b->head) b->tail = NULL;
-      b->depth--;
+      q_pop(b);
       b->queued_tokens -= t;
-      j->next = NULL;
       sl->jobs[sl->n_jobs++] = j;
       tok += t;
     }
@@ -276,6 +384,12 @@ static void *batcher_main(void *arg) {
   }
   void (*cb)(void *) = b->on_idle;
   void *cb_arg = b->on_idle_arg;
+  b->started = 2; /* exited: a swap asked from now on is refused at once */
+  if (b->swap_pending) { /* asked while we stopped: refused, the caller keeps its model */
+    b->swap_rc = VR_ERR_SHUTTING_DOWN;
+    b->swap_pending = 0;
+    pthread_cond_broadcast(&b->swap_cv);
+  }
   pthread_mutex_unlock(&b->mu);
   if (cb) cb(cb_arg);
   return NULL;
@@ -290,10 +404,12 @@ int vr_batcher_create(const vr_batcher_config_t *cfg, vr_scorer_t *sc, vr_metric
   b->m = m;
   pthread_mutex_init(&b->mu, NULL);
   vr_cond_init_monotonic(&b->cv);
+  pthread_cond_init(&b->swap_cv, NULL);
   int e = pthread_create(&b->thread, NULL, batcher_main, b);
   if (e) {
     vr_log(VR_LOG_ERROR, "cannot start the batcher thread: %s", strerror(e));
     pthread_cond_destroy(&b->cv);
+    pthread_cond_destroy(&b->swap_cv);
     pthread_mutex_destroy(&b->mu);
     free(b);
     return VR_ERR_INTERNAL;
@@ -314,12 +430,16 @@ int vr_batcher_submit(vr_batcher_t *b, vr_job_t *job) {
     pthread_mutex_unlock(&b->mu);
     return VR_ERR_OVERLOADED;
   }
+  const cq_t *c = *cq_slot(b, job->client);
+  if (c && b->cfg.max_client_queue && c->depth >= b->cfg.max_client_queue) {
+    pthread_mutex_unlock(&b->mu);
+    return VR_ERR_OVERLOADED; /* this client's share is full; the others are still served */
+  }
   job->kept_tokens = t;
-  job->next = NULL;
-  if (b->tail) b->tail->next = job;
-  else b->head = job;
-  b->tail = job;
-  b->depth++;
+  if (q_push(b, job) != 0) {
+    pthread_mutex_unlock(&b->mu);
+    return VR_ERR_NOMEM;
+  }
   b->queued_tokens += t;
   pthread_cond_signal(&b->cv);
   pthread_mutex_unlock(&b->mu);
@@ -345,6 +465,7 @@ void vr_batcher_free(vr_batcher_t *b) {
     pthread_join(b->thread, NULL);
   }
   pthread_cond_destroy(&b->cv);
+  pthread_cond_destroy(&b->swap_cv);
   pthread_mutex_destroy(&b->mu);
   for (int i = 0; i < 2; i++) {
     vr_slot_t *sl = &b->slots[i];
@@ -358,6 +479,25 @@ void vr_batcher_free(vr_batcher_t *b) {
     free(sl->jobs);
   }
   free(b);
+}
+
+int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, const vr_batcher_config_t *cfg,
+                          struct vr_model **old) {
+  pthread_mutex_lock(&b->mu);
+  *old = m;
+  if (b->started != 1 || b->draining) {
+    pthread_mutex_unlock(&b->mu);
+    return VR_ERR_SHUTTING_DOWN;
+  }
+  b->swap_model = m;
+  b->swap_cfg = cfg;
+  b->swap_pending = 1;
+  pthread_cond_signal(&b->cv);
+  while (b->swap_pending) pthread_cond_wait(&b->swap_cv, &b->mu);
+  int rc = b->swap_rc;
+  *old = b->swap_model;
+  pthread_mutex_unlock(&b->mu);
+  return rc;
 }
 
 uint32_t vr_batcher_depth(vr_batcher_t *b) {

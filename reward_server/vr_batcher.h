@@ -5,7 +5,8 @@
  * padding (concatenated ids + cu_seqlens) up to max_batch_tokens, waiting at
  * most max_wait_us after the oldest job arrived (and, after answering a batch
  * of N jobs, up to batch_linger_us for N jobs to be queued again: closed-loop
- * clients resubmit together and belong in one batch), runs the scorer, and calls
+ * clients resubmit together and belong in one batch), takes queued jobs
+ * round-robin over their clients (job->client), runs the scorer, and calls
  * each job's done() on the batcher thread. Every job that vr_batcher_submit()
  * accepted gets exactly one done() call: scored, failed, or
  * VR_ERR_SHUTTING_DOWN when the drain deadline passes. */
@@ -26,6 +27,8 @@ typedef void (*vr_job_done_fn)(vr_job_t *job);
 
 struct vr_job {
   vr_transport_t transport;
+  uint64_t client;               /* fairness key: jobs of one client are queued in order, clients
+                                    are served round-robin (a shm lane, an HTTP connection) */
   uint32_t n_seqs;
   uint64_t n_tokens;             /* sum of the original lengths */
   const int32_t *ids;            /* n_tokens; owned by the submitter until done() */
@@ -57,6 +60,7 @@ typedef struct vr_batcher_config {
   uint32_t max_wait_us;
   uint32_t batch_linger_us;      /* after answering N requests, wait this long for N to be queued again */
   uint32_t max_queue;            /* jobs waiting; beyond: VR_ERR_OVERLOADED */
+  uint32_t max_client_queue;     /* jobs of one client waiting (0: no own limit); beyond: VR_ERR_OVERLOADED */
 } vr_batcher_config_t;
 
 /* Starts the batcher thread. sc and m must outlive the batcher. */
@@ -77,5 +81,14 @@ void vr_batcher_drain(vr_batcher_t *b, uint64_t deadline_ns, void (*on_idle)(voi
 void vr_batcher_free(vr_batcher_t *b);
 
 uint32_t vr_batcher_depth(vr_batcher_t *b);
+
+/* Switches the scorer's model to m, and the batching settings to *cfg (NULL: kept), between two batches (the batch in flight, if any, is
+ * finished on the old one first) and returns the old model in *old (the caller frees it once
+ * no other thread can still be reading the old pointer). Blocks until the batcher thread did
+ * it. 0, or VR_ERR_SHUTTING_DOWN when the batcher is stopping: then nothing was switched and
+ * *old is m. Any thread but the batcher's. */
+struct vr_model;
+int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, const vr_batcher_config_t *cfg,
+                          struct vr_model **old);
 
 #endif /* VR_BATCHER_H */

@@ -125,6 +125,7 @@ static void intake(vr_dispatch_t *d, const vr_shm_request_t *r) {
   }
   vr_job_t *j = &sj->job;
   j->transport = VR_TRANSPORT_SHM;
+  j->client = (uint64_t)r->lane + 1; /* fairness: one client per lane */
   j->n_seqs = n;
   j->n_tokens = r->n_tokens;
   j->ids = r->token_ids;

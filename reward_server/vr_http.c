@@ -1,4 +1,13 @@
-/* vr_http.c: evhttp front; every evhttp call happens on the event-loop thread. */
+/* vr_http.c: evhttp front; every evhttp call happens on the event-loop thread.
+ *
+ * A POST /v1/score body is received by libevent on the loop thread (non-blocking,
+ * in pieces), then moved (its buffer chain, not its bytes) to the parse thread,
+ * which parses, validates and submits it to the batcher: one large body never
+ * holds up the loop, so /health and every other connection keep being served
+ * (issue 18 case 6). Replies are always made on the loop thread, through the
+ * done list. The parse thread takes bodies one at a time: the memory that
+ * parsing a large body takes (the JSON tree) is bounded by one body's worth,
+ * and is given back to the system after a large one (malloc_trim). */
 #define _GNU_SOURCE
 #include "vr_http.h"
 
@@ -7,20 +16,28 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <malloc.h>
 #include <math.h>
 #include <msgpack.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "verl_reward/status.h"
+#include "vr_http_compat.h"
+#include "vr_http_guard.h"
 #include "vr_log.h"
 #include "vr_model.h"
+#include "vr_reload.h"
 #include "vr_request.h"
 #include "vr_time.h"
 #include "vr_tok_chat.h"
 #include "vr_tokenizer.h"
+
+#define VR_HTTP_TRIM_BYTES (1u << 20) /* bodies from this size on: malloc_trim after their parse */
 
 /* One POST /v1/score between intake and reply. Created and freed on the event
  * thread; between vr_batcher_submit and done() the batcher owns job fields. */
@@ -29,11 +46,14 @@ typedef struct http_pending {
   vr_http_t *h;
   struct evhttp_request *req; /* stays valid until we reply (libevent detaches it on EOF) */
   int msgpack;                /* reply encoding */
+  int msgpack_in;             /* body encoding */
   vr_score_req_t r;
-  int pre_status;             /* text requests: failed before the batcher (encode, limits) */
-  int64_t pre_seq;
-  char pre_msg[256];
-  struct http_pending *next;  /* done list, or the text queue */
+  vr_compat_route_t route;    /* VR_COMPAT_NONE: POST /v1/score; else the framework route */
+  vr_compat_req_t *compat;    /* that route's reply shape (set by its parse) */
+  struct evbuffer *body;      /* the request body, moved here for the parse thread; NULL once parsed */
+  int failed;                 /* parse or submit failed: reply perr (job.status holds the status) */
+  vr_req_error_t perr;
+  struct http_pending *next;  /* parse queue, then done list */
 } http_pending_t;
 
 struct vr_http {
@@ -46,14 +66,14 @@ struct vr_http {
   void (*idle_cb)(void *);
   void *idle_arg;
   char *model_json;           /* GET /v1/model body, built once */
-  /* text worker: "text" / "messages" requests are tokenised off the event loop, then
-     submitted to the batcher from there (vr_batcher_submit is thread-safe) */
-  pthread_t text_thread;
-  int text_started;
-  pthread_mutex_t text_mu;    /* guards the queue and text_stop */
-  pthread_cond_t text_cv;
-  http_pending_t *text_head, *text_tail;
-  int text_stop;
+  vr_http_guard_t *guard;     /* connection cap, request deadline, accept back-off */
+  /* the parse thread */
+  pthread_t parse_th;
+  int parse_started;
+  pthread_mutex_t pmu;        /* guards the parse queue and parse_stop */
+  pthread_cond_t pcv;
+  http_pending_t *pq_head, *pq_tail;
+  int parse_stop;
 };
 
 /* ------------------------------------------------------------------ replies */
@@ -64,10 +84,12 @@ static void reply(vr_http_t *h, struct evhttp_request *req, int code, const char
   evhttp_add_header(oh, "Server", "verl-reward-server");
   if (code == 503 || code == 429) evhttp_add_header(oh, "Retry-After", "1");
   vr_metrics_http_response(&h->srv->metrics, code);
+  vr_http_guard_end(h->guard, req);
   const char *reason = code == 200 ? "OK" : code == 400 ? "Bad Request" : code == 404 ? "Not Found"
                     : code == 405 ? "Method Not Allowed" : code == 413 ? "Payload Too Large"
                     : code == 429 ? "Too Many Requests" : code == 503 ? "Service Unavailable"
-                    : code == 415 ? "Unsupported Media Type" : "Internal Server Error";
+                    : code == 415 ? "Unsupported Media Type" : code == 202 ? "Accepted"
+                    : code == 401 ? "Unauthorized" : code == 409 ? "Conflict" : "Internal Server Error";
   evhttp_send_reply(req, code, reason, body);
 }
 
@@ -124,13 +146,32 @@ static int sbuf_write(void *data, const char *buf, size_t len) {
   return evbuffer_add((struct evbuffer *)data, buf, len);
 }
 
+/* Scores with per-sequence errors (issue 18): a sequence the model could not score (its score
+ * was NaN/Inf) is null in scores and has {"code", "status", "message"} at its index of
+ * "errors" (present only then; null for the good ones, whose scores are kept). */
 static void reply_scores(vr_http_t *h, http_pending_t *p) {
   const vr_scorer_t *sc = &h->srv->scorer;
   const uint32_t n = p->r.n_seqs, nc = sc->spec.n;
+  const int with_errors = p->job.status != 0;
   struct evbuffer *b = evbuffer_new();
-  if (!p->msgpack) {
+  if (p->compat) {
+    uint8_t id[16];
+    vr_compat_random_id(id);
+    vr_compat_reply(p->compat, sc, p->job.scores, p->job.components, n, p->r.n_tokens, (int64_t)time(NULL), id, b);
+    reply(h, p->req, 200, "application/json", b);
+  } else if (!p->msgpack) {
     evbuffer_add_printf(b, "{\"scores\":");
     json_floats(b, p->job.scores, n, 1);
+    if (with_errors) {
+      evbuffer_add_printf(b, ",\"errors\":[");
+      for (uint32_t i = 0; i < n; i++) {
+        int e = p->job.seq_status[i];
+        if (e) evbuffer_add_printf(b, "%s{\"code\":\"%s\",\"status\":%d,\"message\":\"%s\"}", i ? "," : "",
+                                   vr_status_name(e), e, vr_strerror(e));
+        else evbuffer_add_printf(b, i ? ",null" : "null");
+      }
+      evbuffer_add(b, "]", 1);
+    }
     evbuffer_add_printf(b, ",\"queue_us\":%u,\"compute_us\":%u", p->job.queue_us, p->job.compute_us);
     if (sc->has_components) {
       evbuffer_add_printf(b, ",\"components\":{");
@@ -145,12 +186,31 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
   } else {
     msgpack_packer pk;
     msgpack_packer_init(&pk, b, sbuf_write);
-    msgpack_pack_map(&pk, sc->has_components ? 4 : 3);
+    msgpack_pack_map(&pk, (sc->has_components ? 4 : 3) + (with_errors ? 1 : 0));
     msgpack_pack_str_with_body(&pk, "scores", 6);
     msgpack_pack_array(&pk, n);
     for (uint32_t i = 0; i < n; i++) {
       if (isfinite(p->job.scores[i])) msgpack_pack_float(&pk, p->job.scores[i]);
       else msgpack_pack_nil(&pk);
+    }
+    if (with_errors) {
+      msgpack_pack_str_with_body(&pk, "errors", 6);
+      msgpack_pack_array(&pk, n);
+      for (uint32_t i = 0; i < n; i++) {
+        int e = p->job.seq_status[i];
+        if (!e) {
+          msgpack_pack_nil(&pk);
+          continue;
+        }
+        const char *code = vr_status_name(e), *msg = vr_strerror(e);
+        msgpack_pack_map(&pk, 3);
+        msgpack_pack_str_with_body(&pk, "code", 4);
+        msgpack_pack_str_with_body(&pk, code, strlen(code));
+        msgpack_pack_str_with_body(&pk, "status", 6);
+        msgpack_pack_int32(&pk, e);
+        msgpack_pack_str_with_body(&pk, "message", 7);
+        msgpack_pack_str_with_body(&pk, msg, strlen(msg));
+      }
     }
     msgpack_pack_str_with_body(&pk, "queue_us", 8);
     msgpack_pack_uint32(&pk, p->job.queue_us);
@@ -175,20 +235,14 @@ static void reply_scores(vr_http_t *h, http_pending_t *p) {
 }
 
 static void pending_free(http_pending_t *p) {
+  if (p->body) evbuffer_free(p->body);
   vr_request_free(&p->r);
+  vr_compat_free(p->compat);
   vr_job_free_outputs(&p->job);
   free(p);
 }
 
 /* ------------------------------------------------------------------ completion */
-
-static void post_done(vr_http_t *h, http_pending_t *p) {
-  pthread_mutex_lock(&h->mu);
-  p->next = h->done;
-  h->done = p;
-  pthread_mutex_unlock(&h->mu);
-  event_active(h->wake_ev, EV_READ, 0);
-}
 
 /* Batcher thread: hand the finished request to the event loop. */
 static void http_job_done(vr_job_t *job) {
@@ -201,11 +255,99 @@ static void http_job_done(vr_job_t *job) {
   event_active(h->wake_ev, EV_READ, 0);
 }
 
+/* Parse thread: a request that failed before the batcher took it goes to the
+ * loop thread like a finished one. */
+static void pending_fail(http_pending_t *p, int status, int64_t seq, const char *msg) {
+  p->failed = 1;
+  p->job.status = status;
+  p->perr.status = status;
+  p->perr.sequence = seq;
+  if (msg != p->perr.message) snprintf(p->perr.message, sizeof p->perr.message, "%s", msg);
+  http_job_done(&p->job);
+}
+
+/* Parse thread: parse, validate and submit one body. */
+static void parse_one(vr_http_t *h, http_pending_t *p) {
+  vr_server_t *srv = h->srv;
+  size_t len = evbuffer_get_length(p->body);
+  const char *body = len ? (const char *)evbuffer_pullup(p->body, -1) : "";
+  int rc = !body ? VR_ERR_NOMEM
+         : p->route ? vr_compat_parse(p->route, body, len, &srv->scorer, srv->st.max_seqs_per_request, srv->st.model,
+                                      &p->r, &p->compat, &p->perr)
+         : p->msgpack_in ? vr_request_parse_msgpack((const uint8_t *)body, len, &srv->scorer,
+                                                    srv->st.max_seqs_per_request, &p->r, &p->perr)
+                         : vr_request_parse_json(body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &p->perr);
+  evbuffer_free(p->body);
+  p->body = NULL;
+  if (len >= VR_HTTP_TRIM_BYTES) malloc_trim(0); /* the parse of a large body: give its memory back */
+  if (rc) {
+    pending_fail(p, rc, body ? p->perr.sequence : -1, body ? p->perr.message : "out of memory");
+    return;
+  }
+  if (p->r.text.kind != VR_TEXT_NONE) { /* "text" / "messages": template + tokenizer here, off the loop */
+    int32_t *ids = NULL;
+    uint64_t nt = 0;
+    memset(&p->perr, 0, sizeof p->perr);
+    p->perr.sequence = -1;
+    rc = vr_text_encode(srv->scorer.tok, &p->r.text, &ids, p->r.cu, &nt, &p->perr);
+    if (!rc) {
+      p->r.ids = ids;
+      p->r.n_tokens = nt;
+      rc = vr_request_check_seqs(&p->r, &srv->scorer, &p->perr);
+    }
+    if (rc) {
+      pending_fail(p, rc, p->perr.sequence, p->perr.message);
+      return;
+    }
+  }
+  const uint32_t n = p->r.n_seqs;
+  if (vr_job_alloc_outputs(&p->job, n, srv->scorer.spec.n) != 0) {
+    pending_fail(p, VR_ERR_NOMEM, -1, "out of memory");
+    return;
+  }
+  vr_job_t *j = &p->job;
+  j->transport = VR_TRANSPORT_HTTP;
+  j->n_seqs = n;
+  j->n_tokens = p->r.n_tokens;
+  j->ids = p->r.ids;
+  j->cu = p->r.cu;
+  j->extras = p->r.extras_ptrs;
+  j->done = http_job_done;
+  j->user = p;
+  rc = vr_batcher_submit(srv->batcher, j);
+  if (rc)
+    pending_fail(p, rc, -1,
+                 rc == VR_ERR_OVERLOADED ? "server overloaded: request queue full (--max-queue); retry later"
+                                         : vr_strerror(rc));
+}
+
+static void *parse_main(void *arg) {
+  vr_http_t *h = arg;
+  pthread_mutex_lock(&h->pmu);
+  for (;;) {
+    while (!h->pq_head && !h->parse_stop) pthread_cond_wait(&h->pcv, &h->pmu);
+    if (!h->pq_head) break;
+    http_pending_t *p = h->pq_head;
+    h->pq_head = p->next;
+    if (!h->pq_head) h->pq_tail = NULL;
+    p->next = NULL;
+    int stopping = h->parse_stop;
+    pthread_mutex_unlock(&h->pmu);
+    if (stopping) /* the batcher may be gone: answer, do not submit */
+      pending_fail(p, VR_ERR_SHUTTING_DOWN, -1, "server is shutting down; no new requests accepted");
+    else
+      parse_one(h, p);
+    pthread_mutex_lock(&h->pmu);
+  }
+  pthread_mutex_unlock(&h->pmu);
+  return NULL;
+}
+
 static void finish_pending(vr_http_t *h, http_pending_t *p) {
-  int st = p->pre_status ? p->pre_status : p->job.status;
-  if (p->pre_status) {
-    reply_error(h, p->req, p->pre_status, p->pre_seq, p->pre_msg);
-  } else if (st == 0) {
+  int st = p->job.status;
+  if (p->failed) {
+    reply_error(h, p->req, st, p->perr.sequence, p->perr.message);
+  } else if (st == 0 || st == VR_ERR_NONFINITE) { /* scored: a non-finite score is its sequence's error */
     reply_scores(h, p);
   } else {
     int64_t bad = -1;
@@ -217,7 +359,8 @@ static void finish_pending(vr_http_t *h, http_pending_t *p) {
     reply_error(h, p->req, st, bad, msg);
   }
   double lat = (vr_now_ns() - p->job.accepted_ns) / 1e9;
-  vr_metrics_request(&h->srv->metrics, VR_TRANSPORT_HTTP, st, p->r.n_seqs, p->r.n_tokens, lat);
+  vr_metrics_request(&h->srv->metrics, VR_TRANSPORT_HTTP, st, p->failed && st != VR_ERR_OVERLOADED ? 0 : p->r.n_seqs,
+                     p->failed && st != VR_ERR_OVERLOADED ? 0 : p->r.n_tokens, lat);
   pending_free(p);
   h->pending--;
   __atomic_store_n(&h->srv->http_inflight, h->pending, __ATOMIC_RELAXED);
@@ -253,83 +396,14 @@ static void wake_cb(evutil_socket_t fd, short what, void *arg) {
   check_idle(h);
 }
 
-/* ------------------------------------------------------------------ text worker */
-
-static void fill_job(http_pending_t *p, uint64_t t0) {
-  vr_job_t *j = &p->job;
-  j->transport = VR_TRANSPORT_HTTP;
-  j->n_seqs = p->r.n_seqs;
-  j->n_tokens = p->r.n_tokens;
-  j->ids = p->r.ids;
-  j->cu = p->r.cu;
-  j->extras = p->r.extras_ptrs;
-  j->accepted_ns = t0;
-  j->done = http_job_done;
-  j->user = p;
-}
-
-/* Text worker thread: template + tokenizer, the sequence checks, then the batcher. A failure
- * goes back to the event loop through the done list (pre_status), like a scored request. */
-static void text_one(vr_http_t *h, http_pending_t *p) {
-  vr_server_t *srv = h->srv;
-  vr_req_error_t e;
-  memset(&e, 0, sizeof e);
-  int32_t *ids = NULL;
-  uint64_t nt = 0;
-  int rc = vr_text_encode(srv->scorer.tok, &p->r.text, &ids, p->r.cu, &nt, &e);
-  if (!rc) {
-    p->r.ids = ids;
-    p->r.n_tokens = nt;
-    rc = vr_request_check_seqs(&p->r, &srv->scorer, &e);
-  }
-  if (!rc) {
-    fill_job(p, p->job.accepted_ns);
-    rc = vr_batcher_submit(srv->batcher, &p->job);
-    if (!rc) return; /* done() answers it */
-    e.sequence = -1;
-    snprintf(e.message, sizeof e.message, "%s",
-             rc == VR_ERR_OVERLOADED ? "server overloaded: request queue full (--max-queue); retry later" : vr_strerror(rc));
-  }
-  p->pre_status = rc;
-  p->pre_seq = e.sequence;
-  snprintf(p->pre_msg, sizeof p->pre_msg, "%s", e.message);
-  post_done(h, p);
-}
-
-static void *text_main(void *arg) {
-  vr_http_t *h = arg;
-  for (;;) {
-    pthread_mutex_lock(&h->text_mu);
-    while (!h->text_head && !h->text_stop) pthread_cond_wait(&h->text_cv, &h->text_mu);
-    http_pending_t *p = h->text_head;
-    if (p) {
-      h->text_head = p->next;
-      if (!h->text_head) h->text_tail = NULL;
-      p->next = NULL;
-    }
-    pthread_mutex_unlock(&h->text_mu);
-    if (!p) return NULL; /* stopping with an empty queue */
-    text_one(h, p);
-  }
-}
-
-static void text_enqueue(vr_http_t *h, http_pending_t *p) {
-  pthread_mutex_lock(&h->text_mu);
-  p->next = NULL;
-  if (h->text_tail) h->text_tail->next = p;
-  else h->text_head = p;
-  h->text_tail = p;
-  pthread_cond_signal(&h->text_cv);
-  pthread_mutex_unlock(&h->text_mu);
-}
-
 /* ------------------------------------------------------------------ handlers */
 
 static int is_msgpack_type(const char *ct) {
   return ct && (strncasecmp(ct, "application/msgpack", 19) == 0 || strncasecmp(ct, "application/x-msgpack", 21) == 0);
 }
 
-static void handle_score(vr_http_t *h, struct evhttp_request *req) {
+/* POST /v1/score, or a vr_http_compat route (route != VR_COMPAT_NONE: JSON of that shape). */
+static void handle_score(vr_http_t *h, struct evhttp_request *req, vr_compat_route_t route) {
   vr_server_t *srv = h->srv;
   uint64_t t0 = vr_now_ns();
   if (!__atomic_load_n(&srv->ready, __ATOMIC_ACQUIRE) && !__atomic_load_n(&srv->draining, __ATOMIC_ACQUIRE)) {
@@ -348,55 +422,33 @@ static void handle_score(vr_http_t *h, struct evhttp_request *req) {
   const char *ct = evhttp_find_header(ih, "Content-Type");
   int mp = is_msgpack_type(ct);
   /* anything but msgpack is parsed as JSON (curl -d sends form-urlencoded) */
-  struct evbuffer *in = evhttp_request_get_input_buffer(req);
-  size_t len = evbuffer_get_length(in);
-  const char *body = len ? (const char *)evbuffer_pullup(in, -1) : "";
   http_pending_t *p = calloc(1, sizeof *p);
-  if (!p) {
-    reply_error(h, req, VR_ERR_NOMEM, -1, "out of memory");
-    return;
-  }
-  vr_req_error_t e;
-  int rc = mp ? vr_request_parse_msgpack((const uint8_t *)body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &e)
-              : vr_request_parse_json(body, len, &srv->scorer, srv->st.max_seqs_per_request, &p->r, &e);
-  if (rc) {
-    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, rc, 0, 0, (vr_now_ns() - t0) / 1e9);
-    reply_error(h, req, rc, e.sequence, e.message);
+  if (!p || !(p->body = evbuffer_new())) {
     free(p);
-    return;
-  }
-  const uint32_t n = p->r.n_seqs;
-  if (vr_job_alloc_outputs(&p->job, n, srv->scorer.spec.n) != 0) {
-    pending_free(p);
     reply_error(h, req, VR_ERR_NOMEM, -1, "out of memory");
     return;
   }
+  /* the body's buffer chain moves to the parse thread; no byte is copied here */
+  evbuffer_add_buffer(p->body, evhttp_request_get_input_buffer(req));
   p->h = h;
   p->req = req;
+  p->msgpack_in = mp;
   p->msgpack = mp;
   const char *accept = evhttp_find_header(ih, "Accept");
   if (accept && strstr(accept, "application/json") && !strstr(accept, "msgpack")) p->msgpack = 0;
   if (accept && is_msgpack_type(accept)) p->msgpack = 1;
-  if (p->r.text.kind != VR_TEXT_NONE) { /* tokenised on the text worker, which submits */
-    p->job.accepted_ns = t0;
-    text_enqueue(h, p);
-    h->pending++;
-    __atomic_store_n(&srv->http_inflight, h->pending, __ATOMIC_RELAXED);
-    return;
-  }
-  vr_job_t *j = &p->job;
-  fill_job(p, t0);
-  rc = vr_batcher_submit(srv->batcher, j);
-  if (rc) {
-    vr_metrics_request(&srv->metrics, VR_TRANSPORT_HTTP, rc, n, p->r.n_tokens, (vr_now_ns() - t0) / 1e9);
-    reply_error(h, req, rc, -1,
-                rc == VR_ERR_OVERLOADED ? "server overloaded: request queue full (--max-queue); retry later"
-                                        : vr_strerror(rc));
-    pending_free(p);
-    return;
-  }
+  p->route = route;
+  p->job.accepted_ns = t0;
+  /* fairness: one client per connection (the high bit keeps it apart from shm lanes) */
+  p->job.client = (uint64_t)(uintptr_t)evhttp_request_get_connection(req) | (1ull << 63);
   h->pending++;
   __atomic_store_n(&srv->http_inflight, h->pending, __ATOMIC_RELAXED);
+  pthread_mutex_lock(&h->pmu);
+  if (h->pq_tail) h->pq_tail->next = p;
+  else h->pq_head = p;
+  h->pq_tail = p;
+  pthread_cond_signal(&h->pcv);
+  pthread_mutex_unlock(&h->pmu);
 }
 
 static void handle_text(vr_http_t *h, struct evhttp_request *req, int code, const char *ctype, const char *text,
@@ -424,7 +476,7 @@ static char *build_model_json(const vr_server_t *srv) {
   const vr_scorer_t *sc = &srv->scorer;
   cJSON *o = cJSON_CreateObject();
   if (sc->kind == VR_SCORER_MODEL) {
-    const vr_model_info_t *mi = vr_model_info(sc->model);
+    const vr_model_info_t *mi = vr_model_info(__atomic_load_n(&sc->model, __ATOMIC_ACQUIRE));
     cJSON_AddStringToObject(o, "architecture", mi->architecture);
     cJSON_AddStringToObject(o, "model_type", mi->model_type);
     cJSON_AddBoolToObject(o, "is_decoder", mi->is_decoder);
@@ -467,8 +519,37 @@ static char *build_model_json(const vr_server_t *srv) {
   return s;
 }
 
+/* POST /admin/reload with "Authorization: Bearer <token>" (--admin-token-file): 202 started,
+ * 409 one is running, 503 not serving; 401 without the token; 404 when no token is set. */
+static void handle_admin_reload(vr_http_t *h, struct evhttp_request *req, enum evhttp_cmd_type cmd) {
+  vr_server_t *srv = h->srv;
+  if (!srv->admin_token[0] || !srv->reload) {
+    reply_plain_error(h, req, 404, "VR_ERR_NOT_FOUND", "no such endpoint (start the server with --admin-token-file)");
+    return;
+  }
+  if (cmd != EVHTTP_REQ_POST) {
+    reply_plain_error(h, req, 405, "VR_ERR_INVAL", "use POST for /admin/reload");
+    return;
+  }
+  const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+  const size_t tl = strlen(srv->admin_token);
+  int ok = auth && strncmp(auth, "Bearer ", 7) == 0 && strlen(auth + 7) == tl;
+  unsigned diff = 0; /* constant time in the token's length */
+  for (size_t i = 0; ok && i < tl; i++) diff |= (unsigned)(auth[7 + i] ^ srv->admin_token[i]);
+  if (!ok || diff) {
+    vr_log(VR_LOG_WARN, "POST /admin/reload without the admin token: refused");
+    reply_plain_error(h, req, 401, "VR_ERR_PERM", "missing or wrong admin token (Authorization: Bearer ...)");
+    return;
+  }
+  int rc = vr_reload_start(srv->reload, "POST /admin/reload");
+  const char *t = rc == 0 ? "{\"reload\":\"started\"}\n" : rc == VR_ERR_BUSY ? "{\"reload\":\"running\"}\n"
+                                                                       : "{\"reload\":\"refused\"}\n";
+  handle_text(h, req, rc == 0 ? 202 : rc == VR_ERR_BUSY ? 409 : 503, "application/json", t, strlen(t));
+}
+
 static void gen_cb(struct evhttp_request *req, void *arg) {
   vr_http_t *h = arg;
+  vr_http_guard_begin(h->guard, req); /* every path below replies, which ends it */
   const char *uri = evhttp_request_get_uri(req);
   enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
   char path[128];
@@ -477,14 +558,25 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
   memcpy(path, uri ? uri : "", n);
   path[n] = 0;
   int is_get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+  if (strcmp(path, "/admin/reload") == 0) {
+    handle_admin_reload(h, req, cmd);
+    return;
+  }
   if (strcmp(path, "/v1/score") == 0) {
     if (cmd != EVHTTP_REQ_POST) {
       reply_plain_error(h, req, 405, "VR_ERR_INVAL", "use POST for /v1/score");
       return;
     }
-    { handle_score(h, req); return; }
+    { handle_score(h, req, VR_COMPAT_NONE); return; }
   }
-  int known = !strcmp(path, "/health") || !strcmp(path, "/ready") || !strcmp(path, "/metrics") || !strcmp(path, "/v1/model");
+  const vr_compat_route_t compat = vr_compat_route(path);
+  if (vr_compat_is_post(compat)) {
+    if (cmd != EVHTTP_REQ_POST) { reply_plain_error(h, req, 405, "VR_ERR_INVAL", "use POST"); return; }
+    handle_score(h, req, compat);
+    return;
+  }
+  int known = compat || !strcmp(path, "/health") || !strcmp(path, "/ready") || !strcmp(path, "/metrics") ||
+              !strcmp(path, "/v1/model");
   if (!known) {
     reply_plain_error(h, req, 404, "VR_ERR_NOT_FOUND", "no such endpoint");
     return;
@@ -514,11 +606,15 @@ static void gen_cb(struct evhttp_request *req, void *arg) {
     handle_text(h, req, 503, "application/json", t, sizeof t - 1);
     return;
   }
-  if (!h->model_json) h->model_json = build_model_json(srv); /* first ask after ready */
-  const char *m = h->model_json ? h->model_json : "{}";
   struct evbuffer *b = evbuffer_new();
-  evbuffer_add(b, m, strlen(m));
-  evbuffer_add(b, "\n", 1);
+  if (compat) {
+    vr_compat_get(compat, srv, (int64_t)time(NULL), b); /* GET /v1/models, /info */
+  } else {
+    if (!h->model_json) h->model_json = build_model_json(srv); /* first ask after ready */
+    const char *m = h->model_json ? h->model_json : "{}";
+    evbuffer_add(b, m, strlen(m));
+    evbuffer_add(b, "\n", 1);
+  }
   reply(h, req, 200, "application/json", b);
   evbuffer_free(b);
 }
@@ -531,39 +627,58 @@ int vr_http_create(vr_server_t *srv, vr_http_t **out) {
   if (!h) return VR_ERR_NOMEM;
   h->srv = srv;
   pthread_mutex_init(&h->mu, NULL);
-  pthread_mutex_init(&h->text_mu, NULL);
-  pthread_cond_init(&h->text_cv, NULL);
-  if (pthread_create(&h->text_thread, NULL, text_main, h) != 0) {
-    vr_log(VR_LOG_ERROR, "cannot start the HTTP text worker thread");
+  pthread_mutex_init(&h->pmu, NULL);
+  pthread_cond_init(&h->pcv, NULL);
+  if (pthread_create(&h->parse_th, NULL, parse_main, h) != 0) {
     vr_http_free(h);
     return VR_ERR_NOMEM;
   }
-  h->text_started = 1;
+  h->parse_started = 1;
   h->eh = evhttp_new(srv->base);
   h->wake_ev = event_new(srv->base, -1, 0, wake_cb, h);
   if (!h->eh || !h->wake_ev) {
     vr_http_free(h);
     return VR_ERR_NOMEM;
   }
-  evhttp_set_max_body_size(h->eh, (ev_ssize_t)srv->st.max_body_bytes);
+  const uint64_t body_limit = vr_settings_body_limit(&srv->st);
+  evhttp_set_max_body_size(h->eh, (ev_ssize_t)body_limit);
   evhttp_set_max_headers_size(h->eh, 64 * 1024);
   evhttp_set_timeout(h->eh, 120);
   evhttp_set_allowed_methods(h->eh, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD | EVHTTP_REQ_PUT |
                                         EVHTTP_REQ_DELETE);
   evhttp_set_gencb(h->eh, gen_cb, h);
-  if (!evhttp_bind_socket_with_handle(h->eh, srv->st.host, (ev_uint16_t)srv->st.port)) {
+  struct evhttp_bound_socket *bound = evhttp_bind_socket_with_handle(h->eh, srv->st.host, (ev_uint16_t)srv->st.port);
+  if (!bound) {
     vr_log(VR_LOG_ERROR, "cannot listen on %s:%d (port in use or bad address). HINT: --port N, or --port 0 "
            "to disable HTTP", srv->st.host, srv->st.port);
     vr_http_free(h);
     return VR_ERR_IO;
   }
-  vr_log(VR_LOG_INFO, "HTTP listening on http://%s:%d (max body %llu bytes)", srv->st.host, srv->st.port,
-         (unsigned long long)srv->st.max_body_bytes);
+  uint32_t max_conns = srv->st.max_connections;
+  struct rlimit nofile;
+  if (max_conns == 0) /* below the fd limit: accept() itself never runs out */
+    max_conns = getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY && nofile.rlim_cur > 80
+                    ? (uint32_t)(nofile.rlim_cur - 64 < (1u << 20) ? nofile.rlim_cur - 64 : (1u << 20))
+                    : 16;
+  h->guard = vr_http_guard_create(srv->base, h->eh, bound, max_conns, srv->st.request_timeout_s);
+  if (!h->guard) {
+    vr_http_free(h);
+    return VR_ERR_NOMEM;
+  }
+  vr_log(VR_LOG_INFO, "HTTP listening on http://%s:%d (max body %llu bytes, %u connections, %u s per request)",
+         srv->st.host, srv->st.port, (unsigned long long)body_limit, max_conns,
+         srv->st.request_timeout_s);
   *out = h;
   return 0;
 }
 
 uint32_t vr_http_pending(const vr_http_t *h) { return h ? h->pending : 0; }
+
+void vr_http_model_changed(vr_http_t *h) {
+  if (!h) return;
+  free(h->model_json); /* rebuilt at the next GET /v1/model */
+  h->model_json = NULL;
+}
 
 void vr_http_on_idle(vr_http_t *h, void (*cb)(void *), void *arg) {
   h->idle_cb = cb;
@@ -571,17 +686,20 @@ void vr_http_on_idle(vr_http_t *h, void (*cb)(void *), void *arg) {
   check_idle(h);
 }
 
+void vr_http_stop_parsing(vr_http_t *h) {
+  if (!h || !h->parse_started) return;
+  pthread_mutex_lock(&h->pmu);
+  h->parse_stop = 1;
+  pthread_cond_signal(&h->pcv);
+  pthread_mutex_unlock(&h->pmu);
+  pthread_join(h->parse_th, NULL); /* what is queued is answered shutting-down (done list) */
+  h->parse_started = 0;
+}
+
 void vr_http_free(vr_http_t *h) {
   if (!h) return;
-  if (h->text_started) { /* every request was answered: its queue is empty */
-    pthread_mutex_lock(&h->text_mu);
-    h->text_stop = 1;
-    pthread_cond_signal(&h->text_cv);
-    pthread_mutex_unlock(&h->text_mu);
-    pthread_join(h->text_thread, NULL);
-  }
-  pthread_mutex_destroy(&h->text_mu);
-  pthread_cond_destroy(&h->text_cv);
+  vr_http_stop_parsing(h);
+  vr_http_guard_free(h->guard);
   if (h->eh) evhttp_free(h->eh);
   if (h->wake_ev) event_free(h->wake_ev);
   pthread_mutex_lock(&h->mu);
@@ -594,6 +712,8 @@ void vr_http_free(vr_http_t *h) {
     list = n;
   }
   pthread_mutex_destroy(&h->mu);
+  pthread_mutex_destroy(&h->pmu);
+  pthread_cond_destroy(&h->pcv);
   free(h->model_json);
   free(h);
 }

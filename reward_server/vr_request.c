@@ -12,8 +12,7 @@
 
 #include "verl_reward/status.h"
 
-__attribute__((format(printf, 4, 5))) static int fail(vr_req_error_t *e, int status, int64_t seq, const char *fmt,
-                                                      ...) {
+int vr_req_fail(vr_req_error_t *e, int status, int64_t seq, const char *fmt, ...) {
   e->status = status;
   e->sequence = seq;
   va_list ap;
@@ -22,6 +21,8 @@ __attribute__((format(printf, 4, 5))) static int fail(vr_req_error_t *e, int sta
   va_end(ap);
   return status;
 }
+
+#define fail vr_req_fail /* this file's short name for it */
 
 void vr_request_free(vr_score_req_t *r) {
   if (!r) return;

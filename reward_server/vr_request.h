@@ -41,6 +41,10 @@ typedef struct vr_req_error {
   char message[256];
 } vr_req_error_t;
 
+/* Fills *e (status, sequence, printf message) and returns status: the parsers' error helper. */
+__attribute__((format(printf, 4, 5))) int vr_req_fail(vr_req_error_t *e, int status, int64_t seq, const char *fmt,
+                                                      ...);
+
 /* Parse + validate. max_seqs bounds the sequence count (VR_ERR_TOO_LARGE).
  * Returns 0 and fills *out (free with vr_request_free), or the status with *e set. */
 int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, uint32_t max_seqs,

@@ -215,3 +215,25 @@ int vr_scorer_run(vr_scorer_t *sc, const int32_t *ids, const uint32_t *cu, uint3
   int rc = vr_scorer_submit(sc, ids, cu, n_seqs, scores, seq_status);
   return vr_scorer_collect(sc, rc, cu, n_seqs, extras, resp_tokens, scores, seq_status, comps, metrics);
 }
+
+int vr_scorer_warm_up(vr_scorer_t *sc, const char *model_name) {
+  if (sc->kind != VR_SCORER_MODEL) return 0;
+  int32_t ids[8];
+  uint32_t n = sc->vocab_size && sc->vocab_size < 8 ? sc->vocab_size : 8;
+  if (n > sc->max_seq_len) n = sc->max_seq_len;
+  for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)i;
+  uint32_t cu[2] = {0, n};
+  float score, comps[VR_REWARD_MAX_COMPONENTS];
+  int32_t st = 0;
+  uint64_t t0 = vr_now_ns();
+  int rc = vr_scorer_run(sc, ids, cu, 1, NULL, NULL, &score, &st, comps, NULL);
+  if (rc == 0 && st == VR_ERR_NONFINITE) {
+    vr_log(VR_LOG_ERROR,
+           "model %s produced non-finite scores (NaN/Inf) on the warm-up sequence (token ids 0..%u): the weights "
+           "are probably corrupt. HINT: check the model files (re-download or re-convert them) and their dtype",
+           model_name, n - 1);
+    return VR_ERR_NONFINITE;
+  }
+  vr_log(VR_LOG_INFO, "warm-up forward: %s in %.1f ms", rc ? vr_strerror(rc) : "ok", (vr_now_ns() - t0) / 1e6);
+  return 0;
+}

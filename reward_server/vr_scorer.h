@@ -78,4 +78,10 @@ int vr_scorer_collect(vr_scorer_t *sc, int submit_rc, const uint32_t *cu, uint32
                       const vr_extras_t *const *extras, const uint32_t *resp_tokens, float *scores,
                       int32_t *seq_status, float *comps, vr_metrics_t *metrics);
 
+/* One forward of a short sequence (token ids 0..7) so the first client does not pay for lazy
+ * setup, and so a model whose weights give NaN/Inf is refused before it serves: 0, or
+ * VR_ERR_NONFINITE after an ERROR naming model_name (with a HINT). No-op without a model.
+ * The caller's thread must be the only one running sc (start-up, or a reload's new scorer). */
+int vr_scorer_warm_up(vr_scorer_t *sc, const char *model_name);
+
 #endif /* VR_SCORER_H */

@@ -18,8 +18,9 @@ void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g) {
     g->lanes_total = srv->st.lanes;
   }
   g->http_inflight = __atomic_load_n(&srv->http_inflight, __ATOMIC_RELAXED);
-  if (__atomic_load_n(&srv->loaded, __ATOMIC_ACQUIRE) && srv->scorer.model) {
-    const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
+  struct vr_model *model = __atomic_load_n(&srv->scorer.model, __ATOMIC_ACQUIRE); /* a reload switches it */
+  if (__atomic_load_n(&srv->loaded, __ATOMIC_ACQUIRE) && model) {
+    const vr_model_info_t *mi = vr_model_info(model);
     g->device_bytes = mi->device_bytes;
     g->host_bytes = mi->host_bytes;
   }

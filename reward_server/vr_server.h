@@ -7,7 +7,9 @@
  *     wakeup of the event loop);
  *   - loader (main.c, start-up only): fills scorer while the loop already serves
  *     /health and /ready; joined by the loop thread before loaded is set.
- * Fields are written before the threads start, except the atomics below. */
+ * Fields are written before the threads start, except the atomics below and
+ * scorer.model, which a reload switches (the batcher thread stores it atomically;
+ * readers on the loop thread load it atomically; vr_reload.h). */
 #ifndef VR_SERVER_H
 #define VR_SERVER_H
 
@@ -22,6 +24,7 @@ struct event_base;
 struct vr_http;
 struct vr_dispatch;
 struct vr_shm_server;
+struct vr_reload;
 
 typedef struct vr_server {
   vr_settings_t st;
@@ -32,6 +35,10 @@ typedef struct vr_server {
   struct vr_dispatch *dispatch;
   struct event_base *base;
   struct vr_http *http;          /* NULL when --port 0 */
+  struct vr_reload *reload;      /* SIGHUP / POST /admin/reload (vr_reload.h); loop thread */
+  char admin_token[256];         /* from --admin-token-file; "" = POST /admin/reload off */
+  int argc;                      /* the command line, parsed again by a reload */
+  char **argv;
   int loaded;                    /* atomic: 1 once the loader thread was joined; before, only that
                                     thread touches scorer (the loop reads none of it) */
   int ready;                     /* atomic: 1 once warmed up and accepting */

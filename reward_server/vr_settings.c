@@ -4,7 +4,9 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <grp.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,8 @@ typedef enum opt_type {
   OPT_SHM,     /* vr_shm_path's rule; "" disables shm */
   OPT_REWARD,  /* vr_reward_spec_parse; "" = model */
   OPT_FILE,    /* a path that must exist (checked when set) */
+  OPT_UIDS,    /* vr_settings_ids: comma-separated user names / uids */
+  OPT_GIDS,    /* the same for groups */
 } opt_type_t;
 
 typedef struct opt {
@@ -61,7 +65,12 @@ static const opt_t k_opts[] = {
      "longer sequences: keep the last (left) / first (right) max-seq-len tokens, or reject"},
     {"spin-us", NULL, OPT_U32, F(spin_us), 0, 1000000, "US", "server busy-poll before parking on the futex"},
     {"lanes", NULL, OPT_U32, F(lanes), 1, 1024, "N", "client lanes in the segment"},
-    {"shm-mode", NULL, OPT_OCTAL, F(shm_mode), 0, 0777, "MODE", "segment permissions (octal)"},
+    {"shm-mode", NULL, OPT_OCTAL, F(shm_mode), 0, 0777, "MODE",
+     "who may attach, read as file modes (octal): 0600 the server's uid, 0660 also its group, 0666 anyone"},
+    {"allow-uid", NULL, OPT_UIDS, F(allow_uid), 0, 0, "LIST",
+     "further users (names or uids, comma-separated) whose clients may attach"},
+    {"allow-gid", NULL, OPT_GIDS, F(allow_gid), 0, 0, "LIST",
+     "further groups (names or gids, comma-separated): a client in one of them (primary or supplementary) may attach"},
     {"ring-slots", NULL, OPT_U32, F(ring_slots), 1, 4096, "N", "requests in flight per lane (power of two)"},
     {"arena-mb", NULL, OPT_U32, F(arena_mb), 1, 4096, "MB", "payload arena per lane"},
     {"max-seqs-per-request", NULL, OPT_U32, F(max_seqs_per_request), 1, 1u << 20, "N", "sequences per request"},
@@ -71,13 +80,25 @@ static const opt_t k_opts[] = {
      "created (write + rename) once ready to score, removed at exit: for supervisors without sd_notify"},
     {"reward", NULL, OPT_REWARD, F(reward), 0, 0, "SPEC",
      "reward components and weights, e.g. model:0.7,gsm8k:0.3 or gsm8k (rules only); unset: model"},
-    {"max-body-bytes", NULL, OPT_U64, F(max_body_bytes), 64, 1ull << 32, "N", "largest HTTP request body (413 beyond)"},
+    {"max-body-bytes", NULL, OPT_U64, F(max_body_bytes), 0, 1ull << 32, "N",
+     "largest HTTP request body (413 beyond); 0: derived from the request limits, "
+     "max-seqs-per-request x (max-seq-len x 12 + 1024) + 64 KiB"},
+    {"max-queue-per-client", NULL, OPT_U32, F(max_queue_per_client), 0, 1u << 20, "N",
+     "requests one client (a shm lane, an HTTP connection) may have queued; beyond: overloaded for that client "
+     "only (0: no limit of its own)"},
+    {"max-connections", NULL, OPT_U32, F(max_connections), 0, 1u << 20, "N",
+     "HTTP connections open at once; the newest beyond are closed (0: the fd limit, ulimit -n, less 64)"},
+    {"request-timeout-s", NULL, OPT_U32, F(request_timeout_s), 1, 86400, "S",
+     "an HTTP connection that completes no request within S seconds of its accept or its last reply is closed "
+     "(a whole-request deadline, not per byte)"},
     {"max-queue", NULL, OPT_U32, F(max_queue), 1, 1u << 20, "N",
      "requests accepted but not yet batched; beyond: overloaded (HTTP 429, shm VR_ERR_OVERLOADED)"},
     {"threads", NULL, OPT_INT, F(threads), 0, 4096, "N", "cpu backend threads (0 = all cores)"},
     {"cpu-gemm", NULL, OPT_GEMM, F(cpu_gemm), 0, 0, "auto|generic|avx2+fma",
      "cpu backend GEMMs (auto: avx2+fma where the CPU has it; generic: the same score bits on every CPU)"},
     {"drain-ms", NULL, OPT_U32, F(drain_ms), 0, 600000, "MS", "on SIGTERM: time to finish accepted work"},
+    {"admin-token-file", NULL, OPT_FILE, F(admin_token_file), 0, 0, "FILE",
+     "enables POST /admin/reload for requests with 'Authorization: Bearer <the file's first line>'"},
     {"config", NULL, OPT_FILE, F(config), 0, 0, "FILE", "read 'key: value' lines (same keys as the flags)"},
 };
 #define N_OPTS (sizeof k_opts / sizeof k_opts[0])
@@ -101,8 +122,11 @@ void vr_settings_init(vr_settings_t *s) {
   s->arena_mb = 4;
   s->max_seqs_per_request = 1024;
   strcpy(s->log_level, "info");
-  s->max_body_bytes = 64ull << 20;
+  s->max_body_bytes = 0; /* derived (vr_settings_body_limit) */
   s->max_queue = 4096;
+  s->max_connections = 0;
+  s->max_queue_per_client = 1024;
+  s->request_timeout_s = 60;
   s->threads = 0;
   s->drain_ms = 10000;
   vr_model_options_t mo; /* the model runtime owns the CUDA tuning's defaults */
@@ -137,7 +161,7 @@ static void opt_default_text(const opt_t *o, const vr_settings_t *d, char *buf, 
   const char *p = (const char *)d + o->off;
   switch (o->type) {
     case OPT_STR: case OPT_LOGLEVEL: case OPT_DEVICE: case OPT_DTYPE: case OPT_GEMM: case OPT_SHM:
-    case OPT_REWARD: case OPT_FILE: snprintf(buf, n, "%s", *p ? p : "(none)"); break;
+    case OPT_REWARD: case OPT_FILE: case OPT_UIDS: case OPT_GIDS: snprintf(buf, n, "%s", *p ? p : "(none)"); break;
     case OPT_U32: snprintf(buf, n, "%u", *(const uint32_t *)p); break;
     case OPT_U64: snprintf(buf, n, "%llu", (unsigned long long)*(const uint64_t *)p); break;
     case OPT_PORT: case OPT_INT: snprintf(buf, n, "%d", *(const int *)p); break;
@@ -181,8 +205,8 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
       return 0;
     case OPT_SHM:
       if (value[0] && vr_shm_path(value, canon, sizeof canon, why, sizeof why) != 0) {
-        snprintf(err, errlen, "--shm-name '%s': %s. HINT: a plain name such as verl_reward_shm (the segment is "
-                 "/dev/shm/NAME), or '' to disable shm", value, why);
+        snprintf(err, errlen, "--shm-name '%s': %s. HINT: a plain name such as verl_reward_shm (clients attach "
+                 "through the abstract socket @verl-reward/NAME), or '' to disable shm", value, why);
         return VR_ERR_INVAL;
       }
       strcpy(p, value);
@@ -191,6 +215,15 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
       vr_reward_spec_t spec;
       if (value[0] && vr_reward_spec_parse(value, &spec, why, sizeof why) != 0) {
         snprintf(err, errlen, "--reward '%s': %s", value, why);
+        return VR_ERR_INVAL;
+      }
+      strcpy(p, value);
+      return 0;
+    }
+    case OPT_UIDS: case OPT_GIDS: {
+      uint32_t ids[VR_SETTINGS_MAX_IDS], n;
+      if (vr_settings_ids(value, o->type == OPT_GIDS, ids, VR_SETTINGS_MAX_IDS, &n, why, sizeof why) != 0) {
+        snprintf(err, errlen, "--%s '%s': %s", o->name, value, why);
         return VR_ERR_INVAL;
       }
       strcpy(p, value);
@@ -232,6 +265,71 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
     case OPT_U32: case OPT_OCTAL: *(uint32_t *)p = (uint32_t)x; break;
     case OPT_U64: *(uint64_t *)p = x; break;
     default: *(int *)p = (int)x; break;
+  }
+  return 0;
+}
+
+const char *vr_settings_first_difference(const vr_settings_t *a, const vr_settings_t *b, const char *const *allowed) {
+  for (size_t i = 0; i < N_OPTS; i++) {
+    const opt_t *o = &k_opts[i];
+    const char *pa = (const char *)a + o->off, *pb = (const char *)b + o->off;
+    const int text = o->type == OPT_STR || o->type >= OPT_DEVICE;
+    if (text ? strncmp(pa, pb, o->size) == 0 : memcmp(pa, pb, o->size) == 0) continue;
+    int ok = 0;
+    for (const char *const *n = allowed; n && *n && !ok; n++) ok = strcmp(*n, o->name) == 0;
+    if (!ok) return o->name;
+  }
+  return memcmp(&a->cuda, &b->cuda, sizeof a->cuda) == 0 ? NULL : "cuda-*";
+}
+
+uint64_t vr_settings_body_limit(const vr_settings_t *s) {
+  if (s->max_body_bytes) return s->max_body_bytes;
+  /* a JSON token id takes at most 12 bytes ("-2147483648,"); 1 KiB per sequence for its
+   * brackets and extras; 64 KiB for the rest */
+  uint64_t b = (uint64_t)s->max_seqs_per_request * ((uint64_t)s->max_seq_len * 12 + 1024) + (64u << 10);
+  return b < (1ull << 32) ? b : (1ull << 32);
+}
+
+int vr_settings_ids(const char *text, int groups, uint32_t *out, uint32_t max, uint32_t *n, char *err, size_t errlen) {
+  *n = 0;
+  char buf[256];
+  if (strlen(text) >= sizeof buf) {
+    snprintf(err, errlen, "list longer than %zu bytes", sizeof buf - 1);
+    return VR_ERR_INVAL;
+  }
+  strcpy(buf, text);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    while (isspace((unsigned char)*t)) t++;
+    char *e = t + strlen(t);
+    while (e > t && isspace((unsigned char)e[-1])) *--e = '\0';
+    if (!*t) continue;
+    uint64_t x;
+    if (vr_cli_strtou64(t, 10, &x) == 0) {
+      if (x >= UINT32_MAX) {
+        snprintf(err, errlen, "id %s out of range", t);
+        return VR_ERR_INVAL;
+      }
+    } else if (groups) {
+      struct group *g = getgrnam(t);
+      if (!g) {
+        snprintf(err, errlen, "no group '%s'", t);
+        return VR_ERR_INVAL;
+      }
+      x = g->gr_gid;
+    } else {
+      struct passwd *pw = getpwnam(t);
+      if (!pw) {
+        snprintf(err, errlen, "no user '%s'", t);
+        return VR_ERR_INVAL;
+      }
+      x = pw->pw_uid;
+    }
+    if (*n >= max) {
+      snprintf(err, errlen, "more than %u entries", max);
+      return VR_ERR_INVAL;
+    }
+    out[(*n)++] = (uint32_t)x;
   }
   return 0;
 }

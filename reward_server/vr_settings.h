@@ -35,7 +35,9 @@ typedef struct vr_settings {
   vr_truncate_t truncate;
   uint32_t spin_us;
   uint32_t lanes;
-  uint32_t shm_mode;
+  uint32_t shm_mode;              /* who may attach (owner / group / other bits) */
+  char allow_uid[256];            /* --allow-uid list (vr_settings_ids), "" = none */
+  char allow_gid[256];            /* --allow-gid list */
   uint32_t ring_slots;
   uint32_t arena_mb;
   uint32_t max_seqs_per_request;
@@ -43,12 +45,16 @@ typedef struct vr_settings {
   char pid_file[VR_SETTINGS_STR];
   char ready_file[VR_SETTINGS_STR]; /* written (atomically) once ready, removed at exit; "" = none */
   char reward[512];               /* reward spec, "" = "model" */
-  uint64_t max_body_bytes;
+  uint64_t max_body_bytes;        /* 0: derived (vr_settings_body_limit) */
   uint32_t max_queue;             /* requests accepted but not yet batched */
+  uint32_t max_queue_per_client;  /* requests of one client queued (fairness) */
+  uint32_t max_connections;       /* HTTP connections open at once (vr_http_guard) */
+  uint32_t request_timeout_s;     /* whole-request deadline of an HTTP connection */
   int threads;                    /* cpu backend threads, 0 = all cores */
   char cpu_gemm[16];              /* cpu backend GEMM variant: "auto", "generic", "avx2+fma" */
   uint32_t drain_ms;              /* shutdown: time to finish accepted work */
   char config[VR_SETTINGS_STR];   /* the --config file read, if any */
+  char admin_token_file[VR_SETTINGS_STR]; /* POST /admin/reload's token; "" = endpoint off */
   vr_cuda_options_t cuda;         /* --cuda-* flags (vr_cuda_options_set names and parses them) */
 } vr_settings_t;
 
@@ -79,5 +85,19 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
 void vr_settings_usage(FILE *f, const char *prog);
 
 const char *vr_truncate_name(vr_truncate_t t);
+
+/* The long name of the first flag whose value differs between a and b and is not one of
+ * allowed (a NULL-terminated list of long names); "cuda-*" for the --cuda-* options; NULL
+ * when they agree but for allowed ones (a reload's check). */
+const char *vr_settings_first_difference(const vr_settings_t *a, const vr_settings_t *b, const char *const *allowed);
+
+/* The HTTP body limit: --max-body-bytes, or when 0 the limit derived from the request
+ * limits (max-seqs-per-request x (max-seq-len x 12 + 1024) + 64 KiB, at most 4 GiB). */
+uint64_t vr_settings_body_limit(const vr_settings_t *s);
+
+/* Parses a comma-separated list of user (groups 0) or group (groups 1) names or numeric ids
+ * into out (at most max). 0, or VR_ERR_INVAL with err naming the bad entry. */
+#define VR_SETTINGS_MAX_IDS 32
+int vr_settings_ids(const char *text, int groups, uint32_t *out, uint32_t max, uint32_t *n, char *err, size_t errlen);
 
 #endif /* VR_SETTINGS_H */

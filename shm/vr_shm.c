@@ -9,7 +9,10 @@
  * Locking: each lane has a private mutex taken by poll (consuming requests),
  * complete (publishing a response), the liveness thread and destroy (resets).
  * The record list (requests handed out and not completed) has its own mutex.
- * Lock order: lane, then records. */
+ * Lock order: lane, then records.
+ *
+ * The rendezvous (sockets, sealed memfds, admission of clients) is in
+ * vr_shm_admit.c; the state both share is in vr_shm_internal.h. */
 #define _GNU_SOURCE
 #include "vr_shm.h"
 
@@ -19,10 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "verl_reward/protocol.h"
@@ -37,55 +41,7 @@
 #define LIVENESS_PERIOD_NS 100000000ll /* heartbeat; lanes are checked every 2nd beat */
 #define PARK_SLICE_NS 100000000ll
 
-enum { LANE_FREE = 0, LANE_ACTIVE = 1, LANE_QUARANTINED = 2 };
-
-typedef struct srv_lane {
-  pthread_mutex_t mu;
-  _Atomic int state;       /* LANE_*; written under mu, read unlocked as a hint */
-  uint32_t gen;            /* authoritative lease generation */
-  uint32_t pid;            /* client pid of the current lease */
-  uint32_t req_tail;       /* requests consumed */
-  uint32_t resp_head;      /* responses published */
-  uint32_t inflight;       /* accepted, not completed (this generation) */
-  vr_shm_lane_t *sh;
-  vr_shm_req_desc_t *req_ring;
-  vr_shm_resp_desc_t *resp_ring;
-  uint8_t *arena;
-} srv_lane_t;
-
-/* A request handed to the caller of poll: lives at the start of the buffer
- * vr_shm_accept() allocated (payload copy follows it). */
-typedef struct rec {
-  uint64_t magic;
-  struct rec *prev, *next;
-  uint32_t lane, gen;
-  uint64_t req_id;
-  uint64_t result_off;
-  uint32_t n_seqs;
-} rec_t;
-
-struct vr_shm_server {
-  vr_shm_config_t cfg;
-  char name[NAME_MAX + 1];
-  char path[NAME_MAX + 2];
-  void *base;
-  size_t bytes;
-  vr_shm_header_t *h;
-  srv_lane_t *lanes;
-  vr_shm_vlimits_t lim;
-  uint32_t mask;
-  pthread_mutex_t rec_mu;
-  rec_t recs;              /* sentinel of the in-flight list */
-  _Atomic uint32_t inflight;
-  _Atomic uint32_t wake_pending;
-  uint32_t rr;             /* poll's round-robin start (poll caller only) */
-  pthread_t live_thread;
-  int live_started;
-  pthread_mutex_t stop_mu;
-  pthread_cond_t stop_cv;
-  int stop;
-  vr_log_limit_t quarantine_log; /* a hostile client can make one reset per descriptor */
-};
+#include "vr_shm_internal.h"
 
 void vr_shm_config_init(vr_shm_config_t *cfg) {
   memset(cfg, 0, sizeof *cfg);
@@ -123,11 +79,10 @@ static int lane_respond(vr_shm_server_t *s, srv_lane_t *L, const vr_shm_resp_des
 /* Resets lane i (lock held): bumps the generation, empties the rings. A lane
  * whose client is still alive and did not close is quarantined (kept leased
  * under the new generation, ignored) until that client closes or dies. */
-static void lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t reason, const char *why) {
+void vr_shm_lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t reason, const char *why) {
   srv_lane_t *L = &s->lanes[i];
   vr_shm_lane_t *sh = L->sh;
-  uint64_t lease = atomic_load_explicit(&sh->lease, memory_order_acquire);
-  uint32_t pid = VR_SHM_LEASE_PID(lease);
+  uint32_t pid = L->pid; /* the server's own record, never the lease word */
   if (quarantine)
     vr_log_limited(&s->quarantine_log, VR_LOG_WARN, "lane %u (client pid %u) reset and quarantined: %s", i, pid, why);
   else
@@ -146,7 +101,11 @@ static void lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t r
   } else {
     L->state = LANE_FREE;
     L->pid = 0;
+    L->start = 0;
     atomic_store(&sh->client_start_time, 0);
+    /* a client killed while parked leaves its waiters count up; nobody of
+     * the old lease sleeps on the lane any more */
+    atomic_store(&sh->cli_waiters, 0);
     atomic_store_explicit(&sh->lease, VR_SHM_LEASE(L->gen, 0), memory_order_release);
   }
   /* wake any thread of a live client sleeping on this lane: it sees the new generation */
@@ -165,7 +124,7 @@ static void lane_answer_error(vr_shm_server_t *s, uint32_t i, uint64_t req_id, u
   r.n_seqs = n_seqs;
   r.bad_seq = bad_seq;
   char why[160];
-  if (lane_respond(s, L, &r, why, sizeof why) != 0) lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
+  if (lane_respond(s, L, &r, why, sizeof why) != 0) vr_shm_lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
 }
 
 /* Brings the private lane state in line with the lease word (lock held).
@@ -175,26 +134,15 @@ static int lane_sync_lease(vr_shm_server_t *s, uint32_t i) {
   uint64_t lease = atomic_load_explicit(&L->sh->lease, memory_order_acquire);
   uint32_t pid = VR_SHM_LEASE_PID(lease), gen = VR_SHM_LEASE_GEN(lease);
   char why[128];
-  if (L->state == LANE_FREE) {
-    if (pid == 0) return 0;
-    if (gen != L->gen) {
-      snprintf(why, sizeof why, "lease generation %u, server issued %u", gen, L->gen);
-      lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
-      return 0;
-    }
-    L->state = LANE_ACTIVE;
-    L->pid = pid;
-    vr_log(VR_LOG_DEBUG, "lane %u leased by pid %u (generation %u)", i, pid, gen);
-  }
-  if (L->state != LANE_ACTIVE) return 0;
+  if (L->state != LANE_ACTIVE) return 0; /* lanes are given out by admit_clients, never claimed */
   if (pid != L->pid || gen != L->gen) {
     snprintf(why, sizeof why, "lease word changed under an active lease (pid %u gen %u, expected %u/%u)", pid, gen,
              L->pid, L->gen);
-    lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
+    vr_shm_lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
     return 0;
   }
   if (VR_SHM_LEASE_CLOSING(lease)) {
-    lane_reset(s, i, 0, 0, "client closed");
+    vr_shm_lane_reset(s, i, 0, 0, "client closed");
     return 0;
   }
   return 1;
@@ -213,7 +161,7 @@ static int lane_collect(vr_shm_server_t *s, uint32_t i, vr_shm_request_t *reqs, 
     if (avail > s->cfg.ring_slots) {
       snprintf(why, sizeof why, "request head %u is %u ahead of tail %u (%u slots)", head, avail, L->req_tail,
                s->cfg.ring_slots);
-      lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
+      vr_shm_lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
       return n;
     }
     vr_shm_accepted_t acc;
@@ -222,7 +170,7 @@ static int lane_collect(vr_shm_server_t *s, uint32_t i, vr_shm_request_t *reqs, 
     L->req_tail++;
     atomic_store_explicit(&L->sh->req_tail, L->req_tail, memory_order_release);
     if (v == VR_DESC_CORRUPT) {
-      lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
+      vr_shm_lane_reset(s, i, 1, VR_ERR_MALFORMED, why);
       return n;
     }
     if (v == VR_DESC_REJECT) {
@@ -268,7 +216,7 @@ static int lane_collect(vr_shm_server_t *s, uint32_t i, vr_shm_request_t *reqs, 
 
 /* One pass over all lanes. */
 static int collect(vr_shm_server_t *s, vr_shm_request_t *reqs, int max) {
-  uint32_t st = atomic_load_explicit(&s->h->state, memory_order_relaxed);
+  uint32_t st = atomic_load_explicit(&s->state, memory_order_relaxed); /* never the shared word */
   int refuse = st != VR_SHM_ST_READY;
   int n = 0;
   uint32_t nl = s->cfg.n_lanes;
@@ -282,12 +230,12 @@ static int collect(vr_shm_server_t *s, vr_shm_request_t *reqs, int max) {
       /* ignored until its client closes (here) or dies (liveness thread) */
       if (VR_SHM_LEASE_CLOSING(lease)) {
         pthread_mutex_lock(&L->mu);
-        if (L->state == LANE_QUARANTINED && atomic_load(&sh->lease) == lease) lane_reset(s, i, 0, 0, "client closed");
+        if (L->state == LANE_QUARANTINED && atomic_load(&sh->lease) == lease) vr_shm_lane_reset(s, i, 0, 0, "client closed");
         pthread_mutex_unlock(&L->mu);
       }
       continue;
     }
-    if (lst == LANE_FREE && VR_SHM_LEASE_PID(lease) == 0) continue;
+    if (lst == LANE_FREE) continue;
     /* unlocked hint: nothing published and nothing to reclaim */
     if (lst == LANE_ACTIVE && atomic_load_explicit(&sh->req_head, memory_order_relaxed) ==
                                   atomic_load_explicit(&sh->req_tail, memory_order_relaxed) &&
@@ -320,14 +268,16 @@ int vr_shm_server_poll(vr_shm_server_t *s, vr_shm_request_t *reqs, int max, int6
     uint64_t now = vr_now_ns();
     if (now >= deadline) return 0;
     if (now < spin_end) continue;
-    atomic_fetch_add_explicit(&s->h->srv_waiters, 1, memory_order_seq_cst);
-    uint32_t seq = atomic_load_explicit(&s->h->srv_seq, memory_order_seq_cst);
+    /* The waiters word (in the header, which clients map read-only) is set and
+     * cleared from the private flag, never counted up and down. */
+    atomic_store_explicit(&s->h->srv_waiters, 1, memory_order_seq_cst);
+    uint32_t seq = atomic_load_explicit(s->bell, memory_order_seq_cst);
     n = collect(s, reqs, max);
     if (n == 0 && !atomic_load(&s->wake_pending)) {
       int64_t left = deadline == UINT64_MAX ? PARK_SLICE_NS : (int64_t)(deadline - now);
-      vr_futex_wait(&s->h->srv_seq, seq, left < PARK_SLICE_NS ? left : PARK_SLICE_NS);
+      vr_futex_wait(s->bell, seq, left < PARK_SLICE_NS ? left : PARK_SLICE_NS);
     }
-    atomic_fetch_sub_explicit(&s->h->srv_waiters, 1, memory_order_seq_cst);
+    atomic_store_explicit(&s->h->srv_waiters, 0, memory_order_seq_cst);
     if (n) return n;
   }
 }
@@ -335,8 +285,8 @@ int vr_shm_server_poll(vr_shm_server_t *s, vr_shm_request_t *reqs, int max, int6
 void vr_shm_server_wake(vr_shm_server_t *s) {
   if (!s) return;
   atomic_store(&s->wake_pending, 1);
-  atomic_fetch_add(&s->h->srv_seq, 1);
-  vr_futex_wake(&s->h->srv_seq, INT_MAX);
+  atomic_fetch_add(s->bell, 1);
+  vr_futex_wake(s->bell, INT_MAX);
 }
 
 /* Removes r from the in-flight list and frees it. */
@@ -405,7 +355,7 @@ int vr_shm_server_complete(vr_shm_server_t *s, const vr_shm_request_t *req, int 
     }
     char why[160];
     L->inflight--;
-    if (lane_respond(s, L, &d, why, sizeof why) != 0) lane_reset(s, r->lane, 1, VR_ERR_MALFORMED, why);
+    if (lane_respond(s, L, &d, why, sizeof why) != 0) vr_shm_lane_reset(s, r->lane, 1, VR_ERR_MALFORMED, why);
   } else {
     vr_log(VR_LOG_DEBUG, "request %llu of lane %u dropped: the client left (generation %u, now %u)",
            (unsigned long long)r->req_id, r->lane, r->gen, L->gen);
@@ -418,61 +368,66 @@ int vr_shm_server_complete(vr_shm_server_t *s, const vr_shm_request_t *req, int 
 uint32_t vr_shm_server_lanes_in_use(const vr_shm_server_t *s) {
   if (!s) return 0;
   uint32_t n = 0;
-  for (uint32_t i = 0; i < s->cfg.n_lanes; i++) {
-    uint64_t w = atomic_load_explicit(&s->lanes[i].sh->lease, memory_order_relaxed);
-    if (VR_SHM_LEASE_PID(w) != 0 && !VR_SHM_LEASE_CLOSING(w)) n++;
-  }
+  for (uint32_t i = 0; i < s->cfg.n_lanes; i++) n += atomic_load_explicit(&s->lanes[i].state, memory_order_relaxed) != LANE_FREE;
   return n;
+}
+
+vr_shm_lane_t *vr_shm_server_lane(vr_shm_server_t *s, uint32_t i) {
+  return s && i < s->cfg.n_lanes ? s->lanes[i].sh : NULL;
 }
 
 uint32_t vr_shm_server_inflight(const vr_shm_server_t *s) { return s ? atomic_load(&s->inflight) : 0; }
 
 /* ------------------------------------------------------------ liveness */
 
-/* Reclaims lanes of clients that closed or died. */
+/* Reclaims lanes of clients that closed or died (by the pid and start time the
+ * server recorded at admission, never by what the lane says). */
 static void reclaim_dead(vr_shm_server_t *s) {
   for (uint32_t i = 0; i < s->cfg.n_lanes; i++) {
     srv_lane_t *L = &s->lanes[i];
-    uint64_t lease = atomic_load_explicit(&L->sh->lease, memory_order_acquire);
-    uint32_t pid = VR_SHM_LEASE_PID(lease);
-    if ((uint32_t)lease == 0) continue; /* free */
-    uint64_t start = atomic_load_explicit(&L->sh->client_start_time, memory_order_acquire);
-    int closing = VR_SHM_LEASE_CLOSING(lease);
-    /* flag bits without a pid: nobody can lease it as it is, free it */
-    if (pid != 0 && !closing && vr_proc_alive((pid_t)pid, start)) continue;
+    if (atomic_load_explicit(&L->state, memory_order_acquire) == LANE_FREE) continue;
     pthread_mutex_lock(&L->mu);
-    if (atomic_load_explicit(&L->sh->lease, memory_order_acquire) == lease) {
+    uint64_t lease = atomic_load_explicit(&L->sh->lease, memory_order_acquire);
+    int closing = VR_SHM_LEASE_CLOSING(lease), alive = vr_proc_alive((pid_t)L->pid, L->start);
+    if (L->state != LANE_FREE && (closing || !alive)) {
       char why[96];
-      if (pid == 0)
-        snprintf(why, sizeof why, "lease word 0x%08x has flags but no pid", (uint32_t)lease);
-      else if (closing)
-        snprintf(why, sizeof why, "client closed");
-      else
-        snprintf(why, sizeof why, "client pid %u is gone", pid);
+      snprintf(why, sizeof why, closing ? "client closed" : "client pid %u is gone", L->pid);
       if (L->state == LANE_ACTIVE && L->inflight)
         snprintf(why + strlen(why), sizeof why - strlen(why), " (%u requests in flight dropped)", L->inflight);
-      lane_reset(s, i, 0, 0, why);
+      vr_shm_lane_reset(s, i, 0, 0, why);
     }
     pthread_mutex_unlock(&L->mu);
   }
 }
 
+
 static void *liveness_main(void *arg) {
   vr_shm_server_t *s = arg;
   unsigned beat = 0;
-  pthread_mutex_lock(&s->stop_mu);
-  while (!s->stop) {
-    atomic_store_explicit(&s->h->heartbeat_ns, vr_now_ns(), memory_order_release);
-    if (beat++ % 2 == 0) {
-      pthread_mutex_unlock(&s->stop_mu);
-      reclaim_dead(s);
-      vr_log_limit_flush(&s->quarantine_log); /* the count line once a flood's window ended */
-      pthread_mutex_lock(&s->stop_mu);
+  uint64_t next = 0;
+  for (;;) {
+    uint64_t now = vr_now_ns();
+    if (now >= next) {
+      atomic_store_explicit(&s->h->heartbeat_ns, now, memory_order_release);
+      if (beat++ % 2 == 0) {
+        reclaim_dead(s);
+        vr_log_limit_flush(&s->quarantine_log); /* the count line once a flood's window ended */
+        vr_log_limit_flush(&s->refuse_log);
+      }
+      next = now + LIVENESS_PERIOD_NS;
     }
-    struct timespec ts = vr_timespec_at(vr_now_ns() + LIVENESS_PERIOD_NS);
-    if (!s->stop) pthread_cond_timedwait(&s->stop_cv, &s->stop_mu, &ts);
+    struct pollfd pf[3] = {{.fd = s->stop_fd, .events = POLLIN}, {.fd = s->listen_fd, .events = POLLIN},
+                           {.fd = s->info_fd, .events = POLLIN}};
+    int ms = (int)((next - now + 999999) / 1000000);
+    if (poll(pf, 3, ms > 0 ? ms : 1) < 0 && errno != EINTR) {
+      vr_log(VR_LOG_ERROR, "poll in the shm liveness thread: %s", strerror(errno));
+      struct timespec ts = {0, 10000000};
+      nanosleep(&ts, NULL);
+    }
+    if (pf[0].revents) break;
+    if (pf[1].revents & POLLIN) vr_shm_admit_clients(s, s->listen_fd, 0);
+    if (pf[2].revents & POLLIN) vr_shm_admit_clients(s, s->info_fd, 1);
   }
-  pthread_mutex_unlock(&s->stop_mu);
   return NULL;
 }
 
@@ -495,6 +450,11 @@ static int config_check(const vr_shm_config_t *c, char *why, size_t whyn) {
     snprintf(why, whyn, "max_seq_len and max_seqs_per_request must be > 0");
     return VR_ERR_INVAL;
   }
+  if (c->n_allow_uids > VR_SHM_MAX_ALLOW || c->n_allow_gids > VR_SHM_MAX_ALLOW ||
+      (c->n_allow_uids && !c->allow_uids) || (c->n_allow_gids && !c->allow_gids)) {
+    snprintf(why, whyn, "at most %u allowed uids and %u gids", VR_SHM_MAX_ALLOW, VR_SHM_MAX_ALLOW);
+    return VR_ERR_INVAL;
+  }
   if (c->mode & ~0777u) {
     snprintf(why, whyn, "mode 0%o has bits beyond 0777", c->mode);
     return VR_ERR_INVAL;
@@ -502,63 +462,6 @@ static int config_check(const vr_shm_config_t *c, char *why, size_t whyn) {
   return 0;
 }
 
-/* The name exists: replace it when it is a stale segment (its server is dead
- * or stopped, or it was never initialised); refuse a live or foreign one. */
-static int handle_existing(const char *path, const char *name) {
-  int fd = shm_open(path, O_RDONLY | O_CLOEXEC, 0);
-  if (fd < 0) {
-    if (errno == ENOENT) return 0; /* vanished meanwhile: retry create */
-    vr_log(VR_LOG_ERROR, "/dev/shm%s exists and cannot be opened (%s). HINT: another user's server owns it; pick another --shm-name",
-           path, strerror(errno));
-    return errno == EACCES ? VR_ERR_PERM : VR_ERR_EXISTS;
-  }
-  struct stat st;
-  vr_shm_header_t h;
-  memset(&h, 0, sizeof h);
-  ssize_t got = 0;
-  if (fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof h) got = pread(fd, &h, sizeof h, 0);
-  close(fd);
-  if (got == (ssize_t)sizeof h && h.magic != 0 && h.magic != VR_SHM_MAGIC) {
-    vr_log(VR_LOG_ERROR, "/dev/shm%s exists and is not a verl-reward segment (magic 0x%016llx). HINT: pick another --shm-name or remove it",
-           path, (unsigned long long)h.magic);
-    return VR_ERR_EXISTS;
-  }
-  if (got == (ssize_t)sizeof h && h.magic == VR_SHM_MAGIC && h.state != VR_SHM_ST_STOPPED &&
-      vr_shm_server_alive(&h, 5000000000ll)) {
-    vr_log(VR_LOG_ERROR, "/dev/shm%s belongs to a live verl-reward-server (pid %d). HINT: stop it, or pick another --shm-name",
-           path, h.server_pid);
-    return VR_ERR_EXISTS;
-  }
-  vr_log(VR_LOG_WARN, "replacing stale segment /dev/shm%s (server pid %d %s)", path, h.server_pid,
-         got != (ssize_t)sizeof h || h.magic == 0 ? "never finished creating it" : "is gone or stopped");
-  if (shm_unlink(path) != 0 && errno != ENOENT) {
-    vr_log(VR_LOG_ERROR, "cannot remove stale /dev/shm%s: %s", path, strerror(errno));
-    return errno == EACCES ? VR_ERR_PERM : VR_ERR_IO;
-  }
-  (void)name;
-  return 0;
-}
-
-static int open_exclusive(vr_shm_server_t *s, int *fd_out) {
-  for (int attempt = 0; attempt < 4; attempt++) {
-    int fd = shm_open(s->path, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, (mode_t)s->cfg.mode);
-    if (fd >= 0) {
-      fchmod(fd, (mode_t)s->cfg.mode); /* exactly the mode asked for, whatever the umask */
-      *fd_out = fd;
-      return 0;
-    }
-    if (errno != EEXIST) {
-      int e = errno;
-      vr_log(VR_LOG_ERROR, "shm_open %s: %s%s", s->path, strerror(e),
-             e == ENOENT ? ". HINT: /dev/shm is not mounted (mount -t tmpfs tmpfs /dev/shm)" : "");
-      return e == EACCES ? VR_ERR_PERM : VR_ERR_IO;
-    }
-    int rc = handle_existing(s->path, s->name);
-    if (rc) return rc;
-  }
-  vr_log(VR_LOG_ERROR, "could not create %s: another process keeps recreating it", s->path);
-  return VR_ERR_EXISTS;
-}
 
 int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   if (!cfg_in || !out) return VR_ERR_INVAL;
@@ -578,6 +481,11 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   s->cfg = cfg;
   vr_log_limit_init(&s->quarantine_log, "lane quarantined", cfg.log_burst ? cfg.log_burst : 10,
                     cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
+  vr_log_limit_init(&s->refuse_log, "client refused", cfg.log_burst ? cfg.log_burst : 10,
+                    cfg.log_window_ns ? cfg.log_window_ns : 10ull * 1000000000ull);
+  pthread_mutex_init(&s->state_mu, NULL);
+  for (uint32_t k = 0; k < cfg.n_allow_uids; k++) s->allow_uids[s->n_allow_uids++] = cfg.allow_uids[k];
+  for (uint32_t k = 0; k < cfg.n_allow_gids; k++) s->allow_gids[s->n_allow_gids++] = cfg.allow_gids[k];
   rc = vr_shm_path(cfg.name, s->path, sizeof s->path, why, sizeof why);
   if (rc) {
     vr_log(VR_LOG_ERROR, "%s", why);
@@ -587,46 +495,31 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   snprintf(s->name, sizeof s->name, "%s", cfg.name);
   s->cfg.name = s->name;
   s->mask = cfg.ring_slots - 1;
+  s->lane_bytes = vr_shm_lane_bytes(cfg.ring_slots, cfg.arena_bytes);
   uint64_t lane_bytes = vr_shm_lane_bytes(cfg.ring_slots, cfg.arena_bytes);
   uint64_t total = VR_SHM_LANES_OFFSET + (uint64_t)cfg.n_lanes * lane_bytes;
 
-  int fd = -1;
-  rc = open_exclusive(s, &fd);
+  s->stop_fd = s->listen_fd = s->info_fd = s->hdr_fd = s->bell_fd = -1;
+  rc = vr_shm_bind_name(s, 0, &s->listen_fd);
+  if (rc == 0) rc = vr_shm_bind_name(s, 1, &s->info_fd);
+  if (rc == 0) rc = vr_shm_make_segment(s, total);
+  if (rc == 0 && (s->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
+    vr_log(VR_LOG_ERROR, "eventfd: %s", strerror(errno));
+    rc = VR_ERR_IO;
+  }
   if (rc) {
+    if (s->base) munmap(s->base, s->bytes);
+    if (s->bell_map) munmap(s->bell_map, 4096);
+    int fds[5] = {s->listen_fd, s->info_fd, s->hdr_fd, s->bell_fd, s->stop_fd};
+    for (int k = 0; k < 5; k++)
+      if (fds[k] >= 0) close(fds[k]);
+    vr_log_limit_free(&s->quarantine_log);
+    vr_log_limit_free(&s->refuse_log);
+    pthread_mutex_destroy(&s->state_mu);
     free(s);
     return rc;
   }
-  /* allocate every page now: a too-small /dev/shm fails here with ENOSPC
-   * instead of SIGBUS on first touch */
-  int e = posix_fallocate(fd, 0, (off_t)total);
-  if (e != 0) {
-    struct statvfs vfs;
-    unsigned long long avail = statvfs("/dev/shm", &vfs) == 0 ? (unsigned long long)vfs.f_bavail * vfs.f_frsize : 0;
-    if (e == ENOSPC || e == EFBIG)
-      vr_log(VR_LOG_ERROR,
-             "/dev/shm is too small: segment %s needs %llu bytes (%u lanes x %llu), %llu available. "
-             "HINT: enlarge /dev/shm (docker run --shm-size=%lluM ..., or mount -o remount,size=... /dev/shm), "
-             "or use fewer lanes / a smaller arena (verl-reward-server --lanes N, --arena-mb MB)",
-             s->path, (unsigned long long)total, cfg.n_lanes, (unsigned long long)lane_bytes, avail,
-             (unsigned long long)(total >> 20) + 64);
-    else
-      vr_log(VR_LOG_ERROR, "posix_fallocate %s (%llu bytes): %s", s->path, (unsigned long long)total, strerror(e));
-    close(fd);
-    shm_unlink(s->path);
-    free(s);
-    return (e == ENOSPC || e == EFBIG) ? VR_ERR_NOSPACE : VR_ERR_IO;
-  }
-  void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  e = errno;
-  close(fd);
-  if (base == MAP_FAILED) {
-    vr_log(VR_LOG_ERROR, "mmap %s (%llu bytes): %s", s->path, (unsigned long long)total, strerror(e));
-    shm_unlink(s->path);
-    free(s);
-    return VR_ERR_NOMEM;
-  }
-  s->base = base;
-  s->bytes = total;
+  void *base = s->base;
   s->h = base;
   vr_shm_header_t *h = s->h;
   h->version = VR_SHM_VERSION;
@@ -649,9 +542,10 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   h->server_pidns = vr_shm_pidns();
   uint64_t epoch = 0;
   if (getrandom(&epoch, sizeof epoch, 0) != (ssize_t)sizeof epoch) epoch = vr_now_ns() ^ ((uint64_t)getpid() << 32);
-  h->epoch = epoch ? epoch : 1;
+  h->epoch = s->epoch = epoch ? epoch : 1;
   h->max_components = VR_MAX_COMPONENTS;
   h->component_name_bytes = VR_COMPONENT_NAME_MAX;
+  atomic_store(&s->state, VR_SHM_ST_STARTING);
   atomic_store(&h->state, VR_SHM_ST_STARTING);
   atomic_store(&h->heartbeat_ns, vr_now_ns());
   atomic_thread_fence(memory_order_release);
@@ -676,24 +570,25 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   }
   pthread_mutex_init(&s->rec_mu, NULL);
   s->recs.next = s->recs.prev = &s->recs;
-  pthread_mutex_init(&s->stop_mu, NULL);
-  vr_cond_init_monotonic(&s->stop_cv);
   if (pthread_create(&s->live_thread, NULL, liveness_main, s) != 0) {
     vr_log(VR_LOG_ERROR, "cannot start the shm liveness thread");
     vr_shm_server_destroy(s);
     return VR_ERR_NOMEM;
   }
   s->live_started = 1;
-  vr_log(VR_LOG_INFO, "shm segment %s created: %u lanes x %llu bytes (arena %llu, %u slots), mode 0%o, epoch %016llx",
-         s->path, cfg.n_lanes, (unsigned long long)lane_bytes, (unsigned long long)cfg.arena_bytes, cfg.ring_slots,
-         cfg.mode, (unsigned long long)h->epoch);
+  vr_log(VR_LOG_INFO, "shm segment /%s created: %u lanes x %llu bytes (arena %llu, %u slots), sealed memfds, "
+         "lanes given out at connect, socket @%s%s, access mode 0%o, epoch %016llx", s->name, cfg.n_lanes, (unsigned long long)lane_bytes, (unsigned long long)cfg.arena_bytes, cfg.ring_slots,
+         VR_SHM_SOCK_PREFIX, s->name, cfg.mode, (unsigned long long)h->epoch);
   *out = s;
   return 0;
 }
 
 void vr_shm_server_set_state(vr_shm_server_t *s, vr_shm_state_t st) {
   if (!s) return;
+  pthread_mutex_lock(&s->state_mu);
+  atomic_store(&s->state, (uint32_t)st);
   atomic_store_explicit(&s->h->state, (uint32_t)st, memory_order_release);
+  pthread_mutex_unlock(&s->state_mu);
   if (st == VR_SHM_ST_STOPPED || st == VR_SHM_ST_DRAINING) {
     /* clients sleeping on their lane re-check the state */
     for (uint32_t i = 0; s->lanes && i < s->cfg.n_lanes; i++) {
@@ -706,15 +601,17 @@ void vr_shm_server_set_state(vr_shm_server_t *s, vr_shm_state_t st) {
 void vr_shm_server_destroy(vr_shm_server_t *s) {
   if (!s) return;
   if (s->live_started) {
-    pthread_mutex_lock(&s->stop_mu);
-    s->stop = 1;
-    pthread_cond_signal(&s->stop_cv);
-    pthread_mutex_unlock(&s->stop_mu);
+    uint64_t one = 1;
+    if (write(s->stop_fd, &one, sizeof one) != (ssize_t)sizeof one) VR_ASSERT(!"eventfd write");
     pthread_join(s->live_thread, NULL);
   }
+  /* the name is free from here on: a new server may bind it while we finish */
+  if (s->listen_fd >= 0) close(s->listen_fd);
+  if (s->info_fd >= 0) close(s->info_fd);
+  s->listen_fd = s->info_fd = -1;
   if (s->lanes) {
     /* refuse what is still queued, answer what was handed out */
-    atomic_store(&s->h->state, VR_SHM_ST_DRAINING);
+    vr_shm_server_set_state(s, VR_SHM_DRAINING);
     vr_shm_request_t tmp[16];
     for (uint32_t i = 0; i < s->cfg.n_lanes; i++) {
       pthread_mutex_lock(&s->lanes[i].mu);
@@ -735,22 +632,14 @@ void vr_shm_server_destroy(vr_shm_server_t *s) {
     for (uint32_t i = 0; i < s->cfg.n_lanes; i++) pthread_mutex_destroy(&s->lanes[i].mu);
     free(s->lanes);
   }
-  if (s->base) {
-    /* unlink only our own segment (the name may have been taken over) */
-    int fd = shm_open(s->path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd >= 0) {
-      uint64_t epoch = 0;
-      ssize_t got = pread(fd, &epoch, sizeof epoch, offsetof(vr_shm_header_t, epoch));
-      close(fd);
-      if (got == (ssize_t)sizeof epoch && epoch == s->h->epoch) shm_unlink(s->path);
-    }
-    munmap(s->base, s->bytes);
-  }
-  if (s->live_started) {
-    pthread_cond_destroy(&s->stop_cv);
-    pthread_mutex_destroy(&s->stop_mu);
-    pthread_mutex_destroy(&s->rec_mu);
-  }
+  if (s->base) munmap(s->base, s->bytes);
+  if (s->bell_map) munmap(s->bell_map, 4096);
+  if (s->hdr_fd >= 0) close(s->hdr_fd);
+  if (s->bell_fd >= 0) close(s->bell_fd);
+  if (s->stop_fd >= 0) close(s->stop_fd);
+  if (s->live_started) pthread_mutex_destroy(&s->rec_mu);
   vr_log_limit_free(&s->quarantine_log); /* reports what it still counts */
+  vr_log_limit_free(&s->refuse_log);
+  pthread_mutex_destroy(&s->state_mu);
   free(s);
 }

@@ -34,10 +34,17 @@ _Static_assert(VR_SHM_STARTING == VR_SHM_ST_STARTING && VR_SHM_READY == VR_SHM_S
                    VR_SHM_DRAINING == VR_SHM_ST_DRAINING && VR_SHM_STOPPED == VR_SHM_ST_STOPPED,
                "vr_shm_state_t must equal the protocol's VR_SHM_ST_* values");
 
+#define VR_SHM_MAX_ALLOW 32
+
 typedef struct vr_shm_config {
   const char *name;              /* segment name, without '/' */
   uint32_t n_lanes;              /* default 32 */
-  uint32_t mode;                 /* default 0600 */
+  uint32_t mode;                 /* who may attach, as file modes read: 0600 (default) the server's
+                                    uid; group bits: also its group; other bits: everyone */
+  const uint32_t *allow_uids;    /* further uids let in (copied at create), n_allow_uids <= VR_SHM_MAX_ALLOW */
+  uint32_t n_allow_uids;
+  const uint32_t *allow_gids;    /* further gids (a client's primary or supplementary group) */
+  uint32_t n_allow_gids;
   uint32_t ring_slots;           /* requests in flight per lane, power of two; default 64 */
   uint64_t arena_bytes;          /* payload arena per lane; default 4 MiB */
   uint32_t max_seq_len;          /* default 8192 */
@@ -64,9 +71,11 @@ typedef struct vr_shm_request {
   uint64_t accepted_ns;          /* vr_now_ns() when the server took it */
 } vr_shm_request_t;
 
-/* Creates /name with O_CREAT|O_EXCL (replacing a stale segment of a dead
- * server; VR_ERR_EXISTS if a live one owns it; VR_ERR_NOSPACE when /dev/shm is
- * too small, with a HINT). The segment starts in VR_SHM_STARTING. */
+/* Creates the segment as a sealed memfd and listens on name's abstract socket
+ * (protocol.h section 3), where a liveness thread hands the memfd to each
+ * allowed client. VR_ERR_EXISTS when another process holds the name (logged
+ * with its pid and uid); VR_ERR_NOSPACE when the memory cannot be allocated,
+ * with a HINT. The segment starts in VR_SHM_STARTING. */
 int vr_shm_server_create(const vr_shm_config_t *cfg, vr_shm_server_t **out);
 
 /* Publishes the state (clients refuse to connect unless READY; DRAINING makes
@@ -94,8 +103,14 @@ void vr_shm_server_wake(vr_shm_server_t *s);
 uint32_t vr_shm_server_lanes_in_use(const vr_shm_server_t *s);
 uint32_t vr_shm_server_inflight(const vr_shm_server_t *s);
 
-/* Sets state STOPPED, answers anything not completed with VR_ERR_SHUTTING_DOWN,
- * unlinks the segment and frees the handle. NULL is a no-op. */
+/* The server's own mapping of lane i (NULL if out of range): for tests and
+ * diagnostics in the server's process, which see there what the lane's client
+ * wrote. Clients never see other lanes. */
+vr_shm_lane_t *vr_shm_server_lane(vr_shm_server_t *s, uint32_t i);
+
+/* Closes the socket (the name is free again), sets state STOPPED, answers
+ * anything not completed with VR_ERR_SHUTTING_DOWN and frees the handle
+ * (clients keep their mapping until they detach). NULL is a no-op. */
 void vr_shm_server_destroy(vr_shm_server_t *s);
 
 #ifdef __cplusplus

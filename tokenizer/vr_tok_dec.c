@@ -1,6 +1,6 @@
-#define _GNU_SOURCE 1 /* memmem */
 /* vr_tok_dec.c: decoders, each a decode_chain over the list of token strings as in Hugging Face
  * tokenizers; the final text is the concatenation of what the chain leaves. */
+#define _GNU_SOURCE 1 /* memmem */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +44,11 @@ void vr_tok_strs_free(vr_tok_strs_t *s) {
 
 #define TOK(S, I) ((S)->buf.p + (S)->off[I])
 
-/* sequential str.replace of each pair (a -> b) over the whole text */
+/* Rust's s.replace(a, b) for a non-empty a (a, b NUL-terminated); an empty a (Rust would put b
+ * between all characters; no real tokenizer has an empty suffix, pad or delimiter) changes nothing */
 static int replace_all(vr_tok_buf_t *out, const char *s, size_t n, const char *a, const char *b) {
   size_t an = strlen(a), bn = strlen(b), i = 0;
+  if (!an) return vr_tok_buf_put(out, s, n);
   while (i < n) {
     const char *f = an <= n - i ? memmem(s + i, n - i, a, an) : NULL;
     if (!f) break;
@@ -225,40 +227,26 @@ static int one(const vr_tok_dec_t *d, vr_tok_ctx_t *c, const vr_tok_strs_t *in, 
     return rc;
   case VR_TOK_DEC_BPE:
     for (size_t i = 0; i < in->n && !rc; i++) {
-      char *z = strndup(TOK(in, i), in->len[i]);
-      if (!z) return VR_ERR_NOMEM;
       t->n = 0;
-      char *suf = strndup(d->suffix, d->suffix_n);
-      if (!suf) {
-        free(z);
-        return VR_ERR_NOMEM;
-      }
-      rc = d->suffix_n ? replace_all(t, z, in->len[i], suf, i + 1 == in->n ? "" : " ") : vr_tok_buf_put(t, z, in->len[i]);
-      free(z);
-      free(suf);
+      rc = replace_all(t, TOK(in, i), in->len[i], d->suffix, i + 1 == in->n ? "" : " ");
       if (!rc) rc = vr_tok_strs_push(o, t->p ? t->p : "", t->n);
     }
     return rc;
   case VR_TOK_DEC_CTC:
     for (size_t i = 0; i < in->n && !rc; i++) {
       if (i && in->len[i] == in->len[i - 1] && !memcmp(TOK(in, i), TOK(in, i - 1), in->len[i])) continue; /* dedup */
-      char *z = strndup(TOK(in, i), in->len[i]), *pad = strndup(d->pad, d->pad_n), *dl = strndup(d->delim, d->delim_n);
-      if (!z || !pad || !dl) rc = VR_ERR_NOMEM;
       t->n = 0;
-      if (!rc) rc = d->pad_n ? replace_all(t, z, in->len[i], pad, "") : vr_tok_buf_put(t, z, in->len[i]);
+      rc = replace_all(t, TOK(in, i), in->len[i], d->pad, "");
       if (!rc && d->cleanup) {
         vr_tok_buf_t *t2 = &c->tmp2, t3 = {0};
         t2->n = 0;
         rc = vr_tok_cleanup(&t3, t->p ? t->p : "", t->n, 1);
-        if (!rc) rc = d->delim_n ? replace_all(t2, t3.p, t3.n, dl, " ") : vr_tok_buf_put(t2, t3.p, t3.n);
+        if (!rc) rc = replace_all(t2, t3.p ? t3.p : "", t3.n, d->delim, " ");
         vr_tok_buf_free(&t3);
         if (!rc && t2->n) rc = vr_tok_strs_push(o, t2->p, t2->n);
       } else if (!rc && t->n) {
         rc = vr_tok_strs_push(o, t->p, t->n);
       }
-      free(z);
-      free(pad);
-      free(dl);
     }
     return rc;
   case VR_TOK_DEC_SEQUENCE: break;
@@ -377,21 +365,12 @@ int vr_tok_dec_parse(const cJSON *j, const char *file, vr_tok_dec_t **out, char 
     d->cleanup = vr_tok_jbool(j, "cleanup", 1);
   } else if (!strcmp(type, "Sequence")) {
     d->type = VR_TOK_DEC_SEQUENCE;
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "decoders");
-    if (!cJSON_IsArray(arr)) {
-      vr_tok_seterr(err, errlen, "%s: decoder Sequence: \"decoders\" is not a list", file);
-      rc = VR_ERR_MODEL_FORMAT;
-    } else {
-      size_t k = (size_t)cJSON_GetArraySize(arr);
-      d->sub = calloc(k ? k : 1, sizeof *d->sub);
-      if (!d->sub) rc = VR_ERR_NOMEM;
-      const cJSON *e;
-      cJSON_ArrayForEach(e, arr) {
-        if (rc) break;
-        rc = vr_tok_dec_parse(e, file, &d->sub[d->nsub], err, errlen);
-        if (!rc) d->nsub++;
+    const cJSON *arr, *e;
+    rc = vr_tok_jlist(j, "decoders", file, "decoder", &arr, &d->sub, sizeof *d->sub, err, errlen);
+    if (!rc) cJSON_ArrayForEach(e, arr) {
+        if ((rc = vr_tok_dec_parse(e, file, &d->sub[d->nsub], err, errlen))) break;
+        d->nsub++;
       }
-    }
   } else {
     vr_tok_seterr(err, errlen, "%s: decoder %s is not supported (supported: ByteLevel Metaspace WordPiece ByteFallback "
                   "Fuse Strip Replace BPEDecoder CTC Sequence)", file, type);

@@ -53,6 +53,11 @@ typedef struct vr_tok_ctx {
   size_t heap_cap;
   void *lat;
   size_t lat_cap;
+  /* word -> ids of the model, kept across calls that share the ctx (HF's BPE cache; the model
+   * is a pure function of the word): cache maps a pre-token to an offset into cache_ids, where
+   * its id count and ids are stored */
+  vr_tok_map_t cache;
+  vr_tok_ids_t cache_ids;
 } vr_tok_ctx_t;
 
 int vr_tok_ctx_init(vr_tok_ctx_t *c);
@@ -158,6 +163,24 @@ int vr_tok_model_encode(const vr_tok_model_t *m, vr_tok_ctx_t *c, const char *s,
                         char *err, size_t errlen);
 /* The token text of id, or NULL. */
 const char *vr_tok_model_token(const vr_tok_model_t *m, int32_t id, size_t *n);
+/* The id of a vocab token, or -1. */
+static inline int32_t vr_tok_vocab_id(const vr_tok_model_t *m, const char *s, size_t n) {
+  return vr_tok_map_get(&m->vocab, s, n, NULL);
+}
+/* vocab {token: id} and unk_token of a BPE / WordPiece model (vr_tok_model.c) */
+int vr_tok_model_parse_vocab(const cJSON *v, const char *file, const char *comp, vr_tok_model_t *m, char *err,
+                             size_t errlen);
+int vr_tok_model_parse_unk(const cJSON *j, const char *file, const char *comp, vr_tok_model_t *m, char *err,
+                           size_t errlen);
+/* vr_tok_bpe.c */
+int vr_tok_bpe_parse(const cJSON *j, const char *file, vr_tok_model_t *m, char *err, size_t errlen);
+int vr_tok_bpe_encode(const vr_tok_model_t *m, vr_tok_ctx_t *c, const char *s, size_t n, vr_tok_ids_t *out, char *err,
+                      size_t errlen);
+/* A symbol of a word being merged (BPE), or a piece (start = id, end = prev) of a Unigram path. */
+typedef struct vr_tok_sym {
+  int32_t id, prev, next;
+  uint32_t len; /* bytes of the word it covers; 0 = merged away */
+} vr_tok_sym_t;
 
 /* ---- post-processors ------------------------------------------------------------------ */
 
@@ -227,7 +250,85 @@ int vr_tok_jbool(const cJSON *o, const char *key, int def);
 /* "pattern": {"String": s} or {"Regex": r} -> compiled; error names the component. */
 int vr_tok_jpattern(const cJSON *o, const char *file, const char *comp, vr_tok_re_t **out, char *err,
                     size_t errlen);
+/* A Sequence component's list j[key]: *arr and *k (its length), or VR_ERR_MODEL_FORMAT naming
+ * comp; *sub gets a zeroed array of k (at least 1) pointers of elem bytes each. */
+int vr_tok_jlist(const cJSON *j, const char *key, const char *file, const char *comp, const cJSON **arr,
+                 void *sub, size_t elem, char *err, size_t errlen);
 /* Copies a string member (may be absent: *out = NULL). */
 int vr_tok_jdup(const cJSON *o, const char *key, char **out, size_t *n);
+
+/* ---- the tokenizer (vr_tokenizer.h's opaque handle) ---------------------------------------- */
+
+#include "vr_tokenizer.h"
+
+/* An added token (tokenizer.json added_tokens; the config's additions). */
+typedef struct vr_tok_added {
+  char *content;
+  size_t n;
+  int32_t id;
+  uint8_t special, lstrip, rstrip, single_word, normalized;
+} vr_tok_added_t;
+
+typedef struct vr_tok_trie_node {
+  int32_t child, sibling; /* first child, next sibling; -1 none */
+  int32_t term;           /* index into added, -1 none */
+  unsigned char byte;
+} vr_tok_trie_node_t;
+
+typedef struct vr_tok_trie {
+  vr_tok_trie_node_t *v;
+  size_t n, cap;
+  uint8_t first[256];
+} vr_tok_trie_t;
+
+typedef struct vr_tok_template {
+  char *name, *text;
+} vr_tok_template_t;
+
+struct vr_tok {
+  char *source;
+  vr_tok_norm_t *norm;
+  vr_tok_pre_t *pre;
+  vr_tok_model_t model;
+  vr_tok_post_t *post;
+  vr_tok_dec_t *dec;
+  vr_tok_added_t *added;
+  size_t nadded;
+  vr_tok_map_t added_by_content; /* content -> index */
+  int32_t *added_by_id;          /* (added_id_n,) id -> index or -1 */
+  size_t added_id_n;
+  vr_tok_trie_t raw, normd;
+  char *special_text[4];
+  int32_t special_id[4];
+  int clean_up_spaces;
+  int split_special; /* config split_special_tokens: special tokens are not matched (HF encode_special_tokens) */
+  vr_tok_template_t *templates;
+  size_t ntemplates;
+  size_t vocab_size;
+};
+
+struct vr_tok_scratch {
+  vr_tok_ctx_t c;
+};
+
+/* vr_tok_added.c */
+int vr_tok_trie_add(vr_tok_trie_t *t, const char *s, size_t n, int32_t term);
+/* HF's find_matches + split_with_indices over the piece [off, off+n) of c->arena with trie t;
+ * pushes the pieces (added tokens with their id) into out. origin: the piece starts the input. */
+int vr_tok_split_added(const vr_tok_t *tok, const vr_tok_trie_t *t, vr_tok_ctx_t *c, uint32_t off, uint32_t n,
+                       uint8_t origin, vr_tok_pieces_t *out);
+/* Adds a token unless one with that id exists (tokenizer.json wins over the config). */
+int vr_tok_add_token(vr_tok_t *tok, const char *content, int32_t id, int special, int lstrip, int rstrip,
+                     int single_word, int normalized);
+/* One AddedToken object {content, single_word, lstrip, rstrip, normalized, special}. */
+int vr_tok_parse_added_obj(vr_tok_t *tok, const cJSON *e, int32_t id, const char *file, const char *where, char *err,
+                           size_t errlen);
+
+/* vr_tok_config.c */
+extern const char *const vr_tok_special_keys[4]; /* bos_token eos_token pad_token unk_token */
+/* Sets special_text[which] from a string or AddedToken object unless already set. */
+int vr_tok_set_special(vr_tok_t *tok, int which, const cJSON *v);
+/* tokenizer_config.json text: specials, flags, added_tokens_decoder, chat templates, class rules. */
+int vr_tok_parse_config(vr_tok_t *tok, const char *json, size_t len, const char *file, char *err, size_t errlen);
 
 #endif /* VR_TOK_INTERNAL_H */

@@ -368,21 +368,12 @@ int vr_tok_norm_parse(const cJSON *j, const char *file, vr_tok_norm_t **out, cha
     rc = parse_precompiled(j, file, nm, err, errlen);
   } else if (!strcmp(type, "Sequence")) {
     nm->type = VR_TOK_NORM_SEQUENCE;
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "normalizers");
-    if (!cJSON_IsArray(arr)) {
-      vr_tok_seterr(err, errlen, "%s: normalizer Sequence: \"normalizers\" is not a list", file);
-      rc = VR_ERR_MODEL_FORMAT;
-    } else {
-      size_t k = (size_t)cJSON_GetArraySize(arr);
-      nm->sub = calloc(k ? k : 1, sizeof *nm->sub);
-      if (!nm->sub) rc = VR_ERR_NOMEM;
-      const cJSON *e;
-      cJSON_ArrayForEach(e, arr) {
-        if (rc) break;
-        rc = vr_tok_norm_parse(e, file, &nm->sub[nm->nsub], err, errlen);
-        if (!rc) nm->nsub++;
+    const cJSON *arr, *e;
+    rc = vr_tok_jlist(j, "normalizers", file, "normalizer", &arr, &nm->sub, sizeof *nm->sub, err, errlen);
+    if (!rc) cJSON_ArrayForEach(e, arr) {
+        if ((rc = vr_tok_norm_parse(e, file, &nm->sub[nm->nsub], err, errlen))) break;
+        nm->nsub++;
       }
-    }
   } else {
     vr_tok_seterr(err, errlen, "%s: normalizer %s is not supported (supported: NFC NFD NFKC NFKD Lowercase StripAccents "
                   "BertNormalizer Replace Prepend Strip Precompiled Sequence)", file, type);

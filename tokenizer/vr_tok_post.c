@@ -111,21 +111,12 @@ int vr_tok_post_parse(const cJSON *j, const char *file, vr_tok_post_t **out, cha
     p->type = VR_TOK_POST_BYTELEVEL;
   } else if (!strcmp(type, "Sequence")) {
     p->type = VR_TOK_POST_SEQUENCE;
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "processors");
-    if (!cJSON_IsArray(arr)) {
-      vr_tok_seterr(err, errlen, "%s: post_processor Sequence: \"processors\" is not a list", file);
-      rc = VR_ERR_MODEL_FORMAT;
-    } else {
-      size_t k = (size_t)cJSON_GetArraySize(arr);
-      p->sub = calloc(k ? k : 1, sizeof *p->sub);
-      if (!p->sub) rc = VR_ERR_NOMEM;
-      const cJSON *e;
-      cJSON_ArrayForEach(e, arr) {
-        if (rc) break;
-        rc = vr_tok_post_parse(e, file, &p->sub[p->nsub], err, errlen);
-        if (!rc) p->nsub++;
+    const cJSON *arr, *e;
+    rc = vr_tok_jlist(j, "processors", file, "post_processor", &arr, &p->sub, sizeof *p->sub, err, errlen);
+    if (!rc) cJSON_ArrayForEach(e, arr) {
+        if ((rc = vr_tok_post_parse(e, file, &p->sub[p->nsub], err, errlen))) break;
+        p->nsub++;
       }
-    }
   } else {
     vr_tok_seterr(err, errlen, "%s: post_processor %s is not supported (supported: TemplateProcessing "
                   "RobertaProcessing BertProcessing ByteLevel Sequence)", file, type);

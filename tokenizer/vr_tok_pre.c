@@ -424,21 +424,12 @@ int vr_tok_pre_parse(const cJSON *j, const char *file, vr_tok_pre_t **out, char 
     }
   } else if (!strcmp(type, "Sequence")) {
     p->type = VR_TOK_PRE_SEQUENCE;
-    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "pretokenizers");
-    if (!cJSON_IsArray(arr)) {
-      vr_tok_seterr(err, errlen, "%s: pre_tokenizer Sequence: \"pretokenizers\" is not a list", file);
-      rc = VR_ERR_MODEL_FORMAT;
-    } else {
-      size_t k = (size_t)cJSON_GetArraySize(arr);
-      p->sub = calloc(k ? k : 1, sizeof *p->sub);
-      if (!p->sub) rc = VR_ERR_NOMEM;
-      const cJSON *e;
-      cJSON_ArrayForEach(e, arr) {
-        if (rc) break;
-        rc = vr_tok_pre_parse(e, file, &p->sub[p->nsub], err, errlen);
-        if (!rc) p->nsub++;
+    const cJSON *arr, *e;
+    rc = vr_tok_jlist(j, "pretokenizers", file, "pre_tokenizer", &arr, &p->sub, sizeof *p->sub, err, errlen);
+    if (!rc) cJSON_ArrayForEach(e, arr) {
+        if ((rc = vr_tok_pre_parse(e, file, &p->sub[p->nsub], err, errlen))) break;
+        p->nsub++;
       }
-    }
   } else {
     vr_tok_seterr(err, errlen, "%s: pre_tokenizer %s is not supported (supported: ByteLevel Split Metaspace "
                   "BertPreTokenizer Digits Punctuation Whitespace WhitespaceSplit CharDelimiterSplit Sequence)",

@@ -60,6 +60,17 @@ void vr_tok_buf_free(vr_tok_buf_t *b) {
   memset(b, 0, sizeof *b);
 }
 
+int vr_tok_grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, c * elem);
+  if (!q) return VR_ERR_NOMEM;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
 /* ---- hash map ------------------------------------------------------------------------- */
 
 uint32_t vr_tok_hash(const void *s, size_t n) {

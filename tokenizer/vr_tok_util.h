@@ -24,6 +24,8 @@ int vr_tok_buf_put(vr_tok_buf_t *b, const void *s, size_t n);
 int vr_tok_buf_putc(vr_tok_buf_t *b, char c);
 int vr_tok_buf_put_cp(vr_tok_buf_t *b, uint32_t cp); /* UTF-8 of one code point */
 void vr_tok_buf_free(vr_tok_buf_t *b);
+/* Grows the array *p of *cap elements of elem bytes to hold need (doubling). 0 or VR_ERR_NOMEM. */
+int vr_tok_grow(void **p, size_t *cap, size_t need, size_t elem);
 
 typedef struct vr_tok_map {
   uint32_t *slots;  /* index+1 into keys (0 = empty), capacity cap (power of two) */

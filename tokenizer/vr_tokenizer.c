@@ -1,11 +1,5 @@
-/* vr_tokenizer.c: load, the added vocabulary, encode and decode (see vr_tokenizer.h).
- *
- * Added tokens are matched as HF's AddedVocabulary does: leftmost-longest over the token
- * contents (HF uses aho-corasick with MatchKind::LeftmostLongest; we walk a byte trie from each
- * position, which finds the same matches), first the normalized=false tokens on the raw text,
- * then the normalized=true ones (their contents normalized) on each normalized piece. A match
- * of a single_word token needs a non-word character (or the text's edge) on both sides; lstrip
- * / rstrip tokens take the whitespace before / after them into the match. */
+/* vr_tokenizer.c: load, encode and decode (see vr_tokenizer.h); the added vocabulary is in
+ * vr_tok_added.c, tokenizer_config.json and transformers' class rules in vr_tok_config.c. */
 #include "vr_tokenizer.h"
 
 #include <errno.h>
@@ -16,54 +10,6 @@
 
 #include "verl_reward/status.h"
 #include "vr_tok_internal.h"
-
-typedef struct added {
-  char *content;
-  size_t n;
-  int32_t id;
-  uint8_t special, lstrip, rstrip, single_word, normalized;
-} added_t;
-
-typedef struct trie_node {
-  int32_t child, sibling; /* first child, next sibling; -1 none */
-  int32_t term;           /* index into added, -1 none */
-  unsigned char byte;
-} trie_node_t;
-
-typedef struct trie {
-  trie_node_t *v;
-  size_t n, cap;
-  uint8_t first[256];
-} trie_t;
-
-typedef struct named_template {
-  char *name, *text;
-} named_template_t;
-
-struct vr_tok {
-  char *source;
-  vr_tok_norm_t *norm;
-  vr_tok_pre_t *pre;
-  vr_tok_model_t model;
-  vr_tok_post_t *post;
-  vr_tok_dec_t *dec;
-  added_t *added;
-  size_t nadded;
-  vr_tok_map_t added_by_content; /* content -> index */
-  int32_t *added_by_id;          /* (added_id_n,) id -> index or -1 */
-  size_t added_id_n;
-  trie_t raw, normd;
-  char *special_text[4];
-  int32_t special_id[4];
-  int clean_up_spaces;
-  named_template_t *templates;
-  size_t ntemplates;
-  size_t vocab_size;
-};
-
-struct vr_tok_scratch {
-  vr_tok_ctx_t c;
-};
 
 /* ---- small shared helpers ------------------------------------------------------------------ */
 
@@ -87,6 +33,20 @@ int vr_tok_jdup(const cJSON *o, const char *key, char **out, size_t *n) {
   *out = strdup(s);
   if (!*out) return VR_ERR_NOMEM;
   *n = strlen(s);
+  return 0;
+}
+
+int vr_tok_jlist(const cJSON *j, const char *key, const char *file, const char *comp, const cJSON **arr,
+                 void *sub, size_t elem, char *err, size_t errlen) {
+  *arr = cJSON_GetObjectItemCaseSensitive(j, key);
+  if (!cJSON_IsArray(*arr)) {
+    vr_tok_seterr(err, errlen, "%s: %s Sequence: \"%s\" is not a list", file, comp, key);
+    return VR_ERR_MODEL_FORMAT;
+  }
+  size_t k = (size_t)cJSON_GetArraySize(*arr);
+  void *v = calloc(k ? k : 1, elem);
+  if (!v) return VR_ERR_NOMEM;
+  memcpy(sub, &v, sizeof v);
   return 0;
 }
 
@@ -145,6 +105,8 @@ void vr_tok_ctx_free(vr_tok_ctx_t *c) {
   free(c->sym);
   free(c->heap);
   free(c->lat);
+  vr_tok_map_free(&c->cache);
+  free(c->cache_ids.v);
   memset(c, 0, sizeof *c);
 }
 
@@ -164,124 +126,36 @@ void vr_tok_scratch_free(vr_tok_scratch_t *sc) {
   free(sc);
 }
 
-/* ---- trie of added tokens ---------------------------------------------------------------- */
-
-static int trie_node(trie_t *t, unsigned char b) {
-  if (t->n == t->cap) {
-    size_t cap = t->cap ? t->cap * 2 : 256;
-    trie_node_t *v = realloc(t->v, cap * sizeof *v);
-    if (!v) return -1;
-    t->v = v;
-    t->cap = cap;
-  }
-  t->v[t->n] = (trie_node_t){-1, -1, -1, b};
-  return (int)t->n++;
-}
-
-static int trie_add(trie_t *t, const char *s, size_t n, int32_t term) {
-  if (!n) return 0;
-  if (!t->n && trie_node(t, 0) < 0) return VR_ERR_NOMEM;
-  int32_t cur = 0;
-  for (size_t i = 0; i < n; i++) {
-    unsigned char b = (unsigned char)s[i];
-    int32_t ch = t->v[cur].child;
-    while (ch >= 0 && t->v[ch].byte != b) ch = t->v[ch].sibling;
-    if (ch < 0) {
-      int nn = trie_node(t, b);
-      if (nn < 0) return VR_ERR_NOMEM;
-      ch = nn;
-      t->v[ch].sibling = t->v[cur].child;
-      t->v[cur].child = ch;
-    }
-    cur = ch;
-  }
-  if (t->v[cur].term < 0) t->v[cur].term = term; /* the same content twice: the first wins */
-  t->first[(unsigned char)s[0]] = 1;
-  return 0;
-}
-
-/* Longest token starting at s[i]: its added index and end, or -1. */
-static int32_t trie_longest(const trie_t *t, const char *s, size_t n, size_t i, size_t *end) {
-  if (!t->n || !t->first[(unsigned char)s[i]]) return -1;
-  int32_t cur = 0, best = -1;
-  for (size_t k = i; k < n; k++) {
-    unsigned char b = (unsigned char)s[k];
-    int32_t ch = t->v[cur].child;
-    while (ch >= 0 && t->v[ch].byte != b) ch = t->v[ch].sibling;
-    if (ch < 0) break;
-    cur = ch;
-    if (t->v[cur].term >= 0) {
-      best = t->v[cur].term;
-      *end = k + 1;
-    }
-  }
-  return best;
-}
-
-static int is_word_char(uint32_t c) { return vr_tok_is_alphanumeric(c) || c == '_'; }
-
-static uint32_t last_cp(const char *s, size_t n) {
-  size_t k = n - 1, l;
-  while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
-  return vr_tok_utf8_dec((const unsigned char *)s + k, &l);
-}
-
-/* HF find_matches + split_with_indices over s[0..n) (in c->arena at off); pushes pieces into out.
- * origin: s starts the original input. */
-static int split_added(const vr_tok_t *tok, const trie_t *t, vr_tok_ctx_t *c, uint32_t off, uint32_t n,
-                       uint8_t origin, vr_tok_pieces_t *out) {
-  const char *s = c->arena.p + off;
-  size_t start_off = 0;
-  int rc = 0;
-  for (size_t i = 0; i < n && !rc;) {
-    size_t end = 0;
-    int32_t ai = trie_longest(t, s, n, i, &end);
-    if (ai < 0) {
-      i++;
-      continue;
-    }
-    const added_t *a = &tok->added[ai];
-    size_t ms = i, me = end;
-    if (a->single_word) {
-      size_t l;
-      int sb = ms == 0 || !is_word_char(last_cp(s, ms));
-      int se = me == n || !is_word_char(vr_tok_utf8_dec((const unsigned char *)s + me, &l));
-      if (!sb || !se) {
-        i = end; /* HF skips this match; the automaton goes on after it */
-        continue;
-      }
-    }
-    if (a->lstrip) {
-      size_t k = ms;
-      while (k > 0) {
-        size_t p = k - 1;
-        while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80) p--;
-        size_t l;
-        if (!vr_tok_is_whitespace(vr_tok_utf8_dec((const unsigned char *)s + p, &l))) break;
-        k = p;
-      }
-      ms = k > start_off ? k : start_off;
-    }
-    if (a->rstrip) {
-      while (me < n) {
-        size_t l;
-        if (!vr_tok_is_whitespace(vr_tok_utf8_dec((const unsigned char *)s + me, &l))) break;
-        me += l;
-      }
-    }
-    if (start_off < ms) rc = vr_tok_pieces_push(out, off + (uint32_t)start_off, (uint32_t)(ms - start_off), -1,
-                                                (uint8_t)(origin && start_off == 0));
-    if (!rc) rc = vr_tok_pieces_push(out, off + (uint32_t)ms, (uint32_t)(me - ms), a->id, 0);
-    start_off = me;
-    i = end; /* the automaton resumes after the match it reported */
-  }
-  if (!rc && start_off < n)
-    rc = vr_tok_pieces_push(out, off + (uint32_t)start_off, (uint32_t)(n - start_off), -1,
-                            (uint8_t)(origin && start_off == 0));
-  return rc;
-}
-
 /* ---- encode -------------------------------------------------------------------------------- */
+
+enum { CACHE_MAX_WORD = 256, CACHE_MAX_WORDS = 1 << 16 };
+
+/* The model on one pre-token, through the ctx's word cache (words up to CACHE_MAX_WORD bytes;
+ * the cache is emptied when it holds CACHE_MAX_WORDS words). */
+static int model_cached(const vr_tok_t *tok, vr_tok_ctx_t *c, const char *s, size_t n, vr_tok_ids_t *ids, char *err,
+                        size_t errlen) {
+  if (n > CACHE_MAX_WORD) return vr_tok_model_encode(&tok->model, c, s, n, ids, err, errlen);
+  int found;
+  int32_t at = vr_tok_map_get(&c->cache, s, n, &found);
+  if (found) {
+    const int32_t *v = c->cache_ids.v + at;
+    for (int32_t k = 1; k <= v[0]; k++)
+      if (vr_tok_ids_push(ids, v[k])) return VR_ERR_NOMEM;
+    return 0;
+  }
+  size_t first = ids->n;
+  int rc = vr_tok_model_encode(&tok->model, c, s, n, ids, err, errlen);
+  if (rc) return rc;
+  if (c->cache.count >= CACHE_MAX_WORDS || c->cache_ids.n > (size_t)INT32_MAX / 2) {
+    vr_tok_map_free(&c->cache);
+    c->cache_ids.n = 0;
+  }
+  size_t off = c->cache_ids.n;
+  if (vr_tok_ids_push(&c->cache_ids, (int32_t)(ids->n - first))) return VR_ERR_NOMEM;
+  for (size_t k = first; k < ids->n; k++)
+    if (vr_tok_ids_push(&c->cache_ids, ids->v[k])) return VR_ERR_NOMEM;
+  return vr_tok_map_put(&c->cache, s, n, (int32_t)off);
+}
 
 static int encode_ctx(const vr_tok_t *tok, vr_tok_ctx_t *c, const char *text, size_t len, int add_special,
                       vr_tok_ids_t *ids, char *err, size_t errlen) {
@@ -299,7 +173,7 @@ static int encode_ctx(const vr_tok_t *tok, vr_tok_ctx_t *c, const char *text, si
   int rc = vr_tok_buf_put(&c->arena, text, len);
   if (rc) return rc;
   /* 1. non-normalized added tokens on the raw text */
-  if (len) rc = split_added(tok, &tok->raw, c, 0, (uint32_t)len, 1, &c->b);
+  if (len) rc = vr_tok_split_added(tok, &tok->raw, c, 0, (uint32_t)len, 1, &c->b);
   /* 2. normalize the rest, then the normalized added tokens */
   for (size_t i = 0; i < c->b.n && !rc; i++) {
     vr_tok_piece_t pc = c->b.v[i];
@@ -319,14 +193,14 @@ static int encode_ctx(const vr_tok_t *tok, vr_tok_ctx_t *c, const char *text, si
       vr_tok_buf_free(&nb);
       if (rc) break;
     }
-    if (n) rc = split_added(tok, &tok->normd, c, off, n, pc.origin, &c->a);
+    if (n) rc = vr_tok_split_added(tok, &tok->normd, c, off, n, pc.origin, &c->a);
   }
   /* 3. pre-tokenize, 4. model */
   if (!rc && tok->pre) rc = vr_tok_pre_apply(tok->pre, c);
   for (size_t i = 0; i < c->a.n && !rc; i++) {
     vr_tok_piece_t pc = c->a.v[i];
     if (pc.id >= 0) rc = vr_tok_ids_push(ids, pc.id);
-    else if (pc.len) rc = vr_tok_model_encode(&tok->model, c, c->arena.p + pc.off, pc.len, ids, err, errlen);
+    else if (pc.len) rc = model_cached(tok, c, c->arena.p + pc.off, pc.len, ids, err, errlen);
   }
   /* 5. post-process */
   if (!rc && add_special && tok->post) rc = vr_tok_post_apply(tok->post, ids);
@@ -364,7 +238,7 @@ int vr_tok_encode(const vr_tok_t *tok, const char *text, size_t len, int add_spe
 
 const char *vr_tok_id_to_token(const vr_tok_t *tok, int32_t id, size_t *len) {
   if (id >= 0 && (size_t)id < tok->added_id_n && tok->added_by_id[id] >= 0) {
-    const added_t *a = &tok->added[tok->added_by_id[id]];
+    const vr_tok_added_t *a = &tok->added[tok->added_by_id[id]];
     *len = a->n;
     return a->content;
   }
@@ -468,49 +342,6 @@ void vr_tok_free(vr_tok_t *tok) {
   free(tok);
 }
 
-static int add_token(vr_tok_t *tok, const char *content, int32_t id, int special, int lstrip, int rstrip,
-                     int single_word, int normalized) {
-  int found;
-  vr_tok_map_get(&tok->added_by_content, content, strlen(content), &found);
-  for (size_t i = 0; i < tok->nadded; i++)
-    if (tok->added[i].id == id) return 0; /* already there (tokenizer.json wins over the config) */
-  added_t *v = realloc(tok->added, (tok->nadded + 1) * sizeof *v);
-  if (!v) return VR_ERR_NOMEM;
-  tok->added = v;
-  added_t *a = &v[tok->nadded];
-  a->content = strdup(content);
-  if (!a->content) return VR_ERR_NOMEM;
-  a->n = strlen(content);
-  a->id = id;
-  a->special = (uint8_t)special;
-  a->lstrip = (uint8_t)lstrip;
-  a->rstrip = (uint8_t)rstrip;
-  a->single_word = (uint8_t)single_word;
-  a->normalized = (uint8_t)normalized;
-  if (!found && vr_tok_map_put(&tok->added_by_content, content, a->n, (int32_t)tok->nadded)) return VR_ERR_NOMEM;
-  tok->nadded++;
-  return 0;
-}
-
-/* One AddedToken object {id?, content, single_word, lstrip, rstrip, normalized, special}. */
-static int parse_added_obj(vr_tok_t *tok, const cJSON *e, int32_t id, const char *file, const char *where, char *err,
-                           size_t errlen) {
-  const char *content = vr_tok_jstr(e, "content");
-  int special = vr_tok_jbool(e, "special", 0);
-  int lstrip = vr_tok_jbool(e, "lstrip", 0), rstrip = vr_tok_jbool(e, "rstrip", 0);
-  int single = vr_tok_jbool(e, "single_word", 0);
-  int normalized = vr_tok_jbool(e, "normalized", !special);
-  if (!content || special < 0 || lstrip < 0 || rstrip < 0 || single < 0 || normalized < 0) {
-    vr_tok_seterr(err, errlen, "%s: %s: token id %d needs a string content and boolean flags", file, where, id);
-    return VR_ERR_MODEL_FORMAT;
-  }
-  if (vr_tok_utf8_check(content, strlen(content)) != strlen(content)) {
-    vr_tok_seterr(err, errlen, "%s: %s: token id %d is not valid UTF-8", file, where, id);
-    return VR_ERR_MODEL_FORMAT;
-  }
-  return add_token(tok, content, id, special, lstrip, rstrip, single, normalized);
-}
-
 static int parse_tokenizer_json(vr_tok_t *tok, const char *json, size_t len, const char *file, char *err,
                                 size_t errlen) {
   /* HF reads the file with serde_json, which takes UTF-8 only; every string below is then UTF-8 */
@@ -565,143 +396,8 @@ static int parse_tokenizer_json(vr_tok_t *tok, const char *json, size_t len, con
         rc = VR_ERR_MODEL_FORMAT;
         break;
       }
-      if ((rc = parse_added_obj(tok, e, (int32_t)id->valuedouble, file, "added_tokens", err, errlen))) break;
+      if ((rc = vr_tok_parse_added_obj(tok, e, (int32_t)id->valuedouble, file, "added_tokens", err, errlen))) break;
     }
-  }
-  cJSON_Delete(root);
-  return rc;
-}
-
-static int set_special(vr_tok_t *tok, int which, const cJSON *v) {
-  if (tok->special_text[which]) return 0;
-  const char *s = cJSON_IsString(v) ? v->valuestring : cJSON_IsObject(v) ? vr_tok_jstr(v, "content") : NULL;
-  if (!s) return 0;
-  tok->special_text[which] = strdup(s);
-  return tok->special_text[which] ? 0 : VR_ERR_NOMEM;
-}
-
-static const char *const SPECIAL_KEYS[4] = {"bos_token", "eos_token", "pad_token", "unk_token"};
-
-/* Special tokens the config names (and class defaults) become special added tokens when the
- * model vocab holds them, as transformers' from_pretrained does. */
-static int add_named_special(vr_tok_t *tok, const cJSON *v) {
-  const char *s = cJSON_IsString(v) ? v->valuestring : cJSON_IsObject(v) ? vr_tok_jstr(v, "content") : NULL;
-  if (!s) return 0;
-  int found;
-  vr_tok_map_get(&tok->added_by_content, s, strlen(s), &found);
-  if (found) return 0;
-  int32_t id = vr_tok_map_get(&tok->model.vocab, s, strlen(s), NULL);
-  if (id < 0) return 0;
-  return add_token(tok, s, id, 1, 0, 0, 0, 0);
-}
-
-/* transformers 5 rebuilds parts of the pipeline in some tokenizer classes instead of taking
- * tokenizer.json as it is (seen with the fixtures of tests/fixtures/tokenizers: the effective pipeline that
- * transformers' backend_tokenizer reports). We apply the same, keyed on tokenizer_class:
- *   LlamaTokenizer(Fast): no normalizer; pre_tokenizer Metaspace("▁", prepend_scheme, split=false)
- *     with prepend_scheme "never" when add_prefix_space is false, else "first" when legacy is
- *     false, else "always" (legacy absent or null counts as true)
- *   GemmaTokenizer(Fast): mask_token "<mask>" by default (a special added token when in vocab)
- * Every class: bos/eos/unk/pad/mask/cls/sep and additional_special_tokens named in the config
- * are special added tokens. Other classes (PreTrainedTokenizerFast, TokenizersBackend,
- * Qwen2Tokenizer, ...) use tokenizer.json's pipeline unchanged. */
-static int apply_class_rules(vr_tok_t *tok, const cJSON *root, const char *file, char *err, size_t errlen) {
-  const char *cls = vr_tok_jstr(root, "tokenizer_class");
-  int rc = 0;
-  if (cls && (!strcmp(cls, "LlamaTokenizer") || !strcmp(cls, "LlamaTokenizerFast"))) {
-    int aps = vr_tok_jbool(root, "add_prefix_space", 1), legacy = vr_tok_jbool(root, "legacy", 1);
-    if (aps < 0 || legacy < 0) {
-      vr_tok_seterr(err, errlen, "%s: add_prefix_space / legacy is not a boolean", file);
-      return VR_ERR_MODEL_FORMAT;
-    }
-    vr_tok_pre_t *p = calloc(1, sizeof *p);
-    if (!p) return VR_ERR_NOMEM;
-    p->type = VR_TOK_PRE_METASPACE;
-    p->replacement = 0x2581;
-    p->prepend_scheme = !aps ? VR_TOK_PREPEND_NEVER : !legacy ? VR_TOK_PREPEND_FIRST : VR_TOK_PREPEND_ALWAYS;
-    p->split = 0;
-    vr_tok_norm_free(tok->norm);
-    tok->norm = NULL;
-    vr_tok_pre_free(tok->pre);
-    tok->pre = p;
-  }
-  if (cls && (!strcmp(cls, "GemmaTokenizer") || !strcmp(cls, "GemmaTokenizerFast")) &&
-      !cJSON_GetObjectItemCaseSensitive(root, "mask_token")) {
-    cJSON *m = cJSON_CreateString("<mask>");
-    rc = m ? add_named_special(tok, m) : VR_ERR_NOMEM;
-    cJSON_Delete(m);
-  }
-  static const char *const keys[] = {"bos_token", "eos_token", "unk_token", "pad_token", "mask_token", "cls_token",
-                                     "sep_token"};
-  for (size_t i = 0; i < sizeof keys / sizeof keys[0] && !rc; i++)
-    rc = add_named_special(tok, cJSON_GetObjectItemCaseSensitive(root, keys[i]));
-  const cJSON *extra = cJSON_GetObjectItemCaseSensitive(root, "additional_special_tokens"), *e;
-  if (cJSON_IsArray(extra)) cJSON_ArrayForEach(e, extra) {
-      if (rc) break;
-      rc = add_named_special(tok, e);
-    }
-  return rc;
-}
-
-static int parse_config(vr_tok_t *tok, const char *json, size_t len, const char *file, char *err, size_t errlen) {
-  cJSON *root = vr_tok_utf8_check(json, len) == len ? cJSON_ParseWithLength(json, len) : NULL;
-  if (!root || !cJSON_IsObject(root)) {
-    vr_tok_seterr(err, errlen, "%s: not a JSON object", file);
-    cJSON_Delete(root);
-    return VR_ERR_MODEL_FORMAT;
-  }
-  int rc = 0;
-  for (int i = 0; i < 4 && !rc; i++) rc = set_special(tok, i, cJSON_GetObjectItemCaseSensitive(root, SPECIAL_KEYS[i]));
-  int cu = vr_tok_jbool(root, "clean_up_tokenization_spaces", 0);
-  if (cu < 0) {
-    vr_tok_seterr(err, errlen, "%s: clean_up_tokenization_spaces is not a boolean", file);
-    rc = VR_ERR_MODEL_FORMAT;
-  }
-  /* transformers 5 ignores the flag for BPE models ("destructive for BPE", it warns) */
-  tok->clean_up_spaces = cu > 0 && tok->model.type != VR_TOK_MODEL_BPE;
-  /* added_tokens_decoder: tokens transformers adds when tokenizer.json lacks them */
-  const cJSON *atd = cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
-  const cJSON *e;
-  if (!rc && cJSON_IsObject(atd)) {
-    cJSON_ArrayForEach(e, atd) {
-      char *end;
-      long id = strtol(e->string, &end, 10);
-      if (*end || id < 0 || id > 16777216 || !cJSON_IsObject(e)) {
-        vr_tok_seterr(err, errlen, "%s: added_tokens_decoder: key '%.40s' is not a token id", file, e->string);
-        rc = VR_ERR_MODEL_FORMAT;
-        break;
-      }
-      if ((rc = parse_added_obj(tok, e, (int32_t)id, file, "added_tokens_decoder", err, errlen))) break;
-    }
-  }
-  if (!rc) rc = apply_class_rules(tok, root, file, err, errlen);
-  const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template");
-  if (!rc && cJSON_IsString(ct)) {
-    tok->templates = calloc(1, sizeof *tok->templates);
-    if (!tok->templates || !(tok->templates[0].name = strdup("default")) ||
-        !(tok->templates[0].text = strdup(ct->valuestring)))
-      rc = VR_ERR_NOMEM;
-    else
-      tok->ntemplates = 1;
-  } else if (!rc && cJSON_IsArray(ct)) {
-    size_t k = (size_t)cJSON_GetArraySize(ct);
-    tok->templates = calloc(k ? k : 1, sizeof *tok->templates);
-    if (!tok->templates) rc = VR_ERR_NOMEM;
-    cJSON_ArrayForEach(e, ct) {
-      if (rc) break;
-      const char *nm = vr_tok_jstr(e, "name"), *tx = vr_tok_jstr(e, "template");
-      if (!nm || !tx) {
-        vr_tok_seterr(err, errlen, "%s: chat_template: a list entry is not {name, template}", file);
-        rc = VR_ERR_MODEL_FORMAT;
-        break;
-      }
-      named_template_t *t = &tok->templates[tok->ntemplates];
-      if (!(t->name = strdup(nm)) || !(t->text = strdup(tx))) rc = VR_ERR_NOMEM;
-      tok->ntemplates++;
-    }
-  } else if (!rc && ct && !cJSON_IsNull(ct)) {
-    vr_tok_seterr(err, errlen, "%s: chat_template is neither a string nor a list of {name, template}", file);
-    rc = VR_ERR_MODEL_FORMAT;
   }
   cJSON_Delete(root);
   return rc;
@@ -721,14 +417,14 @@ static int build_tables(vr_tok_t *tok, const char *file, char *err, size_t errle
   vr_tok_ctx_t c;
   int rc = vr_tok_ctx_init(&c);
   for (size_t i = 0; i < tok->nadded && !rc; i++) {
-    added_t *a = &tok->added[i];
+    vr_tok_added_t *a = &tok->added[i];
     if (tok->added_by_id[a->id] < 0) tok->added_by_id[a->id] = (int32_t)i;
     if (!a->normalized || !tok->norm) {
-      rc = trie_add(a->normalized ? &tok->normd : &tok->raw, a->content, a->n, (int32_t)i);
+      rc = vr_tok_trie_add(a->normalized ? &tok->normd : &tok->raw, a->content, a->n, (int32_t)i);
     } else {
       vr_tok_buf_t nb = {0};
       rc = vr_tok_norm_apply(tok->norm, &c, a->content, a->n, &nb);
-      if (!rc) rc = trie_add(&tok->normd, nb.p ? nb.p : "", nb.n, (int32_t)i);
+      if (!rc) rc = vr_tok_trie_add(&tok->normd, nb.p ? nb.p : "", nb.n, (int32_t)i);
       vr_tok_buf_free(&nb);
     }
   }
@@ -794,14 +490,14 @@ int vr_tok_load(const char *dir, vr_tok_t **out, char *err, size_t errlen) {
       break;
     }
     if (k == 0) {
-      rc = parse_config(tok, cj, n, path, err, errlen);
+      rc = vr_tok_parse_config(tok, cj, n, path, err, errlen);
     } else {
       cJSON *root = vr_tok_utf8_check(cj, n) == n ? cJSON_ParseWithLength(cj, n) : NULL;
       if (!cJSON_IsObject(root)) {
         vr_tok_seterr(err, errlen, "%s: not a JSON object", path);
         rc = VR_ERR_MODEL_FORMAT;
       }
-      for (int i = 0; i < 4 && !rc; i++) rc = set_special(tok, i, cJSON_GetObjectItemCaseSensitive(root, SPECIAL_KEYS[i]));
+      for (int i = 0; i < 4 && !rc; i++) rc = vr_tok_set_special(tok, i, cJSON_GetObjectItemCaseSensitive(root, vr_tok_special_keys[i]));
       cJSON_Delete(root);
     }
     free(cj);

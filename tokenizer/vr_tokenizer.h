@@ -45,7 +45,8 @@ void vr_tok_free(vr_tok_t *tok);
  * *ids (malloc'd, may be NULL when *n == 0) and *n on success. */
 int vr_tok_encode(const vr_tok_t *tok, const char *text, size_t len, int add_special_tokens, int32_t **ids,
                   size_t *n, char *err, size_t errlen);
-/* Per-thread scratch that saves vr_tok_encode's per-call allocations. */
+/* Per-thread scratch that saves vr_tok_encode's per-call allocations and keeps a word cache
+ * (pre-token -> ids, bounded) across calls; results equal vr_tok_encode's. */
 vr_tok_scratch_t *vr_tok_scratch_new(void);
 void vr_tok_scratch_free(vr_tok_scratch_t *sc);
 int vr_tok_encode_with(const vr_tok_t *tok, vr_tok_scratch_t *sc, const char *text, size_t len,

@@ -32,7 +32,6 @@ SERVER_PID=
 
 cleanup() {
   if [ -n "$SERVER_PID" ] && kill -0 "$SERVER_PID" 2>/dev/null; then kill -KILL "$SERVER_PID" 2>/dev/null || true; fi
-  rm -f "/dev/shm/$NAME"
 }
 trap cleanup EXIT
 
@@ -76,7 +75,7 @@ rc=0
 wait "$SERVER_PID" || rc=$?
 SERVER_PID=
 tail -n 3 "$LOG" | sed 's/^[^]]*] /server /'
-if [ "$rc" != 0 ] || [ -e "/dev/shm/$NAME" ]; then
+if [ "$rc" != 0 ] || grep -q " @verl-reward/$NAME\$" /proc/net/unix; then
   echo "demo: the server did not stop cleanly (exit $rc)" >&2
   exit 1
 fi

@@ -4,13 +4,14 @@
 # exact command and fails.
 # clang: the libFuzzer harness test_shm_fuzz_desc; python3-pip/-setuptools/-wheel: python_install;
 # python3-numpy: python_server's numpy-input test (torch stays optional: not installed here);
+# python3-msgpack: the client's msgpack package codec (python_numpy; the pure codec is the fallback);
 # libyaml-dev, libopenmpi-dev, openmpi-bin: verl-trainer (device maps, processes, its tests);
 # librsvg2-bin: rsvg-convert, for verl-reward-bench --plot FILE.png (and its test);
 # systemd (systemd-analyze), python3-yaml: tests/deploy (the unit file, the Kubernetes manifest);
 # libpcre2-dev, libutf8proc-dev, xz-utils: tokenizer/ (regexes, normalization; fixtures are .xz).
 VR_DEB_PACKAGES=(cmake make gcc pkg-config python3 libevent-dev libmsgpack-dev
                  libcjson-dev libyaml-dev libopenmpi-dev openmpi-bin libcmocka-dev valgrind clang procps
-                 python3-pip python3-setuptools python3-wheel python3-numpy librsvg2-bin systemd python3-yaml
+                 python3-pip python3-setuptools python3-wheel python3-numpy python3-msgpack librsvg2-bin systemd python3-yaml
                  libpcre2-dev libutf8proc-dev xz-utils)
 # python3-jinja2: tests/jinja's differential test renders random templates with real jinja2
 VR_DEB_PACKAGES+=(python3-jinja2)

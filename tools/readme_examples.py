@@ -125,7 +125,7 @@ def block_worked(build, srv):
     out += shown("%s/verl-reward-bench %s    # the table on stdout, progress on stderr" % (b, " ".join(bench)))
     out += run([os.path.join(build, "bin", "verl-reward-bench"), *bench, "--shm-name", srv.shm,
                 "--url", "127.0.0.1:" + srv.port], timeout=300)
-    out += "$ kill %1    # SIGTERM: finishes in-flight work, unlinks /dev/shm/verl_reward_shm, exits 0\n"
+    out += "$ kill %1    # SIGTERM: finishes in-flight work, frees the name verl_reward_shm, exits 0\n"
     return out
 
 

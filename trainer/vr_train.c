@@ -63,10 +63,14 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   const vr_train_backend_ops_t *ops = NULL;
   if (strcmp(opt.device, "cpu") == 0) {
     ops = &vr_train_backend_cpu;
-  } else if (strncmp(opt.device, "cuda", 4) == 0) {
-    vr_log(VR_LOG_ERROR, "device \"%s\": the CUDA training backend is not in this build yet. HINT: --device cpu",
-           opt.device);
+  } else if (strncmp(opt.device, "cuda", 4) == 0 && (opt.device[4] == 0 || opt.device[4] == ':')) {
+#ifdef VR_HAVE_CUDA
+    ops = &vr_train_backend_cuda;
+#else
+    vr_log(VR_LOG_ERROR, "device \"%s\": this build has no CUDA training backend (configure with -DVR_CUDA=ON). "
+           "HINT: --device cpu", opt.device);
     return VR_ERR_UNSUPPORTED;
+#endif
   } else {
     vr_log(VR_LOG_ERROR, "device \"%s\" not understood (cpu or cuda[:N])", opt.device);
     return VR_ERR_INVAL;

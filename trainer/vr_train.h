@@ -127,13 +127,15 @@ typedef struct vr_train_backend_ops {
 } vr_train_backend_ops_t;
 
 extern const vr_train_backend_ops_t vr_train_backend_cpu;
-/* A device backend (e.g. vr_train_backend_cuda) is picked in vr_train_init by opt->device's
- * prefix and reads its device index from opt->device ("cuda:N") itself. */
+/* A device backend is picked in vr_train_init by opt->device's prefix and reads its device index
+ * from opt->device ("cuda:N") itself: vr_train_backend_cuda (trainer/cuda/vr_train_cuda.c), in
+ * CUDA builds (VR_HAVE_CUDA) only. */
+extern const vr_train_backend_ops_t vr_train_backend_cuda;
 
 typedef struct vr_train vr_train_t;
 
 /* Builds the engine for lm on opt->device (NULL opt = defaults). "cuda" is VR_ERR_UNSUPPORTED
- * until the CUDA training backend is in the build (the message says so). The caller owns *out. */
+ * in a build without CUDA (the message says so). The caller owns *out. */
 int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt, vr_train_t **out);
 void vr_train_free(vr_train_t *t);
 

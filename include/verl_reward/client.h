@@ -38,6 +38,8 @@ typedef struct vr_client_options {
   int64_t timeout_us;      /* default wait bound for vr_client_score; <= 0: 30 s */
   int64_t connect_timeout_us; /* how long connect waits for the segment / a free lane; 0: fail at once */
   uint32_t spin_us;        /* busy-poll budget before parking on the futex; default 50 */
+  int64_t expected_server_uid; /* the uid the server must run as (checked with SO_PEERCRED at
+                                  connect); -1 (default): this process's euid */
 } vr_client_options_t;
 
 /* Fills defaults. */
@@ -78,10 +80,14 @@ typedef struct vr_limits {
   uint32_t n_lanes;
 } vr_limits_t;
 
-/* Attaches to segment `shm_name` (without the leading '/'; "verl_reward_shm"
- * by default when NULL) and leases a lane. Checks magic, version, layout and
- * that the server is alive and ready. On success *out owns the lane until
- * vr_client_close(). Errors: VR_ERR_NOT_FOUND (no segment), VR_ERR_PERM,
+/* Attaches to the server named `shm_name` (without a leading '/';
+ * "verl_reward_shm" by default when NULL) and leases a lane. Connects to the
+ * server's socket, refuses a server that does not run as
+ * opt.expected_server_uid (default: our own euid), receives its sealed
+ * segment and checks magic, version, layout and that the server is alive and
+ * ready. On success *out owns the lane until vr_client_close(). Errors:
+ * VR_ERR_NOT_FOUND (no server on the name), VR_ERR_PERM (a server of another
+ * uid, or one that does not let this uid in),
  * VR_ERR_BAD_SEGMENT, VR_ERR_SERVER_GONE, VR_ERR_NO_LANE, VR_ERR_TIMEOUT. */
 int vr_client_connect(const char *shm_name, const vr_client_options_t *opt, vr_client_t **out);
 

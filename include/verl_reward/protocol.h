@@ -1,4 +1,4 @@
-/* verl_reward/protocol.h: the shared-memory protocol (v1), the one header both
+/* verl_reward/protocol.h: the shared-memory protocol (v2), the one header both
  * halves of the channel build on: the server (shm/) and the client library
  * (client/), plus tests and tools that look at a segment directly.
  *
@@ -50,7 +50,7 @@
 /* ================================================= 1. byte layout */
 
 #define VR_SHM_MAGIC 0x31564d4853525256ull /* "VRRSHMV1" read as little-endian bytes */
-#define VR_SHM_VERSION 1u
+#define VR_SHM_VERSION 2u /* 2: attach through a socket and a sealed memfd (section 3) */
 #define VR_SHM_LANES_OFFSET 4096u
 #define VR_SHM_LANE_ALIGN 4096u
 #define VR_SHM_ARENA_ALIGN 64u      /* client allocations in the arena are 64-byte aligned */
@@ -64,12 +64,13 @@
 #define VR_SHM_ST_STOPPED 3u
 
 /* Lease word: (generation << 32) | closing << 31 | quarantined << 30 | pid;
- * pid 0 = free (pids are < 2^22 on Linux). A client claims a free lane with
- * CAS (gen, 0) -> (gen, pid) and releases it with CAS w -> w | CLOSING, where
- * w is its own lease or the quarantined lease the server left it, so it can
- * only ever mark its own lane. The server bumps the generation every time it
- * resets the lane; a quarantined lane keeps the client's pid with the
- * QUARANTINED bit until that client closes or dies. */
+ * pid 0 = free (pids are < 2^22 on Linux). The server writes (gen, pid) when
+ * it gives the lane to a client at connect (v1 clients claimed free lanes
+ * with CAS; v2 lanes are only given out); the client releases it with CAS
+ * w -> w | CLOSING, where w is its own lease or the quarantined lease the
+ * server left it. The server bumps the generation every time it resets the
+ * lane; a quarantined lane keeps the client's pid with the QUARANTINED bit
+ * until that client closes or dies. */
 #define VR_SHM_LEASE_CLOSING_BIT 0x80000000u
 #define VR_SHM_LEASE_QUARANTINED_BIT 0x40000000u
 #define VR_SHM_LEASE(gen, pid) (((uint64_t)(uint32_t)(gen) << 32) | (uint32_t)(pid))
@@ -109,8 +110,8 @@ typedef struct vr_shm_header {
   uint32_t reserved1;             /* 132 */
   _Atomic uint64_t heartbeat_ns;  /* 136 CLOCK_MONOTONIC of the server's last beat (every 100 ms) */
   uint8_t reserved2[48];          /* 144 */
-  _Atomic uint32_t srv_seq;       /* 192 server doorbell: futex word, bumped by clients */
-  _Atomic uint32_t srv_waiters;   /* 196 > 0 while the server sleeps on srv_seq */
+  _Atomic uint32_t srv_seq;       /* 192 unused in v2 (0): the doorbell is word 0 of the doorbell page */
+  _Atomic uint32_t srv_waiters;   /* 196 1 while the server sleeps on the doorbell, else 0 */
   uint8_t reserved3[56];          /* 200 */
 } vr_shm_header_t;
 
@@ -268,7 +269,7 @@ static inline void vr_futex_wake(_Atomic uint32_t *w, int n) {
  * waiters count says somebody sleeps (the caller published its data before;
  * the seq_cst fence orders that store before the waiters load, pairing with
  * the waiter's increment-then-recheck). */
-static inline void vr_doorbell_ring(_Atomic uint32_t *seq, _Atomic uint32_t *waiters) {
+static inline void vr_doorbell_ring(_Atomic uint32_t *seq, const _Atomic uint32_t *waiters) {
   atomic_thread_fence(memory_order_seq_cst);
   if (atomic_load_explicit(waiters, memory_order_relaxed) != 0) {
     atomic_fetch_add_explicit(seq, 1, memory_order_seq_cst);
@@ -278,27 +279,83 @@ static inline void vr_doorbell_ring(_Atomic uint32_t *seq, _Atomic uint32_t *wai
 
 /* ============================ 3. the segment (vr_proto: proto/vr_protocol.c) */
 
-/* "/name" into buf; VR_ERR_INVAL (with why) for an empty name, one with '/',
- * or one longer than NAME_MAX. */
+/* Rendezvous (v2). Nothing has a name in /dev/shm. The server's view of the
+ * segment is the layout above, but each piece is its own sealed memfd:
+ *   - the header page (lanes_offset bytes): sealed VR_SHM_SEALS_HEADER, so a
+ *     client can map it read-only only (F_SEAL_FUTURE_WRITE);
+ *   - the doorbell page (4096 bytes): word 0 is the server doorbell (the
+ *     header's srv_seq is unused in v2); clients map it read-write;
+ *   - one memfd per lane (lane_bytes), made fresh for each client that is
+ *     given the lane: a client maps its own lane and nothing else.
+ * Each can neither shrink nor grow, and no seal can be added or removed
+ * (VR_SHM_SEALS_LANE). The name is a Unix-domain stream socket in the
+ * abstract namespace, "\0verl-reward/<name>" (no file: nothing to plant,
+ * nothing left behind by a dead server), plus "\0verl-reward/<name>/info".
+ * A client connects, checks the peer's uid (SO_PEERCRED) against its own or
+ * an expected uid, and reads one vr_shm_hello_t. The server checks the
+ * client's uid/gid (SO_PEERCRED, SO_PEERGROUPS) against its policy and, when
+ * it admits the client and is READY, gives it a free lane: the hello then
+ * carries [header, doorbell, lane] as SCM_RIGHTS, with the lane's lease word
+ * already written by the server. The info socket answers everyone with the
+ * hello alone (epoch, state). The server closes each connection after the
+ * hello. */
+#define VR_SHM_HELLO_MAGIC 0x32485256u /* "VRH2" read as little-endian bytes */
+#define VR_SHM_SOCK_PREFIX "verl-reward/"
+#define VR_SHM_SOCK_INFO_SUFFIX "/info"
+#define VR_SHM_HELLO_NO_LANE 0xffffffffu
+#define VR_SHM_BELL_BYTES 4096u
+/* linux/fcntl.h values: F_SEAL_SEAL 1, F_SEAL_SHRINK 2, F_SEAL_GROW 4, F_SEAL_FUTURE_WRITE 16 */
+#define VR_SHM_SEALS_LANE 0x0007u
+#define VR_SHM_SEALS_HEADER 0x0017u
+
+typedef struct vr_shm_hello {
+  uint32_t magic;     /*  0 VR_SHM_HELLO_MAGIC */
+  uint32_t version;   /*  4 VR_SHM_VERSION */
+  int32_t status;     /*  8 0: fds attached; else why not (VR_ERR_PERM, VR_ERR_AGAIN: starting,
+                             VR_ERR_SHUTTING_DOWN, VR_ERR_NO_LANE, VR_ERR_NOSPACE); 0 on the info socket */
+  uint32_t lane;      /* 12 the lane given, VR_SHM_HELLO_NO_LANE if none */
+  uint64_t epoch;     /* 16 the segment's epoch */
+  uint32_t state;     /* 24 VR_SHM_ST_* when sent */
+  uint32_t reserved;  /* 28 zero */
+} vr_shm_hello_t;
+_Static_assert(sizeof(vr_shm_hello_t) == 32, "hello is 32 bytes");
+
+/* "/name" into buf (the form used in messages); VR_ERR_INVAL (with why) for an
+ * empty name, one with '/', or one longer than NAME_MAX. */
 int vr_shm_path(const char *name, char *buf, size_t n, char *why, size_t whyn);
 
-/* Checks a header copy against the file size: magic, version, fixed sizes,
- * geometry (lane_bytes recomputed, total within the file, no overflow),
- * limits. Returns 0 or VR_ERR_BAD_SEGMENT with why. */
+/* The socket address of name: abstract "\0verl-reward/<name>" (info: with
+ * "/info" appended); *len is the address length to pass to bind/connect. Same
+ * errors as vr_shm_path. */
+struct sockaddr_un;
+int vr_shm_sockaddr(const char *name, int info, struct sockaddr_un *sa, unsigned *len, char *why, size_t whyn);
+
+/* Checks a header copy against the size of the header memfd: magic, version,
+ * fixed sizes, geometry (lane_bytes and total recomputed, the header page
+ * within the file, no overflow), limits. Returns 0 or VR_ERR_BAD_SEGMENT. */
 int vr_shm_header_check(const vr_shm_header_t *h, uint64_t file_bytes, char *why, size_t whyn);
 
-/* A client's view of an attached segment. */
+/* A client's view of an attached segment: the header (read-only), the
+ * doorbell and its own lane. */
 typedef struct vr_shm_map {
-  void *base;
+  void *base;                /* the header page, mapped read-only */
   size_t bytes;
   vr_shm_header_t hdr;       /* copy taken and checked at attach (trusted after the check) */
-  vr_shm_header_t *live;     /* the shared header (state, heartbeat, doorbell) */
+  const vr_shm_header_t *live; /* the shared header (state, heartbeat, srv_waiters) */
+  _Atomic uint32_t *bell;    /* the server doorbell (word 0 of the doorbell page) */
+  vr_shm_lane_t *lane;       /* this client's lane (lane_bytes, read-write) */
+  uint32_t lane_idx;
 } vr_shm_map_t;
 
-/* Opens and maps /name read-write, checks owner (file uid = server uid in the
- * header; the server process, when visible, runs as that uid) and the header.
- * Errors: VR_ERR_NOT_FOUND, VR_ERR_PERM, VR_ERR_BAD_SEGMENT, VR_ERR_IO. */
-int vr_shm_attach(const char *name, vr_shm_map_t *out, char *why, size_t whyn);
+/* Connects to name's socket, checks that the server runs as expected_uid
+ * (< 0: this process's euid), receives header, doorbell and a lane, checks
+ * their seals, owner, sizes and the header, and maps them. The lane is this
+ * caller's until it sets the CLOSING bit of its lease word (or dies).
+ * Errors: VR_ERR_NOT_FOUND (nobody listens on the name), VR_ERR_PERM (the
+ * server runs as another uid, or refused this client), VR_ERR_AGAIN (server
+ * still starting), VR_ERR_SHUTTING_DOWN, VR_ERR_NO_LANE, VR_ERR_NOSPACE,
+ * VR_ERR_BAD_SEGMENT, VR_ERR_IO, VR_ERR_NOMEM. */
+int vr_shm_attach(const char *name, int64_t expected_uid, vr_shm_map_t *out, char *why, size_t whyn);
 void vr_shm_detach(vr_shm_map_t *m);
 
 /* Inode of this process's pid namespace (/proc/self/ns/pid), 0 if unknown. */
@@ -309,8 +366,9 @@ uint64_t vr_shm_pidns(void);
  * pid namespace (pids not comparable): its heartbeat is younger than stale_ns. */
 int vr_shm_server_alive(const vr_shm_header_t *live, int64_t stale_ns);
 
-/* Reads the epoch of the segment now registered under name: 0 and *epoch when
- * a valid segment of a live, non-stopped server is there; otherwise an error. */
-int vr_shm_peek_epoch(const char *name, uint64_t *epoch);
+/* Asks name's info socket for the epoch of the segment served there now (by a
+ * server of expected_uid, as vr_shm_attach; no lane is taken): 0 and *epoch
+ * when a non-stopped server answers; otherwise an error. */
+int vr_shm_peek_epoch(const char *name, int64_t expected_uid, uint64_t *epoch);
 
 #endif /* VERL_REWARD_PROTOCOL_H */

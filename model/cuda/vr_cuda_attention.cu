@@ -189,3 +189,22 @@ extern "C" void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_
   vr_cuda_attention_run(vr_cuda_attention_kernel(D, rows_hint), qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles,
                         meta, grid_tiles, H, Hkv, D, causal, window, scale, s);
 }
+
+extern "C" void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
+                                      int ld_out, float *lse, const int32_t *cu, const int32_t *tiles,
+                                      const int32_t *meta, int grid_tiles, int H, int Hkv, int D, int causal,
+                                      int window, float scale, int rows_hint, cudaStream_t s) {
+  if (grid_tiles <= 0) return;
+  const vr_cuda_attn_kernel_t k = vr_cuda_attention_kernel(D, rows_hint);
+  VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && k != VR_CUDA_ATTN_KERNEL_GENERIC && lse);
+  attn_params p = attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);
+  p.lse = lse;
+  const dim3 grid((unsigned)grid_tiles, (unsigned)H);
+  switch (D) {
+    case 16: launch_fa<16>(k, p, grid, s); return;
+    case 32: launch_fa<32>(k, p, grid, s); return;
+    case 64: launch_fa<64>(k, p, grid, s); return;
+    case 128: launch_fa<128>(k, p, grid, s); return;
+    default: VR_ASSERT(0 && "no tensor-core kernel for this head_dim");
+  }
+}

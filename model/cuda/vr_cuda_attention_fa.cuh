@@ -40,6 +40,7 @@ struct attn_params {
   int ld, q_off, k_off, v_off, ld_out;
   int H, Hkv, causal, window;
   float scale_log2; /* scale * log2(e) */
+  float *lse;       /* (T, H) log2-domain logsumexp of the scaled scores, or NULL (k_attn_fa only) */
 };
 
 /* One work item of the tile list: query rows [q0, q0 + rows) of sequence seq (rows at
@@ -356,6 +357,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) k_attn_fa(attn_params p) {
           *reinterpret_cast<uint32_t *>(p.out + (s0 + qr1) * (size_t)p.ld_out + c) =
               pack_bf16(o[mt][nn][2] * inv1, o[mt][nn][3] * inv1);
       }
+      if (p.lse && t == 0) { /* m, l are the quad's row values: one lane writes (training's backward) */
+        if (qr0 < len) p.lse[(s0 + qr0) * (size_t)p.H + h] = m[mt][0] + log2f(l[mt][0]);
+        if (qr1 < len) p.lse[(s0 + qr1) * (size_t)p.H + h] = m[mt][1] + log2f(l[mt][1]);
+      }
     }
   }
   cp_async_wait<0>();
@@ -410,7 +415,7 @@ static attn_params attn_params_make(const uint16_t *qkv, int ld, int q_off, int 
                                     int Hkv, int causal, int window, float scale) {
   const attn_params p = {reinterpret_cast<const bf16 *>(qkv), reinterpret_cast<bf16 *>(out), cu, tiles, meta, ld,
                          q_off, k_off, v_off, ld_out, H, Hkv, causal, window,
-                         scale * 1.4426950408889634f /* scale * log2(e) */};
+                         scale * 1.4426950408889634f /* scale * log2(e) */, NULL};
   return p;
 }
 

@@ -111,6 +111,12 @@ void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_
 void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                            uint16_t *out, int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
                            int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale, cudaStream_t s);
+/* As vr_cuda_attention, also writing lse (T, H) fp32: per query row and head the
+ * log2-domain logsumexp of the scaled scores, log2(sum_j 2^(scale * log2(e) * q.k_j)), which a
+ * training backward recomputes P from. Tensor-core kernels only: D in 16/32/64/128. */
+void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out, int ld_out,
+                           float *lse, const int32_t *cu, const int32_t *tiles, const int32_t *meta, int grid_tiles,
+                           int H, int Hkv, int D, int causal, int window, float scale, int rows_hint, cudaStream_t s);
 /* The automatic choice: FA128 for D <= 64 in batches of 4096+ rows (or rows_hint 0), FA64 for
  * smaller batches and D = 128, GENERIC for head dims without a tensor-core kernel. */
 vr_cuda_attn_kernel_t vr_cuda_attention_kernel(int D, int rows_hint);

@@ -9,7 +9,17 @@
 
 RewardClient wraps libverl_reward_client.so through ctypes (found via
 $VERL_REWARD_LIB, next to this package, or the system path); HttpRewardClient
-needs no library. verl integration: verl_reward.verl_adapter.
+needs no library. Both have score_async() for coroutines.
+
+Framework drop-ins (docs/operations.md has the configuration of each):
+  verl_reward.verl_reward_loop     verl >= 0.7 reward loop (VerlRewardLoopManager), per-sample
+                                   compute_score / compute_score_async, register_with_verl
+  verl_reward.verl_adapter         verl 0.4-0.6 (batch compute_score, VerlRewardManager)
+  verl_reward.verl_custom_reward   the file for verl's custom_reward_function.path
+  verl_reward.openrlhf_bridge      tokenizing HTTP front for the server's own framework routes
+  verl_reward.openrlhf_reward_func the file for OpenRLHF's --reward.remote_url
+  verl_reward.trl                  VerlRewardFunction for TRL's GRPOTrainer
+  verl_reward.batcher, .service    the micro-batcher they share
 """
 
 from .client import PendingScore, RewardClient, ScoreResult
@@ -32,6 +42,7 @@ from .errors import (
 )
 from .http import HttpPendingScore, HttpRewardClient
 from ._lib import LibraryNotFound, load_library
+from ._batch import PackedSequences, pack_padded
 
 __version__ = "0.1.0"
 
@@ -40,4 +51,5 @@ __all__ = [
     "VerlRewardError", "InvalidRequest", "SequenceFormError", "RequestTooLarge", "SequenceTooLong", "Timeout",
     "ServerGone", "ServerRestarted", "ShuttingDown", "Overloaded", "Busy", "NoLane",
     "ConnectFailed", "ServerError", "LibraryNotFound", "error_for", "load_library",
+    "PackedSequences", "pack_padded",
 ]

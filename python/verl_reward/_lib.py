@@ -30,6 +30,7 @@ class ClientOptions(ctypes.Structure):
         ("timeout_us", ctypes.c_int64),
         ("connect_timeout_us", ctypes.c_int64),
         ("spin_us", ctypes.c_uint32),
+        ("expected_server_uid", ctypes.c_int64),
     ]
 
 

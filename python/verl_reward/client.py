@@ -15,7 +15,7 @@ import threading
 
 from . import _lib
 from ._batch import pack_extras, pack_sequences
-from .errors import STATUS_VALUES, Timeout, VerlRewardError, error_for
+from .errors import STATUS_VALUES, Busy, Timeout, VerlRewardError, error_for
 
 _OK = 0
 _TIMEOUT = STATUS_VALUES["VR_ERR_TIMEOUT"]
@@ -143,11 +143,13 @@ class RewardClient:
     score() and PendingScore.result(). connect_timeout_s: how long the
     constructor waits for the segment to appear / a lane to free up (0: fail at
     once). spin_us: busy-poll budget before sleeping (None: library default).
+    expected_server_uid: the uid the server must run as (None: this process's
+    euid); a server of another uid is refused (ConnectFailed).
     Raises ConnectFailed (no such segment, permission, other version),
     ServerGone, NoLane or Timeout; LibraryNotFound when the .so is missing."""
 
     def __init__(self, shm_name="verl_reward_shm", timeout_s=30.0, connect_timeout_s=0.0,
-                 spin_us=None):
+                 spin_us=None, expected_server_uid=None):
         self._lib = _lib.load_library()
         self.shm_name = shm_name
         self.timeout_s = float(timeout_s)
@@ -157,6 +159,8 @@ class RewardClient:
         opts.connect_timeout_us = max(0, int(connect_timeout_s * 1e6))
         if spin_us is not None:
             opts.spin_us = int(spin_us)
+        if expected_server_uid is not None:
+            opts.expected_server_uid = int(expected_server_uid)
         self._opts = opts
         self._cond = threading.Condition()
         self._active = 0
@@ -234,6 +238,35 @@ class RewardClient:
         if rc != _OK:
             raise self._error(rc)
         return PendingScore(self, req.value, cb.n)
+
+    async def score_async(self, sequences, extras=None, timeout=None):
+        """await -> ScoreResult, with no thread per call: the request goes into the lane at
+        once (retried while the lane is Busy), then the coroutine polls for it, sleeping
+        20 us doubling to 1 ms between polls (other coroutines run meanwhile). timeout in
+        seconds (None: timeout_s). A Timeout leaves the request pending: the exception's
+        `pending` attribute is its PendingScore (wait on it again, or drop it)."""
+        import asyncio
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.timeout_s if timeout is None else float(timeout))
+        delay = 2e-5
+        while True:
+            try:
+                pending = self.submit(sequences, extras)
+                break
+            except Busy:
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1e-3)
+        delay = 2e-5
+        while not pending.done():
+            if loop.time() >= deadline:
+                err = error_for(_TIMEOUT, "no answer within the timeout (still pending)")
+                err.pending = pending
+                raise err
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1e-3)
+        return pending.result(0)
 
     def close(self):
         """Releases the lane (idempotent). Waits for calls in progress on other threads."""

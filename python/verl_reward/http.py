@@ -1,11 +1,17 @@
 """HttpRewardClient: the RewardClient API over the server's HTTP front.
 
     POST {url}/v1/score  {"input_ids": [[...], ...], "extras": [{...}|null, ...]}
-      (the server also takes {"input_ids": [...]}, one sequence; this client sends lists)
+      (the server also takes {"input_ids": [...]}, one sequence; this client sends lists;
+      score_text_with_info sends {"text": [...]}, score_messages_with_info
+      {"messages": [[{role, content}, ...], ...], "add_generation_prompt": bool}:
+      the server tokenises those with the served model directory's tokenizer)
       -> {"scores": [...], "queue_us": n, "compute_us": n, "components": {name: [...]}}
 
-For trainers on another host. Standard library only (urllib); one connection
-per request. Errors: the server's JSON error body carries a vr_status_t code,
+Bodies are msgpack (application/msgpack both ways) when the msgpack package is importable
+(verl_reward.msgpack.BACKEND == "msgpack"), else JSON. For trainers on another host.
+Standard library only besides that (http.client): each thread
+keeps one persistent (keep-alive) connection to the server and reuses it; a reused
+connection that turns out closed is replaced once before the error counts. Errors: the server's JSON error body carries a vr_status_t code,
 mapped to the same exceptions as the shm client; connection refused / reset
 raise ServerGone, a socket timeout raises Timeout.
 """
@@ -15,9 +21,12 @@ import json
 import socket
 import struct
 import threading
+import http.client
 import urllib.error
+import urllib.parse
 import urllib.request
 
+from . import msgpack
 from ._batch import extras_list, pack_sequences
 from .client import ScoreResult
 from .errors import STATUS_VALUES, VerlRewardError, error_for
@@ -111,6 +120,21 @@ class HttpPendingScore:
         return self.result(timeout).scores
 
 
+def check_conversation(conv, i):
+    """One chat conversation -> a list of {"role": str, "content": str} dicts (copied), or
+    InvalidRequest naming conversation i and the bad message."""
+    if isinstance(conv, (str, bytes, dict)) or not hasattr(conv, "__iter__"):
+        raise error_for(_INVAL, "conversation %d must be a list of {role, content} messages, not %s"
+                        % (i, type(conv).__name__), i)
+    out = []
+    for j, m in enumerate(conv):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise error_for(_INVAL, "conversation %d, message %d: expected {\"role\": str, \"content\": str}, got %r"
+                            % (i, j, m if not isinstance(m, dict) else {k: type(v).__name__ for k, v in m.items()}), i)
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
 def normalize_url(url):
     """The server's base URL: "http://host:port", "host:port", "localhost:8080/" (http://
     assumed, trailing slashes dropped). https is refused: the server speaks plain HTTP
@@ -144,6 +168,52 @@ class HttpRewardClient:
         self._pool = None
         self._pool_lock = threading.Lock()
         self._closed = False
+        parts = urllib.parse.urlsplit(self.url)
+        self._host, self._port = parts.hostname, parts.port or 80
+        self._prefix = parts.path.rstrip("/")
+        self._local = threading.local()
+        self._conns = set()          # every thread's connection, closed by close()
+
+    def _connection(self):
+        """This thread's connection -> (conn, reused)."""
+        c = getattr(self._local, "conn", None)
+        if c is not None:
+            return c, True
+        c = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
+        self._local.conn = c
+        with self._pool_lock:
+            self._conns.add(c)
+        return c, False
+
+    def _drop_connection(self, c):
+        self._local.conn = None
+        with self._pool_lock:
+            self._conns.discard(c)
+        c.close()
+
+    def _request(self, path, body, ctype="application/json", method="POST"):
+        """POST body to path on this thread's connection -> (http status, raw body, content type)."""
+        for attempt in (0, 1):
+            c, reused = self._connection()
+            try:
+                c.request(method, self._prefix + path, body=body,
+                          headers={"Content-Type": ctype, "Accept": ctype} if body is not None else {})
+                r = c.getresponse()
+                raw = r.read()
+                if r.will_close:
+                    self._drop_connection(c)
+                return r.status, raw, r.getheader("Content-Type") or ""
+            except (socket.timeout, TimeoutError):
+                self._drop_connection(c)
+                raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
+                                "no HTTP answer from %s within %.3f s" % (self.url, self.timeout_s)) from None
+            except (http.client.HTTPException, ConnectionError, OSError) as e:
+                self._drop_connection(c)
+                if reused and attempt == 0:
+                    continue             # the server closed an idle keep-alive connection
+                raise error_for(STATUS_VALUES["VR_ERR_SERVER_GONE"],
+                                "cannot reach %s: %s" % (self.url, e)) from None
+        raise AssertionError("unreachable")
 
     def ready(self):
         """True when GET /ready answers 200."""
@@ -164,39 +234,74 @@ class HttpRewardClient:
         n = len(cu) - 1
         if n == 0:
             return ScoreResult([], {}, 0, 0)
-        doc = {"input_ids": [ids[cu[i]:cu[i + 1]].tolist() for i in range(n)]}
+        return self._post({"input_ids": [ids[cu[i]:cu[i + 1]].tolist() for i in range(n)]}, n, extras)
+
+    def score_text_with_info(self, texts, extras=None):
+        """Scores raw texts that the server tokenises with the served model's own tokenizer:
+        POST /v1/score {"text": [...]} (needs a model directory with a tokenizer on the
+        server side). texts: a list of str -> ScoreResult."""
+        if self._closed:
+            raise VerlRewardError(STATUS_VALUES["VR_ERR_CANCELLED"], "HttpRewardClient is closed")
+        texts = list(texts)
+        for i, t in enumerate(texts):
+            if not isinstance(t, str):
+                raise error_for(_INVAL, "texts[%d] must be a str, not %s" % (i, type(t).__name__), i)
+        if not texts:
+            return ScoreResult([], {}, 0, 0)
+        return self._post({"text": texts}, len(texts), extras)
+
+    def score_messages_with_info(self, conversations, extras=None, add_generation_prompt=False):
+        """Scores chat conversations that the server renders with the served model's chat
+        template: POST /v1/score {"messages": [[{"role", "content"}, ...], ...],
+        "add_generation_prompt": bool} -> ScoreResult."""
+        if self._closed:
+            raise VerlRewardError(STATUS_VALUES["VR_ERR_CANCELLED"], "HttpRewardClient is closed")
+        convs = [check_conversation(c, i) for i, c in enumerate(conversations)]
+        if not convs:
+            return ScoreResult([], {}, 0, 0)
+        return self._post({"messages": convs, "add_generation_prompt": bool(add_generation_prompt)},
+                          len(convs), extras)
+
+    def _post(self, doc, n, extras):
         ex = extras_list(extras, n, dict, "a dict (HTTP sends JSON)")
         if ex is not None:
             doc["extras"] = ex
         try:
-            body = json.dumps(doc, default=_jsonable).encode("utf-8")
-        except (TypeError, ValueError) as e:
-            raise error_for(_INVAL, "extras not JSON-serialisable: %s" % e) from None
-        req = urllib.request.Request(self.url + "/v1/score", data=body, method="POST",
-                                     headers={"Content-Type": "application/json",
-                                              "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
-                raw = r.read()
-        except urllib.error.HTTPError as e:
-            raise _error_from_body(e.code, e.read() or b"") from None
-        except (socket.timeout, TimeoutError):
-            raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
-                            "no HTTP answer from %s within %.3f s" % (self.url, self.timeout_s)) from None
-        except (urllib.error.URLError, ConnectionError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            if isinstance(reason, (socket.timeout, TimeoutError)):
-                raise error_for(STATUS_VALUES["VR_ERR_TIMEOUT"],
-                                "no HTTP answer from %s within %.3f s" % (self.url, self.timeout_s)) from None
-            raise error_for(STATUS_VALUES["VR_ERR_SERVER_GONE"],
-                            "cannot reach %s: %s" % (self.url, reason)) from None
-        return self._parse(raw, n)
+            if msgpack.BACKEND == "msgpack":
+                body, ctype = msgpack.packb(doc), "application/msgpack"
+            else:
+                body, ctype = json.dumps(doc, default=_jsonable).encode("utf-8"), "application/json"
+        except (TypeError, ValueError, OverflowError) as e:
+            raise error_for(_INVAL, "extras not serialisable: %s" % e) from None
+        status, raw, rtype = self._request("/v1/score", body, ctype)
+        if not 200 <= status < 300:
+            raise _error_from_body(status, raw or b"")
+        return self._parse(raw, n, rtype)
 
-    def _parse(self, raw, n):
+    def request_raw(self, method, path, body=None, ctype="application/json"):
+        """`method` (GET / POST) any path of the server on this thread's keep-alive connection
+        -> (http status, raw body, content type); no error mapping (the bridge forwards)."""
+        if self._closed:
+            raise VerlRewardError(STATUS_VALUES["VR_ERR_CANCELLED"], "HttpRewardClient is closed")
+        return self._request(path, body, ctype, method)
+
+    def _parse(self, raw, n, rtype="application/json"):
         try:
-            doc = json.loads(raw.decode("utf-8"))
+            if "msgpack" in rtype:
+                doc = msgpack.unpackb(raw)
+            else:
+                doc = json.loads(raw.decode("utf-8"))
+            errors = doc.get("errors") or []
+        except (ValueError, UnicodeDecodeError, KeyError, TypeError, OverflowError, AttributeError) as e:
+            raise error_for(_MALFORMED, "bad answer from %s: %s" % (self.url, e)) from None
+        # per-sequence errors (a score the model could not give): raised as over shm, for the
+        # first sequence at fault
+        for i, e in enumerate(errors if isinstance(errors, list) else []):
+            if isinstance(e, dict) and isinstance(e.get("status"), int) and e["status"] < 0:
+                raise error_for(e["status"], "sequence %d: %s" % (i, e.get("message", "")), bad_seq=i)
+        try:
             scores = [_f32(x) for x in doc["scores"]]
-        except (ValueError, UnicodeDecodeError, KeyError, TypeError, OverflowError) as e:
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise error_for(_MALFORMED, "bad answer from %s: %s" % (self.url, e)) from None
         if len(scores) != n:
             raise error_for(_MALFORMED, "server sent %d scores for %d sequences" % (len(scores), n))
@@ -227,12 +332,22 @@ class HttpRewardClient:
             fut = self._pool.submit(self._score, sequences, extras)
         return HttpPendingScore(fut, self.timeout_s)
 
+    async def score_async(self, sequences, extras=None):
+        """await -> ScoreResult: the request runs on the client's worker pool (max_workers
+        threads in all, not one per call; each keeps its connection)."""
+        import asyncio
+        return await asyncio.wrap_future(self.submit(sequences, extras)._future)
+
     def close(self):
         with self._pool_lock:
             self._closed = True
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        with self._pool_lock:
+            conns, self._conns = self._conns, set()
+        for c in conns:
+            c.close()
 
     def __enter__(self):
         return self

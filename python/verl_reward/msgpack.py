@@ -1,16 +1,32 @@
-"""A small pure-Python msgpack encoder (and decoder, for tests and tools).
+"""msgpack for the client: the `msgpack` package when it is installed (Debian python3-msgpack;
+ray and verl depend on it), else a small pure-Python codec with the same output.
 
-Used to pack per-sequence extras (data_source, solution_str, ground_truth,
-extra_info) for the server's rule rewards. Supported types: dict (map), str,
-int (-2**63 .. 2**64-1), float (always float64), bool, None, list/tuple (array),
-bytes/bytearray/memoryview (bin). numpy / torch scalars and arrays are accepted
-through their .item() / .tolist(). Anything else raises TypeError naming the
-path of the offending value.
+Used to pack per-sequence extras (data_source, solution_str, ground_truth, extra_info) for the
+server's rule rewards, and HTTP bodies when the package is there. Supported types: dict (map),
+str, int (-2**63 .. 2**64-1), float (always float64), bool, None, list/tuple (array),
+bytes/bytearray/memoryview (bin). numpy / torch scalars and arrays are accepted through their
+.item() / .tolist(). Anything else raises TypeError naming the path of the offending value.
+Both codecs write the same bytes for these types (smallest integer / length forms, str8 for
+32..255-byte strings, float64). Differences: nesting deeper than 64 is refused by the pure
+codec only (the package allows about 500; the server applies its own limit); errors of the
+package are re-raised by running the pure encoder for the path-naming message.
+
+BACKEND is "msgpack" (the package) or "pure"; pure_packb / pure_unpackb are always the
+fallback codec.
 """
 
 import struct
 
-__all__ = ["packb", "unpackb"]
+try:
+    import msgpack as _pkg   # absolute import: the PyPI / Debian package, not this module
+    if not hasattr(_pkg, "packb") or not hasattr(_pkg, "ExtType"):
+        _pkg = None
+except ImportError:
+    _pkg = None
+
+__all__ = ["packb", "unpackb", "pure_packb", "pure_unpackb", "BACKEND"]
+
+BACKEND = "msgpack" if _pkg is not None else "pure"
 
 
 def _pack_len(out, n, fix_base, fix_max, code16, code32, code8=None, what="value"):
@@ -97,8 +113,8 @@ def _pack(out, v, path, depth):
         raise TypeError("msgpack: cannot encode %s at %s" % (type(v).__name__, path))
 
 
-def packb(obj):
-    """obj -> msgpack bytes."""
+def pure_packb(obj):
+    """obj -> msgpack bytes (the pure-Python codec)."""
     out = bytearray()
     _pack(out, obj, "$", 0)
     return bytes(out)
@@ -168,10 +184,45 @@ def _unpack_map(r, n, depth):
     return out
 
 
-def unpackb(data):
+def pure_unpackb(data):
     """msgpack bytes -> Python object (ext types unsupported); trailing bytes are an error."""
     r = _Reader(data)
     v = _unpack(r, 0)
     if r.pos != len(r.data):
         raise ValueError("msgpack: %d trailing bytes" % (len(r.data) - r.pos))
     return v
+
+
+def _default(v):
+    """The package's hook for types it does not know: numpy / torch values."""
+    if hasattr(v, "tolist") and getattr(v, "ndim", 0) > 0:
+        return v.tolist()
+    if hasattr(v, "item"):
+        return v.item()
+    raise TypeError("msgpack: cannot encode %s" % type(v).__name__)
+
+
+def _no_ext(code, data):
+    raise ValueError("msgpack: ext type %d is not supported" % code)
+
+
+def packb(obj):
+    """obj -> msgpack bytes."""
+    if _pkg is None:
+        return pure_packb(obj)
+    try:
+        return _pkg.packb(obj, use_bin_type=True, default=_default)
+    except (TypeError, ValueError, OverflowError):
+        pure_packb(obj)      # raises the same kind of error, naming the path of the bad value
+        raise
+
+
+def unpackb(data):
+    """msgpack bytes -> Python object (ext types unsupported); truncated input, trailing bytes
+    and unused type bytes raise ValueError."""
+    if _pkg is None:
+        return pure_unpackb(data)
+    try:
+        return _pkg.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext)
+    except Exception as e:    # the package's FormatError / StackError / ExtraData are ValueErrors
+        raise ValueError("msgpack: %s" % (str(e) or type(e).__name__)) from None

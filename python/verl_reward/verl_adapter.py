@@ -26,6 +26,7 @@ lists (the tests use a minimal stand-in of DataProto built from lists).
 import os
 import threading
 
+from ._batch import _as_numpy, _np, pack_padded
 from .client import RewardClient
 from .errors import STATUS_VALUES, InvalidRequest, ServerGone
 from .http import HttpRewardClient
@@ -202,6 +203,17 @@ def last_token_index(attention_mask, position_ids=None):
         elif position_ids.dim() == 3:          # qwen2-vl mrope (bs, 3, seqlen)
             position_ids = position_ids[:, 0, :]
         return torch.argmax(position_ids * attention_mask, dim=-1)
+    m = _as_numpy(attention_mask) if _np is not None else None
+    if m is None and _np is not None and isinstance(attention_mask, (list, tuple)):
+        m = _np.asarray(attention_mask)
+    if m is not None and m.ndim == 2:              # numpy: vectorised, same rule
+        pos = _as_numpy(position_ids) if position_ids is not None and not isinstance(position_ids, (list, tuple)) \
+            else (None if position_ids is None else _np.asarray(position_ids))
+        if pos is None:
+            pos = _np.clip(_np.cumsum(m, axis=-1) - 1, 0, None)
+        elif pos.ndim == 3:                         # (bs, 3, seqlen)
+            pos = pos[:, 0, :]
+        return _np.argmax(pos * m, axis=-1).tolist()   # first maximum, as torch.argmax
     mask = _tolist(attention_mask)
     if position_ids is None:
         pos = []
@@ -241,6 +253,14 @@ def expand_to_token_level(scores, attention_mask, response_length, position_ids=
         s = torch.as_tensor(scores, dtype=torch.float32, device=attention_mask.device)
         full[torch.arange(attention_mask.shape[0], device=attention_mask.device), eos] = s
         return full[:, seqlen - response_length:]
+    m = _as_numpy(attention_mask) if _np is not None else None
+    if m is not None and m.ndim == 2:              # numpy: one scatter
+        eos = _np.asarray(last_token_index(m, position_ids), dtype=_np.int64)
+        j = eos - (m.shape[1] - response_length)
+        out = _np.zeros((m.shape[0], response_length), dtype=_np.float32)
+        rows = _np.nonzero((j >= 0) & (j < response_length))[0]
+        out[rows, j[rows]] = _np.asarray(scores, dtype=_np.float32)[rows]
+        return out if type(like).__module__.startswith("numpy") else out.tolist()
     mask = _tolist(attention_mask)
     eos = last_token_index(mask, position_ids)
     out = []
@@ -257,18 +277,9 @@ def expand_to_token_level(scores, attention_mask, response_length, position_ids=
 
 
 def valid_sequences(input_ids, attention_mask):
-    """Rows of input_ids restricted to attention_mask == 1 (list of lists of int)."""
-    if _is_torch(input_ids):
-        m = attention_mask.bool()
-        flat = input_ids[m].tolist()
-        lens = m.sum(dim=-1).tolist()
-        out, pos = [], 0
-        for n in lens:
-            out.append(flat[pos:pos + n])
-            pos += n
-        return out
-    ids, mask = _tolist(input_ids), _tolist(attention_mask)
-    return [[t for t, m in zip(r, mr) if m] for r, mr in zip(ids, mask)]
+    """Rows of input_ids restricted to attention_mask != 0, as PackedSequences (indexable:
+    [i] is sequence i as a list; vectorised for numpy arrays and torch tensors)."""
+    return pack_padded(input_ids, attention_mask)
 
 
 def _batch_get(batch, key):
@@ -352,11 +363,13 @@ class VerlRewardManager:
         seqs = valid_sequences(input_ids, attention_mask)
         extras = None
         if self.send_extras:
-            mask_list = _tolist(attention_mask)
-            resp_list = _tolist(responses)
-            seqs_resp = [[t for t, m in zip(r, mr[len(mr) - response_length:]) if m]
-                         for r, mr in zip(resp_list, mask_list)]
-            extras = self._extras(data, seqs_resp)
+            resp = responses
+            if _is_torch(attention_mask) or _as_numpy(attention_mask) is not None:
+                resp_mask = attention_mask[:, attention_mask.shape[-1] - response_length:]
+            else:
+                resp_mask = [mr[len(mr) - response_length:] for mr in _tolist(attention_mask)]
+                resp = _tolist(responses)
+            extras = self._extras(data, pack_padded(resp, resp_mask))
         res = self._score(seqs, extras)
         reward = expand_to_token_level(res.scores, attention_mask, response_length,
                                        _batch_get(batch, "position_ids"), like=responses)
@@ -383,12 +396,9 @@ class VerlRewardManager:
 
 
 def register_with_verl(name="verl_reward"):
-    """Registers VerlRewardManager in verl's reward-manager registry (verl >= 0.4:
-    verl.workers.reward_manager.register) so `reward_model.reward_manager: verl_reward`
-    finds it. Returns True when registered, False when verl has no registry."""
-    try:
-        from verl.workers.reward_manager import register
-    except ImportError:
-        return False
-    register(name)(VerlRewardManager)
-    return True
+    """Registers VerlRewardManager in verl's legacy reward-manager registry (verl >= 0.5:
+    verl.workers.reward_manager.register) and, from verl 0.7.0, VerlRewardLoopManager in
+    the reward loop's registry (what verl >= 0.7 actually reads by default): see
+    verl_reward.verl_reward_loop.register_with_verl. Returns True when any registry took it."""
+    from .verl_reward_loop import register_with_verl as register_all
+    return any(register_all(name).values())

@@ -63,8 +63,12 @@ static void check_run(const cJSON *r, const char *transport, double duration, ui
                  bt_num(r, "latency_us.p999"), bt_num(r, "latency_us.max")};
   assert_true(p[0] > 0);
   for (int i = 1; i < 5; i++) assert_true(p[i] >= p[i - 1]);
-  /* latency of one request bounds throughput per client from below */
-  assert_true(req_s <= bt_num(r, "concurrency") * 1e6 / p[0] * 1.5 + 1);
+  /* closed loop: latency of one request bounds throughput per client from below (Little's law).
+   * Open loop measures latency from the intended send time, so a request that waited for a free
+   * client counts time no client held it: there the bound does not hold (a loaded machine broke it) */
+  const cJSON *mode = cJSON_GetObjectItemCaseSensitive(r, "mode");
+  const int open_loop = cJSON_IsString(mode) && strcmp(mode->valuestring, "open") == 0;
+  if (!open_loop) assert_true(req_s <= bt_num(r, "concurrency") * 1e6 / p[0] * 1.5 + 1);
   assert_true(bt_num(r, "verify_failures") == 0);
 }
 

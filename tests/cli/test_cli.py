@@ -90,6 +90,12 @@ BAD_VALUES = {
         (["--device-map", "x.yaml", "--check", "--gpus", "lots"], ["--gpus", "lots"]),
         (["--config", "x.yaml", "--steps", "0"], ["--steps", "0"]),
     ]),
+    "verl-tokenize": ("--tokenizer", [
+        (["--tokenizer", "x", "--threads", "many"], ["--threads 'many'"]),
+        (["--tokenizer", "x", "--repeat", "0"], ["--repeat '0'"]),
+        (["--decode"], ["--tokenizer DIR is required"]),
+        (["--tokenizer", "x", "positional"], ["unexpected argument 'positional'"]),
+    ]),
 }
 
 

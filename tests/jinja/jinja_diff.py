@@ -8,7 +8,10 @@ jinja2 fails. Where the engine refuses a construct on purpose (VR_ERR_UNSUPPORTE
 generator, which jinja2 prints as a memory address; case mapping of non-ASCII letters) the
 case counts as refused; refusals may be at most 2% of the cases.
 
-    python3 tests/jinja/jinja_diff.py CHECKER [SEED] [N]
+    python3 tests/jinja/jinja_diff.py CHECKER [SEED] [N] [CHAT_FIXTURE_DIR]
+
+With CHAT_FIXTURE_DIR (tests/fixtures/chat), also 60 random conversations per real chat
+template, rendered by jinja2 with the variables transformers passes, checked the same way.
 """
 import json
 import os
@@ -92,16 +95,71 @@ def gen(rnd, n):
     return rows
 
 
+WORDS = ["Hello", "the", "answer", "is", "42", "ü", "中文", "🙂", "{{ x }}", "{% if %}", "'q'", '"dq"', "\\n",
+         "<think>", "</think>", "\n", "  ", "\t", "tool", "<tool_call>", "#", "</s>", "<|im_end|>"]
+
+
+def gen_chats(rnd, tdir, per_template):
+    """Random conversations over the real templates of tests/fixtures/chat, rendered by jinja2
+    with the variables transformers passes (special tokens, messages, tools, documents,
+    add_generation_prompt, kwargs): the golden files' format, for test_jinja_golden DIR."""
+    env = M.transformers_env()
+    docs = {}
+    for fn in sorted(os.listdir(tdir)):
+        if not fn.endswith(".json"):
+            continue
+        with open(os.path.join(tdir, fn), encoding="utf-8") as f:
+            g = json.load(f)
+        tmpl = env.from_string(g["template"])
+        cases = []
+        for i in range(per_template):
+            roles = rnd.choice([["user"], ["system", "user"], ["user", "assistant"], ["system", "user", "assistant"],
+                                ["user", "assistant", "user"], ["user", "user"], ["assistant"], ["system", "user", "assistant", "user", "assistant"]])
+            msgs = []
+            for r in roles:
+                content = " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(0, 6)))
+                if r == "assistant" and rnd.random() < 0.3:
+                    content = "<think>\n" + content + "\n</think>\n\n" + rnd.choice(WORDS)
+                msgs.append({"role": r, "content": content})
+            if rnd.random() < 0.2 and msgs[-1]["role"] == "assistant":
+                msgs.append({"role": "tool", "content": "{\"ok\": true}"})
+            agp = rnd.random() < 0.5
+            kw = {"enable_thinking": rnd.random() < 0.5} if rnd.random() < 0.3 else {}
+            ctx = dict(g["special_tokens"])
+            ctx.update(kw)
+            row = {"id": f"rand{i}", "messages": msgs, "add_generation_prompt": agp}
+            if kw:
+                row["extra"] = kw
+            try:
+                row["expected"] = tmpl.render(messages=json.loads(json.dumps(msgs)), tools=None, documents=None,
+                                              add_generation_prompt=agp, **ctx)
+            except Exception as ex:  # noqa: BLE001
+                row["error"] = f"{type(ex).__name__}: {ex}"
+            cases.append(row)
+        g["cases"] = cases
+        docs[fn] = g
+    return docs
+
+
 def main():
     checker = sys.argv[1]
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 1500
-    rows = gen(random.Random(seed), n)
+    chat_dir = sys.argv[4] if len(sys.argv) > 4 else None
+    rnd = random.Random(seed)
+    rows = gen(rnd, n)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "cases.json")
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"cases": rows}, f, ensure_ascii=False)
         rc = subprocess.run([checker, "--cases", path, "--max-refused-pct", "2"]).returncode
+        if chat_dir:  # random conversations over the real chat templates
+            cd = os.path.join(d, "chat")
+            os.makedirs(cd)
+            for fn, g in gen_chats(rnd, chat_dir, 60).items():
+                with open(os.path.join(cd, fn), "w", encoding="utf-8") as f:
+                    json.dump(g, f, ensure_ascii=False)
+            rc |= subprocess.run([checker, cd]).returncode
     sys.exit(rc)
 
 

@@ -170,6 +170,8 @@ static void test_error_messages(void **state) {
   EXPECT_ERROR("{% for a, b in [1] %}{% endfor %}", NULL, NULL, VR_ERR_INVAL, "cannot unpack");
   EXPECT_ERROR("{{ 9223372036854775807 + 1 }}", NULL, NULL, VR_ERR_UNSUPPORTED, "integer overflow");
   EXPECT_ERROR("{{ x | tojson }}", NULL, NULL, VR_ERR_INVAL, "not JSON serializable");
+  /* found by fuzz_jinja: a slice inside a tuple subscript had no object */
+  EXPECT_ERROR("{{ xs[::, 1] }}", NULL, NULL, VR_ERR_UNSUPPORTED, "slice inside a tuple subscript");
 }
 
 /* ---- bounds ------------------------------------------------------------------------------ */
@@ -300,6 +302,9 @@ static void test_small_constructs(void **state) {
   expect_text("{% if x is defined %}d{% else %}u{% endif %}", "{\"x\": null}", "d");
   expect_text("{{ x }}", "{\"x\": null}", "None");
   expect_text("{{ n }}|{{ f }}", "{\"n\": 3, \"f\": 3.5}", "3|3.5");
+  /* extreme slice steps (no overflow) */
+  expect_text("{{ 'abc'[::9223372036854775807] }}|{{ 'abc'[::-9223372036854775807 - 1] }}|{{ [1, 2, 3][1::-9223372036854775807] }}",
+              NULL, "a|c|[2]");
   expect_text("{%- for m in ms -%}\n  {{ m }}\n{%- endfor %}", "{\"ms\": [1, 2]}", "12");
   expect_text("  {% if true %}\n  x\n  {% endif %}\n", NULL, "  x\n");
 }

@@ -16,6 +16,7 @@ int main(void) {
   FIELD(vr_client_options_t, timeout_us);
   FIELD(vr_client_options_t, connect_timeout_us);
   FIELD(vr_client_options_t, spin_us);
+  FIELD(vr_client_options_t, expected_server_uid);
   printf("}}, \"vr_batch_t\": {\"size\": %zu, \"fields\": {", sizeof(vr_batch_t));
   first = 1;
   FIELD(vr_batch_t, n_seqs);

@@ -155,6 +155,12 @@ class ChecksumServerTest(unittest.TestCase):
         self.assertEqual(cm.exception.name, "VR_ERR_NOT_FOUND")
         with self.assertRaises(ServerGone):
             HttpRewardClient("http://127.0.0.1:%d" % vr_testlib.free_port(), timeout_s=5).score([[1]])
+        # a server of another uid than the expected one is refused (issue 18: SO_PEERCRED)
+        with self.assertRaises(ConnectFailed) as cm:
+            RewardClient(self.server.shm_name, expected_server_uid=os.geteuid() + 1)
+        self.assertEqual(cm.exception.name, "VR_ERR_PERM")
+        with RewardClient(self.server.shm_name, expected_server_uid=os.geteuid()) as c:
+            self.assertEqual(c.score([[1, 2, 3]]), [checksum_score([1, 2, 3])])
 
     def test_context_manager_and_close(self):
         with RewardClient(self.server.shm_name) as c:

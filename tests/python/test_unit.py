@@ -15,8 +15,19 @@ from verl_reward import _batch, _lib, errors, msgpack
 
 
 class MsgpackTest(unittest.TestCase):
+    """The codec the client uses (the msgpack package when importable, else the pure one);
+    PureMsgpackTest runs the same cases on the pure codec always."""
+    packb = staticmethod(msgpack.packb)
+    unpackb = staticmethod(msgpack.unpackb)
+    pure = msgpack.BACKEND == "pure"
+
+    @classmethod
+    def setUpClass(cls):
+        print("\n%s: codec %s (%s)" % (cls.__name__, "pure" if cls.pure else "msgpack package",
+                                       msgpack.__name__), file=sys.stderr)
+
     def roundtrip(self, v):
-        self.assertEqual(msgpack.unpackb(msgpack.packb(v)), v)
+        self.assertEqual(self.unpackb(self.packb(v)), v)
 
     def test_known_encodings(self):
         # Byte strings from the msgpack spec.
@@ -35,14 +46,14 @@ class MsgpackTest(unittest.TestCase):
         ]
         for v, want in cases:
             with self.subTest(v=repr(v)[:40]):
-                self.assertEqual(msgpack.packb(v), want)
+                self.assertEqual(self.packb(v), want)
                 self.roundtrip(v)
 
     def test_large_containers(self):
         self.roundtrip(list(range(70000)))
         self.roundtrip({str(i): i for i in range(20)})
-        self.assertEqual(msgpack.packb(list(range(16)))[:3], b"\xdc\x00\x10")
-        self.assertEqual(msgpack.packb({str(i): 0 for i in range(16)})[:3], b"\xde\x00\x10")
+        self.assertEqual(self.packb(list(range(16)))[:3], b"\xdc\x00\x10")
+        self.assertEqual(self.packb({str(i): 0 for i in range(16)})[:3], b"\xde\x00\x10")
         self.roundtrip(b"z" * 70000)
         self.roundtrip("é" * 40000)
 
@@ -52,28 +63,71 @@ class MsgpackTest(unittest.TestCase):
         self.roundtrip(v)
 
     def test_tuple_and_nan(self):
-        self.assertEqual(msgpack.unpackb(msgpack.packb((1, "a"))), [1, "a"])
-        self.assertTrue(math.isnan(msgpack.unpackb(msgpack.packb(float("nan")))))
+        self.assertEqual(self.unpackb(self.packb((1, "a"))), [1, "a"])
+        self.assertTrue(math.isnan(self.unpackb(self.packb(float("nan")))))
 
     def test_rejects(self):
         with self.assertRaises(TypeError) as cm:
-            msgpack.packb({"a": {1, 2}})
+            self.packb({"a": {1, 2}})
         self.assertIn("$.a", str(cm.exception))
         with self.assertRaises(OverflowError):
-            msgpack.packb(2 ** 64)
+            self.packb(2 ** 64)
         with self.assertRaises(OverflowError):
-            msgpack.packb(-(2 ** 63) - 1)
+            self.packb(-(2 ** 63) - 1)
         nested = []
-        for _ in range(70):
+        for _ in range(70 if self.pure else 600):   # the pure codec stops at 64, the package near 500
             nested = [nested]
         with self.assertRaises(ValueError):
-            msgpack.packb(nested)
+            self.packb(nested)
         with self.assertRaises(ValueError):
-            msgpack.unpackb(b"\x92\x01")          # truncated array
+            self.unpackb(b"\x92\x01")          # truncated array
         with self.assertRaises(ValueError):
-            msgpack.unpackb(b"\x01\x02")          # trailing byte
+            self.unpackb(b"\x01\x02")          # trailing byte
         with self.assertRaises(ValueError):
-            msgpack.unpackb(b"\xc1")              # never-used type byte
+            self.unpackb(b"\xc1")              # never-used type byte
+
+
+class PureMsgpackTest(MsgpackTest):
+    packb = staticmethod(msgpack.pure_packb)
+    unpackb = staticmethod(msgpack.pure_unpackb)
+    pure = True
+
+
+class MsgpackBackendTest(unittest.TestCase):
+    CORPUS = [None, True, False, 0, 127, 128, -32, -33, 255, 256, 65535, 65536, 2 ** 32 - 1, 2 ** 32, 2 ** 64 - 1,
+              -(2 ** 63), 0.1, -1.5e300, float("inf"), "", "a" * 31, "b" * 32, "c" * 255, "d" * 256, "é" * 40000,
+              b"", b"x" * 255, b"y" * 256, b"z" * 70000, [], list(range(15)), list(range(16)), list(range(70000)),
+              {}, {str(i): i for i in range(15)}, {str(i): i for i in range(16)},
+              {"data_source": "openai/gsm8k", "solution_str": "#### 42", "ground_truth": "42",
+               "extra_info": {"index": 3, "split": "train", "tags": ["a", None, 2.5, False]}}]
+
+    @unittest.skipIf(msgpack.BACKEND != "msgpack", "the msgpack package is not importable by %s "
+                     "(HINT: apt-get install python3-msgpack): only the pure codec runs here" % sys.executable)
+    def test_package_writes_the_pure_bytes(self):
+        for v in self.CORPUS:
+            with self.subTest(v=repr(v)[:40]):
+                self.assertEqual(msgpack.packb(v), msgpack.pure_packb(v))
+                self.assertEqual(msgpack.pure_unpackb(msgpack.packb(v)), msgpack.unpackb(msgpack.pure_packb(v)))
+        try:
+            import numpy as np
+        except ImportError:
+            return
+        v = {"i": np.int64(3), "a": np.arange(4, dtype=np.int32), "f": np.float32(0.5), "b": np.bool_(True)}
+        self.assertEqual(msgpack.packb(v), msgpack.pure_packb(v))
+        with self.assertRaises(TypeError) as cm:      # the package's refusal names the path like the pure one
+            msgpack.packb({"a": [1, {2}]})
+        self.assertIn("$.a[1]", str(cm.exception))
+
+    def test_forced_fallback(self):
+        """Without an importable msgpack package the client runs on the pure codec."""
+        code = ("import sys; sys.modules['msgpack'] = None\n"
+                "from verl_reward import msgpack, _batch\n"
+                "assert msgpack.BACKEND == 'pure', msgpack.BACKEND\n"
+                "out = _batch.pack_extras([{'ground_truth': '42', 'n': [1, 2.5]}, None], 2)\n"
+                "sys.stdout.write(out[0].hex())\n")
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(bytes.fromhex(p.stdout), msgpack.packb({"ground_truth": "42", "n": [1, 2.5]}))
 
 
 class StatusTableTest(unittest.TestCase):

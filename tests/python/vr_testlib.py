@@ -65,11 +65,19 @@ def checksum_score(ids):
 
 
 # verl-reward-server's default segment (32 lanes with 4 MiB arenas, every page allocated at
-# start) takes about 130 MiB of /dev/shm. The tests' servers take 16 lanes of 1 MiB, so that
-# several at once (ctest -j) fit a small /dev/shm (Docker's default is 64 MiB); a test that
-# needs more passes its own --lanes / --arena-mb.
+# start) takes about 130 MiB of memory (a memfd). The tests' servers take 16 lanes of 1 MiB, so
+# that several at once (ctest -j) stay small; a test that needs more passes its own --lanes /
+# --arena-mb.
 TEST_LANES = 16
 TEST_SEGMENT_ARGS = ("--lanes", str(TEST_LANES), "--arena-mb", "1")
+
+
+def shm_name_exists(name):
+    """True while a server listens on name's rendezvous socket (the abstract address
+    "@verl-reward/NAME", listed in /proc/net/unix): the segment has no file."""
+    want = "@verl-reward/" + name
+    with open("/proc/net/unix") as f:
+        return any(line.split()[-1] == want for line in f if len(line.split()) >= 8)
 
 
 def with_test_segment(args):
@@ -121,7 +129,7 @@ class Server:
                 raise AssertionError("server exited with %s before ready:\n%s" % (self.proc.returncode, self.log_text()))
             try:
                 with urllib.request.urlopen(self.url + "/ready", timeout=1.0) as r:
-                    if r.status == 200 and os.path.exists("/dev/shm/" + self.shm_name):
+                    if r.status == 200 and shm_name_exists(self.shm_name):
                         return
             except OSError:
                 pass
@@ -164,10 +172,6 @@ class Server:
                 self.kill()
         if not self.log.closed:
             self.log.close()
-        try:
-            os.unlink("/dev/shm/" + self.shm_name)
-        except OSError:
-            pass
         if self in _live:
             _live.remove(self)
         try:

@@ -26,7 +26,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from vr_testlib import (CUDA_TRANSFORMERS_REL_TOL, TEST_LANES, assert_scores_close,  # noqa: E402
-                        checksum_score, free_port, norm_rel_err, with_test_segment)
+                        checksum_score, free_port, norm_rel_err, shm_name_exists, with_test_segment)
 
 BIN = os.environ.get("VR_BIN_DIR", "build/bin")
 TEST_BIN = os.environ.get("VR_TEST_BIN", "build/tests")
@@ -79,8 +79,6 @@ class Server:
             self.proc.kill()
             self.proc.wait()
         self.log.close()
-        if self.name and os.path.exists(f"/dev/shm/{self.name}"):
-            os.unlink(f"/dev/shm/{self.name}")
 
     def logtext(self):
         self.log.flush()
@@ -137,7 +135,7 @@ class Server:
         rc = self.proc.wait(timeout=timeout)
         self.tc.assertEqual(rc, 0, f"server exit status {rc}:\n{self.logtext()}")
         if self.name:
-            self.tc.assertFalse(os.path.exists(f"/dev/shm/{self.name}"), "segment not unlinked")
+            self.tc.assertFalse(shm_name_exists(self.name), "segment not unlinked")
         self.tc.assertFalse(os.path.exists(self.pid_file), "pid file not removed")
         return rc
 
@@ -290,7 +288,7 @@ def nan_model(tc, token=None):
 class TestNonfinite(unittest.TestCase):
     """NaN weights (issue 18): a model whose warm-up score is NaN is refused at start (exit 1,
     an ERROR naming the model); at run time a NaN score is its sequence's VR_ERR_NONFINITE on
-    HTTP and shm, the requests sent beside it (a 200 ms batch window makes them share batches;
+    HTTP (200 with per-sequence errors, the good scores kept) and shm (bad_seq), the requests sent beside it (a 200 ms batch window makes them share batches;
     not asserted) keep their normal scores, and /metrics counts it."""
 
     NAN_TOKEN = 50  # not among the warm-up's token ids 0..7
@@ -303,7 +301,7 @@ class TestNonfinite(unittest.TestCase):
         self.assertIn(f"model {model} produced non-finite scores (NaN/Inf)", log)
         self.assertIn("the weights are probably corrupt. HINT: ", log)
         self.assertNotIn("ready:", log)
-        self.assertFalse(os.path.exists(f"/dev/shm/{s.name}"), "no segment for a refused model")
+        self.assertFalse(shm_name_exists(s.name), "no segment for a refused model")
 
     def test_nan_sequence_is_its_own_error(self):
         model = nan_model(self, self.NAN_TOKEN)
@@ -335,20 +333,29 @@ class TestNonfinite(unittest.TestCase):
             self.assertEqual(st, 200, body)
             self.assertEqual(f32s(json.loads(body)["scores"]), [want[i]], f"http sequence {i}")
         st, body, _ = results["bad"]
-        self.assertEqual(st, 500, body)
-        err = json.loads(body)["error"]
-        self.assertEqual((err["code"], err["sequence"]), ("VR_ERR_NONFINITE", 1), err)
-        self.assertIn("score is not finite (NaN/Inf)", err["message"])
+        # per-sequence errors (issue 18): 200, the good sequence's score kept, the bad one null
+        # with its error at its index of "errors"
+        self.assertEqual(st, 200, body)
+        out = json.loads(body)
+        self.assertEqual(f32s(out["scores"]), [want[0], None])
+        self.assertIsNone(out["errors"][0])
+        self.assertEqual((out["errors"][1]["code"], out["errors"][1]["status"]), ("VR_ERR_NONFINITE", -29), out)
+        self.assertIn("score is not finite (NaN/Inf)", out["errors"][1]["message"])
+        st, body, ctype = s.request("POST", "/v1/score", json.dumps({"input_ids": [bad_seq, good_seqs[2]]}),
+                                    headers={"Accept": "application/msgpack"})
+        self.assertEqual((st, ctype), (200, "application/msgpack"))
+        self.assertNotIn(b"errors", s.request("POST", "/v1/score", json.dumps({"input_ids": [good_seqs[2]]}))[1])
         self.assertEqual(shm_bad["status"], "VR_ERR_NONFINITE", shm_bad)
         self.assertEqual(shm_bad["bad_seq"], 1, shm_bad)
         self.assertEqual(shm_good["status"], "VR_OK", shm_good)
         self.assertEqual(f32s(shm_good["scores"]), want)
         samples = parse_prometheus(s.metrics())
         for transport in ("http", "shm"):
+            want_n = 2 if transport == "http" else 1  # HTTP: also the msgpack request above
             self.assertEqual(metric(samples, "verl_reward_requests_total", transport=transport,
-                                    status="nonfinite"), 1, transport)
+                                    status="nonfinite"), want_n, transport)
             self.assertEqual(metric(samples, "verl_reward_sequences_total", transport=transport,
-                                    status="nonfinite"), 2, transport)
+                                    status="nonfinite"), 2 * want_n, transport)
         s.stop()
 
 
@@ -750,6 +757,37 @@ class TestText(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("no tokenizer.json", json.loads(p.stdout)["error"])
 
+    def test_sigterm_with_text_in_flight(self):
+        """Text requests queued on the text worker are answered on SIGTERM (200 or 503), the
+        server exits 0 (the worker is joined), nothing is dropped."""
+        d = text_model(self)
+        s = Server(self, "--model", d, "--max-wait-us", "2000").wait_ready()
+        results, lock = [], threading.Lock()
+        texts = ["the cat sat in a hat " * 2, "In the end, a tie."] * 8
+
+        def worker(k):
+            for r in range(6):
+                try:
+                    body = {"messages": [self.CONV, self.CONV2]} if (k + r) % 2 else {"text": texts}
+                    st, out = s.score(body)
+                except ConnectionRefusedError:
+                    st, out = "refused", None
+                except (ConnectionResetError, http.client.RemoteDisconnected) as ex:
+                    st, out = "dropped", str(ex)
+                with lock:
+                    results.append((st, out))
+
+        th = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+        for t in th:
+            t.start()
+        time.sleep(0.05)
+        s.stop()
+        for t in th:
+            t.join()
+        bad = [(st, out) for st, out in results if st not in (200, 503, "refused")]
+        self.assertEqual(bad, [])
+        self.assertTrue(any(st == 200 for st, _ in results), results[:3])
+
     def test_no_tokenizer(self):
         d = text_model(self, with_tokenizer=False)
         s = Server(self, "--model", d).wait_ready()
@@ -852,6 +890,311 @@ class TestSigterm(unittest.TestCase):
         self.assertEqual(codes, {503: self.N_HTTP})
 
 
+class TestHardening(unittest.TestCase):
+    """Issue 18 at the level of the real server binary."""
+
+    def test_model_file_changed_under_the_server(self):
+        # case 8: the cpu backend used f32 weights in place from the file mapping: overwriting
+        # model.safetensors changed the scores silently, truncating it killed the server (SIGBUS)
+        src = os.path.join(FIXTURES, "models", "llama_gqa")
+        dst = os.path.join(tempfile.mkdtemp(prefix="vrmf_"), "llama_gqa")
+        self.addCleanup(shutil.rmtree, os.path.dirname(dst), True)
+        shutil.copytree(src, dst)
+        seqs = [[1, 2, 3], [4, 6, 7, 8], [9, 10]]
+        s = Server(self, "--model", dst, "--device", "cpu", "--threads", "1").wait_ready()
+        st, before = s.score({"input_ids": seqs})
+        self.assertEqual(st, 200, before)
+        path = os.path.join(dst, "model.safetensors")
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:  # rewritten in place: every weight now 0x7f7f7f7f
+            f.write(b"\x7f" * size)
+        st, after = s.score({"input_ids": seqs})
+        self.assertEqual((st, after["scores"]), (200, before["scores"]), "scores changed with the file")
+        os.truncate(path, 0)
+        st, after = s.score({"input_ids": seqs})
+        self.assertIsNone(s.proc.poll(), f"server died with the file truncated:\n{s.logtext()}")
+        self.assertEqual((st, after["scores"]), (200, before["scores"]))
+        s.stop()
+
+    def test_reload_switches_model_or_keeps_the_old(self):
+        # SIGHUP / POST /admin/reload: the model directory is loaded again beside the serving
+        # model and switched in; a model that fails its warm-up (NaN) is refused, the old one
+        # keeps serving
+        src = os.path.join(FIXTURES, "models", "llama_gqa")
+        dst = os.path.join(tempfile.mkdtemp(prefix="vrrl_"), "llama_gqa")
+        self.addCleanup(shutil.rmtree, os.path.dirname(dst), True)
+        shutil.copytree(src, dst)
+        token = "t0ken-" + "x" * 20
+        tok_file = os.path.join(os.path.dirname(dst), "admin.token")
+        with open(tok_file, "w") as f:
+            f.write(token + "\n")
+        seqs = [[1, 2, 3], [4, 6, 7, 8], [9, 10]]
+        cfg = os.path.join(os.path.dirname(dst), "server.yaml")
+        with open(cfg, "w") as f:
+            f.write("max-wait-us: 0\n")
+        s = Server(self, "--config", cfg, "--model", dst, "--device", "cpu", "--threads", "1",
+                   "--admin-token-file", tok_file).wait_ready()
+        st, before = s.score({"input_ids": seqs})
+        self.assertEqual(st, 200, before)
+        path = os.path.join(dst, "model.safetensors")
+
+        def rewrite(fn):  # a new file renamed over the old one, as a deployment would
+            with open(path, "rb") as f:
+                blob = bytearray(f.read())
+            h = struct.unpack("<Q", blob[:8])[0]
+            header = json.loads(blob[8:8 + h])
+            for name, t in header.items():
+                if name != "__metadata__":
+                    fn(name, t, blob, 8 + h)
+            with open(path + ".new", "wb") as f:
+                f.write(blob)
+            os.replace(path + ".new", path)
+
+        def double_score_head(name, t, blob, base):
+            if name == "score.weight":
+                b, e = (base + o for o in t["data_offsets"])
+                vals = struct.unpack(f"<{(e - b) // 4}f", blob[b:e])
+                blob[b:e] = struct.pack(f"<{len(vals)}f", *(2 * v for v in vals))
+
+        def wait_log(text, n=1):
+            end = time.monotonic() + 120
+            while s.logtext().count(text) < n and time.monotonic() < end and s.proc.poll() is None:
+                time.sleep(0.05)
+            self.assertGreaterEqual(s.logtext().count(text), n, s.logtext())
+
+        rewrite(double_score_head)
+        with open(cfg, "w") as f:  # a batching setting changes with it
+            f.write("max-wait-us: 300000\n")
+        s.proc.send_signal(signal.SIGHUP)
+        wait_log("reload (SIGHUP): now serving")
+        st, after = s.score({"input_ids": seqs})
+        self.assertEqual(st, 200, after)
+        self.assertEqual(f32s(after["scores"]), [f32(2 * x) for x in f32s(before["scores"])])
+        self.assertGreaterEqual(after["queue_us"], 250000, "the new --max-wait-us is not in force")
+        # a setting a reload cannot change refuses it, naming the flag
+        with open(cfg, "w") as f:
+            f.write("max-wait-us: 300000\nspin-us: 7\n")
+        s.proc.send_signal(signal.SIGHUP)
+        wait_log("reload: --spin-us changed")
+        wait_log("reload (SIGHUP) failed")
+        with open(cfg, "w") as f:
+            f.write("max-wait-us: 0\n")
+
+        def nan_all(name, t, blob, base):
+            if t["dtype"] == "F32":
+                b, e = (base + o for o in t["data_offsets"])
+                blob[b:e] = struct.pack("<f", float("nan")) * ((e - b) // 4)
+
+        rewrite(nan_all)
+        st, _, _ = s.request("POST", "/admin/reload", b"", headers={"Authorization": "Bearer wrong"})
+        self.assertEqual(st, 401)
+        st, body, _ = s.request("POST", "/admin/reload", b"", headers={"Authorization": "Bearer " + token})
+        self.assertEqual(st, 202, body)
+        wait_log("reload (POST /admin/reload) failed")
+        self.assertEqual(s.logtext().count("reload (SIGHUP) failed"), 1)
+        self.assertIn("produced non-finite scores", s.logtext())
+        st, kept = s.score({"input_ids": seqs})
+        self.assertEqual((st, kept["scores"]), (200, after["scores"]), "the failed reload changed the model")
+        s.stop()
+
+    def test_sighup_does_not_end_the_server(self):
+        # case 11: SIGHUP ended the server by its default action (exit 129) and left the
+        # segment behind; now it is logged and the server carries on, then stops cleanly
+        s = Server(self, "--model", "checksum").wait_ready()
+        s.proc.send_signal(signal.SIGHUP)
+        end = time.monotonic() + 60
+        while "SIGHUP" not in s.logtext() and time.monotonic() < end and s.proc.poll() is None:
+            time.sleep(0.05)
+        self.assertIsNone(s.proc.poll(), f"server ended on SIGHUP:\n{s.logtext()}")
+        self.assertIn("SIGHUP", s.logtext())
+        self.assertEqual(s.request("GET", "/ready")[0], 200)
+        self.assertEqual(f32s(s.shm_score({"input_ids": [[1, 2, 3]]})["scores"]), [checksum_score([1, 2, 3])])
+        self.assertEqual(s.request("POST", "/admin/reload", b"")[0], 404)  # no --admin-token-file
+        s.stop()
+
+
+class TestHttpHardening(unittest.TestCase):
+    """Issue 18 cases 6 and 7: one large body, a trickling client, a connection flood and the
+    fd limit must not stop /health or the server."""
+
+    def _health_ms(self, s):
+        t0 = time.monotonic()
+        st, _, _ = s.request("GET", "/health", timeout=120)
+        self.assertEqual(st, 200)
+        return (time.monotonic() - t0) * 1000
+
+    def test_big_body_does_not_block_health(self):
+        # case 6: a large JSON body was parsed on the event loop: /health stalled for the whole
+        # parse (9 s for 63 MB). Now the parse runs beside the loop; /health is measured during
+        # it, against the big request's own time (no wall-clock constant).
+        s = Server(self, "--model", "checksum", "--max-seqs-per-request", "1024").wait_ready()
+        n_seq, n_tok = (128, 2000) if SANITIZE else (1024, 4000)
+        body = json.dumps({"input_ids": [[(i * 7 + t) % 30000 for t in range(n_tok)] for i in range(n_seq)]})
+        rss0 = rss_bytes(s.proc.pid)
+        result = {}
+
+        def big():
+            t0 = time.monotonic()
+            st, data, _ = s.request("POST", "/v1/score", body, timeout=300)
+            result["ms"] = (time.monotonic() - t0) * 1000
+            result["st"], result["n"] = st, len(json.loads(data).get("scores", []))
+
+        th = threading.Thread(target=big)
+        th.start()
+        lat = []
+        while th.is_alive():
+            lat.append(self._health_ms(s))
+            time.sleep(0.02)
+        th.join()
+        self.assertEqual((result["st"], result["n"]), (200, n_seq))
+        worst = max(lat) if lat else 0.0
+        print(f"\n{len(body) / 1e6:.1f} MB body answered in {result['ms']:.0f} ms; /health during it: "
+              f"{len(lat)} probes, worst {worst:.1f} ms; RSS {rss0 / 2**20:.0f} -> {rss_bytes(s.proc.pid) / 2**20:.0f} MiB")
+        self.assertGreaterEqual(len(lat), 1)
+        self.assertLess(worst, max(result["ms"] / 4, 50.0), "/health waited for the parse")
+        # the parse's memory went back (malloc_trim): well below the body's JSON-tree size
+        self.assertLess(rss_bytes(s.proc.pid) - rss0, max(len(body), 64 << 20))
+        s.stop()
+
+    def test_body_limit_derived_from_request_limits(self):
+        # 2 sequences x (10 tokens x 12 + 1024) + 64 KiB = 67824 bytes, known before any parse
+        s = Server(self, "--model", "checksum", "--max-seqs-per-request", "2", "--max-seq-len", "10").wait_ready()
+        self.assertIn("max body 67824 bytes", s.logtext())
+        ok = json.dumps({"input_ids": [[1, 2, 3]], "pad": "x" * 60000})
+        self.assertEqual(s.request("POST", "/v1/score", ok)[0], 200)
+        big = json.dumps({"input_ids": [[1, 2, 3]], "pad": "x" * 70000})
+        self.assertEqual(s.request("POST", "/v1/score", big)[0], 413)
+        s.stop()
+
+    def test_trickling_client_is_cut(self):
+        # case 7: one byte per 30 s kept a connection past the 120 s timeout forever (the timeout
+        # is per read); now a request must be complete within --request-timeout-s
+        s = Server(self, "--model", "checksum", "--request-timeout-s", "2").wait_ready()
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"POST /v1/score HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n")
+        t0, closed = time.monotonic(), False
+        c.settimeout(0.3)
+        while time.monotonic() - t0 < 30 and not closed:  # hang guard: the deadline is 2 s
+            try:
+                c.sendall(b"1")
+                closed = c.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed = True
+        c.close()
+        took = time.monotonic() - t0
+        self.assertTrue(closed, "the trickling connection was never closed")
+        self.assertGreaterEqual(took, 1.5)
+        self.assertLess(self._health_ms(s), 10000)
+        self.assertIn("completed no request within 2 s", s.logtext())
+        s.stop()
+
+    def test_connection_cap(self):
+        s = Server(self, "--model", "checksum", "--max-connections", "4").wait_ready()
+        conns = [socket.create_connection(("127.0.0.1", s.port)) for _ in range(8)]
+        time.sleep(1.5)  # three sweeps
+        closed = 0
+        for c in conns:
+            c.settimeout(0.5)
+            try:
+                closed += c.recv(1) == b""
+            except socket.timeout:
+                pass
+            except OSError:
+                closed += 1
+        for c in conns:
+            c.close()
+        self.assertGreaterEqual(closed, 4, "connections over the cap were left open")
+        time.sleep(1.0)
+        self.assertLess(self._health_ms(s), 10000)
+        self.assertIn("over the cap (--max-connections 4)", s.logtext())
+        s.stop()
+
+    def test_fd_limit_backs_off(self):
+        # case 7: at the fd limit accept() failed ~460k times a second, each failure a log line,
+        # and /health timed out. Now the listener pauses 100 ms per failure, one line per 10 s.
+        s = Server(self, "--model", "checksum", "--max-connections", "100000", "--lanes", "2")
+        s.wait_ready()
+        subprocess.run(["prlimit", f"--pid={s.proc.pid}", "--nofile=48:"], check=True)  # soft limit only
+        conns = []
+        for _ in range(80):  # more than the server has fds for
+            try:
+                conns.append(socket.create_connection(("127.0.0.1", s.port), timeout=2))
+            except OSError:
+                break
+        time.sleep(2.0)
+        for c in conns:
+            c.close()
+        subprocess.run(["prlimit", f"--pid={s.proc.pid}", "--nofile=1024:"], check=True)
+        time.sleep(1.0)
+        self.assertLess(self._health_ms(s), 10000)
+        log = s.logtext()
+        lines = [line for line in log.splitlines() if "HTTP accept()" in line]
+        print(f"\n{len(conns)} connections opened at a 48-fd limit; {len(lines)} accept log lines")
+        self.assertGreaterEqual(len(lines), 1)
+        self.assertLessEqual(len(lines), 2)
+        s.stop()
+
+
+class TestFairness(unittest.TestCase):
+    """Issue 18 case 9: one client's 64 queued maximum-size requests delayed another client's
+    one-sequence request by 7.6 s (FIFO). Clients are served round-robin now: the light
+    client's wait is bounded by a few batch times, measured in the same run (the server's own
+    compute_us of a flood-sized request), not by a wall-clock constant."""
+
+    SEQS, LEN = 64, 48  # one flood request = one batch (--max-batch-tokens 3072)
+
+    def test_flood_beside_a_light_client(self):
+        s = Server(self, "--model", os.path.join(FIXTURES, "models", "llama_gqa"), "--device", "cpu",
+                   "--threads", "1", "--max-batch-tokens", str(self.SEQS * self.LEN)).wait_ready()
+        big = {"input_ids": [[(i + t) % 97 for t in range(self.LEN)] for i in range(self.SEQS)]}
+        batch_us = []
+        for _ in range(3):
+            st, out = s.score(big)
+            self.assertEqual(st, 200, out)
+            batch_us.append(out["compute_us"])
+        batch = max(max(batch_us), 1)
+        ready = os.path.join(s.tmp, "flood_ready")
+        flood = subprocess.Popen([SHM_CLIENT, "flood", s.name, "1", "64", "192", str(self.SEQS), str(self.LEN), ready],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: flood.poll() is None and flood.kill())
+        end = time.monotonic() + 60
+        while not os.path.exists(ready) and time.monotonic() < end:
+            time.sleep(0.005)
+        self.assertTrue(os.path.exists(ready), "the flood never got its 64 requests in flight")
+        waits = []
+        for _ in range(5):
+            depth = metric(parse_prometheus(s.metrics()), "verl_reward_queue_depth")
+            st, out = s.score({"input_ids": [[1, 2, 3]]})
+            self.assertEqual(st, 200, out)
+            waits.append((out["queue_us"], depth))
+        out, err = flood.communicate(timeout=300)
+        self.assertEqual(flood.returncode, 0, err)
+        print(f"\nbatch {batch} us (of {batch_us}); light client's queue_us with the flood's queue depth: {waits}")
+        self.assertTrue(any(d >= 8 for _, d in waits), f"the flood did not keep a backlog: {waits}")
+        worst = max(w for w, _ in waits)
+        # FIFO: behind the flood's backlog (up to 63 batches); round-robin: the batch running, its own
+        self.assertLess(worst, 4 * batch + 20000, f"the light client waited behind the flood: {waits}")
+        s.stop()
+
+    def test_per_client_queue_limit(self):
+        # one client may hold at most --max-queue-per-client queued requests; the excess is its
+        # own VR_ERR_OVERLOADED, while another client is still served
+        s = Server(self, "--model", "checksum", "--max-queue-per-client", "4",
+                   "--max-wait-us", "300000", "--batch-linger-us", "0").wait_ready()
+        flood = subprocess.run([SHM_CLIENT, "flood", s.name, "1", "32", "32", "1", "8"], capture_output=True,
+                               text=True, timeout=120)
+        self.assertEqual(flood.returncode, 0, flood.stderr)
+        counts = json.loads(flood.stdout)
+        self.assertGreater(counts["overloaded"], 0, counts)
+        self.assertGreater(counts["ok"], 0, counts)
+        st, out = s.score({"input_ids": [[1, 2, 3]]})
+        self.assertEqual((st, f32s(out["scores"])), (200, [checksum_score([1, 2, 3])]))
+        s.stop()
+
+
 class TestOverload(unittest.TestCase):
     """A full queue refuses at once (HTTP 429, shm VR_ERR_OVERLOADED) instead of growing.
     "At once" is an order, not a time: the batching wait (MAX_WAIT_S) holds the 4 queued
@@ -899,7 +1242,7 @@ class TestLifecycle(unittest.TestCase):
         for flag in ("--model", "--model_name_or_path", "--shm-name", "--shared_mem_name", "--port", "--host",
                      "--device", "--dtype", "--max-batch-tokens", "--max-wait-us", "--max-seq-len", "--truncate",
                      "--spin-us", "--lanes", "--shm-mode", "--log-level", "--pid-file", "--config", "--reward",
-                     "--max-body-bytes", "--max-queue", "--threads"):
+                     "--max-body-bytes", "--max-queue", "--threads", "--allow-uid", "--allow-gid"):
             self.assertIn(flag + " ", p.stdout)
         self.assertIn("(default: 8080)", p.stdout)
         self.assertIn("(default: verl_reward_shm)", p.stdout)
@@ -923,10 +1266,15 @@ class TestLifecycle(unittest.TestCase):
         ids = list(range(1, 81))
         st, out = s.score({"input_ids": [ids]})
         self.assertEqual(f32s(out["scores"]), [checksum_score(ids[-50:])])
-        # SIGKILL leaves a stale segment; the next server on the name replaces it
+        # SIGKILL leaves nothing behind (the kernel frees the socket name); the next server
+        # takes the name at once, even with a junk file where v1 kept its segment
         s.proc.kill()
         s.proc.wait()
-        self.assertTrue(os.path.exists(f"/dev/shm/{s.name}"))
+        self.assertFalse(shm_name_exists(s.name))
+        junk = f"/dev/shm/{s.name}"
+        with open(junk, "wb") as f:
+            f.write(b"not a verl-reward segment" + bytes(300))
+        self.addCleanup(lambda: os.path.exists(junk) and os.unlink(junk))
         s2 = Server(self, "--model", "checksum", name=s.name).wait_ready()
         self.assertEqual(f32s(s2.shm_score({"input_ids": [[1, 2]]})["scores"]), [checksum_score([1, 2])])
         s2.stop()
@@ -1038,7 +1386,7 @@ class TestStartup(unittest.TestCase):
         self.assertIn("exiting: ", log)
         self.assertFalse(os.path.exists(ready_file))
         self.assertFalse(any("READY" in m for m in n.messages()))
-        self.assertFalse(os.path.exists(f"/dev/shm/{s.name}"), "no segment before ready")
+        self.assertFalse(shm_name_exists(s.name), "no segment before ready")
 
     def test_sigterm_while_loading(self):
         model = fifo_model(self)

@@ -24,6 +24,8 @@
 #include "vr_metrics.h"
 #include "vr_request.h"
 #include "vr_settings.h"
+#include "vr_tok_chat.h"
+#include "vr_tokenizer.h"
 
 static vr_scorer_t make_scorer(const char *spec, vr_scorer_kind_t kind, uint32_t vocab, uint32_t max_len) {
   vr_scorer_t sc;
@@ -338,6 +340,137 @@ static void test_fuzz_bodies(void **state) {
   fuzz_one(&sc, body, n, 1, 20000);
 }
 
+/* ---- text / messages bodies (vr_text): parsed, then encoded with a real tokenizer ---- */
+
+static vr_scorer_t text_scorer(void) {
+  vr_scorer_t sc = make_scorer("model", VR_SCORER_MODEL, 97, 64);
+  const char *fx = getenv("VR_FIXTURES");
+  char dir[4096], err[512];
+  snprintf(dir, sizeof dir, "%s/server_tokenizer", fx ? fx : "tests/fixtures");
+  if (vr_tok_load(dir, &sc.tok, err, sizeof err) != 0) fail_msg("%s", err);
+  return sc;
+}
+
+/* parse + encode + the sequence checks: what the server's text worker runs */
+static int parse_text(const vr_scorer_t *sc, const char *body, size_t n, int msgpack, vr_score_req_t *r,
+                      vr_req_error_t *e) {
+  int rc = msgpack ? vr_request_parse_msgpack((const uint8_t *)body, n, sc, 16, r, e)
+                   : vr_request_parse_json(body, n, sc, 16, r, e);
+  if (rc || r->text.kind == VR_TEXT_NONE) return rc;
+  int32_t *ids;
+  uint64_t nt;
+  rc = vr_text_encode(sc->tok, &r->text, &ids, r->cu, &nt, e);
+  if (!rc) {
+    r->ids = ids;
+    r->n_tokens = nt;
+    rc = vr_request_check_seqs(r, sc, e);
+  }
+  if (rc) vr_request_free(r);
+  return rc;
+}
+
+static void test_text_bodies(void **state) {
+  vr_scorer_t sc = text_scorer();
+  char err[512];
+  /* texts: the ids of vr_tok_encode(text, add_special_tokens=1), in order */
+  const char *texts[] = {"the cat sat in a hat", "In the end."};
+  const char *body = "{\"text\": [\"the cat sat in a hat\", \"In the end.\"], \"extras\": [null, {\"ground_truth\": \"1\"}]}";
+  vr_score_req_t r;
+  vr_req_error_t e;
+  assert_int_equal(parse_text(&sc, body, strlen(body), 0, &r, &e), 0);
+  check_invariants(&r, &sc);
+  assert_int_equal(r.n_seqs, 2);
+  for (uint32_t i = 0; i < 2; i++) {
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(vr_tok_encode(sc.tok, texts[i], strlen(texts[i]), 1, &ids, &n, err, sizeof err), 0);
+    assert_int_equal(n, r.cu[i + 1] - r.cu[i]);
+    assert_memory_equal(ids, r.ids + r.cu[i], n * sizeof *ids);
+    free(ids);
+  }
+  assert_non_null(r.extras_ptrs[1]);
+  vr_request_free(&r);
+  /* a conversation: the template's text, encoded without added special tokens (BOS once) */
+  const char *conv = "[{\"role\":\"user\",\"content\":\"Hi there\"},{\"role\":\"assistant\",\"content\":\"the end!\"}]";
+  char mbody[512];
+  snprintf(mbody, sizeof mbody, "{\"messages\": %s, \"add_generation_prompt\": false}", conv);
+  assert_int_equal(parse_text(&sc, mbody, strlen(mbody), 0, &r, &e), 0);
+  char *text;
+  size_t tl;
+  assert_int_equal(vr_tok_apply_chat_template_ex(sc.tok, NULL, conv, 0, NULL, &text, &tl, err, sizeof err), 0);
+  int32_t *ids;
+  size_t n;
+  assert_int_equal(vr_tok_encode(sc.tok, text, tl, 0, &ids, &n, err, sizeof err), 0);
+  assert_int_equal(r.n_seqs, 1);
+  assert_int_equal(r.n_tokens, n);
+  assert_memory_equal(ids, r.ids, n * sizeof *ids);
+  assert_int_equal(ids[0], 1); /* the template's <s> */
+  free(ids);
+  free(text);
+  vr_request_free(&r);
+  /* msgpack: {"text": ["the cat sat in a hat"]} gives the JSON form's ids */
+  const char mp[] = "\x81\xa4text\x91\xb4the cat sat in a hat";
+  assert_int_equal(parse_text(&sc, mp, sizeof mp - 1, 1, &r, &e), 0);
+  vr_score_req_t rj;
+  const char *jb = "{\"text\": \"the cat sat in a hat\"}";
+  assert_int_equal(parse_text(&sc, jb, strlen(jb), 0, &rj, &e), 0);
+  assert_int_equal(r.n_tokens, rj.n_tokens);
+  assert_memory_equal(r.ids, rj.ids, r.n_tokens * sizeof *r.ids);
+  vr_request_free(&r);
+  vr_request_free(&rj);
+  /* bad bodies name the field */
+  static const bad_case_t cases[] = {
+      {"{\"text\": [\"a\", 3]}", VR_ERR_MALFORMED, 1, "text[1] must be a string"},
+      {"{\"text\": {}}", VR_ERR_MALFORMED, -1, "\"text\" must be a string or a list"},
+      {"{\"text\": []}", VR_ERR_MALFORMED, -1, "\"text\" is empty"},
+      {"{\"messages\": [[{\"content\": \"x\"}]]}", VR_ERR_MALFORMED, 0, "messages[0][0].role is missing"},
+      {"{\"messages\": [{\"role\": \"user\"}, 3]}", VR_ERR_MALFORMED, 0, "messages[1] must be an object"},
+      {"{\"messages\": [[{\"role\": \"user\", \"content\": 1}]]}", VR_ERR_MALFORMED, 0, "messages[0][0].content"},
+      {"{\"messages\": [[]]}", VR_ERR_MALFORMED, 0, "empty conversation"},
+      {"{\"text\": \"a\", \"input_ids\": [1]}", VR_ERR_MALFORMED, -1, "give one of"},
+      {"{\"text\": \"a\", \"add_generation_prompt\": true}", VR_ERR_MALFORMED, -1, "go with \"messages\""},
+      {"{\"messages\": [[{\"role\": \"user\", \"content\": \"x\"}]], \"add_special_tokens\": true}", VR_ERR_MALFORMED, -1, "goes with \"text\""},
+      {"{\"text\": [\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\",\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}", VR_ERR_TOO_LARGE, -1, "17 sequences"},
+      {"{\"text\": [\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"]}", VR_ERR_SEQ_TOO_LONG, 0, "more than max_seq_len 64"},
+      {"{\"messages\": [[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}]]}", VR_ERR_INVAL, 0, "template raised"},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    int rc = parse_text(&sc, cases[k].body, strlen(cases[k].body), 0, &r, &e);
+    if (rc != cases[k].status || e.sequence != cases[k].seq || !strstr(e.message, cases[k].needle))
+      fail_msg("case %zu '%s': got %s seq %lld '%s'", k, cases[k].body, vr_status_name(rc), (long long)e.sequence,
+               e.message);
+  }
+  /* without a tokenizer: refused, naming why */
+  vr_scorer_t none = make_scorer("model", VR_SCORER_MODEL, 97, 64);
+  snprintf(none.tok_note, sizeof none.tok_note, "the model directory X has no tokenizer.json");
+  assert_int_equal(vr_request_parse_json(jb, strlen(jb), &none, 16, &r, &e), VR_ERR_UNSUPPORTED);
+  assert_non_null(strstr(e.message, "no tokenizer.json"));
+  /* mutated text and messages bodies: every accepted one encodes to valid sequences */
+  const char *seeds[] = {body, mbody};
+  for (int q = 0; q < 2; q++) {
+    char buf[1024];
+    uint64_t seed = 777 + (uint64_t)q;
+    int accepted = 0;
+    for (int i = 0; i < 4000; i++) {
+      size_t m = mutate(seeds[q], strlen(seeds[q]), buf, sizeof buf, &seed);
+      char *exact = malloc(m ? m : 1);
+      memcpy(exact, buf, m);
+      int rc = parse_text(&sc, exact, m, 0, &r, &e);
+      if (rc == 0) {
+        check_invariants(&r, &sc);
+        vr_request_free(&r);
+        accepted++;
+      } else {
+        assert_true(rc < 0);
+        assert_true(strlen(e.message) > 0);
+      }
+      free(exact);
+    }
+    print_message("text seed %d: %d of 4000 mutants accepted\n", q, accepted);
+  }
+  vr_tok_free(sc.tok);
+}
+
 static void test_settings(void **state) {
   vr_settings_t s;
   vr_settings_init(&s);
@@ -552,7 +685,8 @@ int main(void) {
       cmocka_unit_test(test_json_valid),     cmocka_unit_test(test_json_bad),
       cmocka_unit_test(test_msgpack_valid),  cmocka_unit_test(test_msgpack_hostile),
       cmocka_unit_test(test_flat_form),
-      cmocka_unit_test(test_fuzz_bodies),    cmocka_unit_test(test_settings),
+      cmocka_unit_test(test_fuzz_bodies),    cmocka_unit_test(test_text_bodies),
+      cmocka_unit_test(test_settings),
       cmocka_unit_test(test_metrics_render), cmocka_unit_test(test_metrics_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,4 +242,32 @@ void tu_shm_config(vr_shm_config_t *cfg, const char *name, uint32_t n_lanes, uin
   cfg->name = name;
   cfg->n_lanes = n_lanes;
   cfg->arena_bytes = arena_bytes;
+}
+
+int tu_receive_fds(const char *name, int fds[3]) {
+  struct sockaddr_un sa;
+  unsigned len;
+  char why[256];
+  if (vr_shm_sockaddr(name, 0, &sa, &len, why, sizeof why) != 0) return -1;
+  int sk = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (sk < 0 || connect(sk, (struct sockaddr *)&sa, len) != 0) {
+    if (sk >= 0) close(sk);
+    return -1;
+  }
+  vr_shm_hello_t hello;
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(3 * sizeof(int))];
+  } ctl;
+  struct iovec iov = {&hello, sizeof hello};
+  struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+  ssize_t got = recvmsg(sk, &mh, MSG_WAITALL | MSG_CMSG_CLOEXEC);
+  close(sk);
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  if (got != (ssize_t)sizeof hello) return -1;
+  if (!cm || cm->cmsg_type != SCM_RIGHTS) return 0;
+  int n = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+  if (n > 3) n = 3;
+  memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)n);
+  return n;
 }

@@ -77,6 +77,11 @@ int tu_score_until_usr1(const char *name, uint64_t seed, uint32_t max_seqs, uint
 /* Defaults plus name, lanes and arena: an in-process server's config. */
 void tu_shm_config(vr_shm_config_t *cfg, const char *name, uint32_t n_lanes, uint64_t arena_bytes);
 
+/* Speaks the rendezvous by hand, as any local process could: connects to name's socket and
+ * receives the hello's fds (header, doorbell, lane; caller closes). Returns how many came
+ * (3 when the server gave a lane), or -1. The lane stays this process's until it dies. */
+int tu_receive_fds(const char *name, int fds[3]);
+
 /* Connects with a connect timeout of TU_HANG_GUARD_US and the given spin budget. */
 int tu_connect(const char *name, uint32_t spin_us, vr_client_t **out);
 

@@ -35,45 +35,45 @@ typedef struct hostile {
   uint8_t *arena;
   uint32_t slots;
   _Atomic int tear;   /* the tearing thread runs while 1 */
+  _Atomic int tearing; /* 1 while it is in one pass */
   _Atomic int quit;
   uint64_t rng;
 } hostile_t;
 
-static int grab_lane(hostile_t *H) {
-  const vr_shm_header_t *h = &H->m.hdr;
+/* Connects as a raw client: the server gives it a lane (v2: lanes are given, not claimed). */
+static int grab_lane(hostile_t *H, const char *name) {
+  char why[256];
   uint64_t t0 = vr_now_ns();
-  while (vr_now_ns() - t0 < TU_HANG_GUARD_NS) {
-    for (uint32_t i = 0; i < h->n_lanes; i++) {
-      vr_shm_lane_t *l = vr_shm_lane_at(H->m.base, h, i);
-      uint64_t w = atomic_load(&l->lease);
-      if ((uint32_t)w != 0) continue;
-      uint64_t mine = VR_SHM_LEASE(VR_SHM_LEASE_GEN(w), (uint32_t)getpid());
-      if (!atomic_compare_exchange_strong(&l->lease, &w, mine)) continue;
-      atomic_store(&l->client_start_time, vr_proc_start_time(getpid()));
-      H->l = l;
-      H->lease = mine;
-      H->ring = vr_shm_req_ring(l);
-      H->arena = vr_shm_arena(l, h->ring_slots);
-      atomic_store(&l->req_head, 0);
-      atomic_store(&l->resp_tail, 0);
-      return 0;
-    }
+  while (vr_shm_attach(name, -1, &H->m, why, sizeof why) != 0) {
+    if (vr_now_ns() - t0 > TU_HANG_GUARD_NS) return -1;
     usleep(2000);
   }
-  return -1;
+  H->slots = H->m.hdr.ring_slots;
+  H->l = H->m.lane;
+  H->lease = atomic_load(&H->l->lease);
+  H->ring = vr_shm_req_ring(H->l);
+  H->arena = vr_shm_arena(H->l, H->slots);
+  return 0;
 }
 
+/* Closes the lane (CLOSING bit on our lease) and unmaps it. */
 static void release_lane(hostile_t *H) {
   uint64_t w = atomic_load(&H->l->lease);
   if (VR_SHM_LEASE_PID(w) == (uint32_t)getpid() && (w == H->lease || VR_SHM_LEASE_QUARANTINED(w)))
     atomic_compare_exchange_strong(&H->l->lease, &w, w | VR_SHM_LEASE_CLOSING_BIT);
+  atomic_fetch_add(H->m.bell, 1);
+  vr_futex_wake(H->m.bell, 1);
+  vr_shm_detach(&H->m);
+  H->l = NULL;
 }
 
 static void *tearer(void *arg) {
   hostile_t *H = arg;
   uint64_t rng = 12345;
   while (!atomic_load(&H->quit)) {
+    atomic_store(&H->tearing, 1);
     if (!atomic_load(&H->tear)) {
+      atomic_store(&H->tearing, 0);
       usleep(100);
       continue;
     }
@@ -87,6 +87,7 @@ static void *tearer(void *arg) {
       case 2: ((volatile uint32_t *)vr_shm_arena(l, H->slots))[(r >> 12) % 1024] = (uint32_t)r; break;
       default: ((volatile uint32_t *)&d->n_seqs)[0] = 1 + (uint32_t)(r >> 40) % 3; break;
     }
+    atomic_store(&H->tearing, 0);
   }
   return NULL;
 }
@@ -95,8 +96,8 @@ static void publish(hostile_t *H, const vr_shm_req_desc_t *d) {
   uint32_t head = atomic_load(&H->l->req_head);
   memcpy(&H->ring[head % H->slots], d, sizeof *d);
   atomic_store_explicit(&H->l->req_head, head + 1, memory_order_release);
-  atomic_fetch_add(&H->m.live->srv_seq, 1);
-  vr_futex_wake(&H->m.live->srv_seq, 1);
+  atomic_fetch_add(H->m.bell, 1);
+  vr_futex_wake(H->m.bell, 1);
 }
 
 /* A descriptor that would be valid: 1..3 sequences of <= 50 tokens at offset 0. */
@@ -124,19 +125,18 @@ static void plausible(hostile_t *H, vr_shm_req_desc_t *d) {
 static int hostile_main(const char *name, int rounds) {
   hostile_t H;
   memset(&H, 0, sizeof H);
-  char why[256];
-  if (vr_shm_attach(name, &H.m, why, sizeof why) != 0) return 40;
-  H.slots = H.m.hdr.ring_slots;
   H.rng = 4242; /* fixed: the same garbage on every run (the tearing thread's timing still varies) */
-  if (grab_lane(&H) != 0) return 41;
+  if (grab_lane(&H, name) != 0) return 41;
   pthread_t th;
   pthread_create(&th, NULL, tearer, &H);
   int lanes_taken = 1, resets_seen = 0;
   uint64_t t0 = vr_now_ns();
   for (int r = 0; r < rounds; r++) {
     if (atomic_load(&H.l->lease) != H.lease) { /* the server reset us: take a fresh lane */
+      atomic_store(&H.tear, 0); /* the tearing thread must not touch a lane being unmapped */
+      while (atomic_load(&H.tearing)) usleep(50);
       release_lane(&H);
-      if (grab_lane(&H) != 0) return 42;
+      if (grab_lane(&H, name) != 0) return 42;
       lanes_taken++;
     }
     vr_shm_req_desc_t d;
@@ -157,8 +157,8 @@ static int hostile_main(const char *name, int rounds) {
         break;
       case 2: { /* wrapped index: head far ahead of the tail; the server must reset the lane */
         atomic_store(&H.l->req_head, head + H.slots + 1 + (uint32_t)(tu_rand(&H.rng) % 1000));
-        atomic_fetch_add(&H.m.live->srv_seq, 1);
-        vr_futex_wake(&H.m.live->srv_seq, 1);
+        atomic_fetch_add(H.m.bell, 1);
+        vr_futex_wake(H.m.bell, 1);
         uint64_t t_reset = vr_now_ns();
         while (atomic_load(&H.l->lease) == H.lease) {
           if (vr_now_ns() - t_reset > TU_HANG_GUARD_NS) return 44;
@@ -169,7 +169,7 @@ static int hostile_main(const char *name, int rounds) {
       }
       case 3: /* head behind the tail (wraps to ~4 billion requests) */
         atomic_store(&H.l->req_head, head - 5);
-        atomic_fetch_add(&H.m.live->srv_seq, 1);
+        atomic_fetch_add(H.m.bell, 1);
         break;
       case 4: /* well-formed descriptor, garbage cu_seqlens */
         plausible(&H, &d);
@@ -193,7 +193,7 @@ static int hostile_main(const char *name, int rounds) {
       case 7: /* tampered lease generation (+2: the server's reset issues +1) */
         atomic_store(&H.l->lease, H.lease + (2ull << 32));
         H.lease += 2ull << 32;
-        atomic_fetch_add(&H.m.live->srv_seq, 1);
+        atomic_fetch_add(H.m.bell, 1);
         break;
       case 8: /* absurd counts */
         plausible(&H, &d);
@@ -212,7 +212,6 @@ static int hostile_main(const char *name, int rounds) {
   atomic_store(&H.quit, 1);
   pthread_join(th, NULL);
   release_lane(&H);
-  vr_shm_detach(&H.m);
   fprintf(stderr, "hostile client: %d rounds, %d lanes taken, %d resets after a wrapped index, %.2f s\n",
           rounds, lanes_taken, resets_seen, (double)(vr_now_ns() - t0) / 1e9);
   return resets_seen == rounds / 10 ? 0 : 43; /* (a missing reset returned 44 above) */

@@ -93,9 +93,8 @@ static uint64_t u64_at(const uint8_t *p, size_t off) {
 
 static void test_segment_bytes(void **state) {
   (void)state;
-  char name[64], path[80];
+  char name[64];
   tu_name(name, sizeof name, "layout");
-  snprintf(path, sizeof path, "/%s", name);
   vr_shm_config_t cfg;
   tu_shm_config(&cfg, name, 3, 10000); /* rounded up to a multiple of 64: 10048 */
   cfg.ring_slots = 8;
@@ -105,16 +104,19 @@ static void test_segment_bytes(void **state) {
   vr_shm_server_t *s;
   assert_int_equal(vr_shm_server_create(&cfg, &s), 0);
   vr_shm_server_set_state(s, VR_SHM_READY);
-  int fd = shm_open(path, O_RDONLY, 0);
-  assert_true(fd >= 0);
-  struct stat st;
-  assert_int_equal(fstat(fd, &st), 0);
-  uint8_t *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  assert_true(p != MAP_FAILED);
+  /* a client is given lane 0 and its lease word reads (generation 0, pid) */
+  vr_client_t *c;
+  vr_client_options_t o;
+  vr_client_options_init(&o);
+  assert_int_equal(vr_client_connect(name, &o, &c), 0);
+  vr_shm_map_t m; /* the header as a client receives it (read-only); this attach takes lane 1 */
+  char why[256];
+  assert_int_equal(vr_shm_attach(name, -1, &m, why, sizeof why), 0);
+  assert_int_equal(m.lane_idx, 1);
+  uint8_t *p = m.base;
   assert_memory_equal(p, "VRRSHMV1", 8);
   assert_int_equal(u64_at(p, 0), VR_SHM_MAGIC);
-  assert_int_equal(u32_at(p, 8), 1);
+  assert_int_equal(u32_at(p, 8), 2);
   assert_int_equal(u32_at(p, 12), 256);
   assert_int_equal(u32_at(p, 16), 256);
   assert_int_equal(u32_at(p, 20), 64);
@@ -130,7 +132,7 @@ static void test_segment_bytes(void **state) {
   assert_int_equal(u64_at(p, 56), lane);
   assert_int_equal(u64_at(p, 64), 4096);
   assert_int_equal(u64_at(p, 72), 4096 + 3 * lane);
-  assert_int_equal((uint64_t)st.st_size, 4096 + 3 * lane);
+  assert_int_equal((uint64_t)m.bytes, 4096); /* the header page; each lane is its own memfd */
   assert_int_equal((pid_t)u32_at(p, 80), getpid());
   assert_int_equal(u32_at(p, 84), geteuid());
   assert_true(u64_at(p, 88) != 0);
@@ -139,21 +141,16 @@ static void test_segment_bytes(void **state) {
   assert_int_equal(u32_at(p, 108), 24);
   assert_int_equal(u32_at(p, 128), VR_SHM_ST_READY);
   assert_true(u64_at(p, 136) != 0);
-  char why[256];
-  assert_int_equal(vr_shm_header_check((const vr_shm_header_t *)p, (uint64_t)st.st_size, why, sizeof why), 0);
-  /* a client leases lane 0 and its lease word reads (generation 0, pid) */
-  vr_client_t *c;
-  vr_client_options_t o;
-  vr_client_options_init(&o);
-  assert_int_equal(vr_client_connect(name, &o, &c), 0);
-  assert_int_equal(u64_at(p, 4096), (uint64_t)getpid());
+  assert_int_equal(vr_shm_header_check((const vr_shm_header_t *)p, (uint64_t)m.bytes, why, sizeof why), 0);
+  const uint8_t *l0 = (const uint8_t *)vr_shm_server_lane(s, 0); /* the server's view of c's lane */
+  assert_int_equal(u64_at(l0, 0), (uint64_t)getpid());
+  assert_int_equal(u64_at((const uint8_t *)m.lane, 0), (uint64_t)getpid()); /* ours: lane 1, generation 0 */
   /* one request: descriptor at lane + 256, payload in the arena */
   int32_t ids[3] = {7, 8, 9};
   uint32_t cu[2] = {0, 3};
   vr_batch_t b = {.n_seqs = 1, .token_ids = ids, .cu_seqlens = cu};
   uint64_t id;
   assert_int_equal(vr_client_submit(c, &b, &id), 0);
-  const uint8_t *l0 = p + 4096;
   assert_int_equal(u32_at(l0, 64), 1);          /* req_head */
   assert_int_equal(u64_at(l0, 256), id);        /* req_id */
   assert_int_equal(u32_at(l0, 256 + 8), 1);     /* n_seqs */
@@ -179,7 +176,7 @@ static void test_segment_bytes(void **state) {
   assert_int_equal(vr_client_wait(c, id, 1000000, &sc, NULL, NULL), 0);
   assert_int_equal(u32_at(l0, 68), 1);          /* resp_tail */
   vr_client_close(c);
-  munmap(p, (size_t)st.st_size);
+  vr_shm_detach(&m);
   vr_shm_server_destroy(s);
 }
 

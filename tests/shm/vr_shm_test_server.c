@@ -5,6 +5,7 @@
  *   vr_shm_test_server --name N [--lanes N (8)] [--slots N (64)] [--arena-bytes N (1 MiB)]
  *       [--max-seq-len N] [--max-seqs N] [--vocab N] [--spin-us N] [--mode 0600]
  *       [--delay-us N] [--workers N] [--stats FILE] [--log-burst N (10)] [--log-window-s S (10)]
+ *       [--allow-uid N]... [--allow-gid N]... (up to 8 each)
  *
  * The dispatcher thread polls; --workers threads (default 1) complete, so poll
  * and complete always run on different threads, as in the real server.
@@ -112,6 +113,7 @@ int main(int argc, char **argv) {
   cfg.arena_bytes = 1u << 20;
   const char *stats = NULL;
   int workers = 1;
+  uint32_t uids[8], gids[8], n_uids = 0, n_gids = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!v) {
@@ -130,6 +132,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--log-burst")) cfg.log_burst = (uint32_t)num(v);
     else if (!strcmp(a, "--log-window-s")) cfg.log_window_ns = num(v) * 1000000000ull;
     else if (!strcmp(a, "--mode")) cfg.mode = (uint32_t)strtoul(v, NULL, 8);
+    else if (!strcmp(a, "--allow-uid") && n_uids < 8) uids[n_uids++] = (uint32_t)num(v);
+    else if (!strcmp(a, "--allow-gid") && n_gids < 8) gids[n_gids++] = (uint32_t)num(v);
     else if (!strcmp(a, "--delay-us")) g_delay_us = (uint32_t)num(v);
     else if (!strcmp(a, "--workers")) workers = (int)num(v);
     else if (!strcmp(a, "--stats")) stats = v;
@@ -144,6 +148,10 @@ int main(int argc, char **argv) {
   sa.sa_handler = on_signal;
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
+  cfg.allow_uids = uids;
+  cfg.n_allow_uids = n_uids;
+  cfg.allow_gids = gids;
+  cfg.n_allow_gids = n_gids;
   int rc = vr_shm_server_create(&cfg, &g_srv);
   if (rc) {
     vr_log(VR_LOG_ERROR, "create failed: %s", vr_strerror(rc));

@@ -2,7 +2,8 @@
  * transformers 5 + tokenizers 0.23) equal, id for id, and every decode equal.
  *
  *   test_tok_golden TOKENIZER_DIR GOLDEN.json
- * Checks per text: encode with / without special tokens, decode of both (with and without
+ * Checks per text: encode with / without special tokens (with a fresh scratch, and with one
+ * scratch shared by all texts, whose word cache is warm), decode of both (with and without
  * skip_special_tokens), hence decode(encode(x)) == x wherever HF's is; an HF error expects an
  * error. Per decode case: decode of ids not produced by encode. Prints every mismatch (up to a
  * limit) and exits 1 when there is any; a missing file is a failure. */
@@ -119,11 +120,15 @@ static int32_t *json_ids(const cJSON *a, size_t *n) {
   return v;
 }
 
-static void check_encode(const vr_tok_t *tok, const char *text, size_t tlen, int special, const cJSON *want) {
+/* sc NULL: a fresh scratch (vr_tok_encode); else a scratch shared by all texts, whose word cache
+ * then holds every earlier text's words */
+static void check_encode(const vr_tok_t *tok, vr_tok_scratch_t *sc, const char *text, size_t tlen, int special,
+                         const cJSON *want) {
   int32_t *ids = NULL;
   size_t n = 0;
   char err[512];
-  if (vr_tok_encode(tok, text, tlen, special, &ids, &n, err, sizeof err)) {
+  if (sc ? vr_tok_encode_with(tok, sc, text, tlen, special, &ids, &n, err, sizeof err)
+         : vr_tok_encode(tok, text, tlen, special, &ids, &n, err, sizeof err)) {
     fail(text, "encode failed: %s", err);
     return;
   }
@@ -176,6 +181,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   const cJSON *cases = cJSON_GetObjectItem(root, "cases"), *c;
+  vr_tok_scratch_t *shared = vr_tok_scratch_new();
   int ncases = 0;
   cJSON_ArrayForEach(c, cases) {
     const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
@@ -191,8 +197,10 @@ int main(int argc, char **argv) {
     ncases++;
     int had_nul = whole != NULL;
     nul_cases += had_nul;
-    check_encode(tok, whole ? whole : text, tlen, 1, cJSON_GetObjectItem(c, "ids"));
-    check_encode(tok, whole ? whole : text, tlen, 0, cJSON_GetObjectItem(c, "ids_ns"));
+    for (int pass = 0; pass < 3; pass++) { /* fresh scratch, then the shared one twice (warm cache) */
+      check_encode(tok, pass ? shared : NULL, whole ? whole : text, tlen, 1, cJSON_GetObjectItem(c, "ids"));
+      check_encode(tok, pass ? shared : NULL, whole ? whole : text, tlen, 0, cJSON_GetObjectItem(c, "ids_ns"));
+    }
     free(whole);
     if (had_nul) continue; /* its decoded texts hold U+0000 too: cJSON cannot give them */
     check_decode(tok, text, cJSON_GetObjectItem(c, "ids"), 0, cJSON_GetObjectItem(c, "dec")->valuestring);
@@ -207,8 +215,9 @@ int main(int argc, char **argv) {
     check_decode(tok, "(decode case)", cJSON_GetObjectItem(c, "ids"), 1,
                  cJSON_GetObjectItem(c, "text_skip")->valuestring);
   }
-  printf("%s: %d texts (x5 checks; %d holding U+0000: encode only), %d decode cases (x2): %d mismatches\n", argv[1],
+  printf("%s: %d texts (x9 checks; %d holding U+0000: encode only), %d decode cases (x2): %d mismatches\n", argv[1],
          ncases, nul_cases, ndec, fails);
+  vr_tok_scratch_free(shared);
   cJSON_Delete(root);
   free(g);
   vr_tok_free(tok);

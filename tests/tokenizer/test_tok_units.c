@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -341,6 +342,132 @@ static void test_errors(void **st) {
   (void)st;
 }
 
+/* ---- transformers 5 class rules (tokenizer_config.json's tokenizer_class) ------------------ */
+
+/* A model directory with tokenizer.json, tokenizer_config.json and (when stm) special_tokens_map.json. */
+static vr_tok_t *load_dir3(const char *tokenizer_json, const char *config, const char *stm) {
+  char dir[] = "/tmp/vr_tok_unit_XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  const char *names[3] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+  const char *texts[3] = {tokenizer_json, config, stm};
+  char path[256];
+  for (int i = 0; i < 3; i++) {
+    if (!texts[i]) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    FILE *f = fopen(path, "w");
+    fputs(texts[i], f);
+    fclose(f);
+  }
+  vr_tok_t *t = NULL;
+  char err[512];
+  int rc = vr_tok_load(dir, &t, err, sizeof err);
+  if (rc) fprintf(stderr, "load: %s\n", err);
+  assert_int_equal(rc, 0);
+  for (int i = 0; i < 3; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+    unlink(path);
+  }
+  rmdir(dir);
+  return t;
+}
+
+static vr_tok_t *load_dir(const char *tokenizer_json, const char *config) {
+  return load_dir3(tokenizer_json, config, NULL);
+}
+
+static void test_class_rules(void **st) {
+  /* SentencePiece-style file under LlamaTokenizer: normalizer dropped, Metaspace(first) when
+   * legacy is false: only the start of the input gets the prefix */
+  const char *spm = "{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"single_word\": false, \"lstrip\": false, "
+                    "\"rstrip\": false, \"normalized\": false, \"special\": true}], "
+                    "\"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\xe2\x96\x81\"}, "
+                    "{\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\xe2\x96\x81\"}]}, "
+                    "\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"fuse_unk\": true, \"byte_fallback\": false, "
+                    "\"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"\xe2\x96\x81\": 2, \"h\": 3, \"i\": 4, \"\xe2\x96\x81h\": 5, \"hi\": 6, "
+                    "\"\xe2\x96\x81hi\": 7}, \"merges\": [\"\xe2\x96\x81 h\", \"h i\", \"\xe2\x96\x81h i\"]}}";
+  vr_tok_t *t = load_dir(spm, "{\"tokenizer_class\": \"LlamaTokenizer\", \"legacy\": false, \"add_bos_token\": true, "
+                              "\"bos_token\": \"<s>\"}");
+  expect_split(t, "hi<s>hi", "\xe2\x96\x81hi|<s>|hi");
+  int32_t *ids = NULL;
+  size_t n = 0;
+  char err[256];
+  assert_int_equal(vr_tok_encode(t, "hi", 2, 1, &ids, &n, err, sizeof err), 0);
+  assert_int_equal(n, 2); /* add_bos_token: <s> first */
+  assert_int_equal(ids[0], 1);
+  assert_int_equal(vr_tok_adds_bos(t), 1);
+  free(ids);
+  vr_tok_free(t);
+  /* split_special_tokens: <s> in the text is text */
+  t = load_dir(spm, "{\"tokenizer_class\": \"LlamaTokenizer\", \"legacy\": false, \"split_special_tokens\": true}");
+  expect_split(t, "hi<s>", "\xe2\x96\x81hi|<unk>");
+  vr_tok_free(t);
+  /* legacy true (the file's rule was Prepend on every piece): Metaspace(always) */
+  t = load_dir(spm, "{\"tokenizer_class\": \"LlamaTokenizer\", \"legacy\": true}");
+  expect_split(t, "hi<s>hi", "\xe2\x96\x81hi|<s>|\xe2\x96\x81hi");
+  vr_tok_free(t);
+  /* a byte-level file under LlamaTokenizerFast (DeepSeek) keeps its pipeline, gets its BOS */
+  const char *bl = "{\"added_tokens\": [{\"id\": 0, \"content\": \"<B>\", \"single_word\": false, \"lstrip\": false, "
+                   "\"rstrip\": false, \"normalized\": true, \"special\": true}], "
+                   "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"use_regex\": true}, "
+                   "\"post_processor\": {\"type\": \"ByteLevel\"}, \"decoder\": {\"type\": \"ByteLevel\"}, "
+                   "\"model\": {\"type\": \"BPE\", \"vocab\": {\"<B>\": 0, \"h\": 1, \"i\": 2, \"\xc4\xa0\": 3, \"hi\": 4, "
+                   "\"\xc4\xa0hi\": 5}, \"merges\": [\"h i\", \"\xc4\xa0 hi\"]}}";
+  t = load_dir(bl, "{\"tokenizer_class\": \"LlamaTokenizerFast\", \"add_bos_token\": true, \"add_eos_token\": false, "
+                   "\"legacy\": true, \"bos_token\": {\"__type\": \"AddedToken\", \"content\": \"<B>\"}}");
+  expect_split(t, "hi hi", "hi|\xc4\xa0hi");
+  assert_int_equal(vr_tok_encode(t, "hi hi", 5, 1, &ids, &n, err, sizeof err), 0);
+  int32_t want[] = {0, 4, 5};
+  assert_int_equal(n, 3);
+  assert_memory_equal(ids, want, sizeof want);
+  free(ids);
+  char *text = NULL;
+  size_t tl;
+  assert_int_equal(vr_tok_decode(t, want, 3, 1, &text, &tl, err, sizeof err), 0);
+  assert_string_equal(text, "hi hi");
+  free(text);
+  vr_tok_free(t);
+  (void)st;
+}
+
+static void test_config_accessors(void **st) {
+  const char *tj = "{\"added_tokens\": [{\"id\": 0, \"content\": \"<e>\", \"special\": true}], \"model\": "
+                   "{\"type\": \"WordPiece\", \"unk_token\": \"u\", \"vocab\": {\"<e>\": 0, \"u\": 1, \"<p>\": 2}}}";
+  /* templates as a list of {name, template}; eos only in special_tokens_map.json; pad from the
+   * config, an AddedToken object, and in the vocab only: it becomes a special added token */
+  vr_tok_t *t = load_dir3(tj, "{\"chat_template\": [{\"name\": \"default\", \"template\": \"A{{ x }}\"}, "
+                              "{\"name\": \"tool_use\", \"template\": \"B\"}], \"bos_token\": null, "
+                              "\"pad_token\": {\"__type\": \"AddedToken\", \"content\": \"<p>\"}}",
+                          "{\"eos_token\": \"<e>\", \"pad_token\": \"u\"}");
+  assert_int_equal(vr_tok_chat_template_count(t), 2);
+  assert_string_equal(vr_tok_chat_template(t, NULL), "A{{ x }}");
+  assert_string_equal(vr_tok_chat_template(t, "tool_use"), "B");
+  assert_null(vr_tok_chat_template(t, "nope"));
+  const char *text = NULL;
+  assert_string_equal(vr_tok_chat_template_at(t, 1, &text), "tool_use");
+  assert_string_equal(text, "B");
+  int32_t id;
+  assert_null(vr_tok_special_token(t, VR_TOK_BOS, &id));
+  assert_int_equal(id, -1);
+  assert_string_equal(vr_tok_special_token(t, VR_TOK_EOS, &id), "<e>");
+  assert_int_equal(id, 0);
+  assert_string_equal(vr_tok_special_token(t, VR_TOK_PAD, &id), "<p>"); /* the config wins */
+  assert_int_equal(id, 2);
+  assert_int_equal(vr_tok_is_special(t, 2), 1);
+  assert_int_equal(vr_tok_is_special(t, 1), 0);
+  assert_int_equal(vr_tok_vocab_size(t), 3);
+  assert_int_equal(vr_tok_adds_bos(t), 0);
+  size_t n;
+  assert_memory_equal(vr_tok_id_to_token(t, 2, &n), "<p>", 3);
+  vr_tok_free(t);
+  /* a plain string template is "default" */
+  t = load_dir(tj, "{\"chat_template\": \"C\"}");
+  assert_int_equal(vr_tok_chat_template_count(t), 1);
+  assert_string_equal(vr_tok_chat_template_at(t, 0, NULL), "default");
+  assert_string_equal(vr_tok_chat_template(t, "default"), "C");
+  vr_tok_free(t);
+  (void)st;
+}
+
 /* ---- concurrent encode on one handle ------------------------------------------------------ */
 
 typedef struct job {
@@ -403,7 +530,9 @@ int main(void) {
       cmocka_unit_test(test_metaspace_bytelevel), cmocka_unit_test(test_normalizers),
       cmocka_unit_test(test_bpe_prefix_suffix), cmocka_unit_test(test_unigram_byte_fallback),
       cmocka_unit_test(test_post_and_decoders), cmocka_unit_test(test_regex_onig),
-      cmocka_unit_test(test_errors),            cmocka_unit_test(test_threads),
+      cmocka_unit_test(test_errors),            cmocka_unit_test(test_class_rules),
+      cmocka_unit_test(test_config_accessors),
+      cmocka_unit_test(test_threads),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -126,7 +126,13 @@ class TestErrors(unittest.TestCase):
         self.expect(["logprobs", "--model", "/no/such/dir"], "", "/no/such/dir")
         self.expect(["logprobs"], "", "logprobs needs --model")
         self.expect(["logprobs", "--model", self.M, "--temperature", "0"], "", "--temperature")
-        self.expect(["logprobs", "--model", self.M, "--device", "cuda"], "", "CUDA training backend")
+        if os.environ.get("VR_BUILD_CUDA", "OFF").upper() not in ("ON", "1", "TRUE", "YES"):
+            self.expect(["logprobs", "--model", self.M, "--device", "cuda"], "", "CUDA training backend")
+        else:  # a CUDA build: runs where a GPU is (tests/cuda checks the results), else says there is none
+            p = run(["logprobs", "--model", self.M, "--device", "cuda"], '{"input_ids": [1, 2]}\n')
+            if p.returncode != 0:
+                self.assertEqual(p.returncode, 1, p.stderr)
+                self.assertIn("no usable GPU device", p.stderr)
         self.expect(["logprobs", "--model", self.M, "--device", "gpu"], "", "--device")
         self.expect(["logprobs", "--model", self.M, "--bogus"], "", "--bogus")
         self.expect(["logprobs", "--model", os.path.join(FIX, "qwen2_critic")], "", "has no lm_head")

@@ -1,6 +1,7 @@
 /* fuzz_tok_encode: libFuzzer harness for encode on random bytes with real tokenizers: the
  * directories of VR_TOK_FUZZ_DIRS (colon-separated, loaded once). Invalid UTF-8 must be refused;
- * the same bytes made valid (U+FFFD for each bad sequence) must encode, and the ids must decode.
+ * the same bytes made valid (U+FFFD for each bad sequence) must encode, with the same ids through a
+ * scratch kept across inputs (warm word cache) as through a fresh one, and the ids must decode.
  * Build: -DVR_FUZZ=ON with clang. */
 #include <stddef.h>
 #include <stdint.h>
@@ -12,6 +13,7 @@
 #include "vr_tokenizer.h"
 
 static vr_tok_t *toks[8];
+static vr_tok_scratch_t *scratch[8]; /* one per tokenizer, kept across inputs: its word cache warms up */
 static int ntoks = -1;
 
 static void load_all(void) {
@@ -28,6 +30,8 @@ static void load_all(void) {
       fprintf(stderr, "fuzz_tok_encode: %s\n", err);
       abort();
     }
+    scratch[ntoks] = vr_tok_scratch_new();
+    if (!scratch[ntoks]) abort();
     ntoks++;
   }
   free(list);
@@ -48,6 +52,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(ids);
     ids = NULL;
     if (vr_tok_encode(toks[k], fixed.p ? fixed.p : "", fixed.n, 0, &ids, &n, err, sizeof err)) abort();
+    /* the warm scratch (word cache) gives the same ids as a fresh one */
+    int32_t *ids2 = NULL;
+    size_t n2 = 0;
+    if (vr_tok_encode_with(toks[k], scratch[k], fixed.p ? fixed.p : "", fixed.n, 0, &ids2, &n2, err, sizeof err) ||
+        n2 != n || (n && memcmp(ids, ids2, n * sizeof *ids)))
+      abort();
+    free(ids2);
     char *out = NULL;
     size_t on = 0;
     if (vr_tok_decode(toks[k], ids, n, 0, &out, &on, err, sizeof err)) abort();

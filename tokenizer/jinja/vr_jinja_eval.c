@@ -233,7 +233,7 @@ static bool slice_arg(jj_ctx_t *c, jj_val_t v, int64_t *out) {
 /* Python's slice.indices + iteration: fills idx (n entries at most), returns the count */
 static size_t slice_indices(jj_ctx_t *c, int64_t len, jj_val_t vs, jj_val_t ve, jj_val_t vst,
                             int64_t **idx) {
-  int64_t step = 1, start, stop;
+  int64_t step = 1, start = 0, stop = 0;
   if (slice_arg(c, vst, &step) && step == 0) jj_rt_fail(c, VR_ERR_INVAL, "slice step cannot be zero");
   bool hs = slice_arg(c, vs, &start), he = slice_arg(c, ve, &stop);
   if (step > 0) {
@@ -251,9 +251,11 @@ static size_t slice_indices(jj_ctx_t *c, int64_t len, jj_val_t vs, jj_val_t ve, 
     else if (stop < 0) stop = stop + len < 0 ? -1 : stop + len;
     else if (stop >= len) stop = len - 1;
   }
+  /* counts in unsigned arithmetic: a step near INT64_MIN/MAX must not overflow */
+  uint64_t ustep = step > 0 ? (uint64_t)step : (uint64_t)(-(step + 1)) + 1u;
   size_t n = 0;
-  if (step > 0 && start < stop) n = (size_t)((stop - start + step - 1) / step);
-  if (step < 0 && start > stop) n = (size_t)((start - stop + (-step) - 1) / (-step));
+  if (step > 0 && start < stop) n = (size_t)((uint64_t)(stop - start - 1) / ustep + 1u);
+  if (step < 0 && start > stop) n = (size_t)((uint64_t)(start - stop - 1) / ustep + 1u);
   *idx = n ? jj_alloc(c, n * sizeof(int64_t)) : NULL;
   for (size_t k = 0; k < n; k++) (*idx)[k] = start + (int64_t)k * step;
   return n;
@@ -328,6 +330,8 @@ static jj_val_t repeat(jj_ctx_t *c, jj_val_t seq, int64_t k) {
 }
 
 static jj_val_t arith(jj_ctx_t *c, int op, jj_val_t a, jj_val_t b) {
+  if (op == JT_MOD && a.t == JV_STR)
+    jj_rt_fail(c, VR_ERR_UNSUPPORTED, "printf-style string formatting ('%%') is not supported");
   if (a.t == JV_UNDEF) fail_undef(c, a);
   if (b.t == JV_UNDEF) fail_undef(c, b);
   if (isnum(a) && isnum(b)) {
@@ -402,8 +406,7 @@ static jj_val_t arith(jj_ctx_t *c, int op, jj_val_t a, jj_val_t b) {
     return repeat(c, a, numi(b));
   if (op == JT_MUL && (b.t == JV_STR || jj_is_seq(b)) && (a.t == JV_INT || a.t == JV_BOOL))
     return repeat(c, b, numi(a));
-  if (op == JT_MOD && a.t == JV_STR)
-    jj_rt_fail(c, VR_ERR_UNSUPPORTED, "printf-style string formatting ('%%') is not supported");
+
   jj_rt_fail(c, VR_ERR_INVAL, "unsupported operand type(s) for %s: '%s' and '%s'", op_text(op),
              jj_type_name(a), jj_type_name(b));
 }
@@ -422,13 +425,18 @@ static bool contains(jj_ctx_t *c, jj_val_t container, jj_val_t item) {
       if (!memcmp(container.u.s.p + i, item.u.s.p, item.u.s.n)) return true;
     return false;
   case JV_LIST: {
+    /* a generator that failed after producing some items: `in` stops at a match before it */
+    for (size_t i = 0; container.u.l->err_status && i < container.u.l->n; i++)
+      if (jj_equal(container.u.l->v[i], item)) return true;
     jj_list_t *l = jj_iter_items(c, container);
     for (size_t i = 0; i < l->n; i++)
       if (jj_equal(l->v[i], item)) return true;
     return false;
   }
   case JV_DICT:
-    if (item.t == JV_LIST || item.t == JV_DICT || item.t == JV_NS)
+    /* Python hashes tuples, generators, dict_values and objects, not lists, dicts, keys/items views */
+    if (item.t == JV_DICT || (item.t == JV_LIST && (item.u.l->kind == JL_LIST || item.u.l->kind == JL_KEYS ||
+                                                    item.u.l->kind == JL_ITEMS)))
       jj_rt_fail(c, VR_ERR_INVAL, "unhashable type: '%s'", jj_type_name(item));
     return item.t == JV_STR && jj_dict_get(container.u.d, item.u.s) != NULL;
   default:

@@ -427,14 +427,16 @@ static jj_val_t fold_case(jj_ctx_t *c, jj_val_t v, bool case_sensitive) {
   return map_case(c, v.u.s, CASE_LOWER, "case-insensitive comparison");
 }
 
-static void merge_sort(jj_ctx_t *c, sortkey_t *a, sortkey_t *tmp, size_t n, bool reverse) {
+/* eq_first: jinja2's sort filter compares one-element key lists, so equal keys (two Undefined,
+ * two equal dicts) never reach '<'; dictsort compares the keys themselves */
+static void merge_sort(jj_ctx_t *c, sortkey_t *a, sortkey_t *tmp, size_t n, bool reverse, bool eq_first) {
   if (n < 2) return;
   size_t h = n / 2;
-  merge_sort(c, a, tmp, h, reverse);
-  merge_sort(c, a + h, tmp, n - h, reverse);
+  merge_sort(c, a, tmp, h, reverse, eq_first);
+  merge_sort(c, a + h, tmp, n - h, reverse, eq_first);
   size_t i = 0, j = h, k = 0;
   while (i < h && j < n) {
-    int r = jj_compare(c, a[j].key, a[i].key);
+    int r = (eq_first && jj_equal(a[j].key, a[i].key)) ? 0 : jj_compare(c, a[j].key, a[i].key);
     bool take_right = reverse ? r > 0 : r < 0;
     tmp[k++] = take_right ? a[j++] : a[i++];
   }
@@ -453,6 +455,8 @@ static jj_val_t filt_select(jj_ctx_t *c, jj_val_t v, jj_val_t *args, size_t narg
   if (attr && nargs < 1) jj_rt_fail(c, VR_ERR_INVAL, "selectattr/rejectattr need an attribute");
   jj_list_t *out = jj_list_new(c, items->n);
   size_t k = 0;
+  out->n = 0;
+  c->lazy_out = out; /* what is produced so far, if an item fails */
   for (size_t i = 0; i < items->n; i++) {
     jj_val_t x = attr ? get_path(c, items->v[i], args[0]) : items->v[i];
     bool r;
@@ -462,7 +466,10 @@ static jj_val_t filt_select(jj_ctx_t *c, jj_val_t v, jj_val_t *args, size_t narg
     } else {
       r = jj_truthy(x);
     }
-    if (r == want) out->v[k++] = items->v[i];
+    if (r == want) {
+      out->v[k++] = items->v[i];
+      out->n = k;
+    }
   }
   out->n = k;
   return jj_listv(out);
@@ -679,7 +686,7 @@ static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val
       a[i].item = jj_listv(pair);
       a[i].key = fold_case(c, pair->v[by_value ? 1 : 0], cs);
     }
-    merge_sort(c, a, tmp, m, rev);
+    merge_sort(c, a, tmp, m, rev, false);
     jj_list_t *out = jj_list_new(c, m);
     for (size_t i = 0; i < m; i++) out->v[i] = a[i].item;
     return jj_listv(out);
@@ -702,6 +709,8 @@ static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val
   }
   case F_FIRST: {
     NOARGS();
+    /* a generator that failed after producing something: first() never reached the failure */
+    if (v.t == JV_LIST && v.u.l->err_status && v.u.l->n > 0) return v.u.l->v[0];
     jj_list_t *items = jj_iter_items(c, v);
     if (items->n == 0) return jj_undef((jj_str_t){"No first item, sequence was empty.", 34});
     return items->v[0];
@@ -801,7 +810,10 @@ static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val
     }
     if (!by_attr && nargs == 0) jj_rt_fail(c, VR_ERR_INVAL, "map: give a filter name or attribute=");
     if (by_attr && nargs) jj_rt_fail(c, VR_ERR_INVAL, "map: attribute= takes no positional arguments");
+    out->n = 0;
     for (size_t i = 0; i < items->n; i++) {
+      c->lazy_out = out; /* (re)set: a filter named by map may be lazy itself */
+      out->n = i;
       if (by_attr) {
         jj_val_t x = get_path(c, items->v[i], attr);
         out->v[i] = (x.t == JV_UNDEF && has_def) ? def : x;
@@ -810,6 +822,7 @@ static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val
         out->v[i] = jj_filter_by_name(c, fn, items->v[i], args + 1, nargs - 1);
       }
     }
+    out->n = items->n;
     return jj_listv(out);
   }
   case F_MAX:
@@ -856,7 +869,8 @@ static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val
     jj_list_t *out = jj_list_new(c, items->n);
     for (size_t i = 0; i < items->n; i++) out->v[i] = items->v[items->n - 1 - i];
     out->kind = (was_gen || v.t != JV_LIST) ? JL_LIST : JL_GEN;
-    if (v.t == JV_DICT) out->kind = JL_GEN;
+    /* reversed() works on dicts and on Undefined (it has __len__ and __getitem__): an iterator */
+    if (v.t == JV_DICT || v.t == JV_UNDEF) out->kind = JL_GEN;
     return jj_listv(out);
   }
   case F_ROUND:
@@ -885,12 +899,16 @@ static jj_val_t filter_eager(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val
     }
     jj_list_t *out = jj_list_new(c, m);
     if (n->fid == F_SORT) {
-      merge_sort(c, a, tmp, m, rev);
+      merge_sort(c, a, tmp, m, rev, true);
       for (size_t i = 0; i < m; i++) out->v[i] = a[i].item;
       return jj_listv(out);
     }
     size_t k = 0;
     for (size_t i = 0; i < m; i++) {
+      jj_val_t key = a[i].key; /* do_unique keeps a set of the keys seen */
+      if (key.t == JV_DICT || (key.t == JV_LIST && key.u.l->kind != JL_TUPLE && key.u.l->kind != JL_GEN &&
+                               key.u.l->kind != JL_VALUES))
+        jj_rt_fail(c, VR_ERR_INVAL, "unique: unhashable type: '%s'", jj_type_name(key));
       bool seen = false;
       for (size_t j = 0; j < i && !seen; j++) seen = jj_equal(a[j].key, a[i].key);
       if (!seen) out->v[k++] = a[i].item;
@@ -959,13 +977,17 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
   memcpy(&saved, &c->err.jb, sizeof saved);
   int depth = c->depth, line = c->line;
   jj_buf_t *out = c->out;
+  jj_list_t *outer_lazy = c->lazy_out;
+  c->lazy_out = NULL;
   if (setjmp(c->err.jb)) {
     memcpy(&c->err.jb, &saved, sizeof saved);
     c->depth = depth;
     c->line = line;
     c->out = out;
+    jj_list_t *partial = c->lazy_out;
+    c->lazy_out = outer_lazy;
     if (c->err.status == VR_ERR_TOO_LARGE || c->err.status == VR_ERR_NOMEM) longjmp(c->err.jb, 1);
-    jj_list_t *g = jj_list_new(c, 0);
+    jj_list_t *g = partial ? partial : jj_list_new(c, 0);
     g->kind = JL_GEN;
     g->err_status = c->err.status;
     g->err_msg = jj_mkstr(c, c->msg, strlen(c->msg)).u.s.p;
@@ -973,6 +995,7 @@ jj_val_t jj_apply_filter(jj_ctx_t *c, const jj_node_t *n, jj_val_t v, jj_val_t *
   }
   jj_val_t r = filter_eager(c, n, v, args, nargs, kwn, kwv, nkw);
   memcpy(&c->err.jb, &saved, sizeof saved);
+  c->lazy_out = outer_lazy;
   r.u.l->kind = JL_GEN;
   return r;
 }

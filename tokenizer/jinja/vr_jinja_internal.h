@@ -221,6 +221,8 @@ typedef struct jj_ctx {
   uint64_t steps;
   int depth;
   jj_buf_t *out;       /* current output (captures swap it) */
+  jj_list_t *lazy_out; /* the list a lazy filter (select, map) is filling: what a generator had
+                          produced when an item failed (first/in may use that much) */
   jj_scope_t *globals; /* the context's variables */
   int line;            /* line of the node being evaluated, for messages */
 } jj_ctx_t;

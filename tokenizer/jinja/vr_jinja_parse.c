@@ -270,11 +270,14 @@ static jj_node_t *parse_postfix(parser_t *P, jj_node_t *n) {
         nl_push(P, &args, parse_subscribed(P), (jj_str_t){0});
       }
       expect(P, JT_RBRACKET, "']'");
-      if (args.n == 0) jj_fail(P->e, VR_ERR_PARSE, "line %d: empty subscript", t->line);
-      jj_node_t *arg;
+      jj_node_t *arg; /* x[] subscripts with the empty tuple, as jinja2 parses it */
       if (args.n == 1) {
         arg = args.v[0];
       } else {
+        for (size_t k = 0; k < args.n; k++)
+          if (args.v[k]->kind == JN_SLICE)
+            jj_fail(P->e, VR_ERR_UNSUPPORTED, "line %d: a slice inside a tuple subscript (x[a:b, c]) is not supported",
+                    t->line);
         arg = node(P, JN_TUPLE, t->line);
         arg->l1 = args.v;
         arg->n1 = args.n;

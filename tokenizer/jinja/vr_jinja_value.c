@@ -453,7 +453,7 @@ static void repr_str(jj_ctx_t *c, jj_buf_t *b, jj_str_t s) {
 void jj_repr(jj_ctx_t *c, jj_buf_t *b, jj_val_t v) {
   switch (v.t) {
   case JV_STR: repr_str(c, b, v.u.s); return;
-  case JV_UNDEF: return; /* str(Undefined) is '' and so is its use inside repr of a list */
+  case JV_UNDEF: jj_buf_put(c, b, "Undefined", 9); return; /* repr(Undefined) */
   default: jj_print(c, b, v); return;
   }
 }

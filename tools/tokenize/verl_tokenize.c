@@ -36,7 +36,8 @@ static void usage(FILE *f) {
           "usage: %s --tokenizer DIR [--no-special-tokens] [--decode] [--skip-special-tokens]\n"
           "       %s --tokenizer DIR --bench FILE [--threads N] [--repeat R]\n"
           "Reads JSON lines on stdin: {\"text\"} -> {\"input_ids\"}; with --decode {\"input_ids\"} -> {\"text\"};\n"
-          "{\"messages\", \"add_generation_prompt\"} -> {\"text\", \"input_ids\"} (chat template).\n",
+          "{\"messages\", \"add_generation_prompt\"} -> {\"text\", \"input_ids\"} (chat template).\n"
+          "  --help, --version\n",
           prog, prog);
 }
 

@@ -1,0 +1,194 @@
+/* cuda_rollout_bench.c: the rollout engine's throughput on the cuda backend (a benchmark program,
+ * not a test). A random model of a named shape, P prompts of L random tokens, N new tokens each,
+ * greedy, no stop ids (so every response has exactly N tokens), through vr_rollout_generate (the
+ * scheduler, prefill, decode graphs, device sampling). Prints and writes as JSON:
+ *   tokens/s = P * N / the generate call's wall time (prefill included, as transformers' generate
+ *     is timed); the prefill alone (a generate of 1 new token); the decode step end to end
+ *     ((generate - prefill) / steps) and on the device (graph replay, and eager variants without
+ *     each op class: vr_cuda_roll_profile_decode);
+ *   the bytes a step must read at least: the bf16 weights once plus the live K/V cache (mean
+ *     context over the steps), and the time that takes at the card's copy rate measured here
+ *     (cudaMemcpy device to device of 2 GiB, read + write bytes over the time);
+ *   the weight update: host fp32 buffer -> device bf16 (set_weights), and device fp32 -> device bf16
+ *     (vr_cuda_roll_set_weights_device, the actor on the same GPU).
+ * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
+ *        [--json FILE]. Exit code 0, or 1 on any error, 77 without a GPU. */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rollout_test_model.h"
+#include "vr_cuda_check.h"
+#include "vr_cuda_roll_backend.h"
+#include "vr_rollout.h"
+#include "vr_time.h"
+
+typedef struct {
+  const char *name;
+  int V, C, L, H, KV, F, tied, bias;
+} shape_t;
+
+static const shape_t k_shapes[] = {
+    {"llama-1b", 128256, 2048, 16, 32, 8, 8192, 1, 0},   /* Llama-3.2-1B */
+    {"qwen2-0.5b", 151936, 896, 24, 14, 2, 4864, 1, 1}, /* Qwen2-0.5B */
+};
+
+static double copy_rate(void) {
+  const size_t bytes = 2ull << 30;
+  void *a, *b;
+  VR_CUDA_CHECK(cudaMalloc(&a, bytes));
+  VR_CUDA_CHECK(cudaMalloc(&b, bytes));
+  VR_CUDA_CHECK(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  VR_CUDA_CHECK(cudaEventCreate(&e0));
+  VR_CUDA_CHECK(cudaEventCreate(&e1));
+  float best = 1e30f;
+  for (int i = 0; i < 6; ++i) {
+    VR_CUDA_CHECK(cudaEventRecord(e0, 0));
+    VR_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0));
+    VR_CUDA_CHECK(cudaEventRecord(e1, 0));
+    VR_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms;
+    VR_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i > 0 && ms < best) best = ms;
+  }
+  VR_CUDA_CHECK(cudaFree(a));
+  VR_CUDA_CHECK(cudaFree(b));
+  return 2.0 * bytes / (best * 1e-3);
+}
+
+int main(int argc, char **argv) {
+  const char *shape_name = "llama-1b", *json = NULL;
+  int P = 64, Lp = 128, N = 256;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!strcmp(argv[i], "--shape")) shape_name = argv[i + 1];
+    else if (!strcmp(argv[i], "--prompts")) P = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--prompt-len")) Lp = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--new")) N = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--json")) json = argv[i + 1];
+    else {
+      fprintf(stderr, "unknown flag %s\n", argv[i]);
+      return 1;
+    }
+  }
+  const shape_t *sh = NULL;
+  for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
+    if (!strcmp(k_shapes[i].name, shape_name)) sh = &k_shapes[i];
+  if (!sh || P < 1 || Lp < 1 || N < 1) {
+    fprintf(stderr, "bad --shape (llama-1b, qwen2-0.5b) or sizes\n");
+    return 1;
+  }
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  const double rate = copy_rate();
+  const int D = sh->C / sh->H;
+  tmodel_t m;
+  uint64_t t0 = vr_now_ns();
+  if (tmodel_make(&m, sh->V, sh->C, sh->L, sh->H, sh->KV, D, sh->F, sh->tied, sh->bias, 0, 42, 0.02f * 1.7f, 0.02f * 1.7f)) {
+    fprintf(stderr, "out of host memory for %zu parameters\n", (size_t)0);
+    return 1;
+  }
+  printf("%s: %zu parameters (random, filled in %.2f s); device copy rate %.0f GB/s\n", sh->name, m.n,
+         (vr_now_ns() - t0) * 1e-9, rate * 1e-9);
+  vr_rollout_options_t o;
+  vr_rollout_options_init(&o);
+  o.device = "cuda";
+  o.max_seqs = (uint32_t)P;
+  o.max_batch_tokens = (uint32_t)(P * Lp);
+  o.max_model_len = (uint32_t)(Lp + N + 16);
+  o.kv_cache_bytes = vr_rollout_block_bytes(&m.cfg, 16, 2) * ((uint64_t)P * ((o.max_model_len + 15) / 16) + 16);
+  vr_rollout_t *r = NULL;
+  t0 = vr_now_ns();
+  if (vr_rollout_init(&m.cfg, m.params, m.n, &m.w, &o, &r)) return 1;
+  const double init_s = (vr_now_ns() - t0) * 1e-9;
+  void *st = vr_rollout_backend_state(r);
+  uint64_t wb = 0, kvb = 0, workb = 0;
+  char dev[32];
+  vr_rollout_backend_cuda.describe(st, &wb, &kvb, &workb, dev, sizeof dev);
+  /* weight updates */
+  double host_s = 0, dev_s = 1e30;
+  if (vr_rollout_set_weights(r, m.params, m.n, &m.w, &host_s)) return 1;
+  float *dp = NULL;
+  VR_CUDA_CHECK(cudaMalloc((void **)&dp, m.n * sizeof(float)));
+  VR_CUDA_CHECK(cudaMemcpy(dp, m.params, m.n * sizeof(float), cudaMemcpyHostToDevice));
+  for (int i = 0; i < 3; ++i) {
+    double s = 0;
+    if (vr_cuda_roll_set_weights_device(st, dp, m.n, m.params, &m.w, &s)) return 1;
+    if (s < dev_s) dev_s = s;
+  }
+  VR_CUDA_CHECK(cudaFree(dp));
+  /* prompts */
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)P * Lp);
+  uint32_t *cu = malloc(sizeof(uint32_t) * (P + 1));
+  for (int p = 0; p <= P; ++p) cu[p] = (uint32_t)(p * Lp);
+  for (size_t i = 0; i < (size_t)P * Lp; ++i) ids[i] = (int32_t)((tmodel_u(7, i) * 0.5f + 0.5f) * (sh->V - 1));
+  vr_gen_params_t gp;
+  vr_gen_params_init(&gp);
+  gp.max_new_tokens = 8; /* warm-up: plans, the bucket's graph */
+  vr_gen_output_t out;
+  if (vr_rollout_generate(r, ids, cu, (uint32_t)P, &gp, &out)) return 1;
+  vr_gen_output_free(&out);
+  gp.max_new_tokens = 1; /* the prefill and the first token alone (prefill() only enqueues: its host
+                          * time is not its device time) */
+  t0 = vr_now_ns();
+  if (vr_rollout_generate(r, ids, cu, (uint32_t)P, &gp, &out)) return 1;
+  const double prefill_wall = (vr_now_ns() - t0) * 1e-9;
+  vr_gen_output_free(&out);
+  gp.max_new_tokens = (uint32_t)N;
+  t0 = vr_now_ns();
+  if (vr_rollout_generate(r, ids, cu, (uint32_t)P, &gp, &out)) return 1;
+  const double wall = (vr_now_ns() - t0) * 1e-9;
+  const vr_gen_stats_t *s = &out.stats;
+  const uint64_t gen = out.cu[out.n_resp];
+  const double tps = gen / wall;
+  const double steps = (double)s->decode_calls;
+  const double step_ms = steps > 0 ? (wall - prefill_wall) / steps * 1e3 : 0; /* a decode step, end to end */
+  const double kv_tok = (double)vr_rollout_block_bytes(&m.cfg, 1, 2); /* bytes per cached token, all layers */
+  const double mean_ctx = Lp + (N + 1) / 2.0;
+  const double step_bytes = (double)wb + P * mean_ctx * kv_tok;
+  const double ideal_ms = step_bytes / rate * 1e3;
+  printf("%s: %d prompts x %d tokens, %d new (greedy): %llu tokens in %.3f s = %.0f tokens/s\n", sh->name, P, Lp, N,
+         (unsigned long long)gen, wall, tps);
+  printf("  prefill + first token %.1f ms (%llu prefill calls); decode %llu steps, %.3f ms/step end to end "
+         "((generate - prefill run) / steps; host time in decode() %.3f ms/step)\n",
+         prefill_wall * 1e3, (unsigned long long)s->prefill_calls, (unsigned long long)s->decode_calls, step_ms,
+         s->decode_s / steps * 1e3);
+  printf("  a step reads >= %.0f MB (weights %.0f MB + mean live K/V %.0f MB): %.3f ms at %.0f GB/s -> step at "
+         "%.0f%% of the copy rate (%.2fx the ideal)\n",
+         step_bytes / 1e6, wb / 1e6, P * mean_ctx * kv_tok / 1e6, ideal_ms, rate * 1e-9, 100.0 * ideal_ms / step_ms,
+         step_ms / ideal_ms);
+  printf("  last decode step on the device: %.3f ms; weight update: host fp32 -> device bf16 %.1f ms, device fp32 -> "
+         "bf16 %.2f ms; init %.2f s\n",
+         vr_cuda_roll_last_decode_ms(st), host_s * 1e3, dev_s * 1e3, init_s);
+  double pr[6] = {0};
+  if (vr_cuda_roll_profile_decode(st, (uint32_t)P, 20, pr) == 0)
+    printf("  decode step on the device (mean of 20): graph %.3f ms, eager %.3f ms; eager without attention %.3f, "
+           "without the layers' GEMMs %.3f, without the small kernels %.3f, without the LM head %.3f ms\n",
+           pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
+  if (json) {
+    FILE *f = fopen(json, "w");
+    if (f) {
+      fprintf(f,
+              "{\"shape\": \"%s\", \"params\": %zu, \"prompts\": %d, \"prompt_len\": %d, \"new_tokens\": %d, "
+              "\"tokens\": %llu, \"wall_s\": %.4f, \"tokens_per_s\": %.1f, \"prefill_ms\": %.3f, \"decode_steps\": %llu, "
+              "\"step_ms\": %.4f, \"step_bytes\": %.0f, \"copy_rate_gbs\": %.1f, \"ideal_step_ms\": %.4f, "
+              "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
+              "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
+              "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f}\n",
+              sh->name, m.n, P, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
+              (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
+              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
+      fclose(f);
+    }
+  }
+  vr_gen_output_free(&out);
+  vr_rollout_free(r);
+  tmodel_free(&m);
+  free(ids);
+  free(cu);
+  return 0;
+}

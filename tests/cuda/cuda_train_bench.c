@@ -1,0 +1,190 @@
+/* cuda_train_bench.c: the CUDA training engine's step time on Hugging Face model shapes with
+ * random weights (a benchmark program, not a test): fwd + bwd + AdamW (clip 1.0) of the
+ * token-mean NLL over n_seqs x seq_len packed tokens, and a log-prob-only forward (the
+ * reference policy's). Prints tokens/s and MFU against a given bf16 GEMM rate with
+ *   training flops / token = 6 N + 6 L (H D) S      (N parameters, causal attention of length S)
+ *   forward flops / token  = 2 N + 2 L (H D) S
+ * and writes one JSON line per model to stdout (prefix "json ").
+ *
+ *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
+ *                    [--gemm-tflops 781]
+ * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vr_cutrain.h"
+
+typedef struct {
+  const char *name;
+  int vocab, hidden, layers, heads, kv, inter, qkv_bias;
+  double theta;
+} shape_t;
+
+static const shape_t k_shapes[] = {
+    {"qwen2-0.5b", 151936, 896, 24, 14, 2, 4864, 1, 1000000.0},
+    {"llama-3.2-1b", 128256, 2048, 16, 32, 8, 8192, 0, 500000.0},
+};
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static size_t put(size_t *at, size_t n) { /* a tensor of n floats at 64-float alignment */
+  const size_t o = *at;
+  *at += (n + 63) / 64 * 64;
+  return o;
+}
+
+static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops) {
+  const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
+  vr_cutrain_layer_off_t *lo = calloc((size_t)L, sizeof *lo);
+  size_t at = 0, n_params = 0;
+  const size_t embed = put(&at, (size_t)V * C);
+  n_params += (size_t)V * C;
+  for (int l = 0; l < L; ++l) {
+    vr_cutrain_layer_off_t *o = &lo[l];
+    const size_t qn = (size_t)H * D * C, kn = (size_t)KV * D * C;
+    o->q_w = put(&at, qn), o->k_w = put(&at, kn), o->v_w = put(&at, kn);
+    o->q_b = o->k_b = o->v_b = VR_CUTRAIN_NONE;
+    if (m->qkv_bias)
+      o->q_b = put(&at, (size_t)H * D), o->k_b = put(&at, (size_t)KV * D), o->v_b = put(&at, (size_t)KV * D);
+    o->o_w = put(&at, (size_t)C * H * D), o->o_b = VR_CUTRAIN_NONE;
+    o->gate_w = put(&at, (size_t)F * C), o->up_w = put(&at, (size_t)F * C), o->down_w = put(&at, (size_t)C * F);
+    o->gate_b = o->up_b = o->down_b = VR_CUTRAIN_NONE;
+    o->norm1 = put(&at, C), o->norm2 = put(&at, C);
+    n_params += qn + 2 * kn + (m->qkv_bias ? (size_t)(H + 2 * KV) * D : 0) + (size_t)C * H * D + 3 * (size_t)F * C +
+                2 * (size_t)C;
+  }
+  const size_t fnorm = put(&at, C);
+  n_params += C;
+  float *inv = malloc((size_t)D / 2 * sizeof *inv);
+  for (int i = 0; i < D / 2; ++i) inv[i] = (float)pow(m->theta, -2.0 * i / D);
+  const vr_cutrain_desc_t d = {.vocab = V,
+                               .hidden = C,
+                               .layers = L,
+                               .heads = H,
+                               .kv_heads = KV,
+                               .head_dim = D,
+                               .inter = F,
+                               .rms_eps = 1e-6f,
+                               .rope_scaling = 1.0f,
+                               .rope_inv_freq = inv,
+                               .n_floats = at,
+                               .embed = embed,
+                               .final_norm = fnorm,
+                               .lm_head = VR_CUTRAIN_NONE,
+                               .layer = lo,
+                               .score_w = VR_CUTRAIN_NONE,
+                               .score_b = VR_CUTRAIN_NONE};
+  const int T = seqs * len;
+  size_t free0 = 0, total = 0;
+  cudaMemGetInfo(&free0, &total);
+  vr_cutrain_t *e = NULL;
+  int rc = vr_cutrain_create(&d, NULL, T, 0, 0, at, &e);
+  if (rc) {
+    fprintf(stderr, "%s: engine create failed (%d)\n", m->name, rc);
+    free(lo), free(inv);
+    return 1;
+  }
+  vr_cutrain_randomize(e, 42, 0.02f);
+  int32_t *ids = malloc((size_t)T * 4), *tgt = malloc((size_t)T * 4);
+  uint32_t *cu = malloc(((size_t)seqs + 1) * 4);
+  float *glp = malloc((size_t)T * 4), *logp = malloc((size_t)T * 4);
+  uint64_t z = 12345;
+  for (int t = 0; t < T; ++t) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    ids[t] = (int32_t)((z >> 33) % (uint64_t)V);
+  }
+  const int Nt = seqs * (len - 1);
+  for (int q = 0; q <= seqs; ++q) cu[q] = (uint32_t)(q * len);
+  for (int t = 0; t < T; ++t) {
+    const int last = (t + 1) % len == 0;
+    tgt[t] = last ? -1 : ids[t + 1];
+    glp[t] = last ? 0.f : -1.0f / (float)Nt;
+  }
+  double t_step = 0, t_fwd = 0;
+  for (int it = -2; it < iters; ++it) { /* two warm-up steps (plans, first touches) */
+    const double t0 = now_s();
+    vr_cutrain_zero_grad(e);
+    vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, NULL, NULL, 1);
+    vr_cutrain_backward(e, glp, NULL);
+    vr_cutrain_adamw_step(e, 1e-5f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, it + 3);
+    vr_cutrain_sync(e);
+    if (it >= 0) t_step += now_s() - t0;
+  }
+  for (int it = -1; it < iters; ++it) {
+    const double t0 = now_s();
+    vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, logp, NULL, 0);
+    if (it >= 0) t_fwd += now_s() - t0;
+  }
+  double nll = 0;
+  for (int t = 0; t < T; ++t) nll -= glp[t] != 0.f ? logp[t] : 0.0;
+  nll /= Nt;
+  size_t free1 = 0;
+  cudaMemGetInfo(&free1, &total);
+  t_step /= iters, t_fwd /= iters;
+  const double attn = 6.0 * L * (double)H * D * len, f_train = 6.0 * (double)n_params + attn,
+               f_fwd = 2.0 * (double)n_params + attn / 3.0;
+  const double tps = T / t_step, tps_f = T / t_fwd;
+  const double mfu = tps * f_train / (gemm_tflops * 1e12), mfu_f = tps_f * f_fwd / (gemm_tflops * 1e12);
+  printf(
+      "%-14s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
+      "%.1fk tokens/s  MFU %.1f%%  |  device memory %.1f GiB  loss %.4f (ln V = %.4f)\n",
+      m->name, n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3, 100 * mfu, t_fwd * 1e3, tps_f / 1e3, 100 * mfu_f,
+      (free0 - free1) / 1073741824.0, nll, log((double)V));
+  printf(
+      "json {\"model\": \"%s\", \"params\": %zu, \"tokens\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.1f, "
+      "\"mfu\": %.4f, \"fwd_ms\": %.3f, \"fwd_tokens_per_s\": %.1f, \"fwd_mfu\": %.4f, \"device_gib\": %.3f, "
+      "\"gemm_tflops\": %.1f}\n",
+      m->name, n_params, T, t_step * 1e3, tps, mfu, t_fwd * 1e3, tps_f, mfu_f, (free0 - free1) / 1073741824.0,
+      gemm_tflops);
+  fflush(stdout);
+  vr_cutrain_free(e);
+  free(lo), free(inv), free(ids), free(tgt), free(cu), free(glp), free(logp);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *which = "all";
+  int seqs = 16, len = 1024, iters = 5;
+  double gemm = 781.0;
+  for (int i = 1; i < argc; i += 2) {
+    if (i + 1 >= argc) {
+      fprintf(stderr, "%s: %s needs a value\n", argv[0], argv[i]);
+      return 2;
+    }
+    if (!strcmp(argv[i], "--model"))
+      which = argv[i + 1];
+    else if (!strcmp(argv[i], "--seqs"))
+      seqs = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--len"))
+      len = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--iters"))
+      iters = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--gemm-tflops"))
+      gemm = atof(argv[i + 1]);
+    else {
+      fprintf(stderr,
+              "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
+              "[--gemm-tflops R]\n",
+              argv[0]);
+      return 2;
+    }
+  }
+  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0)) {
+    fprintf(stderr, "bad arguments\n");
+    return 2;
+  }
+  int rc = 0, ran = 0;
+  for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
+    if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
+      rc |= bench(&k_shapes[i], seqs, len, iters, gemm), ++ran;
+  if (!ran) fprintf(stderr, "unknown model %s\n", which);
+  return ran ? rc : 2;
+}

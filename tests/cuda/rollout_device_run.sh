@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# rollout_device_run.sh: the rollout engine's CUDA checks and benchmark on the GPU machine in one call
+# (run from a folder holding bin/ (test_cuda_rollout, cuda_rollout_bench, built elsewhere with
+# -DVR_CUDA=ON), lib/ (the .so files the GPU machine lacks: libcjson.so.1, libgomp.so.1) and
+# rollout_bench_hf.py (tools/)). Logs and JSON under $OUT; a summary on stdout. PART selects:
+#   T   test_cuda_rollout, then its kernel half under compute-sanitizer memcheck
+#   B   cuda_rollout_bench on llama-1b and qwen2-0.5b (64 prompts x 128 tokens, 256 new, greedy)
+#   H   transformers generate on the same shapes, dynamic and static cache (HF_SHAPES, HF_CACHES)
+# (default: all three, in that order).
+set -u
+OUT=${OUT:-/tmp/vr-rollout-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-}
+PART=${PART:-TBH}
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv,noheader
+t0=$SECONDS
+if [[ $PART == *T* ]]; then
+  timeout 120 bin/test_cuda_rollout > $OUT/test.log 2>&1; echo "test_cuda_rollout rc=$? ($((SECONDS-t0))s)"
+  grep -E "^FAIL|passed|FAILED|^     " $OUT/test.log | head -30; echo "$(grep -c '^ok' $OUT/test.log) ok lines"
+  VR_ROLL_TEST_KERNELS_ONLY=1 timeout 120 compute-sanitizer --tool memcheck bin/test_cuda_rollout > $OUT/memcheck.log 2>&1
+  echo "memcheck (kernels) rc=$? ($((SECONDS-t0))s)"; tail -2 $OUT/memcheck.log
+fi
+if [[ $PART == *B* ]]; then
+  for s in llama-1b qwen2-0.5b; do
+    timeout 120 bin/cuda_rollout_bench --shape $s --json $OUT/bench_$s.json > $OUT/bench_$s.log 2>&1
+    echo "bench $s rc=$? ($((SECONDS-t0))s)"; cat $OUT/bench_$s.log | grep -v "^20..-"
+  done
+fi
+if [[ $PART == *H* ]]; then
+  PYTHONUNBUFFERED=1 timeout ${HF_TIMEOUT:-240} python3 rollout_bench_hf.py --shapes ${HF_SHAPES:-llama-1b,qwen2-0.5b} \
+    --caches ${HF_CACHES:-dynamic,static} --json $OUT/hf.json > $OUT/hf.log 2>&1
+  echo "transformers rc=$? ($((SECONDS-t0))s)"; grep -vi "warn" $OUT/hf.log | tail -8
+fi
+echo "total $((SECONDS-t0))s"

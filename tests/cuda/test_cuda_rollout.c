@@ -1,0 +1,671 @@
+/* test_cuda_rollout.c: the rollout engine's CUDA kernels (trainer/cuda_rollout/) against plain
+ * host computations: K/V appended into the paged cache (the layout of vr_cuda_roll_ops.h, bit
+ * for bit), decode attention over random block tables (GQA 1/4/7/8/16, head dims 8..256,
+ * lengths 1..5000, split and unsplit partitions, sliding window, padding rows) against a
+ * double-precision softmax, and the sampler against the CPU engine's (trainer/vr_sample.c:
+ * sorting and sequential sums where the GPU uses radix descents and scans), plus chi-square
+ * tests of the sampled distribution against vr_sample_probs on a small vocabulary. Inputs from a fixed seed (VR_TEST_SEED
+ * replaces it). Exit code: 0 pass, 1 fail, 77 no GPU (ctest: skipped). */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vr_cuda_check.h"
+#include "vr_cuda_roll_ops.h"
+#include "rollout_test_model.h"
+#include "vr_cuda_roll_backend.h"
+#include "vr_rollout.h"
+#include "vr_rollout_lm.h"
+#include "vr_sample.h"
+#include "vr_test_seed.h"
+
+#define CK(call) VR_CUDA_CHECK(call)
+
+static int g_fail = 0;
+static uint64_t g_rng;
+
+static uint32_t irand(uint32_t n) { return vr_test_rand(&g_rng, n); }
+static float frand(void) { return (float)vr_test_rand(&g_rng, 1u << 30) / (float)(1u << 29) - 1.f; } /* [-1, 1) */
+
+static uint16_t f2bf(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static void *dalloc(size_t n) {
+  void *p = NULL;
+  CK(cudaMalloc(&p, n));
+  CK(cudaMemset(p, 0xFF, n)); /* poison: NaN in bf16 and fp32 */
+  return p;
+}
+static void *todev(const void *h, size_t n) {
+  void *p = dalloc(n);
+  CK(cudaMemcpy(p, h, n, cudaMemcpyHostToDevice));
+  return p;
+}
+static void tohost(void *h, const void *d, size_t n) {
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost));
+}
+static void report(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void report(int ok, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("%-4s ", ok ? "ok" : "FAIL");
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  fflush(stdout);
+  if (!ok) g_fail = 1;
+}
+
+/* ------------------------------------------------------------ paged cache + decode attention */
+
+/* One batch: n sequences of lens[i] cached tokens (0 = padding row), H query heads, Hkv kv
+ * heads, head dim D, keys in blocks placed at random in a pool; part 0 = the engine's pick. */
+static void test_decode(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
+  const int ld = (H + 2 * Hkv) * D, koff = H * D, voff = (H + Hkv) * D;
+  int total = 0, max_len = 0, max_blocks = 1;
+  for (int i = 0; i < n; ++i) {
+    total += lens[i];
+    if (lens[i] > max_len) max_len = lens[i];
+    const int nb = (lens[i] + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK;
+    if (nb > max_blocks) max_blocks = nb;
+  }
+  int pool = 0;
+  for (int i = 0; i < n; ++i) pool += (lens[i] + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK;
+  pool += 3; /* unused blocks too */
+  /* a random permutation of the pool's blocks, handed out in order */
+  int32_t *perm = malloc(sizeof(int32_t) * pool);
+  for (int i = 0; i < pool; ++i) perm[i] = i;
+  for (int i = pool - 1; i > 0; --i) {
+    const int j = (int)irand((uint32_t)i + 1), t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  int32_t *bt = malloc(sizeof(int32_t) * (size_t)n * max_blocks);
+  int used = 0;
+  for (int i = 0; i < n; ++i)
+    for (int k = 0; k < max_blocks; ++k)
+      bt[i * max_blocks + k] = k * VR_ROLL_BLOCK < lens[i] ? perm[used++] : -1;
+  /* the cached tokens' K/V rows (total, ld) and their slots */
+  const size_t T = total > 0 ? (size_t)total : 1;
+  uint16_t *kv = malloc(T * ld * 2);
+  int32_t *slots = malloc(T * 4);
+  for (size_t i = 0; i < T * ld; ++i) kv[i] = f2bf(frand());
+  size_t t = 0;
+  for (int i = 0; i < n; ++i)
+    for (int p = 0; p < lens[i]; ++p, ++t)
+      slots[t] = bt[i * max_blocks + p / VR_ROLL_BLOCK] * VR_ROLL_BLOCK + p % VR_ROLL_BLOCK;
+  const size_t cache_elems = (size_t)pool * Hkv * VR_ROLL_BLOCK * D;
+  uint16_t *kc_d = dalloc(cache_elems * 2), *vc_d = dalloc(cache_elems * 2);
+  uint16_t *kv_d = todev(kv, T * ld * 2);
+  int32_t *slots_d = todev(slots, T * 4);
+  vr_cuda_roll_kv_append(kc_d, vc_d, kv_d, ld, koff, voff, slots_d, total, Hkv, D, 0);
+  /* the layout, bit for bit, on every appended element */
+  uint16_t *kc = malloc(cache_elems * 2), *vc = malloc(cache_elems * 2);
+  tohost(kc, kc_d, cache_elems * 2);
+  tohost(vc, vc_d, cache_elems * 2);
+  size_t bad_layout = 0;
+  for (size_t r = 0; r < (size_t)total; ++r) {
+    const size_t blk = (size_t)slots[r] / VR_ROLL_BLOCK, off = (size_t)slots[r] % VR_ROLL_BLOCK;
+    for (int hk = 0; hk < Hkv; ++hk)
+      for (int d = 0; d < D; ++d) {
+        const size_t head = blk * Hkv + hk;
+        const size_t ki = ((head * (D / 8) + d / 8) * VR_ROLL_BLOCK + off) * 8 + d % 8;
+        const size_t vi = (head * VR_ROLL_BLOCK + off) * D + d;
+        bad_layout += kc[ki] != kv[r * ld + koff + hk * D + d];
+        bad_layout += vc[vi] != kv[r * ld + voff + hk * D + d];
+      }
+  }
+  /* queries (n, ld), only the q columns matter */
+  uint16_t *q = malloc((size_t)n * ld * 2);
+  for (size_t i = 0; i < (size_t)n * ld; ++i) q[i] = f2bf(frand() * 2.f);
+  uint16_t *q_d = todev(q, (size_t)n * ld * 2);
+  int32_t *bt_d = todev(bt, sizeof(int32_t) * (size_t)n * max_blocks);
+  int32_t *lens_d = todev(lens, sizeof(int32_t) * n);
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (part <= 0) part = vr_cuda_roll_pick_part(n, H, Hkv, D, sms);
+  const int max_parts = (max_len + part - 1) / part > 0 ? (max_len + part - 1) / part : 1;
+  float *po = dalloc((size_t)n * H * max_parts * D * 4), *pml = dalloc((size_t)n * H * max_parts * 2 * 4);
+  const int ld_out = H * D;
+  uint16_t *out_d = dalloc((size_t)n * ld_out * 2);
+  const float scale = 1.f / sqrtf((float)D);
+  vr_cuda_roll_decode_attention(out_d, ld_out, q_d, ld, 0, kc_d, vc_d, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
+                                scale, part, max_parts, po, pml, 0);
+  uint16_t *out = malloc((size_t)n * ld_out * 2);
+  tohost(out, out_d, (size_t)n * ld_out * 2);
+  /* reference: double softmax over the sequence's own rows of kv */
+  double maxd = 0, num = 0, den = 0;
+  size_t nonfinite = 0;
+  double *sc = malloc(sizeof(double) * (max_len > 0 ? max_len : 1));
+  size_t row0 = 0;
+  const int G = H / Hkv;
+  for (int i = 0; i < n; ++i) {
+    const int L = lens[i], kb = window > 0 && L > window ? L - window : 0;
+    for (int h = 0; h < H; ++h) {
+      const int hk = h / G;
+      double m = -INFINITY, z = 0;
+      for (int j = kb; j < L; ++j) {
+        double s = 0;
+        for (int d = 0; d < D; ++d)
+          s += (double)bf2f(q[(size_t)i * ld + h * D + d]) * bf2f(kv[(row0 + j) * ld + koff + hk * D + d]);
+        sc[j] = s * scale;
+        if (sc[j] > m) m = sc[j];
+      }
+      for (int j = kb; j < L; ++j) z += exp(sc[j] - m);
+      for (int d = 0; d < D; ++d) {
+        double o = 0;
+        for (int j = kb; j < L; ++j) o += exp(sc[j] - m) / z * bf2f(kv[(row0 + j) * ld + voff + hk * D + d]);
+        const float g = bf2f(out[(size_t)i * ld_out + h * D + d]);
+        if (!isfinite(g)) {
+          ++nonfinite;
+          continue;
+        }
+        const double df = fabs(g - o);
+        if (df > maxd) maxd = df;
+        num += df * df;
+        den += o * o;
+      }
+    }
+    row0 += (size_t)L;
+  }
+  const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  char lens_s[96];
+  int off = 0;
+  for (int i = 0; i < n && off < 80; ++i) off += snprintf(lens_s + off, sizeof lens_s - off, "%s%d", i ? "," : "", lens[i]);
+  report(bad_layout == 0 && nonfinite == 0 && maxd < 1.6e-2 && rel < 1e-2,
+         "decode attn H%d Hkv%d D%d window %d part %d parts %d lens %s: rel %.2e maxabs %.2e layout-mismatch %zu "
+         "non-finite %zu",
+         H, Hkv, D, window, part, max_parts, lens_s, rel, maxd, bad_layout, nonfinite);
+  free(sc);
+  free(out);
+  free(q);
+  free(kc);
+  free(vc);
+  free(kv);
+  free(slots);
+  free(bt);
+  free(perm);
+  CK(cudaFree(kc_d));
+  CK(cudaFree(vc_d));
+  CK(cudaFree(kv_d));
+  CK(cudaFree(slots_d));
+  CK(cudaFree(q_d));
+  CK(cudaFree(bt_d));
+  CK(cudaFree(lens_d));
+  CK(cudaFree(po));
+  CK(cudaFree(pml));
+  CK(cudaFree(out_d));
+}
+
+/* ------------------------------------------------------------ sampling */
+
+/* GPU rows vs trainer/vr_sample.c's vr_sample_row (the CPU engine's sampler) on the same logits
+ * and keys. A different token is a failure unless the CPU's own numbers put the draw within
+ * 1e-6 of a boundary of the cumulative distribution (double sums in another order): those are
+ * counted and must stay rare. */
+static void test_sample_rows(int V, int B, float quant) {
+  float *l = malloc(sizeof(float) * (size_t)V * B);
+  for (size_t i = 0; i < (size_t)V * B; ++i) {
+    float v = frand() * 6.f;
+    if (quant > 0) v = roundf(v / quant) * quant; /* ties */
+    l[i] = v;
+  }
+  if (B > 3) { /* a non-finite row, an all -inf row */
+    l[(size_t)1 * V + 3] = NAN;
+    for (int i = 0; i < V; ++i) l[(size_t)2 * V + i] = -INFINITY;
+  }
+  vr_sample_req_t *rq = calloc(B, sizeof *rq);
+  vr_cuda_roll_sample_row_t *pr = calloc(B, sizeof *pr);
+  static const float temps[] = {0.f, 1.f, 0.7f, 1.3f};
+  static const int topks[] = {0, 1, 5, 50, 100000};
+  static const float topps[] = {1.f, 0.9f, 0.5f, 0.999f, 0.05f};
+  for (int b = 0; b < B; ++b) {
+    rq[b].row = (uint32_t)b;
+    rq[b].p.temperature = temps[b % 4];
+    rq[b].p.top_k = topks[(b / 4) % 5];
+    rq[b].p.top_p = topps[(b / 20) % 5];
+    rq[b].key = vr_sample_prompt_key(1234, (uint64_t)(b % 3));
+    rq[b].stream = (uint32_t)(b % 5);
+    rq[b].position = (uint32_t)(b * 7);
+    pr[b] = (vr_cuda_roll_sample_row_t){(int32_t)rq[b].row, rq[b].p.temperature, rq[b].p.top_k, rq[b].p.top_p,
+                                        vr_sample_uniform(rq[b].key, rq[b].stream, rq[b].position)};
+  }
+  float *l_d = todev(l, sizeof(float) * (size_t)V * B);
+  vr_cuda_roll_sample_row_t *pr_d = todev(pr, sizeof *pr * B);
+  int32_t *tok_d = dalloc(4 * (size_t)B);
+  float *lp_d = dalloc(4 * (size_t)B);
+  vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d, B, V, 0);
+  int32_t *tok = malloc(4 * (size_t)B);
+  float *lp = malloc(4 * (size_t)B);
+  tohost(tok, tok_d, 4 * (size_t)B);
+  tohost(lp, lp_d, 4 * (size_t)B);
+  /* some rows again, alone (another batch position and size): the same result */
+  int32_t one;
+  int batch_dep = 0;
+  for (int b = 0; b < B; b += 37) {
+    vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d + b, 1, V, 0);
+    tohost(&one, tok_d, 4);
+    batch_dep += one != tok[b];
+  }
+  void *ws = malloc(VR_SAMPLE_SCRATCH_BYTES(V));
+  double *probs = malloc(sizeof(double) * V);
+  int mism = 0, edge = 0, nonfinite_ok = 0, nonfinite_rows = 0;
+  double maxlp = 0;
+  for (int b = 0; b < B; ++b) {
+    int32_t ht;
+    float hlp;
+    const int rc = vr_sample_row(l + (size_t)b * V, V, &rq[b].p, rq[b].key, rq[b].stream, rq[b].position, ws, &ht,
+                                 &hlp);
+    if (rc != 0) { /* non-finite row: the GPU says so with token -1 */
+      ++nonfinite_rows;
+      nonfinite_ok += tok[b] == -1 && isnan(lp[b]);
+      continue;
+    }
+    if (ht != tok[b]) {
+      int is_edge = 0;
+      if (tok[b] >= 0 && tok[b] < V) {
+        vr_sample_probs(l + (size_t)b * V, V, &rq[b].p, ws, probs);
+        double before = 0;
+        for (int i = 0; i < tok[b]; ++i) before += probs[i];
+        is_edge = probs[tok[b]] > 0 ? fabs(before - pr[b].u) < 1e-6 || fabs(before + probs[tok[b]] - pr[b].u) < 1e-6
+                                    : probs[ht] < 1e-6; /* a top-p boundary token of ~no mass */
+      }
+      if (is_edge) ++edge;
+      else {
+        if (mism < 5)
+          printf("     row %d (T %.2f k %d p %.3f u %.6f): gpu %d host %d\n", b, rq[b].p.temperature, rq[b].p.top_k,
+                 rq[b].p.top_p, pr[b].u, tok[b], ht);
+        ++mism;
+      }
+      continue;
+    }
+    const double d = fabs((double)hlp - lp[b]);
+    if (!(d <= maxlp)) maxlp = d; /* NaN propagates into the check below */
+  }
+  report(mism == 0 && batch_dep == 0 && maxlp < 1e-4 && edge <= B / 100 + 1 && nonfinite_ok == nonfinite_rows,
+         "sample V %d rows %d%s vs vr_sample_row: token mismatches %d (within 1e-6 of a boundary %d), logprob maxabs "
+         "%.2e, batch-dependent %d, non-finite rows flagged %d/%d",
+         V, B, quant > 0 ? " (tied logits)" : "", mism, edge, maxlp, batch_dep, nonfinite_ok, nonfinite_rows);
+  free(ws);
+  free(probs);
+  free(tok);
+  free(lp);
+  free(l);
+  free(pr);
+  free(rq);
+  CK(cudaFree(l_d));
+  CK(cudaFree(pr_d));
+  CK(cudaFree(tok_d));
+  CK(cudaFree(lp_d));
+}
+
+/* The empirical distribution of N GPU draws (positions 0..N-1 of one response) from one row of
+ * a small vocabulary against vr_sample_probs (the formula): chi-square below the 0.1% critical
+ * value of its degrees of freedom, and no draw outside the kept set. */
+static void test_sample_chisq(float T, int k, float p) {
+  enum { V = 12, N = 40000 };
+  const float row[V] = {2.0f, 1.5f, 1.2f, 1.0f, 0.8f, 0.5f, 0.1f, -0.3f, -0.5f, -1.f, -2.f, -3.f};
+  vr_cuda_roll_sample_row_t *pr = calloc(N, sizeof *pr);
+  const uint64_t key = vr_sample_prompt_key(99, 5);
+  for (int i = 0; i < N; ++i) pr[i] = (vr_cuda_roll_sample_row_t){0, T, k, p, vr_sample_uniform(key, 0, (uint32_t)i)};
+  float *l_d = todev(row, sizeof row);
+  vr_cuda_roll_sample_row_t *pr_d = todev(pr, sizeof *pr * N);
+  int32_t *tok_d = dalloc(4 * N);
+  float *lp_d = dalloc(4 * N);
+  vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d, N, V, 0);
+  int32_t *tok = malloc(4 * N);
+  tohost(tok, tok_d, 4 * N);
+  const vr_sample_params_t sp = {T, k, p};
+  void *ws = malloc(VR_SAMPLE_SCRATCH_BYTES(V));
+  double probs[V];
+  vr_sample_probs(row, V, &sp, ws, probs);
+  int nkept = 0;
+  for (int i = 0; i < V; ++i) nkept += probs[i] > 0;
+  long cnt[V] = {0};
+  int outside = 0;
+  for (int i = 0; i < N; ++i) {
+    if (tok[i] < 0 || tok[i] >= V || probs[tok[i]] == 0) ++outside;
+    else ++cnt[tok[i]];
+  }
+  double chi = 0;
+  for (int i = 0; i < V; ++i)
+    if (probs[i] > 0) {
+      const double e = N * probs[i];
+      chi += (cnt[i] - e) * (cnt[i] - e) / e;
+    }
+  /* 0.1% critical values of chi-square, df 1..11 */
+  static const double crit[] = {0, 10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59, 31.26};
+  const int df = nkept - 1;
+  report(outside == 0 && (df == 0 || chi < crit[df]),
+         "sample distribution T %.2f top_k %d top_p %.2f: kept %d, chi2 %.2f (df %d, 0.1%% critical %.2f), outside %d",
+         T, k, p, nkept, chi, df, df > 0 ? crit[df] : 0.0, outside);
+  free(ws);
+  free(pr);
+  free(tok);
+  CK(cudaFree(l_d));
+  CK(cudaFree(pr_d));
+  CK(cudaFree(tok_d));
+  CK(cudaFree(lp_d));
+}
+
+/* ------------------------------------------------------------ the engine: cuda backend vs cpu */
+
+static int make_engine(const tmodel_t *m, const vr_rollout_backend_t *be, const char *dev, uint32_t max_batch_tokens,
+                       vr_rollout_t **out) {
+  vr_rollout_options_t o;
+  vr_rollout_options_init(&o);
+  o.device = dev;
+  o.kv_cache_bytes = 16u << 20;
+  o.max_seqs = 32;
+  o.max_batch_tokens = max_batch_tokens;
+  o.max_model_len = 512;
+  return vr_rollout_init_backend(be, &m->cfg, m->params, m->n, &m->w, &o, out);
+}
+
+/* top-1 minus top-2 of the cpu engine's logits after prompt ++ prefix (one prefill). */
+static double cpu_margin(vr_rollout_t *cpu, const tmodel_t *m, const int32_t *prompt, uint32_t np, const int32_t *pre,
+                         uint32_t k, double *maxabs) {
+  int32_t *ids = malloc(sizeof(int32_t) * (np + k));
+  memcpy(ids, prompt, np * 4);
+  if (k) memcpy(ids + np, pre, k * 4);
+  uint32_t cu[2] = {0, np + k};
+  vr_gen_params_t gp;
+  vr_gen_params_init(&gp);
+  gp.max_new_tokens = 1;
+  vr_gen_output_t o;
+  double margin = -1;
+  const int V = m->cfg.vocab_size;
+  float *lg = malloc(sizeof(float) * V);
+  if (vr_rollout_generate(cpu, ids, cu, 1, &gp, &o) == 0 &&
+      vr_rollout_backend_cpu.logits(vr_rollout_backend_state(cpu), 1, lg) == 0) {
+    float a = -INFINITY, b = -INFINITY;
+    for (int i = 0; i < V; ++i) {
+      if (lg[i] > a) b = a, a = lg[i];
+      else if (lg[i] > b) b = lg[i];
+    }
+    margin = (double)a - b;
+    if (maxabs) {
+      *maxabs = 0;
+      for (int i = 0; i < V; ++i) *maxabs = fabs(lg[i]) > *maxabs ? fabs(lg[i]) : *maxabs;
+    }
+    vr_gen_output_free(&o);
+  }
+  free(lg);
+  free(ids);
+  return margin;
+}
+
+/* Greedy generation (n per prompt) on the cuda engine equals the cpu engine token for token up to
+ * the first step where the cpu's top-1/top-2 margin is below 1% of the logits' scale (the largest
+ * |logit| after prompt 0: bf16 weights and activations against fp32 round at that relative
+ * size), log-probs of the equal tokens within twice that bound (a log-prob is a logit minus the
+ * log-sum-exp of the row: two quantities, each carrying that rounding). */
+static void compare_greedy(const char *what, const tmodel_t *m, vr_rollout_t *cpu, vr_rollout_t *cu, const int32_t *ids,
+                           const uint32_t *pcu, uint32_t np, uint32_t n, uint32_t max_new) {
+  vr_gen_params_t gp;
+  vr_gen_params_init(&gp);
+  gp.n = n;
+  gp.max_new_tokens = max_new;
+  vr_gen_output_t a, b;
+  const int ra = vr_rollout_generate(cpu, ids, pcu, np, &gp, &a), rb = vr_rollout_generate(cu, ids, pcu, np, &gp, &b);
+  if (ra || rb) {
+    report(0, "greedy %s: generate failed (cpu %d, cuda %d)", what, ra, rb);
+    return;
+  }
+  uint32_t equal = 0, total = 0, bad = 0, near = 0;
+  double maxlp = 0, scale = 0;
+  cpu_margin(cpu, m, ids, pcu[1], NULL, 0, &scale);
+  const double tol = 0.01 * scale;
+  for (uint32_t r = 0; r < a.n_resp; ++r) {
+    const uint32_t la = a.cu[r + 1] - a.cu[r], lb = b.cu[r + 1] - b.cu[r];
+    const uint32_t l = la < lb ? la : lb;
+    total += la;
+    uint32_t k = 0;
+    while (k < l && a.tokens[a.cu[r] + k] == b.tokens[b.cu[r] + k]) {
+      const double d = fabs((double)a.logprobs[a.cu[r] + k] - b.logprobs[b.cu[r] + k]);
+      if (d > maxlp) maxlp = d;
+      ++k;
+    }
+    equal += k;
+    if (k < la || la != lb) {
+      const uint32_t p = r / n;
+      const double mg = k < l ? cpu_margin(cpu, m, ids + pcu[p], pcu[p + 1] - pcu[p], a.tokens + a.cu[r], k, NULL) : 0;
+      if (k < l && mg >= 0 && mg < tol) ++near;
+      else {
+        if (bad < 3) printf("     %s response %u: diverges at token %u of %u (cpu margin %.4f)\n", what, r, k, la, mg);
+        ++bad;
+      }
+    }
+  }
+  report(bad == 0 && maxlp < 2 * tol && equal > total / 2,
+         "greedy %s: cuda == cpu on %u of %u tokens (%u responses, %u diverge where the cpu margin < %.3f = 1%% of "
+         "max |logit|), logprob maxabs %.3g (bound %.3g)",
+         what, equal, total, a.n_resp, near, tol, maxlp, 2 * tol);
+  vr_gen_output_free(&a);
+  vr_gen_output_free(&b);
+}
+
+/* Two outputs identical bit for bit. */
+static int same_output(const vr_gen_output_t *a, const vr_gen_output_t *b) {
+  if (a->n_resp != b->n_resp || a->cu[a->n_resp] != b->cu[b->n_resp]) return 0;
+  if (memcmp(a->cu, b->cu, sizeof(uint32_t) * (a->n_resp + 1))) return 0;
+  return !memcmp(a->tokens, b->tokens, 4 * a->cu[a->n_resp]) && !memcmp(a->logprobs, b->logprobs, 4 * a->cu[a->n_resp]);
+}
+
+/* The same tokens, log-probs within tol: two engines (each times its own cuBLASLt candidates at its
+ * first step, so their GEMMs may round differently). */
+static int close_output(const vr_gen_output_t *a, const vr_gen_output_t *b, double tol) {
+  if (a->n_resp != b->n_resp || memcmp(a->cu, b->cu, sizeof(uint32_t) * (a->n_resp + 1))) return 0;
+  if (memcmp(a->tokens, b->tokens, 4 * a->cu[a->n_resp])) return 0;
+  for (uint32_t i = 0; i < a->cu[a->n_resp]; ++i)
+    if (!(fabs((double)a->logprobs[i] - b->logprobs[i]) <= tol)) return 0;
+  return 1;
+}
+
+static void test_engine(const char *what, int V, int C, int L, int H, int KV, int D, int F, int tied, int bias,
+                        int window) {
+  tmodel_t m;
+  if (tmodel_make(&m, V, C, L, H, KV, D, F, tied, bias, window, g_rng, 0.f, 1.f)) {
+    report(0, "engine %s: out of host memory", what);
+    return;
+  }
+  enum { NP = 12 };
+  uint32_t pcu[NP + 1] = {0};
+  int32_t ids[NP * 80];
+  for (int p = 0; p < NP; ++p) {
+    const uint32_t len = 3 + irand(p == 0 ? 150 : 60);
+    for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand((uint32_t)V);
+    pcu[p + 1] = pcu[p] + len;
+  }
+  vr_rollout_t *cpu = NULL, *cu = NULL, *cu_chunk = NULL;
+  if (make_engine(&m, &vr_rollout_backend_cpu, "cpu", 2048, &cpu) || make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &cu) ||
+      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 40, &cu_chunk)) {
+    report(0, "engine %s: init failed", what);
+    goto done;
+  }
+  char name[96];
+  snprintf(name, sizeof name, "%s (n 1)", what);
+  compare_greedy(name, &m, cpu, cu, ids, pcu, NP, 1, 40);
+  snprintf(name, sizeof name, "%s (n 2, shared prompt blocks)", what);
+  compare_greedy(name, &m, cpu, cu, ids, pcu, NP, 2, 20);
+  snprintf(name, sizeof name, "%s (prefill chunks of 40 tokens: paged rows)", what);
+  compare_greedy(name, &m, cpu, cu_chunk, ids, pcu, NP, 1, 30);
+  {
+    /* graph replay == eager, and a seeded sampled run reproduces */
+    vr_gen_params_t gp;
+    vr_gen_params_init(&gp);
+    gp.max_new_tokens = 40;
+    vr_gen_output_t g1, e1, s1, s2;
+    int rc = vr_rollout_generate(cu, ids, pcu, NP, &gp, &g1);
+    vr_cuda_roll_use_graphs(vr_rollout_backend_state(cu), 0);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &e1);
+    vr_cuda_roll_use_graphs(vr_rollout_backend_state(cu), 1);
+    report(rc == 0 && same_output(&g1, &e1), "engine %s: graph replay == eager (tokens and log-probs, bit for bit)", what);
+    gp.sample.temperature = 0.8f;
+    gp.sample.top_p = 0.9f;
+    gp.sample.top_k = 20;
+    gp.n = 3;
+    gp.seed = 7;
+    rc = vr_rollout_generate(cu, ids, pcu, NP, &gp, &s1);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &s2);
+    report(rc == 0 && same_output(&s1, &s2), "engine %s: sampling (T 0.8, top-p 0.9, top-k 20, n 3, seed 7) reproduces",
+           what);
+    vr_gen_output_free(&s1);
+    vr_gen_output_free(&s2);
+    /* weight update: new parameters through set_weights (host) and through the device path give
+     * what an engine built on them gives */
+    tmodel_t m2;
+    if (tmodel_make(&m2, V, C, L, H, KV, D, F, tied, bias, window, g_rng + 1, 0.f, 1.f)) abort();
+    vr_rollout_t *fresh = NULL;
+    gp = (vr_gen_params_t){0};
+    vr_gen_params_init(&gp);
+    gp.max_new_tokens = 40;
+    vr_gen_output_t f, u1, u2;
+    double secs = -1;
+    rc = make_engine(&m2, &vr_rollout_backend_cuda, "cuda", 2048, &fresh);
+    rc |= vr_rollout_generate(fresh, ids, pcu, NP, &gp, &f);
+    rc |= vr_rollout_set_weights(cu, m2.params, m2.n, &m2.w, &secs);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &u1);
+    float *dp = NULL;
+    CK(cudaMalloc((void **)&dp, m.n * sizeof(float)));
+    CK(cudaMemcpy(dp, m.params, m.n * sizeof(float), cudaMemcpyHostToDevice)); /* back to the first model */
+    double dsecs = -1;
+    rc |= vr_cuda_roll_set_weights_device(vr_rollout_backend_state(cu), dp, m.n, m.params, &m.w, &dsecs);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &u2);
+    const int fresh_eq = close_output(&f, &u1, 1e-3), back_eq = same_output(&u2, &g1), differs = !same_output(&f, &g1);
+    report(rc == 0 && fresh_eq && back_eq && differs,
+           "engine %s: weight update (host %.3f ms, device %.3f ms): new weights == an engine loaded with them (tokens, "
+           "log-probs within 1e-3) %s; device update back to the first == its output bit for bit %s; outputs changed %s",
+           what, secs * 1e3, dsecs * 1e3, fresh_eq ? "yes" : "NO", back_eq ? "yes" : "NO", differs ? "yes" : "NO");
+    CK(cudaFree(dp));
+    vr_gen_output_free(&f);
+    vr_gen_output_free(&u1);
+    vr_gen_output_free(&u2);
+    vr_rollout_free(fresh);
+    tmodel_free(&m2);
+    vr_gen_output_free(&g1);
+    vr_gen_output_free(&e1);
+  }
+done:
+  vr_rollout_free(cpu);
+  vr_rollout_free(cu);
+  vr_rollout_free(cu_chunk);
+  tmodel_free(&m);
+}
+
+/* The causal-LM fixtures of the training engine (tests/fixtures/lm/<name>, through vr_lm and
+ * vr_rollout_lm_view): greedy on cuda equals the cpu engine as compare_greedy says (the cpu engine
+ * is checked against transformers on the same fixtures by tests/trainer/test_rollout_golden.c). */
+static void test_fixture(const char *name) {
+  const char *fx = getenv("VR_FIXTURES");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/lm/%s", fx ? fx : "tests/fixtures", name);
+  vr_lm_t *lm = NULL;
+  vr_rollout_lm_t v;
+  memset(&v, 0, sizeof v);
+  if (vr_lm_load(dir, NULL, &lm) != 0 || vr_rollout_lm_view(lm, &v) != 0) {
+    report(0, "fixture %s: cannot load %s (VR_FIXTURES names tests/fixtures)", name, dir);
+    vr_lm_free(lm);
+    return;
+  }
+  tmodel_t m; /* borrows the lm's buffer and the view: nothing of it is freed here */
+  memset(&m, 0, sizeof m);
+  m.cfg = v.cfg;
+  m.params = vr_lm_params(lm);
+  m.n = vr_lm_n_floats(lm);
+  m.w = v.w;
+  enum { NP = 8 };
+  uint32_t pcu[NP + 1] = {0};
+  int32_t ids[NP * 24];
+  for (int p = 0; p < NP; ++p) {
+    const uint32_t len = 2 + irand(22);
+    for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand((uint32_t)m.cfg.vocab_size);
+    pcu[p + 1] = pcu[p] + len;
+  }
+  vr_rollout_t *cpu = NULL, *cu = NULL;
+  char what[96];
+  if (make_engine(&m, &vr_rollout_backend_cpu, "cpu", 2048, &cpu) == 0 &&
+      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &cu) == 0) {
+    snprintf(what, sizeof what, "fixture %s (n 1)", name);
+    compare_greedy(what, &m, cpu, cu, ids, pcu, NP, 1, 24);
+    snprintf(what, sizeof what, "fixture %s (n 3)", name);
+    compare_greedy(what, &m, cpu, cu, ids, pcu, NP, 3, 16);
+  } else {
+    report(0, "fixture %s: engine init failed", name);
+  }
+  vr_rollout_free(cpu);
+  vr_rollout_free(cu);
+  vr_rollout_lm_view_free(&v);
+  vr_lm_free(lm);
+}
+
+/* ------------------------------------------------------------ main */
+
+int main(void) {
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  g_rng = vr_test_seed("test_cuda_rollout", 20261201);
+  /* decode attention: head dims, GQA ratios, lengths, splits */
+  const int lens_a[] = {1, 17, 300, 129, 0, 64};
+  const int lens_b[] = {5000, 1, 2049, 777};
+  const int lens_c[] = {33, 16, 15, 512, 513, 1000};
+  static const int dims[] = {64, 128};
+  static const int groups[] = {1, 4, 8};
+  for (int di = 0; di < 2; ++di)
+    for (int gi = 0; gi < 3; ++gi) {
+      const int Hkv = groups[gi] == 1 ? 4 : 2, H = Hkv * groups[gi], D = dims[di];
+      test_decode(H, Hkv, D, lens_a, 6, 0, 0);
+      test_decode(H, Hkv, D, lens_b, 4, 0, 0);
+      test_decode(H, Hkv, D, lens_c, 6, 0, 64);
+    }
+  test_decode(14, 2, 64, lens_b, 4, 0, 0);    /* Qwen2-0.5B's grouping: 7 */
+  test_decode(32, 8, 128, lens_c, 6, 0, 0);   /* Llama-3.2-1B's */
+  test_decode(32, 2, 64, lens_a, 6, 0, 128);  /* 16 per group: two head chunks */
+  test_decode(4, 2, 8, lens_a, 6, 0, 16);     /* the fixtures' head dims */
+  test_decode(2, 2, 16, lens_c, 6, 0, 0);
+  test_decode(4, 1, 16, lens_b, 4, 0, 256);
+  test_decode(8, 2, 64, lens_b, 4, 100, 64);  /* sliding window */
+  test_decode(8, 2, 64, lens_c, 6, 20, 0);
+  test_decode(8, 8, 256, lens_c, 6, 0, 0);
+  /* sampling */
+  test_sample_rows(1000, 400, 0.f);
+  test_sample_rows(1000, 400, 0.25f);
+  test_sample_rows(151936, 40, 0.f);
+  test_sample_chisq(1.f, 0, 1.f);
+  test_sample_chisq(0.8f, 8, 1.f);
+  test_sample_chisq(1.2f, 0, 0.8f);
+  test_sample_chisq(0.9f, 6, 0.7f);
+  /* the engine on the cuda backend against the cpu engine (VR_ROLL_TEST_KERNELS_ONLY=1 skips it:
+   * the compute-sanitizer run of tests/cuda/rollout_device_run.sh) */
+  const char *ko = getenv("VR_ROLL_TEST_KERNELS_ONLY");
+  if (ko && *ko == '1') {
+    printf(g_fail ? "test_cuda_rollout: FAILED\n" : "test_cuda_rollout: all passed (kernels only)\n");
+    return g_fail;
+  }
+  test_engine("llama gqa D16", 300, 64, 2, 4, 2, 16, 96, 0, 0, 0);
+  test_engine("qwen2 bias tied mqa D64", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
+  test_engine("mistral window 24 D8", 97, 32, 2, 4, 2, 8, 48, 0, 0, 24);
+  test_engine("gqa 8 D128", 256, 256, 2, 16, 2, 128, 256, 0, 0, 0);
+  test_fixture("llama_lm");
+  test_fixture("qwen2_lm");
+  test_fixture("mistral_lm");
+  printf(g_fail ? "test_cuda_rollout: FAILED\n" : "test_cuda_rollout: all passed\n");
+  return g_fail;
+}

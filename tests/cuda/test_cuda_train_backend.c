@@ -1,0 +1,245 @@
+/* test_cuda_train_backend.c: the CUDA training backend (vr_train_backend_cuda) on the training
+ * fixtures (tests/fixtures/lm/: llama with GQA, qwen2 tied with qkv biases, mistral with a
+ * sliding window) against transformers' float64 goldens and against the cpu engine, within
+ * bf16 tolerances:
+ *   log-probs and entropy (temperatures 1 and 0.7): absolute LOGP_TOL;
+ *   gradients of the token-mean NLL and of the mixed log-prob / entropy objective: per tensor
+ *     max |diff| / max |golden| <= GRAD_TOL (tr_grads_check), and the same against the cpu
+ *     engine's gradients;
+ *   log-probs after 3 AdamW steps (lr 1e-3, wd 0.1), with and without clipping: LOGP_TOL;
+ *   a masked batch: unwanted tokens are 0 and the gradients match the cpu engine's;
+ *   two backward passes of one batch: the same bits (no atomics anywhere);
+ *   the critic (qwen2_critic, value head): values and the gradients of sum w * value.
+ * Exit code 77 without a GPU (ctest: skipped). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cuda_runtime.h>
+
+#include "train_test_util.h"
+
+/* bf16 compute (8 significant bits). These fixtures' logits span several units (log-probs
+ * down to -11), so the rounding of the final hidden state and of the LM-head weights alone moves
+ * a logit by up to ~8 x 2^-8 = 0.03; the first GPU run measured max |logp diff| 0.018 (llama),
+ * 0.036 (qwen2), 0.026 (mistral, temperature 0.7) against the float64 goldens. */
+#define LOGP_TOL 6e-2
+#define GRAD_TOL 5e-2
+
+static vr_lm_t *load(const char *name, vr_lm_head_t head) {
+  char dir[1024];
+  tr_fixture_dir(dir, sizeof dir, name);
+  vr_lm_load_options_t o = {.head = head, .seed = 1};
+  vr_lm_t *lm = NULL;
+  assert_int_equal(vr_lm_load(dir, &o, &lm), 0);
+  return lm;
+}
+
+static vr_train_t *engine(const vr_lm_t *lm, const char *device) {
+  vr_train_options_t o;
+  vr_train_options_init(&o);
+  o.device = device;
+  o.max_tokens = 1024;
+  vr_train_t *t = NULL;
+  assert_int_equal(vr_train_init(lm, &o, &t), 0);
+  return t;
+}
+
+static double max_abs_diff(const float *got, const double *want, uint32_t n) {
+  double m = 0;
+  for (uint32_t i = 0; i < n; i++) m = fmax(m, fabs(got[i] - want[i]));
+  return m;
+}
+
+static void check_logprobs(vr_train_t *t, tr_golden_t *g, const char *lp_key, const char *ent_key, float tau) {
+  vr_train_batch_t b = {g->ids, g->cu, g->n, NULL};
+  float *lp = calloc(g->T, sizeof *lp), *ent = calloc(g->T, sizeof *ent);
+  double *want = calloc(g->T, sizeof *want);
+  assert_int_equal(vr_train_forward(t, &b, tau, lp, ent, 0), 0);
+  tr_golden_rows(cJSON_GetObjectItem(g->root, lp_key), g, 1, want);
+  const double d1 = max_abs_diff(lp, want, g->T);
+  tr_golden_rows(cJSON_GetObjectItem(g->root, ent_key), g, 1, want);
+  const double d2 = max_abs_diff(ent, want, g->T);
+  printf("  cuda %s: max |logp diff| %.3g, max |entropy diff| %.3g (tolerance %g)\n", lp_key, d1, d2, LOGP_TOL);
+  assert_true(d1 <= LOGP_TOL);
+  assert_true(d2 <= LOGP_TOL);
+  free(lp), free(ent), free(want);
+}
+
+/* Forward (keep) + backward of sum dout * logp + dent * entropy; grads into out (n_floats). */
+static void grads_of(vr_train_t *t, const vr_train_batch_t *b, float tau, const float *dout, const float *dent,
+                     float *out, uint32_t T) {
+  float *lp = calloc(T, sizeof *lp), *ent = calloc(T, sizeof *ent);
+  assert_int_equal(vr_train_forward(t, b, tau, lp, ent, 1), 0);
+  assert_int_equal(vr_train_zero_grad(t), 0);
+  assert_int_equal(vr_train_backward(t, dout, dent), 0);
+  assert_int_equal(vr_train_get_grads(t, out, vr_train_n_floats(t)), 0);
+  free(lp), free(ent);
+}
+
+/* max over tensors of max |a - b| / max |b| (b: the cpu engine's). */
+static double grads_vs(const vr_lm_t *lm, const float *a, const float *b) {
+  double worst = 0;
+  const char *wname = "";
+  for (size_t i = 0; i < vr_lm_n_tensors(lm); ++i) {
+    const vr_lm_tensor_t *x = vr_lm_tensor(lm, i);
+    double md = 0, mb = 0;
+    for (size_t k = 0; k < x->numel; ++k) {
+      md = fmax(md, fabs((double)a[x->offset + k] - b[x->offset + k]));
+      mb = fmax(mb, fabs((double)b[x->offset + k]));
+    }
+    const double r = mb > 0 ? md / mb : md;
+    if (r > worst) worst = r, wname = x->name;
+  }
+  printf("  cuda vs cpu gradients: worst tensor %s at %.3g (tolerance %g)\n", wname, worst, GRAD_TOL);
+  return worst;
+}
+
+static void check_adamw(const vr_lm_t *lm, tr_golden_t *g, const char *key, float clip) {
+  vr_train_t *t = engine(lm, "cuda");
+  const size_t n = vr_train_n_floats(t);
+  float *grads = malloc(n * sizeof *grads), *d = calloc(g->T, sizeof *d);
+  const uint32_t N = g->T - g->n;
+  for (uint32_t q = 0; q < g->n; q++)
+    for (uint32_t i = g->cu[q] + 1; i < g->cu[q + 1]; i++) d[i] = -1.0f / (float)N;
+  vr_adamw_t h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.1f};
+  const cJSON *ref = cJSON_GetObjectItem(g->root, key);
+  const cJSON *norms = cJSON_GetObjectItem(ref, "grad_norms");
+  vr_train_batch_t b = {g->ids, g->cu, g->n, NULL};
+  for (int s = 0; s < 3; s++) {
+    grads_of(t, &b, 1.0f, d, NULL, grads, g->T);
+    double norm = 0;
+    assert_int_equal(vr_train_step(t, &h, clip, &norm), 0);
+    if (clip > 0) {
+      const double want = cJSON_GetArrayItem(norms, s)->valuedouble;
+      printf("  cuda %s step %d: grad norm %.6g (transformers %.6g)\n", key, s + 1, norm, want);
+      assert_true(fabs(norm - want) <= GRAD_TOL * want);
+    }
+  }
+  float *lp = calloc(g->T, sizeof *lp);
+  double *want = calloc(g->T, sizeof *want);
+  assert_int_equal(vr_train_forward(t, &b, 1.0f, lp, NULL, 0), 0);
+  tr_golden_rows(cJSON_GetObjectItem(ref, "logprobs"), g, 1, want);
+  const double dd = max_abs_diff(lp, want, g->T);
+  printf("  cuda %s: log-probs after 3 AdamW steps, max |diff| %.3g\n", key, dd);
+  assert_true(dd <= LOGP_TOL);
+  free(lp), free(want), free(grads), free(d);
+  vr_train_free(t);
+}
+
+static void run_lm(const char *name) {
+  printf("%s\n", name);
+  tr_golden_t g;
+  tr_golden_load(name, &g);
+  vr_lm_t *lm = load(name, VR_LM_HEAD_LM);
+  vr_train_t *tc = engine(lm, "cuda"), *tp = engine(lm, "cpu");
+  check_logprobs(tc, &g, "logprobs_t1", "entropy_t1", 1.0f);
+  check_logprobs(tc, &g, "logprobs_t07", "entropy_t07", 0.7f);
+  const size_t n = vr_train_n_floats(tc);
+  float *gc = malloc(n * sizeof *gc), *gp = malloc(n * sizeof *gp), *gc2 = malloc(n * sizeof *gc2);
+  float *d = calloc(g.T, sizeof *d), *de = calloc(g.T, sizeof *de);
+  const uint32_t N = g.T - g.n;
+  for (uint32_t q = 0; q < g.n; q++)
+    for (uint32_t i = g.cu[q] + 1; i < g.cu[q + 1]; i++) d[i] = -1.0f / (float)N;
+  vr_train_batch_t b = {g.ids, g.cu, g.n, NULL};
+  /* token-mean NLL */
+  grads_of(tc, &b, 1.0f, d, NULL, gc, g.T);
+  assert_true(tr_grads_check(lm, gc, &g, "nll") <= GRAD_TOL);
+  grads_of(tp, &b, 1.0f, d, NULL, gp, g.T);
+  assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
+  grads_of(tc, &b, 1.0f, d, NULL, gc2, g.T);
+  printf("  cuda gradients of two identical passes: %s\n", memcmp(gc, gc2, n * sizeof *gc) ? "DIFFER" : "same bits");
+  assert_memory_equal(gc, gc2, n * sizeof *gc);
+  /* the mixed objective: sum a logp + b entropy at the golden's temperature */
+  const cJSON *mixed = cJSON_GetObjectItem(g.root, "mixed");
+  if (mixed) {
+    const float tau = (float)cJSON_GetObjectItem(mixed, "temperature")->valuedouble;
+    double *a = calloc(g.T, sizeof *a), *bb = calloc(g.T, sizeof *bb);
+    tr_golden_rows(cJSON_GetObjectItem(mixed, "a"), &g, 1, a);
+    tr_golden_rows(cJSON_GetObjectItem(mixed, "b"), &g, 1, bb);
+    for (uint32_t i = 0; i < g.T; i++) d[i] = (float)a[i], de[i] = (float)bb[i];
+    grads_of(tc, &b, tau, d, de, gc, g.T);
+    assert_true(tr_grads_check(lm, gc, &g, "mixed") <= GRAD_TOL);
+    grads_of(tp, &b, tau, d, de, gp, g.T);
+    assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
+    free(a), free(bb);
+  }
+  /* a mask: the second half of every sequence only */
+  uint8_t *mask = calloc(g.T, 1);
+  for (uint32_t q = 0; q < g.n; q++) {
+    const uint32_t a0 = g.cu[q], e0 = g.cu[q + 1];
+    for (uint32_t i = a0 + (e0 - a0) / 2 + 1; i < e0; i++) mask[i] = 1, d[i] = -0.1f, de[i] = 0.01f;
+  }
+  vr_train_batch_t bm = {g.ids, g.cu, g.n, mask};
+  float *lp = calloc(g.T, sizeof *lp);
+  assert_int_equal(vr_train_forward(tc, &bm, 1.0f, lp, NULL, 0), 0);
+  int zeros_ok = 1;
+  for (uint32_t i = 0; i < g.T; i++) zeros_ok &= mask[i] || lp[i] == 0.0f;
+  printf("  cuda masked forward: unwanted tokens %s\n", zeros_ok ? "are 0" : "NOT 0");
+  assert_true(zeros_ok);
+  grads_of(tc, &bm, 1.0f, d, de, gc, g.T);
+  grads_of(tp, &bm, 1.0f, d, de, gp, g.T);
+  assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
+  vr_train_free(tc);
+  vr_train_free(tp);
+  check_adamw(lm, &g, "adamw", 0.0f);
+  check_adamw(lm, &g, "adamw_clip", 0.05f);
+  free(gc), free(gp), free(gc2), free(d), free(de), free(mask), free(lp);
+  vr_lm_free(lm);
+  tr_golden_free(&g);
+}
+
+/* The critic: values per token and the gradients of sum w * value, against the golden and the
+ * cpu engine. */
+static void test_critic(void **state) {
+  (void)state;
+  tr_golden_t g;
+  tr_golden_load("qwen2_critic", &g);
+  vr_lm_t *lm = load("qwen2_critic", VR_LM_HEAD_VALUE);
+  vr_train_t *tc = engine(lm, "cuda"), *tp = engine(lm, "cpu");
+  vr_train_batch_t b = {g.ids, g.cu, g.n, NULL};
+  float *val = calloc(g.T, sizeof *val), *dw = calloc(g.T, sizeof *dw);
+  double *want = calloc(g.T, sizeof *want), *w = calloc(g.T, sizeof *w);
+  assert_int_equal(vr_train_forward(tc, &b, 1.0f, val, NULL, 0), 0);
+  tr_golden_rows(cJSON_GetObjectItem(g.root, "values"), &g, 0, want);
+  const double d = max_abs_diff(val, want, g.T);
+  printf("qwen2_critic\n  cuda values: max |diff| %.3g (tolerance %g)\n", d, LOGP_TOL);
+  assert_true(d <= LOGP_TOL);
+  tr_golden_rows(cJSON_GetObjectItem(g.root, "w"), &g, 0, w);
+  for (uint32_t i = 0; i < g.T; i++) dw[i] = (float)w[i];
+  const size_t n = vr_train_n_floats(tc);
+  float *gc = malloc(n * sizeof *gc), *gp = malloc(n * sizeof *gp);
+  grads_of(tc, &b, 1.0f, dw, NULL, gc, g.T);
+  assert_true(tr_grads_check(lm, gc, &g, "value") <= GRAD_TOL);
+  grads_of(tp, &b, 1.0f, dw, NULL, gp, g.T);
+  assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
+  free(val), free(dw), free(want), free(w), free(gc), free(gp);
+  vr_train_free(tc);
+  vr_train_free(tp);
+  vr_lm_free(lm);
+  tr_golden_free(&g);
+}
+
+static void test_llama(void **state) { (void)state, run_lm("llama_lm"); }
+static void test_qwen2(void **state) { (void)state, run_lm("qwen2_lm"); }
+static void test_mistral(void **state) { (void)state, run_lm("mistral_lm"); }
+
+int main(void) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_llama),
+      cmocka_unit_test(test_qwen2),
+      cmocka_unit_test(test_mistral),
+      cmocka_unit_test(test_critic),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""train_bench_torch.py: the PyTorch side of cuda_train_bench (a benchmark, not a test).
+
+transformers' Qwen2 / Llama causal LMs on the same shapes with random weights: fp32 master
+weights, bf16 autocast, SDPA attention, fused AdamW (clip 1.0), the token-mean NLL of
+n_seqs x seq_len tokens (no padding); eager and under torch.compile, in the same process.
+Also a log-prob-only forward (no grad: logits -> log_softmax -> gather), eager and compiled.
+Prints tokens/s and MFU with the same flop count as cuda_train_bench (6N + 6 L (H D) S per
+trained token, 2N + 2 L (H D) S per forward token) and one JSON line per run ("json ...").
+
+  python3 train_bench_torch.py [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024]
+                               [--iters 5] [--modes eager,compile] [--gemm-tflops 781]
+"""
+import argparse
+import json
+import math
+import time
+
+import torch
+import transformers
+
+SHAPES = {
+    "qwen2-0.5b": dict(cls="Qwen2", vocab_size=151936, hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                       num_key_value_heads=2, intermediate_size=4864, rope_theta=1000000.0),
+    "llama-3.2-1b": dict(cls="Llama", vocab_size=128256, hidden_size=2048, num_hidden_layers=16,
+                         num_attention_heads=32, num_key_value_heads=8, intermediate_size=8192, rope_theta=500000.0),
+}
+
+
+def build(name):
+    s = dict(SHAPES[name])
+    cls = s.pop("cls")
+    cfg_cls = getattr(transformers, cls + "Config")
+    model_cls = getattr(transformers, cls + "ForCausalLM")
+    cfg = cfg_cls(tie_word_embeddings=True, max_position_embeddings=4096, rms_norm_eps=1e-6, **s)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        model = model_cls(cfg).float()
+    return model, cfg
+
+
+def timed(fn, iters, warm):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
+def run(name, mode, args):
+    model, cfg = build(name)
+    n_params = sum(p.numel() for p in model.parameters())
+    L, H, C = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
+    D = C // H
+    T = args.seqs * args.len
+    g = torch.Generator(device="cuda").manual_seed(1)
+    ids = torch.randint(0, cfg.vocab_size, (args.seqs, args.len), device="cuda", generator=g)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, fused=True)
+    fwd = model if mode == "eager" else torch.compile(model)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(input_ids=ids, labels=ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        return loss
+
+    def logprobs():
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+            logits = fwd(input_ids=ids).logits[:, :-1].float()
+            return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None])
+
+    torch.cuda.reset_peak_memory_stats()
+    t_step = timed(step, args.iters, 3)
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    loss = float(step())
+    t_fwd = timed(logprobs, args.iters, 2)
+    attn = 6.0 * L * H * D * args.len
+    tps, tpf = T / t_step, T / t_fwd
+    mfu = tps * (6.0 * n_params + attn) / (args.gemm_tflops * 1e12)
+    mfu_f = tpf * (2.0 * n_params + attn / 3) / (args.gemm_tflops * 1e12)
+    print(f"torch {mode:7s} {name:14s} N={n_params / 1e9:.3f}B  step {t_step * 1e3:.1f} ms  {tps / 1e3:.1f}k tokens/s  "
+          f"MFU {100 * mfu:.1f}%  |  log-prob forward {t_fwd * 1e3:.1f} ms  {tpf / 1e3:.1f}k tokens/s  "
+          f"MFU {100 * mfu_f:.1f}%  |  peak memory {peak:.1f} GiB  loss {loss:.4f} (ln V = {math.log(cfg.vocab_size):.4f})",
+          flush=True)
+    print("json " + json.dumps(dict(model=name, mode=mode, params=n_params, tokens=T, step_ms=t_step * 1e3,
+                                    tokens_per_s=tps, mfu=mfu, fwd_ms=t_fwd * 1e3, fwd_tokens_per_s=tpf, fwd_mfu=mfu_f,
+                                    peak_gib=peak, torch=torch.__version__,
+                                    transformers=transformers.__version__)), flush=True)
+    del model, opt, fwd
+    torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="all")
+    ap.add_argument("--seqs", type=int, default=16)
+    ap.add_argument("--len", type=int, default=1024)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--modes", default="eager,compile")
+    ap.add_argument("--gemm-tflops", type=float, default=781.0)
+    args = ap.parse_args()
+    names = list(SHAPES) if args.model == "all" else [args.model]
+    for mode in args.modes.split(","):
+        for name in names:
+            run(name, mode, args)
+
+
+if __name__ == "__main__":
+    main()

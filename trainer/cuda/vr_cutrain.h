@@ -1,0 +1,99 @@
+/* vr_cutrain.h: the CUDA training engine for decoder causal LMs (Llama / Mistral / Qwen2 math as
+ * vr_lm.h states it): bf16 compute with fp32 master weights, gradients and AdamW moments, all
+ * in one contiguous buffer set laid out by the caller's offsets (vr_lm's table for the backend
+ * in vr_train_cuda.c; the benchmark's own random-weight layout).
+ *
+ * Rows, not tokens: a forward over packed sequences gives, for every row r, the log-prob of
+ * tgt[r] (the caller's target: the next token, or -1 for none) and the entropy of row r's
+ * distribution at a temperature, never holding the (T, V) logits (the LM head runs over
+ * chunks of rows). backward(glp, gent) adds d/dparams of sum_r glp[r] logp[r] + gent[r] ent[r]
+ * into the gradient buffer (rows with tgt -1 must have glp = gent = 0).
+ *
+ * Fused GEMMs: when q, k, v (and their biases) are adjacent in the buffer, one qkv GEMM, the
+ * same for gate / up; otherwise one GEMM each, copied into the fused activation buffers.
+ * Activations of every layer are kept for backward (no recomputation).
+ *
+ * Threading: one thread per engine; all work on the engine's stream; calls that return host
+ * results synchronise it. Errors: negative vr_status_t, logged; CUDA faults abort
+ * (vr_cuda_check.h). */
+#ifndef VR_CUTRAIN_H
+#define VR_CUTRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VR_CUTRAIN_NONE ((size_t)-1) /* an absent tensor's offset */
+
+/* Offsets (floats into the parameter buffer) of one layer's tensors; VR_CUTRAIN_NONE = absent. */
+typedef struct vr_cutrain_layer_off {
+  size_t q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;
+  size_t gate_w, gate_b, up_w, up_b, down_w, down_b;
+  size_t norm1, norm2;
+} vr_cutrain_layer_off_t;
+
+typedef struct vr_cutrain_desc {
+  int vocab, hidden, layers, heads, kv_heads, head_dim, inter;
+  int window; /* sliding window, 0 = full causal */
+  float rms_eps, rope_scaling;
+  const float *rope_inv_freq;          /* (head_dim / 2), host; copied */
+  size_t n_floats;                     /* the buffer, padding included */
+  size_t embed, final_norm, lm_head;   /* lm_head VR_CUTRAIN_NONE: tied (the embedding) */
+  const vr_cutrain_layer_off_t *layer; /* layers entries; copied */
+  size_t score_w, score_b;             /* value head (critic): score (1, C), bias (1); NONE: the LM head */
+} vr_cutrain_desc_t;
+
+typedef struct vr_cutrain vr_cutrain_t;
+
+/* Allocates the engine for batches of at most max_tokens rows on the current CUDA device:
+ * parameters (from params, n_floats host floats; NULL: zero), gradients (zero), moments for
+ * [shard_lo, shard_hi) (zero), activations. lm_chunk: LM-head rows per chunk (0: as many as
+ * fit 1 GiB of fp32 logits). VR_ERR_UNSUPPORTED for shapes it has no kernels for (head_dim
+ * > 256 or odd), VR_ERR_OOM when the device is too small (the message says how much). */
+int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_tokens, int lm_chunk, size_t shard_lo,
+                      size_t shard_hi, vr_cutrain_t **out);
+void vr_cutrain_free(vr_cutrain_t *e);
+
+/* Forward over a batch (host arrays): ids (T), cu (n_seqs + 1, cu[n_seqs] = T <= max_tokens),
+ * tgt (T) targets per row or -1. logp / ent: host (T) outputs or NULL (then the call does not
+ * wait for the device). keep = 1 saves what backward needs (one backward per such forward).
+ * Value head: logp gets the value of every row (tgt and temperature unused, ent untouched);
+ * backward's glp is then dL/dvalue per row and gent is ignored. Inputs are checked by the caller (ids < vocab,
+ * positions < the model's limit). */
+int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, int n_seqs, const int32_t *tgt,
+                       float temperature, float *logp, float *ent, int keep);
+/* glp (T), gent (T or NULL): host. VR_ERR_INVAL when no kept forward is pending. */
+int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent);
+int vr_cutrain_zero_grad(vr_cutrain_t *e);
+/* Sum of squares of grads[lo, hi) (double, deterministic), host result (synchronises). */
+int vr_cutrain_grad_sqnorm(vr_cutrain_t *e, size_t lo, size_t hi, double *out);
+int vr_cutrain_scale_grads(vr_cutrain_t *e, float s);
+/* AdamW on the shard with step count step >= 1; clip > 0 also clips by the global norm of the
+ * whole gradient buffer on the device (no host round trip; the engine of vr_train.h clips
+ * itself and passes 0). Refreshes the bf16 compute copy. */
+int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, float eps, float weight_decay,
+                          float clip, int64_t step);
+/* Device buffers (n_floats floats): for all-reduce and broadcasts. */
+float *vr_cutrain_params(vr_cutrain_t *e);
+float *vr_cutrain_grads(vr_cutrain_t *e);
+/* Host copies (n_floats floats; moments: shard_hi - shard_lo each). set_params refreshes the
+ * bf16 copy. All synchronise. */
+int vr_cutrain_get_params(vr_cutrain_t *e, float *dst);
+int vr_cutrain_set_params(vr_cutrain_t *e, const float *src);
+int vr_cutrain_get_grads(vr_cutrain_t *e, float *dst);
+int vr_cutrain_get_moments(vr_cutrain_t *e, float *m, float *v);
+int vr_cutrain_set_moments(vr_cutrain_t *e, const float *m, const float *v);
+/* Fills params with scale * uniform(-1, 1) (norm weights with 1) from seed: benchmarks. */
+int vr_cutrain_randomize(vr_cutrain_t *e, uint64_t seed, float scale);
+/* Waits for the engine's stream. */
+int vr_cutrain_sync(vr_cutrain_t *e);
+/* Device bytes the engine allocated. */
+size_t vr_cutrain_device_bytes(const vr_cutrain_t *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VR_CUTRAIN_H */

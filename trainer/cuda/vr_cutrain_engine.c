@@ -1,0 +1,592 @@
+/* vr_cutrain_engine.c: the CUDA training engine (contract in vr_cutrain.h): buffers, the layer
+ * forward and backward as sequences of model/cuda's GEMMs and forward kernels and
+ * trainer/cuda's backward kernels (vr_cutrain_ops.h), the optimizer entry points. */
+#include "vr_cutrain.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verl_reward/status.h"
+#include "vr_cuda_check.h"
+#include "vr_cutrain_ops.h"
+#include "vr_log.h"
+
+#define NONE VR_CUTRAIN_NONE
+
+/* One layer's kept activations (T = max_tokens rows). */
+typedef struct {
+  float *x_mid;  /* (T, C) residual after attention */
+  uint16_t *xn1; /* (T, C) RMSNorm1 output */
+  uint16_t *qkv; /* (T, NQKV) after RoPE */
+  uint16_t *att; /* (T, H*D) attention output */
+  float *lse;    /* (T, H) */
+  uint16_t *xn2; /* (T, C) */
+  uint16_t *gu;  /* (T, 2F) gate | up */
+  uint16_t *act; /* (T, F) */
+} layer_acts_t;
+
+struct vr_cutrain {
+  vr_cutrain_desc_t d;
+  vr_cutrain_layer_off_t *L;
+  int T_max, chunk, nqkv, fused_qkv, fused_gu;
+  size_t lo, hi, dev_bytes;
+  cudaStream_t s;
+  vr_cuda_gemm_t *gemm;
+  /* parameters */
+  float *p, *g, *m, *v;
+  uint16_t *p16;
+  /* activations */
+  float **x; /* layers + 1 residual streams (T, C): x[l] = input of layer l */
+  layer_acts_t *a;
+  uint16_t *xf; /* (T, C) final norm output */
+  /* backward scratch */
+  float *dx, *dxn;                          /* (T, C) */
+  uint16_t *dx16;                           /* (T, C) */
+  uint16_t *dact, *dgu, *datt, *dqkv, *tmp; /* (T, F), (T, 2F), (T, HD), (T, NQKV), (T, max(F, HD)) */
+  float *delta, *red;                       /* (T, H); reduction scratch */
+  /* LM head */
+  float *logits, *lse_r, *ent_r, *logp_r, *glp, *gent;
+  float *hv; /* value head: (T, C) fp32 final norm output */
+  int value; /* 1: value head (score_w), 0: LM head */
+  uint16_t *dlogits;
+  /* metadata: one device int32 block, staged through pinned host memory */
+  int32_t *meta_d, *meta_h;
+  int32_t *ids, *pos, *cu, *fa_tiles, *tiles, *tiles_q, *meta4, *tgt, *order, *seg, *uniq;
+  uint64_t *sort_h; /* (2 (T + 1)) host scratch of the tile sorts */
+  int32_t *count_h; /* (V) host */
+  float *rope_if, *rope_nif;
+  float *stage_h; /* pinned (2 T) floats: glp, gent in; logp, ent out */
+  double *sq, *sq_red;
+  int64_t *ad_off, *ad_len;
+  int ad_n;
+  /* the pending batch */
+  int T, n_seqs, n_fa, n_tiles, n_uniq, kept;
+  float temp;
+};
+
+/* ---------------------------------------------------------------- allocation */
+
+static int dalloc(vr_cutrain_t *e, void **p, size_t bytes) {
+  *p = NULL;
+  if (VR_CUDA_TRY(cudaMalloc(p, bytes ? bytes : 16)) != 0) {
+    vr_log(VR_LOG_ERROR, "cudaMalloc of %zu bytes failed after %zu bytes (HINT: fewer max_tokens)", bytes,
+           e->dev_bytes);
+    *p = NULL;
+    return VR_ERR_NOMEM;
+  }
+  e->dev_bytes += bytes;
+  return 0;
+}
+
+#define DALLOC(ptr, bytes)                                 \
+  do {                                                     \
+    int rc_ = dalloc(e, (void **)&(ptr), (size_t)(bytes)); \
+    if (rc_) {                                             \
+      vr_cutrain_free(e);                                  \
+      return rc_;                                          \
+    }                                                      \
+  } while (0)
+
+static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NONE && a + na == b; }
+
+void vr_cutrain_free(vr_cutrain_t *e) {
+  if (!e) return;
+  if (e->s) cudaStreamSynchronize(e->s);
+  void *dev[] = {e->p,       e->g,        e->m,     e->v,      e->p16,    e->xf,     e->dx,      e->dxn,
+                 e->dx16,    e->dact,     e->dgu,   e->datt,   e->dqkv,   e->tmp,    e->delta,   e->red,
+                 e->logits,  e->lse_r,    e->ent_r, e->logp_r, e->glp,    e->gent,   e->dlogits, e->meta_d,
+                 e->rope_if, e->rope_nif, e->sq,    e->sq_red, e->ad_off, e->ad_len, e->hv};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) cudaFree(dev[i]);
+  if (e->x)
+    for (int l = 0; l <= e->d.layers; ++l) cudaFree(e->x[l]);
+  if (e->a)
+    for (int l = 0; l < e->d.layers; ++l) {
+      layer_acts_t *a = &e->a[l];
+      void *b[] = {a->x_mid, a->xn1, a->qkv, a->att, a->lse, a->xn2, a->gu, a->act};
+      for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) cudaFree(b[i]);
+    }
+  cudaFreeHost(e->meta_h);
+  cudaFreeHost(e->stage_h);
+  if (e->gemm) vr_cuda_gemm_free(e->gemm);
+  if (e->s) cudaStreamDestroy(e->s);
+  free(e->x), free(e->a), free(e->L), free(e->count_h), free(e->sort_h);
+  free(e);
+}
+
+/* The metadata block of T_max rows (int32 words; the same layout on the device and in the
+ * pinned staging copy): ids, pos, tgt, order, uniq (T each), tiles (the dK/dV order), tiles_q
+ * (the dQ order) and fa_tiles (2 (T + 1) each: a tile list has at most one tile per row), seg
+ * and cu (T + 1 each), meta (4). */
+typedef struct {
+  size_t ids, pos, tgt, order, uniq, tiles, tiles_q, fa_tiles, seg, cu, meta, words;
+} meta_layout_t;
+
+static meta_layout_t meta_layout(size_t T) {
+  meta_layout_t m;
+  m.ids = 0, m.pos = T, m.tgt = 2 * T, m.order = 3 * T, m.uniq = 4 * T;
+  m.tiles = 5 * T, m.tiles_q = m.tiles + 2 * (T + 1), m.fa_tiles = m.tiles_q + 2 * (T + 1);
+  m.seg = m.fa_tiles + 2 * (T + 1);
+  m.cu = m.seg + T + 1, m.meta = m.cu + T + 1, m.words = m.meta + 4;
+  return m;
+}
+
+int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_tokens, int lm_chunk, size_t shard_lo,
+                      size_t shard_hi, vr_cutrain_t **out) {
+  *out = NULL;
+  const int C = d->hidden, H = d->heads, KV = d->kv_heads, D = d->head_dim, F = d->inter, V = d->vocab;
+  if (D < 2 || D % 2 || D > 256 || H % KV || max_tokens <= 0 || shard_lo > shard_hi || shard_hi > d->n_floats) {
+    vr_log(VR_LOG_ERROR,
+           "unsupported shape: head_dim %d (even, <= 256), heads %d / kv %d, max_tokens %d, shard "
+           "[%zu, %zu) of %zu",
+           D, H, KV, max_tokens, shard_lo, shard_hi, d->n_floats);
+    return VR_ERR_UNSUPPORTED;
+  }
+  vr_cutrain_t *e = calloc(1, sizeof *e);
+  if (!e) return VR_ERR_NOMEM;
+  e->d = *d;
+  e->L = malloc((size_t)d->layers * sizeof *e->L);
+  e->x = calloc((size_t)d->layers + 1, sizeof *e->x);
+  e->a = calloc((size_t)d->layers, sizeof *e->a);
+  e->count_h = malloc((size_t)V * sizeof *e->count_h);
+  e->sort_h = malloc(2 * ((size_t)max_tokens + 1) * sizeof *e->sort_h);
+  if (!e->L || !e->x || !e->a || !e->count_h || !e->sort_h) {
+    vr_cutrain_free(e);
+    return VR_ERR_NOMEM;
+  }
+  memcpy(e->L, d->layer, (size_t)d->layers * sizeof *e->L);
+  e->d.layer = e->L;
+  e->T_max = max_tokens;
+  e->lo = shard_lo, e->hi = shard_hi;
+  e->value = d->score_w != NONE;
+  e->nqkv = (H + 2 * KV) * D;
+  e->fused_qkv = e->fused_gu = 1;
+  const size_t qn = (size_t)H * D * C, kn = (size_t)KV * D * C;
+  for (int l = 0; l < d->layers; ++l) {
+    const vr_cutrain_layer_off_t *o = &e->L[l];
+    int f = adjacent(o->q_w, qn, o->k_w) && adjacent(o->k_w, kn, o->v_w);
+    if (o->q_b != NONE) f = f && adjacent(o->q_b, (size_t)H * D, o->k_b) && adjacent(o->k_b, (size_t)KV * D, o->v_b);
+    e->fused_qkv &= f;
+    int g = adjacent(o->gate_w, (size_t)F * C, o->up_w);
+    if (o->gate_b != NONE) g = g && adjacent(o->gate_b, (size_t)F, o->up_b);
+    e->fused_gu &= g;
+  }
+  size_t chunk = lm_chunk > 0 ? (size_t)lm_chunk : ((size_t)1 << 28) / (size_t)V;
+  if (chunk < 1) chunk = 1;
+  if (chunk > (size_t)max_tokens) chunk = (size_t)max_tokens;
+  e->chunk = (int)chunk;
+  if (VR_CUDA_TRY(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking)) != 0) {
+    vr_cutrain_free(e);
+    return VR_ERR_DEVICE;
+  }
+  int rc = vr_cuda_gemm_init(&e->gemm, (size_t)64 << 20);
+  if (rc) {
+    vr_cutrain_free(e);
+    return rc;
+  }
+  const size_t n = d->n_floats, T = (size_t)max_tokens, sh = shard_hi - shard_lo;
+  DALLOC(e->p, n * 4);
+  DALLOC(e->g, n * 4);
+  DALLOC(e->m, sh * 4);
+  DALLOC(e->v, sh * 4);
+  DALLOC(e->p16, n * 2);
+  for (int l = 0; l <= d->layers; ++l) DALLOC(e->x[l], T * C * 4);
+  for (int l = 0; l < d->layers; ++l) {
+    layer_acts_t *a = &e->a[l];
+    DALLOC(a->x_mid, T * C * 4);
+    DALLOC(a->xn1, T * C * 2);
+    DALLOC(a->qkv, T * e->nqkv * 2);
+    DALLOC(a->att, T * H * D * 2);
+    DALLOC(a->lse, T * H * 4);
+    DALLOC(a->xn2, T * C * 2);
+    DALLOC(a->gu, T * 2 * F * 2);
+    DALLOC(a->act, T * F * 2);
+  }
+  DALLOC(e->xf, T * C * 2);
+  DALLOC(e->dx, T * C * 4);
+  DALLOC(e->dxn, T * C * 4);
+  DALLOC(e->dx16, T * C * 2);
+  DALLOC(e->dact, T * F * 2);
+  DALLOC(e->dgu, T * 2 * F * 2);
+  DALLOC(e->datt, T * H * D * 2);
+  DALLOC(e->dqkv, T * e->nqkv * 2);
+  DALLOC(e->tmp, T * (size_t)(F > H * D ? F : H * D) * 2);
+  DALLOC(e->delta, T * H * 4);
+  size_t red = vr_cutrain_rmsnorm_bwd_scratch(max_tokens, C);
+  const size_t r2 = vr_cutrain_colsum_scratch(max_tokens, e->nqkv > 2 * F ? e->nqkv : 2 * F);
+  if (r2 > red) red = r2;
+  DALLOC(e->red, red * 4);
+  if (e->value) {
+    DALLOC(e->hv, T * C * 4);
+  } else {
+    DALLOC(e->logits, chunk * V * 4);
+    DALLOC(e->dlogits, chunk * V * 2);
+  }
+  DALLOC(e->lse_r, T * 4);
+  DALLOC(e->ent_r, T * 4);
+  DALLOC(e->logp_r, T * 4);
+  DALLOC(e->glp, T * 4);
+  DALLOC(e->gent, T * 4);
+  const meta_layout_t ml = meta_layout(T);
+  DALLOC(e->meta_d, ml.words * 4);
+  DALLOC(e->rope_if, (size_t)D / 2 * 4);
+  DALLOC(e->rope_nif, (size_t)D / 2 * 4);
+  DALLOC(e->sq, 8);
+  DALLOC(e->sq_red, VR_CUTRAIN_SUMSQ_BLOCKS * 8);
+  const int max_chunks = (int)((sh + VR_CUTRAIN_ADAMW_CHUNK - 1) / VR_CUTRAIN_ADAMW_CHUNK);
+  DALLOC(e->ad_off, (size_t)max_chunks * 8);
+  DALLOC(e->ad_len, (size_t)max_chunks * 8);
+  if (VR_CUDA_TRY(cudaMallocHost((void **)&e->meta_h, ml.words * 4)) ||
+      VR_CUDA_TRY(cudaMallocHost((void **)&e->stage_h, 2 * T * 4))) {
+    vr_cutrain_free(e);
+    return VR_ERR_NOMEM;
+  }
+  int32_t *b = e->meta_d;
+  e->ids = b + ml.ids, e->pos = b + ml.pos, e->tgt = b + ml.tgt, e->order = b + ml.order, e->uniq = b + ml.uniq;
+  e->tiles = b + ml.tiles, e->tiles_q = b + ml.tiles_q, e->fa_tiles = b + ml.fa_tiles, e->seg = b + ml.seg,
+  e->cu = b + ml.cu;
+  e->meta4 = b + ml.meta;
+  /* rope */
+  float *nif = malloc((size_t)D / 2 * sizeof *nif);
+  if (!nif) {
+    vr_cutrain_free(e);
+    return VR_ERR_NOMEM;
+  }
+  for (int i = 0; i < D / 2; ++i) nif[i] = -d->rope_inv_freq[i];
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->rope_if, d->rope_inv_freq, (size_t)D / 2 * 4, cudaMemcpyHostToDevice, e->s));
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->rope_nif, nif, (size_t)D / 2 * 4, cudaMemcpyHostToDevice, e->s));
+  VR_CUDA_CHECK(cudaStreamSynchronize(e->s)); /* before nif goes */
+  free(nif);
+  /* optimizer chunks of the shard */
+  int64_t *ho = malloc((size_t)(max_chunks ? max_chunks : 1) * 8),
+          *hl = malloc((size_t)(max_chunks ? max_chunks : 1) * 8);
+  if (!ho || !hl) {
+    free(ho), free(hl);
+    vr_cutrain_free(e);
+    return VR_ERR_NOMEM;
+  }
+  e->ad_n = vr_cutrain_adamw_chunks(shard_lo, shard_hi, ho, hl, max_chunks);
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->ad_off, ho, (size_t)max_chunks * 8, cudaMemcpyHostToDevice, e->s));
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->ad_len, hl, (size_t)max_chunks * 8, cudaMemcpyHostToDevice, e->s));
+  VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+  free(ho), free(hl);
+  VR_CUDA_CHECK(cudaMemsetAsync(e->g, 0, n * 4, e->s));
+  VR_CUDA_CHECK(cudaMemsetAsync(e->m, 0, sh * 4, e->s));
+  VR_CUDA_CHECK(cudaMemsetAsync(e->v, 0, sh * 4, e->s));
+  if (params)
+    rc = vr_cutrain_set_params(e, params);
+  else {
+    VR_CUDA_CHECK(cudaMemsetAsync(e->p, 0, n * 4, e->s));
+    VR_CUDA_CHECK(cudaMemsetAsync(e->p16, 0, n * 2, e->s));
+    rc = vr_cutrain_sync(e);
+  }
+  if (rc) {
+    vr_cutrain_free(e);
+    return rc;
+  }
+  vr_log(VR_LOG_INFO,
+         "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
+         "%.2f GiB on the device",
+         n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
+         e->dev_bytes / 1073741824.0);
+  *out = e;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- forward */
+
+static const float *P(const vr_cutrain_t *e, size_t off) { return off == NONE ? NULL : e->p + off; }
+static const uint16_t *P16(const vr_cutrain_t *e, size_t off) { return off == NONE ? NULL : e->p16 + off; }
+
+/* T rows of w bf16 from src (pitch src_ld) to dst (pitch dst_ld): a column block in or out of
+ * a fused activation. */
+static void copy_cols(uint16_t *dst, int dst_ld, const uint16_t *src, int src_ld, int w, int T, cudaStream_t s) {
+  VR_CUDA_CHECK(cudaMemcpy2DAsync(dst, (size_t)dst_ld * 2, src, (size_t)src_ld * 2, (size_t)w * 2, (size_t)T,
+                                  cudaMemcpyDeviceToDevice, s));
+}
+
+/* out (T, ld) = x (T, K) . [W_i]^T + [b_i] for the n parts of widths w[i] (fused: one GEMM on
+ * the adjacent weights w_off[0]). */
+static void proj_fwd(vr_cutrain_t *e, uint16_t *out, int ld, const uint16_t *x, int K, int n, const size_t *w_off,
+                     const size_t *b_off, const int *w, int fused, int T) {
+  if (fused) {
+    vr_cuda_gemm(e->gemm, out, 0, x, P16(e, w_off[0]), P16(e, b_off[0]), T, ld, K, 0.f, e->s);
+    return;
+  }
+  int col = 0;
+  for (int i = 0; i < n; ++i) {
+    vr_cuda_gemm(e->gemm, e->tmp, 0, x, P16(e, w_off[i]), P16(e, b_off[i]), T, w[i], K, 0.f, e->s);
+    copy_cols(out + col, ld, e->tmp, w[i], w[i], T, e->s);
+    col += w[i];
+  }
+}
+
+/* The backward of proj_fwd given dy (T, ld) bf16: dW_i += dy_i^T x, db_i += colsum(dy_i),
+ * dx (T, K) fp32 = sum_i dy_i W_i. */
+static void proj_bwd(vr_cutrain_t *e, float *dx, const uint16_t *dy, int ld, const uint16_t *x, int K, int n,
+                     const size_t *w_off, const size_t *b_off, const int *w, int fused, int T) {
+  if (fused) {
+    vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + w_off[0], 1, dy, x, NULL, 0, NULL, ld, K, T, 1.f, e->s);
+    vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, dx, 1, dy, P16(e, w_off[0]), NULL, 0, NULL, T, K, ld, 0.f,
+                    e->s);
+    if (b_off[0] != NONE) vr_cutrain_colsum_bf16(e->g + b_off[0], dy, ld, T, ld, e->red, e->s);
+    return;
+  }
+  int col = 0;
+  for (int i = 0; i < n; ++i) {
+    copy_cols(e->tmp, w[i], dy + col, ld, w[i], T, e->s);
+    vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + w_off[i], 1, e->tmp, x, NULL, 0, NULL, w[i], K, T, 1.f,
+                    e->s);
+    vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, dx, 1, e->tmp, P16(e, w_off[i]), NULL, 0, NULL, T, K, w[i],
+                    i ? 1.f : 0.f, e->s);
+    if (b_off[i] != NONE) vr_cutrain_colsum_bf16(e->g + b_off[i], e->tmp, w[i], T, w[i], e->red, e->s);
+    col += w[i];
+  }
+}
+
+static void layer_fwd(vr_cutrain_t *e, int l, int T) {
+  const vr_cutrain_desc_t *d = &e->d;
+  const vr_cutrain_layer_off_t *o = &e->L[l];
+  layer_acts_t *a = &e->a[l];
+  const int C = d->hidden, H = d->heads, KV = d->kv_heads, D = d->head_dim, F = d->inter, HD = H * D;
+  const float scale = 1.f / sqrtf((float)D);
+  if (l > 0) vr_cuda_rmsnorm(e->x[l], a->xn1, P(e, o->norm1), T, C, d->rms_eps, e->s);
+  const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
+  const int qwid[3] = {HD, KV * D, KV * D};
+  proj_fwd(e, a->qkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
+  vr_cuda_rope(a->qkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_if, d->rope_scaling, T, e->s);
+  if (vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA64, D))
+    vr_cuda_attention_lse(a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, HD, a->lse, e->cu, e->fa_tiles, e->meta4,
+                          e->n_fa, H, KV, D, 1, d->window, scale, T, e->s);
+  else
+    vr_cutrain_attention_fwd_generic(a->att, HD, a->lse, a->qkv, e->nqkv, 0, HD, HD + KV * D, e->cu, e->tiles,
+                                     e->n_tiles, H, KV, D, d->window, scale, e->s);
+  vr_cuda_gemm_res(e->gemm, a->x_mid, 1, a->att, P16(e, o->o_w), P(e, o->o_b), e->x[l], T, C, HD, e->s);
+  vr_cuda_rmsnorm(a->x_mid, a->xn2, P(e, o->norm2), T, C, d->rms_eps, e->s);
+  const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
+  const int gwid[2] = {F, F};
+  proj_fwd(e, a->gu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
+  vr_cuda_swiglu(a->act, a->gu, T, F, e->s);
+  vr_cuda_gemm_res(e->gemm, e->x[l + 1], 1, a->act, P16(e, o->down_w), P(e, o->down_b), a->x_mid, T, C, F, e->s);
+}
+
+/* Host metadata of the batch into the pinned block, then one copy. */
+static int stage_batch(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, int n, const int32_t *tgt) {
+  const int T = (int)cu[n];
+  int32_t *h = e->meta_h;
+  const size_t Tm = (size_t)e->T_max;
+  const meta_layout_t ml = meta_layout(Tm);
+  int32_t *hids = h + ml.ids, *hpos = h + ml.pos, *htgt = h + ml.tgt, *hord = h + ml.order, *huniq = h + ml.uniq;
+  int32_t *htiles = h + ml.tiles, *htq = h + ml.tiles_q, *hfa = h + ml.fa_tiles, *hseg = h + ml.seg, *hcu = h + ml.cu,
+          *hmeta = h + ml.meta;
+  memcpy(hids, ids, (size_t)T * 4);
+  memcpy(htgt, tgt, (size_t)T * 4);
+  for (int q = 0; q < n; ++q) {
+    hcu[q] = (int32_t)cu[q];
+    for (uint32_t t = cu[q]; t < cu[q + 1]; ++t) hpos[t] = (int32_t)(t - cu[q]);
+  }
+  hcu[n] = T;
+  const int max_tiles = (int)Tm + 1;
+  e->n_tiles = vr_cutrain_attention_tiles(hcu, n, 64, htiles, max_tiles);
+  e->n_fa = vr_cutrain_attention_tiles(hcu, n, vr_cuda_attention_tile_rows(e->d.head_dim, T), hfa, max_tiles);
+  if (e->n_tiles < 0 || e->n_fa < 0) return VR_ERR_INTERNAL; /* an empty sequence: the caller checks */
+  /* the backward kernels take their heaviest tiles first (the blocks start in list order) */
+  memcpy(htq, htiles, (size_t)e->n_tiles * 2 * sizeof *htq);
+  vr_cutrain_attention_tiles_sort(hcu, htiles, e->n_tiles, 1, e->sort_h);
+  vr_cutrain_attention_tiles_sort(hcu, htq, e->n_tiles, 0, e->sort_h);
+  hmeta[VR_CUDA_META_N_SEQS] = n, hmeta[VR_CUDA_META_N_TILES] = e->n_fa, hmeta[2] = hmeta[3] = 0;
+  e->n_uniq = vr_cutrain_embed_segments(ids, T, e->d.vocab, hord, hseg, huniq, e->count_h);
+  if (e->n_uniq < 0) {
+    vr_log(VR_LOG_ERROR, "a token id is outside the vocabulary of %d", e->d.vocab);
+    return VR_ERR_TOKEN_RANGE;
+  }
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->meta_d, e->meta_h, ml.words * 4, cudaMemcpyHostToDevice, e->s));
+  return 0;
+}
+
+int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, int n_seqs, const int32_t *tgt,
+                       float temperature, float *logp, float *ent, int keep) {
+  const vr_cutrain_desc_t *d = &e->d;
+  e->kept = 0;
+  if (n_seqs <= 0 || cu[n_seqs] == 0) return 0;
+  if (cu[n_seqs] > (uint32_t)e->T_max || (!e->value && !(temperature > 0.f))) {
+    vr_log(VR_LOG_ERROR, "batch of %u rows (engine: %d), temperature %g", cu[n_seqs], e->T_max, temperature);
+    return VR_ERR_TOO_LARGE;
+  }
+  const int T = (int)cu[n_seqs], C = d->hidden;
+  /* the previous step's staging may still be read by the device */
+  VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+  int rc = stage_batch(e, ids, cu, n_seqs, tgt);
+  if (rc) return rc;
+  e->T = T, e->n_seqs = n_seqs, e->temp = temperature;
+  vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->ids, NULL, P(e, d->embed), NULL, NULL, 1, P(e, e->L[0].norm1), NULL, T, C,
+                     d->rms_eps, e->s);
+  for (int l = 0; l < d->layers; ++l) layer_fwd(e, l, T);
+  if (e->value) {
+    vr_cuda_rmsnorm_f32(e->x[d->layers], e->hv, P(e, d->final_norm), T, C, d->rms_eps, e->s);
+    vr_cutrain_value_fwd(e->logp_r, e->hv, P(e, d->score_w), P(e, d->score_b), T, C, e->s);
+    ent = NULL;
+  } else {
+    vr_cuda_rmsnorm(e->x[d->layers], e->xf, P(e, d->final_norm), T, C, d->rms_eps, e->s);
+    const uint16_t *W = P16(e, d->lm_head != NONE ? d->lm_head : d->embed);
+    vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature,
+                          e->chunk, e->logits, e->s);
+  }
+  if (logp || ent) {
+    VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h, e->logp_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
+    VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h + T, e->ent_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
+    VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+    if (logp) memcpy(logp, e->stage_h, (size_t)T * 4);
+    if (ent) memcpy(ent, e->stage_h + T, (size_t)T * 4);
+  }
+  e->kept = keep;
+  return 0;
+}
+
+/* ---------------------------------------------------------------- backward */
+
+static void layer_bwd(vr_cutrain_t *e, int l, int T) {
+  const vr_cutrain_desc_t *d = &e->d;
+  const vr_cutrain_layer_off_t *o = &e->L[l];
+  layer_acts_t *a = &e->a[l];
+  const int C = d->hidden, H = d->heads, KV = d->kv_heads, D = d->head_dim, F = d->inter, HD = H * D;
+  const size_t TC = (size_t)T * C;
+  /* MLP: x_out = x_mid + down(act) */
+  vr_cuda_convert_to_bf16(e->dx16, e->dx, 0, TC, e->s);
+  vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->dact, 0, e->dx16, P16(e, o->down_w), NULL, 0, NULL, T, F, C,
+                  0.f, e->s);
+  vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + o->down_w, 1, e->dx16, a->act, NULL, 0, NULL, C, F, T,
+                  1.f, e->s);
+  if (o->down_b != NONE) vr_cutrain_colsum_bf16(e->g + o->down_b, e->dx16, C, T, C, e->red, e->s);
+  vr_cutrain_swiglu_bwd(e->dgu, e->dact, a->gu, T, F, e->s);
+  const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
+  const int gwid[2] = {F, F};
+  proj_bwd(e, e->dxn, e->dgu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
+  vr_cutrain_rmsnorm_bwd(e->dx, e->g + o->norm2, e->dxn, a->x_mid, P(e, o->norm2), T, C, d->rms_eps, 1, e->red, e->s);
+  /* attention: x_mid = x_in + o(att) */
+  vr_cuda_convert_to_bf16(e->dx16, e->dx, 0, TC, e->s);
+  vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->datt, 0, e->dx16, P16(e, o->o_w), NULL, 0, NULL, T, HD, C,
+                  0.f, e->s);
+  vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + o->o_w, 1, e->dx16, a->att, NULL, 0, NULL, C, HD, T, 1.f,
+                  e->s);
+  if (o->o_b != NONE) vr_cutrain_colsum_bf16(e->g + o->o_b, e->dx16, C, T, C, e->red, e->s);
+  vr_cutrain_attention_bwd(e->dqkv, a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, e->datt, HD, a->lse, e->delta, e->cu,
+                           e->tiles, e->tiles_q, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), T, e->s);
+  vr_cutrain_rope_bwd(e->dqkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_nif, d->rope_scaling, T, e->s);
+  const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
+  const int qwid[3] = {HD, KV * D, KV * D};
+  proj_bwd(e, e->dxn, e->dqkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
+  vr_cutrain_rmsnorm_bwd(e->dx, e->g + o->norm1, e->dxn, e->x[l], P(e, o->norm1), T, C, d->rms_eps, 1, e->red, e->s);
+}
+
+int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
+  const vr_cutrain_desc_t *d = &e->d;
+  if (!e->kept) {
+    vr_log(VR_LOG_ERROR, "backward without a kept forward");
+    return VR_ERR_INVAL;
+  }
+  e->kept = 0;
+  const int T = e->T, C = d->hidden;
+  memcpy(e->stage_h, glp, (size_t)T * 4);
+  if (gent) memcpy(e->stage_h + T, gent, (size_t)T * 4);
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->glp, e->stage_h, (size_t)T * 4, cudaMemcpyHostToDevice, e->s));
+  if (gent) VR_CUDA_CHECK(cudaMemcpyAsync(e->gent, e->stage_h + T, (size_t)T * 4, cudaMemcpyHostToDevice, e->s));
+  if (e->value) {
+    vr_cutrain_value_bwd(e->dxn, e->g + d->score_w, e->g + d->score_b, e->glp, e->hv, P(e, d->score_w), T, C, e->red,
+                         e->s);
+  } else {
+    const size_t wo = d->lm_head != NONE ? d->lm_head : d->embed;
+    vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf,
+                          P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits, e->s);
+  }
+  vr_cutrain_rmsnorm_bwd(e->dx, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C, d->rms_eps, 0,
+                         e->red, e->s);
+  for (int l = d->layers - 1; l >= 0; --l) layer_bwd(e, l, T);
+  vr_cutrain_embed_bwd(e->g + d->embed, e->dx, e->order, e->seg, e->uniq, e->n_uniq, C, e->s);
+  /* the staging buffer is reused by the next call: wait until the copies have read it */
+  VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+  return 0;
+}
+
+/* ---------------------------------------------------------------- optimizer and buffers */
+
+int vr_cutrain_zero_grad(vr_cutrain_t *e) {
+  VR_CUDA_CHECK(cudaMemsetAsync(e->g, 0, e->d.n_floats * 4, e->s));
+  return 0;
+}
+
+int vr_cutrain_grad_sqnorm(vr_cutrain_t *e, size_t lo, size_t hi, double *out) {
+  if (hi > e->d.n_floats) hi = e->d.n_floats;
+  *out = 0;
+  if (lo >= hi) return 0;
+  vr_cutrain_sumsq(e->sq, e->g + lo, hi - lo, e->sq_red, e->s);
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h, e->sq, 8, cudaMemcpyDeviceToHost, e->s));
+  VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+  memcpy(out, e->stage_h, 8);
+  return 0;
+}
+
+int vr_cutrain_scale_grads(vr_cutrain_t *e, float s) {
+  vr_cutrain_scale(e->g, e->d.n_floats, s, e->s);
+  return 0;
+}
+
+int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, float eps, float weight_decay,
+                          float clip, int64_t step) {
+  if (step < 1) return VR_ERR_INVAL;
+  const vr_cutrain_adamw_t hp = {lr, beta1, beta2, eps, weight_decay, clip, step};
+  if (clip > 0.f) vr_cutrain_sumsq(e->sq, e->g, e->d.n_floats, e->sq_red, e->s);
+  vr_cutrain_adamw(e->p, e->p16, e->m, e->v, e->g, (int64_t)e->lo, e->ad_off, e->ad_len, NULL, e->ad_n,
+                   clip > 0.f ? e->sq : NULL, &hp, e->s);
+  return 0;
+}
+
+float *vr_cutrain_params(vr_cutrain_t *e) { return e->p; }
+float *vr_cutrain_grads(vr_cutrain_t *e) { return e->g; }
+size_t vr_cutrain_device_bytes(const vr_cutrain_t *e) { return e->dev_bytes; }
+
+int vr_cutrain_sync(vr_cutrain_t *e) {
+  VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+  return 0;
+}
+
+int vr_cutrain_get_params(vr_cutrain_t *e, float *dst) {
+  VR_CUDA_CHECK(cudaMemcpyAsync(dst, e->p, e->d.n_floats * 4, cudaMemcpyDeviceToHost, e->s));
+  return vr_cutrain_sync(e);
+}
+
+int vr_cutrain_set_params(vr_cutrain_t *e, const float *src) {
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->p, src, e->d.n_floats * 4, cudaMemcpyHostToDevice, e->s));
+  vr_cuda_convert_to_bf16(e->p16, e->p, 0, e->d.n_floats, e->s);
+  return vr_cutrain_sync(e);
+}
+
+int vr_cutrain_get_grads(vr_cutrain_t *e, float *dst) {
+  VR_CUDA_CHECK(cudaMemcpyAsync(dst, e->g, e->d.n_floats * 4, cudaMemcpyDeviceToHost, e->s));
+  return vr_cutrain_sync(e);
+}
+
+int vr_cutrain_get_moments(vr_cutrain_t *e, float *m, float *v) {
+  VR_CUDA_CHECK(cudaMemcpyAsync(m, e->m, (e->hi - e->lo) * 4, cudaMemcpyDeviceToHost, e->s));
+  VR_CUDA_CHECK(cudaMemcpyAsync(v, e->v, (e->hi - e->lo) * 4, cudaMemcpyDeviceToHost, e->s));
+  return vr_cutrain_sync(e);
+}
+
+int vr_cutrain_set_moments(vr_cutrain_t *e, const float *m, const float *v) {
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->m, m, (e->hi - e->lo) * 4, cudaMemcpyHostToDevice, e->s));
+  VR_CUDA_CHECK(cudaMemcpyAsync(e->v, v, (e->hi - e->lo) * 4, cudaMemcpyHostToDevice, e->s));
+  return vr_cutrain_sync(e);
+}
+
+int vr_cutrain_randomize(vr_cutrain_t *e, uint64_t seed, float scale) {
+  const vr_cutrain_desc_t *d = &e->d;
+  vr_cutrain_fill_uniform(e->p, d->n_floats, seed, scale, e->s);
+  const int C = d->hidden;
+  vr_cutrain_fill(e->p + d->final_norm, (size_t)C, 1.f, e->s);
+  for (int l = 0; l < d->layers; ++l) {
+    vr_cutrain_fill(e->p + e->L[l].norm1, (size_t)C, 1.f, e->s);
+    vr_cutrain_fill(e->p + e->L[l].norm2, (size_t)C, 1.f, e->s);
+  }
+  vr_cuda_convert_to_bf16(e->p16, e->p, 0, d->n_floats, e->s);
+  return vr_cutrain_sync(e);
+}

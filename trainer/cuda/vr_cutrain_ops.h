@@ -1,0 +1,174 @@
+/* vr_cutrain_ops.h: the CUDA training engine's kernels (backward passes, fused LM-head
+ * log-probs, attention backward, AdamW, reductions). Internal to trainer/cuda/ and its tests in
+ * tests/cuda/; C linkage, no CUDA types beyond cudaStream_t. The forward kernels, the GEMM
+ * plans and the conversions are model/cuda's (vr_cuda_ops.h): this file adds only what
+ * training needs. One op family per .cu, named in each section's title.
+ *
+ * Conventions as vr_cuda_ops.h: bf16 tensors as uint16_t*, fp32 as float*, shapes in comments,
+ * (T, C) = T packed tokens by C features, row-major. Every launcher enqueues on `s`, checks the
+ * launch and never allocates or synchronises; scratch comes from the caller, sized by the
+ * *_scratch functions. All reductions are deterministic: fixed grids, fixed summation order,
+ * no floating-point atomics, so a step run twice gives the same bits. */
+#ifndef VR_CUTRAIN_OPS_H
+#define VR_CUTRAIN_OPS_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "vr_cuda_ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- RMSNorm backward: vr_cutrain_norm.cu ----------------------------------- */
+/* Forward was y = x * r * w with r = rsqrt(mean(x^2) + eps) per row. Given dy (T, C) fp32:
+ *   dx (T, C) fp32: dx  = r * (dy * w) - x * r^3 * mean(dy * w * x)   (accumulate = 1: dx +=)
+ *   dw (C) fp32:    dw += sum_t dy[t] * x[t] * r[t]
+ * dw is reduced in two passes (rows in chunks of VR_CUTRAIN_NORM_CHUNK into a (chunks, C)
+ * partial table, then the chunks in order). scratch: vr_cutrain_rmsnorm_bwd_scratch(T, C)
+ * floats. dx must not overlap x or dy. */
+#define VR_CUTRAIN_NORM_CHUNK 64
+size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C);
+void vr_cutrain_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, int T, int C,
+                            float eps, int accumulate, float *scratch, cudaStream_t s);
+/* Column sums of a bf16 matrix (a bias gradient): db (N) += sum_t dy[t * ld + n], dy rows of
+ * pitch ld >= N, bf16, in the same two passes. scratch: vr_cutrain_colsum_scratch(T, N) floats. */
+size_t vr_cutrain_colsum_scratch(int T, int N);
+void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, int T, int N, float *scratch, cudaStream_t s);
+
+/* out (C) += sum_t x[t, c] * wgt[t] (wgt NULL: 1), x (T, C) fp32, in the same two passes.
+ * scratch: vr_cutrain_colsum_scratch(T, C) floats. */
+void vr_cutrain_colsum_weighted(float *out, const float *x, const float *wgt, int T, int C, float *scratch,
+                                cudaStream_t s);
+
+/* ---- value head (the critic): vr_cutrain_value.cu ----------------------------- */
+/* val (T) = h (T, C) . w (C) + b[0] (fp32; h the final norm's fp32 output). */
+void vr_cutrain_value_fwd(float *val, const float *h, const float *w, const float *b, int T, int C, cudaStream_t s);
+/* Backward from gv = dL/dval (T): dh (T, C) = gv w^T (written), dw (C) += h^T gv, db[0] += sum gv
+ * (deterministic column sums). scratch: vr_cutrain_colsum_scratch(T, C) floats. */
+void vr_cutrain_value_bwd(float *dh, float *dw, float *db, const float *gv, const float *h, const float *w, int T,
+                          int C, float *scratch, cudaStream_t s);
+
+/* ---- activations: vr_cutrain_act.cu ------------------------------------------ */
+/* SwiGLU backward: forward out = silu(g) * u with gu (T, 2I) = [g | u]. Given dout (T, I) bf16:
+ * dgu[:, :I] = dout * u * silu'(g), dgu[:, I:] = dout * silu(g); dgu (T, 2I) bf16. */
+void vr_cutrain_swiglu_bwd(uint16_t *dgu, const uint16_t *dout, const uint16_t *gu, int T, int I, cudaStream_t s);
+/* RoPE backward: the rotation's transpose, in place on the gradient of the rotated heads. The
+ * forward's vr_cuda_rope with every angle negated (neg_inv_freq = -inv_freq, D / 2 floats on
+ * the device): sin(-a) = -sin(a), so it applies R^T; attn_scaling as in the forward. */
+void vr_cutrain_rope_bwd(uint16_t *dqkv, int ld, int q_off, int k_off, int H, int Hkv, int D, const int32_t *pos,
+                         const float *neg_inv_freq, float attn_scaling, int T, cudaStream_t s);
+
+/* ---- embedding backward: vr_cutrain_embed.cu --------------------------------- */
+/* dW (V, C) fp32 += scatter of dx (T, C) fp32 by token: for each distinct token uniq[u]
+ * (u < n_uniq), the rows order[seg[u]] .. order[seg[u+1] - 1] of dx summed in that order
+ * (sort/segment, no atomics: deterministic). order (T), seg (n_uniq + 1), uniq (n_uniq):
+ * device int32, made by vr_cutrain_embed_segments (host). */
+void vr_cutrain_embed_bwd(float *dW, const float *dx, const int32_t *order, const int32_t *seg, const int32_t *uniq,
+                          int n_uniq, int C, cudaStream_t s);
+/* Host: the counting sort of ids (T, each in [0, V)) into order / seg / uniq (sizes as above;
+ * seg needs T + 1 entries at most); count: V int32 scratch. Returns n_uniq, or -1 when an id
+ * is outside [0, V). */
+int vr_cutrain_embed_segments(const int32_t *ids, int T, int V, int32_t *order, int32_t *seg, int32_t *uniq,
+                              int32_t *count);
+
+/* ---- fused LM head + log-softmax: vr_cutrain_lmhead.cu ----------------------- */
+/* Log-probs and entropy of targets at a temperature without the (T, V) logits: the tokens are
+ * taken in chunks of at most chunk rows; per chunk the logits (rows, V) fp32 come from one
+ * cuBLASLt GEMM into `logits` scratch and an online logsumexp kernel reads them once.
+ *   x (T, C) bf16 final hidden states, W (V, C) bf16 the LM head (tied: the embedding),
+ *   tgt (T) int32 the next token or -1 (no target: logp = 0),
+ *   logp (T), ent (T), lse (T) fp32 out: z = logits / temp, lse = logsumexp(z),
+ *   logp = z[tgt] - lse, ent = lse - sum softmax(z) * z.
+ * logits: chunk * V floats. Either of logp / ent may be NULL; lse is required (the backward
+ * reads it). */
+void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
+                           const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits,
+                           cudaStream_t s);
+/* Backward from the caller's per-token loss gradients glp = dL/dlogp (T) and gent = dL/dent
+ * (T, or NULL): per chunk the logits are recomputed, dz = glp (onehot(tgt) - p)
+ * - gent * p (log p + ent) is formed as bf16 dlogits = dz / temp (rows, V) in `dlogits`
+ * scratch (chunk * V bf16), then dx (T, C) fp32 = dlogits W (written) and dW (V, C) fp32 +=
+ * dlogits^T x (accumulated). logits / dlogits: the forward's chunk scratch and chunk * V bf16. */
+void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,
+                           const float *lse, const float *ent, const uint16_t *x, const uint16_t *W, const int32_t *tgt,
+                           int T, int C, int V, float temp, int chunk, float *logits, uint16_t *dlogits,
+                           cudaStream_t s);
+/* The two row kernels alone (tests): over logits (rows, V) fp32 already in memory. */
+void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int rows,
+                                int V, float temp, cudaStream_t s);
+void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const float *glp, const float *gent,
+                             const float *lse, const float *ent, const int32_t *tgt, int rows, int V, float temp,
+                             cudaStream_t s);
+
+/* ---- attention: vr_cutrain_attention.cu -------------------------------------- */
+/* Forward with the logsumexp saved: model/cuda's vr_cuda_attention_lse (tensor-core kernels,
+ * D 16/32/64/128), or vr_cutrain_attention_fwd_generic for any D <= 256 (fp32, one warp per
+ * row: small models). Causal; window > 0: keys j of query i with i - j < window.
+ * Backward (FlashAttention-2 style, recomputing P from the saved lse):
+ *   qkv (T, ld) bf16 the forward's input (after RoPE), q_off / k_off / v_off as the forward's;
+ *   o, dout (T, ld_o) bf16 the forward's output and its gradient (head h at h * D);
+ *   lse (T, H) fp32 log2-domain logsumexp of the scaled scores (vr_cuda_attention_lse's);
+ *   dqkv (T, ld) bf16 out: dq, dk, dv at the same columns as q, k, v (other columns untouched);
+ *   cu (n_seqs + 1), tiles (2 * n_tiles): 64-row tiles (seq, t0), as vr_cutrain_attention_tiles;
+ *   delta: T * H floats scratch (rowsum(dout * o) per head).
+ * tiles orders the dK / dV kernels' blocks, tiles_q (the same tiles in any order, or NULL: tiles)
+ * the dQ kernels'; vr_cutrain_attention_tiles_sort puts each kernel's heaviest tiles first.
+ * Tensor cores (wmma) when vr_cutrain_attention_bwd_tc(D, window) (D 64 or 128, no window):
+ * dK / dV of a key head summed over its query group inside one block, dQ in a second kernel
+ * per query tile; otherwise the generic fp32 kernels (any D <= 256, windows), the same split.
+ * No atomics: deterministic. */
+int vr_cutrain_attention_bwd_tc(int D, int window);
+void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const uint16_t *qkv, int ld, int q_off,
+                                      int k_off, int v_off, const int32_t *cu, const int32_t *tiles, int n_tiles, int H,
+                                      int Hkv, int D, int window, float scale, cudaStream_t s);
+void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
+                              const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse, float *delta,
+                              const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q, int n_tiles, int H,
+                              int Hkv, int D, int window, float scale, int T, cudaStream_t s);
+/* Host: reorders a 64-row tile list (n_tiles tiles of sequences cu) by descending work for the
+ * dK / dV kernels (for_keys = 1: the queries at or after the tile) or the dQ kernels (0: the
+ * keys up to the tile's end), ties in list order. scratch: 2 * n_tiles uint64. */
+void vr_cutrain_attention_tiles_sort(const int32_t *cu, int32_t *tiles, int n_tiles, int for_keys, uint64_t *scratch);
+/* Host: the tile list of rows-row tiles of sequences cu (n_seqs + 1, host) into tiles
+ * (2 * max_tiles); returns n_tiles, or -1 when more than max_tiles are needed. */
+int vr_cutrain_attention_tiles(const int32_t *cu, int n_seqs, int rows, int32_t *tiles, int max_tiles);
+
+/* ---- optimizer and reductions: vr_cutrain_optim.cu ---------------------------- */
+/* Sum of squares of x (n fp32) into out[0] (double), two passes over a fixed grid
+ * (VR_CUTRAIN_SUMSQ_BLOCKS partials in scratch, then one block in order). */
+#define VR_CUTRAIN_SUMSQ_BLOCKS 1024
+void vr_cutrain_sumsq(double *out, const float *x, size_t n, double *scratch, cudaStream_t s);
+/* AdamW (torch.optim.AdamW: decoupled weight decay, bias correction) over chunks of one
+ * contiguous buffer set: chunk i covers [off[i], off[i] + len[i]) with weight decay
+ * weight_decay * wd[i] (wd NULL: 1 everywhere) — multi-tensor: one launch for every tensor.
+ *   p fp32 updated and g fp32 read at [off, off + len); m, v fp32 at [off - moff, ...) (the
+ *   moments of a shard starting at moff); p16 bf16 = bf16(p) written (NULL: none).
+ *   Gradients are scaled by min(1, clip / (sqrt(sumsq[0]) + 1e-6)) when clip > 0 and sumsq is
+ *   given (torch.nn.utils.clip_grad_norm_), the norm staying on the device.
+ *   step >= 1 (bias correction 1 - beta^step). off, len (int64), wd (fp32): device arrays,
+ *   made by vr_cutrain_adamw_chunks (host: chunks of VR_CUTRAIN_ADAMW_CHUNK over [lo, hi);
+ *   returns their number, -1 when more than max_chunks). */
+#define VR_CUTRAIN_ADAMW_CHUNK 65536
+typedef struct vr_cutrain_adamw {
+  float lr, beta1, beta2, eps, weight_decay, clip;
+  int64_t step;
+} vr_cutrain_adamw_t;
+int vr_cutrain_adamw_chunks(size_t lo, size_t hi, int64_t *off, int64_t *len, int max_chunks);
+void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, const float *g, int64_t moff, const int64_t *off,
+                      const int64_t *len, const float *wd, int n_chunks, const double *sumsq,
+                      const vr_cutrain_adamw_t *hp, cudaStream_t s);
+/* x (n) fp32 = scale * uniform(-1, 1) from a counter hash of (seed, i): random weights for
+ * benchmarks and tests, the same on every device. */
+void vr_cutrain_fill_uniform(float *x, size_t n, uint64_t seed, float scale, cudaStream_t s);
+/* x (n) fp32 *= a (gradient clipping by the caller's factor). */
+void vr_cutrain_scale(float *x, size_t n, float a, cudaStream_t s);
+/* x (n) fp32 = value. */
+void vr_cutrain_fill(float *x, size_t n, float value, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VR_CUTRAIN_OPS_H */

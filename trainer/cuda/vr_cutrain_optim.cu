@@ -1,0 +1,142 @@
+/* vr_cutrain_optim.cu: AdamW over the contiguous fp32 master buffers (multi-tensor chunks, one
+ * launch), the deterministic sum of squares the clip reads on the device, and fills. Contracts
+ * in vr_cutrain_ops.h. */
+#include <math.h>
+
+#include "vr_cuda_common.cuh"
+#include "vr_cutrain_ops.h"
+
+#define SQ_THREADS 256
+
+/* ---------------------------------------------------------------- kernels */
+
+/* Sum over the block in double (blockDim.x a multiple of 32); red: 32 doubles. */
+__device__ double block_sum_d(double v, double *red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  double t = lane < nw ? red[lane] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return t;
+}
+
+/* Pass 1: block b sums x[i]^2 (double) over i = b * 256 + tid + k * (blocks * 256), in order. */
+__global__ void __launch_bounds__(SQ_THREADS) k_sumsq_partial(double *partial, const float *x, size_t n) {
+  __shared__ double red[32];
+  double a = 0.0;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    a += (double)x[i] * x[i];
+  a = block_sum_d(a, red);
+  if (threadIdx.x == 0) partial[blockIdx.x] = a;
+}
+
+__global__ void __launch_bounds__(SQ_THREADS) k_sumsq_final(double *out, const double *partial, int n) {
+  __shared__ double red[32];
+  double a = 0.0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) a += partial[i];
+  a = block_sum_d(a, red);
+  if (threadIdx.x == 0) out[0] = a;
+}
+
+struct adamw_k {
+  float lr, b1, b2, eps, clip, wd, bc1, bc2s; /* bc1 = 1 - b1^step, bc2s = sqrt(1 - b2^step) */
+};
+
+/* Block b: chunk b. torch.optim.AdamW's update (its foreach form):
+ * p *= 1 - lr wd; m += (1 - b1) (g - m) (torch's lerp); v = b2 v + (1 - b2) g^2;
+ * p -= (lr / bc1) m / (sqrt(v) / bc2s + eps). m, v are indexed from moff (the shard's start). */
+__global__ void k_adamw(float *p, uint16_t *p16, float *m, float *v, const float *g, int64_t moff, const int64_t *off,
+                        const int64_t *len, const float *wd, const double *sumsq, adamw_k k) {
+  const int64_t o = off[blockIdx.x], n = len[blockIdx.x];
+  float gs = 1.f;
+  if (k.clip > 0.f && sumsq) gs = fminf(1.f, k.clip / ((float)sqrt(sumsq[0]) + 1e-6f));
+  const float decay = 1.f - k.lr * k.wd * (wd ? wd[blockIdx.x] : 1.f), step = k.lr / k.bc1;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const int64_t i = o + j, im = i - moff;
+    const float gi = g[i] * gs;
+    float mi = m[im];
+    mi += (1.f - k.b1) * (gi - mi);
+    const float vi = k.b2 * v[im] + (1.f - k.b2) * gi * gi;
+    float pi = p[i] * decay;
+    pi -= step * (mi / (sqrtf(vi) / k.bc2s + k.eps));
+    m[im] = mi, v[im] = vi, p[i] = pi;
+    if (p16) p16[i] = to_bf(pi);
+  }
+}
+
+/* splitmix64 of (seed, i) to a uniform in [-1, 1). */
+__global__ void k_fill_uniform(float *x, size_t n, uint64_t seed, float scale) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint64_t z = seed + 0x9E3779B97F4A7C15ull * (i + 1);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    x[i] = scale * ((float)(z >> 40) * (2.f / 16777216.f) - 1.f);
+  }
+}
+
+__global__ void k_scale(float *x, size_t n, float a) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) x[i] *= a;
+}
+
+__global__ void k_fill(float *x, size_t n, float value) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] = value;
+}
+
+/* -------------------------------------------------------------- launchers */
+
+extern "C" void vr_cutrain_sumsq(double *out, const float *x, size_t n, double *scratch, cudaStream_t s) {
+  k_sumsq_partial<<<VR_CUTRAIN_SUMSQ_BLOCKS, SQ_THREADS, 0, s>>>(scratch, x, n);
+  VR_CUDA_CHECK_LAUNCH();
+  k_sumsq_final<<<1, SQ_THREADS, 0, s>>>(out, scratch, VR_CUTRAIN_SUMSQ_BLOCKS);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" int vr_cutrain_adamw_chunks(size_t lo, size_t hi, int64_t *off, int64_t *len, int max_chunks) {
+  int n = 0;
+  for (size_t o = lo; o < hi; o += VR_CUTRAIN_ADAMW_CHUNK) {
+    if (n >= max_chunks) return -1;
+    off[n] = (int64_t)o;
+    len[n] = (int64_t)(hi - o < VR_CUTRAIN_ADAMW_CHUNK ? hi - o : VR_CUTRAIN_ADAMW_CHUNK);
+    ++n;
+  }
+  return n;
+}
+
+extern "C" void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, const float *g, int64_t moff,
+                                 const int64_t *off, const int64_t *len, const float *wd, int n_chunks,
+                                 const double *sumsq, const vr_cutrain_adamw_t *hp, cudaStream_t s) {
+  if (n_chunks <= 0) return;
+  VR_ASSERT(hp->step >= 1);
+  adamw_k k = {hp->lr,
+               hp->beta1,
+               hp->beta2,
+               hp->eps,
+               hp->clip,
+               hp->weight_decay,
+               (float)(1.0 - pow((double)hp->beta1, (double)hp->step)),
+               (float)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step))};
+  k_adamw<<<n_chunks, 512, 0, s>>>(p, p16, m, v, g, moff, off, len, wd, sumsq, k);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cutrain_fill_uniform(float *x, size_t n, uint64_t seed, float scale, cudaStream_t s) {
+  if (n == 0) return;
+  k_fill_uniform<<<grid_for(n, 256), 256, 0, s>>>(x, n, seed, scale);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cutrain_fill(float *x, size_t n, float value, cudaStream_t s) {
+  if (n == 0) return;
+  k_fill<<<grid_for(n, 256), 256, 0, s>>>(x, n, value);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cutrain_scale(float *x, size_t n, float a, cudaStream_t s) {
+  if (n == 0) return;
+  k_scale<<<grid_for(n, 256), 256, 0, s>>>(x, n, a);
+  VR_CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,758 @@
+/* vr_cuda_roll_backend.cu: the rollout engine's cuda backend (vr_cuda_roll_backend.h says what it
+ * does; the table's contract is trainer/vr_rollout.h's). Kernels: model/cuda/vr_cuda_ops.h (GEMM
+ * plans, embeddings, RMSNorm, RoPE, SwiGLU, varlen attention, row gathers) and
+ * vr_cuda_roll_ops.h (K/V append, paged decode attention, sampling). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verl_reward/status.h"
+#include "vr_cuda_check.h"
+#include "vr_cuda_ops.h"
+#include "vr_cuda_roll_backend.h"
+#include "vr_cuda_roll_ops.h"
+#include "vr_log.h"
+
+#define RCU_MAX_ALLOCS 256
+#define RCU_MAX_BUCKETS 24
+#define RCU_GEMM_WORKSPACE (32u << 20)
+#define RCU_STAGE_FLOATS (8u << 20) /* two pinned + two device staging chunks of 32 MiB */
+
+typedef struct rcu_layer {
+  uint16_t *wqkv;  /* (Nqkv, C) q | k | v rows */
+  uint16_t *wo;    /* (C, QD) */
+  uint16_t *wgu;   /* (2F, C) gate | up rows */
+  uint16_t *wdown; /* (C, F) */
+  uint16_t *bqkv;  /* (Nqkv) bf16 or NULL */
+  uint16_t *bgu;   /* (2F) bf16 or NULL */
+  float *bo, *bdown; /* (C) or NULL */
+  float *n1w, *n2w;  /* (C) */
+} rcu_layer_t;
+
+typedef struct rcu_bucket {
+  int B, part, max_parts;
+  int warm; /* ran eagerly once (plans exist) */
+  cudaGraphExec_t exec;
+} rcu_bucket_t;
+
+/* Word offsets of the metadata block (pinned host mirror and device copy). */
+typedef struct rcu_layout {
+  size_t ids, pos, slots, lens, bt, btrow, cu, last, meta, tiles, words;
+} rcu_layout_t;
+
+typedef struct rcu {
+  const vr_model_config_t *c;
+  vr_rollout_options_t opt;
+  int device, n_sms;
+  cudaStream_t s;
+  vr_cuda_gemm_t *gemm;
+  void *allocs[RCU_MAX_ALLOCS];
+  int n_allocs;
+  size_t dev_weight_bytes, dev_kv_bytes, dev_work_bytes;
+  int QD, KD, NQKV, F, C, V;
+  uint32_t num_blocks, max_blocks, WT, S, max_ctx, max_tiles;
+  /* weights */
+  uint16_t *tok, *head;
+  float *final_w, *inv_freq;
+  rcu_layer_t *L;
+  size_t n_params; /* 0 until the first set_weights */
+  /* K/V pool: per layer (num_blocks, Hkv, ...) K and V */
+  uint16_t *kpool, *vpool;
+  size_t layer_elems;
+  /* workspaces (WT rows) */
+  float *x, *xl, *logits, *po, *pml;
+  uint16_t *xn, *qkv, *ao, *mlp, *act, *xnl;
+  uint32_t n_logits;
+  /* metadata */
+  rcu_layout_t lay;
+  int32_t *meta_h, *meta_d;
+  cudaEvent_t meta_ev; /* the last metadata upload: meta_h may be rewritten once it completed */
+  /* sampling */
+  vr_cuda_roll_sample_row_t *srow_h, *srow_d;
+  int32_t *stok_h, *stok_d;
+  float *slp_h, *slp_d;
+  /* weight staging */
+  float *stage_h[2], *stage_d[2];
+  cudaEvent_t stage_ev[2];
+  int stage_k;
+  /* decode graphs */
+  rcu_bucket_t buckets[RCU_MAX_BUCKETS];
+  int n_buckets, use_graphs;
+  cudaEvent_t dec_ev0, dec_ev1;
+  int dec_timed;
+  unsigned skip; /* vr_cuda_roll_profile_decode's variants: RCU_SKIP_* ops left out; 0 otherwise */
+} rcu_t;
+
+#define RCU_SKIP_ATTN 1u  /* decode attention */
+#define RCU_SKIP_GEMM 2u  /* the layers' GEMMs */
+#define RCU_SKIP_SMALL 4u /* norms, RoPE, K/V append, SwiGLU, embeddings */
+#define RCU_SKIP_HEAD 8u  /* final norm + LM head */
+
+static void *rcu_dalloc(rcu_t *st, size_t bytes, size_t *acct) {
+  if (st->n_allocs >= RCU_MAX_ALLOCS) return NULL;
+  void *p = NULL;
+  if (cudaMalloc(&p, bytes ? bytes : 16) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  st->allocs[st->n_allocs++] = p;
+  if (acct) *acct += bytes;
+  return p;
+}
+
+static void rcu_free(void *state) {
+  rcu_t *st = (rcu_t *)state;
+  if (!st) return;
+  if (st->s) (void)cudaStreamSynchronize(st->s);
+  for (int i = 0; i < st->n_buckets; ++i)
+    if (st->buckets[i].exec) (void)cudaGraphExecDestroy(st->buckets[i].exec);
+  for (int i = 0; i < st->n_allocs; ++i) (void)cudaFree(st->allocs[i]);
+  if (st->meta_h) (void)cudaFreeHost(st->meta_h);
+  if (st->srow_h) (void)cudaFreeHost(st->srow_h);
+  if (st->stok_h) (void)cudaFreeHost(st->stok_h);
+  if (st->slp_h) (void)cudaFreeHost(st->slp_h);
+  for (int k = 0; k < 2; ++k) {
+    if (st->stage_h[k]) (void)cudaFreeHost(st->stage_h[k]);
+    if (st->stage_ev[k]) (void)cudaEventDestroy(st->stage_ev[k]);
+  }
+  if (st->meta_ev) (void)cudaEventDestroy(st->meta_ev);
+  if (st->dec_ev0) (void)cudaEventDestroy(st->dec_ev0);
+  if (st->dec_ev1) (void)cudaEventDestroy(st->dec_ev1);
+  if (st->gemm) vr_cuda_gemm_free(st->gemm);
+  if (st->s) (void)cudaStreamDestroy(st->s);
+  free(st->L);
+  free(st);
+}
+
+static rcu_layout_t rcu_layout(uint32_t WT, uint32_t S, uint32_t MB, uint32_t max_tiles) {
+  rcu_layout_t l;
+  l.ids = 0;
+  l.pos = l.ids + WT;
+  l.slots = l.pos + WT;
+  l.lens = l.slots + WT;
+  l.bt = l.lens + WT;
+  l.btrow = l.bt + (size_t)S * MB;
+  l.cu = l.btrow + WT;
+  l.last = l.cu + S + 1;
+  l.meta = l.last + S;
+  l.tiles = l.meta + 4;
+  l.words = l.tiles + 2 * (size_t)max_tiles;
+  return l;
+}
+
+static void rcu_add_bucket(rcu_t *st, int B) {
+  rcu_bucket_t *b = &st->buckets[st->n_buckets++];
+  memset(b, 0, sizeof *b);
+  b->B = B;
+  b->part = vr_cuda_roll_pick_part(B, st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, st->n_sms);
+  b->max_parts = (int)((st->max_ctx + (uint32_t)b->part - 1) / (uint32_t)b->part);
+  if (b->max_parts < 1) b->max_parts = 1;
+}
+
+static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt, int device_index, void **state,
+                    uint32_t *num_blocks) {
+  *state = NULL;
+  if (opt->block_size != VR_ROLL_BLOCK) {
+    vr_log(VR_LOG_ERROR, "rollout cuda: block_size %u is not supported (the cache kernels use %d-token blocks). "
+           "HINT: --block-size %d", opt->block_size, VR_ROLL_BLOCK, VR_ROLL_BLOCK);
+    return VR_ERR_UNSUPPORTED;
+  }
+  const int D = c->head_dim;
+  if (D % 8 || D > 256 || (D & (D - 1)) || c->num_heads % c->num_kv_heads) {
+    vr_log(VR_LOG_ERROR, "rollout cuda: head_dim %d is not supported (8, 16, 32, 64, 128 or 256)", D);
+    return VR_ERR_UNSUPPORTED;
+  }
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || device_index < 0 || device_index >= n_dev) {
+    (void)cudaGetLastError();
+    vr_log(VR_LOG_ERROR, "rollout cuda: no CUDA device %d (%d visible)", device_index, n_dev);
+    return VR_ERR_DEVICE;
+  }
+  rcu_t *st = (rcu_t *)calloc(1, sizeof *st);
+  if (!st) return VR_ERR_NOMEM;
+  st->c = c;
+  st->opt = *opt;
+  st->device = device_index;
+  st->use_graphs = 1;
+  int rc = 0;
+#define TRY(call)                        \
+  do {                                   \
+    if ((rc = VR_CUDA_TRY(call)) != 0) { \
+      rcu_free(st);                      \
+      return rc;                         \
+    }                                    \
+  } while (0)
+  TRY(cudaSetDevice(device_index));
+  TRY(cudaDeviceGetAttribute(&st->n_sms, cudaDevAttrMultiProcessorCount, device_index));
+  TRY(cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking));
+  if ((rc = vr_cuda_gemm_init(&st->gemm, RCU_GEMM_WORKSPACE)) != 0) {
+    rcu_free(st);
+    return rc;
+  }
+  const size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
+  const size_t H = (size_t)c->num_heads, KV = (size_t)c->num_kv_heads, Lc = (size_t)c->num_layers;
+  st->C = (int)C, st->F = (int)F, st->V = (int)V;
+  st->QD = (int)(H * D), st->KD = (int)(KV * D), st->NQKV = st->QD + 2 * st->KD;
+  const uint64_t bb = vr_rollout_block_bytes(c, opt->block_size, 2);
+  const uint64_t nb = bb ? opt->kv_cache_bytes / bb : 0;
+  if (nb == 0 || nb > (uint64_t)INT32_MAX / VR_ROLL_BLOCK) {
+    vr_log(VR_LOG_ERROR, "rollout cuda: a K/V budget of %llu bytes holds %llu blocks of %u tokens (%llu bytes each). "
+           "HINT: raise --kv-cache-bytes", (unsigned long long)opt->kv_cache_bytes, (unsigned long long)nb,
+           opt->block_size, (unsigned long long)bb);
+    rcu_free(st);
+    return nb == 0 ? VR_ERR_NOMEM : VR_ERR_INVAL;
+  }
+  st->num_blocks = (uint32_t)nb;
+  st->max_blocks = (opt->max_model_len + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK;
+  st->S = opt->max_seqs;
+  st->WT = opt->max_batch_tokens > opt->max_seqs ? opt->max_batch_tokens : opt->max_seqs;
+  st->max_ctx = opt->max_model_len;
+  if ((uint64_t)st->max_ctx > (uint64_t)st->num_blocks * VR_ROLL_BLOCK) st->max_ctx = st->num_blocks * VR_ROLL_BLOCK;
+  st->max_tiles = st->WT / VR_CUDA_ATTN_BM + st->S + 1;
+  st->L = (rcu_layer_t *)calloc(Lc, sizeof *st->L);
+  if (!st->L) {
+    rcu_free(st);
+    return VR_ERR_NOMEM;
+  }
+  int oom = 0;
+#define DA(ptr, type, n, acct) \
+  if (!oom && !((ptr) = (type *)rcu_dalloc(st, (size_t)(n) * sizeof(type), &st->acct))) oom = 1
+  /* weights */
+  DA(st->tok, uint16_t, V * C, dev_weight_bytes);
+  if (c->tie_word_embeddings) st->head = st->tok;
+  else DA(st->head, uint16_t, V * C, dev_weight_bytes);
+  DA(st->final_w, float, C, dev_weight_bytes);
+  DA(st->inv_freq, float, D / 2, dev_weight_bytes);
+  for (size_t l = 0; l < Lc; ++l) {
+    rcu_layer_t *Ly = &st->L[l];
+    DA(Ly->wqkv, uint16_t, (size_t)st->NQKV * C, dev_weight_bytes);
+    DA(Ly->wo, uint16_t, C * st->QD, dev_weight_bytes);
+    DA(Ly->wgu, uint16_t, 2 * F * C, dev_weight_bytes);
+    DA(Ly->wdown, uint16_t, C * F, dev_weight_bytes);
+    DA(Ly->n1w, float, C, dev_weight_bytes);
+    DA(Ly->n2w, float, C, dev_weight_bytes);
+    if (c->attention_bias) DA(Ly->bqkv, uint16_t, st->NQKV, dev_weight_bytes);
+    if (c->o_bias) DA(Ly->bo, float, C, dev_weight_bytes);
+    if (c->mlp_bias) {
+      DA(Ly->bgu, uint16_t, 2 * F, dev_weight_bytes);
+      DA(Ly->bdown, float, C, dev_weight_bytes);
+    }
+  }
+  /* K/V pool */
+  st->layer_elems = (size_t)st->num_blocks * KV * VR_ROLL_BLOCK * D;
+  DA(st->kpool, uint16_t, Lc * st->layer_elems, dev_kv_bytes);
+  DA(st->vpool, uint16_t, Lc * st->layer_elems, dev_kv_bytes);
+  /* workspaces */
+  const size_t WT = st->WT, S = st->S;
+  DA(st->x, float, WT * C, dev_work_bytes);
+  DA(st->xn, uint16_t, WT * C, dev_work_bytes);
+  DA(st->qkv, uint16_t, WT * st->NQKV, dev_work_bytes);
+  DA(st->ao, uint16_t, WT * st->QD, dev_work_bytes);
+  DA(st->mlp, uint16_t, WT * 2 * F, dev_work_bytes);
+  DA(st->act, uint16_t, WT * F, dev_work_bytes);
+  DA(st->xl, float, S * C, dev_work_bytes);
+  DA(st->xnl, uint16_t, S * C, dev_work_bytes);
+  DA(st->logits, float, S * V, dev_work_bytes);
+  /* decode buckets (1, 2, 4, ... below max_seqs, then max_seqs); the paged-attention scratch fits
+   * the largest of them and the chunked-prefill path (WT rows) */
+  for (uint32_t B = 1; B < st->S && st->n_buckets < RCU_MAX_BUCKETS - 1; B *= 2) rcu_add_bucket(st, (int)B);
+  rcu_add_bucket(st, (int)st->S);
+  const int part_wt = vr_cuda_roll_pick_part((int)WT, (int)H, (int)KV, D, st->n_sms);
+  size_t scratch_rows = WT * (size_t)((st->max_ctx + part_wt - 1) / part_wt);
+  for (int i = 0; i < st->n_buckets; ++i) {
+    const size_t r = (size_t)st->buckets[i].B * st->buckets[i].max_parts;
+    if (r > scratch_rows) scratch_rows = r;
+  }
+  DA(st->po, float, scratch_rows * H * D, dev_work_bytes);
+  DA(st->pml, float, scratch_rows * H * 2, dev_work_bytes);
+  st->lay = rcu_layout(st->WT, st->S, st->max_blocks, st->max_tiles);
+  DA(st->meta_d, int32_t, st->lay.words, dev_work_bytes);
+  DA(st->srow_d, vr_cuda_roll_sample_row_t, S * 64, dev_work_bytes);
+  DA(st->stok_d, int32_t, S * 64, dev_work_bytes);
+  DA(st->slp_d, float, S * 64, dev_work_bytes);
+  for (int k = 0; k < 2; ++k) DA(st->stage_d[k], float, RCU_STAGE_FLOATS, dev_work_bytes);
+#undef DA
+  if (oom) {
+    vr_log(VR_LOG_ERROR, "rollout cuda: out of device memory (weights %llu, K/V pool %llu, workspaces %llu bytes so far). "
+           "HINT: lower --kv-cache-bytes, --max-seqs or --max-batch-tokens",
+           (unsigned long long)st->dev_weight_bytes, (unsigned long long)st->dev_kv_bytes,
+           (unsigned long long)st->dev_work_bytes);
+    rcu_free(st);
+    return VR_ERR_NOMEM;
+  }
+  TRY(cudaMallocHost((void **)&st->meta_h, st->lay.words * sizeof(int32_t)));
+  TRY(cudaMallocHost((void **)&st->srow_h, S * 64 * sizeof(vr_cuda_roll_sample_row_t)));
+  TRY(cudaMallocHost((void **)&st->stok_h, S * 64 * sizeof(int32_t)));
+  TRY(cudaMallocHost((void **)&st->slp_h, S * 64 * sizeof(float)));
+  for (int k = 0; k < 2; ++k) {
+    TRY(cudaMallocHost((void **)&st->stage_h[k], RCU_STAGE_FLOATS * sizeof(float)));
+    TRY(cudaEventCreateWithFlags(&st->stage_ev[k], cudaEventDisableTiming));
+  }
+  TRY(cudaEventCreateWithFlags(&st->meta_ev, cudaEventDisableTiming));
+  TRY(cudaEventCreate(&st->dec_ev0));
+  TRY(cudaEventCreate(&st->dec_ev1));
+  TRY(cudaMemcpyAsync(st->inv_freq, c->rope_inv_freq, (size_t)(D / 2) * sizeof(float), cudaMemcpyHostToDevice, st->s));
+  TRY(cudaMemsetAsync(st->kpool, 0, Lc * st->layer_elems * 2, st->s));
+  TRY(cudaMemsetAsync(st->vpool, 0, Lc * st->layer_elems * 2, st->s));
+  TRY(cudaStreamSynchronize(st->s));
+#undef TRY
+  *state = st;
+  *num_blocks = st->num_blocks;
+  return 0;
+}
+
+/* ---- weights ------------------------------------------------------------------------------------ */
+
+typedef struct rcu_wt {
+  const float *src; /* in the view */
+  size_t n;
+  void *dst;
+  int bf16;
+  int required;
+  const char *what;
+  int layer;
+} rcu_wt_t;
+
+/* The tensors of the view in upload order; returns their count (items has room for 16 per layer
+ * + 4). */
+static int rcu_weight_list(const rcu_t *st, const vr_rollout_weights_t *w, rcu_wt_t *it) {
+  const vr_model_config_t *c = st->c;
+  const size_t C = st->C, F = st->F, V = st->V, QD = st->QD, KD = st->KD;
+  int n = 0;
+#define ADD(s_, n_, d_, b_, r_, w_, l_) \
+  do {                                   \
+    rcu_wt_t *e_ = &it[n++];             \
+    e_->src = (s_);                      \
+    e_->n = (n_);                        \
+    e_->dst = (void *)(d_);              \
+    e_->bf16 = (b_);                     \
+    e_->required = (r_);                 \
+    e_->what = (w_);                     \
+    e_->layer = (l_);                    \
+  } while (0)
+  ADD(w->tok_emb, V * C, st->tok, 1, 1, "tok_emb", -1);
+  ADD(w->final_norm_w, C, st->final_w, 0, 1, "final_norm_w", -1);
+  if (!c->tie_word_embeddings) ADD(w->lm_head, V * C, st->head, 1, 1, "lm_head", -1);
+  for (int l = 0; l < c->num_layers; ++l) {
+    const vr_rollout_layer_w_t *a = &w->layers[l];
+    const rcu_layer_t *d = &st->L[l];
+    ADD(a->q_w, QD * C, d->wqkv, 1, 1, "q_w", l);
+    ADD(a->k_w, KD * C, d->wqkv + QD * C, 1, 1, "k_w", l);
+    ADD(a->v_w, KD * C, d->wqkv + (QD + KD) * C, 1, 1, "v_w", l);
+    ADD(a->o_w, C * QD, d->wo, 1, 1, "o_w", l);
+    ADD(a->norm1_w, C, d->n1w, 0, 1, "norm1_w", l);
+    ADD(a->norm2_w, C, d->n2w, 0, 1, "norm2_w", l);
+    ADD(a->gate_w, F * C, d->wgu, 1, 1, "gate_w", l);
+    ADD(a->up_w, F * C, d->wgu + F * C, 1, 1, "up_w", l);
+    ADD(a->down_w, C * F, d->wdown, 1, 1, "down_w", l);
+    if (c->attention_bias) {
+      ADD(a->q_b, QD, d->bqkv, 1, 1, "q_b", l);
+      ADD(a->k_b, KD, d->bqkv + QD, 1, 1, "k_b", l);
+      ADD(a->v_b, KD, d->bqkv + QD + KD, 1, 1, "v_b", l);
+    }
+    if (c->o_bias) ADD(a->o_b, C, d->bo, 0, 1, "o_b", l);
+    if (c->mlp_bias) {
+      ADD(a->gate_b, F, d->bgu, 1, 1, "gate_b", l);
+      ADD(a->up_b, F, d->bgu + F, 1, 1, "up_b", l);
+      ADD(a->down_b, C, d->bdown, 0, 1, "down_b", l);
+    }
+  }
+#undef ADD
+  return n;
+}
+
+/* Checks every tensor of the view lies inside base[0 .. n_params) (and tied heads are tied). */
+static int rcu_check_view(const rcu_t *st, const float *base, size_t n_params, const vr_rollout_weights_t *w,
+                          rcu_wt_t *it, int n) {
+  if (st->c->tie_word_embeddings && w->lm_head != w->tok_emb) {
+    vr_log(VR_LOG_ERROR, "rollout cuda: the config ties the embeddings but the weights view has its own lm_head");
+    return VR_ERR_INVAL;
+  }
+  for (int i = 0; i < n; ++i) {
+    const float *p = it[i].src;
+    if (!p || p < base || (size_t)(p - base) > n_params || it[i].n > n_params - (size_t)(p - base)) {
+      vr_log(VR_LOG_ERROR, "rollout cuda: weights view's %s (layer %d, %zu floats) is %s", it[i].what, it[i].layer,
+             it[i].n, p ? "not inside the parameter buffer" : "missing");
+      return VR_ERR_INVAL;
+    }
+  }
+  return 0;
+}
+
+static void rcu_convert(rcu_t *st, const rcu_wt_t *t, size_t off, const float *dsrc, size_t len) {
+  if (t->bf16) vr_cuda_convert_to_bf16((uint16_t *)t->dst + off, dsrc, 0, len, st->s);
+  else VR_CUDA_CHECK(cudaMemcpyAsync((float *)t->dst + off, dsrc, len * sizeof(float), cudaMemcpyDeviceToDevice, st->s));
+}
+
+static int rcu_set_weights(void *state, const float *params, size_t n_params, const vr_rollout_weights_t *w) {
+  rcu_t *st = (rcu_t *)state;
+  if (st->n_params && n_params != st->n_params) {
+    vr_log(VR_LOG_ERROR, "rollout cuda: new parameters have %zu floats, the engine was built for %zu", n_params,
+           st->n_params);
+    return VR_ERR_INVAL;
+  }
+  rcu_wt_t *it = (rcu_wt_t *)malloc(sizeof(rcu_wt_t) * (16 * (size_t)st->c->num_layers + 4));
+  if (!it) return VR_ERR_NOMEM;
+  const int n = rcu_weight_list(st, w, it);
+  int rc = rcu_check_view(st, params, n_params, w, it, n);
+  /* through two pinned chunks: while one is copied and converted, the host fills the other */
+  for (int i = 0; i < n && !rc; ++i) {
+    for (size_t off = 0; off < it[i].n; off += RCU_STAGE_FLOATS) {
+      const size_t len = it[i].n - off < RCU_STAGE_FLOATS ? it[i].n - off : RCU_STAGE_FLOATS;
+      const int k = st->stage_k;
+      st->stage_k ^= 1;
+      VR_CUDA_CHECK(cudaEventSynchronize(st->stage_ev[k]));
+      memcpy(st->stage_h[k], it[i].src + off, len * sizeof(float));
+      VR_CUDA_CHECK(cudaMemcpyAsync(st->stage_d[k], st->stage_h[k], len * sizeof(float), cudaMemcpyHostToDevice, st->s));
+      rcu_convert(st, &it[i], off, st->stage_d[k], len);
+      VR_CUDA_CHECK(cudaEventRecord(st->stage_ev[k], st->s));
+    }
+  }
+  free(it);
+  if (rc) return rc;
+  VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
+  st->n_params = n_params;
+  return 0;
+}
+
+extern "C" int vr_cuda_roll_set_weights_device(void *state, const float *dparams, size_t n_params,
+                                               const float *host_base, const vr_rollout_weights_t *w,
+                                               double *seconds) {
+  rcu_t *st = (rcu_t *)state;
+  if (!st->n_params || n_params != st->n_params) {
+    vr_log(VR_LOG_ERROR, "rollout cuda: device weight update of %zu floats, the engine holds %zu (set_weights first)",
+           n_params, st->n_params);
+    return VR_ERR_INVAL;
+  }
+  rcu_wt_t *it = (rcu_wt_t *)malloc(sizeof(rcu_wt_t) * (16 * (size_t)st->c->num_layers + 4));
+  if (!it) return VR_ERR_NOMEM;
+  const int n = rcu_weight_list(st, w, it);
+  int rc = rcu_check_view(st, host_base, n_params, w, it, n);
+  if (!rc) {
+    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
+    for (int i = 0; i < n; ++i) rcu_convert(st, &it[i], 0, dparams + (it[i].src - host_base), it[i].n);
+    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
+    VR_CUDA_CHECK(cudaEventSynchronize(st->dec_ev1));
+    float ms = 0;
+    VR_CUDA_CHECK(cudaEventElapsedTime(&ms, st->dec_ev0, st->dec_ev1));
+    if (seconds) *seconds = ms * 1e-3;
+    st->dec_timed = 0;
+  }
+  free(it);
+  return rc;
+}
+
+/* ---- forwards ------------------------------------------------------------------------------------ */
+
+typedef enum { RCU_ATTN_DECODE = 0, RCU_ATTN_VARLEN = 1, RCU_ATTN_PAGED_ROWS = 2 } rcu_attn_t;
+
+/* Embeddings and every layer on T rows of the metadata block; attention by mode (decode: part /
+ * max_parts are the bucket's; varlen: n_tiles tiles). x (fp32) holds the last layer's output. */
+static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts, int n_tiles) {
+  const vr_model_config_t *c = st->c;
+  cudaStream_t s = st->s;
+  const int C = st->C, F = st->F, H = c->num_heads, Hkv = c->num_kv_heads, D = c->head_dim;
+  const int QD = st->QD, KD = st->KD, NQ = st->NQKV;
+  const int32_t *md = st->meta_d;
+  const rcu_layout_t *ly = &st->lay;
+  const float scale = 1.f / sqrtf((float)D);
+  const int gemm = !(st->skip & RCU_SKIP_GEMM), small = !(st->skip & RCU_SKIP_SMALL), attn = !(st->skip & RCU_SKIP_ATTN);
+  if (small)
+    vr_cuda_embed_norm(st->x, st->xn, md + ly->ids, md + ly->pos, st->tok, NULL, NULL, 0, st->L[0].n1w, NULL, T, C,
+                       c->norm_eps, s);
+  for (int l = 0; l < c->num_layers; ++l) {
+    const rcu_layer_t *Ly = &st->L[l];
+    uint16_t *kc = st->kpool + (size_t)l * st->layer_elems, *vc = st->vpool + (size_t)l * st->layer_elems;
+    if (gemm) vr_cuda_gemm(st->gemm, st->qkv, 0, st->xn, Ly->wqkv, Ly->bqkv, T, NQ, C, 0.f, s);
+    if (small) {
+      vr_cuda_rope(st->qkv, NQ, 0, QD, H, Hkv, D, md + ly->pos, st->inv_freq, c->rope_attention_scaling, T, s);
+      vr_cuda_roll_kv_append(kc, vc, st->qkv, NQ, QD, QD + KD, md + ly->slots, T, Hkv, D, s);
+    }
+    if (!attn) {
+    } else if (mode == RCU_ATTN_VARLEN) {
+      vr_cuda_attention(st->qkv, NQ, 0, QD, QD + KD, st->ao, QD, md + ly->cu, md + ly->tiles, md + ly->meta, n_tiles, H,
+                        Hkv, D, 1, c->sliding_window, scale, T, s);
+    } else {
+      vr_cuda_roll_decode_attention(st->ao, QD, st->qkv, NQ, 0, kc, vc, md + ly->bt, (int)st->max_blocks,
+                                    mode == RCU_ATTN_PAGED_ROWS ? md + ly->btrow : NULL, md + ly->lens, T, H, Hkv, D,
+                                    c->sliding_window, scale, part, max_parts, st->po, st->pml, s);
+    }
+    if (gemm) vr_cuda_gemm(st->gemm, st->x, 1, st->ao, Ly->wo, Ly->bo, T, C, QD, 1.f, s);
+    if (small) vr_cuda_rmsnorm(st->x, st->xn, Ly->n2w, T, C, c->norm_eps, s);
+    if (gemm) vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, Ly->wgu, Ly->bgu, T, 2 * F, C, 0.f, s);
+    if (small) vr_cuda_swiglu(st->act, st->mlp, T, F, s);
+    if (gemm) vr_cuda_gemm(st->gemm, st->x, 1, st->act, Ly->wdown, Ly->bdown, T, C, F, 1.f, s);
+    if (small && l + 1 < c->num_layers) vr_cuda_rmsnorm(st->x, st->xn, st->L[l + 1].n1w, T, C, c->norm_eps, s);
+  }
+}
+
+/* Final norm + LM head on R rows of x (rows R = T, decode) or on the gathered last rows (prefill). */
+static void rcu_head(rcu_t *st, const float *x, int R) {
+  if (st->skip & RCU_SKIP_HEAD) return;
+  vr_cuda_rmsnorm(x, st->xnl, st->final_w, R, st->C, st->c->norm_eps, st->s);
+  vr_cuda_gemm(st->gemm, st->logits, 1, st->xnl, st->head, NULL, R, st->V, st->C, 0.f, st->s);
+}
+
+static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b) {
+  rcu_trunk(st, b->B, RCU_ATTN_DECODE, b->part, b->max_parts, 0);
+  rcu_head(st, st->x, b->B);
+}
+
+/* Validates the batch against the state and fills the per-token rows of the metadata block
+ * (ids, positions, slots, lengths = position + 1, block-table row), the block tables and the
+ * last rows. Returns 0 or VR_ERR_INVAL / VR_ERR_TOO_LARGE (logged). */
+static int rcu_fill(rcu_t *st, const vr_rollout_batch_t *b, int *fresh) {
+  const uint32_t n = b->n_seqs;
+  if (n == 0 || n > st->S || !b->cu_q || b->cu_q[0] != 0 || b->cu_q[n] > st->WT || b->max_blocks != st->max_blocks) {
+    vr_log(VR_LOG_ERROR, "rollout cuda: batch of %u sequences / %u tokens / table stride %u exceeds the engine's "
+           "%u / %u / %u", n, b->cu_q ? b->cu_q[n] : 0, b->max_blocks, st->S, st->WT, st->max_blocks);
+    return VR_ERR_TOO_LARGE;
+  }
+  VR_CUDA_CHECK(cudaEventSynchronize(st->meta_ev)); /* the previous upload has read meta_h */
+  int32_t *m = st->meta_h;
+  const rcu_layout_t *ly = &st->lay;
+  *fresh = 1;
+  for (uint32_t q = 0; q < n; ++q) {
+    const uint32_t q0 = b->cu_q[q], q1 = b->cu_q[q + 1], ctx = b->ctx_len[q];
+    if (q1 <= q0 || q1 - q0 > ctx || ctx > st->opt.max_model_len) {
+      vr_log(VR_LOG_ERROR, "rollout cuda: sequence %u feeds %u tokens with a context of %u (max_model_len %u)", q,
+             q1 - q0, ctx, st->opt.max_model_len);
+      return VR_ERR_INVAL;
+    }
+    if (ctx != q1 - q0) *fresh = 0;
+    const int32_t *tab = b->block_tables + (size_t)q * st->max_blocks;
+    for (uint32_t j = 0; j < (ctx + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK; ++j)
+      if (tab[j] < 0 || (uint32_t)tab[j] >= st->num_blocks) {
+        vr_log(VR_LOG_ERROR, "rollout cuda: sequence %u's block %u is %d (pool of %u)", q, j, tab[j], st->num_blocks);
+        return VR_ERR_INVAL;
+      }
+    memcpy(m + ly->bt + (size_t)q * st->max_blocks, tab, sizeof(int32_t) * st->max_blocks);
+    for (uint32_t t = q0; t < q1; ++t) {
+      const uint32_t p = ctx - (q1 - q0) + (t - q0);
+      if (b->ids[t] < 0 || b->ids[t] >= st->V) {
+        vr_log(VR_LOG_ERROR, "rollout cuda: token id %d at row %u is outside the vocabulary (%d)", b->ids[t], t, st->V);
+        return VR_ERR_INVAL;
+      }
+      m[ly->ids + t] = b->ids[t];
+      m[ly->pos + t] = (int32_t)p;
+      m[ly->slots + t] = tab[p / VR_ROLL_BLOCK] * VR_ROLL_BLOCK + (int32_t)(p % VR_ROLL_BLOCK);
+      m[ly->lens + t] = (int32_t)p + 1;
+      m[ly->btrow + t] = (int32_t)q;
+    }
+    m[ly->last + q] = (int32_t)q1 - 1;
+  }
+  m[ly->meta + VR_CUDA_META_N_SEQS] = (int32_t)n;
+  return 0;
+}
+
+static int cmp_tile_q0_desc(const void *a, const void *b) {
+  const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
+  return (y[1] > x[1]) - (y[1] < x[1]);
+}
+
+static int rcu_prefill(void *state, const vr_rollout_batch_t *b) {
+  rcu_t *st = (rcu_t *)state;
+  int fresh = 0, rc = rcu_fill(st, b, &fresh);
+  if (rc) return rc;
+  const uint32_t n = b->n_seqs, T = b->cu_q[n];
+  const rcu_layout_t *ly = &st->lay;
+  int32_t *m = st->meta_h;
+  int n_tiles = 0;
+  if (fresh) {
+    const int rows = vr_cuda_attention_tile_rows(st->c->head_dim, (int)T);
+    for (uint32_t q = 0; q <= n; ++q) m[ly->cu + q] = (int32_t)b->cu_q[q];
+    for (uint32_t q = 0; q < n; ++q)
+      for (uint32_t q0 = 0; q0 < b->cu_q[q + 1] - b->cu_q[q]; q0 += (uint32_t)rows) {
+        m[ly->tiles + 2 * n_tiles] = (int32_t)q;
+        m[ly->tiles + 2 * n_tiles + 1] = (int32_t)q0;
+        ++n_tiles;
+      }
+    qsort(m + ly->tiles, (size_t)n_tiles, 2 * sizeof(int32_t), cmp_tile_q0_desc); /* longest work first */
+    m[ly->meta + VR_CUDA_META_N_TILES] = n_tiles;
+  }
+  VR_CUDA_CHECK(cudaMemcpyAsync(st->meta_d, m, ly->words * sizeof(int32_t), cudaMemcpyHostToDevice, st->s));
+  VR_CUDA_CHECK(cudaEventRecord(st->meta_ev, st->s));
+  const int part = vr_cuda_roll_pick_part((int)st->WT, st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, st->n_sms);
+  uint32_t mx = 0;
+  for (uint32_t q = 0; q < n; ++q) mx = b->ctx_len[q] > mx ? b->ctx_len[q] : mx;
+  const int max_parts = (int)((mx + (uint32_t)part - 1) / (uint32_t)part);
+  vr_cuda_gemm_set_plan_rows(st->gemm, 0);
+  rcu_trunk(st, (int)T, fresh ? RCU_ATTN_VARLEN : RCU_ATTN_PAGED_ROWS, part, max_parts, n_tiles);
+  vr_cuda_gather_rows(st->xl, st->x, st->meta_d + ly->last, st->meta_d + ly->meta, (int)n, st->C * (int)sizeof(float),
+                      st->s);
+  rcu_head(st, st->xl, (int)n);
+  st->n_logits = n;
+  st->dec_timed = 0;
+  return 0;
+}
+
+static int rcu_decode(void *state, const vr_rollout_batch_t *b) {
+  rcu_t *st = (rcu_t *)state;
+  for (uint32_t q = 0; q < b->n_seqs; ++q)
+    if (b->cu_q[q + 1] - b->cu_q[q] != 1) return rcu_prefill(state, b);
+  int fresh = 0, rc = rcu_fill(st, b, &fresh);
+  if (rc) return rc;
+  const uint32_t n = b->n_seqs;
+  rcu_bucket_t *bk = NULL;
+  for (int i = 0; i < st->n_buckets && !bk; ++i)
+    if ((uint32_t)st->buckets[i].B >= n) bk = &st->buckets[i];
+  const rcu_layout_t *ly = &st->lay;
+  int32_t *m = st->meta_h;
+  for (uint32_t r = n; r < (uint32_t)bk->B; ++r) { /* padding rows */
+    m[ly->ids + r] = 0;
+    m[ly->pos + r] = 0;
+    m[ly->slots + r] = -1;
+    m[ly->lens + r] = 0;
+  }
+  VR_CUDA_CHECK(cudaMemcpyAsync(st->meta_d, m, (ly->bt + (size_t)bk->B * st->max_blocks) * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, st->s));
+  VR_CUDA_CHECK(cudaEventRecord(st->meta_ev, st->s));
+  VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
+  if (!st->use_graphs || !bk->warm || !bk->exec) {
+    vr_cuda_gemm_set_plan_rows(st->gemm, 0);
+    if (!bk->warm) {
+      /* the bucket's first step: a pass that times the cuBLASLt candidates of its GEMMs (runs each
+       * several times, so the residual stream and the K/V it appends are garbage), then the real
+       * pass, which starts from the embeddings and rewrites every slot the first one wrote */
+      vr_cuda_gemm_set_tuning(st->gemm, 1);
+      rcu_decode_enqueue(st, bk);
+      vr_cuda_gemm_set_tuning(st->gemm, 0);
+    }
+    rcu_decode_enqueue(st, bk); /* eager: this step's result */
+    bk->warm = 1;
+    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
+    if (st->use_graphs && !bk->exec) { /* capture for the next steps (the capture does not run) */
+      cudaGraph_t g;
+      VR_CUDA_CHECK(cudaStreamBeginCapture(st->s, cudaStreamCaptureModeThreadLocal));
+      rcu_decode_enqueue(st, bk);
+      VR_CUDA_CHECK(cudaStreamEndCapture(st->s, &g));
+      VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec, g, 0));
+      VR_CUDA_CHECK(cudaGraphDestroy(g));
+    }
+  } else {
+    VR_CUDA_CHECK(cudaGraphLaunch(bk->exec, st->s));
+    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
+  }
+  st->n_logits = n;
+  st->dec_timed = 1;
+  return 0;
+}
+
+extern "C" double vr_cuda_roll_last_decode_ms(void *state) {
+  rcu_t *st = (rcu_t *)state;
+  if (!st->dec_timed) return 0.0;
+  float ms = 0;
+  VR_CUDA_CHECK(cudaEventSynchronize(st->dec_ev1));
+  VR_CUDA_CHECK(cudaEventElapsedTime(&ms, st->dec_ev0, st->dec_ev1));
+  return ms;
+}
+
+extern "C" void vr_cuda_roll_use_graphs(void *state, int on) { ((rcu_t *)state)->use_graphs = on != 0; }
+
+extern "C" int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]) {
+  rcu_t *st = (rcu_t *)state;
+  rcu_bucket_t *bk = NULL;
+  for (int i = 0; i < st->n_buckets && !bk; ++i)
+    if ((uint32_t)st->buckets[i].B >= n) bk = &st->buckets[i];
+  if (!bk || !bk->warm || !bk->exec || reps < 1) return VR_ERR_INVAL;
+  static const unsigned variants[5] = {0, RCU_SKIP_ATTN, RCU_SKIP_GEMM, RCU_SKIP_SMALL, RCU_SKIP_HEAD};
+  for (int v = 0; v < 6; ++v) {
+    for (int r = -2; r < reps; ++r) {
+      if (r == 0) VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
+      if (v == 5) {
+        VR_CUDA_CHECK(cudaGraphLaunch(bk->exec, st->s));
+      } else {
+        st->skip = variants[v];
+        rcu_decode_enqueue(st, bk);
+        st->skip = 0;
+      }
+    }
+    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
+    VR_CUDA_CHECK(cudaEventSynchronize(st->dec_ev1));
+    float t = 0;
+    VR_CUDA_CHECK(cudaEventElapsedTime(&t, st->dec_ev0, st->dec_ev1));
+    ms[v] = t / reps;
+  }
+  st->dec_timed = 0;
+  return 0;
+}
+
+/* ---- sampling, blocks, logits ---------------------------------------------------------------- */
+
+static int rcu_sample(void *state, uint32_t n, const vr_sample_req_t *rows, int32_t *tokens, float *logprobs) {
+  rcu_t *st = (rcu_t *)state;
+  const uint32_t cap = st->S * 64;
+  int rc = 0;
+  for (uint32_t i0 = 0; i0 < n; i0 += cap) {
+    const uint32_t k = n - i0 < cap ? n - i0 : cap;
+    for (uint32_t i = 0; i < k; ++i) {
+      const vr_sample_req_t *r = &rows[i0 + i];
+      if (r->row >= st->n_logits) return VR_ERR_INVAL;
+      vr_cuda_roll_sample_row_t *o = &st->srow_h[i];
+      o->row = (int32_t)r->row;
+      o->temperature = r->p.temperature;
+      o->top_k = r->p.top_k;
+      o->top_p = r->p.top_p;
+      o->u = vr_sample_uniform(r->key, r->stream, r->position);
+    }
+    VR_CUDA_CHECK(cudaMemcpyAsync(st->srow_d, st->srow_h, k * sizeof(vr_cuda_roll_sample_row_t), cudaMemcpyHostToDevice,
+                                  st->s));
+    vr_cuda_roll_sample(st->stok_d, st->slp_d, st->logits, st->srow_d, (int)k, st->V, st->s);
+    VR_CUDA_CHECK(cudaMemcpyAsync(st->stok_h, st->stok_d, k * sizeof(int32_t), cudaMemcpyDeviceToHost, st->s));
+    VR_CUDA_CHECK(cudaMemcpyAsync(st->slp_h, st->slp_d, k * sizeof(float), cudaMemcpyDeviceToHost, st->s));
+    VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
+    for (uint32_t i = 0; i < k; ++i) {
+      tokens[i0 + i] = st->stok_h[i] < 0 ? 0 : st->stok_h[i];
+      logprobs[i0 + i] = st->slp_h[i];
+      if (st->stok_h[i] < 0 && !rc) rc = VR_ERR_NONFINITE;
+    }
+  }
+  return rc;
+}
+
+static int rcu_copy_blocks(void *state, const uint32_t *src, const uint32_t *dst, uint32_t n) {
+  rcu_t *st = (rcu_t *)state;
+  const size_t blk = (size_t)st->c->num_kv_heads * VR_ROLL_BLOCK * st->c->head_dim; /* elements per block per layer */
+  for (uint32_t i = 0; i < n; ++i) {
+    if (src[i] >= st->num_blocks || dst[i] >= st->num_blocks) return VR_ERR_INVAL;
+    for (int l = 0; l < st->c->num_layers; ++l) {
+      const size_t o = (size_t)l * st->layer_elems;
+      VR_CUDA_CHECK(cudaMemcpyAsync(st->kpool + o + dst[i] * blk, st->kpool + o + src[i] * blk, blk * 2,
+                                    cudaMemcpyDeviceToDevice, st->s));
+      VR_CUDA_CHECK(cudaMemcpyAsync(st->vpool + o + dst[i] * blk, st->vpool + o + src[i] * blk, blk * 2,
+                                    cudaMemcpyDeviceToDevice, st->s));
+    }
+  }
+  return 0;
+}
+
+static int rcu_logits(void *state, uint32_t n_rows, float *out) {
+  rcu_t *st = (rcu_t *)state;
+  if (n_rows > st->n_logits) return VR_ERR_INVAL;
+  VR_CUDA_CHECK(cudaMemcpyAsync(out, st->logits, (size_t)n_rows * st->V * sizeof(float), cudaMemcpyDeviceToHost, st->s));
+  VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
+  return 0;
+}
+
+static void rcu_describe(void *state, uint64_t *weight_bytes, uint64_t *kv_bytes, uint64_t *work_bytes, char *device,
+                         size_t device_n) {
+  rcu_t *st = (rcu_t *)state;
+  *weight_bytes = st->dev_weight_bytes;
+  *kv_bytes = st->dev_kv_bytes;
+  *work_bytes = st->dev_work_bytes;
+  snprintf(device, device_n, "cuda:%d", st->device);
+}
+
+extern "C" const vr_rollout_backend_t vr_rollout_backend_cuda = {
+    .name = "cuda",
+    .init = rcu_init,
+    .free = rcu_free,
+    .set_weights = rcu_set_weights,
+    .prefill = rcu_prefill,
+    .decode = rcu_decode,
+    .sample = rcu_sample,
+    .copy_blocks = rcu_copy_blocks,
+    .logits = rcu_logits,
+    .describe = rcu_describe,
+};

@@ -1,0 +1,64 @@
+/* vr_cuda_roll_backend.h: the rollout engine's cuda backend (vr_rollout_backend_cuda, the table of
+ * trainer/vr_rollout.h) and the entries it has beyond the table.
+ *
+ * State per model: bf16 weights on the device (q/k/v fused into one (Nqkv, C) matrix, gate/up
+ * into one (2F, C); norms and the o/down biases fp32; the LM head shares the embedding when
+ * tied), the paged K/V pool (vr_cuda_roll_ops.h's layout, bf16, opt->block_size must be
+ * VR_ROLL_BLOCK), workspaces for max(max_seqs, max_batch_tokens) rows, pinned staging. All of it
+ * is allocated in init; set_weights and the forwards allocate nothing (graphs are instantiated on
+ * a bucket's first decode).
+ *
+ * decode: one step for n sequences runs as the CUDA graph of its batch bucket (powers of two up
+ * to max_seqs, and max_seqs): embeddings -> per layer QKV GEMM (M = bucket), RoPE at each
+ * sequence's position, K/V append, paged decode attention, O GEMM + residual, RMSNorm, gate/up
+ * GEMM, SwiGLU, down GEMM + residual -> final RMSNorm -> LM head (fp32 logits). The batch's
+ * ids, positions, slots, lengths and block tables go into one pinned block copied to fixed
+ * device addresses before the replay; padding rows have length 0 and slot -1. A bucket's first
+ * step runs eagerly (building its GEMM plans) and captures the graph for the next ones.
+ * prefill: eager at the exact size; fresh prompts (ctx_len == q_len for every sequence) use
+ * model/cuda's varlen attention over the packed prompts, other batches (chunks after cached
+ * context, recomputes) the paged attention with one row per new token; the LM head runs on each
+ * sequence's last new token only.
+ * sample: trainer/vr_sample.h's rule on the device (vr_cuda_roll_sample), the uniforms drawn on
+ * the host with vr_sample_uniform.
+ *
+ * Threading: one thread at a time per state (the engine's). */
+#ifndef VR_CUDA_ROLL_BACKEND_H
+#define VR_CUDA_ROLL_BACKEND_H
+
+#include <stddef.h>
+
+#include "vr_rollout.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern const vr_rollout_backend_t vr_rollout_backend_cuda;
+
+/* Weight update from a device buffer (the actor on the same GPU, or what an NCCL broadcast
+ * received): dparams holds n_params fp32 values on this state's device with the layout of the
+ * host buffer host_base that the view w points into (offsets w->x - host_base). Each tensor is
+ * converted to bf16 straight into the existing weight storage: no staging, no second copy. The
+ * first set_weights (host) call must have happened (it fixes n_params and the layout).
+ * *seconds (may be NULL) gets the device time of the update (CUDA events). 0 or VR_ERR_INVAL. */
+int vr_cuda_roll_set_weights_device(void *state, const float *dparams, size_t n_params, const float *host_base,
+                                    const vr_rollout_weights_t *w, double *seconds);
+
+/* Tests: 0 runs every decode eagerly (no graphs), 1 (the default) replays the buckets' graphs. */
+void vr_cuda_roll_use_graphs(void *state, int on);
+
+/* Benchmarks: the last decode bucket holding n rows (warm, graph captured), replayed on the last
+ * decode's metadata: ms[0] the step eagerly, ms[1..4] eagerly without (1) the decode attention, (2)
+ * the layers' GEMMs, (3) the small kernels (norms, RoPE, K/V append, SwiGLU, embeddings), (4) the
+ * LM head; ms[5] the graph replay; each the mean of reps. Overwrites the cache slots of that step
+ * with garbage: only after the generation. 0 or VR_ERR_INVAL (no such bucket yet). */
+int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]);
+
+/* Device time (ms, CUDA events) of the last decode() call's forward, for benchmarks. */
+double vr_cuda_roll_last_decode_ms(void *state);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VR_CUDA_ROLL_BACKEND_H */

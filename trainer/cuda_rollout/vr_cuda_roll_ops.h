@@ -1,0 +1,93 @@
+/* vr_cuda_roll_ops.h: the rollout engine's own kernels (paged KV cache, decode attention,
+ * sampling); C linkage, no CUDA types beyond cudaStream_t, so plain C tests drive each one
+ * against a host reference. Everything else a decode step needs (GEMMs, RMSNorm, RoPE at
+ * per-token positions, SwiGLU, embeddings, prefill attention) is model/cuda/vr_cuda_ops.h's.
+ * Same conventions as there: bf16 as uint16_t bit patterns, launchers enqueue on `s`, check
+ * the launch, never allocate or synchronise (all capturable into a CUDA graph).
+ *
+ * Paged KV cache (one pair of arrays per layer), blocks of VR_ROLL_BLOCK tokens:
+ *   K (n_blocks, Hkv, D/8, VR_ROLL_BLOCK, 8) bf16: for a fixed 8-element chunk of the head,
+ *     the block's tokens are adjacent, so a warp reading one chunk of 16 keys reads 256
+ *     contiguous bytes (vLLM's key layout with x = 8);
+ *   V (n_blocks, Hkv, VR_ROLL_BLOCK, D) bf16: token rows.
+ * A sequence's token at position p lives in block block_table[p / VR_ROLL_BLOCK] at offset
+ * p % VR_ROLL_BLOCK; its slot is block * VR_ROLL_BLOCK + offset (vLLM's slot_mapping). Blocks
+ * may be shared between sequences (prefix sharing) as long as nobody writes a shared block.
+ * D must be a multiple of 8, at most 256. */
+#ifndef VR_CUDA_ROLL_OPS_H
+#define VR_CUDA_ROLL_OPS_H
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VR_ROLL_BLOCK 16     /* tokens per cache block */
+#define VR_ROLL_MAX_PART 512 /* most keys per decode-attention partition */
+#define VR_ROLL_SAMPLE_THREADS 1024
+
+/* ---- cache writes: vr_cuda_roll_kv.cu --------------------------------------- */
+/* For each row t < T of qkv (T, ld) with slots[t] >= 0: key head hk (columns k_off + hk*D) and
+ * value head hk (v_off + hk*D) into the cache at slot slots[t]. Rows with a negative slot
+ * (batch padding) are skipped. kc, vc: one layer's K and V arrays (layout above). */
+void vr_cuda_roll_kv_append(uint16_t *kc, uint16_t *vc, const uint16_t *qkv, int ld, int k_off, int v_off,
+                            const int32_t *slots, int T, int Hkv, int D, cudaStream_t s);
+
+/* ---- decode attention: vr_cuda_roll_attn.cu ---------------------------------- */
+/* One query token per sequence b < B against its cached keys 0..lens[b]-1 (the new token's
+ * own K/V already appended): out[b, h] = softmax_j(scale * q[b, h] . k_j) v_j, q = row b of
+ * qkv (B, ld) at q_off + h*D, key/value head h / (H / Hkv) (GQA), keys j >= lens[b] - window
+ * only when window > 0. block_tables (n_tables, max_blocks) int32: row b uses table bt_row[b]
+ * (bt_row NULL: table b), so the tokens of a chunked prefill each attend to their sequence's
+ * cache up to their own position (lens = position + 1); lens (B), 0 = padding row (its output is
+ * zeros). out (B, ld_out): head h at h*D, bf16.
+ * Work: one block per (sequence, kv head, group of <= 8 query heads, partition of `part` keys):
+ * each K/V head is read once for all the query heads of its group. A sequence whose keys span
+ * more than one partition (flash-decoding) leaves per-partition results in the fp32 scratch
+ * po (B * H * max_parts, D) and pml (B * H * max_parts, 2) and the combine kernel merges them;
+ * a single-partition sequence is written directly. max_parts >= ceil(max lens / part) is the
+ * grid's partition axis (blocks past a sequence's end exit at once), so one captured graph
+ * serves every length up to max_parts * part. part: a multiple of VR_ROLL_BLOCK in
+ * 16..VR_ROLL_MAX_PART. */
+void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
+                                   const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
+                                   int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H, int Hkv, int D, int window,
+                                   float scale, int part, int max_parts, float *po, float *pml, cudaStream_t s);
+/* Dynamic shared memory of one attention block (bytes) for these sizes; the launcher needs it
+ * to be at most 48 KiB (pick part accordingly: vr_cuda_roll_pick_part). */
+size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
+/* The partition length for a batch of B sequences on a device of n_sms multiprocessors: short
+ * partitions when B * Hkv blocks would leave the device idle, long ones otherwise (fewer
+ * partials to combine); always within the shared-memory bound. */
+int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
+
+/* ---- sampling: vr_cuda_roll_sample.cu ----------------------------------------- */
+/* One row to sample: logits row `row`, trainer/vr_sample.h's parameters, and the uniform u in
+ * [0, 1) the host drew with vr_sample_uniform(key, stream, position) (so the device draws exactly
+ * the CPU's random number). */
+typedef struct vr_cuda_roll_sample_row {
+  int32_t row;
+  float temperature; /* 0: greedy */
+  int32_t top_k;     /* <= 0 or >= V: off */
+  float top_p;       /* (0, 1]; 1: off */
+  double u;
+} vr_cuda_roll_sample_row_t;
+/* For each i < n: tokens[i], logprobs[i] = vr_sample_row()'s token and log-prob for logits row
+ * rows[i].row of logits (n_rows, V) fp32 (trainer/vr_sample.h's rule: top-k keeps ties, top-p over
+ * (value, id) ascending, inverse CDF over the survivors in id order, log-prob of
+ * log_softmax(l / T)). A row holding NaN or +Inf, or only -Inf, gets token -1 and a NaN log-prob.
+ * One block of VR_ROLL_SAMPLE_THREADS per row. Deterministic: integer histograms (top-p's
+ * probability mass in 2^32 fixed point) and fixed-shape reductions, so a row's result does not
+ * depend on the batch; it equals the CPU's except where a top-p cut or the inverse-CDF step
+ * falls within rounding of a boundary (the CPU sums in double sequentially). */
+void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits, const vr_cuda_roll_sample_row_t *rows,
+                         int n, int V, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VR_CUDA_ROLL_OPS_H */

@@ -1,0 +1,279 @@
+/* vr_cuda_roll_sample.cu: trainer/vr_sample.h's sampling rule on the device, one block per row
+ * (launcher contract in vr_cuda_roll_ops.h).
+ *
+ * Per row, with z = l / T (float division, as the CPU):
+ *   (A) finiteness, max and argmax of z (the lowest id among equal maxima);
+ *   (B) S = sum exp(z - max) (expf, summed in double; the CPU takes exp in double: the log-probs
+ *       agree to ~1e-7): the log-prob z_tok - max - log S (greedy rows stop here, with T = 1);
+ *   (C) top-k: the k-th largest z by a radix select on order-preserving 32-bit keys (4 passes of
+ *       8-bit integer histograms); survivors are z >= it, ties kept;
+ *   (D) top-p over the survivors in (z, id) ascending order, as the CPU's sort: a survivor is
+ *       dropped iff the mass of the survivors after it in that order is >= p * total. The same
+ *       radix descent on histograms of the mass (2^32 fixed point, integer atomics) finds the
+ *       boundary value; within the tie group at the boundary the higher ids are the later ones,
+ *       so the kept ones are the group's top ids (a radix select on ids);
+ *   (E) inverse CDF over the survivors in id order: every thread owns a contiguous range of ids,
+ *       the ranges' double sums are scanned in a fixed order, the owner of u * total walks its
+ *       range. */
+#include <math.h>
+
+#include "vr_cuda_common.cuh"
+#include "vr_cuda_roll_ops.h"
+
+#define NT VR_ROLL_SAMPLE_THREADS
+#define NWARPS (NT / 32)
+
+namespace {
+
+__device__ __forceinline__ uint32_t fkey(float f) {
+  if (f == 0.f) f = 0.f; /* -0 == +0, as the CPU's comparison */
+  const uint32_t u = __float_as_uint(f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ uint64_t fixed32(double e) { return (uint64_t)(e * 4294967296.0); }
+
+/* (value, index) argmax over the block: larger value wins, lower index among equal ones. */
+__device__ void block_argmax(float &v, int &ix, float *rv, int *ri) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+    const int i2 = __shfl_xor_sync(0xffffffffu, ix, o);
+    if (v2 > v || (v2 == v && i2 < ix)) v = v2, ix = i2;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) rv[warp] = v, ri[warp] = ix;
+  __syncthreads();
+  v = rv[lane];
+  ix = ri[lane];
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+    const int i2 = __shfl_xor_sync(0xffffffffu, ix, o);
+    if (v2 > v || (v2 == v && i2 < ix)) v = v2, ix = i2;
+  }
+}
+
+template <typename X>
+__device__ X block_sum_t(X v, X *red) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  X t = red[lane];
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return t;
+}
+
+struct smem_t {
+  float rv[32];
+  int ri[32];
+  double rd[32];
+  unsigned long long ru[32];
+  uint32_t cnt[256];
+  unsigned long long mass[256];
+  double scan[NT];
+  uint32_t prefix;
+  int rem;
+  unsigned long long above;
+  int found;
+};
+
+/* The key of the k-th largest (1-based) among elements with sel(i), keyf(i) their 32-bit keys,
+ * by 8-bit digits from bit `top` down. Every thread returns it. */
+template <typename Sel, typename Key>
+__device__ uint32_t radix_kth(int V, int k, int top, Sel sel, Key keyf, smem_t &sm) {
+  const int tid = threadIdx.x;
+  uint32_t prefix = 0, mask = 0;
+  if (tid == 0) sm.rem = k;
+  for (int shift = top; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += NT) sm.cnt[i] = 0;
+    __syncthreads();
+    for (int i = tid; i < V; i += NT)
+      if (sel(i)) {
+        const uint32_t key = keyf(i);
+        if ((key & mask) == prefix) atomicAdd(&sm.cnt[(key >> shift) & 255u], 1u);
+      }
+    __syncthreads();
+    if (tid == 0) {
+      int rem = sm.rem;
+      uint32_t d = 255;
+      for (; d > 0; --d) {
+        if ((int)sm.cnt[d] >= rem) break;
+        rem -= (int)sm.cnt[d];
+      }
+      sm.rem = rem;
+      sm.prefix = prefix | (d << shift);
+    }
+    __syncthreads();
+    prefix = sm.prefix;
+    mask |= 255u << shift;
+  }
+  return prefix;
+}
+
+__global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logprobs, const float *logits,
+                                                     const vr_cuda_roll_sample_row_t *rows, int V) {
+  __shared__ smem_t sm;
+  const int b = blockIdx.x, tid = threadIdx.x;
+  const vr_cuda_roll_sample_row_t prm = rows[b];
+  const float *l = logits + (size_t)prm.row * V;
+  const int greedy = prm.temperature == 0.f;
+  const float T = greedy ? 1.f : prm.temperature;
+
+  /* (A) */
+  float m = -INFINITY;
+  int am = 0x7fffffff, bad = 0, any = 0;
+  for (int i = tid; i < V; i += NT) {
+    const float v = l[i];
+    if (isnan(v) || v == INFINITY) bad = 1;
+    any |= v > -INFINITY;
+    const float z = v / T;
+    if (z > m) m = z, am = i;
+  }
+  bad = __syncthreads_or(bad);
+  any = __syncthreads_or(any);
+  if (bad || !any) {
+    if (tid == 0) tokens[b] = -1, logprobs[b] = NAN;
+    return;
+  }
+  block_argmax(m, am, sm.rv, sm.ri);
+  /* (B) */
+  double se = 0.0;
+  for (int i = tid; i < V; i += NT) se += (double)expf(l[i] / T - m); /* float exp, double sum */
+  const double logS = log(block_sum_t<double>(se, sm.rd));
+  if (greedy) {
+    if (tid == 0) tokens[b] = am, logprobs[b] = (float)((double)(l[am] / T) - (double)m - logS);
+    return;
+  }
+  auto zkey = [&](int i) { return fkey(l[i] / T); };
+  auto all = [](int) { return true; };
+  uint32_t kmin = 0; /* survivors: key > kmin, or key == kmin and id >= id_min */
+  int id_min = 0;
+  /* (C) */
+  if (prm.top_k > 0 && prm.top_k < V) kmin = radix_kth(V, prm.top_k, 24, all, zkey, sm);
+  /* (D) */
+  if (prm.top_p < 1.f) {
+    unsigned long long tot = 0;
+    for (int i = tid; i < V; i += NT) {
+      const float z = l[i] / T;
+      if (fkey(z) >= kmin) tot += fixed32(exp((double)z - (double)m));
+    }
+    tot = block_sum_t<unsigned long long>(tot, sm.ru);
+    const double drop = 1.0 - (double)prm.top_p, P = (1.0 - drop) * (double)tot;
+    uint32_t prefix = 0, mask = 0;
+    if (tid == 0) sm.above = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int i = tid; i < 256; i += NT) sm.cnt[i] = 0, sm.mass[i] = 0;
+      __syncthreads();
+      for (int i = tid; i < V; i += NT) {
+        const float z = l[i] / T;
+        const uint32_t key = fkey(z);
+        if (key >= kmin && (key & mask) == prefix) {
+          const uint32_t d = (key >> shift) & 255u;
+          atomicAdd(&sm.cnt[d], 1u);
+          atomicAdd(&sm.mass[d], fixed32(exp((double)z - (double)m)));
+        }
+      }
+      __syncthreads();
+      if (tid == 0) {
+        unsigned long long acc = sm.above, chosen_acc = sm.above;
+        int chosen = -1;
+        for (int d = 255; d >= 0; --d) {
+          if (sm.cnt[d] == 0) continue;
+          if (!((double)acc < P)) break;
+          chosen = d, chosen_acc = acc;
+          acc += sm.mass[d];
+        }
+        if (chosen < 0) chosen = 255; /* unreachable: the top bucket has acc = above < P */
+        sm.above = chosen_acc;
+        sm.prefix = prefix | ((uint32_t)chosen << shift);
+        if (shift == 0) { /* the boundary value's tie group: its top ids survive */
+          const unsigned long long c = sm.cnt[chosen], e = sm.mass[chosen] / c;
+          unsigned long long keep = c;
+          if (e > 0) {
+            keep = 0;
+            while (keep < c && (double)(chosen_acc + keep * e) < P) ++keep;
+          }
+          sm.rem = (int)keep;
+          sm.found = (int)(c - keep); /* ids of the group to drop (the lowest ones) */
+        }
+      }
+      __syncthreads();
+      prefix = sm.prefix;
+      mask |= 255u << shift;
+    }
+    kmin = prefix;
+    const int keep = sm.rem, dropn = sm.found;
+    __syncthreads();
+    if (dropn > 0) {
+      const uint32_t kb = kmin;
+      id_min = (int)radix_kth(V, keep, 24, [&](int i) { return zkey(i) == kb; }, [](int i) { return (uint32_t)i; },
+                              sm);
+    }
+  }
+  /* (E) inverse CDF in id order over contiguous per-thread ranges */
+  const int chunk = (V + NT - 1) / NT, i0 = min(V, tid * chunk), i1 = min(V, i0 + chunk);
+  double loc = 0.0;
+  int last_here = -1;
+  for (int i = i0; i < i1; ++i) {
+    const float z = l[i] / T;
+    const uint32_t key = fkey(z);
+    if (key > kmin || (key == kmin && i >= id_min)) {
+      loc += exp((double)z - (double)m);
+      last_here = i;
+    }
+  }
+  sm.scan[tid] = loc;
+  __syncthreads();
+  if (tid == 0) { /* fixed-order exclusive scan of the ranges' sums */
+    double run = 0.0;
+    for (int t = 0; t < NT; ++t) {
+      const double x = sm.scan[t];
+      sm.scan[t] = run;
+      run += x;
+    }
+    sm.rd[0] = run;
+    sm.found = 0x7fffffff;
+  }
+  __syncthreads();
+  const double total = sm.rd[0], target = prm.u * total, start = sm.scan[tid];
+  int tok = -1;
+  if (last_here >= 0 && start + loc > target) { /* this range holds the crossing (or one past it) */
+    double cum = start;
+    for (int i = i0; i < i1 && tok < 0; ++i) {
+      const float z = l[i] / T;
+      const uint32_t key = fkey(z);
+      if (key > kmin || (key == kmin && i >= id_min)) {
+        cum += exp((double)z - (double)m);
+        if (cum > target) tok = i;
+      }
+    }
+    if (tok < 0) tok = last_here;
+    atomicMin(&sm.found, tok);
+  }
+  int last = last_here;
+  for (int o = 16; o > 0; o >>= 1) last = max(last, __shfl_xor_sync(0xffffffffu, last, o));
+  if ((tid & 31) == 0) sm.ri[tid >> 5] = last;
+  __syncthreads();
+  if (tid == 0) {
+    int t = sm.found;
+    if (t == 0x7fffffff) { /* u * total rounded up to the total: the last survivor */
+      t = -1;
+      for (int w = 0; w < NWARPS; ++w) t = max(t, sm.ri[w]);
+    }
+    tokens[b] = t;
+    logprobs[b] = (float)((double)(l[t] / T) - (double)m - logS);
+  }
+}
+
+} /* namespace */
+
+/* -------------------------------------------------------------- launchers */
+
+extern "C" void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits,
+                                    const vr_cuda_roll_sample_row_t *rows, int n, int V, cudaStream_t s) {
+  if (n <= 0) return;
+  VR_ASSERT(V > 0);
+  k_roll_sample<<<(unsigned)n, NT, 0, s>>>(tokens, logprobs, logits, rows, V);
+  VR_CUDA_CHECK_LAUNCH();
+}
