@@ -78,7 +78,7 @@ actor_rollout_ref:
   model: {path: policy}
   actor: {ppo_mini_batch_size: 16, ppo_micro_batch_size_per_gpu: 16, use_kl_loss: true, kl_loss_type: low_var_kl,
           kl_loss_coef: 0.001, loss_agg_mode: token-mean, optim: {lr: 1.0e-6}}
-  rollout: {n: 4, temperature: 1.0, top_p: 1.0}
+  rollout: {n: 4, temperature: 1.0, top_p: 1.0, kv_cache_bytes: 8589934592, max_num_seqs: 256}
 algorithm: {adv_estimator: grpo}
 trainer: {device_map: device_map.yaml, total_training_steps: $STEPS, save_freq: -1, resume_mode: disable,
           default_local_dir: ckpt, metrics_file: $OUT/metrics.jsonl}

@@ -9,7 +9,8 @@
  *                      (sequences), ppo_epochs, clip_ratio, clip_ratio_low, clip_ratio_high,
  *                      clip_ratio_c, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type,
  *                      loss_agg_mode, grad_clip, optim.{lr, weight_decay}, checkpoint.async_save}
- *                      rollout.{n, temperature, top_p, top_k}
+ *                      rollout.{n, temperature, top_p, top_k, max_num_seqs, max_num_batched_tokens,
+ *                      kv_cache_bytes (ours: the K/V pool; vLLM sizes it from gpu_memory_utilization)}
  *   critic:            model.path (default: the actor's), ppo_mini_batch_size,
  *                      ppo_micro_batch_size_per_gpu, ppo_epochs, cliprange_value, grad_clip,
  *                      loss_agg_mode, optim.{lr, weight_decay}
@@ -59,6 +60,8 @@ typedef struct vr_rlconfig {
   int rollout_n;
   double temperature, top_p;
   int top_k;
+  int max_num_seqs, max_num_batched_tokens; /* 0 = the rollout engine's defaults */
+  uint64_t kv_cache_bytes;                  /* 0 = default (64 MiB) */
   /* critic */
   char critic_model_path[1024]; /* "" = the actor's */
   vr_optim_cfg_t critic;

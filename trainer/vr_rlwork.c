@@ -183,6 +183,9 @@ int vr_rlworker_init(vr_world_t *w, const vr_tconfig_t *cfg, vr_rlworker_t **out
     ro.device = wk->dev;
     ro.n_threads = 1;
     ro.max_model_len = (uint32_t)(rl->max_prompt_length + rl->max_response_length);
+    if (rl->kv_cache_bytes) ro.kv_cache_bytes = rl->kv_cache_bytes;
+    if (rl->max_num_seqs) ro.max_seqs = (uint32_t)rl->max_num_seqs;
+    if (rl->max_num_batched_tokens) ro.max_batch_tokens = (uint32_t)rl->max_num_batched_tokens;
     if (rc == 0) rc = vr_rollout_from_lm(wk->roll_lm, &ro, &wk->view, &wk->roll);
     if (rc == 0)
       rc = vr_gencfg_eos_ids(rl->model_path, vr_lm_config(wk->roll_lm)->vocab_size, wk->stops, MAX_STOP, &wk->n_stop);
@@ -492,7 +495,16 @@ int vr_rlworker_loop(vr_rlworker_t *wk, vr_ctl_t *c) {
         case VR_RLC_SYNC: {
           float *params = wk->actor.t ? vr_train_param_buffer(wk->actor.t) : NULL;
           size_t n = wk->actor.t ? vr_train_n_floats(wk->actor.t) : vr_rollout_n_params(wk->roll);
-          rc = vr_rollout_sync_weights(w, g, 0, params, n, wk->roll, &val[0]);
+          if (wk->actor.t && wk->roll && vr_group_rank(g) == 0 && strcmp(vr_train_device(wk->actor.t), "cpu") != 0) {
+            /* the root's actor keeps its parameters on the device: the others get them over the
+             * group (device buffers), the colocated engine through a host copy */
+            if (vr_group_size(g) > 1) rc = vr_group_bcast(w, g, params, n * sizeof(float), 0);
+            float *host = vr_rollout_staging(wk->roll);
+            if (rc == 0) rc = host ? vr_train_get_params(wk->actor.t, host, n) : VR_ERR_NOMEM;
+            if (rc == 0) rc = vr_rollout_set_params(wk->roll, host, n, &val[0]);
+          } else {
+            rc = vr_rollout_sync_weights(w, g, 0, params, n, wk->roll, &val[0]);
+          }
           break;
         }
         case VR_RLC_SAVE:
