@@ -131,16 +131,21 @@ class Rl(unittest.TestCase):
 
     def start_server(self):
         log = os.path.join(self.dir, "server.log")
+        self.server_log_size = os.path.getsize(log) if os.path.exists(log) else 0
         with open(log, "a") as lf:
             self.server = subprocess.Popen([SERVER, "--reward", "contains_word", "--shm-name", self.shm, "--lanes",
                                             "4", "--arena-mb", "1", "--port", "0"], stdout=lf, stderr=lf)
         deadline = time.monotonic() + 30
-        while not os.path.exists("/dev/shm/" + self.shm):
+        start = self.server_log_size
+        while True:  # the server logs "ready:" once its segment takes clients
+            with open(log) as lf:
+                lf.seek(start)
+                if "] ready: " in lf.read():
+                    break
             if self.server.poll() is not None or time.monotonic() > deadline:
                 with open(log) as lf:
                     self.fail("verl-reward-server did not start: " + lf.read())
             time.sleep(0.02)
-        time.sleep(0.1)
 
     def stop_server(self):
         if self.server and self.server.poll() is None:
