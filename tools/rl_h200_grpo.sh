@@ -6,9 +6,8 @@
 # cuda:0 of one H200. Writes the metrics, the timing_s/* breakdown, tokens/s and device memory
 # under OUT.
 #
-# NEEDS the CUDA training and rollout backends (vr_train "cuda", vr_rollout_backend_cuda): until
-# they are in the build, verl-trainer refuses the cuda device map at start ("the CUDA training
-# backend is not in this build yet") and this script stops there with that message.
+# Needs a CUDA build (the CUDA training and rollout backends); its numbers are in
+# docs/benchmarks.md "RL loop on one H200".
 #
 #   tools/rl_h200_grpo.sh BUILD_DIR OUT [STEPS]
 #     BUILD_DIR: a CUDA build (cmake -DVR_CUDA=ON) with bin/verl-trainer and bin/verl-reward-server
@@ -38,14 +37,14 @@ cfg = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, nu
                   num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                   rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=151643,
                   eos_token_id=151645)
-Qwen2ForCausalLM(cfg).save_pretrained(f"{w}/policy", safe_serialization=True)
+Qwen2ForCausalLM(cfg).save_pretrained(f"{w}/policy")
 tok = f"{src}/tests/fixtures/tokenizers/qwen3"
 with lzma.open(f"{tok}/tokenizer.json.xz") as f, open(f"{w}/policy/tokenizer.json", "wb") as g:
     g.write(f.read())
 shutil.copy(f"{tok}/tokenizer_config.json", f"{w}/policy/")
 json.dump({"eos_token_id": [151645, 151643]}, open(f"{w}/policy/generation_config.json", "w"))
 rcfg = RobertaConfig(num_labels=1, vocab_size=151936, max_position_embeddings=1026)
-RobertaForSequenceClassification(rcfg).to(torch.bfloat16).save_pretrained(f"{w}/rm", safe_serialization=True)
+RobertaForSequenceClassification(rcfg).to(torch.bfloat16).save_pretrained(f"{w}/rm")
 # 64 GSM8K-style prompts as verl writes them
 with open(f"{w}/prompts.jsonl", "w") as f:
     for i in range(64):
@@ -62,7 +61,7 @@ EOF
     --shm-name vr_rl_h200 --port 0 > "$OUT/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null || true; rm -rf "$W"' EXIT
-for _ in $(seq 600); do [ -e /dev/shm/vr_rl_h200 ] && break; sleep 0.1; done
+for _ in $(seq 600); do grep -q "] ready: " "$OUT/server.log" && break; kill -0 $SERVER 2>/dev/null || { cat "$OUT/server.log"; exit 1; }; sleep 0.1; done
 
 cat > "$W/device_map.yaml" <<'EOF'
 actor:     {device_group: [0], placement_policy: hybrid}
