@@ -439,6 +439,26 @@ class TestData(Rl):
                     self.assertEqual(coefs[0], 0.2)
                     self.assertNotEqual(coefs[-1], 0.2)  # the adaptive controller moved it
 
+    def test_plot_metrics(self):
+        self.write("device_map.yaml", GRPO_MAP)
+        self.write("ppo.yaml", config(steps=3))
+        rc, _, err = self.run_trainer()
+        self.assertEqual(rc, 0, err[-2000:])
+        tool = os.path.join(SRC, "tools/plot_metrics.py")
+        p = subprocess.run([sys.executable, tool, "metrics.jsonl", "--summary"], cwd=self.dir, capture_output=True,
+                           text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("critic/score/mean", p.stdout)
+        self.assertIn("timing_s/gen", p.stdout)
+        p = subprocess.run([sys.executable, tool, "metrics.jsonl", "-o", "run.png"], cwd=self.dir,
+                           capture_output=True, text=True)
+        if p.returncode == 3:  # no matplotlib here: the message says what to install
+            self.assertIn("python3-matplotlib", p.stderr)
+        else:
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(os.path.join(self.dir, "run.png"), "rb") as f:
+                self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
+
     def test_bad_rows_and_keys(self):
         self.write("device_map.yaml", GRPO_MAP)
         with open(os.path.join(self.dir, "prompts.jsonl"), "a") as f:
