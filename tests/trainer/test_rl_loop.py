@@ -123,7 +123,11 @@ class Rl(unittest.TestCase):
                                         "reward_model": {"ground_truth": str(k), "style": "rule"},
                                         "extra_info": {"k": k, "note": "x" * 40}}) + "\n")
         self.server = None
-        self.start_server()
+        try:
+            self.start_server()
+        except BaseException:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            raise
 
     def tearDown(self):
         self.stop_server()
@@ -143,6 +147,7 @@ class Rl(unittest.TestCase):
                 if "] ready: " in lf.read():
                     break
             if self.server.poll() is not None or time.monotonic() > deadline:
+                self.stop_server()  # setUp's failure skips tearDown: leave no server behind
                 with open(log) as lf:
                     self.fail("verl-reward-server did not start: " + lf.read())
             time.sleep(0.02)
@@ -150,7 +155,11 @@ class Rl(unittest.TestCase):
     def stop_server(self):
         if self.server and self.server.poll() is None:
             self.server.send_signal(signal.SIGTERM)
-            self.server.wait(timeout=30)
+            try:
+                self.server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
         self.server = None
 
     def write(self, name, text):
