@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -414,6 +415,7 @@ static int launch(const vr_targs_t *a, const vr_tconfig_t *cfg, const vr_devmap_
      * it (to the RL controller, which saves and stops cleanly; else to mpirun). No stdin: a
      * background group must not read the terminal, and no rank reads it. */
     setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* outside our group, mpirun must still end with us */
     int devnull = open("/dev/null", O_RDONLY);
     if (devnull >= 0) dup2(devnull, 0), close(devnull);
     dup2(errpipe[1], 2);
