@@ -15,6 +15,7 @@
 #include "vr_algo.h"
 #include "vr_ckpt.h"
 #include "vr_dataset.h"
+#include "vr_rlmetrics.h"
 #include "vr_rlreward.h"
 #include "vr_rlwork.h"
 #include "vr_sample.h"
@@ -94,37 +95,6 @@ static void expect_ok(vr_world_t *w, const char *what, const vr_ctl_reply_t *r, 
     }
 }
 
-typedef struct stats {
-  double mean, max, min;
-} stats_t;
-
-static stats_t stat_of(const double *x, size_t n) {
-  stats_t s = {0, n ? x[0] : 0, n ? x[0] : 0};
-  for (size_t i = 0; i < n; i++) {
-    s.mean += x[i];
-    if (x[i] > s.max) s.max = x[i];
-    if (x[i] < s.min) s.min = x[i];
-  }
-  if (n) s.mean /= (double)n;
-  return s;
-}
-
-static void put_stats(vr_tmetrics_t *tm, const char *name, const double *x, size_t n) {
-  stats_t s = stat_of(x, n);
-  char k[64];
-  snprintf(k, sizeof k, "%s/mean", name), vr_tm_set(tm, k, s.mean);
-  snprintf(k, sizeof k, "%s/max", name), vr_tm_set(tm, k, s.max);
-  snprintf(k, sizeof k, "%s/min", name), vr_tm_set(tm, k, s.min);
-}
-
-static double var_of(const double *x, size_t n) {
-  double m = 0, q = 0;
-  for (size_t i = 0; i < n; i++) m += x[i];
-  m /= n ? (double)n : 1;
-  for (size_t i = 0; i < n; i++) q += (x[i] - m) * (x[i] - m);
-  return n ? q / (double)n : 0;
-}
-
 /* A log-prob / value pass over group g: replies concatenated = one float per batch token. */
 static void rows_pass(vr_world_t *w, vr_ctl_t *c, vr_group_id_t g, uint32_t cmd, const void *pk, size_t pkb,
                       double temperature, float *out, uint32_t T) {
@@ -177,21 +147,6 @@ static void ckpt_cmd(vr_world_t *w, vr_ctl_t *c, uint32_t cmd, const char *dir, 
                         MAXR);
     expect_ok(w, vr_rlc_names[cmd], rep, n);
   }
-}
-
-static void progress(FILE *f, int step, int total, const vr_tmetrics_t *tm) {
-  char bar[21];
-  int fill = total > 0 ? step * 20 / total : 20;
-  for (int i = 0; i < 20; i++) bar[i] = i < fill ? '#' : '.';
-  bar[20] = 0;
-  fprintf(f, "[%s] step %d/%d", bar, step, total);
-  static const char *const show[] = {"critic/score/mean", "critic/rewards/mean", "actor/pg_loss", "actor/ppo_kl",
-                                     "actor/entropy", "critic/vf_loss", "response_length/mean", "timing_s/step"};
-  for (size_t k = 0; k < sizeof show / sizeof *show; k++)
-    for (int i = 0; i < tm->n; i++)
-      if (!strcmp(tm->names[i], show[k])) fprintf(f, " | %s %.4g", show[k], tm->values[i]);
-  fprintf(f, "\n");
-  fflush(f);
 }
 
 /* The response as text for solution_str: decoded with the tokenizer, else its ids in decimal. */
@@ -483,28 +438,28 @@ static void step(run_t *R, int64_t gstep) {
     vr_tm_time(&R->tm, "update_weights", mono_s() - t0);
   }
   /* ---- data metrics (compute_data_metrics) */
-  put_stats(&R->tm, "critic/score", seq_score, NR);
-  put_stats(&R->tm, "critic/rewards", seq_rew, NR);
-  put_stats(&R->tm, "critic/advantages", adv, NT);
-  put_stats(&R->tm, "critic/returns", ret, NT);
+  vr_rlm_stats(&R->tm, "critic/score", seq_score, NR);
+  vr_rlm_stats(&R->tm, "critic/rewards", seq_rew, NR);
+  vr_rlm_stats(&R->tm, "critic/advantages", adv, NT);
+  vr_rlm_stats(&R->tm, "critic/returns", ret, NT);
   if (R->has_critic) {
-    put_stats(&R->tm, "critic/values", val, NT);
+    vr_rlm_stats(&R->tm, "critic/values", val, NT);
     double *d = malloc(NT * sizeof *d);
     NEED(d);
     for (size_t i = 0; i < NT; i++) d[i] = ret[i] - val[i];
-    const double vr = var_of(ret, NT);
-    vr_tm_set(&R->tm, "critic/vf_explained_var", 1.0 - var_of(d, NT) / (vr + 1e-5));
+    const double vr = vr_rlm_var(ret, NT);
+    vr_tm_set(&R->tm, "critic/vf_explained_var", 1.0 - vr_rlm_var(d, NT) / (vr + 1e-5));
     free(d);
   }
   double *lens = malloc(NR * sizeof *lens), clipped = 0;
   NEED(lens);
   for (uint32_t r = 0; r < NR; r++) lens[r] = rlen[r], clipped += rlen[r] >= (uint32_t)rl->max_response_length;
-  put_stats(&R->tm, "response_length", lens, NR);
+  vr_rlm_stats(&R->tm, "response_length", lens, NR);
   vr_tm_set(&R->tm, "response_length/clip_ratio", clipped / NR);
   clipped = 0;
   for (uint32_t p = 0; p < B; p++)
     lens[p] = R->ds.rows[rows[p]].n_ids, clipped += R->ds.rows[rows[p]].n_ids >= (uint32_t)rl->max_prompt_length;
-  put_stats(&R->tm, "prompt_length", lens, B);
+  vr_rlm_stats(&R->tm, "prompt_length", lens, B);
   vr_tm_set(&R->tm, "prompt_length/clip_ratio", clipped / B);
   free(lens);
   const double t_all = mono_s() - t_step;
@@ -622,7 +577,7 @@ int vr_ppo_run(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const vr_ppo
       }
       last_saved = s;
     }
-    progress(stdout, (int)s, total, &R->tm);
+    vr_rlm_progress(stdout, (int)s, total, &R->tm);
     if (vr_tm_end_step(&R->tm, (int)s) != 0) fprintf(stderr, "verl-trainer: writing the metrics file failed\n");
     if (stop) {
       printf("[INFO] stopped by a signal after step %" PRId64 "; checkpoint global_step_%" PRId64 " saved\n", s,

@@ -16,7 +16,8 @@
  *   step           the whole step
  * then the metrics (verl's names: compute_data_metrics, the actor's / critic's update metrics,
  * timing_s/..., perf/...) to the JSON lines file and a console line with a progress bar, and a
- * checkpoint every trainer.save_freq steps and at the last step when save_freq > 0 (verl), and on
+ * (vr_rlmetrics.h) and a checkpoint every trainer.save_freq steps and at the last step when
+ * save_freq > 0 (verl), and on
  * SIGTERM (vr_ckpt.h).
  *
  * Update metrics over several mini-batches / epochs: losses, entropy and grad_norm are the mean
