@@ -15,10 +15,9 @@
  *   update_weights weight-sync group: actor -> rollout parameters
  *   step           the whole step
  * then the metrics (verl's names: compute_data_metrics, the actor's / critic's update metrics,
- * timing_s/..., perf/...) to the JSON lines file and a console line with a progress bar, and a
- * (vr_rlmetrics.h) and a checkpoint every trainer.save_freq steps and at the last step when
- * save_freq > 0 (verl), and on
- * SIGTERM (vr_ckpt.h).
+ * timing_s/..., perf/...) to the JSON lines file and a console line with a progress bar
+ * (vr_rlmetrics.h), and a checkpoint every trainer.save_freq steps and at the last step when
+ * save_freq > 0 (verl), and on SIGTERM (vr_ckpt.h).
  *
  * Update metrics over several mini-batches / epochs: losses, entropy and grad_norm are the mean
  * over the optimizer steps; clip fractions and ppo_kl are token fractions / means over every
