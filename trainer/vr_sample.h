@@ -8,7 +8,13 @@
  *       apply_top_k_top_p: top-k keeps every z >= the k-th largest z (ties at the threshold kept);
  *       top-p sorts the kept z ascending (equal values by id), takes q = softmax over them,
  *       drops the ascending prefix whose cumulative sum is <= 1 - p (the largest one always
- *       stays). The token is drawn from softmax over the survivors: u = vr_sample_uniform(key,
+ *       stays). That comparison is made without rounding error, so that every backend cuts at
+ *       the same place, ties included (18 equal survivors and p = 0.5: exactly 9 dropped, where
+ *       a running double sum of 1/18 passes 0.5 after 9 terms and drops only 8): each kept
+ *       token's mass is m = floor(2^32 * exp(z - max z)) as a 64-bit integer (exact sums in any
+ *       order), M = the sum over the kept, and a token is dropped iff the mass after it in that
+ *       ascending order, A, has (double)A >= p * (double)M (the same rule as cumsum <= 1 - p,
+ *       with masses below 2^-32 of the largest counted as 0). The token is drawn from softmax over the survivors: u = vr_sample_uniform(key,
  *       stream, position) in [0, 1); walking the survivors in ascending id order, the first token
  *       whose cumulative probability exceeds u (sums in double). Its log-prob is
  *       log_softmax(z)[token] over the WHOLE vocabulary: the temperature-scaled distribution before

@@ -14,7 +14,11 @@
  *       so the kept ones are the group's top ids (a radix select on ids);
  *   (E) inverse CDF over the survivors in id order: every thread owns a contiguous range of ids,
  *       the ranges' double sums are scanned in a fixed order, the owner of u * total walks its
- *       range. */
+ *       range.
+ * (D)'s masses and comparisons are exactly vr_sample.c's (its top-p cut is defined on these
+ * integers), so the kept set is the CPU's, tie groups at the cut included.
+ * tests/trainer/test_sample_ties.c transcribes these steps to C (emu_roll_sample) and checks them
+ * against the CPU rule without a GPU: change the two together. */
 #include <math.h>
 
 #include "vr_cuda_common.cuh"
@@ -159,7 +163,7 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
       if (fkey(z) >= kmin) tot += fixed32(exp((double)z - (double)m));
     }
     tot = block_sum_t<unsigned long long>(tot, sm.ru);
-    const double drop = 1.0 - (double)prm.top_p, P = (1.0 - drop) * (double)tot;
+    const double P = (double)prm.top_p * (double)tot; /* vr_sample.c's expression, bit for bit */
     uint32_t prefix = 0, mask = 0;
     if (tid == 0) sm.above = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
