@@ -79,4 +79,31 @@ static inline void vr_test_tie_row(uint64_t *rs, int r, int V, float *row, vr_sa
   }
 }
 
+/* test_cuda_rollout's random logits: frand() * 6 in [-6, 6) (frand = its [-1, 1) draw), rounded
+ * to multiples of quant when quant > 0. */
+static inline void vr_test_random_logits(uint64_t *rs, float *l, size_t n, float quant) {
+  for (size_t i = 0; i < n; ++i) {
+    float v = ((float)vr_test_rand(rs, 1u << 30) / (float)(1u << 29) - 1.f) * 6.f;
+    if (quant > 0) v = roundf(v / quant) * quant;
+    l[i] = v;
+  }
+}
+
+/* H12's report: row 50 of test_cuda_rollout's test_sample_rows(1000, 400, 0.25) when the rope and
+ * skinny-GEMM tests of commit 5638935 shifted its generator (seed 20261201: the state is then the
+ * seed plus 135,203,563 + 50 * 1000 draws). Values frand() * 6 rounded to multiples of 0.25; 18
+ * of them are the maximum 6.0; T 0.7, top-k 5 (all 18 stay), top-p 0.5 (the 9 highest ids stay,
+ * 669 .. 999), u 0.470215 picks the 5th of them, 884. The CPU once kept 10 (its running double
+ * sum of 1/18 passed 0.5 a term early) and drew 787. row holds VR_TEST_H12_V floats. */
+enum { VR_TEST_H12_V = 1000, VR_TEST_H12_TOKEN = 884 };
+static inline void vr_test_h12_row(float *row, vr_sample_req_t *q) {
+  uint64_t rs = 20261201ull + (135203563ull + 50ull * VR_TEST_H12_V) * 0x9e3779b97f4a7c15ull;
+  vr_test_random_logits(&rs, row, VR_TEST_H12_V, 0.25f);
+  q->row = 0;
+  q->p = (vr_sample_params_t){0.7f, 5, 0.5f};
+  q->key = vr_sample_prompt_key(1234, 50 % 3);
+  q->stream = 50 % 5;
+  q->position = 50 * 7;
+}
+
 #endif

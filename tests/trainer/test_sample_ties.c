@@ -167,16 +167,6 @@ static int emu_roll_sample(const float *l, int V, float temperature, int top_k, 
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
 
-/* test_cuda_rollout's random rows: frand() * 6 in [-6, 6), rounded to multiples of quant. */
-static void random_rows(uint64_t *rs, float *l, size_t n, float quant) {
-  for (size_t i = 0; i < n; ++i) {
-    float v = (float)vr_test_rand(rs, 1u << 30) / (float)(1u << 29) - 1.f;
-    v *= 6.f;
-    if (quant > 0) v = roundf(v / quant) * quant;
-    l[i] = v;
-  }
-}
-
 /* 1 when u lies within 1e-6 of a boundary of the cumulative distribution next to token a or b. */
 static int near_cdf_edge(const double *probs, int a, int b, double u) {
   const int t[2] = {a, b};
@@ -280,27 +270,21 @@ static void test_tie_cut_hand(void **st) {
   printf("tie cuts: %d cases\n", cases);
 }
 
-/* H12's report: row 50 of test_cuda_rollout's test_sample_rows(1000, 400, 0.25) with the
- * generator shifted by the rope and skinny-GEMM tests (commit 5638935, seed 20261201): its
- * state then is the seed plus 135,203,563 + 50 * 1000 draws. 18 logits at 6.0, top-k 5 keeps
- * them all, top-p 0.5 keeps the 9 highest ids (669 .. 999), u 0.470215 picks the 5th: 884. */
+/* H12's report (vr_test_h12_row): the 9 highest ids of the 18 maxima stay, u picks 884. */
 static void test_h12_row50(void **st) {
   (void)st;
-  enum { V = 1000 };
-  uint64_t rs = 20261201ull + (135203563ull + 50ull * V) * 0x9e3779b97f4a7c15ull;
+  enum { V = VR_TEST_H12_V };
   float l[V];
-  random_rows(&rs, l, V, 0.25f);
-  const vr_sample_params_t sp = {0.7f, 5, 0.5f};
-  const uint64_t key = vr_sample_prompt_key(1234, 50 % 3);
-  const uint32_t stream = 50 % 5, position = 50 * 7;
-  const double u = vr_sample_uniform(key, stream, position);
+  vr_sample_req_t q;
+  vr_test_h12_row(l, &q);
+  const double u = vr_sample_uniform(q.key, q.stream, q.position);
   assert_true(fabs(u - 0.470215) < 1e-6);
   int top = 0;
   for (int i = 0; i < V; ++i) top += l[i] == 6.0f;
   assert_int_equal(top, 18);
   double pr[V];
   void *ws = malloc(VR_SAMPLE_SCRATCH_BYTES(V));
-  vr_sample_probs(l, V, &sp, ws, pr);
+  vr_sample_probs(l, V, &q.p, ws, pr);
   int kept = 0, lowest = V;
   for (int i = 0; i < V; ++i)
     if (pr[i] > 0) ++kept, lowest = i < lowest ? i : lowest;
@@ -308,10 +292,10 @@ static void test_h12_row50(void **st) {
   assert_int_equal(lowest, 669);
   int32_t tok;
   float lp;
-  assert_int_equal(vr_sample_row(l, V, &sp, key, stream, position, ws, &tok, &lp), 0);
+  assert_int_equal(vr_sample_row(l, V, &q.p, q.key, q.stream, q.position, ws, &tok, &lp), 0);
   uint32_t ews[2 * V];
-  assert_int_equal(emu_roll_sample(l, V, sp.temperature, sp.top_k, sp.top_p, u, ews), 884);
-  assert_int_equal(tok, 884);
+  assert_int_equal(emu_roll_sample(l, V, q.p.temperature, q.p.top_k, q.p.top_p, u, ews), VR_TEST_H12_TOKEN);
+  assert_int_equal(tok, VR_TEST_H12_TOKEN);
   free(ws);
 }
 
@@ -324,7 +308,8 @@ static void test_kernel_tied_rows(void **st) {
   static const struct { int V, rows, draws; } sets[] = {{1000, 240, 16}, {151936, 6, 4}};
   for (int s = 0; s < 2; ++s) {
     const int V = sets[s].V;
-    uint64_t rs = vr_test_tie_state(seed + (uint64_t)s);
+    const uint64_t sd = seed + (uint64_t)s; /* test_cuda_rollout's test_sample_tied(seed + s, ...) */
+    uint64_t rs = vr_test_tie_state(sd);
     float *l = malloc(sizeof(float) * V);
     double *probs = malloc(sizeof(double) * V);
     uint32_t *ews = malloc(sizeof(uint32_t) * 2 * V);
@@ -334,7 +319,7 @@ static void test_kernel_tied_rows(void **st) {
       vr_sample_params_t p;
       vr_test_tie_row(&rs, r, V, l, &p);
       for (int d = 0; d < sets[s].draws; ++d) {
-        const vr_sample_req_t q = vr_test_tie_req(seed, r, d, &p);
+        const vr_sample_req_t q = vr_test_tie_req(sd, r, d, &p);
         compare_draw(l, V, &q, ws, ews, probs, &c, "tied", r);
       }
     }
@@ -365,7 +350,7 @@ static void test_kernel_random_rows(void **st) {
   for (int rep = 0; rep < 8; ++rep) {
     uint64_t rs = seed + (uint64_t)rep * 0x632be59bd9b4e019ull;
     for (int b = 0; b < B; ++b) {
-      random_rows(&rs, l, V, rep % 2 ? 0.25f : 0.f);
+      vr_test_random_logits(&rs, l, V, rep % 2 ? 0.25f : 0.f);
       if (b == 1) l[3] = NAN; /* non-finite rows: the kernel's -1 */
       if (b == 2)
         for (int i = 0; i < V; ++i) l[i] = -INFINITY;
