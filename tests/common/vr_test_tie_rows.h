@@ -89,6 +89,34 @@ static inline void vr_test_random_logits(uint64_t *rs, float *l, size_t n, float
   }
 }
 
+/* The ends of the inverse CDF: a random row (V >= 1000) whose first 1..300 and last 1..300 ids
+ * are -inf (weight 0, yet survivors when top-k and top-p are off), its parameters, and the
+ * uniforms VR_TEST_U_ENDS (0, and 1 - 2^-53 .. 1 - 2^-45: u * total within rounding of the
+ * total). A draw must be the first id of nonzero weight at u = 0, and one of nonzero weight with
+ * less than 1e-6 of the mass after it otherwise. */
+#define VR_TEST_U_ENDS {0.0, 1.0 - 0x1p-53, 1.0 - 0x1p-52, 1.0 - 0x1p-50, 1.0 - 0x1p-45}
+static inline void vr_test_u_ends_row(uint64_t *rs, int r, int V, float *row, vr_sample_params_t *p) {
+  static const vr_sample_params_t ps[] = {{1.0f, 0, 1.0f}, {0.7f, 0, 1.0f}, {1.3f, 0, 1.0f}, {1.0f, 0, 0.999f}};
+  vr_test_random_logits(rs, row, (size_t)V, r % 2 ? 0.25f : 0.0f);
+  const int head = 1 + (int)vr_test_rand(rs, 300), tail = 1 + (int)vr_test_rand(rs, 300);
+  for (int i = 0; i < head; ++i) row[i] = -INFINITY;
+  for (int i = V - tail; i < V; ++i) row[i] = -INFINITY;
+  *p = ps[r % 4];
+}
+
+/* 1 when token t is a valid draw at uniform u for probs (V, vr_sample_probs'), by the rule above. */
+static inline int vr_test_u_ends_ok(const double *probs, int V, double u, int t) {
+  if (t < 0 || t >= V || !(probs[t] > 0)) return 0;
+  if (u == 0.0) {
+    for (int i = 0; i < t; ++i)
+      if (probs[i] > 0) return 0;
+    return 1;
+  }
+  double after = 0;
+  for (int i = t + 1; i < V; ++i) after += probs[i];
+  return after < 1e-6;
+}
+
 /* H12's report: row 50 of test_cuda_rollout's test_sample_rows(1000, 400, 0.25) when the rope and
  * skinny-GEMM tests of commit 5638935 shifted its generator (seed 20261201: the state is then the
  * seed plus 135,203,563 + 50 * 1000 draws). Values frand() * 6 rounded to multiples of 0.25; 18

@@ -456,6 +456,55 @@ static void test_sample_h12(void) {
   CK(cudaFree(lp_d));
 }
 
+/* The ends of the inverse CDF (vr_test_tie_rows.h's VR_TEST_U_ENDS, u given directly) on rows
+ * with -inf heads and tails, from their own generator state: the first token of nonzero weight
+ * at u = 0, a token of nonzero weight at the top of the distribution for u within 2^-45 of 1
+ * (never a -inf one; tests/trainer/test_sample_ties.c runs the same rows through the kernel's
+ * transcription). */
+static void test_sample_u_ends(uint64_t seed, int V, int rows) {
+  static const double us[] = VR_TEST_U_ENDS;
+  enum { NU = sizeof us / sizeof us[0] };
+  uint64_t rs = seed;
+  float *l = malloc(sizeof(float) * (size_t)V * rows);
+  vr_sample_params_t *ps = malloc(sizeof *ps * rows);
+  vr_cuda_roll_sample_row_t *pr = malloc(sizeof *pr * rows * NU);
+  for (int r = 0; r < rows; ++r) {
+    vr_test_u_ends_row(&rs, r, V, l + (size_t)r * V, &ps[r]);
+    for (int k = 0; k < NU; ++k)
+      pr[r * NU + k] = (vr_cuda_roll_sample_row_t){r, ps[r].temperature, ps[r].top_k, ps[r].top_p, us[k]};
+  }
+  float *l_d = todev(l, sizeof(float) * (size_t)V * rows);
+  vr_cuda_roll_sample_row_t *pr_d = todev(pr, sizeof *pr * rows * NU);
+  int32_t *tok_d = dalloc(4 * (size_t)rows * NU);
+  float *lp_d = dalloc(4 * (size_t)rows * NU);
+  vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d, rows * NU, V, 0);
+  int32_t *tok = malloc(4 * (size_t)rows * NU);
+  tohost(tok, tok_d, 4 * (size_t)rows * NU);
+  void *ws = malloc(VR_SAMPLE_SCRATCH_BYTES(V));
+  double *probs = malloc(sizeof(double) * V);
+  int bad = 0;
+  for (int r = 0; r < rows; ++r) {
+    vr_sample_probs(l + (size_t)r * V, V, &ps[r], ws, probs);
+    for (int k = 0; k < NU; ++k)
+      if (!vr_test_u_ends_ok(probs, V, us[k], tok[r * NU + k])) {
+        if (bad < 5) printf("     row %d u %.17g: gpu %d\n", r, us[k], tok[r * NU + k]);
+        ++bad;
+      }
+  }
+  report(bad == 0, "sample CDF ends V %d draws %d (u 0 and 1 - 2^-53 .. 2^-45, -inf heads and tails): bad %d", V,
+         rows * NU, bad);
+  free(l);
+  free(ps);
+  free(pr);
+  free(tok);
+  free(ws);
+  free(probs);
+  CK(cudaFree(l_d));
+  CK(cudaFree(pr_d));
+  CK(cudaFree(tok_d));
+  CK(cudaFree(lp_d));
+}
+
 /* tests/common/vr_test_tie_rows.h's rows (ties at the top-k threshold and exactly on top-p
  * boundaries, several temperatures), draws draws each, from their own generator state (seed):
  * the rows tests/trainer/test_sample_ties.c checks the kernel's algorithm on, on the CPU. */
@@ -828,6 +877,8 @@ int main(void) {
   test_sample_h12();
   test_sample_tied(seed, 1000, 240, 16); /* the rows of tests/trainer/test_sample_ties.c */
   test_sample_tied(seed + 1, 151936, 6, 4);
+  test_sample_u_ends(seed + 11, 1000, 64); /* the rows of test_sample_ties.c's test_kernel_u_ends */
+  test_sample_u_ends(seed + 12, 151936, 24);
   test_sample_chisq(1.f, 0, 1.f);
   test_sample_chisq(0.8f, 8, 1.f);
   test_sample_chisq(1.2f, 0, 0.8f);

@@ -12,7 +12,9 @@
  *    of tests/common/vr_test_tie_rows.h (the rows test_cuda_rollout runs on the GPU with the same
  *    seed) and on rows like test_cuda_rollout's random ones. With V <= 1024 every range is one id,
  *    so the kernel adds in the CPU's order and the tokens must be equal; for larger V only draws
- *    within 1e-6 of a boundary of the cumulative distribution may differ.
+ *    within 1e-6 of a boundary of the cumulative distribution may differ;
+ *  - the ends of the inverse CDF (u = 0, u within 2^-45 of 1) on rows with -inf heads and tails:
+ *    never a token of weight 0.
  * The transcription must follow the kernel: change both together. Inputs from fixed seeds
  * (VR_TEST_SEED replaces them). */
 #include <math.h>
@@ -142,8 +144,8 @@ static int emu_roll_sample(const float *l, int V, float temperature, int top_k, 
     last_here[t] = -1;
     for (int i = i0; i < i1; ++i)
       if (zk[i] > kmin || (zk[i] == kmin && i >= id_min)) {
-        loc[t] += exp((double)(l[i] / T) - (double)m);
-        last_here[t] = i;
+        const double e = exp((double)(l[i] / T) - (double)m);
+        if (e > 0.0) loc[t] += e, last_here[t] = i;
       }
   }
   for (int t = 0; t < EMU_NT; ++t) start[t] = run, run += loc[t];
@@ -156,8 +158,9 @@ static int emu_roll_sample(const float *l, int V, float temperature, int top_k, 
     int tok = -1;
     for (int i = i0; i < i1 && tok < 0; ++i)
       if (zk[i] > kmin || (zk[i] == kmin && i >= id_min)) {
-        cum += exp((double)(l[i] / T) - (double)m);
-        if (cum > target) tok = i;
+        const double e = exp((double)(l[i] / T) - (double)m);
+        cum += e;
+        if (e > 0.0 && cum > target) tok = i;
       }
     if (tok < 0) tok = last_here[t];
     if (tok < found) found = tok;
@@ -371,12 +374,50 @@ static void test_kernel_random_rows(void **st) {
   free(ws);
 }
 
+/* The emulated kernel at the ends of the inverse CDF (vr_test_tie_rows.h's VR_TEST_U_ENDS) on rows
+ * with -inf heads and tails: never a token of weight 0 (the kernel once returned a range's last
+ * survivor, -inf or not, when its walk's sums rounded below the scan's). */
+static void test_kernel_u_ends(void **st) {
+  (void)st;
+  const uint64_t seed = vr_test_seed("test_sample_ties u ends", 20261201);
+  static const double us[] = VR_TEST_U_ENDS;
+  static const int Vs[] = {1000, 151936};
+  int bad = 0, n = 0;
+  for (int s = 0; s < 2; ++s) {
+    const int V = Vs[s];
+    uint64_t rs = seed + 11 + (uint64_t)s; /* test_cuda_rollout's test_sample_u_ends(seed + 11 + s, ...) */
+    float *l = malloc(sizeof(float) * V);
+    double *probs = malloc(sizeof(double) * V);
+    uint32_t *ews = malloc(sizeof(uint32_t) * 2 * V);
+    void *ws = malloc(VR_SAMPLE_SCRATCH_BYTES(V));
+    for (int r = 0; r < (V > EMU_NT ? 24 : 64); ++r) {
+      vr_sample_params_t p;
+      vr_test_u_ends_row(&rs, r, V, l, &p);
+      vr_sample_probs(l, V, &p, ws, probs);
+      for (size_t k = 0; k < sizeof us / sizeof us[0]; ++k, ++n) {
+        const int t = emu_roll_sample(l, V, p.temperature, p.top_k, p.top_p, us[k], ews);
+        if (!vr_test_u_ends_ok(probs, V, us[k], t)) {
+          if (bad < 8) printf("  V %d row %d u %.17g: emulated kernel %d (p %g)\n", V, r, us[k], t, t >= 0 ? probs[t] : -1.0);
+          ++bad;
+        }
+      }
+    }
+    free(l);
+    free(probs);
+    free(ews);
+    free(ws);
+  }
+  printf("u ends: %d draws, %d bad\n", n, bad);
+  assert_int_equal(bad, 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tie_cut_hand),
       cmocka_unit_test(test_h12_row50),
       cmocka_unit_test(test_kernel_tied_rows),
       cmocka_unit_test(test_kernel_random_rows),
+      cmocka_unit_test(test_kernel_u_ends),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

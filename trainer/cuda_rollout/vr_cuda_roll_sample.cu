@@ -14,7 +14,7 @@
  *       so the kept ones are the group's top ids (a radix select on ids);
  *   (E) inverse CDF over the survivors in id order: every thread owns a contiguous range of ids,
  *       the ranges' double sums are scanned in a fixed order, the owner of u * total walks its
- *       range.
+ *       range; survivors of weight 0 are skipped (the CPU's walk skips them too).
  * (D)'s masses and comparisons are exactly vr_sample.c's (its top-p cut is defined on these
  * integers), so the kept set is the CPU's, tie groups at the cut included.
  * tests/trainer/test_sample_ties.c transcribes these steps to C (emu_roll_sample) and checks them
@@ -215,7 +215,8 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
                               sm);
     }
   }
-  /* (E) inverse CDF in id order over contiguous per-thread ranges */
+  /* (E) inverse CDF in id order over contiguous per-thread ranges; survivors of weight 0 (-inf,
+   * or exp underflowing double) are never drawn, as on the CPU: not even as a range's last one */
   const int chunk = (V + NT - 1) / NT, i0 = min(V, tid * chunk), i1 = min(V, i0 + chunk);
   double loc = 0.0;
   int last_here = -1;
@@ -223,8 +224,8 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
     const float z = l[i] / T;
     const uint32_t key = fkey(z);
     if (key > kmin || (key == kmin && i >= id_min)) {
-      loc += exp((double)z - (double)m);
-      last_here = i;
+      const double e = exp((double)z - (double)m);
+      if (e > 0.0) loc += e, last_here = i;
     }
   }
   sm.scan[tid] = loc;
@@ -248,11 +249,12 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
       const float z = l[i] / T;
       const uint32_t key = fkey(z);
       if (key > kmin || (key == kmin && i >= id_min)) {
-        cum += exp((double)z - (double)m);
-        if (cum > target) tok = i;
+        const double e = exp((double)z - (double)m);
+        cum += e;
+        if (e > 0.0 && cum > target) tok = i;
       }
     }
-    if (tok < 0) tok = last_here;
+    if (tok < 0) tok = last_here; /* the walk's sums rounded below start + loc: its last one */
     atomicMin(&sm.found, tok);
   }
   int last = last_here;
