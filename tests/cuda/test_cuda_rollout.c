@@ -878,7 +878,7 @@ int main(void) {
   test_sample_tied(seed, 1000, 240, 16); /* the rows of tests/trainer/test_sample_ties.c */
   test_sample_tied(seed + 1, 151936, 6, 4);
   test_sample_u_ends(seed + 11, 1000, 64); /* the rows of test_sample_ties.c's test_kernel_u_ends */
-  test_sample_u_ends(seed + 12, 151936, 24);
+  test_sample_u_ends(seed + 12, 151936, 12);
   test_sample_chisq(1.f, 0, 1.f);
   test_sample_chisq(0.8f, 8, 1.f);
   test_sample_chisq(1.2f, 0, 0.8f);

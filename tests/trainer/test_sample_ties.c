@@ -375,8 +375,9 @@ static void test_kernel_random_rows(void **st) {
 }
 
 /* The emulated kernel at the ends of the inverse CDF (vr_test_tie_rows.h's VR_TEST_U_ENDS) on rows
- * with -inf heads and tails: never a token of weight 0 (the kernel once returned a range's last
- * survivor, -inf or not, when its walk's sums rounded below the scan's). */
+ * with -inf heads and tails (64 of V 1000, 24 of V 151936; test_cuda_rollout runs the first 12 of
+ * those): never a token of weight 0 (the kernel once returned a range's last survivor, -inf or
+ * not, when its walk's sums rounded below the scan's). */
 static void test_kernel_u_ends(void **st) {
   (void)st;
   const uint64_t seed = vr_test_seed("test_sample_ties u ends", 20261201);
