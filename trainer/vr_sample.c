@@ -75,6 +75,9 @@ static vr_sample_ws_t vr_sample_ws(void *scratch, int32_t V) {
   return w;
 }
 
+/* A survivor's top-p mass: exp(z - max) in 2^-32 units, rounded down (vr_sample.h). */
+static uint64_t vr_sample_mass(float z, float mx) { return (uint64_t)(exp((double)z - mx) * 4294967296.0); }
+
 /* Fills w.q with the unnormalised weights exp(z - max) of the surviving tokens (0 elsewhere) and
  * returns their sum (double, ascending id order). T > 0. */
 static double vr_sample_weights(const float *logits, int32_t V, const vr_sample_params_t *p, vr_sample_ws_t w) {
@@ -95,15 +98,15 @@ static double vr_sample_weights(const float *logits, int32_t V, const vr_sample_
       const float thr = w.z[w.idx[V - p->top_k]];
       while (w.z[w.idx[cut]] < thr) cut++;
     }
-    if (topp) {
-      double tot = 0.0;
-      for (int32_t s = cut; s < V; s++) tot += exp((double)w.z[w.idx[s]] - mx);
-      const double drop = 1.0 - (double)p->top_p;
-      double cum = 0.0;
-      int32_t s = cut;
-      for (; s < V - 1; s++) {
-        cum += exp((double)w.z[w.idx[s]] - mx) / tot;
-        if (!(cum <= drop)) break;
+    if (topp) { /* integer masses: exact sums, so a tie group's cut is exact and order-free */
+      uint64_t tot = 0, after = 0;
+      for (int32_t s = cut; s < V; s++) tot += vr_sample_mass(w.z[w.idx[s]], mx);
+      const double P = (double)p->top_p * (double)tot;
+      int32_t s = V - 1; /* after = the mass above sorted position s; the largest always stays */
+      for (; s > cut; s--) {
+        const uint64_t a = after + vr_sample_mass(w.z[w.idx[s]], mx);
+        if (!((double)a < P)) break; /* position s - 1 has p * total above it: dropped */
+        after = a;
       }
       cut = s;
     }

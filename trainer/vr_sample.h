@@ -8,10 +8,17 @@
  *       apply_top_k_top_p: top-k keeps every z >= the k-th largest z (ties at the threshold kept);
  *       top-p sorts the kept z ascending (equal values by id), takes q = softmax over them,
  *       drops the ascending prefix whose cumulative sum is <= 1 - p (the largest one always
- *       stays). The token is drawn from softmax over the survivors: u = vr_sample_uniform(key,
- *       stream, position) in [0, 1); walking the survivors in ascending id order, the first token
- *       whose cumulative probability exceeds u (sums in double). Its log-prob is
- *       log_softmax(z)[token] over the WHOLE vocabulary: the temperature-scaled distribution before
+ *       stays). The cut is computed on integers, so that every backend makes it at the same
+ *       place, ties exactly on the boundary included (18 equal survivors and p = 0.5: exactly 9
+ *       dropped; a running double sum of 1/18 is 0.5000000000000001 after 9 terms and dropped
+ *       only 8): each kept token's mass is floor(2^32 * exp(z - max z)) as a 64-bit integer
+ *       (sums exact in any order), M = the sum over the kept, and a token is dropped iff the
+ *       mass after it in that ascending order, A, has (double)A >= (double)p * (double)M (the
+ *       rule cumsum <= 1 - p, with masses under 2^-32 of the largest counted as 0). The token is
+ *       drawn from softmax over the survivors: u = vr_sample_uniform(key, stream, position) in
+ *       [0, 1); walking the survivors in ascending id order, the first token whose cumulative
+ *       probability exceeds u (sums in double; a token of weight 0, a -inf z, is never drawn).
+ *       Its log-prob is log_softmax(z)[token] over the WHOLE vocabulary: the temperature-scaled distribution before
  *       top-k/top-p truncation. This is what verl's actor recomputes as old_log_prob (logits /
  *       temperature, log_softmax, gather), so the PPO ratio starts at 1; vLLM's default
  *       logprobs_mode "raw_logprobs" would ignore the temperature instead.

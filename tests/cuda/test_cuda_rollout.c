@@ -4,7 +4,8 @@
  * decode GEMM against a double product, decode attention over random block tables (GQA 1/4/7/8/16, head dims 8..256,
  * lengths 1..5000, split and unsplit partitions, sliding window, padding rows) against a
  * double-precision softmax, and the sampler against the CPU engine's (trainer/vr_sample.c:
- * sorting and sequential sums where the GPU uses radix descents and scans), plus chi-square
+ * sorting and sequential sums where the GPU uses radix descents and scans) on random rows and on
+ * tests/common/vr_test_tie_rows.h's tied rows (their own generator state), plus chi-square
  * tests of the sampled distribution against vr_sample_probs on a small vocabulary. Inputs from a fixed seed (VR_TEST_SEED
  * replaces it). Exit code: 0 pass, 1 fail, 77 no GPU (ctest: skipped). */
 #include <cuda_runtime.h>
@@ -23,6 +24,7 @@
 #include "vr_rollout_lm.h"
 #include "vr_sample.h"
 #include "vr_test_seed.h"
+#include "vr_test_tie_rows.h"
 
 #define CK(call) VR_CUDA_CHECK(call)
 
@@ -322,38 +324,18 @@ static void test_skinny_gemm(int M, int N, int K, int out_f32, int with_bias, in
 
 /* ------------------------------------------------------------ sampling */
 
-/* GPU rows vs trainer/vr_sample.c's vr_sample_row (the CPU engine's sampler) on the same logits
- * and keys. A different token is a failure unless the CPU's own numbers put the draw within
- * 1e-6 of a boundary of the cumulative distribution (double sums in another order): those are
- * counted and must stay rare. */
-static void test_sample_rows(int V, int B, float quant) {
-  float *l = malloc(sizeof(float) * (size_t)V * B);
-  for (size_t i = 0; i < (size_t)V * B; ++i) {
-    float v = frand() * 6.f;
-    if (quant > 0) v = roundf(v / quant) * quant; /* ties */
-    l[i] = v;
-  }
-  if (B > 3) { /* a non-finite row, an all -inf row */
-    l[(size_t)1 * V + 3] = NAN;
-    for (int i = 0; i < V; ++i) l[(size_t)2 * V + i] = -INFINITY;
-  }
-  vr_sample_req_t *rq = calloc(B, sizeof *rq);
+/* GPU draws vs trainer/vr_sample.c's vr_sample_row (the CPU engine's sampler) on the same logits
+ * (n_rows, V) and keys, rq[b] naming draw b's row. The kept set is the same integer computation
+ * on both, so a token the CPU dropped is always a failure; another kept token is one unless the
+ * CPU's own numbers put the draw within 1e-6 of a boundary of the cumulative distribution
+ * (double sums in another order): those are counted and must stay rare. Some draws again, alone
+ * (another batch position and size): the same result. */
+static void check_sample(const char *what, const float *l, int V, int n_rows, const vr_sample_req_t *rq, int B) {
   vr_cuda_roll_sample_row_t *pr = calloc(B, sizeof *pr);
-  static const float temps[] = {0.f, 1.f, 0.7f, 1.3f};
-  static const int topks[] = {0, 1, 5, 50, 100000};
-  static const float topps[] = {1.f, 0.9f, 0.5f, 0.999f, 0.05f};
-  for (int b = 0; b < B; ++b) {
-    rq[b].row = (uint32_t)b;
-    rq[b].p.temperature = temps[b % 4];
-    rq[b].p.top_k = topks[(b / 4) % 5];
-    rq[b].p.top_p = topps[(b / 20) % 5];
-    rq[b].key = vr_sample_prompt_key(1234, (uint64_t)(b % 3));
-    rq[b].stream = (uint32_t)(b % 5);
-    rq[b].position = (uint32_t)(b * 7);
+  for (int b = 0; b < B; ++b)
     pr[b] = (vr_cuda_roll_sample_row_t){(int32_t)rq[b].row, rq[b].p.temperature, rq[b].p.top_k, rq[b].p.top_p,
                                         vr_sample_uniform(rq[b].key, rq[b].stream, rq[b].position)};
-  }
-  float *l_d = todev(l, sizeof(float) * (size_t)V * B);
+  float *l_d = todev(l, sizeof(float) * (size_t)V * n_rows);
   vr_cuda_roll_sample_row_t *pr_d = todev(pr, sizeof *pr * B);
   int32_t *tok_d = dalloc(4 * (size_t)B);
   float *lp_d = dalloc(4 * (size_t)B);
@@ -362,7 +344,6 @@ static void test_sample_rows(int V, int B, float quant) {
   float *lp = malloc(4 * (size_t)B);
   tohost(tok, tok_d, 4 * (size_t)B);
   tohost(lp, lp_d, 4 * (size_t)B);
-  /* some rows again, alone (another batch position and size): the same result */
   int32_t one;
   int batch_dep = 0;
   for (int b = 0; b < B; b += 37) {
@@ -375,29 +356,30 @@ static void test_sample_rows(int V, int B, float quant) {
   int mism = 0, edge = 0, nonfinite_ok = 0, nonfinite_rows = 0;
   double maxlp = 0;
   for (int b = 0; b < B; ++b) {
+    const float *row = l + (size_t)rq[b].row * V;
     int32_t ht;
     float hlp;
-    const int rc = vr_sample_row(l + (size_t)b * V, V, &rq[b].p, rq[b].key, rq[b].stream, rq[b].position, ws, &ht,
-                                 &hlp);
+    const int rc = vr_sample_row(row, V, &rq[b].p, rq[b].key, rq[b].stream, rq[b].position, ws, &ht, &hlp);
     if (rc != 0) { /* non-finite row: the GPU says so with token -1 */
       ++nonfinite_rows;
       nonfinite_ok += tok[b] == -1 && isnan(lp[b]);
       continue;
     }
     if (ht != tok[b]) {
-      int is_edge = 0;
-      if (tok[b] >= 0 && tok[b] < V) {
-        vr_sample_probs(l + (size_t)b * V, V, &rq[b].p, ws, probs);
+      int is_edge = 0, kept = 0;
+      vr_sample_probs(row, V, &rq[b].p, ws, probs);
+      for (int i = 0; i < V; ++i) kept += probs[i] > 0;
+      if (tok[b] >= 0 && tok[b] < V && probs[tok[b]] > 0) {
         double before = 0;
         for (int i = 0; i < tok[b]; ++i) before += probs[i];
-        is_edge = probs[tok[b]] > 0 ? fabs(before - pr[b].u) < 1e-6 || fabs(before + probs[tok[b]] - pr[b].u) < 1e-6
-                                    : probs[ht] < 1e-6; /* a top-p boundary token of ~no mass */
+        is_edge = fabs(before - pr[b].u) < 1e-6 || fabs(before + probs[tok[b]] - pr[b].u) < 1e-6;
       }
       if (is_edge) ++edge;
       else {
         if (mism < 5)
-          printf("     row %d (T %.2f k %d p %.3f u %.6f): gpu %d host %d\n", b, rq[b].p.temperature, rq[b].p.top_k,
-                 rq[b].p.top_p, pr[b].u, tok[b], ht);
+          printf("     draw %d, row %u (T %.2f k %d p %.6g u %.6f): gpu %d host %d (host keeps %d%s)\n", b, rq[b].row,
+                 rq[b].p.temperature, rq[b].p.top_k, rq[b].p.top_p, pr[b].u, tok[b], ht, kept,
+                 tok[b] >= 0 && tok[b] < V && probs[tok[b]] > 0 ? "" : ", not the gpu's token");
         ++mism;
       }
       continue;
@@ -406,20 +388,138 @@ static void test_sample_rows(int V, int B, float quant) {
     if (!(d <= maxlp)) maxlp = d; /* NaN propagates into the check below */
   }
   report(mism == 0 && batch_dep == 0 && maxlp < 1e-4 && edge <= B / 100 + 1 && nonfinite_ok == nonfinite_rows,
-         "sample V %d rows %d%s vs vr_sample_row: token mismatches %d (within 1e-6 of a boundary %d), logprob maxabs "
-         "%.2e, batch-dependent %d, non-finite rows flagged %d/%d",
-         V, B, quant > 0 ? " (tied logits)" : "", mism, edge, maxlp, batch_dep, nonfinite_ok, nonfinite_rows);
+         "sample %s V %d draws %d vs vr_sample_row: token mismatches %d (within 1e-6 of a boundary %d), logprob "
+         "maxabs %.2e, batch-dependent %d, non-finite rows flagged %d/%d",
+         what, V, B, mism, edge, maxlp, batch_dep, nonfinite_ok, nonfinite_rows);
   free(ws);
   free(probs);
   free(tok);
   free(lp);
-  free(l);
   free(pr);
-  free(rq);
   CK(cudaFree(l_d));
   CK(cudaFree(pr_d));
   CK(cudaFree(tok_d));
   CK(cudaFree(lp_d));
+}
+
+/* B random rows (values in [-6, 6), multiples of quant when quant > 0: ties), one draw each, the
+ * parameters cycling over temperatures, top-k and top-p; a NaN row and an all -inf row. */
+static void test_sample_rows(int V, int B, float quant) {
+  float *l = malloc(sizeof(float) * (size_t)V * B);
+  vr_test_random_logits(&g_rng, l, (size_t)V * B, quant); /* frand() * 6, quantised: ties */
+  if (B > 3) { /* a non-finite row, an all -inf row */
+    l[(size_t)1 * V + 3] = NAN;
+    for (int i = 0; i < V; ++i) l[(size_t)2 * V + i] = -INFINITY;
+  }
+  vr_sample_req_t *rq = calloc(B, sizeof *rq);
+  static const float temps[] = {0.f, 1.f, 0.7f, 1.3f};
+  static const int topks[] = {0, 1, 5, 50, 100000};
+  static const float topps[] = {1.f, 0.9f, 0.5f, 0.999f, 0.05f};
+  for (int b = 0; b < B; ++b) {
+    rq[b].row = (uint32_t)b;
+    rq[b].p.temperature = temps[b % 4];
+    rq[b].p.top_k = topks[(b / 4) % 5];
+    rq[b].p.top_p = topps[(b / 20) % 5];
+    rq[b].key = vr_sample_prompt_key(1234, (uint64_t)(b % 3));
+    rq[b].stream = (uint32_t)(b % 5);
+    rq[b].position = (uint32_t)(b * 7);
+  }
+  check_sample(quant > 0 ? "random rows (tied logits)" : "random rows", l, V, B, rq, B);
+  free(l);
+  free(rq);
+}
+
+/* H12's row (vr_test_tie_rows.h): the GPU and the CPU both draw 884. */
+static void test_sample_h12(void) {
+  float l[VR_TEST_H12_V];
+  vr_sample_req_t q;
+  vr_test_h12_row(l, &q);
+  const vr_cuda_roll_sample_row_t pr = {0, q.p.temperature, q.p.top_k, q.p.top_p,
+                                        vr_sample_uniform(q.key, q.stream, q.position)};
+  float *l_d = todev(l, sizeof l);
+  vr_cuda_roll_sample_row_t *pr_d = todev(&pr, sizeof pr);
+  int32_t *tok_d = dalloc(4);
+  float *lp_d = dalloc(4);
+  vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d, 1, VR_TEST_H12_V, 0);
+  int32_t gt, ht;
+  float hlp;
+  tohost(&gt, tok_d, 4);
+  void *ws = malloc(VR_SAMPLE_SCRATCH_BYTES(VR_TEST_H12_V));
+  const int rc = vr_sample_row(l, VR_TEST_H12_V, &q.p, q.key, q.stream, q.position, ws, &ht, &hlp);
+  report(rc == 0 && gt == VR_TEST_H12_TOKEN && ht == VR_TEST_H12_TOKEN,
+         "sample H12's row (18 tied maxima, T 0.7, top-k 5, top-p 0.5, u %.6f): gpu %d host %d, want %d", pr.u, gt, ht,
+         VR_TEST_H12_TOKEN);
+  free(ws);
+  CK(cudaFree(l_d));
+  CK(cudaFree(pr_d));
+  CK(cudaFree(tok_d));
+  CK(cudaFree(lp_d));
+}
+
+/* The ends of the inverse CDF (vr_test_tie_rows.h's VR_TEST_U_ENDS, u given directly) on rows
+ * with -inf heads and tails, from their own generator state: the first token of nonzero weight
+ * at u = 0, a token of nonzero weight at the top of the distribution for u within 2^-45 of 1
+ * (never a -inf one; tests/trainer/test_sample_ties.c runs the same rows through the kernel's
+ * transcription). */
+static void test_sample_u_ends(uint64_t seed, int V, int rows) {
+  static const double us[] = VR_TEST_U_ENDS;
+  enum { NU = sizeof us / sizeof us[0] };
+  uint64_t rs = seed;
+  float *l = malloc(sizeof(float) * (size_t)V * rows);
+  vr_sample_params_t *ps = malloc(sizeof *ps * rows);
+  vr_cuda_roll_sample_row_t *pr = malloc(sizeof *pr * rows * NU);
+  for (int r = 0; r < rows; ++r) {
+    vr_test_u_ends_row(&rs, r, V, l + (size_t)r * V, &ps[r]);
+    for (int k = 0; k < NU; ++k)
+      pr[r * NU + k] = (vr_cuda_roll_sample_row_t){r, ps[r].temperature, ps[r].top_k, ps[r].top_p, us[k]};
+  }
+  float *l_d = todev(l, sizeof(float) * (size_t)V * rows);
+  vr_cuda_roll_sample_row_t *pr_d = todev(pr, sizeof *pr * rows * NU);
+  int32_t *tok_d = dalloc(4 * (size_t)rows * NU);
+  float *lp_d = dalloc(4 * (size_t)rows * NU);
+  vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d, rows * NU, V, 0);
+  int32_t *tok = malloc(4 * (size_t)rows * NU);
+  tohost(tok, tok_d, 4 * (size_t)rows * NU);
+  void *ws = malloc(VR_SAMPLE_SCRATCH_BYTES(V));
+  double *probs = malloc(sizeof(double) * V);
+  int bad = 0;
+  for (int r = 0; r < rows; ++r) {
+    vr_sample_probs(l + (size_t)r * V, V, &ps[r], ws, probs);
+    for (int k = 0; k < NU; ++k)
+      if (!vr_test_u_ends_ok(probs, V, us[k], tok[r * NU + k])) {
+        if (bad < 5) printf("     row %d u %.17g: gpu %d\n", r, us[k], tok[r * NU + k]);
+        ++bad;
+      }
+  }
+  report(bad == 0, "sample CDF ends V %d draws %d (u 0 and 1 - 2^-53 .. 2^-45, -inf heads and tails): bad %d", V,
+         rows * NU, bad);
+  free(l);
+  free(ps);
+  free(pr);
+  free(tok);
+  free(ws);
+  free(probs);
+  CK(cudaFree(l_d));
+  CK(cudaFree(pr_d));
+  CK(cudaFree(tok_d));
+  CK(cudaFree(lp_d));
+}
+
+/* tests/common/vr_test_tie_rows.h's rows (ties at the top-k threshold and exactly on top-p
+ * boundaries, several temperatures), draws draws each, from their own generator state (seed):
+ * the rows tests/trainer/test_sample_ties.c checks the kernel's algorithm on, on the CPU. */
+static void test_sample_tied(uint64_t seed, int V, int rows, int draws) {
+  uint64_t rs = vr_test_tie_state(seed);
+  float *l = malloc(sizeof(float) * (size_t)V * rows);
+  vr_sample_req_t *rq = calloc((size_t)rows * draws, sizeof *rq);
+  for (int r = 0; r < rows; ++r) {
+    vr_sample_params_t p;
+    vr_test_tie_row(&rs, r, V, l + (size_t)r * V, &p);
+    for (int d = 0; d < draws; ++d) rq[r * draws + d] = vr_test_tie_req(seed, r, d, &p);
+  }
+  check_sample("tied rows", l, V, rows, rq, rows * draws);
+  free(l);
+  free(rq);
 }
 
 /* The empirical distribution of N GPU draws (positions 0..N-1 of one response) from one row of
@@ -730,7 +830,8 @@ int main(void) {
     printf("no CUDA device: skipped\n");
     return 77;
   }
-  g_rng = vr_test_seed("test_cuda_rollout", 20261201);
+  const uint64_t seed = vr_test_seed("test_cuda_rollout", 20261201);
+  g_rng = seed;
   /* this branch's kernel tests draw from a copy of the generator, so the tests below keep the
    * inputs they had before them */
   const uint64_t rng0 = g_rng;
@@ -773,6 +874,11 @@ int main(void) {
   test_sample_rows(1000, 400, 0.f);
   test_sample_rows(1000, 400, 0.25f);
   test_sample_rows(151936, 40, 0.f);
+  test_sample_h12();
+  test_sample_tied(seed, 1000, 240, 16); /* the rows of tests/trainer/test_sample_ties.c */
+  test_sample_tied(seed + 1, 151936, 6, 4);
+  test_sample_u_ends(seed + 11, 1000, 64); /* the rows of test_sample_ties.c's test_kernel_u_ends */
+  test_sample_u_ends(seed + 12, 151936, 12);
   test_sample_chisq(1.f, 0, 1.f);
   test_sample_chisq(0.8f, 8, 1.f);
   test_sample_chisq(1.2f, 0, 0.8f);

@@ -107,8 +107,10 @@ typedef struct vr_cuda_roll_sample_row {
  * log_softmax(l / T)). A row holding NaN or +Inf, or only -Inf, gets token -1 and a NaN log-prob.
  * One block of VR_ROLL_SAMPLE_THREADS per row. Deterministic: integer histograms (top-p's
  * probability mass in 2^32 fixed point) and fixed-shape reductions, so a row's result does not
- * depend on the batch; it equals the CPU's except where a top-p cut or the inverse-CDF step
- * falls within rounding of a boundary (the CPU sums in double sequentially). */
+ * depend on the batch. The top-p cut is the CPU's integer computation, so the kept set is the
+ * CPU's; the token equals the CPU's except where the inverse-CDF step falls within rounding of a
+ * boundary (V > VR_ROLL_SAMPLE_THREADS: the CPU sums in double sequentially, the kernel per
+ * thread range then across ranges). */
 void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits, const vr_cuda_roll_sample_row_t *rows,
                          int n, int V, cudaStream_t s);
 

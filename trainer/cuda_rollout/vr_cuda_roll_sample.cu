@@ -14,7 +14,11 @@
  *       so the kept ones are the group's top ids (a radix select on ids);
  *   (E) inverse CDF over the survivors in id order: every thread owns a contiguous range of ids,
  *       the ranges' double sums are scanned in a fixed order, the owner of u * total walks its
- *       range. */
+ *       range; survivors of weight 0 are skipped (the CPU's walk skips them too).
+ * (D)'s masses and comparisons are exactly vr_sample.c's (its top-p cut is defined on these
+ * integers), so the kept set is the CPU's, tie groups at the cut included.
+ * tests/trainer/test_sample_ties.c transcribes these steps to C (emu_roll_sample) and checks them
+ * against the CPU rule without a GPU: change the two together. */
 #include <math.h>
 
 #include "vr_cuda_common.cuh"
@@ -159,7 +163,7 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
       if (fkey(z) >= kmin) tot += fixed32(exp((double)z - (double)m));
     }
     tot = block_sum_t<unsigned long long>(tot, sm.ru);
-    const double drop = 1.0 - (double)prm.top_p, P = (1.0 - drop) * (double)tot;
+    const double P = (double)prm.top_p * (double)tot; /* vr_sample.c's expression, bit for bit */
     uint32_t prefix = 0, mask = 0;
     if (tid == 0) sm.above = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
@@ -211,7 +215,8 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
                               sm);
     }
   }
-  /* (E) inverse CDF in id order over contiguous per-thread ranges */
+  /* (E) inverse CDF in id order over contiguous per-thread ranges; survivors of weight 0 (-inf,
+   * or exp underflowing double) are never drawn, as on the CPU: not even as a range's last one */
   const int chunk = (V + NT - 1) / NT, i0 = min(V, tid * chunk), i1 = min(V, i0 + chunk);
   double loc = 0.0;
   int last_here = -1;
@@ -219,8 +224,8 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
     const float z = l[i] / T;
     const uint32_t key = fkey(z);
     if (key > kmin || (key == kmin && i >= id_min)) {
-      loc += exp((double)z - (double)m);
-      last_here = i;
+      const double e = exp((double)z - (double)m);
+      if (e > 0.0) loc += e, last_here = i;
     }
   }
   sm.scan[tid] = loc;
@@ -244,11 +249,12 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
       const float z = l[i] / T;
       const uint32_t key = fkey(z);
       if (key > kmin || (key == kmin && i >= id_min)) {
-        cum += exp((double)z - (double)m);
-        if (cum > target) tok = i;
+        const double e = exp((double)z - (double)m);
+        cum += e;
+        if (e > 0.0 && cum > target) tok = i;
       }
     }
-    if (tok < 0) tok = last_here;
+    if (tok < 0) tok = last_here; /* the walk's sums rounded below start + loc: its last one */
     atomicMin(&sm.found, tok);
   }
   int last = last_here;
