@@ -285,17 +285,23 @@ int vr_settings_devices(const char *text, char (*out)[16], uint32_t *n, char *er
     *n = 1;
     return 0;
   }
+  for (const char *c = text, *e;; c = e + 1) { /* the list's shape first: an empty entry is named as such */
+    e = strchr(c, ',');
+    uint32_t k = 1;
+    for (const char *q = text; q < c; q++) k += *q == ',';
+    if ((e ? e == c : !*c)) {
+      snprintf(err, errlen, "--device '%s': entry %u is empty. HINT: a comma-separated list such as cuda:0,cuda:1 "
+               "(or cuda:0,1), cpu,cpu", text, k);
+      return VR_ERR_INVAL;
+    }
+    if (!e) break;
+  }
   int cpu = 0, cuda = 0, bare_cuda = 0;
   const char *t = text;
   for (uint32_t i = 0;; i++) {
     const char *e = strchr(t, ',');
     size_t len = e ? (size_t)(e - t) : strlen(t);
     char ent[32], canon[16], why[256];
-    if (len == 0) {
-      snprintf(err, errlen, "--device '%s': entry %u is empty. HINT: a comma-separated list such as cuda:0,cuda:1 "
-               "(or cuda:0,1), cpu,cpu", text, i + 1);
-      return VR_ERR_INVAL;
-    }
     if (i >= VR_SETTINGS_MAX_REPLICAS) {
       snprintf(err, errlen, "--device '%s': more than %d entries (replicas)", text, VR_SETTINGS_MAX_REPLICAS);
       return VR_ERR_INVAL;
