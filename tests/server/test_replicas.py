@@ -249,10 +249,11 @@ class TestReplicasGpu(unittest.TestCase):
     budget), each replica must give a one-replica server's bits; both replicas must get work."""
 
     def test_two_replicas_on_one_gpu(self):
-        # 4 sequences of 40 tokens = 160 tokens = --max-batch-tokens: one request per batch
+        # 4 sequences of 36 tokens = 144 tokens = --max-batch-tokens: one request per batch (the
+        # roberta fixture takes 40 positions)
         rng = random.Random(25)
-        requests = [[[rng.randrange(97) for _ in range(40)] for _ in range(4)] for _ in range(48)]
-        common = ("--max-batch-tokens", "160", "--max-wait-us", "0", "--cuda-autotune", "off")
+        requests = [[[rng.randrange(97) for _ in range(36)] for _ in range(4)] for _ in range(48)]
+        common = ("--max-batch-tokens", "144", "--max-wait-us", "0", "--cuda-autotune", "off")
         for name in ("llama_gqa", "roberta"):
             model = os.path.join(FIXTURES, "models", name)
             vocab = json.load(open(os.path.join(model, "config.json")))["vocab_size"]
