@@ -17,7 +17,8 @@
 #include "vr_time.h"
 #include "vr_tokenizer.h"
 
-/* Bytes of the model directory's *.safetensors files (0 when none is readable). */
+/* Bytes of the model directory's weight files as Hugging Face names them: model.safetensors, or
+ * the shards model-00001-of-00004.safetensors ... (0 when none is readable). */
 static uint64_t weight_file_bytes(const char *dir) {
   DIR *d = opendir(dir);
   if (!d) return 0;
@@ -27,6 +28,9 @@ static uint64_t weight_file_bytes(const char *dir) {
     struct stat sb;
     char path[4352];
     if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors") != 0) continue;
+    if (strcmp(e->d_name, "model.safetensors") != 0 && !(strncmp(e->d_name, "model-", 6) == 0 &&
+                                                         strstr(e->d_name, "-of-")))
+      continue;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
     if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) sum += (uint64_t)sb.st_size;
   }

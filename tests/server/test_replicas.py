@@ -223,6 +223,31 @@ class TestReplicas(unittest.TestCase):
             if all(b1[r] > b0[r] for r in (0, 1)):
                 break
         self.assertTrue(all(b1[r] > b0[r] for r in (0, 1)), (b0, b1))
+        # a model that fails its warm-up (NaN weights) is refused on every replica: the old set serves
+        with open(path, "rb") as f:
+            blob = bytearray(f.read())
+        for name, t in json.loads(blob[8:8 + h]).items():
+            if name != "__metadata__" and t["dtype"] == "F32":
+                b, e = (8 + h + o for o in t["data_offsets"])
+                blob[b:e] = struct.pack("<f", float("nan")) * ((e - b) // 4)
+        with open(path + ".new", "wb") as f:
+            f.write(blob)
+        os.replace(path + ".new", path)
+        s.proc.send_signal(signal.SIGHUP)
+        end = time.monotonic() + 120
+        while "reload (SIGHUP) failed" not in s.logtext() and time.monotonic() < end:
+            self.assertIsNone(s.proc.poll(), s.logtext())
+            time.sleep(0.05)
+        self.assertIn("reload (SIGHUP) failed", s.logtext())
+        self.assertIn("produced non-finite scores", s.logtext())
+        b2 = replica_counts(s, "verl_reward_replica_batches_total")
+        for _ in range(3):
+            kept = score_concurrently(self, s, requests, threads=6)
+            self.assertEqual(kept, after, "the failed reload changed a replica's model")
+            b3 = replica_counts(s, "verl_reward_replica_batches_total")
+            if all(b3[r] > b2[r] for r in (0, 1)):
+                break
+        self.assertTrue(all(b3[r] > b2[r] for r in (0, 1)), (b2, b3))
         s.stop()
 
     def test_bad_device_lists_fail_at_start(self):
@@ -280,6 +305,22 @@ class TestReplicasGpu(unittest.TestCase):
                 busy = replica_counts(s, "verl_reward_replica_busy_seconds_total")
                 self.assertTrue(all(v > 0 for v in busy.values()), busy)
                 s.stop()
+
+    def test_model_too_large_for_one_gpu(self):
+        # the weight files alone (a sparse model.safetensors twice the GPU's memory) refuse the
+        # start before the load, with the memory needed
+        total = int(subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits",
+                                    "-i", "0"], capture_output=True, text=True, check=True).stdout.split()[0]) << 20
+        d = tempfile.mkdtemp(prefix="vrbig_")
+        self.addCleanup(shutil.rmtree, d, True)
+        shutil.copy(os.path.join(LLAMA, "config.json"), d)
+        with open(os.path.join(d, "model.safetensors"), "wb") as f:
+            f.truncate(4 * total)  # >= 2 x total in bf16 even if the files were f32
+        p = subprocess.run([SERVER, "--model", d, "--device", "cuda:0", "--port", "0", "--shm-name", ""],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("is too large for one GPU", p.stdout + p.stderr)
+        self.assertIn("%.2f GiB on the GPU in bf16" % (2 * total / 2**30), p.stdout + p.stderr)
 
     def test_missing_gpu_named_at_start(self):
         p = subprocess.run([SERVER, "--model", LLAMA, "--device", "cuda:0,cuda:1000", "--port", "0", "--shm-name", ""],
