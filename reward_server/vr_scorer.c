@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <dirent.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -89,6 +90,13 @@ static int load_model(vr_scorer_t *sc, const vr_settings_t *st) {
     }
   }
   const int on_cuda = strncmp(sc->devices[0], "cuda", 4) == 0;
+  if (!on_cuda && sc->n_replicas > 1 && st->threads == 0) { /* all cores, shared out: no oversubscription */
+    cpu_set_t set;
+    int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    mo.n_threads = cores / (int)sc->n_replicas > 1 ? cores / (int)sc->n_replicas : 1;
+    vr_log(VR_LOG_INFO, "%u cpu replicas on %d cores: %d threads each (--threads sets it)", sc->n_replicas, cores,
+           mo.n_threads);
+  }
   if (on_cuda && sc->n_replicas > 1) { /* every entry names a GPU this machine has, before any load */
     int ndev = vr_model_cuda_devices(why, sizeof why);
     for (uint32_t r = 0; r < sc->n_replicas; r++) {
@@ -199,7 +207,8 @@ int vr_scorer_init(vr_scorer_t *sc, const vr_settings_t *st) {
   if (strcmp(st->model, "checksum") == 0) {
     sc->kind = VR_SCORER_CHECKSUM;
     snprintf(sc->description, sizeof sc->description,
-             "device=cpu model=checksum arch=checksum (transport test scorer) dtype=f32 memory=0");
+             "device=cpu replicas=%u model=checksum arch=checksum (transport test scorer) dtype=f32 memory=0",
+             sc->n_replicas);
     return 0;
   }
   sc->kind = VR_SCORER_MODEL;
