@@ -256,7 +256,7 @@ static int finish_startup(main_ctx_t *m) {
          srv->scorer.description, spec, srv->shm ? "/" : "", srv->shm ? srv->st.shm_name : "off", srv->st.lanes,
          http, srv->st.max_batch_tokens, srv->st.max_wait_us, srv->scorer.max_seq_len,
          vr_truncate_name(srv->scorer.truncate), vr_metrics_rss_bytes() / 1048576.0, (int)getpid());
-  char msg[400];
+  char msg[768]; /* http (300) + the shm name (255) fit whole */
   snprintf(msg, sizeof msg, "READY=1\nMAINPID=%d\nSTATUS=ready: http=%s shm=%s%s", (int)getpid(), http,
            srv->shm ? "/" : "", srv->shm ? srv->st.shm_name : "off");
   vr_notify_send(&m->notify, msg);

@@ -53,30 +53,13 @@ static int set_item(vr_text_req_t *t, uint32_t i, const char *s, size_t len, vr_
   return 0;
 }
 
-/* One conversation: a non-empty array of objects, each with a string "role" and a "content"
- * that is a string, a list (content parts), an object or null when present. */
+/* One conversation (vr_tok_chat_check_conversation says what it must be). */
 static int check_conversation(const cJSON *conv, uint32_t i, int flat, vr_req_error_t *e) {
-  char at[32];
+  char at[32], err[160];
   if (flat) snprintf(at, sizeof at, "messages");
   else snprintf(at, sizeof at, "messages[%u]", i);
-  if (!cJSON_IsArray(conv))
-    return fail(e, VR_ERR_MALFORMED, i, "%s must be a list of message objects (wrong type)", at);
-  if (!conv->child) return fail(e, VR_ERR_MALFORMED, i, "%s is an empty conversation", at);
-  uint32_t j = 0;
-  const cJSON *m;
-  cJSON_ArrayForEach(m, conv) {
-    if (!cJSON_IsObject(m))
-      return fail(e, VR_ERR_MALFORMED, i, "%s[%u] must be an object with \"role\" and \"content\" (wrong type)", at, j);
-    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-    if (!cJSON_IsString(role))
-      return fail(e, VR_ERR_MALFORMED, i, "%s[%u].role %s", at, j, role ? "must be a string" : "is missing");
-    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-    if (content && !cJSON_IsString(content) && !cJSON_IsArray(content) && !cJSON_IsObject(content) &&
-        !cJSON_IsNull(content))
-      return fail(e, VR_ERR_MALFORMED, i, "%s[%u].content must be a string, a list of parts or null", at, j);
-    j++;
-  }
-  return 0;
+  int rc = vr_tok_chat_check_conversation(conv, at, err, sizeof err);
+  return rc ? fail(e, rc, i, "%s", err) : 0;
 }
 
 static int take_options(const cJSON *agp, const cJSON *ast, const cJSON *kw, vr_text_req_t *t, vr_req_error_t *e) {

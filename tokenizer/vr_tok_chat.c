@@ -9,6 +9,38 @@
 #include "verl_reward/status.h"
 #include "vr_jinja.h"
 
+int vr_tok_chat_check_conversation(const cJSON *conv, const char *at, char *err, size_t errlen) {
+  if (!cJSON_IsArray(conv)) {
+    snprintf(err, errlen, "%s must be a list of message objects (wrong type)", at);
+    return VR_ERR_MALFORMED;
+  }
+  if (!conv->child) {
+    snprintf(err, errlen, "%s is an empty conversation", at);
+    return VR_ERR_MALFORMED;
+  }
+  unsigned j = 0;
+  const cJSON *m;
+  cJSON_ArrayForEach(m, conv) {
+    if (!cJSON_IsObject(m)) {
+      snprintf(err, errlen, "%s[%u] must be an object with \"role\" and \"content\" (wrong type)", at, j);
+      return VR_ERR_MALFORMED;
+    }
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+    if (!cJSON_IsString(role)) {
+      snprintf(err, errlen, "%s[%u].role %s", at, j, role ? "must be a string" : "is missing");
+      return VR_ERR_MALFORMED;
+    }
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (content && !cJSON_IsString(content) && !cJSON_IsArray(content) && !cJSON_IsObject(content) &&
+        !cJSON_IsNull(content)) {
+      snprintf(err, errlen, "%s[%u].content must be a string, a list of parts or null", at, j);
+      return VR_ERR_MALFORMED;
+    }
+    j++;
+  }
+  return 0;
+}
+
 int vr_tok_apply_chat_template_ex(const vr_tok_t *tok, const char *template_name, const char *messages_json,
                                   int add_generation_prompt, const char *extra_json, char **text, size_t *len,
                                   char *err, size_t errlen) {

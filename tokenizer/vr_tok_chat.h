@@ -25,6 +25,14 @@
 extern "C" {
 #endif
 
+struct cJSON;
+
+/* One conversation as the servers and clients accept it before rendering: a non-empty JSON
+ * array of objects, each with a string "role" and a "content" that is a string, a list of
+ * parts, an object or null when present. Returns 0, or VR_ERR_MALFORMED with err naming the
+ * place from `at` (the caller's name of conv, e.g. "messages[2]"): "at[1].role is missing". */
+int vr_tok_chat_check_conversation(const struct cJSON *conv, const char *at, char *err, size_t errlen);
+
 int vr_tok_apply_chat_template(const vr_tok_t *tok, const char *messages_json, int add_generation_prompt,
                                char **text, char *err, size_t errlen);
 

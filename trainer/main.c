@@ -12,13 +12,18 @@
  *       runs the groups' communication check for total_training_steps steps: per step an
  *       all-reduce in every role group, the actor -> rollout weight-sync broadcast and a
  *       data-parallel control round trip, every result checked for its values, with
- *       timing_s/... and bandwidths per step. The RL loop itself (PPO/GRPO) is not in this build.
+ *       timing_s/... and bandwidths per step.
+ *   verl-trainer --config ppo.yaml [--device-map FILE] [--steps N] [--metrics FILE]
+ *       the RL loop (PPO / GRPO / RLOO / REINFORCE++, vr_ppo.h) when the config has its sections
+ *       (data, actor_rollout_ref, critic, algorithm): rewards from verl-reward-server over shm,
+ *       checkpoints in trainer.default_local_dir, SIGTERM/SIGINT save and exit 0.
  *
  * Exit status: 0 success, 1 a run-time failure (a worker died, timed out, a collective gave
  * wrong values), 2 bad configuration, device map or command line.
  * Environment: VERL_COMM_PROFILE=1 (+ VERL_COMM_PROFILE_PATH) writes the communication trace
  * (vr_commprof.h); NCCL_NVLS_ENABLE=0 is set for every process the launcher starts. */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <mpi.h>
@@ -27,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -43,6 +49,8 @@
 #include "vr_control.h"
 #include "vr_devmap.h"
 #include "vr_generate.h"
+#include "vr_ppo.h"
+#include "vr_rlwork.h"
 #include "vr_tcmd.h"
 #include "vr_tconfig.h"
 #include "vr_tmetrics.h"
@@ -52,6 +60,7 @@
 
 typedef struct vr_targs {
   const char *config, *device_map, *topology, *mpirun, *run_dir, *metrics, *fault;
+  long crash_in_save; /* tests: --crash-in-save N (the controller _exit(9)s inside step N's save) */
   int gpus;          /* -1: not given */
   int check, comm_check, strict_topology, steps;
   double timeout_s;  /* 0: from the config */
@@ -67,6 +76,7 @@ static const char *const vr_cmd_names[CMD_COUNT] = {"stop", "all_reduce check", 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: verl-trainer --device-map FILE --check [--gpus N | --topology FILE] [--strict-topology]\n"
+          "       verl-trainer --config ppo.yaml [--device-map FILE] [--steps N] [--metrics FILE]   (the RL loop)\n"
           "       verl-trainer --config ppo.yaml [--device-map FILE] --comm-check [--steps N] [--timeout S]\n"
           "                    [--metrics FILE] [--run-dir DIR] [--mpirun PATH] [--strict-topology]\n"
           "       verl-trainer logprobs --model DIR [--device cpu|cuda] [--temperature T] < ids.jsonl\n"
@@ -83,7 +93,7 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
   a->argc = argc;
   a->argv = argv;
   enum { O_CHECK = 256, O_COMM_CHECK, O_STRICT, O_GPUS, O_TOPO, O_STEPS, O_TIMEOUT, O_MPIRUN, O_RUNDIR, O_METRICS,
-         O_FAULT, O_VERSION };
+         O_FAULT, O_VERSION, O_CRASH };
   static const struct option lo[] = {{"config", required_argument, 0, 'c'},
                                      {"device-map", required_argument, 0, 'd'},
                                      {"check", no_argument, 0, O_CHECK},
@@ -97,6 +107,7 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
                                      {"run-dir", required_argument, 0, O_RUNDIR},
                                      {"metrics", required_argument, 0, O_METRICS},
                                      {"inject-fault", required_argument, 0, O_FAULT},
+                                     {"crash-in-save", required_argument, 0, O_CRASH},
                                      {"version", no_argument, 0, O_VERSION},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
@@ -127,6 +138,10 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
       case O_RUNDIR: a->run_dir = optarg; break;
       case O_METRICS: a->metrics = optarg; break;
       case O_FAULT: a->fault = optarg; break;
+      case O_CRASH:
+        if (vr_cli_parse_u64("verl-trainer", "--crash-in-save", optarg, 1, 100000000, &v)) return 2;
+        a->crash_in_save = (long)v;
+        break;
       case O_VERSION: {
         char rt[64];
         vr_cli_version(stdout, "verl-trainer", vr_topology_runtime(rt, sizeof rt));
@@ -232,6 +247,10 @@ static int load_all(const vr_targs_t *a, vr_tconfig_t *cfg, vr_devmap_t *map, vr
               cfg->path, cfg->nnodes, map->path, n_nodes);
     return 2;
   }
+  if (!a->comm_check && !a->check && cfg->rl.present && vr_ppo_check(cfg, map, err, sizeof err) != 0) {
+    if (!quiet) fprintf(stderr, "%s", err);
+    return 2;
+  }
   if (cfg->n_gpus_per_node > 0 && max_gpus > cfg->n_gpus_per_node) {
     if (!quiet)
       fprintf(stderr,
@@ -271,8 +290,21 @@ static int under_launcher(void) {
 }
 
 static volatile sig_atomic_t g_child_pid; /* the mpirun child, for the signal forwarder */
+static char g_ctl_pidfile[1100];          /* <run_dir>/controller.pid: the RL controller's pid */
 
+/* SIGINT/SIGTERM: to the RL controller when it has said where it is (it saves a checkpoint and
+ * stops the workers; mpirun itself would abort the job), else to mpirun. Async-signal-safe:
+ * open/read/close/kill only. */
 static void forward_signal(int sig) {
+  int fd = g_ctl_pidfile[0] ? open(g_ctl_pidfile, O_RDONLY) : -1;
+  if (fd >= 0) {
+    char b[24];
+    ssize_t n = read(fd, b, sizeof b - 1);
+    close(fd);
+    long pid = 0;
+    for (ssize_t i = 0; i < n && b[i] >= '0' && b[i] <= '9'; i++) pid = pid * 10 + (b[i] - '0');
+    if (pid > 1 && kill((pid_t)pid, sig) == 0) return;
+  }
   if (g_child_pid > 0) kill((pid_t)g_child_pid, sig);
 }
 
@@ -312,6 +344,8 @@ static int launch(const vr_targs_t *a, const vr_tconfig_t *cfg, const vr_devmap_
     }
   }
   setenv("VR_TRAINER_RUN_DIR", run_dir, 1);
+  snprintf(g_ctl_pidfile, sizeof g_ctl_pidfile, "%s/controller.pid", run_dir);
+  unlink(g_ctl_pidfile);
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   char np[16], self[4096];
   const int world = 1 + map->n_workers;
@@ -377,6 +411,13 @@ static int launch(const vr_targs_t *a, const vr_tconfig_t *cfg, const vr_devmap_
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     sigprocmask(SIG_SETMASK, &old, NULL);
+    /* a process group of its own: a terminal's Ctrl-C reaches only this launcher, which forwards
+     * it (to the RL controller, which saves and stops cleanly; else to mpirun). No stdin: a
+     * background group must not read the terminal, and no rank reads it. */
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* outside our group, mpirun must still end with us */
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0), close(devnull);
     dup2(errpipe[1], 2);
     close(errpipe[0]);
     close(errpipe[1]);
@@ -421,6 +462,7 @@ static int launch(const vr_targs_t *a, const vr_tconfig_t *cfg, const vr_devmap_
     fprintf(stderr, "verl-trainer: the run failed (mpirun exit status %d)\n", code);
     return code == 2 ? 2 : 1;
   }
+  unlink(g_ctl_pidfile);
   if (!a->run_dir && !cfg->run_dir[0]) {
     for (int r = 0; r < world; r++) {
       char path[1200];
@@ -691,6 +733,54 @@ static int controller(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const
   return 0;
 }
 
+/* ---- the RL loop ------------------------------------------------------------------------------ */
+
+static volatile sig_atomic_t g_stop; /* SIGTERM/SIGINT on the controller: save and leave after the step */
+
+static void on_stop_signal(int sig) {
+  (void)sig;
+  g_stop = 1;
+}
+
+/* Workers build their engines (every rank learns whether all did), then the controller runs
+ * the loop while the workers serve it. Only the controller reacts to SIGTERM/SIGINT (mpirun
+ * forwards them to every rank): it finishes the step, saves, and stops the workers. */
+static int run_rl(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const vr_targs_t *a) {
+  vr_rlworker_t *wk = NULL;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = w->rank == 0 ? on_stop_signal : SIG_IGN;
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  int rc = w->rank == 0 ? 0 : vr_rlworker_init(w, cfg, &wk), any = 0;
+  rc = rc != 0;
+  MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (any) {
+    if (w->rank == 0) fprintf(stderr, "verl-trainer: a worker could not build its engines (see above)\n");
+    vr_rlworker_free(wk);
+    return 2;
+  }
+  c->cmd_names = vr_rlc_names;
+  c->n_cmd_names = VR_RLC_COUNT;
+  if (w->rank == 0) {
+    /* where the launcher sends SIGTERM/SIGINT (forward_signal) */
+    const char *rd = getenv("VR_TRAINER_RUN_DIR");
+    if (rd && *rd) {
+      char path[1100];
+      snprintf(path, sizeof path, "%s/controller.pid", rd);
+      FILE *pf = fopen(path, "w");
+      if (pf) fprintf(pf, "%d\n", (int)getpid()), fclose(pf);
+    }
+    vr_ppo_args_t pa = {a->metrics, a->steps, &g_stop, a->crash_in_save};
+    rc = vr_ppo_run(w, c, cfg, &pa);
+    vr_ctl_stop(c);
+  } else {
+    rc = vr_rlworker_loop(wk, c);
+    vr_rlworker_free(wk);
+  }
+  return rc;
+}
+
 /* Gathers every rank's profile events on rank 0 and writes the trace there. */
 static void write_profile(vr_world_t *w, vr_commprof_t *p) {
   size_t n = 0;
@@ -786,10 +876,12 @@ static int run_under_mpi(const vr_targs_t *a) {
   int rc = load_all(a, &L->cfg, &L->map, &L->topo, rank != 0);
   vr_fault_t fault;
   if (rc == 0 && parse_fault(a->fault, &fault) != 0) rc = 2;
-  if (rc == 0 && !a->comm_check) {
+  const int rl_run = !a->comm_check && L->cfg.rl.present;
+  if (rc == 0 && !a->comm_check && !rl_run) {
     if (rank == 0)
-      fprintf(stderr, "verl-trainer: this build runs the groups' communication check only (the PPO/GRPO loop is not "
-                      "built yet). HINT: add --comm-check\n");
+      fprintf(stderr, "verl-trainer: %s has no RL sections (data, actor_rollout_ref, algorithm): nothing to train. "
+                      "HINT: see docs/operations.md \"RL loop\", or --comm-check for the communication check\n",
+              a->config);
     rc = 2;
   }
   if (rc == 0 && rank == 0) {
@@ -838,7 +930,9 @@ static int run_under_mpi(const vr_targs_t *a) {
   const char *rd = getenv("VR_TRAINER_RUN_DIR");
   if (vr_ctl_init(&c, &w, rd ? rd : (a->run_dir ? a->run_dir : L->cfg.run_dir), vr_cmd_names, CMD_COUNT) != 0)
     vr_world_abort(&w, 1, "out of memory");
-  if (w.rank == 0) {
+  if (rl_run) {
+    rc = run_rl(&w, &c, &L->cfg, a);
+  } else if (w.rank == 0) {
     rc = controller(&w, &c, &L->cfg, a);
     vr_ctl_stop(&c);
   } else {
@@ -890,13 +984,11 @@ int main(int argc, char **argv) {
     return 2;
   }
   vr_fault_t fault;
-  if (parse_fault(a.fault, &fault) != 0 || !a.comm_check) {
-    if (a.comm_check) {
-      free(L);
-      return 2;
-    }
-    fprintf(stderr, "verl-trainer: this build runs the groups' communication check only (the PPO/GRPO loop is not "
-                    "built yet). HINT: add --comm-check\n");
+  if (parse_fault(a.fault, &fault) != 0 || (!a.comm_check && !L->cfg.rl.present)) {
+    if (!a.comm_check && !L->cfg.rl.present)
+      fprintf(stderr, "verl-trainer: %s has no RL sections (data, actor_rollout_ref, algorithm): nothing to train. "
+                      "HINT: see docs/operations.md \"RL loop\", or --comm-check for the communication check\n",
+              a.config);
     free(L);
     return 2;
   }

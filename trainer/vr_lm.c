@@ -16,6 +16,8 @@
 #include "vr_log.h"
 #include "vr_model_weights.h"
 
+#define VR_LM_PATH_MAX 4096 /* Linux PATH_MAX: a checkpoint file's path, NUL included */
+
 struct vr_lm {
   vr_lm_config_t cfg;
   float *inv_freq;               /* cfg.rope_inv_freq (owned) */
@@ -262,8 +264,8 @@ void vr_lm_free(vr_lm_t *lm) {
 
 /* Writes len bytes to path via path.tmp + rename. */
 static int vr_lm_write_file(const char *path, const void *const *parts, const size_t *lens, int n_parts) {
-  char tmp[2100];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  char tmp[VR_LM_PATH_MAX + 8];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return VR_ERR_INVAL; /* vr_lm_save checked */
   FILE *f = fopen(tmp, "wb");
   if (!f) {
     vr_log(VR_LOG_ERROR, "%s: cannot create: %s", tmp, strerror(errno));
@@ -385,12 +387,18 @@ static int vr_lm_copy_optional(const char *src, const char *dst) {
 
 int vr_lm_save(const vr_lm_t *lm, const char *dir) {
   if (!lm || !dir) return VR_ERR_INVAL;
+  char path[VR_LM_PATH_MAX], src[VR_LM_PATH_MAX];
+  /* the longest name written, with its temporary suffix, must fit: no file under a cut name */
+  if (snprintf(path, sizeof path, "%s/generation_config.json.tmp", dir) >= (int)sizeof path) {
+    vr_log(VR_LOG_ERROR, "checkpoint directory path too long (%zu bytes; its files' paths must stay under %d): %s",
+           strlen(dir), VR_LM_PATH_MAX, dir);
+    return VR_ERR_INVAL;
+  }
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
     vr_log(VR_LOG_ERROR, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
     return VR_ERR_IO;
   }
-  char path[2048], src[2048];
-  if (snprintf(path, sizeof path, "%s/model.safetensors", dir) >= (int)sizeof path) return VR_ERR_INVAL;
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
   int rc = vr_lm_save_safetensors(lm, path);
   if (rc == 0) {
     snprintf(path, sizeof path, "%s/config.json", dir);

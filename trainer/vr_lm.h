@@ -129,7 +129,8 @@ void vr_lm_free(vr_lm_t *lm);
  * value head) and "dtype": "float32") and a copy of the source's generation_config.json when
  * it had one. Creates dir (one level) if missing; each file is written under a temporary name
  * and renamed when complete. AutoModelForCausalLM / AutoModelForTokenClassification load it.
- * 0 or a negative vr_status_t (logged with the path). */
+ * 0 or a negative vr_status_t (logged with the path); VR_ERR_INVAL, before anything is written,
+ * when dir is too long for its files' paths (+ ".tmp") to stay under PATH_MAX (4096). */
 int vr_lm_save(const vr_lm_t *lm, const char *dir);
 
 const vr_lm_config_t *vr_lm_config(const vr_lm_t *lm);

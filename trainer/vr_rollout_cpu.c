@@ -47,7 +47,7 @@ typedef struct vr_rcpu {
   /* K/V pool: (L, num_blocks, block_size, KV * D) each */
   float *kpool, *vpool;
   size_t layer_stride; /* floats per layer in a pool */
-  float *rope_cos, *rope_sin; /* (max_model_len, D / 2) */
+  vr_tcpu_rope_tab_t rope;    /* (rope.n, D / 2): positions up to the longest context seen */
   /* workspace for max(max_batch_tokens, max_seqs) tokens */
   uint32_t ws_tokens;
   float *x, *h, *q, *k, *v, *att, *f1, *f2;
@@ -55,7 +55,8 @@ typedef struct vr_rcpu {
   float *last;           /* (max_seqs, C) final-normed last rows */
   float *logits;         /* (max_seqs, V) */
   uint32_t n_logits;     /* rows valid in logits */
-  float *scores;         /* n_threads * max_model_len * group attention scratch */
+  float *scores;         /* n_threads * scores_n * group attention scratch */
+  size_t scores_n;       /* positions per thread in scores: the longest context seen */
   float *pack;           /* GEMM packing scratch */
   float *rstd;           /* (ws_tokens) RMSNorm scratch */
   vr_tcpu_ctx_t ops;     /* the training backend's cpu ops (linear, RMSNorm, SwiGLU): one set of kernels */
@@ -68,7 +69,7 @@ static void vr_rcpu_free(void *state) {
   free(s->params);
   free(s->layers);
   free(s->kpool), free(s->vpool);
-  free(s->rope_cos), free(s->rope_sin);
+  vr_tcpu_rope_free(&s->rope);
   free(s->x), free(s->h), free(s->q), free(s->k), free(s->v), free(s->att), free(s->f1), free(s->f2);
   free(s->pos), free(s->seq), free(s->last), free(s->logits), free(s->scores), free(s->pack), free(s->sample_ws), free(s->rstd);
   free(s);
@@ -112,20 +113,11 @@ static int vr_rcpu_init(const vr_model_config_t *c, const vr_rollout_options_t *
   s->num_blocks = (uint32_t)nb;
   const size_t C = (size_t)c->hidden_size, D = (size_t)c->head_dim, H = (size_t)c->num_heads,
                KV = (size_t)c->num_kv_heads, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
-  const size_t L = (size_t)c->num_layers, ML = opt->max_model_len, half = D / 2;
+  const size_t L = (size_t)c->num_layers;
   int err = 0;
   s->layer_stride = (size_t)s->num_blocks * opt->block_size * KV * D;
   s->kpool = vr_rcpu_alloc(L * s->layer_stride, &err);
   s->vpool = vr_rcpu_alloc(L * s->layer_stride, &err);
-  s->rope_cos = vr_rcpu_alloc(ML * half, &err);
-  s->rope_sin = vr_rcpu_alloc(ML * half, &err);
-  for (size_t p = 0; p < ML && !err; p++) {
-    for (size_t i = 0; i < half; i++) { /* as model/cpu/vr_cpu.c and transformers' rotary embedding */
-      float a = (float)p * c->rope_inv_freq[i];
-      s->rope_cos[p * half + i] = cosf(a) * c->rope_attention_scaling;
-      s->rope_sin[p * half + i] = sinf(a) * c->rope_attention_scaling;
-    }
-  }
   s->ws_tokens = opt->max_batch_tokens > opt->max_seqs ? opt->max_batch_tokens : opt->max_seqs;
   const size_t T = s->ws_tokens;
   s->x = vr_rcpu_alloc(T * C, &err);
@@ -138,7 +130,6 @@ static int vr_rcpu_init(const vr_model_config_t *c, const vr_rollout_options_t *
   s->f2 = vr_rcpu_alloc(T * F, &err);
   s->last = vr_rcpu_alloc((size_t)opt->max_seqs * C, &err);
   s->logits = vr_rcpu_alloc((size_t)opt->max_seqs * V, &err);
-  s->scores = vr_rcpu_alloc((size_t)s->n_threads * ML * (H / KV), &err);
   if (!err) {
     s->pos = malloc(T * sizeof *s->pos);
     s->seq = malloc(T * sizeof *s->seq);
@@ -229,7 +220,7 @@ static int vr_rcpu_set_weights(void *state, const float *params, size_t n_params
 static void vr_rcpu_rope(const vr_rcpu_t *s, float *x, int nh, uint32_t T) {
   const int D = s->c->head_dim, half = D / 2;
   for (uint32_t t = 0; t < T; t++) {
-    const float *cs = s->rope_cos + (size_t)s->pos[t] * half, *sn = s->rope_sin + (size_t)s->pos[t] * half;
+    const float *cs = s->rope.cos_t + (size_t)s->pos[t] * half, *sn = s->rope.sin_t + (size_t)s->pos[t] * half;
     for (int h = 0; h < nh; h++) {
       float *v = x + ((size_t)t * nh + h) * D;
       for (int i = 0; i < half; i++) {
@@ -255,7 +246,7 @@ static void vr_rcpu_attention(vr_rcpu_t *s, const vr_rollout_batch_t *b, int lay
   const int H = c->num_heads, KV = c->num_kv_heads, D = c->head_dim, G = H / KV, sw = c->sliding_window;
   const float scale = 1.0f / sqrtf((float)D);
   const float *K = s->kpool + (size_t)layer * s->layer_stride, *Vp = s->vpool + (size_t)layer * s->layer_stride;
-  const size_t ML = s->opt.max_model_len;
+  const size_t ML = s->scores_n; /* >= every context of the batch (vr_rcpu_forward) */
   const long n_items = (long)T * KV;
 #pragma omp parallel for num_threads(s->n_threads) schedule(static) if (s->n_threads > 1 && n_items > 1)
   for (long it = 0; it < n_items; it++) {
@@ -308,6 +299,28 @@ static void vr_rcpu_attention(vr_rcpu_t *s, const vr_rollout_batch_t *b, int lay
   }
 }
 
+/* RoPE tables and attention scratch for contexts of up to n positions (n <= max_model_len):
+ * grown on demand, as max_model_len defaults to max_position_embeddings (up to 2^24). */
+static int vr_rcpu_grow(vr_rcpu_t *s, size_t n) {
+  const vr_model_config_t *c = s->c;
+  if (vr_tcpu_rope_grow(&s->rope, n, s->opt.max_model_len, c->rope_inv_freq, c->head_dim / 2,
+                        c->rope_attention_scaling) != 0) {
+    vr_log(VR_LOG_ERROR, "rollout: out of memory for RoPE tables of %zu positions", n);
+    return VR_ERR_NOMEM;
+  }
+  if (n > s->scores_n) {
+    size_t want = s->rope.n, G = (size_t)(c->num_heads / c->num_kv_heads); /* rope.n >= n, grown geometrically */
+    float *p = malloc((size_t)s->n_threads * want * G * sizeof *p);
+    if (!p) {
+      vr_log(VR_LOG_ERROR, "rollout: out of memory for attention scratch of %zu positions", want);
+      return VR_ERR_NOMEM;
+    }
+    free(s->scores);
+    s->scores = p, s->scores_n = want;
+  }
+  return 0;
+}
+
 static int vr_rcpu_forward(void *state, const vr_rollout_batch_t *b) {
   vr_rcpu_t *s = state;
   const vr_model_config_t *c = s->c;
@@ -319,6 +332,7 @@ static int vr_rcpu_forward(void *state, const vr_rollout_batch_t *b) {
   if (b->n_seqs == 0 || b->n_seqs > s->opt.max_seqs || T > s->ws_tokens) return VR_ERR_TOO_LARGE;
   const int C = c->hidden_size, F = c->intermediate_size, QD = c->num_heads * c->head_dim,
             KD = c->num_kv_heads * c->head_dim;
+  uint32_t longest = 0;
   for (uint32_t q = 0; q < b->n_seqs; q++) {
     const uint32_t len = b->cu_q[q + 1] - b->cu_q[q];
     if (len == 0 || len > b->ctx_len[q] || b->ctx_len[q] > s->opt.max_model_len) return VR_ERR_INVAL;
@@ -326,7 +340,10 @@ static int vr_rcpu_forward(void *state, const vr_rollout_batch_t *b) {
       s->seq[t] = q;
       s->pos[t] = b->ctx_len[q] - len + (t - b->cu_q[q]);
     }
+    if (b->ctx_len[q] > longest) longest = b->ctx_len[q];
   }
+  int rc = vr_rcpu_grow(s, longest);
+  if (rc != 0) return rc;
   for (uint32_t t = 0; t < T; t++)
     memcpy(s->x + (size_t)t * C, s->w.tok_emb + (size_t)b->ids[t] * C, (size_t)C * sizeof(float));
   for (int l = 0; l < c->num_layers; l++) {

@@ -10,6 +10,10 @@
  *       i = 1..n-1 of every sequence (one batch, accumulated over micro-batches of at most N
  *       tokens), one {"step", "loss", "grad_norm"} line per step on stdout, then saves DIR2 as
  *       a Hugging Face checkpoint (vr_lm_save) plus the optimizer state (DIR2/optimizer.vrad).
+ *   verl-trainer sft --resume DIR --data FILE --save DIR2 --steps N --lr X [...]
+ *       continues from a checkpoint sft saved: parameters from DIR (the model), AdamW moments and
+ *       the step count K from DIR/optimizer.vrad, then steps K+1..N (N is the total, as
+ *       transformers' max_steps) with the same flags: equal bit for bit to one run of N steps.
  *
  * Exit status: 0 ok, 1 a run-time failure, 2 a bad command line, model or input file. */
 #include "vr_tcmd.h"
@@ -32,7 +36,7 @@
 #define PROG "verl-trainer"
 
 typedef struct vr_tcmd_args {
-  const char *model, *device, *input, *data, *save, *cpu_gemm;
+  const char *model, *device, *input, *data, *save, *cpu_gemm, *resume;
   double temperature, lr, wd, beta1, beta2, eps, clip;
   uint64_t steps, max_tokens, threads;
 } vr_tcmd_args_t;
@@ -47,6 +51,8 @@ static void vr_tcmd_usage(FILE *f, const char *cmd) {
     fprintf(f, "usage: verl-trainer sft --model DIR --data FILE --save DIR2 --steps N --lr X [--weight-decay W]\n"
                "                        [--betas B1,B2] [--eps E] [--clip C] [--micro-batch-tokens N] [--device cpu|cuda]\n"
                "                        [--threads N] [--cpu-gemm auto|generic|avx2+fma]\n"
+               "       verl-trainer sft --resume DIR (a checkpoint sft saved, instead of --model) ...: steps K+1..N after\n"
+               "                        its K steps (parameters, AdamW moments, step count), same flags as the first run\n"
                "N AdamW steps (torch.optim.AdamW; defaults weight decay 0.01, betas 0.9,0.999, eps 1e-8, no clipping)\n"
                "on the token-mean of -log p over every token after the first of every sequence in FILE (one batch),\n"
                "then saves DIR2 (safetensors + config.json + generation_config.json + optimizer.vrad).\n");
@@ -60,7 +66,7 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
   a->wd = 0.01, a->beta1 = 0.9, a->beta2 = 0.999, a->eps = 1e-8, a->lr = -1;
   a->max_tokens = 8192;
   enum { O_MODEL = 256, O_DEVICE, O_TEMP, O_INPUT, O_DATA, O_SAVE, O_STEPS, O_LR, O_WD, O_BETAS, O_EPS, O_CLIP,
-         O_MAXTOK, O_THREADS, O_GEMM };
+         O_MAXTOK, O_THREADS, O_GEMM, O_RESUME };
   static const struct option lo[] = {{"model", required_argument, 0, O_MODEL},
                                      {"device", required_argument, 0, O_DEVICE},
                                      {"temperature", required_argument, 0, O_TEMP},
@@ -77,6 +83,7 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
                                      {"micro-batch-tokens", required_argument, 0, O_MAXTOK},
                                      {"threads", required_argument, 0, O_THREADS},
                                      {"cpu-gemm", required_argument, 0, O_GEMM},
+                                     {"resume", required_argument, 0, O_RESUME},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   const int lp = strcmp(cmd, "logprobs") == 0;
@@ -92,6 +99,7 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
       case O_DATA: a->data = optarg; break;
       case O_SAVE: a->save = optarg; break;
       case O_GEMM: a->cpu_gemm = optarg; break;
+      case O_RESUME: a->resume = optarg; break;
       case O_TEMP: bad = vr_cli_parse_double(PROG, "--temperature", optarg, 1e-6, 1e6, &a->temperature); break;
       case O_LR: bad = vr_cli_parse_double(PROG, "--lr", optarg, 0, 10, &a->lr); break;
       case O_WD: bad = vr_cli_parse_double(PROG, "--weight-decay", optarg, 0, 10, &a->wd); break;
@@ -117,6 +125,10 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
     if (bad) return VR_EXIT_USAGE;
   }
   if (optind != argc) return vr_cli_usage_error(PROG, "%s: unexpected argument \"%s\"", cmd, argv[optind]);
+  if (a->resume && lp) return vr_cli_usage_error(PROG, "--resume is an sft flag");
+  if (a->resume && a->model)
+    return vr_cli_usage_error(PROG, "sft: --resume DIR loads the model from DIR; drop --model %s", a->model);
+  if (a->resume) a->model = a->resume;
   if (!a->model) return vr_cli_usage_error(PROG, "%s needs --model DIR", cmd);
   if (!lp && (!a->data || !a->save || a->steps == 0 || a->lr < 0))
     return vr_cli_usage_error(PROG, "sft needs --data FILE, --save DIR, --steps N and --lr X");
@@ -167,6 +179,15 @@ static int vr_tcmd_read(const char *path, const vr_lm_t *lm, vr_tids_t *ids) {
   return rc == 0 ? 0 : rc == VR_ERR_NOMEM || rc == VR_ERR_IO ? VR_EXIT_FAIL : VR_EXIT_USAGE;
 }
 
+/* Micro-batch k of the split (starts): its sequences with cu_seqlens rebased into cu (room for
+ * ids->n + 1 entries, on the heap: a micro-batch may hold millions of one-token sequences). */
+static vr_train_batch_t vr_tcmd_micro(const vr_tids_t *ids, const uint32_t *starts, uint32_t k, uint32_t *cu) {
+  uint32_t q0 = starts[k], q1 = starts[k + 1], base = ids->cu[q0];
+  for (uint32_t q = q0; q <= q1; q++) cu[q - q0] = ids->cu[q] - base;
+  vr_train_batch_t b = {ids->ids + base, cu, q1 - q0, NULL};
+  return b;
+}
+
 int vr_tcmd_logprobs(int argc, char **argv) {
   vr_tcmd_args_t a;
   int rc = vr_tcmd_parse(argc, argv, "logprobs", &a);
@@ -175,20 +196,18 @@ int vr_tcmd_logprobs(int argc, char **argv) {
   vr_train_t *t = NULL;
   vr_tids_t ids = {0};
   float *lp = NULL;
-  uint32_t *starts = NULL;
+  uint32_t *starts = NULL, *cu = NULL;
   rc = vr_tcmd_engine(&a, &lm, &t);
   if (rc == 0) rc = vr_tcmd_read(a.input, lm, &ids);
   if (rc == 0 && ids.n > 0) {
     lp = malloc(ids.T * sizeof *lp);
-    starts = malloc((ids.n + 1) * sizeof *starts);
-    if (!lp || !starts) rc = VR_EXIT_FAIL;
+    starts = malloc((ids.n + 1) * sizeof *starts), cu = malloc((ids.n + 1) * sizeof *cu);
+    if (!lp || !starts || !cu) rc = VR_EXIT_FAIL;
   }
   uint32_t nb = rc == 0 && ids.n > 0 ? vr_train_split(ids.cu, ids.n, (uint32_t)a.max_tokens, starts) : 0;
   for (uint32_t k = 0; k < nb && rc == 0; k++) {
     uint32_t q0 = starts[k], q1 = starts[k + 1], base = ids.cu[q0];
-    uint32_t cu[q1 - q0 + 1];
-    for (uint32_t q = q0; q <= q1; q++) cu[q - q0] = ids.cu[q] - base;
-    vr_train_batch_t b = {ids.ids + base, cu, q1 - q0, NULL};
+    vr_train_batch_t b = vr_tcmd_micro(&ids, starts, k, cu);
     int e = vr_train_forward(t, &b, (float)a.temperature, lp + base, NULL, 0);
     if (e != 0) {
       fprintf(stderr, PROG ": forward failed at line %u: %s\n", ids.line[q0], vr_strerror(e));
@@ -205,6 +224,7 @@ int vr_tcmd_logprobs(int argc, char **argv) {
   if (fflush(stdout) != 0 && rc == 0) rc = VR_EXIT_FAIL;
   free(lp);
   free(starts);
+  free(cu);
   vr_tids_free(&ids);
   vr_train_free(t);
   vr_lm_free(lm);
@@ -212,20 +232,18 @@ int vr_tcmd_logprobs(int argc, char **argv) {
 }
 
 /* One optimizer step of sft: loss and gradients over every micro-batch, then AdamW. */
-static int vr_tcmd_sft_step(vr_train_t *t, const vr_tids_t *ids, const uint32_t *starts, uint32_t nb, float *lp,
-                            float *d, const vr_adamw_t *h, float clip, double *loss, double *norm) {
+static int vr_tcmd_sft_step(vr_train_t *t, const vr_tids_t *ids, const uint32_t *starts, uint32_t nb, uint32_t *cu,
+                            float *lp, float *d, const vr_adamw_t *h, float clip, double *loss, double *norm) {
   const uint64_t N = ids->T - ids->n; /* predicted tokens */
   int rc = vr_train_zero_grad(t);
   double l = 0;
   for (uint32_t k = 0; k < nb && rc == 0; k++) {
     uint32_t q0 = starts[k], q1 = starts[k + 1], base = ids->cu[q0];
-    uint32_t cu[q1 - q0 + 1];
-    for (uint32_t q = q0; q <= q1; q++) cu[q - q0] = ids->cu[q] - base;
-    vr_train_batch_t b = {ids->ids + base, cu, q1 - q0, NULL};
+    vr_train_batch_t b = vr_tcmd_micro(ids, starts, k, cu);
     rc = vr_train_forward(t, &b, 1.0f, lp + base, NULL, 1);
     for (uint32_t q = q0; q < q1 && rc == 0; q++)
       for (uint32_t i = ids->cu[q] + 1; i < ids->cu[q + 1]; i++) l -= lp[i], d[i] = -1.0f / (float)N;
-    if (rc == 0) rc = vr_train_backward(t, d + base, NULL);
+    if (rc == 0) rc = k + 1 == nb ? vr_train_backward_last(t, d + base, NULL) : vr_train_backward(t, d + base, NULL);
   }
   *loss = l / (double)N;
   if (rc == 0) rc = vr_train_step(t, h, clip, norm);
@@ -240,7 +258,7 @@ int vr_tcmd_sft(int argc, char **argv) {
   vr_train_t *t = NULL;
   vr_tids_t ids = {0};
   float *lp = NULL, *d = NULL;
-  uint32_t *starts = NULL;
+  uint32_t *starts = NULL, *cu = NULL;
   rc = vr_tcmd_engine(&a, &lm, &t);
   if (rc == 0) rc = vr_tcmd_read(a.data, lm, &ids);
   if (rc == 0 && ids.T <= ids.n) {
@@ -249,13 +267,28 @@ int vr_tcmd_sft(int argc, char **argv) {
   }
   if (rc == 0) {
     lp = malloc(ids.T * sizeof *lp), d = calloc(ids.T, sizeof *d), starts = malloc((ids.n + 1) * sizeof *starts);
-    if (!lp || !d || !starts) rc = VR_EXIT_FAIL;
+    cu = malloc((ids.n + 1) * sizeof *cu);
+    if (!lp || !d || !starts || !cu) rc = VR_EXIT_FAIL;
+  }
+  uint64_t done = 0; /* steps already taken (a resumed checkpoint's) */
+  if (rc == 0 && a.resume) {
+    char path[4096];
+    int e = snprintf(path, sizeof path, "%s/optimizer.vrad", a.resume) >= (int)sizeof path ? VR_ERR_INVAL
+                                                                                            : vr_train_load_optimizer(t, path);
+    if (e != 0) {
+      fprintf(stderr, PROG ": cannot resume from %s: %s\n", path, vr_strerror(e));
+      rc = e == VR_ERR_NOMEM || e == VR_ERR_IO ? VR_EXIT_FAIL : VR_EXIT_USAGE;
+    } else if ((done = (uint64_t)vr_train_step_count(t)) >= a.steps) {
+      fprintf(stderr, PROG ": %s is at step %llu; --steps %llu (the total) leaves nothing to do\n", a.resume,
+              (unsigned long long)done, (unsigned long long)a.steps);
+      rc = VR_EXIT_USAGE;
+    }
   }
   uint32_t nb = rc == 0 ? vr_train_split(ids.cu, ids.n, (uint32_t)a.max_tokens, starts) : 0;
   vr_adamw_t h = {(float)a.lr, (float)a.beta1, (float)a.beta2, (float)a.eps, (float)a.wd};
-  for (uint64_t s = 1; s <= a.steps && rc == 0; s++) {
+  for (uint64_t s = done + 1; s <= a.steps && rc == 0; s++) {
     double loss = 0, norm = 0;
-    int e = vr_tcmd_sft_step(t, &ids, starts, nb, lp, d, &h, (float)a.clip, &loss, &norm);
+    int e = vr_tcmd_sft_step(t, &ids, starts, nb, cu, lp, d, &h, (float)a.clip, &loss, &norm);
     if (e != 0) {
       fprintf(stderr, PROG ": sft step %llu failed: %s\n", (unsigned long long)s, vr_strerror(e));
       rc = VR_EXIT_FAIL;
@@ -268,7 +301,7 @@ int vr_tcmd_sft(int argc, char **argv) {
     char path[4096];
     int e = vr_train_get_params(t, vr_lm_params(lm), vr_lm_n_floats(lm));
     if (e == 0) e = vr_lm_save(lm, a.save);
-    snprintf(path, sizeof path, "%s/optimizer.vrad", a.save);
+    if (e == 0 && snprintf(path, sizeof path, "%s/optimizer.vrad", a.save) >= (int)sizeof path) e = VR_ERR_INVAL;
     if (e == 0) e = vr_train_save_optimizer(t, path);
     if (e != 0) {
       fprintf(stderr, PROG ": cannot save %s: %s\n", a.save, vr_strerror(e));
@@ -280,6 +313,7 @@ int vr_tcmd_sft(int argc, char **argv) {
   free(lp);
   free(d);
   free(starts);
+  free(cu);
   vr_tids_free(&ids);
   vr_train_free(t);
   vr_lm_free(lm);

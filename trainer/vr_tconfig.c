@@ -14,12 +14,12 @@ static const char *const vr_verl_sections[] = {"data", "actor_rollout_ref", "cri
 
 enum {
   F_DEVICE_MAP, F_STEPS, F_TIMEOUT, F_AR_BYTES, F_SYNC_BYTES, F_METRICS, F_RUN_DIR, F_NNODES, F_NGPUS,
+  F_EPOCHS, F_SAVE_FREQ, F_LOCAL_DIR, F_RESUME_MODE, F_RESUME_PATH, F_KEEP_ACTOR, F_KEEP_CRITIC, F_WARMUP,
   F_VERL_FIRST /* verl keys accepted, not used */
 };
-static const char *const vr_verl_trainer_keys[] = {"project_name", "experiment_name", "logger", "save_freq",
-                                                   "test_freq", "total_epochs", "val_before_train",
-                                                   "default_local_dir", "resume_mode", "critic_warmup",
-                                                   "balance_batch"};
+static const char *const vr_verl_trainer_keys[] = {"project_name", "experiment_name", "logger", "test_freq",
+                                                   "val_before_train", "balance_batch"};
+static const char *const vr_resume_modes[] = {"auto", "disable", "resume_path"};
 #define N_VERL_KEYS (int)(sizeof vr_verl_trainer_keys / sizeof *vr_verl_trainer_keys)
 
 void vr_tconfig_defaults(vr_tconfig_t *c) {
@@ -28,6 +28,10 @@ void vr_tconfig_defaults(vr_tconfig_t *c) {
   c->comm_timeout_s = 300;
   c->allreduce_bytes = 64ull << 20;
   c->sync_bytes = 256ull << 20;
+  c->total_epochs = 1;
+  c->save_freq = -1;
+  snprintf(c->default_local_dir, sizeof c->default_local_dir, "checkpoints");
+  vr_rlconfig_defaults(&c->rl);
 }
 
 static void add_unused(vr_tconfig_t *c, const char *name) {
@@ -87,8 +91,14 @@ int vr_tconfig_load(const char *path, vr_tconfig_t *c, char *err, size_t cap) {
   top[0] = (vr_yaml_field_t){.name = "trainer"};
   for (int i = 0; i < N_VERL_SECTIONS; i++) top[1 + i] = (vr_yaml_field_t){.name = vr_verl_sections[i]};
   vr_yaml_fields(&y, vr_yaml_root(&y), "the config", top, 1 + N_VERL_SECTIONS);
-  for (int i = 0; i < N_VERL_SECTIONS; i++)
-    if (top[1 + i].value) add_unused(c, vr_verl_sections[i]);
+  if (base_dir[0]) snprintf(c->default_local_dir, sizeof c->default_local_dir, "%.1000s/checkpoints", base_dir);
+  for (int i = 0; i < N_VERL_SECTIONS; i++) {
+    if (!top[1 + i].value) continue;
+    if (vr_rlconfig_is_section(vr_verl_sections[i]))
+      vr_rlconfig_section(&y, vr_verl_sections[i], top[1 + i].value, base_dir, &c->rl);
+    else
+      add_unused(c, vr_verl_sections[i]);
+  }
 
   const yaml_node_t *tr = top[0].value;
   if (tr && !vr_yaml_is_map(tr) && !vr_yaml_is_null(tr)) {
@@ -105,14 +115,40 @@ int vr_tconfig_load(const char *path, vr_tconfig_t *c, char *err, size_t cap) {
         [F_RUN_DIR] = {.name = "run_dir"},
         [F_NNODES] = {.name = "nnodes"},
         [F_NGPUS] = {.name = "n_gpus_per_node"},
+        [F_EPOCHS] = {.name = "total_epochs"},
+        [F_SAVE_FREQ] = {.name = "save_freq"},
+        [F_LOCAL_DIR] = {.name = "default_local_dir"},
+        [F_RESUME_MODE] = {.name = "resume_mode"},
+        [F_RESUME_PATH] = {.name = "resume_from_path"},
+        [F_KEEP_ACTOR] = {.name = "max_actor_ckpt_to_keep"},
+        [F_KEEP_CRITIC] = {.name = "max_critic_ckpt_to_keep"},
+        [F_WARMUP] = {.name = "critic_warmup"},
     };
     for (int i = 0; i < N_VERL_KEYS; i++) f[F_VERL_FIRST + i].name = vr_verl_trainer_keys[i];
     vr_yaml_fields(&y, tr, "trainer", f, F_VERL_FIRST + N_VERL_KEYS);
     long v;
     if (f[F_DEVICE_MAP].value)
       get_path(&y, f[F_DEVICE_MAP].value, "device_map", base_dir, c->device_map, sizeof c->device_map);
-    if (f[F_STEPS].value && get_long(&y, f[F_STEPS].value, "total_training_steps", 1, 100000000, &v) == 0)
-      c->total_training_steps = (int)v;
+    if (f[F_STEPS].value && !vr_yaml_is_null(f[F_STEPS].value) &&
+        get_long(&y, f[F_STEPS].value, "total_training_steps", 1, 100000000, &v) == 0)
+      c->total_training_steps = (int)v, c->steps_given = 1;
+    if (f[F_EPOCHS].value && get_long(&y, f[F_EPOCHS].value, "total_epochs", 1, 1000000, &v) == 0)
+      c->total_epochs = (int)v;
+    if (f[F_SAVE_FREQ].value && get_long(&y, f[F_SAVE_FREQ].value, "save_freq", -1, 100000000, &v) == 0)
+      c->save_freq = v == 0 ? -1 : (int)v;
+    if (f[F_LOCAL_DIR].value)
+      get_path(&y, f[F_LOCAL_DIR].value, "default_local_dir", base_dir, c->default_local_dir, sizeof c->default_local_dir);
+    if (f[F_RESUME_MODE].value) {
+      int m = vr_yaml_enum(&y, f[F_RESUME_MODE].value, "trainer.resume_mode", vr_resume_modes, 3);
+      if (m >= 0) c->resume_mode = m;
+    }
+    if (f[F_RESUME_PATH].value)
+      get_path(&y, f[F_RESUME_PATH].value, "resume_from_path", base_dir, c->resume_from_path, sizeof c->resume_from_path);
+    for (int k = F_KEEP_ACTOR; k <= F_KEEP_CRITIC; k++)
+      if (f[k].value && !vr_yaml_is_null(f[k].value) && get_long(&y, f[k].value, f[k].name, -1, 1000000, &v) == 0 && v > 0)
+        c->max_ckpt_to_keep = c->max_ckpt_to_keep && c->max_ckpt_to_keep < v ? c->max_ckpt_to_keep : (int)v;
+    if (f[F_WARMUP].value && get_long(&y, f[F_WARMUP].value, "critic_warmup", 0, 100000000, &v) == 0)
+      c->critic_warmup = (int)v;
     if (f[F_TIMEOUT].value && get_long(&y, f[F_TIMEOUT].value, "comm_timeout_s", 1, 86400, &v) == 0)
       c->comm_timeout_s = (double)v;
     if (f[F_AR_BYTES].value &&

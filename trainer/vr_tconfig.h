@@ -16,9 +16,19 @@
  *     run_dir: ""                     # workers' status files ("" = a fresh $TMPDIR directory)
  *     nnodes: 1                       # verl's; when given, checked against the device map
  *     n_gpus_per_node: 8              # verl's; when given, checked against the device map
- *     project_name / experiment_name / logger / save_freq / test_freq / total_epochs /
- *     val_before_train / default_local_dir / resume_mode / critic_warmup / balance_batch:
- *                                     verl's, accepted, not used yet
+ *   the RL loop's (verl's names and defaults; docs/operations.md "RL loop"):
+ *     total_epochs: 1                 # passes over data.train_files (total_training_steps, when
+ *                                     # given, wins; else epochs * batches per epoch)
+ *     save_freq: -1                   # a checkpoint every N steps and at the last (-1: none; SIGTERM saves)
+ *     default_local_dir: checkpoints  # where global_step_N/ go (relative to the config's directory)
+ *     resume_mode: auto               # auto | disable | resume_path (+ resume_from_path)
+ *     resume_from_path: ""            # a global_step_N directory for resume_mode resume_path
+ *     max_actor_ckpt_to_keep: null    # keep the newest N checkpoints (null: all)
+ *     max_critic_ckpt_to_keep: null   # (checkpoints hold both: the smaller of the two wins)
+ *     critic_warmup: 0                # the actor updates from step critic_warmup on (verl: warmup <= step)
+ *     project_name / experiment_name / logger / test_freq / val_before_train / balance_batch:
+ *                                     verl's, accepted, not used
+ * The RL sections data / actor_rollout_ref / critic / algorithm are vr_rlconfig.h's.
  *
  * Errors are "path:line:col: error: ... HINT: ..." lines (vr_text.h diagnostics). */
 #ifndef VR_TCONFIG_H
@@ -26,6 +36,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "vr_rlconfig.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,6 +54,16 @@ typedef struct vr_tconfig {
   char run_dir[1024];        /* default "" */
   int nnodes, n_gpus_per_node; /* 0 when absent */
   char unused[512];          /* verl sections / keys read but not used, comma-separated */
+  /* the RL loop (trainer.*) */
+  int total_epochs;          /* default 1 */
+  int steps_given;           /* total_training_steps was in the file */
+  int save_freq;             /* -1 default */
+  char default_local_dir[1024]; /* default "<config dir>/checkpoints" */
+  int resume_mode;           /* 0 auto, 1 disable, 2 resume_path */
+  char resume_from_path[1024];
+  int max_ckpt_to_keep;      /* 0 = all */
+  int critic_warmup;
+  vr_rlconfig_t rl;
 } vr_tconfig_t;
 
 void vr_tconfig_defaults(vr_tconfig_t *c);

@@ -1,6 +1,7 @@
 /* vr_train.c: the training engine over a backend table (vr_train.h): input checks, data
- * parallel gradient all-reduce in buckets, global-norm clipping, AdamW with ZeRO-1 shards,
- * optimizer state files, micro-batch splitting. */
+ * parallel gradient all-reduce (reduce-scatter under ZeRO-1 where the comm has one) in buckets,
+ * started during the last backward (vr_train_backward_last) or in the step, global-norm clipping,
+ * AdamW with ZeRO-1 shards, optimizer state files, micro-batch splitting. */
 #include "vr_train.h"
 
 #include <errno.h>
@@ -21,6 +22,15 @@ struct vr_train {
   size_t n_floats, lo, hi;         /* this rank's shard */
   int64_t step;
   int pending;                     /* a kept forward awaits backward */
+  /* data parallel: gradient buckets [bk[i], bk[i+1]), i < n_bk, reduced from the top down */
+  size_t *bk;
+  int n_bk, next;                  /* next bucket to start (descending; -1: all started) */
+  void **req;                      /* per bucket: a started non-blocking all-reduce or NULL */
+  char *done;                      /* per bucket: test said complete */
+  int inflight, comm_rc;           /* backward_last started the reduction; first failure */
+  int rs;                          /* ZeRO-1 with the comm's reduce-scatter: buckets reduce-scattered */
+  size_t *off;                     /* (size + 1) a bucket's pieces per rank (reduce-scatter) */
+  double *sq;                      /* (size) the ranks' shard sums of squares (reduce-scatter) */
 };
 
 void vr_train_options_init(vr_train_options_t *o) {
@@ -45,6 +55,48 @@ static void vr_train_shard(size_t n, int r, int R, size_t *lo, size_t *hi) {
   *hi = r + 1 == R ? n : units * (size_t)(r + 1) / (size_t)R * VR_LM_ALIGN;
 }
 
+/* The gradient buckets (vr_train_backward_last): cut points 0, every layer's first tensor, the
+ * final norm and n_floats; from the top, a bucket closes at the first cut that makes it at least
+ * B floats (or at 0), then is split into pieces of at most B. */
+static int vr_train_plan(vr_train_t *t, const vr_lm_t *lm) {
+  const vr_lm_index_t *ix = vr_lm_index(lm);
+  const int L = t->cfg.num_layers;
+  size_t B = t->opt.bucket_floats < (size_t)1 << 30 ? t->opt.bucket_floats : (size_t)1 << 30;
+  size_t ncut = (size_t)L + 3, *cut = malloc(ncut * sizeof *cut), k = 0;
+  size_t cap = t->n_floats / B + ncut + 1, nb = 0, *desc = malloc(cap * sizeof *desc);
+  if (!cut || !desc) {
+    free(cut), free(desc);
+    return VR_ERR_NOMEM;
+  }
+  cut[k++] = 0;
+  for (int l = 0; l < L; l++) cut[k++] = vr_lm_tensor(lm, (size_t)ix->layers[l].q_w)->offset;
+  cut[k++] = vr_lm_tensor(lm, (size_t)ix->final_norm)->offset;
+  cut[k++] = t->n_floats;
+  size_t hi = t->n_floats;
+  for (size_t i = k - 1; i-- > 0;) {
+    if (hi - cut[i] < B && i > 0) continue;
+    for (size_t e = hi; e > cut[i];) { /* pieces of at most B from cut[i] up, listed top down */
+      size_t a = cut[i] + (e - cut[i] - 1) / B * B;
+      desc[nb++] = a;
+      e = a;
+    }
+    hi = cut[i];
+  }
+  free(cut);
+  t->bk = malloc((nb + 1) * sizeof *t->bk);
+  t->req = calloc(nb ? nb : 1, sizeof *t->req);
+  t->done = calloc(nb ? nb : 1, 1);
+  if (!t->bk || !t->req || !t->done) {
+    free(desc);
+    return VR_ERR_NOMEM;
+  }
+  for (size_t i = 0; i < nb; i++) t->bk[i] = desc[nb - 1 - i];
+  t->bk[nb] = t->n_floats;
+  t->n_bk = (int)nb;
+  free(desc);
+  return 0;
+}
+
 int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_t **out) {
   if (!lm || !out) return VR_ERR_INVAL;
   *out = NULL;
@@ -56,7 +108,9 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   if (opt.bucket_floats == 0) opt.bucket_floats = (size_t)1 << 22;
   if (opt.comm.size <= 0) opt.comm.size = 1, opt.comm.rank = 0;
   if (opt.comm.rank < 0 || opt.comm.rank >= opt.comm.size ||
-      (opt.comm.size > 1 && (!opt.comm.allreduce_sum || !opt.comm.bcast))) {
+      (opt.comm.size > 1 && (!opt.comm.allreduce_sum || !opt.comm.bcast)) ||
+      (opt.comm.iallreduce_sum == NULL) != (opt.comm.wait == NULL) ||
+      (opt.comm.ireduce_scatter_sum && (!opt.comm.wait || !opt.comm.reduce_scatter_sum))) {
     vr_log(VR_LOG_ERROR, "training engine: comm rank %d of %d without collectives", opt.comm.rank, opt.comm.size);
     return VR_ERR_INVAL;
   }
@@ -84,8 +138,16 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   t->n_floats = vr_lm_n_floats(lm);
   if (opt.zero1 && opt.comm.size > 1) vr_train_shard(t->n_floats, opt.comm.rank, opt.comm.size, &t->lo, &t->hi);
   else t->lo = 0, t->hi = t->n_floats;
-  int rc = ops->init(lm, &t->opt, t->lo, t->hi, &t->state);
+  int rc = opt.comm.size > 1 ? vr_train_plan(t, lm) : 0;
+  t->rs = opt.zero1 && opt.comm.size > 1 && opt.comm.reduce_scatter_sum;
+  if (rc == 0 && t->rs) {
+    t->off = malloc(((size_t)opt.comm.size + 1) * sizeof *t->off);
+    t->sq = malloc((size_t)opt.comm.size * sizeof *t->sq);
+    if (!t->off || !t->sq) rc = VR_ERR_NOMEM;
+  }
+  if (rc == 0) rc = ops->init(lm, &t->opt, t->lo, t->hi, &t->state);
   if (rc != 0) {
+    free(t->bk), free(t->req), free(t->done), free(t->off), free(t->sq);
     free(t);
     return rc;
   }
@@ -93,9 +155,64 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   return 0;
 }
 
+/* Starts the all-reduce of every bucket not yet started that lies in [lo, n_floats). */
+static void vr_train_launch(vr_train_t *t, size_t lo) {
+  const vr_train_comm_t *c = &t->opt.comm;
+  float *g = t->ops->grads(t->state);
+  for (; t->next >= 0 && t->bk[t->next] >= lo; t->next--) {
+    const int i = t->next;
+    if (t->comm_rc != 0) continue; /* after a failure nothing more is started */
+    size_t a = t->bk[i], n = t->bk[i + 1] - a;
+    t->done[i] = 0;
+    int rc;
+    if (t->rs) { /* rank r's piece: the bucket within its shard */
+      for (int r = 0; r <= c->size; r++) {
+        size_t lo = t->n_floats, hi;
+        if (r < c->size) vr_train_shard(t->n_floats, r, c->size, &lo, &hi);
+        t->off[r] = lo < a ? 0 : lo > a + n ? n : lo - a;
+      }
+      rc = c->ireduce_scatter_sum ? c->ireduce_scatter_sum(c->ctx, g + a, n, t->off, &t->req[i])
+                                  : c->reduce_scatter_sum(c->ctx, g + a, n, t->off);
+    } else {
+      rc = c->iallreduce_sum ? c->iallreduce_sum(c->ctx, g + a, n, &t->req[i]) : c->allreduce_sum(c->ctx, g + a, n);
+    }
+    if (rc != 0) {
+      t->req[i] = NULL;
+      t->comm_rc = rc;
+      vr_log(VR_LOG_ERROR, "training: gradient all-reduce of [%zu, %zu) failed (%d)", a, a + n, rc);
+    }
+  }
+  for (int i = t->n_bk - 1; c->test && i > t->next; i--) /* progress for the started ones */
+    if (t->req[i] && !t->done[i]) {
+      int d = 0;
+      if (c->test(c->ctx, t->req[i], &d) == 0 && d) t->done[i] = 1;
+    }
+}
+
+static void vr_train_ready(void *ctx, size_t lo) { vr_train_launch(ctx, lo); }
+
+/* Completes the reduction backward_last (or step) started; 0 or the first failure. */
+static int vr_train_wait(vr_train_t *t) {
+  const vr_train_comm_t *c = &t->opt.comm;
+  for (int i = t->n_bk - 1; i >= 0; i--) {
+    if (!t->req[i]) continue;
+    int rc = c->wait(c->ctx, t->req[i]);
+    t->req[i] = NULL;
+    if (rc != 0 && t->comm_rc == 0) {
+      t->comm_rc = rc;
+      vr_log(VR_LOG_ERROR, "training: gradient all-reduce of [%zu, %zu) failed (%d)", t->bk[i], t->bk[i + 1], rc);
+    }
+  }
+  int rc = t->comm_rc;
+  t->inflight = 0, t->comm_rc = 0;
+  return rc;
+}
+
 void vr_train_free(vr_train_t *t) {
   if (!t) return;
+  if (t->inflight) vr_train_wait(t);
   t->ops->free(t->state);
+  free(t->bk), free(t->req), free(t->done), free(t->off), free(t->sq);
   free(t);
 }
 
@@ -160,19 +277,51 @@ int vr_train_forward(vr_train_t *t, const vr_train_batch_t *b, float temperature
   return rc;
 }
 
-int vr_train_backward(vr_train_t *t, const float *dout, const float *dent) {
+static int vr_train_backward_check(vr_train_t *t, const float *dout) {
   if (!t || !dout) return VR_ERR_INVAL;
+  if (t->inflight) {
+    vr_log(VR_LOG_ERROR, "training backward: the gradients are being reduced (backward_last); step or zero_grad first");
+    return VR_ERR_INVAL;
+  }
   if (!t->pending) {
     vr_log(VR_LOG_ERROR, "training backward: no forward with keep = 1 is pending");
     return VR_ERR_INVAL;
   }
   t->pending = 0;
+  return 0;
+}
+
+int vr_train_backward(vr_train_t *t, const float *dout, const float *dent) {
+  int rc = vr_train_backward_check(t, dout);
+  if (rc != 0) return rc;
   return t->ops->backward(t->state, dout, t->cfg.head == VR_LM_HEAD_LM ? dent : NULL);
 }
 
-int vr_train_zero_grad(vr_train_t *t) { return t ? t->ops->zero_grad(t->state) : VR_ERR_INVAL; }
+int vr_train_backward_last(vr_train_t *t, const float *dout, const float *dent) {
+  int rc = vr_train_backward_check(t, dout);
+  if (rc != 0) return rc;
+  dent = t->cfg.head == VR_LM_HEAD_LM ? dent : NULL;
+  if (t->opt.comm.size <= 1) return t->ops->backward(t->state, dout, dent);
+  t->next = t->n_bk - 1, t->comm_rc = 0, t->inflight = 1;
+  if (t->ops->backward_ready) rc = t->ops->backward_ready(t->state, dout, dent, vr_train_ready, t);
+  else rc = t->ops->backward(t->state, dout, dent);
+  vr_train_launch(t, 0); /* the rest; also after a failure, so the group's collectives stay matched */
+  return rc;
+}
+
+int vr_train_zero_grad(vr_train_t *t) {
+  if (!t) return VR_ERR_INVAL;
+  int rc = t->inflight ? vr_train_wait(t) : 0;
+  int z = t->ops->zero_grad(t->state);
+  return rc != 0 ? rc : z;
+}
 
 int vr_train_grad_norm(vr_train_t *t, double *norm) {
+  if (!t || !norm) return VR_ERR_INVAL;
+  if (t->inflight) {
+    int rc = vr_train_wait(t);
+    if (rc != 0) return rc;
+  }
   double sq = 0;
   int rc = t->ops->grad_sqnorm(t->state, 0, t->n_floats, &sq);
   if (rc == 0) *norm = sqrt(sq);
@@ -183,19 +332,31 @@ int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_n
   if (!t || !h) return VR_ERR_INVAL;
   const vr_train_comm_t *c = &t->opt.comm;
   int rc = 0;
-  if (c->size > 1) { /* sum the gradients over the group, bucket by bucket */
-    float *g = t->ops->grads(t->state);
-    for (size_t o = 0; o < t->n_floats && rc == 0; o += t->opt.bucket_floats) {
-      size_t n = t->n_floats - o < t->opt.bucket_floats ? t->n_floats - o : t->opt.bucket_floats;
-      rc = c->allreduce_sum(c->ctx, g + o, n);
+  if (c->size > 1) { /* sum the gradients over the group, bucket by bucket (unless backward_last did) */
+    if (!t->inflight) {
+      t->next = t->n_bk - 1, t->comm_rc = 0, t->inflight = 1;
+      vr_train_launch(t, 0);
     }
+    rc = vr_train_wait(t);
     if (rc != 0) {
       vr_log(VR_LOG_ERROR, "training step: gradient all-reduce failed (%d)", rc);
       return rc;
     }
   }
   double norm = 0;
-  rc = vr_train_grad_norm(t, &norm);
+  if (t->rs) { /* each shard's sum of squares to every rank, summed in rank order */
+    rc = t->ops->grad_sqnorm(t->state, t->lo, t->hi, &t->sq[c->rank]);
+    for (int r = 0; r < c->size && rc == 0; r++) rc = c->bcast(c->ctx, &t->sq[r], sizeof t->sq[r], r);
+    if (rc != 0) {
+      vr_log(VR_LOG_ERROR, "training step: gradient norm exchange failed (%d)", rc);
+      return rc;
+    }
+    double sq = 0;
+    for (int r = 0; r < c->size; r++) sq += t->sq[r];
+    norm = sqrt(sq);
+  } else {
+    rc = vr_train_grad_norm(t, &norm);
+  }
   if (rc != 0) return rc;
   if (grad_norm) *grad_norm = norm;
   if (!isfinite(norm)) {
@@ -223,6 +384,7 @@ int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_n
 }
 
 size_t vr_train_n_floats(const vr_train_t *t) { return t->n_floats; }
+void vr_train_shard_range(const vr_train_t *t, size_t *lo, size_t *hi) { *lo = t->lo, *hi = t->hi; }
 float *vr_train_param_buffer(vr_train_t *t) { return t->ops->params(t->state); }
 float *vr_train_grad_buffer(vr_train_t *t) { return t->ops->grads(t->state); }
 const char *vr_train_device(const vr_train_t *t) { return t->ops->name; }
@@ -241,6 +403,8 @@ int vr_train_set_params(vr_train_t *t, const float *src, size_t n) {
 
 int vr_train_get_grads(vr_train_t *t, float *dst, size_t n) {
   if (!t || !dst || n != t->n_floats) return VR_ERR_INVAL;
+  int rc = t->inflight ? vr_train_wait(t) : 0;
+  if (rc != 0) return rc;
   return t->ops->get_grads(t->state, dst);
 }
 
@@ -260,8 +424,11 @@ int vr_train_save_optimizer(vr_train_t *t, const char *path) {
   size_t n = t->hi - t->lo;
   float *m = malloc((n ? n : 1) * sizeof *m), *v = malloc((n ? n : 1) * sizeof *v);
   int rc = m && v ? t->ops->get_moments(t->state, m, v) : VR_ERR_NOMEM;
-  char tmp[4096];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  char tmp[4096 + 8];
+  if (rc == 0 && snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+    vr_log(VR_LOG_ERROR, "%s: optimizer state path too long", path);
+    rc = VR_ERR_INVAL;
+  }
   FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
   if (rc == 0 && !f) {
     vr_log(VR_LOG_ERROR, "%s: cannot create: %s", tmp, strerror(errno));

@@ -29,7 +29,8 @@
  * later forward, kept or not, or set_params, discards it).
  * Gradients accumulate over micro-batches until zero_grad. Data parallel: each rank's loss is
  * its share of the global loss (e.g. token-mean: divide by the GLOBAL token count); step()
- * all-reduces (sums) the gradients over the group, so every rank applies the same update.
+ * all-reduces (sums) the gradients over the group, so every rank applies the same update
+ * (vr_train_backward_last starts that all-reduce during the last micro-batch's backward).
  *
  * ---- Optimizer ------------------------------------------------------------------------------
  * AdamW as torch.optim.AdamW (fp32 moments m, v; step count s starting at 1):
@@ -42,6 +43,10 @@
  * shard [lo, hi) of the buffer (contiguous, split at VR_LM_ALIGN boundaries), updates that
  * shard, then the shards are broadcast so every rank holds all parameters. Results are equal
  * to a single rank's (same sums in the same order) up to the order of the gradient all-reduce.
+ * ZeRO-1 over a comm with reduce_scatter_sum: the gradients are reduce-scattered, so after the
+ * step only the shard [lo, hi) (vr_train_shard_range) holds the sums and the rest of the
+ * gradient buffer is undefined; the norm is then sqrt of the sum over ranks, in rank order, of
+ * each shard's sum of squares (every rank computes the same value).
  *
  * Threading: a vr_train_t is used by one thread. Not thread-safe. */
 #ifndef VR_TRAIN_H
@@ -75,6 +80,27 @@ typedef struct vr_train_comm {
   int (*allreduce_sum)(void *ctx, float *buf, size_t n);      /* in place */
   int (*bcast)(void *ctx, void *buf, size_t bytes, int root);
   void *ctx;
+  /* Optional (both or neither): a non-blocking in-place sum all-reduce of n <= 2^30 floats.
+   * iallreduce_sum starts it and sets *req; wait completes it and releases req (called exactly
+   * once per started request, also after a failure elsewhere). test (optional) drives progress
+   * without blocking: *done = 1 once complete (the engine still calls wait). When present the
+   * engine reduces every gradient bucket with these, overlapped or not, so both paths give the
+   * same bits; absent, it calls allreduce_sum per bucket. An NCCL comm starts ncclAllReduce on
+   * the stream that orders after the backend's backward work and waits on that stream. */
+  int (*iallreduce_sum)(void *ctx, float *buf, size_t n, void **req);
+  int (*wait)(void *ctx, void *req);
+  int (*test)(void *ctx, void *req, int *done);
+  /* Optional, for ZeRO-1: a sum reduce-scatter of buf[0, n) (n <= 2^30) in place: rank r ends
+   * with the sums of its piece buf[off[r], off[r+1]) (off: size + 1 non-decreasing entries, 0 ..
+   * n, read during the call only); the rest of buf is left undefined. The non-blocking form
+   * completes through wait (and test) as iallreduce_sum; it needs wait. When the engine shards
+   * (zero1) and reduce_scatter_sum is given, it reduce-scatters every bucket (the non-blocking
+   * form when given) instead of all-reducing it: half the traffic; the step then also calls bcast
+   * on host doubles (each rank's shard sum of squares, 8 bytes), so a device comm offering these
+   * must accept small host buffers in bcast. An NCCL comm can do the reduce-scatter as one
+   * ncclReduce per non-empty piece (root = its owner) inside ncclGroupStart/End. */
+  int (*reduce_scatter_sum)(void *ctx, float *buf, size_t n, const size_t *off);
+  int (*ireduce_scatter_sum)(void *ctx, float *buf, size_t n, const size_t *off, void **req);
 } vr_train_comm_t;
 
 typedef struct vr_train_options {
@@ -86,7 +112,8 @@ typedef struct vr_train_options {
   size_t vocab_chunk;         /* LM head: vocabulary rows per chunk; 0 = backend default */
   vr_train_comm_t comm;       /* data-parallel group; zero = one rank */
   int zero1;                  /* 1: shard optimizer state over comm (ZeRO-1); 0: every rank holds all */
-  size_t bucket_floats;       /* gradient all-reduce bucket; 0 = 1<<22 */
+  size_t bucket_floats;       /* gradient all-reduce bucket (upper bound; buckets end at layer
+                               * boundaries, see vr_train_backward_last); 0 = 1<<22 */
 } vr_train_options_t;
 
 void vr_train_options_init(vr_train_options_t *o);
@@ -124,6 +151,17 @@ typedef struct vr_train_backend_ops {
   /* Host copies of the shard's moments (shard_hi - shard_lo floats each). */
   int (*get_moments)(void *state, float *m, float *v);
   int (*set_moments)(void *state, const float *m, const float *v);
+  /* Optional: backward (same contract) that also calls ready(ctx, lo) each time this backward has
+   * made its last addition to grads[lo, n_floats): lo decreases call by call, from the head and
+   * final norm (lo = offset of model.norm.weight) through each layer from the last (lo = offset of
+   * its first tensor) to the embeddings (lo = 0, the last call). A device backend calls it once
+   * the kernels writing those gradients are ordered before the comm's next collective (same
+   * stream, or an event the comm waits on). The engine starts the all-reduce of the buckets that
+   * became complete, so communication overlaps the rest of the backward. ready must be called
+   * from the thread that called backward_ready (it calls the comm), never from worker threads.
+   * NULL: the engine runs backward, then reduces every bucket (same results, no overlap). */
+  int (*backward_ready)(void *state, const float *dout, const float *dent, void (*ready)(void *ctx, size_t lo),
+                        void *ctx);
 } vr_train_backend_ops_t;
 
 extern const vr_train_backend_ops_t vr_train_backend_cpu;
@@ -144,18 +182,34 @@ void vr_train_free(vr_train_t *t);
  * VR_ERR_TOO_LARGE when T > max_tokens; the message names the sequence and token. */
 int vr_train_forward(vr_train_t *t, const vr_train_batch_t *b, float temperature, float *out, float *entropy,
                      int keep);
-/* VR_ERR_INVAL when no forward with keep = 1 is pending. */
+/* VR_ERR_INVAL when no forward with keep = 1 is pending, or after vr_train_backward_last until
+ * the next step or zero_grad. */
 int vr_train_backward(vr_train_t *t, const float *dout, const float *dent);
+/* The last micro-batch's backward before vr_train_step: backward, and on a group of size > 1 the
+ * gradient all-reduce bucket by bucket as the backward completes them (top layers first; with
+ * the comm's iallreduce_sum non-blocking, overlapping the rest of the backward; waited for in
+ * step, which then skips its own all-reduce). Buckets: consecutive layers from the top (cut at
+ * layer starts, the final norm and 0) of at least bucket_floats floats, split into pieces of at
+ * most bucket_floats; the same buckets and collective as step's own all-reduce, so the results
+ * are bit-identical to backward + step. Until step or zero_grad the gradients are in flight:
+ * zero_grad, get_grads, grad_norm and free wait for them (get_grads then gives the sums);
+ * backward / backward_last are VR_ERR_INVAL; forward may run (it does not touch gradients).
+ * A failed collective is reported by step (or zero_grad). Size 1: the same as backward. */
+int vr_train_backward_last(vr_train_t *t, const float *dout, const float *dent);
 int vr_train_zero_grad(vr_train_t *t);
 /* One optimizer step: all-reduce the gradients (buckets of bucket_floats), global norm,
  * clipping when clip > 0, AdamW (ZeRO-1: own shard, then broadcasts), step count + 1.
  * *grad_norm (may be NULL) gets the norm before clipping. Gradients are left as reduced
  * (and clipped); call zero_grad before the next accumulation. */
 int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_norm);
-/* The global norm of the current (local, not yet reduced) gradients. */
+/* The global norm of the current gradients (local ones; the sums after backward_last; with a
+ * reduce-scatter, the norm over the whole buffer, which then mixes shard sums and undefined
+ * values: use step's grad_norm). */
 int vr_train_grad_norm(vr_train_t *t, double *norm);
 
 size_t vr_train_n_floats(const vr_train_t *t); /* = vr_lm_n_floats of the lm */
+/* This rank's optimizer shard [*lo, *hi) (the whole buffer without ZeRO-1 or DP). */
+void vr_train_shard_range(const vr_train_t *t, size_t *lo, size_t *hi);
 int64_t vr_train_step_count(const vr_train_t *t);
 /* Host copies of the whole buffer (n = vr_train_n_floats). set_params also updates nothing
  * else (moments and step count stay). To save a checkpoint: get_params into vr_lm_params of

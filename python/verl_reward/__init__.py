@@ -7,6 +7,10 @@
     from verl_reward import HttpRewardClient
     scores = HttpRewardClient("http://rm-host:8700").score([[1, 2, 3]])
 
+RewardClient(..., tokenizer="/models/rm").score_text / score_messages tokenise texts and
+conversations here with the reward model's tokenizer (verl_reward.text: libverl_reward_text.so,
+no transformers needed) and send the ids over shared memory.
+
 RewardClient wraps libverl_reward_client.so through ctypes (found via
 $VERL_REWARD_LIB, next to this package, or the system path); HttpRewardClient
 needs no library. Both have score_async() for coroutines.
@@ -43,6 +47,7 @@ from .errors import (
 from .http import HttpPendingScore, HttpRewardClient
 from ._lib import LibraryNotFound, load_library
 from ._batch import PackedSequences, pack_padded
+from .text import RmTokenizer, TextLibraryNotFound
 
 __version__ = "0.1.0"
 
@@ -51,5 +56,5 @@ __all__ = [
     "VerlRewardError", "InvalidRequest", "SequenceFormError", "RequestTooLarge", "SequenceTooLong", "Timeout",
     "ServerGone", "ServerRestarted", "ShuttingDown", "Overloaded", "Busy", "NoLane",
     "ConnectFailed", "ServerError", "LibraryNotFound", "error_for", "load_library",
-    "PackedSequences", "pack_padded",
+    "PackedSequences", "pack_padded", "RmTokenizer", "TextLibraryNotFound",
 ]

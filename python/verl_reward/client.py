@@ -145,12 +145,16 @@ class RewardClient:
     once). spin_us: busy-poll budget before sleeping (None: library default).
     expected_server_uid: the uid the server must run as (None: this process's
     euid); a server of another uid is refused (ConnectFailed).
+    tokenizer: the reward model's tokenizer for score_text / score_messages (a directory,
+    loaded with verl_reward.text.load, or an RmTokenizer); None: those raise InvalidRequest.
     Raises ConnectFailed (no such segment, permission, other version),
     ServerGone, NoLane or Timeout; LibraryNotFound when the .so is missing."""
 
     def __init__(self, shm_name="verl_reward_shm", timeout_s=30.0, connect_timeout_s=0.0,
-                 spin_us=None, expected_server_uid=None):
+                 spin_us=None, expected_server_uid=None, tokenizer=None):
         self._lib = _lib.load_library()
+        self._tokenizer = tokenizer
+        self._tok_checked = None
         self.shm_name = shm_name
         self.timeout_s = float(timeout_s)
         opts = _lib.ClientOptions()
@@ -180,14 +184,16 @@ class RewardClient:
         return error_for(rc, detail or None, bad)
 
     def _call(self, fn_name, *args):
-        """Calls fn(handle, *args) unless closed; close() waits for calls in flight."""
+        """Calls fn(handle, *args) unless closed (fn_name: a library function's name, or a
+        callable taking the handle first); close() waits for calls in flight."""
         with self._cond:
             if self._handle is None:
                 raise VerlRewardError(_CANCELLED, "RewardClient(%r) is closed" % self.shm_name)
             self._active += 1
             handle = self._handle
         try:
-            return getattr(self._lib, fn_name)(handle, *args)
+            fn = getattr(self._lib, fn_name) if isinstance(fn_name, str) else fn_name
+            return fn(handle, *args)
         finally:
             with self._cond:
                 self._active -= 1
@@ -228,6 +234,60 @@ class RewardClient:
         (dicts are msgpack-packed; the server's rule rewards read data_source,
         solution_str, ground_truth, extra_info)."""
         return self.score_with_info(sequences, extras).scores
+
+    # -- text (tokenised here: the shm protocol carries ids) -----------------------------------
+    @property
+    def tokenizer(self):
+        """The RmTokenizer of score_text / score_messages (loaded on first use), or None."""
+        if self._tokenizer is not None and not hasattr(self._tokenizer, "encode_texts"):
+            from . import text
+            self._tokenizer = text.load(self._tokenizer)
+        return self._tokenizer
+
+    def _text_tokenizer(self):
+        tok = self.tokenizer
+        if tok is None:
+            from .errors import InvalidRequest, STATUS_VALUES as _S
+            raise InvalidRequest(_S["VR_ERR_INVAL"], "RewardClient(%r): texts over shared memory are tokenised "
+                                 "here: give tokenizer=<the reward model's directory>" % self.shm_name)
+        if self._tok_checked is not tok:       # vocabulary against the served model, once
+            tok.check(self)
+            self._tok_checked = tok
+        return tok
+
+    def _score_packed(self, packed, extras):
+        from ._batch import PackedSequences
+        return self.score_with_info(PackedSequences(*packed), extras)
+
+    def score_text_with_info(self, texts, extras=None, add_special_tokens=True):
+        """Texts (str, or bytes taken as UTF-8) tokenised with the reward model's tokenizer as
+        tokenizer(text, add_special_tokens=...) (the server's POST /v1/score {"text"} ids) and
+        scored over shared memory -> ScoreResult."""
+        texts = list(texts)
+        if not texts:
+            return ScoreResult([], {}, 0, 0)
+        return self._score_packed(self._text_tokenizer().encode_texts(texts, add_special_tokens), extras)
+
+    def score_text(self, texts, extras=None, add_special_tokens=True):
+        """-> list[float] (score_text_with_info(...).scores)."""
+        return self.score_text_with_info(texts, extras, add_special_tokens).scores
+
+    def score_messages_with_info(self, conversations, extras=None, add_generation_prompt=False,
+                                 chat_template_kwargs=None):
+        """Conversations (lists of {"role", "content"}) rendered with the reward model's chat
+        template and tokenised as apply_chat_template(conv, add_generation_prompt=...,
+        tokenize=True) (the server's {"messages"} ids), scored over shared memory -> ScoreResult."""
+        convs = list(conversations)
+        if not convs:
+            return ScoreResult([], {}, 0, 0)
+        tok = self._text_tokenizer()
+        return self._score_packed(tok.encode_conversations(convs, add_generation_prompt, chat_template_kwargs),
+                                  extras)
+
+    def score_messages(self, conversations, extras=None, add_generation_prompt=False, chat_template_kwargs=None):
+        """-> list[float] (score_messages_with_info(...).scores)."""
+        return self.score_messages_with_info(conversations, extras, add_generation_prompt,
+                                             chat_template_kwargs).scores
 
     def submit(self, sequences, extras=None):
         """Asynchronous: copies the batch into the lane and returns a PendingScore at

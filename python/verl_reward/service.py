@@ -5,7 +5,8 @@ and one MicroBatcher per input form:
   - "ids": token-id sequences (shared memory or HTTP {"input_ids"});
   - "text": raw texts: over HTTP sent as {"text": [...]} for the server to tokenise
     with the served model's tokenizer; over shared memory tokenised here with
-    rm_tokenizer (a transformers tokenizer, or a path for AutoTokenizer);
+    rm_tokenizer (a transformers tokenizer, a path for AutoTokenizer, or the project's
+    own verl_reward.text.RmTokenizer: rm_tokenizer_dir in the adapters' settings);
   - "messages": chat conversations: over HTTP sent as {"messages": [...]} for the
     server's chat template; over shared memory rendered here with rm_tokenizer's chat
     template the way verl renders reward-model input (see render_chat).
@@ -46,6 +47,17 @@ def load_tokenizer(tok, what="rm_tokenizer"):
                                      "or a tokenizer object" % (what, tok)) from None
             _tokenizers[tok] = AutoTokenizer.from_pretrained(tok)
         return _tokenizers[tok]
+
+
+def rm_tokenizer_from(rm_tokenizer=None, rm_tokenizer_dir=None):
+    """The adapters' rm_tokenizer setting: rm_tokenizer_dir (a reward model / tokenizer directory)
+    selects the project's own tokenizer (verl_reward.text.RmTokenizer: libverl_reward_text, no
+    transformers, the server's HTTP text-path ids); else rm_tokenizer as given (a transformers
+    tokenizer object, or a path / hub name for AutoTokenizer, or None)."""
+    if rm_tokenizer_dir:
+        from . import text
+        return text.load(rm_tokenizer_dir)
+    return rm_tokenizer
 
 
 def render_chat(rm_tokenizer, messages, add_generation_prompt=False):

@@ -19,13 +19,13 @@ special tokens) followed by completion_ids. input="text" (the reward model's own
 tokenizer, as TRL scores a model given as reward function): prompt + completion as
 text, conversations through the RM's chat template; tokenised with rm_tokenizer here
 (shared memory) or sent as {"text"} / {"messages"} to the server (service_url without
-rm_tokenizer). ground_truth_key names a dataset column whose value goes to the server's
+rm_tokenizer; rm_tokenizer_dir instead: the project's own tokenizer, verl_reward.text). ground_truth_key names a dataset column whose value goes to the server's
 rule components as ground_truth (default "ground_truth" when present); data_source_key
 likewise. The object's __name__ ("verl_reward" unless given) names it in TRL's logs.
 """
 
 from .errors import STATUS_VALUES, InvalidRequest
-from .service import RewardService, load_tokenizer
+from .service import RewardService, load_tokenizer, rm_tokenizer_from
 
 _INVAL = STATUS_VALUES["VR_ERR_INVAL"]
 
@@ -37,7 +37,7 @@ def _is_conversation(x):
 class VerlRewardFunction:
     def __init__(self, shm_name=None, service_url=None, input="ids", tokenizer=None, rm_tokenizer=None,
                  ground_truth_key="ground_truth", data_source_key="data_source", name="verl_reward",
-                 timeout_s=60.0, connect_timeout_s=30.0):
+                 timeout_s=60.0, connect_timeout_s=30.0, rm_tokenizer_dir=None):
         if input not in ("ids", "text"):
             raise ValueError("input must be \"ids\" or \"text\", got %r" % (input,))
         self.input = input
@@ -45,7 +45,8 @@ class VerlRewardFunction:
         self.ground_truth_key = ground_truth_key
         self.data_source_key = data_source_key
         self.__name__ = name
-        self.service = RewardService.get(shm_name=shm_name, service_url=service_url, rm_tokenizer=rm_tokenizer,
+        self.service = RewardService.get(shm_name=shm_name, service_url=service_url,
+                                         rm_tokenizer=rm_tokenizer_from(rm_tokenizer, rm_tokenizer_dir),
                                          timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
 
     def _prompt_ids(self, prompt):

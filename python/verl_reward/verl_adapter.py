@@ -159,19 +159,22 @@ def _ids_for_sample(i, solution_str, extra_info, tokenizer, prompt_key="prompt")
 
 def compute_score(data_sources, solution_strs, ground_truths, extra_infos=None, shm_name=None,
                   service_url=None, timeout_s=60.0, connect_timeout_s=30.0, tokenizer=None,
-                  send_extras=True, prompt_key="prompt", **unused_reward_kwargs):
+                  send_extras=True, prompt_key="prompt", rm_tokenizer_dir=None, **unused_reward_kwargs):
     """verl batch reward function -> list[float], one per sample.
 
     Token ids of sample i come from extra_infos[i]["input_ids"] (the whole sequence
     as the reward model should read it), else extra_infos[i]["prompt_ids"] +
     ["response_ids"], else tokenizer.encode(extra_info[prompt_key] + solution_str) when
     reward_kwargs has tokenizer (a path / hub name for transformers.AutoTokenizer,
-    or an object with .encode; prompt_key defaults to "prompt", missing = "").
+    or an object with .encode; prompt_key defaults to "prompt", missing = ""), or
+    rm_tokenizer_dir (the project's own tokenizer of that directory, verl_reward.text: no
+    transformers).
     With send_extras, each sequence also carries a msgpack map {data_source,
     solution_str, ground_truth, extra_info} for the server's rule rewards (token-id
     keys removed from extra_info)."""
+    from .service import rm_tokenizer_from
     n = len(solution_strs)
-    tok = _load_tokenizer(tokenizer)
+    tok = _load_tokenizer(rm_tokenizer_from(tokenizer, rm_tokenizer_dir))
     seqs, extras = [], []
     for i in range(n):
         info = _item(extra_infos, i) if extra_infos is not None else None

@@ -25,7 +25,8 @@ tests/python/verl_loop_standin.py follow the same files):
 
 Settings (reward_kwargs): `reward.reward_kwargs` (v0.7.1+) or `reward_model.reward_kwargs`
 (v0.7.0), any of: shm_name | service_url, timeout_s, connect_timeout_s, max_batch,
-linger_ms, max_inflight, input ("ids" | "chat" | "text"), rm_tokenizer, send_extras,
+linger_ms, max_inflight, input ("ids" | "chat" | "text"), rm_tokenizer, rm_tokenizer_dir (the
+project's own tokenizer for text over shm, no transformers: verl_reward.text), send_extras,
 score_component, extra_components. docs/operations.md has the YAML per verl version.
 
 Importing this module needs neither verl nor torch; VerlRewardLoopManager is built on
@@ -36,7 +37,7 @@ import re
 
 from ._batch import masked_ids
 from .errors import STATUS_VALUES, InvalidRequest
-from .service import RewardService, load_tokenizer
+from .service import RewardService, load_tokenizer, rm_tokenizer_from
 
 _INVAL = STATUS_VALUES["VR_ERR_INVAL"]
 INPUT_FORMS = ("ids", "chat", "text")
@@ -148,7 +149,8 @@ class _LoopManagerImpl:
         self.extra_components = None if extra in (None, "all") else [str(x) for x in (
             [extra] if isinstance(extra, str) else extra)]
         self.reward_fn_key = kw.pop("reward_fn_key", "data_source")
-        rm_tok = kw.pop("rm_tokenizer", None) or reward_model_tokenizer
+        rm_tok = rm_tokenizer_from(kw.pop("rm_tokenizer", None) or reward_model_tokenizer,
+                                   kw.pop("rm_tokenizer_dir", None))
         svc = {k: kw.pop(k) for k in SERVICE_KEYS if k in kw}
         kw.pop("add_special_tokens", None)
         if kw:
@@ -273,7 +275,7 @@ def __getattr__(name):
 def _sample_inputs(solution_str, extra_info, kw):
     from .verl_adapter import _ID_KEYS, _ids_for_sample, _load_tokenizer
     info = _plain(extra_info) if extra_info is not None else None
-    tok = _load_tokenizer(kw.get("tokenizer"))
+    tok = _load_tokenizer(rm_tokenizer_from(kw.get("tokenizer"), kw.get("rm_tokenizer_dir")))
     ids = _ids_for_sample(0, solution_str, info, tok, kw.get("prompt_key", "prompt"))
     slim = {k: v for k, v in info.items() if k not in _ID_KEYS} if isinstance(info, dict) else info
     return ids, slim
@@ -286,7 +288,7 @@ def _sample_extra(data_source, solution_str, ground_truth, slim):
 
 
 def _service_for(kw):
-    return RewardService.get(rm_tokenizer=kw.get("rm_tokenizer"),
+    return RewardService.get(rm_tokenizer=rm_tokenizer_from(kw.get("rm_tokenizer"), kw.get("rm_tokenizer_dir")),
                              **{k: kw[k] for k in SERVICE_KEYS if k in kw})
 
 

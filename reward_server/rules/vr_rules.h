@@ -6,7 +6,7 @@
  *      parsed from untrusted msgpack (shm / HTTP msgpack body) or cJSON (HTTP
  *      JSON body), and packed to msgpack for clients, tests and benchmarks.
  *   2. Reward specs: "model:0.7,gsm8k:0.3", "gsm8k", "overlong(max_len=4096,buffer=512):1".
- *   3. Scorers (gsm8k, math, exact_match, overlong, auto) and the weighted mix.
+ *   3. Scorers (gsm8k, math, exact_match, overlong, auto, contains_word) and the weighted mix.
  * The exact rule of every scorer is written next to its kind below and in
  * docs/operations.md ("## Rule-based rewards").
  *
@@ -161,6 +161,11 @@ typedef enum vr_rule_kind {
    * "HuggingFaceH4/MATH-500" -> math; anything else: 0 with
    * VR_REASON_UNKNOWN_SOURCE. */
   VR_RULE_AUTO = 5,
+  /* contains_word: 1 when ground_truth occurs in solution_str as a whole word
+   * (delimited by ASCII whitespace or the ends of the string), else 0
+   * (VR_REASON_MISMATCH); an empty ground_truth never matches. For synthetic
+   * tasks ("say the token the prompt names"): the trainer's learning test. */
+  VR_RULE_CONTAINS_WORD = 6,
 } vr_rule_kind_t;
 
 #define VR_RULE_NAME_MAX 32
@@ -194,7 +199,7 @@ typedef struct vr_reward_spec {
  *   spec      := component ("," component)*
  *   component := name [ "(" key "=" value ("," key "=" value)* ")" ] [ ":" weight ]
  * Names: model, gsm8k, gsm8k_flexible, math, exact_match, exact_match_ci,
- * overlong, auto. Options: gsm8k(mode=strict|flexible);
+ * overlong, auto, contains_word. Options: gsm8k(mode=strict|flexible);
  * exact_match(ignore_case=0|1, ignore_space=0|1);
  * overlong(max_len=N, buffer=N, factor=F). weight defaults to 1. Spaces around
  * tokens are allowed. Every component name may appear once. Errors

@@ -1,4 +1,4 @@
-/* vr_rules_score.c: the scorers (gsm8k, math, exact_match, overlong, auto).
+/* vr_rules_score.c: the scorers (gsm8k, math, exact_match, overlong, auto, contains_word).
  * Pure functions of (rule, extras, response_tokens): thread-safe, never abort
  * on any input, always return a finite score. Rules: vr_rules.h and
  * docs/operations.md "## Rule-based rewards". */
@@ -212,6 +212,21 @@ static float score_exact(const vr_rule_t *r, const vr_extras_t *ex, int *reason)
   return 1.0f;
 }
 
+/* ---- contains_word ---------------------------------------------------------------- */
+
+static float score_contains_word(const vr_extras_t *ex, int *reason) {
+  const char *a = ex->solution_str.ptr, *b = ex->ground_truth.ptr;
+  const size_t an = ex->solution_str.len, bn = ex->ground_truth.len;
+  *reason = VR_REASON_MISMATCH;
+  if (bn == 0 || bn > an) return 0.0f;
+  for (size_t i = 0; i + bn <= an; i++)
+    if ((i == 0 || is_space(a[i - 1])) && (i + bn == an || is_space(a[i + bn])) && memcmp(a + i, b, bn) == 0) {
+      *reason = VR_REASON_OK;
+      return 1.0f;
+    }
+  return 0.0f;
+}
+
 /* ---- overlong -------------------------------------------------------------------- */
 
 static float score_overlong(const vr_rule_t *r, uint32_t len, int *reason) {
@@ -254,6 +269,7 @@ float vr_rule_score(const vr_rule_t *rule, const vr_extras_t *ex, uint32_t respo
     case VR_RULE_GSM8K: return score_gsm8k(rule, ex, reason);
     case VR_RULE_MATH: return score_math(ex, reason);
     case VR_RULE_EXACT_MATCH: return score_exact(rule, ex, reason);
+    case VR_RULE_CONTAINS_WORD: return score_contains_word(ex, reason);
     case VR_RULE_AUTO: {
       if (!ex->data_source.present) {
         *reason = VR_REASON_MISSING_FIELD;

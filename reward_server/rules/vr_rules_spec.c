@@ -33,6 +33,7 @@ static const spec_builtin_t k_builtins[] = {
     {"exact_match_ci", VR_RULE_EXACT_MATCH, 0, 1, 1},
     {"overlong", VR_RULE_OVERLONG, 0, 0, 0},
     {"auto", VR_RULE_AUTO, 0, 0, 0},
+    {"contains_word", VR_RULE_CONTAINS_WORD, 0, 0, 0},
 };
 #define N_BUILTINS (sizeof(k_builtins) / sizeof(k_builtins[0]))
 
@@ -184,7 +185,7 @@ int vr_reward_spec_parse(const char *spec, vr_reward_spec_t *out, char *err, siz
     if (!b)
       return spec_fail(err, errlen,
                        "reward spec: unknown component '%s' (known: model, gsm8k, gsm8k_flexible, "
-                       "math, exact_match, exact_match_ci, overlong, auto)", name);
+                       "math, exact_match, exact_match_ci, overlong, auto, contains_word)", name);
     for (uint32_t k = 0; k < sp.n; k++)
       if (!strcmp(sp.rules[k].name, name))
         return spec_fail(err, errlen, "reward spec: component '%s' given twice", name);

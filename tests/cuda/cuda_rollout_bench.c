@@ -11,8 +11,14 @@
  *     (cudaMemcpy device to device of 2 GiB, read + write bytes over the time);
  *   the weight update: host fp32 buffer -> device bf16 (set_weights), and device fp32 -> device bf16
  *     (vr_cuda_roll_set_weights_device, the actor on the same GPU).
+ *   with --n R, R responses per prompt sharing the prompt's cache blocks (P * R sequences decode
+ *   together); --temperature T samples (default 0: greedy); --skinny lets each decode GEMM shape
+ *   take the faster of cuBLASLt and the skinny kernel at warm-up (the choices are printed; default:
+ *   cuBLASLt, the engine's default). Prompts longer than the test model's 4096 positions raise its
+ *   max_position_embeddings (default RoPE: nothing else depends on it).
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
- *        [--json FILE]. Exit code 0, or 1 on any error, 77 without a GPU. */
+ *        [--n R] [--temperature T] [--skinny] [--json FILE]. Exit code 0, or 1 on any error, 77
+ *        without a GPU. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,9 +66,21 @@ static double copy_rate(void) {
 
 int main(int argc, char **argv) {
   const char *shape_name = "llama-1b", *json = NULL;
-  int P = 64, Lp = 128, N = 256;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  int P = 64, Lp = 128, N = 256, R = 1, skinny = 0;
+  float temp = 0.f;
+  for (int i = 1; i < argc; i += 2) {
+    if (!strcmp(argv[i], "--skinny")) {
+      skinny = 1;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "flag %s needs a value\n", argv[i]);
+      return 1;
+    }
     if (!strcmp(argv[i], "--shape")) shape_name = argv[i + 1];
+    else if (!strcmp(argv[i], "--n")) R = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--temperature")) temp = (float)atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--prompts")) P = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--prompt-len")) Lp = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--new")) N = atoi(argv[i + 1]);
@@ -75,7 +93,7 @@ int main(int argc, char **argv) {
   const shape_t *sh = NULL;
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
     if (!strcmp(k_shapes[i].name, shape_name)) sh = &k_shapes[i];
-  if (!sh || P < 1 || Lp < 1 || N < 1) {
+  if (!sh || P < 1 || Lp < 1 || N < 1 || R < 1 || !(temp >= 0.f)) {
     fprintf(stderr, "bad --shape (llama-1b, qwen2-0.5b) or sizes\n");
     return 1;
   }
@@ -92,20 +110,22 @@ int main(int argc, char **argv) {
     fprintf(stderr, "out of host memory for %zu parameters\n", (size_t)0);
     return 1;
   }
+  if (Lp + N + 16 > m.cfg.max_position_embeddings) m.cfg.max_position_embeddings = m.cfg.max_seq_len = Lp + N + 16;
   printf("%s: %zu parameters (random, filled in %.2f s); device copy rate %.0f GB/s\n", sh->name, m.n,
          (vr_now_ns() - t0) * 1e-9, rate * 1e-9);
   vr_rollout_options_t o;
   vr_rollout_options_init(&o);
   o.device = "cuda";
-  o.max_seqs = (uint32_t)P;
+  o.max_seqs = (uint32_t)(P * R);
   o.max_batch_tokens = (uint32_t)(P * Lp);
   o.max_model_len = (uint32_t)(Lp + N + 16);
-  o.kv_cache_bytes = vr_rollout_block_bytes(&m.cfg, 16, 2) * ((uint64_t)P * ((o.max_model_len + 15) / 16) + 16);
+  o.kv_cache_bytes = vr_rollout_block_bytes(&m.cfg, 16, 2) * ((uint64_t)P * R * ((o.max_model_len + 15) / 16) + 16);
   vr_rollout_t *r = NULL;
   t0 = vr_now_ns();
   if (vr_rollout_init(&m.cfg, m.params, m.n, &m.w, &o, &r)) return 1;
   const double init_s = (vr_now_ns() - t0) * 1e-9;
   void *st = vr_rollout_backend_state(r);
+  vr_cuda_roll_use_skinny(st, skinny);
   uint64_t wb = 0, kvb = 0, workb = 0;
   char dev[32];
   vr_rollout_backend_cuda.describe(st, &wb, &kvb, &workb, dev, sizeof dev);
@@ -128,6 +148,9 @@ int main(int argc, char **argv) {
   for (size_t i = 0; i < (size_t)P * Lp; ++i) ids[i] = (int32_t)((tmodel_u(7, i) * 0.5f + 0.5f) * (sh->V - 1));
   vr_gen_params_t gp;
   vr_gen_params_init(&gp);
+  gp.n = (uint32_t)R;
+  gp.sample.temperature = temp;
+  gp.seed = 1234;
   gp.max_new_tokens = 8; /* warm-up: plans, the bucket's graph */
   vr_gen_output_t out;
   if (vr_rollout_generate(r, ids, cu, (uint32_t)P, &gp, &out)) return 1;
@@ -149,23 +172,30 @@ int main(int argc, char **argv) {
   const double step_ms = steps > 0 ? (wall - prefill_wall) / steps * 1e3 : 0; /* a decode step, end to end */
   const double kv_tok = (double)vr_rollout_block_bytes(&m.cfg, 1, 2); /* bytes per cached token, all layers */
   const double mean_ctx = Lp + (N + 1) / 2.0;
-  const double step_bytes = (double)wb + P * mean_ctx * kv_tok;
+  const double step_bytes = (double)wb + (double)P * R * mean_ctx * kv_tok; /* every sequence reads its whole context */
   const double ideal_ms = step_bytes / rate * 1e3;
-  printf("%s: %d prompts x %d tokens, %d new (greedy): %llu tokens in %.3f s = %.0f tokens/s\n", sh->name, P, Lp, N,
-         (unsigned long long)gen, wall, tps);
+  printf("%s: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; skinny GEMMs %s): %llu tokens in %.3f s "
+         "= %.0f tokens/s (peak %u blocks, %llu copy-on-write copies)\n",
+         sh->name, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp, skinny ? "allowed" : "off",
+         (unsigned long long)gen, wall, tps, s->peak_blocks, (unsigned long long)s->cow_copies);
   printf("  prefill + first token %.1f ms (%llu prefill calls); decode %llu steps, %.3f ms/step end to end "
          "((generate - prefill run) / steps; host time in decode() %.3f ms/step)\n",
          prefill_wall * 1e3, (unsigned long long)s->prefill_calls, (unsigned long long)s->decode_calls, step_ms,
          s->decode_s / steps * 1e3);
   printf("  a step reads >= %.0f MB (weights %.0f MB + mean live K/V %.0f MB): %.3f ms at %.0f GB/s -> step at "
          "%.0f%% of the copy rate (%.2fx the ideal)\n",
-         step_bytes / 1e6, wb / 1e6, P * mean_ctx * kv_tok / 1e6, ideal_ms, rate * 1e-9, 100.0 * ideal_ms / step_ms,
+         step_bytes / 1e6, wb / 1e6, (double)P * R * mean_ctx * kv_tok / 1e6, ideal_ms, rate * 1e-9, 100.0 * ideal_ms / step_ms,
          step_ms / ideal_ms);
   printf("  last decode step on the device: %.3f ms; weight update: host fp32 -> device bf16 %.1f ms, device fp32 -> "
          "bf16 %.2f ms; init %.2f s\n",
          vr_cuda_roll_last_decode_ms(st), host_s * 1e3, dev_s * 1e3, init_s);
+  {
+    char rep[8192];
+    vr_cuda_roll_gemm_report(st, rep, sizeof rep);
+    printf("  decode GEMMs (per shape, chosen at the bucket's warm-up):\n%s", rep);
+  }
   double pr[6] = {0};
-  if (vr_cuda_roll_profile_decode(st, (uint32_t)P, 20, pr) == 0)
+  if (vr_cuda_roll_profile_decode(st, (uint32_t)(P * R), 20, pr) == 0)
     printf("  decode step on the device (mean of 20): graph %.3f ms, eager %.3f ms; eager without attention %.3f, "
            "without the layers' GEMMs %.3f, without the small kernels %.3f, without the LM head %.3f ms\n",
            pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
@@ -173,13 +203,14 @@ int main(int argc, char **argv) {
     FILE *f = fopen(json, "w");
     if (f) {
       fprintf(f,
-              "{\"shape\": \"%s\", \"params\": %zu, \"prompts\": %d, \"prompt_len\": %d, \"new_tokens\": %d, "
+              "{\"shape\": \"%s\", \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, \"skinny\": %d, "
+              "\"prompt_len\": %d, \"new_tokens\": %d, "
               "\"tokens\": %llu, \"wall_s\": %.4f, \"tokens_per_s\": %.1f, \"prefill_ms\": %.3f, \"decode_steps\": %llu, "
               "\"step_ms\": %.4f, \"step_bytes\": %.0f, \"copy_rate_gbs\": %.1f, \"ideal_step_ms\": %.4f, "
               "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
               "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
               "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f}\n",
-              sh->name, m.n, P, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
+              sh->name, m.n, P, R, temp, skinny, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
               host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
       fclose(f);

@@ -5,8 +5,10 @@
 # rollout_bench_hf.py (tools/)). Logs and JSON under $OUT; a summary on stdout. PART selects:
 #   T   test_cuda_rollout, then its kernel half under compute-sanitizer memcheck
 #   B   cuda_rollout_bench on llama-1b and qwen2-0.5b (64 prompts x 128 tokens, 256 new, greedy)
+#   X   cuda_rollout_bench's other workloads on llama-1b: 8 prompts x 8 responses (prefix sharing,
+#       sampled at T 1), 16 prompts of 4096 tokens; and the 64 x 128 run with the skinny GEMM allowed
 #   H   transformers generate on the same shapes, dynamic and static cache (HF_SHAPES, HF_CACHES)
-# (default: all three, in that order).
+# (default: T, B, H, in that order; X when named).
 set -u
 OUT=${OUT:-/tmp/vr-rollout-out}
 mkdir -p "$OUT"
@@ -25,6 +27,14 @@ if [[ $PART == *B* ]]; then
     timeout 120 bin/cuda_rollout_bench --shape $s --json $OUT/bench_$s.json > $OUT/bench_$s.log 2>&1
     echo "bench $s rc=$? ($((SECONDS-t0))s)"; cat $OUT/bench_$s.log | grep -v "^20..-"
   done
+fi
+if [[ $PART == *X* ]]; then
+  x() { local tag=$1; shift
+    timeout 150 bin/cuda_rollout_bench --shape llama-1b "$@" --json $OUT/bench_$tag.json > $OUT/bench_$tag.log 2>&1
+    echo "bench $tag ($*) rc=$? ($((SECONDS-t0))s)"; grep -v "^20..-" $OUT/bench_$tag.log | grep -v "^  M=" | head -8; }
+  x n8 --prompts 8 --n 8 --temperature 1
+  x p4k --prompts 16 --prompt-len 4096
+  x skinny --skinny
 fi
 if [[ $PART == *H* ]]; then
   PYTHONUNBUFFERED=1 timeout ${HF_TIMEOUT:-240} python3 rollout_bench_hf.py --shapes ${HF_SHAPES:-llama-1b,qwen2-0.5b} \

@@ -1,6 +1,7 @@
 /* test_cuda_rollout.c: the rollout engine's CUDA kernels (trainer/cuda_rollout/) against plain
  * host computations: K/V appended into the paged cache (the layout of vr_cuda_roll_ops.h, bit
- * for bit), decode attention over random block tables (GQA 1/4/7/8/16, head dims 8..256,
+ * for bit), the fused RoPE + append against vr_cuda_rope then vr_cuda_roll_kv_append, the skinny
+ * decode GEMM against a double product, decode attention over random block tables (GQA 1/4/7/8/16, head dims 8..256,
  * lengths 1..5000, split and unsplit partitions, sliding window, padding rows) against a
  * double-precision softmax, and the sampler against the CPU engine's (trainer/vr_sample.c:
  * sorting and sequential sums where the GPU uses radix descents and scans), plus chi-square
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "vr_cuda_check.h"
+#include "vr_cuda_ops.h"
 #include "vr_cuda_roll_ops.h"
 #include "rollout_test_model.h"
 #include "vr_cuda_roll_backend.h"
@@ -209,6 +211,113 @@ static void test_decode(int H, int Hkv, int D, const int *lens, int n, int windo
   CK(cudaFree(po));
   CK(cudaFree(pml));
   CK(cudaFree(out_d));
+}
+
+/* vr_cuda_roll_rope_append == vr_cuda_rope + vr_cuda_roll_kv_append: the rotated q/k columns of
+ * qkv and both caches (from the same poisoned start), bit for bit; rows with slot -1 rotate but
+ * write no cache. */
+static void test_rope_append(int T, int H, int Hkv, int D) {
+  const int ld = (H + 2 * Hkv) * D + 8, qoff = 0, koff = H * D, voff = (H + Hkv) * D;
+  const int nblk = (T + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK + 2;
+  const size_t cache = (size_t)nblk * Hkv * VR_ROLL_BLOCK * D;
+  uint16_t *qkv = malloc((size_t)T * ld * 2);
+  int32_t *pos = malloc(sizeof(int32_t) * T), *slots = malloc(sizeof(int32_t) * T);
+  float *inv = malloc(sizeof(float) * (D / 2));
+  for (size_t i = 0; i < (size_t)T * ld; ++i) qkv[i] = f2bf(frand());
+  for (int t = 0; t < T; ++t) {
+    pos[t] = (int32_t)irand(4000);
+    slots[t] = t % 7 == 3 ? -1 : (int32_t)(nblk * VR_ROLL_BLOCK - 1 - t); /* distinct, from the pool's end */
+  }
+  for (int i = 0; i < D / 2; ++i) inv[i] = powf(10000.f, -2.f * i / D);
+  uint16_t *a_d = todev(qkv, (size_t)T * ld * 2), *b_d = todev(qkv, (size_t)T * ld * 2);
+  int32_t *pos_d = todev(pos, sizeof(int32_t) * T), *slots_d = todev(slots, sizeof(int32_t) * T);
+  float *inv_d = todev(inv, sizeof(float) * (D / 2));
+  uint16_t *ka = dalloc(cache * 2), *va = dalloc(cache * 2), *kb = dalloc(cache * 2), *vb = dalloc(cache * 2);
+  vr_cuda_rope(a_d, ld, qoff, koff, H, Hkv, D, pos_d, inv_d, 1.f, T, 0);
+  vr_cuda_roll_kv_append(ka, va, a_d, ld, koff, voff, slots_d, T, Hkv, D, 0);
+  vr_cuda_roll_rope_append(kb, vb, b_d, ld, qoff, koff, voff, pos_d, slots_d, inv_d, 1.f, T, H, Hkv, D, 0);
+  uint16_t *ha = malloc((size_t)T * ld * 2), *hb = malloc((size_t)T * ld * 2);
+  uint16_t *ca = malloc(cache * 2), *cb = malloc(cache * 2);
+  size_t bad_qkv = 0, bad_k = 0, bad_v = 0;
+  tohost(ha, a_d, (size_t)T * ld * 2);
+  tohost(hb, b_d, (size_t)T * ld * 2);
+  for (size_t i = 0; i < (size_t)T * ld; ++i) bad_qkv += ha[i] != hb[i];
+  tohost(ca, ka, cache * 2);
+  tohost(cb, kb, cache * 2);
+  for (size_t i = 0; i < cache; ++i) bad_k += ca[i] != cb[i];
+  tohost(ca, va, cache * 2);
+  tohost(cb, vb, cache * 2);
+  for (size_t i = 0; i < cache; ++i) bad_v += ca[i] != cb[i];
+  report(bad_qkv == 0 && bad_k == 0 && bad_v == 0,
+         "rope+append T%d H%d Hkv%d D%d == rope, append: differing qkv %zu, K cache %zu, V cache %zu", T, H, Hkv, D,
+         bad_qkv, bad_k, bad_v);
+  free(qkv);
+  free(pos);
+  free(slots);
+  free(inv);
+  free(ha);
+  free(hb);
+  free(ca);
+  free(cb);
+  CK(cudaFree(a_d));
+  CK(cudaFree(b_d));
+  CK(cudaFree(pos_d));
+  CK(cudaFree(slots_d));
+  CK(cudaFree(inv_d));
+  CK(cudaFree(ka));
+  CK(cudaFree(va));
+  CK(cudaFree(kb));
+  CK(cudaFree(vb));
+}
+
+/* vr_cuda_roll_gemm against a double host product of the same bf16 operands: fp32 out with fp32
+ * bias and beta 1 (onto a random D), bf16 out with bf16 bias, every split count given; rows and
+ * column tiles past M / N (partial 128-column blocks, M not a multiple of 16). */
+static void test_skinny_gemm(int M, int N, int K, int out_f32, int with_bias, int beta1, int splits) {
+  uint16_t *a = malloc((size_t)M * K * 2), *w = malloc((size_t)N * K * 2);
+  for (size_t i = 0; i < (size_t)M * K; ++i) a[i] = f2bf(frand());
+  for (size_t i = 0; i < (size_t)N * K; ++i) w[i] = f2bf(frand() * 0.1f);
+  float *bias_f = malloc(sizeof(float) * N), *d0 = malloc(sizeof(float) * (size_t)M * N);
+  uint16_t *bias_h = malloc(2 * (size_t)N);
+  for (int i = 0; i < N; ++i) {
+    bias_h[i] = f2bf(frand());
+    bias_f[i] = bf2f(bias_h[i]);
+  }
+  for (size_t i = 0; i < (size_t)M * N; ++i) d0[i] = frand() * 4.f;
+  const size_t esz = out_f32 ? 4 : 2;
+  uint16_t *a_d = todev(a, (size_t)M * K * 2), *w_d = todev(w, (size_t)N * K * 2);
+  void *bias_d = with_bias ? (out_f32 ? todev(bias_f, sizeof(float) * N) : todev(bias_h, 2 * (size_t)N)) : NULL;
+  void *d_d = out_f32 ? todev(d0, sizeof(float) * (size_t)M * N) : dalloc((size_t)M * N * 2);
+  float *ws = splits > 1 ? dalloc(sizeof(float) * (size_t)splits * M * N) : NULL;
+  vr_cuda_roll_gemm(d_d, out_f32, a_d, w_d, bias_d, M, N, K, beta1 ? 1.f : 0.f, splits, ws, 0);
+  void *d = malloc((size_t)M * N * esz);
+  tohost(d, d_d, (size_t)M * N * esz);
+  double maxd = 0, maxr = 0;
+  for (int r = 0; r < M; ++r)
+    for (int n = 0; n < N; ++n) {
+      double ref = 0;
+      for (int k = 0; k < K; ++k) ref += (double)bf2f(a[(size_t)r * K + k]) * bf2f(w[(size_t)n * K + k]);
+      if (with_bias) ref += bias_f[n];
+      if (beta1) ref += d0[(size_t)r * N + n];
+      const double got = out_f32 ? ((float *)d)[(size_t)r * N + n] : bf2f(((uint16_t *)d)[(size_t)r * N + n]);
+      const double df = isfinite(got) ? fabs(got - ref) : INFINITY;
+      if (df > maxd) maxd = df;
+      if (fabs(ref) > maxr) maxr = fabs(ref);
+    }
+  const double tol = out_f32 ? 1e-4 * (maxr + 1) : 1.0 / 128 * (maxr + 1);
+  report(maxd <= tol, "skinny gemm M%d N%d K%d %s%s%s splits %d: maxabs %.2e (outputs up to %.2f, bound %.2e)", M, N, K,
+         out_f32 ? "fp32" : "bf16", with_bias ? " bias" : "", beta1 ? " +=" : "", splits, maxd, maxr, tol);
+  free(a);
+  free(w);
+  free(bias_f);
+  free(bias_h);
+  free(d0);
+  free(d);
+  CK(cudaFree(a_d));
+  CK(cudaFree(w_d));
+  if (bias_d) CK(cudaFree(bias_d));
+  CK(cudaFree(d_d));
+  if (ws) CK(cudaFree(ws));
 }
 
 /* ------------------------------------------------------------ sampling */
@@ -622,6 +731,22 @@ int main(void) {
     return 77;
   }
   g_rng = vr_test_seed("test_cuda_rollout", 20261201);
+  /* this branch's kernel tests draw from a copy of the generator, so the tests below keep the
+   * inputs they had before them */
+  const uint64_t rng0 = g_rng;
+  test_rope_append(37, 4, 2, 64);
+  test_rope_append(64, 32, 8, 64); /* Llama-3.2-1B's heads */
+  test_rope_append(5, 14, 2, 64);
+  test_rope_append(9, 4, 2, 8);
+  test_rope_append(20, 8, 8, 256);
+  test_skinny_gemm(1, 8, 32, 0, 0, 0, 1);
+  test_skinny_gemm(5, 136, 96, 1, 1, 1, 1);
+  test_skinny_gemm(16, 264, 544, 0, 1, 0, 3);
+  test_skinny_gemm(17, 128, 256, 1, 0, 1, 2);
+  test_skinny_gemm(33, 392, 320, 1, 1, 0, 4);
+  test_skinny_gemm(64, 520, 1024, 0, 0, 0, 8);
+  test_skinny_gemm(64, 256, 2048, 1, 1, 1, 5);
+  g_rng = rng0;
   /* decode attention: head dims, GQA ratios, lengths, splits */
   const int lens_a[] = {1, 17, 300, 129, 0, 64};
   const int lens_b[] = {5000, 1, 2049, 777};

@@ -221,6 +221,19 @@ class ComputeScoreTest(unittest.TestCase):
         self.assertEqual(cm.exception.bad_seq, 1)
         self.assertIn("extra_info", cm.exception.message)
 
+    def test_rm_tokenizer_dir(self):
+        """reward_kwargs.rm_tokenizer_dir: the project's own tokenizer encodes prompt + solution
+        (verl_reward.text; equal to verl-tokenize's ids, checked in tests/client_text)."""
+        import os
+        import vr_testlib
+        from verl_reward import text
+        d = os.path.join(vr_testlib.SOURCE_DIR, "tests", "fixtures", "server_tokenizer")
+        verl_adapter.compute_score(["a"], [" sat in a hat"], ["g"], [{"prompt": "the cat"}], rm_tokenizer_dir=d,
+                                   service_url="http://h:1", send_extras=False)
+        want = text.load(d).encode("the cat sat in a hat")
+        self.assertEqual(want[0], 1)                  # BOS: encode with add_special_tokens, as HF's
+        self.assertEqual(self.sent[0][0], [want])
+
     def test_loaded_by_file_path_like_verl(self):
         # verl's get_custom_reward_fn: spec_from_file_location("custom_module", path), then
         # getattr(module, name)(*args, **kwargs, **reward_kwargs).

@@ -282,7 +282,8 @@ class RewardLoopServerTest(unittest.TestCase):
         s = standin.VerlStandIn(version).install()
         try:
             mgr = s.make_manager(_loop_config(version, reward_kwargs), tokenizer or SolTok())
-            mgr.service = fresh_service(rm_tokenizer=reward_kwargs.get("rm_tokenizer"),
+            mgr.service = fresh_service(rm_tokenizer=service_mod.rm_tokenizer_from(reward_kwargs.get("rm_tokenizer"),
+                                                                                   reward_kwargs.get("rm_tokenizer_dir")),
                                         **{k: reward_kwargs[k] for k in vrl.SERVICE_KEYS if k in reward_kwargs})
             if data is None:
                 data, prompts, responses = loop_batch(n)
@@ -342,6 +343,29 @@ class RewardLoopServerTest(unittest.TestCase):
             conv = [{"role": "user", "content": "q%d" % i}, {"role": "assistant", "content": tok.decode(r)}]
             ids = render_chat(tok, conv)
             self.assertEqual(ids[0], 1)                       # one BOS, from the tokenizer
+            self.assertEqual(ids.count(1), 1)
+            self.assertEqual(f32(outputs[i]["reward_score"]), f32(checksum_score(ids)))
+
+    def test_chat_input_with_rm_tokenizer_dir(self):
+        """reward_kwargs.rm_tokenizer_dir: the project's own tokenizer (verl_reward.text, no
+        transformers) renders and encodes the conversations over shm."""
+        from verl_reward import text
+        tok_dir = os.path.join(vr_testlib.SOURCE_DIR, "tests", "fixtures", "server_tokenizer")
+        rm = text.load(tok_dir)
+        data, prompts, responses = loop_batch(4)
+        data.non_tensor_batch["raw_prompt"] = [[{"role": "user", "content": "q%d" % i}] for i in range(4)]
+        kw = {"shm_name": SERVER.shm_name, "input": "chat", "rm_tokenizer_dir": tok_dir, "send_extras": False}
+        s = standin.VerlStandIn("0.9.0").install()
+        try:
+            self.assertIs(s.make_manager(_loop_config("0.9.0", kw), CharTok()).service.rm_tokenizer, rm)
+        finally:
+            s.uninstall()
+        pol = CharTok()
+        _, _, outputs, _ = self.run_loop("0.9.0", kw, tokenizer=pol, data=data)
+        for i, r in enumerate(responses):
+            conv = [{"role": "user", "content": "q%d" % i}, {"role": "assistant", "content": pol.decode(r)}]
+            ids = rm.apply_chat_template(conv)      # = verl's render (BOS text dropped, re-added)
+            self.assertEqual(render_chat(rm, conv), ids)
             self.assertEqual(ids.count(1), 1)
             self.assertEqual(f32(outputs[i]["reward_score"]), f32(checksum_score(ids)))
 

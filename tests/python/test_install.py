@@ -3,6 +3,7 @@ and the installed package finds the client library: bundled (VERL_REWARD_LIB set
 at install time) or through VERL_REWARD_LIB at run time; without either it says
 where it looked. Each installed copy scores against a real checksum server."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +21,17 @@ print("LOADED", lib.vr_loaded_from)
 print("FILE", verl_reward.__file__)
 with verl_reward.RewardClient(sys.argv[1]) as rc:
     print("SCORES", repr(rc.score([[1, 2, 3], [4]])))
+"""
+
+
+TEXT_SNIPPET = r"""
+import sys, verl_reward, verl_reward.text as T
+lib = T.load_text_library()
+print("LOADED", lib.vr_loaded_from)
+tok = T.load(sys.argv[2])
+print("IDS", repr(tok.encode(sys.argv[3])))
+with verl_reward.RewardClient(sys.argv[1], tokenizer=tok) as rc:
+    print("SCORES", repr(rc.score_text([sys.argv[3]])))
 """
 
 
@@ -93,6 +105,26 @@ class InstallTest(unittest.TestCase):
         bundled = os.path.join(target, "verl_reward", "libverl_reward_client.so")
         self.assertTrue(os.path.isfile(bundled))
         self.check_scores(self.run_installed(target), target, bundled)
+
+    def test_bundled_text_library(self):
+        """libverl_reward_text.so (texts over shm) is bundled from beside VERL_REWARD_LIB's library
+        and gives verl-tokenize's ids; scored by the checksum server (vocab 0: not checked)."""
+        target = os.path.join(self.tmp, "bundled_text")
+        self.install(target, VERL_REWARD_LIB=vr_testlib.CLIENT_LIB)
+        bundled = os.path.join(target, "verl_reward", "libverl_reward_text.so")
+        self.assertTrue(os.path.isfile(bundled))
+        tok_dir = os.path.join(vr_testlib.SOURCE_DIR, "tests", "fixtures", "server_tokenizer")
+        text = "the cat sat in a hat"
+        ref = subprocess.run([os.path.join(vr_testlib.BIN_DIR, "verl-tokenize"), "--tokenizer", tok_dir],
+                             input='{"text": "%s"}\n' % text, capture_output=True, text=True, timeout=60)
+        self.assertEqual(ref.returncode, 0, ref.stderr)
+        ids = json.loads(ref.stdout)["input_ids"]
+        r = subprocess.run([self.py, "-c", TEXT_SNIPPET, self.server.shm_name, tok_dir, text],
+                           env=self.env(PYTHONPATH=target), cwd=self.tmp, capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("LOADED %s" % bundled, r.stdout)
+        self.assertIn("IDS %r" % (ids,), r.stdout)
+        self.assertIn("SCORES %r" % ([checksum_score(ids)],), r.stdout)
 
     def test_library_from_env(self):
         target = os.path.join(self.tmp, "plain")

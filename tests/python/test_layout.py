@@ -1,5 +1,5 @@
 """The ctypes structures of verl_reward._lib against the C compiler's layout of
-include/verl_reward/client.h (sizes, every field's offset, the constants)."""
+include/verl_reward/client.h and text.h (sizes, every field's offset, the constants)."""
 
 import ctypes
 import json
@@ -8,7 +8,9 @@ import subprocess
 import unittest
 
 import vr_testlib
-from verl_reward import _lib
+from verl_reward import _lib, text
+
+STRUCTS = dict(_lib.STRUCTS, **text.STRUCTS)
 
 
 class LayoutTest(unittest.TestCase):
@@ -24,8 +26,8 @@ class LayoutTest(unittest.TestCase):
         self.assertEqual(self.c["VR_COMPONENT_NAME_MAX"], _lib.VR_COMPONENT_NAME_MAX)
 
     def test_structs(self):
-        self.assertEqual(set(self.c) - {"VR_MAX_COMPONENTS", "VR_COMPONENT_NAME_MAX"}, set(_lib.STRUCTS))
-        for cname, cls in _lib.STRUCTS.items():
+        self.assertEqual(set(self.c) - {"VR_MAX_COMPONENTS", "VR_COMPONENT_NAME_MAX"}, set(STRUCTS))
+        for cname, cls in STRUCTS.items():
             with self.subTest(struct=cname):
                 want = self.c[cname]
                 self.assertEqual(ctypes.sizeof(cls), want["size"])

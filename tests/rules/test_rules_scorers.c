@@ -337,6 +337,18 @@ static void test_exact_match(void **state) {
   run_cases("exact_match(ignore_space=1)", space_only, sizeof(space_only) / sizeof(space_only[0]));
 }
 
+static void test_contains_word(void **state) {
+  (void)state;
+  static const score_case_t c[] = {
+      {"3 7 5", "7", 1, VR_REASON_OK},        {"7", "7", 1, VR_REASON_OK},
+      {"17 5", "7", 0, VR_REASON_MISMATCH},   {"3 71", "7", 0, VR_REASON_MISMATCH},
+      {"a\tb\nc", "c", 1, VR_REASON_OK},      {"say 12", "12", 1, VR_REASON_OK},
+      {"x", "", 0, VR_REASON_MISMATCH},       {"", "1", 0, VR_REASON_MISMATCH},
+      {"ab ab", "ab ab", 1, VR_REASON_OK},    {"ab abc", "ab ab", 0, VR_REASON_MISMATCH},
+  };
+  run_cases("contains_word", c, sizeof(c) / sizeof(c[0]));
+}
+
 /* ---- overlong ---------------------------------------------------------------------- */
 
 static void test_overlong(void **state) {
@@ -446,6 +458,7 @@ int main(void) {
       cmocka_unit_test(test_math_score),     cmocka_unit_test(test_math_huge),
       cmocka_unit_test(test_gsm8k_strict),   cmocka_unit_test(test_gsm8k_flexible),
       cmocka_unit_test(test_gsm8k_clip),     cmocka_unit_test(test_exact_match),
+      cmocka_unit_test(test_contains_word),
       cmocka_unit_test(test_overlong),       cmocka_unit_test(test_auto_and_missing),
       cmocka_unit_test(test_mix),
   };

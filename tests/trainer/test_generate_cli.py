@@ -17,6 +17,8 @@ import subprocess
 import tempfile
 import unittest
 
+from cli_util import model_copy, peak_rss
+
 BIN = os.path.join(os.environ.get("VR_BIN_DIR", "build/bin"), "verl-trainer")
 SRC = os.environ.get("VR_SOURCE_DIR", ".")
 FIX = os.path.join(SRC, "tests", "fixtures")
@@ -45,6 +47,22 @@ class Generate(unittest.TestCase):
             if blank:
                 out.append("")
         return "\n".join(out) + "\n"
+
+    def test_rope_and_scratch_follow_the_input(self):
+        # max_position_embeddings 2^24 (the loader's limit) and the default max_model_len: the
+        # cpu backend's RoPE tables and attention scratch cover the longest context seen, not 2^24
+        # positions (512 MiB of tables at head_dim 8 before any prompt); the outputs are the original's
+        src = os.path.join(FIX, "lm", "llama_lm")
+        g = self.golden("llama_lm")
+        args = ["--temperature", "0", "--max-new-tokens", str(g["max_new_tokens"]), "--kv-cache-bytes", "1048576"]
+        want = gen(["--model", src] + args, self.prompts_text(g)).stdout
+        with tempfile.TemporaryDirectory() as tmp:
+            model_copy(src, tmp, max_position_embeddings=1 << 24)
+            rc, kib, out, err = peak_rss([BIN, "generate", "--model", tmp] + args, self.prompts_text(g))
+            self.assertEqual(rc, 0, err)
+            print(f"generate with max_position_embeddings 2^24: peak RSS {kib / 1024:.0f} MiB")
+            self.assertLess(kib, 256 << 10)
+            self.assertEqual(out, want)
 
     def test_greedy_equals_transformers(self):
         for name in ("llama_lm", "qwen2_lm", "mistral_lm"):

@@ -10,6 +10,8 @@ import subprocess
 import tempfile
 import unittest
 
+from cli_util import model_copy, peak_rss
+
 BIN = os.path.join(os.environ.get("VR_BIN_DIR", "build/bin"), "verl-trainer")
 FIX = os.path.join(os.environ.get("VR_SOURCE_DIR", "."), "tests", "fixtures", "lm")
 TOL = 1e-5
@@ -54,6 +56,37 @@ class TestLogprobs(unittest.TestCase):
             d3 = max_diff(logprobs(m, g["sequences"], "--max-tokens", "40", "--threads", "1"), g["logprobs_t1"])
             print(f"{name}: max |logp diff| T=1 {d1:.3g}, T=0.7 {d2:.3g}, batches of 40 tokens {d3:.3g}")
             self.assertLessEqual(max(d1, d2, d3), TOL)
+
+    def test_many_sequences_in_one_batch(self):
+        # 40000 one-token lines in one micro-batch under a 128 KiB stack: the rebased cu_seqlens
+        # of a micro-batch live on the heap (a stack array of 160 KB crashed)
+        import resource
+
+        def small_stack():
+            resource.setrlimit(resource.RLIMIT_STACK, (128 << 10, 128 << 10))
+        p = subprocess.run([BIN, "logprobs", "--model", os.path.join(FIX, "llama_lm"), "--max-tokens", "16777216"],
+                           input='{"input_ids": [1]}\n' * 40000 + '{"input_ids": [1, 5]}\n', capture_output=True,
+                           text=True, timeout=120, preexec_fn=small_stack)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        lines = p.stdout.splitlines()
+        self.assertEqual(len(lines), 40001)
+        self.assertEqual(lines[0], '{"logprobs": []}')
+        self.assertEqual(len(json.loads(lines[-1])["logprobs"]), 1)
+
+    def test_rope_tables_follow_the_input(self):
+        # max_position_embeddings 2^24 (the loader's limit): the RoPE tables cover the longest
+        # sequence seen, not 2^24 positions (512 MiB here, 8 GiB at head_dim 128, at start-up)
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(FIX, "llama_lm")
+            model_copy(src, tmp, max_position_embeddings=1 << 24)
+            seqs = golden("llama_lm")["sequences"]
+            rc, kib, _, err = peak_rss([BIN, "logprobs", "--model", tmp], ids_text(seqs))
+            self.assertEqual(rc, 0, err)
+            print(f"logprobs with max_position_embeddings 2^24: peak RSS {kib / 1024:.0f} MiB")
+            self.assertLess(kib, 256 << 10)
+            # and the log-probs are those of the original config
+            d = max_diff(logprobs(tmp, seqs), golden("llama_lm")["logprobs_t1"])
+            self.assertLessEqual(d, TOL)
 
     def test_empty_input(self):
         p = run(["logprobs", "--model", os.path.join(FIX, "llama_lm")], "\n\n")
@@ -100,6 +133,95 @@ class TestSft(unittest.TestCase):
             d = max_diff(logprobs(out, g["sequences"]), g["adamw_clip"]["logprobs"])
             print(f"llama_lm: clipped sft in micro-batches of 16 tokens vs transformers: {d:.3g}")
             self.assertLessEqual(d, TOL)
+
+
+class TestLongPaths(unittest.TestCase):
+    """A checkpoint saved under a 2.03k-character directory (Linux allows 4095): every file lands
+    under its own name, generation_config.json included; past PATH_MAX sft refuses to save."""
+
+    def deep(self, root, length):
+        d = root
+        while len(d) < length:
+            d = os.path.join(d, "d" * min(200, max(1, length - len(d) - 1)))
+        os.makedirs(d, exist_ok=True)
+        return d
+
+    def test_long_model_and_save_dirs(self):
+        import shutil
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(FIX, "llama_lm")
+            model = self.deep(os.path.join(tmp, "m"), 900)
+            for f in ("config.json", "model.safetensors", "generation_config.json"):
+                shutil.copy(os.path.join(src, f), model)
+            data = os.path.join(tmp, "d.jsonl")
+            with open(data, "w") as f:
+                f.write(ids_text(golden("llama_lm")["sequences"]))
+            save = self.deep(os.path.join(tmp, "s"), 2030)
+            p = run(["sft", "--model", model, "--data", data, "--save", save, "--steps", "1", "--lr", "1e-3"])
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(sorted(os.listdir(save)),
+                             ["config.json", "generation_config.json", "model.safetensors", "optimizer.vrad"])
+            with open(os.path.join(src, "generation_config.json"), "rb") as a, \
+                    open(os.path.join(save, "generation_config.json"), "rb") as b:
+                self.assertEqual(a.read(), b.read())
+            # past PATH_MAX: refused with a message, nothing written under a cut name
+            p = run(["sft", "--model", model, "--data", data, "--save", save + "/" + "x" * 250 + "/" + "y" * 250 * 8,
+                     "--steps", "1", "--lr", "1e-3"])
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("too long", p.stderr)
+
+
+class TestResume(unittest.TestCase):
+    """sft 2 steps, then --resume for steps 3..5 == one sft run of 5 steps, bit for bit (weights,
+    optimizer state, printed loss and grad norm), untied and tied, clipped, in micro-batches."""
+
+    def sft(self, data, out, steps, *src):
+        p = run(["sft", *src, "--data", data, "--save", out, "--steps", str(steps), "--lr", "1e-3",
+                 "--weight-decay", "0.1", "--clip", "0.5", "--micro-batch-tokens", "16"])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return [json.loads(l) for l in p.stdout.splitlines()]
+
+    def test_resume_equals_one_run(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in ("llama_lm", "qwen2_lm"):
+                data = os.path.join(tmp, name + ".jsonl")
+                with open(data, "w") as f:
+                    f.write(ids_text(golden(name)["sequences"]))
+                m = os.path.join(FIX, name)
+                a, b, c = (os.path.join(tmp, name + x) for x in ("_5", "_2", "_2_5"))
+                full = self.sft(data, a, 5, "--model", m)
+                first = self.sft(data, b, 2, "--model", m)
+                rest = self.sft(data, c, 5, "--resume", b)
+                self.assertEqual([s["step"] for s in rest], [3, 4, 5])
+                self.assertEqual(first + rest, full)
+                for f in ("model.safetensors", "optimizer.vrad", "config.json"):
+                    with open(os.path.join(a, f), "rb") as x, open(os.path.join(c, f), "rb") as y:
+                        self.assertEqual(x.read(), y.read(), f"{name}: {f} differs")
+                print(f"{name}: sft 2 steps + resume to 5 == sft 5 steps, bit for bit")
+
+    def test_resume_errors(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            data = os.path.join(tmp, "d.jsonl")
+            with open(data, "w") as f:
+                f.write(ids_text(golden("llama_lm")["sequences"]))
+            ck = os.path.join(tmp, "ck")
+            self.sft(data, ck, 2, "--model", os.path.join(FIX, "llama_lm"))
+            base = ["sft", "--data", data, "--save", os.path.join(tmp, "o"), "--lr", "1e-3"]
+            for args, frag in (
+                    (["--resume", ck, "--steps", "2"], "is at step 2; --steps 2 (the total) leaves nothing"),
+                    (["--resume", ck, "--model", ck, "--steps", "3"], "--resume DIR loads the model from DIR"),
+                    (["--resume", os.path.join(FIX, "llama_lm"), "--steps", "3"], "optimizer.vrad"),
+                    (["--resume", "/no/such/dir", "--steps", "3"], "/no/such/dir")):
+                p = run(base + args)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn(frag, p.stderr)
+            # another model's optimizer state
+            q = os.path.join(tmp, "q")
+            self.sft(data, q, 1, "--model", os.path.join(FIX, "qwen2_lm"))
+            os.replace(os.path.join(q, "optimizer.vrad"), os.path.join(ck, "optimizer.vrad"))
+            p = run(base + ["--resume", ck, "--steps", "3"])
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("n_floats (another model) differs", p.stderr)
 
 
 class TestErrors(unittest.TestCase):

@@ -2,7 +2,10 @@
 #include "vr_tcpu_ops.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "verl_reward/status.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -332,4 +335,30 @@ void vr_tcpu_lmhead_bwd(const vr_tcpu_ctx_t *c, const float *h, const int32_t *t
       for (size_t i = 0; i < (size_t)vc * C; i++) gW[(size_t)v0 * C + i] += tw[i];
     }
   }
+}
+
+int vr_tcpu_rope_grow(vr_tcpu_rope_tab_t *t, size_t need, size_t cap, const float *inv, int half, float scale) {
+  if (need <= t->n) return 0;
+  size_t want = 2 * t->n > need ? 2 * t->n : need, h = (size_t)half;
+  if (want < 256) want = 256;
+  if (want > cap) want = cap > need ? cap : need;
+  float *ct = realloc(t->cos_t, want * h * sizeof *ct);
+  if (!ct) return VR_ERR_NOMEM;
+  t->cos_t = ct;
+  float *st = realloc(t->sin_t, want * h * sizeof *st);
+  if (!st) return VR_ERR_NOMEM;
+  t->sin_t = st;
+  for (size_t p = t->n; p < want; p++)
+    for (size_t i = 0; i < h; i++) {
+      float a = (float)p * inv[i];
+      ct[p * h + i] = cosf(a) * scale;
+      st[p * h + i] = sinf(a) * scale;
+    }
+  t->n = want;
+  return 0;
+}
+
+void vr_tcpu_rope_free(vr_tcpu_rope_tab_t *t) {
+  free(t->cos_t), free(t->sin_t);
+  memset(t, 0, sizeof *t);
 }

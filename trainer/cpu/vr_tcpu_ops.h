@@ -42,6 +42,18 @@ void vr_tcpu_rmsnorm_bwd(const float *x, const float *w, const float *r, const f
 void vr_tcpu_rope(float *x, int nh, int D, const uint32_t *cu, uint32_t n, const float *cos_t,
                   const float *sin_t, int inverse);
 
+/* RoPE cos/sin tables (n, half) for positions [0, n), grown on demand: a config's
+ * max_position_embeddings may be 2^24, so nothing is computed before sequences that long come. */
+typedef struct vr_tcpu_rope_tab {
+  float *cos_t, *sin_t;
+  size_t n;
+} vr_tcpu_rope_tab_t;
+/* Covers positions [0, need) (growing to at least twice the old size, at most cap): entry (p, i)
+ * is cosf / sinf of (float)p * inv[i], times scale, in float32 as transformers' rotary embedding.
+ * 0 or VR_ERR_NOMEM (the table is then as before). */
+int vr_tcpu_rope_grow(vr_tcpu_rope_tab_t *t, size_t need, size_t cap, const float *inv, int half, float scale);
+void vr_tcpu_rope_free(vr_tcpu_rope_tab_t *t);
+
 /* a (T*F) = silu(g) * u. */
 void vr_tcpu_swiglu(const float *g, const float *u, size_t n, float *a);
 /* dg, du (n) from da. */
@@ -67,7 +79,8 @@ void vr_tcpu_attention_bwd(const vr_tcpu_ctx_t *c, const float *q, const float *
 /* LM head log-probs + entropy at temperature tau for R selected rows, never materialising
  * (R, V): h (R, C) hidden rows, tgt (R) target ids, W (V, C). Chunks of VR_TCPU_LM_ROWS rows and
  * vchunk vocabulary rows with an online log-sum-exp (double accumulators); z = h W^T / tau.
- * Writes logp (R), ent (R), lse (R) (of z). zbuf: VR_TCPU_LM_ROWS * vchunk floats. */
+ * Writes logp (R), ent (R), lse (R) (of z). zbuf: VR_TCPU_LM_ROWS * vchunk floats; vchunk in
+ * [1, V] (the caller clamps it: 0 would never finish). */
 void vr_tcpu_lmhead(const vr_tcpu_ctx_t *c, const float *h, const int32_t *tgt, int R, int C, const float *W,
                     int V, float tau, int vchunk, float *logp, float *ent, float *lse, float *zbuf);
 /* Backward for dlogp (R) and dent (R, or NULL): dh (R, C) written, gW (V, C) added. Recomputes z

@@ -39,9 +39,10 @@ typedef struct vr_tcpu {
   size_t n_floats, lo, hi;
   float *p, *g, *m, *v;            /* params, grads (n_floats); moments (hi - lo) */
   vr_tcpu_layer_t *pl, *gl;        /* per layer views of p and g */
+  size_t *off_layer, off_fnorm;    /* offsets of each layer's first tensor and of the final norm */
   float *p_embed, *g_embed, *p_fnorm, *g_fnorm, *p_head, *g_head, *p_score, *g_score, *p_sbias, *g_sbias;
   vr_tcpu_ctx_t ctx;
-  float *cos_t, *sin_t;            /* (max_position_embeddings, D/2) */
+  vr_tcpu_rope_tab_t rope;         /* positions up to the longest sequence seen */
   int recompute, vchunk;
   /* workspace for ws_T tokens */
   size_t ws_T, att_cap;
@@ -151,8 +152,8 @@ static void vr_tcpu_free(void *state) {
   if (!s) return;
   vr_tcpu_free_ws(s);
   free(s->p), free(s->g), free(s->m), free(s->v);
-  free(s->pl), free(s->gl);
-  free(s->cos_t), free(s->sin_t);
+  free(s->pl), free(s->gl), free(s->off_layer);
+  vr_tcpu_rope_free(&s->rope);
   free((void *)s->c.rope_inv_freq);
   free(s->ctx.pack);
   free(s->zbuf);
@@ -187,20 +188,23 @@ static int vr_tcpu_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_t
   s->ctx.n_threads = 1;
 #endif
   s->recompute = opt->recompute;
-  s->vchunk = opt->vocab_chunk > 0 ? (int)opt->vocab_chunk : 4096;
-  if (s->vchunk > c->vocab_size) s->vchunk = c->vocab_size;
+  size_t vchunk = opt->vocab_chunk > 0 ? opt->vocab_chunk : 4096; /* clamped before it becomes an int */
+  s->vchunk = vchunk > (size_t)c->vocab_size ? c->vocab_size : (int)vchunk;
   s->n_floats = vr_lm_n_floats(lm);
   s->lo = lo, s->hi = hi;
   s->p = vr_tcpu_alloc(s->n_floats, &err), s->g = vr_tcpu_alloc(s->n_floats, &err);
   s->m = vr_tcpu_alloc(hi - lo, &err), s->v = vr_tcpu_alloc(hi - lo, &err);
   if (!err) memcpy(s->p, vr_lm_params_const(lm), s->n_floats * sizeof(float));
   s->pl = calloc((size_t)c->num_layers, sizeof *s->pl), s->gl = calloc((size_t)c->num_layers, sizeof *s->gl);
-  if (!s->pl || !s->gl) err = VR_ERR_NOMEM;
+  s->off_layer = calloc((size_t)c->num_layers, sizeof *s->off_layer);
+  if (!s->pl || !s->gl || !s->off_layer) err = VR_ERR_NOMEM;
   const vr_lm_index_t *ix = vr_lm_index(lm);
   for (int l = 0; l < c->num_layers && !err; l++) {
     vr_tcpu_views(&s->pl[l], s->p, lm, &ix->layers[l]);
     vr_tcpu_views(&s->gl[l], s->g, lm, &ix->layers[l]);
+    s->off_layer[l] = vr_lm_tensor(lm, (size_t)ix->layers[l].q_w)->offset;
   }
+  if (!err) s->off_fnorm = vr_lm_tensor(lm, (size_t)ix->final_norm)->offset;
   if (!err) {
     s->p_embed = vr_tcpu_at(s->p, lm, ix->embed), s->g_embed = vr_tcpu_at(s->g, lm, ix->embed);
     s->p_fnorm = vr_tcpu_at(s->p, lm, ix->final_norm), s->g_fnorm = vr_tcpu_at(s->g, lm, ix->final_norm);
@@ -209,14 +213,6 @@ static int vr_tcpu_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_t
     s->p_score = vr_tcpu_at(s->p, lm, ix->score_w), s->g_score = vr_tcpu_at(s->g, lm, ix->score_w);
     s->p_sbias = vr_tcpu_at(s->p, lm, ix->score_b), s->g_sbias = vr_tcpu_at(s->g, lm, ix->score_b);
   }
-  size_t npos = (size_t)c->max_position_embeddings * half;
-  s->cos_t = vr_tcpu_alloc(npos, &err), s->sin_t = vr_tcpu_alloc(npos, &err);
-  for (int p = 0; p < c->max_position_embeddings && !err; p++)
-    for (int i = 0; i < half; i++) { /* in float32, as transformers' rotary embedding */
-      float a = (float)p * inv[i];
-      s->cos_t[(size_t)p * half + i] = cosf(a) * c->rope_attention_scaling;
-      s->sin_t[(size_t)p * half + i] = sinf(a) * c->rope_attention_scaling;
-    }
   int k = c->hidden_size;
   if (c->num_heads * c->head_dim > k) k = c->num_heads * c->head_dim;
   if (c->intermediate_size > k) k = c->intermediate_size;
@@ -243,8 +239,8 @@ static int vr_tcpu_layer_fwd(vr_tcpu_t *s, const vr_tcpu_layer_t *P, vr_tcpu_act
   vr_tcpu_linear(x, A->h1, P->q_w, P->q_b, T, C, H * D, A->q);
   vr_tcpu_linear(x, A->h1, P->k_w, P->k_b, T, C, KV * D, A->k);
   vr_tcpu_linear(x, A->h1, P->v_w, P->v_b, T, C, KV * D, A->v);
-  vr_tcpu_rope(A->q, H, D, s->cu, s->n, s->cos_t, s->sin_t, 0);
-  vr_tcpu_rope(A->k, KV, D, s->cu, s->n, s->cos_t, s->sin_t, 0);
+  vr_tcpu_rope(A->q, H, D, s->cu, s->n, s->rope.cos_t, s->rope.sin_t, 0);
+  vr_tcpu_rope(A->k, KV, D, s->cu, s->n, s->rope.cos_t, s->rope.sin_t, 0);
   vr_tcpu_attention(x, A->q, A->k, A->v, H, KV, D, c->sliding_window, s->cu, s->n, A->att, A->lse, s->att_s);
   vr_tcpu_linear(x, A->att, P->o_w, P->o_b, T, H * D, C, s->tmpC);
   for (size_t i = 0; i < (size_t)T * C; i++) A->xmid[i] = A->xin[i] + s->tmpC[i];
@@ -281,6 +277,14 @@ static int vr_tcpu_forward(void *state, const vr_train_batch_t *b, float tau, fl
   const uint32_t T = b->cu_seqlens[b->n_seqs];
   s->kept = 0;
   int rc = vr_tcpu_ensure(s, T > 0 ? T : 1);
+  uint32_t longest = 0;
+  for (uint32_t q = 0; q < b->n_seqs; q++)
+    if (b->cu_seqlens[q + 1] - b->cu_seqlens[q] > longest) longest = b->cu_seqlens[q + 1] - b->cu_seqlens[q];
+  if (rc == 0 && vr_tcpu_rope_grow(&s->rope, longest, (size_t)s->c.max_position_embeddings, s->c.rope_inv_freq,
+                                    s->c.head_dim / 2, s->c.rope_attention_scaling) != 0) {
+    vr_log(VR_LOG_ERROR, "cpu training backend: out of memory for RoPE tables of %u positions", longest);
+    rc = VR_ERR_NOMEM;
+  }
   if (rc != 0) return rc;
   s->T = (int)T, s->n = b->n_seqs, s->tau = tau;
   memcpy(s->ids, b->ids, T * sizeof *s->ids);
@@ -350,15 +354,18 @@ static void vr_tcpu_layer_bwd(vr_tcpu_t *s, int l, float *dx) {
   vr_tcpu_linear_bwd(x, A->att, P->o_w, dx, T, H * D, C, s->datt, 0, G->o_w, G->o_b);
   vr_tcpu_attention_bwd(x, A->q, A->k, A->v, A->att, A->lse, s->datt, H, KV, D, c->sliding_window, s->cu, s->n,
                         s->dq, s->dk, s->dv, s->att_s);
-  vr_tcpu_rope(s->dq, H, D, s->cu, s->n, s->cos_t, s->sin_t, 1);
-  vr_tcpu_rope(s->dk, KV, D, s->cu, s->n, s->cos_t, s->sin_t, 1);
+  vr_tcpu_rope(s->dq, H, D, s->cu, s->n, s->rope.cos_t, s->rope.sin_t, 1);
+  vr_tcpu_rope(s->dk, KV, D, s->cu, s->n, s->rope.cos_t, s->rope.sin_t, 1);
   vr_tcpu_linear_bwd(x, A->h1, P->q_w, s->dq, T, C, H * D, s->dh, 0, G->q_w, G->q_b);
   vr_tcpu_linear_bwd(x, A->h1, P->k_w, s->dk, T, C, KV * D, s->dh, 1, G->k_w, G->k_b);
   vr_tcpu_linear_bwd(x, A->h1, P->v_w, s->dv, T, C, KV * D, s->dh, 1, G->v_w, G->v_b);
   vr_tcpu_rmsnorm_bwd(A->xin, P->n1, A->r1, s->dh, T, C, dx, G->n1);
 }
 
-static int vr_tcpu_backward(void *state, const float *dout, const float *dent) {
+/* backward_ready (vr_train.h): ready (may be NULL) after the head + final norm, each layer, the
+ * embeddings. */
+static int vr_tcpu_backward_ready(void *state, const float *dout, const float *dent,
+                                  void (*ready)(void *ctx, size_t lo), void *rctx) {
   vr_tcpu_t *s = state;
   const vr_lm_config_t *c = &s->c;
   const int C = c->hidden_size, T = s->T, R = s->R;
@@ -390,13 +397,22 @@ static int vr_tcpu_backward(void *state, const float *dout, const float *dent) {
   }
   memset(s->dx, 0, (size_t)T * C * sizeof(float));
   vr_tcpu_rmsnorm_bwd(s->xf, s->p_fnorm, s->rf, dhf, T, C, s->dx, s->g_fnorm);
-  for (int l = c->num_layers - 1; l >= 0; l--) vr_tcpu_layer_bwd(s, l, s->dx);
+  if (ready) ready(rctx, s->off_fnorm);
+  for (int l = c->num_layers - 1; l >= 0; l--) {
+    vr_tcpu_layer_bwd(s, l, s->dx);
+    if (ready) ready(rctx, s->off_layer[l]);
+  }
   for (int t = 0; t < T; t++) {
     float *ge = s->g_embed + (size_t)s->ids[t] * C;
     const float *d = s->dx + (size_t)t * C;
     for (int i = 0; i < C; i++) ge[i] += d[i];
   }
+  if (ready) ready(rctx, 0);
   return 0;
+}
+
+static int vr_tcpu_backward(void *state, const float *dout, const float *dent) {
+  return vr_tcpu_backward_ready(state, dout, dent, NULL, NULL);
 }
 
 /* ---- optimizer and buffers ---------------------------------------------------------------------- */
@@ -489,4 +505,5 @@ const vr_train_backend_ops_t vr_train_backend_cpu = {
     .get_grads = vr_tcpu_get_grads,
     .get_moments = vr_tcpu_get_moments,
     .set_moments = vr_tcpu_set_moments,
+    .backward_ready = vr_tcpu_backward_ready,
 };

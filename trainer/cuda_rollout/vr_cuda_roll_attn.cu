@@ -2,17 +2,19 @@
  * keys (flash-decoding), plus the combine kernel (contract and cache layout in
  * vr_cuda_roll_ops.h).
  *
- * k_roll_decode<D>: a block of NW warps owns (sequence b, kv head hk, up to MAXG query heads of
+ * k_roll_decode<D, MG>: a block of NW warps owns (sequence b, kv head hk, up to MAXG query heads of
  * hk's group, one partition of `part` keys), so each K/V byte is read once for all the query
- * heads sharing it. Three passes over the partition, scores in shared memory:
- *   1. scores: a warp takes one cache block (16 keys) at a time; lane pair (j, j + 16) owns key
- *      j, the two lanes taking alternate 8-element chunks of the head. Thanks to the cache's
- *      (D/8, 16, 8) key layout every chunk load of a half-warp is 256 contiguous bytes; each
- *      lane dots its chunks with every query of the group (q in shared memory, pre-scaled by
- *      scale * log2(e)), one shuffle joins the halves.
- *   2. softmax per query head over the partition (warp per head): max m, exp2, sum l.
- *   3. P.V: a warp takes one cache block at a time, D/8 lanes per token row (16-byte loads),
- *      32 / (D/8) tokens side by side; shuffles then shared memory sum the warps' partials.
+ * heads sharing it (MG: the register tile of query heads, 1, 4 or 8). One pass, online softmax
+ * per warp: the block's cache blocks (16 keys each) are dealt to its warps, UNR at a time per
+ * warp (2 for D <= 64 with the 1- or 4-head tile, else 1: registers), and for each the warp
+ * issues all its loads before the first use: K as lane pair (j, j + 16) owning key j, the two
+ * lanes taking alternate 8-element chunks (thanks to the cache's (D/8, 16, 8) key layout each
+ * chunk load of a half-warp is 256 contiguous bytes),
+ * and V as D/8 lanes per token row (16-byte loads), 32 / (D/8) rows side by side; V rows of keys
+ * that do not count are not read. Scores (q in shared memory, pre-scaled by scale * log2(e)), the
+ * block's max over the 16 key lanes, rescale of the running sum and output by 2^(m - m'), then
+ * P.V with each row's probability shuffled from its key's lane. The warps' (m, l, O) merge in
+ * shared memory at the end.
  * A single-partition sequence writes bf16 out = O / l; otherwise O / l, m, l go to the
  * scratch for k_roll_combine, which weights the partitions by l * 2^(m - max m). */
 #include <math.h>
@@ -49,15 +51,18 @@ __device__ __forceinline__ void unpack8(const uint4 v, float *f) {
   }
 }
 
-template <int D>
-__global__ void __launch_bounds__(NW * 32) k_roll_decode(roll_attn_params p) {
-  constexpr int NC = D / 8;                /* 16-byte chunks per head */
-  constexpr int LPT = NC < 32 ? NC : 32;   /* pass 3: lanes per token row */
-  constexpr int TPW = 32 / LPT;            /* pass 3: token rows per warp step */
+template <int D, int MG>
+__global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_decode(roll_attn_params p) {
+  constexpr int NC = D / 8;                             /* 16-byte chunks per head */
+  constexpr int KCH = (NC + 1) / 2;                     /* K chunks per lane per cache block */
+  constexpr int LPT = NC < 32 ? NC : 32;                /* V: lanes per token row */
+  constexpr int TPW = 32 / LPT;                         /* V: token rows per warp step */
+  constexpr int VST = (VR_ROLL_BLOCK + TPW - 1) / TPW;  /* V loads per lane per cache block */
+  constexpr int UNR = D <= 64 && MG <= 4 ? 2 : 1;      /* cache blocks in flight per warp */
   extern __shared__ float sm[];
-  const int G = p.H / p.Hkv, MG = G < MAXG ? G : MAXG;
+  const int G = p.H / p.Hkv;
   const int hk = blockIdx.x / p.n_gchunks, g0 = (blockIdx.x % p.n_gchunks) * MAXG;
-  const int ng = min(MAXG, G - g0), h0 = hk * G + g0;
+  const int ng = min(MAXG, G - g0), h0 = hk * G + g0; /* ng <= MG (the launcher's choice) */
   const int b = blockIdx.y, pi = blockIdx.z;
   const int len = p.lens[b];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -70,130 +75,159 @@ __global__ void __launch_bounds__(NW * 32) k_roll_decode(roll_attn_params p) {
   if (p0 >= len) return;
   const int p1 = min(len, p0 + p.part), nparts = (len + p.part - 1) / p.part;
   const int k0 = max(p0, p.window > 0 ? len - p.window : 0); /* first key of the partition that counts */
-  float *qs = sm;                                 /* (MG, D) */
-  float *ss = sm + MG * D;                        /* (MG, part): scores, then probabilities */
-  float *red = ss;                                /* (NW, MG, D) after pass 3 (aliases ss) */
-  const int regB = max(MG * p.part, NW * MG * D);
-  float *ml = ss + regB;                          /* (MG, 2) */
+  float *qs = sm;                  /* (MG, D), rows >= ng zero */
+  float *red = qs + MG * D;        /* (NW, MG, D): the warps' unnormalised outputs */
+  float *wml = red + NW * MG * D;  /* (NW, MG, 2): the warps' running max and sum */
+  int *bts = reinterpret_cast<int *>(wml + 2 * NW * MG); /* the partition's cache blocks */
 
   const uint16_t *q = p.qkv + (size_t)b * p.ld + p.q_off + (size_t)h0 * D;
-  for (int i = tid; i < ng * D; i += NW * 32) qs[i] = bf(q[i]) * p.scale_log2;
+  for (int i = tid; i < MG * D; i += NW * 32) qs[i] = i < ng * D ? bf(q[i]) * p.scale_log2 : 0.f;
+  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
+  const int kb0 = k0 / VR_ROLL_BLOCK, nkb = (p1 - 1) / VR_ROLL_BLOCK - kb0 + 1; /* <= part / 16 */
+  for (int i = tid; i < nkb; i += NW * 32) bts[i] = bt[kb0 + i];
   __syncthreads();
 
-  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
-  const int kb0 = k0 / VR_ROLL_BLOCK, kb1 = (p1 - 1) / VR_ROLL_BLOCK; /* cache blocks, inclusive */
-  /* pass 1: scores */
-  {
-    const int j = lane & 15, hp = lane >> 4;
-    for (int kb = kb0 + warp; kb <= kb1; kb += NW) {
-      const size_t head = (size_t)bt[kb] * p.Hkv + hk;
-      const uint16_t *kbase = p.kc + head * NC * VR_ROLL_BLOCK * 8;
-      float acc[MAXG];
+  const int j = lane & 15, hp = lane >> 4;    /* K: key j of the block, chunks of parity hp */
+  const int sub = lane / LPT, cc = lane % LPT; /* V: row sub of each step, chunk cc */
+  float m_run[MG], l_run[MG], o[MG][8];
 #pragma unroll
-      for (int g = 0; g < MAXG; ++g) acc[g] = 0.f;
-#pragma unroll
-      for (int ci = 0; ci < (NC + 1) / 2; ++ci) {
-        const int c = 2 * ci + hp;
-        if (c < NC) {
-          const uint4 kv = *reinterpret_cast<const uint4 *>(kbase + ((size_t)c * VR_ROLL_BLOCK + j) * 8);
-          float k8[8];
-          unpack8(kv, k8);
-#pragma unroll
-          for (int g = 0; g < MAXG; ++g) {
-            if (g < ng) {
-              const float4 qa = *reinterpret_cast<const float4 *>(qs + g * D + c * 8);
-              const float4 qb = *reinterpret_cast<const float4 *>(qs + g * D + c * 8 + 4);
-              acc[g] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] + qb.x * k8[4] + qb.y * k8[5] +
-                        qb.z * k8[6] + qb.w * k8[7];
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < MAXG; ++g) acc[g] += __shfl_xor_sync(0xffffffffu, acc[g], 16);
-      const int key = kb * VR_ROLL_BLOCK + j;
-      if (hp == 0 && key >= k0 && key < p1) {
-#pragma unroll
-        for (int g = 0; g < MAXG; ++g)
-          if (g < ng) ss[g * p.part + (key - p0)] = acc[g];
-      }
-    }
-  }
-  __syncthreads();
-  /* pass 2: softmax over the partition, one warp per query head */
-  for (int g = warp; g < ng; g += NW) {
-    float m = -INFINITY;
-    for (int i = k0 - p0 + lane; i < p1 - p0; i += 32) m = fmaxf(m, ss[g * p.part + i]);
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float l = 0.f;
-    for (int i = k0 - p0 + lane; i < p1 - p0; i += 32) {
-      const float e = exp2f(ss[g * p.part + i] - m);
-      ss[g * p.part + i] = e;
-      l += e;
-    }
-    for (int o = 16; o > 0; o >>= 1) l += __shfl_xor_sync(0xffffffffu, l, o);
-    if (lane == 0) {
-      ml[2 * g] = m;
-      ml[2 * g + 1] = l;
-    }
-  }
-  __syncthreads();
-  /* pass 3: P.V */
-  float o[MAXG][8];
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g)
+  for (int g = 0; g < MG; ++g) {
+    m_run[g] = -INFINITY;
+    l_run[g] = 0.f;
 #pragma unroll
     for (int e = 0; e < 8; ++e) o[g][e] = 0.f;
-  const int sub = lane / LPT, cc = lane % LPT;
-  for (int kb = kb0 + warp; kb <= kb1; kb += NW) {
-    const size_t head = (size_t)bt[kb] * p.Hkv + hk;
-    const uint16_t *vbase = p.vc + head * VR_ROLL_BLOCK * D;
+  }
+  const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+  for (int i = warp; i < nkb; i += NW * UNR) {
+    uint4 kr[UNR][KCH], vr[UNR][VST];
+    /* every load of the UNR blocks first: K chunks, and V rows of the keys that count (rows past
+     * the end of the cache were never written) */
 #pragma unroll
-    for (int t0 = 0; t0 < VR_ROLL_BLOCK; t0 += TPW) {
-      const int t = t0 + sub, key = kb * VR_ROLL_BLOCK + t;
-      if (t < VR_ROLL_BLOCK && key >= k0 && key < p1) {
-        const uint4 vv = *reinterpret_cast<const uint4 *>(vbase + (size_t)t * D + cc * 8);
-        float v8[8];
-        unpack8(vv, v8);
+    for (int u = 0; u < UNR; ++u) {
+      const int ii = i + u * NW;
+      const size_t head = (size_t)bts[ii < nkb ? ii : i] * p.Hkv + hk;
+      const uint16_t *kbase = p.kc + head * NC * VR_ROLL_BLOCK * 8;
+      const uint16_t *vbase = p.vc + head * VR_ROLL_BLOCK * D;
 #pragma unroll
-        for (int g = 0; g < MAXG; ++g) {
-          if (g < ng) {
-            const float pj = ss[g * p.part + (key - p0)];
+      for (int ci = 0; ci < KCH; ++ci) {
+        const int c = 2 * ci + hp;
+        kr[u][ci] = ii < nkb && c < NC ? __ldg(reinterpret_cast<const uint4 *>(kbase + ((size_t)c * VR_ROLL_BLOCK + j) * 8))
+                                       : zero4;
+      }
 #pragma unroll
-            for (int e = 0; e < 8; ++e) o[g][e] += pj * v8[e];
+      for (int vs = 0; vs < VST; ++vs) {
+        const int t = vs * TPW + sub, key = (kb0 + ii) * VR_ROLL_BLOCK + t;
+        vr[u][vs] = ii < nkb && t < VR_ROLL_BLOCK && key >= k0 && key < p1
+                        ? __ldg(reinterpret_cast<const uint4 *>(vbase + (size_t)t * D + cc * 8))
+                        : zero4;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < UNR; ++u) {
+      const int ii = i + u * NW;
+      if (ii >= nkb) break;
+      __syncwarp(); /* a fence: the queries are re-read from shared memory, not held in registers */
+      float s[MG];
+#pragma unroll
+      for (int g = 0; g < MG; ++g) s[g] = 0.f;
+#pragma unroll
+      for (int ci = 0; ci < KCH; ++ci) {
+        const int c = 2 * ci + hp;
+        if (c < NC) {
+          float k8[8];
+          unpack8(kr[u][ci], k8);
+#pragma unroll
+          for (int g = 0; g < MG; ++g) {
+            const float4 qa = *reinterpret_cast<const float4 *>(qs + g * D + c * 8);
+            const float4 qb = *reinterpret_cast<const float4 *>(qs + g * D + c * 8 + 4);
+            s[g] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] + qb.x * k8[4] + qb.y * k8[5] +
+                    qb.z * k8[6] + qb.w * k8[7];
           }
+        }
+      }
+      const int key = (kb0 + ii) * VR_ROLL_BLOCK + j;
+      const bool valid = key >= k0 && key < p1;
+      /* online softmax over the block's 16 keys (lanes j and j + 16 hold the same key) */
+#pragma unroll
+      for (int g = 0; g < MG; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], 16); /* every lane shuffles */
+#pragma unroll
+      for (int g = 0; g < MG; ++g) {
+        const float sv = valid ? s[g] : -INFINITY;
+        float bm = sv;
+#pragma unroll
+        for (int off = 8; off > 0; off >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, off));
+        const float mn = fmaxf(m_run[g], bm);
+        const float alpha = mn == -INFINITY ? 1.f : exp2f(m_run[g] - mn);
+        const float pj = valid ? exp2f(sv - mn) : 0.f;
+        m_run[g] = mn;
+        l_run[g] = l_run[g] * alpha + pj;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[g][e] *= alpha;
+        s[g] = pj;
+      }
+      /* P.V: row t's probability from lane t */
+#pragma unroll
+      for (int vs = 0; vs < VST; ++vs) {
+        const int t = vs * TPW + sub;
+        float v8[8];
+        unpack8(vr[u][vs], v8);
+#pragma unroll
+        for (int g = 0; g < MG; ++g) {
+          const float pt = __shfl_sync(0xffffffffu, s[g], t & 15);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) o[g][e] += pt * v8[e];
         }
       }
     }
   }
+  /* the warp's sums over its 16 key lanes, its outputs over the lanes of one chunk */
+#pragma unroll
+  for (int g = 0; g < MG; ++g)
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) l_run[g] += __shfl_xor_sync(0xffffffffu, l_run[g], off);
 #pragma unroll
   for (int off = LPT; off < 32; off <<= 1)
 #pragma unroll
-    for (int g = 0; g < MAXG; ++g)
+    for (int g = 0; g < MG; ++g)
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[g][e] += __shfl_xor_sync(0xffffffffu, o[g][e], off);
-  __syncthreads(); /* everyone is done with ss before red overwrites it */
   if (sub == 0) {
 #pragma unroll
-    for (int g = 0; g < MAXG; ++g)
-      if (g < ng)
+    for (int g = 0; g < MG; ++g)
 #pragma unroll
-        for (int e = 0; e < 8; ++e) red[(warp * MG + g) * D + cc * 8 + e] = o[g][e];
+      for (int e = 0; e < 8; ++e) red[(warp * MG + g) * D + cc * 8 + e] = o[g][e];
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < MG; ++g) {
+      wml[2 * (warp * MG + g)] = m_run[g];
+      wml[2 * (warp * MG + g) + 1] = l_run[g];
+    }
   }
   __syncthreads();
+  /* merge the warps: weights 2^(m_w - M) */
   for (int i = tid; i < ng * D; i += NW * 32) {
     const int g = i / D, d = i - g * D;
-    float acc = 0.f;
+    float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < NW; ++w) acc += red[(w * MG + g) * D + d];
-    const float m = ml[2 * g], l = ml[2 * g + 1];
+    for (int w = 0; w < NW; ++w) M = fmaxf(M, wml[2 * (w * MG + g)]);
+    float acc = 0.f, l = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const float mw = wml[2 * (w * MG + g)];
+      if (mw != -INFINITY) {
+        const float f = exp2f(mw - M);
+        acc += red[(w * MG + g) * D + d] * f;
+        l += wml[2 * (w * MG + g) + 1] * f;
+      }
+    }
     if (nparts == 1) {
       p.out[(size_t)b * p.ld_out + (size_t)(h0 + g) * D + d] = to_bf(acc / l);
     } else {
       const size_t idx = ((size_t)b * p.H + h0 + g) * p.max_parts + pi;
       p.po[idx * D + d] = l > 0.f ? acc / l : 0.f;
       if (d == 0) {
-        p.pml[2 * idx] = m;
+        p.pml[2 * idx] = M;
         p.pml[2 * idx + 1] = l;
       }
     }
@@ -225,9 +259,15 @@ __global__ void k_roll_combine(uint16_t *out, int ld_out, const int32_t *lens, i
   }
 }
 
+/* The register tile of query heads for a group of G: 1, 4 or 8 (a block takes at most MAXG). */
+inline int tile_heads(int G) { return G <= 1 ? 1 : G <= 4 ? 4 : MAXG; }
+
 template <int D>
-void launch_decode(const roll_attn_params &p, dim3 grid, size_t smem, cudaStream_t s) {
-  k_roll_decode<D><<<grid, NW * 32, smem, s>>>(p);
+void launch_decode(const roll_attn_params &p, int G, dim3 grid, size_t smem, cudaStream_t s) {
+  const int mg = tile_heads(G);
+  if (mg == 1) k_roll_decode<D, 1><<<grid, NW * 32, smem, s>>>(p);
+  else if (mg == 4) k_roll_decode<D, 4><<<grid, NW * 32, smem, s>>>(p);
+  else k_roll_decode<D, MAXG><<<grid, NW * 32, smem, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -236,9 +276,9 @@ void launch_decode(const roll_attn_params &p, dim3 grid, size_t smem, cudaStream
 /* -------------------------------------------------------------- launchers */
 
 extern "C" size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part) {
-  const int G = H / Hkv, MG = G < MAXG ? G : MAXG;
-  const int regB = MG * part > NW * MG * D ? MG * part : NW * MG * D;
-  return ((size_t)MG * D + (size_t)regB + 2 * MAXG) * sizeof(float);
+  (void)part; /* one pass: the scores stay in registers */
+  const int MG = tile_heads(H / Hkv);
+  return ((size_t)MG * D * (1 + NW) + 2 * (size_t)NW * MG) * sizeof(float) + VR_ROLL_MAX_PART / VR_ROLL_BLOCK * sizeof(int);
 }
 
 extern "C" int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms) {
@@ -264,12 +304,12 @@ extern "C" void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const u
                         part, max_parts, gch, scale * 1.4426950408889634f, po, pml};
   const dim3 grid((unsigned)(Hkv * gch), (unsigned)B, (unsigned)max_parts);
   switch (D) {
-    case 8: launch_decode<8>(p, grid, smem, s); break;
-    case 16: launch_decode<16>(p, grid, smem, s); break;
-    case 32: launch_decode<32>(p, grid, smem, s); break;
-    case 64: launch_decode<64>(p, grid, smem, s); break;
-    case 128: launch_decode<128>(p, grid, smem, s); break;
-    case 256: launch_decode<256>(p, grid, smem, s); break;
+    case 8: launch_decode<8>(p, G, grid, smem, s); break;
+    case 16: launch_decode<16>(p, G, grid, smem, s); break;
+    case 32: launch_decode<32>(p, G, grid, smem, s); break;
+    case 64: launch_decode<64>(p, G, grid, smem, s); break;
+    case 128: launch_decode<128>(p, G, grid, smem, s); break;
+    case 256: launch_decode<256>(p, G, grid, smem, s); break;
     default: VR_ASSERT(!"decode attention: head_dim must be 8, 16, 32, 64, 128 or 256");
   }
   if (max_parts > 1) {

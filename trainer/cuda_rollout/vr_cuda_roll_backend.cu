@@ -18,6 +18,8 @@
 #define RCU_MAX_BUCKETS 24
 #define RCU_GEMM_WORKSPACE (32u << 20)
 #define RCU_STAGE_FLOATS (8u << 20) /* two pinned + two device staging chunks of 32 MiB */
+#define RCU_MAX_SG 128                /* decode GEMM shapes with a kernel choice */
+#define RCU_SG_WS_FLOATS (4u << 20)   /* split-K partials of the skinny GEMM: 16 MiB */
 
 typedef struct rcu_layer {
   uint16_t *wqkv;  /* (Nqkv, C) q | k | v rows */
@@ -29,6 +31,14 @@ typedef struct rcu_layer {
   float *bo, *bdown; /* (C) or NULL */
   float *n1w, *n2w;  /* (C) */
 } rcu_layer_t;
+
+/* The kernel of one decode GEMM shape (vr_cuda_roll_gemm vs cuBLASLt), chosen at its bucket's
+ * warm-up: splits 0 = cuBLASLt, > 0 = the skinny kernel with that many K ranges. */
+typedef struct rcu_sg {
+  int M, N, K, out_f32, bias, beta1;
+  int splits;
+  float lt_us, sg_us; /* the timings behind the choice (sg_us: the best split's; 0: none passed the check) */
+} rcu_sg_t;
 
 typedef struct rcu_bucket {
   int B, part, max_parts;
@@ -82,6 +92,14 @@ typedef struct rcu {
   cudaEvent_t dec_ev0, dec_ev1;
   int dec_timed;
   unsigned skip; /* vr_cuda_roll_profile_decode's variants: RCU_SKIP_* ops left out; 0 otherwise */
+  /* decode GEMM choices */
+  rcu_sg_t sg[RCU_MAX_SG];
+  int n_sg, use_skinny, in_decode, sg_tuning;
+  float *sg_ws;
+  void *sg_scratch;
+  size_t sg_scratch_bytes;
+  unsigned *sg_res_d;
+  cudaEvent_t sg_ev0, sg_ev1;
 } rcu_t;
 
 #define RCU_SKIP_ATTN 1u  /* decode attention */
@@ -119,6 +137,8 @@ static void rcu_free(void *state) {
   if (st->meta_ev) (void)cudaEventDestroy(st->meta_ev);
   if (st->dec_ev0) (void)cudaEventDestroy(st->dec_ev0);
   if (st->dec_ev1) (void)cudaEventDestroy(st->dec_ev1);
+  if (st->sg_ev0) (void)cudaEventDestroy(st->sg_ev0);
+  if (st->sg_ev1) (void)cudaEventDestroy(st->sg_ev1);
   if (st->gemm) vr_cuda_gemm_free(st->gemm);
   if (st->s) (void)cudaStreamDestroy(st->s);
   free(st->L);
@@ -175,6 +195,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->opt = *opt;
   st->device = device_index;
   st->use_graphs = 1;
+  st->use_skinny = 0; /* measured slower than cuBLASLt on every decode shape (docs/benchmarks.md) */
   int rc = 0;
 #define TRY(call)                        \
   do {                                   \
@@ -272,6 +293,16 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   DA(st->stok_d, int32_t, S * 64, dev_work_bytes);
   DA(st->slp_d, float, S * 64, dev_work_bytes);
   for (int k = 0; k < 2; ++k) DA(st->stage_d[k], float, RCU_STAGE_FLOATS, dev_work_bytes);
+  { /* the skinny GEMM: split-K partials, and an output to check it against cuBLASLt at warm-up */
+    const size_t m = S < VR_ROLL_GEMM_MAX_M ? S : VR_ROLL_GEMM_MAX_M;
+    size_t n = (size_t)st->NQKV > C ? (size_t)st->NQKV : C;
+    n = n > 2 * F ? n : 2 * F;
+    n = n > V ? n : V;
+    st->sg_scratch_bytes = m * n * sizeof(float);
+    DA(st->sg_ws, float, RCU_SG_WS_FLOATS, dev_work_bytes);
+    DA(st->sg_scratch, float, m * n, dev_work_bytes);
+    DA(st->sg_res_d, unsigned, 2, dev_work_bytes);
+  }
 #undef DA
   if (oom) {
     vr_log(VR_LOG_ERROR, "rollout cuda: out of device memory (weights %llu, K/V pool %llu, workspaces %llu bytes so far). "
@@ -292,6 +323,8 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   TRY(cudaEventCreateWithFlags(&st->meta_ev, cudaEventDisableTiming));
   TRY(cudaEventCreate(&st->dec_ev0));
   TRY(cudaEventCreate(&st->dec_ev1));
+  TRY(cudaEventCreate(&st->sg_ev0));
+  TRY(cudaEventCreate(&st->sg_ev1));
   TRY(cudaMemcpyAsync(st->inv_freq, c->rope_inv_freq, (size_t)(D / 2) * sizeof(float), cudaMemcpyHostToDevice, st->s));
   TRY(cudaMemsetAsync(st->kpool, 0, Lc * st->layer_elems * 2, st->s));
   TRY(cudaMemsetAsync(st->vpool, 0, Lc * st->layer_elems * 2, st->s));
@@ -447,6 +480,91 @@ extern "C" int vr_cuda_roll_set_weights_device(void *state, const float *dparams
 
 typedef enum { RCU_ATTN_DECODE = 0, RCU_ATTN_VARLEN = 1, RCU_ATTN_PAGED_ROWS = 2 } rcu_attn_t;
 
+/* Device time (us, median of 3 after one untimed run) of one decode GEMM: cuBLASLt (splits 0) or
+ * the skinny kernel. */
+static float rcu_sg_time(rcu_t *st, int splits, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
+                         const void *bias, int T, int N, int K, float beta) {
+  float t[3];
+  for (int r = -1; r < 3; ++r) {
+    if (r >= 0) VR_CUDA_CHECK(cudaEventRecord(st->sg_ev0, st->s));
+    if (splits) vr_cuda_roll_gemm(D, out_f32, A, W, bias, T, N, K, beta, splits, st->sg_ws, st->s);
+    else vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s);
+    if (r < 0) continue;
+    VR_CUDA_CHECK(cudaEventRecord(st->sg_ev1, st->s));
+    VR_CUDA_CHECK(cudaEventSynchronize(st->sg_ev1));
+    VR_CUDA_CHECK(cudaEventElapsedTime(&t[r], st->sg_ev0, st->sg_ev1));
+  }
+  const float lo = fminf(t[0], fminf(t[1], t[2])), hi = fmaxf(t[0], fmaxf(t[1], t[2]));
+  return (t[0] + t[1] + t[2] - lo - hi) * 1e3f;
+}
+
+/* A decode GEMM shape's first call in a bucket's warm-up pass (its values are garbage anyway):
+ * cuBLASLt tunes its candidates and is timed; the skinny kernel at 1, 2, 4, 8 splits is checked
+ * against cuBLASLt on zeroed outputs (max |difference| within 1e-3 of the largest output for fp32,
+ * 1/64 for bf16, the rounding of one bf16 ulp) and timed; the fastest that passed wins if it beats
+ * cuBLASLt by 3%. NULL when the table is full. */
+static rcu_sg_t *rcu_sg_tune(rcu_t *st, void *D, int out_f32, const uint16_t *A, const uint16_t *W, const void *bias,
+                             int T, int N, int K, float beta) {
+  const size_t bytes = (size_t)T * N * (out_f32 ? 4 : 2);
+  if (st->n_sg >= RCU_MAX_SG || bytes > st->sg_scratch_bytes) return NULL;
+  rcu_sg_t *e = &st->sg[st->n_sg++];
+  memset(e, 0, sizeof *e);
+  e->M = T, e->N = N, e->K = K, e->out_f32 = out_f32, e->bias = bias != NULL, e->beta1 = beta == 1.f;
+  vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s); /* cuBLASLt's own tuning */
+  e->lt_us = rcu_sg_time(st, 0, D, out_f32, A, W, bias, T, N, K, beta);
+  VR_CUDA_CHECK(cudaMemsetAsync(D, 0, bytes, st->s));
+  vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s); /* the reference: D = A W^T + bias */
+  static const int cand[] = {1, 2, 4, 8};
+  float best = 0.f;
+  for (int i = 0; i < 4; ++i) {
+    const int sp = cand[i];
+    if (!vr_cuda_roll_gemm_supported(T, N, K, sp) || (sp > 1 && (size_t)sp * T * N > RCU_SG_WS_FLOATS)) continue;
+    VR_CUDA_CHECK(cudaMemsetAsync(st->sg_scratch, 0, bytes, st->s));
+    vr_cuda_roll_gemm(st->sg_scratch, out_f32, A, W, bias, T, N, K, beta, sp, st->sg_ws, st->s);
+    vr_cuda_roll_gemm_compare(st->sg_scratch, D, out_f32, (size_t)T * N, st->sg_res_d, st->s);
+    unsigned res[2];
+    VR_CUDA_CHECK(cudaMemcpyAsync(res, st->sg_res_d, sizeof res, cudaMemcpyDeviceToHost, st->s));
+    VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
+    float dmax, ymax;
+    memcpy(&dmax, &res[0], sizeof dmax);
+    memcpy(&ymax, &res[1], sizeof ymax);
+    if (!(dmax <= (out_f32 ? 1e-3f : 1.f / 64.f) * ymax) || !isfinite(ymax)) {
+      vr_log(VR_LOG_WARN, "rollout cuda: skinny GEMM M=%d N=%d K=%d splits %d differs from cuBLASLt by %g (outputs up "
+             "to %g): not used", T, N, K, sp, dmax, ymax);
+      continue;
+    }
+    /* timed on the scratch: D stays the reference of the next split count (beta 1 accumulates) */
+    const float us = rcu_sg_time(st, sp, st->sg_scratch, out_f32, A, W, bias, T, N, K, beta);
+    if (best == 0.f || us < best) best = us, e->splits = sp;
+  }
+  e->sg_us = best;
+  if (!(best > 0.f && best < 0.97f * e->lt_us)) e->splits = 0;
+  vr_log(VR_LOG_DEBUG, "rollout cuda: decode GEMM M=%d N=%d K=%d: cuBLASLt %.1f us, skinny %.1f us -> %s (splits %d)",
+         T, N, K, e->lt_us, best, e->splits ? "skinny" : "cuBLASLt", e->splits);
+  return e;
+}
+
+/* Every GEMM of the forwards: in a decode step (M <= VR_ROLL_GEMM_MAX_M) the kernel chosen for its
+ * shape at the bucket's warm-up (the choice made there while st->sg_tuning), else cuBLASLt. */
+static void rcu_gemm(rcu_t *st, void *D, int out_f32, const uint16_t *A, const uint16_t *W, const void *bias, int T,
+                     int N, int K, float beta) {
+  if (st->in_decode && st->use_skinny && vr_cuda_roll_gemm_supported(T, N, K, 1)) {
+    rcu_sg_t *e = NULL;
+    for (int i = 0; i < st->n_sg && !e; ++i) {
+      rcu_sg_t *c = &st->sg[i];
+      if (c->M == T && c->N == N && c->K == K && c->out_f32 == out_f32 && c->bias == (bias != NULL) &&
+          c->beta1 == (beta == 1.f))
+        e = c;
+    }
+    if (!e && st->sg_tuning) e = rcu_sg_tune(st, D, out_f32, A, W, bias, T, N, K, beta);
+    if (e && e->splits > 0) {
+      vr_cuda_roll_gemm(D, out_f32, A, W, bias, T, N, K, beta, e->splits, st->sg_ws, st->s);
+      return;
+    }
+  }
+  vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s);
+}
+
 /* Embeddings and every layer on T rows of the metadata block; attention by mode (decode: part /
  * max_parts are the bucket's; varlen: n_tiles tiles). x (fp32) holds the last layer's output. */
 static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts, int n_tiles) {
@@ -464,10 +582,10 @@ static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts
   for (int l = 0; l < c->num_layers; ++l) {
     const rcu_layer_t *Ly = &st->L[l];
     uint16_t *kc = st->kpool + (size_t)l * st->layer_elems, *vc = st->vpool + (size_t)l * st->layer_elems;
-    if (gemm) vr_cuda_gemm(st->gemm, st->qkv, 0, st->xn, Ly->wqkv, Ly->bqkv, T, NQ, C, 0.f, s);
+    if (gemm) rcu_gemm(st, st->qkv, 0, st->xn, Ly->wqkv, Ly->bqkv, T, NQ, C, 0.f);
     if (small) {
-      vr_cuda_rope(st->qkv, NQ, 0, QD, H, Hkv, D, md + ly->pos, st->inv_freq, c->rope_attention_scaling, T, s);
-      vr_cuda_roll_kv_append(kc, vc, st->qkv, NQ, QD, QD + KD, md + ly->slots, T, Hkv, D, s);
+      vr_cuda_roll_rope_append(kc, vc, st->qkv, NQ, 0, QD, QD + KD, md + ly->pos, md + ly->slots, st->inv_freq,
+                               c->rope_attention_scaling, T, H, Hkv, D, s);
     }
     if (!attn) {
     } else if (mode == RCU_ATTN_VARLEN) {
@@ -478,11 +596,11 @@ static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts
                                     mode == RCU_ATTN_PAGED_ROWS ? md + ly->btrow : NULL, md + ly->lens, T, H, Hkv, D,
                                     c->sliding_window, scale, part, max_parts, st->po, st->pml, s);
     }
-    if (gemm) vr_cuda_gemm(st->gemm, st->x, 1, st->ao, Ly->wo, Ly->bo, T, C, QD, 1.f, s);
+    if (gemm) rcu_gemm(st, st->x, 1, st->ao, Ly->wo, Ly->bo, T, C, QD, 1.f);
     if (small) vr_cuda_rmsnorm(st->x, st->xn, Ly->n2w, T, C, c->norm_eps, s);
-    if (gemm) vr_cuda_gemm(st->gemm, st->mlp, 0, st->xn, Ly->wgu, Ly->bgu, T, 2 * F, C, 0.f, s);
+    if (gemm) rcu_gemm(st, st->mlp, 0, st->xn, Ly->wgu, Ly->bgu, T, 2 * F, C, 0.f);
     if (small) vr_cuda_swiglu(st->act, st->mlp, T, F, s);
-    if (gemm) vr_cuda_gemm(st->gemm, st->x, 1, st->act, Ly->wdown, Ly->bdown, T, C, F, 1.f, s);
+    if (gemm) rcu_gemm(st, st->x, 1, st->act, Ly->wdown, Ly->bdown, T, C, F, 1.f);
     if (small && l + 1 < c->num_layers) vr_cuda_rmsnorm(st->x, st->xn, st->L[l + 1].n1w, T, C, c->norm_eps, s);
   }
 }
@@ -491,12 +609,14 @@ static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts
 static void rcu_head(rcu_t *st, const float *x, int R) {
   if (st->skip & RCU_SKIP_HEAD) return;
   vr_cuda_rmsnorm(x, st->xnl, st->final_w, R, st->C, st->c->norm_eps, st->s);
-  vr_cuda_gemm(st->gemm, st->logits, 1, st->xnl, st->head, NULL, R, st->V, st->C, 0.f, st->s);
+  rcu_gemm(st, st->logits, 1, st->xnl, st->head, NULL, R, st->V, st->C, 0.f);
 }
 
 static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b) {
+  st->in_decode = 1;
   rcu_trunk(st, b->B, RCU_ATTN_DECODE, b->part, b->max_parts, 0);
   rcu_head(st, st->x, b->B);
+  st->in_decode = 0;
 }
 
 /* Validates the batch against the state and fills the per-token rows of the metadata block
@@ -616,7 +736,9 @@ static int rcu_decode(void *state, const vr_rollout_batch_t *b) {
        * several times, so the residual stream and the K/V it appends are garbage), then the real
        * pass, which starts from the embeddings and rewrites every slot the first one wrote */
       vr_cuda_gemm_set_tuning(st->gemm, 1);
+      st->sg_tuning = 1;
       rcu_decode_enqueue(st, bk);
+      st->sg_tuning = 0;
       vr_cuda_gemm_set_tuning(st->gemm, 0);
     }
     rcu_decode_enqueue(st, bk); /* eager: this step's result */
@@ -649,6 +771,22 @@ extern "C" double vr_cuda_roll_last_decode_ms(void *state) {
 }
 
 extern "C" void vr_cuda_roll_use_graphs(void *state, int on) { ((rcu_t *)state)->use_graphs = on != 0; }
+
+extern "C" void vr_cuda_roll_use_skinny(void *state, int on) { ((rcu_t *)state)->use_skinny = on != 0; }
+
+extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
+  rcu_t *st = (rcu_t *)state;
+  size_t off = 0;
+  if (n) buf[0] = 0;
+  for (int i = 0; i < st->n_sg; ++i) {
+    const rcu_sg_t *e = &st->sg[i];
+    const int w = snprintf(buf + (off < n ? off : n), off < n ? n - off : 0,
+                           "  M=%d N=%d K=%d%s: cuBLASLt %.1f us, skinny %.1f us -> %s (splits %d)\n", e->M, e->N, e->K,
+                           e->beta1 ? " +=" : "", e->lt_us, e->sg_us, e->splits ? "skinny" : "cuBLASLt", e->splits);
+    if (w > 0) off += (size_t)w;
+  }
+  return off;
+}
 
 extern "C" int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]) {
   rcu_t *st = (rcu_t *)state;

@@ -48,6 +48,16 @@ int vr_cuda_roll_set_weights_device(void *state, const float *dparams, size_t n_
 /* Tests: 0 runs every decode eagerly (no graphs), 1 (the default) replays the buckets' graphs. */
 void vr_cuda_roll_use_graphs(void *state, int on);
 
+/* Benchmarks: 0 (the default) runs every decode GEMM on cuBLASLt; 1 lets a bucket's warm-up choose
+ * between cuBLASLt and the skinny kernel (vr_cuda_roll_ops.h) per GEMM shape, by timing (so two
+ * engines may choose differently: off by default, also because the kernel has so far lost to
+ * cuBLASLt on every shape measured). Captured graphs keep their kernels: call it before the first
+ * generate. */
+void vr_cuda_roll_use_skinny(void *state, int on);
+/* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, skinny y us -> ..."),
+ * into buf (n bytes, NUL-terminated, truncated); returns the length the whole report needs. */
+size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n);
+
 /* Benchmarks: the last decode bucket holding n rows (warm, graph captured), replayed on the last
  * decode's metadata: ms[0] the step eagerly, ms[1..4] eagerly without (1) the decode attention, (2)
  * the layers' GEMMs, (3) the small kernels (norms, RoPE, K/V append, SwiGLU, embeddings), (4) the

@@ -37,6 +37,15 @@ extern "C" {
 void vr_cuda_roll_kv_append(uint16_t *kc, uint16_t *vc, const uint16_t *qkv, int ld, int k_off, int v_off,
                             const int32_t *slots, int T, int Hkv, int D, cudaStream_t s);
 
+/* As vr_cuda_rope (model/cuda/vr_cuda_ops.h: rotate_half on the q heads at q_off and the k heads
+ * at k_off of each row t < T at position pos[t], inv_freq (D/2), times attn_scaling) followed by
+ * vr_cuda_roll_kv_append (rotated keys and values at v_off into slot slots[t], negative = skip), in
+ * one kernel (one block per row): the decode step's RoPE and cache write. qkv is rotated in place
+ * (the prefill's varlen attention reads its keys from there). */
+void vr_cuda_roll_rope_append(uint16_t *kc, uint16_t *vc, uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
+                              const int32_t *pos, const int32_t *slots, const float *inv_freq, float attn_scaling,
+                              int T, int H, int Hkv, int D, cudaStream_t s);
+
 /* ---- decode attention: vr_cuda_roll_attn.cu ---------------------------------- */
 /* One query token per sequence b < B against its cached keys 0..lens[b]-1 (the new token's
  * own K/V already appended): out[b, h] = softmax_j(scale * q[b, h] . k_j) v_j, q = row b of
@@ -57,13 +66,29 @@ void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const uint16_t *qk
                                    const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
                                    int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H, int Hkv, int D, int window,
                                    float scale, int part, int max_parts, float *po, float *pml, cudaStream_t s);
-/* Dynamic shared memory of one attention block (bytes) for these sizes; the launcher needs it
- * to be at most 48 KiB (pick part accordingly: vr_cuda_roll_pick_part). */
+/* Dynamic shared memory of one attention block (bytes) for these sizes (at most ~41 KiB, whatever
+ * part: the scores stay in registers). */
 size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
 /* The partition length for a batch of B sequences on a device of n_sms multiprocessors: short
  * partitions when B * Hkv blocks would leave the device idle, long ones otherwise (fewer
  * partials to combine); always within the shared-memory bound. */
 int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
+
+/* ---- skinny GEMMs: vr_cuda_roll_gemm.cu ---------------------------------------- */
+#define VR_ROLL_GEMM_MAX_M 64
+/* D (M, N) = A (M, K) . W (N, K)^T [+ bias (N)] [+ D if beta == 1], the decode step's products at
+ * M = the batch bucket: A, W bf16 (16-byte aligned, rows of K), fp32 accumulation; D fp32
+ * (out_f32 = 1, bias fp32, beta 0 or 1) or bf16 (bias bf16, beta 0). K is cut into `splits`
+ * ranges of 32-element chunks; splits > 1 needs ws of splits * M * N floats (the partials, summed
+ * in split order by a second kernel: deterministic). Requires vr_cuda_roll_gemm_supported. Not
+ * bit-equal to cuBLASLt (another summation order): the backend times both at a bucket's warm-up,
+ * checks this one against cuBLASLt there (vr_cuda_roll_gemm_compare) and keeps the faster. */
+int vr_cuda_roll_gemm_supported(int M, int N, int K, int splits);
+void vr_cuda_roll_gemm(void *D, int out_f32, const uint16_t *A, const uint16_t *W, const void *bias, int M, int N,
+                       int K, float beta, int splits, float *ws, cudaStream_t s);
+/* res (2 unsigned, device) = max |a - b| and max |b| over n elements (fp32 or bf16), as float bits
+ * (a NaN difference reads as above every finite one). */
+void vr_cuda_roll_gemm_compare(const void *a, const void *b, int out_f32, size_t n, unsigned *res, cudaStream_t s);
 
 /* ---- sampling: vr_cuda_roll_sample.cu ----------------------------------------- */
 /* One row to sample: logits row `row`, trainer/vr_sample.h's parameters, and the uniform u in
