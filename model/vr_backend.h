@@ -148,6 +148,9 @@ extern const vr_backend_ops_t vr_backend_cuda;
 /* Visible CUDA devices (0 when none; why then gets the driver's reason, "0 devices" or
  * "driver: ..."). Loads no model; safe before anything else. Not thread-safe (first CUDA call). */
 int vr_cuda_device_count(char *why, size_t whyn);
+/* Free and total memory of device index (cudaMemGetInfo on it; the calling thread's current
+ * device is put back). 0, or VR_ERR_NO_DEVICE / VR_ERR_DEVICE. Not thread-safe. */
+int vr_cuda_device_memory(int index, uint64_t *free_bytes, uint64_t *total_bytes);
 /* "CUDA 13.0 / cuBLAS 13.1" (the runtime and cuBLAS this binary runs with) into buf. */
 void vr_cuda_runtime_versions(char *buf, size_t n);
 #endif

@@ -89,6 +89,16 @@ int vr_model_cuda_devices(char *why, size_t whyn) {
 #endif
 }
 
+int vr_model_cuda_memory(int index, uint64_t *free_bytes, uint64_t *total_bytes) {
+#if defined(VR_HAVE_CUDA) && defined(VR_MODEL_CUDA)
+  return vr_cuda_device_memory(index, free_bytes, total_bytes);
+#else
+  (void)index;
+  *free_bytes = *total_bytes = 0;
+  return VR_ERR_NO_DEVICE;
+#endif
+}
+
 /* "cpu" -> cpu/0; "cuda" -> cuda/0; "cuda:N" -> cuda/N. The text is checked by
  * vr_model_device_parse (the rule the front ends check flags with); this only splits it. */
 static int vr_model_pick_backend(const char *device, const vr_backend_ops_t **ops, int *index) {

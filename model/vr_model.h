@@ -179,6 +179,10 @@ const char *vr_model_runtime_versions(char *buf, size_t n);
  * why: "this build has no CUDA backend", "driver 13.0: 0 devices", "no CUDA driver: ..."). Not thread-safe. */
 int vr_model_cuda_devices(char *why, size_t whyn);
 
+/* Free and total memory of GPU cuda:index (cudaMemGetInfo). 0; VR_ERR_NO_DEVICE without that
+ * device (or without the CUDA backend), VR_ERR_DEVICE on a driver error. Not thread-safe. */
+int vr_model_cuda_memory(int index, uint64_t *free_bytes, uint64_t *total_bytes);
+
 /* The HINT for a vr_model_load() failure with status rc (the load's own log line names the file,
  * tensor or field): e.g. the supported architectures for VR_ERR_UNSUPPORTED, "--device cpu" for
  * VR_ERR_NO_DEVICE. Static string, thread-safe. */

@@ -224,10 +224,12 @@ static int write_ready_file(vr_server_t *srv) {
 static int finish_startup(main_ctx_t *m) {
   vr_server_t *srv = &m->srv;
   if (srv->scorer.kind == VR_SCORER_MODEL) {
-    const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
+    const vr_model_info_t *mi = vr_model_info(srv->scorer.models[0]);
     vr_metrics_set_info(&srv->metrics, mi->device, mi->architecture);
+    vr_metrics_set_replicas(&srv->metrics, srv->scorer.n_replicas, (const char(*)[16])srv->scorer.devices);
   } else if (srv->scorer.kind == VR_SCORER_CHECKSUM) {
     vr_metrics_set_info(&srv->metrics, "cpu", "checksum");
+    vr_metrics_set_replicas(&srv->metrics, srv->scorer.n_replicas, (const char(*)[16])srv->scorer.devices);
   } /* rules only: "none", "none" from vr_metrics_init */
   vr_notify_send(&m->notify, "STATUS=starting the batcher and transports");
   vr_batcher_config_t bc = {.max_batch_tokens = srv->st.max_batch_tokens,

@@ -1,4 +1,5 @@
-/* vr_batcher.c: bounded job queue + batcher thread (packing without padding).
+/* vr_batcher.c: bounded job queue + one worker thread per model replica (packing without
+ * padding).
  *
  * The queue is fair (issue 18 case 9): one FIFO per client (job->client: a
  * shm lane, an HTTP connection), and the batcher takes jobs round-robin over
@@ -45,34 +46,47 @@ typedef struct cq {
 
 #define CQ_BUCKETS 1024u
 
+/* One replica's worker: its thread, its packing slots, its batch-linger state. */
+typedef struct worker {
+  vr_batcher_t *b;
+  uint32_t r;                /* the replica it drives (vr_scorer_submit/collect's r) */
+  pthread_t thread;
+  /* two packing slots (this thread only): while one batch computes on the device, the next is
+   * packed and submitted into the other (pipelined on cuda) */
+  vr_slot_t slots[2];
+  size_t last_jobs;          /* jobs of the last answered batch */
+  uint64_t last_done_ns;     /* when it was answered */
+  uint32_t outstanding;      /* batches submitted, not yet collected */
+  uint64_t busy_since;       /* when outstanding went from 0 to 1 */
+} worker_t;
+
 struct vr_batcher {
   vr_batcher_config_t cfg;
   vr_scorer_t *sc;
   vr_metrics_t *m;
-  pthread_t thread;
-  int started;
+  worker_t *workers;
+  uint32_t n_workers, started; /* started: threads created */
 
-  pthread_mutex_t mu;      /* guards everything below up to the packing buffers */
-  pthread_cond_t cv;       /* signalled on submit and drain */
+  pthread_mutex_t mu;      /* guards everything below */
+  pthread_cond_t cv;       /* signalled on submit and drain; a worker passes it on when work is left */
   cq_t *buckets[CQ_BUCKETS];
   cq_t *rr;                /* the client the next job is taken from; NULL: queue empty */
   uint32_t depth;
   uint64_t queued_tokens;  /* kept (post-truncation) tokens of queued jobs */
+  uint32_t idle;           /* workers waiting for work with nothing outstanding */
+  uint32_t live;           /* workers not yet exited */
+  int stopped;             /* every worker exited: a swap asked from now on is refused at once */
   int draining;
   uint64_t deadline_ns;
   void (*on_idle)(void *);
   void *on_idle_arg;
 
-  /* two packing slots (batcher thread only): while one batch computes on the
-   * device, the next is packed and submitted into the other (pipelined on cuda) */
-  vr_slot_t slots[2];
-  size_t last_jobs;          /* jobs of the last answered batch (batcher thread only) */
-  /* a model switch asked by vr_batcher_swap_model (under mu) */
+  /* a model switch asked by vr_batcher_swap_models: the workers park between batches, the
+   * asking thread switches every replica's model while all are parked */
   pthread_cond_t swap_cv;
-  int swap_pending, swap_rc;
-  struct vr_model *swap_model;
-  const vr_batcher_config_t *swap_cfg;
-  uint64_t last_done_ns;     /* when it was answered */
+  int swap_pending;
+  uint32_t parked;
+  uint64_t swap_gen;       /* incremented when a switch is done: parked workers resume */
 };
 
 int vr_job_alloc_outputs(vr_job_t *j, uint32_t n_seqs, uint32_t n_components) {
@@ -195,9 +209,10 @@ static void finish(vr_job_t *j, int status) {
 }
 
 /* Packs the slot's jobs back to back (no padding) and submits them to the
- * scorer. On a packing failure every job is answered at once and the slot is
+ * worker's replica. On a packing failure every job is answered at once and the slot is
  * left empty (n_jobs 0). */
-static void pack_submit(vr_batcher_t *b, vr_slot_t *sl) {
+static void pack_submit(worker_t *w, vr_slot_t *sl) {
+  vr_batcher_t *b = w->b;
   const uint32_t nc = b->sc->spec.n;
   uint64_t n_seqs = 0, n_tok = 0;
   for (size_t k = 0; k < sl->n_jobs; k++) {
@@ -242,29 +257,36 @@ static void pack_submit(vr_batcher_t *b, vr_slot_t *sl) {
     sl->jobs[k]->queue_us = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
     vr_metrics_queue_wait(b->m, sl->jobs[k]->transport, sl->jobs[k]->queue_us / 1e6); /* the number it is answered with */
   }
-  sl->submit_rc = vr_scorer_submit(b->sc, sl->ids, sl->cu, s, sl->scores, sl->status);
+  if (w->outstanding++ == 0) w->busy_since = sl->t_submit;
+  vr_metrics_replica_state(b->m, w->r, w->outstanding, 0);
+  sl->submit_rc = vr_scorer_submit(b->sc, w->r, sl->ids, sl->cu, s, sl->scores, sl->status);
 }
 
 /* Waits for the slot's batch (vr_scorer_collect), copies results into each job
  * and calls done() on each. compute_us = submit -> results (on a pipelined
  * device this includes waiting for the batch before it). Records the batch's
  * size and end for the batch-linger rule. */
-static void complete(vr_batcher_t *b, vr_slot_t *sl) {
+static void complete(worker_t *w, vr_slot_t *sl) {
+  vr_batcher_t *b = w->b;
   const uint32_t nc = b->sc->spec.n;
   if (sl->n_jobs == 0) { /* packing failed: its jobs were answered already */
-    b->last_jobs = 0;
-    b->last_done_ns = vr_now_ns();
+    w->last_jobs = 0;
+    w->last_done_ns = vr_now_ns();
     return;
   }
   uint32_t s = sl->n_seqs;
-  int rc = vr_scorer_collect(b->sc, sl->submit_rc, sl->cu, s, sl->ex, sl->resp, sl->scores, sl->status,
+  int rc = vr_scorer_collect(b->sc, w->r, sl->submit_rc, sl->cu, s, sl->ex, sl->resp, sl->scores, sl->status,
                              sl->comps, b->m);
-  uint64_t dt = vr_now_ns() - sl->t_submit;
+  const uint64_t now = vr_now_ns(), dt = now - sl->t_submit;
   uint32_t compute_us = dt / 1000 > UINT32_MAX ? UINT32_MAX : (uint32_t)(dt / 1000);
   vr_metrics_batch(b->m, s, sl->n_tokens, dt / 1e9);
-  if (rc != 0) vr_log(VR_LOG_ERROR, "scoring a batch of %u sequences failed: %s", s, vr_strerror(rc));
-  vr_log(VR_LOG_TRACE, "batch: %zu requests, %u sequences, %u tokens, %u us", sl->n_jobs, s, sl->n_tokens,
-         compute_us);
+  vr_metrics_replica_batch(b->m, w->r, s, sl->n_tokens);
+  w->outstanding--;
+  vr_metrics_replica_state(b->m, w->r, w->outstanding, w->outstanding ? 0 : now - w->busy_since);
+  if (rc != 0) vr_log(VR_LOG_ERROR, "scoring a batch of %u sequences on %s failed: %s", s, b->sc->devices[w->r],
+                      vr_strerror(rc));
+  vr_log(VR_LOG_TRACE, "batch on replica %u: %zu requests, %u sequences, %u tokens, %u us", w->r, sl->n_jobs, s,
+         sl->n_tokens, compute_us);
 
   s = 0;
   for (size_t k = 0; k < sl->n_jobs; k++) {
@@ -281,72 +303,79 @@ static void complete(vr_batcher_t *b, vr_slot_t *sl) {
     s += j->n_seqs;
     finish(j, st);
   }
-  b->last_jobs = sl->n_jobs;
-  b->last_done_ns = vr_now_ns();
+  w->last_jobs = sl->n_jobs;
+  w->last_done_ns = vr_now_ns();
   sl->n_jobs = 0;
 }
 
-/* The batcher loop.
+/* Completes the worker's batch in flight (if any) with the lock released; returns with it held. */
+static void complete_unlocked(worker_t *w, vr_slot_t **inflight) {
+  if (!*inflight) return;
+  pthread_mutex_unlock(&w->b->mu);
+  complete(w, *inflight);
+  *inflight = NULL;
+  pthread_mutex_lock(&w->b->mu);
+}
+
+/* One replica's worker loop; every worker takes from the one fair queue, so a batch is formed
+ * by whichever replica is free (work-conserving), at most the scorer's pipeline depth of
+ * batches outstanding per replica.
  * Batching: a batch starts when the token budget is full, or when nothing more
  * is expected: max_wait_us after the oldest queued job arrived, and -- after a
- * batch of N jobs was answered -- once N jobs are queued again or
+ * batch of N jobs was answered by this replica -- once N jobs are queued again or
  * batch_linger_us passed (N closed-loop clients resubmit within microseconds of
  * each other; starting on the first alone would split them across batches and
  * make the rest wait a whole forward).
  * Pipelining (scorer depth 2, cuda): when the queue holds a full batch beyond
- * the one computing, the next is packed and submitted before the one in flight
- * is answered, so the device never waits for the host; otherwise the batch in
- * flight is finished and answered first, so its clients' next requests can
- * join the next batch. */
-static void *batcher_main(void *arg) {
-  vr_batcher_t *b = arg;
+ * the one computing and no other replica is idle, the next is packed and submitted
+ * before the one in flight is answered, so the device never waits for the host; otherwise
+ * the batch in flight is finished and answered first, so its clients' next requests can
+ * join the next batch. A worker that leaves jobs queued wakes another one. */
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  vr_batcher_t *b = w->b;
   const int depth = vr_scorer_pipeline_depth(b->sc);
   vr_slot_t *inflight = NULL; /* submitted, not yet completed */
   int next = 0;
   pthread_mutex_lock(&b->mu);
   for (;;) {
     if (b->swap_pending) { /* between batches: the one in flight finishes on the old model */
-      if (inflight) {
-        pthread_mutex_unlock(&b->mu);
-        complete(b, inflight);
-        inflight = NULL;
-        pthread_mutex_lock(&b->mu);
-      }
-      struct vr_model *old = b->sc->model;
-      __atomic_store_n(&b->sc->model, b->swap_model, __ATOMIC_RELEASE);
-      b->swap_model = old;
-      if (b->swap_cfg) b->cfg = *b->swap_cfg;
-      b->swap_rc = 0;
-      b->swap_pending = 0;
+      complete_unlocked(w, &inflight);
+      if (!b->swap_pending) continue;
+      const uint64_t gen = b->swap_gen;
+      b->parked++;
       pthread_cond_broadcast(&b->swap_cv);
+      while (b->swap_gen == gen) pthread_cond_wait(&b->swap_cv, &b->mu);
       continue;
     }
-    if (inflight && !(b->queued_tokens >= b->cfg.max_batch_tokens && !b->draining)) {
-      pthread_mutex_unlock(&b->mu);
-      complete(b, inflight);
-      inflight = NULL;
-      pthread_mutex_lock(&b->mu);
+    if (inflight && !(b->queued_tokens >= b->cfg.max_batch_tokens && !b->draining && b->idle == 0)) {
+      complete_unlocked(w, &inflight);
       continue;
     }
-    while (!b->rr && !b->draining && !b->swap_pending) pthread_cond_wait(&b->cv, &b->mu);
+    if (!b->rr && !b->draining) {
+      b->idle++; /* nothing outstanding here: a batch in flight was completed above */
+      while (!b->rr && !b->draining && !b->swap_pending) pthread_cond_wait(&b->cv, &b->mu);
+      b->idle--;
+    }
     if (b->swap_pending) continue;
     if (!b->rr) break; /* draining and empty */
     /* wait for company until the token budget fills or nothing more is expected */
     const uint64_t wait_end = q_oldest_ns(b) + (uint64_t)b->cfg.max_wait_us * 1000u;
-    const uint64_t linger_end = b->last_done_ns + (uint64_t)b->cfg.batch_linger_us * 1000u;
-    while (!inflight && !b->draining && b->queued_tokens < b->cfg.max_batch_tokens) {
+    const uint64_t linger_end = w->last_done_ns + (uint64_t)b->cfg.batch_linger_us * 1000u;
+    while (!inflight && b->rr && !b->draining && !b->swap_pending && b->queued_tokens < b->cfg.max_batch_tokens) {
       const uint64_t now = vr_now_ns();
       uint64_t until = 0;
       if (now < wait_end) until = wait_end;
-      if (b->depth < b->last_jobs && now < linger_end && linger_end > until) until = linger_end;
+      if (b->depth < w->last_jobs && now < linger_end && linger_end > until) until = linger_end;
       if (!until) break;
       struct timespec ts = vr_timespec_at(until);
       pthread_cond_timedwait(&b->cv, &b->mu, &ts);
     }
+    if (b->swap_pending) continue;
     int expired = b->draining && vr_now_ns() >= b->deadline_ns;
     /* take jobs round-robin over the clients: the first always, then whole jobs while the
-     * budget allows */
-    vr_slot_t *sl = &b->slots[next];
+     * budget allows (another worker may have taken them all while this one waited) */
+    vr_slot_t *sl = &w->slots[next];
     sl->n_jobs = 0;
     uint64_t tok = 0;
     while (b->rr) {
@@ -359,6 +388,7 @@ static void *batcher_main(void *arg) {
       sl->jobs[sl->n_jobs++] = j;
       tok += t;
     }
+    if (b->rr && b->idle) pthread_cond_signal(&b->cv); /* work left: a free replica takes it */
     pthread_mutex_unlock(&b->mu);
     if (expired) {
       vr_log(VR_LOG_WARN, "drain deadline passed: answering %zu queued requests with shutting-down", sl->n_jobs);
@@ -368,53 +398,78 @@ static void *batcher_main(void *arg) {
       if (inflight && tok > b->cfg.max_batch_tokens) {
         /* one job beyond a forward is scored synchronously in several forwards, which the
          * model allows only with nothing outstanding */
-        complete(b, inflight);
+        complete(w, inflight);
         inflight = NULL;
       }
-      pack_submit(b, sl);
-      if (inflight) complete(b, inflight); /* its successor is already queued on the device */
+      pack_submit(w, sl);
+      if (inflight) complete(w, inflight); /* its successor is already queued on the device */
       inflight = sl;
       next ^= 1;
       if (depth < 2) {
-        complete(b, inflight);
+        complete(w, inflight);
         inflight = NULL;
       }
     }
     pthread_mutex_lock(&b->mu);
   }
-  void (*cb)(void *) = b->on_idle;
-  void *cb_arg = b->on_idle_arg;
-  b->started = 2; /* exited: a swap asked from now on is refused at once */
-  if (b->swap_pending) { /* asked while we stopped: refused, the caller keeps its model */
-    b->swap_rc = VR_ERR_SHUTTING_DOWN;
-    b->swap_pending = 0;
-    pthread_cond_broadcast(&b->swap_cv);
+  /* draining and nothing queued: the last worker out reports the batcher idle */
+  void (*cb)(void *) = NULL;
+  void *cb_arg = NULL;
+  if (--b->live == 0) {
+    cb = b->on_idle;
+    cb_arg = b->on_idle_arg;
+    b->stopped = 1;
   }
+  pthread_cond_broadcast(&b->swap_cv); /* a switch waiting for this worker to park counts one fewer */
   pthread_mutex_unlock(&b->mu);
   if (cb) cb(cb_arg);
   return NULL;
 }
 
+static void free_slots(worker_t *w) {
+  for (int i = 0; i < 2; i++) {
+    vr_slot_t *sl = &w->slots[i];
+    free(sl->ids);
+    free(sl->cu);
+    free(sl->resp);
+    free(sl->ex);
+    free(sl->scores);
+    free(sl->comps);
+    free(sl->status);
+    free(sl->jobs);
+  }
+}
+
 int vr_batcher_create(const vr_batcher_config_t *cfg, vr_scorer_t *sc, vr_metrics_t *m, vr_batcher_t **out) {
   *out = NULL;
   vr_batcher_t *b = calloc(1, sizeof *b);
-  if (!b) return VR_ERR_NOMEM;
+  const uint32_t n = sc->n_replicas ? sc->n_replicas : 1;
+  if (!b || !(b->workers = calloc(n, sizeof *b->workers))) {
+    free(b);
+    return VR_ERR_NOMEM;
+  }
   b->cfg = *cfg;
   b->sc = sc;
   b->m = m;
+  b->n_workers = n;
   pthread_mutex_init(&b->mu, NULL);
   vr_cond_init_monotonic(&b->cv);
   pthread_cond_init(&b->swap_cv, NULL);
-  int e = pthread_create(&b->thread, NULL, batcher_main, b);
-  if (e) {
-    vr_log(VR_LOG_ERROR, "cannot start the batcher thread: %s", strerror(e));
-    pthread_cond_destroy(&b->cv);
-    pthread_cond_destroy(&b->swap_cv);
-    pthread_mutex_destroy(&b->mu);
-    free(b);
-    return VR_ERR_INTERNAL;
+  pthread_mutex_lock(&b->mu); /* a worker that exits early (a drain right away) counts live */
+  for (uint32_t r = 0; r < n; r++) {
+    b->workers[r].b = b;
+    b->workers[r].r = r;
+    int e = pthread_create(&b->workers[r].thread, NULL, worker_main, &b->workers[r]);
+    if (e) {
+      vr_log(VR_LOG_ERROR, "cannot start the batcher thread of replica %u: %s", r, strerror(e));
+      pthread_mutex_unlock(&b->mu);
+      vr_batcher_free(b); /* stops and joins the ones started */
+      return VR_ERR_INTERNAL;
+    }
+    b->started++;
+    b->live++;
   }
-  b->started = 1;
+  pthread_mutex_unlock(&b->mu);
   *out = b;
   return 0;
 }
@@ -462,42 +517,39 @@ void vr_batcher_free(vr_batcher_t *b) {
   if (!b) return;
   if (b->started) {
     vr_batcher_drain(b, vr_now_ns(), NULL, NULL);
-    pthread_join(b->thread, NULL);
+    for (uint32_t r = 0; r < b->started; r++) pthread_join(b->workers[r].thread, NULL);
   }
   pthread_cond_destroy(&b->cv);
   pthread_cond_destroy(&b->swap_cv);
   pthread_mutex_destroy(&b->mu);
-  for (int i = 0; i < 2; i++) {
-    vr_slot_t *sl = &b->slots[i];
-    free(sl->ids);
-    free(sl->cu);
-    free(sl->resp);
-    free(sl->ex);
-    free(sl->scores);
-    free(sl->comps);
-    free(sl->status);
-    free(sl->jobs);
-  }
+  for (uint32_t r = 0; r < b->n_workers; r++) free_slots(&b->workers[r]);
+  free(b->workers);
   free(b);
 }
 
-int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, const vr_batcher_config_t *cfg,
-                          struct vr_model **old) {
+int vr_batcher_swap_models(vr_batcher_t *b, struct vr_model **models, const vr_batcher_config_t *cfg) {
   pthread_mutex_lock(&b->mu);
-  *old = m;
-  if (b->started != 1 || b->draining) {
+  if (b->stopped || b->draining || b->swap_pending) {
     pthread_mutex_unlock(&b->mu);
     return VR_ERR_SHUTTING_DOWN;
   }
-  b->swap_model = m;
-  b->swap_cfg = cfg;
   b->swap_pending = 1;
-  pthread_cond_signal(&b->cv);
-  while (b->swap_pending) pthread_cond_wait(&b->swap_cv, &b->mu);
-  int rc = b->swap_rc;
-  *old = b->swap_model;
+  b->parked = 0;
+  pthread_cond_broadcast(&b->cv);
+  while (b->parked < b->live) pthread_cond_wait(&b->swap_cv, &b->mu);
+  /* every live worker is parked between batches: no replica has a batch outstanding */
+  for (uint32_t r = 0; r < b->sc->n_replicas; r++) {
+    struct vr_model *old = b->sc->models[r];
+    __atomic_store_n(&b->sc->models[r], models[r], __ATOMIC_RELEASE);
+    models[r] = old;
+  }
+  if (cfg) b->cfg = *cfg;
+  b->swap_pending = 0;
+  b->swap_gen++;
+  pthread_cond_broadcast(&b->swap_cv);
+  pthread_cond_broadcast(&b->cv); /* a worker that was waiting for company looks again */
   pthread_mutex_unlock(&b->mu);
-  return rc;
+  return 0;
 }
 
 uint32_t vr_batcher_depth(vr_batcher_t *b) {

@@ -1,13 +1,16 @@
-/* vr_batcher.h: the one bounded queue of scoring work and the batcher thread.
+/* vr_batcher.h: the one bounded queue of scoring work and the batcher's workers, one thread
+ * per model replica (vr_scorer_t.n_replicas: --device cuda:0,cuda:1 or cpu,cpu).
  *
  * Producers (the shm dispatcher thread, the HTTP event-loop thread) submit
- * jobs; the batcher thread packs queued jobs' sequences back to back without
+ * jobs; a free worker (work-conserving: whichever replica has no batch, or on a pipelined
+ * device fewer than its depth, outstanding) packs queued jobs' sequences back to back without
  * padding (concatenated ids + cu_seqlens) up to max_batch_tokens, waiting at
  * most max_wait_us after the oldest job arrived (and, after answering a batch
  * of N jobs, up to batch_linger_us for N jobs to be queued again: closed-loop
  * clients resubmit together and belong in one batch), takes queued jobs
- * round-robin over their clients (job->client), runs the scorer, and calls
- * each job's done() on the batcher thread. Every job that vr_batcher_submit()
+ * round-robin over their clients (job->client) -- one queue for all replicas, so fairness holds
+ * whichever replica scores -- runs its replica of the scorer, and calls each job's done() on
+ * that worker's thread. Every job that vr_batcher_submit()
  * accepted gets exactly one done() call: scored, failed, or
  * VR_ERR_SHUTTING_DOWN when the drain deadline passes. */
 #ifndef VR_BATCHER_H
@@ -21,7 +24,7 @@
 
 typedef struct vr_job vr_job_t;
 
-/* Runs on the batcher thread (or on the submitting thread when submit fails:
+/* Runs on a worker thread (or on the submitting thread when submit fails:
  * then it is NOT called; the submitter keeps the job). Must not block long. */
 typedef void (*vr_job_done_fn)(vr_job_t *job);
 
@@ -63,7 +66,7 @@ typedef struct vr_batcher_config {
   uint32_t max_client_queue;     /* jobs of one client waiting (0: no own limit); beyond: VR_ERR_OVERLOADED */
 } vr_batcher_config_t;
 
-/* Starts the batcher thread. sc and m must outlive the batcher. */
+/* Starts one worker thread per replica of sc. sc and m must outlive the batcher. */
 int vr_batcher_create(const vr_batcher_config_t *cfg, vr_scorer_t *sc, vr_metrics_t *m, vr_batcher_t **out);
 
 /* Queues a job (thread-safe). 0: accepted (done() will be called exactly once);
@@ -73,22 +76,25 @@ int vr_batcher_submit(vr_batcher_t *b, vr_job_t *job);
 
 /* Stops intake; queued jobs are still scored until deadline_ns (vr_now_ns
  * clock), after which the rest are answered VR_ERR_SHUTTING_DOWN. The batcher
- * thread then exits; on_idle(arg) is called from it once everything accepted
- * has been answered (used to wake the event loop). Thread-safe, idempotent. */
+ * workers then exit; on_idle(arg) is called once everything accepted
+ * has been answered (used to wake the event loop): from the last worker to stop. Thread-safe,
+ * idempotent. */
 void vr_batcher_drain(vr_batcher_t *b, uint64_t deadline_ns, void (*on_idle)(void *), void *arg);
 
-/* Joins the thread (after vr_batcher_drain) and frees. NULL is a no-op. */
+/* Joins the workers (after vr_batcher_drain) and frees. NULL is a no-op. */
 void vr_batcher_free(vr_batcher_t *b);
 
 uint32_t vr_batcher_depth(vr_batcher_t *b);
 
-/* Switches the scorer's model to m, and the batching settings to *cfg (NULL: kept), between two batches (the batch in flight, if any, is
- * finished on the old one first) and returns the old model in *old (the caller frees it once
- * no other thread can still be reading the old pointer). Blocks until the batcher thread did
- * it. 0, or VR_ERR_SHUTTING_DOWN when the batcher is stopping: then nothing was switched and
- * *old is m. Any thread but the batcher's. */
+/* Switches every replica's model between two batches: models[r] (sc->n_replicas of them) takes
+ * replica r's place, and the batching settings become *cfg (NULL: kept). Every worker finishes its
+ * batch in flight on the old model and parks; once all are parked the models are switched
+ * together (no batch is ever scored while replicas serve different models), and models[r] gets
+ * the old model of replica r (the caller frees them once no other thread can still be reading
+ * the old pointers). Blocks until done. 0, or VR_ERR_SHUTTING_DOWN when the batcher is stopping
+ * (or another switch is running): then nothing was switched and models[] is untouched. Any
+ * thread but a worker's. */
 struct vr_model;
-int vr_batcher_swap_model(vr_batcher_t *b, struct vr_model *m, const vr_batcher_config_t *cfg,
-                          struct vr_model **old);
+int vr_batcher_swap_models(vr_batcher_t *b, struct vr_model **models, const vr_batcher_config_t *cfg);
 
 #endif /* VR_BATCHER_H */

@@ -476,7 +476,7 @@ static char *build_model_json(const vr_server_t *srv) {
   const vr_scorer_t *sc = &srv->scorer;
   cJSON *o = cJSON_CreateObject();
   if (sc->kind == VR_SCORER_MODEL) {
-    const vr_model_info_t *mi = vr_model_info(__atomic_load_n(&sc->model, __ATOMIC_ACQUIRE));
+    const vr_model_info_t *mi = vr_model_info(__atomic_load_n(&sc->models[0], __ATOMIC_ACQUIRE));
     cJSON_AddStringToObject(o, "architecture", mi->architecture);
     cJSON_AddStringToObject(o, "model_type", mi->model_type);
     cJSON_AddBoolToObject(o, "is_decoder", mi->is_decoder);
@@ -491,15 +491,35 @@ static char *build_model_json(const vr_server_t *srv) {
     cJSON_AddNumberToObject(o, "num_labels", mi->num_labels);
     cJSON_AddStringToObject(o, "dtype", mi->compute_dtype);
     cJSON_AddStringToObject(o, "weights_dtype", mi->weights_dtype);
-    cJSON_AddStringToObject(o, "device", mi->device);
     cJSON_AddStringToObject(o, "device_name", mi->device_name);
     cJSON_AddNumberToObject(o, "param_count", (double)mi->param_count);
-    cJSON_AddNumberToObject(o, "device_memory_bytes", (double)mi->device_bytes);
   } else {
     cJSON_AddStringToObject(o, "architecture", sc->kind == VR_SCORER_CHECKSUM ? "checksum" : "none");
     cJSON_AddNumberToObject(o, "vocab_size", 0);
     cJSON_AddStringToObject(o, "dtype", sc->kind == VR_SCORER_CHECKSUM ? "f32" : "none");
     cJSON_AddStringToObject(o, "device", sc->kind == VR_SCORER_CHECKSUM ? "cpu" : "none");
+  }
+  /* one entry per replica (--device list); "device" and "device_memory_bytes" sum them up */
+  char devs[VR_SETTINGS_DEVICES_STR] = "";
+  size_t at = 0;
+  double dev_bytes = 0;
+  cJSON *reps = cJSON_AddArrayToObject(o, "replicas");
+  for (uint32_t r = 0; r < sc->n_replicas; r++) {
+    cJSON *e = cJSON_CreateObject();
+    const struct vr_model *m = sc->kind == VR_SCORER_MODEL ? __atomic_load_n(&sc->models[r], __ATOMIC_ACQUIRE) : NULL;
+    const vr_model_info_t *ri = m ? vr_model_info(m) : NULL;
+    const char *dev = sc->kind == VR_SCORER_NONE ? "none" : sc->devices[r];
+    cJSON_AddNumberToObject(e, "replica", r);
+    cJSON_AddStringToObject(e, "device", dev);
+    cJSON_AddStringToObject(e, "device_name", ri ? ri->device_name : dev);
+    cJSON_AddNumberToObject(e, "device_memory_bytes", ri ? (double)ri->device_bytes : 0);
+    cJSON_AddItemToArray(reps, e);
+    at += (size_t)snprintf(devs + at, sizeof devs - at, "%s%s", r ? "," : "", dev);
+    dev_bytes += ri ? (double)ri->device_bytes : 0;
+  }
+  if (sc->kind == VR_SCORER_MODEL) {
+    cJSON_AddStringToObject(o, "device", devs);
+    cJSON_AddNumberToObject(o, "device_memory_bytes", dev_bytes);
   }
   cJSON_AddStringToObject(o, "model", srv->st.model);
   /* "text"/"messages" requests: accepted when the model directory's tokenizer loaded */

@@ -437,7 +437,7 @@ void vr_compat_get(vr_compat_route_t r, const vr_server_t *srv, int64_t now_s, s
   evbuffer_add_printf(b, "{\"model_id\":");
   put_str(b, srv->st.model);
   evbuffer_add_printf(b, ",\"model_sha\":null,\"model_dtype\":");
-  put_str(b, sc->kind == VR_SCORER_MODEL ? vr_model_info(sc->model)->compute_dtype : "f32");
+  put_str(b, sc->kind == VR_SCORER_MODEL ? vr_model_info(__atomic_load_n(&sc->models[0], __ATOMIC_ACQUIRE))->compute_dtype : "f32");
   evbuffer_add_printf(b, ",\"served_model_name\":");
   put_str(b, srv->st.model);
   evbuffer_add_printf(b, ",\"model_type\":{\"classifier\":{\"id2label\":{\"0\":\"LABEL_0\"},\"label2id\":{\"LABEL_0\":0}}},"

@@ -101,6 +101,25 @@ void vr_metrics_batch(vr_metrics_t *m, uint32_t n_seqs, uint64_t n_tokens, doubl
   hist_observe(&m->compute, compute_s);
 }
 
+void vr_metrics_set_replicas(vr_metrics_t *m, uint32_t n, const char (*devices)[16]) {
+  if (n > VR_METRICS_MAX_REPLICAS) n = VR_METRICS_MAX_REPLICAS;
+  for (uint32_t r = 0; r < n; r++) snprintf(m->replica_device[r], sizeof m->replica_device[r], "%s", devices[r]);
+  m->n_replicas = n;
+}
+
+void vr_metrics_replica_batch(vr_metrics_t *m, uint32_t r, uint32_t n_seqs, uint64_t n_tokens) {
+  if (r >= VR_METRICS_MAX_REPLICAS) return;
+  add_u64(&m->replica_batches[r], 1);
+  add_u64(&m->replica_sequences[r], n_seqs);
+  add_u64(&m->replica_tokens[r], n_tokens);
+}
+
+void vr_metrics_replica_state(vr_metrics_t *m, uint32_t r, uint32_t inflight, uint64_t busy_ns) {
+  if (r >= VR_METRICS_MAX_REPLICAS) return;
+  __atomic_store_n(&m->replica_inflight[r], inflight, __ATOMIC_RELAXED);
+  if (busy_ns) add_u64(&m->replica_busy_ns[r], busy_ns);
+}
+
 void vr_metrics_component(vr_metrics_t *m, uint32_t c, int reason) {
   if (c >= m->n_components) return;
   add_u64(&m->component_scored[c], 1);
@@ -328,6 +347,31 @@ char *vr_metrics_render(const vr_metrics_t *m, const vr_metrics_gauges_t *g, siz
   out(&b, "# HELP verl_reward_batches_total Packed batches run.\n"
           "# TYPE verl_reward_batches_total counter\nverl_reward_batches_total %llu\n",
       (unsigned long long)get_u64(&m->batches));
+  /* per replica: one series per --device entry, labelled by its index and device */
+  static const struct { const char *name, *type, *help; } k_rep[] = {
+      {"verl_reward_replica_batches_total", "counter", "Packed batches run, by model replica."},
+      {"verl_reward_replica_sequences_total", "counter", "Sequences scored, by model replica."},
+      {"verl_reward_replica_tokens_total", "counter", "Tokens scored (after truncation), by model replica."},
+      {"verl_reward_replica_busy_seconds_total", "counter",
+       "Time a replica had at least one batch outstanding; its rate is the replica's utilisation."},
+      {"verl_reward_replica_inflight_batches", "gauge", "Batches outstanding on a replica now."},
+      {"verl_reward_replica_device_memory_bytes", "gauge", "Device memory held by a replica's model (0 on cpu)."},
+  };
+  for (size_t f = 0; m->n_replicas && f < sizeof k_rep / sizeof k_rep[0]; f++) {
+    out(&b, "# HELP %s %s\n# TYPE %s %s\n", k_rep[f].name, k_rep[f].help, k_rep[f].name, k_rep[f].type);
+    for (uint32_t r = 0; r < m->n_replicas; r++) {
+      out(&b, "%s{replica=\"%u\",device=", k_rep[f].name, r);
+      out_label_value(&b, m->replica_device[r]);
+      switch (f) {
+        case 0: out(&b, "} %llu\n", (unsigned long long)get_u64(&m->replica_batches[r])); break;
+        case 1: out(&b, "} %llu\n", (unsigned long long)get_u64(&m->replica_sequences[r])); break;
+        case 2: out(&b, "} %llu\n", (unsigned long long)get_u64(&m->replica_tokens[r])); break;
+        case 3: out(&b, "} %.6f\n", get_u64(&m->replica_busy_ns[r]) / 1e9); break;
+        case 4: out(&b, "} %llu\n", (unsigned long long)get_u64(&m->replica_inflight[r])); break;
+        default: out(&b, "} %llu\n", (unsigned long long)g->replica_device_bytes[r]); break;
+      }
+    }
+  }
   out(&b, "# HELP verl_reward_ready 1 when serving, 0 while starting or draining.\n"
           "# TYPE verl_reward_ready gauge\nverl_reward_ready %d\n", g->ready && !g->draining);
   out(&b, "# HELP verl_reward_build_info Build and model of this server; the value is always 1.\n"

@@ -25,6 +25,7 @@ typedef enum vr_transport { VR_TRANSPORT_SHM = 0, VR_TRANSPORT_HTTP = 1, VR_TRAN
 #define VR_METRICS_REASONS 16
 #define VR_METRICS_HTTP_CODE_MIN 100 /* HTTP status codes counted: 100 .. 599 */
 #define VR_METRICS_HTTP_CODES 500
+#define VR_METRICS_MAX_REPLICAS 16 /* = VR_SETTINGS_MAX_REPLICAS (vr_server.c asserts it) */
 
 typedef struct vr_histogram {
   int n_bounds;
@@ -52,6 +53,14 @@ typedef struct vr_metrics {
   const char *(*reason_name)(int reason); /* labels reasons; NULL: numbers */
   char info_device[32];                   /* verl_reward_build_info labels (vr_metrics_set_info) */
   char info_model[64];
+  /* per model replica (--device list entry r; labels replica="r", device="cuda:0") */
+  uint32_t n_replicas;                    /* set by vr_metrics_set_replicas; 0: none rendered */
+  char replica_device[VR_METRICS_MAX_REPLICAS][16];
+  uint64_t replica_batches[VR_METRICS_MAX_REPLICAS];
+  uint64_t replica_sequences[VR_METRICS_MAX_REPLICAS];
+  uint64_t replica_tokens[VR_METRICS_MAX_REPLICAS];
+  uint64_t replica_busy_ns[VR_METRICS_MAX_REPLICAS]; /* time with at least one batch outstanding */
+  uint64_t replica_inflight[VR_METRICS_MAX_REPLICAS]; /* gauge: batches outstanding now */
 } vr_metrics_t;
 
 /* The process_* collectors, read from /proc/self (Linux). */
@@ -74,6 +83,7 @@ typedef struct vr_metrics_gauges {
   uint32_t http_inflight;
   uint64_t device_bytes;
   uint64_t host_bytes;
+  uint64_t replica_device_bytes[VR_METRICS_MAX_REPLICAS]; /* each replica's model (n_replicas of m) */
   int ready;
   int draining;
   int have_process;         /* 0: /proc unreadable, the process_* families are left out */
@@ -93,6 +103,14 @@ void vr_metrics_init(vr_metrics_t *m, uint32_t n_components, const char *const *
  * build (vr_build_info.h). Call before any thread renders (not thread-safe);
  * NULL or "" reads "none". Longer strings are cut to the field size. */
 void vr_metrics_set_info(vr_metrics_t *m, const char *device, const char *model);
+
+/* The replicas' devices (n <= VR_METRICS_MAX_REPLICAS; "cpu", "cuda:0", ...). Call before any
+ * thread renders (not thread-safe). */
+void vr_metrics_set_replicas(vr_metrics_t *m, uint32_t n, const char (*devices)[16]);
+/* Replica r ran a batch of n_seqs sequences / n_tokens tokens; its outstanding batches are now
+ * inflight; busy_ns is added to its busy time (0 unless it just went idle). Any thread. */
+void vr_metrics_replica_batch(vr_metrics_t *m, uint32_t r, uint32_t n_seqs, uint64_t n_tokens);
+void vr_metrics_replica_state(vr_metrics_t *m, uint32_t r, uint32_t inflight, uint64_t busy_ns);
 
 /* One answered request: status 0 or a negative vr_status_t. */
 void vr_metrics_request(vr_metrics_t *m, vr_transport_t t, int status, uint32_t n_seqs, uint64_t n_tokens,

@@ -55,12 +55,12 @@ static void *reload_main(void *arg) {
   if (rc == 0) rc = vr_scorer_warm_up(nx, r->st.model);
   if (rc == 0 && __atomic_load_n(&r->stopping, __ATOMIC_ACQUIRE)) rc = VR_ERR_SHUTTING_DOWN;
   if (rc == 0) {
-    struct vr_model *old = NULL;
     vr_batcher_config_t bc = {.max_batch_tokens = r->st.max_batch_tokens, .max_wait_us = r->st.max_wait_us,
                               .batch_linger_us = r->st.batch_linger_us, .max_queue = r->st.max_queue,
                               .max_client_queue = r->st.max_queue_per_client};
-    rc = vr_batcher_swap_model(srv->batcher, nx->model, &bc, &old);
-    nx->model = old; /* switched: the old one, freed on the loop; refused: the new one */
+    /* every replica at once (vr_scorer_init loaded all or none): switched, nx->models holds the
+     * old ones, freed on the loop; refused, the new ones */
+    rc = vr_batcher_swap_models(srv->batcher, nx->models, &bc);
   }
   r->rc = rc;
   event_active(r->done_ev, EV_READ, 0);
@@ -87,7 +87,7 @@ static void done_cb(evutil_socket_t fd, short what, void *arg) {
     srv->st.max_queue = r->st.max_queue;
     srv->st.max_queue_per_client = r->st.max_queue_per_client;
     char desc[sizeof srv->scorer.description];
-    const vr_model_info_t *mi = vr_model_info(srv->scorer.model);
+    const vr_model_info_t *mi = vr_model_info(srv->scorer.models[0]);
     snprintf(desc, sizeof desc, "%s", r->next.description); /* the new model's line */
     memcpy(srv->scorer.description, desc, sizeof desc);
     vr_http_model_changed(srv->http);

@@ -7,9 +7,10 @@
  * directory, or the same one holding other weights) on a thread of its own, beside the one
  * serving, and warms it up (a NaN/Inf warm-up score refuses it). The new model must take the same requests
  * as the old one (same vocabulary size and effective max_seq_len: the shm segment
- * publishes them to clients), else it is refused. Then the batcher switches to it between
- * two batches (the batch in flight finishes on the old model), with the new batching
- * settings, and the old model is freed on the event loop. Any failure keeps the old model
+ * publishes them to clients), else it is refused. With several replicas (--device list) the
+ * model is loaded and warmed up on every one of them (all or none). Then the batcher switches
+ * every replica to it at once between two batches (the batches in flight finish on the old
+ * model), with the new batching settings, and the old models are freed on the event loop. Any failure keeps the old model
  * and settings serving and is logged (ERROR) and counted.
  * Event-loop thread only (start, free); one reload at a time. */
 #ifndef VR_RELOAD_H

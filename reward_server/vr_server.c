@@ -18,11 +18,14 @@ void vr_server_gauges(vr_server_t *srv, vr_metrics_gauges_t *g) {
     g->lanes_total = srv->st.lanes;
   }
   g->http_inflight = __atomic_load_n(&srv->http_inflight, __ATOMIC_RELAXED);
-  struct vr_model *model = __atomic_load_n(&srv->scorer.model, __ATOMIC_ACQUIRE); /* a reload switches it */
-  if (__atomic_load_n(&srv->loaded, __ATOMIC_ACQUIRE) && model) {
+  _Static_assert(VR_METRICS_MAX_REPLICAS == VR_SETTINGS_MAX_REPLICAS, "a series per replica");
+  for (uint32_t r = 0; __atomic_load_n(&srv->loaded, __ATOMIC_ACQUIRE) && r < srv->scorer.n_replicas; r++) {
+    struct vr_model *model = __atomic_load_n(&srv->scorer.models[r], __ATOMIC_ACQUIRE); /* a reload switches it */
+    if (!model) continue;
     const vr_model_info_t *mi = vr_model_info(model);
-    g->device_bytes = mi->device_bytes;
-    g->host_bytes = mi->host_bytes;
+    g->replica_device_bytes[r] = mi->device_bytes;
+    g->device_bytes += mi->device_bytes;
+    g->host_bytes += mi->host_bytes;
   }
   g->ready = __atomic_load_n(&srv->ready, __ATOMIC_RELAXED);
   g->draining = __atomic_load_n(&srv->draining, __ATOMIC_RELAXED);

@@ -3,13 +3,13 @@
  * Ownership: main() owns the vr_server_t and everything in it. Threads:
  *   - main / event loop: HTTP (vr_http), signals, shutdown orchestration;
  *   - dispatcher (vr_dispatch): drains shm lanes into the batcher;
- *   - batcher (vr_batcher): packs, scores, answers (shm directly, HTTP via a
- *     wakeup of the event loop);
+ *   - batcher (vr_batcher): one worker per model replica (--device list); packs, scores,
+ *     answers (shm directly, HTTP via a wakeup of the event loop);
  *   - loader (main.c, start-up only): fills scorer while the loop already serves
  *     /health and /ready; joined by the loop thread before loaded is set.
  * Fields are written before the threads start, except the atomics below and
- * scorer.model, which a reload switches (the batcher thread stores it atomically;
- * readers on the loop thread load it atomically; vr_reload.h). */
+ * scorer.models[], which a reload switches (vr_batcher_swap_models stores them atomically;
+ * readers on the loop thread load them atomically; vr_reload.h). */
 #ifndef VR_SERVER_H
 #define VR_SERVER_H
 

@@ -22,7 +22,7 @@
  * are set, so the config file and the command line are validated alike and before anything loads. */
 typedef enum opt_type {
   OPT_STR, OPT_U32, OPT_U64, OPT_PORT, OPT_INT, OPT_OCTAL, OPT_TRUNCATE, OPT_LOGLEVEL,
-  OPT_DEVICE,  /* vr_model_device_parse: cpu, cuda, cuda:N */
+  OPT_DEVICE,  /* vr_settings_devices: cpu, cuda, cuda:N, or a list of replicas' devices */
   OPT_DTYPE,   /* vr_model_dtype_parse: auto, f32/float32, bf16/bfloat16 */
   OPT_GEMM,    /* vr_model_cpu_gemm_parse */
   OPT_SHM,     /* vr_shm_path's rule; "" disables shm */
@@ -54,7 +54,9 @@ static const opt_t k_opts[] = {
      "shared-memory segment name (no '/'); empty disables shm"},
     {"port", NULL, OPT_PORT, F(port), 0, 65535, "N", "HTTP port; 0 disables HTTP"},
     {"host", NULL, OPT_STR, F(host), 0, 0, "ADDR", "HTTP listen address"},
-    {"device", NULL, OPT_DEVICE, F(device), 0, 0, "cpu|cuda[:N]", "device; unset: the first visible GPU, else cpu"},
+    {"device", NULL, OPT_DEVICE, F(device), 0, 0, "cpu|cuda[:N][,...]",
+     "device; unset: the first visible GPU, else cpu. A comma-separated list runs one model replica per entry "
+     "behind the one segment and port (cuda:0,1,2,3; cuda:0,cuda:0 two on one GPU; cpu,cpu)"},
     {"dtype", NULL, OPT_DTYPE, F(dtype), 0, 0, "auto|f32|bf16", "compute dtype (auto: cpu f32, cuda bf16; float32, bfloat16 accepted)"},
     {"max-batch-tokens", NULL, OPT_U32, F(max_batch_tokens), 1, 1u << 24, "N", "token budget of one packed batch"},
     {"max-wait-us", NULL, OPT_U32, F(max_wait_us), 0, 60000000, "US", "longest wait for more work before a batch starts (0: start as soon as the batcher is free; what arrives during a forward joins the next batch)"},
@@ -192,13 +194,20 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
     case OPT_STR:
       strcpy(p, value);
       return 0;
-    case OPT_DEVICE: case OPT_DTYPE: {
-      int rc = o->type == OPT_DEVICE ? vr_model_device_parse(value, canon, sizeof canon, err, errlen)
-                                     : vr_model_dtype_parse(value, canon, sizeof canon, err, errlen);
-      if (rc != 0) return VR_ERR_INVAL;
-      snprintf(p, o->size, "%s", canon);
+    case OPT_DEVICE: {
+      char devs[VR_SETTINGS_MAX_REPLICAS][16];
+      uint32_t nd = 0;
+      if (vr_settings_devices(value, devs, &nd, err, errlen) != 0) return VR_ERR_INVAL;
+      size_t at = 0;
+      p[0] = 0;
+      for (uint32_t i = 0; i < nd; i++) /* fits: VR_SETTINGS_MAX_REPLICAS entries of < 16 bytes */
+        at += (size_t)snprintf(p + at, o->size - at, "%s%s", i ? "," : "", devs[i]);
       return 0;
     }
+    case OPT_DTYPE:
+      if (vr_model_dtype_parse(value, canon, sizeof canon, err, errlen) != 0) return VR_ERR_INVAL;
+      snprintf(p, o->size, "%s", canon);
+      return 0;
     case OPT_GEMM:
       if (vr_model_cpu_gemm_parse(value, err, errlen) != 0) return VR_ERR_INVAL;
       strcpy(p, value);
@@ -265,6 +274,69 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
     case OPT_U32: case OPT_OCTAL: *(uint32_t *)p = (uint32_t)x; break;
     case OPT_U64: *(uint64_t *)p = x; break;
     default: *(int *)p = (int)x; break;
+  }
+  return 0;
+}
+
+int vr_settings_devices(const char *text, char (*out)[16], uint32_t *n, char *err, size_t errlen) {
+  *n = 0;
+  if (!text[0]) {
+    if (out) out[0][0] = 0;
+    *n = 1;
+    return 0;
+  }
+  for (const char *c = text, *e;; c = e + 1) { /* the list's shape first: an empty entry is named as such */
+    e = strchr(c, ',');
+    uint32_t k = 1;
+    for (const char *q = text; q < c; q++) k += *q == ',';
+    if ((e ? e == c : !*c)) {
+      snprintf(err, errlen, "--device '%s': entry %u is empty. HINT: a comma-separated list such as cuda:0,cuda:1 "
+               "(or cuda:0,1), cpu,cpu", text, k);
+      return VR_ERR_INVAL;
+    }
+    if (!e) break;
+  }
+  int cpu = 0, cuda = 0, bare_cuda = 0;
+  const char *t = text;
+  for (uint32_t i = 0;; i++) {
+    const char *e = strchr(t, ',');
+    size_t len = e ? (size_t)(e - t) : strlen(t);
+    char ent[32], canon[16], why[256];
+    if (i >= VR_SETTINGS_MAX_REPLICAS) {
+      snprintf(err, errlen, "--device '%s': more than %d entries (replicas)", text, VR_SETTINGS_MAX_REPLICAS);
+      return VR_ERR_INVAL;
+    }
+    if (len >= sizeof ent) len = sizeof ent - 1; /* longer than any device: refused below */
+    memcpy(ent, t, len);
+    ent[len] = 0;
+    if (isdigit((unsigned char)ent[0]) && cuda) { /* cuda:0,1,2: the bare numbers are GPUs too */
+      char full[40];
+      snprintf(full, sizeof full, "cuda:%s", ent);
+      snprintf(ent, sizeof ent, "%.31s", full);
+    }
+    int rc = vr_model_device_parse(ent, canon, sizeof canon, why, sizeof why);
+    if (rc != 0) {
+      if (text == t && !e) snprintf(err, errlen, "%s", why); /* one device: the model's own message */
+      else snprintf(err, errlen, "--device '%s': entry %u '%s': %s", text, i + 1, ent, why);
+      return rc;
+    }
+    if (strcmp(canon, "cpu") == 0) cpu++;
+    else cuda++;
+    if (strcmp(canon, "cuda") == 0) bare_cuda++;
+    if (out) snprintf(out[i], 16, "%s", canon);
+    *n = i + 1;
+    if (!e) break;
+    t = e + 1;
+  }
+  if (bare_cuda && *n > 1) {
+    snprintf(err, errlen, "--device '%s': 'cuda' (the first visible GPU) names no GPU in a list. HINT: write each "
+             "replica's GPU, cuda:0,cuda:1 (cuda:0,cuda:0 for two replicas on one GPU)", text);
+    return VR_ERR_INVAL;
+  }
+  if (cpu && cuda) {
+    snprintf(err, errlen, "--device '%s': cpu and cuda replicas do not mix (their scores differ in the last bits, "
+             "so a score would depend on the replica). HINT: all cpu or all cuda:N", text);
+    return VR_ERR_INVAL;
   }
   return 0;
 }
@@ -487,8 +559,10 @@ int vr_settings_check(const vr_settings_t *s, char *err, size_t errlen) {
   } else if (wants_model && vr_model_dir_check(s->model, err, errlen) != 0) {
     return VR_ERR_INVAL;
   }
+  char first[16] = ""; /* every entry of a device list has the same backend (vr_settings_devices) */
+  snprintf(first, sizeof first, "%.*s", (int)strcspn(s->device, ","), s->device);
   if (wants_model && strcmp(s->model, "checksum") != 0 &&
-      vr_model_device_dtype_check(s->device, s->dtype, err, errlen) != 0)
+      vr_model_device_dtype_check(first, s->dtype, err, errlen) != 0)
     return VR_ERR_INVAL;
   if (s->pid_file[0]) { /* written once ready: its folder must exist now, not after the model loaded */
     char dir[VR_SETTINGS_STR];

@@ -20,13 +20,16 @@ typedef enum vr_truncate {
 } vr_truncate_t;
 
 #define VR_SETTINGS_STR 1024
+#define VR_SETTINGS_MAX_REPLICAS 16   /* model replicas of one server (--device list entries) */
+#define VR_SETTINGS_DEVICES_STR 256
 
 typedef struct vr_settings {
   char model[VR_SETTINGS_STR];    /* model directory, "checksum", or "" (rules-only) */
   char shm_name[256];             /* "" disables the shm channel */
   int port;                       /* HTTP port; 0 disables HTTP */
   char host[256];
-  char device[32];                /* "cpu", "cuda", "cuda:N", "" = auto */
+  char device[VR_SETTINGS_DEVICES_STR]; /* "cpu", "cuda", "cuda:N", a list of replicas' devices
+                                  * "cuda:0,cuda:1" (vr_settings_devices; canonical), "" = auto */
   char dtype[16];                 /* "auto", "f32", "bf16" */
   uint32_t max_batch_tokens;
   uint32_t max_wait_us;
@@ -99,5 +102,15 @@ uint64_t vr_settings_body_limit(const vr_settings_t *s);
  * into out (at most max). 0, or VR_ERR_INVAL with err naming the bad entry. */
 #define VR_SETTINGS_MAX_IDS 32
 int vr_settings_ids(const char *text, int groups, uint32_t *out, uint32_t max, uint32_t *n, char *err, size_t errlen);
+
+/* --device: one model replica per entry of a comma-separated list. An entry is "cpu",
+ * "cuda:N", or a bare N after a cuda entry (cuda:0,1,2,3 = cuda:0,cuda:1,cuda:2,cuda:3); a
+ * device may repeat (cuda:0,cuda:0: two replicas on one GPU; cpu,cpu). "cuda" (the first visible
+ * GPU) and "" (auto) only alone; cpu and cuda entries do not mix (a sequence's score must not
+ * depend on the replica that scored it). At most VR_SETTINGS_MAX_REPLICAS entries. Writes the
+ * canonical device of each entry into out[i] (16 bytes each; out may be NULL) and the count into
+ * *n ("" gives one entry ""); 0, or VR_ERR_INVAL / VR_ERR_UNSUPPORTED with err naming the entry
+ * (its position and text) and a HINT. Thread-safe, touches no device. */
+int vr_settings_devices(const char *text, char (*out)[16], uint32_t *n, char *err, size_t errlen);
 
 #endif /* VR_SETTINGS_H */

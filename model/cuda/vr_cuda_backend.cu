@@ -525,6 +525,20 @@ extern "C" int vr_cuda_device_count(char *why, size_t whyn) {
   return ndev;
 }
 
+extern "C" int vr_cuda_device_memory(int index, uint64_t *free_bytes, uint64_t *total_bytes) {
+  *free_bytes = *total_bytes = 0;
+  int ndev = 0, cur = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || index < 0 || index >= ndev) return VR_ERR_NO_DEVICE;
+  if (cudaGetDevice(&cur) != cudaSuccess || cudaSetDevice(index) != cudaSuccess) return VR_ERR_DEVICE;
+  size_t f = 0, t = 0;
+  cudaError_t e = cudaMemGetInfo(&f, &t);
+  cudaSetDevice(cur);
+  if (e != cudaSuccess) return VR_ERR_DEVICE;
+  *free_bytes = f;
+  *total_bytes = t;
+  return 0;
+}
+
 extern "C" void vr_cuda_runtime_versions(char *buf, size_t n) {
   int rt = 0, major = 0, minor = 0;
   cudaRuntimeGetVersion(&rt);

@@ -515,6 +515,16 @@ static void test_settings(void **state) {
       {"device", "gpu", VR_ERR_INVAL, "HINT: --device cuda"},
       {"device", "cuda:x", VR_ERR_INVAL, "'cuda:x'"},
       {"device", "cuda:-1", VR_ERR_INVAL, "'cuda:-1'"},
+      /* replica lists (vr_settings_devices): one model replica per entry */
+      {"device", "cpu,cpu", 0, "cpu,cpu"},
+      {"device", "cpu,cpu,cpu", 0, "cpu,cpu,cpu"},
+      {"device", "cpu,", VR_ERR_INVAL, "entry 2 is empty"},
+      {"device", ",cpu", VR_ERR_INVAL, "entry 1 is empty"},
+      {"device", "cpu,,cpu", VR_ERR_INVAL, "entry 2 is empty"},
+      {"device", "cpu,gpu", VR_ERR_INVAL, "entry 2 'gpu'"},
+      {"device", "cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu,cpu", VR_ERR_INVAL,
+       "more than 16 entries"},
+      {"device", "cpu,1", VR_ERR_INVAL, "entry 2 '1'"}, /* a bare number follows a cuda entry only */
       {"dtype", "bfloat16", 0, "bf16"},
       {"dtype", "torch.bfloat16", 0, "bf16"},
       {"dtype", "float32", 0, "f32"},
@@ -548,6 +558,36 @@ static void test_settings(void **state) {
     } else if (rc != 0 && !strstr(err, k_values[i].want)) {
       fail_msg("%s=%s: error '%s' lacks '%s'", k_values[i].key, k_values[i].value, err, k_values[i].want);
     }
+  }
+  /* cuda replica lists: what they mean depends on the build, never on the GPUs present */
+  {
+    vr_settings_t t;
+    vr_settings_init(&t);
+    const int cuda = strstr(vr_model_backends(), "cuda") != NULL;
+    int rc = vr_settings_set(&t, "device", "cpu,cuda:9", err, sizeof err);
+    assert_int_equal(rc, VR_ERR_INVAL);
+    assert_non_null(strstr(err, cuda ? "cpu and cuda replicas do not mix" : "entry 2 'cuda:9'"));
+    if (cuda) {
+      assert_int_equal(vr_settings_set(&t, "device", "cuda:0,1,2,3", err, sizeof err), 0);
+      assert_string_equal(t.device, "cuda:0,cuda:1,cuda:2,cuda:3");
+      assert_int_equal(vr_settings_set(&t, "device", "cuda:0,cuda:0", err, sizeof err), 0);
+      assert_string_equal(t.device, "cuda:0,cuda:0");
+      assert_int_equal(vr_settings_set(&t, "device", "cuda,cuda", err, sizeof err), VR_ERR_INVAL);
+      assert_non_null(strstr(err, "names no GPU in a list"));
+      assert_int_equal(vr_settings_set(&t, "device", "cuda:0,,1", err, sizeof err), VR_ERR_INVAL);
+      assert_non_null(strstr(err, "entry 2 is empty"));
+    } else {
+      assert_int_equal(vr_settings_set(&t, "device", "cuda:0,cuda:0", err, sizeof err), VR_ERR_INVAL);
+      assert_non_null(strstr(err, "entry 1 'cuda:0'"));
+    }
+    char devs[VR_SETTINGS_MAX_REPLICAS][16];
+    uint32_t n = 0;
+    assert_int_equal(vr_settings_devices("cpu,cpu,cpu", devs, &n, err, sizeof err), 0);
+    assert_int_equal(n, 3);
+    assert_string_equal(devs[2], "cpu");
+    assert_int_equal(vr_settings_devices("", devs, &n, err, sizeof err), 0); /* auto: one replica */
+    assert_int_equal(n, 1);
+    assert_string_equal(devs[0], "");
   }
   /* the checks that need every setting */
   static const struct { const char *model, *device, *dtype, *reward; uint32_t ring_slots; const char *want; } k_checks[] = {
