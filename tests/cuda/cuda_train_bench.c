@@ -4,7 +4,10 @@
  * reference policy's). Prints tokens/s and MFU against a given bf16 GEMM rate with
  *   training flops / token = 6 N + 6 L (H D) S      (N parameters, causal attention of length S)
  *   forward flops / token  = 2 N + 2 L (H D) S
- * and writes one JSON line per model to stdout (prefix "json ").
+ * and writes one JSON line per model to stdout (prefix "json "). Then one more step and one more
+ * forward with the engine's per-phase profiling on (cudaEvents at phase boundaries,
+ * vr_cutrain_profile; outside the timed iterations): one "phase" line per phase with its
+ * milliseconds in the step and in the log-prob forward.
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781]
@@ -123,6 +126,25 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
     vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, logp, NULL, 0);
     if (it >= 0) t_fwd += now_s() - t0;
   }
+  /* per-phase device time of one more step and one more forward */
+  double ph_step[VR_CUTRAIN_PH_N] = {0}, ph_fwd[VR_CUTRAIN_PH_N] = {0};
+  if (vr_cutrain_profile(e, 1) == 0) {
+    vr_cutrain_zero_grad(e);
+    vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, NULL, NULL, 1);
+    vr_cutrain_backward(e, glp, NULL);
+    vr_cutrain_adamw_step(e, 1e-5f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, iters + 3);
+    vr_cutrain_profile_take(e, ph_step);
+    vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, logp, NULL, 0);
+    vr_cutrain_profile_take(e, ph_fwd);
+    vr_cutrain_profile(e, 0);
+  }
+  double sum_s = 0, sum_f = 0;
+  for (int p = 0; p < VR_CUTRAIN_PH_N; ++p) {
+    printf("phase %-14s %-14s step %8.2f ms   log-prob forward %8.2f ms\n", m->name, vr_cutrain_phase_name(p),
+           ph_step[p], ph_fwd[p]);
+    sum_s += ph_step[p], sum_f += ph_fwd[p];
+  }
+  printf("phase %-14s %-14s step %8.2f ms   log-prob forward %8.2f ms\n", m->name, "sum", sum_s, sum_f);
   double nll = 0;
   for (int t = 0; t < T; ++t) nll -= glp[t] != 0.f ? logp[t] : 0.0;
   nll /= Nt;

@@ -93,6 +93,34 @@ int vr_cutrain_sync(vr_cutrain_t *e);
 /* Device bytes the engine allocated. */
 size_t vr_cutrain_device_bytes(const vr_cutrain_t *e);
 
+/* Profiling (benchmarks): per-phase device time from cudaEvents recorded on the stream at the
+ * phase boundaries of forward / backward / adamw_step (per layer, summed over layers). Spans
+ * start after each call's host staging, so host work between calls is not counted.
+ * vr_cutrain_profile(e, 1) starts recording (creates the events on first use), 0 stops; both
+ * forget what was recorded. vr_cutrain_profile_take synchronises, adds each phase's
+ * milliseconds since the last take into ms[VR_CUTRAIN_PH_N] and forgets them; at most 1024
+ * boundaries are kept in between (VR_ERR_TOO_LARGE: some were dropped: take more often). */
+enum {
+  VR_CUTRAIN_PH_EMBED,
+  VR_CUTRAIN_PH_FWD_QKV,
+  VR_CUTRAIN_PH_FWD_ATTN,
+  VR_CUTRAIN_PH_FWD_O,
+  VR_CUTRAIN_PH_FWD_MLP,
+  VR_CUTRAIN_PH_FWD_HEAD,
+  VR_CUTRAIN_PH_BWD_HEAD,
+  VR_CUTRAIN_PH_BWD_DOWN,
+  VR_CUTRAIN_PH_BWD_GU,
+  VR_CUTRAIN_PH_BWD_O,
+  VR_CUTRAIN_PH_BWD_ATTN,
+  VR_CUTRAIN_PH_BWD_QKV,
+  VR_CUTRAIN_PH_BWD_EMBED,
+  VR_CUTRAIN_PH_OPTIM,
+  VR_CUTRAIN_PH_N
+};
+int vr_cutrain_profile(vr_cutrain_t *e, int on);
+int vr_cutrain_profile_take(vr_cutrain_t *e, double *ms);
+const char *vr_cutrain_phase_name(int ph);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,7 +7,9 @@
  *   k_attn_bwd_dkdv: a block owns a 64-key tile of one key head; it loops over the query heads
  *     of the head's group and the query tiles at or after its keys, recomputing S^T = K Q^T,
  *     P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta); dV += P^T dO and dK += dS^T Q stay in wmma
- *     accumulators (one sum per key head: GQA without atomics);
+ *     accumulators (one sum per key head: GQA without atomics); with few key heads (split) a
+ *     block per query head instead, its fp32 dK / dV into a (T, H, 2 D) table that
+ *     k_attn_dkdv_reduce sums over each group in head order (still no atomics: deterministic);
  *   k_attn_bwd_dq: a block owns a 64-query tile of one head and loops over its key tiles:
  *     S, P, dP, dS again, dQ += dS K.
  * Four warps, warp w owns rows 16w .. 16w + 15 of the block's tile; the streamed tile's 64 rows
@@ -36,6 +38,7 @@ struct bwd_params {
   const float *lse;
   float *delta;
   bf16 *dqkv;
+  float *part; /* split dK / dV: (T, H, 2 D) fp32 per query head, or NULL (one block per key head) */
   const int32_t *cu, *tiles, *tiles_q; /* the dK/dV kernels' tile order, the dQ kernels' */
   int ld, q_off, k_off, v_off, ld_o, H, Hkv;
   float scale, scale_log2;
@@ -154,7 +157,29 @@ __global__ void k_attn_delta(bwd_params p, int T, int D) {
   if (lane == 0) p.delta[w] = a;
 }
 
-/* Grid (n_tiles, Hkv): the block's 64 keys of key head hk. */
+/* The 16 rows of a warp's accumulators from row0 (rows < len) times mul as fp32 into the split
+ * table row pitch ldp at column col, through the staging tile st. */
+template <int D>
+__device__ __forceinline__ void store_rows_f32(float *dst, size_t ldp, size_t s0, int row0, int len, int col,
+                                               acc_t (&acc)[D / 16], float mul, float *st) {
+  typedef bwd_smem<D> L;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int nn = 0; nn < D / 16; ++nn) wmma::store_matrix_sync(st + nn * 16, acc[nn], L::LDO, wmma::mem_row_major);
+  __syncwarp();
+  for (int i = lane; i < 16 * (D / 4); i += 32) {
+    const int r = i / (D / 4), c = (i % (D / 4)) * 4;
+    if (row0 + r < len) {
+      const float *q = st + r * L::LDO + c;
+      *reinterpret_cast<float4 *>(dst + (s0 + row0 + r) * ldp + col + c) =
+          make_float4(q[0] * mul, q[1] * mul, q[2] * mul, q[3] * mul);
+    }
+  }
+  __syncwarp();
+}
+
+/* Grid (n_tiles, Hkv): the block's 64 keys of key head hk, summed over its query group; with
+ * p.part, grid (n_tiles, H): query head h alone, into the split table. */
 template <int D>
 __global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dkdv(bwd_params p) {
   typedef bwd_smem<D> L;
@@ -167,7 +192,9 @@ __global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dkdv(bwd_params p) {
   bf16 *sP = reinterpret_cast<bf16 *>(sS + 16 * L::LDS), *sdS = sP + 16 * L::LDP;
   const int seq = p.tiles[2 * blockIdx.x], k0 = p.tiles[2 * blockIdx.x + 1];
   const size_t s0 = (size_t)p.cu[seq];
-  const int len = p.cu[seq + 1] - p.cu[seq], hk = blockIdx.y, G = p.H / p.Hkv;
+  const int G = p.H / p.Hkv, len = p.cu[seq + 1] - p.cu[seq];
+  const int hk = p.part ? (int)blockIdx.y / G : (int)blockIdx.y;
+  const int g_lo = p.part ? (int)blockIdx.y - hk * G : 0, g_hi = p.part ? g_lo + 1 : G;
   load_tile<D>(sK, p.qkv, p.ld, s0, p.k_off + hk * D, k0, len);
   load_tile<D>(sV, p.qkv, p.ld, s0, p.v_off + hk * D, k0, len);
   acc_t dk[D / 16], dv[D / 16];
@@ -175,7 +202,7 @@ __global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dkdv(bwd_params p) {
   for (int nn = 0; nn < D / 16; ++nn) wmma::fill_fragment(dk[nn], 0.f), wmma::fill_fragment(dv[nn], 0.f);
   const int r = lane >> 1, half = lane & 1, kpos = k0 + warp * 16 + r;
   const bf16 *wk = sK + warp * 16 * L::LDB, *wv = sV + warp * 16 * L::LDB;
-  for (int gi = 0; gi < G; ++gi) {
+  for (int gi = g_lo; gi < g_hi; ++gi) {
     const int h = hk * G + gi;
     for (int q0 = k0; q0 < len; q0 += ABM) { /* causal: queries at or after the keys */
       __syncthreads();                       /* the previous query tile is consumed (and sK / sV landed) */
@@ -206,8 +233,28 @@ __global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dkdv(bwd_params p) {
   }
   __syncthreads(); /* the streamed tiles become the output staging */
   float *st = reinterpret_cast<float *>(smem + L::str) + warp * 16 * L::LDO;
+  if (p.part) {
+    const size_t ldp = (size_t)p.H * 2 * D;
+    store_rows_f32<D>(p.part, ldp, s0, k0 + warp * 16, len, (int)blockIdx.y * 2 * D, dk, p.scale, st);
+    store_rows_f32<D>(p.part, ldp, s0, k0 + warp * 16, len, (int)blockIdx.y * 2 * D + D, dv, 1.f, st);
+    return;
+  }
   store_rows<D>(p.dqkv, p.ld, s0, k0 + warp * 16, len, p.k_off + hk * D, dk, p.scale, st);
   store_rows<D>(p.dqkv, p.ld, s0, k0 + warp * 16, len, p.v_off + hk * D, dv, 1.f, st);
+}
+
+/* The split table's group sums: dqkv[t, k / v of key head hk] = bf16(sum over gi in order of
+ * part[t, hk G + gi, :]); one thread per (t, hk, c < 2 D). */
+__global__ void k_attn_dkdv_reduce(bwd_params p, int T, int D) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, w = (size_t)p.Hkv * 2 * D;
+  if (i >= (size_t)T * w) return;
+  const size_t t = i / w;
+  const int rest = (int)(i - t * w), hk = rest / (2 * D), c = rest - hk * 2 * D, G = p.H / p.Hkv;
+  const float *src = p.part + (t * p.H + (size_t)hk * G) * 2 * D + c;
+  float a = 0.f;
+  for (int g = 0; g < G; ++g) a += src[(size_t)g * 2 * D];
+  const int col = c < D ? p.k_off + hk * D + c : p.v_off + hk * D + (c - D);
+  p.dqkv[t * p.ld + col] = __float2bfloat16_rn(a);
 }
 
 /* Grid (n_tiles, H): the block's 64 queries of head h. */
@@ -381,12 +428,17 @@ __global__ void __launch_bounds__(GNW * 32) k_attn_bwd_dkdv_generic(bwd_params p
 }
 
 template <int D>
-void launch_bwd(const bwd_params &p, int n_tiles, cudaStream_t s) {
+void launch_bwd(const bwd_params &p, int n_tiles, int T, cudaStream_t s) {
   const size_t sh = bwd_smem<D>::bytes;
   VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_bwd_dkdv<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
   VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_bwd_dq<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
-  k_attn_bwd_dkdv<D><<<dim3((unsigned)n_tiles, (unsigned)p.Hkv), ANW * 32, sh, s>>>(p);
+  k_attn_bwd_dkdv<D><<<dim3((unsigned)n_tiles, (unsigned)(p.part ? p.H : p.Hkv)), ANW * 32, sh, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
+  if (p.part) {
+    const size_t n = (size_t)T * p.Hkv * 2 * D;
+    k_attn_dkdv_reduce<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
+    VR_CUDA_CHECK_LAUNCH();
+  }
   k_attn_bwd_dq<D><<<dim3((unsigned)n_tiles, (unsigned)p.H), ANW * 32, sh, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }
@@ -406,10 +458,13 @@ static bwd_params params_make(uint16_t *dqkv, const uint16_t *qkv, int ld, int q
   p.cu = cu, p.tiles = tiles, p.tiles_q = tiles_q ? tiles_q : tiles;
   p.ld = ld, p.q_off = q_off, p.k_off = k_off, p.v_off = v_off, p.ld_o = ld_o, p.H = H, p.Hkv = Hkv;
   p.scale = scale, p.scale_log2 = scale * 1.4426950408889634f;
+  p.part = NULL;
   return p;
 }
 
 extern "C" int vr_cutrain_attention_bwd_tc(int D, int window) { return (D == 64 || D == 128) && window <= 0; }
+
+extern "C" size_t vr_cutrain_attention_bwd_split_scratch(int T, int H, int D) { return (size_t)T * H * 2 * D; }
 
 extern "C" void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const uint16_t *qkv, int ld,
                                                  int q_off, int k_off, int v_off, const int32_t *cu,
@@ -427,20 +482,21 @@ extern "C" void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *l
 extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                                          const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse,
                                          float *delta, const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q,
-                                         int n_tiles, int H, int Hkv, int D, int window, float scale, int T,
-                                         cudaStream_t s) {
+                                         int n_tiles, int H, int Hkv, int D, int window, float scale, float *split,
+                                         int T, cudaStream_t s) {
   if (T <= 0 || n_tiles <= 0) return;
-  const bwd_params p =
+  bwd_params p =
       params_make(dqkv, qkv, ld, q_off, k_off, v_off, o, dout, ld_o, lse, delta, cu, tiles, tiles_q, H, Hkv, scale);
+  if (H > Hkv) p.part = split; /* the generic kernels ignore it */
   const size_t warps = (size_t)T * H;
   k_attn_delta<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(p, T, D);
   VR_CUDA_CHECK_LAUNCH();
   if (vr_cutrain_attention_bwd_tc(D, window)) {
     VR_ASSERT(ld % 8 == 0 && ld_o % 8 == 0 && q_off % 8 == 0 && k_off % 8 == 0 && v_off % 8 == 0);
     if (D == 64)
-      launch_bwd<64>(p, n_tiles, s);
+      launch_bwd<64>(p, n_tiles, T, s);
     else
-      launch_bwd<128>(p, n_tiles, s);
+      launch_bwd<128>(p, n_tiles, T, s);
     return;
   }
   VR_ASSERT(D >= 1 && D <= 32 * GDPL);

@@ -45,6 +45,7 @@ struct vr_cutrain {
   uint16_t *dx16;                           /* (T, C) */
   uint16_t *dact, *dgu, *datt, *dqkv, *tmp; /* (T, F), (T, 2F), (T, HD), (T, NQKV), (T, max(F, HD)) */
   float *delta, *red;                       /* (T, H); reduction scratch */
+  float *split;                             /* the attention backward's split dK / dV table, or NULL */
   /* LM head */
   float *logits, *lse_r, *ent_r, *logp_r, *glp, *gent;
   float *hv; /* value head: (T, C) fp32 final norm output */
@@ -63,7 +64,19 @@ struct vr_cutrain {
   /* the pending batch */
   int T, n_seqs, n_fa, n_tiles, n_uniq, kept;
   float temp;
+  /* profiling (vr_cutrain_profile): events at phase ends, their phases (-1: a start) */
+  cudaEvent_t *ev;
+  int *ev_ph, n_ev, prof;
 };
+
+#define PROF_EVENTS 1024
+
+/* Records the end of phase ph (-1: the start of a timed span) when profiling is on. */
+static void mark(vr_cutrain_t *e, int ph) {
+  if (!e->prof || e->n_ev >= PROF_EVENTS) return;
+  VR_CUDA_CHECK(cudaEventRecord(e->ev[e->n_ev], e->s));
+  e->ev_ph[e->n_ev++] = ph;
+}
 
 /* ---------------------------------------------------------------- allocation */
 
@@ -96,7 +109,7 @@ void vr_cutrain_free(vr_cutrain_t *e) {
   void *dev[] = {e->p,       e->g,        e->m,     e->v,      e->p16,    e->xf,     e->dx,      e->dxn,
                  e->dx16,    e->dact,     e->dgu,   e->datt,   e->dqkv,   e->tmp,    e->delta,   e->red,
                  e->logits,  e->lse_r,    e->ent_r, e->logp_r, e->glp,    e->gent,   e->dlogits, e->meta_d,
-                 e->rope_if, e->rope_nif, e->sq,    e->sq_red, e->ad_off, e->ad_len, e->hv};
+                 e->rope_if, e->rope_nif, e->sq,    e->sq_red, e->ad_off, e->ad_len, e->hv,     e->split};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) cudaFree(dev[i]);
   if (e->x)
     for (int l = 0; l <= e->d.layers; ++l) cudaFree(e->x[l]);
@@ -106,6 +119,10 @@ void vr_cutrain_free(vr_cutrain_t *e) {
       void *b[] = {a->x_mid, a->xn1, a->qkv, a->att, a->lse, a->xn2, a->gu, a->act};
       for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) cudaFree(b[i]);
     }
+  if (e->ev)
+    for (int i = 0; i < PROF_EVENTS; ++i)
+      if (e->ev[i]) cudaEventDestroy(e->ev[i]);
+  free(e->ev), free(e->ev_ph);
   cudaFreeHost(e->meta_h);
   cudaFreeHost(e->stage_h);
   if (e->gemm) vr_cuda_gemm_free(e->gemm);
@@ -212,6 +229,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   DALLOC(e->dqkv, T * e->nqkv * 2);
   DALLOC(e->tmp, T * (size_t)(F > H * D ? F : H * D) * 2);
   DALLOC(e->delta, T * H * 4);
+  /* few key heads: the dK / dV kernel per query head (H / KV times the blocks) */
+  if (H > KV && KV <= 4 && vr_cutrain_attention_bwd_tc(D, d->window))
+    DALLOC(e->split, vr_cutrain_attention_bwd_split_scratch(max_tokens, H, D) * 4);
   size_t red = vr_cutrain_rmsnorm_bwd_scratch(max_tokens, C);
   const size_t r2 = vr_cutrain_colsum_scratch(max_tokens, e->nqkv > 2 * F ? e->nqkv : 2 * F);
   if (r2 > red) red = r2;
@@ -286,9 +306,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "%.2f GiB on the device",
+         "attention dK/dV %s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
-         e->dev_bytes / 1073741824.0);
+         e->split ? "per query head" : "per key head", e->dev_bytes / 1073741824.0);
   *out = e;
   return 0;
 }
@@ -355,19 +375,23 @@ static void layer_fwd(vr_cutrain_t *e, int l, int T) {
   const int qwid[3] = {HD, KV * D, KV * D};
   proj_fwd(e, a->qkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
   vr_cuda_rope(a->qkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_if, d->rope_scaling, T, e->s);
+  mark(e, VR_CUTRAIN_PH_FWD_QKV);
   if (vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA64, D))
     vr_cuda_attention_lse(a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, HD, a->lse, e->cu, e->fa_tiles, e->meta4,
                           e->n_fa, H, KV, D, 1, d->window, scale, T, e->s);
   else
     vr_cutrain_attention_fwd_generic(a->att, HD, a->lse, a->qkv, e->nqkv, 0, HD, HD + KV * D, e->cu, e->tiles,
                                      e->n_tiles, H, KV, D, d->window, scale, e->s);
+  mark(e, VR_CUTRAIN_PH_FWD_ATTN);
   vr_cuda_gemm_res(e->gemm, a->x_mid, 1, a->att, P16(e, o->o_w), P(e, o->o_b), e->x[l], T, C, HD, e->s);
+  mark(e, VR_CUTRAIN_PH_FWD_O);
   vr_cuda_rmsnorm(a->x_mid, a->xn2, P(e, o->norm2), T, C, d->rms_eps, e->s);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
   proj_fwd(e, a->gu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
   vr_cuda_swiglu(a->act, a->gu, T, F, e->s);
   vr_cuda_gemm_res(e->gemm, e->x[l + 1], 1, a->act, P16(e, o->down_w), P(e, o->down_b), a->x_mid, T, C, F, e->s);
+  mark(e, VR_CUTRAIN_PH_FWD_MLP);
 }
 
 /* Host metadata of the batch into the pinned block, then one copy. */
@@ -419,8 +443,10 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   int rc = stage_batch(e, ids, cu, n_seqs, tgt);
   if (rc) return rc;
   e->T = T, e->n_seqs = n_seqs, e->temp = temperature;
+  mark(e, -1);
   vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->ids, NULL, P(e, d->embed), NULL, NULL, 1, P(e, e->L[0].norm1), NULL, T, C,
                      d->rms_eps, e->s);
+  mark(e, VR_CUTRAIN_PH_EMBED);
   for (int l = 0; l < d->layers; ++l) layer_fwd(e, l, T);
   if (e->value) {
     vr_cuda_rmsnorm_f32(e->x[d->layers], e->hv, P(e, d->final_norm), T, C, d->rms_eps, e->s);
@@ -432,6 +458,7 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
     vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature,
                           e->chunk, e->logits, e->s);
   }
+  mark(e, VR_CUTRAIN_PH_FWD_HEAD);
   if (logp || ent) {
     VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h, e->logp_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
     VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h + T, e->ent_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
@@ -450,33 +477,39 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   const vr_cutrain_layer_off_t *o = &e->L[l];
   layer_acts_t *a = &e->a[l];
   const int C = d->hidden, H = d->heads, KV = d->kv_heads, D = d->head_dim, F = d->inter, HD = H * D;
-  const size_t TC = (size_t)T * C;
-  /* MLP: x_out = x_mid + down(act) */
-  vr_cuda_convert_to_bf16(e->dx16, e->dx, 0, TC, e->s);
+  /* MLP: x_out = x_mid + down(act); e->dx16 = bf16(e->dx) from the norm backward before */
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->dact, 0, e->dx16, P16(e, o->down_w), NULL, 0, NULL, T, F, C,
                   0.f, e->s);
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + o->down_w, 1, e->dx16, a->act, NULL, 0, NULL, C, F, T,
                   1.f, e->s);
   if (o->down_b != NONE) vr_cutrain_colsum_bf16(e->g + o->down_b, e->dx16, C, T, C, e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_DOWN);
   vr_cutrain_swiglu_bwd(e->dgu, e->dact, a->gu, T, F, e->s);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
   proj_bwd(e, e->dxn, e->dgu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
-  vr_cutrain_rmsnorm_bwd(e->dx, e->g + o->norm2, e->dxn, a->x_mid, P(e, o->norm2), T, C, d->rms_eps, 1, e->red, e->s);
+  vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + o->norm2, e->dxn, a->x_mid, P(e, o->norm2), T, C, d->rms_eps, 1,
+                         e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_GU);
   /* attention: x_mid = x_in + o(att) */
-  vr_cuda_convert_to_bf16(e->dx16, e->dx, 0, TC, e->s);
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->datt, 0, e->dx16, P16(e, o->o_w), NULL, 0, NULL, T, HD, C,
                   0.f, e->s);
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + o->o_w, 1, e->dx16, a->att, NULL, 0, NULL, C, HD, T, 1.f,
                   e->s);
   if (o->o_b != NONE) vr_cutrain_colsum_bf16(e->g + o->o_b, e->dx16, C, T, C, e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_O);
   vr_cutrain_attention_bwd(e->dqkv, a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, e->datt, HD, a->lse, e->delta, e->cu,
-                           e->tiles, e->tiles_q, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), T, e->s);
+                           e->tiles, e->tiles_q, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), e->split, T,
+                           e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_ATTN);
   vr_cutrain_rope_bwd(e->dqkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_nif, d->rope_scaling, T, e->s);
   const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
   const int qwid[3] = {HD, KV * D, KV * D};
   proj_bwd(e, e->dxn, e->dqkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
-  vr_cutrain_rmsnorm_bwd(e->dx, e->g + o->norm1, e->dxn, e->x[l], P(e, o->norm1), T, C, d->rms_eps, 1, e->red, e->s);
+  /* layer 0: the embedding's backward reads the fp32 dx alone */
+  vr_cutrain_rmsnorm_bwd(e->dx, l > 0 ? e->dx16 : NULL, e->g + o->norm1, e->dxn, e->x[l], P(e, o->norm1), T, C,
+                         d->rms_eps, 1, e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_QKV);
 }
 
 int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
@@ -491,6 +524,7 @@ int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
   if (gent) memcpy(e->stage_h + T, gent, (size_t)T * 4);
   VR_CUDA_CHECK(cudaMemcpyAsync(e->glp, e->stage_h, (size_t)T * 4, cudaMemcpyHostToDevice, e->s));
   if (gent) VR_CUDA_CHECK(cudaMemcpyAsync(e->gent, e->stage_h + T, (size_t)T * 4, cudaMemcpyHostToDevice, e->s));
+  mark(e, -1);
   if (e->value) {
     vr_cutrain_value_bwd(e->dxn, e->g + d->score_w, e->g + d->score_b, e->glp, e->hv, P(e, d->score_w), T, C, e->red,
                          e->s);
@@ -499,10 +533,12 @@ int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
     vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf,
                           P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits, e->s);
   }
-  vr_cutrain_rmsnorm_bwd(e->dx, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C, d->rms_eps, 0,
-                         e->red, e->s);
+  vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C,
+                         d->rms_eps, 0, e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_HEAD);
   for (int l = d->layers - 1; l >= 0; --l) layer_bwd(e, l, T);
   vr_cutrain_embed_bwd(e->g + d->embed, e->dx, e->order, e->seg, e->uniq, e->n_uniq, C, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_EMBED);
   /* the staging buffer is reused by the next call: wait until the copies have read it */
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
   return 0;
@@ -535,10 +571,45 @@ int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, f
                           float clip, int64_t step) {
   if (step < 1) return VR_ERR_INVAL;
   const vr_cutrain_adamw_t hp = {lr, beta1, beta2, eps, weight_decay, clip, step};
+  mark(e, -1);
   if (clip > 0.f) vr_cutrain_sumsq(e->sq, e->g, e->d.n_floats, e->sq_red, e->s);
   vr_cutrain_adamw(e->p, e->p16, e->m, e->v, e->g, (int64_t)e->lo, e->ad_off, e->ad_len, NULL, e->ad_n,
                    clip > 0.f ? e->sq : NULL, &hp, e->s);
+  mark(e, VR_CUTRAIN_PH_OPTIM);
   return 0;
+}
+
+const char *vr_cutrain_phase_name(int ph) {
+  static const char *const names[VR_CUTRAIN_PH_N] = {
+      "embed fwd", "qkv+rope fwd", "attention fwd", "o-proj fwd", "mlp fwd", "lm head fwd",
+      "lm head bwd", "down bwd", "gate/up bwd", "o-proj bwd", "attention bwd", "qkv bwd",
+      "embed bwd", "optimizer"};
+  return ph >= 0 && ph < VR_CUTRAIN_PH_N ? names[ph] : "?";
+}
+
+int vr_cutrain_profile(vr_cutrain_t *e, int on) {
+  if (on && !e->ev) {
+    e->ev = calloc(PROF_EVENTS, sizeof *e->ev);
+    e->ev_ph = calloc(PROF_EVENTS, sizeof *e->ev_ph);
+    if (!e->ev || !e->ev_ph) return VR_ERR_NOMEM;
+    for (int i = 0; i < PROF_EVENTS; ++i) VR_CUDA_CHECK(cudaEventCreate(&e->ev[i]));
+  }
+  e->prof = on;
+  e->n_ev = 0;
+  return 0;
+}
+
+int vr_cutrain_profile_take(vr_cutrain_t *e, double *ms) {
+  VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+  for (int i = 1; i < e->n_ev; ++i) {
+    if (e->ev_ph[i] < 0) continue;
+    float t = 0.f;
+    VR_CUDA_CHECK(cudaEventElapsedTime(&t, e->ev[i - 1], e->ev[i]));
+    ms[e->ev_ph[i]] += t;
+  }
+  const int full = e->n_ev >= PROF_EVENTS;
+  e->n_ev = 0;
+  return full ? VR_ERR_TOO_LARGE : 0;
 }
 
 float *vr_cutrain_params(vr_cutrain_t *e) { return e->p; }

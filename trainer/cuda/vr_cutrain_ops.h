@@ -28,11 +28,12 @@ extern "C" {
  *   dw (C) fp32:    dw += sum_t dy[t] * x[t] * r[t]
  * dw is reduced in two passes (rows in chunks of VR_CUTRAIN_NORM_CHUNK into a (chunks, C)
  * partial table, then the chunks in order). scratch: vr_cutrain_rmsnorm_bwd_scratch(T, C)
- * floats. dx must not overlap x or dy. */
+ * floats. dx must not overlap x or dy. dx16 (T, C) bf16, or NULL: bf16(dx) as well (the next
+ * GEMM's operand, without a conversion pass). */
 #define VR_CUTRAIN_NORM_CHUNK 64
 size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C);
-void vr_cutrain_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, int T, int C,
-                            float eps, int accumulate, float *scratch, cudaStream_t s);
+void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, const float *dy, const float *x, const float *w,
+                            int T, int C, float eps, int accumulate, float *scratch, cudaStream_t s);
 /* Column sums of a bf16 matrix (a bias gradient): db (N) += sum_t dy[t * ld + n], dy rows of
  * pitch ld >= N, bf16, in the same two passes. scratch: vr_cutrain_colsum_scratch(T, N) floats. */
 size_t vr_cutrain_colsum_scratch(int T, int N);
@@ -119,15 +120,20 @@ void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const float
  * Tensor cores (wmma) when vr_cutrain_attention_bwd_tc(D, window) (D 64 or 128, no window):
  * dK / dV of a key head summed over its query group inside one block, dQ in a second kernel
  * per query tile; otherwise the generic fp32 kernels (any D <= 256, windows), the same split.
+ * split (tensor-core path with H > Hkv; NULL: off, ignored elsewhere):
+ * vr_cutrain_attention_bwd_split_scratch(T, H, D) floats; the dK / dV kernel then runs one
+ * block per query head (H / Hkv times the blocks: for models with few key heads) into that
+ * fp32 table and a second pass sums each group in head order.
  * No atomics: deterministic. */
 int vr_cutrain_attention_bwd_tc(int D, int window);
+size_t vr_cutrain_attention_bwd_split_scratch(int T, int H, int D);
 void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const uint16_t *qkv, int ld, int q_off,
                                       int k_off, int v_off, const int32_t *cu, const int32_t *tiles, int n_tiles, int H,
                                       int Hkv, int D, int window, float scale, cudaStream_t s);
 void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                               const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse, float *delta,
                               const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q, int n_tiles, int H,
-                              int Hkv, int D, int window, float scale, int T, cudaStream_t s);
+                              int Hkv, int D, int window, float scale, float *split, int T, cudaStream_t s);
 /* Host: reorders a 64-row tile list (n_tiles tiles of sequences cu) by descending work for the
  * dK / dV kernels (for_keys = 1: the queries at or after the tile) or the dQ kernels (0: the
  * keys up to the tile's end), ties in list order. scratch: 2 * n_tiles uint64. */
