@@ -40,15 +40,18 @@ static vr_lm_t *load(const char *name, vr_lm_head_t head) {
   return lm;
 }
 
-static vr_train_t *engine(const vr_lm_t *lm, const char *device) {
+static vr_train_t *engine_opt(const vr_lm_t *lm, const char *device, int recompute) {
   vr_train_options_t o;
   vr_train_options_init(&o);
   o.device = device;
   o.max_tokens = 1024;
+  o.recompute = recompute;
   vr_train_t *t = NULL;
   assert_int_equal(vr_train_init(lm, &o, &t), 0);
   return t;
 }
+
+static vr_train_t *engine(const vr_lm_t *lm, const char *device) { return engine_opt(lm, device, 0); }
 
 static double max_abs_diff(const float *got, const double *want, uint32_t n) {
   double m = 0;
@@ -154,6 +157,12 @@ static void run_lm(const char *name) {
   assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
   grads_of(tc, &b, 1.0f, d, NULL, gc2, g.T);
   printf("  cuda gradients of two identical passes: %s\n", memcmp(gc, gc2, n * sizeof *gc) ? "DIFFER" : "same bits");
+  assert_memory_equal(gc, gc2, n * sizeof *gc);
+  /* per-layer recomputation: the same kernels on the same inputs, so the same bits */
+  vr_train_t *tr = engine_opt(lm, "cuda", 1);
+  grads_of(tr, &b, 1.0f, d, NULL, gc2, g.T);
+  vr_train_free(tr);
+  printf("  cuda gradients with recomputation: %s\n", memcmp(gc, gc2, n * sizeof *gc) ? "DIFFER" : "same bits");
   assert_memory_equal(gc, gc2, n * sizeof *gc);
   /* the mixed objective: sum a logp + b entropy at the golden's temperature */
   const cJSON *mixed = cJSON_GetObjectItem(g.root, "mixed");

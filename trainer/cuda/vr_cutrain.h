@@ -11,7 +11,10 @@
  *
  * Fused GEMMs: when q, k, v (and their biases) are adjacent in the buffer, one qkv GEMM, the
  * same for gate / up; otherwise one GEMM each, copied into the fused activation buffers.
- * Activations of every layer are kept for backward (no recomputation).
+ * Activations of every layer are kept for backward, or with desc.recompute only each layer's
+ * input (x, fp32 (T, C)) plus one layer's set: backward runs the layer's forward again (without
+ * its down projection) before its backward, with the same kernels, so the gradients are the
+ * same bits; it costs about one more forward of the layers.
  *
  * Threading: one thread per engine; all work on the engine's stream; calls that return host
  * results synchronise it. Errors: negative vr_status_t, logged; CUDA faults abort
@@ -44,6 +47,7 @@ typedef struct vr_cutrain_desc {
   size_t embed, final_norm, lm_head;   /* lm_head VR_CUTRAIN_NONE: tied (the embedding) */
   const vr_cutrain_layer_off_t *layer; /* layers entries; copied */
   size_t score_w, score_b;             /* value head (critic): score (1, C), bias (1); NONE: the LM head */
+  int recompute; /* 1: keep each layer's input alone; backward recomputes the layer's activations */
 } vr_cutrain_desc_t;
 
 typedef struct vr_cutrain vr_cutrain_t;
@@ -115,6 +119,9 @@ enum {
   VR_CUTRAIN_PH_BWD_QKV,
   VR_CUTRAIN_PH_BWD_EMBED,
   VR_CUTRAIN_PH_OPTIM,
+  VR_CUTRAIN_PH_RECOMPUTE, /* backward's layer forwards (recompute = 1) */
+  VR_CUTRAIN_PH_BWD_NORM,  /* every RMSNorm backward (the final norm's too) */
+  VR_CUTRAIN_PH_BWD_ELEM,  /* SwiGLU and RoPE backward */
   VR_CUTRAIN_PH_N
 };
 int vr_cutrain_profile(vr_cutrain_t *e, int on);

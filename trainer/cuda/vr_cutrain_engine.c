@@ -14,7 +14,8 @@
 
 #define NONE VR_CUTRAIN_NONE
 
-/* One layer's kept activations (T = max_tokens rows). */
+/* One layer's kept activations (T = max_tokens rows); with recomputation one set that every
+ * layer's forward overwrites (backward recomputes a layer's into it from x[l] first). */
 typedef struct {
   float *x_mid;  /* (T, C) residual after attention */
   uint16_t *xn1; /* (T, C) RMSNorm1 output */
@@ -29,7 +30,7 @@ typedef struct {
 struct vr_cutrain {
   vr_cutrain_desc_t d;
   vr_cutrain_layer_off_t *L;
-  int T_max, chunk, nqkv, fused_qkv, fused_gu;
+  int T_max, chunk, nqkv, fused_qkv, fused_gu, recompute;
   size_t lo, hi, dev_bytes;
   cudaStream_t s;
   vr_cuda_gemm_t *gemm;
@@ -114,7 +115,7 @@ void vr_cutrain_free(vr_cutrain_t *e) {
   if (e->x)
     for (int l = 0; l <= e->d.layers; ++l) cudaFree(e->x[l]);
   if (e->a)
-    for (int l = 0; l < e->d.layers; ++l) {
+    for (int l = 0; l < (e->recompute ? 1 : e->d.layers); ++l) {
       layer_acts_t *a = &e->a[l];
       void *b[] = {a->x_mid, a->xn1, a->qkv, a->att, a->lse, a->xn2, a->gu, a->act};
       for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) cudaFree(b[i]);
@@ -174,6 +175,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   memcpy(e->L, d->layer, (size_t)d->layers * sizeof *e->L);
   e->d.layer = e->L;
   e->T_max = max_tokens;
+  e->recompute = d->recompute != 0;
   e->lo = shard_lo, e->hi = shard_hi;
   e->value = d->score_w != NONE;
   e->nqkv = (H + 2 * KV) * D;
@@ -208,7 +210,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   DALLOC(e->v, sh * 4);
   DALLOC(e->p16, n * 2);
   for (int l = 0; l <= d->layers; ++l) DALLOC(e->x[l], T * C * 4);
-  for (int l = 0; l < d->layers; ++l) {
+  for (int l = 0; l < (e->recompute ? 1 : d->layers); ++l) {
     layer_acts_t *a = &e->a[l];
     DALLOC(a->x_mid, T * C * 4);
     DALLOC(a->xn1, T * C * 2);
@@ -219,6 +221,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     DALLOC(a->gu, T * 2 * F * 2);
     DALLOC(a->act, T * F * 2);
   }
+  for (int l = 1; e->recompute && l < d->layers; ++l) e->a[l] = e->a[0];
   DALLOC(e->xf, T * C * 2);
   DALLOC(e->dx, T * C * 4);
   DALLOC(e->dxn, T * C * 4);
@@ -306,9 +309,10 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "attention dK/dV %s, %.2f GiB on the device",
+         "attention dK/dV %s, activations %s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
-         e->split ? "per query head" : "per key head", e->dev_bytes / 1073741824.0);
+         e->split ? "per query head" : "per key head", e->recompute ? "recomputed per layer" : "kept",
+         e->dev_bytes / 1073741824.0);
   *out = e;
   return 0;
 }
@@ -364,32 +368,39 @@ static void proj_bwd(vr_cutrain_t *e, float *dx, const uint16_t *dy, int ld, con
   }
 }
 
-static void layer_fwd(vr_cutrain_t *e, int l, int T) {
+/* Layer l's forward from x[l] into its activations and x[l + 1]; again = 1: the backward's
+ * recomputation (layer 0's norm too, which the forward fused with the embedding; no down
+ * projection: the backward needs its input alone). */
+static void layer_fwd(vr_cutrain_t *e, int l, int T, int again) {
   const vr_cutrain_desc_t *d = &e->d;
   const vr_cutrain_layer_off_t *o = &e->L[l];
   layer_acts_t *a = &e->a[l];
   const int C = d->hidden, H = d->heads, KV = d->kv_heads, D = d->head_dim, F = d->inter, HD = H * D;
   const float scale = 1.f / sqrtf((float)D);
-  if (l > 0) vr_cuda_rmsnorm(e->x[l], a->xn1, P(e, o->norm1), T, C, d->rms_eps, e->s);
+  if (l > 0 || again) vr_cuda_rmsnorm(e->x[l], a->xn1, P(e, o->norm1), T, C, d->rms_eps, e->s);
   const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
   const int qwid[3] = {HD, KV * D, KV * D};
   proj_fwd(e, a->qkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
   vr_cuda_rope(a->qkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_if, d->rope_scaling, T, e->s);
-  mark(e, VR_CUTRAIN_PH_FWD_QKV);
+  mark(e, again ? VR_CUTRAIN_PH_RECOMPUTE : VR_CUTRAIN_PH_FWD_QKV);
   if (vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA64, D))
     vr_cuda_attention_lse(a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, HD, a->lse, e->cu, e->fa_tiles, e->meta4,
                           e->n_fa, H, KV, D, 1, d->window, scale, T, e->s);
   else
     vr_cutrain_attention_fwd_generic(a->att, HD, a->lse, a->qkv, e->nqkv, 0, HD, HD + KV * D, e->cu, e->tiles,
                                      e->n_tiles, H, KV, D, d->window, scale, e->s);
-  mark(e, VR_CUTRAIN_PH_FWD_ATTN);
+  mark(e, again ? VR_CUTRAIN_PH_RECOMPUTE : VR_CUTRAIN_PH_FWD_ATTN);
   vr_cuda_gemm_res(e->gemm, a->x_mid, 1, a->att, P16(e, o->o_w), P(e, o->o_b), e->x[l], T, C, HD, e->s);
-  mark(e, VR_CUTRAIN_PH_FWD_O);
+  mark(e, again ? VR_CUTRAIN_PH_RECOMPUTE : VR_CUTRAIN_PH_FWD_O);
   vr_cuda_rmsnorm(a->x_mid, a->xn2, P(e, o->norm2), T, C, d->rms_eps, e->s);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
   proj_fwd(e, a->gu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
   vr_cuda_swiglu(a->act, a->gu, T, F, e->s);
+  if (again) {
+    mark(e, VR_CUTRAIN_PH_RECOMPUTE);
+    return;
+  }
   vr_cuda_gemm_res(e->gemm, e->x[l + 1], 1, a->act, P16(e, o->down_w), P(e, o->down_b), a->x_mid, T, C, F, e->s);
   mark(e, VR_CUTRAIN_PH_FWD_MLP);
 }
@@ -447,7 +458,7 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->ids, NULL, P(e, d->embed), NULL, NULL, 1, P(e, e->L[0].norm1), NULL, T, C,
                      d->rms_eps, e->s);
   mark(e, VR_CUTRAIN_PH_EMBED);
-  for (int l = 0; l < d->layers; ++l) layer_fwd(e, l, T);
+  for (int l = 0; l < d->layers; ++l) layer_fwd(e, l, T, 0);
   if (e->value) {
     vr_cuda_rmsnorm_f32(e->x[d->layers], e->hv, P(e, d->final_norm), T, C, d->rms_eps, e->s);
     vr_cutrain_value_fwd(e->logp_r, e->hv, P(e, d->score_w), P(e, d->score_b), T, C, e->s);
@@ -485,12 +496,14 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   if (o->down_b != NONE) vr_cutrain_colsum_bf16(e->g + o->down_b, e->dx16, C, T, C, e->red, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_DOWN);
   vr_cutrain_swiglu_bwd(e->dgu, e->dact, a->gu, T, F, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_ELEM);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
   proj_bwd(e, e->dxn, e->dgu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
+  mark(e, VR_CUTRAIN_PH_BWD_GU);
   vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + o->norm2, e->dxn, a->x_mid, P(e, o->norm2), T, C, d->rms_eps, 1,
                          e->red, e->s);
-  mark(e, VR_CUTRAIN_PH_BWD_GU);
+  mark(e, VR_CUTRAIN_PH_BWD_NORM);
   /* attention: x_mid = x_in + o(att) */
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->datt, 0, e->dx16, P16(e, o->o_w), NULL, 0, NULL, T, HD, C,
                   0.f, e->s);
@@ -503,13 +516,15 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
                            e->s);
   mark(e, VR_CUTRAIN_PH_BWD_ATTN);
   vr_cutrain_rope_bwd(e->dqkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_nif, d->rope_scaling, T, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_ELEM);
   const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
   const int qwid[3] = {HD, KV * D, KV * D};
   proj_bwd(e, e->dxn, e->dqkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
   /* layer 0: the embedding's backward reads the fp32 dx alone */
+  mark(e, VR_CUTRAIN_PH_BWD_QKV);
   vr_cutrain_rmsnorm_bwd(e->dx, l > 0 ? e->dx16 : NULL, e->g + o->norm1, e->dxn, e->x[l], P(e, o->norm1), T, C,
                          d->rms_eps, 1, e->red, e->s);
-  mark(e, VR_CUTRAIN_PH_BWD_QKV);
+  mark(e, VR_CUTRAIN_PH_BWD_NORM);
 }
 
 int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
@@ -533,10 +548,14 @@ int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
     vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf,
                           P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits, e->s);
   }
+  mark(e, VR_CUTRAIN_PH_BWD_HEAD);
   vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C,
                          d->rms_eps, 0, e->red, e->s);
-  mark(e, VR_CUTRAIN_PH_BWD_HEAD);
-  for (int l = d->layers - 1; l >= 0; --l) layer_bwd(e, l, T);
+  mark(e, VR_CUTRAIN_PH_BWD_NORM);
+  for (int l = d->layers - 1; l >= 0; --l) {
+    if (e->recompute && l < d->layers - 1) layer_fwd(e, l, T, 1); /* the last layer's are still there */
+    layer_bwd(e, l, T);
+  }
   vr_cutrain_embed_bwd(e->g + d->embed, e->dx, e->order, e->seg, e->uniq, e->n_uniq, C, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_EMBED);
   /* the staging buffer is reused by the next call: wait until the copies have read it */
@@ -581,9 +600,9 @@ int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, f
 
 const char *vr_cutrain_phase_name(int ph) {
   static const char *const names[VR_CUTRAIN_PH_N] = {
-      "embed fwd", "qkv+rope fwd", "attention fwd", "o-proj fwd", "mlp fwd", "lm head fwd",
-      "lm head bwd", "down bwd", "gate/up bwd", "o-proj bwd", "attention bwd", "qkv bwd",
-      "embed bwd", "optimizer"};
+      "embed fwd",   "qkv+rope fwd", "attention fwd", "o-proj fwd", "mlp fwd",        "lm head fwd",
+      "lm head bwd", "down bwd",     "gate/up bwd",   "o-proj bwd", "attention bwd",  "qkv bwd",
+      "embed bwd",   "optimizer",    "recompute",     "norm bwd",   "swiglu+rope bwd"};
   return ph >= 0 && ph < VR_CUTRAIN_PH_N ? names[ph] : "?";
 }
 
