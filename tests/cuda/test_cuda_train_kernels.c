@@ -346,8 +346,9 @@ static void test_logsoftmax(int rows, int V, float temp) {
         *d_glp = todev(glp, rows * 4), *d_gent = todev(gent, rows * 4);
   int32_t *d_tgt = todev(tgt, rows * 4);
   uint16_t *d_dl = dmalloc(n * 2), *gdl = malloc(n * 2);
-  vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, 0);
-  vr_cutrain_dlogits_rows(d_dl, d_l, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
+  uint16_t *d_lp16 = dmalloc(n * 2), *glp16 = malloc(n * 2);
+  vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, d_lp16, 0);
+  vr_cutrain_dlogits_rows(d_dl, d_l, NULL, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
   float *g = malloc(rows * 4);
   char what[128];
   tohost(g, d_lse, rows * 4);
@@ -362,6 +363,19 @@ static void test_logsoftmax(int rows, int V, float temp) {
   tohost(gdl, d_dl, n * 2);
   snprintf(what, sizeof what, "dlogits rows%d V%d temp%.2f", rows, V, temp);
   check_rel_bf(what, rdl, gdl, n, 8e-3);
+  /* the stored bf16 log-softmax, and dlogits from it */
+  double *rlsm = dcalloc(n);
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < V; ++j) rlsm[(size_t)r * V + j] = l[(size_t)r * V + j] / (double)temp - rlse[r];
+  tohost(glp16, d_lp16, n * 2);
+  snprintf(what, sizeof what, "logsoftmax stored bf16 log p rows%d V%d temp%.2f", rows, V, temp);
+  check_rel_bf(what, rlsm, glp16, n, 8e-3);
+  CK(cudaMemset(d_dl, 0xFF, n * 2));
+  vr_cutrain_dlogits_rows(d_dl, NULL, d_lp16, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
+  tohost(gdl, d_dl, n * 2);
+  snprintf(what, sizeof what, "dlogits from stored log p rows%d V%d temp%.2f", rows, V, temp);
+  check_rel_bf(what, rdl, gdl, n, 1e-2);
+  free(rlsm), free(glp16), dfree(d_lp16);
   dfree(d_l), dfree(d_lp), dfree(d_ent), dfree(d_lse), dfree(d_glp);
   dfree(d_gent), dfree(d_tgt), dfree(d_dl);
   free(l), free(glp), free(gent), free(tgt), free(rl), free(rlse), free(rent), free(rlp), free(rdl), free(gdl), free(g);
@@ -379,8 +393,8 @@ static void test_logsoftmax_fd(int rows, int V, float temp) {
         *d_glp = todev(glp, rows * 4), *d_gent = todev(gent, rows * 4), *lp = malloc(rows * 4), *en = malloc(rows * 4);
   int32_t *d_tgt = todev(tgt, rows * 4);
   uint16_t *d_dl = dmalloc(n * 2), *gdl = malloc(n * 2);
-  vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, 0);
-  vr_cutrain_dlogits_rows(d_dl, d_l, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
+  vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, NULL, 0);
+  vr_cutrain_dlogits_rows(d_dl, d_l, NULL, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
   tohost(gdl, d_dl, n * 2);
   double *fd = dcalloc(n);
   for (size_t i = 0; i < n; ++i) {
@@ -388,7 +402,7 @@ static void test_logsoftmax_fd(int rows, int V, float temp) {
     for (int sgn = 0; sgn < 2; ++sgn) {
       const float v = l[i] + (sgn ? -h : h);
       CK(cudaMemcpy(d_l + i, &v, 4, cudaMemcpyHostToDevice));
-      vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, 0);
+      vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, NULL, 0);
       tohost(lp, d_lp, rows * 4);
       tohost(en, d_ent, rows * 4);
       L[sgn] = 0;
@@ -437,24 +451,32 @@ static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, floa
         *d_logits = dmalloc((size_t)chunk * V * 4), *d_glp = todev(glp, T * 4), *d_gent = todev(gent, T * 4),
         *d_dx = dmalloc((size_t)T * C * 4), *d_dw = todev(dw0, (size_t)V * C * 4);
   int32_t *d_tgt = todev(tgt, T * 4);
-  vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits, 0);
-  vr_cutrain_lmhead_bwd(gm, d_dx, d_dw, d_glp, d_gent, d_lse, d_ent, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits,
-                        d_dl, 0);
+  uint16_t *d_lp16 = dmalloc((size_t)T * V * 2);
   float *g = malloc(T * 4), *gdx = malloc((size_t)T * C * 4), *gdw = malloc((size_t)V * C * 4);
-  char what[128];
-  tohost(g, d_lp, T * 4);
-  snprintf(what, sizeof what, "lmhead_fwd logp T%d C%d V%d chunk%d", T, C, V, chunk);
-  check_rel(what, rlp, g, T, 1e-4);
-  tohost(g, d_ent, T * 4);
-  snprintf(what, sizeof what, "lmhead_fwd entropy T%d C%d V%d chunk%d", T, C, V, chunk);
-  check_rel(what, rent, g, T, 1e-4);
-  tohost(gdx, d_dx, (size_t)T * C * 4);
-  snprintf(what, sizeof what, "lmhead_bwd dx T%d C%d V%d chunk%d", T, C, V, chunk);
-  check_rel(what, rdx, gdx, (size_t)T * C, 1e-2);
-  tohost(gdw, d_dw, (size_t)V * C * 4);
-  for (size_t i = 0; i < (size_t)V * C; ++i) rdw[i] -= dw0[i], gdw[i] -= dw0[i]; /* the increment */
-  snprintf(what, sizeof what, "lmhead_bwd dW (+=) T%d C%d V%d chunk%d", T, C, V, chunk);
-  check_rel(what, rdw, gdw, (size_t)V * C, 1e-2);
+  for (size_t i = 0; i < (size_t)V * C; ++i) rdw[i] -= dw0[i]; /* the increment */
+  for (int stored = 0; stored < 2; ++stored) {                 /* logits recomputed in backward, or the stored log p */
+    uint16_t *lp16 = stored ? d_lp16 : NULL;
+    const char *how = stored ? "stored logp" : "recomputed";
+    CK(cudaMemcpy(d_dw, dw0, (size_t)V * C * 4, cudaMemcpyHostToDevice));
+    vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits, lp16, 0);
+    vr_cutrain_lmhead_bwd(gm, d_dx, d_dw, d_glp, d_gent, d_lse, d_ent, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits,
+                          d_dl, lp16, 0);
+    char what[128];
+    tohost(g, d_lp, T * 4);
+    snprintf(what, sizeof what, "lmhead_fwd logp T%d C%d V%d chunk%d %s", T, C, V, chunk, how);
+    check_rel(what, rlp, g, T, 1e-4);
+    tohost(g, d_ent, T * 4);
+    snprintf(what, sizeof what, "lmhead_fwd entropy T%d C%d V%d chunk%d %s", T, C, V, chunk, how);
+    check_rel(what, rent, g, T, 1e-4);
+    tohost(gdx, d_dx, (size_t)T * C * 4);
+    snprintf(what, sizeof what, "lmhead_bwd dx T%d C%d V%d chunk%d %s", T, C, V, chunk, how);
+    check_rel(what, rdx, gdx, (size_t)T * C, 1e-2);
+    tohost(gdw, d_dw, (size_t)V * C * 4);
+    for (size_t i = 0; i < (size_t)V * C; ++i) gdw[i] -= dw0[i];
+    snprintf(what, sizeof what, "lmhead_bwd dW (+=) T%d C%d V%d chunk%d %s", T, C, V, chunk, how);
+    check_rel(what, rdw, gdw, (size_t)V * C, 1e-2);
+  }
+  dfree(d_lp16);
   dfree(d_x), dfree(d_W), dfree(d_dl), dfree(d_lp), dfree(d_ent);
   dfree(d_lse), dfree(d_logits), dfree(d_glp), dfree(d_gent), dfree(d_dx);
   dfree(d_dw), dfree(d_tgt);

@@ -52,6 +52,10 @@ struct vr_cutrain {
   float *hv; /* value head: (T, C) fp32 final norm output */
   int value; /* 1: value head (score_w), 0: LM head */
   uint16_t *dlogits;
+  /* (T, V) bf16 log-softmax of a kept forward, allocated at the first one when memory allows
+   * (then backward does not recompute the logits); lp16_off: not tried again */
+  uint16_t *lp16;
+  int lp16_off, lp16_kept;
   /* metadata: one device int32 block, staged through pinned host memory */
   int32_t *meta_d, *meta_h;
   int32_t *ids, *pos, *cu, *fa_tiles, *tiles, *tiles_q, *meta4, *tgt, *order, *seg, *uniq;
@@ -107,10 +111,10 @@ static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NO
 void vr_cutrain_free(vr_cutrain_t *e) {
   if (!e) return;
   if (e->s) cudaStreamSynchronize(e->s);
-  void *dev[] = {e->p,       e->g,        e->m,     e->v,      e->p16,    e->xf,     e->dx,      e->dxn,
-                 e->dx16,    e->dact,     e->dgu,   e->datt,   e->dqkv,   e->tmp,    e->delta,   e->red,
-                 e->logits,  e->lse_r,    e->ent_r, e->logp_r, e->glp,    e->gent,   e->dlogits, e->meta_d,
-                 e->rope_if, e->rope_nif, e->sq,    e->sq_red, e->ad_off, e->ad_len, e->hv,     e->split};
+  void *dev[] = {e->p,      e->g,      e->m,      e->v,    e->p16,     e->xf,     e->dx,      e->dxn,      e->dx16,
+                 e->dact,   e->dgu,    e->datt,   e->dqkv, e->tmp,     e->delta,  e->red,     e->logits,   e->lse_r,
+                 e->ent_r,  e->logp_r, e->glp,    e->gent, e->dlogits, e->meta_d, e->rope_if, e->rope_nif, e->sq,
+                 e->sq_red, e->ad_off, e->ad_len, e->hv,   e->split,   e->lp16};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) cudaFree(dev[i]);
   if (e->x)
     for (int l = 0; l <= e->d.layers; ++l) cudaFree(e->x[l]);
@@ -405,6 +409,23 @@ static void layer_fwd(vr_cutrain_t *e, int l, int T, int again) {
   mark(e, VR_CUTRAIN_PH_FWD_MLP);
 }
 
+/* The stored log-softmax for a kept forward: allocated once (T_max, V) bf16 unless recomputing
+ * (the memory-saving mode) or the device lacks the memory (then backward recomputes the logits,
+ * as before; logged once). NULL: none. */
+static uint16_t *lp16_buffer(vr_cutrain_t *e) {
+  if (e->lp16 || e->lp16_off || e->value || e->recompute) return e->lp16;
+  const size_t bytes = (size_t)e->T_max * (size_t)e->d.vocab * 2;
+  if (cudaMalloc((void **)&e->lp16, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    e->lp16 = NULL, e->lp16_off = 1;
+    vr_log(VR_LOG_INFO, "no %.2f GiB for the stored log-softmax: the LM-head backward recomputes the logits",
+           bytes / 1073741824.0);
+    return NULL;
+  }
+  e->dev_bytes += bytes;
+  return e->lp16;
+}
+
 /* Host metadata of the batch into the pinned block, then one copy. */
 static int stage_batch(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, int n, const int32_t *tgt) {
   const int T = (int)cu[n];
@@ -442,7 +463,7 @@ static int stage_batch(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
 int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, int n_seqs, const int32_t *tgt,
                        float temperature, float *logp, float *ent, int keep) {
   const vr_cutrain_desc_t *d = &e->d;
-  e->kept = 0;
+  e->kept = e->lp16_kept = 0;
   if (n_seqs <= 0 || cu[n_seqs] == 0) return 0;
   if (cu[n_seqs] > (uint32_t)e->T_max || (!e->value && !(temperature > 0.f))) {
     vr_log(VR_LOG_ERROR, "batch of %u rows (engine: %d), temperature %g", cu[n_seqs], e->T_max, temperature);
@@ -466,8 +487,10 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   } else {
     vr_cuda_rmsnorm(e->x[d->layers], e->xf, P(e, d->final_norm), T, C, d->rms_eps, e->s);
     const uint16_t *W = P16(e, d->lm_head != NONE ? d->lm_head : d->embed);
+    uint16_t *lp16 = keep ? lp16_buffer(e) : NULL;
+    e->lp16_kept = lp16 != NULL;
     vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature,
-                          e->chunk, e->logits, e->s);
+                          e->chunk, e->logits, lp16, e->s);
   }
   mark(e, VR_CUTRAIN_PH_FWD_HEAD);
   if (logp || ent) {
@@ -546,7 +569,8 @@ int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
   } else {
     const size_t wo = d->lm_head != NONE ? d->lm_head : d->embed;
     vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf,
-                          P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits, e->s);
+                          P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits,
+                          e->lp16_kept ? e->lp16 : NULL, e->s);
   }
   mark(e, VR_CUTRAIN_PH_BWD_HEAD);
   vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C,
