@@ -14,6 +14,12 @@
 
 #define NONE VR_CUTRAIN_NONE
 
+/* The attention backward's dK / dV per query head (the split table) for models with at most
+ * this many key heads (a build-time knob for measurements: 0 never, large always). */
+#ifndef VR_CUTRAIN_SPLIT_KV_MAX
+#define VR_CUTRAIN_SPLIT_KV_MAX 4
+#endif
+
 /* One layer's kept activations (T = max_tokens rows); with recomputation one set that every
  * layer's forward overwrites (backward recomputes a layer's into it from x[l] first). */
 typedef struct {
@@ -237,7 +243,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   DALLOC(e->tmp, T * (size_t)(F > H * D ? F : H * D) * 2);
   DALLOC(e->delta, T * H * 4);
   /* few key heads: the dK / dV kernel per query head (H / KV times the blocks) */
-  if (H > KV && KV <= 4 && vr_cutrain_attention_bwd_tc(D, d->window))
+  if (H > KV && KV <= VR_CUTRAIN_SPLIT_KV_MAX && vr_cutrain_attention_bwd_tc(D, d->window))
     DALLOC(e->split, vr_cutrain_attention_bwd_split_scratch(max_tokens, H, D) * 4);
   size_t red = vr_cutrain_rmsnorm_bwd_scratch(max_tokens, C);
   const size_t r2 = vr_cutrain_colsum_scratch(max_tokens, e->nqkv > 2 * F ? e->nqkv : 2 * F);
