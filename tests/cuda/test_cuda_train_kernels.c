@@ -590,7 +590,7 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   tohost(gd, d_dq, (size_t)T * ld * 2);
   char what[160], shape[96];
   snprintf(shape, sizeof shape, "%s/%s%s H%d/%d D%d win%d n%d T%d", fa ? "fa" : "generic",
-           vr_cutrain_attention_bwd_tc(D, window) ? "wmma" : "generic", split ? "-split" : "", H, Hkv, D, window, n, T);
+           vr_cutrain_attention_bwd_tc(D, window) ? "mma" : "generic", split ? "-split" : "", H, Hkv, D, window, n, T);
   snprintf(what, sizeof what, "attention_lse out %s", shape);
   check_rel_bf(what, O, go, (size_t)T * HD, 1e-2);
   snprintf(what, sizeof what, "attention_lse lse %s", shape);

@@ -18,6 +18,12 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t u) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u));
 }
 
+/* Blocks per multiprocessor the register allocation must allow (a build-time knob for
+ * measurements; 1: no bound). */
+#ifndef VR_CUTRAIN_ATTN_BWD_MINB
+#define VR_CUTRAIN_ATTN_BWD_MINB 1
+#endif
+
 template <int D>
 struct mma_bwd_smem {
   static constexpr int LD = D + 8;
@@ -72,9 +78,10 @@ __device__ __forceinline__ void cp_rows(bf16 *dst, const bf16 *src, int ld, size
   cp_tile2<D, 4>(dst, src, ld, s0, col, r0, valid);
 }
 
-/* Grid (n_tiles, Hkv), or (n_tiles, H) with p.part: as k_attn_bwd_dkdv (the wmma kernel). */
+/* Grid (n_tiles, Hkv) of (64-key tile, key head), or (n_tiles, H) of (64-key tile, query head)
+ * with p.part (the split table). */
 template <int D>
-__global__ void __launch_bounds__(128) k_bwd_dkdv_mma(bwd_params p) {
+__global__ void __launch_bounds__(128, VR_CUTRAIN_ATTN_BWD_MINB) k_bwd_dkdv_mma(bwd_params p) {
   typedef mma_bwd_smem<D> L;
   constexpr int LD = L::LD, NT = D / 8;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -177,9 +184,9 @@ __global__ void __launch_bounds__(128) k_bwd_dkdv_mma(bwd_params p) {
   }
 }
 
-/* Grid (n_tiles, H): as k_attn_bwd_dq (the wmma kernel). */
+/* Grid (n_tiles, H): (64-query tile, head). */
 template <int D>
-__global__ void __launch_bounds__(128) k_bwd_dq_mma(bwd_params p) {
+__global__ void __launch_bounds__(128, VR_CUTRAIN_ATTN_BWD_MINB) k_bwd_dq_mma(bwd_params p) {
   typedef mma_bwd_smem<D> L;
   constexpr int LD = L::LD, NT = D / 8;
   extern __shared__ __align__(128) unsigned char smem[];

@@ -122,7 +122,8 @@ void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const uint1
  *   delta: T * H floats scratch (rowsum(dout * o) per head).
  * tiles orders the dK / dV kernels' blocks, tiles_q (the same tiles in any order, or NULL: tiles)
  * the dQ kernels'; vr_cutrain_attention_tiles_sort puts each kernel's heaviest tiles first.
- * Tensor cores (wmma) when vr_cutrain_attention_bwd_tc(D, window) (D 64 or 128, no window):
+ * Tensor cores (mma.sync, P and dS in registers) when vr_cutrain_attention_bwd_tc(D, window)
+ * (D 64 or 128, no window):
  * dK / dV of a key head summed over its query group inside one block, dQ in a second kernel
  * per query tile; otherwise the generic fp32 kernels (any D <= 256, windows), the same split.
  * split (tensor-core path with H > Hkv; NULL: off, ignored elsewhere):
