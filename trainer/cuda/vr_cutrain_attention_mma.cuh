@@ -18,10 +18,14 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t u) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u));
 }
 
-/* Blocks per multiprocessor the register allocation must allow (a build-time knob for
- * measurements; 1: no bound). */
-#ifndef VR_CUTRAIN_ATTN_BWD_MINB
-#define VR_CUTRAIN_ATTN_BWD_MINB 1
+/* Blocks per multiprocessor the register allocation must allow (1: no bound). D 64: 3 (168
+ * registers, a few bytes spilled; the attention backward 3-7% faster than unbounded at 2
+ * blocks on the H200: docs/benchmarks.md); D 128: 2 blocks fit its shared memory anyway.
+ * VR_CUTRAIN_ATTN_BWD_MINB overrides both (a build-time knob for measurements). */
+#ifdef VR_CUTRAIN_ATTN_BWD_MINB
+#define ATTN_BWD_MINB(D) VR_CUTRAIN_ATTN_BWD_MINB
+#else
+#define ATTN_BWD_MINB(D) ((D) == 64 ? 3 : 1)
 #endif
 
 template <int D>
@@ -81,7 +85,7 @@ __device__ __forceinline__ void cp_rows(bf16 *dst, const bf16 *src, int ld, size
 /* Grid (n_tiles, Hkv) of (64-key tile, key head), or (n_tiles, H) of (64-key tile, query head)
  * with p.part (the split table). */
 template <int D>
-__global__ void __launch_bounds__(128, VR_CUTRAIN_ATTN_BWD_MINB) k_bwd_dkdv_mma(bwd_params p) {
+__global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_params p) {
   typedef mma_bwd_smem<D> L;
   constexpr int LD = L::LD, NT = D / 8;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -186,7 +190,7 @@ __global__ void __launch_bounds__(128, VR_CUTRAIN_ATTN_BWD_MINB) k_bwd_dkdv_mma(
 
 /* Grid (n_tiles, H): (64-query tile, head). */
 template <int D>
-__global__ void __launch_bounds__(128, VR_CUTRAIN_ATTN_BWD_MINB) k_bwd_dq_mma(bwd_params p) {
+__global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dq_mma(bwd_params p) {
   typedef mma_bwd_smem<D> L;
   constexpr int LD = L::LD, NT = D / 8;
   extern __shared__ __align__(128) unsigned char smem[];
