@@ -13,8 +13,12 @@
  * same for gate / up; otherwise one GEMM each, copied into the fused activation buffers.
  * Activations of every layer are kept for backward, or with desc.recompute only each layer's
  * input (x, fp32 (T, C)) plus one layer's set: backward runs the layer's forward again (without
- * its down projection) before its backward, with the same kernels, so the gradients are the
- * same bits; it costs about one more forward of the layers.
+ * its down projection) before its backward, with the same kernels (the same activations, bit
+ * for bit); it costs about one more forward of the layers. Without recompute a kept forward
+ * also stores the LM head's bf16 log-softmax (T_max x vocab, allocated at the first one when
+ * the device has room) so that backward need not recompute the logits; with recompute, or
+ * without the room, backward recomputes them in fp32 (gradients within bf16 tolerance of
+ * each other).
  *
  * Threading: one thread per engine; all work on the engine's stream; calls that return host
  * results synchronise it. Errors: negative vr_status_t, logged; CUDA faults abort
