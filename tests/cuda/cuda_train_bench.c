@@ -4,10 +4,13 @@
  * reference policy's). Prints tokens/s and MFU against a given bf16 GEMM rate with
  *   training flops / token = 6 N + 6 L (H D) S      (N parameters, causal attention of length S)
  *   forward flops / token  = 2 N + 2 L (H D) S
- * and writes one JSON line per model to stdout (prefix "json ").
+ * and writes one JSON line per model to stdout (prefix "json "). Then one more step and one more
+ * forward with the engine's per-phase profiling on (cudaEvents at phase boundaries,
+ * vr_cutrain_profile; outside the timed iterations): one "phase" line per phase with its
+ * milliseconds in the step and in the log-prob forward.
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
- *                    [--gemm-tflops 781]
+ *                    [--gemm-tflops 781] [--recompute 0|1]
  * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -41,7 +44,7 @@ static size_t put(size_t *at, size_t n) { /* a tensor of n floats at 64-float al
   return o;
 }
 
-static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops) {
+static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops, int recompute) {
   const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
   vr_cutrain_layer_off_t *lo = calloc((size_t)L, sizeof *lo);
   size_t at = 0, n_params = 0;
@@ -81,7 +84,8 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
                                .lm_head = VR_CUTRAIN_NONE,
                                .layer = lo,
                                .score_w = VR_CUTRAIN_NONE,
-                               .score_b = VR_CUTRAIN_NONE};
+                               .score_b = VR_CUTRAIN_NONE,
+                               .recompute = recompute};
   const int T = seqs * len;
   size_t free0 = 0, total = 0;
   cudaMemGetInfo(&free0, &total);
@@ -123,6 +127,25 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
     vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, logp, NULL, 0);
     if (it >= 0) t_fwd += now_s() - t0;
   }
+  /* per-phase device time of one more step and one more forward */
+  double ph_step[VR_CUTRAIN_PH_N] = {0}, ph_fwd[VR_CUTRAIN_PH_N] = {0};
+  if (vr_cutrain_profile(e, 1) == 0) {
+    vr_cutrain_zero_grad(e);
+    vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, NULL, NULL, 1);
+    vr_cutrain_backward(e, glp, NULL);
+    vr_cutrain_adamw_step(e, 1e-5f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, iters + 3);
+    vr_cutrain_profile_take(e, ph_step);
+    vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, logp, NULL, 0);
+    vr_cutrain_profile_take(e, ph_fwd);
+    vr_cutrain_profile(e, 0);
+  }
+  double sum_s = 0, sum_f = 0;
+  for (int p = 0; p < VR_CUTRAIN_PH_N; ++p) {
+    printf("phase %-14s %-14s step %8.2f ms   log-prob forward %8.2f ms\n", m->name, vr_cutrain_phase_name(p),
+           ph_step[p], ph_fwd[p]);
+    sum_s += ph_step[p], sum_f += ph_fwd[p];
+  }
+  printf("phase %-14s %-14s step %8.2f ms   log-prob forward %8.2f ms\n", m->name, "sum", sum_s, sum_f);
   double nll = 0;
   for (int t = 0; t < T; ++t) nll -= glp[t] != 0.f ? logp[t] : 0.0;
   nll /= Nt;
@@ -134,16 +157,16 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
   const double tps = T / t_step, tps_f = T / t_fwd;
   const double mfu = tps * f_train / (gemm_tflops * 1e12), mfu_f = tps_f * f_fwd / (gemm_tflops * 1e12);
   printf(
-      "%-14s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
+      "%-14s%s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
       "%.1fk tokens/s  MFU %.1f%%  |  device memory %.1f GiB  loss %.4f (ln V = %.4f)\n",
-      m->name, n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3, 100 * mfu, t_fwd * 1e3, tps_f / 1e3, 100 * mfu_f,
-      (free0 - free1) / 1073741824.0, nll, log((double)V));
+      m->name, recompute ? " (recompute)" : "", n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3, 100 * mfu,
+      t_fwd * 1e3, tps_f / 1e3, 100 * mfu_f, (free0 - free1) / 1073741824.0, nll, log((double)V));
   printf(
       "json {\"model\": \"%s\", \"params\": %zu, \"tokens\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.1f, "
       "\"mfu\": %.4f, \"fwd_ms\": %.3f, \"fwd_tokens_per_s\": %.1f, \"fwd_mfu\": %.4f, \"device_gib\": %.3f, "
-      "\"gemm_tflops\": %.1f}\n",
+      "\"gemm_tflops\": %.1f, \"recompute\": %d}\n",
       m->name, n_params, T, t_step * 1e3, tps, mfu, t_fwd * 1e3, tps_f, mfu_f, (free0 - free1) / 1073741824.0,
-      gemm_tflops);
+      gemm_tflops, recompute);
   fflush(stdout);
   vr_cutrain_free(e);
   free(lo), free(inv), free(ids), free(tgt), free(cu), free(glp), free(logp);
@@ -152,7 +175,7 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
 
 int main(int argc, char **argv) {
   const char *which = "all";
-  int seqs = 16, len = 1024, iters = 5;
+  int seqs = 16, len = 1024, iters = 5, recompute = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -169,10 +192,12 @@ int main(int argc, char **argv) {
       iters = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--gemm-tflops"))
       gemm = atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--recompute"))
+      recompute = atoi(argv[i + 1]);
     else {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
-              "[--gemm-tflops R]\n",
+              "[--gemm-tflops R] [--recompute 0|1]\n",
               argv[0]);
       return 2;
     }
@@ -184,7 +209,7 @@ int main(int argc, char **argv) {
   int rc = 0, ran = 0;
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
     if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
-      rc |= bench(&k_shapes[i], seqs, len, iters, gemm), ++ran;
+      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute), ++ran;
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }

@@ -9,6 +9,8 @@
  *   log-probs after 3 AdamW steps (lr 1e-3, wd 0.1), with and without clipping: LOGP_TOL;
  *   a masked batch: unwanted tokens are 0 and the gradients match the cpu engine's;
  *   two backward passes of one batch: the same bits (no atomics anywhere);
+ *   per-layer recomputation (opt.recompute): the NLL gradients against the golden and the
+ *     engine without it;
  *   the critic (qwen2_critic, value head): values and the gradients of sum w * value.
  * Exit code 77 without a GPU (ctest: skipped). */
 #include <math.h>
@@ -40,15 +42,18 @@ static vr_lm_t *load(const char *name, vr_lm_head_t head) {
   return lm;
 }
 
-static vr_train_t *engine(const vr_lm_t *lm, const char *device) {
+static vr_train_t *engine_opt(const vr_lm_t *lm, const char *device, int recompute) {
   vr_train_options_t o;
   vr_train_options_init(&o);
   o.device = device;
   o.max_tokens = 1024;
+  o.recompute = recompute;
   vr_train_t *t = NULL;
   assert_int_equal(vr_train_init(lm, &o, &t), 0);
   return t;
 }
+
+static vr_train_t *engine(const vr_lm_t *lm, const char *device) { return engine_opt(lm, device, 0); }
 
 static double max_abs_diff(const float *got, const double *want, uint32_t n) {
   double m = 0;
@@ -82,8 +87,8 @@ static void grads_of(vr_train_t *t, const vr_train_batch_t *b, float tau, const 
   free(lp), free(ent);
 }
 
-/* max over tensors of max |a - b| / max |b| (b: the cpu engine's). */
-static double grads_vs(const vr_lm_t *lm, const float *a, const float *b) {
+/* max over tensors of max |a - b| / max |b| (b: the engine named `what`'s). */
+static double grads_vs(const vr_lm_t *lm, const float *a, const float *b, const char *what) {
   double worst = 0;
   const char *wname = "";
   for (size_t i = 0; i < vr_lm_n_tensors(lm); ++i) {
@@ -96,7 +101,7 @@ static double grads_vs(const vr_lm_t *lm, const float *a, const float *b) {
     const double r = mb > 0 ? md / mb : md;
     if (r > worst) worst = r, wname = x->name;
   }
-  printf("  cuda vs cpu gradients: worst tensor %s at %.3g (tolerance %g)\n", wname, worst, GRAD_TOL);
+  printf("  cuda vs %s gradients: worst tensor %s at %.3g (tolerance %g)\n", what, wname, worst, GRAD_TOL);
   return worst;
 }
 
@@ -151,10 +156,17 @@ static void run_lm(const char *name) {
   grads_of(tc, &b, 1.0f, d, NULL, gc, g.T);
   assert_true(tr_grads_check(lm, gc, &g, "nll") <= GRAD_TOL);
   grads_of(tp, &b, 1.0f, d, NULL, gp, g.T);
-  assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
+  assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
   grads_of(tc, &b, 1.0f, d, NULL, gc2, g.T);
   printf("  cuda gradients of two identical passes: %s\n", memcmp(gc, gc2, n * sizeof *gc) ? "DIFFER" : "same bits");
   assert_memory_equal(gc, gc2, n * sizeof *gc);
+  /* per-layer recomputation (the LM head's logits recomputed too, where the engine above read
+   * its stored bf16 log-softmax): against the golden and the engine above */
+  vr_train_t *tr = engine_opt(lm, "cuda", 1);
+  grads_of(tr, &b, 1.0f, d, NULL, gc2, g.T);
+  vr_train_free(tr);
+  assert_true(tr_grads_check(lm, gc2, &g, "nll") <= GRAD_TOL);
+  assert_true(grads_vs(lm, gc2, gc, "cuda without recomputation") <= GRAD_TOL);
   /* the mixed objective: sum a logp + b entropy at the golden's temperature */
   const cJSON *mixed = cJSON_GetObjectItem(g.root, "mixed");
   if (mixed) {
@@ -166,7 +178,7 @@ static void run_lm(const char *name) {
     grads_of(tc, &b, tau, d, de, gc, g.T);
     assert_true(tr_grads_check(lm, gc, &g, "mixed") <= GRAD_TOL);
     grads_of(tp, &b, tau, d, de, gp, g.T);
-    assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
+    assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
     free(a), free(bb);
   }
   /* a mask: the second half of every sequence only */
@@ -184,7 +196,7 @@ static void run_lm(const char *name) {
   assert_true(zeros_ok);
   grads_of(tc, &bm, 1.0f, d, de, gc, g.T);
   grads_of(tp, &bm, 1.0f, d, de, gp, g.T);
-  assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
+  assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
   vr_train_free(tc);
   vr_train_free(tp);
   check_adamw(lm, &g, "adamw", 0.0f);
@@ -217,7 +229,7 @@ static void test_critic(void **state) {
   grads_of(tc, &b, 1.0f, dw, NULL, gc, g.T);
   assert_true(tr_grads_check(lm, gc, &g, "value") <= GRAD_TOL);
   grads_of(tp, &b, 1.0f, dw, NULL, gp, g.T);
-  assert_true(grads_vs(lm, gc, gp) <= GRAD_TOL);
+  assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
   free(val), free(dw), free(want), free(w), free(gc), free(gp);
   vr_train_free(tc);
   vr_train_free(tp);

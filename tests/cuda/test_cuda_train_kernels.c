@@ -58,7 +58,7 @@ static void test_rmsnorm_bwd(int T, int C) {
   }
   float *d_x = todev(x, n * 4), *d_w = todev(w, C * 4), *d_dy = todev(dy, n * 4), *d_dx = todev(dx0, n * 4),
         *d_dw = todev(dw0, C * 4), *d_s = dmalloc(vr_cutrain_rmsnorm_bwd_scratch(T, C) * 4);
-  vr_cutrain_rmsnorm_bwd(d_dx, d_dw, d_dy, d_x, d_w, T, C, eps, 1, d_s, 0);
+  vr_cutrain_rmsnorm_bwd(d_dx, NULL, d_dw, d_dy, d_x, d_w, T, C, eps, 1, d_s, 0);
   float *gdx = malloc(n * 4), *gdw = malloc(C * 4), *gdw2 = malloc(C * 4);
   tohost(gdx, d_dx, n * 4);
   tohost(gdw, d_dw, C * 4);
@@ -68,7 +68,8 @@ static void test_rmsnorm_bwd(int T, int C) {
   snprintf(what, sizeof what, "rmsnorm_bwd dw (+=) T%d C%d", T, C);
   check_rel(what, rdw, gdw, C, 1e-5);
   CK(cudaMemcpy(d_dw, dw0, C * 4, cudaMemcpyHostToDevice));
-  vr_cutrain_rmsnorm_bwd(d_dx, d_dw, d_dy, d_x, d_w, T, C, eps, 0, d_s, 0);
+  uint16_t *d_dx16 = dmalloc(n * 2);
+  vr_cutrain_rmsnorm_bwd(d_dx, d_dx16, d_dw, d_dy, d_x, d_w, T, C, eps, 0, d_s, 0);
   tohost(gdw2, d_dw, C * 4);
   snprintf(what, sizeof what, "rmsnorm_bwd dw deterministic T%d C%d", T, C);
   check_same_bits(what, gdw, gdw2, C * 4);
@@ -77,6 +78,13 @@ static void test_rmsnorm_bwd(int T, int C) {
   for (size_t i = 0; i < n; ++i) rdx[i] -= dx0[i];
   snprintf(what, sizeof what, "rmsnorm_bwd dx (=) T%d C%d", T, C);
   check_rel(what, rdx, gdx, n, 1e-5);
+  /* the bf16 copy is bf16(dx) exactly */
+  uint16_t *g16 = malloc(n * 2), *want16 = malloc(n * 2);
+  tohost(g16, d_dx16, n * 2);
+  for (size_t i = 0; i < n; ++i) want16[i] = f2bf(gdx[i]);
+  snprintf(what, sizeof what, "rmsnorm_bwd dx16 = bf16(dx) T%d C%d", T, C);
+  check_same_bits(what, want16, g16, n * 2);
+  free(g16), free(want16), dfree(d_dx16);
   dfree(d_x), dfree(d_w), dfree(d_dy), dfree(d_dx), dfree(d_dw), dfree(d_s);
   free(x), free(w), free(dy), free(dx0), free(dw0), free(rdx), free(rdw), free(gdx), free(gdw), free(gdw2);
 }
@@ -98,7 +106,7 @@ static void test_rmsnorm_fd(int T, int C) {
   float *d_x = todev(x, n * 4), *d_w = todev(w, C * 4), *d_y = dmalloc(n * 4), *d_dy = todev(dy, n * 4),
         *d_dx = dmalloc(n * 4), *d_dw = dmalloc(C * 4), *d_s = dmalloc(vr_cutrain_rmsnorm_bwd_scratch(T, C) * 4);
   CK(cudaMemset(d_dw, 0, C * 4));
-  vr_cutrain_rmsnorm_bwd(d_dx, d_dw, d_dy, d_x, d_w, T, C, 1e-6f, 0, d_s, 0);
+  vr_cutrain_rmsnorm_bwd(d_dx, NULL, d_dw, d_dy, d_x, d_w, T, C, 1e-6f, 0, d_s, 0);
   float *gdx = malloc(n * 4), *gdw = malloc(C * 4);
   tohost(gdx, d_dx, n * 4);
   tohost(gdw, d_dw, C * 4);
@@ -338,8 +346,9 @@ static void test_logsoftmax(int rows, int V, float temp) {
         *d_glp = todev(glp, rows * 4), *d_gent = todev(gent, rows * 4);
   int32_t *d_tgt = todev(tgt, rows * 4);
   uint16_t *d_dl = dmalloc(n * 2), *gdl = malloc(n * 2);
-  vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, 0);
-  vr_cutrain_dlogits_rows(d_dl, d_l, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
+  uint16_t *d_lp16 = dmalloc(n * 2), *glp16 = malloc(n * 2);
+  vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, d_lp16, 0);
+  vr_cutrain_dlogits_rows(d_dl, d_l, NULL, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
   float *g = malloc(rows * 4);
   char what[128];
   tohost(g, d_lse, rows * 4);
@@ -354,6 +363,19 @@ static void test_logsoftmax(int rows, int V, float temp) {
   tohost(gdl, d_dl, n * 2);
   snprintf(what, sizeof what, "dlogits rows%d V%d temp%.2f", rows, V, temp);
   check_rel_bf(what, rdl, gdl, n, 8e-3);
+  /* the stored bf16 log-softmax, and dlogits from it */
+  double *rlsm = dcalloc(n);
+  for (int r = 0; r < rows; ++r)
+    for (int j = 0; j < V; ++j) rlsm[(size_t)r * V + j] = l[(size_t)r * V + j] / (double)temp - rlse[r];
+  tohost(glp16, d_lp16, n * 2);
+  snprintf(what, sizeof what, "logsoftmax stored bf16 log p rows%d V%d temp%.2f", rows, V, temp);
+  check_rel_bf(what, rlsm, glp16, n, 8e-3);
+  CK(cudaMemset(d_dl, 0xFF, n * 2));
+  vr_cutrain_dlogits_rows(d_dl, NULL, d_lp16, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
+  tohost(gdl, d_dl, n * 2);
+  snprintf(what, sizeof what, "dlogits from stored log p rows%d V%d temp%.2f", rows, V, temp);
+  check_rel_bf(what, rdl, gdl, n, 1e-2);
+  free(rlsm), free(glp16), dfree(d_lp16);
   dfree(d_l), dfree(d_lp), dfree(d_ent), dfree(d_lse), dfree(d_glp);
   dfree(d_gent), dfree(d_tgt), dfree(d_dl);
   free(l), free(glp), free(gent), free(tgt), free(rl), free(rlse), free(rent), free(rlp), free(rdl), free(gdl), free(g);
@@ -371,8 +393,8 @@ static void test_logsoftmax_fd(int rows, int V, float temp) {
         *d_glp = todev(glp, rows * 4), *d_gent = todev(gent, rows * 4), *lp = malloc(rows * 4), *en = malloc(rows * 4);
   int32_t *d_tgt = todev(tgt, rows * 4);
   uint16_t *d_dl = dmalloc(n * 2), *gdl = malloc(n * 2);
-  vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, 0);
-  vr_cutrain_dlogits_rows(d_dl, d_l, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
+  vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, NULL, 0);
+  vr_cutrain_dlogits_rows(d_dl, d_l, NULL, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
   tohost(gdl, d_dl, n * 2);
   double *fd = dcalloc(n);
   for (size_t i = 0; i < n; ++i) {
@@ -380,7 +402,7 @@ static void test_logsoftmax_fd(int rows, int V, float temp) {
     for (int sgn = 0; sgn < 2; ++sgn) {
       const float v = l[i] + (sgn ? -h : h);
       CK(cudaMemcpy(d_l + i, &v, 4, cudaMemcpyHostToDevice));
-      vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, 0);
+      vr_cutrain_logsoftmax_rows(d_lp, d_ent, d_lse, d_l, d_tgt, rows, V, temp, NULL, 0);
       tohost(lp, d_lp, rows * 4);
       tohost(en, d_ent, rows * 4);
       L[sgn] = 0;
@@ -429,24 +451,32 @@ static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, floa
         *d_logits = dmalloc((size_t)chunk * V * 4), *d_glp = todev(glp, T * 4), *d_gent = todev(gent, T * 4),
         *d_dx = dmalloc((size_t)T * C * 4), *d_dw = todev(dw0, (size_t)V * C * 4);
   int32_t *d_tgt = todev(tgt, T * 4);
-  vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits, 0);
-  vr_cutrain_lmhead_bwd(gm, d_dx, d_dw, d_glp, d_gent, d_lse, d_ent, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits,
-                        d_dl, 0);
+  uint16_t *d_lp16 = dmalloc((size_t)T * V * 2);
   float *g = malloc(T * 4), *gdx = malloc((size_t)T * C * 4), *gdw = malloc((size_t)V * C * 4);
-  char what[128];
-  tohost(g, d_lp, T * 4);
-  snprintf(what, sizeof what, "lmhead_fwd logp T%d C%d V%d chunk%d", T, C, V, chunk);
-  check_rel(what, rlp, g, T, 1e-4);
-  tohost(g, d_ent, T * 4);
-  snprintf(what, sizeof what, "lmhead_fwd entropy T%d C%d V%d chunk%d", T, C, V, chunk);
-  check_rel(what, rent, g, T, 1e-4);
-  tohost(gdx, d_dx, (size_t)T * C * 4);
-  snprintf(what, sizeof what, "lmhead_bwd dx T%d C%d V%d chunk%d", T, C, V, chunk);
-  check_rel(what, rdx, gdx, (size_t)T * C, 1e-2);
-  tohost(gdw, d_dw, (size_t)V * C * 4);
-  for (size_t i = 0; i < (size_t)V * C; ++i) rdw[i] -= dw0[i], gdw[i] -= dw0[i]; /* the increment */
-  snprintf(what, sizeof what, "lmhead_bwd dW (+=) T%d C%d V%d chunk%d", T, C, V, chunk);
-  check_rel(what, rdw, gdw, (size_t)V * C, 1e-2);
+  for (size_t i = 0; i < (size_t)V * C; ++i) rdw[i] -= dw0[i]; /* the increment */
+  for (int stored = 0; stored < 2; ++stored) {                 /* logits recomputed in backward, or the stored log p */
+    uint16_t *lp16 = stored ? d_lp16 : NULL;
+    const char *how = stored ? "stored logp" : "recomputed";
+    CK(cudaMemcpy(d_dw, dw0, (size_t)V * C * 4, cudaMemcpyHostToDevice));
+    vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits, lp16, 0);
+    vr_cutrain_lmhead_bwd(gm, d_dx, d_dw, d_glp, d_gent, d_lse, d_ent, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits,
+                          d_dl, lp16, 0);
+    char what[128];
+    tohost(g, d_lp, T * 4);
+    snprintf(what, sizeof what, "lmhead_fwd logp T%d C%d V%d chunk%d %s", T, C, V, chunk, how);
+    check_rel(what, rlp, g, T, 1e-4);
+    tohost(g, d_ent, T * 4);
+    snprintf(what, sizeof what, "lmhead_fwd entropy T%d C%d V%d chunk%d %s", T, C, V, chunk, how);
+    check_rel(what, rent, g, T, 1e-4);
+    tohost(gdx, d_dx, (size_t)T * C * 4);
+    snprintf(what, sizeof what, "lmhead_bwd dx T%d C%d V%d chunk%d %s", T, C, V, chunk, how);
+    check_rel(what, rdx, gdx, (size_t)T * C, 1e-2);
+    tohost(gdw, d_dw, (size_t)V * C * 4);
+    for (size_t i = 0; i < (size_t)V * C; ++i) gdw[i] -= dw0[i];
+    snprintf(what, sizeof what, "lmhead_bwd dW (+=) T%d C%d V%d chunk%d %s", T, C, V, chunk, how);
+    check_rel(what, rdw, gdw, (size_t)V * C, 1e-2);
+  }
+  dfree(d_lp16);
   dfree(d_x), dfree(d_W), dfree(d_dl), dfree(d_lp), dfree(d_ent);
   dfree(d_lse), dfree(d_logits), dfree(d_glp), dfree(d_gent), dfree(d_dx);
   dfree(d_dw), dfree(d_tgt);
@@ -517,8 +547,10 @@ static void ref_attention(const attn_shape *a, const float *qkv, const int32_t *
   free(P), free(dP);
 }
 
-/* generic_fwd: the generic forward even where the tensor-core one runs D. */
-static void test_attention_train(int H, int Hkv, int D, int window, int generic_fwd, const int *lens, int n) {
+/* generic_fwd: the generic forward even where the tensor-core one runs D. split: the dK / dV
+ * kernel per query head (the split table; tensor-core path with H > Hkv only). */
+static void test_attention_train(int H, int Hkv, int D, int window, int generic_fwd, int split, const int *lens,
+                                 int n) {
   int T = 0;
   for (int i = 0; i < n; ++i) T += lens[i];
   attn_shape a = {H, Hkv, D, (H + 2 * Hkv) * D, H * D, (H + Hkv) * D, window};
@@ -541,6 +573,8 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   int32_t *d_cu = todev(cu, (n + 1) * 4), *d_t = todev(tiles, (size_t)2 * nt * 4),
           *d_bt = todev(btiles, (size_t)2 * nbt * 4), *d_meta = todev(meta, 16);
   const float scale = 1.f / sqrtf((float)D);
+  split = split && vr_cutrain_attention_bwd_tc(D, window) && H > Hkv;
+  float *d_split = split ? dmalloc(vr_cutrain_attention_bwd_split_scratch(T, H, D) * 4) : NULL;
   if (fa)
     vr_cuda_attention_lse(d_qkv, ld, 0, a.koff, a.voff, d_o, HD, d_lse, d_cu, d_t, d_meta, nt, H, Hkv, D, 1, window,
                           scale, T, 0);
@@ -548,15 +582,15 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
     vr_cutrain_attention_fwd_generic(d_o, HD, d_lse, d_qkv, ld, 0, a.koff, a.voff, d_cu, d_bt, nbt, H, Hkv, D, window,
                                      scale, 0);
   vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_bt, NULL, nbt, H,
-                           Hkv, D, window, scale, T, 0);
+                           Hkv, D, window, scale, d_split, T, 0);
   uint16_t *go = malloc((size_t)T * HD * 2), *gd = malloc((size_t)T * ld * 2), *gd2 = malloc((size_t)T * ld * 2);
   float *gl = malloc((size_t)T * H * 4);
   tohost(go, d_o, (size_t)T * HD * 2);
   tohost(gl, d_lse, (size_t)T * H * 4);
   tohost(gd, d_dq, (size_t)T * ld * 2);
   char what[160], shape[96];
-  snprintf(shape, sizeof shape, "%s/%s H%d/%d D%d win%d n%d T%d", fa ? "fa" : "generic",
-           vr_cutrain_attention_bwd_tc(D, window) ? "wmma" : "generic", H, Hkv, D, window, n, T);
+  snprintf(shape, sizeof shape, "%s/%s%s H%d/%d D%d win%d n%d T%d", fa ? "fa" : "generic",
+           vr_cutrain_attention_bwd_tc(D, window) ? "mma" : "generic", split ? "-split" : "", H, Hkv, D, window, n, T);
   snprintf(what, sizeof what, "attention_lse out %s", shape);
   check_rel_bf(what, O, go, (size_t)T * HD, 1e-2);
   snprintf(what, sizeof what, "attention_lse lse %s", shape);
@@ -586,7 +620,7 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   int32_t *d_kt = todev(kt, (size_t)2 * nbt * 4), *d_qt = todev(qt, (size_t)2 * nbt * 4);
   CK(cudaMemset(d_dq, 0xFF, (size_t)T * ld * 2));
   vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_kt, d_qt, nbt, H,
-                           Hkv, D, window, scale, T, 0);
+                           Hkv, D, window, scale, d_split, T, 0);
   dfree(d_kt), dfree(d_qt);
   free(kt), free(qt), free(sc);
   tohost(gd2, d_dq, (size_t)T * ld * 2);
@@ -594,6 +628,7 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   check_same_bits(what, gd, gd2, (size_t)T * ld * 2);
   dfree(d_qkv), dfree(d_o), dfree(d_do), dfree(d_dq), dfree(d_lse);
   dfree(d_delta), dfree(d_cu), dfree(d_t), dfree(d_bt), dfree(d_meta);
+  if (d_split) dfree(d_split);
   free(qkv), free(qf), free(dO), free(dof), free(cu), free(tiles), free(btiles), free(O), free(lse), free(dq);
   free(go), free(gd), free(gd2), free(gl);
 }
@@ -769,20 +804,24 @@ int main(void) {
   test_attention_ref_fd();
   static const int small[] = {1, 17, 64, 65, 130, 200};
   static const int medium_a[] = {300, 513}, medium_b[] = {257, 700, 64};
-  test_attention_train(4, 4, 64, 0, 0, small, 6);
-  test_attention_train(8, 2, 64, 0, 0, small, 6);
-  test_attention_train(8, 1, 64, 0, 0, small, 6);
-  test_attention_train(4, 4, 128, 0, 0, small, 6);
-  test_attention_train(8, 2, 128, 0, 0, small, 6);
-  test_attention_train(8, 1, 128, 0, 0, small, 6);
-  test_attention_train(16, 2, 128, 0, 0, medium_a, 2);
-  test_attention_train(14, 2, 64, 0, 0, medium_b, 3);
+  test_attention_train(4, 4, 64, 0, 0, 0, small, 6);
+  test_attention_train(8, 2, 64, 0, 0, 0, small, 6);
+  test_attention_train(8, 1, 64, 0, 0, 0, small, 6);
+  test_attention_train(4, 4, 128, 0, 0, 0, small, 6);
+  test_attention_train(8, 2, 128, 0, 0, 0, small, 6);
+  test_attention_train(8, 1, 128, 0, 0, 0, small, 6);
+  test_attention_train(16, 2, 128, 0, 0, 0, medium_a, 2);
+  test_attention_train(14, 2, 64, 0, 0, 0, medium_b, 3);
+  /* the split dK / dV (the engine's choice for few key heads) */
+  test_attention_train(8, 2, 64, 0, 0, 1, small, 6);
+  test_attention_train(8, 1, 128, 0, 0, 1, small, 6);
+  test_attention_train(14, 2, 64, 0, 0, 1, medium_b, 3);
   /* the generic kernels: head dims without tensor-core kernels, sliding windows */
-  test_attention_train(4, 2, 8, 0, 0, small, 6);
-  test_attention_train(4, 1, 16, 4, 0, small, 6);
-  test_attention_train(8, 2, 64, 37, 0, small, 6);
-  test_attention_train(4, 4, 96, 0, 0, small, 6);
-  test_attention_train(8, 2, 64, 0, 1, small, 6);
+  test_attention_train(4, 2, 8, 0, 0, 0, small, 6);
+  test_attention_train(4, 1, 16, 4, 0, 0, small, 6);
+  test_attention_train(8, 2, 64, 37, 0, 0, small, 6);
+  test_attention_train(4, 4, 96, 0, 0, 0, small, 6);
+  test_attention_train(8, 2, 64, 0, 1, 0, small, 6);
   test_sumsq(3000017);
   test_sumsq(5);
   test_adamw();

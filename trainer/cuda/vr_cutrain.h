@@ -11,7 +11,14 @@
  *
  * Fused GEMMs: when q, k, v (and their biases) are adjacent in the buffer, one qkv GEMM, the
  * same for gate / up; otherwise one GEMM each, copied into the fused activation buffers.
- * Activations of every layer are kept for backward (no recomputation).
+ * Activations of every layer are kept for backward, or with desc.recompute only each layer's
+ * input (x, fp32 (T, C)) plus one layer's set: backward runs the layer's forward again (without
+ * its down projection) before its backward, with the same kernels (the same activations, bit
+ * for bit); it costs about one more forward of the layers. Without recompute a kept forward
+ * also stores the LM head's bf16 log-softmax (T_max x vocab, allocated at the first one when
+ * the device has room) so that backward need not recompute the logits; with recompute, or
+ * without the room, backward recomputes them in fp32 (gradients within bf16 tolerance of
+ * each other).
  *
  * Threading: one thread per engine; all work on the engine's stream; calls that return host
  * results synchronise it. Errors: negative vr_status_t, logged; CUDA faults abort
@@ -44,6 +51,7 @@ typedef struct vr_cutrain_desc {
   size_t embed, final_norm, lm_head;   /* lm_head VR_CUTRAIN_NONE: tied (the embedding) */
   const vr_cutrain_layer_off_t *layer; /* layers entries; copied */
   size_t score_w, score_b;             /* value head (critic): score (1, C), bias (1); NONE: the LM head */
+  int recompute; /* 1: keep each layer's input alone; backward recomputes the layer's activations */
 } vr_cutrain_desc_t;
 
 typedef struct vr_cutrain vr_cutrain_t;
@@ -92,6 +100,37 @@ int vr_cutrain_randomize(vr_cutrain_t *e, uint64_t seed, float scale);
 int vr_cutrain_sync(vr_cutrain_t *e);
 /* Device bytes the engine allocated. */
 size_t vr_cutrain_device_bytes(const vr_cutrain_t *e);
+
+/* Profiling (benchmarks): per-phase device time from cudaEvents recorded on the stream at the
+ * phase boundaries of forward / backward / adamw_step (per layer, summed over layers). Spans
+ * start after each call's host staging, so host work between calls is not counted.
+ * vr_cutrain_profile(e, 1) starts recording (creates the events on first use), 0 stops; both
+ * forget what was recorded. vr_cutrain_profile_take synchronises, adds each phase's
+ * milliseconds since the last take into ms[VR_CUTRAIN_PH_N] and forgets them; at most 1024
+ * boundaries are kept in between (VR_ERR_TOO_LARGE: some were dropped: take more often). */
+enum {
+  VR_CUTRAIN_PH_EMBED,
+  VR_CUTRAIN_PH_FWD_QKV,
+  VR_CUTRAIN_PH_FWD_ATTN,
+  VR_CUTRAIN_PH_FWD_O,
+  VR_CUTRAIN_PH_FWD_MLP,
+  VR_CUTRAIN_PH_FWD_HEAD,
+  VR_CUTRAIN_PH_BWD_HEAD,
+  VR_CUTRAIN_PH_BWD_DOWN,
+  VR_CUTRAIN_PH_BWD_GU,
+  VR_CUTRAIN_PH_BWD_O,
+  VR_CUTRAIN_PH_BWD_ATTN,
+  VR_CUTRAIN_PH_BWD_QKV,
+  VR_CUTRAIN_PH_BWD_EMBED,
+  VR_CUTRAIN_PH_OPTIM,
+  VR_CUTRAIN_PH_RECOMPUTE, /* backward's layer forwards (recompute = 1) */
+  VR_CUTRAIN_PH_BWD_NORM,  /* every RMSNorm backward (the final norm's too) */
+  VR_CUTRAIN_PH_BWD_ELEM,  /* SwiGLU and RoPE backward */
+  VR_CUTRAIN_PH_N
+};
+int vr_cutrain_profile(vr_cutrain_t *e, int on);
+int vr_cutrain_profile_take(vr_cutrain_t *e, double *ms);
+const char *vr_cutrain_phase_name(int ph);
 
 #ifdef __cplusplus
 }

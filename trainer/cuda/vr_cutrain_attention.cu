@@ -2,32 +2,33 @@
  * FlashAttention-2 style: P is recomputed from the forward's saved logsumexp
  * (vr_cuda_attention_lse), never stored. Contracts in vr_cutrain_ops.h.
  *
- * Three kernels, all on 64-row tiles (seq, t0) of the same tile list:
+ * On 64-row tiles (seq, t0) of the same tile list:
  *   k_attn_delta: delta[t, h] = sum_d dout[t, h, d] * o[t, h, d];
- *   k_attn_bwd_dkdv: a block owns a 64-key tile of one key head; it loops over the query heads
- *     of the head's group and the query tiles at or after its keys, recomputing S^T = K Q^T,
- *     P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta); dV += P^T dO and dK += dS^T Q stay in wmma
- *     accumulators (one sum per key head: GQA without atomics);
- *   k_attn_bwd_dq: a block owns a 64-query tile of one head and loops over its key tiles:
+ *   k_bwd_dkdv_mma (vr_cutrain_attention_mma.cuh): a block owns a 64-key tile of one key head;
+ *     it loops over the query heads of the head's group and the query tiles at or after its
+ *     keys, recomputing S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta); dV += P^T dO
+ *     and dK += dS^T Q stay in registers (one sum per key head: GQA without atomics); with few
+ *     key heads (split) a block per query head instead, its fp32 dK / dV into a (T, H, 2 D)
+ *     table that k_attn_dkdv_reduce sums over each group in head order (still no atomics:
+ *     deterministic);
+ *   k_bwd_dq_mma: a block owns a 64-query tile of one head and loops over its key tiles:
  *     S, P, dP, dS again, dQ += dS K.
- * Four warps, warp w owns rows 16w .. 16w + 15 of the block's tile; the streamed tile's 64 rows
- * are shared. wmma 16x16x16 bf16 with fp32 accumulation; S / dP through a per-warp fp32 tile,
- * P and dS as bf16 tiles (the operands of the next products). Scores in the log2 domain:
- * P = 2^(scale log2(e) q.k - lse2).
+ * mma.sync m16n8k16 bf16 with fp32 accumulation, P and dS as A fragments in registers (bf16).
+ * Scores in the log2 domain: P = 2^(scale log2(e) q.k - lse2).
  *
  * Head dims other than 64 / 128 and sliding windows take the generic path (one warp per row,
  * fp32; with a generic forward that saves lse for the head dims the tensor-core forward lacks). */
-#include <mma.h>
-
 #include <algorithm>
 
+/* the mma.sync wrappers; its host helper for the forward's parameters is unused here */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "vr_cuda_attention_fa.cuh"
+#pragma GCC diagnostic pop
 #include "vr_cuda_common.cuh"
 #include "vr_cutrain_ops.h"
 
-using namespace nvcuda;
-
 #define ABM 64 /* rows of every tile */
-#define ANW 4  /* warps per block */
 
 namespace {
 
@@ -36,109 +37,11 @@ struct bwd_params {
   const float *lse;
   float *delta;
   bf16 *dqkv;
+  float *part; /* split dK / dV: (T, H, 2 D) fp32 per query head, or NULL (one block per key head) */
   const int32_t *cu, *tiles, *tiles_q; /* the dK/dV kernels' tile order, the dQ kernels' */
   int ld, q_off, k_off, v_off, ld_o, H, Hkv;
   float scale, scale_log2;
 };
-
-/* Shared memory: the block's own two tiles, the two streamed ones, lse / delta of 64 rows,
- * then per warp an fp32 16 x 64 tile (S, then dP) and the bf16 P and dS tiles. The output
- * staging (fp32 16 x (D + 4) per warp) reuses the streamed tiles. */
-template <int D>
-struct bwd_smem {
-  static constexpr int LDB = D + 8, LDS = ABM + 4, LDP = ABM + 8, LDO = D + 4;
-  static constexpr size_t tile = (size_t)ABM * LDB * 2;
-  static constexpr size_t own = 0, str = 2 * tile, vec = 4 * tile, warps = vec + 2 * ABM * 4;
-  static constexpr size_t per_warp = (size_t)16 * LDS * 4 + 2 * (size_t)16 * LDP * 2;
-  static constexpr size_t bytes = warps + ANW * per_warp;
-  static_assert((size_t)ANW * 16 * LDO * 4 <= 2 * tile, "output staging fits the streamed tiles");
-};
-
-/* Rows [r0, r0 + 64) of a head (D bf16 at column col, row pitch ld) into a 64 x D tile of pitch
- * D + 8; rows at or past valid are zero. 16-byte accesses. */
-template <int D>
-__device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, int ld, size_t row0, int col, int r0, int valid) {
-  constexpr int VPR = D / 8;
-  for (int i = threadIdx.x; i < ABM * VPR; i += ANW * 32) {
-    const int r = i / VPR, c = (i % VPR) * 8;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r0 + r < valid) v = *reinterpret_cast<const uint4 *>(src + (row0 + r0 + r) * (size_t)ld + col + c);
-    *reinterpret_cast<uint4 *>(dst + r * bwd_smem<D>::LDB + c) = v;
-  }
-}
-
-/* lse / delta of rows [r0, r0 + 64) of head h; rows past len get lse = +inf (P = 0). */
-__device__ __forceinline__ void load_vec(float *slse, float *sdel, const bwd_params &p, size_t s0, int r0, int len,
-                                         int h) {
-  for (int i = threadIdx.x; i < ABM; i += ANW * 32) {
-    const bool ok = r0 + i < len;
-    slse[i] = ok ? p.lse[(s0 + r0 + i) * p.H + h] : INFINITY;
-    sdel[i] = ok ? p.delta[(s0 + r0 + i) * p.H + h] : 0.f;
-  }
-}
-
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc_t;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa_t;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> fbc_t;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fbr_t;
-
-/* out (16 x 64, fp32, pitch LDS) = A rows (16 x D, pitch LDB) . B^T with B the 64 x D streamed
- * tile: the warp's 16 rows against all 64 rows of B. */
-template <int D>
-__device__ __forceinline__ void rows_by_tileT(float *out, const bf16 *a, const bf16 *b) {
-  typedef bwd_smem<D> L;
-#pragma unroll
-  for (int j = 0; j < ABM / 16; ++j) {
-    acc_t acc;
-    wmma::fill_fragment(acc, 0.f);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      fa_t af;
-      fbc_t bfr;
-      wmma::load_matrix_sync(af, a + kk * 16, L::LDB);
-      wmma::load_matrix_sync(bfr, b + j * 16 * L::LDB + kk * 16, L::LDB);
-      wmma::mma_sync(acc, af, bfr, acc);
-    }
-    wmma::store_matrix_sync(out + j * 16, acc, L::LDS, wmma::mem_row_major);
-  }
-}
-
-/* acc[nn] += A (16 x 64 bf16, pitch LDP) . B (64 x D tile, pitch LDB). */
-template <int D>
-__device__ __forceinline__ void acc_rows_by_tile(acc_t (&acc)[D / 16], const bf16 *a, const bf16 *b) {
-  typedef bwd_smem<D> L;
-#pragma unroll
-  for (int kk = 0; kk < ABM / 16; ++kk) {
-    fa_t af;
-    wmma::load_matrix_sync(af, a + kk * 16, L::LDP);
-#pragma unroll
-    for (int nn = 0; nn < D / 16; ++nn) {
-      fbr_t bfr;
-      wmma::load_matrix_sync(bfr, b + kk * 16 * L::LDB + nn * 16, L::LDB);
-      wmma::mma_sync(acc[nn], af, bfr, acc[nn]);
-    }
-  }
-}
-
-/* Writes a warp's accumulators (16 rows from row0 of the sequence at s0, rows < len) times mul
- * as bf16 into dst at column col, through the fp32 staging tile st (16 x LDO). */
-template <int D>
-__device__ __forceinline__ void store_rows(bf16 *dst, int ld, size_t s0, int row0, int len, int col,
-                                           acc_t (&acc)[D / 16], float mul, float *st) {
-  typedef bwd_smem<D> L;
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int nn = 0; nn < D / 16; ++nn) wmma::store_matrix_sync(st + nn * 16, acc[nn], L::LDO, wmma::mem_row_major);
-  __syncwarp();
-  for (int i = lane; i < 16 * (D / 2); i += 32) {
-    const int r = i / (D / 2), c = (i % (D / 2)) * 2;
-    if (row0 + r < len) {
-      __nv_bfloat162 v = __floats2bfloat162_rn(st[r * L::LDO + c] * mul, st[r * L::LDO + c + 1] * mul);
-      *reinterpret_cast<__nv_bfloat162 *>(dst + (s0 + row0 + r) * (size_t)ld + col + c) = v;
-    }
-  }
-  __syncwarp();
-}
 
 /* One warp per (row t, head h): delta = sum_d dout * o. */
 __global__ void k_attn_delta(bwd_params p, int T, int D) {
@@ -154,113 +57,18 @@ __global__ void k_attn_delta(bwd_params p, int T, int D) {
   if (lane == 0) p.delta[w] = a;
 }
 
-/* Grid (n_tiles, Hkv): the block's 64 keys of key head hk. */
-template <int D>
-__global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dkdv(bwd_params p) {
-  typedef bwd_smem<D> L;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *sK = reinterpret_cast<bf16 *>(smem + L::own), *sV = sK + ABM * L::LDB;
-  bf16 *sQ = reinterpret_cast<bf16 *>(smem + L::str), *sdO = sQ + ABM * L::LDB;
-  float *slse = reinterpret_cast<float *>(smem + L::vec), *sdel = slse + ABM;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float *sS = reinterpret_cast<float *>(smem + L::warps + warp * L::per_warp);
-  bf16 *sP = reinterpret_cast<bf16 *>(sS + 16 * L::LDS), *sdS = sP + 16 * L::LDP;
-  const int seq = p.tiles[2 * blockIdx.x], k0 = p.tiles[2 * blockIdx.x + 1];
-  const size_t s0 = (size_t)p.cu[seq];
-  const int len = p.cu[seq + 1] - p.cu[seq], hk = blockIdx.y, G = p.H / p.Hkv;
-  load_tile<D>(sK, p.qkv, p.ld, s0, p.k_off + hk * D, k0, len);
-  load_tile<D>(sV, p.qkv, p.ld, s0, p.v_off + hk * D, k0, len);
-  acc_t dk[D / 16], dv[D / 16];
-#pragma unroll
-  for (int nn = 0; nn < D / 16; ++nn) wmma::fill_fragment(dk[nn], 0.f), wmma::fill_fragment(dv[nn], 0.f);
-  const int r = lane >> 1, half = lane & 1, kpos = k0 + warp * 16 + r;
-  const bf16 *wk = sK + warp * 16 * L::LDB, *wv = sV + warp * 16 * L::LDB;
-  for (int gi = 0; gi < G; ++gi) {
-    const int h = hk * G + gi;
-    for (int q0 = k0; q0 < len; q0 += ABM) { /* causal: queries at or after the keys */
-      __syncthreads();                       /* the previous query tile is consumed (and sK / sV landed) */
-      load_tile<D>(sQ, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
-      load_tile<D>(sdO, p.dout, p.ld_o, s0, h * D, q0, len);
-      load_vec(slse, sdel, p, s0, q0, len, h);
-      __syncthreads();
-      rows_by_tileT<D>(sS, wk, sQ); /* S^T (16 keys x 64 queries) */
-      __syncwarp();
-      for (int c = 0; c < 32; ++c) {
-        const int qi = half * 32 + c, qpos = q0 + qi;
-        const bool ok = kpos < len && qpos < len && kpos <= qpos;
-        const float pv = ok ? exp2f(sS[r * L::LDS + qi] * p.scale_log2 - slse[qi]) : 0.f;
-        sP[r * L::LDP + qi] = __float2bfloat16_rn(pv);
-      }
-      __syncwarp();
-      rows_by_tileT<D>(sS, wv, sdO); /* dP^T = V dO^T */
-      __syncwarp();
-      for (int c = 0; c < 32; ++c) {
-        const int qi = half * 32 + c;
-        const float pv = __bfloat162float(sP[r * L::LDP + qi]);
-        sdS[r * L::LDP + qi] = __float2bfloat16_rn(pv * (sS[r * L::LDS + qi] - sdel[qi]));
-      }
-      __syncwarp();
-      acc_rows_by_tile<D>(dv, sP, sdO); /* dV += P^T dO */
-      acc_rows_by_tile<D>(dk, sdS, sQ); /* dK += dS^T Q */
-    }
-  }
-  __syncthreads(); /* the streamed tiles become the output staging */
-  float *st = reinterpret_cast<float *>(smem + L::str) + warp * 16 * L::LDO;
-  store_rows<D>(p.dqkv, p.ld, s0, k0 + warp * 16, len, p.k_off + hk * D, dk, p.scale, st);
-  store_rows<D>(p.dqkv, p.ld, s0, k0 + warp * 16, len, p.v_off + hk * D, dv, 1.f, st);
-}
-
-/* Grid (n_tiles, H): the block's 64 queries of head h. */
-template <int D>
-__global__ void __launch_bounds__(ANW * 32) k_attn_bwd_dq(bwd_params p) {
-  typedef bwd_smem<D> L;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *sQ = reinterpret_cast<bf16 *>(smem + L::own), *sdO = sQ + ABM * L::LDB;
-  bf16 *sK = reinterpret_cast<bf16 *>(smem + L::str), *sV = sK + ABM * L::LDB;
-  float *slse = reinterpret_cast<float *>(smem + L::vec), *sdel = slse + ABM;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float *sS = reinterpret_cast<float *>(smem + L::warps + warp * L::per_warp);
-  bf16 *sP = reinterpret_cast<bf16 *>(sS + 16 * L::LDS), *sdS = sP + 16 * L::LDP;
-  const int seq = p.tiles_q[2 * blockIdx.x], q0 = p.tiles_q[2 * blockIdx.x + 1];
-  const size_t s0 = (size_t)p.cu[seq];
-  const int len = p.cu[seq + 1] - p.cu[seq], h = blockIdx.y, hk = h / (p.H / p.Hkv);
-  load_tile<D>(sQ, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
-  load_tile<D>(sdO, p.dout, p.ld_o, s0, h * D, q0, len);
-  load_vec(slse, sdel, p, s0, q0, len, h);
-  acc_t dq[D / 16];
-#pragma unroll
-  for (int nn = 0; nn < D / 16; ++nn) wmma::fill_fragment(dq[nn], 0.f);
-  const int r = lane >> 1, half = lane & 1, qpos = q0 + warp * 16 + r;
-  const bf16 *wq = sQ + warp * 16 * L::LDB, *wdo = sdO + warp * 16 * L::LDB;
-  const int kend = min(len, q0 + ABM);
-  for (int n0 = 0; n0 < kend; n0 += ABM) {
-    __syncthreads(); /* the previous key tile is consumed */
-    load_tile<D>(sK, p.qkv, p.ld, s0, p.k_off + hk * D, n0, len);
-    load_tile<D>(sV, p.qkv, p.ld, s0, p.v_off + hk * D, n0, len);
-    __syncthreads();
-    const float lq = slse[warp * 16 + r], dlq = sdel[warp * 16 + r];
-    rows_by_tileT<D>(sS, wq, sK); /* S (16 queries x 64 keys) */
-    __syncwarp();
-    for (int c = 0; c < 32; ++c) {
-      const int ki = half * 32 + c, kp = n0 + ki;
-      const bool ok = qpos < len && kp < len && kp <= qpos;
-      const float pv = ok ? exp2f(sS[r * L::LDS + ki] * p.scale_log2 - lq) : 0.f;
-      sP[r * L::LDP + ki] = __float2bfloat16_rn(pv);
-    }
-    __syncwarp();
-    rows_by_tileT<D>(sS, wdo, sV); /* dP = dO V^T */
-    __syncwarp();
-    for (int c = 0; c < 32; ++c) {
-      const int ki = half * 32 + c;
-      const float pv = __bfloat162float(sP[r * L::LDP + ki]);
-      sdS[r * L::LDP + ki] = __float2bfloat16_rn(pv * (sS[r * L::LDS + ki] - dlq));
-    }
-    __syncwarp();
-    acc_rows_by_tile<D>(dq, sdS, sK); /* dQ += dS K */
-  }
-  __syncthreads();
-  float *st = reinterpret_cast<float *>(smem + L::str) + warp * 16 * L::LDO;
-  store_rows<D>(p.dqkv, p.ld, s0, q0 + warp * 16, len, p.q_off + h * D, dq, p.scale, st);
+/* The split table's group sums: dqkv[t, k / v of key head hk] = bf16(sum over gi in order of
+ * part[t, hk G + gi, :]); one thread per (t, hk, c < 2 D). */
+__global__ void k_attn_dkdv_reduce(bwd_params p, int T, int D) {
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, w = (size_t)p.Hkv * 2 * D;
+  if (i >= (size_t)T * w) return;
+  const size_t t = i / w;
+  const int rest = (int)(i - t * w), hk = rest / (2 * D), c = rest - hk * 2 * D, G = p.H / p.Hkv;
+  const float *src = p.part + (t * p.H + (size_t)hk * G) * 2 * D + c;
+  float a = 0.f;
+  for (int g = 0; g < G; ++g) a += src[(size_t)g * 2 * D];
+  const int col = c < D ? p.k_off + hk * D + c : p.v_off + hk * D + (c - D);
+  p.dqkv[t * p.ld + col] = __float2bfloat16_rn(a);
 }
 
 /* ---- generic path: any D <= 256, sliding windows (small models, the tests' fixtures) ----
@@ -380,14 +188,23 @@ __global__ void __launch_bounds__(GNW * 32) k_attn_bwd_dkdv_generic(bwd_params p
   }
 }
 
+#include "vr_cutrain_attention_mma.cuh"
+
 template <int D>
-void launch_bwd(const bwd_params &p, int n_tiles, cudaStream_t s) {
-  const size_t sh = bwd_smem<D>::bytes;
-  VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_bwd_dkdv<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
-  VR_CUDA_CHECK(cudaFuncSetAttribute(k_attn_bwd_dq<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
-  k_attn_bwd_dkdv<D><<<dim3((unsigned)n_tiles, (unsigned)p.Hkv), ANW * 32, sh, s>>>(p);
+void launch_bwd(const bwd_params &p, int n_tiles, int T, cudaStream_t s) {
+  const dim3 g_kv((unsigned)n_tiles, (unsigned)(p.part ? p.H : p.Hkv)), g_q((unsigned)n_tiles, (unsigned)p.H);
+  const size_t sh = mma_bwd_smem<D>::bytes;
+  static int set_kv[64], set_q[64];
+  set_smem_once(k_bwd_dkdv_mma<D>, sh, set_kv);
+  set_smem_once(k_bwd_dq_mma<D>, sh, set_q);
+  k_bwd_dkdv_mma<D><<<g_kv, 128, sh, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
-  k_attn_bwd_dq<D><<<dim3((unsigned)n_tiles, (unsigned)p.H), ANW * 32, sh, s>>>(p);
+  if (p.part) {
+    const size_t n = (size_t)T * p.Hkv * 2 * D;
+    k_attn_dkdv_reduce<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
+    VR_CUDA_CHECK_LAUNCH();
+  }
+  k_bwd_dq_mma<D><<<g_q, 128, sh, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -406,10 +223,13 @@ static bwd_params params_make(uint16_t *dqkv, const uint16_t *qkv, int ld, int q
   p.cu = cu, p.tiles = tiles, p.tiles_q = tiles_q ? tiles_q : tiles;
   p.ld = ld, p.q_off = q_off, p.k_off = k_off, p.v_off = v_off, p.ld_o = ld_o, p.H = H, p.Hkv = Hkv;
   p.scale = scale, p.scale_log2 = scale * 1.4426950408889634f;
+  p.part = NULL;
   return p;
 }
 
 extern "C" int vr_cutrain_attention_bwd_tc(int D, int window) { return (D == 64 || D == 128) && window <= 0; }
+
+extern "C" size_t vr_cutrain_attention_bwd_split_scratch(int T, int H, int D) { return (size_t)T * H * 2 * D; }
 
 extern "C" void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const uint16_t *qkv, int ld,
                                                  int q_off, int k_off, int v_off, const int32_t *cu,
@@ -427,20 +247,21 @@ extern "C" void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *l
 extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                                          const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse,
                                          float *delta, const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q,
-                                         int n_tiles, int H, int Hkv, int D, int window, float scale, int T,
-                                         cudaStream_t s) {
+                                         int n_tiles, int H, int Hkv, int D, int window, float scale, float *split,
+                                         int T, cudaStream_t s) {
   if (T <= 0 || n_tiles <= 0) return;
-  const bwd_params p =
+  bwd_params p =
       params_make(dqkv, qkv, ld, q_off, k_off, v_off, o, dout, ld_o, lse, delta, cu, tiles, tiles_q, H, Hkv, scale);
+  if (H > Hkv) p.part = split; /* the generic kernels ignore it */
   const size_t warps = (size_t)T * H;
   k_attn_delta<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(p, T, D);
   VR_CUDA_CHECK_LAUNCH();
   if (vr_cutrain_attention_bwd_tc(D, window)) {
     VR_ASSERT(ld % 8 == 0 && ld_o % 8 == 0 && q_off % 8 == 0 && k_off % 8 == 0 && v_off % 8 == 0);
     if (D == 64)
-      launch_bwd<64>(p, n_tiles, s);
+      launch_bwd<64>(p, n_tiles, T, s);
     else
-      launch_bwd<128>(p, n_tiles, s);
+      launch_bwd<128>(p, n_tiles, T, s);
     return;
   }
   VR_ASSERT(D >= 1 && D <= 32 * GDPL);

@@ -14,7 +14,14 @@
 
 #define NONE VR_CUTRAIN_NONE
 
-/* One layer's kept activations (T = max_tokens rows). */
+/* The attention backward's dK / dV per query head (the split table) for models with at most
+ * this many key heads (a build-time knob for measurements: 0 never, large always). */
+#ifndef VR_CUTRAIN_SPLIT_KV_MAX
+#define VR_CUTRAIN_SPLIT_KV_MAX 4
+#endif
+
+/* One layer's kept activations (T = max_tokens rows); with recomputation one set that every
+ * layer's forward overwrites (backward recomputes a layer's into it from x[l] first). */
 typedef struct {
   float *x_mid;  /* (T, C) residual after attention */
   uint16_t *xn1; /* (T, C) RMSNorm1 output */
@@ -29,7 +36,7 @@ typedef struct {
 struct vr_cutrain {
   vr_cutrain_desc_t d;
   vr_cutrain_layer_off_t *L;
-  int T_max, chunk, nqkv, fused_qkv, fused_gu;
+  int T_max, chunk, nqkv, fused_qkv, fused_gu, recompute;
   size_t lo, hi, dev_bytes;
   cudaStream_t s;
   vr_cuda_gemm_t *gemm;
@@ -45,11 +52,16 @@ struct vr_cutrain {
   uint16_t *dx16;                           /* (T, C) */
   uint16_t *dact, *dgu, *datt, *dqkv, *tmp; /* (T, F), (T, 2F), (T, HD), (T, NQKV), (T, max(F, HD)) */
   float *delta, *red;                       /* (T, H); reduction scratch */
+  float *split;                             /* the attention backward's split dK / dV table, or NULL */
   /* LM head */
   float *logits, *lse_r, *ent_r, *logp_r, *glp, *gent;
   float *hv; /* value head: (T, C) fp32 final norm output */
   int value; /* 1: value head (score_w), 0: LM head */
   uint16_t *dlogits;
+  /* (T, V) bf16 log-softmax of a kept forward, allocated at the first one when memory allows
+   * (then backward does not recompute the logits); lp16_off: not tried again */
+  uint16_t *lp16;
+  int lp16_off, lp16_kept;
   /* metadata: one device int32 block, staged through pinned host memory */
   int32_t *meta_d, *meta_h;
   int32_t *ids, *pos, *cu, *fa_tiles, *tiles, *tiles_q, *meta4, *tgt, *order, *seg, *uniq;
@@ -63,7 +75,19 @@ struct vr_cutrain {
   /* the pending batch */
   int T, n_seqs, n_fa, n_tiles, n_uniq, kept;
   float temp;
+  /* profiling (vr_cutrain_profile): events at phase ends, their phases (-1: a start) */
+  cudaEvent_t *ev;
+  int *ev_ph, n_ev, prof;
 };
+
+#define PROF_EVENTS 1024
+
+/* Records the end of phase ph (-1: the start of a timed span) when profiling is on. */
+static void mark(vr_cutrain_t *e, int ph) {
+  if (!e->prof || e->n_ev >= PROF_EVENTS) return;
+  VR_CUDA_CHECK(cudaEventRecord(e->ev[e->n_ev], e->s));
+  e->ev_ph[e->n_ev++] = ph;
+}
 
 /* ---------------------------------------------------------------- allocation */
 
@@ -93,19 +117,23 @@ static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NO
 void vr_cutrain_free(vr_cutrain_t *e) {
   if (!e) return;
   if (e->s) cudaStreamSynchronize(e->s);
-  void *dev[] = {e->p,       e->g,        e->m,     e->v,      e->p16,    e->xf,     e->dx,      e->dxn,
-                 e->dx16,    e->dact,     e->dgu,   e->datt,   e->dqkv,   e->tmp,    e->delta,   e->red,
-                 e->logits,  e->lse_r,    e->ent_r, e->logp_r, e->glp,    e->gent,   e->dlogits, e->meta_d,
-                 e->rope_if, e->rope_nif, e->sq,    e->sq_red, e->ad_off, e->ad_len, e->hv};
+  void *dev[] = {e->p,      e->g,      e->m,      e->v,    e->p16,     e->xf,     e->dx,      e->dxn,      e->dx16,
+                 e->dact,   e->dgu,    e->datt,   e->dqkv, e->tmp,     e->delta,  e->red,     e->logits,   e->lse_r,
+                 e->ent_r,  e->logp_r, e->glp,    e->gent, e->dlogits, e->meta_d, e->rope_if, e->rope_nif, e->sq,
+                 e->sq_red, e->ad_off, e->ad_len, e->hv,   e->split,   e->lp16};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) cudaFree(dev[i]);
   if (e->x)
     for (int l = 0; l <= e->d.layers; ++l) cudaFree(e->x[l]);
   if (e->a)
-    for (int l = 0; l < e->d.layers; ++l) {
+    for (int l = 0; l < (e->recompute ? 1 : e->d.layers); ++l) {
       layer_acts_t *a = &e->a[l];
       void *b[] = {a->x_mid, a->xn1, a->qkv, a->att, a->lse, a->xn2, a->gu, a->act};
       for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) cudaFree(b[i]);
     }
+  if (e->ev)
+    for (int i = 0; i < PROF_EVENTS; ++i)
+      if (e->ev[i]) cudaEventDestroy(e->ev[i]);
+  free(e->ev), free(e->ev_ph);
   cudaFreeHost(e->meta_h);
   cudaFreeHost(e->stage_h);
   if (e->gemm) vr_cuda_gemm_free(e->gemm);
@@ -157,6 +185,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   memcpy(e->L, d->layer, (size_t)d->layers * sizeof *e->L);
   e->d.layer = e->L;
   e->T_max = max_tokens;
+  e->recompute = d->recompute != 0;
   e->lo = shard_lo, e->hi = shard_hi;
   e->value = d->score_w != NONE;
   e->nqkv = (H + 2 * KV) * D;
@@ -191,7 +220,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   DALLOC(e->v, sh * 4);
   DALLOC(e->p16, n * 2);
   for (int l = 0; l <= d->layers; ++l) DALLOC(e->x[l], T * C * 4);
-  for (int l = 0; l < d->layers; ++l) {
+  for (int l = 0; l < (e->recompute ? 1 : d->layers); ++l) {
     layer_acts_t *a = &e->a[l];
     DALLOC(a->x_mid, T * C * 4);
     DALLOC(a->xn1, T * C * 2);
@@ -202,6 +231,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     DALLOC(a->gu, T * 2 * F * 2);
     DALLOC(a->act, T * F * 2);
   }
+  for (int l = 1; e->recompute && l < d->layers; ++l) e->a[l] = e->a[0];
   DALLOC(e->xf, T * C * 2);
   DALLOC(e->dx, T * C * 4);
   DALLOC(e->dxn, T * C * 4);
@@ -212,6 +242,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   DALLOC(e->dqkv, T * e->nqkv * 2);
   DALLOC(e->tmp, T * (size_t)(F > H * D ? F : H * D) * 2);
   DALLOC(e->delta, T * H * 4);
+  /* few key heads: the dK / dV kernel per query head (H / KV times the blocks) */
+  if (H > KV && KV <= VR_CUTRAIN_SPLIT_KV_MAX && vr_cutrain_attention_bwd_tc(D, d->window))
+    DALLOC(e->split, vr_cutrain_attention_bwd_split_scratch(max_tokens, H, D) * 4);
   size_t red = vr_cutrain_rmsnorm_bwd_scratch(max_tokens, C);
   const size_t r2 = vr_cutrain_colsum_scratch(max_tokens, e->nqkv > 2 * F ? e->nqkv : 2 * F);
   if (r2 > red) red = r2;
@@ -286,8 +319,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "%.2f GiB on the device",
+         "attention dK/dV %s, activations %s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
+         e->split ? "per query head" : "per key head", e->recompute ? "recomputed per layer" : "kept",
          e->dev_bytes / 1073741824.0);
   *out = e;
   return 0;
@@ -344,30 +378,58 @@ static void proj_bwd(vr_cutrain_t *e, float *dx, const uint16_t *dy, int ld, con
   }
 }
 
-static void layer_fwd(vr_cutrain_t *e, int l, int T) {
+/* Layer l's forward from x[l] into its activations and x[l + 1]; again = 1: the backward's
+ * recomputation (layer 0's norm too, which the forward fused with the embedding; no down
+ * projection: the backward needs its input alone). */
+static void layer_fwd(vr_cutrain_t *e, int l, int T, int again) {
   const vr_cutrain_desc_t *d = &e->d;
   const vr_cutrain_layer_off_t *o = &e->L[l];
   layer_acts_t *a = &e->a[l];
   const int C = d->hidden, H = d->heads, KV = d->kv_heads, D = d->head_dim, F = d->inter, HD = H * D;
   const float scale = 1.f / sqrtf((float)D);
-  if (l > 0) vr_cuda_rmsnorm(e->x[l], a->xn1, P(e, o->norm1), T, C, d->rms_eps, e->s);
+  if (l > 0 || again) vr_cuda_rmsnorm(e->x[l], a->xn1, P(e, o->norm1), T, C, d->rms_eps, e->s);
   const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
   const int qwid[3] = {HD, KV * D, KV * D};
   proj_fwd(e, a->qkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
   vr_cuda_rope(a->qkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_if, d->rope_scaling, T, e->s);
+  mark(e, again ? VR_CUTRAIN_PH_RECOMPUTE : VR_CUTRAIN_PH_FWD_QKV);
   if (vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA64, D))
     vr_cuda_attention_lse(a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, HD, a->lse, e->cu, e->fa_tiles, e->meta4,
                           e->n_fa, H, KV, D, 1, d->window, scale, T, e->s);
   else
     vr_cutrain_attention_fwd_generic(a->att, HD, a->lse, a->qkv, e->nqkv, 0, HD, HD + KV * D, e->cu, e->tiles,
                                      e->n_tiles, H, KV, D, d->window, scale, e->s);
+  mark(e, again ? VR_CUTRAIN_PH_RECOMPUTE : VR_CUTRAIN_PH_FWD_ATTN);
   vr_cuda_gemm_res(e->gemm, a->x_mid, 1, a->att, P16(e, o->o_w), P(e, o->o_b), e->x[l], T, C, HD, e->s);
+  mark(e, again ? VR_CUTRAIN_PH_RECOMPUTE : VR_CUTRAIN_PH_FWD_O);
   vr_cuda_rmsnorm(a->x_mid, a->xn2, P(e, o->norm2), T, C, d->rms_eps, e->s);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
   proj_fwd(e, a->gu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
   vr_cuda_swiglu(a->act, a->gu, T, F, e->s);
+  if (again) {
+    mark(e, VR_CUTRAIN_PH_RECOMPUTE);
+    return;
+  }
   vr_cuda_gemm_res(e->gemm, e->x[l + 1], 1, a->act, P16(e, o->down_w), P(e, o->down_b), a->x_mid, T, C, F, e->s);
+  mark(e, VR_CUTRAIN_PH_FWD_MLP);
+}
+
+/* The stored log-softmax for a kept forward: allocated once (T_max, V) bf16 unless recomputing
+ * (the memory-saving mode) or the device lacks the memory (then backward recomputes the logits,
+ * as before; logged once). NULL: none. */
+static uint16_t *lp16_buffer(vr_cutrain_t *e) {
+  if (e->lp16 || e->lp16_off || e->value || e->recompute) return e->lp16;
+  const size_t bytes = (size_t)e->T_max * (size_t)e->d.vocab * 2;
+  if (cudaMalloc((void **)&e->lp16, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    e->lp16 = NULL, e->lp16_off = 1;
+    vr_log(VR_LOG_INFO, "no %.2f GiB for the stored log-softmax: the LM-head backward recomputes the logits",
+           bytes / 1073741824.0);
+    return NULL;
+  }
+  e->dev_bytes += bytes;
+  return e->lp16;
 }
 
 /* Host metadata of the batch into the pinned block, then one copy. */
@@ -407,7 +469,7 @@ static int stage_batch(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
 int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, int n_seqs, const int32_t *tgt,
                        float temperature, float *logp, float *ent, int keep) {
   const vr_cutrain_desc_t *d = &e->d;
-  e->kept = 0;
+  e->kept = e->lp16_kept = 0;
   if (n_seqs <= 0 || cu[n_seqs] == 0) return 0;
   if (cu[n_seqs] > (uint32_t)e->T_max || (!e->value && !(temperature > 0.f))) {
     vr_log(VR_LOG_ERROR, "batch of %u rows (engine: %d), temperature %g", cu[n_seqs], e->T_max, temperature);
@@ -419,9 +481,11 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   int rc = stage_batch(e, ids, cu, n_seqs, tgt);
   if (rc) return rc;
   e->T = T, e->n_seqs = n_seqs, e->temp = temperature;
+  mark(e, -1);
   vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->ids, NULL, P(e, d->embed), NULL, NULL, 1, P(e, e->L[0].norm1), NULL, T, C,
                      d->rms_eps, e->s);
-  for (int l = 0; l < d->layers; ++l) layer_fwd(e, l, T);
+  mark(e, VR_CUTRAIN_PH_EMBED);
+  for (int l = 0; l < d->layers; ++l) layer_fwd(e, l, T, 0);
   if (e->value) {
     vr_cuda_rmsnorm_f32(e->x[d->layers], e->hv, P(e, d->final_norm), T, C, d->rms_eps, e->s);
     vr_cutrain_value_fwd(e->logp_r, e->hv, P(e, d->score_w), P(e, d->score_b), T, C, e->s);
@@ -429,9 +493,12 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   } else {
     vr_cuda_rmsnorm(e->x[d->layers], e->xf, P(e, d->final_norm), T, C, d->rms_eps, e->s);
     const uint16_t *W = P16(e, d->lm_head != NONE ? d->lm_head : d->embed);
+    uint16_t *lp16 = keep ? lp16_buffer(e) : NULL;
+    e->lp16_kept = lp16 != NULL;
     vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature,
-                          e->chunk, e->logits, e->s);
+                          e->chunk, e->logits, lp16, e->s);
   }
+  mark(e, VR_CUTRAIN_PH_FWD_HEAD);
   if (logp || ent) {
     VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h, e->logp_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
     VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h + T, e->ent_r, (size_t)T * 4, cudaMemcpyDeviceToHost, e->s));
@@ -450,33 +517,43 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   const vr_cutrain_layer_off_t *o = &e->L[l];
   layer_acts_t *a = &e->a[l];
   const int C = d->hidden, H = d->heads, KV = d->kv_heads, D = d->head_dim, F = d->inter, HD = H * D;
-  const size_t TC = (size_t)T * C;
-  /* MLP: x_out = x_mid + down(act) */
-  vr_cuda_convert_to_bf16(e->dx16, e->dx, 0, TC, e->s);
+  /* MLP: x_out = x_mid + down(act); e->dx16 = bf16(e->dx) from the norm backward before */
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->dact, 0, e->dx16, P16(e, o->down_w), NULL, 0, NULL, T, F, C,
                   0.f, e->s);
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + o->down_w, 1, e->dx16, a->act, NULL, 0, NULL, C, F, T,
                   1.f, e->s);
   if (o->down_b != NONE) vr_cutrain_colsum_bf16(e->g + o->down_b, e->dx16, C, T, C, e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_DOWN);
   vr_cutrain_swiglu_bwd(e->dgu, e->dact, a->gu, T, F, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_ELEM);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
   proj_bwd(e, e->dxn, e->dgu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
-  vr_cutrain_rmsnorm_bwd(e->dx, e->g + o->norm2, e->dxn, a->x_mid, P(e, o->norm2), T, C, d->rms_eps, 1, e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_GU);
+  vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + o->norm2, e->dxn, a->x_mid, P(e, o->norm2), T, C, d->rms_eps, 1,
+                         e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_NORM);
   /* attention: x_mid = x_in + o(att) */
-  vr_cuda_convert_to_bf16(e->dx16, e->dx, 0, TC, e->s);
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->datt, 0, e->dx16, P16(e, o->o_w), NULL, 0, NULL, T, HD, C,
                   0.f, e->s);
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + o->o_w, 1, e->dx16, a->att, NULL, 0, NULL, C, HD, T, 1.f,
                   e->s);
   if (o->o_b != NONE) vr_cutrain_colsum_bf16(e->g + o->o_b, e->dx16, C, T, C, e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_O);
   vr_cutrain_attention_bwd(e->dqkv, a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, e->datt, HD, a->lse, e->delta, e->cu,
-                           e->tiles, e->tiles_q, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), T, e->s);
+                           e->tiles, e->tiles_q, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), e->split, T,
+                           e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_ATTN);
   vr_cutrain_rope_bwd(e->dqkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_nif, d->rope_scaling, T, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_ELEM);
   const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
   const int qwid[3] = {HD, KV * D, KV * D};
   proj_bwd(e, e->dxn, e->dqkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
-  vr_cutrain_rmsnorm_bwd(e->dx, e->g + o->norm1, e->dxn, e->x[l], P(e, o->norm1), T, C, d->rms_eps, 1, e->red, e->s);
+  /* layer 0: the embedding's backward reads the fp32 dx alone */
+  mark(e, VR_CUTRAIN_PH_BWD_QKV);
+  vr_cutrain_rmsnorm_bwd(e->dx, l > 0 ? e->dx16 : NULL, e->g + o->norm1, e->dxn, e->x[l], P(e, o->norm1), T, C,
+                         d->rms_eps, 1, e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_NORM);
 }
 
 int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
@@ -491,18 +568,26 @@ int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
   if (gent) memcpy(e->stage_h + T, gent, (size_t)T * 4);
   VR_CUDA_CHECK(cudaMemcpyAsync(e->glp, e->stage_h, (size_t)T * 4, cudaMemcpyHostToDevice, e->s));
   if (gent) VR_CUDA_CHECK(cudaMemcpyAsync(e->gent, e->stage_h + T, (size_t)T * 4, cudaMemcpyHostToDevice, e->s));
+  mark(e, -1);
   if (e->value) {
     vr_cutrain_value_bwd(e->dxn, e->g + d->score_w, e->g + d->score_b, e->glp, e->hv, P(e, d->score_w), T, C, e->red,
                          e->s);
   } else {
     const size_t wo = d->lm_head != NONE ? d->lm_head : d->embed;
     vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf,
-                          P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits, e->s);
+                          P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits,
+                          e->lp16_kept ? e->lp16 : NULL, e->s);
   }
-  vr_cutrain_rmsnorm_bwd(e->dx, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C, d->rms_eps, 0,
-                         e->red, e->s);
-  for (int l = d->layers - 1; l >= 0; --l) layer_bwd(e, l, T);
+  mark(e, VR_CUTRAIN_PH_BWD_HEAD);
+  vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C,
+                         d->rms_eps, 0, e->red, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_NORM);
+  for (int l = d->layers - 1; l >= 0; --l) {
+    if (e->recompute && l < d->layers - 1) layer_fwd(e, l, T, 1); /* the last layer's are still there */
+    layer_bwd(e, l, T);
+  }
   vr_cutrain_embed_bwd(e->g + d->embed, e->dx, e->order, e->seg, e->uniq, e->n_uniq, C, e->s);
+  mark(e, VR_CUTRAIN_PH_BWD_EMBED);
   /* the staging buffer is reused by the next call: wait until the copies have read it */
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
   return 0;
@@ -535,10 +620,45 @@ int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, f
                           float clip, int64_t step) {
   if (step < 1) return VR_ERR_INVAL;
   const vr_cutrain_adamw_t hp = {lr, beta1, beta2, eps, weight_decay, clip, step};
+  mark(e, -1);
   if (clip > 0.f) vr_cutrain_sumsq(e->sq, e->g, e->d.n_floats, e->sq_red, e->s);
   vr_cutrain_adamw(e->p, e->p16, e->m, e->v, e->g, (int64_t)e->lo, e->ad_off, e->ad_len, NULL, e->ad_n,
                    clip > 0.f ? e->sq : NULL, &hp, e->s);
+  mark(e, VR_CUTRAIN_PH_OPTIM);
   return 0;
+}
+
+const char *vr_cutrain_phase_name(int ph) {
+  static const char *const names[VR_CUTRAIN_PH_N] = {
+      "embed fwd",   "qkv+rope fwd", "attention fwd", "o-proj fwd", "mlp fwd",        "lm head fwd",
+      "lm head bwd", "down bwd",     "gate/up bwd",   "o-proj bwd", "attention bwd",  "qkv bwd",
+      "embed bwd",   "optimizer",    "recompute",     "norm bwd",   "swiglu+rope bwd"};
+  return ph >= 0 && ph < VR_CUTRAIN_PH_N ? names[ph] : "?";
+}
+
+int vr_cutrain_profile(vr_cutrain_t *e, int on) {
+  if (on && !e->ev) {
+    e->ev = calloc(PROF_EVENTS, sizeof *e->ev);
+    e->ev_ph = calloc(PROF_EVENTS, sizeof *e->ev_ph);
+    if (!e->ev || !e->ev_ph) return VR_ERR_NOMEM;
+    for (int i = 0; i < PROF_EVENTS; ++i) VR_CUDA_CHECK(cudaEventCreate(&e->ev[i]));
+  }
+  e->prof = on;
+  e->n_ev = 0;
+  return 0;
+}
+
+int vr_cutrain_profile_take(vr_cutrain_t *e, double *ms) {
+  VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+  for (int i = 1; i < e->n_ev; ++i) {
+    if (e->ev_ph[i] < 0) continue;
+    float t = 0.f;
+    VR_CUDA_CHECK(cudaEventElapsedTime(&t, e->ev[i - 1], e->ev[i]));
+    ms[e->ev_ph[i]] += t;
+  }
+  const int full = e->n_ev >= PROF_EVENTS;
+  e->n_ev = 0;
+  return full ? VR_ERR_TOO_LARGE : 0;
 }
 
 float *vr_cutrain_params(vr_cutrain_t *e) { return e->p; }

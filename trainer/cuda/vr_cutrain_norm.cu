@@ -9,8 +9,8 @@
 
 /* One block per row t: r = rsqrt(mean(x^2) + eps), dot = sum(dy * w * x);
  * dx = r * dy * w - x * r^3 * dot / C; rstd[t] = r for the dw pass. */
-__global__ void k_rmsnorm_bwd_dx(float *dx, float *rstd, const float *dy, const float *x, const float *w, int C,
-                                 float eps, int accumulate) {
+__global__ void k_rmsnorm_bwd_dx(float *dx, uint16_t *dx16, float *rstd, const float *dy, const float *x,
+                                 const float *w, int C, float eps, int accumulate) {
   __shared__ float red[32];
   const size_t t = blockIdx.x;
   const float *xr = x + t * C, *dyr = dy + t * C;
@@ -25,8 +25,10 @@ __global__ void k_rmsnorm_bwd_dx(float *dx, float *rstd, const float *dy, const 
   const float r = rsqrtf(ms + eps), k = r * r * r * dot / C;
   float *dxr = dx + t * C;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    const float v = r * dyr[c] * w[c] - xr[c] * k;
-    dxr[c] = accumulate ? dxr[c] + v : v;
+    float v = r * dyr[c] * w[c] - xr[c] * k;
+    if (accumulate) v += dxr[c];
+    dxr[c] = v;
+    if (dx16) dx16[t * C + c] = to_bf(v);
   }
   if (threadIdx.x == 0) rstd[t] = r;
 }
@@ -67,12 +69,13 @@ extern "C" size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C) { return (size_t)
 
 extern "C" size_t vr_cutrain_colsum_scratch(int T, int N) { return (size_t)chunks_of(T) * N; }
 
-extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, int T,
-                                       int C, float eps, int accumulate, float *scratch, cudaStream_t s) {
+extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, const float *dy, const float *x,
+                                       const float *w, int T, int C, float eps, int accumulate, float *scratch,
+                                       cudaStream_t s) {
   if (T <= 0) return;
   const int chunks = chunks_of(T);
   float *partial = scratch, *rstd = scratch + (size_t)chunks * C;
-  k_rmsnorm_bwd_dx<<<T, norm_threads(C), 0, s>>>(dx, rstd, dy, x, w, C, eps, accumulate);
+  k_rmsnorm_bwd_dx<<<T, norm_threads(C), 0, s>>>(dx, dx16, rstd, dy, x, w, C, eps, accumulate);
   VR_CUDA_CHECK_LAUNCH();
   const dim3 g1((unsigned)((C + 255) / 256), (unsigned)chunks);
   k_colsum_partial<<<g1, 256, 0, s>>>(partial, dy, x, rstd, NULL, C, T, C);

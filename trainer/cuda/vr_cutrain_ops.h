@@ -28,11 +28,12 @@ extern "C" {
  *   dw (C) fp32:    dw += sum_t dy[t] * x[t] * r[t]
  * dw is reduced in two passes (rows in chunks of VR_CUTRAIN_NORM_CHUNK into a (chunks, C)
  * partial table, then the chunks in order). scratch: vr_cutrain_rmsnorm_bwd_scratch(T, C)
- * floats. dx must not overlap x or dy. */
+ * floats. dx must not overlap x or dy. dx16 (T, C) bf16, or NULL: bf16(dx) as well (the next
+ * GEMM's operand, without a conversion pass). */
 #define VR_CUTRAIN_NORM_CHUNK 64
 size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C);
-void vr_cutrain_rmsnorm_bwd(float *dx, float *dw, const float *dy, const float *x, const float *w, int T, int C,
-                            float eps, int accumulate, float *scratch, cudaStream_t s);
+void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, const float *dy, const float *x, const float *w,
+                            int T, int C, float eps, int accumulate, float *scratch, cudaStream_t s);
 /* Column sums of a bf16 matrix (a bias gradient): db (N) += sum_t dy[t * ld + n], dy rows of
  * pitch ld >= N, bf16, in the same two passes. scratch: vr_cutrain_colsum_scratch(T, N) floats. */
 size_t vr_cutrain_colsum_scratch(int T, int N);
@@ -83,25 +84,30 @@ int vr_cutrain_embed_segments(const int32_t *ids, int T, int V, int32_t *order, 
  *   logp (T), ent (T), lse (T) fp32 out: z = logits / temp, lse = logsumexp(z),
  *   logp = z[tgt] - lse, ent = lse - sum softmax(z) * z.
  * logits: chunk * V floats. Either of logp / ent may be NULL; lse is required (the backward
- * reads it). */
+ * reads it). lp16 (T, V) bf16 or NULL: every row's log-softmax bf16(z - lse) too, for a
+ * backward without the logits' recomputation. */
 void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
                            const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits,
-                           cudaStream_t s);
+                           uint16_t *lp16, cudaStream_t s);
 /* Backward from the caller's per-token loss gradients glp = dL/dlogp (T) and gent = dL/dent
  * (T, or NULL): per chunk the logits are recomputed, dz = glp (onehot(tgt) - p)
  * - gent * p (log p + ent) is formed as bf16 dlogits = dz / temp (rows, V) in `dlogits`
  * scratch (chunk * V bf16), then dx (T, C) fp32 = dlogits W (written) and dW (V, C) fp32 +=
- * dlogits^T x (accumulated). logits / dlogits: the forward's chunk scratch and chunk * V bf16. */
+ * dlogits^T x (accumulated). logits / dlogits: the forward's chunk scratch and chunk * V bf16.
+ * lp16: the forward's stored log-softmax (then p comes from it and no logits are recomputed:
+ * one GEMM less per chunk; its bf16 rounding errs by at most p |log p| 2^-9 <= 2^-9 / e on a
+ * probability), or NULL (recomputed in fp32). */
 void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,
                            const float *lse, const float *ent, const uint16_t *x, const uint16_t *W, const int32_t *tgt,
                            int T, int C, int V, float temp, int chunk, float *logits, uint16_t *dlogits,
-                           cudaStream_t s);
-/* The two row kernels alone (tests): over logits (rows, V) fp32 already in memory. */
+                           const uint16_t *lp16, cudaStream_t s);
+/* The two row kernels alone (tests): over logits (rows, V) fp32 already in memory; lp16 as
+ * above (rows, V): written by the first, read instead of logits by the second when non-NULL. */
 void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int rows,
-                                int V, float temp, cudaStream_t s);
-void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const float *glp, const float *gent,
-                             const float *lse, const float *ent, const int32_t *tgt, int rows, int V, float temp,
-                             cudaStream_t s);
+                                int V, float temp, uint16_t *lp16, cudaStream_t s);
+void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const uint16_t *lp16, const float *glp,
+                             const float *gent, const float *lse, const float *ent, const int32_t *tgt, int rows, int V,
+                             float temp, cudaStream_t s);
 
 /* ---- attention: vr_cutrain_attention.cu -------------------------------------- */
 /* Forward with the logsumexp saved: model/cuda's vr_cuda_attention_lse (tensor-core kernels,
@@ -116,18 +122,24 @@ void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const float
  *   delta: T * H floats scratch (rowsum(dout * o) per head).
  * tiles orders the dK / dV kernels' blocks, tiles_q (the same tiles in any order, or NULL: tiles)
  * the dQ kernels'; vr_cutrain_attention_tiles_sort puts each kernel's heaviest tiles first.
- * Tensor cores (wmma) when vr_cutrain_attention_bwd_tc(D, window) (D 64 or 128, no window):
+ * Tensor cores (mma.sync, P and dS in registers) when vr_cutrain_attention_bwd_tc(D, window)
+ * (D 64 or 128, no window):
  * dK / dV of a key head summed over its query group inside one block, dQ in a second kernel
  * per query tile; otherwise the generic fp32 kernels (any D <= 256, windows), the same split.
+ * split (tensor-core path with H > Hkv; NULL: off, ignored elsewhere):
+ * vr_cutrain_attention_bwd_split_scratch(T, H, D) floats; the dK / dV kernel then runs one
+ * block per query head (H / Hkv times the blocks: for models with few key heads) into that
+ * fp32 table and a second pass sums each group in head order.
  * No atomics: deterministic. */
 int vr_cutrain_attention_bwd_tc(int D, int window);
+size_t vr_cutrain_attention_bwd_split_scratch(int T, int H, int D);
 void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const uint16_t *qkv, int ld, int q_off,
                                       int k_off, int v_off, const int32_t *cu, const int32_t *tiles, int n_tiles, int H,
                                       int Hkv, int D, int window, float scale, cudaStream_t s);
 void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                               const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse, float *delta,
                               const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q, int n_tiles, int H,
-                              int Hkv, int D, int window, float scale, int T, cudaStream_t s);
+                              int Hkv, int D, int window, float scale, float *split, int T, cudaStream_t s);
 /* Host: reorders a 64-row tile list (n_tiles tiles of sequences cu) by descending work for the
  * dK / dV kernels (for_keys = 1: the queries at or after the tile) or the dQ kernels (0: the
  * keys up to the tile's end), ties in list order. scratch: 2 * n_tiles uint64. */

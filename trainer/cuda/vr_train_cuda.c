@@ -6,8 +6,7 @@
  * tokens give 0 and no gradient).
  *
  * Both heads: the LM head (log-probs, entropy) and the value head (the critic: one value per
- * token). Not here yet: per-layer recomputation (opt->recompute is ignored: every layer's
- * activations are kept). */
+ * token). opt->recompute: per-layer activation recomputation (vr_cutrain.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,25 +80,26 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
         off_of(lm, y->down_w), off_of(lm, y->down_b), off_of(lm, y->norm1), off_of(lm, y->norm2)};
     L[l] = o;
   }
-  const vr_cutrain_desc_t d = {.vocab = c->vocab_size,
-                               .hidden = c->hidden_size,
-                               .layers = c->num_layers,
-                               .heads = c->num_heads,
-                               .kv_heads = c->num_kv_heads,
-                               .head_dim = c->head_dim,
-                               .inter = c->intermediate_size,
-                               .window = c->sliding_window,
-                               .rms_eps = c->rms_norm_eps,
-                               .rope_scaling = c->rope_attention_scaling,
-                               .rope_inv_freq = c->rope_inv_freq,
-                               .n_floats = vr_lm_n_floats(lm),
-                               .embed = off_of(lm, ix->embed),
-                               .final_norm = off_of(lm, ix->final_norm),
-                               .lm_head = off_of(lm, ix->lm_head),
-                               .layer = L,
-                               .score_w = off_of(lm, ix->score_w),
-                               .score_b = off_of(lm, ix->score_b)};
+  vr_cutrain_desc_t d = {.vocab = c->vocab_size,
+                         .hidden = c->hidden_size,
+                         .layers = c->num_layers,
+                         .heads = c->num_heads,
+                         .kv_heads = c->num_kv_heads,
+                         .head_dim = c->head_dim,
+                         .inter = c->intermediate_size,
+                         .window = c->sliding_window,
+                         .rms_eps = c->rms_norm_eps,
+                         .rope_scaling = c->rope_attention_scaling,
+                         .rope_inv_freq = c->rope_inv_freq,
+                         .n_floats = vr_lm_n_floats(lm),
+                         .embed = off_of(lm, ix->embed),
+                         .final_norm = off_of(lm, ix->final_norm),
+                         .lm_head = off_of(lm, ix->lm_head),
+                         .layer = L,
+                         .score_w = off_of(lm, ix->score_w),
+                         .score_b = off_of(lm, ix->score_b)};
   s->value = c->head == VR_LM_HEAD_VALUE;
+  d.recompute = opt->recompute;
   int rc = vr_cutrain_create(&d, vr_lm_params_const(lm), T, 0, lo, hi, &s->e);
   free(L);
   if (rc) {
