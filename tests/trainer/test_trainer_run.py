@@ -173,7 +173,9 @@ class TestCpuRun(Run):
         self.write_config(config(steps=5, timeout=3))
         rc, out, err = self.run_trainer(["--config", "ppo.yaml", "--comm-check", "--inject-fault", "hang:3:2"])
         self.assertEqual(rc, 1, err)
-        self.assertIn("rank 3: injected fault (hang at step 2)", err)
+        # the hung rank's own "rank 3: injected fault (hang at step 2)" line is not asserted: it is
+        # forwarded by mpirun's I/O forwarding, which MPI_ABORT can cut before it arrives (seen
+        # once under ASan on the loaded 2-core VM); the controller's verdict below is the contract
         self.assertRegex(err, r"worker rank 3 \(roles rollout,reference, device cpu:2, host \S+, pid \d+\) did not "
                               r"answer command '[^']+' \(seq \d+\) within \d+ s")
         self.assertEqual([r["step"] for r in self.metrics()], [1])  # step 1 was written before the hang
