@@ -288,9 +288,12 @@ static inline void vr_doorbell_ring(_Atomic uint32_t *seq, const _Atomic uint32_
  *   - one memfd per lane (lane_bytes), made fresh for each client that is
  *     given the lane: a client maps its own lane and nothing else.
  * Each can neither shrink nor grow, and no seal can be added or removed
- * (VR_SHM_SEALS_LANE). The name is a Unix-domain stream socket in the
- * abstract namespace, "\0verl-reward/<name>" (no file: nothing to plant,
- * nothing left behind by a dead server), plus "\0verl-reward/<name>/info".
+ * (VR_SHM_SEALS_LANE). The name is a Unix-domain stream socket, plus an
+ * info socket beside it (vr_shm_resolve): a plain NAME is DIR/NAME.sock in a
+ * directory only the server can write (default VR_SHM_SOCK_DIR or
+ * /run/user/UID/verl-reward), a name with a '/' is the socket's path, and
+ * "@NAME" the abstract "\0verl-reward/NAME" (any local user can bind that
+ * first). A path socket's server holds flock() on PATH.lock for its life.
  * A client connects, checks the peer's uid (SO_PEERCRED) against its own or
  * an expected uid, and reads one vr_shm_hello_t. The server checks the
  * client's uid/gid (SO_PEERCRED, SO_PEERGROUPS) against its policy and, when

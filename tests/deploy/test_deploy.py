@@ -166,6 +166,18 @@ class TestKubernetes(unittest.TestCase):
             self.assertEqual(mounts.get("/dev/shm"), mem[0], f"{c['name']} does not mount the memory emptyDir at /dev/shm")
             self.assertFalse(any(m.get("readOnly") for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm"))
 
+    def test_socket_dir_shared(self):
+        # the shm name is a socket path; its directory's parent is one volume mounted in both
+        # containers (the server makes the last level itself: it refuses a world-writable one)
+        name = flag_values(self.c["reward-server"]["args"])["shm-name"]
+        self.assertTrue(name.startswith("/"), "a socket path, reachable by both containers")
+        parent = os.path.dirname(os.path.dirname(name))
+        vols = {v["name"]: v for v in self.pod["volumes"]}
+        for c in self.c.values():
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+            self.assertIn(parent, mounts, f"{c['name']} does not mount {parent}")
+            self.assertIn("emptyDir", vols[mounts[parent]])
+
     def test_probes_and_shm_name(self):
         s = self.c["reward-server"]
         flags = flag_values(s["args"])

@@ -72,12 +72,23 @@ TEST_LANES = 16
 TEST_SEGMENT_ARGS = ("--lanes", str(TEST_LANES), "--arena-mb", "1")
 
 
+def shm_socket_candidates(name):
+    """Where name's rendezvous socket is listed in /proc/net/unix (docs/protocol.md, "Where
+    the name resolves"): "@verl-reward/NAME" for "@NAME", the path for a name with a '/',
+    else NAME.sock in /run/verl-reward or /run/user/UID/verl-reward."""
+    if name.startswith("@"):
+        return ["@verl-reward/" + name[1:]]
+    if "/" in name:
+        return [name]
+    return ["/run/verl-reward/%s.sock" % name, "/run/user/%d/verl-reward/%s.sock" % (os.geteuid(), name)]
+
+
 def shm_name_exists(name):
-    """True while a server listens on name's rendezvous socket (the abstract address
-    "@verl-reward/NAME", listed in /proc/net/unix): the segment has no file."""
-    want = "@verl-reward/" + name
+    """True while a server listens on name's rendezvous socket (listed in /proc/net/unix);
+    the segment itself has no file."""
+    want = set(shm_socket_candidates(name))
     with open("/proc/net/unix") as f:
-        return any(line.split()[-1] == want for line in f if len(line.split()) >= 8)
+        return any(line.split()[-1] in want for line in f if len(line.split()) >= 8)
 
 
 def with_test_segment(args):
