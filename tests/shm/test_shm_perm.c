@@ -37,10 +37,13 @@
 
 #define NOBODY 65534
 
-static int become_nobody(void) {
-  if (setgroups(0, NULL) != 0 || setgid(NOBODY) != 0 || setuid(NOBODY) != 0) return 50;
-  return geteuid() == NOBODY ? 0 : 51;
+static int become(uid_t uid) {
+  if (setgroups(0, NULL) != 0 || setgid(uid) != 0 || setuid(uid) != 0) return 50;
+  return geteuid() == uid ? 0 : 51;
 }
+static int become_nobody(void) { return become(NOBODY); }
+
+#define SQUATTER 1 /* a third uid (daemon), neither the server's nor the trainer's */
 
 /* Connects as nobody, expecting the server to run as expected_uid (-1: own uid); 0 when
  * the result is want_rc (and, on success, a checksum score comes back). */
@@ -193,13 +196,13 @@ static void test_squatted_name_refused(void **state) {
   close(p[1]);
 }
 
-/* As nobody, against a plain name: binds its abstract form (@verl-reward/NAME and /info)
+/* As uid SQUATTER, against a plain name: binds its abstract form (@verl-reward/NAME and /info)
  * and tries to create NAME.sock, NAME.sock.lock and NAME.sock.info in the socket
  * directory, then signals ready_fd and waits to be killed. Exit 70+ when a file could be
  * planted. */
 static int squat_all(const char *name, int ready_fd, int unused) {
   (void)unused;
-  if (become_nobody()) return 60;
+  if (become(SQUATTER)) return 60;
   char at[80], why[256];
   snprintf(at, sizeof at, "@%s", name);
   vr_shm_addr_t aa, pa;
@@ -251,7 +254,8 @@ static void test_plain_name_not_squattable(void **state) {
     tu_untrack_pid(sq);
     fail_msg("the squatter exited %d before it was ready", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
   }
-  /* the real server starts anyway and serves a trainer of another uid */
+  /* the real server (root) starts anyway and serves a trainer of a third uid (nobody), which
+   * gets the checksum, that is the real server's scores */
   tu_server_t s;
   assert_int_equal(tu_server_start(&s, name, (const char *const[]){"--allow-uid", "65534", NULL}), 0);
   assert_int_equal(run_as_nobody(name, 0, 0, NULL), 0);
