@@ -4,6 +4,7 @@ verl-reward-server process that is always killed (tearDown / atexit), with a
 unique shm name and port."""
 
 import atexit
+import fcntl
 import json
 import os
 import signal
@@ -183,6 +184,25 @@ class Server:
                 self.kill()
         if not self.log.closed:
             self.log.close()
+        if self.proc.poll() is not None and not self.shm_name.startswith("@"):
+            # what a killed server left behind (a clean stop removes it itself); not while
+            # another server (a restart under the same name) holds the lock
+            for p in shm_socket_candidates(self.shm_name):
+                try:
+                    fd = os.open(p + ".lock", os.O_RDWR)
+                except OSError:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    for ext in ("", ".info", ".lock"):
+                        try:
+                            os.unlink(p + ext)
+                        except OSError:
+                            pass
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
         if self in _live:
             _live.remove(self)
         try:

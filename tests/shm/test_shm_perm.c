@@ -324,6 +324,41 @@ static void test_socket_dir_checked(void **state) {
   assert_int_equal(rmdir(dir), 0);
 }
 
+/* As nobody (no /run/user/65534 here, /run/verl-reward root's): a plain name has no default
+ * directory (VR_ERR_NOT_FOUND, with a HINT in the log); with a socket_dir of nobody's own it
+ * serves. 0 when both hold. */
+static int nobody_server(const char *dir, int a, int b) {
+  (void)a, (void)b;
+  if (become_nobody()) return 50;
+  vr_shm_config_t cfg;
+  tu_shm_config(&cfg, "vrt_nobody_srv", 2, 65536);
+  vr_shm_server_t *srv = NULL;
+  struct stat st;
+  if (stat("/run/user/65534", &st) != 0 && vr_shm_server_create(&cfg, &srv) != VR_ERR_NOT_FOUND) return 80;
+  cfg.socket_dir = dir;
+  if (vr_shm_server_create(&cfg, &srv) != 0) return 81;
+  vr_shm_server_set_state(srv, VR_SHM_READY);
+  vr_client_t *c = NULL;
+  vr_client_options_t o;
+  vr_client_options_init(&o);
+  o.socket_dir = dir;
+  int rc = vr_client_connect("vrt_nobody_srv", &o, &c);
+  vr_client_close(c);
+  vr_shm_server_destroy(srv);
+  return rc == 0 ? 0 : 82;
+}
+
+static void test_non_root_server(void **state) {
+  (void)state;
+  char dir[128]; /* under /tmp, not $TMPDIR: nobody must reach it */
+  snprintf(dir, sizeof dir, "/tmp/vrt_nobodydir_%d", (int)getpid());
+  assert_int_equal(mkdir(dir, 0755), 0);
+  assert_int_equal(chown(dir, NOBODY, NOBODY), 0);
+  int rc = run_child(nobody_server, dir, 0, 0);
+  rmdir(dir);
+  assert_int_equal(rc, 0);
+}
+
 /* One uid holds at most --max-lanes-per-uid lanes; others still get theirs. */
 static void test_lanes_per_uid(void **state) {
   (void)state;
@@ -360,6 +395,7 @@ int main(void) {
                                      cmocka_unit_test(test_squatted_name_refused),
                                      cmocka_unit_test(test_plain_name_not_squattable),
                                      cmocka_unit_test(test_socket_dir_checked),
+                                     cmocka_unit_test(test_non_root_server),
                                      cmocka_unit_test(test_lanes_per_uid)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
