@@ -178,22 +178,24 @@ int vr_shm_server_alive(const vr_shm_header_t *live, int64_t stale_ns) {
   return hb != 0 && now >= hb ? (int64_t)(now - hb) < stale_ns : hb != 0;
 }
 
-int vr_shm_sockaddr(const vr_shm_addr_t *a, int info, struct sockaddr_un *sa, unsigned *len) {
+void vr_shm_sockaddr(const vr_shm_addr_t *a, int info, struct sockaddr_un *sa, unsigned *len) {
   memset(sa, 0, sizeof *sa);
   sa->sun_family = AF_UNIX;
   if (a->abstract) { /* sun_path[0] = 0, no terminating NUL counted; path is "@verl-reward/NAME" */
     size_t n = strlen(a->path + 1);
     memcpy(sa->sun_path + 1, a->path + 1, n);
-    if (info) memcpy(sa->sun_path + 1 + n, VR_SHM_SOCK_INFO_SUFFIX, strlen(VR_SHM_SOCK_INFO_SUFFIX)), n += strlen(VR_SHM_SOCK_INFO_SUFFIX);
+    if (info) {
+      memcpy(sa->sun_path + 1 + n, VR_SHM_SOCK_INFO_SUFFIX, strlen(VR_SHM_SOCK_INFO_SUFFIX));
+      n += strlen(VR_SHM_SOCK_INFO_SUFFIX);
+    }
     *len = (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-    return 0;
+    return;
   }
   /* lengths were checked by vr_shm_resolve (room for the longest extension) */
   char p[VR_SHM_ADDR_MAX + 8];
   int n = snprintf(p, sizeof p, "%s%s", a->path, info ? VR_SHM_SOCK_INFO_EXT : "");
   memcpy(sa->sun_path, p, (size_t)n < sizeof sa->sun_path ? (size_t)n + 1 : sizeof sa->sun_path - 1);
   *len = (unsigned)(offsetof(struct sockaddr_un, sun_path) + strlen(sa->sun_path) + 1);
-  return 0;
 }
 
 /* Connects to name (info: its info socket), checks the server's uid and reads

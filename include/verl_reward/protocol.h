@@ -356,7 +356,7 @@ int vr_shm_resolve(const char *name, const char *socket_dir, int64_t server_uid,
 /* The socket address of a resolved name (info: its info socket, ".info" appended to
  * the path, "/info" to the abstract name); *len is the length to pass to bind/connect. */
 struct sockaddr_un;
-int vr_shm_sockaddr(const vr_shm_addr_t *a, int info, struct sockaddr_un *sa, unsigned *len);
+void vr_shm_sockaddr(const vr_shm_addr_t *a, int info, struct sockaddr_un *sa, unsigned *len);
 
 /* Checks a header copy against the size of the header memfd: magic, version,
  * fixed sizes, geometry (lane_bytes and total recomputed, the header page
