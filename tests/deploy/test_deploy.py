@@ -95,6 +95,15 @@ class TestSystemd(unittest.TestCase):
         p = subprocess.run([ANALYZE, "verify", unit], capture_output=True, text=True, timeout=120)
         self.assertIn("Unknown key", p.stdout + p.stderr)
 
+    def test_socket_directory(self):
+        # the default socket directory of a non-root server: systemd makes /run/verl-reward for
+        # the unit's User=, 0755 (trainers of the group must reach the socket); no shm flag in
+        # ExecStart points elsewhere
+        self.assertEqual(self.s[("Service", "RuntimeDirectory")], ["verl-reward"])
+        self.assertEqual(self.s[("Service", "RuntimeDirectoryMode")], ["0755"])
+        flags = flag_values(shlex.split(self.s[("Service", "ExecStart")][0])[1:])
+        self.assertNotIn("shm-socket-dir", flags)
+
     def test_exec_start_as_type_notify(self):
         args = shlex.split(self.s[("Service", "ExecStart")][0])
         flags = flag_values(args[1:])
