@@ -112,17 +112,19 @@ int vr_shm_resolve(const char *name, const char *socket_dir, int64_t server_uid,
       return VR_ERR_NOT_FOUND;
     }
   }
-  /* a client takes the first candidate where a socket is, else the first */
-  int pick = 0;
-  for (int k = 0; k < nd && !for_server; k++) {
+  /* a client takes the first candidate where a socket is in a directory of the expected
+   * server uid (a user's own server in /run/user/UID beside root's of the same name in
+   * /run/verl-reward), else the first where a socket is, else the first */
+  int pick = -1, any = -1;
+  for (int k = 0; k < nd && !for_server && pick < 0; k++) {
     char p[2 * VR_SHM_ADDR_MAX + 16];
-    struct stat st;
+    struct stat st, ds;
     snprintf(p, sizeof p, "%s/%s%s", dirs[k], name, VR_SHM_SOCK_SUFFIX);
-    if (lstat(p, &st) == 0) {
-      pick = k;
-      break;
-    }
+    if (lstat(p, &st) != 0) continue;
+    if (any < 0) any = k;
+    if (stat(dirs[k], &ds) == 0 && ds.st_uid == uid) pick = k;
   }
+  if (pick < 0) pick = any < 0 ? 0 : any;
   size_t need = strlen(dirs[pick]) + 1 + strlen(name) + strlen(VR_SHM_SOCK_SUFFIX) + strlen(VR_SHM_SOCK_LOCK_EXT);
   if (need + 1 > sizeof(((struct sockaddr_un *)0)->sun_path)) {
     snprintf(why, whyn, "socket path %.60s/%s%s is too long for a Unix socket (108 bytes). HINT: a shorter "

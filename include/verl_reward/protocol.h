@@ -347,8 +347,8 @@ typedef struct vr_shm_addr {
  * when socket_dir is given (not NULL or ""), else in the default directory of a server of
  * uid server_uid (< 0: this process's euid): VR_SHM_SOCK_DIR when that uid is root or owns
  * it, and /run/user/UID/verl-reward when /run/user/UID exists (uid not 0). for_server: the
- * first of those; a client: the first holding a socket file, else the first (alt: the
- * other). VR_ERR_INVAL, or VR_ERR_NOT_FOUND when no default directory applies (why has a
+ * first of those; a client: the first holding a socket file in a directory owned by that
+ * uid, else the first holding one, else the first (alt: the other). VR_ERR_INVAL, or VR_ERR_NOT_FOUND when no default directory applies (why has a
  * HINT). No I/O beyond stat. */
 int vr_shm_resolve(const char *name, const char *socket_dir, int64_t server_uid, int for_server, vr_shm_addr_t *a,
                    char *why, size_t whyn);

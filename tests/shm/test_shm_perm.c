@@ -359,6 +359,77 @@ static void test_non_root_server(void **state) {
   assert_int_equal(rc, 0);
 }
 
+/* As nobody: the name's server of its own uid answers 0.5 (the squatter() loop), root's the
+ * checksum; 0 when each expectation reaches the server it names. */
+static int nobody_picks(const char *name, int a, int b) {
+  (void)a, (void)b;
+  if (become_nobody()) return 50;
+  int32_t ids[2] = {3, 9};
+  uint32_t cu[2] = {0, 2};
+  vr_batch_t bt = {.n_seqs = 1, .token_ids = ids, .cu_seqlens = cu};
+  for (int k = 0; k < 2; k++) {
+    vr_client_options_t o;
+    vr_client_options_init(&o);
+    o.expected_server_uid = k == 0 ? -1 : 0;
+    vr_client_t *c = NULL;
+    float sc = 0;
+    int rc = vr_client_connect(name, &o, &c);
+    if (rc == 0) rc = vr_client_score(c, &bt, &sc, NULL, NULL);
+    fprintf(stderr, "nobody expecting uid %d: %s (%s) score %g\n", k == 0 ? NOBODY : 0, vr_status_name(rc),
+            vr_client_last_error(), sc);
+    vr_client_close(c);
+    if (rc != 0) return 90 + k;
+    if (sc != (k == 0 ? 0.5f : vr_checksum_score(ids, 2))) return 92 + k;
+  }
+  return 0;
+}
+
+/* A user's own server (no /run/verl-reward of its own: /run/user/UID/verl-reward) and root's
+ * under the same plain name: a client reaches the one of the uid it expects. */
+static void test_user_and_root_servers_same_name(void **state) {
+  (void)state;
+  struct stat st;
+  int made = 0;
+  if (stat("/run/user/65534", &st) != 0) {
+    assert_true(mkdir("/run/user", 0755) == 0 || errno == EEXIST);
+    assert_int_equal(mkdir("/run/user/65534", 0700), 0); /* what logind makes at login */
+    assert_int_equal(chown("/run/user/65534", NOBODY, NOBODY), 0);
+    made = 1;
+  } else if (st.st_uid != NOBODY) {
+    skip();
+  }
+  char name[64];
+  tu_name(name, sizeof name, "both");
+  tu_server_t s;
+  assert_int_equal(tu_server_start(&s, name, (const char *const[]){"--allow-uid", "65534", NULL}), 0);
+  int p[2];
+  assert_int_equal(pipe(p), 0);
+  pid_t own = fork();
+  if (own == 0) _exit(squatter(name, p[1]));
+  tu_track_pid(own);
+  char r;
+  assert_int_equal(tu_read_byte(p[0], &r), 0);
+  char path[128];
+  snprintf(path, sizeof path, "/run/user/65534/verl-reward/%s.sock", name);
+  assert_int_equal(lstat(path, &st), 0);
+  int rc = run_child(nobody_picks, name, 0, 0);
+  kill(own, SIGKILL);
+  waitpid(own, NULL, 0);
+  tu_untrack_pid(own);
+  tu_server_stop(&s, SIGTERM);
+  const char *ext[3] = {"", VR_SHM_SOCK_INFO_EXT, VR_SHM_SOCK_LOCK_EXT};
+  for (int k = 0; k < 3; k++) { /* what the killed server left */
+    char f[160];
+    snprintf(f, sizeof f, "%s%s", path, ext[k]);
+    unlink(f);
+  }
+  rmdir("/run/user/65534/verl-reward");
+  if (made) rmdir("/run/user/65534");
+  close(p[0]);
+  close(p[1]);
+  assert_int_equal(rc, 0);
+}
+
 /* One uid holds at most --max-lanes-per-uid lanes; others still get theirs. */
 static void test_lanes_per_uid(void **state) {
   (void)state;
@@ -396,6 +467,7 @@ int main(void) {
                                      cmocka_unit_test(test_plain_name_not_squattable),
                                      cmocka_unit_test(test_socket_dir_checked),
                                      cmocka_unit_test(test_non_root_server),
+                                     cmocka_unit_test(test_user_and_root_servers_same_name),
                                      cmocka_unit_test(test_lanes_per_uid)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
