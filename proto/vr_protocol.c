@@ -71,6 +71,15 @@ static void dir_of(const char *path, char *dir, size_t n) {
   snprintf(dir, n, "%.*s", (int)k, path);
 }
 
+/* dir/NAME.sock into out (VR_SHM_ADDR_MAX bytes), cut to fit. */
+static void sock_in(char *out, const char *dir, const char *name) {
+  char p[2 * VR_SHM_ADDR_MAX + 16];
+  size_t n = (size_t)snprintf(p, sizeof p, "%s/%s%s", dir, name, VR_SHM_SOCK_SUFFIX);
+  if (n >= VR_SHM_ADDR_MAX) n = VR_SHM_ADDR_MAX - 1;
+  memcpy(out, p, n);
+  out[n] = '\0';
+}
+
 int vr_shm_resolve(const char *name, const char *socket_dir, int64_t server_uid, int for_server, vr_shm_addr_t *a,
                    char *why, size_t whyn) {
   memset(a, 0, sizeof *a);
@@ -132,8 +141,8 @@ int vr_shm_resolve(const char *name, const char *socket_dir, int64_t server_uid,
     return VR_ERR_INVAL;
   }
   snprintf(a->dir, sizeof a->dir, "%s", dirs[pick]);
-  snprintf(a->path, sizeof a->path, "%s/%s%s", dirs[pick], name, VR_SHM_SOCK_SUFFIX);
-  if (nd == 2) snprintf(a->alt, sizeof a->alt, "%s/%s%s", dirs[1 - pick], name, VR_SHM_SOCK_SUFFIX);
+  sock_in(a->path, dirs[pick], name);
+  if (nd == 2) sock_in(a->alt, dirs[1 - pick], name); /* a message only: cut if it must be */
   return 0;
 }
 
