@@ -61,6 +61,7 @@ typedef struct block {
 struct vr_client {
   pthread_mutex_t mu;
   char name[NAME_MAX + 1];
+  char socket_dir[VR_SHM_ADDR_MAX]; /* opt.socket_dir points here */
   vr_client_options_t opt;
   vr_shm_map_t map;
   const vr_shm_header_t *h;   /* live header (read-only mapping) */
@@ -122,7 +123,7 @@ static void sleep_us(uint64_t us) {
  * under the same name with another epoch). Lock held. */
 static int server_lost(vr_client_t *c, const char *what) {
   uint64_t e = 0;
-  if (vr_shm_peek_epoch(c->name, c->opt.expected_server_uid, &e) == 0 && e != c->epoch) {
+  if (vr_shm_peek_epoch(c->name, c->opt.socket_dir, c->opt.expected_server_uid, &e) == 0 && e != c->epoch) {
     c->dead = VR_ERR_SERVER_RESTARTED;
     return fail(c->dead, "reward server on '%s' restarted (%s); close and reconnect", c->name, what);
   }
@@ -270,12 +271,20 @@ int vr_client_connect(const char *shm_name, const vr_client_options_t *opt, vr_c
   vr_client_t *c = calloc(1, sizeof *c);
   if (!c) return fail(VR_ERR_NOMEM, "out of memory");
   snprintf(c->name, sizeof c->name, "%s", name);
+  if (o.socket_dir) {
+    if (strlen(o.socket_dir) >= sizeof c->socket_dir) {
+      free(c);
+      return fail(VR_ERR_INVAL, "socket_dir '%.60s...' is too long for a Unix socket path", o.socket_dir);
+    }
+    snprintf(c->socket_dir, sizeof c->socket_dir, "%s", o.socket_dir);
+    o.socket_dir = c->socket_dir;
+  }
   c->opt = o;
   uint64_t deadline = vr_now_ns() + (o.connect_timeout_us > 0 ? (uint64_t)o.connect_timeout_us * 1000u : 0);
   char why[400];
   int rc;
   for (;;) {
-    rc = vr_shm_attach(name, o.expected_server_uid, &c->map, why, sizeof why);
+    rc = vr_shm_attach(name, o.socket_dir, o.expected_server_uid, &c->map, why, sizeof why);
     if (rc == 0) {
       /* the server gave us a lane: it was READY when it answered */
       rc = take_lane(c, why, sizeof why);

@@ -22,20 +22,127 @@
 #include "vr_proc.h"
 #include "vr_time.h"
 
+/* The three forms of a name (protocol.h, section 3): "@NAME" abstract, a path (has a '/'),
+ * else a plain NAME resolved in a socket directory. */
 int vr_shm_path(const char *name, char *buf, size_t n, char *why, size_t whyn) {
-  if (!name || !name[0]) {
+  if (!name || !name[0] || (name[0] == '@' && !name[1])) {
     snprintf(why, whyn, "empty shared-memory name");
     return VR_ERR_INVAL;
   }
-  if (strchr(name, '/')) {
-    snprintf(why, whyn, "shared-memory name '%s' must not contain '/' (give it without the leading '/')", name);
+  size_t len = strlen(name);
+  const size_t sun = sizeof(((struct sockaddr_un *)0)->sun_path);
+  if (name[0] == '@') {
+    if (strchr(name + 1, '/')) {
+      snprintf(why, whyn, "abstract name '%s' must not contain '/'", name);
+      return VR_ERR_INVAL;
+    }
+    if (1 + strlen(VR_SHM_SOCK_PREFIX) + (len - 1) + strlen(VR_SHM_SOCK_INFO_SUFFIX) + 1 > sun) {
+      snprintf(why, whyn, "abstract name '%.40s...' is too long for a socket name (at most %zu bytes)", name,
+               sun - 2 - strlen(VR_SHM_SOCK_PREFIX) - strlen(VR_SHM_SOCK_INFO_SUFFIX));
+      return VR_ERR_INVAL;
+    }
+  } else if (strchr(name, '/')) {
+    if (name[len - 1] == '/') {
+      snprintf(why, whyn, "socket path '%s' names a directory, not a socket file (e.g. %sreward.sock)", name, name);
+      return VR_ERR_INVAL;
+    }
+    if (len + strlen(VR_SHM_SOCK_LOCK_EXT) + 1 > sun) {
+      snprintf(why, whyn, "socket path '%.40s...' is too long (at most %zu bytes: a Unix socket's limit)", name,
+               sun - 1 - strlen(VR_SHM_SOCK_LOCK_EXT));
+      return VR_ERR_INVAL;
+    }
+  } else if (len > VR_SHM_NAME_MAX) {
+    snprintf(why, whyn, "shared-memory name '%.40s...' is too long (at most %d bytes; or give a socket path)", name,
+             VR_SHM_NAME_MAX);
     return VR_ERR_INVAL;
   }
-  if (strlen(name) + 2 > n || strlen(name) > NAME_MAX - 1) {
+  if (len + 1 > n) {
     snprintf(why, whyn, "shared-memory name '%.40s...' is too long", name);
     return VR_ERR_INVAL;
   }
-  snprintf(buf, n, "/%s", name);
+  memcpy(buf, name, len + 1);
+  return 0;
+}
+
+/* Directory of path (its part before the last '/'; "/" for "/x") into dir. */
+static void dir_of(const char *path, char *dir, size_t n) {
+  const char *sl = strrchr(path, '/');
+  size_t k = sl == path ? 1 : (size_t)(sl - path);
+  snprintf(dir, n, "%.*s", (int)k, path);
+}
+
+/* dir/NAME.sock into out (VR_SHM_ADDR_MAX bytes), cut to fit. */
+static void sock_in(char *out, const char *dir, const char *name) {
+  char p[2 * VR_SHM_ADDR_MAX + 16];
+  size_t n = (size_t)snprintf(p, sizeof p, "%s/%s%s", dir, name, VR_SHM_SOCK_SUFFIX);
+  if (n >= VR_SHM_ADDR_MAX) n = VR_SHM_ADDR_MAX - 1;
+  memcpy(out, p, n);
+  out[n] = '\0';
+}
+
+int vr_shm_resolve(const char *name, const char *socket_dir, int64_t server_uid, int for_server, vr_shm_addr_t *a,
+                   char *why, size_t whyn) {
+  memset(a, 0, sizeof *a);
+  char canon[VR_SHM_ADDR_MAX];
+  int rc = vr_shm_path(name, canon, sizeof canon, why, whyn);
+  if (rc) return rc;
+  if (name[0] == '@') {
+    a->abstract = 1;
+    snprintf(a->path, sizeof a->path, "@%s%s", VR_SHM_SOCK_PREFIX, name + 1);
+    return 0;
+  }
+  if (strchr(name, '/')) {
+    snprintf(a->path, sizeof a->path, "%s", name);
+    dir_of(name, a->dir, sizeof a->dir);
+    return 0;
+  }
+  char dirs[2][VR_SHM_ADDR_MAX];
+  int nd = 0;
+  uint32_t uid = server_uid < 0 ? (uint32_t)geteuid() : (uint32_t)server_uid;
+  if (socket_dir && socket_dir[0]) {
+    snprintf(dirs[nd++], sizeof dirs[0], "%s", socket_dir);
+  } else {
+    struct stat st;
+    /* the system directory: root's (created here), or one made for the server's user
+     * (systemd RuntimeDirectory=verl-reward with User=) */
+    if (!for_server || uid == 0 || (stat(VR_SHM_SOCK_DIR, &st) == 0 && st.st_uid == uid))
+      snprintf(dirs[nd++], sizeof dirs[0], "%s", VR_SHM_SOCK_DIR);
+    /* the user's runtime directory (what systemd-logind sets $XDG_RUNTIME_DIR to) */
+    char run[64];
+    snprintf(run, sizeof run, "/run/user/%u", (unsigned)uid);
+    if (uid != 0 && stat(run, &st) == 0 && S_ISDIR(st.st_mode))
+      snprintf(dirs[nd++], sizeof dirs[0], "%s/verl-reward", run);
+    if (nd == 0) {
+      snprintf(why, whyn, "no socket directory for '%s': %s is not this user's (uid %u) and /run/user/%u does not "
+               "exist. HINT: pass --shm-socket-dir DIR (a directory of this user's) to the server and the same "
+               "socket_dir to clients, give a socket path as the name (/DIR/%s.sock), or create %s owned by uid "
+               "%u (systemd: RuntimeDirectory=verl-reward)", name, VR_SHM_SOCK_DIR, (unsigned)uid, (unsigned)uid,
+               name, VR_SHM_SOCK_DIR, (unsigned)uid);
+      return VR_ERR_NOT_FOUND;
+    }
+  }
+  /* a client takes the first candidate where a socket is in a directory of the expected
+   * server uid (a user's own server in /run/user/UID beside root's of the same name in
+   * /run/verl-reward), else the first where a socket is, else the first */
+  int pick = -1, any = -1;
+  for (int k = 0; k < nd && !for_server && pick < 0; k++) {
+    char p[2 * VR_SHM_ADDR_MAX + 16];
+    struct stat st, ds;
+    snprintf(p, sizeof p, "%s/%s%s", dirs[k], name, VR_SHM_SOCK_SUFFIX);
+    if (lstat(p, &st) != 0) continue;
+    if (any < 0) any = k;
+    if (stat(dirs[k], &ds) == 0 && ds.st_uid == uid) pick = k;
+  }
+  if (pick < 0) pick = any < 0 ? 0 : any;
+  size_t need = strlen(dirs[pick]) + 1 + strlen(name) + strlen(VR_SHM_SOCK_SUFFIX) + strlen(VR_SHM_SOCK_LOCK_EXT);
+  if (need + 1 > sizeof(((struct sockaddr_un *)0)->sun_path)) {
+    snprintf(why, whyn, "socket path %.60s/%s%s is too long for a Unix socket (108 bytes). HINT: a shorter "
+             "--shm-name or socket directory", dirs[pick], name, VR_SHM_SOCK_SUFFIX);
+    return VR_ERR_INVAL;
+  }
+  snprintf(a->dir, sizeof a->dir, "%s", dirs[pick]);
+  sock_in(a->path, dirs[pick], name);
+  if (nd == 2) sock_in(a->alt, dirs[1 - pick], name); /* a message only: cut if it must be */
   return 0;
 }
 
@@ -82,37 +189,38 @@ int vr_shm_server_alive(const vr_shm_header_t *live, int64_t stale_ns) {
   return hb != 0 && now >= hb ? (int64_t)(now - hb) < stale_ns : hb != 0;
 }
 
-int vr_shm_sockaddr(const char *name, int info, struct sockaddr_un *sa, unsigned *len, char *why, size_t whyn) {
-  char path[NAME_MAX + 2];
-  int rc = vr_shm_path(name, path, sizeof path, why, whyn);
-  if (rc) return rc;
+void vr_shm_sockaddr(const vr_shm_addr_t *a, int info, struct sockaddr_un *sa, unsigned *len) {
   memset(sa, 0, sizeof *sa);
   sa->sun_family = AF_UNIX;
-  const size_t np = strlen(VR_SHM_SOCK_PREFIX), ni = strlen(VR_SHM_SOCK_INFO_SUFFIX);
-  size_t n = np + strlen(name) + (info ? ni : 0);
-  if (np + strlen(name) + ni + 1 > sizeof sa->sun_path) {
-    snprintf(why, whyn, "shared-memory name '%.40s...' is too long for a socket name (at most %zu bytes)", name,
-             sizeof sa->sun_path - 1 - np - ni);
-    return VR_ERR_INVAL;
+  if (a->abstract) { /* sun_path[0] = 0, no terminating NUL counted; path is "@verl-reward/NAME" */
+    size_t n = strlen(a->path + 1);
+    memcpy(sa->sun_path + 1, a->path + 1, n);
+    if (info) {
+      memcpy(sa->sun_path + 1 + n, VR_SHM_SOCK_INFO_SUFFIX, strlen(VR_SHM_SOCK_INFO_SUFFIX));
+      n += strlen(VR_SHM_SOCK_INFO_SUFFIX);
+    }
+    *len = (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+    return;
   }
-  /* abstract namespace: sun_path[0] = 0, no terminating NUL counted */
-  memcpy(sa->sun_path + 1, VR_SHM_SOCK_PREFIX, np);
-  memcpy(sa->sun_path + 1 + np, name, strlen(name));
-  if (info) memcpy(sa->sun_path + 1 + np + strlen(name), VR_SHM_SOCK_INFO_SUFFIX, ni);
-  *len = (unsigned)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
-  return 0;
+  /* lengths were checked by vr_shm_resolve (room for the longest extension) */
+  char p[VR_SHM_ADDR_MAX + 8];
+  int n = snprintf(p, sizeof p, "%s%s", a->path, info ? VR_SHM_SOCK_INFO_EXT : "");
+  memcpy(sa->sun_path, p, (size_t)n < sizeof sa->sun_path ? (size_t)n + 1 : sizeof sa->sun_path - 1);
+  *len = (unsigned)(offsetof(struct sockaddr_un, sun_path) + strlen(sa->sun_path) + 1);
 }
 
 /* Connects to name (info: its info socket), checks the server's uid and reads
  * the hello: fills *hello and up to 3 received fds (fds[k] = -1 if absent;
  * caller closes) and *peer_uid. */
-static int handshake(const char *name, int info, int64_t expected_uid, vr_shm_hello_t *hello, int fds[3],
-                     uint32_t *peer_uid, char *why, size_t whyn) {
+static int handshake(const char *name, const char *socket_dir, int info, int64_t expected_uid, vr_shm_hello_t *hello,
+                     int fds[3], uint32_t *peer_uid, char *why, size_t whyn) {
   fds[0] = fds[1] = fds[2] = -1;
+  vr_shm_addr_t a;
+  int rc = vr_shm_resolve(name, socket_dir, expected_uid, 0, &a, why, whyn);
+  if (rc) return rc;
   struct sockaddr_un sa;
   unsigned salen;
-  int rc = vr_shm_sockaddr(name, info, &sa, &salen, why, whyn);
-  if (rc) return rc;
+  vr_shm_sockaddr(&a, info, &sa, &salen);
   int sk = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (sk < 0) {
     snprintf(why, whyn, "socket: %s", strerror(errno));
@@ -122,12 +230,17 @@ static int handshake(const char *name, int info, int64_t expected_uid, vr_shm_he
     int e = errno;
     close(sk);
     if (e == ECONNREFUSED || e == ENOENT || e == EAGAIN) { /* EAGAIN: its backlog is full */
-      snprintf(why, whyn, "no reward server listens on '%s' (is verl-reward-server running with --shm-name %s?)", name,
-               name);
+      snprintf(why, whyn, "no reward server listens on '%s' (socket %s%s%s: %s; is verl-reward-server running with "
+               "--shm-name %s%s?)", name, a.path, a.alt[0] ? ", nor " : "", a.alt, e == ENOENT ? "no such file" :
+               e == EAGAIN ? "backlog full" : "nobody listens", name,
+               socket_dir && socket_dir[0] && !strchr(name, '/') && name[0] != '@' ? " and this --shm-socket-dir" : "");
       return VR_ERR_NOT_FOUND;
     }
-    snprintf(why, whyn, "connect to '%s': %s", name, strerror(e));
-    return VR_ERR_IO;
+    if (e == EACCES)
+      snprintf(why, whyn, "connect to %s ('%s'): permission denied. HINT: the socket and its directories must be "
+               "searchable and the socket writable by this user (the server makes them 0755 / 0666)", a.path, name);
+    else snprintf(why, whyn, "connect to %s ('%s'): %s", a.path, name, strerror(e));
+    return e == EACCES ? VR_ERR_PERM : VR_ERR_IO;
   }
   struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
   socklen_t crl = sizeof cr;
@@ -197,12 +310,13 @@ static int check_memfd(int fd, const char *what, unsigned want, uint32_t uid, ui
   return 0;
 }
 
-int vr_shm_attach(const char *name, int64_t expected_uid, vr_shm_map_t *out, char *why, size_t whyn) {
+int vr_shm_attach(const char *name, const char *socket_dir, int64_t expected_uid, vr_shm_map_t *out, char *why,
+                  size_t whyn) {
   memset(out, 0, sizeof *out);
   vr_shm_hello_t hello;
   int fds[3];
   uint32_t uid = 0;
-  int rc = handshake(name, 0, expected_uid, &hello, fds, &uid, why, whyn);
+  int rc = handshake(name, socket_dir, 0, expected_uid, &hello, fds, &uid, why, whyn);
   if (rc) return rc;
   if (hello.status != 0) {
     switch (hello.status) {
@@ -212,7 +326,13 @@ int vr_shm_attach(const char *name, int64_t expected_uid, vr_shm_map_t *out, cha
         break;
       case VR_ERR_AGAIN: snprintf(why, whyn, "server on '%s' is still starting", name); break;
       case VR_ERR_SHUTTING_DOWN: snprintf(why, whyn, "server on '%s' is draining", name); break;
-      case VR_ERR_NO_LANE: snprintf(why, whyn, "all lanes of '%s' are leased", name); break;
+      case VR_ERR_NO_LANE:
+        if (hello.lane_cap)
+          snprintf(why, whyn, "this user (uid %u) already holds %u lanes of '%s', the server's limit per uid. HINT: "
+                   "close unused clients, or raise verl-reward-server --max-lanes-per-uid", (unsigned)geteuid(),
+                   hello.lane_cap, name);
+        else snprintf(why, whyn, "all lanes of '%s' are leased", name);
+        break;
       case VR_ERR_NOSPACE:
         snprintf(why, whyn, "the server on '%s' could not allocate a lane (memory limit; its log says more)", name);
         break;
@@ -271,12 +391,12 @@ void vr_shm_detach(vr_shm_map_t *m) {
   memset(m, 0, sizeof *m);
 }
 
-int vr_shm_peek_epoch(const char *name, int64_t expected_uid, uint64_t *epoch) {
+int vr_shm_peek_epoch(const char *name, const char *socket_dir, int64_t expected_uid, uint64_t *epoch) {
   vr_shm_hello_t hello;
   int fds[3];
   uint32_t uid;
   char why[512];
-  int rc = handshake(name, 1, expected_uid, &hello, fds, &uid, why, sizeof why);
+  int rc = handshake(name, socket_dir, 1, expected_uid, &hello, fds, &uid, why, sizeof why);
   for (int k = 0; k < 3; k++)
     if (fds[k] >= 0) close(fds[k]);
   if (rc) return rc;

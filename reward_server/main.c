@@ -171,6 +171,8 @@ static int start_shm(vr_server_t *srv) {
   cfg.name = srv->st.shm_name;
   cfg.n_lanes = srv->st.lanes;
   cfg.mode = srv->st.shm_mode;
+  cfg.socket_dir = srv->st.shm_socket_dir[0] ? srv->st.shm_socket_dir : NULL;
+  cfg.max_lanes_per_uid = srv->st.max_lanes_per_uid;
   cfg.ring_slots = srv->st.ring_slots;
   cfg.arena_bytes = (uint64_t)srv->st.arena_mb << 20;
   /* with truncation on, longer sequences are accepted and cut here */

@@ -51,7 +51,11 @@ static const opt_t k_opts[] = {
      "Hugging Face model directory; 'checksum' = transport test scorer (no model); "
      "omit with a rules-only --reward"},
     {"shm-name", "shared_mem_name", OPT_SHM, F(shm_name), 0, 0, "NAME",
-     "shared-memory segment name (no '/'); empty disables shm"},
+     "shared-memory service name: NAME (socket DIR/NAME.sock, DIR from --shm-socket-dir), a socket path "
+     "(has a '/'), or @NAME (abstract socket: any local user can take it first); empty disables shm"},
+    {"shm-socket-dir", NULL, OPT_STR, F(shm_socket_dir), 0, 0, "DIR",
+     "directory of a plain --shm-name's socket, made 0755 if missing, refused unless ours and not writable by "
+     "others (unset: /run/verl-reward for root or when it is this user's, else /run/user/UID/verl-reward)"},
     {"port", NULL, OPT_PORT, F(port), 0, 65535, "N", "HTTP port; 0 disables HTTP"},
     {"host", NULL, OPT_STR, F(host), 0, 0, "ADDR", "HTTP listen address"},
     {"device", NULL, OPT_DEVICE, F(device), 0, 0, "cpu|cuda[:N][,...]",
@@ -73,6 +77,8 @@ static const opt_t k_opts[] = {
      "further users (names or uids, comma-separated) whose clients may attach"},
     {"allow-gid", NULL, OPT_GIDS, F(allow_gid), 0, 0, "LIST",
      "further groups (names or gids, comma-separated): a client in one of them (primary or supplementary) may attach"},
+    {"max-lanes-per-uid", NULL, OPT_U32, F(max_lanes_per_uid), 0, 1024, "N",
+     "shm lanes one user may hold at once (0: all of --lanes when only the server's uid may attach, else half)"},
     {"ring-slots", NULL, OPT_U32, F(ring_slots), 1, 4096, "N", "requests in flight per lane (power of two)"},
     {"arena-mb", NULL, OPT_U32, F(arena_mb), 1, 4096, "MB", "payload arena per lane"},
     {"max-seqs-per-request", NULL, OPT_U32, F(max_seqs_per_request), 1, 1u << 20, "N", "sequences per request"},
@@ -214,8 +220,8 @@ int vr_settings_set(vr_settings_t *s, const char *key, const char *value, char *
       return 0;
     case OPT_SHM:
       if (value[0] && vr_shm_path(value, canon, sizeof canon, why, sizeof why) != 0) {
-        snprintf(err, errlen, "--shm-name '%s': %s. HINT: a plain name such as verl_reward_shm (clients attach "
-                 "through the abstract socket @verl-reward/NAME), or '' to disable shm", value, why);
+        snprintf(err, errlen, "--shm-name '%s': %s. HINT: a plain name such as verl_reward_shm (the socket "
+                 "/run/verl-reward/NAME.sock), a socket path, or '' to disable shm", value, why);
         return VR_ERR_INVAL;
       }
       strcpy(p, value);

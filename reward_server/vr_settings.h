@@ -38,6 +38,8 @@ typedef struct vr_settings {
   vr_truncate_t truncate;
   uint32_t spin_us;
   uint32_t lanes;
+  char shm_socket_dir[96];        /* --shm-socket-dir, "" = the default directory */
+  uint32_t max_lanes_per_uid;     /* 0 = derived from the policy (vr_shm_config_t) */
   uint32_t shm_mode;              /* who may attach (owner / group / other bits) */
   char allow_uid[256];            /* --allow-uid list (vr_settings_ids), "" = none */
   char allow_gid[256];            /* --allow-gid list */

@@ -382,7 +382,7 @@ uint32_t vr_shm_server_inflight(const vr_shm_server_t *s) { return s ? atomic_lo
 
 /* Reclaims lanes of clients that closed or died (by the pid and start time the
  * server recorded at admission, never by what the lane says). */
-static void reclaim_dead(vr_shm_server_t *s) {
+void vr_shm_reclaim_dead(vr_shm_server_t *s) {
   for (uint32_t i = 0; i < s->cfg.n_lanes; i++) {
     srv_lane_t *L = &s->lanes[i];
     if (atomic_load_explicit(&L->state, memory_order_acquire) == LANE_FREE) continue;
@@ -410,7 +410,7 @@ static void *liveness_main(void *arg) {
     if (now >= next) {
       atomic_store_explicit(&s->h->heartbeat_ns, now, memory_order_release);
       if (beat++ % 2 == 0) {
-        reclaim_dead(s);
+        vr_shm_reclaim_dead(s);
         vr_log_limit_flush(&s->quarantine_log); /* the count line once a flood's window ended */
         vr_log_limit_flush(&s->refuse_log);
       }
@@ -486,12 +486,19 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   pthread_mutex_init(&s->state_mu, NULL);
   for (uint32_t k = 0; k < cfg.n_allow_uids; k++) s->allow_uids[s->n_allow_uids++] = cfg.allow_uids[k];
   for (uint32_t k = 0; k < cfg.n_allow_gids; k++) s->allow_gids[s->n_allow_gids++] = cfg.allow_gids[k];
-  rc = vr_shm_path(cfg.name, s->path, sizeof s->path, why, sizeof why);
+  s->lock_fd = -1;
+  rc = vr_shm_resolve(cfg.name, cfg.socket_dir, -1, 1, &s->addr, why, sizeof why);
   if (rc) {
     vr_log(VR_LOG_ERROR, "%s", why);
+    vr_log_limit_free(&s->quarantine_log);
+    vr_log_limit_free(&s->refuse_log);
+    pthread_mutex_destroy(&s->state_mu);
     free(s);
     return rc;
   }
+  s->cfg.socket_dir = NULL; /* resolved into s->addr; the caller's string is not kept */
+  s->lane_cap = cfg.max_lanes_per_uid ? cfg.max_lanes_per_uid
+                : (cfg.mode & 0077u) || cfg.n_allow_uids || cfg.n_allow_gids ? (cfg.n_lanes + 1) / 2 : cfg.n_lanes;
   snprintf(s->name, sizeof s->name, "%s", cfg.name);
   s->cfg.name = s->name;
   s->mask = cfg.ring_slots - 1;
@@ -500,8 +507,7 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   uint64_t total = VR_SHM_LANES_OFFSET + (uint64_t)cfg.n_lanes * lane_bytes;
 
   s->stop_fd = s->listen_fd = s->info_fd = s->hdr_fd = s->bell_fd = -1;
-  rc = vr_shm_bind_name(s, 0, &s->listen_fd);
-  if (rc == 0) rc = vr_shm_bind_name(s, 1, &s->info_fd);
+  rc = vr_shm_bind_name(s);
   if (rc == 0) rc = vr_shm_make_segment(s, total);
   if (rc == 0 && (s->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) {
     vr_log(VR_LOG_ERROR, "eventfd: %s", strerror(errno));
@@ -510,8 +516,9 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   if (rc) {
     if (s->base) munmap(s->base, s->bytes);
     if (s->bell_map) munmap(s->bell_map, 4096);
-    int fds[5] = {s->listen_fd, s->info_fd, s->hdr_fd, s->bell_fd, s->stop_fd};
-    for (int k = 0; k < 5; k++)
+    vr_shm_unbind_name(s);
+    int fds[3] = {s->hdr_fd, s->bell_fd, s->stop_fd};
+    for (int k = 0; k < 3; k++)
       if (fds[k] >= 0) close(fds[k]);
     vr_log_limit_free(&s->quarantine_log);
     vr_log_limit_free(&s->refuse_log);
@@ -577,8 +584,9 @@ int vr_shm_server_create(const vr_shm_config_t *cfg_in, vr_shm_server_t **out) {
   }
   s->live_started = 1;
   vr_log(VR_LOG_INFO, "shm segment /%s created: %u lanes x %llu bytes (arena %llu, %u slots), sealed memfds, "
-         "lanes given out at connect, socket @%s%s, access mode 0%o, epoch %016llx", s->name, cfg.n_lanes, (unsigned long long)lane_bytes, (unsigned long long)cfg.arena_bytes, cfg.ring_slots,
-         VR_SHM_SOCK_PREFIX, s->name, cfg.mode, (unsigned long long)h->epoch);
+         "lanes given out at connect, socket %s, access mode 0%o, at most %u lanes per uid, epoch %016llx", s->name,
+         cfg.n_lanes, (unsigned long long)lane_bytes, (unsigned long long)cfg.arena_bytes, cfg.ring_slots, s->addr.path,
+         cfg.mode, s->lane_cap, (unsigned long long)h->epoch);
   *out = s;
   return 0;
 }
@@ -606,9 +614,7 @@ void vr_shm_server_destroy(vr_shm_server_t *s) {
     pthread_join(s->live_thread, NULL);
   }
   /* the name is free from here on: a new server may bind it while we finish */
-  if (s->listen_fd >= 0) close(s->listen_fd);
-  if (s->info_fd >= 0) close(s->info_fd);
-  s->listen_fd = s->info_fd = -1;
+  vr_shm_unbind_name(s);
   if (s->lanes) {
     /* refuse what is still queued, answer what was handed out */
     vr_shm_server_set_state(s, VR_SHM_DRAINING);

@@ -37,7 +37,9 @@ _Static_assert(VR_SHM_STARTING == VR_SHM_ST_STARTING && VR_SHM_READY == VR_SHM_S
 #define VR_SHM_MAX_ALLOW 32
 
 typedef struct vr_shm_config {
-  const char *name;              /* segment name, without '/' */
+  const char *name;              /* the name (vr_shm_path's forms: NAME, @NAME, or a socket path) */
+  const char *socket_dir;        /* where a plain NAME's socket goes (NULL: the default directory,
+                                    vr_shm_resolve); made 0755 if missing */
   uint32_t n_lanes;              /* default 32 */
   uint32_t mode;                 /* who may attach, as file modes read: 0600 (default) the server's
                                     uid; group bits: also its group; other bits: everyone */
@@ -45,6 +47,9 @@ typedef struct vr_shm_config {
   uint32_t n_allow_uids;
   const uint32_t *allow_gids;    /* further gids (a client's primary or supplementary group) */
   uint32_t n_allow_gids;
+  uint32_t max_lanes_per_uid;    /* lanes one uid may hold at once; 0 (default): n_lanes when only
+                                    the server's uid may attach (mode 0600, no allow lists), else
+                                    half of n_lanes, rounded up */
   uint32_t ring_slots;           /* requests in flight per lane, power of two; default 64 */
   uint64_t arena_bytes;          /* payload arena per lane; default 4 MiB */
   uint32_t max_seq_len;          /* default 8192 */
@@ -71,11 +76,15 @@ typedef struct vr_shm_request {
   uint64_t accepted_ns;          /* vr_now_ns() when the server took it */
 } vr_shm_request_t;
 
-/* Creates the segment as a sealed memfd and listens on name's abstract socket
- * (protocol.h section 3), where a liveness thread hands the memfd to each
- * allowed client. VR_ERR_EXISTS when another process holds the name (logged
- * with its pid and uid); VR_ERR_NOSPACE when the memory cannot be allocated,
- * with a HINT. The segment starts in VR_SHM_STARTING. */
+/* Creates the segment as sealed memfds and listens on the name's socket
+ * (protocol.h section 3: DIR/NAME.sock, a socket path, or the abstract @NAME),
+ * where a liveness thread hands the memfds to each allowed client.
+ * VR_ERR_EXISTS when a live process holds the name (logged with its pid and
+ * uid; a dead server's socket file is replaced); VR_ERR_PERM when the socket
+ * directory is not the server's own or cannot be made; VR_ERR_NOT_FOUND when a
+ * plain NAME has no default directory; VR_ERR_NOSPACE when the memory cannot
+ * be allocated. Each with a HINT in the log. The segment starts in
+ * VR_SHM_STARTING. */
 int vr_shm_server_create(const vr_shm_config_t *cfg, vr_shm_server_t **out);
 
 /* Publishes the state (clients refuse to connect unless READY; DRAINING makes
@@ -108,7 +117,7 @@ uint32_t vr_shm_server_inflight(const vr_shm_server_t *s);
  * wrote. Clients never see other lanes. */
 vr_shm_lane_t *vr_shm_server_lane(vr_shm_server_t *s, uint32_t i);
 
-/* Closes the socket (the name is free again), sets state STOPPED, answers
+/* Closes the socket and removes its files (the name is free again), sets state STOPPED, answers
  * anything not completed with VR_ERR_SHUTTING_DOWN and frees the handle
  * (clients keep their mapping until they detach). NULL is a no-op. */
 void vr_shm_server_destroy(vr_shm_server_t *s);

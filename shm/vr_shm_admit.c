@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -76,6 +78,16 @@ static int memfd_sealed(vr_shm_server_t *s, const char *what, uint64_t bytes, un
   return fd;
 }
 
+/* Lanes held by uid now (given out and not yet freed: active or quarantined). Liveness
+ * thread only: the one writer of L->uid (lane_assign); state is read as a hint, as the
+ * admission's free-lane scan does. */
+static uint32_t lanes_of_uid(const vr_shm_server_t *s, uint32_t uid) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < s->cfg.n_lanes; i++)
+    if (atomic_load(&s->lanes[i].state) != LANE_FREE && s->lanes[i].uid == uid) n++;
+  return n;
+}
+
 /* Sends the hello (and fds) on a freshly accepted socket; never blocks. */
 static int send_hello(int fd, const vr_shm_hello_t *hello, const int *fds, int nfds) {
   union {
@@ -107,6 +119,7 @@ static int lane_assign(vr_shm_server_t *s, uint32_t i, pid_t pid, uint32_t uid) 
   int fd = memfd_sealed(s, "lane", s->lane_bytes, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL, L->sh, &m);
   if (fd < 0) return -1;
   L->pid = (uint32_t)pid;
+  L->uid = uid;
   L->start = vr_proc_start_time(pid);
   L->req_tail = L->resp_head = L->inflight = 0;
   atomic_store(&L->sh->client_start_time, L->start);
@@ -153,7 +166,17 @@ void vr_shm_admit_clients(vr_shm_server_t *s, int lfd, int info) {
                      "or a group mode --shm-mode 0660)", s->name, (int)cr.pid, (unsigned)cr.uid, (unsigned)cr.gid);
     } else if (st != VR_SHM_ST_READY) {
       hello.status = st == VR_SHM_ST_STARTING ? VR_ERR_AGAIN : VR_ERR_SHUTTING_DOWN;
+    } else if (lanes_of_uid(s, (uint32_t)cr.uid) >= s->lane_cap &&
+               (vr_shm_reclaim_dead(s), lanes_of_uid(s, (uint32_t)cr.uid) >= s->lane_cap)) {
+      /* (lanes its clients closed or left by dying count only until reclaimed: now) */
+      hello.status = VR_ERR_NO_LANE;
+      hello.lane_cap = s->lane_cap;
+      vr_log_limited(&s->refuse_log, VR_LOG_WARN,
+                     "refused a lane of /%s to pid %d: uid %u already holds %u lanes, the limit per uid (HINT: "
+                     "--max-lanes-per-uid)", s->name, (int)cr.pid, (unsigned)cr.uid, s->lane_cap);
     } else {
+      int reclaimed = 0;
+    find_lane:
       hello.status = VR_ERR_NO_LANE;
       for (uint32_t i = 0; i < s->cfg.n_lanes && lane == VR_SHM_HELLO_NO_LANE; i++) {
         srv_lane_t *L = &s->lanes[i];
@@ -166,6 +189,11 @@ void vr_shm_admit_clients(vr_shm_server_t *s, int lfd, int info) {
         }
         pthread_mutex_unlock(&L->mu);
         if (hello.status == VR_ERR_NOSPACE) break;
+      }
+      if (lane == VR_SHM_HELLO_NO_LANE && hello.status == VR_ERR_NO_LANE && !reclaimed) {
+        reclaimed = 1; /* closed or dead clients' lanes not yet freed by the beat: free them, look again */
+        vr_shm_reclaim_dead(s);
+        goto find_lane;
       }
       if (lane != VR_SHM_HELLO_NO_LANE) {
         hello.status = 0;
@@ -186,49 +214,170 @@ void vr_shm_admit_clients(vr_shm_server_t *s, int lfd, int info) {
   }
 }
 
-/* Binds and listens on name's abstract socket. The name is taken only while a
- * process holds a socket bound to it (the kernel frees it when that process
- * dies), so there is no stale state to replace and no file to plant. */
-int vr_shm_bind_name(vr_shm_server_t *s, int info, int *out) {
+/* Who holds the socket at sa: the pid and uid of its listener (SO_PEERCRED of a
+ * connection), or -1s when nobody answers. */
+static struct ucred holder(const struct sockaddr_un *sa, unsigned salen) {
+  struct ucred cr = {-1, (uid_t)-1, (gid_t)-1};
+  socklen_t crl = sizeof cr;
+  int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (probe >= 0 && connect(probe, (const struct sockaddr *)sa, salen) == 0)
+    getsockopt(probe, SOL_SOCKET, SO_PEERCRED, &cr, &crl);
+  if (probe >= 0) close(probe);
+  return cr;
+}
+
+/* The socket directory: made 0755 when missing (one level), else it must be a real
+ * directory of our euid that nobody else can write (whoever can write it could replace
+ * our socket: a denial of service; the client's uid check stops impersonation). */
+static int check_dir(const vr_shm_server_t *s) {
+  const char *d = s->addr.dir;
+  if (mkdir(d, 0755) != 0 && errno != EEXIST) {
+    vr_log(VR_LOG_ERROR, "cannot create the socket directory %s for shm name '%s': %s. HINT: %s", d, s->name,
+           strerror(errno), errno == ENOENT ? "create its parent first (only the last level is made)"
+           : "run as root, pass --shm-socket-dir with a directory of this user's, or give a socket path "
+             "(--shm-name /DIR/NAME.sock)");
+    return errno == EACCES || errno == EPERM ? VR_ERR_PERM : VR_ERR_IO;
+  }
+  struct stat st;
+  if (lstat(d, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 0022)) {
+    vr_log(VR_LOG_ERROR, "refusing the socket directory %s for shm name '%s': %s. HINT: give the server a directory "
+           "of its own that only it can write (mode 0755, owner uid %u): remove this one and let the server make "
+           "it, or pass another --shm-socket-dir", d, s->name,
+           lstat(d, &st) != 0 ? strerror(errno) : !S_ISDIR(st.st_mode) ? "not a directory (a symlink?)"
+           : st.st_uid != geteuid() ? "owned by another user" : "writable by group or others", (unsigned)geteuid());
+    return VR_ERR_PERM;
+  }
+  return 0;
+}
+
+/* Takes PATH.lock (flock, held for the server's life): the one way two servers starting
+ * at once agree on who owns the name. On success a socket left at the path is a dead
+ * server's, replaced. The lock file is checked to be the one at the path after locking
+ * (a stopping server unlinks it). */
+static int take_lock(vr_shm_server_t *s) {
+  char lp[VR_SHM_ADDR_MAX + 8];
+  snprintf(lp, sizeof lp, "%s%s", s->addr.path, VR_SHM_SOCK_LOCK_EXT);
+  for (int tries = 0; tries < 100; tries++) {
+    int fd = open(lp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      vr_log(VR_LOG_ERROR, "lock file %s of shm name '%s': %s", lp, s->name, strerror(errno));
+      return VR_ERR_IO;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      int e = errno;
+      char buf[32] = "";
+      ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+      buf[n > 0 ? n : 0] = '\0';
+      close(fd);
+      if (e != EWOULDBLOCK) {
+        vr_log(VR_LOG_ERROR, "flock %s: %s", lp, strerror(e));
+        return VR_ERR_IO;
+      }
+      struct sockaddr_un sa;
+      unsigned salen;
+      vr_shm_sockaddr(&s->addr, 1, &sa, &salen); /* the info socket: asking costs its server no lane */
+      struct ucred cr = holder(&sa, salen);
+      vr_log(VR_LOG_ERROR, "shm name '%s' is taken: a live server (pid %d, uid %d) holds %s. HINT: stop that server, "
+             "or pick another --shm-name", s->name, cr.pid > 0 ? (int)cr.pid : atoi(buf), (int)cr.uid, lp);
+      return VR_ERR_EXISTS;
+    }
+    struct stat a, b;
+    if (fstat(fd, &a) == 0 && stat(lp, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+      char pid[24];
+      int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+      if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n)
+        vr_log(VR_LOG_WARN, "writing our pid into %s: %s", lp, strerror(errno));
+      s->lock_fd = fd;
+      return 0;
+    }
+    close(fd); /* a stopping server unlinked it after we opened it: again */
+  }
+  vr_log(VR_LOG_ERROR, "lock file %s keeps changing under us", lp);
+  return VR_ERR_IO;
+}
+
+/* Binds and listens on one socket of the name (info: its info socket). Path form: the lock
+ * is ours, so whatever sits at the path is a dead server's: replaced; the socket is made
+ * 0666 (anyone may connect: admission is the server's policy, checked per connection). */
+static int bind_one(vr_shm_server_t *s, int info, int *out) {
   struct sockaddr_un sa;
   unsigned salen;
-  char why[256];
-  int rc = vr_shm_sockaddr(s->name, info, &sa, &salen, why, sizeof why);
-  if (rc) {
-    vr_log(VR_LOG_ERROR, "%s", why);
-    return rc;
-  }
-  const char *tail = info ? VR_SHM_SOCK_INFO_SUFFIX : "";
+  vr_shm_sockaddr(&s->addr, info, &sa, &salen);
+  const char *shown = s->addr.abstract ? s->addr.path : sa.sun_path;
+  const char *tail = s->addr.abstract && info ? VR_SHM_SOCK_INFO_SUFFIX : "";
   int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     vr_log(VR_LOG_ERROR, "socket: %s", strerror(errno));
     return VR_ERR_IO;
   }
+  if (!s->addr.abstract) {
+    struct stat st;
+    if (lstat(sa.sun_path, &st) == 0) {
+      if (unlink(sa.sun_path) != 0) {
+        vr_log(VR_LOG_ERROR, "cannot remove %s (left by a dead server?): %s", sa.sun_path, strerror(errno));
+        close(fd);
+        return VR_ERR_IO;
+      }
+      vr_log(VR_LOG_WARN, "replaced %s %s of shm name '%s' (its server is gone: nobody held the lock)",
+             S_ISSOCK(st.st_mode) ? "the stale socket" : "a stray file at", sa.sun_path, s->name);
+    }
+  }
   if (bind(fd, (struct sockaddr *)&sa, salen) != 0) {
     int e = errno;
     close(fd);
     if (e != EADDRINUSE) {
-      vr_log(VR_LOG_ERROR, "bind @%s%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, tail, strerror(e));
-      return VR_ERR_IO;
+      vr_log(VR_LOG_ERROR, "bind %s%s: %s", shown, tail, strerror(e));
+      return e == EACCES ? VR_ERR_PERM : VR_ERR_IO;
     }
-    /* who holds it: its credentials come with a connection */
-    struct ucred cr = {0, (uid_t)-1, (gid_t)-1};
-    socklen_t crl = sizeof cr;
-    int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, salen) == 0)
-      getsockopt(probe, SOL_SOCKET, SO_PEERCRED, &cr, &crl);
-    if (probe >= 0) close(probe);
-    vr_log(VR_LOG_ERROR, "shm name '%s' is taken: pid %d (uid %d) listens on @%s%s%s. HINT: stop that server, or pick "
-           "another --shm-name", s->name, (int)cr.pid, (int)cr.uid, VR_SHM_SOCK_PREFIX, s->name, tail);
+    struct sockaddr_un si;
+    unsigned silen;
+    vr_shm_sockaddr(&s->addr, 1, &si, &silen); /* the info socket: asking costs its server no lane */
+    struct ucred cr = holder(&si, silen);
+    vr_log(VR_LOG_ERROR, "shm name '%s' is taken: pid %d (uid %d) listens on %s%s. HINT: stop that server, or pick "
+           "another --shm-name; an abstract name (@NAME) can be taken by any local user: a socket path or a plain "
+           "name (socket in a directory only the server can write) cannot", s->name, (int)cr.pid, (int)cr.uid, shown,
+           tail);
     return VR_ERR_EXISTS;
   }
+  if (!s->addr.abstract && chmod(sa.sun_path, 0666) != 0) {
+    vr_log(VR_LOG_ERROR, "chmod 0666 %s: %s", sa.sun_path, strerror(errno));
+    close(fd);
+    return VR_ERR_IO;
+  }
   if (listen(fd, 128) != 0) {
-    vr_log(VR_LOG_ERROR, "listen @%s%s%s: %s", VR_SHM_SOCK_PREFIX, s->name, tail, strerror(errno));
+    vr_log(VR_LOG_ERROR, "listen %s%s: %s", shown, tail, strerror(errno));
     close(fd);
     return VR_ERR_IO;
   }
   *out = fd;
   return 0;
+}
+
+int vr_shm_bind_name(vr_shm_server_t *s) {
+  int rc = s->addr.abstract ? 0 : check_dir(s);
+  if (rc == 0 && !s->addr.abstract) rc = take_lock(s);
+  if (rc == 0) rc = bind_one(s, 0, &s->listen_fd);
+  if (rc == 0) rc = bind_one(s, 1, &s->info_fd);
+  if (rc && !s->addr.abstract && s->lock_fd >= 0) vr_shm_unbind_name(s);
+  return rc;
+}
+
+void vr_shm_unbind_name(vr_shm_server_t *s) {
+  /* path form: remove our files while we hold the lock (the lock file last), so no
+   * newcomer ever deletes a live socket; then the name is free */
+  if (!s->addr.abstract && s->lock_fd >= 0) {
+    char p[VR_SHM_ADDR_MAX + 8];
+    if (s->listen_fd >= 0) unlink(s->addr.path);
+    snprintf(p, sizeof p, "%s%s", s->addr.path, VR_SHM_SOCK_INFO_EXT);
+    if (s->info_fd >= 0) unlink(p);
+    snprintf(p, sizeof p, "%s%s", s->addr.path, VR_SHM_SOCK_LOCK_EXT);
+    unlink(p);
+    close(s->lock_fd);
+    s->lock_fd = -1;
+  }
+  if (s->listen_fd >= 0) close(s->listen_fd);
+  if (s->info_fd >= 0) close(s->info_fd);
+  s->listen_fd = s->info_fd = -1;
 }
 
 /* Our view of the segment: one reserved range (total bytes), the header page at

@@ -20,6 +20,7 @@ typedef struct srv_lane {
   _Atomic int state;       /* LANE_*; written under mu, read unlocked as a hint */
   uint32_t gen;            /* authoritative lease generation */
   uint32_t pid;            /* client pid of the current lease (SO_PEERCRED at admission) */
+  uint32_t uid;            /* its uid (SO_PEERCRED), for the per-uid lane cap */
   uint64_t start;          /* that process's start time (/proc, read by the server) */
   uint32_t req_tail;       /* requests consumed */
   uint32_t resp_head;      /* responses published */
@@ -44,7 +45,6 @@ typedef struct rec {
 struct vr_shm_server {
   vr_shm_config_t cfg;
   char name[NAME_MAX + 1];
-  char path[NAME_MAX + 2];
   void *base;
   size_t bytes;
   vr_shm_header_t *h;
@@ -60,7 +60,10 @@ struct vr_shm_server {
   pthread_t live_thread;
   int live_started;
   int stop_fd;             /* eventfd: destroy tells the liveness thread to end */
-  int listen_fd;           /* the rendezvous socket (abstract "\0verl-reward/<name>") */
+  vr_shm_addr_t addr;      /* where the name's sockets are (vr_shm_resolve) */
+  int lock_fd;             /* path form: PATH.lock, flock()ed while we live; else -1 */
+  uint32_t lane_cap;       /* lanes one uid may hold at once (--max-lanes-per-uid, resolved) */
+  int listen_fd;           /* the rendezvous socket (addr.path, or abstract "\0verl-reward/<name>") */
   int hdr_fd;              /* the header page: sealed, and read-only for everyone but us */
   int bell_fd;             /* the doorbell page (word 0: the server doorbell), writable by clients */
   int info_fd;             /* the info socket (\0verl-reward/<name>/info): hello without a lane */
@@ -82,9 +85,18 @@ struct vr_shm_server {
  * client is alive and did not close is quarantined (vr_shm.c). */
 void vr_shm_lane_reset(vr_shm_server_t *s, uint32_t i, int quarantine, int32_t reason, const char *why);
 
-/* vr_shm_admit.c. Binds and listens on name's socket (info: its info socket) into *out:
- * 0, VR_ERR_EXISTS (held by another process: logged with its pid and uid), VR_ERR_IO. */
-int vr_shm_bind_name(vr_shm_server_t *s, int info, int *out);
+/* Frees every lane whose client closed it or died (vr_shm.c; liveness thread). */
+void vr_shm_reclaim_dead(vr_shm_server_t *s);
+
+/* vr_shm_admit.c. Binds and listens on the name's sockets (s->addr) into s->listen_fd and
+ * s->info_fd; the path form first checks (or makes) the directory and takes PATH.lock into
+ * s->lock_fd. 0, VR_ERR_EXISTS (a live server holds the name: logged with its pid and uid),
+ * VR_ERR_PERM (a directory we cannot use, with a HINT), VR_ERR_IO; on error nothing is
+ * left bound. */
+int vr_shm_bind_name(vr_shm_server_t *s);
+/* Removes the path form's files (the lock last, while held) and closes the sockets: the
+ * name is free. Safe to call twice. */
+void vr_shm_unbind_name(vr_shm_server_t *s);
 /* Reserves the server's view of the segment and backs its header page and the doorbell
  * page with sealed memfds (s->base, s->bytes, s->hdr_fd, s->bell_fd, s->bell): 0 or an
  * error (logged). */

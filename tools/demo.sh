@@ -75,7 +75,9 @@ rc=0
 wait "$SERVER_PID" || rc=$?
 SERVER_PID=
 tail -n 3 "$LOG" | sed 's/^[^]]*] /server /'
-if [ "$rc" != 0 ] || grep -q " @verl-reward/$NAME\$" /proc/net/unix; then
+# a clean stop leaves nothing listening and no socket file (/run/verl-reward or /run/user/UID)
+if [ "$rc" != 0 ] || grep -Eq "verl-reward/$NAME(\.sock)?\$" /proc/net/unix ||
+   [ -e "/run/verl-reward/$NAME.sock" ] || [ -e "/run/user/$(id -u)/verl-reward/$NAME.sock" ]; then
   echo "demo: the server did not stop cleanly (exit $rc)" >&2
   exit 1
 fi

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "verl_reward/protocol.h" /* vr_shm_path: the server's rule for a segment name */
+#include "verl_reward/protocol.h" /* vr_shm_path: the server's rule for an shm name */
 #include "vr_log.h"
 #include "vr_text.h"
 #include "vr_yaml.h"
@@ -293,8 +293,8 @@ static void parse_reward(parse_ctx_t *c, const yaml_node_t *key, const yaml_node
       ERR(c, f[WK_SHM].value, "reward.shared_mem_name is %s, not a name. HINT: the server's --shm-name, e.g. "
           "`shared_mem_name: verl_reward_shm`", vr_yaml_kind(f[WK_SHM].value));
     else if (vr_shm_path(s, path, sizeof path, why, sizeof why) || strlen(s) >= sizeof rw->shm_name)
-      ERR(c, f[WK_SHM].value, "reward.shared_mem_name is not a POSIX shared-memory name: %s. HINT: give the "
-          "server's --shm-name as it is, without '/', e.g. verl_reward_shm (at most 254 bytes)",
+      ERR(c, f[WK_SHM].value, "reward.shared_mem_name is not a verl-reward shm name: %s. HINT: give the "
+          "server's --shm-name as it is, e.g. verl_reward_shm, or the socket's path",
           vr_text_clip(why, whys, sizeof whys));
     else
       snprintf(rw->shm_name, sizeof rw->shm_name, "%s", s);

@@ -40,6 +40,9 @@ typedef struct vr_client_options {
   uint32_t spin_us;        /* busy-poll budget before parking on the futex; default 50 */
   int64_t expected_server_uid; /* the uid the server must run as (checked with SO_PEERCRED at
                                   connect); -1 (default): this process's euid */
+  const char *socket_dir;  /* where a plain name's socket is (the server's --shm-socket-dir);
+                              NULL (default): the default directory (docs/protocol.md,
+                              "Where the name resolves"); copied at connect */
 } vr_client_options_t;
 
 /* Fills defaults. */
@@ -80,8 +83,10 @@ typedef struct vr_limits {
   uint32_t n_lanes;
 } vr_limits_t;
 
-/* Attaches to the server named `shm_name` (without a leading '/';
- * "verl_reward_shm" by default when NULL) and leases a lane. Connects to the
+/* Attaches to the server named `shm_name` ("verl_reward_shm" by default when
+ * NULL: a plain name is the socket NAME.sock in opt.socket_dir or the default
+ * directory; a name with a '/' is the socket's path; "@NAME" the abstract
+ * socket) and leases a lane. Connects to the
  * server's socket, refuses a server that does not run as
  * opt.expected_server_uid (default: our own euid), receives its sealed
  * segment and checks magic, version, layout and that the server is alive and

@@ -288,9 +288,12 @@ static inline void vr_doorbell_ring(_Atomic uint32_t *seq, const _Atomic uint32_
  *   - one memfd per lane (lane_bytes), made fresh for each client that is
  *     given the lane: a client maps its own lane and nothing else.
  * Each can neither shrink nor grow, and no seal can be added or removed
- * (VR_SHM_SEALS_LANE). The name is a Unix-domain stream socket in the
- * abstract namespace, "\0verl-reward/<name>" (no file: nothing to plant,
- * nothing left behind by a dead server), plus "\0verl-reward/<name>/info".
+ * (VR_SHM_SEALS_LANE). The name is a Unix-domain stream socket, plus an
+ * info socket beside it (vr_shm_resolve): a plain NAME is DIR/NAME.sock in a
+ * directory only the server can write (default VR_SHM_SOCK_DIR or
+ * /run/user/UID/verl-reward), a name with a '/' is the socket's path, and
+ * "@NAME" the abstract "\0verl-reward/NAME" (any local user can bind that
+ * first). A path socket's server holds flock() on PATH.lock for its life.
  * A client connects, checks the peer's uid (SO_PEERCRED) against its own or
  * an expected uid, and reads one vr_shm_hello_t. The server checks the
  * client's uid/gid (SO_PEERCRED, SO_PEERGROUPS) against its policy and, when
@@ -301,7 +304,11 @@ static inline void vr_doorbell_ring(_Atomic uint32_t *seq, const _Atomic uint32_
  * hello. */
 #define VR_SHM_HELLO_MAGIC 0x32485256u /* "VRH2" read as little-endian bytes */
 #define VR_SHM_SOCK_PREFIX "verl-reward/"
-#define VR_SHM_SOCK_INFO_SUFFIX "/info"
+#define VR_SHM_SOCK_INFO_SUFFIX "/info"  /* abstract form's info socket */
+#define VR_SHM_SOCK_DIR "/run/verl-reward" /* default socket directory (see vr_shm_resolve) */
+#define VR_SHM_SOCK_SUFFIX ".sock"        /* a plain NAME is DIR/NAME.sock */
+#define VR_SHM_SOCK_INFO_EXT ".info"      /* path form: the info socket is PATH.info */
+#define VR_SHM_SOCK_LOCK_EXT ".lock"      /* path form: PATH.lock, flock()ed by the live server */
 #define VR_SHM_HELLO_NO_LANE 0xffffffffu
 #define VR_SHM_BELL_BYTES 4096u
 /* linux/fcntl.h values: F_SEAL_SEAL 1, F_SEAL_SHRINK 2, F_SEAL_GROW 4, F_SEAL_FUTURE_WRITE 16 */
@@ -316,19 +323,40 @@ typedef struct vr_shm_hello {
   uint32_t lane;      /* 12 the lane given, VR_SHM_HELLO_NO_LANE if none */
   uint64_t epoch;     /* 16 the segment's epoch */
   uint32_t state;     /* 24 VR_SHM_ST_* when sent */
-  uint32_t reserved;  /* 28 zero */
+  uint32_t lane_cap;  /* 28 with VR_ERR_NO_LANE: the per-uid lane limit this client's uid reached
+                             (--max-lanes-per-uid); else 0 */
 } vr_shm_hello_t;
 _Static_assert(sizeof(vr_shm_hello_t) == 32, "hello is 32 bytes");
 
-/* "/name" into buf (the form used in messages); VR_ERR_INVAL (with why) for an
- * empty name, one with '/', or one longer than NAME_MAX. */
+/* Validates a name (--shm-name) and copies it into buf: "@NAME" (abstract, no '/'), a
+ * socket path (has a '/', not ending in one, fits a sockaddr_un with ".lock"), or a plain
+ * NAME of at most VR_SHM_NAME_MAX bytes. VR_ERR_INVAL (with why) otherwise. */
+#define VR_SHM_NAME_MAX 64
 int vr_shm_path(const char *name, char *buf, size_t n, char *why, size_t whyn);
 
-/* The socket address of name: abstract "\0verl-reward/<name>" (info: with
- * "/info" appended); *len is the address length to pass to bind/connect. Same
- * errors as vr_shm_path. */
+/* Where a name's socket is. */
+#define VR_SHM_ADDR_MAX 108
+typedef struct vr_shm_addr {
+  int abstract;                /* 1: "@NAME", the abstract socket "\0verl-reward/NAME" */
+  char path[VR_SHM_ADDR_MAX];  /* the socket file (abstract: "@verl-reward/NAME", for messages) */
+  char dir[VR_SHM_ADDR_MAX];   /* its directory ("" when abstract) */
+  char alt[VR_SHM_ADDR_MAX];   /* client: the other default candidate, not picked ("" if none) */
+} vr_shm_addr_t;
+
+/* Resolves name (vr_shm_path's forms) to its socket. A plain NAME is socket_dir/NAME.sock
+ * when socket_dir is given (not NULL or ""), else in the default directory of a server of
+ * uid server_uid (< 0: this process's euid): VR_SHM_SOCK_DIR when that uid is root or owns
+ * it, and /run/user/UID/verl-reward when /run/user/UID exists (uid not 0). for_server: the
+ * first of those; a client: the first holding a socket file in a directory owned by that
+ * uid, else the first holding one, else the first (alt: the other). VR_ERR_INVAL, or VR_ERR_NOT_FOUND when no default directory applies (why has a
+ * HINT). No I/O beyond stat. */
+int vr_shm_resolve(const char *name, const char *socket_dir, int64_t server_uid, int for_server, vr_shm_addr_t *a,
+                   char *why, size_t whyn);
+
+/* The socket address of a resolved name (info: its info socket, ".info" appended to
+ * the path, "/info" to the abstract name); *len is the length to pass to bind/connect. */
 struct sockaddr_un;
-int vr_shm_sockaddr(const char *name, int info, struct sockaddr_un *sa, unsigned *len, char *why, size_t whyn);
+void vr_shm_sockaddr(const vr_shm_addr_t *a, int info, struct sockaddr_un *sa, unsigned *len);
 
 /* Checks a header copy against the size of the header memfd: magic, version,
  * fixed sizes, geometry (lane_bytes and total recomputed, the header page
@@ -355,7 +383,8 @@ typedef struct vr_shm_map {
  * server runs as another uid, or refused this client), VR_ERR_AGAIN (server
  * still starting), VR_ERR_SHUTTING_DOWN, VR_ERR_NO_LANE, VR_ERR_NOSPACE,
  * VR_ERR_BAD_SEGMENT, VR_ERR_IO, VR_ERR_NOMEM. */
-int vr_shm_attach(const char *name, int64_t expected_uid, vr_shm_map_t *out, char *why, size_t whyn);
+int vr_shm_attach(const char *name, const char *socket_dir, int64_t expected_uid, vr_shm_map_t *out, char *why,
+                  size_t whyn);
 void vr_shm_detach(vr_shm_map_t *m);
 
 /* Inode of this process's pid namespace (/proc/self/ns/pid), 0 if unknown. */
@@ -369,6 +398,6 @@ int vr_shm_server_alive(const vr_shm_header_t *live, int64_t stale_ns);
 /* Asks name's info socket for the epoch of the segment served there now (by a
  * server of expected_uid, as vr_shm_attach; no lane is taken): 0 and *epoch
  * when a non-stopped server answers; otherwise an error. */
-int vr_shm_peek_epoch(const char *name, int64_t expected_uid, uint64_t *epoch);
+int vr_shm_peek_epoch(const char *name, const char *socket_dir, int64_t expected_uid, uint64_t *epoch);
 
 #endif /* VERL_REWARD_PROTOCOL_H */

@@ -31,6 +31,7 @@ class ClientOptions(ctypes.Structure):
         ("connect_timeout_us", ctypes.c_int64),
         ("spin_us", ctypes.c_uint32),
         ("expected_server_uid", ctypes.c_int64),
+        ("socket_dir", ctypes.c_char_p),
     ]
 
 

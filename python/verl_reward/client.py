@@ -11,6 +11,7 @@ progress to return, then releases the lane; calls after close() raise.
 """
 
 import ctypes
+import os
 import threading
 
 from . import _lib
@@ -139,7 +140,10 @@ class PendingScore:
 class RewardClient:
     """Client of one verl-reward-server through its shared-memory segment.
 
-    shm_name: the server's --shm-name (without '/'). timeout_s: default wait for
+    shm_name: the server's --shm-name: a plain name (its socket NAME.sock in
+    socket_dir or the default directory, docs/protocol.md), a socket path, or
+    "@NAME" (abstract socket). socket_dir: the server's --shm-socket-dir (None:
+    the default directory). timeout_s: default wait for
     score() and PendingScore.result(). connect_timeout_s: how long the
     constructor waits for the segment to appear / a lane to free up (0: fail at
     once). spin_us: busy-poll budget before sleeping (None: library default).
@@ -151,7 +155,7 @@ class RewardClient:
     ServerGone, NoLane or Timeout; LibraryNotFound when the .so is missing."""
 
     def __init__(self, shm_name="verl_reward_shm", timeout_s=30.0, connect_timeout_s=0.0,
-                 spin_us=None, expected_server_uid=None, tokenizer=None):
+                 spin_us=None, expected_server_uid=None, tokenizer=None, socket_dir=None):
         self._lib = _lib.load_library()
         self._tokenizer = tokenizer
         self._tok_checked = None
@@ -165,6 +169,9 @@ class RewardClient:
             opts.spin_us = int(spin_us)
         if expected_server_uid is not None:
             opts.expected_server_uid = int(expected_server_uid)
+        if socket_dir is not None:
+            self._socket_dir = os.fsencode(socket_dir)  # kept alive: opts points at it
+            opts.socket_dir = self._socket_dir
         self._opts = opts
         self._cond = threading.Condition()
         self._active = 0

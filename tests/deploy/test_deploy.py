@@ -95,6 +95,15 @@ class TestSystemd(unittest.TestCase):
         p = subprocess.run([ANALYZE, "verify", unit], capture_output=True, text=True, timeout=120)
         self.assertIn("Unknown key", p.stdout + p.stderr)
 
+    def test_socket_directory(self):
+        # the default socket directory of a non-root server: systemd makes /run/verl-reward for
+        # the unit's User=, 0755 (trainers of the group must reach the socket); no shm flag in
+        # ExecStart points elsewhere
+        self.assertEqual(self.s[("Service", "RuntimeDirectory")], ["verl-reward"])
+        self.assertEqual(self.s[("Service", "RuntimeDirectoryMode")], ["0755"])
+        flags = flag_values(shlex.split(self.s[("Service", "ExecStart")][0])[1:])
+        self.assertNotIn("shm-socket-dir", flags)
+
     def test_exec_start_as_type_notify(self):
         args = shlex.split(self.s[("Service", "ExecStart")][0])
         flags = flag_values(args[1:])
@@ -165,6 +174,18 @@ class TestKubernetes(unittest.TestCase):
             mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
             self.assertEqual(mounts.get("/dev/shm"), mem[0], f"{c['name']} does not mount the memory emptyDir at /dev/shm")
             self.assertFalse(any(m.get("readOnly") for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm"))
+
+    def test_socket_dir_shared(self):
+        # the shm name is a socket path; its directory's parent is one volume mounted in both
+        # containers (the server makes the last level itself: it refuses a world-writable one)
+        name = flag_values(self.c["reward-server"]["args"])["shm-name"]
+        self.assertTrue(name.startswith("/"), "a socket path, reachable by both containers")
+        parent = os.path.dirname(os.path.dirname(name))
+        vols = {v["name"]: v for v in self.pod["volumes"]}
+        for c in self.c.values():
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+            self.assertIn(parent, mounts, f"{c['name']} does not mount {parent}")
+            self.assertIn("emptyDir", vols[mounts[parent]])
 
     def test_probes_and_shm_name(self):
         s = self.c["reward-server"]

@@ -18,6 +18,7 @@ int main(void) {
   FIELD(vr_client_options_t, connect_timeout_us);
   FIELD(vr_client_options_t, spin_us);
   FIELD(vr_client_options_t, expected_server_uid);
+  FIELD(vr_client_options_t, socket_dir);
   printf("}}, \"vr_batch_t\": {\"size\": %zu, \"fields\": {", sizeof(vr_batch_t));
   first = 1;
   FIELD(vr_batch_t, n_seqs);

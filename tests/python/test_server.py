@@ -292,6 +292,27 @@ class ServerLifecycleTest(unittest.TestCase):
         finally:
             server.stop()
 
+    def test_socket_dir_and_path_names(self):
+        # --shm-socket-dir: clients find the socket with socket_dir=, or by its path as the name
+        vr_testlib.need_client_lib()
+        import tempfile
+        d = tempfile.mkdtemp(prefix="vr_py_sockdir_")  # 0700, ours: the server accepts it
+        name = vr_testlib.unique_shm_name("sockdir")
+        path = os.path.join(d, name + ".sock")
+        server = Server("checksum", shm_name=path)  # the path form (its log goes into d as well)
+        try:
+            with RewardClient(path) as c:
+                self.assertEqual(c.score([[5, 6]]), [checksum_score([5, 6])])
+            with RewardClient(name, socket_dir=d) as c:
+                self.assertEqual(c.score([[7]]), [checksum_score([7])])
+            with self.assertRaises(ConnectFailed) as cm:
+                RewardClient(name)  # not in the default directory
+            self.assertEqual(cm.exception.name, "VR_ERR_NOT_FOUND")
+        finally:
+            server.stop()
+        self.assertFalse(os.path.exists(path), "the socket is removed at a clean stop")
+        os.rmdir(d)
+
     def test_restart_under_the_same_name(self):
         vr_testlib.need_client_lib()
         first = Server("checksum", tag="restart")

@@ -4,6 +4,7 @@ verl-reward-server process that is always killed (tearDown / atexit), with a
 unique shm name and port."""
 
 import atexit
+import fcntl
 import json
 import os
 import signal
@@ -72,12 +73,23 @@ TEST_LANES = 16
 TEST_SEGMENT_ARGS = ("--lanes", str(TEST_LANES), "--arena-mb", "1")
 
 
+def shm_socket_candidates(name):
+    """Where name's rendezvous socket is listed in /proc/net/unix (docs/protocol.md, "Where
+    the name resolves"): "@verl-reward/NAME" for "@NAME", the path for a name with a '/',
+    else NAME.sock in /run/verl-reward or /run/user/UID/verl-reward."""
+    if name.startswith("@"):
+        return ["@verl-reward/" + name[1:]]
+    if "/" in name:
+        return [name]
+    return ["/run/verl-reward/%s.sock" % name, "/run/user/%d/verl-reward/%s.sock" % (os.geteuid(), name)]
+
+
 def shm_name_exists(name):
-    """True while a server listens on name's rendezvous socket (the abstract address
-    "@verl-reward/NAME", listed in /proc/net/unix): the segment has no file."""
-    want = "@verl-reward/" + name
+    """True while a server listens on name's rendezvous socket (listed in /proc/net/unix);
+    the segment itself has no file."""
+    want = set(shm_socket_candidates(name))
     with open("/proc/net/unix") as f:
-        return any(line.split()[-1] == want for line in f if len(line.split()) >= 8)
+        return any(line.split()[-1] in want for line in f if len(line.split()) >= 8)
 
 
 def with_test_segment(args):
@@ -172,6 +184,25 @@ class Server:
                 self.kill()
         if not self.log.closed:
             self.log.close()
+        if self.proc.poll() is not None and not self.shm_name.startswith("@"):
+            # what a killed server left behind (a clean stop removes it itself); not while
+            # another server (a restart under the same name) holds the lock
+            for p in shm_socket_candidates(self.shm_name):
+                try:
+                    fd = os.open(p + ".lock", os.O_RDWR)
+                except OSError:
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    for ext in ("", ".info", ".lock"):
+                        try:
+                            os.unlink(p + ext)
+                        except OSError:
+                            pass
+                except OSError:
+                    pass
+                finally:
+                    os.close(fd)
         if self in _live:
             _live.remove(self)
         try:

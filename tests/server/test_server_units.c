@@ -532,7 +532,12 @@ static void test_settings(void **state) {
       {"dtype", "auto", 0, "auto"},
       {"dtype", "float16", VR_ERR_INVAL, "no backend computes in f16"},
       {"dtype", "int8", VR_ERR_INVAL, "--dtype 'int8'"},
-      {"shm-name", "/foo", VR_ERR_INVAL, "must not contain '/'"},
+      {"shm-name", "/run/x/foo.sock", 0, "/run/x/foo.sock"}, /* a socket path */
+      {"shm-name", "@foo", 0, "@foo"},                       /* the abstract form */
+      {"shm-name", "@fo/o", VR_ERR_INVAL, "must not contain '/'"},
+      {"shm-name", "/run/x/", VR_ERR_INVAL, "names a directory"},
+      {"shm-name", "this_plain_name_is_longer_than_sixty_four_bytes_which_is_the_limit_x", VR_ERR_INVAL,
+       "at most 64 bytes"},
       {"shm-name", "", 0, ""},
       {"shm-name", "ok_name", 0, "ok_name"},
       {"cpu-gemm", "generic", 0, "generic"},

@@ -33,10 +33,15 @@ static void cleanup(void) {
       waitpid(g_pids[i], NULL, 0);
       g_pids[i] = 0;
     }
-  for (int i = 0; i < g_n_names; i++) {
-    char p[80];
-    snprintf(p, sizeof p, "/%.64s", g_names[i]);
-    shm_unlink(p);
+  for (int i = 0; i < g_n_names; i++) { /* what a killed server left behind */
+    vr_shm_addr_t a;
+    char why[256], p[VR_SHM_ADDR_MAX + 8];
+    if (vr_shm_resolve(g_names[i], NULL, -1, 1, &a, why, sizeof why) != 0 || a.abstract) continue;
+    const char *ext[3] = {"", VR_SHM_SOCK_INFO_EXT, VR_SHM_SOCK_LOCK_EXT};
+    for (int k = 0; k < 3; k++) {
+      snprintf(p, sizeof p, "%s%s", a.path, ext[k]);
+      unlink(p);
+    }
   }
 }
 
@@ -248,7 +253,9 @@ int tu_receive_fds(const char *name, int fds[3]) {
   struct sockaddr_un sa;
   unsigned len;
   char why[256];
-  if (vr_shm_sockaddr(name, 0, &sa, &len, why, sizeof why) != 0) return -1;
+  vr_shm_addr_t a;
+  if (vr_shm_resolve(name, NULL, -1, 0, &a, why, sizeof why) != 0) return -1;
+  vr_shm_sockaddr(&a, 0, &sa, &len);
   int sk = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (sk < 0 || connect(sk, (struct sockaddr *)&sa, len) != 0) {
     if (sk >= 0) close(sk);

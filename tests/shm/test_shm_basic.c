@@ -189,15 +189,20 @@ static void test_not_found(void **state) {
   assert_int_equal(vr_client_connect("vrt_does_not_exist_here", &o, &c), VR_ERR_NOT_FOUND);
   assert_null(c);
   assert_true(strstr(vr_client_last_error(), "vrt_does_not_exist_here") != NULL);
-  assert_int_equal(vr_client_connect("bad/name", &o, &c), VR_ERR_INVAL);
+  assert_int_equal(vr_client_connect("@bad/name", &o, &c), VR_ERR_INVAL);
+  assert_int_equal(vr_client_connect("a/dir/", &o, &c), VR_ERR_INVAL);
 }
 
-/* 1 when a socket is bound to name's abstract address (/proc/net/unix lists it as "@verl-reward/NAME"). */
+/* 1 when a socket is bound to name's address: /proc/net/unix lists the path of a plain
+ * name's socket (DIR/NAME.sock) or "@verl-reward/NAME" for an abstract one ("@NAME"). */
 static int name_bound(const char *name) {
+  vr_shm_addr_t a;
+  char why[256];
+  assert_int_equal(vr_shm_resolve(name, NULL, -1, 1, &a, why, sizeof why), 0);
   FILE *f = fopen("/proc/net/unix", "r");
   assert_non_null(f);
-  char line[512], want[128];
-  snprintf(want, sizeof want, " @%s%s\n", VR_SHM_SOCK_PREFIX, name);
+  char line[512], want[VR_SHM_ADDR_MAX + 4];
+  snprintf(want, sizeof want, " %s\n", a.path);
   int found = 0;
   while (fgets(line, sizeof line, f))
     if (strlen(line) >= strlen(want) && !strcmp(line + strlen(line) - strlen(want), want)) found = 1;
@@ -219,14 +224,28 @@ static void test_name_taken_killed_and_junk(void **state) {
   vr_shm_server_t *srv = NULL;
   assert_int_equal(vr_shm_server_create(&cfg, &srv), VR_ERR_EXISTS);
   assert_null(srv);
-  /* killed: nothing stays behind (no file; the kernel frees the socket name), a client
-   * finds nobody, and the next server takes the name at once */
+  /* killed: its socket file stays, but nobody listens there: a client finds nobody, and
+   * the next server (it gets the lock file nobody holds) replaces the stale socket */
   tu_server_stop(&s, SIGKILL);
   assert_false(name_bound(name));
+  vr_shm_addr_t a;
+  char why[256];
+  assert_int_equal(vr_shm_resolve(name, NULL, -1, 1, &a, why, sizeof why), 0);
+  struct stat st;
+  assert_int_equal(lstat(a.path, &st), 0);
+  assert_true(S_ISSOCK(st.st_mode));
   vr_client_t *c = NULL;
   vr_client_options_t o;
   vr_client_options_init(&o);
   assert_int_equal(vr_client_connect(name, &o, &c), VR_ERR_NOT_FOUND);
+  assert_non_null(strstr(vr_client_last_error(), "nobody listens"));
+  /* a stray regular file at the info socket's path is replaced as well */
+  char info[VR_SHM_ADDR_MAX + 8];
+  snprintf(info, sizeof info, "%s%s", a.path, VR_SHM_SOCK_INFO_EXT);
+  assert_int_equal(unlink(info), 0);
+  int jf = open(info, O_CREAT | O_EXCL | O_WRONLY, 0644);
+  assert_true(jf >= 0);
+  close(jf);
   /* a junk file planted where v1 kept its segment, owned by another uid when we are root
    * (issue 18 case 4: it used to keep the real server from starting) */
   int fd = shm_open(path, O_CREAT | O_EXCL | O_RDWR, 0666);
@@ -255,7 +274,24 @@ static void test_name_taken_killed_and_junk(void **state) {
   vr_client_close(c);
   vr_shm_server_destroy(srv);
   assert_false(name_bound(name));
+  /* a clean stop leaves no file behind (socket, info socket, lock) */
+  assert_int_not_equal(lstat(a.path, &st), 0);
+  assert_int_not_equal(lstat(info, &st), 0);
+  char lock[VR_SHM_ADDR_MAX + 8];
+  snprintf(lock, sizeof lock, "%s%s", a.path, VR_SHM_SOCK_LOCK_EXT);
+  assert_int_not_equal(lstat(lock, &st), 0);
   shm_unlink(path);
+  /* the abstract form, "@NAME", still works (and is listed as @verl-reward/NAME) */
+  char at[72];
+  snprintf(at, sizeof at, "@%s", name);
+  tu_shm_config(&cfg, at, 2, 65536);
+  assert_int_equal(vr_shm_server_create(&cfg, &srv), 0);
+  assert_true(name_bound(at));
+  vr_shm_server_set_state(srv, VR_SHM_READY);
+  assert_int_equal(tu_connect(at, 0, &c), 0);
+  vr_client_close(c);
+  vr_shm_server_destroy(srv);
+  assert_false(name_bound(at));
 }
 
 /* A lane that cannot be allocated (each client's lane is a memfd made at connect) is a

@@ -44,7 +44,7 @@ typedef struct hostile {
 static int grab_lane(hostile_t *H, const char *name) {
   char why[256];
   uint64_t t0 = vr_now_ns();
-  while (vr_shm_attach(name, -1, &H->m, why, sizeof why) != 0) {
+  while (vr_shm_attach(name, NULL, -1, &H->m, why, sizeof why) != 0) {
     if (vr_now_ns() - t0 > TU_HANG_GUARD_NS) return -1;
     usleep(2000);
   }

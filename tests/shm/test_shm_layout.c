@@ -111,7 +111,7 @@ static void test_segment_bytes(void **state) {
   assert_int_equal(vr_client_connect(name, &o, &c), 0);
   vr_shm_map_t m; /* the header as a client receives it (read-only); this attach takes lane 1 */
   char why[256];
-  assert_int_equal(vr_shm_attach(name, -1, &m, why, sizeof why), 0);
+  assert_int_equal(vr_shm_attach(name, NULL, -1, &m, why, sizeof why), 0);
   assert_int_equal(m.lane_idx, 1);
   uint8_t *p = m.base;
   assert_memory_equal(p, "VRRSHMV1", 8);

@@ -232,7 +232,7 @@ static void test_lanes_private(void **state) {
     if (kid == 0) {
       vr_shm_map_t m;
       char why[256];
-      if (vr_shm_attach(name, -1, &m, why, sizeof why) != 0) _exit(40);
+      if (vr_shm_attach(name, NULL, -1, &m, why, sizeof why) != 0) _exit(40);
       if (holds_mark(m.lane, m.hdr.lane_bytes)) _exit(41);
       if (atomic_load(&m.lane->cli_waiters) != 0) _exit(42);
       _exit(0); /* dies holding the lane: reclaimed by pid */

@@ -132,6 +132,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(a, "--log-burst")) cfg.log_burst = (uint32_t)num(v);
     else if (!strcmp(a, "--log-window-s")) cfg.log_window_ns = num(v) * 1000000000ull;
     else if (!strcmp(a, "--mode")) cfg.mode = (uint32_t)strtoul(v, NULL, 8);
+    else if (!strcmp(a, "--max-lanes-per-uid")) cfg.max_lanes_per_uid = (uint32_t)num(v);
+    else if (!strcmp(a, "--socket-dir")) cfg.socket_dir = v;
     else if (!strcmp(a, "--allow-uid") && n_uids < 8) uids[n_uids++] = (uint32_t)num(v);
     else if (!strcmp(a, "--allow-gid") && n_gids < 8) gids[n_gids++] = (uint32_t)num(v);
     else if (!strcmp(a, "--delay-us")) g_delay_us = (uint32_t)num(v);

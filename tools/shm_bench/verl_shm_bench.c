@@ -9,8 +9,10 @@
  * 2. the same payload over a Unix-domain stream socket to an echo/score
  *    process (the kernel-IPC baseline);
  * 3. aggregated sequences/s with 1..K client processes, each keeping 4
- *    batches of 64 sequences x 64 tokens in flight (default spin budgets).
- * JSON keys: spin_rtt_us, park_rtt_us, uds_rtt_us ({p50,p99,p999}), seq_per_s
+ *    batches of 64 sequences x 64 tokens in flight (default spin budgets);
+ * 4. the time of one vr_client_connect (handshake, lane memfd, checks, maps),
+ *    samples/1000 rounds (at least 2) of 8 connects into 8 free lanes.
+ * JSON keys: spin_rtt_us, park_rtt_us, uds_rtt_us, connect_us ({p50,p99,p999}), seq_per_s
  * ({"1": .., "2": ..}), plus the parameters. Numbers only; no pass/fail. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -112,6 +114,36 @@ static pct_t percentiles(uint64_t *ns, int n) {
   p.p99 = (double)ns[(int)((double)n * 0.99)] / 1e3;
   p.p999 = (double)ns[(int)((double)n * 0.999)] / 1e3;
   return p;
+}
+
+/* Connect cost: rounds of 8 connects (timed one by one: the handshake, a fresh sealed lane
+ * memfd, the checks and maps) into the server's 8 lanes, closed, then a pause of 250 ms so
+ * that the server has freed them (its liveness beat) before the next round. */
+static int connect_time(const char *name, int rounds, pct_t *out) {
+  pid_t srv = start_server(name, 50);
+  vr_client_t *c;
+  if (connect_client(name, 50, &c)) { /* waits for the server to come up */
+    stop_pid(srv);
+    return 1;
+  }
+  vr_client_close(c);
+  uint64_t *ns = calloc((size_t)rounds * 8, sizeof *ns);
+  int n = 0, rc = 0;
+  for (int r = 0; r < rounds && !rc; r++) {
+    struct timespec pause = {0, 250000000};
+    nanosleep(&pause, NULL);
+    vr_client_t *cs[8] = {0};
+    for (int k = 0; k < 8 && !rc; k++) {
+      uint64_t t0 = vr_now_ns();
+      rc = connect_client(name, 50, &cs[k]);
+      ns[n++] = vr_now_ns() - t0;
+    }
+    for (int k = 0; k < 8; k++) vr_client_close(cs[k]);
+  }
+  stop_pid(srv);
+  if (!rc) *out = percentiles(ns, n);
+  free(ns);
+  return rc;
 }
 
 static void fill_tokens(int32_t *ids, int n, uint32_t seed) {
@@ -313,6 +345,11 @@ int main(int argc, char **argv) {
   printf("shm park RTT us: p50 %.2f  p99 %.2f  p99.9 %.2f\n", park.p50, park.p99, park.p999);
   if (uds_rtt(samples, &uds)) return 1;
   printf("uds RTT us:      p50 %.2f  p99 %.2f  p99.9 %.2f\n", uds.p50, uds.p99, uds.p999);
+  pct_t conn;
+  int rounds = samples / 1000 < 2 ? 2 : samples / 1000;
+  if (connect_time(name, rounds, &conn)) return 1;
+  printf("shm connect us:  p50 %.2f  p99 %.2f  p99.9 %.2f (%d connects)\n", conn.p50, conn.p99, conn.p999,
+         rounds * 8);
   double tp[17];
   for (int k = 1; k <= max_clients; k++) {
     tp[k] = throughput(name, k, seconds);
@@ -328,6 +365,8 @@ int main(int argc, char **argv) {
     fprintf(f, "{\n  \"spin_rtt_us\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f},\n", spin.p50, spin.p99, spin.p999);
     fprintf(f, "  \"park_rtt_us\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f},\n", park.p50, park.p99, park.p999);
     fprintf(f, "  \"uds_rtt_us\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f},\n", uds.p50, uds.p99, uds.p999);
+    fprintf(f, "  \"connect_us\": {\"p50\": %.3f, \"p99\": %.3f, \"p999\": %.3f, \"n\": %d},\n", conn.p50, conn.p99,
+            conn.p999, rounds * 8);
     fprintf(f, "  \"seq_per_s\": {");
     for (int k = 1; k <= max_clients; k++) fprintf(f, "%s\"%d\": %.0f", k > 1 ? ", " : "", k, tp[k]);
     fprintf(f, "},\n  \"samples\": %d, \"seq_tokens\": %d, \"batch_seqs\": %d, \"in_flight\": %d, \"seconds\": %.1f,\n",
