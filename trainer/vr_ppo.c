@@ -110,7 +110,7 @@ static void rows_pass(vr_world_t *w, vr_ctl_t *c, vr_group_id_t g, uint32_t cmd,
                    (size_t)T * sizeof *out);
 }
 
-/* An update over group g: the members' stats added up. */
+/* An update over group g: the logged metrics from the members' stats. */
 static void update_pass(vr_world_t *w, vr_ctl_t *c, vr_group_id_t g, uint32_t cmd, const void *pk, size_t pkb,
                         double *st) {
   vr_ctl_reply_t rep[MAXR];
@@ -120,12 +120,7 @@ static void update_pass(vr_world_t *w, vr_ctl_t *c, vr_group_id_t g, uint32_t cm
   int n = vr_ctl_dispatch(c, g, VR_DISPATCH_ONE_TO_ALL, cmd, arg, pk, pkb, 1, buf, sizeof buf, &got, rep, MAXR);
   expect_ok(w, vr_rlc_names[cmd], rep, n);
   if (got != (size_t)n * VR_ST_COUNT * sizeof(double)) vr_world_abort(w, 1, "%s: malformed replies", vr_rlc_names[cmd]);
-  memset(st, 0, VR_ST_COUNT * sizeof *st);
-  for (int k = 0; k < n; k++)
-    for (int i = 0; i < VR_ST_COUNT; i++) st[i] += buf[k * VR_ST_COUNT + i];
-  /* every member applies the same all-reduced step: the norm is one member's */
-  st[VR_ST_GRAD_NORM] = buf[VR_ST_GRAD_NORM];
-  st[VR_ST_UPDATES] = buf[VR_ST_UPDATES];
+  vr_rls_reduce(buf, n, st); /* verl's values (vr_rlstats.h) */
 }
 
 static void sync_weights(vr_world_t *w, vr_ctl_t *c) {
@@ -395,11 +390,10 @@ static void step(run_t *R, int64_t gstep) {
     NEED(pk = vr_rlw_pack(&b, VR_RLW_VALUES | VR_RLW_RETURNS, &up, &pkb));
     update_pass(w, c, VR_GROUP_CRITIC, VR_RLC_UPDATE_CRITIC, pk, pkb, st);
     free(pk);
-    const double nu = st[VR_ST_UPDATES] > 0 ? st[VR_ST_UPDATES] : 1, ntk = st[VR_ST_TOKENS] > 0 ? st[VR_ST_TOKENS] : 1;
-    vr_tm_set(&R->tm, "critic/vf_loss", st[VR_ST_VF_LOSS] / nu);
-    vr_tm_set(&R->tm, "critic/vf_clipfrac", st[VR_ST_VF_CLIPFRAC] / ntk);
-    vr_tm_set(&R->tm, "critic/vpred_mean", st[VR_ST_VPRED] / ntk);
-    vr_tm_set(&R->tm, "critic/grad_norm", st[VR_ST_GRAD_NORM] / nu);
+    vr_tm_set(&R->tm, "critic/vf_loss", st[VR_ST_VF_LOSS]);
+    vr_tm_set(&R->tm, "critic/vf_clipfrac", st[VR_ST_VF_CLIPFRAC]);
+    vr_tm_set(&R->tm, "critic/vpred_mean", st[VR_ST_VPRED]);
+    vr_tm_set(&R->tm, "critic/grad_norm", st[VR_ST_GRAD_NORM]);
     vr_tm_set(&R->tm, "critic/lr", rl->critic.lr);
     vr_tm_time(&R->tm, "update_critic", mono_s() - t0);
   }
@@ -420,17 +414,16 @@ static void step(run_t *R, int64_t gstep) {
     NEED(pk = vr_rlw_pack(&b, VR_RLW_OLD | VR_RLW_ADV | (rl->use_kl_loss ? VR_RLW_REF : 0), &up, &pkb));
     update_pass(w, c, VR_GROUP_ACTOR, VR_RLC_UPDATE_ACTOR, pk, pkb, st);
     free(pk);
-    const double nu = st[VR_ST_UPDATES] > 0 ? st[VR_ST_UPDATES] : 1, ntk = st[VR_ST_TOKENS] > 0 ? st[VR_ST_TOKENS] : 1;
-    vr_tm_set(&R->tm, "actor/pg_loss", st[VR_ST_PG_LOSS] / nu);
-    vr_tm_set(&R->tm, "actor/pg_clipfrac", st[VR_ST_CLIPFRAC] / ntk);
-    vr_tm_set(&R->tm, "actor/ppo_kl", st[VR_ST_PPO_KL] / ntk);
-    vr_tm_set(&R->tm, "actor/pg_clipfrac_lower", st[VR_ST_CLIPFRAC_LOWER] / ntk);
-    vr_tm_set(&R->tm, "actor/entropy", st[VR_ST_ENTROPY] / nu);
+    vr_tm_set(&R->tm, "actor/pg_loss", st[VR_ST_PG_LOSS]);
+    vr_tm_set(&R->tm, "actor/pg_clipfrac", st[VR_ST_CLIPFRAC]);
+    vr_tm_set(&R->tm, "actor/ppo_kl", st[VR_ST_PPO_KL]);
+    vr_tm_set(&R->tm, "actor/pg_clipfrac_lower", st[VR_ST_CLIPFRAC_LOWER]);
+    vr_tm_set(&R->tm, "actor/entropy", st[VR_ST_ENTROPY]);
     if (rl->use_kl_loss) {
-      vr_tm_set(&R->tm, "actor/kl_loss", st[VR_ST_KL_LOSS] / nu);
+      vr_tm_set(&R->tm, "actor/kl_loss", st[VR_ST_KL_LOSS]);
       vr_tm_set(&R->tm, "actor/kl_coef", rl->kl_loss_coef);
     }
-    vr_tm_set(&R->tm, "actor/grad_norm", st[VR_ST_GRAD_NORM] / nu);
+    vr_tm_set(&R->tm, "actor/grad_norm", st[VR_ST_GRAD_NORM]);
     vr_tm_set(&R->tm, "actor/lr", rl->actor.lr);
     vr_tm_time(&R->tm, "update_actor", mono_s() - t0);
     t0 = mono_s();
