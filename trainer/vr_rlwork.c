@@ -8,6 +8,8 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "verl_reward/status.h"
 #include "vr_algo.h"
@@ -30,9 +32,11 @@ typedef struct role_engine {
   vr_lm_t *lm;                /* the checkpoint's handle; its buffer is the snapshot a save writes */
   vr_train_t *t;
   vr_train_group_ref_t ref;
-  pthread_t writer;           /* async_save: the model file write in flight */
+  pthread_t writer;           /* async_save: this rank's checkpoint write in flight */
   int writing, write_rc;
-  char write_dir[2048];
+  int rank, hold;             /* group rank (0 writes the model); hold: tests, wait for .release */
+  vr_train_optsnap_t opt;     /* the optimizer snapshot being written */
+  char write_dir[2048], opt_path[2100];
 } role_engine_t;
 
 struct vr_rlworker {
@@ -134,23 +138,32 @@ static int join_writer(role_engine_t *e) {
   return e->write_rc;
 }
 
-/* The model files, then the marker (MODEL_DONE) the controller's finish waits for. */
-#define MODEL_DONE ".model_complete"
-static int write_model(role_engine_t *e) {
-  int rc = vr_lm_save(e->lm, e->write_dir);
+/* This rank's part of a checkpoint from the snapshots (rank 0: the model files from e->lm), the
+ * optimizer file, then the marker .rank_K_complete the controller's finish waits for (it renames
+ * nothing before every rank's marker is there). Runs on the writer thread with async_save. */
+static int write_part(role_engine_t *e) {
+  char p[2200];
+  snprintf(p, sizeof p, "%s/.release", e->write_dir);
+  while (e->hold && access(p, F_OK) != 0) { /* tests (--hold-save): a save still in progress */
+    struct timespec ts = {0, 5000000L};
+    nanosleep(&ts, NULL);
+  }
+  if (e->hold) unlink(p);
+  int rc = e->rank == 0 ? vr_lm_save(e->lm, e->write_dir) : 0;
+  if (rc == 0) rc = vr_train_optimizer_write(&e->opt, e->opt_path);
+  vr_train_optimizer_snap_free(&e->opt);
   if (rc == 0) {
-    char p[2100];
-    snprintf(p, sizeof p, "%s/" MODEL_DONE, e->write_dir);
+    snprintf(p, sizeof p, "%s/.rank_%d_complete", e->write_dir, e->rank);
     FILE *f = fopen(p, "w");
     rc = f && fclose(f) == 0 ? 0 : VR_ERR_IO;
   }
-  if (rc != 0) fprintf(stderr, "verl-trainer: writing the checkpoint's model into %s failed\n", e->write_dir);
+  if (rc != 0) fprintf(stderr, "verl-trainer: writing the checkpoint's files into %s failed\n", e->write_dir);
   return rc;
 }
 
 static void *writer_main(void *arg) {
   role_engine_t *e = arg;
-  e->write_rc = write_model(e);
+  e->write_rc = write_part(e);
   return NULL;
 }
 
@@ -427,24 +440,25 @@ static int do_update(vr_rlworker_t *wk, role_engine_t *e, vr_group_t *g, int cri
   return rc;
 }
 
-/* Group rank 0 writes the model (async: on its writer thread from a snapshot in e->lm), every rank
- * its optimizer shard. The previous write is joined first (its status reported now). */
-static int save_engine(role_engine_t *e, vr_group_t *g, const char *dir, const char *sub, int async) {
-  char path[2048];
-  snprintf(path, sizeof path, "%s/%s", dir, sub);
+/* Group rank 0 writes the model, every rank its optimizer shard: both snapshotted into host memory
+ * here (parameters into e->lm, moments into e->opt), then written by write_part, on the writer
+ * thread with async (the step goes on at once) or here. The previous write is joined first (its
+ * status reported now). */
+static int save_engine(role_engine_t *e, vr_group_t *g, const char *dir, const char *sub, int async, int hold) {
   int rc = join_writer(e);
   e->write_rc = 0;
-  if (rc == 0 && vr_group_rank(g) == 0) {
-    rc = vr_train_get_params(e->t, vr_lm_params(e->lm), vr_lm_n_floats(e->lm));
-    snprintf(e->write_dir, sizeof e->write_dir, "%s", path);
-    if (rc == 0 && async && pthread_create(&e->writer, NULL, writer_main, e) == 0) e->writing = 1;
-    else if (rc == 0) rc = write_model(e);
-  } else if (rc == 0 && mkdir(path, 0755) != 0 && errno != EEXIST) {
-    rc = VR_ERR_IO;
+  e->rank = vr_group_rank(g), e->hold = hold;
+  snprintf(e->write_dir, sizeof e->write_dir, "%s/%s", dir, sub);
+  snprintf(e->opt_path, sizeof e->opt_path, "%s/optim_rank_%d.bin", e->write_dir, e->rank);
+  if (rc == 0 && mkdir(e->write_dir, 0755) != 0 && errno != EEXIST) rc = VR_ERR_IO;
+  if (rc == 0 && e->rank == 0) rc = vr_train_get_params(e->t, vr_lm_params(e->lm), vr_lm_n_floats(e->lm));
+  if (rc == 0) rc = vr_train_optimizer_snapshot(e->t, &e->opt);
+  if (rc != 0) return rc;
+  if (async && pthread_create(&e->writer, NULL, writer_main, e) == 0) {
+    e->writing = 1;
+    return 0;
   }
-  snprintf(path, sizeof path, "%s/%s/optim_rank_%d.bin", dir, sub, vr_group_rank(g));
-  if (rc == 0) rc = vr_train_save_optimizer(e->t, path);
-  return rc;
+  return write_part(e);
 }
 
 static int load_engine(role_engine_t *e, vr_group_t *g, const char *dir, const char *sub, vr_lm_head_t head) {
@@ -519,7 +533,8 @@ int vr_rlworker_loop(vr_rlworker_t *wk, vr_ctl_t *c) {
           const int crit = m.group == VR_GROUP_CRITIC;
           role_engine_t *e = crit ? &wk->critic : &wk->actor;
           if (!e->t) rc = VR_ERR_INVAL;
-          else if (m.cmd == VR_RLC_SAVE) rc = save_engine(e, g, dir, crit ? "critic" : "actor", m.arg[0] != 0);
+          else if (m.cmd == VR_RLC_SAVE)
+            rc = save_engine(e, g, dir, crit ? "critic" : "actor", m.arg[0] != 0, m.arg[1] != 0);
           else rc = load_engine(e, g, dir, crit ? "critic" : "actor", crit ? VR_LM_HEAD_VALUE : VR_LM_HEAD_LM);
           break;
         }
