@@ -61,6 +61,7 @@
 typedef struct vr_targs {
   const char *config, *device_map, *topology, *mpirun, *run_dir, *metrics, *fault;
   long crash_in_save; /* tests: --crash-in-save N (the controller _exit(9)s inside step N's save) */
+  long hold_save;     /* tests: --hold-save N (step N's checkpoint files wait for .release files) */
   int gpus;          /* -1: not given */
   int check, comm_check, strict_topology, steps;
   double timeout_s;  /* 0: from the config */
@@ -93,7 +94,7 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
   a->argc = argc;
   a->argv = argv;
   enum { O_CHECK = 256, O_COMM_CHECK, O_STRICT, O_GPUS, O_TOPO, O_STEPS, O_TIMEOUT, O_MPIRUN, O_RUNDIR, O_METRICS,
-         O_FAULT, O_VERSION, O_CRASH };
+         O_FAULT, O_VERSION, O_CRASH, O_HOLD };
   static const struct option lo[] = {{"config", required_argument, 0, 'c'},
                                      {"device-map", required_argument, 0, 'd'},
                                      {"check", no_argument, 0, O_CHECK},
@@ -108,6 +109,7 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
                                      {"metrics", required_argument, 0, O_METRICS},
                                      {"inject-fault", required_argument, 0, O_FAULT},
                                      {"crash-in-save", required_argument, 0, O_CRASH},
+                                     {"hold-save", required_argument, 0, O_HOLD},
                                      {"version", no_argument, 0, O_VERSION},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
@@ -141,6 +143,10 @@ static int parse_args(int argc, char **argv, vr_targs_t *a) {
       case O_CRASH:
         if (vr_cli_parse_u64("verl-trainer", "--crash-in-save", optarg, 1, 100000000, &v)) return 2;
         a->crash_in_save = (long)v;
+        break;
+      case O_HOLD:
+        if (vr_cli_parse_u64("verl-trainer", "--hold-save", optarg, 1, 100000000, &v)) return 2;
+        a->hold_save = (long)v;
         break;
       case O_VERSION: {
         char rt[64];
@@ -771,7 +777,7 @@ static int run_rl(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const vr_
       FILE *pf = fopen(path, "w");
       if (pf) fprintf(pf, "%d\n", (int)getpid()), fclose(pf);
     }
-    vr_ppo_args_t pa = {a->metrics, a->steps, &g_stop, a->crash_in_save};
+    vr_ppo_args_t pa = {a->metrics, a->steps, &g_stop, a->crash_in_save, a->hold_save};
     rc = vr_ppo_run(w, c, cfg, &pa);
     vr_ctl_stop(c);
   } else {

@@ -82,8 +82,14 @@ int vr_ckpt_begin(vr_ckpt_t *c, int64_t step, char *dir, size_t cap) {
   return 0;
 }
 
-void vr_ckpt_expect(vr_ckpt_t *c, const char *rel) {
-  if (c->n_markers < 4) snprintf(c->markers[c->n_markers++], sizeof c->markers[0], "%.1100s/%.150s", c->tmp, rel);
+int vr_ckpt_expect(vr_ckpt_t *c, const char *rel) {
+  if (c->n_markers >= VR_CKPT_MAX_MARKERS || strlen(rel) >= sizeof c->markers[0]) {
+    fprintf(stderr, "verl-trainer: checkpoint %s: cannot wait for %s (%d markers at most, names < %zu bytes)\n",
+            c->final, rel, VR_CKPT_MAX_MARKERS, sizeof c->markers[0]);
+    return VR_ERR_INVAL;
+  }
+  snprintf(c->markers[c->n_markers++], sizeof c->markers[0], "%s", rel);
+  return 0;
 }
 
 /* Waits for the workers' markers (polling: they are other processes) and removes them. */
@@ -91,17 +97,18 @@ static int wait_markers(vr_ckpt_t *c) {
   const double limit = c->marker_timeout_s > 0 ? c->marker_timeout_s : 3600;
   for (int i = 0; i < c->n_markers; i++) {
     double waited = 0;
-    while (access(c->markers[i], F_OK) != 0) {
+    char p[1300];
+    snprintf(p, sizeof p, "%.1200s/%s", c->tmp, c->markers[i]);
+    while (access(p, F_OK) != 0) {
       if (waited > limit) {
-        fprintf(stderr, "verl-trainer: checkpoint %s: %s did not appear within %.0f s\n", c->final, c->markers[i],
-                limit);
+        fprintf(stderr, "verl-trainer: checkpoint %s: %s did not appear within %.0f s\n", c->final, p, limit);
         return -1;
       }
       struct timespec ts = {0, 2000000L};
       nanosleep(&ts, NULL);
       waited += 0.002;
     }
-    unlink(c->markers[i]);
+    unlink(p);
   }
   return 0;
 }

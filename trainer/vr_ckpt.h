@@ -14,9 +14,11 @@
  * leaves the tracker naming the previous complete checkpoint; a stale .tmp is ignored and
  * removed by the next save. max_ckpt_to_keep > 0 removes the oldest global_step_* after a save.
  *
- * Async (actor.checkpoint.async_save): the workers write the model files (safetensors) on a
- * thread of their own from a snapshot of the parameters and drop a marker file when complete
- * (the optimizer files are written before the step goes on); vr_ckpt_finish_async runs the
+ * Every worker rank drops a marker file (actor/.rank_K_complete) once its files (rank 0: the
+ * model; every rank: its optimizer file, written to a temporary name, fsync'd, renamed) are
+ * complete. Async (actor.checkpoint.async_save): the workers snapshot the parameters and the
+ * AdamW moments into host memory and write every file on a thread of their own while the steps
+ * go on; vr_ckpt_finish_async runs the
  * finishing part on a background thread: it waits for the markers named with vr_ckpt_expect
  * (removing them), then data.json, fsync, rename, tracker, pruning. vr_ckpt_join waits for it
  * (called before the next save and at the end).
@@ -40,6 +42,8 @@ typedef struct vr_ckpt_state {
   double kl_coef;
 } vr_ckpt_state_t;
 
+#define VR_CKPT_MAX_MARKERS 512 /* two roles x VR_DEVMAP_MAX_DEVICES ranks */
+
 typedef struct vr_ckpt {
   char root[1024];
   int keep;              /* max_ckpt_to_keep; 0 = all */
@@ -50,7 +54,7 @@ typedef struct vr_ckpt {
   char tmp[1200], final[1100];
   vr_ckpt_state_t st;
   int64_t crash_after;   /* tests: _exit(9) inside the save of this step, before the rename (0 = off) */
-  char markers[4][1300]; /* files the workers write when their part is complete (async) */
+  char markers[VR_CKPT_MAX_MARKERS][64]; /* files (relative) the workers write when their part is complete */
   int n_markers;
   double marker_timeout_s;
 } vr_ckpt_t;
@@ -59,8 +63,9 @@ int vr_ckpt_init(vr_ckpt_t *c, const char *root, int keep);
 /* Creates global_step_N.tmp/ (+ actor/, critic/) for the workers to write into; *dir gets its
  * path. 0 or VR_ERR_IO (logged). Joins a running finish first. */
 int vr_ckpt_begin(vr_ckpt_t *c, int64_t step, char *dir, size_t cap);
-/* A file (relative to the checkpoint directory) the finish waits for and removes. */
-void vr_ckpt_expect(vr_ckpt_t *c, const char *rel);
+/* A file (relative to the checkpoint directory, < 64 bytes) the finish waits for and removes.
+ * 0, or VR_ERR_INVAL (logged) when the list is full or the name too long. */
+int vr_ckpt_expect(vr_ckpt_t *c, const char *rel);
 /* Finishes the checkpoint begun for st->global_step (synchronously, or on the thread). */
 int vr_ckpt_finish(vr_ckpt_t *c, const vr_ckpt_state_t *st);
 int vr_ckpt_finish_async(vr_ckpt_t *c, const vr_ckpt_state_t *st);

@@ -110,7 +110,7 @@ static void rows_pass(vr_world_t *w, vr_ctl_t *c, vr_group_id_t g, uint32_t cmd,
                    (size_t)T * sizeof *out);
 }
 
-/* An update over group g: the members' stats added up. */
+/* An update over group g: the logged metrics from the members' stats. */
 static void update_pass(vr_world_t *w, vr_ctl_t *c, vr_group_id_t g, uint32_t cmd, const void *pk, size_t pkb,
                         double *st) {
   vr_ctl_reply_t rep[MAXR];
@@ -120,12 +120,7 @@ static void update_pass(vr_world_t *w, vr_ctl_t *c, vr_group_id_t g, uint32_t cm
   int n = vr_ctl_dispatch(c, g, VR_DISPATCH_ONE_TO_ALL, cmd, arg, pk, pkb, 1, buf, sizeof buf, &got, rep, MAXR);
   expect_ok(w, vr_rlc_names[cmd], rep, n);
   if (got != (size_t)n * VR_ST_COUNT * sizeof(double)) vr_world_abort(w, 1, "%s: malformed replies", vr_rlc_names[cmd]);
-  memset(st, 0, VR_ST_COUNT * sizeof *st);
-  for (int k = 0; k < n; k++)
-    for (int i = 0; i < VR_ST_COUNT; i++) st[i] += buf[k * VR_ST_COUNT + i];
-  /* every member applies the same all-reduced step: the norm is one member's */
-  st[VR_ST_GRAD_NORM] = buf[VR_ST_GRAD_NORM];
-  st[VR_ST_UPDATES] = buf[VR_ST_UPDATES];
+  vr_rls_reduce(buf, n, st); /* verl's values (vr_rlstats.h) */
 }
 
 static void sync_weights(vr_world_t *w, vr_ctl_t *c) {
@@ -136,16 +131,20 @@ static void sync_weights(vr_world_t *w, vr_ctl_t *c) {
   expect_ok(w, "update_weights", rep, n);
 }
 
-static void ckpt_cmd(vr_world_t *w, vr_ctl_t *c, uint32_t cmd, const char *dir, int async) {
+/* Save or load on the actor and critic groups; n[0] / n[1] (may be NULL) get their member counts.
+ * hold (tests, --hold-save): the workers' writes wait for a .release file in their directory. */
+static void ckpt_cmd(vr_world_t *w, vr_ctl_t *c, uint32_t cmd, const char *dir, int async, int hold, int *members) {
   vr_ctl_reply_t rep[MAXR];
-  uint64_t arg[4] = {(uint64_t)async, 0, 0, 0};
+  uint64_t arg[4] = {(uint64_t)async, (uint64_t)hold, 0, 0};
   int n = vr_ctl_dispatch(c, VR_GROUP_ACTOR, VR_DISPATCH_ONE_TO_ALL, cmd, arg, dir, strlen(dir), 1, NULL, 0, NULL, rep,
                           MAXR);
   expect_ok(w, vr_rlc_names[cmd], rep, n);
+  if (members) members[0] = n, members[1] = 0;
   if (w->map->roles[VR_ROLE_CRITIC].present) {
     n = vr_ctl_dispatch(c, VR_GROUP_CRITIC, VR_DISPATCH_ONE_TO_ALL, cmd, arg, dir, strlen(dir), 1, NULL, 0, NULL, rep,
                         MAXR);
     expect_ok(w, vr_rlc_names[cmd], rep, n);
+    if (members) members[1] = n;
   }
 }
 
@@ -176,6 +175,7 @@ typedef struct run {
   vr_ckpt_t ck;
   vr_kl_ctrl_t klc;
   int has_critic, need_ref;
+  int64_t hold_save; /* tests: the workers' writes of this step's save wait for .release files */
 } run_t;
 
 static int save(run_t *R, int64_t step) {
@@ -183,10 +183,16 @@ static int save(run_t *R, int64_t step) {
   const double t0 = mono_s();
   int rc = vr_ckpt_begin(&R->ck, step, dir, sizeof dir);
   if (rc != 0) return rc;
-  ckpt_cmd(R->w, R->c, VR_RLC_SAVE, dir, R->rl->async_save);
-  /* every save ends with the model files' markers (the workers write them after the files) */
-  vr_ckpt_expect(&R->ck, "actor/.model_complete");
-  if (R->w->map->roles[VR_ROLE_CRITIC].present) vr_ckpt_expect(&R->ck, "critic/.model_complete");
+  int members[2];
+  ckpt_cmd(R->w, R->c, VR_RLC_SAVE, dir, R->rl->async_save, R->hold_save == step, members);
+  /* every save ends with each worker rank's marker (written after its files) */
+  for (int r = 0; r < 2; r++)
+    for (int k = 0; k < members[r]; k++) {
+      char rel[64];
+      snprintf(rel, sizeof rel, "%s/.rank_%d_complete", r ? "critic" : "actor", k);
+      if (rc == 0) rc = vr_ckpt_expect(&R->ck, rel);
+    }
+  if (rc != 0) return rc;
   vr_ckpt_state_t st = {step, R->smp.epoch, R->smp.index, R->smp.seed, R->smp.shuffle, R->klc.value};
   rc = R->rl->async_save ? vr_ckpt_finish_async(&R->ck, &st) : vr_ckpt_finish(&R->ck, &st);
   vr_tm_time(&R->tm, "save_checkpoint", mono_s() - t0);
@@ -395,11 +401,10 @@ static void step(run_t *R, int64_t gstep) {
     NEED(pk = vr_rlw_pack(&b, VR_RLW_VALUES | VR_RLW_RETURNS, &up, &pkb));
     update_pass(w, c, VR_GROUP_CRITIC, VR_RLC_UPDATE_CRITIC, pk, pkb, st);
     free(pk);
-    const double nu = st[VR_ST_UPDATES] > 0 ? st[VR_ST_UPDATES] : 1, ntk = st[VR_ST_TOKENS] > 0 ? st[VR_ST_TOKENS] : 1;
-    vr_tm_set(&R->tm, "critic/vf_loss", st[VR_ST_VF_LOSS] / nu);
-    vr_tm_set(&R->tm, "critic/vf_clipfrac", st[VR_ST_VF_CLIPFRAC] / ntk);
-    vr_tm_set(&R->tm, "critic/vpred_mean", st[VR_ST_VPRED] / ntk);
-    vr_tm_set(&R->tm, "critic/grad_norm", st[VR_ST_GRAD_NORM] / nu);
+    vr_tm_set(&R->tm, "critic/vf_loss", st[VR_ST_VF_LOSS]);
+    vr_tm_set(&R->tm, "critic/vf_clipfrac", st[VR_ST_VF_CLIPFRAC]);
+    vr_tm_set(&R->tm, "critic/vpred_mean", st[VR_ST_VPRED]);
+    vr_tm_set(&R->tm, "critic/grad_norm", st[VR_ST_GRAD_NORM]);
     vr_tm_set(&R->tm, "critic/lr", rl->critic.lr);
     vr_tm_time(&R->tm, "update_critic", mono_s() - t0);
   }
@@ -420,17 +425,16 @@ static void step(run_t *R, int64_t gstep) {
     NEED(pk = vr_rlw_pack(&b, VR_RLW_OLD | VR_RLW_ADV | (rl->use_kl_loss ? VR_RLW_REF : 0), &up, &pkb));
     update_pass(w, c, VR_GROUP_ACTOR, VR_RLC_UPDATE_ACTOR, pk, pkb, st);
     free(pk);
-    const double nu = st[VR_ST_UPDATES] > 0 ? st[VR_ST_UPDATES] : 1, ntk = st[VR_ST_TOKENS] > 0 ? st[VR_ST_TOKENS] : 1;
-    vr_tm_set(&R->tm, "actor/pg_loss", st[VR_ST_PG_LOSS] / nu);
-    vr_tm_set(&R->tm, "actor/pg_clipfrac", st[VR_ST_CLIPFRAC] / ntk);
-    vr_tm_set(&R->tm, "actor/ppo_kl", st[VR_ST_PPO_KL] / ntk);
-    vr_tm_set(&R->tm, "actor/pg_clipfrac_lower", st[VR_ST_CLIPFRAC_LOWER] / ntk);
-    vr_tm_set(&R->tm, "actor/entropy", st[VR_ST_ENTROPY] / nu);
+    vr_tm_set(&R->tm, "actor/pg_loss", st[VR_ST_PG_LOSS]);
+    vr_tm_set(&R->tm, "actor/pg_clipfrac", st[VR_ST_CLIPFRAC]);
+    vr_tm_set(&R->tm, "actor/ppo_kl", st[VR_ST_PPO_KL]);
+    vr_tm_set(&R->tm, "actor/pg_clipfrac_lower", st[VR_ST_CLIPFRAC_LOWER]);
+    vr_tm_set(&R->tm, "actor/entropy", st[VR_ST_ENTROPY]);
     if (rl->use_kl_loss) {
-      vr_tm_set(&R->tm, "actor/kl_loss", st[VR_ST_KL_LOSS] / nu);
+      vr_tm_set(&R->tm, "actor/kl_loss", st[VR_ST_KL_LOSS]);
       vr_tm_set(&R->tm, "actor/kl_coef", rl->kl_loss_coef);
     }
-    vr_tm_set(&R->tm, "actor/grad_norm", st[VR_ST_GRAD_NORM] / nu);
+    vr_tm_set(&R->tm, "actor/grad_norm", st[VR_ST_GRAD_NORM]);
     vr_tm_set(&R->tm, "actor/lr", rl->actor.lr);
     vr_tm_time(&R->tm, "update_actor", mono_s() - t0);
     t0 = mono_s();
@@ -498,7 +502,7 @@ static int resume(run_t *R, int64_t *start) {
   R->smp.epoch = st.epoch;
   R->smp.index = st.index < vr_sampler_batches_per_epoch(&R->smp) ? st.index : 0;
   R->klc.value = st.kl_coef;
-  ckpt_cmd(R->w, R->c, VR_RLC_LOAD, dir, 0);
+  ckpt_cmd(R->w, R->c, VR_RLC_LOAD, dir, 0, 0, NULL);
   sync_weights(R->w, R->c);
   *start = st.global_step;
   printf("[INFO] resumed from %s (global step %" PRId64 ")\n", dir, st.global_step);
@@ -509,6 +513,7 @@ int vr_ppo_run(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const vr_ppo
   run_t *R = calloc(1, sizeof *R);
   if (!R) return 1;
   R->w = w, R->c = c, R->cfg = cfg, R->rl = &cfg->rl;
+  R->hold_save = a->hold_save;
   const vr_rlconfig_t *rl = R->rl;
   R->has_critic = w->map->roles[VR_ROLE_CRITIC].present && vr_adv_est_needs_critic((vr_adv_est_t)rl->adv_estimator);
   R->need_ref = rl->use_kl_loss || rl->use_kl_in_reward;

@@ -45,6 +45,8 @@ typedef struct vr_ppo_args {
   int steps;                         /* overrides the step count (0: the config's) */
   volatile sig_atomic_t *stop;       /* set by SIGTERM/SIGINT: save and leave after the step */
   int64_t crash_in_save;             /* tests: _exit(9) inside the save of this step (0 = off) */
+  int64_t hold_save;                 /* tests: the workers write this step's checkpoint files only once
+                                      * global_step_N.tmp/{actor,critic}/.release exists (0 = off) */
 } vr_ppo_args_t;
 
 /* Checks the RL settings against the device map before anything starts (a critic for gae, a

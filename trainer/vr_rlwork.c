@@ -8,6 +8,8 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "verl_reward/status.h"
 #include "vr_algo.h"
@@ -30,9 +32,11 @@ typedef struct role_engine {
   vr_lm_t *lm;                /* the checkpoint's handle; its buffer is the snapshot a save writes */
   vr_train_t *t;
   vr_train_group_ref_t ref;
-  pthread_t writer;           /* async_save: the model file write in flight */
+  pthread_t writer;           /* async_save: this rank's checkpoint write in flight */
   int writing, write_rc;
-  char write_dir[2048];
+  int rank, hold;             /* group rank (0 writes the model); hold: tests, wait for .release */
+  vr_train_optsnap_t opt;     /* the optimizer snapshot being written */
+  char write_dir[2048], opt_path[2100];
 } role_engine_t;
 
 struct vr_rlworker {
@@ -134,23 +138,32 @@ static int join_writer(role_engine_t *e) {
   return e->write_rc;
 }
 
-/* The model files, then the marker (MODEL_DONE) the controller's finish waits for. */
-#define MODEL_DONE ".model_complete"
-static int write_model(role_engine_t *e) {
-  int rc = vr_lm_save(e->lm, e->write_dir);
+/* This rank's part of a checkpoint from the snapshots (rank 0: the model files from e->lm), the
+ * optimizer file, then the marker .rank_K_complete the controller's finish waits for (it renames
+ * nothing before every rank's marker is there). Runs on the writer thread with async_save. */
+static int write_part(role_engine_t *e) {
+  char p[2200];
+  snprintf(p, sizeof p, "%s/.release", e->write_dir);
+  while (e->hold && access(p, F_OK) != 0) { /* tests (--hold-save): a save still in progress */
+    struct timespec ts = {0, 5000000L};
+    nanosleep(&ts, NULL);
+  }
+  if (e->hold) unlink(p);
+  int rc = e->rank == 0 ? vr_lm_save(e->lm, e->write_dir) : 0;
+  if (rc == 0) rc = vr_train_optimizer_write(&e->opt, e->opt_path);
+  vr_train_optimizer_snap_free(&e->opt);
   if (rc == 0) {
-    char p[2100];
-    snprintf(p, sizeof p, "%s/" MODEL_DONE, e->write_dir);
+    snprintf(p, sizeof p, "%s/.rank_%d_complete", e->write_dir, e->rank);
     FILE *f = fopen(p, "w");
     rc = f && fclose(f) == 0 ? 0 : VR_ERR_IO;
   }
-  if (rc != 0) fprintf(stderr, "verl-trainer: writing the checkpoint's model into %s failed\n", e->write_dir);
+  if (rc != 0) fprintf(stderr, "verl-trainer: writing the checkpoint's files into %s failed\n", e->write_dir);
   return rc;
 }
 
 static void *writer_main(void *arg) {
   role_engine_t *e = arg;
-  e->write_rc = write_model(e);
+  e->write_rc = write_part(e);
   return NULL;
 }
 
@@ -355,10 +368,11 @@ static int do_update(vr_rlworker_t *wk, role_engine_t *e, vr_group_t *g, int cri
   const vr_kl_est_t ke = {(vr_kl_type_t)up.kl_type, up.kl_straight};
   /* response-token layout of the batch for vr_agg_weights: rcu over the responses */
   uint32_t *rcu = malloc(((size_t)b.n + 1) * sizeof *rcu);
-  double *w = malloc(((size_t)b.T + 1) * sizeof *w);
+  double *w = malloc(((size_t)b.T + 1) * sizeof *w), *wm = malloc(((size_t)b.T + 1) * sizeof *wm);
+  uint32_t *mcu = malloc(((size_t)b.n + 1) * sizeof *mcu);
   float *out = malloc(((size_t)b.T + 1) * sizeof *out), *ent = malloc(((size_t)b.T + 1) * sizeof *ent);
   float *dout = malloc(((size_t)b.T + 1) * sizeof *dout), *dent = malloc(((size_t)b.T + 1) * sizeof *dent);
-  if (!rcu || !w || !out || !ent || !dout || !dent) rc = VR_ERR_NOMEM;
+  if (!rcu || !w || !wm || !mcu || !out || !ent || !dout || !dent) rc = VR_ERR_NOMEM;
   memset(st, 0, VR_ST_COUNT * sizeof *st);
   for (uint32_t ep = 0; rc == 0 && ep < up.epochs; ep++)
     for (uint32_t m0 = 0; rc == 0 && m0 < b.n; m0 += up.mini_batch) {
@@ -370,36 +384,41 @@ static int do_update(vr_rlworker_t *wk, role_engine_t *e, vr_group_t *g, int cri
       vr_rlw_slice(m1 - m0, vr_group_rank(g), vr_group_size(g), &lo, &hi);
       lo += m0, hi += m0;
       rc = vr_train_zero_grad(e->t);
+      /* the logged values follow verl's dp_actor (vr_rlstats.h): per micro-batch, its own agg_loss */
+      const uint32_t ga = (hi - lo) / up.micro_batch;
+      const double scale = 1.0 / (ga ? ga : 1);
       for (uint32_t s0 = lo; rc == 0 && s0 < hi; s0 += up.micro_batch) {
         const uint32_t s1 = s0 + up.micro_batch < hi ? s0 + up.micro_batch : hi, base = b.cu[s0];
         rc = forward_rows(e, &b, s0, s1, critic, (float)up.temperature, out, critic ? NULL : ent, 1);
         if (rc != 0) break;
         const uint32_t T = b.cu[s1] - base;
         memset(dout, 0, (size_t)T * sizeof *dout), memset(dent, 0, (size_t)T * sizeof *dent);
+        mcu[0] = 0;
+        for (uint32_t s = s0; s < s1; s++) mcu[s - s0 + 1] = mcu[s - s0] + (b.cu[s + 1] - b.cu[s] - b.resp[s]);
+        vr_agg_weights((vr_agg_mode_t)up.agg_mode, mcu, s1 - s0, up.horizon, wm);
+        vr_rls_micro_t mb;
+        memset(&mb, 0, sizeof mb);
         for (uint32_t s = s0; s < s1; s++) {
           const uint32_t r0 = b.cu[s] + b.resp[s];
           for (uint32_t t = r0; t < b.cu[s + 1]; t++) {
-            const double wt = w[rcu[s - m0] + (t - r0)];
+            const double wt = w[rcu[s - m0] + (t - r0)], wmt = wm[mcu[s - s0] + (t - r0)];
             const uint32_t i = t - base;
-            st[VR_ST_TOKENS] += 1;
+            mb.n_tok += 1;
             if (critic) {
               double gr;
               int clipped;
               double l = vr_vf_token(out[i], b.arr[4][t], b.arr[3][t], up.cliprange_value, &gr, &clipped);
-              st[VR_ST_VF_LOSS] += 0.5 * wt * l;
-              st[VR_ST_VF_CLIPFRAC] += clipped;
-              st[VR_ST_VPRED] += out[i];
+              mb.wvf += wmt * l, mb.vclip += clipped, mb.vpred += out[i];
               dout[i - 1] = (float)(0.5 * wt * gr); /* the value row is the token before */
             } else {
               double gr, nkl, kg = 0;
               int cl, cll;
               double l = vr_pg_token(&pc, out[i], b.arr[0][t], b.arr[2][t], &gr, &cl, &cll, &nkl);
-              st[VR_ST_PG_LOSS] += wt * l;
-              st[VR_ST_CLIPFRAC] += cl, st[VR_ST_CLIPFRAC_LOWER] += cll, st[VR_ST_PPO_KL] += -nkl;
-              st[VR_ST_ENTROPY] += wt * ent[i];
+              mb.wpg += wmt * l, mb.clip += cl, mb.clip_lower += cll, mb.neg_kl += -nkl;
+              mb.went += wmt * ent[i];
               if (up.use_kl_loss) {
                 double kv = vr_kl_value(&ke, out[i], b.arr[1][t], &kg);
-                st[VR_ST_KL_LOSS] += wt * kv;
+                mb.wkl += wmt * kv;
               }
               dout[i] = (float)(wt * (gr + up.kl_loss_coef * (up.use_kl_loss ? kg : 0)));
               dent[i] = (float)(-up.entropy_coeff * wt);
@@ -408,6 +427,7 @@ static int do_update(vr_rlworker_t *wk, role_engine_t *e, vr_group_t *g, int cri
         }
         /* value head: shift the mask's rows back (forward_rows kept the rows before each response
          * token; dout was written there) */
+        vr_rls_add_micro(st, &mb, scale);
         rc = vr_train_backward(e->t, dout, critic ? NULL : dent);
       }
       double norm = 0;
@@ -415,29 +435,30 @@ static int do_update(vr_rlworker_t *wk, role_engine_t *e, vr_group_t *g, int cri
       st[VR_ST_GRAD_NORM] += norm;
       st[VR_ST_UPDATES] += 1;
     }
-  free(rcu), free(w), free(out), free(ent), free(dout), free(dent);
+  free(rcu), free(w), free(wm), free(mcu), free(out), free(ent), free(dout), free(dent);
   (void)wk;
   return rc;
 }
 
-/* Group rank 0 writes the model (async: on its writer thread from a snapshot in e->lm), every rank
- * its optimizer shard. The previous write is joined first (its status reported now). */
-static int save_engine(role_engine_t *e, vr_group_t *g, const char *dir, const char *sub, int async) {
-  char path[2048];
-  snprintf(path, sizeof path, "%s/%s", dir, sub);
+/* Group rank 0 writes the model, every rank its optimizer shard: both snapshotted into host memory
+ * here (parameters into e->lm, moments into e->opt), then written by write_part, on the writer
+ * thread with async (the step goes on at once) or here. The previous write is joined first (its
+ * status reported now). */
+static int save_engine(role_engine_t *e, vr_group_t *g, const char *dir, const char *sub, int async, int hold) {
   int rc = join_writer(e);
   e->write_rc = 0;
-  if (rc == 0 && vr_group_rank(g) == 0) {
-    rc = vr_train_get_params(e->t, vr_lm_params(e->lm), vr_lm_n_floats(e->lm));
-    snprintf(e->write_dir, sizeof e->write_dir, "%s", path);
-    if (rc == 0 && async && pthread_create(&e->writer, NULL, writer_main, e) == 0) e->writing = 1;
-    else if (rc == 0) rc = write_model(e);
-  } else if (rc == 0 && mkdir(path, 0755) != 0 && errno != EEXIST) {
-    rc = VR_ERR_IO;
+  e->rank = vr_group_rank(g), e->hold = hold;
+  snprintf(e->write_dir, sizeof e->write_dir, "%s/%s", dir, sub);
+  snprintf(e->opt_path, sizeof e->opt_path, "%s/optim_rank_%d.bin", e->write_dir, e->rank);
+  if (rc == 0 && mkdir(e->write_dir, 0755) != 0 && errno != EEXIST) rc = VR_ERR_IO;
+  if (rc == 0 && e->rank == 0) rc = vr_train_get_params(e->t, vr_lm_params(e->lm), vr_lm_n_floats(e->lm));
+  if (rc == 0) rc = vr_train_optimizer_snapshot(e->t, &e->opt);
+  if (rc != 0) return rc;
+  if (async && pthread_create(&e->writer, NULL, writer_main, e) == 0) {
+    e->writing = 1;
+    return 0;
   }
-  snprintf(path, sizeof path, "%s/%s/optim_rank_%d.bin", dir, sub, vr_group_rank(g));
-  if (rc == 0) rc = vr_train_save_optimizer(e->t, path);
-  return rc;
+  return write_part(e);
 }
 
 static int load_engine(role_engine_t *e, vr_group_t *g, const char *dir, const char *sub, vr_lm_head_t head) {
@@ -495,16 +516,10 @@ int vr_rlworker_loop(vr_rlworker_t *wk, vr_ctl_t *c) {
         case VR_RLC_SYNC: {
           float *params = wk->actor.t ? vr_train_param_buffer(wk->actor.t) : NULL;
           size_t n = wk->actor.t ? vr_train_n_floats(wk->actor.t) : vr_rollout_n_params(wk->roll);
-          if (wk->actor.t && wk->roll && vr_group_rank(g) == 0 && strcmp(vr_train_device(wk->actor.t), "cpu") != 0) {
-            /* the root's actor keeps its parameters on the device: the others get them over the
-             * group (device buffers), the colocated engine through a host copy */
-            if (vr_group_size(g) > 1) rc = vr_group_bcast(w, g, params, n * sizeof(float), 0);
-            float *host = vr_rollout_staging(wk->roll);
-            if (rc == 0) rc = host ? vr_train_get_params(wk->actor.t, host, n) : VR_ERR_NOMEM;
-            if (rc == 0) rc = vr_rollout_set_params(wk->roll, host, n, &val[0]);
-          } else {
-            rc = vr_rollout_sync_weights(w, g, 0, params, n, wk->roll, &val[0]);
-          }
+          /* the actor's own buffer (device memory on a device backend): a colocated rollout engine
+           * converts straight from it, the others receive it over the group (vr_rollout_sync.h) */
+          const int on_dev = wk->actor.t && strcmp(vr_train_device(wk->actor.t), "cpu") != 0;
+          rc = vr_rollout_sync_weights(w, g, 0, params, on_dev, n, wk->roll, &val[0]);
           break;
         }
         case VR_RLC_SAVE:
@@ -518,7 +533,8 @@ int vr_rlworker_loop(vr_rlworker_t *wk, vr_ctl_t *c) {
           const int crit = m.group == VR_GROUP_CRITIC;
           role_engine_t *e = crit ? &wk->critic : &wk->actor;
           if (!e->t) rc = VR_ERR_INVAL;
-          else if (m.cmd == VR_RLC_SAVE) rc = save_engine(e, g, dir, crit ? "critic" : "actor", m.arg[0] != 0);
+          else if (m.cmd == VR_RLC_SAVE)
+            rc = save_engine(e, g, dir, crit ? "critic" : "actor", m.arg[0] != 0, m.arg[1] != 0);
           else rc = load_engine(e, g, dir, crit ? "critic" : "actor", crit ? VR_LM_HEAD_VALUE : VR_LM_HEAD_LM);
           break;
         }

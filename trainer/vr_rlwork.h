@@ -26,6 +26,7 @@
 
 #include "vr_comm.h"
 #include "vr_control.h"
+#include "vr_rlstats.h"
 #include "vr_tconfig.h"
 
 #ifdef __cplusplus
@@ -78,9 +79,7 @@ typedef struct vr_rlw_update {
   uint32_t pad;
 } vr_rlw_update_t;
 
-/* Stats an update replies (sums over the member's slice; the controller adds members). */
-enum { VR_ST_PG_LOSS, VR_ST_CLIPFRAC, VR_ST_PPO_KL, VR_ST_CLIPFRAC_LOWER, VR_ST_ENTROPY, VR_ST_KL_LOSS, VR_ST_TOKENS,
-       VR_ST_GRAD_NORM, VR_ST_UPDATES, VR_ST_VF_LOSS, VR_ST_VF_CLIPFRAC, VR_ST_VPRED, VR_ST_COUNT };
+/* Stats an update replies: VR_ST_COUNT doubles per member (vr_rlstats.h: verl's metric sums). */
 
 typedef struct vr_rlw_gen {
   uint32_t magic, n_prompts, T, n, max_new_tokens, n_stop_unused;

@@ -236,6 +236,30 @@ float *vr_rollout_staging(vr_rollout_t *r) {
 
 size_t vr_rollout_n_params(const vr_rollout_t *r) { return r->n_params; }
 
+int vr_rollout_set_params_device(vr_rollout_t *r, const float *src, size_t off, size_t len, double *seconds) {
+  if (seconds) *seconds = 0;
+  if (!r->be->set_weights_device) {
+    vr_log(VR_LOG_ERROR, "rollout: the %s backend takes no weight update from device memory", r->be->name);
+    return VR_ERR_UNSUPPORTED;
+  }
+  if (off > r->n_params || len > r->n_params - off) {
+    vr_log(VR_LOG_ERROR, "rollout: device weight update of [%zu, +%zu), the engine holds %zu floats", off, len,
+           r->n_params);
+    return VR_ERR_INVAL;
+  }
+  const uint64_t t0 = vr_now_ns();
+  int rc = r->be->set_weights_device(r->state, src, off, len);
+  if (seconds) *seconds = (double)(vr_now_ns() - t0) * 1e-9;
+  return rc;
+}
+
+int vr_rollout_has_device_update(const vr_rollout_t *r) { return r->be->set_weights_device != NULL; }
+
+float *vr_rollout_device_chunk(vr_rollout_t *r, size_t *n_floats) {
+  *n_floats = 0;
+  return r->be->device_chunk ? r->be->device_chunk(r->state, n_floats) : NULL;
+}
+
 /* ---- generate --------------------------------------------------------------------------------------- */
 
 enum { SQ_WAIT = 0, SQ_FOLLOW = 1, SQ_RUN = 2, SQ_DONE = 3 };

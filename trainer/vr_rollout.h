@@ -126,6 +126,21 @@ typedef struct vr_rollout_backend {
    * set_weights. */
   float *(*param_buffer)(void *state, size_t *n_params, int *on_device);
   int (*params_updated)(void *state);
+  /* Optional (device backends): a weight update from device memory on this backend's device. src
+   * holds the values of parameters [off, off + len) of the flat layout set_weights was first given
+   * (float offsets into that buffer): the colocated actor's whole fp32 parameter buffer (off 0,
+   * len n_params), or one chunk of a weight-sync broadcast. The parts of the tensors inside the
+   * range are converted straight into the backend's weight storage (cuda: fp32 -> bf16): nothing
+   * staged, no second copy. src must be complete when called (the writer's stream synchronised);
+   * returns once src may be overwritten. Ranges may come in any order; the weights are those of
+   * the new parameters once every float was covered (the caller's duty). VR_ERR_INVAL when
+   * off + len > n_params or before the first set_weights. NULL: updates go through the host
+   * (set_weights, or param_buffer). */
+  int (*set_weights_device)(void *state, const float *src, size_t off, size_t len);
+  /* Optional (with set_weights_device): a device scratch the backend already owns (cuda: its
+   * upload staging chunk), *n_floats floats, into which a weight-sync broadcast may receive one
+   * chunk before handing it to set_weights_device; its content is clobbered by set_weights. */
+  float *(*device_chunk)(void *state, size_t *n_floats);
   /* Optional: the logits rows of the last forward, (n_rows, vocab) fp32 into host memory (tests). */
   int (*logits)(void *state, uint32_t n_rows, float *out);
   /* Optional: bytes held (weights, K/V pool, workspaces) and where ("cpu" / "cuda:0"). */
@@ -214,6 +229,14 @@ float *vr_rollout_param_buffer(vr_rollout_t *r, size_t *n_params, int *on_device
 int vr_rollout_params_updated(vr_rollout_t *r);
 float *vr_rollout_staging(vr_rollout_t *r);
 size_t vr_rollout_n_params(const vr_rollout_t *r);
+
+/* Device weight updates (the backend's set_weights_device; VR_ERR_UNSUPPORTED without one):
+ * src holds parameters [off, off + len) of the init layout in device memory of the engine's
+ * device. *seconds (optional) gets the time taken (the call is synchronous). */
+int vr_rollout_set_params_device(vr_rollout_t *r, const float *src, size_t off, size_t len, double *seconds);
+int vr_rollout_has_device_update(const vr_rollout_t *r); /* 1 when the backend has set_weights_device */
+/* The backend's device_chunk (NULL when it has none). */
+float *vr_rollout_device_chunk(vr_rollout_t *r, size_t *n_floats);
 
 /* The engine's shape after init. */
 typedef struct vr_rollout_info {

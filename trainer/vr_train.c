@@ -420,32 +420,56 @@ typedef struct vr_train_opt_header {
   uint64_t n_floats, lo, hi;
 } vr_train_opt_header_t;
 
-int vr_train_save_optimizer(vr_train_t *t, const char *path) {
-  size_t n = t->hi - t->lo;
-  float *m = malloc((n ? n : 1) * sizeof *m), *v = malloc((n ? n : 1) * sizeof *v);
-  int rc = m && v ? t->ops->get_moments(t->state, m, v) : VR_ERR_NOMEM;
+int vr_train_optimizer_snapshot(vr_train_t *t, vr_train_optsnap_t *s) {
+  const size_t n = t->hi - t->lo;
+  s->n_bytes = sizeof(vr_train_opt_header_t) + 2 * n * sizeof(float);
+  s->bytes = malloc(s->n_bytes);
+  if (!s->bytes) {
+    s->n_bytes = 0;
+    return VR_ERR_NOMEM;
+  }
+  const vr_train_opt_header_t h = {{'V', 'R', 'A', 'D'}, VR_TRAIN_OPT_VERSION, t->step, t->n_floats, t->lo, t->hi};
+  memcpy(s->bytes, &h, sizeof h);
+  float *m = (float *)((char *)s->bytes + sizeof h);
+  int rc = t->ops->get_moments(t->state, m, m + n);
+  if (rc != 0) vr_train_optimizer_snap_free(s);
+  return rc;
+}
+
+int vr_train_optimizer_write(const vr_train_optsnap_t *s, const char *path) {
   char tmp[4096 + 8];
-  if (rc == 0 && snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
     vr_log(VR_LOG_ERROR, "%s: optimizer state path too long", path);
-    rc = VR_ERR_INVAL;
+    return VR_ERR_INVAL;
   }
-  FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
-  if (rc == 0 && !f) {
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
     vr_log(VR_LOG_ERROR, "%s: cannot create: %s", tmp, strerror(errno));
-    rc = VR_ERR_IO;
+    return VR_ERR_IO;
   }
-  if (f) {
-    vr_train_opt_header_t h = {{'V', 'R', 'A', 'D'}, VR_TRAIN_OPT_VERSION, t->step, t->n_floats, t->lo, t->hi};
-    int ok = fwrite(&h, sizeof h, 1, f) == 1 && fwrite(m, sizeof *m, n, f) == n && fwrite(v, sizeof *v, n, f) == n;
-    ok = fclose(f) == 0 && ok;
-    if (!ok || rename(tmp, path) != 0) {
-      vr_log(VR_LOG_ERROR, "%s: write failed: %s", path, strerror(errno));
-      unlink(tmp);
-      rc = VR_ERR_IO;
-    }
+  int ok = fwrite(s->bytes, 1, s->n_bytes, f) == s->n_bytes;
+  ok = fflush(f) == 0 && ok;
+  ok = fsync(fileno(f)) == 0 && ok;
+  ok = fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    vr_log(VR_LOG_ERROR, "%s: write failed: %s", path, strerror(errno));
+    unlink(tmp);
+    return VR_ERR_IO;
   }
-  free(m);
-  free(v);
+  return 0;
+}
+
+void vr_train_optimizer_snap_free(vr_train_optsnap_t *s) {
+  free(s->bytes);
+  s->bytes = NULL;
+  s->n_bytes = 0;
+}
+
+int vr_train_save_optimizer(vr_train_t *t, const char *path) {
+  vr_train_optsnap_t s = {0};
+  int rc = vr_train_optimizer_snapshot(t, &s);
+  if (rc == 0) rc = vr_train_optimizer_write(&s, path);
+  vr_train_optimizer_snap_free(&s);
   return rc;
 }
 

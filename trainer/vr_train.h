@@ -231,6 +231,19 @@ const char *vr_train_device(const vr_train_t *t); /* the backend's name: "cpu", 
  * engine and names the one that differs. */
 int vr_train_save_optimizer(vr_train_t *t, const char *path);
 int vr_train_load_optimizer(vr_train_t *t, const char *path);
+/* The same file in two halves, for a write on another thread (async checkpoints): snapshot copies
+ * this rank's step count and moments into host memory (the file's bytes; a device backend
+ * downloads them), after which t may go on training; write puts the bytes into path.tmp, fsyncs it
+ * and renames it to path (path appears complete or not at all). A snapshot does not refer to t and
+ * may be written from any thread, one user at a time. save_optimizer = snapshot + write + free.
+ * 0 or VR_ERR_NOMEM / VR_ERR_IO / VR_ERR_INVAL (logged). */
+typedef struct vr_train_optsnap {
+  void *bytes;
+  size_t n_bytes;
+} vr_train_optsnap_t;
+int vr_train_optimizer_snapshot(vr_train_t *t, vr_train_optsnap_t *s);
+int vr_train_optimizer_write(const vr_train_optsnap_t *s, const char *path);
+void vr_train_optimizer_snap_free(vr_train_optsnap_t *s); /* NULL bytes is fine */
 
 /* Micro-batches of consecutive sequences with at most budget tokens each (a longer sequence
  * gets a micro-batch of its own): writes first sequence indices into starts (n_seqs + 1

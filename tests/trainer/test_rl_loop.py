@@ -15,7 +15,9 @@ hidden 64) scores about 0.3 by chance; it has to learn to say the token it is sh
                  global_step_20.tmp; the rerun resumes from 10 and its metrics for steps 11..30 are
                  bit-identical to an uninterrupted run's (timings aside); kill -9 of the
                  controller while it saves every step leaves the tracker naming a complete
-                 checkpoint; SIGTERM to verl-trainer saves a checkpoint and exits 0; max_ckpt_to_keep.
+                 checkpoint; SIGTERM to verl-trainer saves a checkpoint and exits 0; max_ckpt_to_keep;
+                 async_save: a step runs to its end while a save's files are still unwritten
+                 (--hold-save), and the held save completes afterwards.
   TestReward     the reward server restarted mid-run: the run retries and completes.
   TestData       chat-message prompts rendered with the model's chat template (Llama-2 template
                  of tests/fixtures/server_tokenizer) give the ids verl-tokenize gives, decoded
@@ -307,7 +309,7 @@ class TestCheckpoint(Rl):
         for f in ("data.json", "actor/model.safetensors", "actor/config.json", "actor/optim_rank_0.bin",
                   "critic/model.safetensors"):
             self.assertTrue(os.path.exists(os.path.join(done, f)), f)
-        self.assertFalse(os.path.exists(os.path.join(done, "actor/.model_complete")))
+        self.assertFalse(os.path.exists(os.path.join(done, "actor/.rank_0_complete")))
         kept = [d for d in os.listdir(self.ckdir()) if d.startswith("global_step_") and not d.endswith(".tmp")]
         self.assertLessEqual(len(kept), 3 + 1)  # the pruning of the newest save may not have run yet
         self.write("ppo.yaml", config(steps=step + 2, est="gae", save_freq=1))
@@ -315,6 +317,45 @@ class TestCheckpoint(Rl):
         self.assertEqual(rc, 0, err[-2000:])
         self.assertIn("(global step %d)" % step, out)
         self.assertEqual(self.tracker(), step + 2)
+
+    def test_async_save_does_not_hold_the_step(self):
+        # step 2's checkpoint files wait for .release files (--hold-save 2), so that save is in
+        # progress for as long as the test says: step 3 must still run to its end (its metrics
+        # record written) while none of step 2's files exists; step 4's save then waits for step 2's
+        # finish. Released, the run ends with both checkpoints complete. Event order, not time.
+        self.write("ppo.yaml", config(steps=4, est="gae", save_freq=2,
+                                      actor_extra="    checkpoint: {async_save: true}\n"))
+        p = subprocess.Popen([TRAINER, "--config", "ppo.yaml", "--hold-save", "2"], cwd=self.dir, env=env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        tmp = self.ckdir("global_step_2.tmp")
+
+        def logged():
+            try:
+                with open(os.path.join(self.dir, "metrics.jsonl")) as f:
+                    return {json.loads(line)["step"] for line in f if line.endswith("\n")}
+            except FileNotFoundError:
+                return set()
+        deadline = time.monotonic() + GUARD_S
+        while 3 not in logged() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            self.assertEqual(logged(), {1, 2, 3})
+            for sub in ("actor", "critic"):
+                for f in ("optim_rank_0.bin", "model.safetensors", ".rank_0_complete"):
+                    self.assertFalse(os.path.exists(os.path.join(tmp, sub, f)), (sub, f))
+            self.assertFalse(os.path.exists(self.ckdir("global_step_2")))
+        finally:
+            for sub in ("actor", "critic"):
+                open(os.path.join(tmp, sub, ".release"), "w").close()
+        out, err = p.communicate(timeout=GUARD_S)
+        self.assertEqual(p.returncode, 0, err[-2000:])
+        self.assertEqual(self.tracker(), 4)
+        for step in (2, 4):
+            for sub in ("actor", "critic"):
+                for f in ("config.json", "model.safetensors", "optim_rank_0.bin"):
+                    self.assertTrue(os.path.exists(self.ckdir("global_step_%d" % step, sub, f)), (step, sub, f))
+                for f in (".release", ".rank_0_complete"):
+                    self.assertFalse(os.path.exists(self.ckdir("global_step_%d" % step, sub, f)), (step, sub, f))
 
     def test_sigterm_saves_and_exits_cleanly(self):
         self.stop_run(lambda p: p.send_signal(signal.SIGTERM))

@@ -3,7 +3,9 @@
  * the dataset loader's checks (file:line in every message), the sampler (seeded permutations,
  * drop_last batches, epochs, resuming from (epoch, index) gives the same batches), the msgpack
  * extras (bytes checked by hand against the msgpack spec), the config's verl keys, and the
- * checkpoint tracker (a .tmp is never taken for a checkpoint; max_ckpt_to_keep). */
+ * checkpoint tracker (a .tmp is never taken for a checkpoint; max_ckpt_to_keep), and the update
+ * metrics as verl's dp_actor / dp_critic log them (vr_rlstats.h) against a table computed by hand. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +22,7 @@
 #include "vr_dataset.h"
 #include "vr_rlconfig.h"
 #include "vr_rlreward.h"
+#include "vr_rlstats.h"
 #include "vr_tconfig.h"
 
 static char g_dir[256];
@@ -233,11 +236,72 @@ static void test_ckpt_tracker(void **st) {
   assert_int_equal(vr_ckpt_latest(root, &step, dir, sizeof dir), -18 /* VR_ERR_NOT_FOUND */);
 }
 
+/* Two actor members, two mini-batches each (gradient_accumulation 2, then 1), three micro-batches
+ * each (a, b | c and d, e | f), plus a member that got no sequences; one critic member. The
+ * expected values are worked out in the comments as verl's update_policy / update_critic and
+ * reduce_metrics compute them. */
+static void test_update_metrics(void **st) {
+  (void)st;
+  static const vr_rls_micro_t mb[6] = {
+      /* n_tok   wpg  went  wkl  clip low neg_kl */
+      {4, 0.8, 2.0, 0.1, 1, 0, 0.2, 0, 0, 0},  /* a: clipfrac 1/4, lower 0, ppo_kl 0.05 */
+      {2, -0.4, 1.0, 0.3, 2, 1, -0.1, 0, 0, 0}, /* b: 1, 0.5, -0.05 */
+      {5, 0.5, 1.5, 0.2, 0, 0, 0.5, 0, 0, 0},  /* c: 0, 0, 0.1 */
+      {1, 1.0, 0.5, 0.0, 1, 1, 0.1, 0, 0, 0},  /* d: 1, 1, 0.1 */
+      {4, 0.2, 0.7, 0.4, 0, 0, 0.4, 0, 0, 0},  /* e: 0, 0, 0.1 */
+      {2, 0.0, 0.3, 0.1, 1, 0, 0.2, 0, 0, 0},  /* f: 0.5, 0, 0.1 */
+  };
+  double m[3 * VR_ST_COUNT] = {0}, out[VR_ST_COUNT];
+  for (int k = 0; k < 2; k++) {
+    double *s = m + k * VR_ST_COUNT;
+    vr_rls_add_micro(s, &mb[3 * k], 0.5);
+    vr_rls_add_micro(s, &mb[3 * k + 1], 0.5);
+    vr_rls_add_micro(s, &mb[3 * k + 2], 1.0);
+    s[VR_ST_GRAD_NORM] = 3.0 + 5.0, s[VR_ST_UPDATES] = 2; /* the same all-reduced steps */
+  }
+  m[2 * VR_ST_COUNT + VR_ST_UPDATES] = 2, m[2 * VR_ST_COUNT + VR_ST_GRAD_NORM] = 8;
+  for (int n = 2; n <= 3; n++) { /* the empty member changes nothing */
+    vr_rls_reduce(m, n, out);
+    /* pg_loss: member 0 0.8/2 - 0.4/2 + 0.5 = 0.7, member 1 1.0/2 + 0.2/2 + 0 = 0.6; mean 0.65 */
+    assert_true(fabs(out[VR_ST_PG_LOSS] - 0.65) < 1e-12);
+    /* kl_loss: 0.05 + 0.15 + 0.2 = 0.4 and 0 + 0.2 + 0.1 = 0.3; mean 0.35 */
+    assert_true(fabs(out[VR_ST_KL_LOSS] - 0.35) < 1e-12);
+    /* per micro-batch means over the six: clipfrac (0.25 + 1 + 0 + 1 + 0 + 0.5) / 6 */
+    assert_true(fabs(out[VR_ST_CLIPFRAC] - 2.75 / 6) < 1e-7);
+    assert_true(fabs(out[VR_ST_CLIPFRAC_LOWER] - 1.5 / 6) < 1e-7);            /* (0.5 + 1) / 6 */
+    assert_true(fabs(out[VR_ST_PPO_KL] - 0.4 / 6) < 1e-7);                    /* 0.05 - 0.05 + 4 x 0.1 */
+    assert_true(fabs(out[VR_ST_ENTROPY] - 1.0) < 1e-12);                      /* (2 + 1 + 1.5 + .5 + .7 + .3) / 6 */
+    assert_true(fabs(out[VR_ST_GRAD_NORM] - 4.0) < 1e-12);                    /* (3 + 5) / 2 steps */
+    assert_true(out[VR_ST_MICRO] == 6 && out[VR_ST_UPDATES] == 2);
+  }
+  /* critic: micro-batches (2 tokens, sum w*max(vf1,vf2) 0.6, 1 clipped, values 1.0) with scale 1/2
+   * and (3 tokens, 0.9, 0 clipped, values -0.3) with 1/2: vf_loss 0.5 * (0.6 + 0.9) / 2 = 0.375,
+   * vf_clipfrac (0.5 + 0) / 2, vpred_mean (0.5 - 0.1) / 2 */
+  double c[VR_ST_COUNT] = {0};
+  const vr_rls_micro_t v1 = {.n_tok = 2, .wvf = 0.6, .vclip = 1, .vpred = 1.0};
+  const vr_rls_micro_t v2 = {.n_tok = 3, .wvf = 0.9, .vclip = 0, .vpred = -0.3};
+  vr_rls_add_micro(c, &v1, 0.5);
+  vr_rls_add_micro(c, &v2, 0.5);
+  c[VR_ST_GRAD_NORM] = 1.5, c[VR_ST_UPDATES] = 1;
+  vr_rls_reduce(c, 1, out);
+  assert_true(fabs(out[VR_ST_VF_LOSS] - 0.375) < 1e-12);
+  assert_true(fabs(out[VR_ST_VF_CLIPFRAC] - 0.25) < 1e-7);
+  assert_true(fabs(out[VR_ST_VPRED] - 0.2) < 1e-7);
+  assert_true(fabs(out[VR_ST_GRAD_NORM] - 1.5) < 1e-12);
+  /* a micro-batch without tokens: masked means of 0 (torch: 0 / (0 + 1e-8)) */
+  double z[VR_ST_COUNT] = {0};
+  const vr_rls_micro_t none = {0};
+  vr_rls_add_micro(z, &none, 1.0);
+  vr_rls_reduce(z, 1, out);
+  assert_true(out[VR_ST_CLIPFRAC] == 0 && out[VR_ST_PG_LOSS] == 0 && out[VR_ST_MICRO] == 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_truncation),      cmocka_unit_test(test_dataset_rows_and_errors),
       cmocka_unit_test(test_sampler),         cmocka_unit_test(test_extras_msgpack),
       cmocka_unit_test(test_config_keys),     cmocka_unit_test(test_ckpt_tracker),
+      cmocka_unit_test(test_update_metrics),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -87,7 +87,7 @@ static void real_pair(vr_world_t *w, vr_group_t *g) {
   const size_t nf = vr_lm_n_floats(lm);
   if (vr_group_rank(g) == 0) { /* the actor: a step, then its own buffer goes out */
     vr_train_t *t = trained(lm);
-    CHECK(vr_rollout_sync_weights(w, g, 0, vr_train_param_buffer(t), nf, NULL, NULL) == 0);
+    CHECK(vr_rollout_sync_weights(w, g, 0, vr_train_param_buffer(t), 0, nf, NULL, NULL) == 0);
     vr_train_free(t);
   } else {
     vr_rollout_lm_t v, v2;
@@ -96,7 +96,7 @@ static void real_pair(vr_world_t *w, vr_group_t *g) {
     vr_gen_output_t before, after, expect;
     gen(r, 0.0f, &before);
     double secs = -1;
-    CHECK(vr_rollout_sync_weights(w, g, 0, NULL, nf, r, &secs) == 0);
+    CHECK(vr_rollout_sync_weights(w, g, 0, NULL, 0, nf, r, &secs) == 0);
     printf("weight sync after a training step: %zu floats in %.3f ms\n", nf, secs * 1e3);
     gen(r, 0.0f, &after);
     vr_train_t *t = trained(lm); /* the same step here: deterministic on cpu */
@@ -130,7 +130,7 @@ int main(void) {
     rt_model_random(&a, &SHAPE, 101, 0.35f);
     rt_model_random(&b, &SHAPE, 202, 0.35f);
     if (vr_group_rank(g) == 0) { /* the actor: sends B */
-      CHECK(vr_rollout_sync_weights(&w, g, 0, b.params, b.n_params, NULL, NULL) == 0);
+      CHECK(vr_rollout_sync_weights(&w, g, 0, b.params, 0, b.n_params, NULL, NULL) == 0);
     } else {
       vr_rollout_t *r = NULL, *fresh = NULL;
       CHECK(vr_rollout_init(&a.cfg, a.params, a.n_params, &a.w, NULL, &r) == 0);
@@ -138,7 +138,7 @@ int main(void) {
       vr_gen_output_t before, after, want, after_s, want_s;
       gen(r, 0.0f, &before);
       double secs = -1;
-      CHECK(vr_rollout_sync_weights(&w, g, 0, NULL, b.n_params, r, &secs) == 0);
+      CHECK(vr_rollout_sync_weights(&w, g, 0, NULL, 0, b.n_params, r, &secs) == 0);
       CHECK(secs >= 0);
       printf("weight sync: %zu parameters (%.1f KiB) in %.3f ms\n", b.n_params, b.n_params * 4 / 1024.0, secs * 1e3);
       gen(r, 0.0f, &after);

@@ -67,6 +67,8 @@ typedef struct rcu {
   float *final_w, *inv_freq;
   rcu_layer_t *L;
   size_t n_params; /* 0 until the first set_weights */
+  struct rcu_wt *wl; /* the first set_weights' tensor list with their offsets (set_weights_device) */
+  int n_wl;
   /* K/V pool: per layer (num_blocks, Hkv, ...) K and V */
   uint16_t *kpool, *vpool;
   size_t layer_elems;
@@ -142,6 +144,7 @@ static void rcu_free(void *state) {
   if (st->gemm) vr_cuda_gemm_free(st->gemm);
   if (st->s) (void)cudaStreamDestroy(st->s);
   free(st->L);
+  free(st->wl);
   free(st);
 }
 
@@ -339,6 +342,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
 
 typedef struct rcu_wt {
   const float *src; /* in the view */
+  size_t at;        /* src's offset in the parameter buffer (kept list only) */
   size_t n;
   void *dst;
   int bf16;
@@ -442,11 +446,45 @@ static int rcu_set_weights(void *state, const float *params, size_t n_params, co
       VR_CUDA_CHECK(cudaEventRecord(st->stage_ev[k], st->s));
     }
   }
-  free(it);
-  if (rc) return rc;
+  if (rc) {
+    free(it);
+    return rc;
+  }
   VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
+  if (!st->wl) { /* the layout, for set_weights_device */
+    for (int i = 0; i < n; ++i) it[i].at = (size_t)(it[i].src - params), it[i].src = NULL;
+    st->wl = it, st->n_wl = n;
+  } else {
+    free(it);
+  }
   st->n_params = n_params;
   return 0;
+}
+
+/* The kept tensors' parts inside [off, off + len), converted from src (device) into the weights. */
+static int rcu_set_weights_device(void *state, const float *src, size_t off, size_t len) {
+  rcu_t *st = (rcu_t *)state;
+  if (!st->wl || off > st->n_params || len > st->n_params - off) {
+    vr_log(VR_LOG_ERROR, "rollout cuda: device weight update of [%zu, +%zu), the engine holds %zu floats%s", off, len,
+           st->n_params, st->wl ? "" : " (set_weights first)");
+    return VR_ERR_INVAL;
+  }
+  for (int i = 0; i < st->n_wl; ++i) {
+    const rcu_wt_t *t = &st->wl[i];
+    const size_t lo = t->at > off ? t->at : off;
+    const size_t hi = t->at + t->n < off + len ? t->at + t->n : off + len;
+    if (lo < hi) rcu_convert(st, t, lo - t->at, src + (lo - off), hi - lo);
+  }
+  VR_CUDA_CHECK(cudaGetLastError());
+  VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
+  st->dec_timed = 0;
+  return 0;
+}
+
+static float *rcu_device_chunk(void *state, size_t *n_floats) {
+  rcu_t *st = (rcu_t *)state;
+  *n_floats = RCU_STAGE_FLOATS;
+  return st->stage_d[0];
 }
 
 extern "C" int vr_cuda_roll_set_weights_device(void *state, const float *dparams, size_t n_params,
@@ -891,6 +929,8 @@ extern "C" const vr_rollout_backend_t vr_rollout_backend_cuda = {
     .decode = rcu_decode,
     .sample = rcu_sample,
     .copy_blocks = rcu_copy_blocks,
+    .set_weights_device = rcu_set_weights_device, /* the colocated actor's buffer, or NCCL chunks */
+    .device_chunk = rcu_device_chunk,             /* stage_d[0]: chunks received into it */
     .logits = rcu_logits,
     .describe = rcu_describe,
 };

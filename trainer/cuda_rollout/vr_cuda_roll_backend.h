@@ -41,7 +41,10 @@ extern const vr_rollout_backend_t vr_rollout_backend_cuda;
  * host buffer host_base that the view w points into (offsets w->x - host_base). Each tensor is
  * converted to bf16 straight into the existing weight storage: no staging, no second copy. The
  * first set_weights (host) call must have happened (it fixes n_params and the layout).
- * *seconds (may be NULL) gets the device time of the update (CUDA events). 0 or VR_ERR_INVAL. */
+ * *seconds (may be NULL) gets the device time of the update (CUDA events). 0 or VR_ERR_INVAL.
+ * The table's set_weights_device entry is the same conversion without a view, for any range of the
+ * layout the first set_weights fixed (kept as offsets): vr_rollout_set_params_device, and the
+ * weight sync's chunks (received into device_chunk, the first 32 MiB staging buffer). */
 int vr_cuda_roll_set_weights_device(void *state, const float *dparams, size_t n_params, const float *host_base,
                                     const vr_rollout_weights_t *w, double *seconds);
 
