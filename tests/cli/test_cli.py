@@ -36,7 +36,7 @@ BAD_VALUES = {
         (["--model", MODEL, "--dtype", "int8"], ["--dtype 'int8'"]),
         (["--model", MODEL, "--dtype", "float16"], ["--dtype 'float16'", "f16"]),
         (["--model", MODEL, "--device", "cpu", "--dtype", "bfloat16"], ["--dtype bf16 with --device cpu"]),
-        (["--model", MODEL, "--shm-name", "/foo"], ["--shm-name '/foo'", "must not contain '/'"]),
+        (["--model", MODEL, "--shm-name", "@a/b"], ["--shm-name '@a/b'", "must not contain '/'"]),
         (["--model", MODEL, "--port", "99999"], ["--port '99999'"]),
         (["--model", MODEL, "--max-batch-tokens", "0"], ["--max-batch-tokens '0'"]),
         (["--model", MODEL, "--cpu-gemm", "avx512"], ["--cpu-gemm 'avx512'"]),
@@ -74,7 +74,7 @@ BAD_VALUES = {
         (["--transport", "carrier-pigeon"], ["--transport 'carrier-pigeon'"]),
         (["--lengths", "fixed:0"], ["--lengths 'fixed:0'"]),
         (["--arrival", "bursty"], ["--arrival 'bursty'"]),
-        (["--shm-name", "/foo"], ["--shm-name '/foo'"]),
+        (["--shm-name", "@a/b"], ["--shm-name '@a/b'"]),
         (["--log-level", "loud"], ["--log-level 'loud'"]),
     ]),
     "verl-shm-bench": ("--samples", [
@@ -175,7 +175,7 @@ class TestServerSpecific(unittest.TestCase):
         cfg = os.path.join(tmp, "server.yaml")
         for text, want in (("frobnicate: 1\n", "server.yaml:1: unknown key 'frobnicate'"),
                            (f"model: {MODEL}\ndtype: half\n", "server.yaml:2: --dtype 'half'"),
-                           (f"model: {MODEL}\nshm_name: /x\n", "server.yaml:2: --shm-name '/x'")):
+                           (f"model: {MODEL}\nshm_name: /x/\n", "server.yaml:2: --shm-name '/x/'")):
             with open(cfg, "w") as f:
                 f.write(text)
             with self.subTest(text=text):

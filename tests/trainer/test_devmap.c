@@ -83,8 +83,8 @@ static const bad_case_t k_bad[] = {
                                     "not start with http://", 1},
     {"url_no_port.yaml", NULL, 4, "it has no port", 1},
     {"url_https.yaml", NULL, 4, "https is not supported", 1},
-    {"shm_slash.yaml", NULL, 4, "reward.shared_mem_name is not a POSIX shared-memory name: shared-memory name "
-                                "'/verl_reward_shm' must not contain '/'", 1},
+    {"shm_slash.yaml", NULL, 4, "reward.shared_mem_name is not a verl-reward shm name: abstract name "
+                                "'@verl/reward_shm' must not contain '/'", 1},
     {"shm_too_long.yaml", NULL, 4, "is too long", 1},
     {"nccl_on_cpu.yaml", NULL, 4, "rollout.nccl_backend is nccl, but rollout runs on cpu slots (NCCL needs GPUs). "
                                   "HINT: write `nccl_backend: mpi`", 1},
