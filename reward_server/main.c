@@ -9,7 +9,7 @@
  *      /metrics 200 (verl_reward_ready 0), /v1/model 503. sd_notify STATUS=loading ...;
  *   3. the loader thread wakes the loop (loaded_ev); on the loop thread the loader is joined,
  *      then the batcher, the shm segment (created only now: a client attaching earlier gets
- *      "no such segment" and retries), the dispatcher, the pid file and the ready file are
+ *      VR_ERR_NOT_FOUND, "no reward server listens on NAME", and retries), the dispatcher, the pid file and the ready file are
  *      made, and the server turns ready in that same callback: /ready 200, /health
  *      {"status":"ok"}, sd_notify READY=1. A failed load or start-up step leaves the loop and
  *      exits 1 after logging why, as before HTTP was bound early.
@@ -193,7 +193,7 @@ static int start_shm(vr_server_t *srv) {
   cfg.allow_gids = gids;
   int rc = vr_shm_server_create(&cfg, &srv->shm);
   if (rc) {
-    vr_log(VR_LOG_ERROR, "cannot create shared-memory segment /%s: %s", srv->st.shm_name, vr_strerror(rc));
+    vr_log(VR_LOG_ERROR, "cannot serve shared memory under the name '%s': %s", srv->st.shm_name, vr_strerror(rc));
     return rc;
   }
   return 0;
@@ -215,7 +215,7 @@ static int write_ready_file(vr_server_t *srv) {
   char content[1400];
   char http[300] = "off";
   if (srv->http) snprintf(http, sizeof http, "http://%s:%d", srv->st.host, srv->st.port);
-  snprintf(content, sizeof content, "pid=%d\nhttp=%s\nshm=%s%s\n", (int)getpid(), http, srv->shm ? "/" : "",
+  snprintf(content, sizeof content, "pid=%d\nhttp=%s\nshm=%s\n", (int)getpid(), http,
            srv->shm ? srv->st.shm_name : "off");
   return vr_ready_file_write(srv->st.ready_file, content);
 }
@@ -253,14 +253,14 @@ static int finish_startup(main_ctx_t *m) {
   vr_reward_spec_format(&srv->scorer.spec, spec, sizeof spec);
   char http[300] = "off";
   if (srv->http) snprintf(http, sizeof http, "http://%s:%d", srv->st.host, srv->st.port);
-  vr_log(VR_LOG_INFO, "ready: %s reward=%s shm=%s%s lanes=%u http=%s max_batch_tokens=%u max_wait_us=%u "
+  vr_log(VR_LOG_INFO, "ready: %s reward=%s shm=%s lanes=%u http=%s max_batch_tokens=%u max_wait_us=%u "
          "max_seq_len=%u truncate=%s rss=%.1fMiB pid=%d",
-         srv->scorer.description, spec, srv->shm ? "/" : "", srv->shm ? srv->st.shm_name : "off", srv->st.lanes,
+         srv->scorer.description, spec, srv->shm ? srv->st.shm_name : "off", srv->st.lanes,
          http, srv->st.max_batch_tokens, srv->st.max_wait_us, srv->scorer.max_seq_len,
          vr_truncate_name(srv->scorer.truncate), vr_metrics_rss_bytes() / 1048576.0, (int)getpid());
   char msg[768]; /* http (300) + the shm name (255) fit whole */
-  snprintf(msg, sizeof msg, "READY=1\nMAINPID=%d\nSTATUS=ready: http=%s shm=%s%s", (int)getpid(), http,
-           srv->shm ? "/" : "", srv->shm ? srv->st.shm_name : "off");
+  snprintf(msg, sizeof msg, "READY=1\nMAINPID=%d\nSTATUS=ready: http=%s shm=%s", (int)getpid(), http,
+           srv->shm ? srv->st.shm_name : "off");
   vr_notify_send(&m->notify, msg);
   return 0;
 }
@@ -347,7 +347,7 @@ static void teardown(main_ctx_t *m) {
   if (srv->shm) {
     vr_shm_server_destroy(srv->shm); /* answers the rest, unlinks */
     srv->shm = NULL;
-    vr_log(VR_LOG_INFO, "segment /%s removed", srv->st.shm_name);
+    vr_log(VR_LOG_INFO, "shared memory '%s' closed (socket removed)", srv->st.shm_name);
   }
   if (srv->http) {
     /* pending replies were flushed during the drain; a forced exit drops them */

@@ -167,7 +167,8 @@ static void accept_error_cb(struct evconnlistener *l, void *arg) {
   vr_log_limited(&g->accept_log, VR_LOG_WARN, "HTTP accept(): %s (%u connections open); %s", strerror(e), g->n,
                  e == EMFILE || e == ENFILE ? "pausing the listener 100 ms. HINT: raise the fd limit (ulimit -n) or lower "
                                               "--max-connections"
-                                            : "retrying");
+                 : e == ENOBUFS || e == ENOMEM ? "pausing the listener 100 ms (the kernel is short of memory)"
+                                               : "retrying");
 }
 
 vr_http_guard_t *vr_http_guard_create(struct event_base *base, struct evhttp *eh, struct evhttp_bound_socket *bound,

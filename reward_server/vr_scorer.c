@@ -158,7 +158,7 @@ static void load_tokenizer(vr_scorer_t *sc, const char *dir) {
   char path[4096];
   snprintf(path, sizeof path, "%s/tokenizer.json", dir);
   if (access(path, F_OK) != 0) {
-    snprintf(sc->tok_note, sizeof sc->tok_note, "the model directory %s has no tokenizer.json", dir);
+    snprintf(sc->tok_note, sizeof sc->tok_note, "the model directory %.300s has no tokenizer.json", dir);
     vr_log(VR_LOG_INFO, "tokenizer: none (%s); requests must send input_ids", sc->tok_note);
     return;
   }
@@ -167,7 +167,7 @@ static void load_tokenizer(vr_scorer_t *sc, const char *dir) {
   int rc = vr_tok_load(dir, &sc->tok, err, sizeof err);
   if (rc) {
     sc->tok = NULL;
-    snprintf(sc->tok_note, sizeof sc->tok_note, "the tokenizer of %s did not load: %s", dir, err);
+    snprintf(sc->tok_note, sizeof sc->tok_note, "the tokenizer did not load: %.360s", err); /* err names the file */
     vr_log(VR_LOG_WARN, "tokenizer: %s; text and messages requests are refused, input_ids are served", sc->tok_note);
     return;
   }

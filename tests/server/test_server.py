@@ -1433,7 +1433,7 @@ class TestStartup(unittest.TestCase):
             self.assertEqual(json.loads(body), {"ready": False, "state": "starting"})
         self.assertEqual(json.loads(s.request("GET", "/health")[1]), {"status": "ok"})
         with open(ready_file) as f:
-            self.assertEqual(f.read(), f"pid={s.proc.pid}\nhttp=http://127.0.0.1:{s.port}\nshm=/{s.name}\n")
+            self.assertEqual(f.read(), f"pid={s.proc.pid}\nhttp=http://127.0.0.1:{s.port}\nshm={s.name}\n")
         self.assertFalse(os.path.exists(ready_file + ".tmp"))
         ready = n.wait_for("READY")
         self.assertEqual((ready["READY"], ready["MAINPID"]), ("1", str(s.proc.pid)))

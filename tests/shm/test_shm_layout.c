@@ -1,4 +1,4 @@
-/* test_shm_layout: pins the segment layout of protocol v1 (docs/protocol.md,
+/* test_shm_layout: pins the segment layout of protocol v2 (the lane and header layout, unchanged from v1) (docs/protocol.md,
  * "Shared-memory segment"). Compile time: the static asserts in
  * verl_reward/protocol.h plus the full table below. Run time: a segment created by
  * the server is read back as raw bytes at the documented offsets. Also pins
