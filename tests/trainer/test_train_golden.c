@@ -19,39 +19,6 @@
 #define LOGP_TOL 1e-5
 #define GRAD_TOL 1e-5
 
-static vr_lm_t *load(const char *name, vr_lm_head_t head) {
-  char dir[1024];
-  tr_fixture_dir(dir, sizeof dir, name);
-  vr_lm_load_options_t o = {.head = head, .seed = 1};
-  vr_lm_t *lm = NULL;
-  assert_int_equal(vr_lm_load(dir, &o, &lm), 0);
-  return lm;
-}
-
-static double max_abs_diff(const float *got, const double *want, uint32_t n) {
-  double m = 0;
-  for (uint32_t i = 0; i < n; i++) m = fmax(m, fabs(got[i] - want[i]));
-  return m;
-}
-
-/* log-probs and entropy of the golden's sequences (one packed batch) vs the golden. */
-static void check_logprobs(vr_train_t *t, tr_golden_t *g, const char *lp_key, const char *ent_key, float tau) {
-  vr_train_batch_t b = {g->ids, g->cu, g->n, NULL};
-  float *lp = calloc(g->T, sizeof *lp), *ent = calloc(g->T, sizeof *ent);
-  double *want = calloc(g->T, sizeof *want);
-  assert_int_equal(vr_train_forward(t, &b, tau, lp, ent, 0), 0);
-  tr_golden_rows(cJSON_GetObjectItem(g->root, lp_key), g, 1, want);
-  double d1 = max_abs_diff(lp, want, g->T);
-  tr_golden_rows(cJSON_GetObjectItem(g->root, ent_key), g, 1, want);
-  double d2 = max_abs_diff(ent, want, g->T);
-  printf("  %s: max |logp diff| %.3g, max |entropy diff| %.3g\n", lp_key, d1, d2);
-  assert_true(d1 <= LOGP_TOL);
-  assert_true(d2 <= LOGP_TOL);
-  free(lp);
-  free(ent);
-  free(want);
-}
-
 /* Gradients of the token-mean NLL over the whole batch into grads (n_floats). */
 static void nll_grads(vr_train_t *t, tr_golden_t *g, float *grads, size_t n, double *loss) {
   vr_train_batch_t b = {g->ids, g->cu, g->n, NULL};
@@ -92,7 +59,7 @@ static void check_adamw(const vr_lm_t *lm, tr_golden_t *g, const char *key, floa
   double *want = calloc(g->T, sizeof *want);
   assert_int_equal(vr_train_forward(t, &b, 1.0f, lp, NULL, 0), 0);
   tr_golden_rows(cJSON_GetObjectItem(ref, "logprobs"), g, 1, want);
-  double d = max_abs_diff(lp, want, g->T);
+  double d = tr_max_abs_diff(lp, want, g->T);
   printf("  %s: log-probs after 3 AdamW steps, max |diff| %.3g\n", key, d);
   assert_true(d <= LOGP_TOL);
   free(lp);
@@ -105,10 +72,10 @@ static void run_lm(const char *name) {
   printf("%s\n", name);
   tr_golden_t g;
   tr_golden_load(name, &g);
-  vr_lm_t *lm = load(name, VR_LM_HEAD_LM);
+  vr_lm_t *lm = tr_lm_load(name, VR_LM_HEAD_LM);
   vr_train_t *t = tr_engine(lm, 0, 0, 0);
-  check_logprobs(t, &g, "logprobs_t1", "entropy_t1", 1.0f);
-  check_logprobs(t, &g, "logprobs_t07", "entropy_t07", 0.7f);
+  tr_check_logprobs(t, &g, "logprobs_t1", "entropy_t1", 1.0f, LOGP_TOL, "");
+  tr_check_logprobs(t, &g, "logprobs_t07", "entropy_t07", 0.7f, LOGP_TOL, "");
   size_t n = vr_train_n_floats(t);
   float *g0 = malloc(n * sizeof *g0), *g1 = malloc(n * sizeof *g1);
   double loss;
@@ -166,14 +133,14 @@ static void test_critic(void **state) {
   (void)state;
   tr_golden_t g;
   tr_golden_load("qwen2_critic", &g);
-  vr_lm_t *lm = load("qwen2_critic", VR_LM_HEAD_VALUE);
+  vr_lm_t *lm = tr_lm_load("qwen2_critic", VR_LM_HEAD_VALUE);
   vr_train_t *t = tr_engine(lm, 0, 0, 0);
   vr_train_batch_t b = {g.ids, g.cu, g.n, NULL};
   float *val = calloc(g.T, sizeof *val), *dw = calloc(g.T, sizeof *dw);
   double *want = calloc(g.T, sizeof *want), *w = calloc(g.T, sizeof *w);
   assert_int_equal(vr_train_forward(t, &b, 1.0f, val, NULL, 1), 0);
   tr_golden_rows(cJSON_GetObjectItem(g.root, "values"), &g, 0, want);
-  double d = max_abs_diff(val, want, g.T);
+  double d = tr_max_abs_diff(val, want, g.T);
   printf("qwen2_critic: max |value diff| %.3g\n", d);
   assert_true(d <= LOGP_TOL);
   tr_golden_rows(cJSON_GetObjectItem(g.root, "w"), &g, 0, w);

@@ -101,3 +101,34 @@ vr_train_t *tr_engine(const vr_lm_t *lm, int threads, int recompute, size_t vchu
   assert_int_equal(vr_train_init(lm, &o, &t), 0);
   return t;
 }
+
+vr_lm_t *tr_lm_load(const char *name, vr_lm_head_t head) {
+  char dir[1024];
+  tr_fixture_dir(dir, sizeof dir, name);
+  vr_lm_load_options_t o = {.head = head, .seed = 1};
+  vr_lm_t *lm = NULL;
+  assert_int_equal(vr_lm_load(dir, &o, &lm), 0);
+  return lm;
+}
+
+double tr_max_abs_diff(const float *got, const double *want, uint32_t n) {
+  double m = 0;
+  for (uint32_t i = 0; i < n; i++) m = fmax(m, fabs(got[i] - want[i]));
+  return m;
+}
+
+void tr_check_logprobs(vr_train_t *t, tr_golden_t *g, const char *lp_key, const char *ent_key, float tau, double tol,
+                       const char *tag) {
+  vr_train_batch_t b = {g->ids, g->cu, g->n, NULL};
+  float *lp = calloc(g->T, sizeof *lp), *ent = calloc(g->T, sizeof *ent);
+  double *want = calloc(g->T, sizeof *want);
+  assert_int_equal(vr_train_forward(t, &b, tau, lp, ent, 0), 0);
+  tr_golden_rows(cJSON_GetObjectItem(g->root, lp_key), g, 1, want);
+  const double d1 = tr_max_abs_diff(lp, want, g->T);
+  tr_golden_rows(cJSON_GetObjectItem(g->root, ent_key), g, 1, want);
+  const double d2 = tr_max_abs_diff(ent, want, g->T);
+  printf("  %s%s: max |logp diff| %.3g, max |entropy diff| %.3g (tolerance %g)\n", tag, lp_key, d1, d2, tol);
+  assert_true(d1 <= tol);
+  assert_true(d2 <= tol);
+  free(lp), free(ent), free(want);
+}

@@ -30,6 +30,14 @@ void tr_golden_rows(const cJSON *lists, const tr_golden_t *g, int shift, double 
  * golden, as max |a - b| / max |b| over the tensor; every lm tensor must be in the set and
  * vice versa. Prints the worst tensors; returns the max over tensors. */
 double tr_grads_check(const vr_lm_t *lm, const float *grads, const tr_golden_t *g, const char *set);
+/* tests/fixtures/lm/<name> loaded with the given head (value heads seeded 1); aborts on failure. */
+vr_lm_t *tr_lm_load(const char *name, vr_lm_head_t head);
+/* max |got[i] - want[i]| over n values. */
+double tr_max_abs_diff(const float *got, const double *want, uint32_t n);
+/* Log-probs and entropy of the golden's sequences (one packed batch) at temperature tau against
+ * the golden's lp_key / ent_key lists: each max |diff| must be <= tol (printed with tag). */
+void tr_check_logprobs(vr_train_t *t, tr_golden_t *g, const char *lp_key, const char *ent_key, float tau, double tol,
+                       const char *tag);
 /* An engine for lm with defaults and the given threads / recompute / vocab chunk. */
 vr_train_t *tr_engine(const vr_lm_t *lm, int threads, int recompute, size_t vchunk);
 
