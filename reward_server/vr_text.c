@@ -255,21 +255,12 @@ int vr_text_encode(const vr_tok_t *tok, const vr_text_req_t *t, int32_t **ids_ou
       rc = fail(e, VR_ERR_TOO_LARGE, i, "too many tokens in the request");
       break;
     }
-    if (total + n > cap) {
-      uint64_t nc = cap ? cap * 2 : 1024;
-      while (nc < total + n) nc *= 2;
-      int32_t *na = realloc(all, nc * sizeof *na);
-      if (!na) {
-        free(ids);
-        rc = fail(e, VR_ERR_NOMEM, i, "out of memory for %llu tokens", (unsigned long long)(total + n));
-        break;
-      }
-      all = na;
-      cap = nc;
-    }
-    if (n) memcpy(all + total, ids, n * sizeof *ids);
+    const int ar = vr_tok_ids_append(&all, &cap, &total, ids, n);
     free(ids);
-    total += n;
+    if (ar) {
+      rc = fail(e, VR_ERR_NOMEM, i, "out of memory for %llu tokens", (unsigned long long)(total + n));
+      break;
+    }
     cu[i + 1] = (uint32_t)total;
   }
   vr_tok_scratch_free(sc);

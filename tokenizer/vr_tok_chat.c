@@ -97,3 +97,17 @@ int vr_tok_apply_chat_template(const vr_tok_t *tok, const char *messages_json, i
   return vr_tok_apply_chat_template_ex(tok, NULL, messages_json, add_generation_prompt, NULL, text, NULL, err,
                                        errlen);
 }
+
+int vr_tok_ids_append(int32_t **all, uint64_t *cap, uint64_t *total, const int32_t *ids, size_t n) {
+  if (*total + n > *cap) {
+    uint64_t nc = *cap ? *cap * 2 : 1024;
+    while (nc < *total + n) nc *= 2;
+    int32_t *na = realloc(*all, nc * sizeof *na);
+    if (!na) return VR_ERR_NOMEM;
+    *all = na;
+    *cap = nc;
+  }
+  if (n) memcpy(*all + *total, ids, n * sizeof *ids);
+  *total += n;
+  return 0;
+}

@@ -18,6 +18,7 @@
 #define VR_TOK_CHAT_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "vr_tokenizer.h"
 
@@ -32,6 +33,11 @@ struct cJSON;
  * parts, an object or null when present. Returns 0, or VR_ERR_MALFORMED with err naming the
  * place from `at` (the caller's name of conv, e.g. "messages[2]"): "at[1].role is missing". */
 int vr_tok_chat_check_conversation(const struct cJSON *conv, const char *at, char *err, size_t errlen);
+
+/* Appends ids[0..n) to the packed buffer *all (capacity *cap ids, *total used), growing it by
+ * doubling (from 1024): the packing loop of a batch of encodes. Returns 0, or VR_ERR_NOMEM with
+ * *all, *cap and *total unchanged (the caller still owns and frees *all). */
+int vr_tok_ids_append(int32_t **all, uint64_t *cap, uint64_t *total, const int32_t *ids, size_t n);
 
 int vr_tok_apply_chat_template(const vr_tok_t *tok, const char *messages_json, int add_generation_prompt,
                                char **text, char *err, size_t errlen);

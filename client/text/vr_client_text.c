@@ -229,21 +229,12 @@ int vr_client_text_encode(const vr_client_text_t *tt, vr_text_input_t kind, cons
       rc = fail(VR_ERR_TOO_LARGE, "%s[%u]: more than %u tokens in the batch", what, i, UINT32_MAX);
       break;
     }
-    if (total + n > cap) {
-      uint64_t nc = cap ? cap * 2 : 1024;
-      while (nc < total + n) nc *= 2;
-      int32_t *na = realloc(all, nc * sizeof *na);
-      if (!na) {
-        free(ids);
-        rc = fail(VR_ERR_NOMEM, "out of memory for %llu tokens", (unsigned long long)(total + n));
-        break;
-      }
-      all = na;
-      cap = nc;
-    }
-    if (n) memcpy(all + total, ids, n * sizeof *ids);
+    const int ar = vr_tok_ids_append(&all, &cap, &total, ids, n);
     free(ids);
-    total += n;
+    if (ar) {
+      rc = fail(VR_ERR_NOMEM, "out of memory for %llu tokens", (unsigned long long)(total + n));
+      break;
+    }
     cu[i + 1] = (uint32_t)total;
   }
   vr_tok_scratch_free(sc);
