@@ -262,8 +262,7 @@ void vr_lm_free(vr_lm_t *lm) {
 
 /* ---- save ---------------------------------------------------------------------------- */
 
-/* Writes len bytes to path via path.tmp + rename. */
-static int vr_lm_write_file(const char *path, const void *const *parts, const size_t *lens, int n_parts) {
+int vr_lm_write_file(const char *path, const void *const *parts, const size_t *lens, int n_parts) {
   char tmp[VR_LM_PATH_MAX + 8];
   if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return VR_ERR_INVAL; /* vr_lm_save checked */
   FILE *f = fopen(tmp, "wb");

@@ -155,6 +155,12 @@ int vr_lm_get_params(const vr_lm_t *lm, float *dst, size_t n);
 /* "LlamaForCausalLM" etc. for a family and head (static string). */
 const char *vr_lm_arch_name(vr_lm_family_t f, vr_lm_head_t h);
 
+/* Writes the n_parts buffers (parts[i], lens[i] bytes) one after the other to path through
+ * path.tmp: written, fsync'd, renamed over path, so path is never seen half-written. Returns 0,
+ * VR_ERR_INVAL when path + ".tmp" does not fit 4096 + 8 bytes (not logged), or VR_ERR_IO (logged, tmp
+ * removed). Thread-safe (checkpoints write from background threads). */
+int vr_lm_write_file(const char *path, const void *const *parts, const size_t *lens, int n_parts);
+
 #ifdef __cplusplus
 }
 #endif

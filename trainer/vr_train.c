@@ -437,26 +437,12 @@ int vr_train_optimizer_snapshot(vr_train_t *t, vr_train_optsnap_t *s) {
 }
 
 int vr_train_optimizer_write(const vr_train_optsnap_t *s, const char *path) {
-  char tmp[4096 + 8];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+  if (strlen(path) + sizeof ".tmp" > 4096 + 8) { /* as vr_lm_write_file's bound, with this message */
     vr_log(VR_LOG_ERROR, "%s: optimizer state path too long", path);
     return VR_ERR_INVAL;
   }
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    vr_log(VR_LOG_ERROR, "%s: cannot create: %s", tmp, strerror(errno));
-    return VR_ERR_IO;
-  }
-  int ok = fwrite(s->bytes, 1, s->n_bytes, f) == s->n_bytes;
-  ok = fflush(f) == 0 && ok;
-  ok = fsync(fileno(f)) == 0 && ok;
-  ok = fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    vr_log(VR_LOG_ERROR, "%s: write failed: %s", path, strerror(errno));
-    unlink(tmp);
-    return VR_ERR_IO;
-  }
-  return 0;
+  const void *parts[1] = {s->bytes};
+  return vr_lm_write_file(path, parts, &s->n_bytes, 1);
 }
 
 void vr_train_optimizer_snap_free(vr_train_optsnap_t *s) {
