@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "verl_reward/status.h"
+#include "vr_lm.h"
 
 #define TRACKER "latest_checkpointed_iteration.txt"
 
@@ -113,16 +114,11 @@ static int wait_markers(vr_ckpt_t *c) {
   return 0;
 }
 
+/* path via path.tmp, fsync and rename (vr_lm's writer, shared with the model and optimizer files). */
 static int write_file_atomic(const char *path, const char *text) {
-  char tmp[1200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  if (!f) return -1;
-  int ok = fputs(text, f) >= 0;
-  ok = fflush(f) == 0 && ok;
-  ok = fsync(fileno(f)) == 0 && ok;
-  ok = fclose(f) == 0 && ok;
-  return ok && rename(tmp, path) == 0 ? 0 : -1;
+  const void *parts[1] = {text};
+  const size_t len = strlen(text);
+  return vr_lm_write_file(path, parts, &len, 1);
 }
 
 static int step_of(const char *name, int64_t *step) {
