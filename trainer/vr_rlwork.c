@@ -519,7 +519,8 @@ int vr_rlworker_loop(vr_rlworker_t *wk, vr_ctl_t *c) {
           /* the actor's own buffer (device memory on a device backend): a colocated rollout engine
            * converts straight from it, the others receive it over the group (vr_rollout_sync.h) */
           const int on_dev = wk->actor.t && strcmp(vr_train_device(wk->actor.t), "cpu") != 0;
-          rc = vr_rollout_sync_weights(w, g, 0, params, on_dev, n, wk->roll, &val[0]);
+          rc = wk->actor.t && !params ? VR_ERR_INTERNAL /* the device wait failed, logged */
+                                      : vr_rollout_sync_weights(w, g, 0, params, on_dev, n, wk->roll, &val[0]);
           break;
         }
         case VR_RLC_SAVE:

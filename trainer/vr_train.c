@@ -159,6 +159,10 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
 static void vr_train_launch(vr_train_t *t, size_t lo) {
   const vr_train_comm_t *c = &t->opt.comm;
   float *g = t->ops->grads(t->state);
+  if (!g && t->comm_rc == 0) {
+    t->comm_rc = VR_ERR_INTERNAL;
+    vr_log(VR_LOG_ERROR, "training: the backend's gradient buffer is not available for the all-reduce");
+  }
   for (; t->next >= 0 && t->bk[t->next] >= lo; t->next--) {
     const int i = t->next;
     if (t->comm_rc != 0) continue; /* after a failure nothing more is started */
@@ -373,10 +377,12 @@ int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_n
   t->step++;
   if (t->opt.zero1 && c->size > 1) { /* every rank's updated shard to every rank */
     float *p = t->ops->params(t->state);
+    if (!p) rc = VR_ERR_INTERNAL; /* the backend's wait failed (logged) */
     for (int r = 0; r < c->size && rc == 0; r++) {
       size_t lo, hi;
       vr_train_shard(t->n_floats, r, c->size, &lo, &hi);
       rc = c->bcast(c->ctx, p + lo, (hi - lo) * sizeof(float), r);
+      if (rc == 0 && r != c->rank && t->ops->params_written) rc = t->ops->params_written(t->state, lo, hi);
     }
     if (rc != 0) vr_log(VR_LOG_ERROR, "training step: parameter broadcast failed (%d)", rc);
   }

@@ -135,15 +135,22 @@ typedef struct vr_train_backend_ops {
   /* dout (T), dent (T or NULL): host arrays; adds into grads; consumes the kept forward. */
   int (*backward)(void *state, const float *dout, const float *dent);
   int (*zero_grad)(void *state);
-  /* The gradient buffer (for the engine's all-reduce through comm; device pointer on cuda). */
+  /* The gradient buffer (for the engine's all-reduce through comm; device pointer on cuda),
+   * complete when returned (a device backend waits for its queued backward); NULL if that failed. */
   float *(*grads)(void *state);
   /* Sum of squares of grads[lo, hi) in double (deterministic order). */
   int (*grad_sqnorm)(void *state, size_t lo, size_t hi, double *out);
   int (*scale_grads)(void *state, float s);
   /* AdamW on params[shard_lo, shard_hi) with step count step (>= 1). */
   int (*adamw)(void *state, const vr_adamw_t *h, int64_t step);
-  /* The parameter buffer (for the engine's ZeRO-1 broadcasts; device pointer on cuda). */
+  /* The parameter buffer (for the engine's ZeRO-1 broadcasts; device pointer on cuda), complete
+   * when returned: a device backend first waits for its queued work (the last step's update), so
+   * a reader on another stream sees the new values. NULL if that wait failed (logged). */
   float *(*params)(void *state);
+  /* Optional: the engine wrote params[lo, hi) in place (ZeRO-1: another rank's updated shard
+   * arrived by broadcast, complete on return of bcast); the backend refreshes what it derives
+   * from them (cuda: the bf16 compute copy). NULL: nothing to refresh (cpu). */
+  int (*params_written)(void *state, size_t lo, size_t hi);
   /* Host copies of the whole params / grads buffer (n_floats floats). */
   int (*get_params)(void *state, float *dst);
   int (*set_params)(void *state, const float *src);
@@ -220,8 +227,10 @@ int vr_train_get_grads(vr_train_t *t, float *dst, size_t n);
 /* The engine's own parameter / gradient buffers (vr_train_n_floats floats, the vr_lm layout):
  * host memory on cpu, device memory on a device backend; for a weight-sync broadcast straight
  * from the actor's buffer. Stable for the engine's lifetime; the caller must not write the
- * parameters while a kept forward is pending (backward reads them) and reads them as of the last
- * completed step. */
+ * parameters while a kept forward is pending (backward reads them). The values are those of the
+ * last step: vr_train_param_buffer waits for the device's queued update before it returns, so
+ * call it again after each step rather than keeping the pointer across steps. NULL when that wait
+ * failed. */
 float *vr_train_param_buffer(vr_train_t *t);
 float *vr_train_grad_buffer(vr_train_t *t);
 const char *vr_train_device(const vr_train_t *t); /* the backend's name: "cpu", "cuda" */

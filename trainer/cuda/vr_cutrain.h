@@ -91,6 +91,9 @@ float *vr_cutrain_grads(vr_cutrain_t *e);
  * bf16 copy. All synchronise. */
 int vr_cutrain_get_params(vr_cutrain_t *e, float *dst);
 int vr_cutrain_set_params(vr_cutrain_t *e, const float *src);
+/* params[lo, hi) were written in place on the device (a ZeRO-1 broadcast of another rank's
+ * shard, completed before the call): refresh their bf16 compute copy. Waits for it. */
+int vr_cutrain_params_written(vr_cutrain_t *e, size_t lo, size_t hi);
 int vr_cutrain_get_grads(vr_cutrain_t *e, float *dst);
 int vr_cutrain_get_moments(vr_cutrain_t *e, float *m, float *v);
 int vr_cutrain_set_moments(vr_cutrain_t *e, const float *m, const float *v);

@@ -681,6 +681,13 @@ int vr_cutrain_set_params(vr_cutrain_t *e, const float *src) {
   return vr_cutrain_sync(e);
 }
 
+int vr_cutrain_params_written(vr_cutrain_t *e, size_t lo, size_t hi) {
+  if (lo > hi || hi > e->d.n_floats) return VR_ERR_INVAL;
+  if (hi > lo) vr_cuda_convert_to_bf16(e->p16 + lo, e->p + lo, 0, hi - lo, e->s);
+  VR_CUDA_CHECK(cudaGetLastError());
+  return vr_cutrain_sync(e);
+}
+
 int vr_cutrain_get_grads(vr_cutrain_t *e, float *dst) {
   VR_CUDA_CHECK(cudaMemcpyAsync(dst, e->g, e->d.n_floats * 4, cudaMemcpyDeviceToHost, e->s));
   return vr_cutrain_sync(e);

@@ -159,8 +159,21 @@ static int vr_tcuda_backward(void *state, const float *dout, const float *dent) 
 }
 
 static int vr_tcuda_zero_grad(void *state) { return vr_cutrain_zero_grad(((vr_tcuda_t *)state)->e); }
-static float *vr_tcuda_grads(void *state) { return vr_cutrain_grads(((vr_tcuda_t *)state)->e); }
-static float *vr_tcuda_params(void *state) { return vr_cutrain_params(((vr_tcuda_t *)state)->e); }
+/* As params: the backward's kernels finish before a collective on the comm's stream reads them. */
+static float *vr_tcuda_grads(void *state) {
+  vr_cutrain_t *e = ((vr_tcuda_t *)state)->e;
+  return vr_cutrain_sync(e) == 0 ? vr_cutrain_grads(e) : NULL;
+}
+static int vr_tcuda_params_written(void *state, size_t lo, size_t hi) {
+  return vr_cutrain_params_written(((vr_tcuda_t *)state)->e, lo, hi);
+}
+/* The step's AdamW runs asynchronously on the engine's stream: wait for it, so that whoever reads
+ * the buffer next (a device-to-device weight sync on another stream, a ZeRO-1 broadcast on the
+ * comm's stream) sees the updated parameters. */
+static float *vr_tcuda_params(void *state) {
+  vr_cutrain_t *e = ((vr_tcuda_t *)state)->e;
+  return vr_cutrain_sync(e) == 0 ? vr_cutrain_params(e) : NULL;
+}
 
 static int vr_tcuda_grad_sqnorm(void *state, size_t lo, size_t hi, double *out) {
   return vr_cutrain_grad_sqnorm(((vr_tcuda_t *)state)->e, lo, hi, out);
@@ -196,6 +209,7 @@ const vr_train_backend_ops_t vr_train_backend_cuda = {
     .scale_grads = vr_tcuda_scale_grads,
     .adamw = vr_tcuda_adamw,
     .params = vr_tcuda_params,
+    .params_written = vr_tcuda_params_written,
     .get_params = vr_tcuda_get_params,
     .set_params = vr_tcuda_set_params,
     .get_grads = vr_tcuda_get_grads,
