@@ -10,6 +10,7 @@ row). Needs pyarrow (pip/conda, or Debian python3-pyarrow where packaged); witho
 says so and exits 3."""
 import argparse
 import json
+import os
 import sys
 
 
@@ -37,14 +38,25 @@ def main():
               "elsewhere: df.to_json(out, orient='records', lines=True))", file=sys.stderr)
         return 3
     n = 0
-    with open(a.out, "w") as out:
-        for path in a.inputs:
-            table = pq.read_table(path)
-            if "prompt" not in table.column_names and "input_ids" not in table.column_names:
-                sys.exit(f"{path}: no 'prompt' (or 'input_ids') column; columns: {', '.join(table.column_names)}")
-            for i, row in enumerate(table.to_pylist()):
-                out.write(json.dumps(to_json(row, f"{path} row {i}"), ensure_ascii=False) + "\n")
-                n += 1
+    tmp = a.out + ".tmp"  # the output appears complete or not at all
+    try:
+        with open(tmp, "w") as out:
+            for path in a.inputs:
+                try:
+                    table = pq.read_table(path)
+                except Exception as e:  # pyarrow's own errors name the problem, not always the file
+                    sys.exit(f"{path}: not a readable parquet file: {e}")
+                if "prompt" not in table.column_names and "input_ids" not in table.column_names:
+                    sys.exit(f"{path}: no 'prompt' (or 'input_ids') column; columns: {', '.join(table.column_names)}")
+                for i, row in enumerate(table.to_pylist()):
+                    out.write(json.dumps(to_json(row, f"{path} row {i}"), ensure_ascii=False) + "\n")
+                    n += 1
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, a.out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
     print(f"wrote {a.out}: {n} rows")
     return 0
 
