@@ -1,9 +1,14 @@
-/* vr_cutrain_norm.cu: RMSNorm backward (dx per row, dw in two deterministic passes) and the
- * bias gradient's column sums. Contracts in vr_cutrain_ops.h. */
+/* vr_cutrain_norm.cu: RMSNorm backward (dx and the dw partial sums of a block's rows in one
+ * pass over dy and x, then the blocks' sums in order; hidden sizes above 4096: dx per row and
+ * dw in two further passes) and the bias gradient's column sums. Contracts in vr_cutrain_ops.h. */
 #include "vr_cuda_common.cuh"
 #include "vr_cutrain_ops.h"
 
 #define CHUNK VR_CUTRAIN_NORM_CHUNK
+/* the fused RMSNorm backward: rows per block, threads per block, most columns per thread */
+#define FUSED_ROWS 16
+#define FUSED_THREADS 256
+#define FUSED_MAX_K 16
 
 /* ---------------------------------------------------------------- kernels */
 
@@ -31,6 +36,67 @@ __global__ void k_rmsnorm_bwd_dx(float *dx, uint16_t *dx16, float *rstd, const f
     if (dx16) dx16[t * C + c] = to_bf(v);
   }
   if (threadIdx.x == 0) rstd[t] = r;
+}
+
+/* The fused backward of ROWS consecutive rows per block (NT threads, each holding K columns
+ * c = tid + k NT in registers, C <= K NT): per row dx as k_rmsnorm_bwd_dx and the row's
+ * dy * x * r added into the thread's column sums, in row order; the block's sums go to
+ * partial[block, c] (the first of the two dw passes, without reading dy and x again). */
+template <int K>
+__global__ void __launch_bounds__(FUSED_THREADS)
+    k_rmsnorm_bwd_fused(float *dx, uint16_t *dx16, float *partial, const float *dy, const float *x, const float *w,
+                        int T, int C, float eps, int accumulate) {
+  __shared__ float2 red[FUSED_THREADS / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float wv[K], acc[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int c = tid + k * FUSED_THREADS;
+    wv[k] = c < C ? w[c] : 0.f;
+    acc[k] = 0.f;
+  }
+  const int t0 = blockIdx.x * FUSED_ROWS, t1 = min(T, t0 + FUSED_ROWS);
+  for (int t = t0; t < t1; ++t) {
+    const size_t base = (size_t)t * C;
+    float xv[K], dv[K];
+    float q = 0.f, d = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int c = tid + k * FUSED_THREADS;
+      xv[k] = c < C ? x[base + c] : 0.f;
+      dv[k] = c < C ? dy[base + c] : 0.f;
+      q += xv[k] * xv[k];
+      d += dv[k] * wv[k] * xv[k];
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      q += __shfl_xor_sync(0xffffffffu, q, o);
+      d += __shfl_xor_sync(0xffffffffu, d, o);
+    }
+    __syncthreads(); /* red of the previous row read by every warp */
+    if (lane == 0) red[warp] = make_float2(q, d);
+    __syncthreads();
+    float2 tot = lane < FUSED_THREADS / 32 ? red[lane] : make_float2(0.f, 0.f);
+    for (int o = 16; o > 0; o >>= 1) {
+      tot.x += __shfl_xor_sync(0xffffffffu, tot.x, o);
+      tot.y += __shfl_xor_sync(0xffffffffu, tot.y, o);
+    }
+    const float r = rsqrtf(tot.x / C + eps), kk = r * r * r * tot.y / C;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int c = tid + k * FUSED_THREADS;
+      if (c >= C) continue;
+      float v = r * dv[k] * wv[k] - xv[k] * kk;
+      if (accumulate) v += dx[base + c];
+      dx[base + c] = v;
+      if (dx16) dx16[base + c] = to_bf(v);
+      acc[k] += dv[k] * xv[k] * r;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int c = tid + k * FUSED_THREADS;
+    if (c < C) partial[(size_t)blockIdx.x * C + c] = acc[k];
+  }
 }
 
 /* Pass 1 of a column reduction: partial[chunk, c] = sum over the chunk's rows t (in order) of
@@ -65,7 +131,12 @@ __global__ void k_colsum_final(float *out, const float *partial, int chunks, int
 
 static int chunks_of(int T) { return (T + CHUNK - 1) / CHUNK; }
 
-extern "C" size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C) { return (size_t)chunks_of(T) * C + (size_t)T; }
+static int fused_blocks(int T) { return (T + FUSED_ROWS - 1) / FUSED_ROWS; }
+
+extern "C" size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C) {
+  const size_t two = (size_t)chunks_of(T) * C + (size_t)T, one = (size_t)fused_blocks(T) * C;
+  return two > one ? two : one;
+}
 
 extern "C" size_t vr_cutrain_colsum_scratch(int T, int N) { return (size_t)chunks_of(T) * N; }
 
@@ -73,6 +144,23 @@ extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, con
                                        const float *w, int T, int C, float eps, int accumulate, float *scratch,
                                        cudaStream_t s) {
   if (T <= 0) return;
+  if (C <= FUSED_THREADS * FUSED_MAX_K) { /* one pass over dy and x, then the chunks' sums in order */
+    const int K = (C + FUSED_THREADS - 1) / FUSED_THREADS, nb = fused_blocks(T);
+    if (K <= 1)
+      k_rmsnorm_bwd_fused<1><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else if (K <= 2)
+      k_rmsnorm_bwd_fused<2><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else if (K <= 4)
+      k_rmsnorm_bwd_fused<4><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else if (K <= 8)
+      k_rmsnorm_bwd_fused<8><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else
+      k_rmsnorm_bwd_fused<16><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    VR_CUDA_CHECK_LAUNCH();
+    k_colsum_final<<<(C + 255) / 256, 256, 0, s>>>(dw, scratch, nb, C);
+    VR_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const int chunks = chunks_of(T);
   float *partial = scratch, *rstd = scratch + (size_t)chunks * C;
   k_rmsnorm_bwd_dx<<<T, norm_threads(C), 0, s>>>(dx, dx16, rstd, dy, x, w, C, eps, accumulate);
