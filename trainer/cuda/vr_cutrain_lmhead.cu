@@ -3,16 +3,10 @@
  * exist at once. Contracts in vr_cutrain_ops.h. */
 #include <math.h>
 
-#include <cooperative_groups.h>
-
 #include "vr_cuda_common.cuh"
 #include "vr_cutrain_ops.h"
 
-namespace cg = cooperative_groups;
-
 #define LSM_THREADS 512
-#define LSM_CLUSTER 8 /* blocks per row in k_logsoftmax_rows_cluster (the portable cluster size) */
-#define LSM_SMEM_MAX (200 * 1024)
 
 /* ---------------------------------------------------------------- kernels */
 
@@ -44,7 +38,7 @@ __device__ __forceinline__ lsm_acc lsm_merge(lsm_acc a, lsm_acc b) {
 }
 
 /* One block per row: lse, ent, logp of z = logits * inv_temp; lp16 (row pitch V) non-NULL:
- * bf16(z - lse) of the row too (a second pass, the row mostly still in L2). */
+ * bf16(z - lse) of the row too (a second pass over the row, read again). */
 __global__ void __launch_bounds__(LSM_THREADS)
     k_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int V,
                       float inv_temp, uint16_t *lp16) {
@@ -88,103 +82,21 @@ __global__ void __launch_bounds__(LSM_THREADS)
   __syncthreads();
   const float l = row_lse;
   uint16_t *o = lp16 + r * V;
+  /* the second pass walks the row backwards: the part read last, the likeliest still in L2,
+   * comes first */
+  const int tid = (int)threadIdx.x, bd = (int)blockDim.x;
   if ((V & 3) == 0) {
     const float4 *l4 = reinterpret_cast<const float4 *>(lr);
-    for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+    const int n4 = V / 4;
+    for (int i = tid < n4 ? tid + (n4 - 1 - tid) / bd * bd : -1; i >= 0; i -= bd) {
       const float4 v = l4[i];
       const uint16_t q[4] = {to_bf(v.x * inv_temp - l), to_bf(v.y * inv_temp - l), to_bf(v.z * inv_temp - l),
                              to_bf(v.w * inv_temp - l)};
       *reinterpret_cast<uint2 *>(o + 4 * i) = *reinterpret_cast<const uint2 *>(q);
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += blockDim.x) o[i] = to_bf(lr[i] * inv_temp - l);
+    for (int i = tid < V ? tid + (V - 1 - tid) / bd * bd : -1; i >= 0; i -= bd) o[i] = to_bf(lr[i] * inv_temp - l);
   }
-}
-
-/* The same row statistics with one cluster of LSM_CLUSTER blocks per row (sm_90): block b of
- * the cluster reads the segment [b seg, (b + 1) seg) of the row once (seg a multiple of 4),
- * keeping it in shared memory when lp16 is wanted; the blocks' (m, s, w) go to every block of
- * the cluster through distributed shared memory and each merges them in rank order (the same
- * lse bits in all), then writes bf16(z - lse) of its segment from shared memory: the logits
- * leave HBM once, where k_logsoftmax_rows reads a row twice for lp16. Rank 0 writes lse, ent
- * and logp. Dynamic shared memory: seg floats with lp16, none without. */
-__global__ void __launch_bounds__(LSM_THREADS)
-    k_logsoftmax_rows_cluster(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int V,
-                              int seg, float inv_temp, uint16_t *lp16) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ float4 seg4[];
-  __shared__ lsm_acc red[LSM_THREADS / 32];
-  __shared__ lsm_acc part;
-  __shared__ float row_lse;
-  cg::cluster_group cl = cg::this_cluster();
-  const int rank = (int)cl.block_rank();
-  const size_t r = blockIdx.x / LSM_CLUSTER;
-  const int j0 = rank * seg, j1 = min(V, j0 + seg), n = j1 > j0 ? j1 - j0 : 0;
-  const float *lr = logits + r * V + j0;
-  float *sm = reinterpret_cast<float *>(seg4);
-  lsm_acc a = {-INFINITY, 0.f, 0.f};
-  if ((V & 3) == 0) { /* rows and segments 16-byte aligned, n % 4 == 0 */
-    const float4 *l4 = reinterpret_cast<const float4 *>(lr);
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
-      const float4 v = l4[i];
-      if (lp16) seg4[i] = v;
-      lsm_add(a, v.x * inv_temp);
-      lsm_add(a, v.y * inv_temp);
-      lsm_add(a, v.z * inv_temp);
-      lsm_add(a, v.w * inv_temp);
-    }
-  } else {
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-      const float v = lr[i];
-      if (lp16) sm[i] = v;
-      lsm_add(a, v * inv_temp);
-    }
-  }
-  for (int o = 16; o > 0; o >>= 1) {
-    lsm_acc b = {__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o),
-                 __shfl_xor_sync(0xffffffffu, a.w, o)};
-    a = lsm_merge(a, b);
-  }
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = a;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    lsm_acc t = red[0];
-    for (int k = 1; k < (int)(blockDim.x >> 5); ++k) t = lsm_merge(t, red[k]);
-    part = t;
-  }
-  cl.sync(); /* every block's part written */
-  if (threadIdx.x == 0) {
-    lsm_acc t = {-INFINITY, 0.f, 0.f};
-    for (int b = 0; b < LSM_CLUSTER; ++b) t = lsm_merge(t, *cl.map_shared_rank(&part, b));
-    const float l = t.m + logf(t.s);
-    row_lse = l;
-    if (rank == 0) {
-      lse[r] = l;
-      if (ent) ent[r] = l - t.w / t.s;
-      if (logp) {
-        const int y = tgt[r];
-        logp[r] = y >= 0 ? logits[r * V + y] * inv_temp - l : 0.f;
-      }
-    }
-  }
-  cl.sync(); /* no block leaves (its part) before all have read it; row_lse visible */
-  if (!lp16) return;
-  const float l = row_lse;
-  uint16_t *o = lp16 + r * V + j0;
-  if ((V & 3) == 0) {
-    for (int i = threadIdx.x; i < n / 4; i += blockDim.x) {
-      const float4 v = seg4[i];
-      const uint16_t q[4] = {to_bf(v.x * inv_temp - l), to_bf(v.y * inv_temp - l), to_bf(v.z * inv_temp - l),
-                             to_bf(v.w * inv_temp - l)};
-      *reinterpret_cast<uint2 *>(o + 4 * i) = *reinterpret_cast<const uint2 *>(q);
-    }
-  } else {
-    for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = to_bf(sm[i] * inv_temp - l);
-  }
-#else
-  __trap(); /* launched only on sm_90 and later (lsm_cluster_seg) */
-#endif
 }
 
 /* dlogits[r, j] = bf16(inv_temp * (glp (j == y) - p_j (glp + gent (log p_j + ent)))),
@@ -231,58 +143,11 @@ __global__ void k_dlogits_rows(uint16_t *dl, const float *logits, const uint16_t
 
 /* -------------------------------------------------------------- launchers */
 
-/* The cluster kernel's segment (floats) for rows of V on the current device, or 0 where it
- * cannot run (before sm_90, or a segment beyond LSM_SMEM_MAX bytes of shared memory). */
-static int lsm_cluster_seg(int V) {
-  int dev = 0, major = 0;
-  VR_CUDA_CHECK(cudaGetDevice(&dev));
-  VR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  const int seg = ((V + LSM_CLUSTER - 1) / LSM_CLUSTER + 3) / 4 * 4;
-  return major >= 9 && (size_t)seg * 4 <= LSM_SMEM_MAX ? seg : 0;
-}
-
-static void logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int rows,
-                            int V, float temp, uint16_t *lp16, int clustered, cudaStream_t s) {
-  if (rows <= 0) return;
-  const int seg = clustered ? lsm_cluster_seg(V) : 0;
-  if (!seg) {
-    k_logsoftmax_rows<<<rows, LSM_THREADS, 0, s>>>(logp, ent, lse, logits, tgt, V, 1.f / temp, lp16);
-    VR_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const size_t smem = lp16 ? (size_t)seg * 4 : 0;
-  VR_CUDA_CHECK(cudaFuncSetAttribute(k_logsoftmax_rows_cluster, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     (int)smem));
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = LSM_CLUSTER, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3((unsigned)rows * LSM_CLUSTER);
-  cfg.blockDim = dim3(LSM_THREADS);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cfg.attrs = at, cfg.numAttrs = 1;
-  int clusters = 0; /* a device that cannot place one such cluster (a small MIG slice): the other kernel */
-  if (cudaOccupancyMaxActiveClusters(&clusters, k_logsoftmax_rows_cluster, &cfg) != cudaSuccess || clusters < 1) {
-    (void)cudaGetLastError();
-    k_logsoftmax_rows<<<rows, LSM_THREADS, 0, s>>>(logp, ent, lse, logits, tgt, V, 1.f / temp, lp16);
-    VR_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  VR_CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_logsoftmax_rows_cluster, logp, ent, lse, logits, tgt, V, seg, 1.f / temp,
-                                   lp16));
-  VR_CUDA_CHECK_LAUNCH();
-}
-
 extern "C" void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt,
                                            int rows, int V, float temp, uint16_t *lp16, cudaStream_t s) {
-  logsoftmax_rows(logp, ent, lse, logits, tgt, rows, V, temp, lp16, 1, s);
-}
-
-extern "C" void vr_cutrain_logsoftmax_rows_path(float *logp, float *ent, float *lse, const float *logits,
-                                                const int32_t *tgt, int rows, int V, float temp, uint16_t *lp16,
-                                                int clustered, cudaStream_t s) {
-  logsoftmax_rows(logp, ent, lse, logits, tgt, rows, V, temp, lp16, clustered, s);
+  if (rows <= 0) return;
+  k_logsoftmax_rows<<<rows, LSM_THREADS, 0, s>>>(logp, ent, lse, logits, tgt, V, 1.f / temp, lp16);
+  VR_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const uint16_t *lp16, const float *glp,

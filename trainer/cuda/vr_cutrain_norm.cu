@@ -9,6 +9,9 @@
 #define FUSED_ROWS 16
 #define FUSED_THREADS 256
 #define FUSED_MAX_K 16
+/* the final pass of the column sums: columns x chunk groups per block */
+#define FIN_X 32
+#define FIN_Y 16
 
 /* ---------------------------------------------------------------- kernels */
 
@@ -48,26 +51,38 @@ __global__ void __launch_bounds__(FUSED_THREADS)
                         int T, int C, float eps, int accumulate) {
   __shared__ float2 red[FUSED_THREADS / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  float wv[K], acc[K];
+  float wv[K], acc[K], xv[K], dv[K], ov[K];
+  const int t0 = blockIdx.x * FUSED_ROWS, t1 = min(T, t0 + FUSED_ROWS);
+  /* row t's x, dy (and dx when accumulating) into registers: issued one row ahead, so the loads
+   * of the next row are in flight during this row's reduction */
+#define LOAD_ROW(t)                                                     \
+  do {                                                                  \
+    const size_t b_ = (size_t)(t) * C;                                  \
+    _Pragma("unroll") for (int k = 0; k < K; ++k) {                     \
+      const int c = tid + k * FUSED_THREADS;                            \
+      xv[k] = c < C ? x[b_ + c] : 0.f;                                  \
+      dv[k] = c < C ? dy[b_ + c] : 0.f;                                 \
+      ov[k] = c < C && accumulate ? dx[b_ + c] : 0.f;                   \
+    }                                                                   \
+  } while (0)
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int c = tid + k * FUSED_THREADS;
     wv[k] = c < C ? w[c] : 0.f;
     acc[k] = 0.f;
   }
-  const int t0 = blockIdx.x * FUSED_ROWS, t1 = min(T, t0 + FUSED_ROWS);
+  if (t0 < t1) LOAD_ROW(t0);
   for (int t = t0; t < t1; ++t) {
     const size_t base = (size_t)t * C;
-    float xv[K], dv[K];
+    float cx[K], cd[K], co[K];
     float q = 0.f, d = 0.f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      const int c = tid + k * FUSED_THREADS;
-      xv[k] = c < C ? x[base + c] : 0.f;
-      dv[k] = c < C ? dy[base + c] : 0.f;
-      q += xv[k] * xv[k];
-      d += dv[k] * wv[k] * xv[k];
+      cx[k] = xv[k], cd[k] = dv[k], co[k] = ov[k];
+      q += cx[k] * cx[k];
+      d += cd[k] * wv[k] * cx[k];
     }
+    if (t + 1 < t1) LOAD_ROW(t + 1);
     for (int o = 16; o > 0; o >>= 1) {
       q += __shfl_xor_sync(0xffffffffu, q, o);
       d += __shfl_xor_sync(0xffffffffu, d, o);
@@ -85,13 +100,14 @@ __global__ void __launch_bounds__(FUSED_THREADS)
     for (int k = 0; k < K; ++k) {
       const int c = tid + k * FUSED_THREADS;
       if (c >= C) continue;
-      float v = r * dv[k] * wv[k] - xv[k] * kk;
-      if (accumulate) v += dx[base + c];
+      float v = r * cd[k] * wv[k] - cx[k] * kk;
+      if (accumulate) v += co[k];
       dx[base + c] = v;
       if (dx16) dx16[base + c] = to_bf(v);
-      acc[k] += dv[k] * xv[k] * r;
+      acc[k] += cd[k] * cx[k] * r;
     }
   }
+#undef LOAD_ROW
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int c = tid + k * FUSED_THREADS;
@@ -118,13 +134,26 @@ __global__ void k_colsum_partial(float *partial, const float *dy, const float *x
   partial[(size_t)blockIdx.y * C + c] = a;
 }
 
-/* Pass 2: out[c] += sum over chunks (in order) of partial[chunk, c]. */
+/* Pass 2: out[c] += sum over chunks of partial[chunk, c]: block (FIN_X, FIN_Y), thread (x, y)
+ * sums the chunks y, y + FIN_Y, ... of column c in order, then row y = 0 adds the FIN_Y sums in
+ * order (a fixed order: deterministic; FIN_Y loads in flight per column instead of one). */
 __global__ void k_colsum_final(float *out, const float *partial, int chunks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float red[FIN_Y][FIN_X + 1];
+  const int c = blockIdx.x * FIN_X + threadIdx.x;
   float a = 0.f;
-  for (int k = 0; k < chunks; ++k) a += partial[(size_t)k * C + c];
-  out[c] += a;
+  if (c < C)
+    for (int k = threadIdx.y; k < chunks; k += FIN_Y) a += partial[(size_t)k * C + c];
+  red[threadIdx.y][threadIdx.x] = a;
+  __syncthreads();
+  if (threadIdx.y || c >= C) return;
+  float t = 0.f;
+  for (int y = 0; y < FIN_Y; ++y) t += red[y][threadIdx.x];
+  out[c] += t;
+}
+
+static void colsum_final(float *out, const float *partial, int chunks, int C, cudaStream_t s) {
+  k_colsum_final<<<(C + FIN_X - 1) / FIN_X, dim3(FIN_X, FIN_Y), 0, s>>>(out, partial, chunks, C);
+  VR_CUDA_CHECK_LAUNCH();
 }
 
 /* -------------------------------------------------------------- launchers */
@@ -157,8 +186,7 @@ extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, con
     else
       k_rmsnorm_bwd_fused<16><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
     VR_CUDA_CHECK_LAUNCH();
-    k_colsum_final<<<(C + 255) / 256, 256, 0, s>>>(dw, scratch, nb, C);
-    VR_CUDA_CHECK_LAUNCH();
+    colsum_final(dw, scratch, nb, C, s);
     return;
   }
   const int chunks = chunks_of(T);
@@ -168,8 +196,7 @@ extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, con
   const dim3 g1((unsigned)((C + 255) / 256), (unsigned)chunks);
   k_colsum_partial<<<g1, 256, 0, s>>>(partial, dy, x, rstd, NULL, C, T, C);
   VR_CUDA_CHECK_LAUNCH();
-  k_colsum_final<<<(C + 255) / 256, 256, 0, s>>>(dw, partial, chunks, C);
-  VR_CUDA_CHECK_LAUNCH();
+  colsum_final(dw, partial, chunks, C, s);
 }
 
 extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, int T, int N, float *scratch,
@@ -179,8 +206,7 @@ extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, in
   const dim3 g1((unsigned)((N + 255) / 256), (unsigned)chunks);
   k_colsum_partial<<<g1, 256, 0, s>>>(scratch, NULL, NULL, NULL, dy, ld, T, N);
   VR_CUDA_CHECK_LAUNCH();
-  k_colsum_final<<<(N + 255) / 256, 256, 0, s>>>(db, scratch, chunks, N);
-  VR_CUDA_CHECK_LAUNCH();
+  colsum_final(db, scratch, chunks, N, s);
 }
 
 extern "C" void vr_cutrain_colsum_weighted(float *out, const float *x, const float *wgt, int T, int C, float *scratch,
@@ -190,6 +216,5 @@ extern "C" void vr_cutrain_colsum_weighted(float *out, const float *x, const flo
   const dim3 g1((unsigned)((C + 255) / 256), (unsigned)chunks);
   k_colsum_partial<<<g1, 256, 0, s>>>(scratch, x, NULL, wgt, NULL, C, T, C);
   VR_CUDA_CHECK_LAUNCH();
-  k_colsum_final<<<(C + 255) / 256, 256, 0, s>>>(out, scratch, chunks, C);
-  VR_CUDA_CHECK_LAUNCH();
+  colsum_final(out, scratch, chunks, C, s);
 }

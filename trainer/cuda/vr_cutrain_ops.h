@@ -109,12 +109,6 @@ void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float 
  * (dlogits may then be lp16 itself: in place). */
 void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int rows,
                                 int V, float temp, uint16_t *lp16, cudaStream_t s);
-/* The row statistics on sm_90+ run one 8-block cluster per row (the row read from HBM once,
- * held in shared memory for lp16, the blocks' partial sums merged in rank order); elsewhere,
- * or for rows over 400k floats, one block per row reading the row again for lp16. The
- * clustered = 0 form forces the latter (tests). Both deterministic; their bits differ. */
-void vr_cutrain_logsoftmax_rows_path(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt,
-                                     int rows, int V, float temp, uint16_t *lp16, int clustered, cudaStream_t s);
 void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const uint16_t *lp16, const float *glp,
                              const float *gent, const float *lse, const float *ent, const int32_t *tgt, int rows, int V,
                              float temp, cudaStream_t s);
