@@ -10,7 +10,10 @@
  * milliseconds in the step and in the log-prob forward.
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
- *                    [--gemm-tflops 781] [--recompute 0|1]
+ *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
+ * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
+ * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
+ * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only).
  * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -44,7 +47,11 @@ static size_t put(size_t *at, size_t n) { /* a tensor of n floats at 64-float al
   return o;
 }
 
-static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops, int recompute) {
+/* The staged backward's callback (--staged 1): counts the stages. */
+static void count_stage(void *ctx, int stage) { (void)stage, ++*(int *)ctx; }
+
+static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
+                 int tune) {
   const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
   vr_cutrain_layer_off_t *lo = calloc((size_t)L, sizeof *lo);
   size_t at = 0, n_params = 0;
@@ -113,16 +120,24 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
     glp[t] = last ? 0.f : -1.0f / (float)Nt;
   }
   double t_step = 0, t_fwd = 0;
-  for (int it = -2; it < iters; ++it) { /* two warm-up steps (plans, first touches) */
+  int stages = 0;
+  for (int it = -2; it < iters; ++it) { /* two warm-up steps (plans, first touches; --tune-gemm: the first) */
+    if (tune) vr_cutrain_tune_gemms(e, it == -2);
     const double t0 = now_s();
     vr_cutrain_zero_grad(e);
     vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, NULL, NULL, 1);
-    vr_cutrain_backward(e, glp, NULL);
+    if (staged)
+      vr_cutrain_backward_cb(e, glp, NULL, count_stage, &stages);
+    else
+      vr_cutrain_backward(e, glp, NULL);
     vr_cutrain_adamw_step(e, 1e-5f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, it + 3);
     vr_cutrain_sync(e);
     if (it >= 0) t_step += now_s() - t0;
   }
-  for (int it = -1; it < iters; ++it) {
+  if (staged && stages != (iters + 2) * (L + 2)) fprintf(stderr, "%s: %d backward stages reported, want %d\n", m->name,
+                                                         stages, (iters + 2) * (L + 2));
+  for (int it = -2; it < iters; ++it) {
+    if (tune) vr_cutrain_tune_gemms(e, it == -2);
     const double t0 = now_s();
     vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, logp, NULL, 0);
     if (it >= 0) t_fwd += now_s() - t0;
@@ -157,16 +172,16 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
   const double tps = T / t_step, tps_f = T / t_fwd;
   const double mfu = tps * f_train / (gemm_tflops * 1e12), mfu_f = tps_f * f_fwd / (gemm_tflops * 1e12);
   printf(
-      "%-14s%s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
+      "%-14s%s%s%s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
       "%.1fk tokens/s  MFU %.1f%%  |  device memory %.1f GiB  loss %.4f (ln V = %.4f)\n",
-      m->name, recompute ? " (recompute)" : "", n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3, 100 * mfu,
+      m->name, recompute ? " (recompute)" : "", staged ? " (staged)" : "", tune ? " (tuned gemms)" : "", n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3, 100 * mfu,
       t_fwd * 1e3, tps_f / 1e3, 100 * mfu_f, (free0 - free1) / 1073741824.0, nll, log((double)V));
   printf(
       "json {\"model\": \"%s\", \"params\": %zu, \"tokens\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.1f, "
       "\"mfu\": %.4f, \"fwd_ms\": %.3f, \"fwd_tokens_per_s\": %.1f, \"fwd_mfu\": %.4f, \"device_gib\": %.3f, "
-      "\"gemm_tflops\": %.1f, \"recompute\": %d}\n",
+      "\"gemm_tflops\": %.1f, \"recompute\": %d, \"staged\": %d, \"tuned\": %d}\n",
       m->name, n_params, T, t_step * 1e3, tps, mfu, t_fwd * 1e3, tps_f, mfu_f, (free0 - free1) / 1073741824.0,
-      gemm_tflops, recompute);
+      gemm_tflops, recompute, staged, tune);
   fflush(stdout);
   vr_cutrain_free(e);
   free(lo), free(inv), free(ids), free(tgt), free(cu), free(glp), free(logp);
@@ -175,7 +190,7 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
 
 int main(int argc, char **argv) {
   const char *which = "all";
-  int seqs = 16, len = 1024, iters = 5, recompute = 0;
+  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -194,10 +209,14 @@ int main(int argc, char **argv) {
       gemm = atof(argv[i + 1]);
     else if (!strcmp(argv[i], "--recompute"))
       recompute = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--staged"))
+      staged = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--tune-gemm"))
+      tune = atoi(argv[i + 1]);
     else {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
-              "[--gemm-tflops R] [--recompute 0|1]\n",
+              "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]\n",
               argv[0]);
       return 2;
     }
@@ -209,7 +228,7 @@ int main(int argc, char **argv) {
   int rc = 0, ran = 0;
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
     if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
-      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute), ++ran;
+      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune), ++ran;
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }

@@ -11,7 +11,9 @@
  *   two backward passes of one batch: the same bits (no atomics anywhere);
  *   per-layer recomputation (opt.recompute): the NLL gradients against the golden and the
  *     engine without it;
- *   the critic (qwen2_critic, value head): values and the gradients of sum w * value.
+ *   the critic (qwen2_critic, value head): values and the gradients of sum w * value;
+ *   backward_ready (both heads): one ready call per stage, lo falling to 0, the gradients a
+ *     one-rank comm copies at each call already final, the same bits as the plain backward.
  * Exit code 77 without a GPU (ctest: skipped). */
 #include <math.h>
 #include <setjmp.h>
@@ -75,6 +77,62 @@ static double grads_vs(const vr_lm_t *lm, const float *a, const float *b, const 
   return worst;
 }
 
+/* backward_ready through the backend table alone, with a one-rank "comm" in the callback: it
+ * takes the buffer from grads() as the engine's all-reduce would and copies the range that
+ * became ready, [lo, previous lo), to the host right then (cudaMemcpy on the legacy stream,
+ * which the engine's non-blocking stream does not wait for: whatever is still being written
+ * would be copied half done). The copies must equal the final gradients, and those the plain
+ * backward's (want) bit for bit; lo must fall from the final norm's offset to 0, one call per
+ * stage (head + final norm, each layer, the embeddings). */
+typedef struct {
+  void *st;
+  float *seen;
+  size_t prev;
+  int calls, ordered;
+  size_t first;
+} ready_rec_t;
+
+static void rec_ready(void *ctx, size_t lo) {
+  ready_rec_t *r = ctx;
+  if (r->calls == 0) r->first = lo;
+  r->ordered &= lo < r->prev || (lo == 0 && r->prev == 0 && r->calls == 0);
+  float *g = vr_train_backend_cuda.grads(r->st);
+  if (g && lo < r->prev)
+    assert_int_equal(cudaMemcpy(r->seen + lo, g + lo, (r->prev - lo) * sizeof *g, cudaMemcpyDeviceToHost), cudaSuccess);
+  r->prev = lo < r->prev ? lo : r->prev;
+  r->calls++;
+}
+
+static void check_backward_ready(const vr_lm_t *lm, const vr_train_batch_t *b, uint32_t T, const float *dout,
+                                 const float *want) {
+  vr_train_options_t o;
+  vr_train_options_init(&o);
+  o.device = "cuda";
+  o.max_tokens = 1024;
+  const size_t n = vr_lm_n_floats(lm);
+  ready_rec_t r = {.seen = malloc(n * sizeof(float)), .prev = n, .ordered = 1};
+  float *fin = malloc(n * sizeof *fin), *out = calloc(T, sizeof *out);
+  assert_int_equal(vr_train_backend_cuda.init(lm, &o, 0, n, &r.st), 0);
+  assert_int_equal(vr_train_backend_cuda.zero_grad(r.st), 0);
+  assert_int_equal(vr_train_backend_cuda.forward(r.st, b, 1.0f, out, NULL, 1), 0);
+  assert_non_null(vr_train_backend_cuda.backward_ready);
+  assert_int_equal(vr_train_backend_cuda.backward_ready(r.st, dout, NULL, rec_ready, &r), 0);
+  assert_int_equal(vr_train_backend_cuda.get_grads(r.st, fin), 0);
+  const vr_lm_index_t *ix = vr_lm_index(lm);
+  const int stages = vr_lm_config(lm)->num_layers + 2;
+  const int seen_final = memcmp(r.seen, fin, n * sizeof *fin) == 0, same = memcmp(fin, want, n * sizeof *fin) == 0;
+  printf("  cuda backward_ready: %d calls (want %d), lo %zu first (final norm %zu), falling %s, 0 last %s; gradients "
+         "seen at ready %s, %s the plain backward's\n",
+         r.calls, stages, r.first, vr_lm_tensor(lm, (size_t)ix->final_norm)->offset, r.ordered ? "yes" : "NO",
+         r.prev == 0 ? "yes" : "NO", seen_final ? "final" : "NOT FINAL", same ? "same bits as" : "DIFFER from");
+  assert_int_equal(r.calls, stages);
+  assert_true(r.ordered && r.prev == 0);
+  assert_int_equal(r.first, vr_lm_tensor(lm, (size_t)ix->final_norm)->offset);
+  assert_true(seen_final && same);
+  vr_train_backend_cuda.free(r.st);
+  free(r.seen), free(fin), free(out);
+}
+
 static void check_adamw(const vr_lm_t *lm, tr_golden_t *g, const char *key, float clip) {
   vr_train_t *t = engine(lm, "cuda");
   const size_t n = vr_train_n_floats(t);
@@ -130,6 +188,7 @@ static void run_lm(const char *name) {
   grads_of(tc, &b, 1.0f, d, NULL, gc2, g.T);
   printf("  cuda gradients of two identical passes: %s\n", memcmp(gc, gc2, n * sizeof *gc) ? "DIFFER" : "same bits");
   assert_memory_equal(gc, gc2, n * sizeof *gc);
+  check_backward_ready(lm, &b, g.T, d, gc);
   /* per-layer recomputation (the LM head's logits recomputed too, where the engine above read
    * its stored bf16 log-softmax): against the golden and the engine above */
   vr_train_t *tr = engine_opt(lm, "cuda", 1);
@@ -198,6 +257,7 @@ static void test_critic(void **state) {
   float *gc = malloc(n * sizeof *gc), *gp = malloc(n * sizeof *gp);
   grads_of(tc, &b, 1.0f, dw, NULL, gc, g.T);
   assert_true(tr_grads_check(lm, gc, &g, "value") <= GRAD_TOL);
+  check_backward_ready(lm, &b, g.T, dw, gc);
   grads_of(tp, &b, 1.0f, dw, NULL, gp, g.T);
   assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
   free(val), free(dw), free(want), free(w), free(gc), free(gp);

@@ -375,6 +375,11 @@ static void test_logsoftmax(int rows, int V, float temp) {
   tohost(gdl, d_dl, n * 2);
   snprintf(what, sizeof what, "dlogits from stored log p rows%d V%d temp%.2f", rows, V, temp);
   check_rel_bf(what, rdl, gdl, n, 1e-2);
+  /* in place over the stored log p (the LM-head backward's form): the same bits */
+  vr_cutrain_dlogits_rows(d_lp16, NULL, d_lp16, d_glp, d_gent, d_lse, d_ent, d_tgt, rows, V, temp, 0);
+  tohost(glp16, d_lp16, n * 2);
+  snprintf(what, sizeof what, "dlogits in place over stored log p rows%d V%d", rows, V);
+  check_same_bits(what, gdl, glp16, n * 2);
   free(rlsm), free(glp16), dfree(d_lp16);
   dfree(d_l), dfree(d_lp), dfree(d_ent), dfree(d_lse), dfree(d_glp);
   dfree(d_gent), dfree(d_tgt), dfree(d_dl);
@@ -826,6 +831,10 @@ int main(void) {
   test_sumsq(5);
   test_adamw();
   test_convert(100003);
+  /* after the older checks (their random inputs stay those of the fixed seed) */
+  test_rmsnorm_bwd(37, 2048); /* the fused kernel at 8 columns per thread, the last block partial */
+  test_rmsnorm_bwd(9, 4500);  /* above the fused kernel's 4096 columns: the per-row kernel + two dw passes */
+  test_colsum(3000, 130);     /* more chunks than the final pass's 16 row groups, a partial column block */
   printf("%s\n", g_fail ? "FAILED" : "all training kernel checks passed");
   return g_fail;
 }

@@ -75,6 +75,16 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
                        float temperature, float *logp, float *ent, int keep);
 /* glp (T), gent (T or NULL): host. VR_ERR_INVAL when no kept forward is pending. */
 int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent);
+/* The same backward (the same kernels, the same bits) in stages, calling done(ctx, stage) on the
+ * calling thread once the stage's gradients are final on the device (its kernels have
+ * finished: a reader on any stream or the host sees them): stage = layers for the LM / value
+ * head and the final norm (their gradients; a tied head's embedding gradient is not final
+ * until the end), then l = layers - 1 .. 0 after layer l (every tensor of the layer), then -1
+ * after the embedding, the last call. While it waits for stage k the engine has stage k + 1
+ * queued, so the device does not idle; done may start communication on other streams but
+ * must not enqueue work on the engine or wait for its stream. done NULL: vr_cutrain_backward. */
+int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent, void (*done)(void *ctx, int stage),
+                           void *ctx);
 int vr_cutrain_zero_grad(vr_cutrain_t *e);
 /* Sum of squares of grads[lo, hi) (double, deterministic), host result (synchronises). */
 int vr_cutrain_grad_sqnorm(vr_cutrain_t *e, size_t lo, size_t hi, double *out);
@@ -99,6 +109,11 @@ int vr_cutrain_get_moments(vr_cutrain_t *e, float *m, float *v);
 int vr_cutrain_set_moments(vr_cutrain_t *e, const float *m, const float *v);
 /* Fills params with scale * uniform(-1, 1) (norm weights with 1) from seed: benchmarks. */
 int vr_cutrain_randomize(vr_cutrain_t *e, uint64_t seed, float scale);
+/* Benchmarks: while on, a GEMM plan's first call times cuBLASLt's candidate algorithms on the
+ * call's buffers and keeps the fastest (vr_cuda_gemm_set_tuning). It runs each GEMM several
+ * times, so the accumulating ones (weight gradients) then hold garbage: only for a step whose
+ * results are thrown away; and the pick depends on timing, so two processes may differ in bits. */
+void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on);
 /* Waits for the engine's stream. */
 int vr_cutrain_sync(vr_cutrain_t *e);
 /* Device bytes the engine allocated. */

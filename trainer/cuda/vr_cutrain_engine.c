@@ -75,6 +75,7 @@ struct vr_cutrain {
   /* the pending batch */
   int T, n_seqs, n_fa, n_tiles, n_uniq, kept;
   float temp;
+  cudaEvent_t stage_ev[2]; /* vr_cutrain_backward_cb: the ends of the last two stages */
   /* profiling (vr_cutrain_profile): events at phase ends, their phases (-1: a start) */
   cudaEvent_t *ev;
   int *ev_ph, n_ev, prof;
@@ -134,6 +135,8 @@ void vr_cutrain_free(vr_cutrain_t *e) {
     for (int i = 0; i < PROF_EVENTS; ++i)
       if (e->ev[i]) cudaEventDestroy(e->ev[i]);
   free(e->ev), free(e->ev_ph);
+  for (int i = 0; i < 2; ++i)
+    if (e->stage_ev[i]) cudaEventDestroy(e->stage_ev[i]);
   cudaFreeHost(e->meta_h);
   cudaFreeHost(e->stage_h);
   if (e->gemm) vr_cuda_gemm_free(e->gemm);
@@ -204,7 +207,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   if (chunk < 1) chunk = 1;
   if (chunk > (size_t)max_tokens) chunk = (size_t)max_tokens;
   e->chunk = (int)chunk;
-  if (VR_CUDA_TRY(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking)) != 0) {
+  if (VR_CUDA_TRY(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking)) != 0 ||
+      VR_CUDA_TRY(cudaEventCreateWithFlags(&e->stage_ev[0], cudaEventDisableTiming)) != 0 ||
+      VR_CUDA_TRY(cudaEventCreateWithFlags(&e->stage_ev[1], cudaEventDisableTiming)) != 0) {
     vr_cutrain_free(e);
     return VR_ERR_DEVICE;
   }
@@ -556,7 +561,23 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   mark(e, VR_CUTRAIN_PH_BWD_NORM);
 }
 
+/* The end of backward stage k (vr_cutrain_backward_cb's numbering, counted from 0 in the
+ * order enqueued) was just enqueued: record it, then report the stage before it once its
+ * kernels have finished (the device meanwhile runs stage k's, already queued). */
+static void stage_end(vr_cutrain_t *e, int k, int prev_stage, void (*done)(void *, int), void *ctx) {
+  if (!done) return;
+  VR_CUDA_CHECK(cudaEventRecord(e->stage_ev[k & 1], e->s));
+  if (k == 0) return;
+  VR_CUDA_CHECK(cudaEventSynchronize(e->stage_ev[(k - 1) & 1]));
+  done(ctx, prev_stage);
+}
+
 int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
+  return vr_cutrain_backward_cb(e, glp, gent, NULL, NULL);
+}
+
+int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent, void (*done)(void *ctx, int stage),
+                           void *ctx) {
   const vr_cutrain_desc_t *d = &e->d;
   if (!e->kept) {
     vr_log(VR_LOG_ERROR, "backward without a kept forward");
@@ -582,14 +603,18 @@ int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent) {
   vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C,
                          d->rms_eps, 0, e->red, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_NORM);
+  stage_end(e, 0, 0, done, ctx); /* stage d->layers: the head and the final norm */
   for (int l = d->layers - 1; l >= 0; --l) {
     if (e->recompute && l < d->layers - 1) layer_fwd(e, l, T, 1); /* the last layer's are still there */
     layer_bwd(e, l, T);
+    stage_end(e, d->layers - l, l + 1, done, ctx);
   }
   vr_cutrain_embed_bwd(e->g + d->embed, e->dx, e->order, e->seg, e->uniq, e->n_uniq, C, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_EMBED);
+  stage_end(e, d->layers + 1, 0, done, ctx); /* reports layer 0 */
   /* the staging buffer is reused by the next call: wait until the copies have read it */
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+  if (done) done(ctx, -1);
   return 0;
 }
 
@@ -664,6 +689,8 @@ int vr_cutrain_profile_take(vr_cutrain_t *e, double *ms) {
 float *vr_cutrain_params(vr_cutrain_t *e) { return e->p; }
 float *vr_cutrain_grads(vr_cutrain_t *e) { return e->g; }
 size_t vr_cutrain_device_bytes(const vr_cutrain_t *e) { return e->dev_bytes; }
+
+void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on) { vr_cuda_gemm_set_tuning(e->gemm, on); }
 
 int vr_cutrain_sync(vr_cutrain_t *e) {
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));

@@ -38,7 +38,7 @@ __device__ __forceinline__ lsm_acc lsm_merge(lsm_acc a, lsm_acc b) {
 }
 
 /* One block per row: lse, ent, logp of z = logits * inv_temp; lp16 (row pitch V) non-NULL:
- * bf16(z - lse) of the row too (a second pass, the row mostly still in L2). */
+ * bf16(z - lse) of the row too (a second pass over the row, read again). */
 __global__ void __launch_bounds__(LSM_THREADS)
     k_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int V,
                       float inv_temp, uint16_t *lp16) {
@@ -82,16 +82,20 @@ __global__ void __launch_bounds__(LSM_THREADS)
   __syncthreads();
   const float l = row_lse;
   uint16_t *o = lp16 + r * V;
+  /* the second pass walks the row backwards: the part read last, the likeliest still in L2,
+   * comes first */
+  const int tid = (int)threadIdx.x, bd = (int)blockDim.x;
   if ((V & 3) == 0) {
     const float4 *l4 = reinterpret_cast<const float4 *>(lr);
-    for (int i = threadIdx.x; i < V / 4; i += blockDim.x) {
+    const int n4 = V / 4;
+    for (int i = tid < n4 ? tid + (n4 - 1 - tid) / bd * bd : -1; i >= 0; i -= bd) {
       const float4 v = l4[i];
       const uint16_t q[4] = {to_bf(v.x * inv_temp - l), to_bf(v.y * inv_temp - l), to_bf(v.z * inv_temp - l),
                              to_bf(v.w * inv_temp - l)};
       *reinterpret_cast<uint2 *>(o + 4 * i) = *reinterpret_cast<const uint2 *>(q);
     }
   } else {
-    for (int i = threadIdx.x; i < V; i += blockDim.x) o[i] = to_bf(lr[i] * inv_temp - l);
+    for (int i = tid < V ? tid + (V - 1 - tid) / bd * bd : -1; i >= 0; i -= bd) o[i] = to_bf(lr[i] * inv_temp - l);
   }
 }
 
@@ -179,15 +183,23 @@ extern "C" void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent
 extern "C" void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,
                                       const float *lse, const float *ent, const uint16_t *x, const uint16_t *W,
                                       const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits,
-                                      uint16_t *dlogits, const uint16_t *lp16, cudaStream_t s) {
+                                      uint16_t *dlogits, uint16_t *lp16, cudaStream_t s) {
   VR_ASSERT(chunk > 0);
+  if (lp16) {
+    /* the stored log-softmax becomes dlogits in place (each element read, then written by the
+     * same thread), then the two GEMMs over all T rows at once: the (V, C) fp32 dW is read and
+     * written once instead of once per chunk, and the GEMMs are T rows tall */
+    vr_cutrain_dlogits_rows(lp16, NULL, lp16, glp, gent, lse, ent, tgt, T, V, temp, s);
+    vr_cuda_gemm_op(g, VR_CUDA_OP_N, VR_CUDA_OP_N, dx, 1, lp16, W, NULL, 0, NULL, T, C, V, 0.f, s);
+    vr_cuda_gemm_op(g, VR_CUDA_OP_T, VR_CUDA_OP_N, dW, 1, lp16, x, NULL, 0, NULL, V, C, T, 1.f, s);
+    return;
+  }
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int rows = T - t0 < chunk ? T - t0 : chunk;
     const uint16_t *xc = x + (size_t)t0 * C;
-    const uint16_t *lpc = lp16 ? lp16 + (size_t)t0 * V : NULL;
-    if (!lpc) vr_cuda_gemm(g, logits, 1, xc, W, NULL, rows, V, C, 0.f, s); /* recomputed */
-    vr_cutrain_dlogits_rows(dlogits, logits, lpc, glp + t0, gent ? gent + t0 : NULL, lse + t0, ent + t0, tgt + t0, rows,
-                            V, temp, s);
+    vr_cuda_gemm(g, logits, 1, xc, W, NULL, rows, V, C, 0.f, s); /* recomputed */
+    vr_cutrain_dlogits_rows(dlogits, logits, NULL, glp + t0, gent ? gent + t0 : NULL, lse + t0, ent + t0, tgt + t0,
+                            rows, V, temp, s);
     /* dx (rows, C) = dlogits (rows, V) . W (V, C) */
     vr_cuda_gemm_op(g, VR_CUDA_OP_N, VR_CUDA_OP_N, dx + (size_t)t0 * C, 1, dlogits, W, NULL, 0, NULL, rows, C, V, 0.f,
                     s);

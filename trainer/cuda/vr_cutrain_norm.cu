@@ -1,9 +1,17 @@
-/* vr_cutrain_norm.cu: RMSNorm backward (dx per row, dw in two deterministic passes) and the
- * bias gradient's column sums. Contracts in vr_cutrain_ops.h. */
+/* vr_cutrain_norm.cu: RMSNorm backward (dx and the dw partial sums of a block's rows in one
+ * pass over dy and x, then the blocks' sums in order; hidden sizes above 4096: dx per row and
+ * dw in two further passes) and the bias gradient's column sums. Contracts in vr_cutrain_ops.h. */
 #include "vr_cuda_common.cuh"
 #include "vr_cutrain_ops.h"
 
 #define CHUNK VR_CUTRAIN_NORM_CHUNK
+/* the fused RMSNorm backward: rows per block, threads per block, most columns per thread */
+#define FUSED_ROWS 16
+#define FUSED_THREADS 256
+#define FUSED_MAX_K 16
+/* the final pass of the column sums: columns x chunk groups per block */
+#define FIN_X 32
+#define FIN_Y 16
 
 /* ---------------------------------------------------------------- kernels */
 
@@ -33,6 +41,80 @@ __global__ void k_rmsnorm_bwd_dx(float *dx, uint16_t *dx16, float *rstd, const f
   if (threadIdx.x == 0) rstd[t] = r;
 }
 
+/* The fused backward of ROWS consecutive rows per block (NT threads, each holding K columns
+ * c = tid + k NT in registers, C <= K NT): per row dx as k_rmsnorm_bwd_dx and the row's
+ * dy * x * r added into the thread's column sums, in row order; the block's sums go to
+ * partial[block, c] (the first of the two dw passes, without reading dy and x again). */
+template <int K>
+__global__ void __launch_bounds__(FUSED_THREADS)
+    k_rmsnorm_bwd_fused(float *dx, uint16_t *dx16, float *partial, const float *dy, const float *x, const float *w,
+                        int T, int C, float eps, int accumulate) {
+  __shared__ float2 red[FUSED_THREADS / 32];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  float wv[K], acc[K], xv[K], dv[K], ov[K];
+  const int t0 = blockIdx.x * FUSED_ROWS, t1 = min(T, t0 + FUSED_ROWS);
+  /* row t's x, dy (and dx when accumulating) into registers: issued one row ahead, so the loads
+   * of the next row are in flight during this row's reduction */
+#define LOAD_ROW(t)                                                     \
+  do {                                                                  \
+    const size_t b_ = (size_t)(t) * C;                                  \
+    _Pragma("unroll") for (int k = 0; k < K; ++k) {                     \
+      const int c = tid + k * FUSED_THREADS;                            \
+      xv[k] = c < C ? x[b_ + c] : 0.f;                                  \
+      dv[k] = c < C ? dy[b_ + c] : 0.f;                                 \
+      ov[k] = c < C && accumulate ? dx[b_ + c] : 0.f;                   \
+    }                                                                   \
+  } while (0)
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int c = tid + k * FUSED_THREADS;
+    wv[k] = c < C ? w[c] : 0.f;
+    acc[k] = 0.f;
+  }
+  if (t0 < t1) LOAD_ROW(t0);
+  for (int t = t0; t < t1; ++t) {
+    const size_t base = (size_t)t * C;
+    float cx[K], cd[K], co[K];
+    float q = 0.f, d = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      cx[k] = xv[k], cd[k] = dv[k], co[k] = ov[k];
+      q += cx[k] * cx[k];
+      d += cd[k] * wv[k] * cx[k];
+    }
+    if (t + 1 < t1) LOAD_ROW(t + 1);
+    for (int o = 16; o > 0; o >>= 1) {
+      q += __shfl_xor_sync(0xffffffffu, q, o);
+      d += __shfl_xor_sync(0xffffffffu, d, o);
+    }
+    __syncthreads(); /* red of the previous row read by every warp */
+    if (lane == 0) red[warp] = make_float2(q, d);
+    __syncthreads();
+    float2 tot = lane < FUSED_THREADS / 32 ? red[lane] : make_float2(0.f, 0.f);
+    for (int o = 16; o > 0; o >>= 1) {
+      tot.x += __shfl_xor_sync(0xffffffffu, tot.x, o);
+      tot.y += __shfl_xor_sync(0xffffffffu, tot.y, o);
+    }
+    const float r = rsqrtf(tot.x / C + eps), kk = r * r * r * tot.y / C;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int c = tid + k * FUSED_THREADS;
+      if (c >= C) continue;
+      float v = r * cd[k] * wv[k] - cx[k] * kk;
+      if (accumulate) v += co[k];
+      dx[base + c] = v;
+      if (dx16) dx16[base + c] = to_bf(v);
+      acc[k] += cd[k] * cx[k] * r;
+    }
+  }
+#undef LOAD_ROW
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int c = tid + k * FUSED_THREADS;
+    if (c < C) partial[(size_t)blockIdx.x * C + c] = acc[k];
+  }
+}
+
 /* Pass 1 of a column reduction: partial[chunk, c] = sum over the chunk's rows t (in order) of
  * dy[t, c] * x[t, c] * rstd[t]; with x == NULL of dy[t, c] * rstd[t] (rstd NULL: 1), or with
  * dyb given of the bf16 matrix dyb (row pitch ld). Grid (ceil(C / 256), chunks). */
@@ -52,20 +134,38 @@ __global__ void k_colsum_partial(float *partial, const float *dy, const float *x
   partial[(size_t)blockIdx.y * C + c] = a;
 }
 
-/* Pass 2: out[c] += sum over chunks (in order) of partial[chunk, c]. */
+/* Pass 2: out[c] += sum over chunks of partial[chunk, c]: block (FIN_X, FIN_Y), thread (x, y)
+ * sums the chunks y, y + FIN_Y, ... of column c in order, then row y = 0 adds the FIN_Y sums in
+ * order (a fixed order: deterministic; FIN_Y loads in flight per column instead of one). */
 __global__ void k_colsum_final(float *out, const float *partial, int chunks, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
+  __shared__ float red[FIN_Y][FIN_X + 1];
+  const int c = blockIdx.x * FIN_X + threadIdx.x;
   float a = 0.f;
-  for (int k = 0; k < chunks; ++k) a += partial[(size_t)k * C + c];
-  out[c] += a;
+  if (c < C)
+    for (int k = threadIdx.y; k < chunks; k += FIN_Y) a += partial[(size_t)k * C + c];
+  red[threadIdx.y][threadIdx.x] = a;
+  __syncthreads();
+  if (threadIdx.y || c >= C) return;
+  float t = 0.f;
+  for (int y = 0; y < FIN_Y; ++y) t += red[y][threadIdx.x];
+  out[c] += t;
+}
+
+static void colsum_final(float *out, const float *partial, int chunks, int C, cudaStream_t s) {
+  k_colsum_final<<<(C + FIN_X - 1) / FIN_X, dim3(FIN_X, FIN_Y), 0, s>>>(out, partial, chunks, C);
+  VR_CUDA_CHECK_LAUNCH();
 }
 
 /* -------------------------------------------------------------- launchers */
 
 static int chunks_of(int T) { return (T + CHUNK - 1) / CHUNK; }
 
-extern "C" size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C) { return (size_t)chunks_of(T) * C + (size_t)T; }
+static int fused_blocks(int T) { return (T + FUSED_ROWS - 1) / FUSED_ROWS; }
+
+extern "C" size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C) {
+  const size_t two = (size_t)chunks_of(T) * C + (size_t)T, one = (size_t)fused_blocks(T) * C;
+  return two > one ? two : one;
+}
 
 extern "C" size_t vr_cutrain_colsum_scratch(int T, int N) { return (size_t)chunks_of(T) * N; }
 
@@ -73,6 +173,22 @@ extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, con
                                        const float *w, int T, int C, float eps, int accumulate, float *scratch,
                                        cudaStream_t s) {
   if (T <= 0) return;
+  if (C <= FUSED_THREADS * FUSED_MAX_K) { /* one pass over dy and x, then the chunks' sums in order */
+    const int K = (C + FUSED_THREADS - 1) / FUSED_THREADS, nb = fused_blocks(T);
+    if (K <= 1)
+      k_rmsnorm_bwd_fused<1><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else if (K <= 2)
+      k_rmsnorm_bwd_fused<2><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else if (K <= 4)
+      k_rmsnorm_bwd_fused<4><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else if (K <= 8)
+      k_rmsnorm_bwd_fused<8><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else
+      k_rmsnorm_bwd_fused<16><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    VR_CUDA_CHECK_LAUNCH();
+    colsum_final(dw, scratch, nb, C, s);
+    return;
+  }
   const int chunks = chunks_of(T);
   float *partial = scratch, *rstd = scratch + (size_t)chunks * C;
   k_rmsnorm_bwd_dx<<<T, norm_threads(C), 0, s>>>(dx, dx16, rstd, dy, x, w, C, eps, accumulate);
@@ -80,8 +196,7 @@ extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, con
   const dim3 g1((unsigned)((C + 255) / 256), (unsigned)chunks);
   k_colsum_partial<<<g1, 256, 0, s>>>(partial, dy, x, rstd, NULL, C, T, C);
   VR_CUDA_CHECK_LAUNCH();
-  k_colsum_final<<<(C + 255) / 256, 256, 0, s>>>(dw, partial, chunks, C);
-  VR_CUDA_CHECK_LAUNCH();
+  colsum_final(dw, partial, chunks, C, s);
 }
 
 extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, int T, int N, float *scratch,
@@ -91,8 +206,7 @@ extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, in
   const dim3 g1((unsigned)((N + 255) / 256), (unsigned)chunks);
   k_colsum_partial<<<g1, 256, 0, s>>>(scratch, NULL, NULL, NULL, dy, ld, T, N);
   VR_CUDA_CHECK_LAUNCH();
-  k_colsum_final<<<(N + 255) / 256, 256, 0, s>>>(db, scratch, chunks, N);
-  VR_CUDA_CHECK_LAUNCH();
+  colsum_final(db, scratch, chunks, N, s);
 }
 
 extern "C" void vr_cutrain_colsum_weighted(float *out, const float *x, const float *wgt, int T, int C, float *scratch,
@@ -102,6 +216,5 @@ extern "C" void vr_cutrain_colsum_weighted(float *out, const float *x, const flo
   const dim3 g1((unsigned)((C + 255) / 256), (unsigned)chunks);
   k_colsum_partial<<<g1, 256, 0, s>>>(scratch, x, NULL, wgt, NULL, C, T, C);
   VR_CUDA_CHECK_LAUNCH();
-  k_colsum_final<<<(C + 255) / 256, 256, 0, s>>>(out, scratch, chunks, C);
-  VR_CUDA_CHECK_LAUNCH();
+  colsum_final(out, scratch, chunks, C, s);
 }

@@ -26,9 +26,11 @@ extern "C" {
 /* Forward was y = x * r * w with r = rsqrt(mean(x^2) + eps) per row. Given dy (T, C) fp32:
  *   dx (T, C) fp32: dx  = r * (dy * w) - x * r^3 * mean(dy * w * x)   (accumulate = 1: dx +=)
  *   dw (C) fp32:    dw += sum_t dy[t] * x[t] * r[t]
- * dw is reduced in two passes (rows in chunks of VR_CUTRAIN_NORM_CHUNK into a (chunks, C)
- * partial table, then the chunks in order). scratch: vr_cutrain_rmsnorm_bwd_scratch(T, C)
- * floats. dx must not overlap x or dy. dx16 (T, C) bf16, or NULL: bf16(dx) as well (the next
+ * For C <= 4096 one kernel reads dy and x once: dx, and per block of 16 rows (in order) the
+ * dw partial sums into a (blocks, C) table, then a second pass sums the blocks in order;
+ * larger C: dx per row, then dw in two passes (rows in chunks of VR_CUTRAIN_NORM_CHUNK into a
+ * (chunks, C) partial table, then the chunks in order). scratch:
+ * vr_cutrain_rmsnorm_bwd_scratch(T, C) floats. dx must not overlap x or dy. dx16 (T, C) bf16, or NULL: bf16(dx) as well (the next
  * GEMM's operand, without a conversion pass). */
 #define VR_CUTRAIN_NORM_CHUNK 64
 size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C);
@@ -94,15 +96,17 @@ void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *ls
  * - gent * p (log p + ent) is formed as bf16 dlogits = dz / temp (rows, V) in `dlogits`
  * scratch (chunk * V bf16), then dx (T, C) fp32 = dlogits W (written) and dW (V, C) fp32 +=
  * dlogits^T x (accumulated). logits / dlogits: the forward's chunk scratch and chunk * V bf16.
- * lp16: the forward's stored log-softmax (then p comes from it and no logits are recomputed:
- * one GEMM less per chunk; its bf16 rounding errs by at most p |log p| 2^-9 <= 2^-9 / e on a
- * probability), or NULL (recomputed in fp32). */
+ * lp16: the forward's stored log-softmax (T, V) (then p comes from it and no logits are
+ * recomputed; its bf16 rounding errs by at most p |log p| 2^-9 <= 2^-9 / e on a probability):
+ * it is OVERWRITTEN with the dlogits of all T rows (in place, one pass) and the two GEMMs run
+ * once over all T rows (logits / dlogits unused); or NULL (recomputed in fp32 per chunk). */
 void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,
                            const float *lse, const float *ent, const uint16_t *x, const uint16_t *W, const int32_t *tgt,
                            int T, int C, int V, float temp, int chunk, float *logits, uint16_t *dlogits,
-                           const uint16_t *lp16, cudaStream_t s);
+                           uint16_t *lp16, cudaStream_t s);
 /* The two row kernels alone (tests): over logits (rows, V) fp32 already in memory; lp16 as
- * above (rows, V): written by the first, read instead of logits by the second when non-NULL. */
+ * above (rows, V): written by the first, read instead of logits by the second when non-NULL
+ * (dlogits may then be lp16 itself: in place). */
 void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int rows,
                                 int V, float temp, uint16_t *lp16, cudaStream_t s);
 void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const uint16_t *lp16, const float *glp,

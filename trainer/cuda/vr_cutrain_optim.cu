@@ -47,20 +47,49 @@ struct adamw_k {
 /* Block b: chunk b. torch.optim.AdamW's update (its foreach form):
  * p *= 1 - lr wd; m += (1 - b1) (g - m) (torch's lerp); v = b2 v + (1 - b2) g^2;
  * p -= (lr / bc1) m / (sqrt(v) / bc2s + eps). m, v are indexed from moff (the shard's start). */
+/* One element's update (the same arithmetic in the scalar and the 4-wide loops). */
+__device__ __forceinline__ void adamw_one(float &p, float &m, float &v, float g, float gs, float decay, float step,
+                                          const adamw_k &k) {
+  const float gi = g * gs;
+  m += (1.f - k.b1) * (gi - m);
+  v = k.b2 * v + (1.f - k.b2) * gi * gi;
+  p = p * decay;
+  p -= step * (m / (sqrtf(v) / k.bc2s + k.eps));
+}
+
+/* Block b: chunk b; 4 elements per thread and load when the chunk and the moments' offset
+ * are 16-byte aligned (the bits do not depend on it). */
 __global__ void k_adamw(float *p, uint16_t *p16, float *m, float *v, const float *g, int64_t moff, const int64_t *off,
                         const int64_t *len, const float *wd, const double *sumsq, adamw_k k) {
   const int64_t o = off[blockIdx.x], n = len[blockIdx.x];
   float gs = 1.f;
   if (k.clip > 0.f && sumsq) gs = fminf(1.f, k.clip / ((float)sqrt(sumsq[0]) + 1e-6f));
   const float decay = 1.f - k.lr * k.wd * (wd ? wd[blockIdx.x] : 1.f), step = k.lr / k.bc1;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+  int64_t j0 = 0;
+  if (((o | moff) & 3) == 0) {
+    const int64_t n4 = n / 4;
+    float4 *p4 = reinterpret_cast<float4 *>(p + o), *m4 = reinterpret_cast<float4 *>(m + (o - moff)),
+           *v4 = reinterpret_cast<float4 *>(v + (o - moff));
+    const float4 *g4 = reinterpret_cast<const float4 *>(g + o);
+    for (int64_t j = threadIdx.x; j < n4; j += blockDim.x) {
+      float4 pp = p4[j], mm = m4[j], vv = v4[j];
+      const float4 gg = g4[j];
+      adamw_one(pp.x, mm.x, vv.x, gg.x, gs, decay, step, k);
+      adamw_one(pp.y, mm.y, vv.y, gg.y, gs, decay, step, k);
+      adamw_one(pp.z, mm.z, vv.z, gg.z, gs, decay, step, k);
+      adamw_one(pp.w, mm.w, vv.w, gg.w, gs, decay, step, k);
+      p4[j] = pp, m4[j] = mm, v4[j] = vv;
+      if (p16) {
+        const uint16_t q[4] = {to_bf(pp.x), to_bf(pp.y), to_bf(pp.z), to_bf(pp.w)};
+        *reinterpret_cast<uint2 *>(p16 + o + 4 * j) = *reinterpret_cast<const uint2 *>(q);
+      }
+    }
+    j0 = n4 * 4;
+  }
+  for (int64_t j = j0 + threadIdx.x; j < n; j += blockDim.x) {
     const int64_t i = o + j, im = i - moff;
-    const float gi = g[i] * gs;
-    float mi = m[im];
-    mi += (1.f - k.b1) * (gi - mi);
-    const float vi = k.b2 * v[im] + (1.f - k.b2) * gi * gi;
-    float pi = p[i] * decay;
-    pi -= step * (mi / (sqrtf(vi) / k.bc2s + k.eps));
+    float pi = p[i], mi = m[im], vi = v[im];
+    adamw_one(pi, mi, vi, g[i], gs, decay, step, k);
     m[im] = mi, v[im] = vi, p[i] = pi;
     if (p16) p16[i] = to_bf(pi);
   }

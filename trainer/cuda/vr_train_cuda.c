@@ -6,7 +6,9 @@
  * tokens give 0 and no gradient).
  *
  * Both heads: the LM head (log-probs, entropy) and the value head (the critic: one value per
- * token). opt->recompute: per-layer activation recomputation (vr_cutrain.h). */
+ * token). opt->recompute: per-layer activation recomputation (vr_cutrain.h). backward_ready:
+ * the engine's staged backward (vr_cutrain_backward_cb), so the DP all-reduce of the top
+ * layers' buckets overlaps the backward of the lower ones. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,9 @@ typedef struct {
   int32_t *tgt;         /* (T_max) the kept forward's row targets (value head: 0 wanted, -1 not) */
   float *row_a, *row_b; /* (T_max) row outputs / row gradients */
   int T, value;
+  int layers;
+  size_t *off_layer, off_fnorm; /* each layer's first tensor (q_w), the final norm: backward_ready's lo */
+  int in_ready;                 /* inside backward_ready's callback: grads() must not wait for the stream */
 } vr_tcuda_t;
 
 static size_t off_of(const vr_lm_t *lm, int i) { return i < 0 ? VR_CUTRAIN_NONE : vr_lm_tensor(lm, (size_t)i)->offset; }
@@ -32,7 +37,7 @@ static void vr_tcuda_free(void *state) {
   vr_tcuda_t *s = state;
   if (!s) return;
   vr_cutrain_free(s->e);
-  free(s->tgt), free(s->row_a), free(s->row_b);
+  free(s->tgt), free(s->row_a), free(s->row_b), free(s->off_layer);
   free(s);
 }
 
@@ -65,8 +70,9 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
     s->tgt = malloc((size_t)T * sizeof *s->tgt);
     s->row_a = malloc((size_t)T * sizeof *s->row_a);
     s->row_b = malloc((size_t)T * sizeof *s->row_b);
+    s->off_layer = malloc((size_t)c->num_layers * sizeof *s->off_layer);
   }
-  if (!s || !L || !s->tgt || !s->row_a || !s->row_b) {
+  if (!s || !L || !s->tgt || !s->row_a || !s->row_b || !s->off_layer) {
     free(L);
     vr_tcuda_free(s);
     return VR_ERR_NOMEM;
@@ -79,7 +85,10 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
         off_of(lm, y->gate_w), off_of(lm, y->gate_b), off_of(lm, y->up_w),  off_of(lm, y->up_b),
         off_of(lm, y->down_w), off_of(lm, y->down_b), off_of(lm, y->norm1), off_of(lm, y->norm2)};
     L[l] = o;
+    s->off_layer[l] = o.q_w;
   }
+  s->layers = c->num_layers;
+  s->off_fnorm = off_of(lm, ix->final_norm);
   vr_cutrain_desc_t d = {.vocab = c->vocab_size,
                          .hidden = c->hidden_size,
                          .layers = c->num_layers,
@@ -146,7 +155,25 @@ static int vr_tcuda_forward(void *state, const vr_train_batch_t *b, float tau, f
   return 0;
 }
 
-static int vr_tcuda_backward(void *state, const float *dout, const float *dent) {
+/* backward_ready's callback bundle: the engine's stage -> vr_train.h's lo. */
+typedef struct {
+  vr_tcuda_t *s;
+  void (*ready)(void *ctx, size_t lo);
+  void *ctx;
+} ready_ctx_t;
+
+static void stage_done(void *p, int stage) {
+  ready_ctx_t *r = p;
+  const vr_tcuda_t *s = r->s;
+  r->ready(r->ctx, stage < 0 ? 0 : stage >= s->layers ? s->off_fnorm : s->off_layer[stage]);
+}
+
+/* backward_ready (vr_train.h): the engine's staged backward; ready(ctx, lo) once the stage's
+ * gradients are final on the device (the engine waited for them), so the comm's collectives on
+ * their own stream read final values; grads() inside ready does not wait for the stream (the
+ * rest of the backward is queued on it). ready NULL: the plain backward. */
+static int vr_tcuda_backward_ready(void *state, const float *dout, const float *dent,
+                                   void (*ready)(void *ctx, size_t lo), void *ctx) {
   vr_tcuda_t *s = state;
   if (s->T == 0) return vr_cutrain_backward(s->e, s->row_a, NULL); /* logs the missing forward */
   for (int r = 0; r < s->T; ++r) {
@@ -155,14 +182,25 @@ static int vr_tcuda_backward(void *state, const float *dout, const float *dent) 
     s->row_b[r] = w && dent && !s->value ? dent[t] : 0.f;
   }
   s->T = 0;
-  return vr_cutrain_backward(s->e, s->row_a, dent ? s->row_b : NULL);
+  if (!ready) return vr_cutrain_backward(s->e, s->row_a, dent ? s->row_b : NULL);
+  ready_ctx_t rc = {s, ready, ctx};
+  s->in_ready = 1;
+  const int err = vr_cutrain_backward_cb(s->e, s->row_a, dent ? s->row_b : NULL, stage_done, &rc);
+  s->in_ready = 0;
+  return err;
+}
+
+static int vr_tcuda_backward(void *state, const float *dout, const float *dent) {
+  return vr_tcuda_backward_ready(state, dout, dent, NULL, NULL);
 }
 
 static int vr_tcuda_zero_grad(void *state) { return vr_cutrain_zero_grad(((vr_tcuda_t *)state)->e); }
-/* As params: the backward's kernels finish before a collective on the comm's stream reads them. */
+/* As params: the backward's kernels finish before a collective on the comm's stream reads them
+ * (inside backward_ready's callback the engine has waited for the part reported ready). */
 static float *vr_tcuda_grads(void *state) {
-  vr_cutrain_t *e = ((vr_tcuda_t *)state)->e;
-  return vr_cutrain_sync(e) == 0 ? vr_cutrain_grads(e) : NULL;
+  vr_tcuda_t *s = state;
+  if (s->in_ready) return vr_cutrain_grads(s->e);
+  return vr_cutrain_sync(s->e) == 0 ? vr_cutrain_grads(s->e) : NULL;
 }
 static int vr_tcuda_params_written(void *state, size_t lo, size_t hi) {
   return vr_cutrain_params_written(((vr_tcuda_t *)state)->e, lo, hi);
@@ -215,4 +253,5 @@ const vr_train_backend_ops_t vr_train_backend_cuda = {
     .get_grads = vr_tcuda_get_grads,
     .get_moments = vr_tcuda_get_moments,
     .set_moments = vr_tcuda_set_moments,
+    .backward_ready = vr_tcuda_backward_ready,
 };
