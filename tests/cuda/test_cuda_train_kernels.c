@@ -196,8 +196,15 @@ static void test_value(int T, int C) {
   snprintf(what, sizeof what, "value_bwd dw (+=) T%d C%d", T, C);
   check_rel(what, rdw, gdw, C, 1e-5);
   tohost(&gdb, d_db, 4);
-  snprintf(what, sizeof what, "value_bwd db (+=) T%d", T);
-  check_rel(what, &rdb, &gdb, 1, 1e-5);
+  { /* db is one sum whose terms cancel: bound its error by the terms' size, not the result's
+     * (fp32 accumulation, any order: T ulp of the largest partial sum at most) */
+    double mag = fabs((double)b0[0]);
+    for (int t = 0; t < T; ++t) mag += fabs((double)gv[t]);
+    const double err = fabs((double)gdb - rdb), bound = 1e-6 * mag + 1e-30;
+    const int ok = isfinite(gdb) && err <= bound;
+    printf("%-4s value_bwd db (+=) T%-5d |err| %.3g <= 1e-6 x sum|terms| %.3g\n", ok ? "ok" : "FAIL", T, err, bound);
+    if (!ok) g_fail = 1;
+  }
   dfree(d_h), dfree(d_w), dfree(d_b), dfree(d_gv), dfree(d_v), dfree(d_dh), dfree(d_dw), dfree(d_db), dfree(d_s);
   free(h), free(w), free(b), free(gv), free(w0), free(b0), free(rv), free(rdh), free(rdw), free(gv_), free(gdh),
       free(gdw);
