@@ -177,7 +177,7 @@ extern "C" void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *q
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && vr_cuda_attention_kernel_fits(k, D));
   if (k == VR_CUDA_ATTN_KERNEL_FA3) {
     vr_cuda_attention_fa3(qkv, ld, rows, q_off, k_off, v_off, out, ld_out, NULL, cu, tiles, meta, grid_tiles, H, Hkv, D,
-                          causal, window, scale, s);
+                          causal, window, scale, 0, s);
     return;
   }
   const attn_params p =
@@ -214,7 +214,7 @@ extern "C" void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, in
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && k != VR_CUDA_ATTN_KERNEL_GENERIC && lse);
   if (k == VR_CUDA_ATTN_KERNEL_FA3) {
     vr_cuda_attention_fa3(qkv, ld, rows_hint, q_off, k_off, v_off, out, ld_out, lse, cu, tiles, meta, grid_tiles, H,
-                          Hkv, D, causal, window, scale, s);
+                          Hkv, D, causal, window, scale, 0, s);
     return;
   }
   attn_params p = attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);

@@ -193,7 +193,7 @@ __device__ __forceinline__ f3_span f3_tile(const attn_params &p, int tile) {
 
 #endif
 
-template <int D>
+template <int D, bool PP>
 __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constant__ CUtensorMap tm, attn_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   typedef f3_cfg<D> C;
@@ -263,6 +263,7 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
   /* consumers: warpgroup cw owns query rows 64 cw .. 64 cw + 63 of each tile */
   asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
   const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
+  if (PP && cw == 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory"); /* consumer 0 goes first */
   int kv = 0, tc = 0;
   for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++tc) {
     const f3_span w = f3_tile(p, tile);
@@ -306,6 +307,15 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
       __syncwarp();
       if (lane == 0) mb_arrive(bar);
     };
+    /* PP: the two consumers take turns issuing their matrix products (named barriers 2 + cw:
+     * wait for mine, then let the other go), so one's softmax runs under the other's wgmma
+     * (the paper's ping-pong schedule); both issue the same number of batches per tile. */
+    auto turn_begin = [&] {
+      if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(2 + cw) : "memory");
+    };
+    auto turn_end = [&] {
+      if (PP) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 + (cw ^ 1)) : "memory");
+    };
     auto need_mask = [&](int n0) {
       return n0 + F3_BN > w.len || (p.causal && n0 + F3_BN - 1 > wr0) || p.window > 0;
     };
@@ -314,9 +324,11 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
       const int st = kv % S;
       mb_wait(k_full + 8 * st, (kv / S) & 1);
       f3_pin(sc);
+      turn_begin();
       f3_fence();
       issue_qk(st);
       f3_commit();
+      turn_end();
       f3_wait<0>();
       f3_pin(sc);
       release(k_empty + 8 * st);
@@ -331,11 +343,13 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
       f3_pin(o);
       f3_pin(pa);
       f3_pin(sc);
+      turn_begin();
       f3_fence();
       issue_qk(st);
       f3_commit();
       issue_pv(sp, pa);
       f3_commit();
+      turn_end();
       f3_wait<1>(); /* S(it) */
       f3_pin(sc);
       release(k_empty + 8 * st);
@@ -372,9 +386,11 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
       }
       f3_pin(o);
       f3_pin(pa);
+      turn_begin();
       f3_fence();
       issue_pv(sp, pa);
       f3_commit();
+      turn_end();
       f3_wait<0>();
       f3_pin(o);
       release(v_empty + 8 * sp);
@@ -418,11 +434,11 @@ static int f3_tensor_map(CUtensorMap *tm, const void *qkv, int ld, int rows) {
   return r == CUDA_SUCCESS ? 0 : -1;
 }
 
-template <int D>
+template <int D, bool PP>
 static void f3_launch(const CUtensorMap &tm, const attn_params &p, dim3 grid, cudaStream_t s) {
   static int attr_set[64];
-  set_smem_once(k_attn_fa3<D>, f3_cfg<D>::SMEM, attr_set);
-  k_attn_fa3<D><<<grid, F3_THREADS, f3_cfg<D>::SMEM, s>>>(tm, p);
+  set_smem_once(k_attn_fa3<D, PP>, f3_cfg<D>::SMEM, attr_set);
+  k_attn_fa3<D, PP><<<grid, F3_THREADS, f3_cfg<D>::SMEM, s>>>(tm, p);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -446,14 +462,14 @@ extern "C" int vr_cuda_attention_fa3_ok(int D) {
 }
 
 extern "C" int vr_cuda_attention_fa3_resident(int D) {
-  return D == 64 ? resident_of(k_attn_fa3<64>, F3_THREADS, (int)f3_cfg<64>::SMEM)
-                 : resident_of(k_attn_fa3<128>, F3_THREADS, (int)f3_cfg<128>::SMEM);
+  return D == 64 ? resident_of(k_attn_fa3<64, true>, F3_THREADS, (int)f3_cfg<64>::SMEM)
+                 : resident_of(k_attn_fa3<128, true>, F3_THREADS, (int)f3_cfg<128>::SMEM);
 }
 
 extern "C" void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int q_off, int k_off, int v_off,
                                       uint16_t *out, int ld_out, float *lse, const int32_t *cu, const int32_t *tiles,
                                       const int32_t *meta, int grid_tiles, int H, int Hkv, int D, int causal,
-                                      int window, float scale, cudaStream_t s) {
+                                      int window, float scale, int flags, cudaStream_t s) {
   VR_ASSERT(rows > 0 && ld % 8 == 0 && (D == 64 || D == 128) && H % Hkv == 0);
   CUtensorMap tm;
   const int enc = f3_tensor_map(&tm, qkv, ld, rows);
@@ -461,6 +477,10 @@ extern "C" void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int
   attn_params p = attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);
   p.lse = lse;
   const dim3 grid((unsigned)grid_tiles, (unsigned)H);
-  if (D == 64) f3_launch<64>(tm, p, grid, s);
-  else f3_launch<128>(tm, p, grid, s);
+  /* ping-pong where it measured faster: head_dim 128 (2 x 16384 causal 692 against 681
+   * TFLOP/s); at 64 the consumers waiting for their turn cost more than the overlap gives
+   * (4 x 16384 causal 428 against 444): docs/benchmarks.md, "Issue 24: FA3-class attention" */
+  const bool pp = flags & VR_CUDA_FA3_PINGPONG ? true : flags & VR_CUDA_FA3_NO_PINGPONG ? false : D == 128;
+  if (D == 64) pp ? f3_launch<64, true>(tm, p, grid, s) : f3_launch<64, false>(tm, p, grid, s);
+  else pp ? f3_launch<128, true>(tm, p, grid, s) : f3_launch<128, false>(tm, p, grid, s);
 }

@@ -26,6 +26,9 @@
  *   fa3     library (VR_CUDA_ATTN_KERNEL_FA3): k_attn_fa3 (model/cuda/vr_cuda_attention_fa3.cu),
  *           TMA + wgmma, warp-specialised, 128-row tiles, head_dim 64 / 128; sm_90a builds on
  *           compute 9.0 devices; the automatic choice there from 4096 rows
+ *   fa3np   fa3 with the two consumer warpgroups issuing their products unordered (no
+ *           ping-pong; the library's schedule at head_dim 64)
+ *   fa3pp   fa3 with the consumers taking turns (ping-pong; the library's at head_dim 128)
  *   wgmma   k_attn_wg64, Hopper wgmma for head_dim 64 (no TMA, one warpgroup); only in builds
  *           with an sm_90a target
  * A variant is skipped on head dims it does not take. */
@@ -622,6 +625,8 @@ void launch_wg64(const attn_params &p, dim3 grid, int /* D: 64 */, cudaStream_t 
 
 int resident_wg64(int /* D: 64 */) { return resident_of(k_attn_wg64, 128, (int)WG_SMEM_BYTES); }
 
+int resident_fa3(int D) { return vr_cuda_attention_fa3_resident(D); }
+
 #ifdef VR_CUDA_HAVE_WGMMA
 #define WGMMA_BUILT 1
 #else
@@ -643,6 +648,8 @@ const variant k_variants[] = {
     {"fa128", 16, 64, 128, 1, VR_CUDA_ATTN_KERNEL_FA128, NULL, NULL, 1},
     {"fa64", 16, 128, 64, 1, VR_CUDA_ATTN_KERNEL_FA64, NULL, NULL, 1},
     {"fa3", 64, 128, 128, 1, VR_CUDA_ATTN_KERNEL_FA3, NULL, NULL, 1},
+    {"fa3np", 64, 128, 128, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1},
+    {"fa3pp", 64, 128, 128, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1},
     {"fa2", 16, 64, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<2, 2, 1, false>, resident_fa_v<2, 2, 1, false>, 1},
     {"fa4r", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 1, 4, false>, resident_fa_v<4, 1, 4, false>, 1},
     {"fa128q", 16, 64, 128, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 2, 1, true>, resident_fa_v<4, 2, 1, true>, 1},
@@ -661,6 +668,12 @@ int fits(const variant &v, int D) {
 void run_variant(const variant &v, const bench_attn_t *a, int grid) {
   const int H = a->H, Hkv = a->Hkv, D = a->D;
   const float scale = 1.f / sqrtf((float)D);
+  if (!v.library && v.kernel == VR_CUDA_ATTN_KERNEL_FA3) { /* fa3np / fa3pp: the library's FA3, schedule forced */
+    vr_cuda_attention_fa3(a->qkv, a->ld, a->T, 0, H * D, (H + Hkv) * D, a->out, H * D, NULL, a->cu, a->tiles, a->meta,
+                          grid, H, Hkv, D, a->causal, a->window, scale,
+                          !strcmp(v.name, "fa3pp") ? VR_CUDA_FA3_PINGPONG : VR_CUDA_FA3_NO_PINGPONG, 0);
+    return;
+  }
   if (v.library) {
     vr_cuda_attention_run(v.kernel, a->qkv, a->ld, 0, H * D, (H + Hkv) * D, a->out, H * D, a->cu, a->tiles, a->meta,
                           grid, H, Hkv, D, a->causal, a->window, scale, a->T, 0);
@@ -815,7 +828,7 @@ int main(int argc, char **argv) {
       printf("-- %s: not in this build (configure with an sm_90a target, VR_CUDA_ARCH's default)\n", v.name);
       continue;
     }
-    if (v.library && !vr_cuda_attention_kernel_fits(v.kernel, v.max_d)) {
+    if ((v.library || v.kernel == VR_CUDA_ATTN_KERNEL_FA3) && !vr_cuda_attention_kernel_fits(v.kernel, v.max_d)) {
       printf("-- %s: does not run here (an sm_90a build on a compute 9.0 device)\n", v.name);
       continue;
     }
