@@ -5,7 +5,9 @@
  * S = Q K^T (wgmma m64n128k16, both operands in shared memory), the online softmax in
  * registers, and O += P V (wgmma m64nDk16, P from registers). Within a consumer the matrix
  * products of key tile it + 1 are issued before the softmax of tile it waits for them, so the
- * softmax overlaps the tensor cores (the paper's intra-warpgroup pipelining).
+ * softmax overlaps the tensor cores (the paper's intra-warpgroup pipelining); at head_dim 128
+ * the two consumers also take turns issuing them (ping-pong: one's softmax under the other's
+ * products), at 64 that measured slower and they issue unordered.
  *
  * Tiles: 128 query rows (VR_CUDA_ATTN_KERNEL_FA3's tile list) x 128 keys; head dims 64 and 128;
  * causal, bidirectional, sliding window, GQA, variable length (the tile list and cu of
@@ -41,6 +43,7 @@ struct f3_cfg {
   static constexpr size_t SMEM = BAR_OFF + 8 * (2 + 4 * STAGES) + 1024; /* + alignment slack */
 };
 
+/* The accumulator operands of a 32- / 64-register wgmma (d[] of the wrappers below). */
 #define F3_DREGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define F3_DOPS32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
 #define F3_DREGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
