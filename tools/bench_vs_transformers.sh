@@ -3,7 +3,7 @@
 # right-padded) on random-weight roberta-base / Llama-3.2-1B / Llama-3.1-8B
 # shaped models, same weights and sequences, one GPU, one run.
 #
-#   tools/bench_vs_transformers.sh [--only roberta-base,llama-1b,llama-8b] [--seed N]
+#   tools/bench_vs_transformers.sh [--only roberta-base,llama-1b,llama-8b] [--workloads NAME,...] [--seed N]
 #
 # Needs python3 with torch + transformers and a CUDA GPU. Builds the runner
 # (build-bench/, -DVR_CUDA=ON) unless VR_BENCH_RUNNER names an existing

@@ -11,6 +11,10 @@
  * x 16 rows (VR_CUDA_ATTN_KERNEL_FA64, smaller batches and head_dim 128). The kernels they were
  * chosen against are in tests/cuda/cuda_attention_bench.cu.
  *
+ * Hopper path (D 64/128, sm_90a builds on compute 9.0 devices, batches of VR_ATTN_FA3_MIN_ROWS
+ * rows or more): k_attn_fa3 (vr_cuda_attention_fa3.cu, VR_CUDA_ATTN_KERNEL_FA3), TMA + wgmma,
+ * warp-specialised, 128-row tiles.
+ *
  * Fallback path (any D <= 256, VR_CUDA_ATTN_KERNEL_GENERIC): one warp per query row, fp32, keys
  * 32 at a time (lane j scores key j, then the warp accumulates lane-owned dims).
  *
@@ -91,6 +95,8 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int 
  * and for D = 128, FA64: with few tiles the GPU is not full and a smaller tile spreads the
  * work over more blocks (docs/benchmarks.md, "Numbers behind the CUDA backend's code"). */
 #define VR_ATTN_FA128_MIN_ROWS 4096
+/* FA3 (Hopper) from this many rows (docs/benchmarks.md, "Issue 24: FA3-class attention") */
+#define VR_ATTN_FA3_MIN_ROWS 4096
 /* k_attn_fa's configurations in the library: FA_NW warps of FA64_MT / FA128_MT m16 tiles, no
  * register bound, Q fragments in registers */
 #define FA_NW 4
@@ -99,6 +105,7 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int 
 
 extern "C" int vr_cuda_attention_kernel_fits(vr_cuda_attn_kernel_t k, int D) {
   switch (k) {
+    case VR_CUDA_ATTN_KERNEL_FA3: return vr_cuda_attention_fa3_ok(D);
     case VR_CUDA_ATTN_KERNEL_GENERIC: return D >= 1 && D <= 256;
     case VR_CUDA_ATTN_KERNEL_FA64: return D == 16 || D == 32 || D == 64 || D == 128;
     case VR_CUDA_ATTN_KERNEL_FA128: return D == 16 || D == 32 || D == 64;
@@ -111,18 +118,20 @@ extern "C" const char *vr_cuda_attention_kernel_name(vr_cuda_attn_kernel_t k) {
     case VR_CUDA_ATTN_KERNEL_GENERIC: return "generic";
     case VR_CUDA_ATTN_KERNEL_FA64: return "fa64";
     case VR_CUDA_ATTN_KERNEL_FA128: return "fa128";
+    case VR_CUDA_ATTN_KERNEL_FA3: return "fa3";
   }
   return "?";
 }
 
 extern "C" vr_cuda_attn_kernel_t vr_cuda_attention_kernel(int D, int rows_hint) {
   if (!vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA64, D)) return VR_CUDA_ATTN_KERNEL_GENERIC;
+  if (rows_hint >= VR_ATTN_FA3_MIN_ROWS && vr_cuda_attention_fa3_ok(D)) return VR_CUDA_ATTN_KERNEL_FA3;
   return D <= 64 && (rows_hint <= 0 || rows_hint >= VR_ATTN_FA128_MIN_ROWS) ? VR_CUDA_ATTN_KERNEL_FA128
                                                                            : VR_CUDA_ATTN_KERNEL_FA64;
 }
 
 extern "C" int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k) {
-  return k == VR_CUDA_ATTN_KERNEL_FA128 ? FA_NW * FA128_MT * 16 : BM;
+  return k == VR_CUDA_ATTN_KERNEL_FA128 || k == VR_CUDA_ATTN_KERNEL_FA3 ? 128 : BM;
 }
 
 extern "C" int vr_cuda_attention_tile_rows(int D, int rows_hint) {
@@ -143,6 +152,7 @@ static int resident_fa(vr_cuda_attn_kernel_t k) {
 }
 
 extern "C" int vr_cuda_attention_kernel_resident(vr_cuda_attn_kernel_t k, int D) {
+  if (k == VR_CUDA_ATTN_KERNEL_FA3) return vr_cuda_attention_fa3_resident(D);
   if (k != VR_CUDA_ATTN_KERNEL_GENERIC && vr_cuda_attention_kernel_fits(k, D)) {
     switch (D) {
       case 16: return resident_fa<16>(k);
@@ -162,9 +172,14 @@ extern "C" int vr_cuda_attention_resident_blocks(int D, int rows_hint) {
 extern "C" void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *qkv, int ld, int q_off, int k_off,
                                       int v_off, uint16_t *out, int ld_out, const int32_t *cu, const int32_t *tiles,
                                       const int32_t *meta, int grid_tiles, int H, int Hkv, int D, int causal,
-                                      int window, float scale, cudaStream_t s) {
+                                      int window, float scale, int rows, cudaStream_t s) {
   if (grid_tiles <= 0) return;
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && vr_cuda_attention_kernel_fits(k, D));
+  if (k == VR_CUDA_ATTN_KERNEL_FA3) {
+    vr_cuda_attention_fa3(qkv, ld, rows, q_off, k_off, v_off, out, ld_out, NULL, cu, tiles, meta, grid_tiles, H, Hkv, D,
+                          causal, window, scale, 0, s);
+    return;
+  }
   const attn_params p =
       attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);
   const dim3 grid((unsigned)grid_tiles, (unsigned)H);
@@ -187,7 +202,7 @@ extern "C" void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_
                                   int Hkv, int D, int causal, int window, float scale, int rows_hint,
                                   cudaStream_t s) {
   vr_cuda_attention_run(vr_cuda_attention_kernel(D, rows_hint), qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles,
-                        meta, grid_tiles, H, Hkv, D, causal, window, scale, s);
+                        meta, grid_tiles, H, Hkv, D, causal, window, scale, rows_hint, s);
 }
 
 extern "C" void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
@@ -197,6 +212,11 @@ extern "C" void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, in
   if (grid_tiles <= 0) return;
   const vr_cuda_attn_kernel_t k = vr_cuda_attention_kernel(D, rows_hint);
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && k != VR_CUDA_ATTN_KERNEL_GENERIC && lse);
+  if (k == VR_CUDA_ATTN_KERNEL_FA3) {
+    vr_cuda_attention_fa3(qkv, ld, rows_hint, q_off, k_off, v_off, out, ld_out, lse, cu, tiles, meta, grid_tiles, H,
+                          Hkv, D, causal, window, scale, 0, s);
+    return;
+  }
   attn_params p = attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);
   p.lse = lse;
   const dim3 grid((unsigned)grid_tiles, (unsigned)H);

@@ -92,6 +92,8 @@ typedef enum vr_cuda_attn_kernel {
   VR_CUDA_ATTN_KERNEL_GENERIC = 0, /* fp32, one warp per query row, 64-row tiles: any D in 1..256 */
   VR_CUDA_ATTN_KERNEL_FA64 = 1,    /* tensor cores, 64-row query tiles of 4 warps x 16 rows: D 16/32/64/128 */
   VR_CUDA_ATTN_KERNEL_FA128 = 2,   /* tensor cores, 128-row query tiles of 4 warps x 32 rows: D 16/32/64 */
+  VR_CUDA_ATTN_KERNEL_FA3 = 3,     /* Hopper wgmma + TMA, warp-specialised, 128-row tiles: D 64/128, sm_90a
+                                      builds on compute 9.0 devices only, needs the rows (rows_hint / rows) */
 } vr_cuda_attn_kernel_t;
 /* Variable-length multi-head attention over packed sequences, no padding:
  * for each sequence, head h, query i: softmax_j(scale * q_i . k_j) v_j over the
@@ -101,26 +103,31 @@ typedef enum vr_cuda_attn_kernel {
  * out (T, ld_out): head h at h*D. grid_tiles: blocks along the tile axis
  * (each loops over meta[1] tiles); pass n_tiles for an eager launch or an
  * upper bound for a graph. rows_hint: the batch's (bucket's) rows, or 0 (unknown); the
- * kernel is vr_cuda_attention_kernel(D, rows_hint). */
+ * kernel is vr_cuda_attention_kernel(D, rows_hint). With rows_hint > 0, qkv has at least
+ * rows_hint rows (the FA3 kernel's tensor map spans that many) and cu[n_seqs] <= rows_hint. */
 void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
                        int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
                        int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale,
                        int rows_hint, cudaStream_t s);
 /* The same with the kernel named; it must fit D (vr_cuda_attention_kernel_fits) and the tile
- * list must be made of vr_cuda_attention_kernel_rows(k)-row tiles. */
+ * list must be made of vr_cuda_attention_kernel_rows(k)-row tiles. rows: as rows_hint above
+ * (FA3 needs it > 0; the others ignore it). */
 void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                            uint16_t *out, int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
-                           int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale, cudaStream_t s);
+                           int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale, int rows,
+                           cudaStream_t s);
 /* As vr_cuda_attention, also writing lse (T, H) fp32: per query row and head the
  * log2-domain logsumexp of the scaled scores, log2(sum_j 2^(scale * log2(e) * q.k_j)), which a
  * training backward recomputes P from. Tensor-core kernels only: D in 16/32/64/128. */
 void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out, int ld_out,
                            float *lse, const int32_t *cu, const int32_t *tiles, const int32_t *meta, int grid_tiles,
                            int H, int Hkv, int D, int causal, int window, float scale, int rows_hint, cudaStream_t s);
-/* The automatic choice: FA128 for D <= 64 in batches of 4096+ rows (or rows_hint 0), FA64 for
- * smaller batches and D = 128, GENERIC for head dims without a tensor-core kernel. */
+/* The automatic choice: FA3 for D 64 / 128 in batches of VR_CUDA_ATTN_FA3_MIN_ROWS+ rows where
+ * it runs (vr_cuda_attention_fa3_ok: an sm_90a build on a compute 9.0 device); else FA128 for
+ * D <= 64 in batches of 4096+ rows (or rows_hint 0), FA64 for smaller batches and D = 128,
+ * GENERIC for head dims without a tensor-core kernel. */
 vr_cuda_attn_kernel_t vr_cuda_attention_kernel(int D, int rows_hint);
-/* "generic", "fa64", "fa128" (static strings). */
+/* "generic", "fa64", "fa128", "fa3" (static strings). */
 const char *vr_cuda_attention_kernel_name(vr_cuda_attn_kernel_t k);
 /* 1 when kernel k runs head_dim D; vr_cuda_attention supports D iff GENERIC fits it. */
 int vr_cuda_attention_kernel_fits(vr_cuda_attn_kernel_t k, int D);

@@ -23,8 +23,14 @@
  *           exp2f, no persistent prefetch of the next tile
  *   wmma    k_attn_wmma, the first tensor-core kernel: wmma 16x16x16, S, P and O through
  *           shared memory, two lanes per softmax row
- *   wgmma   k_attn_wg64, Hopper wgmma for head_dim 64; only in builds whose one CUDA
- *           architecture is 90a (-DVR_CUDA_ARCH=90a)
+ *   fa3     library (VR_CUDA_ATTN_KERNEL_FA3): k_attn_fa3 (model/cuda/vr_cuda_attention_fa3.cu),
+ *           TMA + wgmma, warp-specialised, 128-row tiles, head_dim 64 / 128; sm_90a builds on
+ *           compute 9.0 devices; the automatic choice there from 4096 rows
+ *   fa3np   fa3 with the two consumer warpgroups issuing their products unordered (no
+ *           ping-pong; the library's schedule at head_dim 64)
+ *   fa3pp   fa3 with the consumers taking turns (ping-pong; the library's at head_dim 128)
+ *   wgmma   k_attn_wg64, Hopper wgmma for head_dim 64 (no TMA, one warpgroup); only in builds
+ *           with an sm_90a target
  * A variant is skipped on head dims it does not take. */
 #include <mma.h>
 #include <math.h>
@@ -619,6 +625,8 @@ void launch_wg64(const attn_params &p, dim3 grid, int /* D: 64 */, cudaStream_t 
 
 int resident_wg64(int /* D: 64 */) { return resident_of(k_attn_wg64, 128, (int)WG_SMEM_BYTES); }
 
+int resident_fa3(int D) { return vr_cuda_attention_fa3_resident(D); }
+
 #ifdef VR_CUDA_HAVE_WGMMA
 #define WGMMA_BUILT 1
 #else
@@ -639,6 +647,9 @@ struct variant {
 const variant k_variants[] = {
     {"fa128", 16, 64, 128, 1, VR_CUDA_ATTN_KERNEL_FA128, NULL, NULL, 1},
     {"fa64", 16, 128, 64, 1, VR_CUDA_ATTN_KERNEL_FA64, NULL, NULL, 1},
+    {"fa3", 64, 128, 128, 1, VR_CUDA_ATTN_KERNEL_FA3, NULL, NULL, 1},
+    {"fa3np", 64, 128, 128, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1},
+    {"fa3pp", 64, 128, 128, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1},
     {"fa2", 16, 64, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<2, 2, 1, false>, resident_fa_v<2, 2, 1, false>, 1},
     {"fa4r", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 1, 4, false>, resident_fa_v<4, 1, 4, false>, 1},
     {"fa128q", 16, 64, 128, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 2, 1, true>, resident_fa_v<4, 2, 1, true>, 1},
@@ -657,9 +668,15 @@ int fits(const variant &v, int D) {
 void run_variant(const variant &v, const bench_attn_t *a, int grid) {
   const int H = a->H, Hkv = a->Hkv, D = a->D;
   const float scale = 1.f / sqrtf((float)D);
+  if (!v.library && v.kernel == VR_CUDA_ATTN_KERNEL_FA3) { /* fa3np / fa3pp: the library's FA3, schedule forced */
+    vr_cuda_attention_fa3(a->qkv, a->ld, a->T, 0, H * D, (H + Hkv) * D, a->out, H * D, NULL, a->cu, a->tiles, a->meta,
+                          grid, H, Hkv, D, a->causal, a->window, scale,
+                          !strcmp(v.name, "fa3pp") ? VR_CUDA_FA3_PINGPONG : VR_CUDA_FA3_NO_PINGPONG, 0);
+    return;
+  }
   if (v.library) {
     vr_cuda_attention_run(v.kernel, a->qkv, a->ld, 0, H * D, (H + Hkv) * D, a->out, H * D, a->cu, a->tiles, a->meta,
-                          grid, H, Hkv, D, a->causal, a->window, scale, 0);
+                          grid, H, Hkv, D, a->causal, a->window, scale, a->T, 0);
     return;
   }
   const attn_params p = attn_params_make(a->qkv, a->ld, 0, H * D, (H + Hkv) * D, a->out, H * D, a->cu, a->tiles,
@@ -757,7 +774,11 @@ void time_variant(const variant &v, int reps) {
   static const struct {
     int n_seqs, len, H, Hkv, D, causal;
   } shapes[] = {{8, 2048, 32, 8, 128, 1}, {16, 1024, 32, 8, 64, 1}, {32, 512, 12, 12, 64, 0},
-                {64, 256, 12, 12, 64, 0}, {1, 512, 12, 12, 64, 0}};
+                {64, 256, 12, 12, 64, 0}, {1, 512, 12, 12, 64, 0},
+                /* issue 24's long sequences: llama-8b 2 x 16384, llama-1b 4 x 16384, FA3-paper style
+                 * 16k tokens at 2048 wide (bidirectional) */
+                {2, 16384, 32, 8, 128, 1}, {4, 16384, 32, 8, 64, 1}, {1, 16384, 16, 16, 128, 0},
+                {1, 16384, 32, 32, 64, 0}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
     if (!fits(v, shapes[i].D)) continue;
     int lens[64];
@@ -804,7 +825,11 @@ int main(int argc, char **argv) {
     const variant &v = k_variants[i];
     if (strcmp(want, "all") && strcmp(want, v.name)) continue;
     if (!v.built) {
-      printf("-- %s: not in this build (configure with -DVR_CUDA_ARCH=90a)\n", v.name);
+      printf("-- %s: not in this build (configure with an sm_90a target, VR_CUDA_ARCH's default)\n", v.name);
+      continue;
+    }
+    if ((v.library || v.kernel == VR_CUDA_ATTN_KERNEL_FA3) && !vr_cuda_attention_kernel_fits(v.kernel, v.max_d)) {
+      printf("-- %s: does not run here (an sm_90a build on a compute 9.0 device)\n", v.name);
       continue;
     }
     printf("-- %s\n", v.name);

@@ -95,6 +95,14 @@ int main(int argc, char **argv) {
   bench_attention(32, 512, 12, 12, 64, 0, reps);
   bench_attention(64, 256, 12, 12, 64, 0, reps);
   bench_attention(1, 512, 12, 12, 64, 0, reps);
+  /* issue 24's long sequences (tests/cuda/attn_bench_torch.py times PyTorch SDPA on these):
+   * llama-8b 2 x 16384, llama-1b 4 x 16384, 16k tokens at 2048 wide bidirectional */
+  bench_attention(2, 16384, 32, 8, 128, 1, reps);
+  bench_attention(4, 16384, 32, 8, 64, 1, reps);
+  bench_attention(1, 16384, 16, 16, 128, 0, reps);
+  bench_attention(1, 16384, 32, 32, 64, 0, reps);
+  bench_attention(1, 16384, 16, 16, 128, 1, reps);
+  bench_attention(1, 16384, 32, 32, 64, 1, reps);
   vr_cuda_gemm_t *g;
   if (vr_cuda_gemm_init(&g, 32u << 20)) return 1;
   bench_gemm(g, 16384, 6144, 4096, 0, reps);  /* 8B qkv */

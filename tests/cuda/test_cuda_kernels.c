@@ -18,6 +18,19 @@
 
 /* ------------------------------------------------------------ attention */
 
+/* Every element within tol of ref (a bf16 output of values in [-2, 2]: a few bf16 ulps). */
+static void check_maxabs(const char *what, const double *ref, const float *got, size_t n, double tol) {
+  double maxd = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double d = fabs(got[i] - ref[i]);
+    if (!(d <= maxd)) maxd = d; /* NaN counts as over */
+  }
+  if (!(maxd <= tol)) {
+    printf("FAIL %-58s maxabs %.2e > %.1e\n", what, maxd, tol);
+    g_fail = 1;
+  }
+}
+
 /* force: the kernel to run (vr_cuda_attention_run), or NULL for the automatic choice
  * (vr_cuda_attention with the batch's rows as the hint). */
 static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, int D, int causal, int window,
@@ -83,7 +96,7 @@ static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, i
     CK(cudaMemset(d_out, 0xFF, (size_t)T * H * D * 2));
     if (force)
       vr_cuda_attention_run(kernel, d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D,
-                            causal, window, (float)scale, 0);
+                            causal, window, (float)scale, T, 0);
     else
       vr_cuda_attention(d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D, causal,
                         window, (float)scale, T, 0);
@@ -92,6 +105,7 @@ static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, i
     snprintf(what, sizeof what, "attention %s%s H%d/%d D%d %s win%d n%d T%d grid%d", vr_cuda_attention_kernel_name(kernel),
              force ? "" : " (auto)", H, Hkv, D, causal ? "causal" : "bidir", window, n, T, grid);
     check_rel(what, ref, of, (size_t)T * H * D, 1e-2);
+    check_maxabs(what, ref, of, (size_t)T * H * D, 3e-2);
     free(of);
   }
   CK(cudaFree(d_qkv));
@@ -112,21 +126,28 @@ static void test_attention_choice(void) {
       {16, 1 << 20, VR_CUDA_ATTN_KERNEL_FA128}, {64, 4095, VR_CUDA_ATTN_KERNEL_FA64},
       {32, 1, VR_CUDA_ATTN_KERNEL_FA64},      {128, 1 << 20, VR_CUDA_ATTN_KERNEL_FA64},
       {80, 4096, VR_CUDA_ATTN_KERNEL_GENERIC}, {8, 64, VR_CUDA_ATTN_KERNEL_GENERIC},
+      {128, 4095, VR_CUDA_ATTN_KERNEL_FA64},
   };
   int ok = 1;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+    vr_cuda_attn_kernel_t want = cases[i].want;
+    /* where the Hopper kernel runs (sm_90a build, compute 9.0 device) it takes D 64 / 128 from 4096 rows */
+    if (cases[i].rows >= 4096 && vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA3, cases[i].D))
+      want = VR_CUDA_ATTN_KERNEL_FA3;
     const vr_cuda_attn_kernel_t got = vr_cuda_attention_kernel(cases[i].D, cases[i].rows);
-    if (got != cases[i].want) {
+    if (got != want) {
       printf("FAIL attention choice D%d rows %d: %s, expected %s\n", cases[i].D, cases[i].rows, vr_cuda_attention_kernel_name(got),
-             vr_cuda_attention_kernel_name(cases[i].want));
+             vr_cuda_attention_kernel_name(want));
       ok = 0;
     }
   }
   ok &= vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA128) == 128 &&
         vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA64) == 64 &&
+        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA3) == 128 &&
         vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_GENERIC) == 64;
   ok &= !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA128, 128) &&
-        !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_GENERIC, 257);
+        !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_GENERIC, 257) &&
+        !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA3, 32);
   printf("%s attention kernel choice by head_dim and rows\n", ok ? "ok  " : "FAIL");
   if (!ok) g_fail = 1;
 }
@@ -165,6 +186,87 @@ static void attention_suites(void) {
     printf("-- attention: %s forced\n", vr_cuda_attention_kernel_name(forced[i]));
     attention_suite(&forced[i]);
   }
+}
+
+/* The tile list (seq, q0) of rows-row tiles over n sequences; returns its length. */
+static int attn_tiles(const int *lens, int n, int rows, int32_t *tiles) {
+  int nt = 0;
+  for (int i = 0; i < n; ++i)
+    for (int q0 = 0; q0 < lens[i]; q0 += rows) tiles[2 * nt] = i, tiles[2 * nt + 1] = q0, ++nt;
+  return nt;
+}
+
+/* FA3 against FA64 (itself checked against the CPU above) on long sequences, where a double
+ * reference would take minutes: both on the same device data, FA3 once per tile and with a
+ * persistent grid of 5 blocks. */
+static void test_attention_fa3_long(int H, int Hkv, int D, int causal, const int *lens, int n) {
+  int T = 0;
+  for (int i = 0; i < n; ++i) T += lens[i];
+  const int ld = (H + 2 * Hkv) * D;
+  float *qf;
+  uint16_t *qkv = rand_bf((size_t)T * ld, 2.0f, &qf);
+  int32_t *cu = malloc((n + 1) * 4), *t64 = malloc((size_t)2 * (T + n) * 4), *t128 = malloc((size_t)2 * (T + n) * 4);
+  cu[0] = 0;
+  for (int i = 0; i < n; ++i) cu[i + 1] = cu[i] + lens[i];
+  const int n64 = attn_tiles(lens, n, 64, t64), n128 = attn_tiles(lens, n, 128, t128);
+  const int32_t m64[4] = {n, n64, 0, 0}, m128[4] = {n, n128, 0, 0};
+  uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2);
+  int32_t *d_cu = todev(cu, (n + 1) * 4), *d_t64 = todev(t64, (size_t)2 * n64 * 4), *d_t128 = todev(t128, (size_t)2 * n128 * 4);
+  int32_t *d_m64 = todev(m64, 16), *d_m128 = todev(m128, 16);
+  const size_t no = (size_t)T * H * D;
+  uint16_t *d_out = dmalloc(no * 2), *out = malloc(no * 2);
+  const float scale = 1.f / sqrtf((float)D);
+  vr_cuda_attention_run(VR_CUDA_ATTN_KERNEL_FA64, d_qkv, ld, 0, H * D, (H + Hkv) * D, d_out, H * D, d_cu, d_t64, d_m64,
+                        n64, H, Hkv, D, causal, 0, scale, T, 0);
+  tohost(out, d_out, no * 2);
+  float *rf = bf_arr_to_f(out, no);
+  double *ref = malloc(no * sizeof(double));
+  for (size_t i = 0; i < no; ++i) ref[i] = rf[i];
+  char what[160];
+  for (int pass = 0; pass < 2; ++pass) {
+    CK(cudaMemset(d_out, 0xFF, no * 2));
+    vr_cuda_attention_run(VR_CUDA_ATTN_KERNEL_FA3, d_qkv, ld, 0, H * D, (H + Hkv) * D, d_out, H * D, d_cu, d_t128,
+                          d_m128, pass ? 5 : n128, H, Hkv, D, causal, 0, scale, T, 0);
+    tohost(out, d_out, no * 2);
+    float *of = bf_arr_to_f(out, no);
+    snprintf(what, sizeof what, "attention fa3 vs fa64 H%d/%d D%d %s n%d T%d grid%d", H, Hkv, D,
+             causal ? "causal" : "bidir", n, T, pass ? 5 : n128);
+    check_rel(what, ref, of, no, 1e-2);
+    check_maxabs(what, ref, of, no, 3e-2);
+    free(of);
+  }
+  CK(cudaFree(d_qkv));
+  CK(cudaFree(d_cu));
+  CK(cudaFree(d_t64));
+  CK(cudaFree(d_t128));
+  CK(cudaFree(d_m64));
+  CK(cudaFree(d_m128));
+  CK(cudaFree(d_out));
+  free(qkv), free(qf), free(cu), free(t64), free(t128), free(out), free(rf), free(ref);
+}
+
+/* The Hopper kernel (where this build and device run it): ragged batches against the CPU on
+ * head dims 64 / 128, causal and bidirectional, GQA ratios 1 / 4 / 8, sliding windows, then
+ * 16384-token sequences against FA64. */
+static void attention_fa3_suite(void) {
+  if (!vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA3, 64)) {
+    printf("-- attention: fa3 not run (needs an sm_90a build on a compute 9.0 device)\n");
+    return;
+  }
+  printf("-- attention: fa3 forced\n");
+  const vr_cuda_attn_kernel_t k = VR_CUDA_ATTN_KERNEL_FA3;
+  static const int ragged[] = {1, 17, 255, 128, 129, 300, 64};
+  static const int gqa[][2] = {{8, 8}, {8, 2}, {8, 1}};
+  for (int D = 64; D <= 128; D += 64)
+    for (int gi = 0; gi < 3; ++gi)
+      for (int causal = 0; causal < 2; ++causal) test_attention(&k, gqa[gi][0], gqa[gi][1], D, causal, 0, ragged, 7);
+  test_attention(&k, 4, 2, 64, 1, 40, ragged, 7);   /* sliding window, causal */
+  test_attention(&k, 4, 2, 128, 0, 200, ragged, 7); /* sliding window, bidirectional */
+  static const int long1[] = {16384}, mixed[] = {16384, 1, 17, 255, 3000};
+  test_attention_fa3_long(8, 1, 128, 1, long1, 1);
+  test_attention_fa3_long(8, 2, 128, 0, mixed, 5);
+  test_attention_fa3_long(8, 8, 64, 1, mixed, 5);
+  test_attention_fa3_long(8, 1, 64, 0, long1, 1);
 }
 
 /* ---------------------------------------------------------------- norms */
@@ -632,24 +734,26 @@ int main(void) {
   g_rng = vr_test_seed("test_cuda_kernels", 1);
   if (!g_rng) g_rng = 1; /* xorshift: 0 stays 0 */
   test_attention_choice();
-  /* VR_TEST_ATTN_KERNEL=auto|fa64|fa128|generic: that attention suite alone (sanitizer runs) */
+  /* VR_TEST_ATTN_KERNEL=auto|fa64|fa128|generic|fa3: that attention suite alone (sanitizer runs) */
   const char *only = getenv("VR_TEST_ATTN_KERNEL");
   if (only) {
     static const vr_cuda_attn_kernel_t all[] = {VR_CUDA_ATTN_KERNEL_GENERIC, VR_CUDA_ATTN_KERNEL_FA64,
-                                                VR_CUDA_ATTN_KERNEL_FA128};
+                                                VR_CUDA_ATTN_KERNEL_FA128, VR_CUDA_ATTN_KERNEL_FA3};
     const vr_cuda_attn_kernel_t *k = NULL;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
       if (!strcmp(only, vr_cuda_attention_kernel_name(all[i]))) k = &all[i];
     if (!k && strcmp(only, "auto")) {
-      printf("FAIL VR_TEST_ATTN_KERNEL=%s: not auto|fa64|fa128|generic\n", only);
+      printf("FAIL VR_TEST_ATTN_KERNEL=%s: not auto|fa64|fa128|generic|fa3\n", only);
       return 1;
     }
     printf("-- attention: %s only (VR_TEST_ATTN_KERNEL)\n", only);
     attention_suite(k);
+    if (k && *k == VR_CUDA_ATTN_KERNEL_FA3) attention_fa3_suite();
     printf("%s\n", g_fail ? "FAILED" : "all kernel checks passed");
     return g_fail;
   }
   attention_suites();
+  attention_fa3_suite();
   test_norms(33, 768);
   test_norms(5, 4096);
   test_norms(7, 40);

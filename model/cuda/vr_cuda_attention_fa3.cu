@@ -1,0 +1,489 @@
+/* vr_cuda_attention_fa3.cu: the Hopper (sm_90a) attention forward, FlashAttention-3 style
+ * (Shah et al. 2024): one block of three warpgroups per SM, a producer warpgroup whose one
+ * thread issues TMA loads (cp.async.bulk.tensor, 128-byte swizzle) into a ring of shared-memory
+ * stages guarded by mbarriers, and two consumer warpgroups of 64 query rows each that run
+ * S = Q K^T (wgmma m64n128k16, both operands in shared memory), the online softmax in
+ * registers, and O += P V (wgmma m64nDk16, P from registers). Within a consumer the matrix
+ * products of key tile it + 1 are issued before the softmax of tile it waits for them, so the
+ * softmax overlaps the tensor cores (the paper's intra-warpgroup pipelining); at head_dim 128
+ * the two consumers also take turns issuing them (ping-pong: one's softmax under the other's
+ * products), at 64 that measured slower and they issue unordered.
+ *
+ * Tiles: 128 query rows (VR_CUDA_ATTN_KERNEL_FA3's tile list) x 128 keys; head dims 64 and 128;
+ * causal, bidirectional, sliding window, GQA, variable length (the tile list and cu of
+ * vr_cuda_attention), optional lse. One tensor map covers the whole qkv buffer (rows x ld
+ * bf16): Q, K and V tiles are 64 x 64 boxes of it at their column offsets. A box that runs
+ * past a sequence reads whatever follows in qkv (masked for K, zeroed in shared memory for V
+ * before P V, never written out for Q), past `rows` zeros (TMA's out-of-bounds fill): rows
+ * must not exceed qkv's allocation and must cover every sequence (vr_cuda_attention's
+ * rows_hint, the batch's rows).
+ *
+ * Shared memory (1024-byte aligned): a tile of R rows x D dims is D / 64 column chunks of R
+ * rows x 128 bytes, each 8-row group a 1024-byte swizzle atom (TMA's SWIZZLE_128B, the
+ * wgmma descriptors' 128B layout). Q (K-major A), K (K-major B), V (MN-major B, transposed):
+ * LBO between the 64-dim chunks, SBO 1024 between 8-row groups.
+ *
+ * Only sm_90a code has the body (wgmma, setmaxnreg); the host launches it only where
+ * vr_cuda_attention_fa3_ok says the build carries it and the device is compute 9.0. */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "vr_cuda_attention_fa.cuh"
+
+namespace {
+
+constexpr int F3_BM = 128, F3_BN = 128, F3_THREADS = 384;
+
+template <int D>
+struct f3_cfg {
+  static constexpr int STAGES = D == 64 ? 4 : 2;     /* K and V stages each */
+  static constexpr uint32_t Q_BYTES = F3_BM * D * 2; /* one Q tile */
+  static constexpr uint32_t KV_BYTES = F3_BN * D * 2;
+  static constexpr uint32_t BAR_OFF = Q_BYTES + 2 * STAGES * KV_BYTES;
+  static constexpr size_t SMEM = BAR_OFF + 8 * (2 + 4 * STAGES) + 1024; /* + alignment slack */
+};
+
+/* The accumulator operands of a 32- / 64-register wgmma (d[] of the wrappers below). */
+#define F3_DREGS32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define F3_DOPS32 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define F3_DREGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define F3_DOPS64 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mb_init(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count));
+}
+__device__ __forceinline__ void mb_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mb_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* Spins until the phase of parity `parity` of bar has completed. */
+__device__ __forceinline__ void mb_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred P1;\nLAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\nbra LAB_WAIT;\nDONE:\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+/* One 64 x 64 box of the tensor map at (column c0, row c1) into dst, completing on bar. */
+__device__ __forceinline__ void tma_box(uint32_t dst, const CUtensorMap *map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+__device__ __forceinline__ void f3_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void f3_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void f3_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* Pins registers in program order around the asynchronous wgmma. */
+template <int N>
+__device__ __forceinline__ void f3_pin(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void f3_pin(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+/* Shared-memory matrix descriptor, 128-byte swizzle. */
+__device__ __forceinline__ uint64_t f3_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) |
+         (1ull << 62);
+}
+
+/* d (+)= A B, m64n128k16, A and B K-major in shared memory (S = Q K^T). */
+__device__ __forceinline__ void wg_ss128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " F3_DREGS64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : F3_DOPS64
+      : "l"(da), "l"(db), "r"(acc));
+}
+/* d += A B, A from registers (mma.sync A fragments), B MN-major in shared memory (O += P V). */
+__device__ __forceinline__ void wg_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " F3_DREGS64
+               ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n"
+               : F3_DOPS64
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+__device__ __forceinline__ void wg_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t db) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " F3_DREGS32
+               ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n"
+               : F3_DOPS32
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+
+/* Mask and online softmax of one 128-key tile (keys from n0) for this thread's two query rows
+ * qr0 / qr1 in the wgmma m64n128 accumulator layout: sc[4 j + e] is row qr0 (e < 2) or qr1,
+ * key n0 + 8 j + 2 t + (e & 1). As softmax_rows16 over 16 n-tiles, but in place: sc becomes
+ * the unnormalised probabilities (f3_pack turns them into P V's A fragments once the previous
+ * P V is complete: A registers written while a wgmma is in flight make ptxas serialise the
+ * pipeline), al0 / al1 the factors O's rows must be scaled by. */
+__device__ __forceinline__ void f3_softmax(const attn_params &p, float (&sc)[64], int n0, int len, bool need_mask,
+                                           int qr0, int qr1, float &m0, float &m1, float &l0, float &l1, float &al0,
+                                           float &al1) {
+  const int t = threadIdx.x & 3;
+  if (need_mask) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int kp = n0 + j * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
+        bool ok = kp < len;
+        if (p.causal) ok = ok && kp <= qp;
+        if (p.window > 0) ok = ok && qp - kp < p.window && kp - qp < p.window;
+        if (!ok) sc[4 * j + e] = -INFINITY;
+      }
+  }
+  float x0[8], x1[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    x0[j] = fmaxf(fmaxf(sc[8 * j], sc[8 * j + 1]), fmaxf(sc[8 * j + 4], sc[8 * j + 5]));
+    x1[j] = fmaxf(fmaxf(sc[8 * j + 2], sc[8 * j + 3]), fmaxf(sc[8 * j + 6], sc[8 * j + 7]));
+  }
+  const float mx0 = quad_max(tree8(x0, op_max())), mx1 = quad_max(tree8(x1, op_max()));
+  /* scale > 0, so max(raw) * scale is the max of the scaled scores */
+  const float mn0 = fmaxf(m0, mx0 * p.scale_log2), mn1 = fmaxf(m1, mx1 * p.scale_log2);
+  const float mu0 = mn0 == -INFINITY ? 0.f : mn0, mu1 = mn1 == -INFINITY ? 0.f : mn1;
+  al0 = ex2_approx(m0 - mu0), al1 = ex2_approx(m1 - mu1);
+  m0 = mn0, m1 = mn1;
+#pragma unroll
+  for (int i = 0; i < 64; ++i) sc[i] = ex2_approx(fmaf(sc[i], p.scale_log2, (i & 2) ? -mu1 : -mu0));
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    x0[j] = (sc[8 * j] + sc[8 * j + 1]) + (sc[8 * j + 4] + sc[8 * j + 5]);
+    x1[j] = (sc[8 * j + 2] + sc[8 * j + 3]) + (sc[8 * j + 6] + sc[8 * j + 7]);
+  }
+  l0 = l0 * al0 + quad_sum(tree8(x0, op_add()));
+  l1 = l1 * al1 + quad_sum(tree8(x1, op_add()));
+}
+
+/* P (sc after f3_softmax) as the A fragments of P V's 8 k-steps of 16 keys: n-tiles 2 kk and
+ * 2 kk + 1 of the accumulator layout are the mma.sync A layout of k-step kk. */
+__device__ __forceinline__ void f3_pack(const float (&sc)[64], uint32_t (&pa)[8][4]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    pa[j >> 1][(j & 1) * 2 + 0] = pack_bf16(sc[4 * j], sc[4 * j + 1]);
+    pa[j >> 1][(j & 1) * 2 + 1] = pack_bf16(sc[4 * j + 2], sc[4 * j + 3]);
+  }
+}
+/* The span of tile `tile`: rows s0 + q0 .. of a sequence of len rows, key tiles from kbeg. */
+struct f3_span {
+  int s0, q0, len, kbeg, nkv;
+};
+__device__ __forceinline__ f3_span f3_tile(const attn_params &p, int tile) {
+  f3_span w;
+  const int seq = p.tiles[2 * tile];
+  w.q0 = p.tiles[2 * tile + 1];
+  w.s0 = p.cu[seq];
+  w.len = p.cu[seq + 1] - w.s0;
+  const int kend = p.causal ? min(w.len, w.q0 + F3_BM) : w.len;
+  w.kbeg = p.window > 0 ? max(0, w.q0 - p.window + 1) / F3_BN * F3_BN : 0;
+  w.nkv = (kend - w.kbeg + F3_BN - 1) / F3_BN;
+  return w;
+}
+
+#endif
+
+template <int D, bool PP>
+__global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constant__ CUtensorMap tm, attn_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  typedef f3_cfg<D> C;
+  constexpr int S = C::STAGES, NO = D / 2; /* O accumulator floats per thread */
+  extern __shared__ unsigned char f3_smem_raw[];
+  const uint32_t base = (smem_u32(f3_smem_raw) + 1023u) & ~1023u;
+  const uint32_t sQ = base, sK = base + C::Q_BYTES, sV = sK + S * C::KV_BYTES, bars = base + C::BAR_OFF;
+  /* barriers: q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S] */
+  const uint32_t q_full = bars, q_empty = bars + 8, k_full = bars + 16, k_empty = k_full + 8 * S,
+                 v_full = k_empty + 8 * S, v_empty = v_full + 8 * S;
+  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const int n_tiles = p.meta[VR_CUDA_META_N_TILES];
+  const int wg = threadIdx.x >> 7;
+  if (threadIdx.x == 0) {
+    mb_init(q_full, 1);
+    mb_init(q_empty, 8);
+    for (int s = 0; s < S; ++s) {
+      mb_init(k_full + 8 * s, 1);
+      mb_init(k_empty + 8 * s, 8);
+      mb_init(v_full + 8 * s, 1);
+      mb_init(v_empty + 8 * s, 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) { /* producer: one thread issues every load */
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (threadIdx.x == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm)) : "memory");
+      int kv = 0, tc = 0;
+      for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++tc) {
+        const f3_span w = f3_tile(p, tile);
+        mb_wait(q_empty, (tc & 1) ^ 1);
+        mb_expect_tx(q_full, C::Q_BYTES);
+#pragma unroll
+        for (int c = 0; c < D / 64; ++c)
+#pragma unroll
+          for (int r = 0; r < F3_BM / 64; ++r)
+            tma_box(sQ + (c * F3_BM + r * 64) * 128, &tm, p.q_off + h * D + c * 64, w.s0 + w.q0 + r * 64, q_full);
+        for (int it = 0; it < w.nkv; ++it, ++kv) {
+          const int st = kv % S;
+          const uint32_t ph = (kv / S) & 1;
+          const int row = w.s0 + w.kbeg + it * F3_BN;
+          mb_wait(k_empty + 8 * st, ph ^ 1);
+          mb_expect_tx(k_full + 8 * st, C::KV_BYTES);
+#pragma unroll
+          for (int c = 0; c < D / 64; ++c)
+#pragma unroll
+            for (int r = 0; r < F3_BN / 64; ++r)
+              tma_box(sK + st * C::KV_BYTES + (c * F3_BN + r * 64) * 128, &tm, p.k_off + hk * D + c * 64, row + r * 64,
+                      k_full + 8 * st);
+          mb_wait(v_empty + 8 * st, ph ^ 1);
+          mb_expect_tx(v_full + 8 * st, C::KV_BYTES);
+#pragma unroll
+          for (int c = 0; c < D / 64; ++c)
+#pragma unroll
+            for (int r = 0; r < F3_BN / 64; ++r)
+              tma_box(sV + st * C::KV_BYTES + (c * F3_BN + r * 64) * 128, &tm, p.v_off + hk * D + c * 64, row + r * 64,
+                      v_full + 8 * st);
+        }
+      }
+    }
+    return;
+  }
+
+  /* consumers: warpgroup cw owns query rows 64 cw .. 64 cw + 63 of each tile */
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+  const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
+  if (PP && cw == 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory"); /* consumer 0 goes first */
+  int kv = 0, tc = 0;
+  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++tc) {
+    const f3_span w = f3_tile(p, tile);
+    const int wr0 = w.q0 + cw * 64 + warp * 16; /* this warp's first query row */
+    const int qr0 = wr0 + g, qr1 = qr0 + 8;
+    float o[NO], sc[64];
+    uint32_t pa[8][4]; /* P of the previous key tile, the A operand of its P V */
+#pragma unroll
+    for (int i = 0; i < NO; ++i) o[i] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, al0, al1;
+    mb_wait(q_full, tc & 1);
+    const uint32_t q_at = sQ + cw * 64 * 128;
+    /* S = Q K^T of stage st: D / 16 k-steps of 16 dims (32 bytes inside a 128-byte row) */
+    /* descriptors are computed and pinned before the wgmma batch: an address computed between
+     * two wgmmas of one batch makes ptxas serialise them */
+    auto issue_qk = [&](int st) {
+      const uint32_t k_at = sK + st * C::KV_BYTES;
+      uint64_t da[D / 16], db[D / 16];
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        da[kk] = f3_desc(q_at + (kk >> 2) * F3_BM * 128 + (kk & 3) * 32, 16, 1024);
+        db[kk] = f3_desc(k_at + (kk >> 2) * F3_BN * 128 + (kk & 3) * 32, 16, 1024);
+        asm volatile("" : "+l"(da[kk]), "+l"(db[kk]));
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) wg_ss128(sc, da[kk], db[kk], kk);
+    };
+    /* O += P V of stage st: 8 k-steps of 16 keys (2048 bytes); N spans the D / 64 chunks */
+    auto issue_pv = [&](int st, const uint32_t(&pp)[8][4]) {
+      const uint32_t v_at = sV + st * C::KV_BYTES;
+      uint64_t dv[8];
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        dv[kk] = f3_desc(v_at + kk * 2048, F3_BN * 128, 1024);
+        asm volatile("" : "+l"(dv[kk]));
+      }
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) wg_rs(o, pp[kk], dv[kk]);
+    };
+    auto release = [&](uint32_t bar) {
+      __syncwarp();
+      if (lane == 0) mb_arrive(bar);
+    };
+    /* PP: the two consumers take turns issuing their matrix products (named barriers 2 + cw:
+     * wait for mine, then let the other go), so one's softmax runs under the other's wgmma
+     * (the paper's ping-pong schedule); both issue the same number of batches per tile. */
+    auto turn_begin = [&] {
+      if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(2 + cw) : "memory");
+    };
+    auto turn_end = [&] {
+      if (PP) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 + (cw ^ 1)) : "memory");
+    };
+    auto need_mask = [&](int n0) {
+      return n0 + F3_BN > w.len || (p.causal && n0 + F3_BN - 1 > wr0) || p.window > 0;
+    };
+    /* key tile 0: S only (O is still zero) */
+    {
+      const int st = kv % S;
+      mb_wait(k_full + 8 * st, (kv / S) & 1);
+      f3_pin(sc);
+      turn_begin();
+      f3_fence();
+      issue_qk(st);
+      f3_commit();
+      turn_end();
+      f3_wait<0>();
+      f3_pin(sc);
+      release(k_empty + 8 * st);
+      const int n0 = w.kbeg;
+      f3_softmax(p, sc, n0, w.len, need_mask(n0), qr0, qr1, m0, m1, l0, l1, al0, al1);
+      f3_pack(sc, pa);
+    }
+    for (int it = 1; it < w.nkv; ++it) {
+      const int j = kv + it, st = j % S, sp = (j - 1) % S;
+      mb_wait(k_full + 8 * st, (j / S) & 1);
+      mb_wait(v_full + 8 * sp, ((j - 1) / S) & 1);
+      f3_pin(o);
+      f3_pin(pa);
+      f3_pin(sc);
+      turn_begin();
+      f3_fence();
+      issue_qk(st);
+      f3_commit();
+      issue_pv(sp, pa);
+      f3_commit();
+      turn_end();
+      f3_wait<1>(); /* S(it) */
+      f3_pin(sc);
+      release(k_empty + 8 * st);
+      const int n0 = w.kbeg + it * F3_BN;
+      f3_softmax(p, sc, n0, w.len, need_mask(n0), qr0, qr1, m0, m1, l0, l1, al0, al1);
+      f3_wait<0>(); /* P V(it - 1) */
+      f3_pin(o);
+      f3_pin(pa);
+      release(v_empty + 8 * sp);
+#pragma unroll
+      for (int i = 0; i < NO / 4; ++i) o[4 * i] *= al0, o[4 * i + 1] *= al0, o[4 * i + 2] *= al1, o[4 * i + 3] *= al1;
+      f3_pack(sc, pa);
+    }
+    release(q_empty); /* every S of this tile is complete: the producer may load the next Q */
+    {
+      const int j = kv + w.nkv - 1, sp = j % S;
+      mb_wait(v_full + 8 * sp, (j / S) & 1);
+      const int valid = w.len - (w.kbeg + (w.nkv - 1) * F3_BN); /* keys of the sequence in this tile */
+      if (valid < F3_BN) {
+        /* the rows past the sequence hold whatever follows it in qkv (another sequence, rows
+         * never written): P is 0 there, but 0 * NaN is not, so they are zeroed (a whole
+         * 128-byte row of a chunk: the swizzle only permutes within it) by both consumer
+         * warpgroups, made visible to wgmma (async proxy), then both wait for each other */
+        const int n16 = (F3_BN - valid) * (D / 64) * 8, ct = threadIdx.x - 128;
+        for (int i = ct; i < n16; i += 256) {
+          const int piece = i & 7, rc = i >> 3, c = rc % (D / 64), r = valid + rc / (D / 64);
+          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + sp * C::KV_BYTES +
+                                                                        (c * F3_BN + r) * 128 + piece * 16),
+                       "r"(0u)
+                       : "memory");
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      }
+      f3_pin(o);
+      f3_pin(pa);
+      turn_begin();
+      f3_fence();
+      issue_pv(sp, pa);
+      f3_commit();
+      turn_end();
+      f3_wait<0>();
+      f3_pin(o);
+      release(v_empty + 8 * sp);
+    }
+    kv += w.nkv;
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    const size_t r0 = (size_t)w.s0 + qr0, r1 = (size_t)w.s0 + qr1;
+#pragma unroll
+    for (int i = 0; i < NO / 4; ++i) {
+      const int c = h * D + i * 8 + 2 * t;
+      if (qr0 < w.len)
+        *reinterpret_cast<uint32_t *>(p.out + r0 * p.ld_out + c) = pack_bf16(o[4 * i] * inv0, o[4 * i + 1] * inv0);
+      if (qr1 < w.len)
+        *reinterpret_cast<uint32_t *>(p.out + r1 * p.ld_out + c) = pack_bf16(o[4 * i + 2] * inv1, o[4 * i + 3] * inv1);
+    }
+    if (p.lse && t == 0) {
+      if (qr0 < w.len) p.lse[r0 * p.H + h] = m0 + log2f(l0);
+      if (qr1 < w.len) p.lse[r1 * p.H + h] = m1 + log2f(l1);
+    }
+  }
+#endif
+}
+
+/* The tensor map of qkv: rows x ld bf16, 64 x 64 boxes, 128-byte swizzle, zeros past the end. */
+static int f3_tensor_map(CUtensorMap *tm, const void *qkv, int ld, int rows) {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void *fn = NULL;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = NULL;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  if (!encode) return -1;
+  const cuuint64_t dims[2] = {(cuuint64_t)ld, (cuuint64_t)rows};
+  const cuuint64_t strides[1] = {(cuuint64_t)ld * 2};
+  const cuuint32_t box[2] = {64, 64}, estr[2] = {1, 1};
+  const CUresult r = encode(tm, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(qkv), dims, strides, box, estr,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : -1;
+}
+
+template <int D, bool PP>
+static void f3_launch(const CUtensorMap &tm, const attn_params &p, dim3 grid, cudaStream_t s) {
+  static int attr_set[64];
+  set_smem_once(k_attn_fa3<D, PP>, f3_cfg<D>::SMEM, attr_set);
+  k_attn_fa3<D, PP><<<grid, F3_THREADS, f3_cfg<D>::SMEM, s>>>(tm, p);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+} /* namespace */
+
+extern "C" int vr_cuda_attention_fa3_ok(int D) {
+#ifdef VR_CUDA_HAVE_FA3
+  if (D != 64 && D != 128) return 0;
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major == 9 && minor == 0;
+#else
+  (void)D;
+  return 0;
+#endif
+}
+
+extern "C" int vr_cuda_attention_fa3_resident(int D) {
+  return D == 64 ? resident_of(k_attn_fa3<64, true>, F3_THREADS, (int)f3_cfg<64>::SMEM)
+                 : resident_of(k_attn_fa3<128, true>, F3_THREADS, (int)f3_cfg<128>::SMEM);
+}
+
+extern "C" void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int q_off, int k_off, int v_off,
+                                      uint16_t *out, int ld_out, float *lse, const int32_t *cu, const int32_t *tiles,
+                                      const int32_t *meta, int grid_tiles, int H, int Hkv, int D, int causal,
+                                      int window, float scale, int flags, cudaStream_t s) {
+  VR_ASSERT(rows > 0 && ld % 8 == 0 && (D == 64 || D == 128) && H % Hkv == 0);
+  CUtensorMap tm;
+  const int enc = f3_tensor_map(&tm, qkv, ld, rows);
+  VR_ASSERT(enc == 0 && "cuTensorMapEncodeTiled failed");
+  attn_params p = attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);
+  p.lse = lse;
+  const dim3 grid((unsigned)grid_tiles, (unsigned)H);
+  /* ping-pong where it measured faster: head_dim 128 (2 x 16384 causal 692 against 681
+   * TFLOP/s); at 64 the consumers waiting for their turn cost more than the overlap gives
+   * (4 x 16384 causal 428 against 444): docs/benchmarks.md, "Issue 24: FA3-class attention" */
+  const bool pp = flags & VR_CUDA_FA3_PINGPONG ? true : flags & VR_CUDA_FA3_NO_PINGPONG ? false : D == 128;
+  if (D == 64) pp ? f3_launch<64, true>(tm, p, grid, s) : f3_launch<64, false>(tm, p, grid, s);
+  else pp ? f3_launch<128, true>(tm, p, grid, s) : f3_launch<128, false>(tm, p, grid, s);
+}
