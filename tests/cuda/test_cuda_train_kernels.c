@@ -842,6 +842,14 @@ int main(void) {
   test_rmsnorm_bwd(37, 2048); /* the fused kernel at 8 columns per thread, the last block partial */
   test_rmsnorm_bwd(9, 4500);  /* above the fused kernel's 4096 columns: the per-row kernel + two dw passes */
   test_colsum(3000, 130);     /* more chunks than the final pass's 16 row groups, a partial column block */
+  /* batches of 4096+ rows: on an sm_90a build on Hopper the forward (with its lse, which the
+   * backward reads) is the FA3 kernel (vr_cuda_attention_kernel), elsewhere FA64 / FA128 */
+  static const int large[] = {2900, 1200, 17};
+  printf("     attention forward kernel at T=%d: D64 %s, D128 %s\n", 4117,
+         vr_cuda_attention_kernel_name(vr_cuda_attention_kernel(64, 4117)),
+         vr_cuda_attention_kernel_name(vr_cuda_attention_kernel(128, 4117)));
+  test_attention_train(2, 1, 64, 0, 0, 0, large, 3);
+  test_attention_train(2, 2, 128, 0, 0, 0, large, 3);
   printf("%s\n", g_fail ? "FAILED" : "all training kernel checks passed");
   return g_fail;
 }
