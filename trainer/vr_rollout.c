@@ -341,11 +341,15 @@ static void vr_gen_table_row(vr_gen_t *g, uint32_t k, const vr_rseq_t *q) {
   memcpy(g->bt + (size_t)k * g->r->max_blocks, q->table, (size_t)q->n_blocks * sizeof(int32_t));
 }
 
+/* decode: 0 prefill, 1 decode, 2 decode + sample of g->req into g->tok / g->lp (be->decode_sample). */
 static int vr_gen_forward(vr_gen_t *g, uint32_t n, int decode) {
   vr_rollout_batch_t b = {.n_seqs = n, .ids = g->ids, .cu_q = g->cu, .ctx_len = g->ctx, .block_tables = g->bt,
                           .max_blocks = g->r->max_blocks};
+  const vr_rollout_backend_t *be = g->r->be;
   uint64_t t0 = vr_now_ns();
-  int rc = decode && g->r->be->decode ? g->r->be->decode(g->r->state, &b) : g->r->be->prefill(g->r->state, &b);
+  int rc = decode == 2            ? be->decode_sample(g->r->state, &b, g->req, g->tok, g->lp)
+           : decode && be->decode ? be->decode(g->r->state, &b)
+                                  : be->prefill(g->r->state, &b);
   double dt = (double)(vr_now_ns() - t0) * 1e-9;
   if (decode) {
     g->st->decode_s += dt;
@@ -525,8 +529,13 @@ static int vr_gen_decode(vr_gen_t *g) {
       g->who[k] = g->run[k0 + k];
       g->req[k] = vr_gen_req(g, q, k);
     }
-    int rc = vr_gen_forward(g, n, 1);
-    if (rc == 0) rc = vr_gen_sample(g, n);
+    int rc;
+    if (r->be->decode_sample) {
+      rc = vr_gen_forward(g, n, 2); /* the decode time then holds the sampling */
+    } else {
+      rc = vr_gen_forward(g, n, 1);
+      if (rc == 0) rc = vr_gen_sample(g, n);
+    }
     if (rc != 0) return rc;
     for (uint32_t k = 0; k < n; k++) {
       g->s[g->who[k]].ctx = g->s[g->who[k]].len;

@@ -115,6 +115,12 @@ typedef struct vr_rollout_backend {
    * must draw the same uniform from vr_sample_uniform(); ties and rounding at the top-p boundary
    * may differ in the last bits on other hardware). Writes tokens[i] and logprobs[i] (host). */
   int (*sample)(void *state, uint32_t n, const vr_sample_req_t *rows, int32_t *tokens, float *logprobs);
+  /* Optional (NULL: the engine calls decode, then sample). decode(b) followed by sample(b->n_seqs,
+   * rows, tokens, logprobs) with rows[q].row == q, in one call, with the same results (cuda: the
+   * sampler is the last kernel of the step's graph, so a step costs one upload, one download and
+   * one synchronisation). */
+  int (*decode_sample)(void *state, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, int32_t *tokens,
+                       float *logprobs);
   /* Required. Copies the K/V of block src[i] into block dst[i] for every layer, i < n (copy on
    * write of a shared partial block). src and dst sets are disjoint. */
   int (*copy_blocks)(void *state, const uint32_t *src, const uint32_t *dst, uint32_t n);
@@ -176,7 +182,8 @@ void vr_gen_params_init(vr_gen_params_t *gp); /* greedy, n 1, 16 new tokens, see
 typedef struct vr_gen_stats {
   uint64_t prefill_tokens, decode_tokens, prefill_calls, decode_calls, preemptions, cow_copies;
   uint32_t peak_running, peak_blocks;
-  double prefill_s, decode_s, sample_s, total_s;
+  double prefill_s, decode_s, sample_s, total_s; /* decode_s holds the decode steps' sampling where the
+                                                  * backend fuses them (decode_sample) */
 } vr_gen_stats_t;
 
 typedef struct vr_gen_output {

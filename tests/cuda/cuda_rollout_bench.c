@@ -16,9 +16,13 @@
  *   take the faster of cuBLASLt and the skinny kernel at warm-up (the choices are printed; default:
  *   cuBLASLt, the engine's default). Prompts longer than the test model's 4096 positions raise its
  *   max_position_embeddings (default RoPE: nothing else depends on it).
+ *   --variants F[:PART][,...] runs the whole measurement once per item on a fresh engine over the
+ *   same model: F 1/0 the sampler inside the decode graph or after it (vr_cuda_roll_fuse_sample),
+ *   PART the attention partition length (vr_cuda_roll_set_part; 0 or left out: the engine's
+ *   choice). Default: "1", the engine's defaults. The JSON file gets one line per variant.
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
- *        [--n R] [--temperature T] [--skinny] [--json FILE]. Exit code 0, or 1 on any error, 77
- *        without a GPU. */
+ *        [--n R] [--temperature T] [--skinny] [--variants LIST] [--json FILE]. Exit code 0, or 1 on
+ *        any error, 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,55 +68,26 @@ static double copy_rate(void) {
   return 2.0 * bytes / (best * 1e-3);
 }
 
-int main(int argc, char **argv) {
-  const char *shape_name = "llama-1b", *json = NULL;
-  int P = 64, Lp = 128, N = 256, R = 1, skinny = 0;
-  float temp = 0.f;
-  for (int i = 1; i < argc; i += 2) {
-    if (!strcmp(argv[i], "--skinny")) {
-      skinny = 1;
-      --i;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      fprintf(stderr, "flag %s needs a value\n", argv[i]);
-      return 1;
-    }
-    if (!strcmp(argv[i], "--shape")) shape_name = argv[i + 1];
-    else if (!strcmp(argv[i], "--n")) R = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--temperature")) temp = (float)atof(argv[i + 1]);
-    else if (!strcmp(argv[i], "--prompts")) P = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--prompt-len")) Lp = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--new")) N = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--json")) json = argv[i + 1];
-    else {
-      fprintf(stderr, "unknown flag %s\n", argv[i]);
-      return 1;
-    }
-  }
-  const shape_t *sh = NULL;
-  for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
-    if (!strcmp(k_shapes[i].name, shape_name)) sh = &k_shapes[i];
-  if (!sh || P < 1 || Lp < 1 || N < 1 || R < 1 || !(temp >= 0.f)) {
-    fprintf(stderr, "bad --shape (llama-1b, qwen2-0.5b) or sizes\n");
-    return 1;
-  }
-  int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    printf("no CUDA device: skipped\n");
-    return 77;
-  }
-  const double rate = copy_rate();
-  const int D = sh->C / sh->H;
-  tmodel_t m;
-  uint64_t t0 = vr_now_ns();
-  if (tmodel_make(&m, sh->V, sh->C, sh->L, sh->H, sh->KV, D, sh->F, sh->tied, sh->bias, 0, 42, 0.02f * 1.7f, 0.02f * 1.7f)) {
-    fprintf(stderr, "out of host memory for %zu parameters\n", (size_t)0);
-    return 1;
-  }
-  if (Lp + N + 16 > m.cfg.max_position_embeddings) m.cfg.max_position_embeddings = m.cfg.max_seq_len = Lp + N + 16;
-  printf("%s: %zu parameters (random, filled in %.2f s); device copy rate %.0f GB/s\n", sh->name, m.n,
-         (vr_now_ns() - t0) * 1e-9, rate * 1e-9);
+typedef struct {
+  const shape_t *sh;
+  int P, Lp, N, R, skinny;
+  float temp;
+  double rate;
+  const int32_t *ids;
+  const uint32_t *cu;
+} bench_t;
+
+/* One measurement on a fresh engine: fuse (1/0) and part (0: the engine's) set before the first
+ * generate. 0 or 1 (an error). */
+static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, FILE *jf) {
+  const shape_t *sh = bn->sh;
+  const int P = bn->P, Lp = bn->Lp, N = bn->N, R = bn->R, skinny = bn->skinny;
+  const float temp = bn->temp;
+  const double rate = bn->rate;
+  const int32_t *ids = bn->ids;
+  const uint32_t *cu = bn->cu;
+  tmodel_t m = *mp;
+  uint64_t t0;
   vr_rollout_options_t o;
   vr_rollout_options_init(&o);
   o.device = "cuda";
@@ -126,6 +101,11 @@ int main(int argc, char **argv) {
   const double init_s = (vr_now_ns() - t0) * 1e-9;
   void *st = vr_rollout_backend_state(r);
   vr_cuda_roll_use_skinny(st, skinny);
+  vr_cuda_roll_fuse_sample(st, fuse);
+  if (part && vr_cuda_roll_set_part(st, part)) {
+    fprintf(stderr, "attention partition %d refused\n", part);
+    return 1;
+  }
   uint64_t wb = 0, kvb = 0, workb = 0;
   char dev[32];
   vr_rollout_backend_cuda.describe(st, &wb, &kvb, &workb, dev, sizeof dev);
@@ -141,11 +121,6 @@ int main(int argc, char **argv) {
     if (s < dev_s) dev_s = s;
   }
   VR_CUDA_CHECK(cudaFree(dp));
-  /* prompts */
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)P * Lp);
-  uint32_t *cu = malloc(sizeof(uint32_t) * (P + 1));
-  for (int p = 0; p <= P; ++p) cu[p] = (uint32_t)(p * Lp);
-  for (size_t i = 0; i < (size_t)P * Lp; ++i) ids[i] = (int32_t)((tmodel_u(7, i) * 0.5f + 0.5f) * (sh->V - 1));
   vr_gen_params_t gp;
   vr_gen_params_init(&gp);
   gp.n = (uint32_t)R;
@@ -174,9 +149,9 @@ int main(int argc, char **argv) {
   const double mean_ctx = Lp + (N + 1) / 2.0;
   const double step_bytes = (double)wb + (double)P * R * mean_ctx * kv_tok; /* every sequence reads its whole context */
   const double ideal_ms = step_bytes / rate * 1e3;
-  printf("%s: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; skinny GEMMs %s): %llu tokens in %.3f s "
-         "= %.0f tokens/s (peak %u blocks, %llu copy-on-write copies)\n",
-         sh->name, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp, skinny ? "allowed" : "off",
+  printf("%s [sampler in graph %d, attention part %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
+         "skinny GEMMs %s): %llu tokens in %.3f s = %.0f tokens/s (peak %u blocks, %llu copy-on-write copies)\n",
+         sh->name, fuse, part, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp, skinny ? "allowed" : "off",
          (unsigned long long)gen, wall, tps, s->peak_blocks, (unsigned long long)s->cow_copies);
   printf("  prefill + first token %.1f ms (%llu prefill calls); decode %llu steps, %.3f ms/step end to end "
          "((generate - prefill run) / steps; host time in decode() %.3f ms/step)\n",
@@ -199,25 +174,103 @@ int main(int argc, char **argv) {
     printf("  decode step on the device (mean of 20): graph %.3f ms, eager %.3f ms; eager without attention %.3f, "
            "without the layers' GEMMs %.3f, without the small kernels %.3f, without the LM head %.3f ms\n",
            pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
-  if (json) {
-    FILE *f = fopen(json, "w");
+  {
+    FILE *f = jf;
     if (f) {
       fprintf(f,
-              "{\"shape\": \"%s\", \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, \"skinny\": %d, "
+              "{\"shape\": \"%s\", \"fuse_sample\": %d, \"part\": %d, \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, \"skinny\": %d, "
               "\"prompt_len\": %d, \"new_tokens\": %d, "
               "\"tokens\": %llu, \"wall_s\": %.4f, \"tokens_per_s\": %.1f, \"prefill_ms\": %.3f, \"decode_steps\": %llu, "
               "\"step_ms\": %.4f, \"step_bytes\": %.0f, \"copy_rate_gbs\": %.1f, \"ideal_step_ms\": %.4f, "
               "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
               "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
               "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f}\n",
-              sh->name, m.n, P, R, temp, skinny, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
+              sh->name, fuse, part, m.n, P, R, temp, skinny, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
               host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
-      fclose(f);
     }
   }
   vr_gen_output_free(&out);
   vr_rollout_free(r);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  const char *shape_name = "llama-1b", *json = NULL, *variants = "1";
+  int P = 64, Lp = 128, N = 256, R = 1, skinny = 0;
+  float temp = 0.f;
+  for (int i = 1; i < argc; i += 2) {
+    if (!strcmp(argv[i], "--skinny")) {
+      skinny = 1;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "flag %s needs a value\n", argv[i]);
+      return 1;
+    }
+    if (!strcmp(argv[i], "--shape")) shape_name = argv[i + 1];
+    else if (!strcmp(argv[i], "--n")) R = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--temperature")) temp = (float)atof(argv[i + 1]);
+    else if (!strcmp(argv[i], "--prompts")) P = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--prompt-len")) Lp = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--new")) N = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--json")) json = argv[i + 1];
+    else if (!strcmp(argv[i], "--variants")) variants = argv[i + 1];
+    else {
+      fprintf(stderr, "unknown flag %s\n", argv[i]);
+      return 1;
+    }
+  }
+  const shape_t *sh = NULL;
+  for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
+    if (!strcmp(k_shapes[i].name, shape_name)) sh = &k_shapes[i];
+  if (!sh || P < 1 || Lp < 1 || N < 1 || R < 1 || !(temp >= 0.f)) {
+    fprintf(stderr, "bad --shape (llama-1b, qwen2-0.5b) or sizes\n");
+    return 1;
+  }
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  const double rate = copy_rate();
+  const int D = sh->C / sh->H;
+  tmodel_t m;
+  uint64_t t0 = vr_now_ns();
+  if (tmodel_make(&m, sh->V, sh->C, sh->L, sh->H, sh->KV, D, sh->F, sh->tied, sh->bias, 0, 42, 0.02f * 1.7f, 0.02f * 1.7f)) {
+    fprintf(stderr, "out of host memory for %zu parameters\n", (size_t)0);
+    return 1;
+  }
+  if (Lp + N + 16 > m.cfg.max_position_embeddings) m.cfg.max_position_embeddings = m.cfg.max_seq_len = Lp + N + 16;
+  printf("%s: %zu parameters (random, filled in %.2f s); device copy rate %.0f GB/s\n", sh->name, m.n,
+         (vr_now_ns() - t0) * 1e-9, rate * 1e-9);
+  /* prompts */
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)P * Lp);
+  uint32_t *cu = malloc(sizeof(uint32_t) * (P + 1));
+  for (int p = 0; p <= P; ++p) cu[p] = (uint32_t)(p * Lp);
+  for (size_t i = 0; i < (size_t)P * Lp; ++i) ids[i] = (int32_t)((tmodel_u(7, i) * 0.5f + 0.5f) * (sh->V - 1));
+  bench_t bn = {sh, P, Lp, N, R, skinny, temp, rate, ids, cu};
+  FILE *jf = json ? fopen(json, "w") : NULL;
+  if (json && !jf) {
+    fprintf(stderr, "cannot write %s\n", json);
+    return 1;
+  }
+  int rc = 0;
+  for (const char *v = variants; v && *v && !rc;) {
+    int fuse = 1, part = 0, used = 0, more = 0;
+    if (sscanf(v, "%d%n", &fuse, &used) != 1) {
+      fprintf(stderr, "bad --variants item at \"%s\" (F[:PART])\n", v);
+      rc = 1;
+      break;
+    }
+    if (v[used] == ':' && sscanf(v + used, ":%d%n", &part, &more) == 1) used += more;
+    rc = run_variant(&bn, &m, fuse, part, jf);
+    v += used;
+    if (*v == ',') ++v;
+  }
+  if (jf) fclose(jf);
+  if (rc) return 1;
   tmodel_free(&m);
   free(ids);
   free(cu);

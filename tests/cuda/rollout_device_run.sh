@@ -3,8 +3,9 @@
 # (run from a folder holding bin/ (test_cuda_rollout, cuda_rollout_bench, built elsewhere with
 # -DVR_CUDA=ON), lib/ (the .so files the GPU machine lacks: libcjson.so.1, libgomp.so.1) and
 # rollout_bench_hf.py (tools/)). Logs and JSON under $OUT; a summary on stdout. PART selects:
-#   T   test_cuda_rollout, then its kernel half under compute-sanitizer memcheck
-#   B   cuda_rollout_bench on llama-1b and qwen2-0.5b (64 prompts x 128 tokens, 256 new, greedy)
+#   T   test_cuda_rollout, then its kernel half under compute-sanitizer memcheck (MEMCHECK=0: not)
+#   B   cuda_rollout_bench on llama-1b and qwen2-0.5b (64 prompts x 128 tokens, 256 new, greedy);
+#       VARIANTS_LLAMA / VARIANTS_QWEN: the bench's --variants lists (default: the engine's defaults)
 #   X   cuda_rollout_bench's other workloads on llama-1b: 8 prompts x 8 responses (prefix sharing,
 #       sampled at T 1), 16 prompts of 4096 tokens; and the 64 x 128 run with the skinny GEMM allowed
 #   H   transformers generate on the same shapes, dynamic and static cache (HF_SHAPES, HF_CACHES)
@@ -19,12 +20,15 @@ t0=$SECONDS
 if [[ $PART == *T* ]]; then
   timeout 120 bin/test_cuda_rollout > $OUT/test.log 2>&1; echo "test_cuda_rollout rc=$? ($((SECONDS-t0))s)"
   grep -E "^FAIL|passed|FAILED|^     " $OUT/test.log | head -30; echo "$(grep -c '^ok' $OUT/test.log) ok lines"
-  VR_ROLL_TEST_KERNELS_ONLY=1 timeout 120 compute-sanitizer --tool memcheck bin/test_cuda_rollout > $OUT/memcheck.log 2>&1
-  echo "memcheck (kernels) rc=$? ($((SECONDS-t0))s)"; tail -2 $OUT/memcheck.log
+  if [[ ${MEMCHECK:-1} == 1 ]]; then
+    VR_ROLL_TEST_KERNELS_ONLY=1 timeout 120 compute-sanitizer --tool memcheck bin/test_cuda_rollout > $OUT/memcheck.log 2>&1
+    echo "memcheck (kernels) rc=$? ($((SECONDS-t0))s)"; tail -2 $OUT/memcheck.log
+  fi
 fi
 if [[ $PART == *B* ]]; then
   for s in llama-1b qwen2-0.5b; do
-    timeout 120 bin/cuda_rollout_bench --shape $s --json $OUT/bench_$s.json > $OUT/bench_$s.log 2>&1
+    v=${VARIANTS_LLAMA:-1}; [[ $s == qwen2-0.5b ]] && v=${VARIANTS_QWEN:-1}
+    timeout ${BENCH_TIMEOUT:-120} bin/cuda_rollout_bench --shape $s --variants $v --json $OUT/bench_$s.json > $OUT/bench_$s.log 2>&1
     echo "bench $s rc=$? ($((SECONDS-t0))s)"; cat $OUT/bench_$s.log | grep -v "^20..-"
   done
 fi

@@ -215,6 +215,16 @@ static void test_decode(int H, int Hkv, int D, const int *lens, int n, int windo
   CK(cudaFree(out_d));
 }
 
+/* Elements (bf16 bit patterns) that differ between device arrays a_d and b_d of n each; ha, hb:
+ * host scratch of n. */
+static size_t count_diff(const uint16_t *a_d, const uint16_t *b_d, size_t n, uint16_t *ha, uint16_t *hb) {
+  size_t bad = 0;
+  tohost(ha, a_d, n * 2);
+  tohost(hb, b_d, n * 2);
+  for (size_t i = 0; i < n; ++i) bad += ha[i] != hb[i];
+  return bad;
+}
+
 /* vr_cuda_roll_rope_append == vr_cuda_rope + vr_cuda_roll_kv_append: the rotated q/k columns of
  * qkv and both caches (from the same poisoned start), bit for bit; rows with slot -1 rotate but
  * write no cache. */
@@ -240,16 +250,8 @@ static void test_rope_append(int T, int H, int Hkv, int D) {
   vr_cuda_roll_rope_append(kb, vb, b_d, ld, qoff, koff, voff, pos_d, slots_d, inv_d, 1.f, T, H, Hkv, D, 0);
   uint16_t *ha = malloc((size_t)T * ld * 2), *hb = malloc((size_t)T * ld * 2);
   uint16_t *ca = malloc(cache * 2), *cb = malloc(cache * 2);
-  size_t bad_qkv = 0, bad_k = 0, bad_v = 0;
-  tohost(ha, a_d, (size_t)T * ld * 2);
-  tohost(hb, b_d, (size_t)T * ld * 2);
-  for (size_t i = 0; i < (size_t)T * ld; ++i) bad_qkv += ha[i] != hb[i];
-  tohost(ca, ka, cache * 2);
-  tohost(cb, kb, cache * 2);
-  for (size_t i = 0; i < cache; ++i) bad_k += ca[i] != cb[i];
-  tohost(ca, va, cache * 2);
-  tohost(cb, vb, cache * 2);
-  for (size_t i = 0; i < cache; ++i) bad_v += ca[i] != cb[i];
+  const size_t bad_qkv = count_diff(a_d, b_d, (size_t)T * ld, ha, hb), bad_k = count_diff(ka, kb, cache, ca, cb);
+  const size_t bad_v = count_diff(va, vb, cache, ca, cb);
   report(bad_qkv == 0 && bad_k == 0 && bad_v == 0,
          "rope+append T%d H%d Hkv%d D%d == rope, append: differing qkv %zu, K cache %zu, V cache %zu", T, H, Hkv, D,
          bad_qkv, bad_k, bad_v);
@@ -270,6 +272,67 @@ static void test_rope_append(int T, int H, int Hkv, int D) {
   CK(cudaFree(va));
   CK(cudaFree(kb));
   CK(cudaFree(vb));
+}
+
+/* vr_cuda_roll_decode_attention_rope == vr_cuda_roll_rope_append + vr_cuda_roll_decode_attention,
+ * bit for bit (the output and both caches, from the same random cache): one new token per
+ * sequence at position lens - 1 (length 0: a padding row, slot -1). */
+static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
+  const int ld = (H + 2 * Hkv) * D + 8, koff = H * D, voff = (H + Hkv) * D, ld_out = H * D;
+  int max_len = 1, pool = 2;
+  for (int i = 0; i < n; ++i) {
+    max_len = lens[i] > max_len ? lens[i] : max_len;
+    pool += (lens[i] + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK;
+  }
+  const int max_blocks = (max_len + VR_ROLL_BLOCK - 1) / VR_ROLL_BLOCK;
+  int32_t *bt = malloc(sizeof(int32_t) * (size_t)n * max_blocks), *pos = malloc(sizeof(int32_t) * n);
+  int32_t *slots = malloc(sizeof(int32_t) * n);
+  int used = 0;
+  for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < max_blocks; ++k) bt[i * max_blocks + k] = k * VR_ROLL_BLOCK < lens[i] ? pool - 1 - used++ : -1;
+    pos[i] = lens[i] > 0 ? lens[i] - 1 : 0;
+    slots[i] = lens[i] > 0 ? bt[i * max_blocks + pos[i] / VR_ROLL_BLOCK] * VR_ROLL_BLOCK + pos[i] % VR_ROLL_BLOCK : -1;
+  }
+  const size_t cache = (size_t)pool * Hkv * VR_ROLL_BLOCK * D;
+  uint16_t *kv = malloc(cache * 2), *qkv = malloc((size_t)n * ld * 2);
+  float *inv = malloc(sizeof(float) * (D / 2));
+  for (size_t i = 0; i < cache; ++i) kv[i] = f2bf(frand());
+  for (size_t i = 0; i < (size_t)n * ld; ++i) qkv[i] = f2bf(frand() * 2.f);
+  for (int i = 0; i < D / 2; ++i) inv[i] = powf(10000.f, -2.f * i / D);
+  uint16_t *ka = todev(kv, cache * 2), *va = todev(kv, cache * 2), *kb = todev(kv, cache * 2), *vb = todev(kv, cache * 2);
+  uint16_t *qa = todev(qkv, (size_t)n * ld * 2), *qb = todev(qkv, (size_t)n * ld * 2);
+  int32_t *bt_d = todev(bt, sizeof(int32_t) * (size_t)n * max_blocks), *lens_d = todev(lens, sizeof(int32_t) * n);
+  int32_t *pos_d = todev(pos, sizeof(int32_t) * n), *slots_d = todev(slots, sizeof(int32_t) * n);
+  float *inv_d = todev(inv, sizeof(float) * (D / 2));
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (part <= 0) part = vr_cuda_roll_pick_part(n, H, Hkv, D, sms);
+  const int max_parts = (max_len + part - 1) / part;
+  float *po = dalloc((size_t)n * H * max_parts * D * 4), *pml = dalloc((size_t)n * H * max_parts * 2 * 4);
+  uint16_t *oa = dalloc((size_t)n * ld_out * 2), *ob = dalloc((size_t)n * ld_out * 2);
+  const float scale = 1.f / sqrtf((float)D), rs = 0.9f;
+  vr_cuda_roll_rope_append(ka, va, qa, ld, 0, koff, voff, pos_d, slots_d, inv_d, rs, n, H, Hkv, D, 0);
+  vr_cuda_roll_decode_attention(oa, ld_out, qa, ld, 0, ka, va, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
+                                scale, part, max_parts, po, pml, 0);
+  vr_cuda_roll_decode_attention_rope(ob, ld_out, qb, ld, 0, koff, voff, kb, vb, bt_d, max_blocks, lens_d, pos_d, slots_d,
+                                     inv_d, rs, n, H, Hkv, D, window, scale, part, max_parts, po, pml, 0);
+  const size_t hn = cache > (size_t)n * ld_out ? cache : (size_t)n * ld_out;
+  uint16_t *ha = malloc(hn * 2), *hb = malloc(hn * 2);
+  const size_t bad_out = count_diff(oa, ob, (size_t)n * ld_out, ha, hb), bad_k = count_diff(ka, kb, cache, ha, hb);
+  const size_t bad_v = count_diff(va, vb, cache, ha, hb);
+  report(bad_out == 0 && bad_k == 0 && bad_v == 0,
+         "decode attn with rope H%d Hkv%d D%d window %d part %d == rope+append, attn: differing out %zu, K cache %zu, "
+         "V cache %zu", H, Hkv, D, window, part, bad_out, bad_k, bad_v);
+  free(bt);
+  free(pos);
+  free(slots);
+  free(kv);
+  free(qkv);
+  free(inv);
+  free(ha);
+  free(hb);
+  void *dev[] = {ka, va, kb, vb, qa, qb, bt_d, lens_d, pos_d, slots_d, inv_d, po, pml, oa, ob};
+  for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) CK(cudaFree(dev[i]));
 }
 
 /* vr_cuda_roll_gemm against a double host product of the same bf16 operands: fp32 out with fp32
@@ -870,6 +933,12 @@ int main(void) {
   test_decode(8, 2, 64, lens_b, 4, 100, 64);  /* sliding window */
   test_decode(8, 2, 64, lens_c, 6, 20, 0);
   test_decode(8, 8, 256, lens_c, 6, 0, 0);
+  test_decode_rope(32, 8, 64, lens_a, 6, 0, 0); /* Llama-3.2-1B's heads */
+  test_decode_rope(14, 2, 64, lens_b, 4, 0, 0);  /* Qwen2's group of 7, several partitions */
+  test_decode_rope(32, 2, 64, lens_c, 6, 0, 64); /* two head chunks: one block appends */
+  test_decode_rope(4, 4, 8, lens_c, 6, 0, 16);
+  test_decode_rope(8, 2, 128, lens_b, 4, 100, 0); /* sliding window */
+  test_decode_rope(8, 8, 256, lens_a, 6, 0, 0);
   /* sampling */
   test_sample_rows(1000, 400, 0.f);
   test_sample_rows(1000, 400, 0.25f);

@@ -16,11 +16,17 @@
  * P.V with each row's probability shuffled from its key's lane. The warps' (m, l, O) merge in
  * shared memory at the end.
  * A single-partition sequence writes bf16 out = O / l; otherwise O / l, m, l go to the
- * scratch for k_roll_combine, which weights the partitions by l * 2^(m - max m). */
+ * scratch for k_roll_combine, which weights the partitions by l * 2^(m - max m).
+ * With the rope fused (the decode step: vr_cuda_roll_decode_attention_rope) every block rotates its
+ * query heads at the sequence's position while loading them, and the blocks whose partition holds
+ * the new key (position lens - 1) rotate that key, keep it and its value in shared memory and read
+ * them from there in place of the cache slot (which the first head chunk's block writes; nobody
+ * else reads it in this kernel): the bits of vr_cuda_roll_rope_append + the attention. */
 #include <math.h>
 
 #include "vr_cuda_common.cuh"
 #include "vr_cuda_roll_ops.h"
+#include "vr_cuda_roll_rope.cuh"
 
 #define NW 4   /* warps per attention block */
 #define MAXG 8 /* query heads per block */
@@ -40,7 +46,24 @@ struct roll_attn_params {
   int H, Hkv, window, part, max_parts, n_gchunks;
   float scale_log2;
   float *po, *pml;
+  /* the fused rope (rope 0: none): positions, slots (B), inv_freq (D/2), the k / v column
+   * offsets in qkv, the cache arrays to append to */
+  int rope, k_off, v_off;
+  const int32_t *pos, *slots;
+  const float *inv_freq;
+  float rope_scaling;
+  uint16_t *kcw, *vcw;
 };
+
+/* Element d of the head at x rotated at the angles csn (cos (D/2) | sin (D/2)). */
+template <int D>
+__device__ __forceinline__ uint16_t rope_elem(const uint16_t *x, int d, const float *csn) {
+  constexpr int half = D / 2;
+  const int i = d < half ? d : d - half;
+  uint16_t y1, y2;
+  roll_rope_pair(bf(x[i]), bf(x[i + half]), csn[i], csn[half + i], &y1, &y2);
+  return d < half ? y1 : y2;
+}
 
 __device__ __forceinline__ void unpack8(const uint4 v, float *f) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -79,9 +102,40 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
   float *red = qs + MG * D;        /* (NW, MG, D): the warps' unnormalised outputs */
   float *wml = red + NW * MG * D;  /* (NW, MG, 2): the warps' running max and sum */
   int *bts = reinterpret_cast<int *>(wml + 2 * NW * MG); /* the partition's cache blocks */
+  float *csn = reinterpret_cast<float *>(bts + VR_ROLL_MAX_PART / VR_ROLL_BLOCK); /* (D) rope cos | sin */
+  uint4 *nk4 = reinterpret_cast<uint4 *>(csn + D); /* (NC) the new key, rotated: its cache chunks */
+  uint4 *nv4 = nk4 + NC;                           /* (NC) its value */
 
   const uint16_t *q = p.qkv + (size_t)b * p.ld + p.q_off + (size_t)h0 * D;
-  for (int i = tid; i < MG * D; i += NW * 32) qs[i] = i < ng * D ? bf(q[i]) * p.scale_log2 : 0.f;
+  const int newk = p.rope && len - 1 >= p0 ? len - 1 : -1; /* the key read from shared memory */
+  if (p.rope) {
+    const float pp = (float)p.pos[b];
+    for (int i = tid; i < D / 2; i += NW * 32) roll_rope_angle(pp, p.inv_freq[i], p.rope_scaling, &csn[i], &csn[D / 2 + i]);
+    __syncthreads();
+    for (int i = tid; i < MG * D; i += NW * 32) {
+      const int d = i % D;
+      qs[i] = i < ng * D ? bf(rope_elem<D>(q + (i - d), d, csn)) * p.scale_log2 : 0.f;
+    }
+    if (newk >= 0) {
+      const uint16_t *kn = p.qkv + (size_t)b * p.ld + p.k_off + (size_t)hk * D;
+      const uint16_t *vn = p.qkv + (size_t)b * p.ld + p.v_off + (size_t)hk * D;
+      uint16_t *nk = reinterpret_cast<uint16_t *>(nk4), *nv = reinterpret_cast<uint16_t *>(nv4);
+      const int slot = p.slots[b];
+      const size_t head = (size_t)(slot >= 0 ? slot / VR_ROLL_BLOCK : 0) * p.Hkv + hk;
+      const int off = slot >= 0 ? slot % VR_ROLL_BLOCK : 0;
+      for (int d = tid; d < D; d += NW * 32) {
+        const uint16_t y = rope_elem<D>(kn, d, csn), v = vn[d];
+        nk[d] = y;
+        nv[d] = v;
+        if (g0 == 0 && slot >= 0) {
+          p.kcw[((head * NC + d / 8) * VR_ROLL_BLOCK + off) * 8 + d % 8] = y;
+          p.vcw[(head * VR_ROLL_BLOCK + off) * D + d] = v;
+        }
+      }
+    }
+  } else {
+    for (int i = tid; i < MG * D; i += NW * 32) qs[i] = i < ng * D ? bf(q[i]) * p.scale_log2 : 0.f;
+  }
   const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
   const int kb0 = k0 / VR_ROLL_BLOCK, nkb = (p1 - 1) / VR_ROLL_BLOCK - kb0 + 1; /* <= part / 16 */
   for (int i = tid; i < nkb; i += NW * 32) bts[i] = bt[kb0 + i];
@@ -111,15 +165,18 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
 #pragma unroll
       for (int ci = 0; ci < KCH; ++ci) {
         const int c = 2 * ci + hp;
-        kr[u][ci] = ii < nkb && c < NC ? __ldg(reinterpret_cast<const uint4 *>(kbase + ((size_t)c * VR_ROLL_BLOCK + j) * 8))
-                                       : zero4;
+        kr[u][ci] = !(ii < nkb && c < NC)                        ? zero4
+                    : (kb0 + ii) * VR_ROLL_BLOCK + j == newk ? nk4[c]
+                                                             : __ldg(reinterpret_cast<const uint4 *>(
+                                                                   kbase + ((size_t)c * VR_ROLL_BLOCK + j) * 8));
       }
 #pragma unroll
       for (int vs = 0; vs < VST; ++vs) {
         const int t = vs * TPW + sub, key = (kb0 + ii) * VR_ROLL_BLOCK + t;
-        vr[u][vs] = ii < nkb && t < VR_ROLL_BLOCK && key >= k0 && key < p1
-                        ? __ldg(reinterpret_cast<const uint4 *>(vbase + (size_t)t * D + cc * 8))
-                        : zero4;
+        vr[u][vs] = !(ii < nkb && t < VR_ROLL_BLOCK && key >= k0 && key < p1)
+                        ? zero4
+                    : key == newk ? nv4[cc]
+                                  : __ldg(reinterpret_cast<const uint4 *>(vbase + (size_t)t * D + cc * 8));
       }
     }
 #pragma unroll
@@ -278,7 +335,8 @@ void launch_decode(const roll_attn_params &p, int G, dim3 grid, size_t smem, cud
 extern "C" size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part) {
   (void)part; /* one pass: the scores stay in registers */
   const int MG = tile_heads(H / Hkv);
-  return ((size_t)MG * D * (1 + NW) + 2 * (size_t)NW * MG) * sizeof(float) + VR_ROLL_MAX_PART / VR_ROLL_BLOCK * sizeof(int);
+  return ((size_t)MG * D * (1 + NW) + 2 * (size_t)NW * MG) * sizeof(float) + VR_ROLL_MAX_PART / VR_ROLL_BLOCK * sizeof(int) +
+         (size_t)D * sizeof(float) + 2 * (size_t)D * sizeof(uint16_t); /* the rope's angles, the new key and value */
 }
 
 extern "C" int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms) {
@@ -289,19 +347,16 @@ extern "C" int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms) {
   return part;
 }
 
-extern "C" void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
-                                              const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
-                                              int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H, int Hkv, int D,
-                                              int window, float scale, int part, int max_parts, float *po, float *pml,
-                                              cudaStream_t s) {
+namespace {
+void decode_attention(roll_attn_params p, int B, int D, cudaStream_t s) {
+  const int H = p.H, Hkv = p.Hkv, part = p.part, max_parts = p.max_parts;
   if (B <= 0) return;
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && max_parts >= 1);
   VR_ASSERT(part >= VR_ROLL_BLOCK && part <= VR_ROLL_MAX_PART && part % VR_ROLL_BLOCK == 0);
   const size_t smem = vr_cuda_roll_attention_smem(H, Hkv, D, part);
   VR_ASSERT(smem <= SMEM_LIMIT);
   const int G = H / Hkv, gch = (G + MAXG - 1) / MAXG;
-  roll_attn_params p = {out, ld_out, qkv, ld, q_off, kc, vc, block_tables, bt_row, max_blocks, lens, H, Hkv, window,
-                        part, max_parts, gch, scale * 1.4426950408889634f, po, pml};
+  p.n_gchunks = gch;
   const dim3 grid((unsigned)(Hkv * gch), (unsigned)B, (unsigned)max_parts);
   switch (D) {
     case 8: launch_decode<8>(p, G, grid, smem, s); break;
@@ -313,7 +368,38 @@ extern "C" void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const u
     default: VR_ASSERT(!"decode attention: head_dim must be 8, 16, 32, 64, 128 or 256");
   }
   if (max_parts > 1) {
-    k_roll_combine<<<(unsigned)(B * H), 128, 0, s>>>(out, ld_out, lens, H, D, part, max_parts, po, pml);
+    k_roll_combine<<<(unsigned)(B * H), 128, 0, s>>>(p.out, p.ld_out, p.lens, H, D, part, max_parts, p.po, p.pml);
     VR_CUDA_CHECK_LAUNCH();
   }
+}
+} /* namespace */
+
+extern "C" void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
+                                              const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
+                                              int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H,
+                                              int Hkv, int D, int window, float scale, int part, int max_parts,
+                                              float *po, float *pml, cudaStream_t s) {
+  roll_attn_params p = {};
+  p.out = out, p.ld_out = ld_out, p.qkv = qkv, p.ld = ld, p.q_off = q_off, p.kc = kc, p.vc = vc;
+  p.bt = block_tables, p.bt_row = bt_row, p.max_blocks = max_blocks, p.lens = lens;
+  p.H = H, p.Hkv = Hkv, p.window = window, p.part = part, p.max_parts = max_parts;
+  p.scale_log2 = scale * 1.4426950408889634f, p.po = po, p.pml = pml;
+  decode_attention(p, B, D, s);
+}
+
+extern "C" void vr_cuda_roll_decode_attention_rope(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
+                                                   int k_off, int v_off, uint16_t *kc, uint16_t *vc,
+                                                   const int32_t *block_tables, int max_blocks, const int32_t *lens,
+                                                   const int32_t *pos, const int32_t *slots, const float *inv_freq,
+                                                   float attn_scaling, int B, int H, int Hkv, int D, int window,
+                                                   float scale, int part, int max_parts, float *po, float *pml,
+                                                   cudaStream_t s) {
+  roll_attn_params p = {};
+  p.out = out, p.ld_out = ld_out, p.qkv = qkv, p.ld = ld, p.q_off = q_off, p.kc = kc, p.vc = vc;
+  p.bt = block_tables, p.bt_row = NULL, p.max_blocks = max_blocks, p.lens = lens;
+  p.H = H, p.Hkv = Hkv, p.window = window, p.part = part, p.max_parts = max_parts;
+  p.scale_log2 = scale * 1.4426950408889634f, p.po = po, p.pml = pml;
+  p.rope = 1, p.k_off = k_off, p.v_off = v_off, p.pos = pos, p.slots = slots, p.inv_freq = inv_freq;
+  p.rope_scaling = attn_scaling, p.kcw = kc, p.vcw = vc;
+  decode_attention(p, B, D, s);
 }

@@ -42,13 +42,14 @@ typedef struct rcu_sg {
 
 typedef struct rcu_bucket {
   int B, part, max_parts;
-  int warm; /* ran eagerly once (plans exist) */
+  int warm;   /* ran eagerly once (plans exist) */
+  int sample; /* its step ends with the sampler (fixed at the first step: st->fuse_sample then) */
   cudaGraphExec_t exec;
 } rcu_bucket_t;
 
 /* Word offsets of the metadata block (pinned host mirror and device copy). */
 typedef struct rcu_layout {
-  size_t ids, pos, slots, lens, bt, btrow, cu, last, meta, tiles, words;
+  size_t ids, pos, slots, lens, srow, bt, btrow, cu, last, meta, tiles, words;
 } rcu_layout_t;
 
 typedef struct rcu {
@@ -74,14 +75,18 @@ typedef struct rcu {
   size_t layer_elems;
   /* workspaces (WT rows) */
   float *x, *xl, *logits, *po, *pml;
+  size_t scratch_rows; /* rows of po / pml: (sequence, partition) pairs of the largest decode grid */
   uint16_t *xn, *qkv, *ao, *mlp, *act, *xnl;
   uint32_t n_logits;
   /* metadata */
   rcu_layout_t lay;
   int32_t *meta_h, *meta_d;
   cudaEvent_t meta_ev; /* the last metadata upload: meta_h may be rewritten once it completed */
-  /* sampling */
+  /* sampling; sout: a fused step's tokens (B) then log-probs (B, as float bits) */
   vr_cuda_roll_sample_row_t *srow_h, *srow_d;
+  int32_t *sout_h, *sout_d;
+  int fuse_sample;
+
   int32_t *stok_h, *stok_d;
   float *slp_h, *slp_d;
   /* weight staging */
@@ -104,10 +109,10 @@ typedef struct rcu {
   cudaEvent_t sg_ev0, sg_ev1;
 } rcu_t;
 
-#define RCU_SKIP_ATTN 1u  /* decode attention */
+#define RCU_SKIP_ATTN 1u  /* decode attention (in a decode step with the RoPE and the K/V append) */
 #define RCU_SKIP_GEMM 2u  /* the layers' GEMMs */
-#define RCU_SKIP_SMALL 4u /* norms, RoPE, K/V append, SwiGLU, embeddings */
-#define RCU_SKIP_HEAD 8u  /* final norm + LM head */
+#define RCU_SKIP_SMALL 4u /* norms, SwiGLU, embeddings (prefill: RoPE, K/V append too) */
+#define RCU_SKIP_HEAD 8u  /* final norm + LM head (+ the fused sampler) */
 
 static void *rcu_dalloc(rcu_t *st, size_t bytes, size_t *acct) {
   if (st->n_allocs >= RCU_MAX_ALLOCS) return NULL;
@@ -132,6 +137,7 @@ static void rcu_free(void *state) {
   if (st->srow_h) (void)cudaFreeHost(st->srow_h);
   if (st->stok_h) (void)cudaFreeHost(st->stok_h);
   if (st->slp_h) (void)cudaFreeHost(st->slp_h);
+  if (st->sout_h) (void)cudaFreeHost(st->sout_h);
   for (int k = 0; k < 2; ++k) {
     if (st->stage_h[k]) (void)cudaFreeHost(st->stage_h[k]);
     if (st->stage_ev[k]) (void)cudaEventDestroy(st->stage_ev[k]);
@@ -154,7 +160,9 @@ static rcu_layout_t rcu_layout(uint32_t WT, uint32_t S, uint32_t MB, uint32_t ma
   l.pos = l.ids + WT;
   l.slots = l.pos + WT;
   l.lens = l.slots + WT;
-  l.bt = l.lens + WT;
+  static_assert(sizeof(vr_cuda_roll_sample_row_t) % 8 == 0, "sample rows: whole 8-byte words");
+  l.srow = l.lens + WT; /* even: 8-byte aligned rows (their u is a double) */
+  l.bt = l.srow + (size_t)S * (sizeof(vr_cuda_roll_sample_row_t) / sizeof(int32_t));
   l.btrow = l.bt + (size_t)S * MB;
   l.cu = l.btrow + WT;
   l.last = l.cu + S + 1;
@@ -164,13 +172,18 @@ static rcu_layout_t rcu_layout(uint32_t WT, uint32_t S, uint32_t MB, uint32_t ma
   return l;
 }
 
+/* part 0: vr_cuda_roll_pick_part's */
+static void rcu_set_part(const rcu_t *st, rcu_bucket_t *b, int part) {
+  b->part = part ? part : vr_cuda_roll_pick_part(b->B, st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, st->n_sms);
+  b->max_parts = (int)((st->max_ctx + (uint32_t)b->part - 1) / (uint32_t)b->part);
+  if (b->max_parts < 1) b->max_parts = 1;
+}
+
 static void rcu_add_bucket(rcu_t *st, int B) {
   rcu_bucket_t *b = &st->buckets[st->n_buckets++];
   memset(b, 0, sizeof *b);
   b->B = B;
-  b->part = vr_cuda_roll_pick_part(B, st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, st->n_sms);
-  b->max_parts = (int)((st->max_ctx + (uint32_t)b->part - 1) / (uint32_t)b->part);
-  if (b->max_parts < 1) b->max_parts = 1;
+  rcu_set_part(st, b, 0);
 }
 
 static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt, int device_index, void **state,
@@ -199,6 +212,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->device = device_index;
   st->use_graphs = 1;
   st->use_skinny = 0; /* measured slower than cuBLASLt on every decode shape (docs/benchmarks.md) */
+  st->fuse_sample = 1;
   int rc = 0;
 #define TRY(call)                        \
   do {                                   \
@@ -288,6 +302,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
     const size_t r = (size_t)st->buckets[i].B * st->buckets[i].max_parts;
     if (r > scratch_rows) scratch_rows = r;
   }
+  st->scratch_rows = scratch_rows;
   DA(st->po, float, scratch_rows * H * D, dev_work_bytes);
   DA(st->pml, float, scratch_rows * H * 2, dev_work_bytes);
   st->lay = rcu_layout(st->WT, st->S, st->max_blocks, st->max_tiles);
@@ -295,6 +310,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   DA(st->srow_d, vr_cuda_roll_sample_row_t, S * 64, dev_work_bytes);
   DA(st->stok_d, int32_t, S * 64, dev_work_bytes);
   DA(st->slp_d, float, S * 64, dev_work_bytes);
+  DA(st->sout_d, int32_t, 2 * S, dev_work_bytes);
   for (int k = 0; k < 2; ++k) DA(st->stage_d[k], float, RCU_STAGE_FLOATS, dev_work_bytes);
   { /* the skinny GEMM: split-K partials, and an output to check it against cuBLASLt at warm-up */
     const size_t m = S < VR_ROLL_GEMM_MAX_M ? S : VR_ROLL_GEMM_MAX_M;
@@ -319,6 +335,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   TRY(cudaMallocHost((void **)&st->srow_h, S * 64 * sizeof(vr_cuda_roll_sample_row_t)));
   TRY(cudaMallocHost((void **)&st->stok_h, S * 64 * sizeof(int32_t)));
   TRY(cudaMallocHost((void **)&st->slp_h, S * 64 * sizeof(float)));
+  TRY(cudaMallocHost((void **)&st->sout_h, 2 * S * sizeof(int32_t)));
   for (int k = 0; k < 2; ++k) {
     TRY(cudaMallocHost((void **)&st->stage_h[k], RCU_STAGE_FLOATS * sizeof(float)));
     TRY(cudaEventCreateWithFlags(&st->stage_ev[k], cudaEventDisableTiming));
@@ -621,17 +638,21 @@ static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts
     const rcu_layer_t *Ly = &st->L[l];
     uint16_t *kc = st->kpool + (size_t)l * st->layer_elems, *vc = st->vpool + (size_t)l * st->layer_elems;
     if (gemm) rcu_gemm(st, st->qkv, 0, st->xn, Ly->wqkv, Ly->bqkv, T, NQ, C, 0.f);
-    if (small) {
+    if (small && mode != RCU_ATTN_DECODE) /* a decode step's attention applies the rope and appends */
       vr_cuda_roll_rope_append(kc, vc, st->qkv, NQ, 0, QD, QD + KD, md + ly->pos, md + ly->slots, st->inv_freq,
                                c->rope_attention_scaling, T, H, Hkv, D, s);
-    }
     if (!attn) {
+    } else if (mode == RCU_ATTN_DECODE) {
+      vr_cuda_roll_decode_attention_rope(st->ao, QD, st->qkv, NQ, 0, QD, QD + KD, kc, vc, md + ly->bt,
+                                         (int)st->max_blocks, md + ly->lens, md + ly->pos, md + ly->slots, st->inv_freq,
+                                         c->rope_attention_scaling, T, H, Hkv, D, c->sliding_window, scale, part,
+                                         max_parts, st->po, st->pml, s);
     } else if (mode == RCU_ATTN_VARLEN) {
       vr_cuda_attention(st->qkv, NQ, 0, QD, QD + KD, st->ao, QD, md + ly->cu, md + ly->tiles, md + ly->meta, n_tiles, H,
                         Hkv, D, 1, c->sliding_window, scale, T, s);
     } else {
       vr_cuda_roll_decode_attention(st->ao, QD, st->qkv, NQ, 0, kc, vc, md + ly->bt, (int)st->max_blocks,
-                                    mode == RCU_ATTN_PAGED_ROWS ? md + ly->btrow : NULL, md + ly->lens, T, H, Hkv, D,
+                                    md + ly->btrow, md + ly->lens, T, H, Hkv, D,
                                     c->sliding_window, scale, part, max_parts, st->po, st->pml, s);
     }
     if (gemm) rcu_gemm(st, st->x, 1, st->ao, Ly->wo, Ly->bo, T, C, QD, 1.f);
@@ -650,10 +671,16 @@ static void rcu_head(rcu_t *st, const float *x, int R) {
   rcu_gemm(st, st->logits, 1, st->xnl, st->head, NULL, R, st->V, st->C, 0.f);
 }
 
+/* One decode step of bucket b: trunk, head and, when the bucket samples, the sampler on its B rows
+ * (the metadata block's rows; tokens into sout_d, log-probs after them). */
 static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b) {
   st->in_decode = 1;
   rcu_trunk(st, b->B, RCU_ATTN_DECODE, b->part, b->max_parts, 0);
   rcu_head(st, st->x, b->B);
+  if (b->sample && !(st->skip & RCU_SKIP_HEAD))
+    vr_cuda_roll_sample(st->sout_d, reinterpret_cast<float *>(st->sout_d + b->B), st->logits,
+                        reinterpret_cast<const vr_cuda_roll_sample_row_t *>(st->meta_d + st->lay.srow), b->B, st->V,
+                        st->s);
   st->in_decode = 0;
 }
 
@@ -745,16 +772,43 @@ static int rcu_prefill(void *state, const vr_rollout_batch_t *b) {
   return 0;
 }
 
-static int rcu_decode(void *state, const vr_rollout_batch_t *b) {
-  rcu_t *st = (rcu_t *)state;
-  for (uint32_t q = 0; q < b->n_seqs; ++q)
-    if (b->cu_q[q + 1] - b->cu_q[q] != 1) return rcu_prefill(state, b);
+/* The decode bucket of n rows: the smallest holding them (the last one holds max_seqs). */
+static rcu_bucket_t *rcu_bucket_for(rcu_t *st, uint32_t n) {
+  for (int i = 0; i < st->n_buckets; ++i)
+    if ((uint32_t)st->buckets[i].B >= n) return &st->buckets[i];
+  return NULL;
+}
+
+/* The device form of a sampling request (its uniform drawn here, as vr_sample_row's). */
+static vr_cuda_roll_sample_row_t rcu_srow(const vr_sample_req_t *r, uint32_t row) {
+  vr_cuda_roll_sample_row_t o;
+  o.row = (int32_t)row;
+  o.temperature = r ? r->p.temperature : 0.f;
+  o.top_k = r ? r->p.top_k : -1;
+  o.top_p = r ? r->p.top_p : 1.f;
+  o.u = r ? vr_sample_uniform(r->key, r->stream, r->position) : 0.0;
+  return o;
+}
+
+/* The sampler's results (k rows) to the caller: token -1 (a row of NaN / +Inf / only -Inf) reads
+ * as 0 and makes the call VR_ERR_NONFINITE. */
+static int rcu_take_samples(const int32_t *tok, const float *lp, uint32_t k, int32_t *tokens, float *logprobs) {
+  int rc = 0;
+  for (uint32_t i = 0; i < k; ++i) {
+    tokens[i] = tok[i] < 0 ? 0 : tok[i];
+    logprobs[i] = lp[i];
+    if (tok[i] < 0) rc = VR_ERR_NONFINITE;
+  }
+  return rc;
+}
+
+/* One decode step of b (q_len 1 for every sequence): the metadata block (with the sampler's rows
+ * when bk samples: rows[q] for q < n, NULL = greedy; padding rows greedy) uploaded, then bk's
+ * graph, or eagerly on bk's first step (which captures the graph for the next ones). */
+static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, rcu_bucket_t *bk) {
   int fresh = 0, rc = rcu_fill(st, b, &fresh);
   if (rc) return rc;
   const uint32_t n = b->n_seqs;
-  rcu_bucket_t *bk = NULL;
-  for (int i = 0; i < st->n_buckets && !bk; ++i)
-    if ((uint32_t)st->buckets[i].B >= n) bk = &st->buckets[i];
   const rcu_layout_t *ly = &st->lay;
   int32_t *m = st->meta_h;
   for (uint32_t r = n; r < (uint32_t)bk->B; ++r) { /* padding rows */
@@ -762,6 +816,11 @@ static int rcu_decode(void *state, const vr_rollout_batch_t *b) {
     m[ly->pos + r] = 0;
     m[ly->slots + r] = -1;
     m[ly->lens + r] = 0;
+  }
+  if (!bk->warm) bk->sample = st->fuse_sample;
+  if (bk->sample) {
+    vr_cuda_roll_sample_row_t *sr = reinterpret_cast<vr_cuda_roll_sample_row_t *>(m + ly->srow);
+    for (uint32_t r = 0; r < (uint32_t)bk->B; ++r) sr[r] = rcu_srow(rows && r < n ? &rows[r] : NULL, r);
   }
   VR_CUDA_CHECK(cudaMemcpyAsync(st->meta_d, m, (ly->bt + (size_t)bk->B * st->max_blocks) * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, st->s));
@@ -799,6 +858,39 @@ static int rcu_decode(void *state, const vr_rollout_batch_t *b) {
   return 0;
 }
 
+static int rcu_decode(void *state, const vr_rollout_batch_t *b) {
+  rcu_t *st = (rcu_t *)state;
+  for (uint32_t q = 0; q < b->n_seqs; ++q)
+    if (b->cu_q[q + 1] - b->cu_q[q] != 1) return rcu_prefill(state, b);
+  rcu_bucket_t *bk = rcu_bucket_for(st, b->n_seqs);
+  if (!bk) return rcu_prefill(state, b); /* too many sequences: rcu_fill says so */
+  return rcu_decode_step(st, b, NULL, bk);
+}
+
+static int rcu_sample(void *state, uint32_t n, const vr_sample_req_t *rows, int32_t *tokens, float *logprobs);
+
+/* decode + sample of rows[q] (row q) in one call: with a sampling bucket the sampler is the
+ * graph's last kernel and the step costs one upload, one download and one synchronisation. */
+static int rcu_decode_sample(void *state, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, int32_t *tokens,
+                             float *logprobs) {
+  rcu_t *st = (rcu_t *)state;
+  const uint32_t n = b->n_seqs;
+  int direct = 1;
+  for (uint32_t q = 0; q < n; ++q)
+    if (b->cu_q[q + 1] - b->cu_q[q] != 1 || rows[q].row != q) direct = 0;
+  rcu_bucket_t *bk = direct ? rcu_bucket_for(st, n) : NULL;
+  if (!bk || !(bk->warm ? bk->sample : st->fuse_sample)) {
+    const int rc = rcu_decode(state, b);
+    return rc ? rc : rcu_sample(state, n, rows, tokens, logprobs);
+  }
+  const int rc = rcu_decode_step(st, b, rows, bk);
+  if (rc) return rc;
+  VR_CUDA_CHECK(cudaMemcpyAsync(st->sout_h, st->sout_d, 2 * (size_t)bk->B * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                st->s));
+  VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
+  return rcu_take_samples(st->sout_h, reinterpret_cast<const float *>(st->sout_h + bk->B), n, tokens, logprobs);
+}
+
 extern "C" double vr_cuda_roll_last_decode_ms(void *state) {
   rcu_t *st = (rcu_t *)state;
   if (!st->dec_timed) return 0.0;
@@ -811,6 +903,22 @@ extern "C" double vr_cuda_roll_last_decode_ms(void *state) {
 extern "C" void vr_cuda_roll_use_graphs(void *state, int on) { ((rcu_t *)state)->use_graphs = on != 0; }
 
 extern "C" void vr_cuda_roll_use_skinny(void *state, int on) { ((rcu_t *)state)->use_skinny = on != 0; }
+
+extern "C" void vr_cuda_roll_fuse_sample(void *state, int on) { ((rcu_t *)state)->fuse_sample = on != 0; }
+
+extern "C" int vr_cuda_roll_set_part(void *state, int part) {
+  rcu_t *st = (rcu_t *)state;
+  if (part && (part < VR_ROLL_BLOCK || part > VR_ROLL_MAX_PART || part % VR_ROLL_BLOCK ||
+               vr_cuda_roll_attention_smem(st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, part) > 48u * 1024u))
+    return VR_ERR_INVAL;
+  for (int i = 0; i < st->n_buckets; ++i) {
+    rcu_bucket_t b = st->buckets[i];
+    rcu_set_part(st, &b, part);
+    if (b.warm || (size_t)b.B * b.max_parts > st->scratch_rows) return VR_ERR_INVAL;
+  }
+  for (int i = 0; i < st->n_buckets; ++i) rcu_set_part(st, &st->buckets[i], part);
+  return 0;
+}
 
 extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
   rcu_t *st = (rcu_t *)state;
@@ -828,9 +936,7 @@ extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
 
 extern "C" int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]) {
   rcu_t *st = (rcu_t *)state;
-  rcu_bucket_t *bk = NULL;
-  for (int i = 0; i < st->n_buckets && !bk; ++i)
-    if ((uint32_t)st->buckets[i].B >= n) bk = &st->buckets[i];
+  rcu_bucket_t *bk = rcu_bucket_for(st, n);
   if (!bk || !bk->warm || !bk->exec || reps < 1) return VR_ERR_INVAL;
   static const unsigned variants[5] = {0, RCU_SKIP_ATTN, RCU_SKIP_GEMM, RCU_SKIP_SMALL, RCU_SKIP_HEAD};
   for (int v = 0; v < 6; ++v) {
@@ -865,12 +971,7 @@ static int rcu_sample(void *state, uint32_t n, const vr_sample_req_t *rows, int3
     for (uint32_t i = 0; i < k; ++i) {
       const vr_sample_req_t *r = &rows[i0 + i];
       if (r->row >= st->n_logits) return VR_ERR_INVAL;
-      vr_cuda_roll_sample_row_t *o = &st->srow_h[i];
-      o->row = (int32_t)r->row;
-      o->temperature = r->p.temperature;
-      o->top_k = r->p.top_k;
-      o->top_p = r->p.top_p;
-      o->u = vr_sample_uniform(r->key, r->stream, r->position);
+      st->srow_h[i] = rcu_srow(r, r->row);
     }
     VR_CUDA_CHECK(cudaMemcpyAsync(st->srow_d, st->srow_h, k * sizeof(vr_cuda_roll_sample_row_t), cudaMemcpyHostToDevice,
                                   st->s));
@@ -878,11 +979,8 @@ static int rcu_sample(void *state, uint32_t n, const vr_sample_req_t *rows, int3
     VR_CUDA_CHECK(cudaMemcpyAsync(st->stok_h, st->stok_d, k * sizeof(int32_t), cudaMemcpyDeviceToHost, st->s));
     VR_CUDA_CHECK(cudaMemcpyAsync(st->slp_h, st->slp_d, k * sizeof(float), cudaMemcpyDeviceToHost, st->s));
     VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
-    for (uint32_t i = 0; i < k; ++i) {
-      tokens[i0 + i] = st->stok_h[i] < 0 ? 0 : st->stok_h[i];
-      logprobs[i0 + i] = st->slp_h[i];
-      if (st->stok_h[i] < 0 && !rc) rc = VR_ERR_NONFINITE;
-    }
+    const int r = rcu_take_samples(st->stok_h, st->slp_h, k, tokens + i0, logprobs + i0);
+    if (r && !rc) rc = r;
   }
   return rc;
 }
@@ -928,6 +1026,7 @@ extern "C" const vr_rollout_backend_t vr_rollout_backend_cuda = {
     .prefill = rcu_prefill,
     .decode = rcu_decode,
     .sample = rcu_sample,
+    .decode_sample = rcu_decode_sample, /* the sampler inside the step's graph */
     .copy_blocks = rcu_copy_blocks,
     .set_weights_device = rcu_set_weights_device, /* the colocated actor's buffer, or NCCL chunks */
     .device_chunk = rcu_device_chunk,             /* stage_d[0]: chunks received into it */

@@ -9,8 +9,9 @@
  * a bucket's first decode).
  *
  * decode: one step for n sequences runs as the CUDA graph of its batch bucket (powers of two up
- * to max_seqs, and max_seqs): embeddings -> per layer QKV GEMM (M = bucket), RoPE at each
- * sequence's position, K/V append, paged decode attention, O GEMM + residual, RMSNorm, gate/up
+ * to max_seqs, and max_seqs): embeddings -> per layer QKV GEMM (M = bucket), paged decode
+ * attention with the RoPE at each sequence's position and the K/V append fused in, O GEMM +
+ * residual, RMSNorm, gate/up
  * GEMM, SwiGLU, down GEMM + residual -> final RMSNorm -> LM head (fp32 logits). The batch's
  * ids, positions, slots, lengths and block tables go into one pinned block copied to fixed
  * device addresses before the replay; padding rows have length 0 and slot -1. A bucket's first
@@ -20,7 +21,8 @@
  * context, recomputes) the paged attention with one row per new token; the LM head runs on each
  * sequence's last new token only.
  * sample: trainer/vr_sample.h's rule on the device (vr_cuda_roll_sample), the uniforms drawn on
- * the host with vr_sample_uniform.
+ * the host with vr_sample_uniform; decode_sample: a decode step whose graph ends with that sampler
+ * (its rows in the metadata block, tokens and log-probs back in one copy).
  *
  * Threading: one thread at a time per state (the engine's). */
 #ifndef VR_CUDA_ROLL_BACKEND_H
@@ -57,14 +59,25 @@ void vr_cuda_roll_use_graphs(void *state, int on);
  * cuBLASLt on every shape measured). Captured graphs keep their kernels: call it before the first
  * generate. */
 void vr_cuda_roll_use_skinny(void *state, int on);
+/* Benchmarks: 1 (the default) ends each decode step's graph with the sampler (the table's
+ * decode_sample: one upload, one download, one synchronisation per step); 0 samples after the graph
+ * as sample() does (three copies and a kernel outside it). Same results. Fixed per bucket at its
+ * first step: call it before the first generate. */
+void vr_cuda_roll_fuse_sample(void *state, int on);
+/* Benchmarks: every decode bucket's attention partition length (keys per block: a multiple of 16
+ * in 16..512; 0: vr_cuda_roll_pick_part's choice, the default). Before the first generate only:
+ * VR_ERR_INVAL once a bucket ran, for a bad length, or when the partials would not fit the scratch
+ * sized at init. */
+int vr_cuda_roll_set_part(void *state, int part);
 /* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, skinny y us -> ..."),
  * into buf (n bytes, NUL-terminated, truncated); returns the length the whole report needs. */
 size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n);
 
 /* Benchmarks: the last decode bucket holding n rows (warm, graph captured), replayed on the last
- * decode's metadata: ms[0] the step eagerly, ms[1..4] eagerly without (1) the decode attention, (2)
- * the layers' GEMMs, (3) the small kernels (norms, RoPE, K/V append, SwiGLU, embeddings), (4) the
- * LM head; ms[5] the graph replay; each the mean of reps. Overwrites the cache slots of that step
+ * decode's metadata: ms[0] the step eagerly, ms[1..4] eagerly without (1) the decode attention (with
+ * the RoPE and K/V append fused into it), (2) the layers' GEMMs, (3) the small kernels (norms,
+ * SwiGLU, embeddings), (4) the LM head (and the sampler where the step ends with it); ms[5] the
+ * graph replay; each the mean of reps. Overwrites the cache slots of that step
  * with garbage: only after the generation. 0 or VR_ERR_INVAL (no such bucket yet). */
 int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]);
 

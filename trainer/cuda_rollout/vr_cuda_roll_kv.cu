@@ -2,6 +2,7 @@
  * embedding of the token's q and k heads (contracts and layout in vr_cuda_roll_ops.h). */
 #include "vr_cuda_common.cuh"
 #include "vr_cuda_roll_ops.h"
+#include "vr_cuda_roll_rope.cuh"
 
 /* ---------------------------------------------------------------- kernels */
 
@@ -37,12 +38,7 @@ __global__ void k_roll_rope_append(uint16_t *kc, uint16_t *vc, uint16_t *qkv, in
   const int half = D / 2, nh = H + Hkv, nc = D / 8;
   const size_t t = blockIdx.x;
   const float p = (float)pos[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float sn, cs;
-    sincosf(p * inv_freq[i], &sn, &cs);
-    cs_sn[i] = cs * scaling;
-    cs_sn[half + i] = sn * scaling;
-  }
+  for (int i = threadIdx.x; i < half; i += blockDim.x) roll_rope_angle(p, inv_freq[i], scaling, &cs_sn[i], &cs_sn[half + i]);
   __syncthreads();
   uint16_t *row = qkv + t * ld;
   const int slot = slots[t];
@@ -51,8 +47,8 @@ __global__ void k_roll_rope_append(uint16_t *kc, uint16_t *vc, uint16_t *qkv, in
     const int j = idx / half, i = idx - j * half;
     uint16_t *base = row + (j < H ? q_off + j * D : k_off + (j - H) * D);
     const float cs = cs_sn[i], sn = cs_sn[half + i];
-    const float x1 = bf(base[i]), x2 = bf(base[i + half]);
-    const uint16_t y1 = to_bf(x1 * cs - x2 * sn), y2 = to_bf(x2 * cs + x1 * sn);
+    uint16_t y1, y2;
+    roll_rope_pair(bf(base[i]), bf(base[i + half]), cs, sn, &y1, &y2);
     base[i] = y1;
     base[i + half] = y2;
     if (j >= H && slot >= 0) {

@@ -66,7 +66,19 @@ void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const uint16_t *qk
                                    const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
                                    int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H, int Hkv, int D, int window,
                                    float scale, int part, int max_parts, float *po, float *pml, cudaStream_t s);
-/* Dynamic shared memory of one attention block (bytes) for these sizes (at most ~41 KiB, whatever
+/* The decode step's form: vr_cuda_roll_rope_append (positions pos, slots, inv_freq, attn_scaling;
+ * q at q_off, k at k_off, v at v_off of each row of qkv, which stays unrotated) fused into the
+ * attention above (one query row per sequence, bt_row NULL, lens[b] = pos[b] + 1): out and the
+ * cache get the bits of vr_cuda_roll_rope_append followed by vr_cuda_roll_decode_attention (the new
+ * key and value are appended to the cache at slots[b], negative = none, and read from shared
+ * memory). */
+void vr_cuda_roll_decode_attention_rope(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off, int k_off,
+                                        int v_off, uint16_t *kc, uint16_t *vc, const int32_t *block_tables,
+                                        int max_blocks, const int32_t *lens, const int32_t *pos, const int32_t *slots,
+                                        const float *inv_freq, float attn_scaling, int B, int H, int Hkv, int D,
+                                        int window, float scale, int part, int max_parts, float *po, float *pml,
+                                        cudaStream_t s);
+/* Dynamic shared memory of one attention block (bytes) for these sizes (at most ~43 KiB, whatever
  * part: the scores stay in registers). */
 size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
 /* The partition length for a batch of B sequences on a device of n_sms multiprocessors: short

@@ -4,7 +4,9 @@
  * Per row, with z = l / T (float division, as the CPU):
  *   (A) finiteness, max and argmax of z (the lowest id among equal maxima);
  *   (B) S = sum exp(z - max) (expf, summed in double; the CPU takes exp in double: the log-probs
- *       agree to ~1e-7): the log-prob z_tok - max - log S (greedy rows stop here, with T = 1);
+ *       agree to ~1e-7): the log-prob z_tok - max - log S (greedy rows stop here, with T = 1; they
+ *       read (A) and (B) 4 logits a load when the row allows: the same token, S summed in
+ *       another order);
  *   (C) top-k: the k-th largest z by a radix select on order-preserving 32-bit keys (4 passes of
  *       8-bit integer histograms); survivors are z >= it, ties kept;
  *   (D) top-p over the survivors in (z, id) ascending order, as the CPU's sort: a survivor is
@@ -124,15 +126,31 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
   const int greedy = prm.temperature == 0.f;
   const float T = greedy ? 1.f : prm.temperature;
 
-  /* (A) */
+  /* (A); greedy rows of 16-byte aligned width read 4 logits a load (each thread still visits its
+   * ids in increasing order, so the first maximum it keeps is its lowest id; z = l / 1 = l) */
+  const int vec = greedy && V % 4 == 0 && (reinterpret_cast<uintptr_t>(l) & 15u) == 0;
   float m = -INFINITY;
   int am = 0x7fffffff, bad = 0, any = 0;
-  for (int i = tid; i < V; i += NT) {
-    const float v = l[i];
-    if (isnan(v) || v == INFINITY) bad = 1;
-    any |= v > -INFINITY;
-    const float z = v / T;
-    if (z > m) m = z, am = i;
+  if (vec) {
+    const float4 *l4 = reinterpret_cast<const float4 *>(l);
+    for (int i = tid; i < V / 4; i += NT) {
+      const float4 q = l4[i];
+      const float v[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (isnan(v[e]) || v[e] == INFINITY) bad = 1;
+        any |= v[e] > -INFINITY;
+        if (v[e] > m) m = v[e], am = 4 * i + e;
+      }
+    }
+  } else {
+    for (int i = tid; i < V; i += NT) {
+      const float v = l[i];
+      if (isnan(v) || v == INFINITY) bad = 1;
+      any |= v > -INFINITY;
+      const float z = v / T;
+      if (z > m) m = z, am = i;
+    }
   }
   bad = __syncthreads_or(bad);
   any = __syncthreads_or(any);
@@ -143,7 +161,15 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
   block_argmax(m, am, sm.rv, sm.ri);
   /* (B) */
   double se = 0.0;
-  for (int i = tid; i < V; i += NT) se += (double)expf(l[i] / T - m); /* float exp, double sum */
+  if (vec) {
+    const float4 *l4 = reinterpret_cast<const float4 *>(l);
+    for (int i = tid; i < V / 4; i += NT) {
+      const float4 q = l4[i];
+      se += (double)expf(q.x - m) + (double)expf(q.y - m) + (double)expf(q.z - m) + (double)expf(q.w - m);
+    }
+  } else {
+    for (int i = tid; i < V; i += NT) se += (double)expf(l[i] / T - m); /* float exp, double sum */
+  }
   const double logS = log(block_sum_t<double>(se, sm.rd));
   if (greedy) {
     if (tid == 0) tokens[b] = am, logprobs[b] = (float)((double)(l[am] / T) - (double)m - logS);
