@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* getline */
 #include "vr_generate.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -188,7 +189,7 @@ static int vr_gen_read(FILE *f, const char *name, int vocab, uint32_t max_len, v
   }
   free(line);
   if (ferror(f)) {
-    fprintf(stderr, PROG ": %s: read error\n", name);
+    fprintf(stderr, PROG ": %s: read error: %s\n", name, strerror(errno));
     return VR_EXIT_FAIL;
   }
   if (bad > VR_GEN_MAX_REPORTED)
@@ -248,15 +249,22 @@ int vr_generate_main(int argc, char **argv) {
   }
   vr_rollout_info_t info;
   vr_rollout_get_info(r, &info);
-  FILE *in = a.input ? fopen(a.input, "r") : stdin;
+  char why[1200];
+  FILE *in = vr_tids_open(a.input, why, sizeof why), *of = NULL;
   if (!in) {
-    fprintf(stderr, PROG ": --input %s: cannot open\n", a.input);
-    rc = VR_EXIT_FAIL;
+    fprintf(stderr, PROG ": --input: %s\n", why);
+    rc = VR_EXIT_USAGE;
     goto out;
   }
   vr_tids_t prompts = {0};
   rc = vr_gen_read(in, a.input ? a.input : "<stdin>", lc->vocab_size, info.max_model_len, &prompts);
   if (in != stdin) fclose(in);
+  /* the output is opened once the input is good (a bad input leaves an old file alone) and before
+   * generating (a bad --output must not cost the whole generation) */
+  if (rc == 0 && !(of = a.output ? fopen(a.output, "w") : stdout)) {
+    fprintf(stderr, PROG ": --output %s: cannot open: %s\n", a.output, strerror(errno));
+    rc = VR_EXIT_USAGE;
+  }
   if (rc == 0) {
     vr_gen_output_t o;
     int g = vr_rollout_generate(r, prompts.ids, prompts.cu, prompts.n, &a.gp, &o);
@@ -264,16 +272,12 @@ int vr_generate_main(int argc, char **argv) {
       fprintf(stderr, PROG ": generation failed: %s\n", vr_strerror(g));
       rc = VR_EXIT_FAIL;
     } else {
-      FILE *out = a.output ? fopen(a.output, "w") : stdout;
-      if (!out) {
-        fprintf(stderr, PROG ": --output %s: cannot open\n", a.output);
+      vr_gen_write(of, &o);
+      int e = of != stdout ? fclose(of) : fflush(of);
+      of = NULL;
+      if (e != 0) {
+        fprintf(stderr, PROG ": writing %s failed: %s\n", a.output ? a.output : "<stdout>", strerror(errno));
         rc = VR_EXIT_FAIL;
-      } else {
-        vr_gen_write(out, &o);
-        if ((out != stdout ? fclose(out) : fflush(out)) != 0) {
-          fprintf(stderr, PROG ": writing the output failed\n");
-          rc = VR_EXIT_FAIL;
-        }
       }
       if (a.stats) {
         const vr_gen_stats_t *s = &o.stats;
@@ -291,6 +295,7 @@ int vr_generate_main(int argc, char **argv) {
     }
   }
   vr_tids_free(&prompts);
+  if (of && of != stdout) fclose(of);
 out:
   vr_rollout_free(r);
   vr_rollout_lm_view_free(&view);

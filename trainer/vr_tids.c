@@ -2,11 +2,14 @@
 #include "vr_tids.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
 #include "vr_log.h"
 
 static int vr_tids_grow(vr_tids_t *t, size_t add) {
@@ -36,11 +39,19 @@ int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uin
                        char *why, size_t whylen) {
   char dummy[8];
   if (!why) why = dummy, whylen = sizeof dummy;
-  cJSON *root = cJSON_ParseWithLength(line, len);
+  const char *bad = NULL;
+  size_t at = 0;
+  cJSON *root = vr_jsonl_parse(line, len, &bad, &at);
   const cJSON *arr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "input_ids") : NULL;
   int rc = 0;
-  if (!root || !cJSON_IsObject(root)) {
+  if (!root && at) {
+    snprintf(why, whylen, "%s at byte %zu (one {\"input_ids\": [...]} object per line)", bad, at + 1);
+    rc = VR_ERR_PARSE;
+  } else if (!root || !cJSON_IsObject(root)) {
     snprintf(why, whylen, "malformed JSON (expected {\"input_ids\": [...]})");
+    rc = VR_ERR_PARSE;
+  } else if (vr_jsonl_dup(root, "input_ids")) {
+    snprintf(why, whylen, "\"input_ids\" appears more than once");
     rc = VR_ERR_PARSE;
   } else if (!cJSON_IsArray(arr)) {
     snprintf(why, whylen, "no \"input_ids\" list");
@@ -98,16 +109,30 @@ int vr_tids_read(FILE *f, const char *name, int vocab, int max_len, vr_tids_t *o
       snprintf(why, sizeof why, "line of %zu bytes is longer than %u", len, VR_TIDS_MAX_LINE);
       rc = VR_ERR_PARSE;
     } else {
-      rc = vr_tids_parse_line(buf + s, len - s, vocab, max_len, lineno, out, why, sizeof why);
+      rc = vr_tids_parse_line(buf, len, vocab, max_len, lineno, out, why, sizeof why);
     }
     if (rc != 0) vr_log(VR_LOG_ERROR, "%s:%u: %s", name, lineno, why);
   }
+  const int e = errno;
   free(buf);
   if (rc == 0 && ferror(f)) {
-    vr_log(VR_LOG_ERROR, "%s: read error", name);
+    vr_log(VR_LOG_ERROR, "%s: read error: %s", name, strerror(e));
     rc = VR_ERR_IO;
   }
   return rc;
+}
+
+FILE *vr_tids_open(const char *path, char *why, size_t whylen) {
+  if (!path || strcmp(path, "-") == 0) return stdin;
+  FILE *f = fopen(path, "r");
+  struct stat sb;
+  if (f && fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    fclose(f);
+    f = NULL;
+    errno = EISDIR;
+  }
+  if (!f) snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
+  return f;
 }
 
 void vr_tids_free(vr_tids_t *t) {

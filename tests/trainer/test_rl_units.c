@@ -97,12 +97,34 @@ static void test_dataset_rows_and_errors(void **st) {
       {"{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n", "needs the policy's tokenizer"},
       {"{\"input_ids\": [1], \"reward_model\": {\"ground_truth\": [1]}}\n", "ground_truth is not a string or a number"},
       {"\n\n", "bad.jsonl: no prompts in the dataset"},
+      /* one object per line: what followed the first value used to be dropped without a word */
+      {"{\"input_ids\": [1]} {\"input_ids\": [2]}\n", "bad.jsonl:1: text after the JSON value at byte 20"},
+      {"{\"input_ids\": [1]}\n{\"input_ids\": [2]}x\n", "bad.jsonl:2: text after the JSON value at byte 19"},
+      /* Python's json (verl) keeps the last of two equal keys, cJSON the first */
+      {"{\"input_ids\": [1], \"input_ids\": [2, 3]}\n", "bad.jsonl:1: \"input_ids\" appears more than once"},
+      {"{\"input_ids\": [1], \"reward_model\": {}, \"reward_model\": {\"ground_truth\": 1}}\n",
+       "\"reward_model\" appears more than once"},
+      {"{\"input_ids\": [1], \"data_source\": \"a\xff\"}\n", "bad.jsonl:1: byte 37 is not valid UTF-8"},
+      {"{\"input_ids\": [1, -1]}\n", "bad.jsonl:1: input_ids[1] is not a token id"},
+      {"{\"input_ids\": \"1 2\"}\n", "bad.jsonl:1: \"input_ids\" is not a list"},
+      {"[1, 2]\n", "bad.jsonl:1: not a JSON object"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     write_file("bad.jsonl", bad[i].text, p, sizeof p);
     assert_true(vr_dataset_load(p, &o, &ds, err, sizeof err) < 0);
     if (!strstr(err, bad[i].want)) fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err, bad[i].want);
   }
+  /* a NUL inside the line (write_file stops at one in its string) */
+  snprintf(p, sizeof p, "%s/nul.jsonl", g_dir);
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fwrite("{\"input_ids\": [1]}\0x\n", 1, 22, f);
+  fclose(f);
+  assert_int_equal(vr_dataset_load(p, &o, &ds, err, sizeof err), -27 /* VR_ERR_PARSE */);
+  if (!strstr(err, "nul.jsonl:1: text after the JSON value at byte 19")) fail_msg("%s", err);
+  /* a directory: fopen takes it and the first read fails; it used to say "no prompts" */
+  assert_true(vr_dataset_load(g_dir, &o, &ds, err, sizeof err) < 0);
+  if (!strstr(err, "cannot open the dataset (data.train_files): Is a directory")) fail_msg("%s", err);
   o.truncation = VR_TRUNC_ERROR;
   write_file("long.jsonl", "{\"input_ids\": [1, 2, 3, 4, 5]}\n", p, sizeof p);
   assert_int_equal(vr_dataset_load(p, &o, &ds, err, sizeof err), -9 /* VR_ERR_SEQ_TOO_LONG */);
