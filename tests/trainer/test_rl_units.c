@@ -5,6 +5,7 @@
  * extras (bytes checked by hand against the msgpack spec), the config's verl keys, and the
  * checkpoint tracker (a .tmp is never taken for a checkpoint; max_ckpt_to_keep), and the update
  * metrics as verl's dp_actor / dp_critic log them (vr_rlstats.h) against a table computed by hand. */
+#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -220,6 +221,17 @@ static void test_config_keys(void **st) {
   assert_non_null(strstr(err, "ppo_epochs must be an integer in 1..1000"));
   assert_non_null(strstr(err, "unknown key 'cliprato' in actor_rollout_ref.actor"));
   assert_non_null(strstr(err, "unknown key 'lrr' in critic.optim"));
+  /* the reward wait bound: default 120 s, trainer.reward_timeout_s in 1..86400 */
+  write_file("rt.yaml", "trainer: {reward_timeout_s: 7}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_true(c.reward_timeout_s == 7);
+  write_file("rt.yaml", "trainer: {comm_timeout_s: 9}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_true(c.reward_timeout_s == 120);
+  write_file("rt.yaml", "trainer:\n  reward_timeout_s: 0\n", p, sizeof p);
+  assert_int_not_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  if (!strstr(err, "rt.yaml:2:") || !strstr(err, "trainer.reward_timeout_s must be an integer in 1..86400"))
+    fail_msg("%s", err);
 }
 
 static void test_ckpt_tracker(void **st) {
@@ -256,6 +268,21 @@ static void test_ckpt_tracker(void **st) {
   fputs("7\n", f);
   fclose(f);
   assert_int_equal(vr_ckpt_latest(root, &step, dir, sizeof dir), -18 /* VR_ERR_NOT_FOUND */);
+  /* a root that cannot take a checkpoint is refused at init, not at the first save after
+   * save_freq steps of work: a regular file (mkdir_p's EEXIST took it), a path under one */
+  char file[400];
+  snprintf(file, sizeof file, "%s/plain", g_dir);
+  f = fopen(file, "w");
+  fclose(f);
+  assert_int_equal(vr_ckpt_init(&c, file, 0), -3 /* VR_ERR_IO */);
+  snprintf(p, sizeof p, "%s/sub", file);
+  assert_int_equal(vr_ckpt_init(&c, p, 0), -3 /* VR_ERR_IO */);
+  /* the probe file is gone again */
+  assert_int_equal(vr_ckpt_init(&c, root, 0), 0);
+  DIR *d = opendir(root);
+  assert_non_null(d);
+  for (struct dirent *e; (e = readdir(d));) assert_null(strstr(e->d_name, "probe"));
+  closedir(d);
 }
 
 /* Two actor members, two mini-batches each (gradient_accumulation 2, then 1), three micro-batches
