@@ -1,6 +1,7 @@
 /* vr_rlconfig.c: the RL sections of ppo.yaml (vr_rlconfig.h), one table of verl's keys. */
 #include "vr_rlconfig.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -135,9 +136,10 @@ static void leaf(vr_yaml_t *y, const rl_key_t *k, const yaml_node_t *v, const ch
     case K_U64: {
       long x;
       if (k->kind == K_U64) {
+        errno = 0;
         unsigned long long u = strtoull(s, &end, 10);
-        if (!*s || *end || s[0] == '-') {
-          vr_yaml_error(y, v, "%s must be a non-negative integer, not \"%s\"", k->path, s);
+        if (!*s || *end || s[0] < '0' || s[0] > '9' || errno == ERANGE) { /* strtoull takes " -1", wraps past 2^64 */
+          vr_yaml_error(y, v, "%s must be an integer in 0..18446744073709551615, not \"%s\"", k->path, s);
           return;
         }
         *(uint64_t *)p = u;

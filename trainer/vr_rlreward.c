@@ -53,11 +53,14 @@ static int connect_retry(vr_rlreward_t *rw) {
   o.timeout_us = (int64_t)(rw->timeout_s * 1e6);
   o.connect_timeout_us = 1000000;
   const double t0 = now_s();
-  int rc;
+  int rc, said = 0;
   for (;;) {
     rc = vr_client_connect(rw->shm, &o, &rw->c);
     if (rc == 0) rc = vr_client_limits(rw->c, &rw->lim);
     if (rc == 0 || !transient(rc) || now_s() - t0 > rw->retry_s) break;
+    if (!said++) /* a silent wait of minutes looks like a hang */
+      fprintf(stderr, "verl-trainer: reward: verl-reward-server at shm \"%s\" is not there yet (%s); waiting up to "
+                      "%.0f s (trainer.reward_timeout_s)\n", rw->shm, vr_strerror(rc), rw->retry_s);
     vr_client_close(rw->c);
     rw->c = NULL;
     struct timespec ts = {0, 200 * 1000000L};

@@ -11,6 +11,7 @@
  *     total_training_steps: 20        # steps of the run (--steps overrides)
  *     comm_timeout_s: 300             # bound on every collective and control wait
  *     reward_timeout_s: 120           # bound on one reward request (verl-reward-server's answer)
+ *                                     # and on waiting for the server (at start, after a restart)
  *     comm_check_allreduce_bytes: 67108864   # per role group, per step (--comm-check)
  *     comm_check_sync_bytes: 268435456       # actor -> rollout broadcast, per step
  *     metrics_file: metrics.jsonl     # JSON lines, one per step ("" = none)

@@ -19,7 +19,8 @@ hidden 64) scores about 0.3 by chance; it has to learn to say the token it is sh
                  async_save: a step runs to its end while a save's files are still unwritten
                  (--hold-save), and the held save completes afterwards.
   TestReward     the reward server restarted mid-run: the run retries and completes; a server
-                 that never answers (SIGSTOP) ends the run after trainer.reward_timeout_s; a
+                 that never answers (SIGSTOP) ends the run after trainer.reward_timeout_s, as
+                 does one that is not there (after saying it waits); a
                  worker killed mid-run ends it (exit 1) naming the rank.
   TestData       chat-message prompts rendered with the model's chat template (Llama-2 template
                  of tests/fixtures/server_tokenizer) give the ids verl-tokenize gives, decoded
@@ -434,6 +435,20 @@ class TestReward(Rl):
         self.assertLess(waited, 100)  # a hang guard well under the old fixed bound, not a timing assert
 
 
+    def test_absent_server_is_waited_for_with_a_word_then_named(self):
+        """No server at the shm name: the run says at once that it waits (it was silent for 120 s,
+        like a hang), waits trainer.reward_timeout_s, then ends with exit 1 and the HINT."""
+        self.stop_server()
+        self.write("device_map.yaml", GRPO_MAP)
+        self.write("ppo.yaml", config(steps=1, est="grpo", extra_trainer="  reward_timeout_s: 2\n"))
+        t0 = time.monotonic()
+        rc, _, err = self.run_trainer()
+        self.assertEqual(rc, 1, err[-2000:])
+        self.assertIn('verl-reward-server at shm "%s" is not there yet' % self.shm, err)
+        self.assertIn("waiting up to 2 s (trainer.reward_timeout_s)", err)
+        self.assertIn("HINT: start verl-reward-server --shm-name %s" % self.shm, err)
+        self.assertLess(time.monotonic() - t0, 100)  # a hang guard under the old fixed 120 s, not a timing assert
+
     def test_worker_killed_mid_run_is_named(self):
         """kill -9 of an actor/rollout worker while the loop runs: the run ends with exit 1 (not a
         controller waiting on a collective for ever), naming the rank and what it was doing."""
@@ -498,6 +513,19 @@ class TestData(Rl):
         self.assertEqual(rc, 2)
         self.assertIn("prompts.jsonl:1: the prompt has", err)
         self.assertIn("data.truncation", err)
+        # rows the chat template cannot take: each named by line and field
+        self.write("ppo.yaml", config(steps=1, bs=2).replace("max_prompt_length: 8", "max_prompt_length: 64"))
+        for row, frag in ((json.dumps({"prompt": "say hello"}), '"prompt": not a list of chat messages'),
+                          (json.dumps({"prompt": [{"role": "user", "content": 5}]}), "'int object' has no attribute 'strip'"),
+                          (json.dumps({"prompt": [{"content": "hi"}]}), "Conversation roles must alternate"),
+                          (json.dumps({"prompt": []}), "cannot apply chat template to an empty conversation"),
+                          (json.dumps({"prompt": ["hi"]}), "Conversation roles must alternate")):
+            with open(os.path.join(self.dir, "prompts.jsonl"), "w") as f:
+                f.write(json.dumps({"prompt": msgs[0]}) + "\n" + row + "\n")
+            rc, out, err = self.run_trainer()
+            self.assertEqual(rc, 2, err[-2000:])
+            self.assertIn('prompts.jsonl:2: "prompt": ', err)
+            self.assertIn(frag, err)
 
     def test_every_option_runs(self):
         """The paths the learning runs leave out: KL in the reward with the adaptive controller,

@@ -221,6 +221,19 @@ static void test_config_keys(void **st) {
   assert_non_null(strstr(err, "ppo_epochs must be an integer in 1..1000"));
   assert_non_null(strstr(err, "unknown key 'cliprato' in actor_rollout_ref.actor"));
   assert_non_null(strstr(err, "unknown key 'lrr' in critic.optim"));
+  /* a u64 key: 2^64 - 1 is taken; past it (strtoull's ERANGE gave 2^64 - 1 silently), a sign or a
+   * blank is refused */
+  write_file("seed.yaml", "data: {seed: 18446744073709551615}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_true(c.rl.seed == UINT64_MAX);
+  static const char *const bad_seeds[] = {"18446744073709551616", "99999999999999999999999", "-1", "+5", "' 5'"};
+  for (size_t i = 0; i < sizeof bad_seeds / sizeof *bad_seeds; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "data: {seed: %s}\n", bad_seeds[i]);
+    write_file("seed.yaml", text, p, sizeof p);
+    assert_int_not_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+    if (!strstr(err, "data.seed must be an integer in 0..18446744073709551615")) fail_msg("%s: %s", bad_seeds[i], err);
+  }
   /* the reward wait bound: default 120 s, trainer.reward_timeout_s in 1..86400 */
   write_file("rt.yaml", "trainer: {reward_timeout_s: 7}\n", p, sizeof p);
   assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
