@@ -12,6 +12,7 @@
 
 #include "verl_reward/status.h"
 #include "vr_jsonl.h"
+#include "vr_line.h"
 #include "vr_rlconfig.h"
 #include "vr_tok_chat.h"
 #include "vr_tok_util.h"
@@ -143,19 +144,23 @@ int vr_dataset_load(const char *path, const vr_dataset_options_t *opt, vr_datase
   if (f && fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) fclose(f), f = NULL, errno = EISDIR;
   if (!f) return fail(err, cap, VR_ERR_IO, "%s: cannot open the dataset (data.train_files): %s", path, strerror(errno));
   char *line = NULL;
-  size_t lcap = 0;
-  ssize_t len;
+  size_t lcap = 0, len = 0;
   uint32_t lineno = 0, cap_rows = 0;
-  int rc = 0;
-  while ((len = getline(&line, &lcap, f)) >= 0) {
+  int rc = 0, r;
+  while ((r = vr_line_read(f, MAX_LINE, &line, &lcap, &len)) != VR_LINE_EOF) {
     lineno++;
-    if ((size_t)len > MAX_LINE) {
-      rc = fail(err, cap, VR_ERR_TOO_LARGE, "%s:%u: the line is longer than %u bytes", path, lineno, MAX_LINE);
+    if (r == VR_LINE_NOMEM) {
+      rc = fail(err, cap, VR_ERR_NOMEM, "%s:%u: out of memory", path, lineno);
+      break;
+    }
+    if (r == VR_LINE_TOO_LONG) { /* only its first MAX_LINE bytes were kept */
+      rc = fail(err, cap, VR_ERR_TOO_LARGE, "%s:%u: the line (%zu bytes) is longer than %u bytes", path, lineno, len,
+                MAX_LINE);
       break;
     }
     size_t i = 0;
-    while (i < (size_t)len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\n' || line[i] == '\r')) i++;
-    if (i == (size_t)len) continue;
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\n' || line[i] == '\r')) i++;
+    if (i == len) continue;
     if (ds->n_rows == cap_rows) {
       cap_rows = cap_rows ? cap_rows * 2 : 256;
       vr_prompt_row_t *nr = realloc(ds->rows, cap_rows * sizeof *nr);
@@ -166,7 +171,7 @@ int vr_dataset_load(const char *path, const vr_dataset_options_t *opt, vr_datase
       ds->rows = nr;
     }
     char why[768];
-    int pr = vr_dataset_parse_line(line, (size_t)len, opt, &ds->rows[ds->n_rows], why, sizeof why);
+    int pr = vr_dataset_parse_line(line, len, opt, &ds->rows[ds->n_rows], why, sizeof why);
     if (pr < 0) {
       rc = fail(err, cap, pr, "%s:%u: %s", path, lineno, why);
       break;

@@ -14,6 +14,7 @@
 #include "vr_lm.h"
 #include "vr_log.h"
 #include "vr_gencfg.h"
+#include "vr_line.h"
 #include "vr_rollout_lm.h"
 #include "vr_tids.h"
 
@@ -164,25 +165,26 @@ static int vr_gen_parse(int argc, char **argv, vr_gen_args_t *a) {
  * "name:LINE: problem" before giving up; a prompt must leave room for one new token. */
 static int vr_gen_read(FILE *f, const char *name, int vocab, uint32_t max_len, vr_tids_t *in) {
   char *line = NULL, why[256];
-  size_t cap = 0;
-  ssize_t len;
+  size_t cap = 0, len = 0;
   unsigned long lineno = 0, bad = 0;
-  while ((len = getline(&line, &cap, f)) >= 0) {
+  int r;
+  while ((r = vr_line_read(f, VR_TIDS_MAX_LINE, &line, &cap, &len)) != VR_LINE_EOF) {
     lineno++;
     size_t i = 0;
-    while (i < (size_t)len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n')) i++;
-    if (i == (size_t)len) continue;
-    int rc = (size_t)len > VR_TIDS_MAX_LINE ? VR_ERR_PARSE
-                                            : vr_tids_parse_line(line, (size_t)len, vocab, INT32_MAX, (uint32_t)lineno,
-                                                                 in, why, sizeof why);
+    while (r == 0 && i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n')) i++;
+    if (r == 0 && i == len) continue;
+    int rc = r == VR_LINE_NOMEM      ? VR_ERR_NOMEM
+             : r == VR_LINE_TOO_LONG ? VR_ERR_PARSE
+                                     : vr_tids_parse_line(line, len, vocab, INT32_MAX, (uint32_t)lineno, in, why,
+                                                          sizeof why);
+    if (r == VR_LINE_NOMEM) snprintf(why, sizeof why, "out of memory");
+    if (r == VR_LINE_TOO_LONG) snprintf(why, sizeof why, "line of %zu bytes is longer than %u", len, VR_TIDS_MAX_LINE);
     if (rc == 0 && in->cu[in->n] - in->cu[in->n - 1] >= max_len) { /* no room for a response: take it back */
       snprintf(why, sizeof why, "%u input ids leave no room for a response (max_model_len %u)",
                in->cu[in->n] - in->cu[in->n - 1], max_len);
       in->n--;
       in->T = in->cu[in->n];
       rc = VR_ERR_SEQ_TOO_LONG;
-    } else if (rc != 0 && (size_t)len > VR_TIDS_MAX_LINE) {
-      snprintf(why, sizeof why, "line of %zd bytes is longer than %u", len, VR_TIDS_MAX_LINE);
     }
     if (rc != 0 && ++bad <= VR_GEN_MAX_REPORTED) fprintf(stderr, PROG ": %s:%lu: %s\n", name, lineno, why);
     if (rc == VR_ERR_NOMEM) break;

@@ -10,6 +10,7 @@
 
 #include "verl_reward/status.h"
 #include "vr_jsonl.h"
+#include "vr_line.h"
 #include "vr_log.h"
 
 static int vr_tids_grow(vr_tids_t *t, size_t add) {
@@ -92,25 +93,30 @@ int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uin
 
 int vr_tids_read(FILE *f, const char *name, int vocab, int max_len, vr_tids_t *out) {
   char *buf = NULL;
-  size_t cap = 0;
-  ssize_t got;
+  size_t cap = 0, got = 0;
   uint32_t lineno = 0;
-  int rc = 0;
-  while (rc == 0 && (got = getline(&buf, &cap, f)) >= 0) {
+  int rc = 0, r;
+  while (rc == 0 && (r = vr_line_read(f, VR_TIDS_MAX_LINE, &buf, &cap, &got)) != VR_LINE_EOF) {
     lineno++;
-    size_t len = (size_t)got;
+    char why[160];
+    if (r == VR_LINE_NOMEM) {
+      vr_log(VR_LOG_ERROR, "%s:%u: out of memory", name, lineno);
+      rc = VR_ERR_NOMEM;
+      break;
+    }
+    if (r == VR_LINE_TOO_LONG) { /* only its first VR_TIDS_MAX_LINE bytes were kept */
+      snprintf(why, sizeof why, "line of %zu bytes is longer than %u", got, VR_TIDS_MAX_LINE);
+      vr_log(VR_LOG_ERROR, "%s:%u: %s", name, lineno, why);
+      rc = VR_ERR_PARSE;
+      break;
+    }
+    size_t len = got;
     while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ' || buf[len - 1] == '\t'))
       len--;
     size_t s = 0;
     while (s < len && (buf[s] == ' ' || buf[s] == '\t')) s++;
     if (s == len) continue;
-    char why[160];
-    if (len > VR_TIDS_MAX_LINE) {
-      snprintf(why, sizeof why, "line of %zu bytes is longer than %u", len, VR_TIDS_MAX_LINE);
-      rc = VR_ERR_PARSE;
-    } else {
-      rc = vr_tids_parse_line(buf, len, vocab, max_len, lineno, out, why, sizeof why);
-    }
+    rc = vr_tids_parse_line(buf, len, vocab, max_len, lineno, out, why, sizeof why);
     if (rc != 0) vr_log(VR_LOG_ERROR, "%s:%u: %s", name, lineno, why);
   }
   const int e = errno;

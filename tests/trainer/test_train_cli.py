@@ -88,6 +88,19 @@ class TestLogprobs(unittest.TestCase):
             d = max_diff(logprobs(tmp, seqs), golden("llama_lm")["logprobs_t1"])
             self.assertLessEqual(d, TOL)
 
+    def test_huge_line_is_not_read_into_memory(self):
+        """A 150 MB line (over the 64 MiB bound): refused naming its length, without holding it
+        (getline kept the whole line, ~300 MiB of peak RSS, before the length check). A file, not
+        stdin: a forked child's RSS counts the parent's pages until exec."""
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f:
+            f.write('{"input_ids": [' + "1, " * (50 << 20) + "1]}\n")
+            f.flush()
+            for args in (["logprobs", "--input", f.name], ["generate", "--input", f.name]):
+                rc, kib, _, err = peak_rss([BIN, args[0], "--model", os.path.join(FIX, "llama_lm")] + args[1:])
+                self.assertNotEqual(rc, 0, err)
+                self.assertRegex(err, r":1: line of 1572864[0-9]{2} bytes is longer than 67108864")
+                self.assertLess(kib, 128 << 10, args[0])
+
     def test_empty_input(self):
         p = run(["logprobs", "--model", os.path.join(FIX, "llama_lm")], "\n\n")
         self.assertEqual((p.returncode, p.stdout), (0, ""), p.stderr)
