@@ -177,6 +177,18 @@ class Rl(unittest.TestCase):
         if os.path.exists(os.path.join(self.dir, "metrics.jsonl")):
             os.remove(os.path.join(self.dir, "metrics.jsonl"))
 
+    def start_and_wait_for_steps(self, args, stdout):
+        """verl-trainer --config ppo.yaml ARGS in the background, once its metrics file has a few steps."""
+        p = subprocess.Popen([TRAINER, "--config", "ppo.yaml", *args], cwd=self.dir, env=env(), stdout=stdout,
+                             stderr=subprocess.PIPE, text=True)
+        mf = os.path.join(self.dir, "metrics.jsonl")
+        deadline = time.monotonic() + GUARD_S
+        while (not os.path.exists(mf) or os.path.getsize(mf) < 2000) and time.monotonic() < deadline:
+            if p.poll() is not None:
+                self.fail("verl-trainer ended before its first steps: " + p.stderr.read()[-2000:])
+            time.sleep(0.02)
+        return p
+
     def run_trainer(self, args=(), timeout=GUARD_S):
         p = subprocess.run([TRAINER, "--config", "ppo.yaml", *args], cwd=self.dir, env=env(), capture_output=True,
                            text=True, timeout=timeout)
@@ -414,14 +426,7 @@ class TestReward(Rl):
         exit 1, instead of waiting for ever (the bound was a fixed 120 s, the message "failed")."""
         self.write("device_map.yaml", GRPO_MAP)
         self.write("ppo.yaml", config(steps=100000, est="grpo", extra_trainer="  reward_timeout_s: 2\n"))
-        p = subprocess.Popen([TRAINER, "--config", "ppo.yaml"], cwd=self.dir, env=env(), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
-        mf = os.path.join(self.dir, "metrics.jsonl")
-        deadline = time.monotonic() + GUARD_S
-        while (not os.path.exists(mf) or os.path.getsize(mf) < 2000) and time.monotonic() < deadline:
-            if p.poll() is not None:
-                self.fail("verl-trainer ended before its first steps: " + p.stderr.read()[-2000:])
-            time.sleep(0.02)
+        p = self.start_and_wait_for_steps([], subprocess.PIPE)
         self.server.send_signal(signal.SIGSTOP)
         try:
             t0 = time.monotonic()
@@ -433,7 +438,6 @@ class TestReward(Rl):
         self.assertIn('verl-reward-server at shm "%s" did not answer a request' % self.shm, err)
         self.assertIn("within 2 s (trainer.reward_timeout_s)", err)
         self.assertLess(waited, 100)  # a hang guard well under the old fixed bound, not a timing assert
-
 
     def test_absent_server_is_waited_for_with_a_word_then_named(self):
         """No server at the shm name: the run says at once that it waits (it was silent for 120 s,
@@ -455,14 +459,7 @@ class TestReward(Rl):
         self.write("device_map.yaml", GRPO_MAP)
         self.write("ppo.yaml", config(steps=100000, est="grpo"))
         run_dir = os.path.join(self.dir, "run")
-        p = subprocess.Popen([TRAINER, "--config", "ppo.yaml", "--run-dir", run_dir], cwd=self.dir, env=env(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        mf = os.path.join(self.dir, "metrics.jsonl")
-        deadline = time.monotonic() + GUARD_S
-        while (not os.path.exists(mf) or os.path.getsize(mf) < 2000) and time.monotonic() < deadline:
-            if p.poll() is not None:
-                self.fail("verl-trainer ended before its first steps: " + p.stderr.read()[-2000:])
-            time.sleep(0.02)
+        p = self.start_and_wait_for_steps(["--run-dir", run_dir], subprocess.DEVNULL)
         with open(os.path.join(run_dir, "rank-2.status")) as f:
             words = f.read().split()
         pid = int(words[words.index("pid") + 1])
