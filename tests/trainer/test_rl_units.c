@@ -234,6 +234,14 @@ static void test_config_keys(void **st) {
     assert_int_not_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
     if (!strstr(err, "data.seed must be an integer in 0..18446744073709551615")) fail_msg("%s: %s", bad_seeds[i], err);
   }
+  /* clip_ratio_c > 1 (verl's assert): 1.0 is refused with an open interval (it said "[1, 1e+06]") */
+  write_file("c.yaml", "actor_rollout_ref: {actor: {clip_ratio_c: 1.0}}\n", p, sizeof p);
+  assert_int_not_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  if (!strstr(err, "actor_rollout_ref.actor.clip_ratio_c must be a number in (1, 1e+06], not \"1.0\""))
+    fail_msg("%s", err);
+  write_file("c.yaml", "actor_rollout_ref: {actor: {clip_ratio_c: 1.0001}}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_true(c.rl.clip_ratio_c == 1.0001);
   /* the reward wait bound: default 120 s, trainer.reward_timeout_s in 1..86400 */
   write_file("rt.yaml", "trainer: {reward_timeout_s: 7}\n", p, sizeof p);
   assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
