@@ -60,6 +60,22 @@ int vr_ckpt_init(vr_ckpt_t *c, const char *root, int keep) {
     fprintf(stderr, "verl-trainer: cannot create trainer.default_local_dir %s: %s\n", root, strerror(errno));
     return VR_ERR_IO;
   }
+  /* the first save comes after save_freq steps of work: a root that cannot take it is found now
+   * (mkdir_p takes an existing file for a directory; access() says yes to root anywhere) */
+  struct stat sb;
+  char probe[1200];
+  if (stat(root, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    fprintf(stderr, "verl-trainer: trainer.default_local_dir %s is not a directory\n", root);
+    return VR_ERR_IO;
+  }
+  snprintf(probe, sizeof probe, "%.1100s/.verl-trainer-probe-XXXXXX", root);
+  int fd = mkstemp(probe);
+  if (fd < 0) {
+    fprintf(stderr, "verl-trainer: trainer.default_local_dir %s: cannot write there: %s\n", root, strerror(errno));
+    return VR_ERR_IO;
+  }
+  close(fd);
+  unlink(probe);
   return 0;
 }
 

@@ -2,15 +2,20 @@
 #include "vr_dataset.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
+#include "vr_line.h"
 #include "vr_rlconfig.h"
 #include "vr_tok_chat.h"
+#include "vr_tok_util.h"
 #include "vr_tokenizer.h"
 
 #define MAX_LINE (16u << 20)
@@ -54,6 +59,11 @@ void vr_prompt_row_free(vr_prompt_row_t *r) {
 static int parse_row(const cJSON *o, const vr_dataset_options_t *opt, vr_prompt_row_t *r, char *why, size_t wn) {
   memset(r, 0, sizeof *r);
   if (!cJSON_IsObject(o)) return fail(why, wn, VR_ERR_PARSE, "not a JSON object");
+  const char *read_keys[] = {"input_ids", opt->prompt_key ? opt->prompt_key : "prompt", "data_source", "reward_model",
+                             "extra_info"};
+  for (size_t i = 0; i < sizeof read_keys / sizeof *read_keys; i++)
+    if (vr_jsonl_dup(o, read_keys[i]))
+      return fail(why, wn, VR_ERR_PARSE, "\"%s\" appears more than once", read_keys[i]);
   const cJSON *ids = cJSON_GetObjectItemCaseSensitive(o, "input_ids");
   const cJSON *pr = cJSON_GetObjectItemCaseSensitive(o, opt->prompt_key ? opt->prompt_key : "prompt");
   size_t n = 0;
@@ -114,7 +124,12 @@ static int parse_row(const cJSON *o, const vr_dataset_options_t *opt, vr_prompt_
 int vr_dataset_parse_line(const char *line, size_t len, const vr_dataset_options_t *opt, vr_prompt_row_t *row,
                           char *why, size_t wn) {
   memset(row, 0, sizeof *row);
-  cJSON *o = cJSON_ParseWithLength(line, len);
+  const size_t bad_utf8 = vr_tok_utf8_check(line, len);
+  if (bad_utf8 < len) return fail(why, wn, VR_ERR_PARSE, "byte %zu is not valid UTF-8", bad_utf8 + 1);
+  const char *bad = NULL;
+  size_t at = 0;
+  cJSON *o = vr_jsonl_parse(line, len, &bad, &at);
+  if (!o && at) return fail(why, wn, VR_ERR_PARSE, "%s at byte %zu (one JSON object per line)", bad, at + 1);
   if (!o) return fail(why, wn, VR_ERR_PARSE, "not valid JSON");
   int rc = parse_row(o, opt, row, why, wn);
   cJSON_Delete(o);
@@ -125,21 +140,27 @@ int vr_dataset_parse_line(const char *line, size_t len, const vr_dataset_options
 int vr_dataset_load(const char *path, const vr_dataset_options_t *opt, vr_dataset_t *ds, char *err, size_t cap) {
   memset(ds, 0, sizeof *ds);
   FILE *f = fopen(path, "rb");
-  if (!f) return fail(err, cap, VR_ERR_IO, "%s: cannot open the dataset (data.train_files)", path);
+  struct stat sb;
+  if (f && fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) fclose(f), f = NULL, errno = EISDIR;
+  if (!f) return fail(err, cap, VR_ERR_IO, "%s: cannot open the dataset (data.train_files): %s", path, strerror(errno));
   char *line = NULL;
-  size_t lcap = 0;
-  ssize_t len;
+  size_t lcap = 0, len = 0;
   uint32_t lineno = 0, cap_rows = 0;
-  int rc = 0;
-  while ((len = getline(&line, &lcap, f)) >= 0) {
+  int rc = 0, r;
+  while ((r = vr_line_read(f, MAX_LINE, &line, &lcap, &len)) != VR_LINE_EOF) {
     lineno++;
-    if ((size_t)len > MAX_LINE) {
-      rc = fail(err, cap, VR_ERR_TOO_LARGE, "%s:%u: the line is longer than %u bytes", path, lineno, MAX_LINE);
+    if (r == VR_LINE_NOMEM) {
+      rc = fail(err, cap, VR_ERR_NOMEM, "%s:%u: out of memory", path, lineno);
+      break;
+    }
+    if (r == VR_LINE_TOO_LONG) { /* only its first MAX_LINE bytes were kept */
+      rc = fail(err, cap, VR_ERR_TOO_LARGE, "%s:%u: the line (%zu bytes) is longer than %u bytes", path, lineno, len,
+                MAX_LINE);
       break;
     }
     size_t i = 0;
-    while (i < (size_t)len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\n' || line[i] == '\r')) i++;
-    if (i == (size_t)len) continue;
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\n' || line[i] == '\r')) i++;
+    if (i == len) continue;
     if (ds->n_rows == cap_rows) {
       cap_rows = cap_rows ? cap_rows * 2 : 256;
       vr_prompt_row_t *nr = realloc(ds->rows, cap_rows * sizeof *nr);
@@ -150,7 +171,7 @@ int vr_dataset_load(const char *path, const vr_dataset_options_t *opt, vr_datase
       ds->rows = nr;
     }
     char why[768];
-    int pr = vr_dataset_parse_line(line, (size_t)len, opt, &ds->rows[ds->n_rows], why, sizeof why);
+    int pr = vr_dataset_parse_line(line, len, opt, &ds->rows[ds->n_rows], why, sizeof why);
     if (pr < 0) {
       rc = fail(err, cap, pr, "%s:%u: %s", path, lineno, why);
       break;
@@ -158,6 +179,9 @@ int vr_dataset_load(const char *path, const vr_dataset_options_t *opt, vr_datase
     ds->n_truncated += pr == 1;
     ds->n_rows++;
   }
+  const int read_errno = errno;
+  if (rc == 0 && ferror(f))
+    rc = fail(err, cap, VR_ERR_IO, "%s: read error after line %u: %s", path, lineno, strerror(read_errno));
   free(line);
   fclose(f);
   if (rc == 0 && ds->n_rows == 0) rc = fail(err, cap, VR_ERR_EMPTY_SEQ, "%s: no prompts in the dataset", path);

@@ -13,7 +13,9 @@
  *
  * max_prompt_length with verl's data.truncation: error (a longer prompt fails the load naming
  * the line), left (keep the last N tokens), right (the first N), middle (the first N/2 and the
- * last N - N/2). Every line is checked on load; an error names file:line and the field.
+ * last N - N/2). Every line is checked on load; an error names file:line and the field. A line
+ * must be valid UTF-8 and exactly one JSON object (vr_jsonl.h: no text after it), and a key that
+ * is read (input_ids, the prompt key, data_source, reward_model, extra_info) may appear once.
  *
  * Sampling (verl's StatefulDataLoader with drop_last): an epoch is a permutation of the rows
  * (data.shuffle: Fisher-Yates from splitmix64(seed, epoch); else file order) cut into

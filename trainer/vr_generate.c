@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* getline */
 #include "vr_generate.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "vr_lm.h"
 #include "vr_log.h"
 #include "vr_gencfg.h"
+#include "vr_line.h"
 #include "vr_rollout_lm.h"
 #include "vr_tids.h"
 
@@ -163,32 +165,33 @@ static int vr_gen_parse(int argc, char **argv, vr_gen_args_t *a) {
  * "name:LINE: problem" before giving up; a prompt must leave room for one new token. */
 static int vr_gen_read(FILE *f, const char *name, int vocab, uint32_t max_len, vr_tids_t *in) {
   char *line = NULL, why[256];
-  size_t cap = 0;
-  ssize_t len;
+  size_t cap = 0, len = 0;
   unsigned long lineno = 0, bad = 0;
-  while ((len = getline(&line, &cap, f)) >= 0) {
+  int r;
+  while ((r = vr_line_read(f, VR_TIDS_MAX_LINE, &line, &cap, &len)) != VR_LINE_EOF) {
     lineno++;
     size_t i = 0;
-    while (i < (size_t)len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n')) i++;
-    if (i == (size_t)len) continue;
-    int rc = (size_t)len > VR_TIDS_MAX_LINE ? VR_ERR_PARSE
-                                            : vr_tids_parse_line(line, (size_t)len, vocab, INT32_MAX, (uint32_t)lineno,
-                                                                 in, why, sizeof why);
+    while (r == 0 && i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r' || line[i] == '\n')) i++;
+    if (r == 0 && i == len) continue;
+    int rc = r == VR_LINE_NOMEM      ? VR_ERR_NOMEM
+             : r == VR_LINE_TOO_LONG ? VR_ERR_PARSE
+                                     : vr_tids_parse_line(line, len, vocab, INT32_MAX, (uint32_t)lineno, in, why,
+                                                          sizeof why);
+    if (r == VR_LINE_NOMEM) snprintf(why, sizeof why, "out of memory");
+    if (r == VR_LINE_TOO_LONG) snprintf(why, sizeof why, "line of %zu bytes is longer than %u", len, VR_TIDS_MAX_LINE);
     if (rc == 0 && in->cu[in->n] - in->cu[in->n - 1] >= max_len) { /* no room for a response: take it back */
       snprintf(why, sizeof why, "%u input ids leave no room for a response (max_model_len %u)",
                in->cu[in->n] - in->cu[in->n - 1], max_len);
       in->n--;
       in->T = in->cu[in->n];
       rc = VR_ERR_SEQ_TOO_LONG;
-    } else if (rc != 0 && (size_t)len > VR_TIDS_MAX_LINE) {
-      snprintf(why, sizeof why, "line of %zd bytes is longer than %u", len, VR_TIDS_MAX_LINE);
     }
     if (rc != 0 && ++bad <= VR_GEN_MAX_REPORTED) fprintf(stderr, PROG ": %s:%lu: %s\n", name, lineno, why);
     if (rc == VR_ERR_NOMEM) break;
   }
   free(line);
   if (ferror(f)) {
-    fprintf(stderr, PROG ": %s: read error\n", name);
+    fprintf(stderr, PROG ": %s: read error: %s\n", name, strerror(errno));
     return VR_EXIT_FAIL;
   }
   if (bad > VR_GEN_MAX_REPORTED)
@@ -248,15 +251,22 @@ int vr_generate_main(int argc, char **argv) {
   }
   vr_rollout_info_t info;
   vr_rollout_get_info(r, &info);
-  FILE *in = a.input ? fopen(a.input, "r") : stdin;
+  char why[1200];
+  FILE *in = vr_tids_open(a.input, why, sizeof why), *of = NULL;
   if (!in) {
-    fprintf(stderr, PROG ": --input %s: cannot open\n", a.input);
-    rc = VR_EXIT_FAIL;
+    fprintf(stderr, PROG ": --input: %s\n", why);
+    rc = VR_EXIT_USAGE;
     goto out;
   }
   vr_tids_t prompts = {0};
   rc = vr_gen_read(in, a.input ? a.input : "<stdin>", lc->vocab_size, info.max_model_len, &prompts);
   if (in != stdin) fclose(in);
+  /* the output is opened once the input is good (a bad input leaves an old file alone) and before
+   * generating (a bad --output must not cost the whole generation) */
+  if (rc == 0 && !(of = a.output ? fopen(a.output, "w") : stdout)) {
+    fprintf(stderr, PROG ": --output %s: cannot open: %s\n", a.output, strerror(errno));
+    rc = VR_EXIT_USAGE;
+  }
   if (rc == 0) {
     vr_gen_output_t o;
     int g = vr_rollout_generate(r, prompts.ids, prompts.cu, prompts.n, &a.gp, &o);
@@ -264,16 +274,12 @@ int vr_generate_main(int argc, char **argv) {
       fprintf(stderr, PROG ": generation failed: %s\n", vr_strerror(g));
       rc = VR_EXIT_FAIL;
     } else {
-      FILE *out = a.output ? fopen(a.output, "w") : stdout;
-      if (!out) {
-        fprintf(stderr, PROG ": --output %s: cannot open\n", a.output);
+      vr_gen_write(of, &o);
+      int e = of != stdout ? fclose(of) : fflush(of);
+      of = NULL;
+      if (e != 0) {
+        fprintf(stderr, PROG ": writing %s failed: %s\n", a.output ? a.output : "<stdout>", strerror(errno));
         rc = VR_EXIT_FAIL;
-      } else {
-        vr_gen_write(out, &o);
-        if ((out != stdout ? fclose(out) : fflush(out)) != 0) {
-          fprintf(stderr, PROG ": writing the output failed\n");
-          rc = VR_EXIT_FAIL;
-        }
       }
       if (a.stats) {
         const vr_gen_stats_t *s = &o.stats;
@@ -291,6 +297,7 @@ int vr_generate_main(int argc, char **argv) {
     }
   }
   vr_tids_free(&prompts);
+  if (of && of != stdout) fclose(of);
 out:
   vr_rollout_free(r);
   vr_rollout_lm_view_free(&view);

@@ -559,7 +559,7 @@ int vr_ppo_run(vr_world_t *w, vr_ctl_t *c, const vr_tconfig_t *cfg, const vr_ppo
     code = 1;
     goto out;
   }
-  if (vr_rlreward_open(w->map->reward.shm_name, 120, &R->rw) != 0) {
+  if (vr_rlreward_open(w->map->reward.shm_name, cfg->reward_timeout_s, cfg->reward_timeout_s, &R->rw) != 0) {
     code = 1;
     goto out;
   }

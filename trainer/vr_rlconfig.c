@@ -1,13 +1,15 @@
 /* vr_rlconfig.c: the RL sections of ppo.yaml (vr_rlconfig.h), one table of verl's keys. */
 #include "vr_rlconfig.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_INT, K_U64, K_REAL, K_BOOL, K_STR, K_PATH, K_ENUM, K_KL, K_AGG, K_ADV } kind_t;
+/* K_REAL_GT: a number in (lo, hi], lo itself out of range */
+typedef enum { K_INT, K_U64, K_REAL, K_REAL_GT, K_BOOL, K_STR, K_PATH, K_ENUM, K_KL, K_AGG, K_ADV } kind_t;
 
 typedef struct key {
   const char *path; /* dotted, from the section name */
@@ -45,7 +47,7 @@ static const rl_key_t keys[] = {
     {"actor_rollout_ref.actor.clip_ratio", K_REAL, O(clip_ratio), 0, 10, 0, 0},
     {"actor_rollout_ref.actor.clip_ratio_low", K_REAL, O(clip_ratio_low), 0, 10, 0, 0},
     {"actor_rollout_ref.actor.clip_ratio_high", K_REAL, O(clip_ratio_high), 0, 10, 0, 0},
-    {"actor_rollout_ref.actor.clip_ratio_c", K_REAL, O(clip_ratio_c), 1.0000001, 1e6, 0, 0},
+    {"actor_rollout_ref.actor.clip_ratio_c", K_REAL_GT, O(clip_ratio_c), 1, 1e6, 0, 0}, /* verl: c > 1 */
     {"actor_rollout_ref.actor.entropy_coeff", K_REAL, O(entropy_coeff), -1e3, 1e3, 0, 0},
     {"actor_rollout_ref.actor.use_kl_loss", K_BOOL, O(use_kl_loss), 0, 0, 0, 0},
     {"actor_rollout_ref.actor.kl_loss_coef", K_REAL, O(kl_loss_coef), 0, 1e6, 0, 0},
@@ -135,9 +137,10 @@ static void leaf(vr_yaml_t *y, const rl_key_t *k, const yaml_node_t *v, const ch
     case K_U64: {
       long x;
       if (k->kind == K_U64) {
+        errno = 0;
         unsigned long long u = strtoull(s, &end, 10);
-        if (!*s || *end || s[0] == '-') {
-          vr_yaml_error(y, v, "%s must be a non-negative integer, not \"%s\"", k->path, s);
+        if (!*s || *end || s[0] < '0' || s[0] > '9' || errno == ERANGE) { /* strtoull takes " -1", wraps past 2^64 */
+          vr_yaml_error(y, v, "%s must be an integer in 0..18446744073709551615, not \"%s\"", k->path, s);
           return;
         }
         *(uint64_t *)p = u;
@@ -150,10 +153,12 @@ static void leaf(vr_yaml_t *y, const rl_key_t *k, const yaml_node_t *v, const ch
       *(int *)p = (int)x;
       return;
     }
-    case K_REAL: {
+    case K_REAL:
+    case K_REAL_GT: {
+      const int open = k->kind == K_REAL_GT;
       double x = strtod(s, &end);
-      if (!*s || *end || !isfinite(x) || x < k->lo || x > k->hi) {
-        vr_yaml_error(y, v, "%s must be a number in [%g, %g], not \"%s\"", k->path, k->lo, k->hi, s);
+      if (!*s || *end || !isfinite(x) || x < k->lo || (open && x == k->lo) || x > k->hi) {
+        vr_yaml_error(y, v, "%s must be a number in %s%g, %g], not \"%s\"", k->path, open ? "(" : "[", k->lo, k->hi, s);
         return;
       }
       *(double *)p = x;

@@ -18,7 +18,7 @@ typedef struct pending {
 
 struct vr_rlreward {
   char shm[256];
-  double retry_s;
+  double retry_s, timeout_s;
   vr_client_t *c;
   vr_limits_t lim;
   int restarts;
@@ -50,14 +50,17 @@ static int connect_retry(vr_rlreward_t *rw) {
   rw->c = NULL;
   vr_client_options_t o;
   vr_client_options_init(&o);
-  o.timeout_us = 120 * 1000000LL;
+  o.timeout_us = (int64_t)(rw->timeout_s * 1e6);
   o.connect_timeout_us = 1000000;
   const double t0 = now_s();
-  int rc;
+  int rc, said = 0;
   for (;;) {
     rc = vr_client_connect(rw->shm, &o, &rw->c);
     if (rc == 0) rc = vr_client_limits(rw->c, &rw->lim);
     if (rc == 0 || !transient(rc) || now_s() - t0 > rw->retry_s) break;
+    if (!said++) /* a silent wait of minutes looks like a hang */
+      fprintf(stderr, "verl-trainer: reward: verl-reward-server at shm \"%s\" is not there yet (%s); waiting up to "
+                      "%.0f s (trainer.reward_timeout_s)\n", rw->shm, vr_strerror(rc), rw->retry_s);
     vr_client_close(rw->c);
     rw->c = NULL;
     struct timespec ts = {0, 200 * 1000000L};
@@ -69,11 +72,12 @@ static int connect_retry(vr_rlreward_t *rw) {
   return rc;
 }
 
-int vr_rlreward_open(const char *shm_name, double retry_s, vr_rlreward_t **out) {
+int vr_rlreward_open(const char *shm_name, double retry_s, double timeout_s, vr_rlreward_t **out) {
   vr_rlreward_t *rw = calloc(1, sizeof *rw);
   if (!rw) return VR_ERR_NOMEM;
   snprintf(rw->shm, sizeof rw->shm, "%s", shm_name);
   rw->retry_s = retry_s;
+  rw->timeout_s = timeout_s > 0 ? timeout_s : 120;
   int rc = connect_retry(rw);
   if (rc != 0) {
     vr_rlreward_close(rw);
@@ -101,8 +105,13 @@ int vr_rlreward_restarts(const vr_rlreward_t *rw) { return rw->restarts; }
 
 static int wait_one(vr_rlreward_t *rw, pending_t *p) {
   vr_request_info_t info;
-  int rc = vr_client_wait(rw->c, p->id, 120 * 1000000LL, rw->scores + p->first, NULL, &info);
+  int rc = vr_client_wait(rw->c, p->id, (int64_t)(rw->timeout_s * 1e6), rw->scores + p->first, NULL, &info);
   if (rc == 0) p->done = 1;
+  else if (rc == VR_ERR_TIMEOUT)
+    fprintf(stderr, "verl-trainer: reward: verl-reward-server at shm \"%s\" did not answer a request of %u sequences "
+                    "within %.0f s (trainer.reward_timeout_s). HINT: the server's log says whether it is stopped, "
+                    "stuck or overloaded; raise trainer.reward_timeout_s for a slow reward model\n",
+            rw->shm, p->n, rw->timeout_s);
   else if (!transient(rc))
     fprintf(stderr, "verl-trainer: reward: the server failed a request of %u sequences: %s (%s)\n", p->n,
             vr_strerror(rc), vr_client_last_error());

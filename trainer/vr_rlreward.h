@@ -11,7 +11,9 @@
  * at once: the scoring overlaps what the caller does next; wait() collects the scores. A server
  * that restarted or went away (VR_ERR_SERVER_RESTARTED / VR_ERR_SERVER_GONE /
  * VR_ERR_SHUTTING_DOWN, also on connect) is retried: the client reconnects for up to
- * retry_s seconds and sends the batch again; only then is it an error.
+ * retry_s seconds and sends the batch again; only then is it an error. A server that takes a
+ * request and never answers (stopped, wedged, overloaded) is an error after timeout_s per
+ * request (trainer.reward_timeout_s), named as such: the loop never waits forever.
  *
  * Threading: one thread (the controller's). */
 #ifndef VR_RLREWARD_H
@@ -26,8 +28,9 @@ extern "C" {
 
 typedef struct vr_rlreward vr_rlreward_t;
 
-/* shm_name: the server's --shm-name; retry_s: how long a restart may take. */
-int vr_rlreward_open(const char *shm_name, double retry_s, vr_rlreward_t **out);
+/* shm_name: the server's --shm-name; retry_s: how long a restart may take; timeout_s: how long
+ * one request may go unanswered (VR_ERR_TIMEOUT from wait, with a message naming the key). */
+int vr_rlreward_open(const char *shm_name, double retry_s, double timeout_s, vr_rlreward_t **out);
 void vr_rlreward_close(vr_rlreward_t *rw);
 
 /* One batch: n sequences ids[cu[i], cu[i+1]); extras[i] a msgpack blob of extras_len[i] bytes.

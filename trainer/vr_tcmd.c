@@ -24,6 +24,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "verl_reward/status.h"
 #include "vr_cli.h"
@@ -111,7 +113,7 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
       case O_BETAS: {
         char *comma = strchr(optarg, ',');
         char b1[64];
-        if (!comma || (size_t)(comma - optarg) >= sizeof b1)
+        if (!comma || strchr(comma + 1, ',') || (size_t)(comma - optarg) >= sizeof b1)
           return vr_cli_usage_error(PROG, "--betas '%s': expected B1,B2 (e.g. 0.9,0.999)", optarg);
         memcpy(b1, optarg, (size_t)(comma - optarg));
         b1[comma - optarg] = 0;
@@ -168,9 +170,10 @@ static int vr_tcmd_engine(const vr_tcmd_args_t *a, vr_lm_t **lm, vr_train_t **t)
 
 /* Reads the token-id lines of path (NULL or "-": stdin). */
 static int vr_tcmd_read(const char *path, const vr_lm_t *lm, vr_tids_t *ids) {
-  FILE *f = path && strcmp(path, "-") != 0 ? fopen(path, "r") : stdin;
+  char why[1200];
+  FILE *f = vr_tids_open(path, why, sizeof why);
   if (!f) {
-    fprintf(stderr, PROG ": cannot open %s: %s\n", path, strerror(errno));
+    fprintf(stderr, PROG ": %s\n", why);
     return VR_EXIT_USAGE;
   }
   const vr_lm_config_t *c = vr_lm_config(lm);
@@ -250,10 +253,32 @@ static int vr_tcmd_sft_step(vr_train_t *t, const vr_tids_t *ids, const uint32_t 
   return rc;
 }
 
+/* --save DIR must take the checkpoint before the first step (not after N steps of work): it is
+ * created if absent, must be a directory, and a file must be creatable in it (a probe, removed;
+ * access() says yes to root on any directory); the probe's name is as long as the longest name
+ * vr_lm_save writes (generation_config.json.tmp), so a path it would refuse is refused here.
+ * 0 or VR_EXIT_USAGE with the reason. */
+static int vr_tcmd_save_check(const char *dir) {
+  char probe[4096];
+  struct stat sb;
+  if (snprintf(probe, sizeof probe, "%s/.verl-trainer-probe-XXXXXX", dir) >= (int)sizeof probe)
+    return vr_cli_usage_error(PROG, "--save: the path is too long (%zu bytes)", strlen(dir));
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    return vr_cli_usage_error(PROG, "--save %s: cannot create the directory: %s", dir, strerror(errno));
+  if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return vr_cli_usage_error(PROG, "--save %s: not a directory", dir);
+  int fd = mkstemp(probe);
+  if (fd < 0) return vr_cli_usage_error(PROG, "--save %s: cannot write there: %s", dir, strerror(errno));
+  close(fd);
+  unlink(probe);
+  return 0;
+}
+
 int vr_tcmd_sft(int argc, char **argv) {
   vr_tcmd_args_t a;
   int rc = vr_tcmd_parse(argc, argv, "sft", &a);
   if (rc >= 0) return rc;
+  if (vr_tcmd_save_check(a.save) != 0) return VR_EXIT_USAGE;
   vr_lm_t *lm = NULL;
   vr_train_t *t = NULL;
   vr_tids_t ids = {0};

@@ -15,6 +15,7 @@ static const char *const vr_verl_sections[] = {"data", "actor_rollout_ref", "cri
 enum {
   F_DEVICE_MAP, F_STEPS, F_TIMEOUT, F_AR_BYTES, F_SYNC_BYTES, F_METRICS, F_RUN_DIR, F_NNODES, F_NGPUS,
   F_EPOCHS, F_SAVE_FREQ, F_LOCAL_DIR, F_RESUME_MODE, F_RESUME_PATH, F_KEEP_ACTOR, F_KEEP_CRITIC, F_WARMUP,
+  F_REWARD_TIMEOUT,
   F_VERL_FIRST /* verl keys accepted, not used */
 };
 static const char *const vr_verl_trainer_keys[] = {"project_name", "experiment_name", "logger", "test_freq",
@@ -26,6 +27,7 @@ void vr_tconfig_defaults(vr_tconfig_t *c) {
   memset(c, 0, sizeof *c);
   c->total_training_steps = 1;
   c->comm_timeout_s = 300;
+  c->reward_timeout_s = 120;
   c->allreduce_bytes = 64ull << 20;
   c->sync_bytes = 256ull << 20;
   c->total_epochs = 1;
@@ -123,6 +125,7 @@ int vr_tconfig_load(const char *path, vr_tconfig_t *c, char *err, size_t cap) {
         [F_KEEP_ACTOR] = {.name = "max_actor_ckpt_to_keep"},
         [F_KEEP_CRITIC] = {.name = "max_critic_ckpt_to_keep"},
         [F_WARMUP] = {.name = "critic_warmup"},
+        [F_REWARD_TIMEOUT] = {.name = "reward_timeout_s"},
     };
     for (int i = 0; i < N_VERL_KEYS; i++) f[F_VERL_FIRST + i].name = vr_verl_trainer_keys[i];
     vr_yaml_fields(&y, tr, "trainer", f, F_VERL_FIRST + N_VERL_KEYS);
@@ -151,6 +154,9 @@ int vr_tconfig_load(const char *path, vr_tconfig_t *c, char *err, size_t cap) {
       c->critic_warmup = (int)v;
     if (f[F_TIMEOUT].value && get_long(&y, f[F_TIMEOUT].value, "comm_timeout_s", 1, 86400, &v) == 0)
       c->comm_timeout_s = (double)v;
+    if (f[F_REWARD_TIMEOUT].value &&
+        get_long(&y, f[F_REWARD_TIMEOUT].value, "reward_timeout_s", 1, 86400, &v) == 0)
+      c->reward_timeout_s = (double)v;
     if (f[F_AR_BYTES].value &&
         get_long(&y, f[F_AR_BYTES].value, "comm_check_allreduce_bytes", 4, 1L << 36, &v) == 0)
       c->allreduce_bytes = (uint64_t)v;

@@ -10,6 +10,8 @@
  *     device_map: device_map.yaml     # relative to this file; --device-map overrides
  *     total_training_steps: 20        # steps of the run (--steps overrides)
  *     comm_timeout_s: 300             # bound on every collective and control wait
+ *     reward_timeout_s: 120           # bound on one reward request (verl-reward-server's answer)
+ *                                     # and on waiting for the server (at start, after a restart)
  *     comm_check_allreduce_bytes: 67108864   # per role group, per step (--comm-check)
  *     comm_check_sync_bytes: 268435456       # actor -> rollout broadcast, per step
  *     metrics_file: metrics.jsonl     # JSON lines, one per step ("" = none)
@@ -48,6 +50,7 @@ typedef struct vr_tconfig {
   char device_map[1024];     /* resolved against the config's directory; "" = not given */
   int total_training_steps;  /* default 1 */
   double comm_timeout_s;     /* default 300 */
+  double reward_timeout_s;   /* default 120 */
   uint64_t allreduce_bytes;  /* default 64 MiB */
   uint64_t sync_bytes;       /* default 256 MiB */
   char metrics_file[1024];   /* default "" */

@@ -2,11 +2,15 @@
 #include "vr_tids.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
+#include "vr_line.h"
 #include "vr_log.h"
 
 static int vr_tids_grow(vr_tids_t *t, size_t add) {
@@ -36,11 +40,19 @@ int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uin
                        char *why, size_t whylen) {
   char dummy[8];
   if (!why) why = dummy, whylen = sizeof dummy;
-  cJSON *root = cJSON_ParseWithLength(line, len);
+  const char *bad = NULL;
+  size_t at = 0;
+  cJSON *root = vr_jsonl_parse(line, len, &bad, &at);
   const cJSON *arr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "input_ids") : NULL;
   int rc = 0;
-  if (!root || !cJSON_IsObject(root)) {
+  if (!root && at) {
+    snprintf(why, whylen, "%s at byte %zu (one {\"input_ids\": [...]} object per line)", bad, at + 1);
+    rc = VR_ERR_PARSE;
+  } else if (!root || !cJSON_IsObject(root)) {
     snprintf(why, whylen, "malformed JSON (expected {\"input_ids\": [...]})");
+    rc = VR_ERR_PARSE;
+  } else if (vr_jsonl_dup(root, "input_ids")) {
+    snprintf(why, whylen, "\"input_ids\" appears more than once");
     rc = VR_ERR_PARSE;
   } else if (!cJSON_IsArray(arr)) {
     snprintf(why, whylen, "no \"input_ids\" list");
@@ -81,33 +93,52 @@ int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uin
 
 int vr_tids_read(FILE *f, const char *name, int vocab, int max_len, vr_tids_t *out) {
   char *buf = NULL;
-  size_t cap = 0;
-  ssize_t got;
+  size_t cap = 0, got = 0;
   uint32_t lineno = 0;
-  int rc = 0;
-  while (rc == 0 && (got = getline(&buf, &cap, f)) >= 0) {
+  int rc = 0, r;
+  while (rc == 0 && (r = vr_line_read(f, VR_TIDS_MAX_LINE, &buf, &cap, &got)) != VR_LINE_EOF) {
     lineno++;
-    size_t len = (size_t)got;
+    char why[160];
+    if (r == VR_LINE_NOMEM) {
+      vr_log(VR_LOG_ERROR, "%s:%u: out of memory", name, lineno);
+      rc = VR_ERR_NOMEM;
+      break;
+    }
+    if (r == VR_LINE_TOO_LONG) { /* only its first VR_TIDS_MAX_LINE bytes were kept */
+      snprintf(why, sizeof why, "line of %zu bytes is longer than %u", got, VR_TIDS_MAX_LINE);
+      vr_log(VR_LOG_ERROR, "%s:%u: %s", name, lineno, why);
+      rc = VR_ERR_PARSE;
+      break;
+    }
+    size_t len = got;
     while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r' || buf[len - 1] == ' ' || buf[len - 1] == '\t'))
       len--;
     size_t s = 0;
     while (s < len && (buf[s] == ' ' || buf[s] == '\t')) s++;
     if (s == len) continue;
-    char why[160];
-    if (len > VR_TIDS_MAX_LINE) {
-      snprintf(why, sizeof why, "line of %zu bytes is longer than %u", len, VR_TIDS_MAX_LINE);
-      rc = VR_ERR_PARSE;
-    } else {
-      rc = vr_tids_parse_line(buf + s, len - s, vocab, max_len, lineno, out, why, sizeof why);
-    }
+    rc = vr_tids_parse_line(buf, len, vocab, max_len, lineno, out, why, sizeof why);
     if (rc != 0) vr_log(VR_LOG_ERROR, "%s:%u: %s", name, lineno, why);
   }
+  const int e = errno;
   free(buf);
   if (rc == 0 && ferror(f)) {
-    vr_log(VR_LOG_ERROR, "%s: read error", name);
+    vr_log(VR_LOG_ERROR, "%s: read error: %s", name, strerror(e));
     rc = VR_ERR_IO;
   }
   return rc;
+}
+
+FILE *vr_tids_open(const char *path, char *why, size_t whylen) {
+  if (!path || strcmp(path, "-") == 0) return stdin;
+  FILE *f = fopen(path, "r");
+  struct stat sb;
+  if (f && fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    fclose(f);
+    f = NULL;
+    errno = EISDIR;
+  }
+  if (!f) snprintf(why, whylen, "cannot open %s: %s", path, strerror(errno));
+  return f;
 }
 
 void vr_tids_free(vr_tids_t *t) {

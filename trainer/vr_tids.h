@@ -30,6 +30,8 @@ typedef struct vr_tids {
 
 /* Parses one line (len bytes, need not be NUL-terminated) and appends its sequence to out.
  * 0, or VR_ERR_PARSE (malformed JSON, no "input_ids" list, a non-integer entry),
+ * VR_ERR_PARSE also for text after the object (a second object, a NUL, junk: the line must be
+ * exactly one JSON object) and for "input_ids" given twice;
  * VR_ERR_EMPTY_SEQ, VR_ERR_SEQ_TOO_LONG, VR_ERR_TOKEN_RANGE, VR_ERR_NOMEM; why (may be NULL)
  * gets the problem without the file and line. out is unchanged on error. */
 int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uint32_t lineno, vr_tids_t *out,
@@ -37,6 +39,9 @@ int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uin
 /* Reads every line of f (name for messages); on the first bad line logs "name:LINE: problem"
  * and returns its code (out keeps the lines before it; free it either way). */
 int vr_tids_read(FILE *f, const char *name, int vocab, int max_len, vr_tids_t *out);
+/* path opened for reading (NULL or "-": stdin), or NULL with why = "cannot open PATH: reason"
+ * (a directory is refused here: fopen takes one and only the first read fails). */
+FILE *vr_tids_open(const char *path, char *why, size_t whylen);
 void vr_tids_free(vr_tids_t *t);
 
 #ifdef __cplusplus

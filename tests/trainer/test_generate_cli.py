@@ -159,6 +159,45 @@ class Generate(unittest.TestCase):
         p = gen(["--help"])
         self.assertIn("--max-new-tokens", p.stdout)
 
+    def test_bad_flag_values(self):
+        model = os.path.join(FIX, "lm", "llama_lm")
+        for flag, value in (("--max-new-tokens", "0"), ("--max-new-tokens", "99999999999"), ("--max-new-tokens", "-1"),
+                            ("--temperature", "-1"), ("--temperature", "nan"), ("--top-p", "2"), ("--top-p", "0"),
+                            ("--n", "0"), ("--n", "1.5"), ("--top-k", "-2"), ("--seed", "x")):
+            p = gen(["--model", model, flag, value], "{\"input_ids\": [1]}\n", check=False)
+            self.assertEqual(p.returncode, 2, (flag, value, p.stderr))
+            self.assertIn("%s '%s'" % (flag, value), p.stderr)
+            self.assertEqual(p.stdout, "")
+
+    def test_files_that_cannot_be_used(self):
+        """A directory as --input is named (fopen takes one; its first read failed as 'read error');
+        an --output that cannot be opened is found before generating (it was opened only after the
+        whole generation, which was then lost), and a bad input leaves an old --output alone."""
+        model = os.path.join(FIX, "lm", "llama_lm")
+        with tempfile.TemporaryDirectory() as tmp:
+            p = gen(["--model", model, "--input", tmp], check=False)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("--input: cannot open %s: Is a directory" % tmp, p.stderr)
+            inp = os.path.join(tmp, "in.jsonl")
+            with open(inp, "w") as f:
+                f.write("{\"input_ids\": [1, 2]}\n")
+            for outp, why in ((os.path.join(tmp, "no", "out.jsonl"), "No such file or directory"),
+                              (tmp, "Is a directory")):
+                p = gen(["--model", model, "--input", inp, "--output", outp, "--stats"], check=False)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn("--output %s: cannot open: %s" % (outp, why), p.stderr)
+                self.assertNotIn("new tokens in", p.stderr)  # --stats: nothing was generated
+            old = os.path.join(tmp, "old.jsonl")
+            with open(old, "w") as f:
+                f.write("kept\n")
+            with open(inp, "w") as f:
+                f.write("{\"input_ids\": [1, 2]} trailing\n")
+            p = gen(["--model", model, "--input", inp, "--output", old], check=False)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("in.jsonl:1: text after the JSON value at byte 23", p.stderr)
+            with open(old) as f:
+                self.assertEqual(f.read(), "kept\n")
+
 
 if __name__ == "__main__":
     unittest.main()

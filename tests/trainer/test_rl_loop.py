@@ -18,7 +18,10 @@ hidden 64) scores about 0.3 by chance; it has to learn to say the token it is sh
                  checkpoint; SIGTERM to verl-trainer saves a checkpoint and exits 0; max_ckpt_to_keep;
                  async_save: a step runs to its end while a save's files are still unwritten
                  (--hold-save), and the held save completes afterwards.
-  TestReward     the reward server restarted mid-run: the run retries and completes.
+  TestReward     the reward server restarted mid-run: the run retries and completes; a server
+                 that never answers (SIGSTOP) ends the run after trainer.reward_timeout_s, as
+                 does one that is not there (after saying it waits); a
+                 worker killed mid-run ends it (exit 1) naming the rank.
   TestData       chat-message prompts rendered with the model's chat template (Llama-2 template
                  of tests/fixtures/server_tokenizer) give the ids verl-tokenize gives, decoded
                  responses go to the rules; truncation; bad rows and config keys exit 2 naming them.
@@ -173,6 +176,18 @@ class Rl(unittest.TestCase):
         shutil.rmtree(os.path.join(self.dir, "checkpoints"), ignore_errors=True)
         if os.path.exists(os.path.join(self.dir, "metrics.jsonl")):
             os.remove(os.path.join(self.dir, "metrics.jsonl"))
+
+    def start_and_wait_for_steps(self, args, stdout):
+        """verl-trainer --config ppo.yaml ARGS in the background, once its metrics file has a few steps."""
+        p = subprocess.Popen([TRAINER, "--config", "ppo.yaml", *args], cwd=self.dir, env=env(), stdout=stdout,
+                             stderr=subprocess.PIPE, text=True)
+        mf = os.path.join(self.dir, "metrics.jsonl")
+        deadline = time.monotonic() + GUARD_S
+        while (not os.path.exists(mf) or os.path.getsize(mf) < 2000) and time.monotonic() < deadline:
+            if p.poll() is not None:
+                self.fail("verl-trainer ended before its first steps: " + p.stderr.read()[-2000:])
+            time.sleep(0.02)
+        return p
 
     def run_trainer(self, args=(), timeout=GUARD_S):
         p = subprocess.run([TRAINER, "--config", "ppo.yaml", *args], cwd=self.dir, env=env(), capture_output=True,
@@ -405,6 +420,56 @@ class TestReward(Rl):
         m = self.metrics()
         self.assertGreaterEqual(m[max(m)]["reward/restarts"], 1)
 
+    def test_unanswered_request_times_out(self):
+        """A server that takes the requests and never answers (SIGSTOP: alive, its segment
+        there): the run ends after trainer.reward_timeout_s with the shm and the key named,
+        exit 1, instead of waiting for ever (the bound was a fixed 120 s, the message "failed")."""
+        self.write("device_map.yaml", GRPO_MAP)
+        self.write("ppo.yaml", config(steps=100000, est="grpo", extra_trainer="  reward_timeout_s: 2\n"))
+        p = self.start_and_wait_for_steps([], subprocess.PIPE)
+        self.server.send_signal(signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            out, err = p.communicate(timeout=GUARD_S)
+            waited = time.monotonic() - t0
+        finally:
+            self.server.send_signal(signal.SIGCONT)
+        self.assertEqual(p.returncode, 1, err[-2000:])
+        self.assertIn('verl-reward-server at shm "%s" did not answer a request' % self.shm, err)
+        self.assertIn("within 2 s (trainer.reward_timeout_s)", err)
+        self.assertLess(waited, 100)  # a hang guard well under the old fixed bound, not a timing assert
+
+    def test_absent_server_is_waited_for_with_a_word_then_named(self):
+        """No server at the shm name: the run says at once that it waits (it was silent for 120 s,
+        like a hang), waits trainer.reward_timeout_s, then ends with exit 1 and the HINT."""
+        self.stop_server()
+        self.write("device_map.yaml", GRPO_MAP)
+        self.write("ppo.yaml", config(steps=1, est="grpo", extra_trainer="  reward_timeout_s: 2\n"))
+        t0 = time.monotonic()
+        rc, _, err = self.run_trainer()
+        self.assertEqual(rc, 1, err[-2000:])
+        self.assertIn('verl-reward-server at shm "%s" is not there yet' % self.shm, err)
+        self.assertIn("waiting up to 2 s (trainer.reward_timeout_s)", err)
+        self.assertIn("HINT: start verl-reward-server --shm-name %s" % self.shm, err)
+        self.assertLess(time.monotonic() - t0, 100)  # a hang guard under the old fixed 120 s, not a timing assert
+
+    def test_worker_killed_mid_run_is_named(self):
+        """kill -9 of an actor/rollout worker while the loop runs: the run ends with exit 1 (not a
+        controller waiting on a collective for ever), naming the rank and what it was doing."""
+        self.write("device_map.yaml", GRPO_MAP)
+        self.write("ppo.yaml", config(steps=100000, est="grpo"))
+        run_dir = os.path.join(self.dir, "run")
+        p = self.start_and_wait_for_steps(["--run-dir", run_dir], subprocess.DEVNULL)
+        with open(os.path.join(run_dir, "rank-2.status")) as f:
+            words = f.read().split()
+        pid = int(words[words.index("pid") + 1])
+        os.kill(pid, signal.SIGKILL)
+        t0 = time.monotonic()
+        _, err = p.communicate(timeout=GUARD_S)
+        self.assertEqual(p.returncode, 1, err[-2000:])
+        self.assertLess(time.monotonic() - t0, 100, "the run did not end after its worker was killed")
+        self.assertRegex(err, r"worker rank 2 died: rank 2 pid %d host \S+ device cpu:1 roles \S+ state \S+" % pid)
+
 
 class TestData(Rl):
     def test_chat_prompts_and_decoded_responses(self):
@@ -445,6 +510,19 @@ class TestData(Rl):
         self.assertEqual(rc, 2)
         self.assertIn("prompts.jsonl:1: the prompt has", err)
         self.assertIn("data.truncation", err)
+        # rows the chat template cannot take: each named by line and field
+        self.write("ppo.yaml", config(steps=1, bs=2).replace("max_prompt_length: 8", "max_prompt_length: 64"))
+        for row, frag in ((json.dumps({"prompt": "say hello"}), '"prompt": not a list of chat messages'),
+                          (json.dumps({"prompt": [{"role": "user", "content": 5}]}), "'int object' has no attribute 'strip'"),
+                          (json.dumps({"prompt": [{"content": "hi"}]}), "Conversation roles must alternate"),
+                          (json.dumps({"prompt": []}), "cannot apply chat template to an empty conversation"),
+                          (json.dumps({"prompt": ["hi"]}), "Conversation roles must alternate")):
+            with open(os.path.join(self.dir, "prompts.jsonl"), "w") as f:
+                f.write(json.dumps({"prompt": msgs[0]}) + "\n" + row + "\n")
+            rc, out, err = self.run_trainer()
+            self.assertEqual(rc, 2, err[-2000:])
+            self.assertIn('prompts.jsonl:2: "prompt": ', err)
+            self.assertIn(frag, err)
 
     def test_every_option_runs(self):
         """The paths the learning runs leave out: KL in the reward with the adaptive controller,

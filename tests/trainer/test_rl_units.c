@@ -5,6 +5,7 @@
  * extras (bytes checked by hand against the msgpack spec), the config's verl keys, and the
  * checkpoint tracker (a .tmp is never taken for a checkpoint; max_ckpt_to_keep), and the update
  * metrics as verl's dp_actor / dp_critic log them (vr_rlstats.h) against a table computed by hand. */
+#include <dirent.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -97,12 +98,34 @@ static void test_dataset_rows_and_errors(void **st) {
       {"{\"prompt\": [{\"role\": \"user\", \"content\": \"hi\"}]}\n", "needs the policy's tokenizer"},
       {"{\"input_ids\": [1], \"reward_model\": {\"ground_truth\": [1]}}\n", "ground_truth is not a string or a number"},
       {"\n\n", "bad.jsonl: no prompts in the dataset"},
+      /* one object per line: what followed the first value used to be dropped without a word */
+      {"{\"input_ids\": [1]} {\"input_ids\": [2]}\n", "bad.jsonl:1: text after the JSON value at byte 20"},
+      {"{\"input_ids\": [1]}\n{\"input_ids\": [2]}x\n", "bad.jsonl:2: text after the JSON value at byte 19"},
+      /* Python's json (verl) keeps the last of two equal keys, cJSON the first */
+      {"{\"input_ids\": [1], \"input_ids\": [2, 3]}\n", "bad.jsonl:1: \"input_ids\" appears more than once"},
+      {"{\"input_ids\": [1], \"reward_model\": {}, \"reward_model\": {\"ground_truth\": 1}}\n",
+       "\"reward_model\" appears more than once"},
+      {"{\"input_ids\": [1], \"data_source\": \"a\xff\"}\n", "bad.jsonl:1: byte 37 is not valid UTF-8"},
+      {"{\"input_ids\": [1, -1]}\n", "bad.jsonl:1: input_ids[1] is not a token id"},
+      {"{\"input_ids\": \"1 2\"}\n", "bad.jsonl:1: \"input_ids\" is not a list"},
+      {"[1, 2]\n", "bad.jsonl:1: not a JSON object"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     write_file("bad.jsonl", bad[i].text, p, sizeof p);
     assert_true(vr_dataset_load(p, &o, &ds, err, sizeof err) < 0);
     if (!strstr(err, bad[i].want)) fail_msg("case %zu: \"%s\" lacks \"%s\"", i, err, bad[i].want);
   }
+  /* a NUL inside the line (write_file stops at one in its string) */
+  snprintf(p, sizeof p, "%s/nul.jsonl", g_dir);
+  FILE *f = fopen(p, "wb");
+  assert_non_null(f);
+  fwrite("{\"input_ids\": [1]}\0x\n", 1, 22, f);
+  fclose(f);
+  assert_int_equal(vr_dataset_load(p, &o, &ds, err, sizeof err), -27 /* VR_ERR_PARSE */);
+  if (!strstr(err, "nul.jsonl:1: text after the JSON value at byte 19")) fail_msg("%s", err);
+  /* a directory: fopen takes it and the first read fails; it used to say "no prompts" */
+  assert_true(vr_dataset_load(g_dir, &o, &ds, err, sizeof err) < 0);
+  if (!strstr(err, "cannot open the dataset (data.train_files): Is a directory")) fail_msg("%s", err);
   o.truncation = VR_TRUNC_ERROR;
   write_file("long.jsonl", "{\"input_ids\": [1, 2, 3, 4, 5]}\n", p, sizeof p);
   assert_int_equal(vr_dataset_load(p, &o, &ds, err, sizeof err), -9 /* VR_ERR_SEQ_TOO_LONG */);
@@ -198,6 +221,38 @@ static void test_config_keys(void **st) {
   assert_non_null(strstr(err, "ppo_epochs must be an integer in 1..1000"));
   assert_non_null(strstr(err, "unknown key 'cliprato' in actor_rollout_ref.actor"));
   assert_non_null(strstr(err, "unknown key 'lrr' in critic.optim"));
+  /* a u64 key: 2^64 - 1 is taken; past it (strtoull's ERANGE gave 2^64 - 1 silently), a sign or a
+   * blank is refused */
+  write_file("seed.yaml", "data: {seed: 18446744073709551615}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_true(c.rl.seed == UINT64_MAX);
+  static const char *const bad_seeds[] = {"18446744073709551616", "99999999999999999999999", "-1", "+5", "' 5'"};
+  for (size_t i = 0; i < sizeof bad_seeds / sizeof *bad_seeds; i++) {
+    char text[128];
+    snprintf(text, sizeof text, "data: {seed: %s}\n", bad_seeds[i]);
+    write_file("seed.yaml", text, p, sizeof p);
+    assert_int_not_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+    if (!strstr(err, "data.seed must be an integer in 0..18446744073709551615")) fail_msg("%s: %s", bad_seeds[i], err);
+  }
+  /* clip_ratio_c > 1 (verl's assert): 1.0 is refused with an open interval (it said "[1, 1e+06]") */
+  write_file("c.yaml", "actor_rollout_ref: {actor: {clip_ratio_c: 1.0}}\n", p, sizeof p);
+  assert_int_not_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  if (!strstr(err, "actor_rollout_ref.actor.clip_ratio_c must be a number in (1, 1e+06], not \"1.0\""))
+    fail_msg("%s", err);
+  write_file("c.yaml", "actor_rollout_ref: {actor: {clip_ratio_c: 1.0001}}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_true(c.rl.clip_ratio_c == 1.0001);
+  /* the reward wait bound: default 120 s, trainer.reward_timeout_s in 1..86400 */
+  write_file("rt.yaml", "trainer: {reward_timeout_s: 7}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_true(c.reward_timeout_s == 7);
+  write_file("rt.yaml", "trainer: {comm_timeout_s: 9}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_true(c.reward_timeout_s == 120);
+  write_file("rt.yaml", "trainer:\n  reward_timeout_s: 0\n", p, sizeof p);
+  assert_int_not_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  if (!strstr(err, "rt.yaml:2:") || !strstr(err, "trainer.reward_timeout_s must be an integer in 1..86400"))
+    fail_msg("%s", err);
 }
 
 static void test_ckpt_tracker(void **st) {
@@ -234,6 +289,21 @@ static void test_ckpt_tracker(void **st) {
   fputs("7\n", f);
   fclose(f);
   assert_int_equal(vr_ckpt_latest(root, &step, dir, sizeof dir), -18 /* VR_ERR_NOT_FOUND */);
+  /* a root that cannot take a checkpoint is refused at init, not at the first save after
+   * save_freq steps of work: a regular file (mkdir_p's EEXIST took it), a path under one */
+  char file[400];
+  snprintf(file, sizeof file, "%s/plain", g_dir);
+  f = fopen(file, "w");
+  fclose(f);
+  assert_int_equal(vr_ckpt_init(&c, file, 0), -3 /* VR_ERR_IO */);
+  snprintf(p, sizeof p, "%s/sub", file);
+  assert_int_equal(vr_ckpt_init(&c, p, 0), -3 /* VR_ERR_IO */);
+  /* the probe file is gone again */
+  assert_int_equal(vr_ckpt_init(&c, root, 0), 0);
+  DIR *d = opendir(root);
+  assert_non_null(d);
+  for (struct dirent *e; (e = readdir(d));) assert_null(strstr(e->d_name, "probe"));
+  closedir(d);
 }
 
 /* Two actor members, two mini-batches each (gradient_accumulation 2, then 1), three micro-batches

@@ -9,6 +9,7 @@ import os
 import subprocess
 import tempfile
 import unittest
+import unittest.mock
 
 from cli_util import model_copy, peak_rss
 
@@ -88,6 +89,23 @@ class TestLogprobs(unittest.TestCase):
             d = max_diff(logprobs(tmp, seqs), golden("llama_lm")["logprobs_t1"])
             self.assertLessEqual(d, TOL)
 
+    def test_huge_line_is_not_read_into_memory(self):
+        """A 150 MB line (over the 64 MiB bound): refused naming its length, without holding it
+        (getline kept the whole line, ~300 MiB of peak RSS, before the length check). A file, not
+        stdin: a forked child's RSS counts the parent's pages until exec."""
+        # under ASan, freed blocks wait in its quarantine (256 MiB by default): keep it out of the count
+        env = {"ASAN_OPTIONS": os.environ["ASAN_OPTIONS"] + ":quarantine_size_mb=1"} if "ASAN_OPTIONS" in os.environ else {}
+        with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as f, unittest.mock.patch.dict(os.environ, env):
+            f.write('{"input_ids": [' + "1, " * (50 << 20) + "1]}\n")
+            f.flush()
+            for args in (["logprobs", "--input", f.name], ["generate", "--input", f.name]):
+                rc, kib, _, err = peak_rss([BIN, args[0], "--model", os.path.join(FIX, "llama_lm")] + args[1:])
+                self.assertNotEqual(rc, 0, err)
+                self.assertRegex(err, r":1: line of 1572864[0-9]{2} bytes is longer than 67108864")
+                # getline's buffer alone is >= 150 MiB (+ the 128 MiB one it grew from, copied by
+                # ASan's realloc); ours is 64 MiB (+ the 32 MiB one, and ASan's own use of memory)
+                self.assertLess(kib, (192 if env else 128) << 10, args[0])
+
     def test_empty_input(self):
         p = run(["logprobs", "--model", os.path.join(FIX, "llama_lm")], "\n\n")
         self.assertEqual((p.returncode, p.stdout), (0, ""), p.stderr)
@@ -137,7 +155,8 @@ class TestSft(unittest.TestCase):
 
 class TestLongPaths(unittest.TestCase):
     """A checkpoint saved under a 2.03k-character directory (Linux allows 4095): every file lands
-    under its own name, generation_config.json included; past PATH_MAX sft refuses to save."""
+    under its own name, generation_config.json included; past PATH_MAX sft refuses the --save
+    directory before training."""
 
     def deep(self, root, length):
         d = root
@@ -167,8 +186,9 @@ class TestLongPaths(unittest.TestCase):
             # past PATH_MAX: refused with a message, nothing written under a cut name
             p = run(["sft", "--model", model, "--data", data, "--save", save + "/" + "x" * 250 + "/" + "y" * 250 * 8,
                      "--steps", "1", "--lr", "1e-3"])
-            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertEqual(p.returncode, 2, p.stderr)  # refused before the first step
             self.assertIn("too long", p.stderr)
+            self.assertEqual(p.stdout, "")
 
 
 class TestResume(unittest.TestCase):
@@ -243,6 +263,22 @@ class TestErrors(unittest.TestCase):
         self.expect(["logprobs", "--model", self.M], '{"input_ids": []}\n', "input_ids is empty")
         self.expect(["logprobs", "--model", self.M], json.dumps({"input_ids": [1] * 65}) + "\n",
                     "65 tokens, more than the model's max_position_embeddings 64")
+        # the line must be exactly one object: what follows it was silently dropped before
+        for line, at in (('{"input_ids": [1, 2]} xyz', 23), ('{"input_ids": [1, 2]}\0zz', 22),
+                         ('{"input_ids": [1, 2]}{"input_ids": [3]}', 22), ('  {"input_ids": [1]} ]', 22)):
+            self.expect(["logprobs", "--model", self.M], '{"input_ids": [1, 2]}\n' + line + "\n",
+                        "<stdin>:2: text after the JSON value at byte %d" % at)
+        # Python's json keeps the last of two equal keys, cJSON the first: refused, not guessed
+        self.expect(["logprobs", "--model", self.M], '{"input_ids": [1], "input_ids": [1, 2, 3]}\n',
+                    "<stdin>:1: \"input_ids\" appears more than once")
+        self.expect(["logprobs", "--model", self.M], '{"input_ids": [1, -2]}\n', "input_ids[1] = -2 is outside")
+        self.expect(["logprobs", "--model", self.M], '{"input_ids": [1, 2.5]}\n', "input_ids[1] is not an integer")
+        self.expect(["logprobs", "--model", self.M], '{"input_ids": [1, 1e300]}\n', "input_ids[1] is not an integer")
+        self.expect(["logprobs", "--model", self.M], '{"input_ids": {"0": 1}}\n', "no \"input_ids\" list")
+        # blanks around the object and a CRLF ending are fine; a one-token sequence has no log-prob
+        p = run(["logprobs", "--model", self.M], '  {"input_ids": [1, 2]} \r\n{"input_ids": [5]}\n')
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([len(json.loads(l)["logprobs"]) for l in p.stdout.splitlines()], [1, 0])
 
     def test_bad_command_lines(self):
         self.expect(["logprobs", "--model", "/no/such/dir"], "", "/no/such/dir")
@@ -265,6 +301,29 @@ class TestErrors(unittest.TestCase):
                      "1", "--betas", "0.9"], "", "--betas '0.9'")
         self.expect(["sft", "--model", self.M, "--data", "/dev/null", "--save", "/tmp/x", "--steps", "1", "--lr",
                      "1"], "", "no token to train on")
+        with tempfile.TemporaryDirectory() as tmp:
+            # a directory as the input: fopen takes it, the first read fails ("read error", exit 1 before)
+            self.expect(["logprobs", "--model", self.M, "--input", tmp], "", "cannot open %s: Is a directory" % tmp)
+            data = os.path.join(tmp, "d.jsonl")
+            with open(data, "w") as f:
+                f.write(ids_text([[1, 2, 3]]))
+            sft = ["sft", "--model", self.M, "--data", data, "--steps", "2", "--lr", "1e-3", "--save"]
+            for flag, value in (("--steps", "-1"), ("--steps", "0"), ("--lr", "nan"), ("--lr", "-1"),
+                                ("--betas", "1,2,3"), ("--betas", "0.9,0.99,3"), ("--eps", "inf"),
+                                ("--micro-batch-tokens", "0"), ("--threads", "1e3")):
+                self.expect(sft + [os.path.join(tmp, "s"), flag, value], "", "%s" % flag.split()[0], value)
+            # a --save that cannot take the checkpoint is refused before the first step (it used to
+            # fail after every step had run, the work lost)
+            blocker = os.path.join(tmp, "file")
+            with open(blocker, "w") as f:
+                f.write("x")
+            for save, frag in ((blocker, "--save %s: not a directory" % blocker),
+                               (os.path.join(blocker, "sub"), "--save %s/sub: cannot create the directory" % blocker)):
+                p = run(sft + [save])
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertIn(frag, p.stderr)
+                self.assertEqual(p.stdout, "")  # no step ran
+            self.assertEqual(sorted(os.listdir(tmp)), ["d.jsonl", "file"])
 
     def test_help(self):
         for cmd in ("logprobs", "sft"):
