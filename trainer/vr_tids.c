@@ -14,8 +14,11 @@
 #include "vr_log.h"
 
 static int vr_tids_grow(vr_tids_t *t, size_t add) {
+  /* cu holds 32-bit offsets (the engines' cu_seqlens): past 2^32 - 1 tokens or sequences in all
+   * the offsets would wrap */
+  if (add > UINT32_MAX - t->T || t->n >= UINT32_MAX - 1) return VR_ERR_TOO_LARGE;
   if (t->n + 1 >= t->cap_n) {
-    uint32_t cap = t->cap_n ? 2 * t->cap_n : 64;
+    uint32_t cap = !t->cap_n ? 64 : t->cap_n > UINT32_MAX / 2 - 1 ? UINT32_MAX - 1 : 2 * t->cap_n;
     uint32_t *cu = realloc(t->cu, (size_t)(cap + 1) * sizeof *cu);
     if (!cu) return VR_ERR_NOMEM;
     t->cu = cu;
@@ -68,6 +71,9 @@ int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uin
   }
   if (rc == 0) rc = vr_tids_grow(out, n);
   if (rc == VR_ERR_NOMEM) snprintf(why, whylen, "out of memory");
+  if (rc == VR_ERR_TOO_LARGE)
+    snprintf(why, whylen, "the input would pass 2^32 - 1 tokens (or sequences) in all, the most one run takes "
+                          "(32-bit cu_seqlens offsets): split the file");
   size_t i = 0;
   for (const cJSON *v = rc == 0 ? arr->child : NULL; v; v = v->next, i++) {
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;

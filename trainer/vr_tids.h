@@ -32,7 +32,8 @@ typedef struct vr_tids {
  * 0, or VR_ERR_PARSE (malformed JSON, no "input_ids" list, a non-integer entry),
  * VR_ERR_PARSE also for text after the object (a second object, a NUL, junk: the line must be
  * exactly one JSON object) and for "input_ids" given twice;
- * VR_ERR_EMPTY_SEQ, VR_ERR_SEQ_TOO_LONG, VR_ERR_TOKEN_RANGE, VR_ERR_NOMEM; why (may be NULL)
+ * VR_ERR_EMPTY_SEQ, VR_ERR_SEQ_TOO_LONG, VR_ERR_TOKEN_RANGE, VR_ERR_TOO_LARGE (past 2^32 - 1
+ * tokens or sequences in all: cu is 32-bit), VR_ERR_NOMEM; why (may be NULL)
  * gets the problem without the file and line. out is unchanged on error. */
 int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uint32_t lineno, vr_tids_t *out,
                        char *why, size_t whylen);
