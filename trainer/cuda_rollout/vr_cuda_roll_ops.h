@@ -78,6 +78,16 @@ void vr_cuda_roll_decode_attention_rope(uint16_t *out, int ld_out, const uint16_
                                         const float *inv_freq, float attn_scaling, int B, int H, int Hkv, int D,
                                         int window, float scale, int part, int max_parts, float *po, float *pml,
                                         cudaStream_t s);
+/* The same, and each block first prefetches its share of the ranges (pf0, pf0_bytes) and (pf1,
+ * pf1_bytes) into L2 (evict_last: the next GEMMs' weights, read while the attention's dependent
+ * loads leave HBM idle; no effect on results; NULL or 0 bytes: none). */
+void vr_cuda_roll_decode_attention_rope_pf(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
+                                           int k_off, int v_off, uint16_t *kc, uint16_t *vc,
+                                           const int32_t *block_tables, int max_blocks, const int32_t *lens,
+                                           const int32_t *pos, const int32_t *slots, const float *inv_freq,
+                                           float attn_scaling, int B, int H, int Hkv, int D, int window, float scale,
+                                           int part, int max_parts, float *po, float *pml, const void *pf0,
+                                           size_t pf0_bytes, const void *pf1, size_t pf1_bytes, cudaStream_t s);
 /* Dynamic shared memory of one attention block (bytes) for these sizes (at most ~43 KiB, whatever
  * part: the scores stay in registers). */
 size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
@@ -125,6 +135,14 @@ typedef struct vr_cuda_roll_sample_row {
  * thread range then across ranges). */
 void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits, const vr_cuda_roll_sample_row_t *rows,
                          int n, int V, cudaStream_t s);
+/* The same with the greedy rows (temperature 0) spread over ceil(V / 8192) blocks each (one block
+ * per row leaves most multiprocessors idle at a decode batch), merged by the row's block: the same
+ * tokens (ties: the lowest id), log-probs summed in another order (within ~1e-7 of the one-block
+ * ones). ws: device scratch of vr_cuda_roll_sample_ws_bytes(n, V) bytes (8-byte aligned); NULL:
+ * vr_cuda_roll_sample. Results do not depend on the batch either. */
+size_t vr_cuda_roll_sample_ws_bytes(int n, int V);
+void vr_cuda_roll_sample_ws(int32_t *tokens, float *logprobs, const float *logits,
+                            const vr_cuda_roll_sample_row_t *rows, int n, int V, void *ws, cudaStream_t s);
 
 #ifdef __cplusplus
 }
