@@ -21,9 +21,8 @@
  *   PART the attention partition length (vr_cuda_roll_set_part; 0 or left out: the engine's
  *   choice), KNOBS (left out: the engine's defaults) a bit mask: 1 the GEMM candidates timed with
  *   their operands from HBM, 2 split-K candidates (vr_cuda_roll_set_tuning), 4 greedy rows sampled
- *   over several blocks (vr_cuda_roll_split_sample), 8 the attention prefetches the o weights into
- *   L2, 16 / 32 also the first 12 / 24 MiB of gate/up (vr_cuda_roll_set_prefetch). Default: "1",
- *   the engine's defaults. The JSON file gets one line per variant.
+ *   over several blocks (vr_cuda_roll_split_sample). Default: "1", the engine's defaults. The JSON
+ *   file gets one line per variant.
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
  *        [--n R] [--temperature T] [--skinny] [--variants F[:PART[:KNOBS]],...] [--json FILE]. Exit code 0, or 1 on
  *        any error, 77 without a GPU. */
@@ -109,7 +108,6 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   if (knobs >= 0) {
     vr_cuda_roll_set_tuning(st, knobs & 1, (knobs >> 1) & 1);
     vr_cuda_roll_split_sample(st, (knobs >> 2) & 1);
-    vr_cuda_roll_set_prefetch(st, (knobs >> 3) & 1, (knobs & 32 ? 24u : knobs & 16 ? 12u : 0u) << 20);
   }
   if (part && vr_cuda_roll_set_part(st, part)) {
     fprintf(stderr, "attention partition %d refused\n", part);

@@ -274,7 +274,7 @@ static void test_rope_append(int T, int H, int Hkv, int D) {
   CK(cudaFree(vb));
 }
 
-/* vr_cuda_roll_decode_attention_rope(_pf) == vr_cuda_roll_rope_append + vr_cuda_roll_decode_attention,
+/* vr_cuda_roll_decode_attention_rope == vr_cuda_roll_rope_append + vr_cuda_roll_decode_attention,
  * bit for bit (the output and both caches, from the same random cache): one new token per
  * sequence at position lens - 1 (length 0: a padding row, slot -1). */
 static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
@@ -314,10 +314,8 @@ static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int 
   vr_cuda_roll_rope_append(ka, va, qa, ld, 0, koff, voff, pos_d, slots_d, inv_d, rs, n, H, Hkv, D, 0);
   vr_cuda_roll_decode_attention(oa, ld_out, qa, ld, 0, ka, va, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
                                 scale, part, max_parts, po, pml, 0);
-  /* with the L2 prefetch of two ranges (here the queries and the first cache): no effect on results */
-  vr_cuda_roll_decode_attention_rope_pf(ob, ld_out, qb, ld, 0, koff, voff, kb, vb, bt_d, max_blocks, lens_d, pos_d,
-                                        slots_d, inv_d, rs, n, H, Hkv, D, window, scale, part, max_parts, po, pml, qa,
-                                        (size_t)n * ld * 2, ka, cache * 2, 0);
+  vr_cuda_roll_decode_attention_rope(ob, ld_out, qb, ld, 0, koff, voff, kb, vb, bt_d, max_blocks, lens_d, pos_d, slots_d,
+                                     inv_d, rs, n, H, Hkv, D, window, scale, part, max_parts, po, pml, 0);
   const size_t hn = cache > (size_t)n * ld_out ? cache : (size_t)n * ld_out;
   uint16_t *ha = malloc(hn * 2), *hb = malloc(hn * 2);
   const size_t bad_out = count_diff(oa, ob, (size_t)n * ld_out, ha, hb), bad_k = count_diff(ka, kb, cache, ha, hb);

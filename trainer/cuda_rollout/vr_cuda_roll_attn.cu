@@ -53,9 +53,6 @@ struct roll_attn_params {
   const float *inv_freq;
   float rope_scaling;
   uint16_t *kcw, *vcw;
-  /* L2 prefetches (evict_last) of pf_bytes[r] at pf[r], spread over the grid's blocks (0: none) */
-  const char *pf[2];
-  size_t pf_bytes[2];
 };
 
 /* Element d of the head at x rotated at the angles csn (cos (D/2) | sin (D/2)). */
@@ -92,14 +89,6 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
   const int b = blockIdx.y, pi = blockIdx.z;
   const int len = p.lens[b];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  if (p.pf_bytes[0] | p.pf_bytes[1]) { /* every block, before it may exit: its share of the lines */
-    const size_t nt = (size_t)gridDim.x * gridDim.y * gridDim.z * (NW * 32);
-    const size_t t0 = (blockIdx.x + (size_t)gridDim.x * (blockIdx.y + (size_t)gridDim.y * blockIdx.z)) * (NW * 32) + tid;
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      for (size_t li = t0; li * 128 < p.pf_bytes[r]; li += nt)
-        asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(p.pf[r] + li * 128));
-  }
   if (len <= 0) { /* padding row: zeros, once */
     if (pi == 0)
       for (int i = tid; i < ng * D; i += NW * 32) p.out[(size_t)b * p.ld_out + (size_t)h0 * D + i] = 0;
@@ -405,19 +394,6 @@ extern "C" void vr_cuda_roll_decode_attention_rope(uint16_t *out, int ld_out, co
                                                    float attn_scaling, int B, int H, int Hkv, int D, int window,
                                                    float scale, int part, int max_parts, float *po, float *pml,
                                                    cudaStream_t s) {
-  vr_cuda_roll_decode_attention_rope_pf(out, ld_out, qkv, ld, q_off, k_off, v_off, kc, vc, block_tables, max_blocks,
-                                        lens, pos, slots, inv_freq, attn_scaling, B, H, Hkv, D, window, scale, part,
-                                        max_parts, po, pml, NULL, 0, NULL, 0, s);
-}
-
-extern "C" void vr_cuda_roll_decode_attention_rope_pf(uint16_t *out, int ld_out, const uint16_t *qkv, int ld,
-                                                      int q_off, int k_off, int v_off, uint16_t *kc, uint16_t *vc,
-                                                      const int32_t *block_tables, int max_blocks, const int32_t *lens,
-                                                      const int32_t *pos, const int32_t *slots, const float *inv_freq,
-                                                      float attn_scaling, int B, int H, int Hkv, int D, int window,
-                                                      float scale, int part, int max_parts, float *po, float *pml,
-                                                      const void *pf0, size_t pf0_bytes, const void *pf1,
-                                                      size_t pf1_bytes, cudaStream_t s) {
   roll_attn_params p = {};
   p.out = out, p.ld_out = ld_out, p.qkv = qkv, p.ld = ld, p.q_off = q_off, p.kc = kc, p.vc = vc;
   p.bt = block_tables, p.bt_row = NULL, p.max_blocks = max_blocks, p.lens = lens;
@@ -425,7 +401,5 @@ extern "C" void vr_cuda_roll_decode_attention_rope_pf(uint16_t *out, int ld_out,
   p.scale_log2 = scale * 1.4426950408889634f, p.po = po, p.pml = pml;
   p.rope = 1, p.k_off = k_off, p.v_off = v_off, p.pos = pos, p.slots = slots, p.inv_freq = inv_freq;
   p.rope_scaling = attn_scaling, p.kcw = kc, p.vcw = vc;
-  p.pf[0] = (const char *)pf0, p.pf_bytes[0] = pf0 ? pf0_bytes : 0;
-  p.pf[1] = (const char *)pf1, p.pf_bytes[1] = pf1 ? pf1_bytes : 0;
   decode_attention(p, B, D, s);
 }

@@ -92,10 +92,6 @@ typedef struct rcu {
   int tune_cold, tune_splitk;
   void *flush;
   size_t flush_bytes;
-  /* decode attention's L2 prefetch (vr_cuda_roll_set_prefetch): the layer's o weights, then gu_bytes
-   * of its gate/up weights */
-  int pf_o;
-  size_t pf_gu;
 
   int32_t *stok_h, *stok_d;
   float *slp_h, *slp_d;
@@ -230,8 +226,8 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->use_skinny = 0; /* measured slower than cuBLASLt on every decode shape (docs/benchmarks.md) */
   st->fuse_sample = 1;
   st->split_sample = 1;
-  st->tune_cold = 1;
-  st->tune_splitk = 1;
+  st->tune_cold = 0;   /* opt-in: see vr_cuda_roll_set_tuning */
+  st->tune_splitk = 0;
   int rc = 0;
 #define TRY(call)                        \
   do {                                   \
@@ -674,14 +670,10 @@ static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts
                                c->rope_attention_scaling, T, H, Hkv, D, s);
     if (!attn) {
     } else if (mode == RCU_ATTN_DECODE) {
-      /* the L2 prefetch: this layer's o weights, the first pf_gu bytes of its gate/up weights */
-      const size_t o_bytes = st->pf_o ? (size_t)C * QD * sizeof(uint16_t) : 0;
-      const size_t gu_all = (size_t)2 * F * C * sizeof(uint16_t), gu_bytes = st->pf_gu < gu_all ? st->pf_gu : gu_all;
-      vr_cuda_roll_decode_attention_rope_pf(st->ao, QD, st->qkv, NQ, 0, QD, QD + KD, kc, vc, md + ly->bt,
-                                            (int)st->max_blocks, md + ly->lens, md + ly->pos, md + ly->slots,
-                                            st->inv_freq, c->rope_attention_scaling, T, H, Hkv, D, c->sliding_window,
-                                            scale, part, max_parts, st->po, st->pml, Ly->wo, o_bytes, Ly->wgu, gu_bytes,
-                                            s);
+      vr_cuda_roll_decode_attention_rope(st->ao, QD, st->qkv, NQ, 0, QD, QD + KD, kc, vc, md + ly->bt,
+                                         (int)st->max_blocks, md + ly->lens, md + ly->pos, md + ly->slots, st->inv_freq,
+                                         c->rope_attention_scaling, T, H, Hkv, D, c->sliding_window, scale, part,
+                                         max_parts, st->po, st->pml, s);
     } else if (mode == RCU_ATTN_VARLEN) {
       vr_cuda_attention(st->qkv, NQ, 0, QD, QD + KD, st->ao, QD, md + ly->cu, md + ly->tiles, md + ly->meta, n_tiles, H,
                         Hkv, D, 1, c->sliding_window, scale, T, s);
@@ -942,12 +934,6 @@ extern "C" void vr_cuda_roll_use_skinny(void *state, int on) { ((rcu_t *)state)-
 extern "C" void vr_cuda_roll_fuse_sample(void *state, int on) { ((rcu_t *)state)->fuse_sample = on != 0; }
 
 extern "C" void vr_cuda_roll_split_sample(void *state, int on) { ((rcu_t *)state)->split_sample = on != 0; }
-
-extern "C" void vr_cuda_roll_set_prefetch(void *state, int o_weights, size_t gu_bytes) {
-  rcu_t *st = (rcu_t *)state;
-  st->pf_o = o_weights != 0;
-  st->pf_gu = gu_bytes;
-}
 
 extern "C" void vr_cuda_roll_set_tuning(void *state, int cold, int splitk) {
   rcu_t *st = (rcu_t *)state;

@@ -78,16 +78,6 @@ void vr_cuda_roll_decode_attention_rope(uint16_t *out, int ld_out, const uint16_
                                         const float *inv_freq, float attn_scaling, int B, int H, int Hkv, int D,
                                         int window, float scale, int part, int max_parts, float *po, float *pml,
                                         cudaStream_t s);
-/* The same, and each block first prefetches its share of the ranges (pf0, pf0_bytes) and (pf1,
- * pf1_bytes) into L2 (evict_last: the next GEMMs' weights, read while the attention's dependent
- * loads leave HBM idle; no effect on results; NULL or 0 bytes: none). */
-void vr_cuda_roll_decode_attention_rope_pf(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
-                                           int k_off, int v_off, uint16_t *kc, uint16_t *vc,
-                                           const int32_t *block_tables, int max_blocks, const int32_t *lens,
-                                           const int32_t *pos, const int32_t *slots, const float *inv_freq,
-                                           float attn_scaling, int B, int H, int Hkv, int D, int window, float scale,
-                                           int part, int max_parts, float *po, float *pml, const void *pf0,
-                                           size_t pf0_bytes, const void *pf1, size_t pf1_bytes, cudaStream_t s);
 /* Dynamic shared memory of one attention block (bytes) for these sizes (at most ~43 KiB, whatever
  * part: the scores stay in registers). */
 size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
