@@ -20,7 +20,8 @@
  * model/cuda's varlen attention over the packed prompts, other batches (chunks after cached
  * context, recomputes) the paged attention with one row per new token; the LM head runs on each
  * sequence's last new token only.
- * sample: trainer/vr_sample.h's rule on the device (vr_cuda_roll_sample), the uniforms drawn on
+ * sample: trainer/vr_sample.h's rule on the device (vr_cuda_roll_sample_ws: greedy rows over several
+ * blocks unless vr_cuda_roll_split_sample(st, 0)), the uniforms drawn on
  * the host with vr_sample_uniform; decode_sample: a decode step whose graph ends with that sampler
  * (its rows in the metadata block, tokens and log-probs back in one copy).
  *
