@@ -20,6 +20,12 @@
  * call times every candidate on the call's own buffers (CUDA events, median of 3 after one
  * warm-up run) and keeps the fastest; otherwise the heuristic's first choice is used. Tuning
  * runs the GEMM several times, so it is only for warm-up data (beta = 1 accumulates).
+ * Tuning options (vr_cuda_gemm_set_tune_opts, off by default): a flush buffer overwritten before
+ * every timed run, so the candidates read their operands from HBM as in a forward that streams
+ * every layer's weights once (timed hot, a small GEMM's weights sit in L2 and the timing ranks
+ * latency, not streaming); and a wider search for the bucket plans built from then on: up to
+ * VR_GEMM_WIDE heuristic candidates plus split-K variants (2, 4, 8, 16 ranges, reduced out of place
+ * in the workspace: deterministic) of each that cublasLtMatmulAlgoCheck accepts.
  * Not thread-safe: one gemm context per model, used by its forward thread. */
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +36,9 @@
 
 #define VR_GEMM_CACHE 1024
 #define VR_GEMM_XCACHE 256 /* exact-size plans: their own cache, so they never evict bucket plans */
-#define VR_GEMM_CANDIDATES 12
+#define VR_GEMM_CANDIDATES 12 /* the heuristic's */
+#define VR_GEMM_WIDE 24       /* the heuristic's with split-K variants on */
+#define VR_GEMM_MAX_ALGOS 64  /* with the split-K variants */
 
 typedef struct vr_gemm_plan {
   int used; /* 0 free, 1 a plan, 2 (exact cache) no algorithm for this key */
@@ -42,7 +50,10 @@ typedef struct vr_gemm_plan {
   cublasLtMatmulDesc_t desc;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulAlgo_t algo; /* the one in use */
-  cublasLtMatmulAlgo_t cand[VR_GEMM_CANDIDATES];
+  cublasLtMatmulAlgo_t cand[VR_GEMM_MAX_ALGOS];
+  int cand_split[VR_GEMM_MAX_ALGOS]; /* its split-K ranges (1: none, 0: unknown) */
+  int algo_split;                    /* algo's split-K ranges (cand_split of the choice) */
+  float tuned_us;                    /* the choice's median time when tuned by timing, else 0 */
 } vr_gemm_plan_t;
 
 struct vr_cuda_gemm {
@@ -52,6 +63,9 @@ struct vr_cuda_gemm {
   uint64_t plans_created, plans_tuned;
   int tuning;
   int plan_T; /* > 0: exact-size mode, see vr_cuda_gemm_set_plan_rows */
+  void *flush; /* tuning options: vr_cuda_gemm_set_tune_opts */
+  size_t flush_bytes;
+  int splitk;
   cudaEvent_t ev0, ev1;
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
   vr_gemm_plan_t xcache[VR_GEMM_XCACHE];
@@ -73,6 +87,44 @@ static void plan_destroy(vr_gemm_plan_t *p) {
   lt_try(cublasLtMatrixLayoutDestroy(p->lc), "cublasLtMatrixLayoutDestroy");
   lt_try(cublasLtMatmulDescDestroy(p->desc), "cublasLtMatmulDescDestroy");
   p->used = 0;
+}
+
+/* The split-K ranges an algorithm is configured with (0 when cuBLASLt does not say). */
+static int split_of(const cublasLtMatmulAlgo_t *a) {
+  int32_t v = 0;
+  size_t w = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &v, sizeof(v), &w) !=
+      CUBLAS_STATUS_SUCCESS)
+    return 0;
+  return v;
+}
+
+/* Appends to p's candidates the split-K variants of its heuristic ones that the algorithm check
+ * accepts within the workspace, without duplicates (up to VR_GEMM_MAX_ALGOS). */
+static void add_splitk(vr_cuda_gemm_t *g, vr_gemm_plan_t *p) {
+  static const int32_t splits[] = {2, 4, 8, 16};
+  const int n0 = p->n_algos;
+  for (int i = 0; i < n0; ++i)
+    for (size_t k = 0; k < sizeof(splits) / sizeof(splits[0]) && p->n_algos < VR_GEMM_MAX_ALGOS; ++k) {
+      cublasLtMatmulAlgo_t a = p->cand[i];
+      const uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits[k], sizeof(splits[k])) !=
+              CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigSetAttribute(&a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof(red)) !=
+              CUBLAS_STATUS_SUCCESS)
+        continue;
+      cublasLtMatmulHeuristicResult_t chk;
+      if (cublasLtMatmulAlgoCheck(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, &a, &chk) != CUBLAS_STATUS_SUCCESS ||
+          chk.workspaceSize > g->workspace_bytes)
+        continue;
+      int dup = 0;
+      for (int j = 0; j < p->n_algos && !dup; ++j) dup = !memcmp(&p->cand[j], &a, sizeof(a));
+      if (dup) continue;
+      p->cand_split[p->n_algos] = splits[k];
+      p->cand[p->n_algos++] = a;
+    }
+  vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d: %d heuristic candidates + %d split-K variants", p->T, p->N, p->K, n0,
+         p->n_algos - n0);
 }
 
 /* Builds desc + layouts; with_bias selects the BIAS epilogue (GELU_BIAS when p->gelu).
@@ -106,10 +158,10 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int e
   VR_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = g->workspace_bytes;
   VR_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-  cublasLtMatmulHeuristicResult_t res[VR_GEMM_CANDIDATES];
+  cublasLtMatmulHeuristicResult_t res[VR_GEMM_WIDE];
   int n = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, VR_GEMM_CANDIDATES, res, &n);
+  const int want = g->splitk && !exact ? VR_GEMM_WIDE : VR_GEMM_CANDIDATES;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, want, res, &n);
   lt_try(cublasLtMatmulPreferenceDestroy(pref), "cublasLtMatmulPreferenceDestroy");
   g->plans_created++;
   if (st != CUBLAS_STATUS_SUCCESS || n < 1) {
@@ -123,7 +175,11 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int e
     plan_destroy(p);
     return 0;
   }
+  for (int i = 0; i < p->n_algos; ++i) p->cand_split[i] = split_of(&p->cand[i]);
+  if (g->splitk && !exact) add_splitk(g, p);
   p->algo = p->cand[0];
+  p->algo_split = p->cand_split[0];
+  p->tuned_us = 0.f;
   p->tuned = p->n_algos == 1;
   if (exact) {
     /* exact-size mode: the heuristic's first choice for this size, never tuned (it beat the
@@ -158,6 +214,11 @@ extern "C" int vr_cuda_gemm_init(vr_cuda_gemm_t **out, size_t workspace_bytes) {
 }
 
 extern "C" void vr_cuda_gemm_set_tuning(vr_cuda_gemm_t *g, int on) { g->tuning = on; }
+extern "C" void vr_cuda_gemm_set_tune_opts(vr_cuda_gemm_t *g, void *flush, size_t flush_bytes, int splitk) {
+  g->flush = flush_bytes ? flush : NULL;
+  g->flush_bytes = flush ? flush_bytes : 0;
+  g->splitk = splitk != 0;
+}
 extern "C" uint64_t vr_cuda_gemm_plans_tuned(const vr_cuda_gemm_t *g) { return g->plans_tuned; }
 
 extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
@@ -172,6 +233,22 @@ extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
 }
 
 extern "C" uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g) { return g->plans_created; }
+
+extern "C" size_t vr_cuda_gemm_report(const vr_cuda_gemm_t *g, int T, char *buf, size_t n) {
+  size_t len = 0;
+  if (n) buf[0] = 0;
+  for (int i = 0; i < VR_GEMM_CACHE; ++i) {
+    const vr_gemm_plan_t *p = &g->cache[i];
+    if (p->used != 1 || p->T != T || p->tuned_us <= 0.f) continue;
+    char line[160];
+    const int k = snprintf(line, sizeof line, "  gemm M=%d N=%d K=%d%s: %d candidates, split-K %d, %.1f us%s\n", p->T,
+                           p->N, p->K, p->beta1 ? " +=" : "", p->n_algos, p->algo_split, p->tuned_us,
+                           g->flush ? " (timed from HBM)" : " (timed hot)");
+    if (k > 0 && len + (size_t)k < n) memcpy(buf + len, line, (size_t)k + 1);
+    if (k > 0) len += (size_t)k;
+  }
+  return len;
+}
 extern "C" size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g) { return g->workspace_bytes; }
 
 /* exact 0: a bucket plan (cache). exact 1: an exact-size forward's plan (xcache) on the
@@ -250,6 +327,7 @@ static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void 
     float t[3];
     int ok = 1;
     for (int r = 0; r < 3 && ok; ++r) {
+      if (g->flush) VR_CUDA_CHECK(cudaMemsetAsync(g->flush, r + 1, g->flush_bytes, s)); /* operands from HBM */
       VR_CUDA_CHECK(cudaEventRecord(g->ev0, s));
       ok = run_algo(g, p, &p->cand[i], D, C, A, W, beta, s) == CUBLAS_STATUS_SUCCESS;
       VR_CUDA_CHECK(cudaEventRecord(g->ev1, s));
@@ -263,10 +341,13 @@ static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void 
   }
   VR_CUDA_CHECK(cudaGetLastError());
   p->algo = p->cand[best_i];
+  p->algo_split = p->cand_split[best_i];
+  p->tuned_us = best * 1e3f;
   p->tuned = 1;
   g->plans_tuned++;
-  vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d%s%s: candidate %d of %d, %.1f us", p->T, p->N, p->K,
-         p->gelu ? " gelu" : "", p->beta1 ? " +=" : "", best_i, p->n_algos, best * 1e3f);
+  vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d%s%s: candidate %d of %d (split-K %d), %.1f us%s", p->T, p->N, p->K,
+         p->gelu ? " gelu" : "", p->beta1 ? " +=" : "", best_i, p->n_algos, p->cand_split[best_i], best * 1e3f,
+         g->flush ? " from HBM" : "");
 }
 
 extern "C" void vr_cuda_gemm(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A,

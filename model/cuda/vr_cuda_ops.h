@@ -200,9 +200,19 @@ void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);
 /* While on, a plan's first call outside stream capture times the heuristic's candidates on
  * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). */
 void vr_cuda_gemm_set_tuning(vr_cuda_gemm_t *g, int on);
+/* Tuning options (default: none). flush (device memory of flush_bytes, owned by the caller, whose
+ * contents the tuning overwrites; NULL or 0 bytes: off) is written before every timed run, so the
+ * candidates are timed with their operands in HBM rather than in L2: give it about twice the L2
+ * size. splitk 1 widens the search of the bucket plans built from now on: twice the heuristic's
+ * candidates plus their split-K variants (the exact-size plans keep the heuristic's first choice). */
+void vr_cuda_gemm_set_tune_opts(vr_cuda_gemm_t *g, void *flush, size_t flush_bytes, int splitk);
 uint64_t vr_cuda_gemm_plans_tuned(const vr_cuda_gemm_t *g);
 /* Plans created so far (heuristic queries), for tests and logs. */
 uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g);
+/* The tuned (timed) bucket plans of T rows, one line each ("  gemm M= N= K=: candidates, split-K,
+ * time"), into buf (n bytes, NUL-terminated, truncated at a line); returns the length the whole
+ * report needs. */
+size_t vr_cuda_gemm_report(const vr_cuda_gemm_t *g, int T, char *buf, size_t n);
 size_t vr_cuda_gemm_workspace_bytes(const vr_cuda_gemm_t *g);
 
 #ifdef __cplusplus

@@ -19,9 +19,12 @@
  *   --variants F[:PART][,...] runs the whole measurement once per item on a fresh engine over the
  *   same model: F 1/0 the sampler inside the decode graph or after it (vr_cuda_roll_fuse_sample),
  *   PART the attention partition length (vr_cuda_roll_set_part; 0 or left out: the engine's
- *   choice). Default: "1", the engine's defaults. The JSON file gets one line per variant.
+ *   choice), KNOBS (left out: the engine's defaults) a bit mask: 1 the GEMM candidates timed with
+ *   their operands from HBM, 2 split-K candidates (vr_cuda_roll_set_tuning), 4 greedy rows sampled
+ *   over several blocks (vr_cuda_roll_split_sample). Default: "1", the engine's defaults. The JSON
+ *   file gets one line per variant.
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
- *        [--n R] [--temperature T] [--skinny] [--variants LIST] [--json FILE]. Exit code 0, or 1 on
+ *        [--n R] [--temperature T] [--skinny] [--variants F[:PART[:KNOBS]],...] [--json FILE]. Exit code 0, or 1 on
  *        any error, 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -77,9 +80,9 @@ typedef struct {
   const uint32_t *cu;
 } bench_t;
 
-/* One measurement on a fresh engine: fuse (1/0) and part (0: the engine's) set before the first
- * generate. 0 or 1 (an error). */
-static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, FILE *jf) {
+/* One measurement on a fresh engine: fuse (1/0), part (0: the engine's) and knobs (-1: the engine's;
+ * else the --variants bit mask) set before the first generate. 0 or 1 (an error). */
+static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int knobs, FILE *jf) {
   const shape_t *sh = bn->sh;
   const int P = bn->P, Lp = bn->Lp, N = bn->N, R = bn->R, skinny = bn->skinny;
   const float temp = bn->temp;
@@ -102,6 +105,10 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, FILE
   void *st = vr_rollout_backend_state(r);
   vr_cuda_roll_use_skinny(st, skinny);
   vr_cuda_roll_fuse_sample(st, fuse);
+  if (knobs >= 0) {
+    vr_cuda_roll_set_tuning(st, knobs & 1, (knobs >> 1) & 1);
+    vr_cuda_roll_split_sample(st, (knobs >> 2) & 1);
+  }
   if (part && vr_cuda_roll_set_part(st, part)) {
     fprintf(stderr, "attention partition %d refused\n", part);
     return 1;
@@ -149,9 +156,9 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, FILE
   const double mean_ctx = Lp + (N + 1) / 2.0;
   const double step_bytes = (double)wb + (double)P * R * mean_ctx * kv_tok; /* every sequence reads its whole context */
   const double ideal_ms = step_bytes / rate * 1e3;
-  printf("%s [sampler in graph %d, attention part %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
+  printf("%s [sampler in graph %d, attention part %d, knobs %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
          "skinny GEMMs %s): %llu tokens in %.3f s = %.0f tokens/s (peak %u blocks, %llu copy-on-write copies)\n",
-         sh->name, fuse, part, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp, skinny ? "allowed" : "off",
+         sh->name, fuse, part, knobs, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp, skinny ? "allowed" : "off",
          (unsigned long long)gen, wall, tps, s->peak_blocks, (unsigned long long)s->cow_copies);
   printf("  prefill + first token %.1f ms (%llu prefill calls); decode %llu steps, %.3f ms/step end to end "
          "((generate - prefill run) / steps; host time in decode() %.3f ms/step)\n",
@@ -178,14 +185,14 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, FILE
     FILE *f = jf;
     if (f) {
       fprintf(f,
-              "{\"shape\": \"%s\", \"fuse_sample\": %d, \"part\": %d, \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, \"skinny\": %d, "
+              "{\"shape\": \"%s\", \"fuse_sample\": %d, \"part\": %d, \"knobs\": %d, \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, \"skinny\": %d, "
               "\"prompt_len\": %d, \"new_tokens\": %d, "
               "\"tokens\": %llu, \"wall_s\": %.4f, \"tokens_per_s\": %.1f, \"prefill_ms\": %.3f, \"decode_steps\": %llu, "
               "\"step_ms\": %.4f, \"step_bytes\": %.0f, \"copy_rate_gbs\": %.1f, \"ideal_step_ms\": %.4f, "
               "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
               "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
               "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f}\n",
-              sh->name, fuse, part, m.n, P, R, temp, skinny, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
+              sh->name, fuse, part, knobs, m.n, P, R, temp, skinny, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
               host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
     }
@@ -258,14 +265,15 @@ int main(int argc, char **argv) {
   }
   int rc = 0;
   for (const char *v = variants; v && *v && !rc;) {
-    int fuse = 1, part = 0, used = 0, more = 0;
+    int fuse = 1, part = 0, knobs = -1, used = 0, more = 0;
     if (sscanf(v, "%d%n", &fuse, &used) != 1) {
-      fprintf(stderr, "bad --variants item at \"%s\" (F[:PART])\n", v);
+      fprintf(stderr, "bad --variants item at \"%s\" (F[:PART[:KNOBS]])\n", v);
       rc = 1;
       break;
     }
     if (v[used] == ':' && sscanf(v + used, ":%d%n", &part, &more) == 1) used += more;
-    rc = run_variant(&bn, &m, fuse, part, jf);
+    if (v[used] == ':' && sscanf(v + used, ":%d%n", &knobs, &more) == 1) used += more;
+    rc = run_variant(&bn, &m, fuse, part, knobs, jf);
     v += used;
     if (*v == ',') ++v;
   }

@@ -9,6 +9,8 @@
 #   X   cuda_rollout_bench's other workloads on llama-1b: 8 prompts x 8 responses (prefix sharing,
 #       sampled at T 1), 16 prompts of 4096 tokens; and the 64 x 128 run with the skinny GEMM allowed
 #   H   transformers generate on the same shapes, dynamic and static cache (HF_SHAPES, HF_CACHES)
+#   P   nsys (when installed): the kernels of a llama-1b run of 64 new tokens, graph nodes traced,
+#       summed per kernel name into $OUT/kern_sum.csv (the report itself stays in /tmp)
 # (default: T, B, H, in that order; X when named).
 set -u
 OUT=${OUT:-/tmp/vr-rollout-out}
@@ -44,5 +46,16 @@ if [[ $PART == *H* ]]; then
   PYTHONUNBUFFERED=1 timeout ${HF_TIMEOUT:-240} python3 rollout_bench_hf.py --shapes ${HF_SHAPES:-llama-1b,qwen2-0.5b} \
     --caches ${HF_CACHES:-dynamic,static} --json $OUT/hf.json > $OUT/hf.log 2>&1
   echo "transformers rc=$? ($((SECONDS-t0))s)"; grep -vi "warn" $OUT/hf.log | tail -8
+fi
+if [[ $PART == *P* ]]; then
+  if command -v nsys > /dev/null; then
+    timeout ${PROF_TIMEOUT:-90} nsys profile --cuda-graph-trace=node -o /tmp/vr_roll_prof --force-overwrite true \
+      bin/cuda_rollout_bench --shape llama-1b --new 64 > $OUT/prof_run.log 2>&1
+    echo "nsys rc=$? ($((SECONDS-t0))s)"
+    nsys stats --report cuda_gpu_kern_sum --format csv -o /tmp/vr_roll_prof /tmp/vr_roll_prof.nsys-rep > /dev/null 2>&1
+    cp /tmp/vr_roll_prof_cuda_gpu_kern_sum.csv $OUT/kern_sum.csv 2>/dev/null && head -25 $OUT/kern_sum.csv | cut -c1-220
+  else
+    echo "nsys: not installed"
+  fi
 fi
 echo "total $((SECONDS-t0))s"

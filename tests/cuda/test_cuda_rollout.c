@@ -392,7 +392,9 @@ static void test_skinny_gemm(int M, int N, int K, int out_f32, int with_bias, in
  * on both, so a token the CPU dropped is always a failure; another kept token is one unless the
  * CPU's own numbers put the draw within 1e-6 of a boundary of the cumulative distribution
  * (double sums in another order): those are counted and must stay rare. Some draws again, alone
- * (another batch position and size): the same result. */
+ * (another batch position and size): the same result. Twice: one block per row, then greedy rows
+ * over several blocks (vr_cuda_roll_sample_ws), which must give the first run's tokens and its
+ * log-probs within 1e-5. */
 static void check_sample(const char *what, const float *l, int V, int n_rows, const vr_sample_req_t *rq, int B) {
   vr_cuda_roll_sample_row_t *pr = calloc(B, sizeof *pr);
   for (int b = 0; b < B; ++b)
@@ -402,62 +404,77 @@ static void check_sample(const char *what, const float *l, int V, int n_rows, co
   vr_cuda_roll_sample_row_t *pr_d = todev(pr, sizeof *pr * B);
   int32_t *tok_d = dalloc(4 * (size_t)B);
   float *lp_d = dalloc(4 * (size_t)B);
-  vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d, B, V, 0);
-  int32_t *tok = malloc(4 * (size_t)B);
-  float *lp = malloc(4 * (size_t)B);
-  tohost(tok, tok_d, 4 * (size_t)B);
-  tohost(lp, lp_d, 4 * (size_t)B);
-  int32_t one;
-  int batch_dep = 0;
-  for (int b = 0; b < B; b += 37) {
-    vr_cuda_roll_sample(tok_d, lp_d, l_d, pr_d + b, 1, V, 0);
-    tohost(&one, tok_d, 4);
-    batch_dep += one != tok[b];
-  }
+  void *sws_d = dalloc(vr_cuda_roll_sample_ws_bytes(B, V));
+  int32_t *tok = malloc(4 * (size_t)B), *tok1 = malloc(4 * (size_t)B);
+  float *lp = malloc(4 * (size_t)B), *lp1 = malloc(4 * (size_t)B);
   void *ws = malloc(VR_SAMPLE_SCRATCH_BYTES(V));
   double *probs = malloc(sizeof(double) * V);
-  int mism = 0, edge = 0, nonfinite_ok = 0, nonfinite_rows = 0;
-  double maxlp = 0;
-  for (int b = 0; b < B; ++b) {
-    const float *row = l + (size_t)rq[b].row * V;
-    int32_t ht;
-    float hlp;
-    const int rc = vr_sample_row(row, V, &rq[b].p, rq[b].key, rq[b].stream, rq[b].position, ws, &ht, &hlp);
-    if (rc != 0) { /* non-finite row: the GPU says so with token -1 */
-      ++nonfinite_rows;
-      nonfinite_ok += tok[b] == -1 && isnan(lp[b]);
-      continue;
+  for (int split = 0; split < 2; ++split) {
+    void *sws = split ? sws_d : NULL;
+    vr_cuda_roll_sample_ws(tok_d, lp_d, l_d, pr_d, B, V, sws, 0);
+    tohost(tok, tok_d, 4 * (size_t)B);
+    tohost(lp, lp_d, 4 * (size_t)B);
+    int32_t one;
+    int batch_dep = 0, vs_one = 0;
+    for (int b = 0; b < B; b += 37) {
+      vr_cuda_roll_sample_ws(tok_d, lp_d, l_d, pr_d + b, 1, V, sws, 0);
+      tohost(&one, tok_d, 4);
+      batch_dep += one != tok[b];
     }
-    if (ht != tok[b]) {
-      int is_edge = 0, kept = 0;
-      vr_sample_probs(row, V, &rq[b].p, ws, probs);
-      for (int i = 0; i < V; ++i) kept += probs[i] > 0;
-      if (tok[b] >= 0 && tok[b] < V && probs[tok[b]] > 0) {
-        double before = 0;
-        for (int i = 0; i < tok[b]; ++i) before += probs[i];
-        is_edge = fabs(before - pr[b].u) < 1e-6 || fabs(before + probs[tok[b]] - pr[b].u) < 1e-6;
-      }
-      if (is_edge) ++edge;
-      else {
-        if (mism < 5)
-          printf("     draw %d, row %u (T %.2f k %d p %.6g u %.6f): gpu %d host %d (host keeps %d%s)\n", b, rq[b].row,
-                 rq[b].p.temperature, rq[b].p.top_k, rq[b].p.top_p, pr[b].u, tok[b], ht, kept,
-                 tok[b] >= 0 && tok[b] < V && probs[tok[b]] > 0 ? "" : ", not the gpu's token");
-        ++mism;
-      }
-      continue;
+    if (!split) {
+      memcpy(tok1, tok, 4 * (size_t)B);
+      memcpy(lp1, lp, 4 * (size_t)B);
     }
-    const double d = fabs((double)hlp - lp[b]);
-    if (!(d <= maxlp)) maxlp = d; /* NaN propagates into the check below */
+    for (int b = 0; b < B; ++b)
+      vs_one += tok[b] != tok1[b] || !(fabsf(lp[b] - lp1[b]) <= 1e-5f || (isnan(lp[b]) && isnan(lp1[b])));
+    int mism = 0, edge = 0, nonfinite_ok = 0, nonfinite_rows = 0;
+    double maxlp = 0;
+    for (int b = 0; b < B; ++b) {
+      const float *row = l + (size_t)rq[b].row * V;
+      int32_t ht;
+      float hlp;
+      const int rc = vr_sample_row(row, V, &rq[b].p, rq[b].key, rq[b].stream, rq[b].position, ws, &ht, &hlp);
+      if (rc != 0) { /* non-finite row: the GPU says so with token -1 */
+        ++nonfinite_rows;
+        nonfinite_ok += tok[b] == -1 && isnan(lp[b]);
+        continue;
+      }
+      if (ht != tok[b]) {
+        int is_edge = 0, kept = 0;
+        vr_sample_probs(row, V, &rq[b].p, ws, probs);
+        for (int i = 0; i < V; ++i) kept += probs[i] > 0;
+        if (tok[b] >= 0 && tok[b] < V && probs[tok[b]] > 0) {
+          double before = 0;
+          for (int i = 0; i < tok[b]; ++i) before += probs[i];
+          is_edge = fabs(before - pr[b].u) < 1e-6 || fabs(before + probs[tok[b]] - pr[b].u) < 1e-6;
+        }
+        if (is_edge) ++edge;
+        else {
+          if (mism < 5)
+            printf("     draw %d, row %u (T %.2f k %d p %.6g u %.6f): gpu %d host %d (host keeps %d%s)\n", b, rq[b].row,
+                   rq[b].p.temperature, rq[b].p.top_k, rq[b].p.top_p, pr[b].u, tok[b], ht, kept,
+                   tok[b] >= 0 && tok[b] < V && probs[tok[b]] > 0 ? "" : ", not the gpu's token");
+          ++mism;
+        }
+        continue;
+      }
+      const double d = fabs((double)hlp - lp[b]);
+      if (!(d <= maxlp)) maxlp = d; /* NaN propagates into the check below */
+    }
+    report(mism == 0 && batch_dep == 0 && vs_one == 0 && maxlp < 1e-4 && edge <= B / 100 + 1 &&
+               nonfinite_ok == nonfinite_rows,
+           "sample %s V %d draws %d%s vs vr_sample_row: token mismatches %d (within 1e-6 of a boundary %d), logprob "
+           "maxabs %.2e, batch-dependent %d, non-finite rows flagged %d/%d, differing from one block per row %d",
+           what, V, B, split ? " (greedy rows over blocks)" : "", mism, edge, maxlp, batch_dep, nonfinite_ok,
+           nonfinite_rows, vs_one);
   }
-  report(mism == 0 && batch_dep == 0 && maxlp < 1e-4 && edge <= B / 100 + 1 && nonfinite_ok == nonfinite_rows,
-         "sample %s V %d draws %d vs vr_sample_row: token mismatches %d (within 1e-6 of a boundary %d), logprob "
-         "maxabs %.2e, batch-dependent %d, non-finite rows flagged %d/%d",
-         what, V, B, mism, edge, maxlp, batch_dep, nonfinite_ok, nonfinite_rows);
   free(ws);
   free(probs);
   free(tok);
   free(lp);
+  free(tok1);
+  free(lp1);
+  CK(cudaFree(sws_d));
   free(pr);
   CK(cudaFree(l_d));
   CK(cudaFree(pr_d));

@@ -13,6 +13,8 @@
  *    seed) and on rows like test_cuda_rollout's random ones. With V <= 1024 every range is one id,
  *    so the kernel adds in the CPU's order and the tokens must be equal; for larger V only draws
  *    within 1e-6 of a boundary of the cumulative distribution may differ;
+ *  - greedy rows as vr_cuda_roll_sample_ws splits them (chunks of 8192 ids, each its maximum and
+ *    lowest argmax, merged by value then id): the one-block kernel's token on every greedy draw;
  *  - the ends of the inverse CDF (u = 0, u within 2^-45 of 1) on rows with -inf heads and tails:
  *    never a token of weight 0.
  * The transcription must follow the kernel: change both together. Inputs from fixed seeds
@@ -168,6 +170,24 @@ static int emu_roll_sample(const float *l, int V, float temperature, int top_k, 
   return found == 0x7fffffff ? last : found;
 }
 
+/* Greedy rows over blocks (k_roll_greedy_part + greedy_merge): -1 for a row holding NaN / +Inf or
+ * only -inf, else the lowest id among the maxima. */
+enum { EMU_PCH = 8192 };
+static int emu_greedy_chunks(const float *l, int V) {
+  float m = -INFINITY;
+  int am = 0x7fffffff;
+  for (int c0 = 0; c0 < V; c0 += EMU_PCH) {
+    float mc = -INFINITY;
+    int ac = 0x7fffffff;
+    for (int i = c0; i < V && i < c0 + EMU_PCH; ++i) {
+      if (isnan(l[i]) || l[i] == INFINITY) return -1;
+      if (l[i] > mc) mc = l[i], ac = i;
+    }
+    if (mc > m || (mc == m && ac < am)) m = mc, am = ac;
+  }
+  return m == -INFINITY ? -1 : am;
+}
+
 /* ---- helpers ------------------------------------------------------------------------------------- */
 
 /* 1 when u lies within 1e-6 of a boundary of the cumulative distribution next to token a or b. */
@@ -194,6 +214,11 @@ static void compare_draw(const float *l, int V, const vr_sample_req_t *q, void *
   const double u = vr_sample_uniform(q->key, q->stream, q->position);
   const int g = emu_roll_sample(l, V, q->p.temperature, q->p.top_k, q->p.top_p, u, ews);
   c->draws++;
+  if (q->p.temperature == 0.f && emu_greedy_chunks(l, V) != g) {
+    printf("  %s row %d: greedy over chunks %d, one block %d\n", what, r, emu_greedy_chunks(l, V), g);
+    c->differ++;
+    return;
+  }
   if (rc != 0) {
     if (g != -1) {
       printf("  %s row %d: non-finite, emulated kernel %d\n", what, r, g);
@@ -412,6 +437,46 @@ static void test_kernel_u_ends(void **st) {
   assert_int_equal(bad, 0);
 }
 
+/* Greedy over chunks on Qwen2's vocabulary with the maxima placed across chunk boundaries: equal
+ * maxima in two chunks (the lower id wins), a row of one value, a -inf row, a NaN in the last chunk,
+ * a larger value in a later chunk; each against vr_sample_row's greedy token. */
+static void test_greedy_chunks(void **st) {
+  (void)st;
+  enum { V = 151936 };
+  float *l = malloc(sizeof(float) * V);
+  void *ws = malloc(VR_SAMPLE_SCRATCH_BYTES(V));
+  const vr_sample_params_t p = {0.f, 0, 1.f};
+  static const int places[][2] = {{8191, 8192}, {8192, 8191}, {20000, 9000}, {151935, 0}, {16384, 16383}};
+  for (int k = 0; k < 9; ++k) {
+    for (int i = 0; i < V; ++i) l[i] = (float)((i * 37) % 1001) * 1e-3f - 0.5f;
+    int want;
+    if (k < 5) {
+      l[places[k][0]] = l[places[k][1]] = 3.f;
+      want = places[k][0] < places[k][1] ? places[k][0] : places[k][1];
+    } else if (k == 5) {
+      for (int i = 0; i < V; ++i) l[i] = 1.f;
+      want = 0;
+    } else if (k == 6) {
+      for (int i = 0; i < V; ++i) l[i] = -INFINITY;
+      want = -1;
+    } else if (k == 7) {
+      l[V - 5] = NAN;
+      want = -1;
+    } else {
+      l[9000] = 3.f, l[140000] = 3.5f;
+      want = 140000;
+    }
+    int32_t ht = -1;
+    float hlp;
+    const int rc = vr_sample_row(l, V, &p, 1, 0, 0, ws, &ht, &hlp);
+    assert_int_equal(emu_greedy_chunks(l, V), want);
+    if (want >= 0) assert_int_equal(rc == 0 ? ht : -2, want);
+    else assert_true(rc != 0);
+  }
+  free(l);
+  free(ws);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_tie_cut_hand),
@@ -419,6 +484,7 @@ int main(void) {
       cmocka_unit_test(test_kernel_tied_rows),
       cmocka_unit_test(test_kernel_random_rows),
       cmocka_unit_test(test_kernel_u_ends),
+      cmocka_unit_test(test_greedy_chunks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

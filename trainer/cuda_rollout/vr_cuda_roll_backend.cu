@@ -86,6 +86,12 @@ typedef struct rcu {
   vr_cuda_roll_sample_row_t *srow_h, *srow_d;
   int32_t *sout_h, *sout_d;
   int fuse_sample;
+  void *sws;        /* the multi-block greedy sampler's chunks (vr_cuda_roll_sample_ws) */
+  int split_sample; /* 1: greedy rows over several blocks (sws); 0: one block per row */
+  /* decode GEMM tuning (vr_cuda_roll_set_tuning): operands from HBM while timed, split-K variants */
+  int tune_cold, tune_splitk;
+  void *flush;
+  size_t flush_bytes;
 
   int32_t *stok_h, *stok_d;
   float *slp_h, *slp_d;
@@ -186,6 +192,12 @@ static void rcu_add_bucket(rcu_t *st, int B) {
   rcu_set_part(st, b, 0);
 }
 
+/* The gemm context's tuning options from tune_cold / tune_splitk (cold without a flush buffer: hot). */
+static void rcu_apply_tuning(rcu_t *st) {
+  vr_cuda_gemm_set_tune_opts(st->gemm, st->tune_cold ? st->flush : NULL, st->tune_cold ? st->flush_bytes : 0,
+                             st->tune_splitk);
+}
+
 static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt, int device_index, void **state,
                     uint32_t *num_blocks) {
   *state = NULL;
@@ -213,6 +225,9 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->use_graphs = 1;
   st->use_skinny = 0; /* measured slower than cuBLASLt on every decode shape (docs/benchmarks.md) */
   st->fuse_sample = 1;
+  st->split_sample = 1;
+  st->tune_cold = 0;   /* opt-in: see vr_cuda_roll_set_tuning */
+  st->tune_splitk = 0;
   int rc = 0;
 #define TRY(call)                        \
   do {                                   \
@@ -311,6 +326,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   DA(st->stok_d, int32_t, S * 64, dev_work_bytes);
   DA(st->slp_d, float, S * 64, dev_work_bytes);
   DA(st->sout_d, int32_t, 2 * S, dev_work_bytes);
+  DA(st->sws, double, vr_cuda_roll_sample_ws_bytes((int)(S * 64), (int)V) / sizeof(double) + 1, dev_work_bytes);
   for (int k = 0; k < 2; ++k) DA(st->stage_d[k], float, RCU_STAGE_FLOATS, dev_work_bytes);
   { /* the skinny GEMM: split-K partials, and an output to check it against cuBLASLt at warm-up */
     const size_t m = S < VR_ROLL_GEMM_MAX_M ? S : VR_ROLL_GEMM_MAX_M;
@@ -345,6 +361,17 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   TRY(cudaEventCreate(&st->dec_ev1));
   TRY(cudaEventCreate(&st->sg_ev0));
   TRY(cudaEventCreate(&st->sg_ev1));
+  { /* the GEMM tuning's flush buffer: the gate/up output rows past the largest decode bucket, which
+     * no decode step uses (rows < S), when they span at least the L2 (at most twice it) */
+    int l2 = 0;
+    TRY(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device_index));
+    const size_t spare = (WT - S) * 2 * F * sizeof(uint16_t);
+    if (l2 > 0 && spare >= (size_t)l2) {
+      st->flush = st->mlp + S * 2 * F;
+      st->flush_bytes = spare < 2 * (size_t)l2 ? spare : 2 * (size_t)l2;
+    }
+    rcu_apply_tuning(st);
+  }
   TRY(cudaMemcpyAsync(st->inv_freq, c->rope_inv_freq, (size_t)(D / 2) * sizeof(float), cudaMemcpyHostToDevice, st->s));
   TRY(cudaMemsetAsync(st->kpool, 0, Lc * st->layer_elems * 2, st->s));
   TRY(cudaMemsetAsync(st->vpool, 0, Lc * st->layer_elems * 2, st->s));
@@ -678,9 +705,9 @@ static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b) {
   rcu_trunk(st, b->B, RCU_ATTN_DECODE, b->part, b->max_parts, 0);
   rcu_head(st, st->x, b->B);
   if (b->sample && !(st->skip & RCU_SKIP_HEAD))
-    vr_cuda_roll_sample(st->sout_d, reinterpret_cast<float *>(st->sout_d + b->B), st->logits,
-                        reinterpret_cast<const vr_cuda_roll_sample_row_t *>(st->meta_d + st->lay.srow), b->B, st->V,
-                        st->s);
+    vr_cuda_roll_sample_ws(st->sout_d, reinterpret_cast<float *>(st->sout_d + b->B), st->logits,
+                           reinterpret_cast<const vr_cuda_roll_sample_row_t *>(st->meta_d + st->lay.srow), b->B, st->V,
+                           st->split_sample ? st->sws : NULL, st->s);
   st->in_decode = 0;
 }
 
@@ -906,6 +933,15 @@ extern "C" void vr_cuda_roll_use_skinny(void *state, int on) { ((rcu_t *)state)-
 
 extern "C" void vr_cuda_roll_fuse_sample(void *state, int on) { ((rcu_t *)state)->fuse_sample = on != 0; }
 
+extern "C" void vr_cuda_roll_split_sample(void *state, int on) { ((rcu_t *)state)->split_sample = on != 0; }
+
+extern "C" void vr_cuda_roll_set_tuning(void *state, int cold, int splitk) {
+  rcu_t *st = (rcu_t *)state;
+  st->tune_cold = cold != 0;
+  st->tune_splitk = splitk != 0;
+  rcu_apply_tuning(st);
+}
+
 extern "C" int vr_cuda_roll_set_part(void *state, int part) {
   rcu_t *st = (rcu_t *)state;
   if (part && (part < VR_ROLL_BLOCK || part > VR_ROLL_MAX_PART || part % VR_ROLL_BLOCK ||
@@ -931,6 +967,9 @@ extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
                            e->beta1 ? " +=" : "", e->lt_us, e->sg_us, e->splits ? "skinny" : "cuBLASLt", e->splits);
     if (w > 0) off += (size_t)w;
   }
+  for (int i = 0; i < st->n_buckets; ++i) /* cuBLASLt's timed choices per warm decode bucket */
+    if (st->buckets[i].warm)
+      off += vr_cuda_gemm_report(st->gemm, st->buckets[i].B, buf + (off < n ? off : n), off < n ? n - off : 0);
   return off;
 }
 
@@ -975,7 +1014,8 @@ static int rcu_sample(void *state, uint32_t n, const vr_sample_req_t *rows, int3
     }
     VR_CUDA_CHECK(cudaMemcpyAsync(st->srow_d, st->srow_h, k * sizeof(vr_cuda_roll_sample_row_t), cudaMemcpyHostToDevice,
                                   st->s));
-    vr_cuda_roll_sample(st->stok_d, st->slp_d, st->logits, st->srow_d, (int)k, st->V, st->s);
+    vr_cuda_roll_sample_ws(st->stok_d, st->slp_d, st->logits, st->srow_d, (int)k, st->V,
+                           st->split_sample ? st->sws : NULL, st->s);
     VR_CUDA_CHECK(cudaMemcpyAsync(st->stok_h, st->stok_d, k * sizeof(int32_t), cudaMemcpyDeviceToHost, st->s));
     VR_CUDA_CHECK(cudaMemcpyAsync(st->slp_h, st->slp_d, k * sizeof(float), cudaMemcpyDeviceToHost, st->s));
     VR_CUDA_CHECK(cudaStreamSynchronize(st->s));

@@ -20,7 +20,8 @@
  * model/cuda's varlen attention over the packed prompts, other batches (chunks after cached
  * context, recomputes) the paged attention with one row per new token; the LM head runs on each
  * sequence's last new token only.
- * sample: trainer/vr_sample.h's rule on the device (vr_cuda_roll_sample), the uniforms drawn on
+ * sample: trainer/vr_sample.h's rule on the device (vr_cuda_roll_sample_ws: greedy rows over several
+ * blocks unless vr_cuda_roll_split_sample(st, 0)), the uniforms drawn on
  * the host with vr_sample_uniform; decode_sample: a decode step whose graph ends with that sampler
  * (its rows in the metadata block, tokens and log-probs back in one copy).
  *
@@ -64,12 +65,26 @@ void vr_cuda_roll_use_skinny(void *state, int on);
  * as sample() does (three copies and a kernel outside it). Same results. Fixed per bucket at its
  * first step: call it before the first generate. */
 void vr_cuda_roll_fuse_sample(void *state, int on);
+/* Benchmarks: 1 (the default) spreads each greedy row of the sampler over several blocks
+ * (vr_cuda_roll_sample_ws: the same tokens, log-probs summed in another order); 0 one block per
+ * row. Fixed in a bucket's graph at its capture: call it before the first generate. */
+void vr_cuda_roll_split_sample(void *state, int on);
+/* Benchmarks: how a decode bucket's warm-up times the cuBLASLt candidates of its GEMMs (both 0 by
+ * default): cold 1 overwrites a flush buffer (the gate/up output rows past max_seqs, when they
+ * span the L2; else it times hot) before every timed run, so the weights come from HBM as in a
+ * step; splitk 1 widens the search (twice the heuristic's candidates and their split-K variants:
+ * vr_cuda_gemm_set_tune_opts). Off by default: with split-K variants two engines over the same
+ * weights pick different algorithms (so round differently) more often, which test_cuda_rollout's
+ * fresh-vs-updated engine check caught once (docs/benchmarks.md). Before the first generate
+ * (plans keep their candidates). */
+void vr_cuda_roll_set_tuning(void *state, int cold, int splitk);
 /* Benchmarks: every decode bucket's attention partition length (keys per block: a multiple of 16
  * in 16..512; 0: vr_cuda_roll_pick_part's choice, the default). Before the first generate only:
  * VR_ERR_INVAL once a bucket ran, for a bad length, or when the partials would not fit the scratch
  * sized at init. */
 int vr_cuda_roll_set_part(void *state, int part);
-/* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, skinny y us -> ..."),
+/* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, skinny y us -> ...",
+ * then cuBLASLt's timed choices of each warm bucket: vr_cuda_gemm_report),
  * into buf (n bytes, NUL-terminated, truncated); returns the length the whole report needs. */
 size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n);
 

@@ -125,6 +125,14 @@ typedef struct vr_cuda_roll_sample_row {
  * thread range then across ranges). */
 void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits, const vr_cuda_roll_sample_row_t *rows,
                          int n, int V, cudaStream_t s);
+/* The same with the greedy rows (temperature 0) spread over ceil(V / 8192) blocks each (one block
+ * per row leaves most multiprocessors idle at a decode batch), merged by the row's block: the same
+ * tokens (ties: the lowest id), log-probs summed in another order (within ~1e-7 of the one-block
+ * ones). ws: device scratch of vr_cuda_roll_sample_ws_bytes(n, V) bytes (8-byte aligned); NULL:
+ * vr_cuda_roll_sample. Results do not depend on the batch either. */
+size_t vr_cuda_roll_sample_ws_bytes(int n, int V);
+void vr_cuda_roll_sample_ws(int32_t *tokens, float *logprobs, const float *logits,
+                            const vr_cuda_roll_sample_row_t *rows, int n, int V, void *ws, cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
-/* vr_cuda_roll_sample.cu: trainer/vr_sample.h's sampling rule on the device, one block per row
- * (launcher contract in vr_cuda_roll_ops.h).
+/* vr_cuda_roll_sample.cu: trainer/vr_sample.h's sampling rule on the device, one block per row,
+ * greedy rows optionally over several blocks (launcher contract in vr_cuda_roll_ops.h).
  *
  * Per row, with z = l / T (float division, as the CPU):
  *   (A) finiteness, max and argmax of z (the lowest id among equal maxima);
@@ -117,14 +117,128 @@ __device__ uint32_t radix_kth(int V, int k, int top, Sel sel, Key keyf, smem_t &
   return prefix;
 }
 
+/* ---- greedy rows over several blocks (vr_cuda_roll_sample_ws) ----
+ * k_roll_greedy_part: block (c, b) does (A) and (B) of greedy row b over ids [c * PCH, (c + 1) * PCH)
+ * with its own maximum m_c: the chunk's max, lowest argmax, S_c = sum expf(z - m_c) (double), or
+ * am = PBAD when it holds NaN / +Inf. k_roll_sample then merges a greedy row's chunks in one warp:
+ * M = max m_c, the lowest argmax among the chunks at M, S = sum S_c * exp(m_c - M) (double, a fixed
+ * shuffle tree). The chunk count depends on V only, so a row's result does not depend on the batch. */
+#define PNT 256
+#define PCH 8192
+#define PBAD (-2)
+
+struct roll_part_t {
+  float m;
+  int am;
+  double s;
+};
+
+__device__ __forceinline__ void warp_argmax(float &v, int &ix) {
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+    const int i2 = __shfl_xor_sync(0xffffffffu, ix, o);
+    if (v2 > v || (v2 == v && i2 < ix)) v = v2, ix = i2;
+  }
+}
+
+__global__ void __launch_bounds__(PNT) k_roll_greedy_part(const float *logits, const vr_cuda_roll_sample_row_t *rows,
+                                                          int V, roll_part_t *parts) {
+  __shared__ float rv[PNT / 32];
+  __shared__ int ri[PNT / 32];
+  __shared__ double rd[PNT / 32];
+  const int c = blockIdx.x, b = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const vr_cuda_roll_sample_row_t prm = rows[b];
+  if (prm.temperature != 0.f) return;
+  const float *l = logits + (size_t)prm.row * V;
+  const int i0 = c * PCH, i1 = min(V, i0 + PCH);
+  const int vec = V % 4 == 0 && (reinterpret_cast<uintptr_t>(l) & 15u) == 0; /* i0 is a multiple of 4 */
+  float m = -INFINITY;
+  int am = 0x7fffffff, bad = 0;
+  if (vec) {
+    const float4 *l4 = reinterpret_cast<const float4 *>(l);
+    for (int i = i0 / 4 + tid; i < i1 / 4; i += PNT) {
+      const float4 q = l4[i];
+      const float v[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (isnan(v[e]) || v[e] == INFINITY) bad = 1;
+        if (v[e] > m) m = v[e], am = 4 * i + e;
+      }
+    }
+  } else {
+    for (int i = i0 + tid; i < i1; i += PNT) {
+      const float v = l[i];
+      if (isnan(v) || v == INFINITY) bad = 1;
+      if (v > m) m = v, am = i;
+    }
+  }
+  bad = __syncthreads_or(bad);
+  warp_argmax(m, am);
+  if (lane == 0) rv[warp] = m, ri[warp] = am;
+  __syncthreads();
+  m = lane < PNT / 32 ? rv[lane] : -INFINITY;
+  am = lane < PNT / 32 ? ri[lane] : 0x7fffffff;
+  warp_argmax(m, am);
+  double se = 0.0;
+  if (m > -INFINITY && !bad) {
+    if (vec) {
+      const float4 *l4 = reinterpret_cast<const float4 *>(l);
+      for (int i = i0 / 4 + tid; i < i1 / 4; i += PNT) {
+        const float4 q = l4[i];
+        se += (double)expf(q.x - m) + (double)expf(q.y - m) + (double)expf(q.z - m) + (double)expf(q.w - m);
+      }
+    } else {
+      for (int i = i0 + tid; i < i1; i += PNT) se += (double)expf(l[i] - m);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) se += __shfl_xor_sync(0xffffffffu, se, o);
+  if (lane == 0) rd[warp] = se;
+  __syncthreads();
+  if (tid == 0) {
+    double t = 0.0;
+    for (int w = 0; w < PNT / 32; ++w) t += rd[w];
+    parts[(size_t)b * gridDim.x + c] = roll_part_t{m, bad ? PBAD : am, t};
+  }
+}
+
+/* A greedy row's token and log-prob from its np chunks (warp 0 of the row's block). */
+__device__ void greedy_merge(const roll_part_t *pp, int np, const float *l, int32_t *token, float *logprob) {
+  const int lane = threadIdx.x & 31;
+  float m = -INFINITY;
+  int am = 0x7fffffff, bad = 0;
+  for (int c = lane; c < np; c += 32) {
+    const roll_part_t q = pp[c];
+    if (q.am == PBAD) bad = 1;
+    else if (q.m > m) m = q.m, am = q.am; /* chunks in id order: the first at a value has its lowest id */
+  }
+  bad = __any_sync(0xffffffffu, bad);
+  warp_argmax(m, am);
+  if (bad || m == -INFINITY) {
+    if (lane == 0) *token = -1, *logprob = NAN;
+    return;
+  }
+  double S = 0.0;
+  for (int c = lane; c < np; c += 32) {
+    const roll_part_t q = pp[c];
+    if (q.m > -INFINITY) S += q.s * exp((double)q.m - (double)m);
+  }
+  for (int o = 16; o > 0; o >>= 1) S += __shfl_xor_sync(0xffffffffu, S, o);
+  if (lane == 0) *token = am, *logprob = (float)((double)l[am] - (double)m - log(S));
+}
+
 __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logprobs, const float *logits,
-                                                     const vr_cuda_roll_sample_row_t *rows, int V) {
+                                                     const vr_cuda_roll_sample_row_t *rows, int V,
+                                                     const roll_part_t *parts, int np) {
   __shared__ smem_t sm;
   const int b = blockIdx.x, tid = threadIdx.x;
   const vr_cuda_roll_sample_row_t prm = rows[b];
   const float *l = logits + (size_t)prm.row * V;
   const int greedy = prm.temperature == 0.f;
   const float T = greedy ? 1.f : prm.temperature;
+  if (greedy && parts) { /* the chunks of k_roll_greedy_part */
+    if (tid < 32) greedy_merge(parts + (size_t)b * np, np, l, &tokens[b], &logprobs[b]);
+    return;
+  }
 
   /* (A); greedy rows of 16-byte aligned width read 4 logits a load (each thread still visits its
    * ids in increasing order, so the first maximum it keeps is its lowest id; z = l / 1 = l) */
@@ -304,8 +418,23 @@ __global__ void __launch_bounds__(NT) k_roll_sample(int32_t *tokens, float *logp
 
 extern "C" void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits,
                                     const vr_cuda_roll_sample_row_t *rows, int n, int V, cudaStream_t s) {
+  vr_cuda_roll_sample_ws(tokens, logprobs, logits, rows, n, V, NULL, s);
+}
+
+extern "C" size_t vr_cuda_roll_sample_ws_bytes(int n, int V) {
+  return n > 0 && V > 0 ? (size_t)n * (size_t)((V + PCH - 1) / PCH) * sizeof(roll_part_t) : 0;
+}
+
+extern "C" void vr_cuda_roll_sample_ws(int32_t *tokens, float *logprobs, const float *logits,
+                                       const vr_cuda_roll_sample_row_t *rows, int n, int V, void *ws, cudaStream_t s) {
   if (n <= 0) return;
   VR_ASSERT(V > 0);
-  k_roll_sample<<<(unsigned)n, NT, 0, s>>>(tokens, logprobs, logits, rows, V);
+  roll_part_t *parts = reinterpret_cast<roll_part_t *>(ws);
+  const int np = (V + PCH - 1) / PCH;
+  if (parts) {
+    k_roll_greedy_part<<<dim3((unsigned)np, (unsigned)n), PNT, 0, s>>>(logits, rows, V, parts);
+    VR_CUDA_CHECK_LAUNCH();
+  }
+  k_roll_sample<<<(unsigned)n, NT, 0, s>>>(tokens, logprobs, logits, rows, V, parts, np);
   VR_CUDA_CHECK_LAUNCH();
 }
