@@ -211,6 +211,7 @@ def run_trainer(bin_dir, args):
 class Checker:
     def __init__(self, bin_dir, verbose):
         self.bin, self.verbose, self.problems = bin_dir, verbose, []
+        self.n_flags = self.n_yaml = self.n_keys = 0  # what was checked, for -v
         self.help = {}
         for b in BINARIES:
             if not os.access(os.path.join(bin_dir, b), os.X_OK):
@@ -260,6 +261,7 @@ class Checker:
                     ok = self.allowed(prog)
                     name = prog[1] if prog[0] in ("py", "src") else " ".join(p for p in prog if p)
                     for f in sorted(fl, key=str):
+                        self.n_flags += 1
                         p, f = f if isinstance(f, tuple) else (name, f)
                         claimed.add(f)
                         if f not in (self.help[(p, None)] if isinstance(p, str) and p in BINARIES else ok):
@@ -296,6 +298,7 @@ class Checker:
         where = f"{rel}:{start}"
         if keys & SKIP_YAML and not keys & TRAINER_SECTIONS:
             return
+        self.n_yaml += 1
         path = os.path.join(self.tmp, f"block_{start}.yaml")
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
@@ -321,12 +324,20 @@ class Checker:
         seen = set()
         for n, line in enumerate(open(os.path.join(SRC, rel), encoding="utf-8"), 1):
             for span in re.findall(r"`([^`]+)`", line):
+                m = re.fullmatch(r"\.\.\.([a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)+)", span.strip())
+                if m:  # `...actor.ppo_epochs`: the tail of some key
+                    self.n_keys += 1
+                    leaves = self.trainer_keys()[0]
+                    if not any(("." + k).endswith("." + m.group(1)) for k in leaves):
+                        self.bad(f"{rel}:{n}", f"no trainer config key ends in {m.group(1)}")
+                    continue
                 for word in re.split(r"[\s=,:()]+", span):
                     if KEY.match(word) and word not in seen and word not in NOT_KEYS:
                         seen.add(word)
                         self.key(f"{rel}:{n}", word)
 
     def key(self, where, dotted):
+        self.n_keys += 1
         parts = dotted.split(".")
         text = "".join("  " * i + p + ":" + ("\n" if i < len(parts) - 1 else " 1\n") for i, p in enumerate(parts))
         path = os.path.join(self.tmp, "key.yaml")
@@ -341,6 +352,8 @@ class Checker:
         """The trainer's config keys, as it names them: a probe key in a mapping is refused with
         "HINT: the keys are ..." (or "(keys: ...)"); a key whose probe is refused so is a mapping.
         Returns (leaves, unused): unused are verl's keys the trainer accepts and ignores."""
+        if getattr(self, "_keys", None):
+            return self._keys
         leaves, unused, todo = [], set(), sorted(TRAINER_SECTIONS)
         path = os.path.join(self.tmp, "probe.yaml")
         while todo:
@@ -365,7 +378,8 @@ class Checker:
             rc, out = run_trainer(self.bin, ["--config", path, "--device-map", "docs/examples/device_map_8gpu.yaml"])
             if re.search(r"not used by this build: .*\b" + re.escape(dotted) + r"\b", out):
                 unused.add(dotted)
-        return leaves, unused
+        self._keys = (leaves, unused)
+        return self._keys
 
     def documented_keys(self, docs):
         """Does a docs line name the key: its path or a dotted tail of 2+ segments (`...rollout.top_k`,
@@ -422,6 +436,9 @@ class Checker:
             if f.endswith(".yaml"):
                 rel = "docs/examples/" + f
                 self.yaml(rel, 1, open(os.path.join(SRC, rel), encoding="utf-8").read())
+        if self.verbose:
+            print(f"check_docs: {self.n_flags} flags of command lines, {self.n_yaml} YAML files or blocks, "
+                  f"{self.n_keys} dotted config keys checked", file=sys.stderr)
         return self.problems
 
 

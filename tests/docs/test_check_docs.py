@@ -48,6 +48,10 @@ trainer:
 ```
 
 Set `actor_rollout_ref.rollout.top_kk` for fewer tokens.
+
+| key | default |
+|---|---|
+| `...rollout.nn` | 1 |
 """
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "bad.md")
@@ -61,7 +65,8 @@ Set `actor_rollout_ref.rollout.top_kk` for fewer tokens.
                      "bad.md:8: no program of ours has a flag --frobnicate-docs",
                      "bad.md:15: verl-reward-server has no flag --removed-flag",
                      "unknown key 'reward_timeout' in trainer. HINT: did you mean 'reward_timeout_s'?",
-                     "bad.md:23: actor_rollout_ref.rollout.top_kk: verl-trainer says unknown key 'top_kk'"):
+                     "bad.md:23: actor_rollout_ref.rollout.top_kk: verl-trainer says unknown key 'top_kk'",
+                     "bad.md:27: no trainer config key ends in rollout.nn"):
             self.assertIn(what, out)
         self.assertNotIn("--lanes", out)
 
