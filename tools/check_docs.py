@@ -73,7 +73,7 @@ DEVMAP_ONLY = ROLES - {"critic", "reward"}
 SKIP_YAML = {"reward_model", "custom_reward_function", "reward", "apiVersion", "kind"}
 # a flag; `--cuda-*` (a family, named so in prose and tables) is no flag of its own
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_.-]*[A-Za-z0-9](?![\w*-])")
-FAMILY = re.compile(r"(?<![\w-])(--[A-Za-z][A-Za-z0-9-]*-)\*")
+FAMILY = re.compile(r"(?<![\w-])(--[A-Za-z][A-Za-z0-9-]*-)\*")  # `--cuda-*`: group 1 is `--cuda-`
 # dotted words of the docs that name verl's data structures or files, not config keys
 NOT_KEYS = {"data.batch", "data.non_tensor_batch", "data.json"}
 KEY = re.compile(r"^(data|actor_rollout_ref|critic|algorithm|trainer)(\.[a-z_][a-z0-9_]*)+$")
@@ -284,6 +284,16 @@ class Checker:
                 if f not in self.ours and f not in EXTERNAL and f not in self.src:
                     self.bad(where, f"no program of ours has a flag {f}")
 
+    def mentioned(self, docs):
+        """Every flag of every --help (subcommands too) is named somewhere in the docs."""
+        text = "".join(open(os.path.join(SRC, rel), encoding="utf-8").read() for rel in docs)
+        named = flags_of(text)
+        for (b, sub), fl in sorted(self.help.items(), key=str):
+            missing = sorted(f for f in fl - named - {"--help", "--version"} - HELP_WORDS
+                             if not any(f.startswith(p[:-1]) for p in FAMILY.findall(text)))
+            if missing:
+                self.bad("docs", f"{b}{' ' + sub if sub else ''} flags no doc names: {', '.join(missing)}")
+
     def full_tables(self):
         for b in FULL:
             families = [f[:-1] for f in self.table_flags[b] if f.endswith("*")]
@@ -431,6 +441,7 @@ class Checker:
             self.dotted_keys(rel)
         if set(docs) >= {"docs/operations.md"}:
             self.full_tables()
+            self.mentioned(docs)
             self.documented_keys(docs)
         for f in sorted(os.listdir(os.path.join(SRC, "docs/examples"))):
             if f.endswith(".yaml"):
