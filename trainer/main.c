@@ -4,7 +4,8 @@
  *   verl-trainer --device-map FILE --check [--gpus N | --topology FILE] [--strict-topology]
  *       validates the device map (against N GPUs, a planned topology, or this machine) and
  *       prints the "Device mapping resolved" block and the topology check; touches no GPU
- *       unless neither --gpus nor --topology is given. Exit 0, or 2 on any problem.
+ *       unless neither --gpus nor --topology is given. Exit 0, or 2 on any problem. With --config
+ *       the config is checked too (every key; verl's keys it does not use are listed).
  *   verl-trainer --config ppo.yaml [--device-map FILE] --comm-check [--steps N] ...
  *       starts the run: without a launcher around it (no mpirun/srun environment) it runs
  *       `mpirun -np 1+W` on itself (W = one worker per device of the map) and supervises it;
@@ -77,13 +78,15 @@ static const char *const vr_cmd_names[CMD_COUNT] = {"stop", "all_reduce check", 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: verl-trainer --device-map FILE --check [--gpus N | --topology FILE] [--strict-topology]\n"
+          "       verl-trainer --config ppo.yaml [--device-map FILE] --check [--gpus N | ...]   (the config too)\n"
           "       verl-trainer --config ppo.yaml [--device-map FILE] [--steps N] [--metrics FILE]   (the RL loop)\n"
           "       verl-trainer --config ppo.yaml [--device-map FILE] --comm-check [--steps N] [--timeout S]\n"
           "                    [--metrics FILE] [--run-dir DIR] [--mpirun PATH] [--strict-topology]\n"
           "       verl-trainer logprobs --model DIR [--device cpu|cuda] [--temperature T] < ids.jsonl\n"
           "       verl-trainer sft --model DIR --data FILE --save DIR2 --steps N --lr X [...]\n"
           "       verl-trainer generate --model DIR [--max-new-tokens N --temperature T --n N ...] < ids.jsonl\n"
-          "       verl-trainer --version | --help   (verl-trainer logprobs|sft --help for theirs)\n"
+          "       verl-trainer --version | --help   (verl-trainer logprobs|sft|generate --help for theirs)\n"
+          "Tests of the failure paths: --inject-fault hang|exit:RANK:STEP, --crash-in-save N, --hold-save N.\n"
           "Exit status: 0 ok, 1 run-time failure, 2 bad configuration. See docs/operations.md, \"verl-trainer\".\n");
 }
 
@@ -976,6 +979,7 @@ int main(int argc, char **argv) {
     rc = load_all(&a, &L->cfg, &L->map, &L->topo, 0) ? 2 : 0;
     if (rc == 0) {
       print_resolved(&L->map, stdout);
+      if (L->cfg.unused[0]) printf("[INFO] config %s: not used by this build: %s\n", L->cfg.path, L->cfg.unused);
       rc = topology_verdict(&a, &L->topo, &L->map, stdout);
     }
     free(L);

@@ -252,6 +252,20 @@ class TestCpuErrors(Run):
         self.assertEqual(len(dm), 1)
         self.assertEqual(json.loads(dm[0][len("[INFO] device_map "):])["rollout"]["devices"], ["cpu:2"])
 
+    def test_check_a_config(self):
+        """--check with --config checks every key and lists verl's keys it does not use."""
+        ex = os.path.join(TestDocsExamples.SRC, "docs", "examples")
+        rc, out, err = self.run_trainer(["--config", os.path.join(ex, "ppo_comm_check.yaml"), "--check", "--gpus", "0"])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("Device mapping resolved:", out)
+        self.assertRegex(out, r"\[INFO\] config .*ppo_comm_check\.yaml: not used by this build: trainer\.project_name\n")
+        with open(os.path.join(self.dir, "bad.yaml"), "w") as f:
+            f.write("trainer:\n  device_map: %s\n  reward_timeout: 5\n" % os.path.join(ex, "device_map_cpu.yaml"))
+        rc, out, err = self.run_trainer(["--config", "bad.yaml", "--check", "--gpus", "0"])
+        self.assertEqual(rc, 2)
+        self.assertIn("unknown key 'reward_timeout' in trainer. HINT: did you mean 'reward_timeout_s'?", err)
+        self.assertNotIn("Device mapping resolved:", out)
+
 
 class TestDocsExamples(Run):
     """docs/examples/ stay true: the device maps check, the config runs."""
