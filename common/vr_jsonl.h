@@ -56,7 +56,7 @@ static inline cJSON *vr_jsonl_parse(const char *line, size_t len, const char **w
   *at = 0;
   if (ctl < i) {
     cJSON_Delete(v);
-    *why = "a control byte in the JSON (JSON allows tab, LF and CR between tokens, none in a string)";
+    *why = "a control byte in the JSON"; /* JSON allows tab, LF and CR between tokens, none in a string */
     *at = ctl;
     return NULL;
   }
@@ -137,7 +137,7 @@ static inline cJSON *vr_json_parse_file(const char *text, size_t len, const char
   cJSON *v = vr_jsonl_parse(text, len, &why, &at);
   if (!v) {
     snprintf(err, cap, "%.1000s: %s at byte offset %zu%s", path, why, at,
-             why[0] == 't' ? " (one JSON value per file: Python's json.load calls this 'Extra data')" : "");
+             why[0] == 't' ? " (one JSON value per file: Python's json calls this 'Extra data', serde_json 'trailing characters')" : "");
     return NULL;
   }
   char dup[128] = "";

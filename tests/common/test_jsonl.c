@@ -74,7 +74,7 @@ static void test_file_messages(void **state) {
   char err[1400] = "";
   assert_null(vr_json_parse_file("{\"a\": 1}\n}", 10, "/m/config.json", VR_JSON_DUP_LAST, err, sizeof err));
   assert_string_equal(err, "/m/config.json: text after the JSON value at byte offset 9 (one JSON value per file: "
-                           "Python's json.load calls this 'Extra data')");
+                           "Python's json calls this 'Extra data', serde_json 'trailing characters')");
   assert_null(vr_json_parse_file("{\"a\": }", 7, "/m/config.json", VR_JSON_DUP_LAST, err, sizeof err));
   assert_string_equal(err, "/m/config.json: malformed JSON at byte offset 6");
   assert_int_equal(vr_jsonl_dup(NULL, "a"), 0);
