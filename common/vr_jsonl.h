@@ -46,7 +46,8 @@ static inline size_t vr_jsonl_control(const char *text, size_t len) {
 
 /* The value of line[0, len), or NULL with *why set ("malformed JSON", "a control byte in the
  * JSON" or "text after the JSON value"; *at its byte offset, 0-based: where the parse failed, the
- * control byte, or the first byte after the value that is not a blank). The caller owns the
+ * control byte, or the first byte after the value that is not a blank; tell the cases apart by
+ * *why, not by *at, which is 0 when the parse failed at the first byte). The caller owns the
  * value (cJSON_Delete). */
 static inline cJSON *vr_jsonl_parse(const char *line, size_t len, const char **why, size_t *at) {
   const char *end = NULL;

@@ -354,8 +354,9 @@ static int parse_tokenizer_json(vr_tok_t *tok, const char *json, size_t len, con
   /* serde: derived structs fail on a repeated field, maps keep the last: a repeat is refused */
   char jerr[1400];
   cJSON *root = vr_json_parse_file(json, len, file, VR_JSON_DUP_REFUSE, jerr, sizeof jerr);
-  if (!root) {
-    vr_tok_seterr(err, errlen, "not a tokenizer: %s", jerr);
+  if (!root) { /* jerr is "<file>: <reason>" */
+    const size_t fl = strlen(file);
+    vr_tok_seterr(err, errlen, "%s: not a tokenizer: %s", file, strncmp(jerr, file, fl) ? jerr : jerr + fl + 2);
     return VR_ERR_MODEL_FORMAT;
   }
   if (!cJSON_IsObject(root)) {

@@ -102,8 +102,8 @@ class TestTokenizeCli(unittest.TestCase):
                 with open(os.path.join(t, name), "wb") as f:
                     f.write(data)
             put("tokenizer_config.json", tc)
-            for bad, frag in ((tj + b"\n}", "tokenizer.json: text after the JSON value at byte offset %d" % (len(tj) + 1)),
-                              (tj + b"\x00", "tokenizer.json: text after the JSON value at byte offset %d" % len(tj)),
+            for bad, frag in ((tj + b"\n}", "tokenizer.json: not a tokenizer: text after the JSON value at byte offset %d" % (len(tj) + 1)),
+                              (tj + b"\x00", "tokenizer.json: not a tokenizer: text after the JSON value at byte offset %d" % len(tj)),
                               (b'{"version": "1.0", ' + tj[1:], "key \"version\" appears more than once")):
                 put("tokenizer.json", bad)
                 rc, out, err = run(["--tokenizer", t], '{"text": "x"}\n')

@@ -180,7 +180,7 @@ static void vr_score_line_read(const char *text, size_t len, const vr_score_tok_
   size_t at = 0;
   char msg[160];
   l->root = vr_jsonl_parse(text, len, &bad, &at);
-  if (!l->root && at) {
+  if (!l->root && (at || bad[0] != 'm')) {
     snprintf(msg, sizeof msg, "%s at byte %zu (one JSON value per line)", bad, at + 1);
     l->why = strdup(msg);
     return;

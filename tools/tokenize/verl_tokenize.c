@@ -82,7 +82,7 @@ static int do_line(const vr_tok_t *tok, vr_tok_scratch_t *sc, const char *buf, s
   const char *why = NULL;
   size_t at = 0;
   cJSON *in = vr_jsonl_parse(buf, len, &why, &at);
-  if (!in && at) {
+  if (!in && (at || why[0] != 'm')) {
     snprintf(err, sizeof err, "%s at byte %zu (one JSON object per line)", why, at + 1);
     return fail_line(line, "%s", err);
   }
