@@ -11,7 +11,8 @@
  * json.loads and serde_json::from_str skip) after it; anything else is Python's "Extra data" and
  * serde_json's "trailing characters". cJSON also takes every byte below 0x20 (NUL, \f, \v, ...)
  * as whitespace between tokens and raw control bytes inside strings; JSON, Python's json (strict)
- * and serde_json refuse both, so vr_jsonl_parse does too (vr_jsonl_control).
+ * and serde_json refuse both, so vr_jsonl_parse does too, and numbers JSON's grammar does not
+ * allow that cJSON's strtod takes ("01", "-01", "1.", "1.e5") (vr_jsonl_lexical).
  *
  * Duplicate keys: cJSON keeps every member of an object and its lookups find the FIRST; Python's
  * json (transformers' config / tokenizer_config / generation_config / index loaders, verl's rows)
@@ -31,21 +32,59 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The offset of the first control byte (< 0x20) that JSON does not allow in text[0, len): any of
- * them inside a string, any but tab / LF / CR outside one; len when there is none. */
-static inline size_t vr_jsonl_control(const char *text, size_t len) {
+/* 1 when t[0, n) is a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static inline int vr_jsonl_number_ok(const char *t, size_t n) {
+  size_t i = t[0] == '-';
+#define VR_JSONL_DIGITS(first_needed)                                                                        \
+  do {                                                                                                       \
+    if ((first_needed) && (i >= n || t[i] < '0' || t[i] > '9')) return 0;                                    \
+    while (i < n && t[i] >= '0' && t[i] <= '9') i++;                                                         \
+  } while (0)
+  if (i < n && t[i] == '0') i++;
+  else VR_JSONL_DIGITS(1);
+  if (i < n && t[i] == '.') {
+    i++;
+    VR_JSONL_DIGITS(1);
+  }
+  if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+    i++;
+    if (i < n && (t[i] == '+' || t[i] == '-')) i++;
+    VR_JSONL_DIGITS(1);
+  }
+#undef VR_JSONL_DIGITS
+  return i == n;
+}
+
+/* The offset of the first byte of text[0, len) (a text cJSON parsed) that JSON does not allow, or
+ * len: a control byte (< 0x20; any inside a string, any but tab / LF / CR outside one; *why "a
+ * control byte in the JSON") or the start of a number outside its grammar (*why "a number JSON
+ * does not allow"). */
+static inline size_t vr_jsonl_lexical(const char *text, size_t len, const char **why) {
   int in_str = 0;
   for (size_t i = 0; i < len; i++) {
     const unsigned char c = (unsigned char)text[i];
-    if (in_str && c == '\\') i++; /* the escaped byte is checked by the parser (and is not a quote) */
-    else if (c == '"') in_str = !in_str;
-    else if (c < 0x20 && (in_str || (c != '\t' && c != '\n' && c != '\r'))) return i;
+    if (in_str && c == '\\') {
+      i++; /* the escaped byte is checked by the parser (and is not a quote) */
+    } else if (c == '"') {
+      in_str = !in_str;
+    } else if (c < 0x20 && (in_str || (c != '\t' && c != '\n' && c != '\r'))) {
+      *why = "a control byte in the JSON"; /* JSON allows tab, LF and CR between tokens, none in a string */
+      return i;
+    } else if (!in_str && (c == '-' || (c >= '0' && c <= '9'))) { /* cJSON's number bytes, then the grammar */
+      size_t j = i;
+      while (j < len && text[j] && strchr("0123456789+-eE.", text[j])) j++;
+      if (!vr_jsonl_number_ok(text + i, j - i)) {
+        *why = "a number JSON does not allow"; /* a leading zero, '.' / an exponent without digits */
+        return i;
+      }
+      i = j - 1;
+    }
   }
   return len;
 }
 
-/* The value of line[0, len), or NULL with *why set ("malformed JSON", "a control byte in the
- * JSON" or "text after the JSON value"; *at its byte offset, 0-based: where the parse failed, the
+/* The value of line[0, len), or NULL with *why set ("malformed JSON", "text after the JSON
+ * value", or vr_jsonl_lexical's reasons, both starting with 'a'; *at its byte offset, 0-based: where the parse failed, the
  * control byte, or the first byte after the value that is not a blank; tell the cases apart by
  * *why, not by *at, which is 0 when the parse failed at the first byte). The caller owns the
  * value (cJSON_Delete). */
@@ -53,12 +92,13 @@ static inline cJSON *vr_jsonl_parse(const char *line, size_t len, const char **w
   const char *end = NULL;
   cJSON *v = cJSON_ParseWithLengthOpts(line, len, &end, 0);
   size_t i = end && end >= line && end <= line + len ? (size_t)(end - line) : len;
-  const size_t ctl = v ? vr_jsonl_control(line, i) : i;
+  const char *lex = NULL;
+  const size_t bad = v ? vr_jsonl_lexical(line, i, &lex) : i;
   *at = 0;
-  if (ctl < i) {
+  if (bad < i) {
     cJSON_Delete(v);
-    *why = "a control byte in the JSON"; /* JSON allows tab, LF and CR between tokens, none in a string */
-    *at = ctl;
+    *why = lex;
+    *at = bad;
     return NULL;
   }
   if (!v) {

@@ -128,7 +128,7 @@ int vr_request_parse_body(const char *body, size_t len, cJSON **root, vr_req_err
   size_t at = 0;
   *root = vr_jsonl_parse(body, len, &why, &at);
   if (!*root && why[0] == 'm') return fail(e, VR_ERR_PARSE, -1, "malformed JSON near byte %zu", at);
-  if (!*root && why[0] == 'a') return fail(e, VR_ERR_PARSE, -1, "malformed JSON: a control byte at byte %zu", at);
+  if (!*root && why[0] == 'a') return fail(e, VR_ERR_PARSE, -1, "malformed JSON: %s at byte %zu", why, at);
   if (!*root) return fail(e, VR_ERR_PARSE, -1, "malformed JSON: trailing data at byte %zu (one JSON value per body)", at);
   /* a key given twice counts once, the last, as Python's json (the peers' servers) reads it */
   if (vr_json_dups(*root, VR_JSON_DUP_LAST, NULL, 0) != 0) {

@@ -41,7 +41,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (at > len || !why) __builtin_trap();
     return 0;
   }
-  if (vr_jsonl_control(text, len) != len) __builtin_trap();
+  if (vr_jsonl_lexical(text, len, &why) != len) __builtin_trap();
   char *more = malloc(len + 2);
   if (!more) abort();
   memcpy(more, text, len);

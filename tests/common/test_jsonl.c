@@ -26,6 +26,9 @@ static void test_one_value_only(void **state) {
       /* cJSON skips every byte below 0x20 between tokens and keeps raw ones in strings */
       {"{\"a\":\f1}", 0, 0, 5},           {"{\"a\":\0001}", 8, 0, 5},      {"{\"a\": \"x\ty\"}", 0, 0, 8},
       {"{\"a\\\"\": \"\\\"\"}\r\n", 0, 1, 0},
+      /* numbers: cJSON's strtod takes these, JSON (Python, serde) does not */
+      {"[01]", 0, 0, 1}, {"[1.]", 0, 0, 1}, {"[2, -01.5]", 0, 0, 4}, {"{\"a\": 1.e5}", 0, 0, 6},
+      {"[0, -0, 0.5, 1e5, 1E+05, -12.25e-3, \"01\", 10]", 0, 1, 0},
   };
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const char *why = NULL;

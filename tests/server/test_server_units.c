@@ -112,7 +112,8 @@ static void test_json_bad(void **state) {
       {"{\"input_ids\": [1, 100]}", VR_ERR_TOKEN_RANGE, 0, "token id 100 at position 1"},
       {"{\"input_ids\": 3}", VR_ERR_MALFORMED, -1, "one sequence"},
       {"{\"input_ids\": [[1]]}{\"input_ids\": [[2]]}", VR_ERR_PARSE, -1, "trailing data at byte 20"},
-      {"{\"input_ids\":\f[[1]]}", VR_ERR_PARSE, -1, "a control byte at byte 13"}, /* cJSON took it as a blank */
+      {"{\"input_ids\":\f[[1]]}", VR_ERR_PARSE, -1, "a control byte in the JSON at byte 13"}, /* cJSON took it as a blank */
+      {"{\"input_ids\": [[01]]}", VR_ERR_PARSE, -1, "a number JSON does not allow at byte 16"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     vr_score_req_t r;
