@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
 #include "vr_log.h"
 
 static const struct {
@@ -168,10 +169,15 @@ static int vr_cfg_act(const char *name, vr_act_t *act) {
 int vr_config_parse(const char *json, size_t json_len, const char *path, vr_model_config_t *cfg,
                     char *arch_name, size_t arch_cap, char *model_type, size_t type_cap) {
   memset(cfg, 0, sizeof *cfg);
-  cJSON *root = cJSON_ParseWithLength(json, json_len);
+  char jerr[1400];
+  cJSON *root = vr_json_parse_file(json, json_len, path, VR_JSON_DUP_LAST, jerr, sizeof jerr);
   int rc = VR_ERR_MODEL_FORMAT;
-  if (!root || !cJSON_IsObject(root)) {
-    vr_log(VR_LOG_ERROR, "%s: not a JSON object (malformed JSON)", path);
+  if (!root) {
+    vr_log(VR_LOG_ERROR, "%s", jerr);
+    goto done;
+  }
+  if (!cJSON_IsObject(root)) {
+    vr_log(VR_LOG_ERROR, "%s: not a JSON object", path);
     goto done;
   }
   const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");

@@ -17,6 +17,7 @@
 #include "verl_reward/status.h"
 #include "vr_backend.h"
 #include "vr_config.h"
+#include "vr_jsonl.h"
 #include "vr_log.h"
 #include "vr_progress.h"
 #include "vr_safetensors.h"
@@ -217,9 +218,15 @@ static int vr_model_safe_name(const char *s) {
 /* model.safetensors.index.json: {"weight_map": {"tensor": "file", ...}}. Opens every
  * file named once and checks that each tensor is in the file the index names. */
 static int vr_model_open_sharded(vr_model_t *m, const char *json, size_t len, const char *ipath) {
-  cJSON *root = cJSON_ParseWithLength(json, len);
+  char jerr[1400];
+  cJSON *root = vr_json_parse_file(json, len, ipath, VR_JSON_DUP_LAST, jerr, sizeof jerr);
   const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
   int rc = 0;
+  if (!root) {
+    vr_log(VR_LOG_ERROR, "%s", jerr);
+    rc = VR_ERR_MODEL_FORMAT;
+    goto done;
+  }
   if (!cJSON_IsObject(wm)) {
     vr_log(VR_LOG_ERROR, "%s: malformed JSON or no \"weight_map\" object", ipath);
     rc = VR_ERR_MODEL_FORMAT;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
 #include "vr_log.h"
 
 static const struct {
@@ -136,8 +137,13 @@ int vr_st_parse_header(const char *json, size_t json_len, uint64_t data_size, co
                        vr_st_entry_t **out, size_t *n_out) {
   *out = NULL;
   *n_out = 0;
-  cJSON *root = cJSON_ParseWithLength(json, json_len);
-  if (!root || !cJSON_IsObject(root)) {
+  char jerr[1400];
+  cJSON *root = vr_json_parse_file(json, json_len, what, VR_JSON_DUP_REFUSE, jerr, sizeof jerr);
+  if (!root) {
+    vr_log(VR_LOG_ERROR, "%s (the header)", jerr);
+    return VR_ERR_MODEL_FORMAT;
+  }
+  if (!cJSON_IsObject(root)) {
     vr_log(VR_LOG_ERROR, "%s: header is not a JSON object (malformed JSON)", what);
     cJSON_Delete(root);
     return VR_ERR_MODEL_FORMAT;

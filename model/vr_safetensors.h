@@ -2,7 +2,11 @@
  *
  * File format (https://github.com/huggingface/safetensors), byte by byte:
  *   [0, 8)           N: header length, unsigned 64-bit little endian
- *   [8, 8 + N)       header: UTF-8 JSON object (may be padded with trailing spaces)
+ *   [8, 8 + N)       header: UTF-8 JSON object, maybe padded with trailing spaces; as the
+ *                    safetensors crate's serde_json::from_str, any JSON blank (space, tab,
+ *                    CR, LF) may follow the object and nothing else (a NUL pad, a second
+ *                    value: refused, naming the byte offset inside the header); a key given
+ *                    twice anywhere in it is refused (vr_jsonl.h, VR_JSON_DUP_REFUSE)
  *                      "__metadata__": {string: string}          (optional, ignored)
  *                      "<tensor name>": {"dtype": "F32"|"F16"|"BF16"|...,
  *                                        "shape": [d0, d1, ...],

@@ -271,14 +271,9 @@ int vr_compat_parse(vr_compat_route_t r, const char *body, size_t len, const vr_
   memset(out, 0, sizeof *out);
   memset(e, 0, sizeof *e);
   *crp = NULL;
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-  if (!root) return fail(e, VR_ERR_PARSE, -1, "malformed JSON near byte %zu", end && end >= body ? (size_t)(end - body) : 0);
-  for (const char *p = end; p && p < body + len; p++)
-    if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t') {
-      cJSON_Delete(root);
-      return fail(e, VR_ERR_PARSE, -1, "malformed JSON: trailing data at byte %zu", (size_t)(p - body));
-    }
+  cJSON *root = NULL;
+  int prc = vr_request_parse_body(body, len, &root, e);
+  if (prc) return prc;
   vr_compat_req_t *cr = calloc(1, sizeof *cr);
   cJSON *norm = cJSON_CreateObject();
   int rc = 0;

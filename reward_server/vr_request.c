@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
 
 int vr_req_fail(vr_req_error_t *e, int status, int64_t seq, const char *fmt, ...) {
   e->status = status;
@@ -122,22 +123,29 @@ static int json_token(const cJSON *t, int flat, uint32_t i, uint32_t j, int32_t 
   return 0;
 }
 
+int vr_request_parse_body(const char *body, size_t len, cJSON **root, vr_req_error_t *e) {
+  const char *why = NULL;
+  size_t at = 0;
+  *root = vr_jsonl_parse(body, len, &why, &at);
+  if (!*root && why[0] == 'm') return fail(e, VR_ERR_PARSE, -1, "malformed JSON near byte %zu", at);
+  if (!*root && why[0] == 'a') return fail(e, VR_ERR_PARSE, -1, "malformed JSON: %s at byte %zu", why, at);
+  if (!*root) return fail(e, VR_ERR_PARSE, -1, "malformed JSON: trailing data at byte %zu (one JSON value per body)", at);
+  /* a key given twice counts once, the last, as Python's json (the peers' servers) reads it */
+  if (vr_json_dups(*root, VR_JSON_DUP_LAST, NULL, 0) != 0) {
+    cJSON_Delete(*root);
+    *root = NULL;
+    return fail(e, VR_ERR_NOMEM, -1, "out of memory");
+  }
+  return 0;
+}
+
 int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, uint32_t max_seqs,
                           vr_score_req_t *out, vr_req_error_t *e) {
   memset(out, 0, sizeof *out);
   memset(e, 0, sizeof *e);
-  const char *end = NULL;
-  cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
-  if (!root) {
-    size_t at = end && end >= body ? (size_t)(end - body) : 0;
-    return fail(e, VR_ERR_PARSE, -1, "malformed JSON near byte %zu", at);
-  }
-  /* only whitespace may follow the value */
-  for (const char *p = end; p && p < body + len; p++)
-    if (*p != ' ' && *p != '\n' && *p != '\r' && *p != '\t') {
-      cJSON_Delete(root);
-      return fail(e, VR_ERR_PARSE, -1, "malformed JSON: trailing data at byte %zu", (size_t)(p - body));
-    }
+  cJSON *root = NULL;
+  int prc = vr_request_parse_body(body, len, &root, e); /* only whitespace may follow the value */
+  if (prc) return prc;
   int rc = 0;
   if (!cJSON_IsObject(root)) {
     rc = fail(e, VR_ERR_MALFORMED, -1, "body must be a JSON object with \"input_ids\"");

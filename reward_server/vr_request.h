@@ -45,6 +45,13 @@ typedef struct vr_req_error {
 __attribute__((format(printf, 4, 5))) int vr_req_fail(vr_req_error_t *e, int status, int64_t seq, const char *fmt,
                                                       ...);
 
+/* A JSON request body as Python's json.loads reads it (vr_jsonl.h): exactly one value with only
+ * whitespace after it (else VR_ERR_PARSE, "malformed JSON: trailing data at byte N"), and a key
+ * given twice at any depth counts once, the last. 0 with *root (the caller's, cJSON_Delete), or
+ * the status with *e set. */
+struct cJSON;
+int vr_request_parse_body(const char *body, size_t len, struct cJSON **root, vr_req_error_t *e);
+
 /* Parse + validate. max_seqs bounds the sequence count (VR_ERR_TOO_LARGE).
  * Returns 0 and fills *out (free with vr_request_free), or the status with *e set. */
 int vr_request_parse_json(const char *body, size_t len, const vr_scorer_t *sc, uint32_t max_seqs,

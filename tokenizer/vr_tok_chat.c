@@ -8,6 +8,7 @@
 
 #include "verl_reward/status.h"
 #include "vr_jinja.h"
+#include "vr_jsonl.h"
 
 int vr_tok_chat_check_conversation(const cJSON *conv, const char *at, char *err, size_t errlen) {
   if (!cJSON_IsArray(conv)) {
@@ -51,15 +52,29 @@ int vr_tok_apply_chat_template_ex(const vr_tok_t *tok, const char *template_name
              template_name ? " named " : "", template_name ? template_name : "");
     return VR_ERR_NOT_FOUND;
   }
-  cJSON *msgs = cJSON_Parse(messages_json ? messages_json : "");
-  cJSON *extra = extra_json ? cJSON_Parse(extra_json) : cJSON_CreateObject();
+  /* exactly one value each (text after it is refused, not dropped); a key given twice counts
+   * once, the last, as in the Python dicts transformers renders from (vr_jsonl.h) */
+  const char *why = NULL;
+  size_t at = 0, at2 = 0;
+  cJSON *msgs = vr_jsonl_parse(messages_json ? messages_json : "", messages_json ? strlen(messages_json) : 0, &why, &at);
+  const char *why2 = NULL;
+  cJSON *extra = extra_json ? vr_jsonl_parse(extra_json, strlen(extra_json), &why2, &at2) : cJSON_CreateObject();
   int rc = 0;
-  if (!cJSON_IsArray(msgs)) {
+  if (!msgs && at) {
+    snprintf(err, errlen, "messages: %s at byte %zu", why, at);
+    rc = VR_ERR_INVAL;
+  } else if (!cJSON_IsArray(msgs)) {
     snprintf(err, errlen, "messages is not a JSON array");
+    rc = VR_ERR_INVAL;
+  } else if (!extra && at2) {
+    snprintf(err, errlen, "extra template variables: %s at byte %zu", why2, at2);
     rc = VR_ERR_INVAL;
   } else if (!cJSON_IsObject(extra)) {
     snprintf(err, errlen, "extra template variables are not a JSON object");
     rc = VR_ERR_INVAL;
+  } else if (vr_json_dups(msgs, VR_JSON_DUP_LAST, NULL, 0) || vr_json_dups(extra, VR_JSON_DUP_LAST, NULL, 0)) {
+    snprintf(err, errlen, "out of memory");
+    rc = VR_ERR_NOMEM;
   }
   /* the other special tokens, unless the caller set them */
   static const struct { vr_tok_special_t w; const char *name; } more[] = {{VR_TOK_PAD, "pad_token"},

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
 #include "vr_tok_internal.h"
 
 int vr_tok_set_special(vr_tok_t *tok, int which, const cJSON *v) {
@@ -134,9 +135,14 @@ static int apply_class_rules(vr_tok_t *tok, const cJSON *root, const char *file,
 }
 
 int vr_tok_parse_config(vr_tok_t *tok, const char *json, size_t len, const char *file, char *err, size_t errlen) {
-  cJSON *root = vr_tok_utf8_check(json, len) == len ? cJSON_ParseWithLength(json, len) : NULL;
+  /* transformers reads it with json.load: one value, the last of a repeated key */
+  char jerr[1400] = "";
+  cJSON *root = vr_tok_utf8_check(json, len) == len
+                    ? vr_json_parse_file(json, len, file, VR_JSON_DUP_LAST, jerr, sizeof jerr)
+                    : NULL;
   if (!root || !cJSON_IsObject(root)) {
-    vr_tok_seterr(err, errlen, "%s: not a JSON object", file);
+    if (jerr[0]) vr_tok_seterr(err, errlen, "%s", jerr);
+    else vr_tok_seterr(err, errlen, "%s: not a JSON object", file);
     cJSON_Delete(root);
     return VR_ERR_MODEL_FORMAT;
   }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
 #include "vr_tok_internal.h"
 
 /* ---- small shared helpers ------------------------------------------------------------------ */
@@ -350,11 +351,16 @@ static int parse_tokenizer_json(vr_tok_t *tok, const char *json, size_t len, con
     vr_tok_seterr(err, errlen, "%s: not a tokenizer: not valid UTF-8 (byte %zu)", file, bad);
     return VR_ERR_MODEL_FORMAT;
   }
-  cJSON *root = cJSON_ParseWithLength(json, len);
-  if (!root || !cJSON_IsObject(root)) {
-    const char *at = cJSON_GetErrorPtr();
-    vr_tok_seterr(err, errlen, "%s: not a tokenizer: not a JSON object (parse error near byte %zu)", file,
-                  at && at >= json && at <= json + len ? (size_t)(at - json) : (size_t)0);
+  /* serde: derived structs fail on a repeated field, maps keep the last: a repeat is refused */
+  char jerr[1400];
+  cJSON *root = vr_json_parse_file(json, len, file, VR_JSON_DUP_REFUSE, jerr, sizeof jerr);
+  if (!root) { /* jerr is "<file>: <reason>" */
+    const size_t fl = strlen(file);
+    vr_tok_seterr(err, errlen, "%s: not a tokenizer: %s", file, strncmp(jerr, file, fl) ? jerr : jerr + fl + 2);
+    return VR_ERR_MODEL_FORMAT;
+  }
+  if (!cJSON_IsObject(root)) {
+    vr_tok_seterr(err, errlen, "%s: not a tokenizer: not a JSON object", file);
     cJSON_Delete(root);
     return VR_ERR_MODEL_FORMAT;
   }
@@ -492,9 +498,14 @@ int vr_tok_load(const char *dir, vr_tok_t **out, char *err, size_t errlen) {
     if (k == 0) {
       rc = vr_tok_parse_config(tok, cj, n, path, err, errlen);
     } else {
-      cJSON *root = vr_tok_utf8_check(cj, n) == n ? cJSON_ParseWithLength(cj, n) : NULL;
+      /* transformers reads it with json.load: one value, the last of a repeated key */
+      char jerr[1400] = "";
+      cJSON *root = vr_tok_utf8_check(cj, n) == n
+                        ? vr_json_parse_file(cj, n, path, VR_JSON_DUP_LAST, jerr, sizeof jerr)
+                        : NULL;
       if (!cJSON_IsObject(root)) {
-        vr_tok_seterr(err, errlen, "%s: not a JSON object", path);
+        if (jerr[0]) vr_tok_seterr(err, errlen, "%s", jerr);
+        else vr_tok_seterr(err, errlen, "%s: not a JSON object", path);
         rc = VR_ERR_MODEL_FORMAT;
       }
       for (int i = 0; i < 4 && !rc; i++) rc = vr_tok_set_special(tok, i, cJSON_GetObjectItemCaseSensitive(root, vr_tok_special_keys[i]));

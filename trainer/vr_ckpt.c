@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
 #include "vr_lm.h"
 
 #define TRACKER "latest_checkpointed_iteration.txt"
@@ -259,7 +260,13 @@ int vr_ckpt_read_state(const char *dir, vr_ckpt_state_t *st) {
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
   buf[n] = 0;
-  cJSON *j = cJSON_Parse(buf);
+  /* one value (a longer file is cut here and refused), a repeated key its last (vr_jsonl.h) */
+  char jerr[1400] = "";
+  cJSON *j = vr_json_parse_file(buf, n, path, VR_JSON_DUP_LAST, jerr, sizeof jerr);
+  if (!j) {
+    fprintf(stderr, "verl-trainer: %s\n", jerr);
+    return VR_ERR_PARSE;
+  }
   const cJSON *dl = cJSON_GetObjectItem(j, "dataloader");
   const cJSON *gs = cJSON_GetObjectItem(j, "global_step"), *ep = cJSON_GetObjectItem(dl, "epoch"),
               *ix = cJSON_GetObjectItem(dl, "index"), *sd = cJSON_GetObjectItem(dl, "seed"),

@@ -129,7 +129,7 @@ int vr_dataset_parse_line(const char *line, size_t len, const vr_dataset_options
   const char *bad = NULL;
   size_t at = 0;
   cJSON *o = vr_jsonl_parse(line, len, &bad, &at);
-  if (!o && at) return fail(why, wn, VR_ERR_PARSE, "%s at byte %zu (one JSON object per line)", bad, at + 1);
+  if (!o && bad[0] != 'm') return fail(why, wn, VR_ERR_PARSE, "%s at byte %zu (one JSON object per line)", bad, at + 1);
   if (!o) return fail(why, wn, VR_ERR_PARSE, "not valid JSON");
   int rc = parse_row(o, opt, row, why, wn);
   cJSON_Delete(o);

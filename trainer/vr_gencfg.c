@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
 #include "vr_log.h"
 
 #define VR_GENCFG_MAX_FILE (1u << 20)
@@ -16,8 +17,13 @@
 int vr_gencfg_eos_parse(const char *json, size_t len, const char *path, int vocab, int32_t *ids, uint32_t cap,
                         uint32_t *n) {
   *n = 0;
-  cJSON *j = cJSON_ParseWithLength(json, len);
-  if (!j || !cJSON_IsObject(j)) {
+  char jerr[1400];
+  cJSON *j = vr_json_parse_file(json, len, path, VR_JSON_DUP_LAST, jerr, sizeof jerr); /* json.load's reading */
+  if (!j) {
+    vr_log(VR_LOG_ERROR, "%s", jerr);
+    return VR_ERR_MODEL_FORMAT;
+  }
+  if (!cJSON_IsObject(j)) {
     vr_log(VR_LOG_ERROR, "%s: not a JSON object", path);
     cJSON_Delete(j);
     return VR_ERR_MODEL_FORMAT;

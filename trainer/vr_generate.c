@@ -162,7 +162,9 @@ static int vr_gen_parse(int argc, char **argv, vr_gen_args_t *a) {
 }
 
 /* Reads every line (vr_tids: the trainer's token-id JSON lines) and reports EVERY bad one as
- * "name:LINE: problem" before giving up; a prompt must leave room for one new token. */
+ * "name:LINE: problem" before giving up; a prompt must leave room for one new token. 0,
+ * VR_EXIT_USAGE for bad lines (bad input, as logprobs / sft), VR_EXIT_FAIL when memory ran out or
+ * the read failed. */
 static int vr_gen_read(FILE *f, const char *name, int vocab, uint32_t max_len, vr_tids_t *in) {
   char *line = NULL, why[256];
   size_t cap = 0, len = 0;
@@ -190,6 +192,7 @@ static int vr_gen_read(FILE *f, const char *name, int vocab, uint32_t max_len, v
     if (rc == VR_ERR_NOMEM) break;
   }
   free(line);
+  if (r != VR_LINE_EOF) return VR_EXIT_FAIL; /* out of memory, said above */
   if (ferror(f)) {
     fprintf(stderr, PROG ": %s: read error: %s\n", name, strerror(errno));
     return VR_EXIT_FAIL;
@@ -199,7 +202,7 @@ static int vr_gen_read(FILE *f, const char *name, int vocab, uint32_t max_len, v
   if (bad) {
     fprintf(stderr, PROG ": %s: %lu bad input line%s; nothing generated. HINT: one {\"input_ids\": [...]} object per line\n",
             name, bad, bad == 1 ? "" : "s");
-    return VR_EXIT_FAIL;
+    return VR_EXIT_USAGE;
   }
   return 0;
 }
@@ -226,16 +229,19 @@ int vr_generate_main(int argc, char **argv) {
   }
 #endif
   vr_lm_t *lm = NULL;
-  if (vr_lm_load(a.model, NULL, &lm) != 0) {
-    fprintf(stderr, PROG ": cannot load the model in %s (the log above says why)\n", a.model);
-    return VR_EXIT_FAIL;
+  /* a model directory that does not load is bad input (exit 2, as logprobs / sft); running out
+   * of memory is a run-time failure (exit 1) */
+  int lrc = vr_lm_load(a.model, NULL, &lm);
+  if (lrc != 0) {
+    fprintf(stderr, PROG ": cannot load the model in %s: %s (the log above says why)\n", a.model, vr_strerror(lrc));
+    return lrc == VR_ERR_NOMEM ? VR_EXIT_FAIL : VR_EXIT_USAGE;
   }
   const vr_lm_config_t *lc = vr_lm_config(lm);
   int32_t stops[2 * VR_GEN_MAX_STOP];
   uint32_t n_stop = 0;
-  if (!a.ignore_eos && vr_gencfg_eos_ids(a.model, lc->vocab_size, stops, VR_GEN_MAX_STOP, &n_stop) != 0) {
+  if (!a.ignore_eos && (lrc = vr_gencfg_eos_ids(a.model, lc->vocab_size, stops, VR_GEN_MAX_STOP, &n_stop)) != 0) {
     vr_lm_free(lm);
-    return VR_EXIT_FAIL;
+    return lrc == VR_ERR_NOMEM ? VR_EXIT_FAIL : VR_EXIT_USAGE;
   }
   memcpy(stops + n_stop, a.stop, a.n_stop * sizeof *stops);
   n_stop += a.n_stop;

@@ -13,6 +13,7 @@
 
 #include "verl_reward/status.h"
 #include "vr_backend.h"
+#include "vr_jsonl.h"
 #include "vr_log.h"
 #include "vr_model_weights.h"
 
@@ -39,6 +40,14 @@ const char *vr_lm_arch_name(vr_lm_family_t f, vr_lm_head_t h) {
 }
 
 /* Appends a table entry; returns its position or -1 on OOM. */
+/* config.json's tree as the loader (vr_config_parse) and transformers read it: a key given twice
+ * is its last (cJSON's lookups and deletes would find the first, and a saved config would keep
+ * the stale copy that Python then reads). NULL when out of memory (the text parsed at load). */
+static cJSON *vr_lm_config_tree(const vr_lm_t *lm) {
+  char err[256];
+  return vr_json_parse_file(lm->config_json, strlen(lm->config_json), "config.json", VR_JSON_DUP_LAST, err, sizeof err);
+}
+
 static int vr_lm_add(vr_lm_t *lm, const char *name, int64_t d0, int64_t d1) {
   if (lm->n_t == lm->cap_t) {
     size_t cap = lm->cap_t ? 2 * lm->cap_t : 64;
@@ -227,7 +236,7 @@ int vr_lm_load(const char *dir, const vr_lm_load_options_t *opt, vr_lm_t **out) 
     lm->config_json[jlen] = 0;
     memcpy(lm->inv_freq, mc->rope_inv_freq, (size_t)(c->head_dim / 2) * sizeof(float));
     c->rope_inv_freq = lm->inv_freq;
-    cJSON *root = cJSON_Parse(lm->config_json);
+    cJSON *root = vr_lm_config_tree(lm);
     const cJSON *ir = root ? cJSON_GetObjectItemCaseSensitive(root, "initializer_range") : NULL;
     if (cJSON_IsNumber(ir) && ir->valuedouble > 0 && ir->valuedouble < 10) c->initializer_range = (float)ir->valuedouble;
     cJSON_Delete(root);
@@ -333,7 +342,7 @@ static int vr_lm_save_safetensors(const vr_lm_t *lm, const char *path) {
 }
 
 static int vr_lm_save_config(const vr_lm_t *lm, const char *path) {
-  cJSON *root = cJSON_Parse(lm->config_json);
+  cJSON *root = vr_lm_config_tree(lm);
   if (!root) return VR_ERR_NOMEM; /* it parsed at load */
   cJSON_DeleteItemFromObjectCaseSensitive(root, "architectures");
   cJSON *a = cJSON_AddArrayToObject(root, "architectures");

@@ -15,6 +15,7 @@
 #include "vr_algo.h"
 #include "vr_ckpt.h"
 #include "vr_dataset.h"
+#include "vr_jsonl.h"
 #include "vr_rlmetrics.h"
 #include "vr_rlreward.h"
 #include "vr_rlwork.h"
@@ -76,9 +77,12 @@ static int read_vocab(const char *dir, int *vocab) {
   fclose(f);
   if (!buf) return VR_ERR_NOMEM;
   buf[n] = 0;
-  cJSON *j = cJSON_Parse(buf);
+  /* as the loader reads it (vr_jsonl.h): one value, a repeated key its last */
+  char jerr[1400] = "";
+  cJSON *j = vr_json_parse_file(buf, n, path, VR_JSON_DUP_LAST, jerr, sizeof jerr);
   free(buf);
-  const cJSON *v = cJSON_GetObjectItem(j, "vocab_size");
+  if (!j) fprintf(stderr, "verl-trainer: %s\n", jerr);
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "vocab_size");
   int rc = cJSON_IsNumber(v) && v->valuedouble >= 1 ? 0 : VR_ERR_PARSE;
   if (rc == 0) *vocab = (int)v->valuedouble;
   cJSON_Delete(j);

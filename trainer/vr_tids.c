@@ -48,7 +48,7 @@ int vr_tids_parse_line(const char *line, size_t len, int vocab, int max_len, uin
   cJSON *root = vr_jsonl_parse(line, len, &bad, &at);
   const cJSON *arr = cJSON_IsObject(root) ? cJSON_GetObjectItemCaseSensitive(root, "input_ids") : NULL;
   int rc = 0;
-  if (!root && at) {
+  if (!root && bad[0] != 'm') { /* text after the value, a control byte, a number outside the grammar */
     snprintf(why, whylen, "%s at byte %zu (one {\"input_ids\": [...]} object per line)", bad, at + 1);
     rc = VR_ERR_PARSE;
   } else if (!root || !cJSON_IsObject(root)) {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "vr_jsonl.h"
 #include "vr_tok_chat.h"
 #include "vr_tokenizer.h"
 
@@ -109,14 +110,17 @@ static int render(const vr_client_text_t *tt, uint32_t i, const char *item, size
   char at[32], err[768] = "";
   snprintf(at, sizeof at, "messages[%u]", i);
   if (memchr(item, 0, len)) return fail(VR_ERR_MALFORMED, "%s: a NUL byte in the conversation's JSON", at);
-  const char *end = NULL;
-  cJSON *conv = cJSON_ParseWithLengthOpts(item, len, &end, 0);
+  /* one value, no control byte (vr_jsonl.h); a repeated key is its last, as the template glue and
+   * Python read it, so the check below sees what is rendered */
+  const char *why = NULL;
+  size_t off = 0;
+  cJSON *conv = vr_jsonl_parse(item, len, &why, &off);
+  if (!conv && why[0] == 't')
+    return fail(VR_ERR_MALFORMED, "%s: not valid JSON (bytes after the conversation at offset %zu)", at, off);
   if (!conv) return fail(VR_ERR_MALFORMED, "%s: not valid JSON (a conversation is a JSON list of message objects)", at);
-  while (end < item + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r')) end++;
-  if (end != item + len) {
+  if (vr_json_dups(conv, VR_JSON_DUP_LAST, NULL, 0)) {
     cJSON_Delete(conv);
-    return fail(VR_ERR_MALFORMED, "%s: not valid JSON (bytes after the conversation at offset %zu)", at,
-                (size_t)(end - item));
+    return fail(VR_ERR_NOMEM, "%s: out of memory", at);
   }
   int rc = vr_tok_chat_check_conversation(conv, at, err, sizeof err);
   cJSON_Delete(conv);

@@ -142,6 +142,10 @@ static void test_jsonl(void **state) {
       {"[1,2,100]\n", VR_ERR_TOKEN_RANGE},              /* vocab is 100 */
       {"[1,2,3,4,5,6]\n", VR_ERR_SEQ_TOO_LONG},         /* max_seq_len 5 */
       {"\n\n", VR_ERR_PARSE},                           /* no sequences */
+      {"[1,2] [3]\n", VR_ERR_PARSE},                    /* text after the value (cJSON dropped it) */
+      {"{\"input_ids\": [1]}{\"input_ids\": [2]}\n", VR_ERR_PARSE}, /* two objects on a line */
+      {"{\"input_ids\": [1], \"input_ids\": [2]}\n", VR_ERR_PARSE}, /* input_ids twice */
+      {"[1,\f2]\n", VR_ERR_PARSE},                      /* a control byte (cJSON skipped it) */
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int rc = load_text(bad[i].text, 100, 5, &w);

@@ -120,6 +120,7 @@ class TestCText(Fixture, unittest.TestCase):
             {"messages": [["hello"]]},
             {"messages": [ALTERNATE]},
             {"raw_text_hex": "6869ff"},                                          # "hi" + an invalid byte
+            {"messages": ['[{"role": 3, "role": "user", "content": "x"}]']},    # a repeated key: its last counts
             {"text": ["fine"]},
         ]
         want = [
@@ -131,6 +132,7 @@ class TestCText(Fixture, unittest.TestCase):
             ("VR_ERR_MALFORMED", "messages[0][0] must be an object"),
             ("VR_ERR_INVAL", "template raised: Conversation roles must alternate"),
             ("VR_ERR_INVAL", "text[0]: text is not valid UTF-8 (byte 2: 0xFF)"),
+            (None, {"messages": [[{"role": "user", "content": "x"}]]}),       # scored as the HTTP path scores it
             (None, None),
         ]
         rc, out, err = self.run_client(lines)
@@ -138,7 +140,7 @@ class TestCText(Fixture, unittest.TestCase):
         self.assertEqual(len(out), len(lines), out)
         for line, got, (code, needle) in zip(lines, out, want):
             if code is None:
-                self.assertEqual(got["scores"], self.http({"text": ["fine"]}))
+                self.assertEqual(got.get("scores"), self.http(needle or {"text": ["fine"]}), (line, got))
                 continue
             self.assertEqual(got.get("error"), code, (line, got))
             self.assertIn(needle, got["message"], (line, got))

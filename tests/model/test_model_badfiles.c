@@ -178,7 +178,7 @@ static void test_duplicate_names(void **state) {
   (void)state;
   copy_fixture("llama_gqa");
   edit_tensor("model.safetensors", "model.norm.weight", duplicate);
-  expect_fail(VR_ERR_MODEL_FORMAT, "'model.norm.weight' appears twice", "model.safetensors");
+  expect_fail(VR_ERR_MODEL_FORMAT, "key \"model.norm.weight\" appears more than once", "model.safetensors");
 }
 
 static void dtype_f17(cJSON *h, cJSON *e, mt_st_t *st) {
@@ -344,6 +344,132 @@ static void test_sharded_errors(void **state) {
   expect_fail(VR_ERR_MODEL_FORMAT, "model.safetensors.index.json", "malformed JSON");
 }
 
+/* ---- one JSON value per file; duplicate keys as HF's readers take them ------------------ */
+
+static void expect_load(void) {
+  vr_model_options_t opt;
+  vr_model_options_init(&opt);
+  opt.n_threads = 1;
+  vr_model_t *m = NULL;
+  mt_log_start();
+  int rc = vr_model_load(mt_tmp, &opt, &m);
+  if (rc != 0) fail_msg("load failed: %s; log: %s", vr_status_name(rc), mt_log_text());
+  mt_log_stop();
+  vr_model_free(m);
+}
+
+/* Rewrites mt_tmp/<base>: its text (trailing blanks cut) with pre inserted after the first '{'
+ * and post[0, nq) appended. */
+static void wrap_file(const char *base, const char *pre, const char *post, size_t nq) {
+  char path[1300];
+  file_in_tmp(path, sizeof path, base);
+  size_t n = 0;
+  char *text = mt_read_file(path, &n);
+  while (n && (text[n - 1] == '\n' || text[n - 1] == ' ')) n--;
+  const char *brace = memchr(text, '{', n);
+  assert_non_null(brace);
+  size_t at = (size_t)(brace - text) + 1, np = strlen(pre);
+  char *out = malloc(n + np + nq + 1);
+  memcpy(out, text, at);
+  memcpy(out + at, pre, np);
+  memcpy(out + at + np, text + at, n - at);
+  memcpy(out + n + np, post, nq);
+  mt_write_file(path, out, n + np + nq);
+  free(out);
+  free(text);
+}
+
+/* A safetensors header (its JSON text followed by pad) with the data of the fixture's file. */
+static void pad_header(const char *pad, size_t npad, const char *from, const char *to) {
+  char path[1300];
+  file_in_tmp(path, sizeof path, "model.safetensors");
+  mt_st_t st;
+  mt_st_read(path, &st);
+  char *h = cJSON_PrintUnformatted(st.header);
+  size_t n = strlen(h);
+  char *buf = malloc(n + npad + strlen(to) + 1);
+  const char *hit = from ? strstr(h, from) : NULL;
+  size_t k = hit ? (size_t)(hit - h) : n;
+  memcpy(buf, h, k);
+  size_t o = k;
+  if (hit) {
+    memcpy(buf + o, to, strlen(to));
+    o += strlen(to);
+    memcpy(buf + o, h + k + strlen(from), n - k - strlen(from));
+    o += n - k - strlen(from);
+  }
+  memcpy(buf + o, pad, npad);
+  mt_st_write_raw(path, buf, o + npad, st.data, st.data_len);
+  free(buf);
+  free(h);
+  mt_st_free(&st);
+}
+
+static void test_one_value_per_file(void **state) {
+  (void)state;
+  /* config.json: text after the object is Python's "Extra data" (cJSON dropped it) */
+  copy_fixture("llama_gqa");
+  wrap_file("config.json", "", "\n}", 2);
+  expect_fail(VR_ERR_MODEL_FORMAT, "config.json: text after the JSON value at byte offset", "Extra data");
+  copy_fixture("llama_gqa");
+  wrap_file("config.json", "", "\n\0", 2);
+  expect_fail(VR_ERR_MODEL_FORMAT, "config.json: text after the JSON value at byte offset", NULL);
+  /* a repeated key counts as its last, as json.load reads it (cJSON found the first) */
+  copy_fixture("llama_gqa");
+  wrap_file("config.json", "\"num_attention_heads\": \"four\", ", "", 0);
+  expect_load();
+  copy_fixture("llama_gqa");
+  wrap_file("config.json", "", "", 0);
+  {
+    char path[1300];
+    file_in_tmp(path, sizeof path, "config.json");
+    size_t n = 0;
+    char *t = mt_read_file(path, &n);
+    assert_true(n > 1 && t[n - 1] == '}');
+    static const char tail[] = ", \"num_attention_heads\": \"four\"}";
+    char *o = malloc(n + sizeof tail);
+    memcpy(o, t, n - 1);
+    memcpy(o + n - 1, tail, sizeof tail - 1);
+    mt_write_file(path, o, n - 1 + sizeof tail - 1);
+    free(o), free(t);
+  }
+  expect_fail(VR_ERR_MODEL_FORMAT, "config.json", "\"num_attention_heads\" must be an integer");
+  /* the safetensors header: JSON blanks may pad it (serde_json::from_str skips them), nothing else */
+  copy_fixture("llama_gqa");
+  pad_header("    \n\t\r ", 8, NULL, "");
+  expect_load();
+  pad_header("\0\0\0\0", 4, NULL, "");
+  expect_fail(VR_ERR_MODEL_FORMAT, "model.safetensors: text after the JSON value at byte offset", "(the header)");
+  copy_fixture("llama_gqa");
+  pad_header(" {}", 3, NULL, "");
+  expect_fail(VR_ERR_MODEL_FORMAT, "model.safetensors: text after the JSON value at byte offset", NULL);
+  copy_fixture("llama_gqa");
+  pad_header("", 0, "\"dtype\":\"F32\"", "\"dtype\":\"F17\",\"dtype\":\"F32\"");
+  expect_fail(VR_ERR_MODEL_FORMAT, "model.safetensors: key \"dtype\" appears more than once", NULL);
+  /* the shard index: one value; a tensor named twice counts as its last (json.load) */
+  copy_fixture("llama_gqa_sharded");
+  wrap_file("model.safetensors.index.json", "", "{}", 2);
+  expect_fail(VR_ERR_MODEL_FORMAT, "model.safetensors.index.json: text after the JSON value", NULL);
+  copy_fixture("llama_gqa_sharded");
+  {
+    char path[1300];
+    file_in_tmp(path, sizeof path, "model.safetensors.index.json");
+    char *t = mt_read_file(path, NULL);
+    const char *wm = strstr(t, "\"weight_map\"");
+    assert_non_null(wm);
+    const char *br = strchr(wm, '{');
+    static const char dup[] = "\"model.norm.weight\": \"model-00001-of-00004.safetensors\", ";
+    size_t at = (size_t)(br - t) + 1, n = strlen(t);
+    char *o = malloc(n + sizeof dup);
+    memcpy(o, t, at);
+    memcpy(o + at, dup, sizeof dup - 1);
+    memcpy(o + at + sizeof dup - 1, t + at, n - at);
+    mt_write_file(path, o, n + sizeof dup - 1);
+    free(o), free(t);
+  }
+  expect_load();
+}
+
 /* ---- options ---------------------------------------------------------------------------- */
 
 static void test_bad_options(void **state) {
@@ -450,6 +576,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_num_labels, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_no_weights, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_sharded_errors, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_one_value_per_file, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_bad_options, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_bert_gamma_beta, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_unaligned_f32, mt_setup_tmp, mt_teardown_tmp),

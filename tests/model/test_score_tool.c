@@ -126,6 +126,40 @@ static void test_good_and_bad_lines(void **state) {
  * {"input_ids": [[ids], ...]} and [[ids], ...] a batch line ({"scores": [...]}, one
  * output line per input line); the cpu backend's scores are the same bits in every form.
  * A bad sequence in a batch line is one error line naming the line and the sequence. */
+/* A line is exactly one JSON value (cJSON took the first and dropped the rest: the line was scored
+ * as if the text after it were absent) and a key read appears once (Python keeps the last, cJSON
+ * found the first). */
+static void test_one_value_per_line(void **state) {
+  (void)state;
+  char model[1200], in[1300];
+  mt_model_path(model, sizeof model, "llama_gqa");
+  static const char buf[] = "{\"input_ids\": [1, 2]} junk\n"                   /* line 1 */
+                            "{\"input_ids\": [1]}\0{\"input_ids\": [2]}\n"     /* line 2 */
+                            "[1, 2][3]\n"                                      /* line 3 */
+                            "{\"input_ids\": [1], \"input_ids\": [2, 3]}\n"    /* line 4 */
+                            "{\"input_ids\":\x0b[1]}\n"                        /* line 5 */
+                            "  {\"input_ids\": [1, 2]} \t\r\n";                /* line 6: good */
+  snprintf(in, sizeof in, "%s/in.jsonl", mt_tmp);
+  mt_write_file(in, buf, sizeof buf - 1);
+  const char *args[] = {"--model", model, "--input", in, "--threads", "1", NULL};
+  assert_int_equal(run_tool(NULL, args), 1);
+  cJSON *lines[8];
+  int n = read_output(lines, 8);
+  assert_int_equal(n, 6);
+  static const char *const want[] = {"line 1: text after the JSON value at byte 23",
+                                     "line 2: text after the JSON value at byte 19",
+                                     "line 3: text after the JSON value at byte 7",
+                                     "line 4: \"input_ids\" appears more than once",
+                                     "line 5: a control byte in the JSON at byte 14"};
+  for (int i = 0; i < 5; i++) {
+    const cJSON *e = cJSON_GetObjectItem(lines[i], "error");
+    if (!cJSON_IsString(e) || !strstr(e->valuestring, want[i]))
+      fail_msg("output %d: %s, want \"%s\"", i + 1, cJSON_IsString(e) ? e->valuestring : "(a score)", want[i]);
+  }
+  assert_true(cJSON_IsNumber(cJSON_GetObjectItem(lines[5], "score")));
+  for (int i = 0; i < n; i++) cJSON_Delete(lines[i]);
+}
+
 static void test_input_forms(void **state) {
   (void)state;
   char model[1200], in[1300];
@@ -309,6 +343,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_bit_identical_threads_and_batches, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_good_and_bad_lines, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_one_value_per_line, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_input_forms, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_stdin_all_golden, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_bad_model_and_usage, mt_setup_tmp, mt_teardown_tmp),

@@ -111,6 +111,9 @@ class TestCompat(unittest.TestCase):
         self.assert_error(s, "/classify", {"input": [[1]] * 5}, 413, "VR_ERR_TOO_LARGE", "5 sequences")
         self.assert_error(s, "/classify", {"input": [[1], []]}, 400, "VR_ERR_EMPTY_SEQ", "sequence 1 is empty")
         self.assert_error(s, "/classify", b"{\"input\": [1]", 400, "VR_ERR_PARSE", "malformed JSON")
+        # one JSON value per body: text, a NUL or a second object after it is a 400, not dropped
+        for body, at in ((b'{"input": [1]} x', 15), (b'{"input": [1]}\x00', 14), (b'{"input": [1]}{"input": [2]}', 14)):
+            self.assert_error(s, "/classify", body, 400, "VR_ERR_PARSE", "trailing data at byte %d" % at)
         self.assert_error(s, "/classify", {"input": [1], "use_activation": "no"}, 400, "VR_ERR_MALFORMED",
                           "\"use_activation\" must be true or false")
         for path in ("/classify", "/v1/classify", "/v1/embeddings", "/get_reward", "/predict"):

@@ -485,6 +485,8 @@ class TestHttpErrors(unittest.TestCase):
         cases = [
             ("malformed JSON", b'{"input_ids": [[1, 2', 400, "malformed JSON"),
             ("trailing garbage", b'{"input_ids": [[1]]} x', 400, "trailing data"),
+            ("a NUL after the body", b'{"input_ids": [[1]]}\x00', 400, "trailing data at byte 20"),
+            ("two objects", b'{"input_ids": [[1]]}{"input_ids": [[2]]}', 400, "trailing data at byte 20"),
             ("not an object", b"[1, 2]", 400, "JSON object"),
             ("input_ids wrong type", b'{"input_ids": "abc"}', 400, "wrong type"),
             ("sequence wrong type", b'{"input_ids": [[5], 6]}', 400, "input_ids[1] must be a list"),

@@ -111,6 +111,9 @@ static void test_json_bad(void **state) {
       {"{\"input_ids\": [1,2,3,4,5,6,7,8,9]}", VR_ERR_SEQ_TOO_LONG, 0, "9 tokens"},
       {"{\"input_ids\": [1, 100]}", VR_ERR_TOKEN_RANGE, 0, "token id 100 at position 1"},
       {"{\"input_ids\": 3}", VR_ERR_MALFORMED, -1, "one sequence"},
+      {"{\"input_ids\": [[1]]}{\"input_ids\": [[2]]}", VR_ERR_PARSE, -1, "trailing data at byte 20"},
+      {"{\"input_ids\":\f[[1]]}", VR_ERR_PARSE, -1, "a control byte in the JSON at byte 13"}, /* cJSON took it as a blank */
+      {"{\"input_ids\": [[01]]}", VR_ERR_PARSE, -1, "a number JSON does not allow at byte 16"},
   };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     vr_score_req_t r;
@@ -121,6 +124,25 @@ static void test_json_bad(void **state) {
                e.message);
     assert_null(r.cu);
   }
+}
+
+/* A body as Python's json.loads reads it: a NUL after the object is trailing data (it was dropped),
+ * and a key given twice counts as its last, at any depth (cJSON found the first). */
+static void test_json_python_reading(void **state) {
+  (void)state;
+  vr_scorer_t sc = make_scorer("model", VR_SCORER_MODEL, 100, 8);
+  vr_score_req_t r;
+  vr_req_error_t e;
+  static const char nul[] = "{\"input_ids\": [[1]]}\0{\"input_ids\": [[2]]}";
+  assert_int_equal(vr_request_parse_json(nul, sizeof nul - 1, &sc, 4, &r, &e), VR_ERR_PARSE);
+  assert_non_null(strstr(e.message, "trailing data at byte 20"));
+  static const char dup[] = "{\"input_ids\": \"x\", \"extras\": 7, \"input_ids\": [[5], [1, 2]], "
+                            "\"extras\": [{\"solution_str\": 1, \"solution_str\": \"a\"}, null]}";
+  assert_int_equal(vr_request_parse_json(dup, sizeof dup - 1, &sc, 4, &r, &e), 0);
+  assert_int_equal(r.n_seqs, 2);
+  assert_int_equal(r.n_tokens, 3);
+  assert_int_equal(r.ids[2], 2);
+  vr_request_free(&r);
 }
 
 /* Copies the packed bytes to out (at most cap) and frees the buffer; returns the length. */
@@ -406,6 +428,19 @@ static void test_text_bodies(void **state) {
   assert_memory_equal(ids, r.ids, n * sizeof *ids);
   assert_int_equal(ids[0], 1); /* the template's <s> */
   free(ids);
+  /* the chat-template glue reads one value (text after it was dropped) as Python reads it (a
+   * repeated key is its last: cJSON found the first) */
+  char *text2 = NULL;
+  const char *dup_role = "[{\"role\":\"system\",\"role\":\"user\",\"content\":\"Hi there\"},"
+                         "{\"role\":\"assistant\",\"content\":\"the end!\"}]";
+  assert_int_equal(vr_tok_apply_chat_template_ex(sc.tok, NULL, dup_role, 0, NULL, &text2, &tl, err, sizeof err), 0);
+  assert_string_equal(text2, text);
+  free(text2);
+  char trail[512];
+  snprintf(trail, sizeof trail, "%s []", conv);
+  assert_int_equal(vr_tok_apply_chat_template_ex(sc.tok, NULL, trail, 0, NULL, &text2, &tl, err, sizeof err),
+                   VR_ERR_INVAL);
+  assert_non_null(strstr(err, "messages: text after the JSON value at byte"));
   free(text);
   vr_request_free(&r);
   /* msgpack: {"text": ["the cat sat in a hat"]} gives the JSON form's ids */
@@ -728,6 +763,7 @@ static void test_metrics_threads(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_json_valid),     cmocka_unit_test(test_json_bad),
+      cmocka_unit_test(test_json_python_reading),
       cmocka_unit_test(test_msgpack_valid),  cmocka_unit_test(test_msgpack_hostile),
       cmocka_unit_test(test_flat_form),
       cmocka_unit_test(test_fuzz_bodies),    cmocka_unit_test(test_text_bodies),

@@ -61,6 +61,67 @@ class TestTokenizeCli(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("<stdin>:1: decode: id 99999999 (position 1) is not in the vocabulary", err)
 
+    def test_one_object_per_line(self):
+        """A line is exactly one JSON object (cJSON took the first value and dropped the rest), with
+        no control byte (cJSON skipped them as blanks), and a key read given twice is refused
+        (Python keeps the last, cJSON found the first)."""
+        d = os.path.join(TOKS, "qwen3")
+        for line, frag in ((b'{"text": "a"} {"text": "b"}', "text after the JSON value at byte 15"),
+                           (b'{"text": "a"}\x00junk', "text after the JSON value at byte 14"),
+                           (b'{"text": "a"}{"text": "b"}', "text after the JSON value at byte 14"),
+                           (b'{"text":\x0c"a"}', "a control byte in the JSON at byte 9 (one JSON object per line)"),
+                           (b'{"text": "a\tb"}', "a control byte in the JSON at byte 12"),
+                           (b'{"text": "a", "text": "b"}', "\"text\" appears more than once")):
+            with self.subTest(line=line):
+                rc, out, err = run(["--tokenizer", d], b'{"text": "ok"}\n' + line + b"\n")
+                self.assertEqual(rc, 1, err)
+                self.assertEqual(len([l for l in out.split("\n") if l]), 1)  # the good line was answered
+                self.assertIn("<stdin>:2: " + frag, err)
+        # blanks after the object and a CRLF ending are fine
+        rc, out, err = run(["--tokenizer", d], b'{"text": "ok"}  \t\r\n')
+        self.assertEqual(rc, 0, err)
+        with tempfile.NamedTemporaryFile("wb", suffix=".jsonl") as f:  # --bench reads its file the same way
+            f.write(b'{"text": "ok"}\n\n{"text": "a"} x\n')
+            f.flush()
+            rc, out, err = run(["--tokenizer", d, "--bench", f.name], "")
+            self.assertEqual(rc, 1, err)
+            self.assertIn(f.name + ":3: text after the JSON value at byte 15", err)
+
+    def test_tokenizer_files_read_as_hf_reads_them(self):
+        """tokenizer.json (serde) and tokenizer_config.json (json.load): text after the value is
+        refused naming the file and the offset; a key repeated in tokenizer.json is refused (serde's
+        structs refuse it, its maps keep the last), one in tokenizer_config.json counts as its
+        last (json.load)."""
+        src = os.path.join(TOKS, "llama3_1")
+        with open(os.path.join(src, "tokenizer.json"), "rb") as f:
+            tj = f.read().rstrip()
+        with open(os.path.join(src, "tokenizer_config.json"), "rb") as f:
+            tc = f.read().rstrip()
+        with tempfile.TemporaryDirectory() as t:
+            def put(name, data):
+                with open(os.path.join(t, name), "wb") as f:
+                    f.write(data)
+            put("tokenizer_config.json", tc)
+            for bad, frag in ((tj + b"\n}", "tokenizer.json: not a tokenizer: text after the JSON value at byte offset %d" % (len(tj) + 1)),
+                              (tj + b"\x00", "tokenizer.json: not a tokenizer: text after the JSON value at byte offset %d" % len(tj)),
+                              (b'{"version": "1.0", ' + tj[1:], "key \"version\" appears more than once")):
+                put("tokenizer.json", bad)
+                rc, out, err = run(["--tokenizer", t], '{"text": "x"}\n')
+                self.assertEqual(rc, 1, err)
+                self.assertIn(frag, err)
+            put("tokenizer.json", tj)
+            put("tokenizer_config.json", tc + b" []")
+            rc, out, err = run(["--tokenizer", t], '{"text": "x"}\n')
+            self.assertEqual(rc, 1, err)
+            self.assertIn("tokenizer_config.json: text after the JSON value at byte offset %d" % (len(tc) + 1), err)
+            key = b'"clean_up_tokenization_spaces"'
+            for first, last, ok in ((b'"yes"', b"false", True), (b"false", b'"yes"', False)):
+                put("tokenizer_config.json", tc[:-1] + b", " + key + b": " + first + b", " + key + b": " + last + b"}")
+                rc, out, err = run(["--tokenizer", t], '{"text": "x"}\n')
+                self.assertEqual(rc, 0 if ok else 1, err)  # only the last value is read (it must be a boolean)
+                if not ok:
+                    self.assertIn("clean_up_tokenization_spaces is not a boolean", err)
+
     def test_bad_tokenizers(self):
         with tempfile.TemporaryDirectory() as t:
             rc, out, err = run(["--tokenizer", t], '{"text": "x"}\n')

@@ -131,7 +131,7 @@ class Generate(unittest.TestCase):
                 '{"input_ids": 5}\n'
                 '{"input_ids": [%s]}\n' % ", ".join(["3"] * 64))
         p = gen(["--model", model], text, check=False)
-        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(p.returncode, 2, p.stderr)  # bad input, as logprobs / sft
         self.assertEqual(p.stdout, "")
         for ln, frag in ((2, "input_ids[1] = 257 is outside the vocabulary [0, 257)"), (3, "malformed JSON"), (5, "no \"input_ids\" list"),
                          (6, "input_ids is empty"), (7, "input_ids[1] is not an integer token id"), (8, "no \"input_ids\" list"),
@@ -154,7 +154,7 @@ class Generate(unittest.TestCase):
             self.assertEqual(p.returncode, 2)
             self.assertIn("no cuda rollout backend", p.stderr)
         p = gen(["--model", FIX], "{\"input_ids\": [1]}\n", check=False)
-        self.assertEqual(p.returncode, 1)
+        self.assertEqual(p.returncode, 2, p.stderr)  # a directory that is not a model: bad input
         self.assertIn("cannot load the model", p.stderr)
         p = gen(["--help"])
         self.assertIn("--max-new-tokens", p.stdout)
@@ -193,7 +193,7 @@ class Generate(unittest.TestCase):
             with open(inp, "w") as f:
                 f.write("{\"input_ids\": [1, 2]} trailing\n")
             p = gen(["--model", model, "--input", inp, "--output", old], check=False)
-            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertEqual(p.returncode, 2, p.stderr)
             self.assertIn("in.jsonl:1: text after the JSON value at byte 23", p.stderr)
             with open(old) as f:
                 self.assertEqual(f.read(), "kept\n")

@@ -277,6 +277,25 @@ static void test_ckpt_tracker(void **st) {
   assert_int_equal(vr_ckpt_read_state(dir, &got), 0);
   assert_true(got.global_step == 3 && got.index == 3 && got.seed == 9 && got.kl_coef == 0.25);
   char p[1400];
+  { /* data.json read as one value (text after it was dropped), a repeated key as its last */
+    snprintf(p, sizeof p, "%s/data.json", dir);
+    char text[4096];
+    FILE *df = fopen(p, "rb");
+    assert_non_null(df);
+    size_t tn = fread(text, 1, sizeof text - 1, df);
+    fclose(df);
+    text[tn] = 0;
+    assert_true(tn > 2 && text[0] == '{');
+    df = fopen(p, "wb");
+    fprintf(df, "{\"global_step\": 99, %s", text + 1);
+    fclose(df);
+    assert_int_equal(vr_ckpt_read_state(dir, &got), 0);
+    assert_true(got.global_step == 3);
+    df = fopen(p, "ab");
+    fputs(" {}", df);
+    fclose(df);
+    assert_int_equal(vr_ckpt_read_state(dir, &got), -27 /* VR_ERR_PARSE */);
+  }
   snprintf(p, sizeof p, "%s/global_step_1", root);
   assert_int_not_equal(access(p, F_OK), 0); /* kept 2 */
   /* a begun, unfinished save does not move the tracker */

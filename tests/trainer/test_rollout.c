@@ -655,6 +655,11 @@ static void test_gencfg(void **st) {
   assert_int_equal(eos("{\"eos_token_id\": [1, [2]]}", ids, &n), VR_ERR_MODEL_FORMAT);
   assert_int_equal(eos("[2]", ids, &n), VR_ERR_MODEL_FORMAT);
   assert_int_equal(eos("{\"eos_token_id\": 2", ids, &n), VR_ERR_MODEL_FORMAT);
+  /* one JSON value (json.load: "Extra data"; cJSON dropped the rest), a repeated key is its last */
+  assert_int_equal(eos("{\"eos_token_id\": 2} {\"eos_token_id\": 3}", ids, &n), VR_ERR_MODEL_FORMAT);
+  assert_int_equal(eos("{\"eos_token_id\": 2}\n\n", ids, &n), 1);
+  assert_int_equal(eos("{\"eos_token_id\": 2, \"eos_token_id\": [3, 4]}", ids, &n), 1);
+  assert_true(n == 2 && ids[0] == 3 && ids[1] == 4);
   /* generation_config.json first, config.json when it names none, nothing when neither exists */
   char dir[] = "/tmp/vr_gencfg_XXXXXX";
   assert_non_null(mkdtemp(dir));

@@ -9,7 +9,11 @@
 #include <string.h>
 
 #include "verl_reward/status.h"
+#include "vr_jsonl.h"
+#include "vr_line.h"
 #include "vr_log.h"
+
+#define VR_WORKLOAD_MAX_LINE (64u << 20) /* bytes of one corpus line kept in memory */
 
 static int parse_u32(const char *s, char **end, uint32_t *out) {
   if (*s < '0' || *s > '9') return -1;
@@ -208,17 +212,30 @@ int vr_workload_load_jsonl(vr_workload_t *w, const char *path) {
   }
   corpus_acc_t a = {0};
   char *line = NULL;
-  size_t cap = 0, lineno = 0;
-  ssize_t len;
-  int rc = 0;
-  while (rc == 0 && (len = getline(&line, &cap, f)) >= 0) {
+  size_t cap = 0, lineno = 0, len = 0;
+  int rc = 0, r;
+  while (rc == 0 && (r = vr_line_read(f, VR_WORKLOAD_MAX_LINE, &line, &cap, &len)) != VR_LINE_EOF) {
     lineno++;
+    if (r != 0) {
+      if (r == VR_LINE_NOMEM) vr_log(VR_LOG_ERROR, "%s:%zu: out of memory", path, lineno);
+      else vr_log(VR_LOG_ERROR, "%s:%zu: line of %zu bytes is longer than %u", path, lineno, len, VR_WORKLOAD_MAX_LINE);
+      rc = r == VR_LINE_NOMEM ? VR_ERR_NOMEM : VR_ERR_PARSE;
+      break;
+    }
     size_t i = 0;
-    while (i < (size_t)len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\n' || line[i] == '\r')) i++;
-    if (i == (size_t)len) continue;
-    cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\n' || line[i] == '\r')) i++;
+    if (i == len) continue;
+    const char *why = NULL;
+    size_t at = 0;
+    cJSON *j = vr_jsonl_parse(line, len, &why, &at);
     if (!j) {
-      vr_log(VR_LOG_ERROR, "%s:%zu: not valid JSON", path, lineno);
+      vr_log(VR_LOG_ERROR, "%s:%zu: not valid JSON (%s at byte %zu; one JSON value per line)", path, lineno, why, at + 1);
+      rc = VR_ERR_PARSE;
+      break;
+    }
+    if (vr_jsonl_dup(j, "input_ids")) {
+      vr_log(VR_LOG_ERROR, "%s:%zu: \"input_ids\" appears more than once", path, lineno);
+      cJSON_Delete(j);
       rc = VR_ERR_PARSE;
       break;
     }

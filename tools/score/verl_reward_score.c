@@ -7,7 +7,11 @@
  * Input: JSON lines (stdin by default), each one of
  *   {"input_ids": [int, ...]}  or  [int, ...]                  one sequence
  *   {"input_ids": [[int, ...], ...]}  or  [[int, ...], ...]    a batch line (at most 256 sequences)
- * (a list whose first item is a number is one sequence); blank lines are skipped.
+ * (a list whose first item is a number is one sequence); blank lines are skipped. A line is
+ * exactly one JSON value (text after it is an error, not dropped), a key read (input_ids, text,
+ * messages, add_generation_prompt, add_special_tokens) may appear once (Python keeps the last of
+ * a repeat, cJSON the first), and a line past VR_SCORE_MAX_LINE bytes is an error line (only that
+ * much of it is held in memory).
  * When the model directory holds a tokenizer (tokenizer.json), also
  *   {"text": "..."} / {"text": ["...", ...]}                    one text / a batch of texts
  *   {"messages": [{"role", "content"}, ...]} / {"messages": [[...], ...]}   one conversation / a batch
@@ -35,6 +39,8 @@
 
 #include "verl_reward/status.h"
 #include "vr_cli.h"
+#include "vr_jsonl.h"
+#include "vr_line.h"
 #include "vr_log.h"
 #include "vr_model.h"
 #include "vr_time.h"
@@ -42,7 +48,8 @@
 #include "vr_tokenizer.h"
 #include <unistd.h>
 
-#define VR_SCORE_CHUNK_SEQS 256 /* sequences scored per vr_model_score call */
+#define VR_SCORE_CHUNK_SEQS 256   /* sequences scored per vr_model_score call */
+#define VR_SCORE_MAX_LINE (64u << 20) /* bytes of one input line kept in memory */
 
 typedef struct vr_score_batch {
   int32_t *ids;
@@ -169,7 +176,23 @@ static char *vr_score_encode_line(cJSON *root, const vr_score_tok_t *tk) {
 static void vr_score_line_read(const char *text, size_t len, const vr_score_tok_t *tk, vr_score_line_t *l) {
   memset(l, 0, sizeof *l);
   l->n = 1;
-  l->root = cJSON_ParseWithLength(text, len);
+  const char *bad = NULL;
+  size_t at = 0;
+  char msg[160];
+  l->root = vr_jsonl_parse(text, len, &bad, &at);
+  if (!l->root && (at || bad[0] != 'm')) {
+    snprintf(msg, sizeof msg, "%s at byte %zu (one JSON value per line)", bad, at + 1);
+    l->why = strdup(msg);
+    return;
+  }
+  static const char *const read_keys[] = {"input_ids", "text", "messages", "add_generation_prompt",
+                                          "add_special_tokens"};
+  for (size_t i = 0; cJSON_IsObject(l->root) && i < sizeof read_keys / sizeof *read_keys; i++)
+    if (vr_jsonl_dup(l->root, read_keys[i])) {
+      snprintf(msg, sizeof msg, "\"%s\" appears more than once", read_keys[i]);
+      l->why = strdup(msg);
+      return;
+    }
   if (cJSON_IsObject(l->root) && (cJSON_GetObjectItemCaseSensitive(l->root, "text") ||
                                   cJSON_GetObjectItemCaseSensitive(l->root, "messages"))) {
     if ((l->why = vr_score_encode_line(l->root, tk))) return;
@@ -407,19 +430,27 @@ int main(int argc, char **argv) {
   float scores[VR_SCORE_CHUNK_SEQS];
   int32_t st[VR_SCORE_CHUNK_SEQS];
   char *line = NULL;
-  size_t cap = 0;
-  ssize_t len;
+  size_t cap = 0, len = 0;
   uint64_t lineno = 0, tokens = 0, seqs = 0, t0 = vr_now_ns();
-  int failed = 0;
-  while ((len = getline(&line, &cap, in)) != -1) {
+  int failed = 0, r;
+  while ((r = vr_line_read(in, VR_SCORE_MAX_LINE, &line, &cap, &len)) != VR_LINE_EOF) {
     lineno++;
-    size_t l = (size_t)len;
+    size_t l = len;
+    vr_score_line_t sl;
+    if (r != 0) { /* one error line; the reader went on to the next line */
+      char msg[96];
+      snprintf(msg, sizeof msg, "line of %zu bytes is longer than %u", len, VR_SCORE_MAX_LINE);
+      if (r == VR_LINE_NOMEM) snprintf(msg, sizeof msg, "out of memory");
+      memset(&sl, 0, sizeof sl);
+      sl.n = 1;
+      sl.why = strdup(msg);
+      l = 0;
+    }
     while (l > 0 && (line[l - 1] == '\n' || line[l - 1] == '\r' || line[l - 1] == ' ' || line[l - 1] == '\t')) l--;
     size_t k = 0;
     while (k < l && (line[k] == ' ' || line[k] == '\t')) k++;
-    if (k == l) continue; /* blank line */
-    vr_score_line_t sl;
-    vr_score_line_read(line + k, l - k, &tk, &sl);
+    if (r == 0 && k == l) continue; /* blank line */
+    if (r == 0) vr_score_line_read(line + k, l - k, &tk, &sl);
     if (b.n + sl.n > VR_SCORE_CHUNK_SEQS) failed += vr_score_flush(m, &b, scores, st); /* a line stays in one chunk */
     uint32_t from = b.n;
     vr_score_add_line(&sl, lineno, &b);

@@ -7,7 +7,8 @@
  *     {"input_ids": [...]} (--decode) -> {"text": "..."}
  *     {"messages": [...], "add_generation_prompt": true} -> {"text": "...", "input_ids": [...]}
  *       (when built with the chat-template engine, tokenizer/jinja)
- *   A bad line (not JSON, invalid UTF-8, an id outside the vocabulary) stops the run: exit 1
+ *   A bad line (not JSON, text after its object, a read key given twice, a line longer than
+ *   VR_TOKENIZE_MAX_LINE bytes, invalid UTF-8, an id outside the vocabulary) stops the run: exit 1
  *   with "verl-tokenize: <stdin>:LINE: reason" on stderr. A tokenizer that does not load exits 1
  *   naming the file, the component and the reason.
  *
@@ -24,12 +25,16 @@
 #include <unistd.h>
 
 #include "vr_cli.h"
+#include "vr_jsonl.h"
+#include "vr_line.h"
 #include "vr_tokenizer.h"
 #ifdef VR_HAVE_JINJA
 #include "vr_tok_chat.h"
 #endif
 
 static const char *prog = "verl-tokenize";
+
+#define VR_TOKENIZE_MAX_LINE (64u << 20) /* bytes of one input line kept in memory */
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -74,11 +79,25 @@ static int emit(cJSON *o) {
 static int do_line(const vr_tok_t *tok, vr_tok_scratch_t *sc, const char *buf, size_t len, size_t line,
                    int add_special, int decode, int skip_special) {
   char err[512] = "";
-  cJSON *in = cJSON_ParseWithLength(buf, len);
+  const char *why = NULL;
+  size_t at = 0;
+  cJSON *in = vr_jsonl_parse(buf, len, &why, &at);
+  if (!in && (at || why[0] != 'm')) {
+    snprintf(err, sizeof err, "%s at byte %zu (one JSON object per line)", why, at + 1);
+    return fail_line(line, "%s", err);
+  }
   if (!cJSON_IsObject(in)) {
     cJSON_Delete(in);
     return fail_line(line, "%s", "not a JSON object");
   }
+  /* Python's json keeps the last of a repeated key, cJSON finds the first: a key read is refused */
+  static const char *const read_keys[] = {"text", "input_ids", "messages", "add_generation_prompt"};
+  for (size_t i = 0; i < sizeof read_keys / sizeof *read_keys; i++)
+    if (vr_jsonl_dup(in, read_keys[i])) {
+      cJSON_Delete(in);
+      snprintf(err, sizeof err, "\"%s\" appears more than once", read_keys[i]);
+      return fail_line(line, "%s", err);
+    }
   int rc = VR_EXIT_OK;
   const cJSON *text = cJSON_GetObjectItemCaseSensitive(in, "text");
   const cJSON *ids = cJSON_GetObjectItemCaseSensitive(in, "input_ids");
@@ -200,12 +219,22 @@ static int bench(const char *dir, const char *file, int threads, int repeat) {
   char **texts = NULL;
   size_t *lens = NULL, nt = 0, bytes = 0;
   char *line = NULL;
-  size_t cap = 0;
-  ssize_t got;
-  while ((got = getline(&line, &cap, f)) > 0) {
-    cJSON *o = cJSON_ParseWithLength(line, (size_t)got);
+  size_t cap = 0, got = 0, lineno = 0;
+  int r, bad = 0;
+  while (!bad && (r = vr_line_read(f, VR_TOKENIZE_MAX_LINE, &line, &cap, &got)) != VR_LINE_EOF) {
+    lineno++;
+    size_t k = 0;
+    while (r == 0 && k < got && strchr(" \t\r\n", line[k]) && line[k]) k++;
+    if (r == 0 && k == got) continue; /* a blank line */
+    const char *why = r == VR_LINE_TOO_LONG ? "longer than the line bound" : "out of memory";
+    size_t at = 0;
+    cJSON *o = r == 0 ? vr_jsonl_parse(line, got, &why, &at) : NULL;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "text");
-    if (cJSON_IsString(t)) {
+    if (!o || vr_jsonl_dup(o, "text")) {
+      fprintf(stderr, "%s: --bench %s:%zu: %s at byte %zu (one JSON object per line)\n", prog, file, lineno,
+              o ? "\"text\" appears more than once" : why, at + 1);
+      bad = 1;
+    } else if (cJSON_IsString(t)) {
       texts = realloc(texts, (nt + 1) * sizeof *texts);
       lens = realloc(lens, (nt + 1) * sizeof *lens);
       texts[nt] = strdup(t->valuestring);
@@ -216,6 +245,13 @@ static int bench(const char *dir, const char *file, int threads, int repeat) {
   }
   free(line);
   fclose(f);
+  if (bad) {
+    for (size_t i = 0; i < nt; i++) free(texts[i]);
+    free(texts);
+    free(lens);
+    vr_tok_free(tok);
+    return VR_EXIT_FAIL;
+  }
   bench_job_t one = {tok, texts, lens, 0, nt, 1, repeat, 0, 0};
   double t1 = now_s();
   bench_thread(&one);
@@ -292,12 +328,16 @@ int main(int argc, char **argv) {
   }
   vr_tok_scratch_t *sc = vr_tok_scratch_new();
   char *line = NULL;
-  size_t cap = 0, lineno = 0;
-  ssize_t got;
-  int rc = sc ? VR_EXIT_OK : VR_EXIT_FAIL;
-  while (!rc && (got = getline(&line, &cap, stdin)) > 0) {
+  size_t cap = 0, lineno = 0, got = 0;
+  int rc = sc ? VR_EXIT_OK : VR_EXIT_FAIL, r;
+  while (!rc && (r = vr_line_read(stdin, VR_TOKENIZE_MAX_LINE, &line, &cap, &got)) != VR_LINE_EOF) {
     lineno++;
-    size_t n = (size_t)got;
+    if (r == VR_LINE_NOMEM || r == VR_LINE_TOO_LONG) {
+      snprintf(err, sizeof err, "line of %zu bytes is longer than %u", got, VR_TOKENIZE_MAX_LINE);
+      rc = fail_line(lineno, "%s", r == VR_LINE_NOMEM ? "out of memory" : err);
+      break;
+    }
+    size_t n = got;
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) n--;
     if (!n) continue;
     rc = do_line(tok, sc, line, n, lineno, add_special, decode, skip_special);
