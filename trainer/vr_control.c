@@ -83,14 +83,23 @@ static void ctl_wait(vr_ctl_t *c, MPI_Request *req, int rank, const char *what) 
     if (done) return;
     if (now_s() > end) {
       const vr_peer_t *p = &w->peers[rank];
-      char roles[64];
+      char roles[64], queued[160] = "";
       vr_roles_str(p->roles, roles, sizeof roles);
+      /* for the post-mortem: whether anything from that rank reached this one under another tag */
+      int flag = 0, bytes = 0;
+      MPI_Status st;
+      if (MPI_Iprobe(rank, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, &st) == MPI_SUCCESS && flag &&
+          MPI_Get_count(&st, MPI_BYTE, &bytes) == MPI_SUCCESS)
+        snprintf(queued, sizeof queued, " (a message of %d bytes with tag %d from it is queued unread)", bytes,
+                 st.MPI_TAG);
+      else
+        snprintf(queued, sizeof queued, " (nothing from it is queued)");
       vr_world_abort(w, 1,
                      "worker rank %d (roles %s, device %s, host %s, pid %d) did not answer command '%s' (seq %u) "
-                     "within %.0f s while %s it; ending the run. HINT: see that rank's log lines above; raise "
+                     "within %.0f s while %s it%s; ending the run. HINT: see that rank's log lines above; raise "
                      "trainer.comm_timeout_s if the command is legitimately slow",
                      rank, roles, p->device, p->host, p->pid, cmd_name(c, c->last_cmd ? c->last_cmd[rank] : 0),
-                     c->last_seq ? c->last_seq[rank] : 0, w->timeout_s, what);
+                     c->last_seq ? c->last_seq[rank] : 0, w->timeout_s, what, queued);
     }
     struct timespec ts = {0, 20000};
     nanosleep(&ts, NULL);
