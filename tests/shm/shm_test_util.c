@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "vr_checksum.h"
+#include "vr_time.h"
 
 #define MAX_TRACKED 256
 static pid_t g_pids[MAX_TRACKED];
@@ -277,4 +278,19 @@ int tu_receive_fds(const char *name, int fds[3]) {
   if (n > 3) n = 3;
   memcpy(fds, CMSG_DATA(cm), sizeof(int) * (size_t)n);
   return n;
+}
+
+int tu_server_wait_stat(const tu_server_t *s, const char *key, uint64_t want, double *took) {
+  const double max_s = TU_HANG_GUARD_US / 1e6;
+  uint64_t t0 = vr_now_ns(), v = ~0ull;
+  while ((double)(vr_now_ns() - t0) / 1e9 < max_s) {
+    if (tu_server_stat(s, key, &v) == 0 && v == want) {
+      if (took) *took = (double)(vr_now_ns() - t0) / 1e9;
+      return 0;
+    }
+    usleep(20000);
+  }
+  fprintf(stderr, "stat %s stayed at %llu (want %llu) for %.1f s\n", key, (unsigned long long)v,
+          (unsigned long long)want, max_s);
+  return -1;
 }

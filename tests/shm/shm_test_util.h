@@ -39,6 +39,9 @@ int tu_server_stop(tu_server_t *s, int sig);
 
 /* Reads "key N" from the server's stats file; -1 if absent. */
 int tu_server_stat(const tu_server_t *s, const char *key, uint64_t *v);
+/* Polls the stats file (rewritten every 100 ms) until key == want: 0 (took, may be NULL: the
+ * seconds it took), or -1 after TU_HANG_GUARD_US with the last value printed. */
+int tu_server_wait_stat(const tu_server_t *s, const char *key, uint64_t want, double *took);
 
 /* Registers a child pid to SIGKILL at exit (servers are registered already). */
 void tu_track_pid(pid_t pid);

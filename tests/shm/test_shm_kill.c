@@ -40,22 +40,6 @@ static int victim(const char *name, int fd, uint64_t seed) {
   for (;;) pause();
 }
 
-/* Polls the server's stats file until key == want (0) or the hang guard passes (-1). */
-static int wait_stat(const tu_server_t *s, const char *key, uint64_t want, double *took) {
-  const double max_s = TU_HANG_GUARD_US / 1e6;
-  uint64_t t0 = vr_now_ns(), v = ~0ull;
-  while ((double)(vr_now_ns() - t0) / 1e9 < max_s) {
-    if (tu_server_stat(s, key, &v) == 0 && v == want) {
-      if (took) *took = (double)(vr_now_ns() - t0) / 1e9;
-      return 0;
-    }
-    usleep(20000);
-  }
-  fprintf(stderr, "stat %s stayed at %llu (want %llu) for %.1f s\n", key, (unsigned long long)v,
-          (unsigned long long)want, max_s);
-  return -1;
-}
-
 static void test_kill_clients(void **state) {
   (void)state;
   char name[64];
@@ -99,7 +83,7 @@ static void test_kill_clients(void **state) {
     }
   }
   double took = -1;
-  assert_int_equal(wait_stat(&s, "lanes", 2, &took), 0);
+  assert_int_equal(tu_server_wait_stat(&s, "lanes", 2, &took), 0);
   printf("killed lanes reclaimed %.2f s after the last kill (stats file refreshes every 0.1 s)\n", took);
   for (int k = 0; k < 2; k++) {
     kill(good[k], SIGUSR1);
@@ -109,8 +93,8 @@ static void test_kill_clients(void **state) {
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
   }
-  assert_int_equal(wait_stat(&s, "lanes", 0, NULL), 0);
-  assert_int_equal(wait_stat(&s, "inflight", 0, NULL), 0);
+  assert_int_equal(tu_server_wait_stat(&s, "lanes", 0, NULL), 0);
+  assert_int_equal(tu_server_wait_stat(&s, "inflight", 0, NULL), 0);
   assert_true(tu_log_count(&s, "is gone") >= ROUNDS * VICTIMS);
   /* every lane again takes a request that fills its arena */
   vr_client_t *c[8];
