@@ -6,8 +6,21 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "vr_rollout.h"
+
+/* For the multi-process (mpirun) rollout tests, where cmocka's per-process runner does not fit:
+ * a failed check names the file, line and condition and exits 1 (the job's verdict is every
+ * rank's exit status). */
+#define RT_CHECK(cond)                                                                 \
+  do {                                                                                 \
+    if (!(cond)) {                                                                     \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);          \
+      exit(1);                                                                         \
+    }                                                                                  \
+  } while (0)
 
 typedef struct rt_shape {
   int vocab, hidden, layers, heads, kv_heads, head_dim, inter, max_pos;

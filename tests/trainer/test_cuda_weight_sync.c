@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 #include <mpi.h>
 
+#include "rollout_test_util.h"
 #include "verl_reward/status.h"
 #include "vr_comm.h"
 #include "vr_devmap.h"
@@ -32,13 +33,6 @@
 #include "vr_time.h"
 #include "vr_train.h"
 
-#define CHECK(cond)                                                                                     \
-  do {                                                                                                  \
-    if (!(cond)) {                                                                                      \
-      fprintf(stderr, "test_cuda_weight_sync: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      exit(1);                                                                                          \
-    }                                                                                                   \
-  } while (0)
 
 static const char MAP[] = "actor: {device_group: [0], placement_policy: hybrid}\n"
                           "rollout: {device_group: [0]}\n"
@@ -50,7 +44,7 @@ static void gen(vr_rollout_t *r, vr_gen_output_t *o) {
   vr_gen_params_t gp;
   vr_gen_params_init(&gp);
   gp.max_new_tokens = 24;
-  CHECK(vr_rollout_generate(r, ids, cu, 3, &gp, o) == 0);
+  RT_CHECK(vr_rollout_generate(r, ids, cu, 3, &gp, o) == 0);
 }
 
 /* Tokens equal, log-probs within tol (tol 0: bit for bit). */
@@ -70,15 +64,15 @@ static void step(vr_train_t *t) {
   static const uint32_t cu[] = {0, 8};
   vr_train_batch_t b = {.ids = ids, .cu_seqlens = cu, .n_seqs = 1, .mask = NULL};
   float out[8], dout[8];
-  CHECK(vr_train_zero_grad(t) == 0);
-  CHECK(vr_train_forward(t, &b, 1.0f, out, NULL, 1) == 0);
+  RT_CHECK(vr_train_zero_grad(t) == 0);
+  RT_CHECK(vr_train_forward(t, &b, 1.0f, out, NULL, 1) == 0);
   for (int i = 0; i < 8; i++) dout[i] = i ? -1.0f / 7 : 0.0f;
-  CHECK(vr_train_backward(t, dout, NULL) == 0);
+  RT_CHECK(vr_train_backward(t, dout, NULL) == 0);
   vr_adamw_t h;
   vr_adamw_init(&h);
   h.lr = 3e-2f;
   double norm;
-  CHECK(vr_train_step(t, &h, 0.0f, &norm) == 0);
+  RT_CHECK(vr_train_step(t, &h, 0.0f, &norm) == 0);
 }
 
 static void one(vr_world_t *w, vr_group_t *g, const char *name) {
@@ -87,33 +81,33 @@ static void one(vr_world_t *w, vr_group_t *g, const char *name) {
   snprintf(dir, sizeof dir, "%s/lm/%s", root ? root : "tests/fixtures", name);
   snprintf(dev, sizeof dev, "cuda:%d", w->cuda_device);
   vr_lm_t *lm = NULL;
-  CHECK(vr_lm_load(dir, NULL, &lm) == 0);
+  RT_CHECK(vr_lm_load(dir, NULL, &lm) == 0);
   const size_t nf = vr_lm_n_floats(lm);
   vr_train_options_t to;
   vr_train_options_init(&to);
   to.device = dev;
   vr_train_t *t = NULL;
-  CHECK(vr_train_init(lm, &to, &t) == 0);
+  RT_CHECK(vr_train_init(lm, &to, &t) == 0);
   vr_rollout_options_t ro;
   vr_rollout_options_init(&ro);
   ro.device = dev;
   vr_rollout_lm_t v1, v2, v3;
   vr_rollout_t *r = NULL, *host = NULL, *chunked = NULL;
-  CHECK(vr_rollout_from_lm(lm, &ro, &v1, &r) == 0);
-  CHECK(vr_rollout_from_lm(lm, &ro, &v2, &host) == 0);
-  CHECK(vr_rollout_from_lm(lm, &ro, &v3, &chunked) == 0);
-  CHECK(vr_rollout_has_device_update(r));
+  RT_CHECK(vr_rollout_from_lm(lm, &ro, &v1, &r) == 0);
+  RT_CHECK(vr_rollout_from_lm(lm, &ro, &v2, &host) == 0);
+  RT_CHECK(vr_rollout_from_lm(lm, &ro, &v3, &chunked) == 0);
+  RT_CHECK(vr_rollout_has_device_update(r));
   vr_gen_output_t before, after, want, after_c;
   gen(r, &before);
   step(t);
   double secs = -1, hsecs = -1, dsum = 0;
-  CHECK(vr_rollout_sync_weights(w, g, 0, vr_train_param_buffer(t), 1, nf, r, &secs) == 0);
+  RT_CHECK(vr_rollout_sync_weights(w, g, 0, vr_train_param_buffer(t), 1, nf, r, &secs) == 0);
   gen(r, &after);
   float *p = malloc(nf * sizeof *p);
-  CHECK(p != NULL);
+  RT_CHECK(p != NULL);
   const uint64_t t0 = vr_now_ns();
-  CHECK(vr_train_get_params(t, p, nf) == 0);
-  CHECK(vr_rollout_set_params(host, p, nf, NULL) == 0);
+  RT_CHECK(vr_train_get_params(t, p, nf) == 0);
+  RT_CHECK(vr_rollout_set_params(host, p, nf, NULL) == 0);
   hsecs = (double)(vr_now_ns() - t0) * 1e-9;
   gen(host, &want);
   const float *dp = vr_train_param_buffer(t);
@@ -121,19 +115,19 @@ static void one(vr_world_t *w, vr_group_t *g, const char *name) {
   for (size_t k = (nf + ch - 1) / ch; k-- > 0;) {
     const size_t off = k * ch, len = nf - off < ch ? nf - off : ch;
     double s = 0;
-    CHECK(vr_rollout_set_params_device(chunked, dp + off, off, len, &s) == 0);
+    RT_CHECK(vr_rollout_set_params_device(chunked, dp + off, off, len, &s) == 0);
     dsum += s;
   }
   gen(chunked, &after_c);
   /* out-of-range updates are refused */
-  CHECK(vr_rollout_set_params_device(chunked, dp, nf - 3, 4, NULL) == VR_ERR_INVAL);
+  RT_CHECK(vr_rollout_set_params_device(chunked, dp, nf - 3, 4, NULL) == VR_ERR_INVAL);
   const int eq = close_out(&after, &want, 1e-3f), changed = !close_out(&before, &after, 1e-3f);
   const int ceq = close_out(&after_c, &after, 1e-3f);
   printf("%s: %zu floats (%.1f MiB fp32): colocated device sync %.3f ms, host path (download + upload) %.3f ms, "
          "chunked %.3f ms; after sync == host-loaded engine %s, outputs changed %s, chunked == whole %s\n",
          name, nf, nf * 4.0 / (1 << 20), secs * 1e3, hsecs * 1e3, dsum * 1e3, eq ? "yes" : "NO",
          changed ? "yes" : "NO", ceq ? "yes" : "NO");
-  CHECK(eq && changed && ceq);
+  RT_CHECK(eq && changed && ceq);
   vr_gen_output_free(&before), vr_gen_output_free(&after), vr_gen_output_free(&want), vr_gen_output_free(&after_c);
   free(p);
   vr_rollout_free(r), vr_rollout_free(host), vr_rollout_free(chunked);
@@ -150,12 +144,12 @@ int main(void) {
   }
   vr_devmap_t map;
   char err[4096];
-  CHECK(vr_devmap_parse("sync.yaml", MAP, sizeof MAP - 1, NULL, &map, err, sizeof err) == 0);
+  RT_CHECK(vr_devmap_parse("sync.yaml", MAP, sizeof MAP - 1, NULL, &map, err, sizeof err) == 0);
   vr_world_t w;
-  CHECK(vr_world_init(&w, &map, 120.0, NULL) == 0);
+  RT_CHECK(vr_world_init(&w, &map, 120.0, NULL) == 0);
   if (w.worker >= 0) {
     vr_group_t *g = w.groups[VR_GROUP_WEIGHT_SYNC];
-    CHECK(g != NULL && vr_group_size(g) == 1 && w.cuda_device >= 0);
+    RT_CHECK(g != NULL && vr_group_size(g) == 1 && w.cuda_device >= 0);
     one(&w, g, "llama_lm");
     one(&w, g, "qwen2_lm"); /* biases on q/k/v (bf16 in the fused bias), tied embeddings */
     one(&w, g, "mistral_lm");

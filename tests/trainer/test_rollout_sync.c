@@ -24,13 +24,6 @@
 #include "vr_devmap.h"
 #include "vr_rollout_sync.h"
 
-#define CHECK(cond)                                                                  \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "test_rollout_sync: %s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      exit(1);                                                                       \
-    }                                                                                \
-  } while (0)
 
 static const char MAP[] = "actor:\n  device_group: [\"cpu:0\"]\n  nccl_backend: mpi\n"
                           "rollout:\n  device_group: [\"cpu:1\"]\n";
@@ -47,7 +40,7 @@ static void gen(vr_rollout_t *r, float T, vr_gen_output_t *o) {
   gp.n = 2;
   gp.seed = 5;
   gp.sample.temperature = T;
-  CHECK(vr_rollout_generate(r, ids, cu, 2, &gp, o) == 0);
+  RT_CHECK(vr_rollout_generate(r, ids, cu, 2, &gp, o) == 0);
 }
 
 static int same(const vr_gen_output_t *a, const vr_gen_output_t *b) {
@@ -62,19 +55,19 @@ static vr_train_t *trained(const vr_lm_t *lm) {
   vr_train_options_init(&o);
   o.n_threads = 1;
   vr_train_t *t = NULL;
-  CHECK(vr_train_init(lm, &o, &t) == 0);
+  RT_CHECK(vr_train_init(lm, &o, &t) == 0);
   static const int32_t ids[] = {7, 11, 13, 17, 19, 23, 29, 31};
   static const uint32_t cu[] = {0, 8};
   vr_train_batch_t b = {.ids = ids, .cu_seqlens = cu, .n_seqs = 1, .mask = NULL};
   float out[8], dout[8];
-  CHECK(vr_train_forward(t, &b, 1.0f, out, NULL, 1) == 0);
+  RT_CHECK(vr_train_forward(t, &b, 1.0f, out, NULL, 1) == 0);
   for (int i = 0; i < 8; i++) dout[i] = i ? -1.0f / 7 : 0.0f;
-  CHECK(vr_train_backward(t, dout, NULL) == 0);
+  RT_CHECK(vr_train_backward(t, dout, NULL) == 0);
   vr_adamw_t h;
   vr_adamw_init(&h);
   h.lr = 3e-2f;
   double norm;
-  CHECK(vr_train_step(t, &h, 0.0f, &norm) == 0);
+  RT_CHECK(vr_train_step(t, &h, 0.0f, &norm) == 0);
   return t;
 }
 
@@ -83,30 +76,30 @@ static void real_pair(vr_world_t *w, vr_group_t *g) {
   char dir[4096];
   snprintf(dir, sizeof dir, "%s/lm/llama_lm", root ? root : "tests/fixtures");
   vr_lm_t *lm = NULL;
-  CHECK(vr_lm_load(dir, NULL, &lm) == 0);
+  RT_CHECK(vr_lm_load(dir, NULL, &lm) == 0);
   const size_t nf = vr_lm_n_floats(lm);
   if (vr_group_rank(g) == 0) { /* the actor: a step, then its own buffer goes out */
     vr_train_t *t = trained(lm);
-    CHECK(vr_rollout_sync_weights(w, g, 0, vr_train_param_buffer(t), 0, nf, NULL, NULL) == 0);
+    RT_CHECK(vr_rollout_sync_weights(w, g, 0, vr_train_param_buffer(t), 0, nf, NULL, NULL) == 0);
     vr_train_free(t);
   } else {
     vr_rollout_lm_t v, v2;
     vr_rollout_t *r = NULL, *want = NULL;
-    CHECK(vr_rollout_from_lm(lm, NULL, &v, &r) == 0);
+    RT_CHECK(vr_rollout_from_lm(lm, NULL, &v, &r) == 0);
     vr_gen_output_t before, after, expect;
     gen(r, 0.0f, &before);
     double secs = -1;
-    CHECK(vr_rollout_sync_weights(w, g, 0, NULL, 0, nf, r, &secs) == 0);
+    RT_CHECK(vr_rollout_sync_weights(w, g, 0, NULL, 0, nf, r, &secs) == 0);
     printf("weight sync after a training step: %zu floats in %.3f ms\n", nf, secs * 1e3);
     gen(r, 0.0f, &after);
     vr_train_t *t = trained(lm); /* the same step here: deterministic on cpu */
     float *p = malloc(nf * sizeof *p);
-    CHECK(p && vr_train_get_params(t, p, nf) == 0);
-    CHECK(vr_rollout_from_lm(lm, NULL, &v2, &want) == 0);
-    CHECK(vr_rollout_set_params(want, p, nf, NULL) == 0);
+    RT_CHECK(p && vr_train_get_params(t, p, nf) == 0);
+    RT_CHECK(vr_rollout_from_lm(lm, NULL, &v2, &want) == 0);
+    RT_CHECK(vr_rollout_set_params(want, p, nf, NULL) == 0);
     gen(want, 0.0f, &expect);
-    CHECK(same(&after, &expect));
-    CHECK(!same(&before, &after));
+    RT_CHECK(same(&after, &expect));
+    RT_CHECK(!same(&before, &after));
     vr_gen_output_free(&before), vr_gen_output_free(&after), vr_gen_output_free(&expect);
     free(p);
     vr_train_free(t);
@@ -119,35 +112,35 @@ static void real_pair(vr_world_t *w, vr_group_t *g) {
 int main(void) {
   vr_devmap_t map;
   char err[4096];
-  CHECK(vr_devmap_parse("sync.yaml", MAP, sizeof MAP - 1, NULL, &map, err, sizeof err) == 0);
+  RT_CHECK(vr_devmap_parse("sync.yaml", MAP, sizeof MAP - 1, NULL, &map, err, sizeof err) == 0);
   vr_world_t w;
-  CHECK(vr_world_init(&w, &map, 60.0, NULL) == 0);
+  RT_CHECK(vr_world_init(&w, &map, 60.0, NULL) == 0);
   int rc = 0;
   if (w.worker >= 0) {
     vr_group_t *g = w.groups[VR_GROUP_WEIGHT_SYNC];
-    CHECK(g != NULL && vr_group_size(g) == 2 && !vr_group_is_device(g));
+    RT_CHECK(g != NULL && vr_group_size(g) == 2 && !vr_group_is_device(g));
     rt_model_t a, b;
     rt_model_random(&a, &SHAPE, 101, 0.35f);
     rt_model_random(&b, &SHAPE, 202, 0.35f);
     if (vr_group_rank(g) == 0) { /* the actor: sends B */
-      CHECK(vr_rollout_sync_weights(&w, g, 0, b.params, 0, b.n_params, NULL, NULL) == 0);
+      RT_CHECK(vr_rollout_sync_weights(&w, g, 0, b.params, 0, b.n_params, NULL, NULL) == 0);
     } else {
       vr_rollout_t *r = NULL, *fresh = NULL;
-      CHECK(vr_rollout_init(&a.cfg, a.params, a.n_params, &a.w, NULL, &r) == 0);
-      CHECK(vr_rollout_init(&b.cfg, b.params, b.n_params, &b.w, NULL, &fresh) == 0);
+      RT_CHECK(vr_rollout_init(&a.cfg, a.params, a.n_params, &a.w, NULL, &r) == 0);
+      RT_CHECK(vr_rollout_init(&b.cfg, b.params, b.n_params, &b.w, NULL, &fresh) == 0);
       vr_gen_output_t before, after, want, after_s, want_s;
       gen(r, 0.0f, &before);
       double secs = -1;
-      CHECK(vr_rollout_sync_weights(&w, g, 0, NULL, 0, b.n_params, r, &secs) == 0);
-      CHECK(secs >= 0);
+      RT_CHECK(vr_rollout_sync_weights(&w, g, 0, NULL, 0, b.n_params, r, &secs) == 0);
+      RT_CHECK(secs >= 0);
       printf("weight sync: %zu parameters (%.1f KiB) in %.3f ms\n", b.n_params, b.n_params * 4 / 1024.0, secs * 1e3);
       gen(r, 0.0f, &after);
       gen(fresh, 0.0f, &want);
-      CHECK(same(&after, &want));
-      CHECK(!same(&before, &after));
+      RT_CHECK(same(&after, &want));
+      RT_CHECK(!same(&before, &after));
       gen(r, 0.9f, &after_s);
       gen(fresh, 0.9f, &want_s);
-      CHECK(same(&after_s, &want_s));
+      RT_CHECK(same(&after_s, &want_s));
       vr_gen_output_free(&before), vr_gen_output_free(&after), vr_gen_output_free(&want);
       vr_gen_output_free(&after_s), vr_gen_output_free(&want_s);
       vr_rollout_free(r);
