@@ -18,22 +18,7 @@
 
 #include "verl_reward/status.h"
 #include "vr_jinja.h"
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  if (b) b[n] = 0;
-  fclose(f);
-  return b;
-}
+#include "vr_test_file.h"
 
 /* renders src with a JSON context; returns the status, *out the text (or the error) */
 static int render(const char *src, const char *ctx_json, const vr_jinja_opts_t *o, char **out) {
@@ -89,7 +74,7 @@ static void test_jinja2_cases(void **state) {
   const char *dir = getenv("VR_FIXTURES");
   char path[4096];
   snprintf(path, sizeof path, "%s/jinja/cases.json", dir ? dir : "tests/fixtures");
-  char *text = slurp(path);
+  char *text = vr_test_slurp(path, NULL);
   if (!text) fprintf(stderr, "cannot read %s (committed; missing is a failure)\n", path);
   assert_non_null(text);
   cJSON *root = cJSON_Parse(text);

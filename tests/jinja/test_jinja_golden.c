@@ -17,22 +17,7 @@
 
 #include "verl_reward/status.h"
 #include "vr_jinja.h"
-
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)n + 1);
-  if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-    free(b);
-    b = NULL;
-  }
-  if (b) b[n] = 0;
-  fclose(f);
-  return b;
-}
+#include "vr_test_file.h"
 
 static const char *str_or_null(const cJSON *o, const char *k) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -49,7 +34,7 @@ static void show_diff(const char *want, size_t wl, const char *got, size_t gl) {
 }
 
 static int run_file(const char *path, int *ncases) {
-  char *text = slurp(path);
+  char *text = vr_test_slurp(path, NULL);
   if (!text) {
     fprintf(stderr, "%s: cannot read\n", path);
     return 1;
@@ -139,7 +124,7 @@ static int run_file(const char *path, int *ncases) {
 }
 
 static int run_cases(const char *path, double max_refused_pct) {
-  char *text = slurp(path);
+  char *text = vr_test_slurp(path, NULL);
   cJSON *root = text ? cJSON_Parse(text) : NULL;
   free(text);
   if (!root) {

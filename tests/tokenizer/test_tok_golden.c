@@ -13,25 +13,7 @@
 #include <string.h>
 
 #include "vr_tokenizer.h"
-
-static char *slurp(const char *path, size_t *n) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long sz = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *b = malloc((size_t)sz + 1);
-  if (b && fread(b, 1, (size_t)sz, f) != (size_t)sz) {
-    free(b);
-    b = NULL;
-  }
-  fclose(f);
-  if (b) {
-    b[sz] = 0;
-    *n = (size_t)sz;
-  }
-  return b;
-}
+#include "vr_test_file.h"
 
 static int fails, shown, nul_cases;
 
@@ -174,7 +156,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   size_t gn;
-  char *g = slurp(argv[2], &gn);
+  char *g = vr_test_slurp(argv[2], &gn);
   cJSON *root = g ? cJSON_ParseWithLength(g, gn) : NULL;
   if (!root) {
     fprintf(stderr, "FAIL: golden file %s missing or not JSON\n", argv[2]);

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "vr_algo.h"
+#include "vr_test_file.h"
 
 #define TOL 1e-9 /* both sides compute in double */
 
@@ -27,25 +28,12 @@ typedef struct fx {
 
 static fx_t g;
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  s[n] = 0;
-  fclose(f);
-  return s;
-}
-
 static int setup(void **st) {
   (void)st;
   const char *fxd = getenv("VR_FIXTURES");
   char path[1024];
   snprintf(path, sizeof path, "%s/algo/golden.json", fxd ? fxd : "tests/fixtures");
-  char *s = slurp(path);
+  char *s = vr_test_slurp(path, NULL);
   if (!s) {
     fprintf(stderr, "cannot read %s\n", path);
     return -1;
