@@ -12,20 +12,24 @@
  *   the weight update: host fp32 buffer -> device bf16 (set_weights), and device fp32 -> device bf16
  *     (vr_cuda_roll_set_weights_device, the actor on the same GPU).
  *   with --n R, R responses per prompt sharing the prompt's cache blocks (P * R sequences decode
- *   together); --temperature T samples (default 0: greedy); --skinny lets each decode GEMM shape
- *   take the faster of cuBLASLt and the skinny kernel at warm-up (the choices are printed; default:
- *   cuBLASLt, the engine's default). Prompts longer than the test model's 4096 positions raise its
- *   max_position_embeddings (default RoPE: nothing else depends on it).
+ *   together); --temperature T samples (default 0: greedy). Prompts longer than the test model's
+ *   4096 positions raise its max_position_embeddings (default RoPE: nothing else depends on it).
  *   --variants F[:PART][,...] runs the whole measurement once per item on a fresh engine over the
  *   same model: F 1/0 the sampler inside the decode graph or after it (vr_cuda_roll_fuse_sample),
  *   PART the attention partition length (vr_cuda_roll_set_part; 0 or left out: the engine's
  *   choice), KNOBS (left out: the engine's defaults) a bit mask: 1 the GEMM candidates timed with
  *   their operands from HBM, 2 split-K candidates (vr_cuda_roll_set_tuning), 4 greedy rows sampled
- *   over several blocks (vr_cuda_roll_split_sample). Default: "1", the engine's defaults. The JSON
- *   file gets one line per variant.
+ *   over several blocks (vr_cuda_roll_split_sample), 8 / 16 / 32 / 64 our decode GEMM on the
+ *   layers / on the LM head / per shape where it won the warm-up's timing / with programmatic
+ *   dependent launch (vr_cuda_roll_use_dgemm's LAYERS, HEAD, TIMED, PDL). Default: "1", the
+ *   engine's defaults. The JSON file gets one line per variant.
+ *   --gemm: instead, each decode GEMM of both shapes at M = 64 (qkv, o +=, gate/up, down +=, LM
+ *   head) on cuBLASLt (its candidates timed from HBM) and on ours (the rule's configuration and a
+ *   sweep of bn x splits), each run after a flush of twice the L2 (median of 7, events around the
+ *   one launch), with the weights' read rate; ours checked against cuBLASLt.
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
- *        [--n R] [--temperature T] [--skinny] [--variants F[:PART[:KNOBS]],...] [--json FILE]. Exit code 0, or 1 on
- *        any error, 77 without a GPU. */
+ *        [--n R] [--temperature T] [--variants F[:PART[:KNOBS]],...] [--json FILE] | --gemm. Exit code 0,
+ *        or 1 on any error, 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +37,9 @@
 
 #include "rollout_test_model.h"
 #include "vr_cuda_check.h"
+#include "vr_cuda_ops.h"
 #include "vr_cuda_roll_backend.h"
+#include "vr_cuda_roll_ops.h"
 #include "vr_rollout.h"
 #include "vr_time.h"
 
@@ -73,7 +79,7 @@ static double copy_rate(void) {
 
 typedef struct {
   const shape_t *sh;
-  int P, Lp, N, R, skinny;
+  int P, Lp, N, R;
   float temp;
   double rate;
   const int32_t *ids;
@@ -84,7 +90,7 @@ typedef struct {
  * else the --variants bit mask) set before the first generate. 0 or 1 (an error). */
 static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int knobs, FILE *jf) {
   const shape_t *sh = bn->sh;
-  const int P = bn->P, Lp = bn->Lp, N = bn->N, R = bn->R, skinny = bn->skinny;
+  const int P = bn->P, Lp = bn->Lp, N = bn->N, R = bn->R;
   const float temp = bn->temp;
   const double rate = bn->rate;
   const int32_t *ids = bn->ids;
@@ -103,11 +109,11 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   if (vr_rollout_init(&m.cfg, m.params, m.n, &m.w, &o, &r)) return 1;
   const double init_s = (vr_now_ns() - t0) * 1e-9;
   void *st = vr_rollout_backend_state(r);
-  vr_cuda_roll_use_skinny(st, skinny);
   vr_cuda_roll_fuse_sample(st, fuse);
   if (knobs >= 0) {
     vr_cuda_roll_set_tuning(st, knobs & 1, (knobs >> 1) & 1);
     vr_cuda_roll_split_sample(st, (knobs >> 2) & 1);
+    vr_cuda_roll_use_dgemm(st, ((unsigned)knobs >> 3) & 15u);
   }
   if (part && vr_cuda_roll_set_part(st, part)) {
     fprintf(stderr, "attention partition %d refused\n", part);
@@ -157,8 +163,8 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   const double step_bytes = (double)wb + (double)P * R * mean_ctx * kv_tok; /* every sequence reads its whole context */
   const double ideal_ms = step_bytes / rate * 1e3;
   printf("%s [sampler in graph %d, attention part %d, knobs %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
-         "skinny GEMMs %s): %llu tokens in %.3f s = %.0f tokens/s (peak %u blocks, %llu copy-on-write copies)\n",
-         sh->name, fuse, part, knobs, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp, skinny ? "allowed" : "off",
+         "): %llu tokens in %.3f s = %.0f tokens/s (peak %u blocks, %llu copy-on-write copies)\n",
+         sh->name, fuse, part, knobs, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp,
          (unsigned long long)gen, wall, tps, s->peak_blocks, (unsigned long long)s->cow_copies);
   printf("  prefill + first token %.1f ms (%llu prefill calls); decode %llu steps, %.3f ms/step end to end "
          "((generate - prefill run) / steps; host time in decode() %.3f ms/step)\n",
@@ -185,14 +191,14 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
     FILE *f = jf;
     if (f) {
       fprintf(f,
-              "{\"shape\": \"%s\", \"fuse_sample\": %d, \"part\": %d, \"knobs\": %d, \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, \"skinny\": %d, "
+              "{\"shape\": \"%s\", \"fuse_sample\": %d, \"part\": %d, \"knobs\": %d, \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, "
               "\"prompt_len\": %d, \"new_tokens\": %d, "
               "\"tokens\": %llu, \"wall_s\": %.4f, \"tokens_per_s\": %.1f, \"prefill_ms\": %.3f, \"decode_steps\": %llu, "
               "\"step_ms\": %.4f, \"step_bytes\": %.0f, \"copy_rate_gbs\": %.1f, \"ideal_step_ms\": %.4f, "
               "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
               "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
               "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f}\n",
-              sh->name, fuse, part, knobs, m.n, P, R, temp, skinny, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
+              sh->name, fuse, part, knobs, m.n, P, R, temp, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
               host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
     }
@@ -202,13 +208,149 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   return 0;
 }
 
+/* Device time (us) of one GEMM launch from HBM: median of 7, each after a flush of the L2. */
+static float gemm_time(vr_cuda_gemm_t *lt, const vr_cuda_roll_gemm_cfg_t *cfg, void *D, int out_f32, const uint16_t *A,
+                       const uint16_t *W, const void *bias, int N, int K, float beta, void *flush, size_t fb,
+                       cudaEvent_t e0, cudaEvent_t e1) {
+  float t[7];
+  for (int r = -1; r < 7; ++r) {
+    VR_CUDA_CHECK(cudaMemsetAsync(flush, r + 2, fb, 0));
+    VR_CUDA_CHECK(cudaEventRecord(e0, 0));
+    if (cfg) vr_cuda_roll_gemm(D, out_f32, A, W, bias, 64, N, K, beta, *cfg, 0);
+    else vr_cuda_gemm(lt, D, out_f32, A, W, bias, 64, N, K, beta, 0);
+    VR_CUDA_CHECK(cudaEventRecord(e1, 0));
+    VR_CUDA_CHECK(cudaEventSynchronize(e1));
+    if (r >= 0) VR_CUDA_CHECK(cudaEventElapsedTime(&t[r], e0, e1));
+  }
+  for (int i = 1; i < 7; ++i) /* insertion sort: the median */
+    for (int j = i; j > 0 && t[j] < t[j - 1]; --j) {
+      const float x = t[j];
+      t[j] = t[j - 1];
+      t[j - 1] = x;
+    }
+  return t[3] * 1e3f;
+}
+
+/* --gemm: every decode GEMM shape of both model shapes, ours against cuBLASLt (see the top). */
+static int gemm_bench(double rate) {
+  int dev = 0, sms = 0, l2 = 0;
+  VR_CUDA_CHECK(cudaGetDevice(&dev));
+  VR_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  VR_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  if (!vr_cuda_roll_gemm_available(dev)) {
+    printf("gemm bench: our decode GEMM needs a compute 9.0 device and an sm_90a build\n");
+    return 1;
+  }
+  const size_t maxw = (size_t)151936 * 2048, maxd = (size_t)64 * 151936, fb = 2 * (size_t)l2;
+  uint16_t *A, *W, *bias;
+  float *D, *D2;
+  void *flush;
+  unsigned *res;
+  VR_CUDA_CHECK(cudaMalloc((void **)&A, (size_t)64 * 8192 * 2));
+  VR_CUDA_CHECK(cudaMalloc((void **)&W, maxw * 2));
+  VR_CUDA_CHECK(cudaMalloc((void **)&bias, 151936 * 4));
+  VR_CUDA_CHECK(cudaMalloc((void **)&D, maxd * 4));
+  VR_CUDA_CHECK(cudaMalloc((void **)&D2, maxd * 4));
+  VR_CUDA_CHECK(cudaMalloc(&flush, fb));
+  VR_CUDA_CHECK(cudaMalloc((void **)&res, 8));
+  { /* small random bf16 operands (0x3c00-0x3cff, ~0.008-0.016, random signs), zero bias */
+    const size_t n = maxw > (size_t)64 * 8192 ? maxw : (size_t)64 * 8192;
+    uint16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; ++i) h[i] = (uint16_t)(0x3c00u | ((i * 2654435761u) >> 7 & 0xffu) | ((i * 40503u) & 0x8000u));
+    VR_CUDA_CHECK(cudaMemcpy(W, h, maxw * 2, cudaMemcpyHostToDevice));
+    VR_CUDA_CHECK(cudaMemcpy(A, h + 12345, (size_t)64 * 8192 * 2, cudaMemcpyHostToDevice));
+    free(h);
+    VR_CUDA_CHECK(cudaMemset(bias, 0, 151936 * 4));
+  }
+  vr_cuda_gemm_t *lt = NULL;
+  if (vr_cuda_gemm_init(&lt, 32u << 20)) return 1;
+  vr_cuda_gemm_set_tune_opts(lt, flush, fb, 0);
+  vr_cuda_gemm_set_tuning(lt, 1);
+  cudaEvent_t e0, e1;
+  VR_CUDA_CHECK(cudaEventCreate(&e0));
+  VR_CUDA_CHECK(cudaEventCreate(&e1));
+  printf("gemm bench: M = 64, %d SMs, L2 %d MB, flush %zu MB before every run; copy rate %.0f GB/s\n", sms, l2 >> 20,
+         fb >> 20, rate * 1e-9);
+  double sum_lt[2] = {0, 0}, sum_rule[2] = {0, 0}, sum_best[2] = {0, 0};
+  for (size_t si = 0; si < sizeof k_shapes / sizeof k_shapes[0]; ++si) {
+    const shape_t *sh = &k_shapes[si];
+    const int Dh = sh->C / sh->H, NQ = sh->C + 2 * sh->KV * Dh;
+    const struct {
+      const char *what;
+      int N, K, out_f32, bias;
+      float beta;
+      int reps; /* per step */
+    } g[5] = {{"qkv", NQ, sh->C, 0, sh->bias, 0.f, sh->L},
+              {"o +=", sh->C, sh->C, 1, 0, 1.f, sh->L},
+              {"gate/up", 2 * sh->F, sh->C, 0, 0, 0.f, sh->L},
+              {"down +=", sh->C, sh->F, 1, 0, 1.f, sh->L},
+              {"LM head", sh->V, sh->C, 1, 0, 0.f, 1}};
+    for (int gi = 0; gi < 5; ++gi) {
+      const int N = g[gi].N, K = g[gi].K, f32 = g[gi].out_f32;
+      const void *bp = g[gi].bias ? bias : NULL; /* bf16 bias (zeros) for the bf16 qkv */
+      const float beta = g[gi].beta;
+      const double wbytes = (double)N * K * 2;
+      VR_CUDA_CHECK(cudaMemset(D, 0, (size_t)64 * N * 4));
+      vr_cuda_gemm(lt, D, f32, A, W, bp, 64, N, K, beta, 0); /* cuBLASLt's tuning (from HBM) */
+      const float t_lt = gemm_time(lt, NULL, D, f32, A, W, bp, N, K, beta, flush, fb, e0, e1);
+      const vr_cuda_roll_gemm_cfg_t rule = vr_cuda_roll_gemm_pick(N, K, sms);
+      /* check the rule's configuration against cuBLASLt (beta 0 on zeroed outputs) */
+      VR_CUDA_CHECK(cudaMemset(D, 0, (size_t)64 * N * 4));
+      VR_CUDA_CHECK(cudaMemset(D2, 0, (size_t)64 * N * 4));
+      vr_cuda_gemm(lt, D, f32, A, W, bp, 64, N, K, beta, 0);
+      vr_cuda_roll_gemm(D2, f32, A, W, bp, 64, N, K, beta, rule, 0);
+      vr_cuda_roll_gemm_compare(D2, D, f32, (size_t)64 * N, res, 0);
+      unsigned rh[2];
+      VR_CUDA_CHECK(cudaMemcpy(rh, res, 8, cudaMemcpyDeviceToHost));
+      float dmax, ymax;
+      memcpy(&dmax, &rh[0], 4);
+      memcpy(&ymax, &rh[1], 4);
+      const float t_rule = gemm_time(lt, &rule, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1);
+      vr_cuda_roll_gemm_cfg_t pdl = rule;
+      pdl.pdl = 1;
+      const float t_pdl = gemm_time(lt, &pdl, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1);
+      printf("%s %-8s N %6d K %5d: cuBLASLt %7.1f us (%.2f TB/s) | ours rule bn %3d splits %d %7.1f us (%.2f TB/s), "
+             "pdl %7.1f us | max diff %.3g of %.3g\n  sweep:",
+             sh->name, g[gi].what, N, K, t_lt, wbytes / t_lt * 1e-6, rule.bn, rule.splits, t_rule, wbytes / t_rule * 1e-6,
+             t_pdl, dmax, ymax);
+      float best = t_rule;
+      vr_cuda_roll_gemm_cfg_t bc = rule;
+      static const int bns[2] = {64, 128}, sps[7] = {1, 2, 3, 4, 5, 6, 8};
+      for (int b = 0; b < 2; ++b)
+        for (int sp = 0; sp < 7; ++sp) {
+          const vr_cuda_roll_gemm_cfg_t c = {bns[b], sps[sp], 0};
+          if (!vr_cuda_roll_gemm_cfg_ok(N, K, c)) continue;
+          if ((long long)((N + c.bn - 1) / c.bn) * c.splits > 8LL * sms) continue; /* many waves: not a candidate */
+          const float t = gemm_time(lt, &c, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1);
+          printf(" %d/%d %.1f", c.bn, c.splits, t);
+          if (t < best) best = t, bc = c;
+        }
+      printf("\n  best bn %d splits %d %.1f us (%.2f TB/s)\n", bc.bn, bc.splits, best, wbytes / best * 1e-6);
+      sum_lt[si] += g[gi].reps * t_lt;
+      sum_rule[si] += g[gi].reps * t_rule;
+      sum_best[si] += g[gi].reps * best;
+    }
+    printf("%s: per step (layers x 4 + head), isolated launches from HBM: cuBLASLt %.1f us, ours by rule %.1f us, "
+           "best of the sweep %.1f us\n", sh->name, sum_lt[si], sum_rule[si], sum_best[si]);
+  }
+  vr_cuda_gemm_free(lt);
+  VR_CUDA_CHECK(cudaFree(A));
+  VR_CUDA_CHECK(cudaFree(W));
+  VR_CUDA_CHECK(cudaFree(bias));
+  VR_CUDA_CHECK(cudaFree(D));
+  VR_CUDA_CHECK(cudaFree(D2));
+  VR_CUDA_CHECK(cudaFree(flush));
+  VR_CUDA_CHECK(cudaFree(res));
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *shape_name = "llama-1b", *json = NULL, *variants = "1";
-  int P = 64, Lp = 128, N = 256, R = 1, skinny = 0;
+  int P = 64, Lp = 128, N = 256, R = 1, gemm = 0;
   float temp = 0.f;
   for (int i = 1; i < argc; i += 2) {
-    if (!strcmp(argv[i], "--skinny")) {
-      skinny = 1;
+    if (!strcmp(argv[i], "--gemm")) {
+      gemm = 1;
       --i;
       continue;
     }
@@ -242,6 +384,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   const double rate = copy_rate();
+  if (gemm) return gemm_bench(rate);
   const int D = sh->C / sh->H;
   tmodel_t m;
   uint64_t t0 = vr_now_ns();
@@ -257,7 +400,7 @@ int main(int argc, char **argv) {
   uint32_t *cu = malloc(sizeof(uint32_t) * (P + 1));
   for (int p = 0; p <= P; ++p) cu[p] = (uint32_t)(p * Lp);
   for (size_t i = 0; i < (size_t)P * Lp; ++i) ids[i] = (int32_t)((tmodel_u(7, i) * 0.5f + 0.5f) * (sh->V - 1));
-  bench_t bn = {sh, P, Lp, N, R, skinny, temp, rate, ids, cu};
+  bench_t bn = {sh, P, Lp, N, R, temp, rate, ids, cu};
   FILE *jf = json ? fopen(json, "w") : NULL;
   if (json && !jf) {
     fprintf(stderr, "cannot write %s\n", json);

@@ -19,7 +19,6 @@
 #define RCU_GEMM_WORKSPACE (32u << 20)
 #define RCU_STAGE_FLOATS (8u << 20) /* two pinned + two device staging chunks of 32 MiB */
 #define RCU_MAX_SG 128                /* decode GEMM shapes with a kernel choice */
-#define RCU_SG_WS_FLOATS (4u << 20)   /* split-K partials of the skinny GEMM: 16 MiB */
 
 typedef struct rcu_layer {
   uint16_t *wqkv;  /* (Nqkv, C) q | k | v rows */
@@ -33,11 +32,12 @@ typedef struct rcu_layer {
 } rcu_layer_t;
 
 /* The kernel of one decode GEMM shape (vr_cuda_roll_gemm vs cuBLASLt), chosen at its bucket's
- * warm-up: splits 0 = cuBLASLt, > 0 = the skinny kernel with that many K ranges. */
+ * warm-up when VR_CUDA_ROLL_DGEMM_TIMED: ours 1 = vr_cuda_roll_gemm with cfg, 0 = cuBLASLt. */
 typedef struct rcu_sg {
   int M, N, K, out_f32, bias, beta1;
-  int splits;
-  float lt_us, sg_us; /* the timings behind the choice (sg_us: the best split's; 0: none passed the check) */
+  int ours;
+  vr_cuda_roll_gemm_cfg_t cfg;
+  float lt_us, sg_us; /* the timings behind the choice (sg_us 0: ours failed the check) */
 } rcu_sg_t;
 
 typedef struct rcu_bucket {
@@ -107,8 +107,9 @@ typedef struct rcu {
   unsigned skip; /* vr_cuda_roll_profile_decode's variants: RCU_SKIP_* ops left out; 0 otherwise */
   /* decode GEMM choices */
   rcu_sg_t sg[RCU_MAX_SG];
-  int n_sg, use_skinny, in_decode, sg_tuning;
-  float *sg_ws;
+  int n_sg, in_decode, sg_tuning;
+  unsigned dgemm;  /* VR_CUDA_ROLL_DGEMM_* */
+  int dgemm_ok;    /* vr_cuda_roll_gemm_available on this device */
   void *sg_scratch;
   size_t sg_scratch_bytes;
   unsigned *sg_res_d;
@@ -223,7 +224,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->opt = *opt;
   st->device = device_index;
   st->use_graphs = 1;
-  st->use_skinny = 0; /* measured slower than cuBLASLt on every decode shape (docs/benchmarks.md) */
+  st->dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT;
   st->fuse_sample = 1;
   st->split_sample = 1;
   st->tune_cold = 0;   /* opt-in: see vr_cuda_roll_set_tuning */
@@ -238,6 +239,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   } while (0)
   TRY(cudaSetDevice(device_index));
   TRY(cudaDeviceGetAttribute(&st->n_sms, cudaDevAttrMultiProcessorCount, device_index));
+  st->dgemm_ok = vr_cuda_roll_gemm_available(device_index);
   TRY(cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking));
   if ((rc = vr_cuda_gemm_init(&st->gemm, RCU_GEMM_WORKSPACE)) != 0) {
     rcu_free(st);
@@ -328,13 +330,12 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   DA(st->sout_d, int32_t, 2 * S, dev_work_bytes);
   DA(st->sws, double, vr_cuda_roll_sample_ws_bytes((int)(S * 64), (int)V) / sizeof(double) + 1, dev_work_bytes);
   for (int k = 0; k < 2; ++k) DA(st->stage_d[k], float, RCU_STAGE_FLOATS, dev_work_bytes);
-  { /* the skinny GEMM: split-K partials, and an output to check it against cuBLASLt at warm-up */
+  { /* the decode GEMM: an output to check it against cuBLASLt at a timed warm-up */
     const size_t m = S < VR_ROLL_GEMM_MAX_M ? S : VR_ROLL_GEMM_MAX_M;
     size_t n = (size_t)st->NQKV > C ? (size_t)st->NQKV : C;
     n = n > 2 * F ? n : 2 * F;
     n = n > V ? n : V;
     st->sg_scratch_bytes = m * n * sizeof(float);
-    DA(st->sg_ws, float, RCU_SG_WS_FLOATS, dev_work_bytes);
     DA(st->sg_scratch, float, m * n, dev_work_bytes);
     DA(st->sg_res_d, unsigned, 2, dev_work_bytes);
   }
@@ -562,14 +563,16 @@ extern "C" int vr_cuda_roll_set_weights_device(void *state, const float *dparams
 
 typedef enum { RCU_ATTN_DECODE = 0, RCU_ATTN_VARLEN = 1, RCU_ATTN_PAGED_ROWS = 2 } rcu_attn_t;
 
-/* Device time (us, median of 3 after one untimed run) of one decode GEMM: cuBLASLt (splits 0) or
- * the skinny kernel. */
-static float rcu_sg_time(rcu_t *st, int splits, void *D, int out_f32, const uint16_t *A, const uint16_t *W,
-                         const void *bias, int T, int N, int K, float beta) {
+/* Device time (us, median of 3 after one untimed run) of one decode GEMM: cuBLASLt (cfg NULL) or
+ * vr_cuda_roll_gemm with *cfg; with the flush buffer (when there is one) overwritten before each
+ * run, so the weights come from HBM as in a step. */
+static float rcu_sg_time(rcu_t *st, const vr_cuda_roll_gemm_cfg_t *cfg, void *D, int out_f32, const uint16_t *A,
+                         const uint16_t *W, const void *bias, int T, int N, int K, float beta) {
   float t[3];
   for (int r = -1; r < 3; ++r) {
+    if (st->flush) VR_CUDA_CHECK(cudaMemsetAsync(st->flush, r + 2, st->flush_bytes, st->s));
     if (r >= 0) VR_CUDA_CHECK(cudaEventRecord(st->sg_ev0, st->s));
-    if (splits) vr_cuda_roll_gemm(D, out_f32, A, W, bias, T, N, K, beta, splits, st->sg_ws, st->s);
+    if (cfg) vr_cuda_roll_gemm(D, out_f32, A, W, bias, T, N, K, beta, *cfg, st->s);
     else vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s);
     if (r < 0) continue;
     VR_CUDA_CHECK(cudaEventRecord(st->sg_ev1, st->s));
@@ -580,11 +583,18 @@ static float rcu_sg_time(rcu_t *st, int splits, void *D, int out_f32, const uint
   return (t[0] + t[1] + t[2] - lo - hi) * 1e3f;
 }
 
+/* Our decode GEMM's configuration for (N, K): the fixed rule, PDL as the flags say. */
+static vr_cuda_roll_gemm_cfg_t rcu_dgemm_cfg(const rcu_t *st, int N, int K) {
+  vr_cuda_roll_gemm_cfg_t c = vr_cuda_roll_gemm_pick(N, K, st->n_sms);
+  c.pdl = (st->dgemm & VR_CUDA_ROLL_DGEMM_PDL) != 0;
+  return c;
+}
+
 /* A decode GEMM shape's first call in a bucket's warm-up pass (its values are garbage anyway):
- * cuBLASLt tunes its candidates and is timed; the skinny kernel at 1, 2, 4, 8 splits is checked
- * against cuBLASLt on zeroed outputs (max |difference| within 1e-3 of the largest output for fp32,
- * 1/64 for bf16, the rounding of one bf16 ulp) and timed; the fastest that passed wins if it beats
- * cuBLASLt by 3%. NULL when the table is full. */
+ * cuBLASLt tunes its candidates and is timed; ours (the rule's configuration) is checked against
+ * cuBLASLt on zeroed outputs (max |difference| within 1e-3 of the largest output for fp32, 1/64
+ * for bf16, the rounding of one bf16 ulp) and timed; ours wins if it beats cuBLASLt by 3%. NULL
+ * when the table is full. */
 static rcu_sg_t *rcu_sg_tune(rcu_t *st, void *D, int out_f32, const uint16_t *A, const uint16_t *W, const void *bias,
                              int T, int N, int K, float beta) {
   const size_t bytes = (size_t)T * N * (out_f32 ? 4 : 2);
@@ -592,45 +602,44 @@ static rcu_sg_t *rcu_sg_tune(rcu_t *st, void *D, int out_f32, const uint16_t *A,
   rcu_sg_t *e = &st->sg[st->n_sg++];
   memset(e, 0, sizeof *e);
   e->M = T, e->N = N, e->K = K, e->out_f32 = out_f32, e->bias = bias != NULL, e->beta1 = beta == 1.f;
+  e->cfg = rcu_dgemm_cfg(st, N, K);
   vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s); /* cuBLASLt's own tuning */
-  e->lt_us = rcu_sg_time(st, 0, D, out_f32, A, W, bias, T, N, K, beta);
+  e->lt_us = rcu_sg_time(st, NULL, D, out_f32, A, W, bias, T, N, K, beta);
   VR_CUDA_CHECK(cudaMemsetAsync(D, 0, bytes, st->s));
   vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s); /* the reference: D = A W^T + bias */
-  static const int cand[] = {1, 2, 4, 8};
-  float best = 0.f;
-  for (int i = 0; i < 4; ++i) {
-    const int sp = cand[i];
-    if (!vr_cuda_roll_gemm_supported(T, N, K, sp) || (sp > 1 && (size_t)sp * T * N > RCU_SG_WS_FLOATS)) continue;
-    VR_CUDA_CHECK(cudaMemsetAsync(st->sg_scratch, 0, bytes, st->s));
-    vr_cuda_roll_gemm(st->sg_scratch, out_f32, A, W, bias, T, N, K, beta, sp, st->sg_ws, st->s);
-    vr_cuda_roll_gemm_compare(st->sg_scratch, D, out_f32, (size_t)T * N, st->sg_res_d, st->s);
-    unsigned res[2];
-    VR_CUDA_CHECK(cudaMemcpyAsync(res, st->sg_res_d, sizeof res, cudaMemcpyDeviceToHost, st->s));
-    VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
-    float dmax, ymax;
-    memcpy(&dmax, &res[0], sizeof dmax);
-    memcpy(&ymax, &res[1], sizeof ymax);
-    if (!(dmax <= (out_f32 ? 1e-3f : 1.f / 64.f) * ymax) || !isfinite(ymax)) {
-      vr_log(VR_LOG_WARN, "rollout cuda: skinny GEMM M=%d N=%d K=%d splits %d differs from cuBLASLt by %g (outputs up "
-             "to %g): not used", T, N, K, sp, dmax, ymax);
-      continue;
-    }
-    /* timed on the scratch: D stays the reference of the next split count (beta 1 accumulates) */
-    const float us = rcu_sg_time(st, sp, st->sg_scratch, out_f32, A, W, bias, T, N, K, beta);
-    if (best == 0.f || us < best) best = us, e->splits = sp;
+  VR_CUDA_CHECK(cudaMemsetAsync(st->sg_scratch, 0, bytes, st->s));
+  vr_cuda_roll_gemm(st->sg_scratch, out_f32, A, W, bias, T, N, K, beta, e->cfg, st->s);
+  vr_cuda_roll_gemm_compare(st->sg_scratch, D, out_f32, (size_t)T * N, st->sg_res_d, st->s);
+  unsigned res[2];
+  VR_CUDA_CHECK(cudaMemcpyAsync(res, st->sg_res_d, sizeof res, cudaMemcpyDeviceToHost, st->s));
+  VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
+  float dmax, ymax;
+  memcpy(&dmax, &res[0], sizeof dmax);
+  memcpy(&ymax, &res[1], sizeof ymax);
+  if (!(dmax <= (out_f32 ? 1e-3f : 1.f / 64.f) * ymax) || !isfinite(ymax)) {
+    vr_log(VR_LOG_WARN, "rollout cuda: decode GEMM M=%d N=%d K=%d differs from cuBLASLt by %g (outputs up to %g): "
+           "not used", T, N, K, dmax, ymax);
+  } else { /* timed on the scratch: D stays the reference (beta 1 accumulates) */
+    e->sg_us = rcu_sg_time(st, &e->cfg, st->sg_scratch, out_f32, A, W, bias, T, N, K, beta);
   }
-  e->sg_us = best;
-  if (!(best > 0.f && best < 0.97f * e->lt_us)) e->splits = 0;
-  vr_log(VR_LOG_DEBUG, "rollout cuda: decode GEMM M=%d N=%d K=%d: cuBLASLt %.1f us, skinny %.1f us -> %s (splits %d)",
-         T, N, K, e->lt_us, best, e->splits ? "skinny" : "cuBLASLt", e->splits);
+  e->ours = e->sg_us > 0.f && e->sg_us < 0.97f * e->lt_us;
+  vr_log(VR_LOG_DEBUG, "rollout cuda: decode GEMM M=%d N=%d K=%d: cuBLASLt %.1f us, ours %.1f us -> %s", T, N, K,
+         e->lt_us, e->sg_us, e->ours ? "ours" : "cuBLASLt");
   return e;
 }
 
-/* Every GEMM of the forwards: in a decode step (M <= VR_ROLL_GEMM_MAX_M) the kernel chosen for its
- * shape at the bucket's warm-up (the choice made there while st->sg_tuning), else cuBLASLt. */
+/* Every GEMM of the forwards: in a decode step (M <= VR_ROLL_GEMM_MAX_M) ours where the flags ask
+ * for it (the layers' and / or the LM head's, by rule, or per shape by the warm-up's timing: the
+ * choice made there while st->sg_tuning), else cuBLASLt. */
 static void rcu_gemm(rcu_t *st, void *D, int out_f32, const uint16_t *A, const uint16_t *W, const void *bias, int T,
                      int N, int K, float beta) {
-  if (st->in_decode && st->use_skinny && vr_cuda_roll_gemm_supported(T, N, K, 1)) {
+  const unsigned want = W == st->head ? VR_CUDA_ROLL_DGEMM_HEAD : VR_CUDA_ROLL_DGEMM_LAYERS;
+  if (st->in_decode && (st->dgemm & want) && st->dgemm_ok && vr_cuda_roll_gemm_supported(T, N, K) &&
+      ((uintptr_t)A | (uintptr_t)W) % 16 == 0) {
+    if (!(st->dgemm & VR_CUDA_ROLL_DGEMM_TIMED)) {
+      vr_cuda_roll_gemm(D, out_f32, A, W, bias, T, N, K, beta, rcu_dgemm_cfg(st, N, K), st->s);
+      return;
+    }
     rcu_sg_t *e = NULL;
     for (int i = 0; i < st->n_sg && !e; ++i) {
       rcu_sg_t *c = &st->sg[i];
@@ -639,8 +648,8 @@ static void rcu_gemm(rcu_t *st, void *D, int out_f32, const uint16_t *A, const u
         e = c;
     }
     if (!e && st->sg_tuning) e = rcu_sg_tune(st, D, out_f32, A, W, bias, T, N, K, beta);
-    if (e && e->splits > 0) {
-      vr_cuda_roll_gemm(D, out_f32, A, W, bias, T, N, K, beta, e->splits, st->sg_ws, st->s);
+    if (e && e->ours) {
+      vr_cuda_roll_gemm(D, out_f32, A, W, bias, T, N, K, beta, e->cfg, st->s);
       return;
     }
   }
@@ -929,7 +938,7 @@ extern "C" double vr_cuda_roll_last_decode_ms(void *state) {
 
 extern "C" void vr_cuda_roll_use_graphs(void *state, int on) { ((rcu_t *)state)->use_graphs = on != 0; }
 
-extern "C" void vr_cuda_roll_use_skinny(void *state, int on) { ((rcu_t *)state)->use_skinny = on != 0; }
+extern "C" void vr_cuda_roll_use_dgemm(void *state, unsigned flags) { ((rcu_t *)state)->dgemm = flags; }
 
 extern "C" void vr_cuda_roll_fuse_sample(void *state, int on) { ((rcu_t *)state)->fuse_sample = on != 0; }
 
@@ -963,8 +972,9 @@ extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
   for (int i = 0; i < st->n_sg; ++i) {
     const rcu_sg_t *e = &st->sg[i];
     const int w = snprintf(buf + (off < n ? off : n), off < n ? n - off : 0,
-                           "  M=%d N=%d K=%d%s: cuBLASLt %.1f us, skinny %.1f us -> %s (splits %d)\n", e->M, e->N, e->K,
-                           e->beta1 ? " +=" : "", e->lt_us, e->sg_us, e->splits ? "skinny" : "cuBLASLt", e->splits);
+                           "  M=%d N=%d K=%d%s: cuBLASLt %.1f us, ours %.1f us (bn %d, splits %d) -> %s\n", e->M, e->N,
+                           e->K, e->beta1 ? " +=" : "", e->lt_us, e->sg_us, e->cfg.bn, e->cfg.splits,
+                           e->ours ? "ours" : "cuBLASLt");
     if (w > 0) off += (size_t)w;
   }
   for (int i = 0; i < st->n_buckets; ++i) /* cuBLASLt's timed choices per warm decode bucket */

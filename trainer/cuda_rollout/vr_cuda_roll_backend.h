@@ -54,12 +54,24 @@ int vr_cuda_roll_set_weights_device(void *state, const float *dparams, size_t n_
 /* Tests: 0 runs every decode eagerly (no graphs), 1 (the default) replays the buckets' graphs. */
 void vr_cuda_roll_use_graphs(void *state, int on);
 
-/* Benchmarks: 0 (the default) runs every decode GEMM on cuBLASLt; 1 lets a bucket's warm-up choose
- * between cuBLASLt and the skinny kernel (vr_cuda_roll_ops.h) per GEMM shape, by timing (so two
- * engines may choose differently: off by default, also because the kernel has so far lost to
- * cuBLASLt on every shape measured). Captured graphs keep their kernels: call it before the first
- * generate. */
-void vr_cuda_roll_use_skinny(void *state, int on);
+/* Which decode GEMMs (M <= VR_ROLL_GEMM_MAX_M) run on our Hopper kernel (vr_cuda_roll_gemm,
+ * vr_cuda_roll_ops.h) instead of cuBLASLt, where the device runs it (compute 9.0, an sm_90a build)
+ * and the shape fits; a bit mask:
+ *   LAYERS: the layers' GEMMs (qkv, o + residual, gate/up, down + residual), configuration by rule;
+ *   HEAD:   the LM head likewise;
+ *   TIMED:  instead of always, per shape where it beats cuBLASLt by 3% at the bucket's warm-up
+ *           (both timed from HBM when the flush buffer exists; benchmarks only: two engines may
+ *           choose differently, so round differently);
+ *   PDL:    launched with programmatic dependent launch (the weight loads overlap the previous
+ *           kernel's tail).
+ * Default: VR_CUDA_ROLL_DGEMM_DEFAULT. Captured graphs keep their kernels: call it before the
+ * first generate. */
+#define VR_CUDA_ROLL_DGEMM_LAYERS 1u
+#define VR_CUDA_ROLL_DGEMM_HEAD 2u
+#define VR_CUDA_ROLL_DGEMM_TIMED 4u
+#define VR_CUDA_ROLL_DGEMM_PDL 8u
+#define VR_CUDA_ROLL_DGEMM_DEFAULT VR_CUDA_ROLL_DGEMM_LAYERS
+void vr_cuda_roll_use_dgemm(void *state, unsigned flags);
 /* Benchmarks: 1 (the default) ends each decode step's graph with the sampler (the table's
  * decode_sample: one upload, one download, one synchronisation per step); 0 samples after the graph
  * as sample() does (three copies and a kernel outside it). Same results. Fixed per bucket at its

@@ -1,174 +1,240 @@
-/* vr_cuda_roll_gemm.cu: the decode step's skinny GEMMs (M = the batch bucket, at most 64 rows), a
- * weight-streaming kernel on mma.sync (contract in vr_cuda_roll_ops.h).
+/* vr_cuda_roll_gemm.cu: the decode step's skinny GEMMs on Hopper (M = the batch bucket, at most 64
+ * rows): weights streamed through shared memory by TMA, multiplied by wgmma (contract in
+ * vr_cuda_roll_ops.h).
  *
- * k_skinny<MT>: a block of SG_WARPS warps owns SG_BN output columns and one of `splits` ranges of
- * K; each warp owns SG_NT tiles of 8 columns and all MT tiles of 16 rows (M <= 16 * MT), so W is
- * read once from HBM and A (small, L2/L1-resident) once per warp. No shared memory: every
- * operand goes from global memory straight into mma.sync m16n8k16 fragments with 16-byte loads.
- * That works because a dot product may visit K in any order as long as A and W agree: a k-chunk
- * of 32 is split over the quad's 4 threads as 8 consecutive elements each (one 16-byte load of
- * an A row or a W row), and mma step 0 takes each thread's elements 0-3, step 1 elements 4-7, in
- * the fragment slots of the thread's own k indices (tig * 2 + {0, 1}, tig * 2 + 8 + {0, 1}).
- * W loads run one stage ahead (double-buffered in registers; a stage is 4 chunks, 2 when M > 16). With splits > 1 each split's fp32
- * partial goes to ws (splits, M, N) and k_skinny_reduce sums them in split order (deterministic)
- * and applies the epilogue; otherwise the epilogue is the kernel's: + bias, + D (beta 1, fp32), to
- * bf16 or fp32. */
+ * k_dgemm<BN>: a block of 5 warps owns BN output columns (one m64nBNk16 wgmma tile: all M <= 64
+ * rows) and one of `splits` ranges of K's 64-element chunks. Warp 4's lane 0 is the producer: it
+ * issues the bulk tensor copies (cp.async.bulk.tensor, 128-byte swizzle) of each chunk's W tile
+ * (BN rows x 128 bytes) and A tile (64 rows x 128 bytes) into a ring of DG_STAGES stages, each
+ * guarded by a full / empty mbarrier pair; the weight loads of the first stages go out before the
+ * activations', since only the activations depend on the previous kernel (with programmatic
+ * dependent launch the producer waits for that kernel between the two: griddepcontrol.wait).
+ * Warps 0-3 (one warpgroup) run 4 wgmma k-steps per chunk on the stage and release it. Rows past
+ * M, columns past N and the K tail past K come in as zeros (the tensor maps' bounds), so any
+ * shape with K % 8 == 0 runs on the same path.
+ *
+ * Split-K: the `splits` blocks of one column tile form a thread-block cluster (1, splits, 1).
+ * Each leaves its fp32 partial tile in its own shared memory; after a cluster barrier, block q
+ * sums rows [q M / splits, (q + 1) M / splits) of the tile over the cluster's partials in split
+ * order 0, 1, ..., splits - 1 (distributed shared memory) and applies the epilogue. No atomics,
+ * no workspace, no second kernel: the bits depend on (K, splits) only, never on timing, and not
+ * on M or on the other rows. Epilogue: + bias (bf16 for a bf16 D, fp32 for fp32), + D (beta 1,
+ * fp32 D: the residual stream), to bf16 or fp32.
+ *
+ * Only sm_90a code has the body; vr_cuda_roll_gemm_available says whether this build and device
+ * run it. */
+#include <cooperative_groups.h>
+
 #include "vr_cuda_common.cuh"
 #include "vr_cuda_roll_ops.h"
+#include "vr_cuda_sm90.cuh"
 
-#define SG_WARPS 4
-#define SG_NT 4                          /* 8-column tiles per warp */
-#define SG_BN (SG_WARPS * SG_NT * 8)     /* columns per block: 128 */
+namespace cg = cooperative_groups;
+
+#define DG_THREADS 160 /* one consumer warpgroup + one producer warp */
+#define DG_CHUNK 64    /* K elements per stage: one 128-byte swizzle row */
 
 namespace {
 
-struct sg_params {
+struct dg_params {
   void *D;
-  const uint16_t *A, *W;
   const void *bias;
-  float *ws;
-  int M, N, K, out_f32, beta1, splits;
+  int M, N, K, out_f32, beta1, splits, nch, pdl;
 };
 
-__device__ __forceinline__ void mma16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+template <int BN>
+struct dg_cfg {
+  static constexpr int STAGES = BN == 128 ? 6 : 8;
+  static constexpr uint32_t A_BYTES = 64 * 128, W_BYTES = BN * 128, STAGE = A_BYTES + W_BYTES;
+  static constexpr uint32_t BAR_OFF = STAGES * STAGE;
+  static constexpr int RLD = BN + 4; /* floats per row of the partial tile (reuses the ring) */
+  static constexpr size_t SMEM = BAR_OFF + 16 * STAGES + 1024; /* + alignment slack */
+  static_assert(64 * RLD * 4 <= BAR_OFF, "the partial tile must fit in the ring");
+};
 
-/* The epilogue of two adjacent columns (col, col + 1) of row r. */
-__device__ __forceinline__ void sg_store(const sg_params &p, int r, int col, float v0, float v1) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* The epilogue of one output element (row r < M, col < N). */
+__device__ __forceinline__ void dg_store(const dg_params &p, int r, int col, float v) {
   const size_t i = (size_t)r * p.N + col;
   if (p.out_f32) {
     float *d = static_cast<float *>(p.D);
-    if (p.bias) {
-      v0 += static_cast<const float *>(p.bias)[col];
-      v1 += static_cast<const float *>(p.bias)[col + 1];
-    }
-    if (p.beta1) {
-      const float2 o = *reinterpret_cast<const float2 *>(d + i);
-      v0 += o.x;
-      v1 += o.y;
-    }
-    *reinterpret_cast<float2 *>(d + i) = make_float2(v0, v1);
+    if (p.bias) v += static_cast<const float *>(p.bias)[col];
+    if (p.beta1) v += d[i];
+    d[i] = v;
   } else {
-    uint16_t *d = static_cast<uint16_t *>(p.D);
-    if (p.bias) {
-      v0 += bf(static_cast<const uint16_t *>(p.bias)[col]);
-      v1 += bf(static_cast<const uint16_t *>(p.bias)[col + 1]);
-    }
-    *reinterpret_cast<uint32_t *>(d + i) = (uint32_t)to_bf(v0) | ((uint32_t)to_bf(v1) << 16);
+    if (p.bias) v += bf(static_cast<const uint16_t *>(p.bias)[col]);
+    static_cast<uint16_t *>(p.D)[i] = to_bf(v);
   }
 }
 
-template <int MT>
-__global__ void __launch_bounds__(SG_WARPS * 32) k_skinny(sg_params p) {
-  constexpr int SG_U = MT == 1 ? 4 : 2; /* k-chunks of 32 per pipeline stage (registers: 2 stages in flight) */
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, tig = lane & 3;
-  const int n_w = blockIdx.x * SG_BN + warp * SG_NT * 8; /* the warp's first column */
-  const int split = blockIdx.y, nch = p.K / 32;
-  const int c0 = (int)((long long)nch * split / p.splits), c1 = (int)((long long)nch * (split + 1) / p.splits);
-  const uint4 z4 = make_uint4(0u, 0u, 0u, 0u);
-  /* one base pointer each, tiles at constant offsets: thread (g, tig) reads W row n_w + nt*8 + g
-   * and A rows mt*16 + h*8 + g, 8 elements from tig*8 of each 32-chunk */
-  const uint16_t *wbase = p.W + (size_t)(n_w + g) * p.K + tig * 8;
-  const uint16_t *abase = p.A + (size_t)g * p.K + tig * 8;
-  unsigned wok = 0, aok = 0; /* bit nt: the tile exists (N % 8 == 0: all in or all out); bit 2mt+h: the row */
+template <int BN>
+__device__ __forceinline__ void dg_mma(float (&d)[BN / 2], uint64_t da, uint64_t db);
+template <>
+__device__ __forceinline__ void dg_mma<128>(float (&d)[64], uint64_t da, uint64_t db) {
+  wg_ss128(d, da, db, 1);
+}
+template <>
+__device__ __forceinline__ void dg_mma<64>(float (&d)[32], uint64_t da, uint64_t db) {
+  wg_ss64(d, da, db, 1);
+}
+#endif
+
+template <int BN>
+__global__ void __launch_bounds__(DG_THREADS, 1)
+    k_dgemm(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tw, dg_params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  typedef dg_cfg<BN> C;
+  constexpr int S = C::STAGES;
+  extern __shared__ unsigned char dg_smem_raw[];
+  unsigned char *const gbase = dg_smem_raw + ((1024u - ((uint32_t)__cvta_generic_to_shared(dg_smem_raw) & 1023u)) & 1023u);
+  const uint32_t base = (uint32_t)__cvta_generic_to_shared(gbase);
+  const uint32_t full = base + C::BAR_OFF, empty = full + 8 * S;
+  const int n0 = blockIdx.x * BN, split = blockIdx.y;
+  const int c0 = (int)((long long)p.nch * split / p.splits), c1 = (int)((long long)p.nch * (split + 1) / p.splits);
+  const int nc = c1 - c0;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < S; ++s) {
+      mb_init(full + 8 * s, 1);
+      mb_init(empty + 8 * s, 128);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  float acc[BN / 2];
 #pragma unroll
-  for (int nt = 0; nt < SG_NT; ++nt) wok |= (n_w + nt * 8 < p.N ? 1u : 0u) << nt;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) aok |= (mt * 16 + h * 8 + g < p.M ? 1u : 0u) << (2 * mt + h);
-  const size_t K8 = (size_t)8 * p.K;
-  float acc[MT][SG_NT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < SG_NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
-  uint4 wb[SG_U][SG_NT];
-#pragma unroll
-  for (int u = 0; u < SG_U; ++u)
-#pragma unroll
-    for (int nt = 0; nt < SG_NT; ++nt)
-      wb[u][nt] = c0 + u < c1 && (wok >> nt & 1u)
-                      ? __ldg(reinterpret_cast<const uint4 *>(wbase + nt * K8 + (size_t)(c0 + u) * 32))
-                      : z4;
-  for (int c = c0; c < c1; c += SG_U) {
-    uint4 wn[SG_U][SG_NT]; /* the next stage, in flight while this one multiplies */
-#pragma unroll
-    for (int u = 0; u < SG_U; ++u)
-#pragma unroll
-      for (int nt = 0; nt < SG_NT; ++nt) {
-        const int cc = c + SG_U + u;
-        wn[u][nt] =
-            cc < c1 && (wok >> nt & 1u) ? __ldg(reinterpret_cast<const uint4 *>(wbase + nt * K8 + (size_t)cc * 32)) : z4;
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+  if (warp == 4) { /* producer */
+    if (lane == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tw)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&ta)) : "memory");
+      const int pre = nc < S ? nc : S;
+      for (int i = 0; i < pre; ++i) { /* weights first: they never depend on the previous kernel */
+        const uint32_t st = base + i * C::STAGE;
+        mb_expect_tx(full + 8 * i, C::STAGE);
+        tma_box(st + C::A_BYTES, &tw, (c0 + i) * DG_CHUNK, n0, full + 8 * i);
       }
-#pragma unroll
-    for (int u = 0; u < SG_U; ++u) {
-      const int cc = c + u;
-      if (cc < c1) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          const uint16_t *a = abase + (size_t)mt * 2 * K8 + (size_t)cc * 32;
-          const uint4 lo = aok >> (2 * mt) & 1u ? __ldg(reinterpret_cast<const uint4 *>(a)) : z4;
-          const uint4 hi = aok >> (2 * mt + 1) & 1u ? __ldg(reinterpret_cast<const uint4 *>(a + K8)) : z4;
-#pragma unroll
-          for (int nt = 0; nt < SG_NT; ++nt) {
-            mma16816(acc[mt][nt], lo.x, hi.x, lo.y, hi.y, wb[u][nt].x, wb[u][nt].y);
-            mma16816(acc[mt][nt], lo.z, hi.z, lo.w, hi.w, wb[u][nt].z, wb[u][nt].w);
-          }
-        }
+      if (p.pdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+      for (int i = 0; i < pre; ++i) tma_box(base + i * C::STAGE, &ta, (c0 + i) * DG_CHUNK, 0, full + 8 * i);
+      for (int i = S; i < nc; ++i) {
+        const int s = i % S;
+        const uint32_t st = base + s * C::STAGE;
+        mb_wait(empty + 8 * s, ((i / S) & 1) ^ 1);
+        mb_expect_tx(full + 8 * s, C::STAGE);
+        tma_box(st + C::A_BYTES, &tw, (c0 + i) * DG_CHUNK, n0, full + 8 * s);
+        tma_box(st, &ta, (c0 + i) * DG_CHUNK, 0, full + 8 * s);
       }
     }
+  } else { /* consumers: the wgmma tile, 4 k-steps of 16 (32 bytes inside the 128-byte rows) */
+    for (int i = 0; i < nc; ++i) {
+      const int s = i % S;
+      const uint32_t a_at = base + s * C::STAGE, w_at = a_at + C::A_BYTES;
+      uint64_t da[4], db[4];
 #pragma unroll
-    for (int u = 0; u < SG_U; ++u)
+      for (int kk = 0; kk < 4; ++kk) {
+        da[kk] = f3_desc(a_at + kk * 32, 16, 1024);
+        db[kk] = f3_desc(w_at + kk * 32, 16, 1024);
+        asm volatile("" : "+l"(da[kk]), "+l"(db[kk]));
+      }
+      mb_wait(full + 8 * s, (i / S) & 1);
+      f3_fence();
 #pragma unroll
-      for (int nt = 0; nt < SG_NT; ++nt) wb[u][nt] = wn[u][nt];
+      for (int kk = 0; kk < 4; ++kk) dg_mma<BN>(acc, da[kk], db[kk]);
+      f3_commit();
+      f3_wait<0>();
+      f3_pin(acc);
+      mb_arrive(empty + 8 * s);
+    }
   }
-  /* accumulator slots: (row g, cols tig*2, +1) and (row g + 8, the same cols) of each tile */
+  __syncwarp(); /* the producer warp converges again (lane 0 issued the loads) */
+  /* accumulator slots (wgmma m64nBN): acc[4 j + e] is row 16 warp + g + 8 (e >> 1), column
+   * 8 j + 2 t + (e & 1) of the tile */
+  const int g = lane >> 2, t = lane & 3;
+  if (p.splits == 1) {
+    if (warp == 4) return;
+    if (p.pdl) asm volatile("griddepcontrol.wait;\n" ::: "memory"); /* D (residual) of the previous kernel */
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
+    for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-    for (int nt = 0; nt < SG_NT; ++nt) {
-      if (!(wok >> nt & 1u)) continue;
-      const int col = n_w + nt * 8 + tig * 2;
+      for (int e = 0; e < 4; ++e) {
+        const int r = warp * 16 + g + 8 * (e >> 1), col = n0 + 8 * j + 2 * t + (e & 1);
+        if (r < p.M && col < p.N) dg_store(p, r, col, acc[4 * j + e]);
+      }
+    return;
+  }
+  cg::cluster_group cluster = cg::this_cluster();
+  float *red = reinterpret_cast<float *>(gbase);
+  if (warp < 4) {
+    asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* every consumer warp's wgmma has read the ring */
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int r = mt * 16 + h * 8 + g;
-        if (r >= p.M) continue;
-        if (p.splits > 1)
-          *reinterpret_cast<float2 *>(p.ws + ((size_t)split * p.M + r) * p.N + col) =
-              make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-        else
-          sg_store(p, r, col, acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+        const int r = warp * 16 + g + 8 * h;
+        *reinterpret_cast<float2 *>(red + r * C::RLD + 8 * j + 2 * t) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       }
+  }
+  cluster.sync();
+  if (p.pdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  {
+    const int r0 = (int)((long long)p.M * split / p.splits), r1 = (int)((long long)p.M * (split + 1) / p.splits);
+    const int items = (r1 - r0) * (BN / 4);
+    for (int it = threadIdx.x; it < items; it += DG_THREADS) {
+      const int r = r0 + it / (BN / 4), c = 4 * (it % (BN / 4));
+      float4 v = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(red, 0) + r * C::RLD + c);
+      for (int q = 1; q < p.splits; ++q) {
+        const float4 w = *reinterpret_cast<const float4 *>(cluster.map_shared_rank(red, q) + r * C::RLD + c);
+        v.x += w.x;
+        v.y += w.y;
+        v.z += w.z;
+        v.w += w.w;
+      }
+      const float vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (n0 + c + e < p.N) dg_store(p, r, n0 + c + e, vv[e]);
     }
+  }
+  cluster.sync(); /* no block leaves while another reads its partial */
+#endif
 }
 
-/* One thread per two adjacent outputs: the splits' partials summed in order, then the epilogue. */
-__global__ void k_skinny_reduce(sg_params p) {
-  const size_t n2 = (size_t)p.M * p.N / 2;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n2; i += (size_t)gridDim.x * blockDim.x) {
-    const size_t e = 2 * i;
-    float2 v = *reinterpret_cast<const float2 *>(p.ws + e);
-    for (int s = 1; s < p.splits; ++s) {
-      const float2 w = *reinterpret_cast<const float2 *>(p.ws + (size_t)s * p.M * p.N + e);
-      v.x += w.x;
-      v.y += w.y;
-    }
-    sg_store(p, (int)(e / p.N), (int)(e % p.N), v.x, v.y);
+template <int BN>
+void dg_launch(const CUtensorMap &ta, const CUtensorMap &tw, const dg_params &p, cudaStream_t s) {
+  static int attr_set[64];
+  const int dev = vr_cuda_current_device_();
+  if (!(dev >= 0 && dev < 64 && attr_set[dev])) {
+    VR_CUDA_CHECK(cudaFuncSetAttribute(k_dgemm<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dg_cfg<BN>::SMEM));
+    if (dev >= 0 && dev < 64) attr_set[dev] = 1;
   }
+  cudaLaunchConfig_t lc = {};
+  cudaLaunchAttribute at[2];
+  int na = 0;
+  lc.gridDim = dim3((unsigned)((p.N + BN - 1) / BN), (unsigned)p.splits);
+  lc.blockDim = dim3(DG_THREADS);
+  lc.dynamicSmemBytes = dg_cfg<BN>::SMEM;
+  lc.stream = s;
+  if (p.splits > 1) {
+    at[na].id = cudaLaunchAttributeClusterDimension;
+    at[na].val.clusterDim.x = 1;
+    at[na].val.clusterDim.y = (unsigned)p.splits;
+    at[na].val.clusterDim.z = 1;
+    ++na;
+  }
+  if (p.pdl) {
+    at[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[na].val.programmaticStreamSerializationAllowed = 1;
+    ++na;
+  }
+  lc.attrs = at;
+  lc.numAttrs = (unsigned)na;
+  VR_CUDA_CHECK(cudaLaunchKernelEx(&lc, k_dgemm<BN>, ta, tw, p));
+  VR_CUDA_CHECK_LAUNCH();
 }
 
 /* res[0] = max |a - b|, res[1] = max |b| as float bits (non-negative floats order as unsigned;
  * a NaN difference compares above every finite one). */
-__global__ void k_skinny_cmp(const void *a, const void *b, int f32, size_t n, unsigned *res) {
+__global__ void k_dgemm_cmp(const void *a, const void *b, int f32, size_t n, unsigned *res) {
   unsigned d = 0, m = 0;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const float x = f32 ? static_cast<const float *>(a)[i] : bf(static_cast<const uint16_t *>(a)[i]);
@@ -187,37 +253,114 @@ __global__ void k_skinny_cmp(const void *a, const void *b, int f32, size_t n, un
   }
 }
 
+/* Blocks (splits 1) or clusters of `splits` blocks that the device holds at once for k_dgemm<BN>
+ * (occupancy queries, cached per device and splits; 0 when the query fails). */
+template <int BN>
+int dg_resident(int splits) {
+  static int cache[64][VR_ROLL_GEMM_MAX_SPLITS + 1];
+  const int dev = vr_cuda_current_device_();
+  if (dev >= 0 && dev < 64 && cache[dev][splits]) return cache[dev][splits] - 1;
+  int n = 0;
+  if (cudaFuncSetAttribute(k_dgemm<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dg_cfg<BN>::SMEM) ==
+      cudaSuccess) {
+    if (splits == 1) {
+      int sms = 0, per = 0;
+      if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_dgemm<BN>, DG_THREADS, dg_cfg<BN>::SMEM) == cudaSuccess)
+        n = sms * per;
+    } else {
+      cudaLaunchConfig_t lc = {};
+      cudaLaunchAttribute at;
+      lc.gridDim = dim3(1, (unsigned)splits);
+      lc.blockDim = dim3(DG_THREADS);
+      lc.dynamicSmemBytes = dg_cfg<BN>::SMEM;
+      at.id = cudaLaunchAttributeClusterDimension;
+      at.val.clusterDim.x = 1;
+      at.val.clusterDim.y = (unsigned)splits;
+      at.val.clusterDim.z = 1;
+      lc.attrs = &at;
+      lc.numAttrs = 1;
+      if (cudaOccupancyMaxActiveClusters(&n, k_dgemm<BN>, &lc) != cudaSuccess) n = 0;
+    }
+  }
+  (void)cudaGetLastError();
+  if (dev >= 0 && dev < 64) cache[dev][splits] = n + 1;
+  return n;
+}
+
 } /* namespace */
 
 /* -------------------------------------------------------------- launchers */
 
-extern "C" int vr_cuda_roll_gemm_supported(int M, int N, int K, int splits) {
-  return M >= 1 && M <= VR_ROLL_GEMM_MAX_M && N >= 8 && N % 8 == 0 && K >= 32 && K % 32 == 0 && splits >= 1 &&
-         splits <= K / 32;
+extern "C" int vr_cuda_roll_gemm_available(int device) {
+#ifdef VR_CUDA_HAVE_SM90A
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major == 9 && minor == 0;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
+extern "C" int vr_cuda_roll_gemm_supported(int M, int N, int K) {
+  return M >= 1 && M <= VR_ROLL_GEMM_MAX_M && N >= 1 && K >= 8 && K % 8 == 0;
+}
+
+extern "C" int vr_cuda_roll_gemm_cfg_ok(int N, int K, vr_cuda_roll_gemm_cfg_t c) {
+  const int nch = (K + DG_CHUNK - 1) / DG_CHUNK;
+  (void)N;
+  return (c.bn == 64 || c.bn == 128) && c.splits >= 1 && c.splits <= VR_ROLL_GEMM_MAX_SPLITS && c.splits <= nch;
+}
+
+
+extern "C" vr_cuda_roll_gemm_cfg_t vr_cuda_roll_gemm_pick(int N, int K, int n_sms) {
+  /* the modelled time of (bn, splits): waves of column tiles (as many at once as the device
+   * holds blocks, or clusters of `splits` blocks) times what a block streams in one (its chunks
+   * of W and A, plus a fixed ramp), plus a cluster reduction's cost per split; ties go to the
+   * wider tile and the fewer splits (the order of the loops) */
+  const int nch = (K + DG_CHUNK - 1) / DG_CHUNK;
+  vr_cuda_roll_gemm_cfg_t best = {128, 1, 0};
+  double best_cost = 0;
+  static const int bns[2] = {128, 64};
+  for (int b = 0; b < 2; ++b)
+    for (int sp = 1; sp <= VR_ROLL_GEMM_MAX_SPLITS && sp <= nch; ++sp) {
+      int conc = bns[b] == 128 ? dg_resident<128>(sp) : dg_resident<64>(sp);
+      if (conc <= 0) conc = n_sms / sp > 0 ? n_sms / sp : 1; /* the query failed: one block per SM */
+      const long long tiles = (N + bns[b] - 1) / bns[b], waves = (tiles + conc - 1) / conc;
+      const double per_block = (double)((nch + sp - 1) / sp) * (bns[b] * 128 + 64 * 128);
+      const double cost = (double)waves * (per_block + 48.0 * 1024) + (sp > 1 ? 8.0 * 1024 * sp : 0.0);
+      if (best_cost == 0 || cost < best_cost) {
+        best_cost = cost;
+        best.bn = bns[b];
+        best.splits = sp;
+      }
+    }
+  return best;
 }
 
 extern "C" void vr_cuda_roll_gemm(void *D, int out_f32, const uint16_t *A, const uint16_t *W, const void *bias, int M,
-                                  int N, int K, float beta, int splits, float *ws, cudaStream_t s) {
-  VR_ASSERT(vr_cuda_roll_gemm_supported(M, N, K, splits) && (beta == 0.f || (beta == 1.f && out_f32)));
-  VR_ASSERT(splits == 1 || ws);
-  VR_ASSERT(((uintptr_t)A | (uintptr_t)W) % 16 == 0 && (uintptr_t)D % 8 == 0);
-  const sg_params p = {D, A, W, bias, ws, M, N, K, out_f32, beta == 1.f, splits};
-  const dim3 grid((unsigned)((N + SG_BN - 1) / SG_BN), (unsigned)splits);
-  const int mt = (M + 15) / 16;
-  if (mt == 1) k_skinny<1><<<grid, SG_WARPS * 32, 0, s>>>(p);
-  else if (mt == 2) k_skinny<2><<<grid, SG_WARPS * 32, 0, s>>>(p);
-  else k_skinny<4><<<grid, SG_WARPS * 32, 0, s>>>(p);
-  VR_CUDA_CHECK_LAUNCH();
-  if (splits > 1) {
-    k_skinny_reduce<<<grid_for((size_t)M * N / 2, 256), 256, 0, s>>>(p);
-    VR_CUDA_CHECK_LAUNCH();
-  }
+                                  int N, int K, float beta, vr_cuda_roll_gemm_cfg_t cfg, cudaStream_t s) {
+  VR_ASSERT(vr_cuda_roll_gemm_supported(M, N, K) && vr_cuda_roll_gemm_cfg_ok(N, K, cfg));
+  VR_ASSERT(beta == 0.f || (beta == 1.f && out_f32));
+  VR_ASSERT(((uintptr_t)A | (uintptr_t)W) % 16 == 0);
+  CUtensorMap ta, tw;
+  const int ea = vr_sm90_tensor_map(&ta, A, K, M, K, DG_CHUNK, 64);
+  const int ew = vr_sm90_tensor_map(&tw, W, K, N, K, DG_CHUNK, cfg.bn);
+  VR_ASSERT(ea == 0 && ew == 0 && "cuTensorMapEncodeTiled failed");
+  const dg_params p = {D, bias, M, N, K, out_f32, beta == 1.f, cfg.splits, (K + DG_CHUNK - 1) / DG_CHUNK, cfg.pdl != 0};
+  if (cfg.bn == 128) dg_launch<128>(ta, tw, p, s);
+  else dg_launch<64>(ta, tw, p, s);
 }
 
 extern "C" void vr_cuda_roll_gemm_compare(const void *a, const void *b, int out_f32, size_t n, unsigned *res,
                                           cudaStream_t s) {
   VR_CUDA_CHECK(cudaMemsetAsync(res, 0, 2 * sizeof(unsigned), s));
   if (n == 0) return;
-  k_skinny_cmp<<<grid_for(n, 256) < 264 ? grid_for(n, 256) : 264, 256, 0, s>>>(a, b, out_f32, n, res);
+  k_dgemm_cmp<<<grid_for(n, 256) < 264 ? grid_for(n, 256) : 264, 256, 0, s>>>(a, b, out_f32, n, res);
   VR_CUDA_CHECK_LAUNCH();
 }

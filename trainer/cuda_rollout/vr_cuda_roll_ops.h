@@ -86,18 +86,35 @@ size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
  * partials to combine); always within the shared-memory bound. */
 int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
 
-/* ---- skinny GEMMs: vr_cuda_roll_gemm.cu ---------------------------------------- */
+/* ---- decode GEMMs: vr_cuda_roll_gemm.cu ---------------------------------------- */
 #define VR_ROLL_GEMM_MAX_M 64
+#define VR_ROLL_GEMM_MAX_SPLITS 8 /* a split-K cluster's blocks (the portable cluster size) */
+/* One launch configuration: bn output columns per block (64 or 128), K cut into `splits` ranges
+ * of 64-element chunks (1..min(VR_ROLL_GEMM_MAX_SPLITS, ceil(K / 64))), pdl 1 = launched with
+ * programmatic dependent launch (the weight loads start before the previous kernel in the stream
+ * has finished; everything that reads its results waits for it). */
+typedef struct vr_cuda_roll_gemm_cfg {
+  int bn, splits, pdl;
+} vr_cuda_roll_gemm_cfg_t;
+/* 1 when this build carries the sm_90a kernel and `device` is compute 9.0 (Hopper). */
+int vr_cuda_roll_gemm_available(int device);
+/* 1 for the shapes the kernel takes: 1 <= M <= VR_ROLL_GEMM_MAX_M, N >= 1, K >= 8, K % 8 == 0. */
+int vr_cuda_roll_gemm_supported(int M, int N, int K);
+int vr_cuda_roll_gemm_cfg_ok(int N, int K, vr_cuda_roll_gemm_cfg_t c);
+/* The configuration for (N, K) on a device of n_sms multiprocessors by a fixed rule (a model of
+ * waves x bytes per block; M plays no part), pdl 0: two engines on one device pick the same, so
+ * they compute the same bits. */
+vr_cuda_roll_gemm_cfg_t vr_cuda_roll_gemm_pick(int N, int K, int n_sms);
 /* D (M, N) = A (M, K) . W (N, K)^T [+ bias (N)] [+ D if beta == 1], the decode step's products at
- * M = the batch bucket: A, W bf16 (16-byte aligned, rows of K), fp32 accumulation; D fp32
- * (out_f32 = 1, bias fp32, beta 0 or 1) or bf16 (bias bf16, beta 0). K is cut into `splits`
- * ranges of 32-element chunks; splits > 1 needs ws of splits * M * N floats (the partials, summed
- * in split order by a second kernel: deterministic). Requires vr_cuda_roll_gemm_supported. Not
- * bit-equal to cuBLASLt (another summation order): the backend times both at a bucket's warm-up,
- * checks this one against cuBLASLt there (vr_cuda_roll_gemm_compare) and keeps the faster. */
-int vr_cuda_roll_gemm_supported(int M, int N, int K, int splits);
+ * M = the batch bucket: A, W bf16 (16-byte aligned, rows of K contiguous), fp32 accumulation; D
+ * fp32 (out_f32 = 1, bias fp32, beta 0 or 1) or bf16 (bias bf16, beta 0). Requires
+ * vr_cuda_roll_gemm_available and _supported, and cfg_ok. Deterministic: the bits depend on
+ * (K, cfg.splits) only (each split's partial sum, then the partials added in split order), not on
+ * M, the other rows or timing. Not bit-equal to cuBLASLt (another summation order). Encodes two
+ * tensor maps on the host per call (they go into the kernel's parameters: graph capture keeps
+ * them). */
 void vr_cuda_roll_gemm(void *D, int out_f32, const uint16_t *A, const uint16_t *W, const void *bias, int M, int N,
-                       int K, float beta, int splits, float *ws, cudaStream_t s);
+                       int K, float beta, vr_cuda_roll_gemm_cfg_t cfg, cudaStream_t s);
 /* res (2 unsigned, device) = max |a - b| and max |b| over n elements (fp32 or bf16), as float bits
  * (a NaN difference reads as above every finite one). */
 void vr_cuda_roll_gemm_compare(const void *a, const void *b, int out_f32, size_t n, unsigned *res, cudaStream_t s);
