@@ -211,14 +211,14 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
 /* Device time (us) of one GEMM launch from HBM: median of 7, each after a flush of the L2. */
 static float gemm_time(vr_cuda_gemm_t *lt, const vr_cuda_roll_gemm_cfg_t *cfg, void *D, int out_f32, const uint16_t *A,
                        const uint16_t *W, const void *bias, int N, int K, float beta, void *flush, size_t fb,
-                       cudaEvent_t e0, cudaEvent_t e1) {
+                       cudaEvent_t e0, cudaEvent_t e1, cudaStream_t st) {
   float t[7];
   for (int r = -1; r < 7; ++r) {
-    VR_CUDA_CHECK(cudaMemsetAsync(flush, r + 2, fb, 0));
-    VR_CUDA_CHECK(cudaEventRecord(e0, 0));
-    if (cfg) vr_cuda_roll_gemm(D, out_f32, A, W, bias, 64, N, K, beta, *cfg, 0);
-    else vr_cuda_gemm(lt, D, out_f32, A, W, bias, 64, N, K, beta, 0);
-    VR_CUDA_CHECK(cudaEventRecord(e1, 0));
+    VR_CUDA_CHECK(cudaMemsetAsync(flush, r + 2, fb, st));
+    VR_CUDA_CHECK(cudaEventRecord(e0, st));
+    if (cfg) vr_cuda_roll_gemm(D, out_f32, A, W, bias, 64, N, K, beta, *cfg, st);
+    else vr_cuda_gemm(lt, D, out_f32, A, W, bias, 64, N, K, beta, st);
+    VR_CUDA_CHECK(cudaEventRecord(e1, st));
     VR_CUDA_CHECK(cudaEventSynchronize(e1));
     if (r >= 0) VR_CUDA_CHECK(cudaEventElapsedTime(&t[r], e0, e1));
   }
@@ -267,6 +267,8 @@ static int gemm_bench(double rate) {
   vr_cuda_gemm_set_tune_opts(lt, flush, fb, 0);
   vr_cuda_gemm_set_tuning(lt, 1);
   cudaEvent_t e0, e1;
+  cudaStream_t gs; /* a stream of its own (programmatic dependent launch is not for the legacy one) */
+  VR_CUDA_CHECK(cudaStreamCreateWithFlags(&gs, cudaStreamNonBlocking));
   VR_CUDA_CHECK(cudaEventCreate(&e0));
   VR_CUDA_CHECK(cudaEventCreate(&e1));
   printf("gemm bench: M = 64, %d SMs, L2 %d MB, flush %zu MB before every run; copy rate %.0f GB/s\n", sms, l2 >> 20,
@@ -291,24 +293,25 @@ static int gemm_bench(double rate) {
       const float beta = g[gi].beta;
       const double wbytes = (double)N * K * 2;
       VR_CUDA_CHECK(cudaMemset(D, 0, (size_t)64 * N * 4));
-      vr_cuda_gemm(lt, D, f32, A, W, bp, 64, N, K, beta, 0); /* cuBLASLt's tuning (from HBM) */
-      const float t_lt = gemm_time(lt, NULL, D, f32, A, W, bp, N, K, beta, flush, fb, e0, e1);
+      vr_cuda_gemm(lt, D, f32, A, W, bp, 64, N, K, beta, gs); /* cuBLASLt's tuning (from HBM) */
+      const float t_lt = gemm_time(lt, NULL, D, f32, A, W, bp, N, K, beta, flush, fb, e0, e1, gs);
       const vr_cuda_roll_gemm_cfg_t rule = vr_cuda_roll_gemm_pick(N, K, sms);
       /* check the rule's configuration against cuBLASLt (beta 0 on zeroed outputs) */
       VR_CUDA_CHECK(cudaMemset(D, 0, (size_t)64 * N * 4));
       VR_CUDA_CHECK(cudaMemset(D2, 0, (size_t)64 * N * 4));
-      vr_cuda_gemm(lt, D, f32, A, W, bp, 64, N, K, beta, 0);
-      vr_cuda_roll_gemm(D2, f32, A, W, bp, 64, N, K, beta, rule, 0);
-      vr_cuda_roll_gemm_compare(D2, D, f32, (size_t)64 * N, res, 0);
+      vr_cuda_gemm(lt, D, f32, A, W, bp, 64, N, K, beta, gs);
+      vr_cuda_roll_gemm(D2, f32, A, W, bp, 64, N, K, beta, rule, gs);
+      vr_cuda_roll_gemm_compare(D2, D, f32, (size_t)64 * N, res, gs);
+      VR_CUDA_CHECK(cudaStreamSynchronize(gs));
       unsigned rh[2];
       VR_CUDA_CHECK(cudaMemcpy(rh, res, 8, cudaMemcpyDeviceToHost));
       float dmax, ymax;
       memcpy(&dmax, &rh[0], 4);
       memcpy(&ymax, &rh[1], 4);
-      const float t_rule = gemm_time(lt, &rule, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1);
+      const float t_rule = gemm_time(lt, &rule, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1, gs);
       vr_cuda_roll_gemm_cfg_t pdl = rule;
       pdl.pdl = 1;
-      const float t_pdl = gemm_time(lt, &pdl, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1);
+      const float t_pdl = gemm_time(lt, &pdl, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1, gs);
       printf("%s %-8s N %6d K %5d: cuBLASLt %7.1f us (%.2f TB/s) | ours rule bn %3d splits %d %7.1f us (%.2f TB/s), "
              "pdl %7.1f us | max diff %.3g of %.3g\n  sweep:",
              sh->name, g[gi].what, N, K, t_lt, wbytes / t_lt * 1e-6, rule.bn, rule.splits, t_rule, wbytes / t_rule * 1e-6,
@@ -321,7 +324,7 @@ static int gemm_bench(double rate) {
           const vr_cuda_roll_gemm_cfg_t c = {bns[b], sps[sp], 0};
           if (!vr_cuda_roll_gemm_cfg_ok(N, K, c)) continue;
           if ((long long)((N + c.bn - 1) / c.bn) * c.splits > 8LL * sms) continue; /* many waves: not a candidate */
-          const float t = gemm_time(lt, &c, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1);
+          const float t = gemm_time(lt, &c, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1, gs);
           printf(" %d/%d %.1f", c.bn, c.splits, t);
           if (t < best) best = t, bc = c;
         }
@@ -334,6 +337,7 @@ static int gemm_bench(double rate) {
            "best of the sweep %.1f us\n", sh->name, sum_lt[si], sum_rule[si], sum_best[si]);
   }
   vr_cuda_gemm_free(lt);
+  VR_CUDA_CHECK(cudaStreamDestroy(gs));
   VR_CUDA_CHECK(cudaFree(A));
   VR_CUDA_CHECK(cudaFree(W));
   VR_CUDA_CHECK(cudaFree(bias));
