@@ -312,23 +312,19 @@ static int gemm_bench(double rate) {
       vr_cuda_roll_gemm_cfg_t pdl = rule;
       pdl.pdl = 1;
       const float t_pdl = gemm_time(lt, &pdl, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1, gs);
-      printf("%s %-8s N %6d K %5d: cuBLASLt %7.1f us (%.2f TB/s) | ours rule bn %3d splits %d %7.1f us (%.2f TB/s), "
-             "pdl %7.1f us | max diff %.3g of %.3g\n  sweep:",
-             sh->name, g[gi].what, N, K, t_lt, wbytes / t_lt * 1e-6, rule.bn, rule.splits, t_rule, wbytes / t_rule * 1e-6,
+      printf("%s %-8s N %6d K %5d: cuBLASLt %7.1f us (%.2f TB/s) | ours rule bn %3d kc %d splits %d %7.1f us (%.2f TB/s), "
+             "pdl %7.1f us | max diff %.3g of %.3g\n  sweep (bn/kc/splits us):",
+             sh->name, g[gi].what, N, K, t_lt, wbytes / t_lt * 1e-6, rule.bn, rule.kc, rule.splits, t_rule, wbytes / t_rule * 1e-6,
              t_pdl, dmax, ymax);
       float best = t_rule;
-      vr_cuda_roll_gemm_cfg_t bc = rule;
-      static const int bns[2] = {64, 128}, sps[7] = {1, 2, 3, 4, 5, 6, 8};
-      for (int b = 0; b < 2; ++b)
-        for (int sp = 0; sp < 7; ++sp) {
-          const vr_cuda_roll_gemm_cfg_t c = {bns[b], sps[sp], 0};
-          if (!vr_cuda_roll_gemm_cfg_ok(N, K, c)) continue;
-          if ((long long)((N + c.bn - 1) / c.bn) * c.splits > 8LL * sms) continue; /* many waves: not a candidate */
-          const float t = gemm_time(lt, &c, D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1, gs);
-          printf(" %d/%d %.1f", c.bn, c.splits, t);
-          if (t < best) best = t, bc = c;
-        }
-      printf("\n  best bn %d splits %d %.1f us (%.2f TB/s)\n", bc.bn, bc.splits, best, wbytes / best * 1e-6);
+      vr_cuda_roll_gemm_cfg_t bc = rule, cand[64];
+      const int nc = vr_cuda_roll_gemm_candidates(N, K, sms, cand, 64);
+      for (int i = 0; i < nc && i < 64; ++i) {
+        const float t = gemm_time(lt, &cand[i], D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1, gs);
+        printf(" %d/%d/%d %.1f", cand[i].bn, cand[i].kc, cand[i].splits, t);
+        if (t < best) best = t, bc = cand[i];
+      }
+      printf("\n  best bn %d kc %d splits %d %.1f us (%.2f TB/s)\n", bc.bn, bc.kc, bc.splits, best, wbytes / best * 1e-6);
       sum_lt[si] += g[gi].reps * t_lt;
       sum_rule[si] += g[gi].reps * t_rule;
       sum_best[si] += g[gi].reps * best;

@@ -340,8 +340,8 @@ static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int 
  * (onto a random D), bf16 out with bf16 bias; rows past M (M not a multiple of 16), column tiles
  * past N (odd N too), K tails past a 64-chunk. Then its determinism: the first (M + 1) / 2 rows
  * computed alone and the whole product computed again give the same bits. */
-static void test_dgemm(int M, int N, int K, int out_f32, int with_bias, int beta1, int bn, int splits, int pdl) {
-  vr_cuda_roll_gemm_cfg_t cfg = {bn, splits, pdl};
+static void test_dgemm(int M, int N, int K, int out_f32, int with_bias, int beta1, int bn, int kc, int splits, int pdl) {
+  vr_cuda_roll_gemm_cfg_t cfg = {bn, kc, splits, pdl};
   if (!bn) {
     int dev = 0, sms = 0;
     CK(cudaGetDevice(&dev));
@@ -398,13 +398,13 @@ static void test_dgemm(int M, int N, int K, int out_f32, int with_bias, int beta
     }
   const double tol = out_f32 ? 1e-4 * (maxr + 1) : 1.0 / 128 * (maxr + 1);
   report(maxd <= tol && maxl <= tol,
-         "dgemm M%d N%d K%d %s%s%s bn %d splits %d%s: maxabs %.2e vs double, %.2e vs cuBLASLt (outputs up to %.2f, "
-         "bound %.2e)", M, N, K, out_f32 ? "fp32" : "bf16", with_bias ? " bias" : "", beta1 ? " +=" : "", cfg.bn,
-         cfg.splits, pdl ? " pdl" : "", maxd, maxl, maxr, tol);
+         "dgemm M%d N%d K%d %s%s%s bn %d kc %d splits %d%s: maxabs %.2e vs double, %.2e vs cuBLASLt (outputs up "
+         "to %.2f, bound %.2e)", M, N, K, out_f32 ? "fp32" : "bf16", with_bias ? " bias" : "", beta1 ? " +=" : "",
+         cfg.bn, cfg.kc, cfg.splits, pdl ? " pdl" : "", maxd, maxl, maxr, tol);
   const size_t hbytes = (size_t)Mh * N * esz;
   report(!memcmp(h[0], h[1], dbytes) && !memcmp(h[0], h[2], hbytes),
-         "dgemm M%d N%d K%d bn %d splits %d: the same bits again and for the first %d rows alone", M, N, K, cfg.bn,
-         cfg.splits, Mh);
+         "dgemm M%d N%d K%d bn %d kc %d splits %d: the same bits again and for the first %d rows alone", M, N, K,
+         cfg.bn, cfg.kc, cfg.splits, Mh);
   vr_cuda_gemm_free(lt);
   for (int i = 0; i < 4; ++i) {
     free(h[i]);
@@ -956,19 +956,21 @@ int main(void) {
   test_rope_append(9, 4, 2, 8);
   test_rope_append(20, 8, 8, 256);
   if (vr_cuda_roll_gemm_available(0)) { /* the Hopper decode GEMM: awkward shapes, every configuration kind */
-    test_dgemm(1, 8, 8, 0, 0, 0, 128, 1, 0);
-    test_dgemm(5, 136, 96, 1, 1, 1, 64, 2, 0);
-    test_dgemm(16, 264, 544, 0, 1, 0, 128, 3, 0);
-    test_dgemm(17, 128, 256, 1, 0, 1, 64, 4, 1);
-    test_dgemm(33, 392, 328, 1, 1, 0, 128, 6, 0); /* K tail of 8 past the last 64-chunk */
-    test_dgemm(64, 520, 1024, 0, 0, 0, 64, 8, 0);
-    test_dgemm(64, 251, 200, 0, 1, 0, 128, 4, 0); /* odd N */
-    test_dgemm(63, 251, 200, 1, 1, 1, 64, 1, 1);
-    test_dgemm(64, 3072, 2048, 0, 0, 0, 0, 0, 0); /* Llama-3.2-1B's qkv, o (+=), down (+=): the rule's picks */
-    test_dgemm(64, 2048, 2048, 1, 0, 1, 0, 0, 1);
-    test_dgemm(40, 2048, 8192, 1, 1, 1, 0, 0, 0);
-    test_dgemm(64, 1152, 896, 0, 1, 0, 0, 0, 0); /* Qwen2-0.5B's qkv (bias) and down */
-    test_dgemm(3, 896, 4864, 1, 0, 1, 0, 0, 0);
+    test_dgemm(1, 8, 8, 0, 0, 0, 128, 64, 1, 0);
+    test_dgemm(5, 136, 96, 1, 1, 1, 64, 64, 2, 0);
+    test_dgemm(16, 264, 544, 0, 1, 0, 128, 128, 3, 0); /* K tail of 32 past the last 128-chunk */
+    test_dgemm(17, 128, 256, 1, 0, 1, 64, 64, 4, 1);
+    test_dgemm(33, 392, 328, 1, 1, 0, 128, 64, 5, 0); /* K tail of 8 past the last 64-chunk */
+    test_dgemm(64, 520, 1024, 0, 0, 0, 64, 128, 8, 0);
+    test_dgemm(64, 251, 200, 0, 1, 0, 128, 64, 4, 0); /* odd N */
+    test_dgemm(63, 251, 200, 1, 1, 1, 64, 128, 1, 1);
+    test_dgemm(9, 600, 1000, 1, 1, 1, 256, 64, 3, 0); /* 256-column tiles */
+    test_dgemm(64, 777, 776, 0, 1, 0, 256, 128, 2, 1);
+    test_dgemm(64, 3072, 2048, 0, 0, 0, 0, 0, 0, 0); /* Llama-3.2-1B's qkv, o (+=), down (+=): the rule's picks */
+    test_dgemm(64, 2048, 2048, 1, 0, 1, 0, 0, 0, 1);
+    test_dgemm(40, 2048, 8192, 1, 1, 1, 0, 0, 0, 0);
+    test_dgemm(64, 1152, 896, 0, 1, 0, 0, 0, 0, 0); /* Qwen2-0.5B's qkv (bias) and down */
+    test_dgemm(3, 896, 4864, 1, 0, 1, 0, 0, 0, 0);
   } else {
     printf("skip dgemm: no sm_90a code in this build or not a compute 9.0 device\n");
   }

@@ -591,10 +591,10 @@ static vr_cuda_roll_gemm_cfg_t rcu_dgemm_cfg(const rcu_t *st, int N, int K) {
 }
 
 /* A decode GEMM shape's first call in a bucket's warm-up pass (its values are garbage anyway):
- * cuBLASLt tunes its candidates and is timed; ours (the rule's configuration) is checked against
- * cuBLASLt on zeroed outputs (max |difference| within 1e-3 of the largest output for fp32, 1/64
- * for bf16, the rounding of one bf16 ulp) and timed; ours wins if it beats cuBLASLt by 3%. NULL
- * when the table is full. */
+ * cuBLASLt tunes its candidates and is timed; ours is timed in every configuration of
+ * vr_cuda_roll_gemm_candidates, and the fastest is checked against cuBLASLt on zeroed outputs (max
+ * |difference| within 1e-3 of the largest output for fp32, 1/64 for bf16, the rounding of one bf16
+ * ulp); ours wins if it beats cuBLASLt by 3%. NULL when the table is full. */
 static rcu_sg_t *rcu_sg_tune(rcu_t *st, void *D, int out_f32, const uint16_t *A, const uint16_t *W, const void *bias,
                              int T, int N, int K, float beta) {
   const size_t bytes = (size_t)T * N * (out_f32 ? 4 : 2);
@@ -602,9 +602,17 @@ static rcu_sg_t *rcu_sg_tune(rcu_t *st, void *D, int out_f32, const uint16_t *A,
   rcu_sg_t *e = &st->sg[st->n_sg++];
   memset(e, 0, sizeof *e);
   e->M = T, e->N = N, e->K = K, e->out_f32 = out_f32, e->bias = bias != NULL, e->beta1 = beta == 1.f;
-  e->cfg = rcu_dgemm_cfg(st, N, K);
   vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s); /* cuBLASLt's own tuning */
   e->lt_us = rcu_sg_time(st, NULL, D, out_f32, A, W, bias, T, N, K, beta);
+  vr_cuda_roll_gemm_cfg_t cand[64];
+  const int nc = vr_cuda_roll_gemm_candidates(N, K, st->n_sms, cand, 64);
+  float best = 0.f;
+  e->cfg = rcu_dgemm_cfg(st, N, K);
+  for (int i = 0; i < nc && i < 64; ++i) { /* timed on the scratch (D is garbage until the reference below) */
+    cand[i].pdl = e->cfg.pdl;
+    const float us = rcu_sg_time(st, &cand[i], st->sg_scratch, out_f32, A, W, bias, T, N, K, 0.f);
+    if (best == 0.f || us < best) best = us, e->cfg = cand[i];
+  }
   VR_CUDA_CHECK(cudaMemsetAsync(D, 0, bytes, st->s));
   vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s); /* the reference: D = A W^T + bias */
   VR_CUDA_CHECK(cudaMemsetAsync(st->sg_scratch, 0, bytes, st->s));
@@ -619,8 +627,8 @@ static rcu_sg_t *rcu_sg_tune(rcu_t *st, void *D, int out_f32, const uint16_t *A,
   if (!(dmax <= (out_f32 ? 1e-3f : 1.f / 64.f) * ymax) || !isfinite(ymax)) {
     vr_log(VR_LOG_WARN, "rollout cuda: decode GEMM M=%d N=%d K=%d differs from cuBLASLt by %g (outputs up to %g): "
            "not used", T, N, K, dmax, ymax);
-  } else { /* timed on the scratch: D stays the reference (beta 1 accumulates) */
-    e->sg_us = rcu_sg_time(st, &e->cfg, st->sg_scratch, out_f32, A, W, bias, T, N, K, beta);
+  } else {
+    e->sg_us = best;
   }
   e->ours = e->sg_us > 0.f && e->sg_us < 0.97f * e->lt_us;
   vr_log(VR_LOG_DEBUG, "rollout cuda: decode GEMM M=%d N=%d K=%d: cuBLASLt %.1f us, ours %.1f us -> %s", T, N, K,
@@ -972,8 +980,8 @@ extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
   for (int i = 0; i < st->n_sg; ++i) {
     const rcu_sg_t *e = &st->sg[i];
     const int w = snprintf(buf + (off < n ? off : n), off < n ? n - off : 0,
-                           "  M=%d N=%d K=%d%s: cuBLASLt %.1f us, ours %.1f us (bn %d, splits %d) -> %s\n", e->M, e->N,
-                           e->K, e->beta1 ? " +=" : "", e->lt_us, e->sg_us, e->cfg.bn, e->cfg.splits,
+                           "  M=%d N=%d K=%d%s: cuBLASLt %.1f us, ours %.1f us (bn %d, kc %d, splits %d) -> %s\n", e->M,
+                           e->N, e->K, e->beta1 ? " +=" : "", e->lt_us, e->sg_us, e->cfg.bn, e->cfg.kc, e->cfg.splits,
                            e->ours ? "ours" : "cuBLASLt");
     if (w > 0) off += (size_t)w;
   }

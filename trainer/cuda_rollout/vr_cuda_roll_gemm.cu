@@ -2,14 +2,15 @@
  * rows): weights streamed through shared memory by TMA, multiplied by wgmma (contract in
  * vr_cuda_roll_ops.h).
  *
- * k_dgemm<BN>: a block of 5 warps owns BN output columns (one m64nBNk16 wgmma tile: all M <= 64
- * rows) and one of `splits` ranges of K's 64-element chunks. Warp 4's lane 0 is the producer: it
- * issues the bulk tensor copies (cp.async.bulk.tensor, 128-byte swizzle) of each chunk's W tile
- * (BN rows x 128 bytes) and A tile (64 rows x 128 bytes) into a ring of DG_STAGES stages, each
- * guarded by a full / empty mbarrier pair; the weight loads of the first stages go out before the
+ * k_dgemm<BN, KC>: a block of 5 warps owns BN output columns (one m64nBNk16 wgmma tile: all M <= 64
+ * rows) and one of `splits` ranges of K's KC-element chunks (KC 64 or 128). Warp 4's lane 0 is the
+ * producer: it issues the bulk tensor copies (cp.async.bulk.tensor, 128-byte swizzle, boxes of 64
+ * K elements) of each chunk's W tile (BN rows x KC) and A tile (64 rows x KC) into a ring of
+ * stages (as many as fit in 200 KiB), each guarded by a full / empty mbarrier pair; the weight loads of the first stages go out before the
  * activations', since only the activations depend on the previous kernel (with programmatic
  * dependent launch the producer waits for that kernel between the two: griddepcontrol.wait).
- * Warps 0-3 (one warpgroup) run 4 wgmma k-steps per chunk on the stage and release it. Rows past
+ * Warps 0-3 (one warpgroup) run KC / 16 wgmma k-steps per chunk on the stage and release it once
+ * the next chunk's products are issued (one commit group in flight). Rows past
  * M, columns past N and the K tail past K come in as zeros (the tensor maps' bounds), so any
  * shape with K % 8 == 0 runs on the same path.
  *
@@ -32,7 +33,7 @@
 namespace cg = cooperative_groups;
 
 #define DG_THREADS 160 /* one consumer warpgroup + one producer warp */
-#define DG_CHUNK 64    /* K elements per stage: one 128-byte swizzle row */
+#define DG_BOX 64      /* K elements per tensor-map box: one 128-byte swizzle row */
 
 namespace {
 
@@ -42,10 +43,14 @@ struct dg_params {
   int M, N, K, out_f32, beta1, splits, nch, pdl;
 };
 
-template <int BN>
+/* BN columns per block, KC elements of K per stage (KC / 64 boxes of A and of W), as many stages
+ * as fit in 200 KiB (at most 8). */
+template <int BN, int KC>
 struct dg_cfg {
-  static constexpr int STAGES = BN == 128 ? 6 : 8;
-  static constexpr uint32_t A_BYTES = 64 * 128, W_BYTES = BN * 128, STAGE = A_BYTES + W_BYTES;
+  static constexpr int BOXES = KC / DG_BOX;
+  static constexpr uint32_t A_BOX = 64 * 128, W_BOX = BN * 128;
+  static constexpr uint32_t A_BYTES = BOXES * A_BOX, W_BYTES = BOXES * W_BOX, STAGE = A_BYTES + W_BYTES;
+  static constexpr int STAGES = 200 * 1024 / STAGE < 8 ? 200 * 1024 / STAGE : 8;
   static constexpr uint32_t BAR_OFF = STAGES * STAGE;
   static constexpr int RLD = BN + 4; /* floats per row of the partial tile (reuses the ring) */
   static constexpr size_t SMEM = BAR_OFF + 16 * STAGES + 1024; /* + alignment slack */
@@ -70,6 +75,10 @@ __device__ __forceinline__ void dg_store(const dg_params &p, int r, int col, flo
 template <int BN>
 __device__ __forceinline__ void dg_mma(float (&d)[BN / 2], uint64_t da, uint64_t db);
 template <>
+__device__ __forceinline__ void dg_mma<256>(float (&d)[128], uint64_t da, uint64_t db) {
+  wg_ss256(d, da, db, 1);
+}
+template <>
 __device__ __forceinline__ void dg_mma<128>(float (&d)[64], uint64_t da, uint64_t db) {
   wg_ss128(d, da, db, 1);
 }
@@ -79,11 +88,11 @@ __device__ __forceinline__ void dg_mma<64>(float (&d)[32], uint64_t da, uint64_t
 }
 #endif
 
-template <int BN>
+template <int BN, int KC>
 __global__ void __launch_bounds__(DG_THREADS, 1)
     k_dgemm(const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tw, dg_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  typedef dg_cfg<BN> C;
+  typedef dg_cfg<BN, KC> C;
   constexpr int S = C::STAGES;
   extern __shared__ unsigned char dg_smem_raw[];
   unsigned char *const gbase = dg_smem_raw + ((1024u - ((uint32_t)__cvta_generic_to_shared(dg_smem_raw) & 1023u)) & 1023u);
@@ -112,39 +121,53 @@ __global__ void __launch_bounds__(DG_THREADS, 1)
       for (int i = 0; i < pre; ++i) { /* weights first: they never depend on the previous kernel */
         const uint32_t st = base + i * C::STAGE;
         mb_expect_tx(full + 8 * i, C::STAGE);
-        tma_box(st + C::A_BYTES, &tw, (c0 + i) * DG_CHUNK, n0, full + 8 * i);
+#pragma unroll
+        for (int b = 0; b < C::BOXES; ++b)
+          tma_box(st + C::A_BYTES + b * C::W_BOX, &tw, (c0 + i) * KC + b * DG_BOX, n0, full + 8 * i);
       }
       if (p.pdl) asm volatile("griddepcontrol.wait;\n" ::: "memory");
-      for (int i = 0; i < pre; ++i) tma_box(base + i * C::STAGE, &ta, (c0 + i) * DG_CHUNK, 0, full + 8 * i);
+      for (int i = 0; i < pre; ++i)
+#pragma unroll
+        for (int b = 0; b < C::BOXES; ++b)
+          tma_box(base + i * C::STAGE + b * C::A_BOX, &ta, (c0 + i) * KC + b * DG_BOX, 0, full + 8 * i);
       for (int i = S; i < nc; ++i) {
         const int s = i % S;
         const uint32_t st = base + s * C::STAGE;
         mb_wait(empty + 8 * s, ((i / S) & 1) ^ 1);
         mb_expect_tx(full + 8 * s, C::STAGE);
-        tma_box(st + C::A_BYTES, &tw, (c0 + i) * DG_CHUNK, n0, full + 8 * s);
-        tma_box(st, &ta, (c0 + i) * DG_CHUNK, 0, full + 8 * s);
+#pragma unroll
+        for (int b = 0; b < C::BOXES; ++b) {
+          tma_box(st + C::A_BYTES + b * C::W_BOX, &tw, (c0 + i) * KC + b * DG_BOX, n0, full + 8 * s);
+          tma_box(st + b * C::A_BOX, &ta, (c0 + i) * KC + b * DG_BOX, 0, full + 8 * s);
+        }
       }
     }
-  } else { /* consumers: the wgmma tile, 4 k-steps of 16 (32 bytes inside the 128-byte rows) */
+    if (p.pdl) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  } else { /* consumers: the wgmma tile, KC / 16 k-steps of 16 (32 bytes inside the 128-byte rows of a box) */
+    constexpr int KS = KC / 16;
     for (int i = 0; i < nc; ++i) {
       const int s = i % S;
       const uint32_t a_at = base + s * C::STAGE, w_at = a_at + C::A_BYTES;
-      uint64_t da[4], db[4];
+      uint64_t da[KS], db[KS];
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        da[kk] = f3_desc(a_at + kk * 32, 16, 1024);
-        db[kk] = f3_desc(w_at + kk * 32, 16, 1024);
+      for (int kk = 0; kk < KS; ++kk) {
+        da[kk] = f3_desc(a_at + (kk >> 2) * C::A_BOX + (kk & 3) * 32, 16, 1024);
+        db[kk] = f3_desc(w_at + (kk >> 2) * C::W_BOX + (kk & 3) * 32, 16, 1024);
         asm volatile("" : "+l"(da[kk]), "+l"(db[kk]));
       }
       mb_wait(full + 8 * s, (i / S) & 1);
       f3_fence();
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) dg_mma<BN>(acc, da[kk], db[kk]);
+      for (int kk = 0; kk < KS; ++kk) dg_mma<BN>(acc, da[kk], db[kk]);
       f3_commit();
-      f3_wait<0>();
-      f3_pin(acc);
-      mb_arrive(empty + 8 * s);
+      if (i > 0) { /* one chunk's products in flight: the previous chunk's are done, its stage is free */
+        f3_wait<1>();
+        mb_arrive(empty + 8 * ((i - 1) % S));
+      }
     }
+    f3_wait<0>();
+    f3_pin(acc);
+    if (p.pdl) asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
   }
   __syncwarp(); /* the producer warp converges again (lane 0 issued the loads) */
   /* accumulator slots (wgmma m64nBN): acc[4 j + e] is row 16 warp + g + 8 (e >> 1), column
@@ -199,12 +222,13 @@ __global__ void __launch_bounds__(DG_THREADS, 1)
 #endif
 }
 
-template <int BN>
+template <int BN, int KC>
 void dg_launch(const CUtensorMap &ta, const CUtensorMap &tw, const dg_params &p, cudaStream_t s) {
   static int attr_set[64];
   const int dev = vr_cuda_current_device_();
   if (!(dev >= 0 && dev < 64 && attr_set[dev])) {
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_dgemm<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dg_cfg<BN>::SMEM));
+    VR_CUDA_CHECK(
+        cudaFuncSetAttribute(k_dgemm<BN, KC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dg_cfg<BN, KC>::SMEM));
     if (dev >= 0 && dev < 64) attr_set[dev] = 1;
   }
   cudaLaunchConfig_t lc = {};
@@ -212,7 +236,7 @@ void dg_launch(const CUtensorMap &ta, const CUtensorMap &tw, const dg_params &p,
   int na = 0;
   lc.gridDim = dim3((unsigned)((p.N + BN - 1) / BN), (unsigned)p.splits);
   lc.blockDim = dim3(DG_THREADS);
-  lc.dynamicSmemBytes = dg_cfg<BN>::SMEM;
+  lc.dynamicSmemBytes = dg_cfg<BN, KC>::SMEM;
   lc.stream = s;
   if (p.splits > 1) {
     at[na].id = cudaLaunchAttributeClusterDimension;
@@ -228,7 +252,7 @@ void dg_launch(const CUtensorMap &ta, const CUtensorMap &tw, const dg_params &p,
   }
   lc.attrs = at;
   lc.numAttrs = (unsigned)na;
-  VR_CUDA_CHECK(cudaLaunchKernelEx(&lc, k_dgemm<BN>, ta, tw, p));
+  VR_CUDA_CHECK(cudaLaunchKernelEx(&lc, k_dgemm<BN, KC>, ta, tw, p));
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -253,34 +277,34 @@ __global__ void k_dgemm_cmp(const void *a, const void *b, int f32, size_t n, uns
   }
 }
 
-/* Blocks (splits 1) or clusters of `splits` blocks that the device holds at once for k_dgemm<BN>
+/* Blocks (splits 1) or clusters of `splits` blocks that the device holds at once for k_dgemm<BN, KC>
  * (occupancy queries, cached per device and splits; 0 when the query fails). */
-template <int BN>
+template <int BN, int KC>
 int dg_resident(int splits) {
   static int cache[64][VR_ROLL_GEMM_MAX_SPLITS + 1];
   const int dev = vr_cuda_current_device_();
   if (dev >= 0 && dev < 64 && cache[dev][splits]) return cache[dev][splits] - 1;
   int n = 0;
-  if (cudaFuncSetAttribute(k_dgemm<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dg_cfg<BN>::SMEM) ==
+  if (cudaFuncSetAttribute(k_dgemm<BN, KC>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dg_cfg<BN, KC>::SMEM) ==
       cudaSuccess) {
     if (splits == 1) {
       int sms = 0, per = 0;
       if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_dgemm<BN>, DG_THREADS, dg_cfg<BN>::SMEM) == cudaSuccess)
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, k_dgemm<BN, KC>, DG_THREADS, dg_cfg<BN, KC>::SMEM) == cudaSuccess)
         n = sms * per;
     } else {
       cudaLaunchConfig_t lc = {};
       cudaLaunchAttribute at;
       lc.gridDim = dim3(1, (unsigned)splits);
       lc.blockDim = dim3(DG_THREADS);
-      lc.dynamicSmemBytes = dg_cfg<BN>::SMEM;
+      lc.dynamicSmemBytes = dg_cfg<BN, KC>::SMEM;
       at.id = cudaLaunchAttributeClusterDimension;
       at.val.clusterDim.x = 1;
       at.val.clusterDim.y = (unsigned)splits;
       at.val.clusterDim.z = 1;
       lc.attrs = &at;
       lc.numAttrs = 1;
-      if (cudaOccupancyMaxActiveClusters(&n, k_dgemm<BN>, &lc) != cudaSuccess) n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, k_dgemm<BN, KC>, &lc) != cudaSuccess) n = 0;
     }
   }
   (void)cudaGetLastError();
@@ -312,24 +336,39 @@ extern "C" int vr_cuda_roll_gemm_supported(int M, int N, int K) {
 }
 
 extern "C" int vr_cuda_roll_gemm_cfg_ok(int N, int K, vr_cuda_roll_gemm_cfg_t c) {
-  const int nch = (K + DG_CHUNK - 1) / DG_CHUNK;
   (void)N;
-  return (c.bn == 64 || c.bn == 128) && c.splits >= 1 && c.splits <= VR_ROLL_GEMM_MAX_SPLITS && c.splits <= nch;
+  if (!(c.bn == 64 || c.bn == 128 || c.bn == 256) || !(c.kc == 64 || c.kc == 128)) return 0;
+  const int nch = (K + c.kc - 1) / c.kc;
+  return c.splits >= 1 && c.splits <= VR_ROLL_GEMM_MAX_SPLITS && c.splits <= nch;
 }
 
+extern "C" int vr_cuda_roll_gemm_candidates(int N, int K, int n_sms, vr_cuda_roll_gemm_cfg_t *out, int max) {
+  static const int bns[3] = {64, 128, 256}, kcs[2] = {64, 128};
+  int n = 0;
+  for (int b = 0; b < 3; ++b)
+    for (int k = 0; k < 2; ++k)
+      for (int sp = 1; sp <= VR_ROLL_GEMM_MAX_SPLITS; ++sp) {
+        const vr_cuda_roll_gemm_cfg_t c = {bns[b], kcs[k], sp, 0};
+        const long long blocks = (long long)((N + c.bn - 1) / c.bn) * sp;
+        if (!vr_cuda_roll_gemm_cfg_ok(N, K, c) || (sp > 1 && blocks > 2LL * n_sms) || blocks > 8LL * n_sms) continue;
+        if (n < max) out[n] = c;
+        ++n;
+      }
+  return n;
+}
 
 extern "C" vr_cuda_roll_gemm_cfg_t vr_cuda_roll_gemm_pick(int N, int K, int n_sms) {
   /* the modelled time of (bn, splits): waves of column tiles (as many at once as the device
    * holds blocks, or clusters of `splits` blocks) times what a block streams in one (its chunks
    * of W and A, plus a fixed ramp), plus a cluster reduction's cost per split; ties go to the
    * wider tile and the fewer splits (the order of the loops) */
-  const int nch = (K + DG_CHUNK - 1) / DG_CHUNK;
-  vr_cuda_roll_gemm_cfg_t best = {128, 1, 0};
+  const int nch = (K + DG_BOX - 1) / DG_BOX;
+  vr_cuda_roll_gemm_cfg_t best = {128, DG_BOX, 1, 0};
   double best_cost = 0;
   static const int bns[2] = {128, 64};
   for (int b = 0; b < 2; ++b)
     for (int sp = 1; sp <= VR_ROLL_GEMM_MAX_SPLITS && sp <= nch; ++sp) {
-      int conc = bns[b] == 128 ? dg_resident<128>(sp) : dg_resident<64>(sp);
+      int conc = bns[b] == 128 ? dg_resident<128, DG_BOX>(sp) : dg_resident<64, DG_BOX>(sp);
       if (conc <= 0) conc = n_sms / sp > 0 ? n_sms / sp : 1; /* the query failed: one block per SM */
       const long long tiles = (N + bns[b] - 1) / bns[b], waves = (tiles + conc - 1) / conc;
       const double per_block = (double)((nch + sp - 1) / sp) * (bns[b] * 128 + 64 * 128);
@@ -349,12 +388,19 @@ extern "C" void vr_cuda_roll_gemm(void *D, int out_f32, const uint16_t *A, const
   VR_ASSERT(beta == 0.f || (beta == 1.f && out_f32));
   VR_ASSERT(((uintptr_t)A | (uintptr_t)W) % 16 == 0);
   CUtensorMap ta, tw;
-  const int ea = vr_sm90_tensor_map(&ta, A, K, M, K, DG_CHUNK, 64);
-  const int ew = vr_sm90_tensor_map(&tw, W, K, N, K, DG_CHUNK, cfg.bn);
+  const int ea = vr_sm90_tensor_map(&ta, A, K, M, K, DG_BOX, 64);
+  const int ew = vr_sm90_tensor_map(&tw, W, K, N, K, DG_BOX, cfg.bn);
   VR_ASSERT(ea == 0 && ew == 0 && "cuTensorMapEncodeTiled failed");
-  const dg_params p = {D, bias, M, N, K, out_f32, beta == 1.f, cfg.splits, (K + DG_CHUNK - 1) / DG_CHUNK, cfg.pdl != 0};
-  if (cfg.bn == 128) dg_launch<128>(ta, tw, p, s);
-  else dg_launch<64>(ta, tw, p, s);
+  const dg_params p = {D, bias, M, N, K, out_f32, beta == 1.f, cfg.splits, (K + cfg.kc - 1) / cfg.kc, cfg.pdl != 0};
+  if (cfg.kc == 64) {
+    if (cfg.bn == 256) dg_launch<256, 64>(ta, tw, p, s);
+    else if (cfg.bn == 128) dg_launch<128, 64>(ta, tw, p, s);
+    else dg_launch<64, 64>(ta, tw, p, s);
+  } else {
+    if (cfg.bn == 256) dg_launch<256, 128>(ta, tw, p, s);
+    else if (cfg.bn == 128) dg_launch<128, 128>(ta, tw, p, s);
+    else dg_launch<64, 128>(ta, tw, p, s);
+  }
 }
 
 extern "C" void vr_cuda_roll_gemm_compare(const void *a, const void *b, int out_f32, size_t n, unsigned *res,

@@ -89,18 +89,23 @@ int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
 /* ---- decode GEMMs: vr_cuda_roll_gemm.cu ---------------------------------------- */
 #define VR_ROLL_GEMM_MAX_M 64
 #define VR_ROLL_GEMM_MAX_SPLITS 8 /* a split-K cluster's blocks (the portable cluster size) */
-/* One launch configuration: bn output columns per block (64 or 128), K cut into `splits` ranges
- * of 64-element chunks (1..min(VR_ROLL_GEMM_MAX_SPLITS, ceil(K / 64))), pdl 1 = launched with
- * programmatic dependent launch (the weight loads start before the previous kernel in the stream
- * has finished; everything that reads its results waits for it). */
+/* One launch configuration: bn output columns per block (64, 128 or 256), K streamed in chunks
+ * of kc elements (64 or 128) per pipeline stage and cut into `splits` ranges of chunks
+ * (1..min(VR_ROLL_GEMM_MAX_SPLITS, ceil(K / kc))), pdl 1 = launched with programmatic dependent
+ * launch (the weight loads start before the previous kernel in the stream has finished;
+ * everything that reads its results waits for it). */
 typedef struct vr_cuda_roll_gemm_cfg {
-  int bn, splits, pdl;
+  int bn, kc, splits, pdl;
 } vr_cuda_roll_gemm_cfg_t;
 /* 1 when this build carries the sm_90a kernel and `device` is compute 9.0 (Hopper). */
 int vr_cuda_roll_gemm_available(int device);
 /* 1 for the shapes the kernel takes: 1 <= M <= VR_ROLL_GEMM_MAX_M, N >= 1, K >= 8, K % 8 == 0. */
 int vr_cuda_roll_gemm_supported(int M, int N, int K);
 int vr_cuda_roll_gemm_cfg_ok(int N, int K, vr_cuda_roll_gemm_cfg_t c);
+/* The configurations worth timing for (N, K) on n_sms multiprocessors (every bn x kc x splits that
+ * is valid and, with splits > 1, at most two blocks per multiprocessor), pdl 0: up to max into out;
+ * returns how many there are. */
+int vr_cuda_roll_gemm_candidates(int N, int K, int n_sms, vr_cuda_roll_gemm_cfg_t *out, int max);
 /* The configuration for (N, K) on a device of n_sms multiprocessors by a fixed rule (a model of
  * waves x bytes per block; M plays no part), pdl 0: two engines on one device pick the same, so
  * they compute the same bits. */
