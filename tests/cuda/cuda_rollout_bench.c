@@ -317,9 +317,9 @@ static int gemm_bench(double rate) {
              sh->name, g[gi].what, N, K, t_lt, wbytes / t_lt * 1e-6, rule.bn, rule.kc, rule.splits, t_rule, wbytes / t_rule * 1e-6,
              t_pdl, dmax, ymax);
       float best = t_rule;
-      vr_cuda_roll_gemm_cfg_t bc = rule, cand[64];
-      const int nc = vr_cuda_roll_gemm_candidates(N, K, sms, cand, 64);
-      for (int i = 0; i < nc && i < 64; ++i) {
+      vr_cuda_roll_gemm_cfg_t bc = rule, cand[96];
+      const int nc = vr_cuda_roll_gemm_candidates(N, K, sms, cand, 96);
+      for (int i = 0; i < nc && i < 96; ++i) {
         const float t = gemm_time(lt, &cand[i], D2, f32, A, W, bp, N, K, beta, flush, fb, e0, e1, gs);
         printf(" %d/%d/%d %.1f", cand[i].bn, cand[i].kc, cand[i].splits, t);
         if (t < best) best = t, bc = cand[i];

@@ -966,6 +966,8 @@ int main(void) {
     test_dgemm(63, 251, 200, 1, 1, 1, 64, 128, 1, 1);
     test_dgemm(9, 600, 1000, 1, 1, 1, 256, 64, 3, 0); /* 256-column tiles */
     test_dgemm(64, 777, 776, 0, 1, 0, 256, 128, 2, 1);
+    test_dgemm(50, 300, 1288, 1, 1, 1, 128, 256, 3, 0); /* 256-element chunks, K tail of 8 */
+    test_dgemm(64, 200, 512, 0, 0, 0, 64, 256, 1, 0);
     test_dgemm(64, 3072, 2048, 0, 0, 0, 0, 0, 0, 0); /* Llama-3.2-1B's qkv, o (+=), down (+=): the rule's picks */
     test_dgemm(64, 2048, 2048, 1, 0, 1, 0, 0, 0, 1);
     test_dgemm(40, 2048, 8192, 1, 1, 1, 0, 0, 0, 0);

@@ -604,11 +604,11 @@ static rcu_sg_t *rcu_sg_tune(rcu_t *st, void *D, int out_f32, const uint16_t *A,
   e->M = T, e->N = N, e->K = K, e->out_f32 = out_f32, e->bias = bias != NULL, e->beta1 = beta == 1.f;
   vr_cuda_gemm(st->gemm, D, out_f32, A, W, bias, T, N, K, beta, st->s); /* cuBLASLt's own tuning */
   e->lt_us = rcu_sg_time(st, NULL, D, out_f32, A, W, bias, T, N, K, beta);
-  vr_cuda_roll_gemm_cfg_t cand[64];
-  const int nc = vr_cuda_roll_gemm_candidates(N, K, st->n_sms, cand, 64);
+  vr_cuda_roll_gemm_cfg_t cand[96];
+  const int nc = vr_cuda_roll_gemm_candidates(N, K, st->n_sms, cand, 96);
   float best = 0.f;
   e->cfg = rcu_dgemm_cfg(st, N, K);
-  for (int i = 0; i < nc && i < 64; ++i) { /* timed on the scratch (D is garbage until the reference below) */
+  for (int i = 0; i < nc && i < 96; ++i) { /* timed on the scratch (D is garbage until the reference below) */
     cand[i].pdl = e->cfg.pdl;
     const float us = rcu_sg_time(st, &cand[i], st->sg_scratch, out_f32, A, W, bias, T, N, K, 0.f);
     if (best == 0.f || us < best) best = us, e->cfg = cand[i];

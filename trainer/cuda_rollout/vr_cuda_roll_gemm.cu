@@ -3,7 +3,7 @@
  * vr_cuda_roll_ops.h).
  *
  * k_dgemm<BN, KC>: a block of 5 warps owns BN output columns (one m64nBNk16 wgmma tile: all M <= 64
- * rows) and one of `splits` ranges of K's KC-element chunks (KC 64 or 128). Warp 4's lane 0 is the
+ * rows) and one of `splits` ranges of K's KC-element chunks (KC 64, 128 or 256). Warp 4's lane 0 is the
  * producer: it issues the bulk tensor copies (cp.async.bulk.tensor, 128-byte swizzle, boxes of 64
  * K elements) of each chunk's W tile (BN rows x KC) and A tile (64 rows x KC) into a ring of
  * stages (as many as fit in 200 KiB), each guarded by a full / empty mbarrier pair; the weight loads of the first stages go out before the
@@ -55,6 +55,7 @@ struct dg_cfg {
   static constexpr int RLD = BN + 4; /* floats per row of the partial tile (reuses the ring) */
   static constexpr size_t SMEM = BAR_OFF + 16 * STAGES + 1024; /* + alignment slack */
   static_assert(64 * RLD * 4 <= BAR_OFF, "the partial tile must fit in the ring");
+  static_assert(STAGES >= 2, "a chunk's stage is released once the next chunk's products are issued");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -337,16 +338,17 @@ extern "C" int vr_cuda_roll_gemm_supported(int M, int N, int K) {
 
 extern "C" int vr_cuda_roll_gemm_cfg_ok(int N, int K, vr_cuda_roll_gemm_cfg_t c) {
   (void)N;
-  if (!(c.bn == 64 || c.bn == 128 || c.bn == 256) || !(c.kc == 64 || c.kc == 128)) return 0;
+  if (!(c.bn == 64 || c.bn == 128 || c.bn == 256) || !(c.kc == 64 || c.kc == 128 || (c.kc == 256 && c.bn < 256)))
+    return 0;
   const int nch = (K + c.kc - 1) / c.kc;
   return c.splits >= 1 && c.splits <= VR_ROLL_GEMM_MAX_SPLITS && c.splits <= nch;
 }
 
 extern "C" int vr_cuda_roll_gemm_candidates(int N, int K, int n_sms, vr_cuda_roll_gemm_cfg_t *out, int max) {
-  static const int bns[3] = {64, 128, 256}, kcs[2] = {64, 128};
+  static const int bns[3] = {64, 128, 256}, kcs[3] = {64, 128, 256};
   int n = 0;
   for (int b = 0; b < 3; ++b)
-    for (int k = 0; k < 2; ++k)
+    for (int k = 0; k < 3; ++k)
       for (int sp = 1; sp <= VR_ROLL_GEMM_MAX_SPLITS; ++sp) {
         const vr_cuda_roll_gemm_cfg_t c = {bns[b], kcs[k], sp, 0};
         const long long blocks = (long long)((N + c.bn - 1) / c.bn) * sp;
@@ -396,10 +398,13 @@ extern "C" void vr_cuda_roll_gemm(void *D, int out_f32, const uint16_t *A, const
     if (cfg.bn == 256) dg_launch<256, 64>(ta, tw, p, s);
     else if (cfg.bn == 128) dg_launch<128, 64>(ta, tw, p, s);
     else dg_launch<64, 64>(ta, tw, p, s);
-  } else {
+  } else if (cfg.kc == 128) {
     if (cfg.bn == 256) dg_launch<256, 128>(ta, tw, p, s);
     else if (cfg.bn == 128) dg_launch<128, 128>(ta, tw, p, s);
     else dg_launch<64, 128>(ta, tw, p, s);
+  } else {
+    if (cfg.bn == 128) dg_launch<128, 256>(ta, tw, p, s);
+    else dg_launch<64, 256>(ta, tw, p, s);
   }
 }
 

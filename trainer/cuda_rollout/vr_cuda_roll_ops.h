@@ -90,7 +90,7 @@ int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
 #define VR_ROLL_GEMM_MAX_M 64
 #define VR_ROLL_GEMM_MAX_SPLITS 8 /* a split-K cluster's blocks (the portable cluster size) */
 /* One launch configuration: bn output columns per block (64, 128 or 256), K streamed in chunks
- * of kc elements (64 or 128) per pipeline stage and cut into `splits` ranges of chunks
+ * of kc elements (64, 128, or 256 with bn < 256) per pipeline stage and cut into `splits` ranges of chunks
  * (1..min(VR_ROLL_GEMM_MAX_SPLITS, ceil(K / kc))), pdl 1 = launched with programmatic dependent
  * launch (the weight loads start before the previous kernel in the stream has finished;
  * everything that reads its results waits for it). */
@@ -103,7 +103,8 @@ int vr_cuda_roll_gemm_available(int device);
 int vr_cuda_roll_gemm_supported(int M, int N, int K);
 int vr_cuda_roll_gemm_cfg_ok(int N, int K, vr_cuda_roll_gemm_cfg_t c);
 /* The configurations worth timing for (N, K) on n_sms multiprocessors (every bn x kc x splits that
- * is valid and, with splits > 1, at most two blocks per multiprocessor), pdl 0: up to max into out;
+ * is valid, with at most 2 blocks per multiprocessor when splits > 1, at most 8 otherwise), pdl 0:
+ * up to max into out;
  * returns how many there are. */
 int vr_cuda_roll_gemm_candidates(int N, int K, int n_sms, vr_cuda_roll_gemm_cfg_t *out, int max);
 /* The configuration for (N, K) on a device of n_sms multiprocessors by a fixed rule (a model of
