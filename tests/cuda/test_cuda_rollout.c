@@ -30,6 +30,7 @@
 
 static int g_fail = 0;
 static uint64_t g_rng;
+static unsigned g_dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT; /* the cuda engines' decode GEMMs (vr_cuda_roll_use_dgemm) */
 
 static uint32_t irand(uint32_t n) { return vr_test_rand(&g_rng, n); }
 static float frand(void) { return (float)vr_test_rand(&g_rng, 1u << 30) / (float)(1u << 29) - 1.f; } /* [-1, 1) */
@@ -697,7 +698,9 @@ static int make_engine(const tmodel_t *m, const vr_rollout_backend_t *be, const 
   o.max_seqs = 32;
   o.max_batch_tokens = max_batch_tokens;
   o.max_model_len = 512;
-  return vr_rollout_init_backend(be, &m->cfg, m->params, m->n, &m->w, &o, out);
+  const int rc = vr_rollout_init_backend(be, &m->cfg, m->params, m->n, &m->w, &o, out);
+  if (rc == 0 && be == &vr_rollout_backend_cuda) vr_cuda_roll_use_dgemm(vr_rollout_backend_state(*out), g_dgemm);
+  return rc;
 }
 
 /* top-1 minus top-2 of the cpu engine's logits after prompt ++ prefix (one prefill). */
@@ -1034,6 +1037,12 @@ int main(void) {
   test_engine("qwen2 bias tied mqa D64", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
   test_engine("mistral window 24 D8", 97, 32, 2, 4, 2, 8, 48, 0, 0, 24);
   test_engine("gqa 8 D128", 256, 256, 2, 16, 2, 128, 256, 0, 0, 0);
+  if (vr_cuda_roll_gemm_available(0)) { /* two engines again with our decode GEMM on the layers' GEMMs */
+    g_dgemm = VR_CUDA_ROLL_DGEMM_LAYERS;
+    test_engine("gqa 8 D128, our decode GEMM", 256, 256, 2, 16, 2, 128, 256, 0, 0, 0);
+    test_engine("qwen2 bias tied mqa D64, our decode GEMM", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
+    g_dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT;
+  }
   test_fixture("llama_lm");
   test_fixture("qwen2_lm");
   test_fixture("mistral_lm");

@@ -224,7 +224,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->opt = *opt;
   st->device = device_index;
   st->use_graphs = 1;
-  st->dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT;
+  st->dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT; /* cuBLASLt: ours lost on every decode shape (docs/benchmarks.md) */
   st->fuse_sample = 1;
   st->split_sample = 1;
   st->tune_cold = 0;   /* opt-in: see vr_cuda_roll_set_tuning */

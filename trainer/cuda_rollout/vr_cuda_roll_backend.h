@@ -64,13 +64,15 @@ void vr_cuda_roll_use_graphs(void *state, int on);
  *           choose differently, so round differently);
  *   PDL:    launched with programmatic dependent launch (the weight loads overlap the previous
  *           kernel's tail).
- * Default: VR_CUDA_ROLL_DGEMM_DEFAULT. Captured graphs keep their kernels: call it before the
- * first generate. */
+ * Default: VR_CUDA_ROLL_DGEMM_DEFAULT, 0 = cuBLASLt everywhere: ours measured 5-34% slower than
+ * cuBLASLt (in its best configuration) on every decode GEMM of the Llama-3.2-1B and Qwen2-0.5B shapes at M = 64, and the step
+ * slower with it (docs/benchmarks.md, "A Hopper decode GEMM of our own"). Captured graphs keep
+ * their kernels: call it before the first generate. */
 #define VR_CUDA_ROLL_DGEMM_LAYERS 1u
 #define VR_CUDA_ROLL_DGEMM_HEAD 2u
 #define VR_CUDA_ROLL_DGEMM_TIMED 4u
 #define VR_CUDA_ROLL_DGEMM_PDL 8u
-#define VR_CUDA_ROLL_DGEMM_DEFAULT VR_CUDA_ROLL_DGEMM_LAYERS
+#define VR_CUDA_ROLL_DGEMM_DEFAULT 0u
 void vr_cuda_roll_use_dgemm(void *state, unsigned flags);
 /* Benchmarks: 1 (the default) ends each decode step's graph with the sampler (the table's
  * decode_sample: one upload, one download, one synchronisation per step); 0 samples after the graph

@@ -1,6 +1,7 @@
 /* vr_cuda_roll_gemm.cu: the decode step's skinny GEMMs on Hopper (M = the batch bucket, at most 64
  * rows): weights streamed through shared memory by TMA, multiplied by wgmma (contract in
- * vr_cuda_roll_ops.h).
+ * vr_cuda_roll_ops.h). Opt-in in the engine: measured slower than cuBLASLt on every decode shape so
+ * far (docs/benchmarks.md, "A Hopper decode GEMM of our own").
  *
  * k_dgemm<BN, KC>: a block of 5 warps owns BN output columns (one m64nBNk16 wgmma tile: all M <= 64
  * rows) and one of `splits` ranges of K's KC-element chunks (KC 64, 128 or 256). Warp 4's lane 0 is the

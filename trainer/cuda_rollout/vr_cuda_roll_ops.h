@@ -108,8 +108,9 @@ int vr_cuda_roll_gemm_cfg_ok(int N, int K, vr_cuda_roll_gemm_cfg_t c);
  * returns how many there are. */
 int vr_cuda_roll_gemm_candidates(int N, int K, int n_sms, vr_cuda_roll_gemm_cfg_t *out, int max);
 /* The configuration for (N, K) on a device of n_sms multiprocessors by a fixed rule (a model of
- * waves x bytes per block; M plays no part), pdl 0: two engines on one device pick the same, so
- * they compute the same bits. */
+ * waves x bytes per block over bn 64 / 128, kc 64; M plays no part), pdl 0: two engines on one
+ * device pick the same, so they compute the same bits. Within 0-30% of the best configuration of
+ * vr_cuda_roll_gemm_candidates on the measured decode shapes (docs/benchmarks.md). */
 vr_cuda_roll_gemm_cfg_t vr_cuda_roll_gemm_pick(int N, int K, int n_sms);
 /* D (M, N) = A (M, K) . W (N, K)^T [+ bias (N)] [+ D if beta == 1], the decode step's products at
  * M = the batch bucket: A, W bf16 (16-byte aligned, rows of K contiguous), fp32 accumulation; D
