@@ -75,14 +75,20 @@ __device__ __forceinline__ uint64_t f3_desc(uint32_t addr, uint32_t lbo, uint32_
          (1ull << 62);
 }
 
-/* d (+)= A B, m64n128k16, A and B K-major in shared memory (S = Q K^T). */
-__device__ __forceinline__ void wg_ss128(float (&d)[64], uint64_t da, uint64_t db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " F3_DREGS64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : F3_DOPS64
-      : "l"(da), "l"(db), "r"(acc));
-}
+/* d (+)= A B, m64n{N}k16 (d: N / 2 floats a thread), A and B K-major in shared memory (S = Q K^T;
+ * the decode GEMM's A W^T); acc 0: d = A B. IA, IB, IP: the operand numbers after d's. */
+#define F3_WG_SS(NAME, N, DREGS, IA, IB, IP, ...)                                                          \
+  __device__ __forceinline__ void NAME(float (&d)[N / 2], uint64_t da, uint64_t db, int acc) {             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IP ", 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " DREGS ", %" #IA ", %" #IB        \
+                 ", p, 1, 1, 0, 0;\n}\n"                                                                     \
+                 : __VA_ARGS__                                                                             \
+                 : "l"(da), "l"(db), "r"(acc));                                                            \
+  }
+F3_WG_SS(wg_ss64, 64, F3_DREGS32, 32, 33, 34, F3_DOPS32)
+F3_WG_SS(wg_ss128, 128, F3_DREGS64, 64, 65, 66, F3_DOPS64)
+F3_WG_SS(wg_ss256, 256, F3_DREGS128, 128, 129, 130, F3_DOPS128)
+#undef F3_WG_SS
 /* d += A B, A from registers (mma.sync A fragments), B MN-major in shared memory (O += P V). */
 __device__ __forceinline__ void wg_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t db) {
   asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " F3_DREGS64
@@ -96,23 +102,18 @@ __device__ __forceinline__ void wg_rs(float (&d)[32], const uint32_t (&a)[4], ui
                : F3_DOPS32
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
 }
-/* d (+)= A B, m64n64k16, A and B K-major in shared memory. */
-__device__ __forceinline__ void wg_ss64(float (&d)[32], uint64_t da, uint64_t db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " F3_DREGS32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : F3_DOPS32
-      : "l"(da), "l"(db), "r"(acc));
-}
-/* d (+)= A B, m64n256k16, A and B K-major in shared memory. */
-__device__ __forceinline__ void wg_ss256(float (&d)[128], uint64_t da, uint64_t db, int acc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " F3_DREGS128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
-      : F3_DOPS128
-      : "l"(da), "l"(db), "r"(acc));
-}
 #endif /* __CUDA_ARCH_FEAT_SM90_ALL */
+
+/* 1 when `device` is compute 9.0 (Hopper: the sm_90a code runs there), else 0. */
+static inline int vr_sm90_device(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major == 9 && minor == 0;
+}
 
 /* A 2D tensor map of bf16 elements: rows x cols (row stride ld elements, a multiple of 8; base
  * 16-byte aligned), boxes of box_rows x box_cols (box_cols * 2 = 128 bytes for the 128-byte

@@ -320,13 +320,7 @@ int dg_resident(int splits) {
 
 extern "C" int vr_cuda_roll_gemm_available(int device) {
 #ifdef VR_CUDA_HAVE_SM90A
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return major == 9 && minor == 0;
+  return vr_sm90_device(device);
 #else
   (void)device;
   return 0;
