@@ -19,7 +19,7 @@
  * Each leaves its fp32 partial tile in its own shared memory; after a cluster barrier, block q
  * sums rows [q M / splits, (q + 1) M / splits) of the tile over the cluster's partials in split
  * order 0, 1, ..., splits - 1 (distributed shared memory) and applies the epilogue. No atomics,
- * no workspace, no second kernel: the bits depend on (K, splits) only, never on timing, and not
+ * no workspace, no second kernel: the bits depend on (K, kc, splits) only, never on timing, and not
  * on M or on the other rows. Epilogue: + bias (bf16 for a bf16 D, fp32 for fp32), + D (beta 1,
  * fp32 D: the residual stream), to bf16 or fp32.
  *

@@ -116,7 +116,7 @@ vr_cuda_roll_gemm_cfg_t vr_cuda_roll_gemm_pick(int N, int K, int n_sms);
  * M = the batch bucket: A, W bf16 (16-byte aligned, rows of K contiguous), fp32 accumulation; D
  * fp32 (out_f32 = 1, bias fp32, beta 0 or 1) or bf16 (bias bf16, beta 0). Requires
  * vr_cuda_roll_gemm_available and _supported, and cfg_ok. Deterministic: the bits depend on
- * (K, cfg.splits) only (each split's partial sum, then the partials added in split order), not on
+ * (K, cfg.kc, cfg.splits) only (each split's partial sum, then the partials added in split order), not on
  * M, the other rows or timing. Not bit-equal to cuBLASLt (another summation order). Encodes two
  * tensor maps on the host per call (they go into the kernel's parameters: graph capture keeps
  * them). */
