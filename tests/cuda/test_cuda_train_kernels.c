@@ -379,18 +379,19 @@ static void test_logsoftmax(int rows, int V, float temp) {
   tohost(glp16, d_lp16, n * 2);
   tohost(gmax, d_lpmax, (size_t)rows * nseg * 4);
   tohost(g, d_lse, rows * 4);
-  /* log p = stored + segment max - lse; each element within |log p| 2^-9 (+ fp32 noise) */
+  /* log p = stored + segment max - lse; each element within |log p| 2^-8 (bf16's unit roundoff, + fp32 noise) */
   float *lsm = malloc(n * 4);
   size_t over = 0;
   for (int r = 0; r < rows; ++r)
     for (int j = 0; j < V; ++j) {
       const size_t i = (size_t)r * V + j;
       lsm[i] = bf2f(glp16[i]) + gmax[(size_t)r * nseg + j / VR_CUTRAIN_LSM_SEG] - g[r];
-      if (fabs(lsm[i] - rlsm[i]) > fabs(rlsm[i]) * 0x1p-9 + 2e-5) ++over;
+      if (fabs(lsm[i] - rlsm[i]) > fabs(rlsm[i]) * 0x1p-8 + 2e-5) ++over;
     }
   snprintf(what, sizeof what, "logsoftmax stored bf16 log p rows%d V%d temp%.2f", rows, V, temp);
   check_rel(what, rlsm, lsm, n, 8e-3);
-  printf("%-4s %-58s %zu over |log p| 2^-9\n", over ? "FAIL" : "ok", "logsoftmax stored log p: every element's error", over);
+  snprintf(what, sizeof what, "logsoftmax stored log p per element rows%d V%d temp%.2f", rows, V, temp);
+  printf("%-4s %-58s %zu over |log p| 2^-8\n", over ? "FAIL" : "ok", what, over);
   if (over) g_fail = 1;
   free(lsm), free(gmax);
   CK(cudaMemset(d_dl, 0xFF, n * 2));

@@ -29,7 +29,7 @@ __device__ __forceinline__ lsm_acc lsm_merge(lsm_acc a, lsm_acc b) {
  * arithmetic; the segment's max m_s (a warp max) keeps the warp's running statistics uniform
  * across its lanes. lp16 (row pitch V) non-NULL: bf16(z - m_s) of every element and m_s into
  * lpmax (row pitch vr_cutrain_lsm_segs(V)) in the same pass: since z <= m_s <= max z <= lse,
- * |z - m_s| <= |z - lse| = |log p|, so the bf16 rounding errs by at most |log p| 2^-9 as a
+ * |z - m_s| <= |z - lse| = |log p|, so the bf16 rounding errs by at most |log p| 2^-8 as a
  * stored bf16(z - lse) would, and the row is not read a second time. */
 template <int V4>
 __global__ void __launch_bounds__(LSM_THREADS)
@@ -229,8 +229,8 @@ extern "C" void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, c
     const int rows = T - t0 < chunk ? T - t0 : chunk;
     const uint16_t *xc = x + (size_t)t0 * C;
     vr_cuda_gemm(g, logits, 1, xc, W, NULL, rows, V, C, 0.f, s); /* recomputed */
-    vr_cutrain_dlogits_rows(dlogits, logits, NULL, NULL, glp + t0, gent ? gent + t0 : NULL, lse + t0, ent + t0, tgt + t0,
-                            rows, V, temp, s);
+    vr_cutrain_dlogits_rows(dlogits, logits, NULL, NULL, glp + t0, gent ? gent + t0 : NULL, lse + t0, ent + t0,
+                            tgt + t0, rows, V, temp, s);
     /* dx (rows, C) = dlogits (rows, V) . W (V, C) */
     vr_cuda_gemm_op(g, VR_CUDA_OP_N, VR_CUDA_OP_N, dx + (size_t)t0 * C, 1, dlogits, W, NULL, 0, NULL, rows, C, V, 0.f,
                     s);

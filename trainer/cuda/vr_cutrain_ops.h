@@ -88,10 +88,10 @@ int vr_cutrain_embed_segments(const int32_t *ids, int T, int V, int32_t *order, 
  * logits: chunk * V floats. Either of logp / ent may be NULL; lse is required (the backward
  * reads it). lp16 (T, V) bf16 or NULL: every row's log-softmax too, for a backward without the
  * logits' recomputation, in the same read of the logits: per segment s of VR_CUTRAIN_LSM_SEG
- * elements of a row (j / VR_CUTRAIN_LSM_SEG == s) its max m_s into lpmax (T, vr_cutrain_lsm_segs(V))
- * fp32 and lp16 = bf16(z - m_s), so log p_j = lp16[j] + lpmax[s] - lse (as z <= m_s <= lse the
- * stored value is no larger in magnitude than log p: the rounding errs by at most |log p| 2^-9).
- * lpmax is required with lp16. */
+ * elements of a row (j / VR_CUTRAIN_LSM_SEG == s) its max m_s into lpmax
+ * (T, vr_cutrain_lsm_segs(V)) fp32 and lp16 = bf16(z - m_s), so log p_j = lp16[j] + lpmax[s] - lse
+ * (as z <= m_s <= lse the stored value is no larger in magnitude than log p: the rounding errs
+ * by at most |log p| 2^-8, bf16's unit roundoff). lpmax is required with lp16. */
 #define VR_CUTRAIN_LSM_SEG 128
 static inline int vr_cutrain_lsm_segs(int V) { return (V + VR_CUTRAIN_LSM_SEG - 1) / VR_CUTRAIN_LSM_SEG; }
 void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
@@ -103,7 +103,7 @@ void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *ls
  * scratch (chunk * V bf16), then dx (T, C) fp32 = dlogits W (written) and dW (V, C) fp32 +=
  * dlogits^T x (accumulated). logits / dlogits: the forward's chunk scratch and chunk * V bf16.
  * lp16 / lpmax: the forward's stored log-softmax (then p comes from it and no logits are
- * recomputed; its bf16 rounding errs by at most p |log p| 2^-9 <= 2^-9 / e on a probability):
+ * recomputed; its bf16 rounding errs by at most p |log p| 2^-8 <= 2^-8 / e on a probability):
  * lp16 is OVERWRITTEN with the dlogits of all T rows (in place, one pass) and the two GEMMs run
  * once over all T rows (logits / dlogits unused); or NULL (recomputed in fp32 per chunk). */
 void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,
