@@ -28,12 +28,6 @@ __device__ __forceinline__ float2 unpack_bf16(uint32_t u) {
 #define ATTN_BWD_MINB(D) ((D) == 64 ? 3 : 1)
 #endif
 
-/* The dK / dV kernel's K and V rows as A fragments in registers for D 64 (1) or through shared
- * memory every iteration (0): a build-time knob for measurements. */
-#ifndef VR_CUTRAIN_ATTN_KV_AREG
-#define VR_CUTRAIN_ATTN_KV_AREG 1
-#endif
-
 template <int D>
 struct mma_bwd_smem {
   static constexpr int LD = D + 8;
@@ -156,14 +150,6 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
   const int kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8;
   const bf16 *wk = sK + warp * 16 * LD, *wv = sV + warp * 16 * LD;
-  constexpr bool AREG = VR_CUTRAIN_ATTN_KV_AREG && D == 64;
-  uint32_t kf[AREG ? D / 16 : 1][4], vf[AREG ? D / 16 : 1][4];
-  if (AREG) {
-    cp_async_wait<0>();
-    __syncthreads();
-    load_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(kf), wk);
-    load_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(vf), wv);
-  }
   for (int it = 0; it < n_it; ++it) {
     const int buf = it & 1, q0 = k0 + 64 * (it % nq);
     if (it + 1 < n_it) stage(it + 1, buf ^ 1);
@@ -174,10 +160,7 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
     const float *slse = slse0 + buf * 64, *sdel = sdel0 + buf * 64;
     const bool diag = q0 == k0;
     float sc[8][4];
-    if (AREG)
-      mma_frags_tileT<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(kf), sQ); /* S^T: 16 keys x 64 queries */
-    else
-      mma_rows_tileT<D>(sc, wk, sQ);
+    mma_rows_tileT<D>(sc, wk, sQ); /* S^T: 16 keys x 64 queries */
     uint32_t pa[4][4], da[4][4]; /* P^T, dS^T as A fragments (bf16: P^T's are dS^T's factor too) */
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -194,10 +177,7 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
       pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(v[2], v[3]);
     }
     mma_regs_tile<D>(dv, pa, sO); /* dV += P^T dO */
-    if (AREG)
-      mma_frags_tileT<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(vf), sO); /* dP^T = V dO^T */
-    else
-      mma_rows_tileT<D>(sc, wv, sO);
+    mma_rows_tileT<D>(sc, wv, sO); /* dP^T = V dO^T */
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const int qi = nt * 8 + 2 * t;
@@ -241,7 +221,7 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
 }
 
 /* Grid (n_tiles, H): (64-query tile, head). D 64: the warp's Q and dO rows stay in registers
- * as A fragments (AREG: 32 registers, a fifth fewer shared-memory loads per key tile). */
+ * as A fragments (AREG: 32 registers; 48 ldmatrix per key tile instead of 56). */
 template <int D>
 __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dq_mma(bwd_params p) {
   typedef mma_bwd_smem<D> L;
