@@ -140,6 +140,10 @@ typedef struct vr_cuda_state {
   uint32_t max_tokens, max_seqs, max_tiles;
   float *x, *scores_d;
   float *head_partial; /* encoders: (max_seqs) x vr_cuda_score_encoder_blocks(C) */
+  int split_attn;       /* cuda-split-attn and a head_dim the split kernel runs */
+  int split_wave;       /* its blocks along the item axis: one resident wave over the heads */
+  float *attn_part;     /* split attention scratch (vr_cuda_attention_split_scratch) */
+  int32_t *attn_cnt;
   uint16_t *xn, *qkv, *ao, *mlp, *act;
   uint16_t *y16;        /* encoders with res_bf16: (T, C) pre-norm sums */
   int res_bf16;         /* encoders: bf16 residual stream (see the top comment) */
@@ -420,6 +424,15 @@ static int alloc_workspace(vr_cuda_state_t *st) {
   if (!c->is_decoder &&
       !(st->head_partial = (float *)dalloc(st, (size_t)st->max_seqs * vr_cuda_score_encoder_blocks((int)C) * 4)))
     return VR_ERR_NOMEM;
+  if (st->split_attn) {
+    size_t cnt_bytes = 0;
+    const size_t part_bytes = vr_cuda_attention_split_scratch(c->num_heads, c->head_dim, &cnt_bytes);
+    if (!(st->attn_part = (float *)dalloc(st, part_bytes))) return VR_ERR_NOMEM;
+    if (!(st->attn_cnt = (int32_t *)dalloc(st, cnt_bytes))) return VR_ERR_NOMEM;
+    VR_CUDA_CHECK(cudaMemsetAsync(st->attn_cnt, 0, cnt_bytes, st->stream)); /* every launch leaves it zero */
+    const int wave = vr_cuda_attention_split_resident(c->head_dim) * st->num_sms / c->num_heads;
+    st->split_wave = wave > 1 ? wave : 1;
+  }
   st->in_words = layout_for(st->max_tokens, st->max_seqs, st->max_tiles).words;
   /* Defined contents everywhere: padding rows of a graph bucket read them. */
   VR_CUDA_CHECK(cudaMemsetAsync(st->x, 0, T * C * 4, st->stream));
@@ -593,6 +606,8 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
     st->warmup = co->warmup;
     st->exact_large = co->exact_size;
     st->autotune = co->autotune;
+    vr_cuda_set_launch_pdl(co->pdl); /* process-wide (vr_cuda_ops.h) */
+    st->split_attn = co->split_attn && vr_cuda_attention_split_fits(cfg->head_dim, 1);
     /* bf16 residual stream for encoders at least VR_RES_BF16_MIN_C wide (see the top comment) */
     st->res_bf16 = !cfg->is_decoder && (co->residual == VR_CUDA_RESIDUAL_BF16 ||
                                         (co->residual == VR_CUDA_RESIDUAL_AUTO && cfg->hidden_size >= VR_RES_BF16_MIN_C));
@@ -869,7 +884,12 @@ static vr_cuda_acts_t enqueue_trunk(vr_cuda_state_t *st, const int32_t *in_d, co
       vr_cuda_rope(st->qkv, ld, 0, nq, H, Hkv, D, pos, st->inv_freq, c->rope_attention_scaling, T, s);
     const uint16_t *ao = st->ao;
     int R = T; /* rows from here on */
-    if (!sub) {
+    if (!sub && st->split_attn && vr_cuda_attention_split_fits(D, hint_T)) { /* short batches */
+      const int items = vr_cuda_attention_split_items(grid_tiles);
+      vr_cuda_attention_split(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, tiles, meta,
+                              items < st->split_wave ? items : st->split_wave, H, Hkv, D, c->is_decoder,
+                              c->is_decoder ? c->sliding_window : 0, scale, st->attn_part, st->attn_cnt, s);
+    } else if (!sub) {
       vr_cuda_attention(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, tiles, meta, grid_tiles, H, Hkv, D,
                         c->is_decoder, c->is_decoder ? c->sliding_window : 0, scale, hint_T, s);
     } else {
