@@ -24,7 +24,7 @@ void vr_model_options_init(vr_model_options_t *opt) {
   opt->cuda.exact_size = 1;
   opt->cuda.autotune = VR_CUDA_AUTOTUNE_OFF;
   opt->cuda.residual = VR_CUDA_RESIDUAL_AUTO;
-  opt->cuda.pdl = 1;
+  opt->cuda.pdl = 0; /* measured no gain (docs/benchmarks.md, "Small batches") */
   opt->cuda.split_attn = 1;
 }
 
@@ -56,7 +56,7 @@ static const struct cuda_opt {
                        "cuda: encoders' residual stream dtype (auto: bf16 from hidden size 256, else f32; decoders: f32)"},
                       k_residual, 3},
     [OPT_PDL] = {{"cuda-pdl", "on|off",
-                  "cuda: programmatic dependent launch between the backend's kernels (off: plain launches)"},
+                  "cuda: programmatic dependent launch for the backend's own kernels (each may start while the previous drains)"},
                  k_onoff, 2},
     [OPT_SPLIT_ATTN] = {{"cuda-split-attn", "on|off",
                          "cuda: batches of <= 512 rows split attention over key ranges (off: one block per query tile)"},

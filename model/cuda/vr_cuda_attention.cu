@@ -221,31 +221,52 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_split(attn_params p, float 
     __threadfence(); /* the other splits' partials, counted before ours, are visible */
     const float *pt = part + ((size_t)(tile * S) * p.H + h) * slot_f; /* split k at pt + k * H * slot_f */
     const size_t sstride = (size_t)p.H * slot_f;
-    for (int i = threadIdx.x; i < 64 * (D / 2); i += NWARP * 32) {
-      const int r = i / (D / 2), c = (i % (D / 2)) * 2;
-      if (q0 + r >= len) continue;
-      float ms[S], ls[S];
-      float M = -INFINITY;
+    /* two threads a row, D / 2 columns each, CW at a time with every split's loads in flight
+     * (one round of L2 latency per chunk, not one per element) */
+    constexpr int CH = D / 2, CW = CH < 16 ? CH : 16, NV = CW / 4;
+    const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
+    if (q0 + r < len) {
+      float f[S], l[S], M = -INFINITY;
 #pragma unroll
       for (int k = 0; k < S; ++k) {
-        if (k >= ns) break;
-        const float2 ml = __ldcg(reinterpret_cast<const float2 *>(pt + k * sstride + 64 * D + 2 * r));
-        ms[k] = ml.x, ls[k] = ml.y;
+        const float2 ml = k < ns ? __ldcg(reinterpret_cast<const float2 *>(pt + k * sstride + 64 * D + 2 * r))
+                                 : make_float2(-INFINITY, 0.f);
+        f[k] = ml.x, l[k] = ml.y;
         M = fmaxf(M, ml.x);
       }
       const float Mu = M == -INFINITY ? 0.f : M;
-      float L = 0.f, a0 = 0.f, a1 = 0.f;
+      float L = 0.f;
 #pragma unroll
       for (int k = 0; k < S; ++k) {
-        if (k >= ns) break;
-        const float f = exp2f(ms[k] - Mu);
-        const float2 v = __ldcg(reinterpret_cast<const float2 *>(pt + k * sstride + (size_t)r * D + c));
-        L += f * ls[k];
-        a0 += f * v.x;
-        a1 += f * v.y;
+        f[k] = k < ns ? exp2f(f[k] - Mu) : 0.f;
+        L += f[k] * l[k];
       }
       const float inv = L > 0.f ? 1.f / L : 0.f;
-      *reinterpret_cast<uint32_t *>(p.out + (s0 + q0 + r) * (size_t)p.ld_out + h * D + c) = pack_bf16(a0 * inv, a1 * inv);
+#pragma unroll
+      for (int c0 = 0; c0 < CH; c0 += CW) {
+        const int c = half * CH + c0;
+        float4 v[S][NV];
+#pragma unroll
+        for (int k = 0; k < S; ++k)
+#pragma unroll
+          for (int j = 0; j < NV; ++j)
+            v[k][j] = k < ns ? __ldcg(reinterpret_cast<const float4 *>(pt + k * sstride + (size_t)r * D + c + 4 * j))
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+        uint32_t pk[CW / 2];
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+          float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+          for (int k = 0; k < S; ++k) { /* split order: the same sums whichever block combines */
+            a0 += f[k] * v[k][j].x, a1 += f[k] * v[k][j].y, a2 += f[k] * v[k][j].z, a3 += f[k] * v[k][j].w;
+          }
+          pk[2 * j] = pack_bf16(a0 * inv, a1 * inv);
+          pk[2 * j + 1] = pack_bf16(a2 * inv, a3 * inv);
+        }
+        uint32_t *dst = reinterpret_cast<uint32_t *>(p.out + (s0 + q0 + r) * (size_t)p.ld_out + h * D + c);
+#pragma unroll
+        for (int j = 0; j < CW / 2; j += 4) *reinterpret_cast<uint4 *>(dst + j) = make_uint4(pk[j], pk[j + 1], pk[j + 2], pk[j + 3]);
+      }
     }
     if (threadIdx.x == 0) cnt[tile * p.H + h] = 0; /* for the next launch (nobody else counts this tile now) */
   }
