@@ -32,6 +32,8 @@ if has tests; then
   grep -E "FAIL|passed|PDL|key-split" $OUT/kernels.log | head -20
   timeout 150 $B/test_cuda_model > $OUT/model.log 2>&1; echo "model rc=$?"
   grep -E "FAIL|passed" $OUT/model.log | head -20
+  VR_CUDA_TEST_OPTS=cuda-split-attn=off,cuda-pdl=on timeout 150 $B/test_cuda_model > $OUT/model_knobs.log 2>&1
+  echo "model (split off, pdl on) rc=$?"; grep -E "FAIL|passed" $OUT/model_knobs.log | head -20
   VR_CUDA_TEST_ONLY=llama3_mqa,roberta timeout 90 compute-sanitizer --tool memcheck $B/test_cuda_model > $OUT/memcheck.log 2>&1
   echo "memcheck rc=$?"; tail -1 $OUT/memcheck.log
 fi
