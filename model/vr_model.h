@@ -45,7 +45,7 @@ typedef struct vr_cuda_options {
   int pdl;        /* 1: the backend's own kernels use programmatic dependent launch (each may start
                    * while the previous kernel drains; process-wide, vr_cuda_set_launch_pdl); 0: plain */
   int split_attn; /* 1: batches of <= 512 rows run attention split over key ranges (more blocks
-                   * for short sequences); 0: the FA64 kernel, one block per query tile */
+                   * for short sequences); 0 (default): the FA64 kernel, one block per query tile */
 } vr_cuda_options_t;
 
 typedef struct vr_model_options {

@@ -25,7 +25,7 @@ void vr_model_options_init(vr_model_options_t *opt) {
   opt->cuda.autotune = VR_CUDA_AUTOTUNE_OFF;
   opt->cuda.residual = VR_CUDA_RESIDUAL_AUTO;
   opt->cuda.pdl = 0; /* measured no gain (docs/benchmarks.md, "Small batches") */
-  opt->cuda.split_attn = 1;
+  opt->cuda.split_attn = 0; /* slower than FA64 where measured (docs/benchmarks.md, "Small batches") */
 }
 
 /* Table order = k_cuda_opts order. */
@@ -59,7 +59,7 @@ static const struct cuda_opt {
                   "cuda: programmatic dependent launch for the backend's own kernels (each may start while the previous drains)"},
                  k_onoff, 2},
     [OPT_SPLIT_ATTN] = {{"cuda-split-attn", "on|off",
-                         "cuda: batches of <= 512 rows split attention over key ranges (off: one block per query tile)"},
+                         "cuda: batches of <= 512 rows split attention over key ranges (off: one block per 64-row query tile)"},
                         k_onoff, 2},
 };
 

@@ -998,8 +998,10 @@ static void make_buckets(vr_cuda_state_t *st) {
     bk->grid_tiles = (int)(tiles < (uint32_t)cap ? tiles : (uint32_t)cap);
     bk->grid_seqs = seq_bound < 1024 ? (int)seq_bound : 1024;
     bk->lay = layout_for(bk->T, seq_bound, tiles);
+    /* (buckets whose smaller batches run eagerly at their exact size, pruned there, get none) */
     const int np = seq_bound < VR_CUDA_PRUNE_GRAPH_SEQS ? (int)seq_bound : VR_CUDA_PRUNE_GRAPH_SEQS;
-    bk->prune_seqs = prune_fits(st, (int)bk->T, np) ? np : 0;
+    const int eager_below = st->exact_large && bk->T >= st->exact_min_T;
+    bk->prune_seqs = !eager_below && prune_fits(st, (int)bk->T, np) ? np : 0;
   }
 }
 
