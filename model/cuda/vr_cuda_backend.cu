@@ -99,8 +99,10 @@ typedef struct vr_cuda_layer {
 
 #define VR_CUDA_SLOTS 2
 /* A bucket also has graphs for batches of at most this many sequences that run the last layer
- * on the score rows only (the eager path's pruning, enqueue_trunk, with this many compact rows):
- * a single 256-token request then skips three quarters of a layer's GEMM and norm rows. */
+ * on the score rows only (the eager path's pruning, enqueue_trunk, with this many compact rows).
+ * It pays where the bucket's rows cost more than 8 rows do in a GEMM (a 2048-row bucket), not at
+ * 256 rows, where cuBLASLt takes about as long either way (docs/benchmarks.md, "Issue 24: small
+ * batches"). */
 #define VR_CUDA_PRUNE_GRAPH_SEQS 8
 
 /* Word offsets of one batch's metadata block (in_h / in_d of a slot). */

@@ -45,7 +45,7 @@ extern "C" void vr_cuda_convert_to_f32(float *dst, const void *src, int src_dtyp
 
 /* The process-wide switch behind vr_cuda_launch_pdl: one word, read at every launch. */
 static std::atomic<int> &pdl_word() {
-  static std::atomic<int> on{1};
+  static std::atomic<int> on{0};
   return on;
 }
 extern "C" int vr_cuda_launch_pdl(void) { return pdl_word().load(std::memory_order_relaxed); }

@@ -9,9 +9,9 @@
  * programmatic edge of the graph (tests/cuda/test_cuda_kernels.c checks it). On devices
  * below compute 9.0 the attribute and the wait have no effect.
  *
- * vr_cuda_set_launch_pdl (vr_cuda_ops.h) turns the attribute off for the whole process
- * (cuda-pdl off: the comparison in docs/benchmarks.md); the kernels' waits stay, and are
- * no-ops after a plain launch. */
+ * The attribute is off unless vr_cuda_set_launch_pdl (vr_cuda_ops.h) turns it on for the whole
+ * process (cuda-pdl on; it did not pay on the H200: docs/benchmarks.md, "Issue 24: small
+ * batches"); the kernels' waits stay either way and are no-ops after a plain launch. */
 #ifndef VR_CUDA_LAUNCH_CUH
 #define VR_CUDA_LAUNCH_CUH
 
@@ -26,8 +26,8 @@ static __device__ __forceinline__ void vr_pdl_wait() {
 #endif
 }
 
-/* kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute while
- * vr_cuda_launch_pdl(); checks the launch. */
+/* kernel<<<grid, block, smem, s>>>(args...), with the PDL attribute while vr_cuda_launch_pdl();
+ * checks the launch. */
 template <typename... KArgs, typename... Args>
 static inline void vr_launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                              Args... args) {

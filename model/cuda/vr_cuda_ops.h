@@ -35,9 +35,9 @@ extern "C" {
 
 /* ---- launches: vr_cuda_launch.cuh / vr_cuda_convert.cu ---------------------- */
 /* Whether the launchers below (all but the conversions, the FA3 kernel and cuBLASLt) ask for
- * programmatic dependent launch (vr_cuda_launch.cuh): on (1) unless set off. Process-wide
- * (every model and thread of the process; the cuda backend sets it from cuda-pdl at load);
- * a relaxed atomic, so a change affects launches enqueued after it. */
+ * programmatic dependent launch (vr_cuda_launch.cuh): off (0) unless set on. Process-wide
+ * (every model, engine and thread of the process; the cuda backend sets it from cuda-pdl at
+ * load); a relaxed atomic, so a change affects launches enqueued after it. */
 int vr_cuda_launch_pdl(void);
 void vr_cuda_set_launch_pdl(int on);
 
