@@ -338,6 +338,14 @@ static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void 
     const float lo = fminf(t[0], fminf(t[1], t[2])), hi = fmaxf(t[0], fmaxf(t[1], t[2]));
     const float med = t[0] + t[1] + t[2] - lo - hi;
     if (med < best) best = med, best_i = i;
+    if (vr_log_enabled(VR_LOG_DEBUG)) { /* what a rule for these shapes would be made from */
+      uint32_t tile = 0, stages = 0;
+      size_t w = 0;
+      (void)cublasLtMatmulAlgoConfigGetAttribute(&p->cand[i], CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+      (void)cublasLtMatmulAlgoConfigGetAttribute(&p->cand[i], CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+      vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d candidate %d: tile %u stages %u split-K %d, %.2f us", p->T, p->N,
+             p->K, i, tile, stages, p->cand_split[i], med * 1e3f);
+    }
   }
   VR_CUDA_CHECK(cudaGetLastError());
   p->algo = p->cand[best_i];
