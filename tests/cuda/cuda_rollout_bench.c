@@ -21,7 +21,9 @@
  *   PART the attention partition length (vr_cuda_roll_set_part; 0 or left out: the engine's
  *   choice), KNOBS (left out: the engine's defaults) a bit mask: 1 the GEMM candidates timed with
  *   their operands from HBM, 2 split-K candidates (vr_cuda_roll_set_tuning), 4 greedy rows sampled
- *   over several blocks (vr_cuda_roll_split_sample). Default: "1", the engine's defaults. The JSON
+ *   over several blocks (vr_cuda_roll_split_sample), 8 the decode attention's shared-memory ring
+ *   kernel (else the register one), 16 its launch as a programmatic dependent of the qkv GEMM (with
+ *   8 only: vr_cuda_roll_set_attn). Default: "1", the engine's defaults. The JSON
  *   file gets one line per variant.
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
  *        [--n R] [--temperature T] [--skinny] [--variants F[:PART[:KNOBS]],...] [--json FILE]. Exit code 0, or 1 on
@@ -108,6 +110,7 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   if (knobs >= 0) {
     vr_cuda_roll_set_tuning(st, knobs & 1, (knobs >> 1) & 1);
     vr_cuda_roll_split_sample(st, (knobs >> 2) & 1);
+    vr_cuda_roll_set_attn(st, (knobs >> 3) & 1, (knobs >> 4) & 1);
   }
   if (part && vr_cuda_roll_set_part(st, part)) {
     fprintf(stderr, "attention partition %d refused\n", part);
