@@ -219,7 +219,7 @@ static void test_decode_impl(int H, int Hkv, int D, const int *lens, int n, int 
 /* Both kernels (the ring, the register one) on the same inputs (the generator restarted). */
 static void test_decode(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
   const uint64_t r0 = g_rng;
-  test_decode_impl(H, Hkv, D, lens, n, window, part, 0);
+  test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_RING);
   g_rng = r0;
   test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_REGS);
 }
@@ -323,7 +323,7 @@ static void test_decode_rope_impl(int H, int Hkv, int D, const int *lens, int n,
   const float scale = 1.f / sqrtf((float)D), rs = 0.9f;
   vr_cuda_roll_rope_append(ka, va, qa, ld, 0, koff, voff, pos_d, slots_d, inv_d, rs, n, H, Hkv, D, 0);
   vr_cuda_roll_decode_attention(oa, ld_out, qa, ld, 0, ka, va, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
-                                scale, part, max_parts, po, pml, flags & VR_ROLL_ATTN_REGS, 0);
+                                scale, part, max_parts, po, pml, flags & ~VR_ROLL_ATTN_PDL, 0);
   cudaStream_t cs; /* a stream of its own (blocking: ordered with the legacy stream's work), as the engine's */
   CK(cudaStreamCreate(&cs));
   vr_cuda_roll_decode_attention_rope(ob, ld_out, qb, ld, 0, koff, voff, kb, vb, bt_d, max_blocks, lens_d, pos_d, slots_d,
@@ -352,7 +352,7 @@ static void test_decode_rope_impl(int H, int Hkv, int D, const int *lens, int n,
 /* The ring kernel with and without PDL (no previous kernel in its stream: the same bits), the
  * register kernel; each == rope+append, then the same kernel's plain form. */
 static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
-  static const unsigned fl[] = {0, VR_ROLL_ATTN_PDL, VR_ROLL_ATTN_REGS};
+  static const unsigned fl[] = {VR_ROLL_ATTN_RING, VR_ROLL_ATTN_RING | VR_ROLL_ATTN_PDL, VR_ROLL_ATTN_REGS};
   const uint64_t r0 = g_rng;
   for (int i = 0; i < 3; ++i) {
     g_rng = r0;

@@ -23,7 +23,8 @@
  * them from there in place of the cache slot (which the first head chunk's block writes; nobody
  * else reads it in this kernel): the bits of vr_cuda_roll_rope_append + the attention.
  *
- * k_roll_decode_ring<D, MG> (the default; k_roll_decode with VR_ROLL_ATTN_REGS): the same work split,
+ * k_roll_decode_ring<D, MG> (the default for tiles of 1 or 4 heads; VR_ROLL_ATTN_RING / _REGS force
+ * one kernel): the same work split,
  * the same arithmetic in the same order (each warp's cache blocks warp, warp + NW, ... one at a
  * time, online softmax, the same merge), but the cache streams through a ring of RING_STAGES(D)
  * cache blocks per warp in shared memory (cp.async, 16 bytes a lane; rows of keys that do not count
@@ -336,8 +337,14 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
   const int hk = blockIdx.x / p.n_gchunks, g0 = (blockIdx.x % p.n_gchunks) * MAXG;
   const int ng = min(MAXG, G - g0), h0 = hk * G + g0;
   const int b = blockIdx.y, pi = blockIdx.z;
-  const int len = p.lens[b];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
+  /* lane n: the table entry of this warp's n-th cache block. Without a window the partition's first
+   * block is pi * part / 16 whatever the length, so the entry loads alongside lens[b] (entries past
+   * the sequence's blocks are read, not used) */
+  const int pb = pi * (p.part / VR_ROLL_BLOCK) + warp + lane * NW;
+  int myblk = p.window <= 0 && warp + lane * NW < p.part / VR_ROLL_BLOCK && pb < p.max_blocks ? bt[pb] : 0;
+  const int len = p.lens[b];
   if (len <= 0) {
     pdl_wait(); /* every block waits: the grid never ends before the previous kernel */
     if (pi == 0)
@@ -361,8 +368,7 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
   /* this warp's cache blocks: ii = warp + n * NW, n < nbw; lane n holds the n-th one's id */
   const int kb0 = k0 / VR_ROLL_BLOCK, nkb = (p1 - 1) / VR_ROLL_BLOCK - kb0 + 1;
   const int nbw = warp < nkb ? (nkb - 1 - warp) / NW + 1 : 0; /* <= VR_ROLL_MAX_PART / 16 / NW <= 32 */
-  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
-  const int myblk = lane < nbw ? bt[kb0 + warp + lane * NW] : 0;
+  if (p.window > 0 && lane < nbw) myblk = bt[kb0 + warp + lane * NW];
   /* block n of the warp into stage n % S (always one commit group, empty when n >= nbw) */
   auto issue = [&](int n) {
     if (n < nbw) {
@@ -598,7 +604,10 @@ void launch_ring(const roll_attn_params &p, dim3 grid, int pdl, cudaStream_t s) 
 template <int D>
 void launch_decode(const roll_attn_params &p, int G, dim3 grid, size_t smem, unsigned flags, cudaStream_t s) {
   const int mg = tile_heads(G);
-  if (!(flags & VR_ROLL_ATTN_REGS)) {
+  /* automatic: the ring where it measured faster (tiles of <= 4 heads), the register kernel for the
+   * 8-head tile (its ring form spills: docs/benchmarks.md) */
+  const int ring = flags & VR_ROLL_ATTN_RING ? 1 : flags & VR_ROLL_ATTN_REGS ? 0 : mg <= 4;
+  if (ring) {
     const int pdl = (flags & VR_ROLL_ATTN_PDL) && p.rope;
     if (mg == 1) launch_ring<D, 1>(p, grid, pdl, s);
     else if (mg == 4) launch_ring<D, 4>(p, grid, pdl, s);

@@ -79,12 +79,17 @@ void vr_cuda_roll_split_sample(void *state, int on);
  * fresh-vs-updated engine check failed once, docs/benchmarks.md). Before the first generate
  * (plans keep their candidates). */
 void vr_cuda_roll_set_tuning(void *state, int cold, int splitk);
-/* Benchmarks: the decode step's attention kernel: ring 1 (the default) streams the cache through
- * shared memory (vr_cuda_roll_ops.h's flags 0), 0 the earlier register kernel (VR_ROLL_ATTN_REGS:
- * the same bits); pdl 1 (the default) launches it as a programmatic dependent of the qkv GEMM
- * (VR_ROLL_ATTN_PDL; ring only). Fixed in a bucket's graph at its capture: call it before the first
- * generate. */
+/* Benchmarks: the decode step's attention kernel (vr_cuda_roll_ops.h's VR_ROLL_ATTN_*): ring 1 the
+ * shared-memory ring kernel, 0 the earlier register kernel (the same bits), -1 (the default) the one
+ * measured faster for the model's group size; pdl 1 launches the ring kernel as a programmatic
+ * dependent of the qkv GEMM (default 0: measured no faster). Fixed in a bucket's graph at its
+ * capture: call it before the first generate. */
 void vr_cuda_roll_set_attn(void *state, int ring, int pdl);
+/* Benchmarks: the decode attention alone (the rope form, layer 0's cache, kernel flags `flags` less
+ * PDL) of the last decode bucket holding n rows on the last decode's metadata, reps times back to
+ * back after 2 untimed: *ms = the mean. Overwrites layer 0's cache slots of that step: only after the
+ * generation. 0 or VR_ERR_INVAL (no such warm bucket). */
+int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, double *ms);
 /* Benchmarks: every decode bucket's attention partition length (keys per block: a multiple of 16
  * in 16..512; 0: vr_cuda_roll_pick_part's choice, the default). Before the first generate only:
  * VR_ERR_INVAL once a bucket ran, for a bad length, or when the partials would not fit the scratch
