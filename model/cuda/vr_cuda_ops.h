@@ -226,7 +226,10 @@ void vr_cuda_gemm_op(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, vo
  * size with any algorithm. 0 turns it off. */
 void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);
 /* While on, a plan's first call outside stream capture times the heuristic's candidates on
- * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). */
+ * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). The
+ * choice is kept for the process: a plan of the same key (device, shape, layouts, epilogue, output
+ * type, tuning options, workspace) tuned later, in any context, takes it without timing (the same
+ * algorithm, so the same bits, in every engine of the process). Thread-safe (a mutex). */
 void vr_cuda_gemm_set_tuning(vr_cuda_gemm_t *g, int on);
 /* Tuning options (default: none). flush (device memory of flush_bytes, owned by the caller, whose
  * contents the tuning overwrites; NULL or 0 bytes: off) is written before every timed run, so the
