@@ -42,6 +42,10 @@ typedef struct vr_cuda_options {
                    * size (1) instead of replaying the padded graph (0) */
   vr_cuda_autotune_t autotune;
   vr_cuda_residual_t residual;
+  int pdl;        /* 1: the backend's own kernels use programmatic dependent launch (each may start
+                   * while the previous kernel drains; process-wide, vr_cuda_set_launch_pdl); 0: plain */
+  int split_attn; /* 1: batches of <= 512 rows run attention split over key ranges (more blocks
+                   * for short sequences); 0 (default): the FA64 kernel, one block per query tile */
 } vr_cuda_options_t;
 
 typedef struct vr_model_options {
@@ -62,7 +66,8 @@ void vr_model_options_init(vr_model_options_t *opt);
  * file, verl-reward-score, the bench runner). Each option is a flag name without the dashes
  * ('_' and '-' alike) and a value:
  *   cuda-graphs on|off, cuda-warmup on|off, cuda-exact-size on|off,
- *   cuda-autotune off|small|all, cuda-residual auto|f32|bf16.
+ *   cuda-autotune off|small|all, cuda-residual auto|f32|bf16, cuda-pdl on|off,
+ *   cuda-split-attn on|off.
  * vr_cuda_options_set: 0; VR_ERR_NOT_FOUND when name is not a CUDA option (err untouched);
  * VR_ERR_INVAL for a bad value, err (may be NULL) then names the flag and the value.
  * vr_cuda_options_get: the current value's text into buf (0, or VR_ERR_NOT_FOUND).

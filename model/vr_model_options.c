@@ -24,10 +24,13 @@ void vr_model_options_init(vr_model_options_t *opt) {
   opt->cuda.exact_size = 1;
   opt->cuda.autotune = VR_CUDA_AUTOTUNE_OFF;
   opt->cuda.residual = VR_CUDA_RESIDUAL_AUTO;
+  opt->cuda.pdl = 0; /* measured no gain (docs/benchmarks.md, "Small batches") */
+  opt->cuda.split_attn = 0; /* slower than FA64 where measured (docs/benchmarks.md, "Small batches") */
 }
 
 /* Table order = k_cuda_opts order. */
-typedef enum cuda_opt_id { OPT_GRAPHS, OPT_WARMUP, OPT_EXACT_SIZE, OPT_AUTOTUNE, OPT_RESIDUAL, N_CUDA_OPTS } cuda_opt_id_t;
+typedef enum cuda_opt_id { OPT_GRAPHS, OPT_WARMUP, OPT_EXACT_SIZE, OPT_AUTOTUNE, OPT_RESIDUAL, OPT_PDL, OPT_SPLIT_ATTN,
+                                 N_CUDA_OPTS } cuda_opt_id_t;
 
 static const char *const k_onoff[] = {"off", "on"};
 static const char *const k_autotune[] = {"off", "small", "all"}; /* index = vr_cuda_autotune_t */
@@ -52,6 +55,12 @@ static const struct cuda_opt {
     [OPT_RESIDUAL] = {{"cuda-residual", "auto|f32|bf16",
                        "cuda: encoders' residual stream dtype (auto: bf16 from hidden size 256, else f32; decoders: f32)"},
                       k_residual, 3},
+    [OPT_PDL] = {{"cuda-pdl", "on|off",
+                  "cuda: programmatic dependent launch for the backend's own kernels (each may start while the previous drains)"},
+                 k_onoff, 2},
+    [OPT_SPLIT_ATTN] = {{"cuda-split-attn", "on|off",
+                         "cuda: batches of <= 512 rows split attention over key ranges (off: one block per 64-row query tile)"},
+                        k_onoff, 2},
 };
 
 static int get_val(const vr_cuda_options_t *o, cuda_opt_id_t id) {
@@ -60,6 +69,8 @@ static int get_val(const vr_cuda_options_t *o, cuda_opt_id_t id) {
     case OPT_WARMUP: return o->warmup;
     case OPT_EXACT_SIZE: return o->exact_size;
     case OPT_AUTOTUNE: return (int)o->autotune;
+    case OPT_PDL: return o->pdl;
+    case OPT_SPLIT_ATTN: return o->split_attn;
     default: return (int)o->residual;
   }
 }
@@ -70,6 +81,8 @@ static void set_val(vr_cuda_options_t *o, cuda_opt_id_t id, int v) {
     case OPT_WARMUP: o->warmup = v; break;
     case OPT_EXACT_SIZE: o->exact_size = v; break;
     case OPT_AUTOTUNE: o->autotune = (vr_cuda_autotune_t)v; break;
+    case OPT_PDL: o->pdl = v; break;
+    case OPT_SPLIT_ATTN: o->split_attn = v; break;
     default: o->residual = (vr_cuda_residual_t)v; break;
   }
 }

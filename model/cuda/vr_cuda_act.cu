@@ -5,6 +5,7 @@
 /* ---------------------------------------------------------------- kernels */
 
 __global__ void k_swiglu8(uint16_t *out, const uint16_t *gu, int T, int I) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   const uint32_t vpr = (uint32_t)I / 8, total = (uint32_t)T * vpr;
   for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
     const uint32_t t = idx / vpr, v = idx - t * vpr;
@@ -23,6 +24,7 @@ __global__ void k_swiglu8(uint16_t *out, const uint16_t *gu, int T, int I) {
 }
 
 __global__ void k_bias_gelu8(uint16_t *h, const float *b, int T, int I, int tanh_approx) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   const uint32_t vpr = (uint32_t)I / 8, total = (uint32_t)T * vpr;
   for (uint32_t idx = blockIdx.x * blockDim.x + threadIdx.x; idx < total; idx += gridDim.x * blockDim.x) {
     const uint32_t v = idx % vpr;
@@ -40,6 +42,7 @@ __global__ void k_bias_gelu8(uint16_t *h, const float *b, int T, int I, int tanh
 }
 
 __global__ void k_swiglu(uint16_t *out, const uint16_t *gu, int T, int I) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   const size_t total = (size_t)T * I;
   for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
        idx += (size_t)gridDim.x * blockDim.x) {
@@ -50,6 +53,7 @@ __global__ void k_swiglu(uint16_t *out, const uint16_t *gu, int T, int I) {
 }
 
 __global__ void k_bias_gelu(uint16_t *h, const float *b, int T, int I, int tanh_approx) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   const size_t total = (size_t)T * I;
   for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
        idx += (size_t)gridDim.x * blockDim.x) {
@@ -64,6 +68,7 @@ __global__ void k_bias_gelu(uint16_t *h, const float *b, int T, int I, int tanh_
 }
 
 __global__ void k_add_bias(void *y, int y_f32, const void *b, int T, int N) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   const size_t total = (size_t)T * N;
   for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
        idx += (size_t)gridDim.x * blockDim.x) {
@@ -83,9 +88,9 @@ extern "C" void vr_cuda_swiglu(uint16_t *out, const uint16_t *gu, int T, int I, 
   const size_t n = (size_t)T * I;
   if (n == 0) return;
   if (I % 8 == 0 && n / 8 < (1u << 31))
-    k_swiglu8<<<grid_for(n / 8, 256), 256, 0, s>>>(out, gu, T, I);
+    vr_launch(k_swiglu8, dim3(grid_for(n / 8, 256)), dim3(256), 0, s, out, gu, T, I);
   else
-    k_swiglu<<<grid_for(n, 256), 256, 0, s>>>(out, gu, T, I);
+    vr_launch(k_swiglu, dim3(grid_for(n, 256)), dim3(256), 0, s, out, gu, T, I);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -94,15 +99,15 @@ extern "C" void vr_cuda_bias_gelu(uint16_t *h, const float *b, int T, int I, int
   const size_t n = (size_t)T * I;
   if (n == 0) return;
   if (I % 8 == 0 && n / 8 < (1u << 31))
-    k_bias_gelu8<<<grid_for(n / 8, 256), 256, 0, s>>>(h, b, T, I, tanh_approx);
+    vr_launch(k_bias_gelu8, dim3(grid_for(n / 8, 256)), dim3(256), 0, s, h, b, T, I, tanh_approx);
   else
-    k_bias_gelu<<<grid_for(n, 256), 256, 0, s>>>(h, b, T, I, tanh_approx);
+    vr_launch(k_bias_gelu, dim3(grid_for(n, 256)), dim3(256), 0, s, h, b, T, I, tanh_approx);
   VR_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void vr_cuda_add_bias(void *y, int y_f32, const void *b, int T, int N, cudaStream_t s) {
   const size_t n = (size_t)T * N;
   if (n == 0) return;
-  k_add_bias<<<grid_for(n, 256), 256, 0, s>>>(y, y_f32, b, T, N);
+  vr_launch(k_add_bias, dim3(grid_for(n, 256)), dim3(256), 0, s, y, y_f32, b, T, N);
   VR_CUDA_CHECK_LAUNCH();
 }

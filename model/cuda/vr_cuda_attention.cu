@@ -22,10 +22,20 @@
  * graph captured with an upper-bound grid serves any batch. */
 #include "vr_cuda_attention_fa.cuh"
 
+/* k_attn_split: key ranges per query tile, at most this many (docs/benchmarks.md, "Small
+ * batches"); batches of at most VR_ATTN_SPLIT_MAX_ROWS rows; the scratch holds the partials of
+ * the first VR_ATTN_SPLIT_TILES tiles of the list (a sequence of L > 64 tokens has at most
+ * 2 L / 64 tiles, and the tile list puts tiles of several key tiles first, so every tile that
+ * splits is among them in such a batch; a tile past them runs whole). */
+#define VR_ATTN_SPLITS 4
+#define VR_ATTN_SPLIT_MAX_ROWS 512
+#define VR_ATTN_SPLIT_TILES (2 * VR_ATTN_SPLIT_MAX_ROWS / VR_CUDA_ATTN_BM)
+
 namespace {
 
 /* Fallback: one warp per query row; dynamic shared memory NWARP * D floats (q). */
 __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int D) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   extern __shared__ float qs_all[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float *qs = qs_all + warp * D;
@@ -85,6 +95,182 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_generic(attn_params p, int 
         if (i < nd && lane + 32 * i < D) o[lane + 32 * i] = __float2bfloat16_rn(acc[i] * inv);
     }
   }
+}
+
+/* Short batches (vr_cuda_attention_split): one 256-token sequence has 4 query tiles per head,
+ * 48 blocks for roberta-base's 12 heads on 132 multiprocessors, each walking all 4 key tiles
+ * in turn. Here work item wi = (tile wi / VR_ATTN_SPLITS, split wi % VR_ATTN_SPLITS): a tile
+ * with nkv key tiles takes ns = min(VR_ATTN_SPLITS, nkv) items (only tiles listed before
+ * max_split: the scratch holds that many; the others, and tiles of one key tile, run
+ * whole), item sp walking key tiles [sp nkv / ns, (sp + 1) nkv / ns). A split item writes
+ * its unnormalised O rows and their (m, l) to part; the last of a tile's items to finish
+ * (a counter per tile and head, reset by that block) combines all ns of them in split order
+ * (the same sums whatever the arrival order: deterministic) and writes out. 4 warps x 16
+ * query rows, K/V double-buffered like k_attn_fa; dynamic shared memory fa_smem<D, 32>
+ * (Q, K[2], V[2] of 64 rows). part: (max_split * VR_ATTN_SPLITS * H) slots of 64 * (D + 2)
+ * floats; cnt: max_split * H ints, zero before the first launch (and after every launch). */
+template <int D>
+__global__ void __launch_bounds__(NWARP * 32) k_attn_split(attn_params p, float *part, int *cnt, int max_split) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
+  constexpr int LD = mma_smem<D>::LD, KS = D / 16, NT = D / 8, S = VR_ATTN_SPLITS;
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ int s_last;
+  bf16 *sQ = reinterpret_cast<bf16 *>(smem), *sK0 = sQ + 64 * LD, *sV0 = sK0 + 2 * 64 * LD;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int mat = lane >> 3, mrow = lane & 7;
+  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  const int n_items = p.meta[VR_CUDA_META_N_TILES] * S;
+  for (int wi = blockIdx.x; wi < n_items; wi += gridDim.x) {
+    const int tile = wi / S, sp = wi % S;
+    const tile_span w = tile_at(p, tile, 64);
+    const int ns = tile < max_split ? min(S, w.nkv) : 1;
+    if (sp >= ns) continue;
+    const int it0 = sp * w.nkv / ns, it1 = (sp + 1) * w.nkv / ns;
+    const size_t s0 = w.s0;
+    const int q0 = w.q0, len = w.len;
+    cp_async_wait<0>();
+    __syncthreads(); /* the previous item is done with every buffer (and with s_last) */
+    cp_tile2<D, NWARP>(sQ, p.qkv, p.ld, s0, p.q_off + h * D, q0, len);
+    cp_tile2<D, NWARP>(sK0, p.qkv, p.ld, s0, p.k_off + hk * D, w.kbeg + it0 * BN, len);
+    cp_tile2<D, NWARP>(sV0, p.qkv, p.ld, s0, p.v_off + hk * D, w.kbeg + it0 * BN, len);
+    cp_async_commit();
+    uint32_t qa[KS][4];
+    float o[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+    const int wr0 = q0 + warp * 16, qr0 = wr0 + g, qr1 = qr0 + 8;
+    for (int it = it0; it < it1; ++it) {
+      const int n0 = w.kbeg + it * BN, buf = (it - it0) & 1;
+      if (it + 1 < it1) {
+        cp_tile2<D, NWARP>(sK0 + (buf ^ 1) * 64 * LD, p.qkv, p.ld, s0, p.k_off + hk * D, n0 + BN, len);
+        cp_tile2<D, NWARP>(sV0 + (buf ^ 1) * 64 * LD, p.qkv, p.ld, s0, p.v_off + hk * D, n0 + BN, len);
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();
+      if (it == it0) {
+        const bf16 *qw = sQ + warp * 16 * LD;
+#pragma unroll
+        for (int kk = 0; kk < KS; ++kk)
+          ldmatrix_x4(qa[kk][0], qa[kk][1], qa[kk][2], qa[kk][3], qw + (lane & 15) * LD + kk * 16 + 8 * (lane >> 4));
+      }
+      const bf16 *sK = sK0 + buf * 64 * LD, *sV = sV0 + buf * 64 * LD;
+      float sc[8][4];
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) sc[nt][0] = sc[nt][1] = sc[nt][2] = sc[nt][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+#pragma unroll
+        for (int nt = 0; nt < 8; nt += 2) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4(b0, b1, b2, b3, sK + ((nt + (mat >> 1)) * 8 + mrow) * LD + kk * 16 + 8 * (mat & 1));
+          mma_bf16(sc[nt], qa[kk], b0, b1);
+          mma_bf16(sc[nt + 1], qa[kk], b2, b3);
+        }
+      }
+      const bool need_mask = n0 + BN > len || (p.causal && n0 + BN - 1 > wr0) || p.window > 0;
+      uint32_t pa[4][4];
+      float al0, al1;
+      softmax_rows16(p, sc, pa, n0, len, need_mask, qr0, qr1, m0, m1, l0, l1, al0, al1);
+#pragma unroll
+      for (int i = 0; i < NT; ++i) o[i][0] *= al0, o[i][1] *= al0, o[i][2] *= al1, o[i][3] *= al1;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+#pragma unroll
+        for (int nn = 0; nn < NT; nn += 2) {
+          uint32_t b0, b1, b2, b3;
+          ldmatrix_x4_trans(b0, b1, b2, b3, sV + (j * 16 + mrow + 8 * (mat & 1)) * LD + nn * 8 + 8 * (mat >> 1));
+          mma_bf16(o[nn], pa[j], b0, b1);
+          mma_bf16(o[nn + 1], pa[j], b2, b3);
+        }
+      }
+      __syncthreads(); /* this buffer may be refilled by the next iteration's prefetch */
+    }
+    if (ns == 1) { /* the whole key range: normalise and write, as k_attn_fa */
+      const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+      for (int nn = 0; nn < NT; ++nn) {
+        const int c = h * D + nn * 8 + 2 * t;
+        if (qr0 < len)
+          *reinterpret_cast<uint32_t *>(p.out + (s0 + qr0) * (size_t)p.ld_out + c) = pack_bf16(o[nn][0] * inv0, o[nn][1] * inv0);
+        if (qr1 < len)
+          *reinterpret_cast<uint32_t *>(p.out + (s0 + qr1) * (size_t)p.ld_out + c) = pack_bf16(o[nn][2] * inv1, o[nn][3] * inv1);
+      }
+      continue;
+    }
+    /* this split's rows: O (64, D) unnormalised, then (m, l) per row */
+    const size_t slot_f = (size_t)64 * (D + 2);
+    float *po = part + ((size_t)(tile * S + sp) * p.H + h) * slot_f;
+    const int r0 = warp * 16 + g, r1 = r0 + 8;
+#pragma unroll
+    for (int nn = 0; nn < NT; ++nn) {
+      const int c = nn * 8 + 2 * t;
+      *reinterpret_cast<float2 *>(po + (size_t)r0 * D + c) = make_float2(o[nn][0], o[nn][1]);
+      *reinterpret_cast<float2 *>(po + (size_t)r1 * D + c) = make_float2(o[nn][2], o[nn][3]);
+    }
+    if (t == 0) {
+      *reinterpret_cast<float2 *>(po + 64 * D + 2 * r0) = make_float2(m0, l0);
+      *reinterpret_cast<float2 *>(po + 64 * D + 2 * r1) = make_float2(m1, l1);
+    }
+    __threadfence(); /* this block's partial is visible before its count */
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&cnt[tile * p.H + h], 1) == ns - 1;
+    __syncthreads();
+    if (!s_last) continue;
+    __threadfence(); /* the other splits' partials, counted before ours, are visible */
+    const float *pt = part + ((size_t)(tile * S) * p.H + h) * slot_f; /* split k at pt + k * H * slot_f */
+    const size_t sstride = (size_t)p.H * slot_f;
+    /* two threads a row, D / 2 columns each, CW at a time with every split's loads in flight
+     * (one round of L2 latency per chunk, not one per element) */
+    constexpr int CH = D / 2, CW = CH < 16 ? CH : 16, NV = CW / 4;
+    const int r = threadIdx.x >> 1, half = threadIdx.x & 1;
+    if (q0 + r < len) {
+      float f[S], l[S], M = -INFINITY;
+#pragma unroll
+      for (int k = 0; k < S; ++k) {
+        const float2 ml = k < ns ? __ldcg(reinterpret_cast<const float2 *>(pt + k * sstride + 64 * D + 2 * r))
+                                 : make_float2(-INFINITY, 0.f);
+        f[k] = ml.x, l[k] = ml.y;
+        M = fmaxf(M, ml.x);
+      }
+      const float Mu = M == -INFINITY ? 0.f : M;
+      float L = 0.f;
+#pragma unroll
+      for (int k = 0; k < S; ++k) {
+        f[k] = k < ns ? exp2f(f[k] - Mu) : 0.f;
+        L += f[k] * l[k];
+      }
+      const float inv = L > 0.f ? 1.f / L : 0.f;
+#pragma unroll
+      for (int c0 = 0; c0 < CH; c0 += CW) {
+        const int c = half * CH + c0;
+        float4 v[S][NV];
+#pragma unroll
+        for (int k = 0; k < S; ++k)
+#pragma unroll
+          for (int j = 0; j < NV; ++j)
+            v[k][j] = k < ns ? __ldcg(reinterpret_cast<const float4 *>(pt + k * sstride + (size_t)r * D + c + 4 * j))
+                             : make_float4(0.f, 0.f, 0.f, 0.f);
+        uint32_t pk[CW / 2];
+#pragma unroll
+        for (int j = 0; j < NV; ++j) {
+          float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+          for (int k = 0; k < S; ++k) { /* split order: the same sums whichever block combines */
+            a0 += f[k] * v[k][j].x, a1 += f[k] * v[k][j].y, a2 += f[k] * v[k][j].z, a3 += f[k] * v[k][j].w;
+          }
+          pk[2 * j] = pack_bf16(a0 * inv, a1 * inv);
+          pk[2 * j + 1] = pack_bf16(a2 * inv, a3 * inv);
+        }
+        uint32_t *dst = reinterpret_cast<uint32_t *>(p.out + (s0 + q0 + r) * (size_t)p.ld_out + h * D + c);
+#pragma unroll
+        for (int j = 0; j < CW / 2; j += 4) *reinterpret_cast<uint4 *>(dst + j) = make_uint4(pk[j], pk[j + 1], pk[j + 2], pk[j + 3]);
+      }
+    }
+    if (threadIdx.x == 0) cnt[tile * p.H + h] = 0; /* for the next launch (nobody else counts this tile now) */
+  }
+  cp_async_wait<0>();
 }
 
 } /* namespace */
@@ -192,7 +378,7 @@ extern "C" void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *q
       default: break;
     }
   }
-  k_attn_generic<<<grid, NWARP * 32, NWARP * D * sizeof(float), s>>>(p, D);
+  vr_launch(k_attn_generic, dim3(grid), dim3(NWARP * 32), NWARP * D * sizeof(float), s, p, D);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -226,5 +412,54 @@ extern "C" void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, in
     case 64: launch_fa<64>(k, p, grid, s); return;
     case 128: launch_fa<128>(k, p, grid, s); return;
     default: VR_ASSERT(0 && "no tensor-core kernel for this head_dim");
+  }
+}
+
+/* ---- short batches: key-split attention (k_attn_split) ---- */
+
+extern "C" int vr_cuda_attention_split_fits(int D, int rows_hint) {
+  return (D == 16 || D == 32 || D == 64 || D == 128) && rows_hint > 0 && rows_hint <= VR_ATTN_SPLIT_MAX_ROWS;
+}
+
+extern "C" size_t vr_cuda_attention_split_scratch(int H, int D, size_t *cnt_bytes) {
+  if (cnt_bytes) *cnt_bytes = (size_t)VR_ATTN_SPLIT_TILES * H * sizeof(int32_t);
+  return (size_t)VR_ATTN_SPLIT_TILES * VR_ATTN_SPLITS * H * VR_CUDA_ATTN_BM * (D + 2) * sizeof(float);
+}
+
+extern "C" int vr_cuda_attention_split_items(int n_tiles) { return n_tiles * VR_ATTN_SPLITS; }
+
+template <int D>
+static void launch_split(const attn_params &p, dim3 grid, float *part, int32_t *cnt, cudaStream_t s) {
+  const size_t sh = fa_smem<D, 32>::bytes;
+  static int attr_set[64];
+  set_smem_once(k_attn_split<D>, sh, attr_set);
+  vr_launch(k_attn_split<D>, grid, dim3(NWARP * 32), sh, s, p, part, (int *)cnt, (int)VR_ATTN_SPLIT_TILES);
+}
+
+extern "C" int vr_cuda_attention_split_resident(int D) {
+  switch (D) {
+    case 16: return resident_of(k_attn_split<16>, NWARP * 32, (int)fa_smem<16, 32>::bytes);
+    case 32: return resident_of(k_attn_split<32>, NWARP * 32, (int)fa_smem<32, 32>::bytes);
+    case 64: return resident_of(k_attn_split<64>, NWARP * 32, (int)fa_smem<64, 32>::bytes);
+    case 128: return resident_of(k_attn_split<128>, NWARP * 32, (int)fa_smem<128, 32>::bytes);
+    default: return 1;
+  }
+}
+
+extern "C" void vr_cuda_attention_split(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
+                                        int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
+                                        int grid_items, int H, int Hkv, int D, int causal, int window, float scale,
+                                        float *part, int32_t *cnt, cudaStream_t s) {
+  if (grid_items <= 0) return;
+  VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && part && cnt);
+  const attn_params p =
+      attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);
+  const dim3 grid((unsigned)grid_items, (unsigned)H);
+  switch (D) {
+    case 16: launch_split<16>(p, grid, part, cnt, s); return;
+    case 32: launch_split<32>(p, grid, part, cnt, s); return;
+    case 64: launch_split<64>(p, grid, part, cnt, s); return;
+    case 128: launch_split<128>(p, grid, part, cnt, s); return;
+    default: VR_ASSERT(0 && "vr_cuda_attention_split: head_dim without a kernel");
   }
 }

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "vr_cuda_check.h"
+#include "vr_cuda_launch.cuh"
 #include "vr_cuda_ops.h"
 
 #define BM VR_CUDA_ATTN_BM
@@ -214,6 +215,7 @@ __device__ __forceinline__ void softmax_rows16(const attn_params &p, float (&sc)
  * fa_smem<D, TM>. A 128-row tile reads each K/V tile from L2 once for twice the query rows. */
 template <int D, int NW, int MT, int MINB, bool QSM>
 __global__ void __launch_bounds__(NW * 32, MINB) k_attn_fa(attn_params p) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   constexpr int TM = NW * MT * 16;
   static_assert(TM == 64 || TM == 128, "64- or 128-row query tiles");
   constexpr int LD = mma_smem<D>::LD, KS = D / 16, NT = D / 8;
@@ -400,7 +402,7 @@ static void fa_launch(const attn_params &p, dim3 grid, cudaStream_t s) {
   const size_t sh = fa_smem<D, NW * MT * 16>::bytes;
   static int attr_set[64];
   set_smem_once(k_attn_fa<D, NW, MT, MINB, QSM>, sh, attr_set);
-  k_attn_fa<D, NW, MT, MINB, QSM><<<grid, NW * 32, sh, s>>>(p);
+  vr_launch(k_attn_fa<D, NW, MT, MINB, QSM>, dim3(grid), dim3(NW * 32), sh, s, p);
   VR_CUDA_CHECK_LAUNCH();
 }
 

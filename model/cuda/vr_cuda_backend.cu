@@ -98,6 +98,12 @@ typedef struct vr_cuda_layer {
 } vr_cuda_layer_t;
 
 #define VR_CUDA_SLOTS 2
+/* A bucket also has graphs for batches of at most this many sequences that run the last layer
+ * on the score rows only (the eager path's pruning, enqueue_trunk, with this many compact rows).
+ * It pays where the bucket's rows cost more than 8 rows do in a GEMM (a 2048-row bucket), not at
+ * 256 rows, where cuBLASLt takes about as long either way (docs/benchmarks.md, "Issue 24: small
+ * batches"). */
+#define VR_CUDA_PRUNE_GRAPH_SEQS 8
 
 /* Word offsets of one batch's metadata block (in_h / in_d of a slot). */
 typedef struct vr_cuda_layout {
@@ -110,6 +116,8 @@ typedef struct vr_cuda_bucket {
   int grid_tiles, grid_seqs; /* upper bounds the graphs are captured with */
   vr_cuda_layout_t lay;
   cudaGraphExec_t exec[VR_CUDA_SLOTS];
+  int prune_seqs;                         /* > 0: exec_p exists for batches of at most this many */
+  cudaGraphExec_t exec_p[VR_CUDA_SLOTS];  /* the last layer on prune_seqs compact rows */
 } vr_cuda_bucket_t;
 
 typedef struct vr_cuda_slot {
@@ -140,6 +148,10 @@ typedef struct vr_cuda_state {
   uint32_t max_tokens, max_seqs, max_tiles;
   float *x, *scores_d;
   float *head_partial; /* encoders: (max_seqs) x vr_cuda_score_encoder_blocks(C) */
+  int split_attn;       /* cuda-split-attn and a head_dim the split kernel runs */
+  int split_wave;       /* its blocks along the item axis: one resident wave over the heads */
+  float *attn_part;     /* split attention scratch (vr_cuda_attention_split_scratch) */
+  int32_t *attn_cnt;
   uint16_t *xn, *qkv, *ao, *mlp, *act;
   uint16_t *y16;        /* encoders with res_bf16: (T, C) pre-norm sums */
   int res_bf16;         /* encoders: bf16 residual stream (see the top comment) */
@@ -420,6 +432,15 @@ static int alloc_workspace(vr_cuda_state_t *st) {
   if (!c->is_decoder &&
       !(st->head_partial = (float *)dalloc(st, (size_t)st->max_seqs * vr_cuda_score_encoder_blocks((int)C) * 4)))
     return VR_ERR_NOMEM;
+  if (st->split_attn) {
+    size_t cnt_bytes = 0;
+    const size_t part_bytes = vr_cuda_attention_split_scratch(c->num_heads, c->head_dim, &cnt_bytes);
+    if (!(st->attn_part = (float *)dalloc(st, part_bytes))) return VR_ERR_NOMEM;
+    if (!(st->attn_cnt = (int32_t *)dalloc(st, cnt_bytes))) return VR_ERR_NOMEM;
+    VR_CUDA_CHECK(cudaMemsetAsync(st->attn_cnt, 0, cnt_bytes, st->stream)); /* every launch leaves it zero */
+    const int wave = vr_cuda_attention_split_resident(c->head_dim) * st->num_sms / c->num_heads;
+    st->split_wave = wave > 1 ? wave : 1;
+  }
   st->in_words = layout_for(st->max_tokens, st->max_seqs, st->max_tiles).words;
   /* Defined contents everywhere: padding rows of a graph bucket read them. */
   VR_CUDA_CHECK(cudaMemsetAsync(st->x, 0, T * C * 4, st->stream));
@@ -456,7 +477,10 @@ static void cuda_free(void *state) {
     if (st->upload) (void)VR_CUDA_TRY(cudaStreamSynchronize(st->upload));
     for (int i = 0; i < st->n_buckets; ++i)
       for (int j = 0; j < VR_CUDA_SLOTS; ++j)
-        if (st->buckets[i].exec[j]) (void)VR_CUDA_TRY(cudaGraphExecDestroy(st->buckets[i].exec[j]));
+        for (int v = 0; v < 2; ++v) {
+          cudaGraphExec_t e = v ? st->buckets[i].exec_p[j] : st->buckets[i].exec[j];
+          if (e) (void)VR_CUDA_TRY(cudaGraphExecDestroy(e));
+        }
     vr_cuda_gemm_free(st->gemm);
     for (int i = 0; i < st->n_allocs; ++i) (void)VR_CUDA_TRY(cudaFree(st->allocs[i]));
     if (st->staging) (void)VR_CUDA_TRY(cudaFree(st->staging));
@@ -593,6 +617,8 @@ static int cuda_init(const vr_model_config_t *cfg, const vr_model_weights_t *w, 
     st->warmup = co->warmup;
     st->exact_large = co->exact_size;
     st->autotune = co->autotune;
+    vr_cuda_set_launch_pdl(co->pdl); /* process-wide (vr_cuda_ops.h) */
+    st->split_attn = co->split_attn && vr_cuda_attention_split_fits(cfg->head_dim, 1);
     /* bf16 residual stream for encoders at least VR_RES_BF16_MIN_C wide (see the top comment) */
     st->res_bf16 = !cfg->is_decoder && (co->residual == VR_CUDA_RESIDUAL_BF16 ||
                                         (co->residual == VR_CUDA_RESIDUAL_AUTO && cfg->hidden_size >= VR_RES_BF16_MIN_C));
@@ -836,8 +862,10 @@ static int prune_fits(vr_cuda_state_t *st, int T, int n_seqs) {
  * holds the last layer's output, T rows (decoders: before the final norm, which the score
  * head fuses on its rows and cuda_hidden runs on all of them).
  *
- * prune_seqs > 0 (the score path's eager forwards, the batch has exactly that many
- * sequences and prune_fits): the last layer on the score rows only. A sequence's score
+ * prune_seqs > 0 (prune_fits; the score path's eager forwards, whose batch has exactly that
+ * many sequences, and the pruned graphs of a bucket, whose batches have at most that many:
+ * the gathers, the pruned attention and the head read the real count from meta): the last
+ * layer on the score rows only. A sequence's score
  * depends on the final hidden state of its score row alone, so after the last layer's K/V
  * (the QKV GEMM and RoPE still run on every row) only one row per sequence matters.
  * Attention runs on one tile per sequence (the tile holding its score row, lay->ltiles);
@@ -869,7 +897,12 @@ static vr_cuda_acts_t enqueue_trunk(vr_cuda_state_t *st, const int32_t *in_d, co
       vr_cuda_rope(st->qkv, ld, 0, nq, H, Hkv, D, pos, st->inv_freq, c->rope_attention_scaling, T, s);
     const uint16_t *ao = st->ao;
     int R = T; /* rows from here on */
-    if (!sub) {
+    if (!sub && st->split_attn && vr_cuda_attention_split_fits(D, hint_T)) { /* short batches */
+      const int items = vr_cuda_attention_split_items(grid_tiles);
+      vr_cuda_attention_split(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, tiles, meta,
+                              items < st->split_wave ? items : st->split_wave, H, Hkv, D, c->is_decoder,
+                              c->is_decoder ? c->sliding_window : 0, scale, st->attn_part, st->attn_cnt, s);
+    } else if (!sub) {
       vr_cuda_attention(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, tiles, meta, grid_tiles, H, Hkv, D,
                         c->is_decoder, c->is_decoder ? c->sliding_window : 0, scale, hint_T, s);
     } else {
@@ -905,8 +938,9 @@ static void enqueue_head(vr_cuda_state_t *st, const float *x, const int32_t *row
                           grid_seqs, st->head_partial, st->stream);
 }
 
-/* The score path for T rows reading in_d (layout lay): the trunk, pruned when the batch's
- * sequence count is known (n_seqs > 0, eager forwards; 0 in graph capture) and prune_fits,
+/* The score path for T rows reading in_d (layout lay): the trunk, pruned when a bound on the
+ * batch's sequence count is known (n_seqs > 0: eager forwards, the pruned graphs; 0: the full
+ * graphs) and prune_fits,
  * then the head on the score rows. grid_tiles / grid_seqs bound the attention and head grids. */
 static void enqueue_scores(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T, int hint_T,
                            int grid_tiles, int grid_seqs, int n_seqs) {
@@ -966,18 +1000,29 @@ static void make_buckets(vr_cuda_state_t *st) {
     bk->grid_tiles = (int)(tiles < (uint32_t)cap ? tiles : (uint32_t)cap);
     bk->grid_seqs = seq_bound < 1024 ? (int)seq_bound : 1024;
     bk->lay = layout_for(bk->T, seq_bound, tiles);
+    /* (buckets whose smaller batches run eagerly at their exact size, pruned there, get none) */
+    const int np = seq_bound < VR_CUDA_PRUNE_GRAPH_SEQS ? (int)seq_bound : VR_CUDA_PRUNE_GRAPH_SEQS;
+    const int eager_below = st->exact_large && bk->T >= st->exact_min_T;
+    bk->prune_seqs = !eager_below && prune_fits(st, (int)bk->T, np) ? np : 0;
   }
 }
 
-/* Captures the bucket's forward reading slot si's metadata (not launched). */
+/* Captures the bucket's forwards reading slot si's metadata (not launched): every row, and
+ * with bk->prune_seqs the last layer on that many compact rows (the device-side counts say how
+ * many of them are real: the gathers and the pruned attention read meta; the rows past the
+ * batch's sequences hold stale finite values that no score reads). */
 static void capture(vr_cuda_state_t *st, vr_cuda_bucket_t *bk, int si) {
-  cudaGraph_t graph;
-  VR_CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
-  enqueue_scores(st, st->slots[si].in_d, &bk->lay, (int)bk->T, (int)bk->T, bk->grid_tiles, bk->grid_seqs, 0);
-  VR_CUDA_CHECK(cudaStreamEndCapture(st->stream, &graph));
-  VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec[si], graph, 0));
-  VR_CUDA_CHECK(cudaGraphDestroy(graph));
-  vr_log(VR_LOG_DEBUG, "captured CUDA graph for the %u-token bucket (slot %d)", bk->T, si);
+  for (int v = 0; v < (bk->prune_seqs ? 2 : 1); ++v) {
+    cudaGraph_t graph;
+    VR_CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
+    enqueue_scores(st, st->slots[si].in_d, &bk->lay, (int)bk->T, (int)bk->T, bk->grid_tiles, bk->grid_seqs,
+                   v ? bk->prune_seqs : 0);
+    VR_CUDA_CHECK(cudaStreamEndCapture(st->stream, &graph));
+    VR_CUDA_CHECK(cudaGraphInstantiate(v ? &bk->exec_p[si] : &bk->exec[si], graph, 0));
+    VR_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+  vr_log(VR_LOG_DEBUG, "captured CUDA graphs for the %u-token bucket (slot %d, pruned for <= %d sequences)", bk->T,
+         si, bk->prune_seqs);
 }
 
 /* The input contract of forward/submit/hidden: 0, VR_ERR_INVAL or VR_ERR_TOO_LARGE (logged). */
@@ -1040,7 +1085,8 @@ static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqle
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
   } else {
     if (bk && !bk->exec[si] && bk->uses >= 1) capture(st, bk, si);
-    if (bk && bk->exec[si]) VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[si], st->stream));
+    if (bk && bk->exec[si])
+      VR_CUDA_CHECK(cudaGraphLaunch(n_seqs <= (uint32_t)bk->prune_seqs ? bk->exec_p[si] : bk->exec[si], st->stream));
     else enqueue_scores(st, sl->in_d, &lay, (int)Tp, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
   }
   if (bk) bk->uses++;
@@ -1117,6 +1163,22 @@ static int warm_up(vr_cuda_state_t *st) {
   float *scores = (float *)malloc((size_t)st->max_seqs * sizeof(float));
   int rc = ids && cu && scores ? 0 : VR_ERR_NOMEM;
   const double t0 = (double)clock() / CLOCKS_PER_SEC;
+  /* Tuning times the candidates with their operands in HBM, as a forward streams every layer's
+   * weights once (a flush buffer of twice the L2 is overwritten before each timed run), and
+   * widens the search to the heuristic's split-K variants (vr_cuda_gemm_set_tune_opts); the
+   * buffer is freed after the warm-up. */
+  void *flush = NULL;
+  size_t flush_bytes = 0;
+  if (rc == 0 && (tune || tune_all)) {
+    int l2 = 0;
+    if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, st->device) == cudaSuccess && l2 > 0 &&
+        cudaMalloc(&flush, 2 * (size_t)l2) == cudaSuccess)
+      flush_bytes = 2 * (size_t)l2;
+    else
+      flush = NULL;
+    (void)cudaGetLastError();
+    vr_cuda_gemm_set_tune_opts(st->gemm, flush, flush_bytes, 1);
+  }
   for (uint32_t t = 0; rc == 0 && t < st->max_tokens; ++t) {
     int32_t id = (int32_t)((t * 7919u + 3u) % (uint32_t)c->vocab_size);
     if (id == c->pad_token_id) id = (id + 1) % c->vocab_size;
@@ -1148,6 +1210,10 @@ static int warm_up(vr_cuda_state_t *st) {
       if (!bk->exec[si]) capture(st, bk, si);
   }
   if (rc == 0) rc = VR_CUDA_TRY(cudaStreamSynchronize(st->stream));
+  if (tune || tune_all) {
+    vr_cuda_gemm_set_tune_opts(st->gemm, NULL, 0, 0);
+    if (flush) (void)VR_CUDA_TRY(cudaFree(flush));
+  }
   if (rc == 0) {
     vr_progress_work(&p, st->buckets[st->n_buckets - 1].T);
     vr_progress_step(&p, 1, 0);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "vr_cuda_check.h"
+#include "vr_cuda_launch.cuh"
 #include "vr_cuda_ops.h"
 
 typedef __nv_bfloat16 bf16;

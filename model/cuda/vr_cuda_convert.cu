@@ -2,6 +2,8 @@
  * bf16 and fp32 tensors). Contracts in vr_cuda_ops.h. */
 #include <cuda_fp16.h>
 
+#include <atomic>
+
 #include "vr_backend.h" /* vr_dtype_t */
 #include "vr_cuda_common.cuh"
 
@@ -38,3 +40,13 @@ extern "C" void vr_cuda_convert_to_f32(float *dst, const void *src, int src_dtyp
   k_convert_f32<<<grid_for(n, 256), 256, 0, s>>>(dst, src, src_dtype, n);
   VR_CUDA_CHECK_LAUNCH();
 }
+
+/* ------------------------------------------------- the PDL switch (vr_cuda_launch.cuh) */
+
+/* The process-wide switch behind vr_cuda_launch_pdl: one word, read at every launch. */
+static std::atomic<int> &pdl_word() {
+  static std::atomic<int> on{0};
+  return on;
+}
+extern "C" int vr_cuda_launch_pdl(void) { return pdl_word().load(std::memory_order_relaxed); }
+extern "C" void vr_cuda_set_launch_pdl(int on) { pdl_word().store(on != 0, std::memory_order_relaxed); }

@@ -12,6 +12,7 @@ template <typename E>
 __global__ void k_embed_norm(float *x, uint16_t *xn, const int32_t *ids, const int32_t *pos,
                              const E *tok, const E *pos_emb, const E *type_emb,
                              const float *w, const float *b, int C, float eps) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   __shared__ float red[32];
   const size_t t = blockIdx.x;
   float *xr = x + t * C;
@@ -46,10 +47,10 @@ extern "C" void vr_cuda_embed_norm(float *x, uint16_t *xn, const int32_t *ids, c
                                    float eps, cudaStream_t s) {
   if (T <= 0) return;
   if (emb_f32)
-    k_embed_norm<float><<<T, norm_threads(C), 0, s>>>(x, xn, ids, pos, (const float *)tok, (const float *)pos_emb,
+    vr_launch(k_embed_norm<float>, dim3(T), dim3(norm_threads(C)), 0, s, x, xn, ids, pos, (const float *)tok, (const float *)pos_emb,
                                                       (const float *)type_emb, w, b, C, eps);
   else
-    k_embed_norm<uint16_t><<<T, norm_threads(C), 0, s>>>(x, xn, ids, pos, (const uint16_t *)tok,
+    vr_launch(k_embed_norm<uint16_t>, dim3(T), dim3(norm_threads(C)), 0, s, x, xn, ids, pos, (const uint16_t *)tok,
                                                          (const uint16_t *)pos_emb, (const uint16_t *)type_emb,
                                                          w, b, C, eps);
   VR_CUDA_CHECK_LAUNCH();

@@ -26,7 +26,14 @@
  * latency, not streaming); and a wider search for the bucket plans built from then on: up to
  * VR_GEMM_WIDE heuristic candidates plus split-K variants (2, 4, 8, 16 ranges, reduced out of place
  * in the workspace: deterministic) of each that cublasLtMatmulAlgoCheck accepts.
+ * A tuned choice is kept per process (choices(), behind its mutex: the file's one mutable state
+ * outside a context): a later plan of the same key (device, shape, operand layouts, epilogue, output
+ * type, timing options, workspace, candidate list) in any context takes it without timing, so two
+ * engines or models over the same weights in one process run the same algorithms and give the same
+ * bits (timing alone picks among near-equal candidates by noise, and split-K variants round
+ * differently).
  * Not thread-safe: one gemm context per model, used by its forward thread. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -317,6 +324,75 @@ static cublasStatus_t run_algo(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, const cubla
                         g->workspace_bytes, s);
 }
 
+/* ---- the process's tuned choices */
+#define VR_GEMM_CHOICES 512
+#define VR_GEMM_CHOICE_KEY 14
+typedef struct {
+  int key[VR_GEMM_CHOICE_KEY];
+  cublasLtMatmulAlgo_t algo;
+  float us;
+} vr_gemm_choice_t;
+typedef struct {
+  pthread_mutex_t mu;
+  int n; /* full: later keys are tuned per context, as before */
+  vr_gemm_choice_t c[VR_GEMM_CHOICES];
+} vr_gemm_choices_t;
+
+static vr_gemm_choices_t *choices(void) {
+  static vr_gemm_choices_t tab = {PTHREAD_MUTEX_INITIALIZER, 0, {}};
+  return &tab;
+}
+
+static void choice_key(const vr_cuda_gemm_t *g, const vr_gemm_plan_t *p, int *key) {
+  int dev = 0;
+  (void)VR_CUDA_TRY(cudaGetDevice(&dev));
+  const int k[VR_GEMM_CHOICE_KEY] = {dev, p->T, p->N, p->K, p->out_f32, p->has_bias, p->beta1, p->gelu, (int)p->op_a,
+                                     (int)p->op_b, p->bias_fallback, p->n_algos, g->flush != NULL,
+                                     (int)(g->workspace_bytes >> 12)};
+  memcpy(key, k, sizeof k);
+}
+
+/* p takes the process's choice for its key when there is one among its candidates: 1; else 0. */
+static int choice_take(vr_cuda_gemm_t *g, vr_gemm_plan_t *p) {
+  int key[VR_GEMM_CHOICE_KEY];
+  choice_key(g, p, key);
+  vr_gemm_choices_t *t = choices();
+  int found = 0;
+  pthread_mutex_lock(&t->mu);
+  for (int i = 0; i < t->n && !found; ++i) {
+    if (memcmp(t->c[i].key, key, sizeof key)) continue;
+    for (int j = 0; j < p->n_algos && !found; ++j)
+      if (!memcmp(&p->cand[j], &t->c[i].algo, sizeof(cublasLtMatmulAlgo_t))) {
+        p->algo = p->cand[j];
+        p->algo_split = p->cand_split[j];
+        p->tuned_us = t->c[i].us;
+        p->tuned = 1;
+        found = 1;
+        g->plans_tuned++;
+      }
+    break; /* one entry per key */
+  }
+  pthread_mutex_unlock(&t->mu);
+  return found;
+}
+
+/* Records p's tuned choice for its key (the first one recorded stays). */
+static void choice_put(const vr_cuda_gemm_t *g, const vr_gemm_plan_t *p) {
+  int key[VR_GEMM_CHOICE_KEY];
+  choice_key(g, p, key);
+  vr_gemm_choices_t *t = choices();
+  pthread_mutex_lock(&t->mu);
+  int have = 0;
+  for (int i = 0; i < t->n && !have; ++i) have = !memcmp(t->c[i].key, key, sizeof key);
+  if (!have && t->n < VR_GEMM_CHOICES) {
+    vr_gemm_choice_t *c = &t->c[t->n++];
+    memcpy(c->key, key, sizeof key);
+    c->algo = p->algo;
+    c->us = p->tuned_us;
+  }
+  pthread_mutex_unlock(&t->mu);
+}
+
 /* Times every candidate of p on these buffers and keeps the fastest (warm-up only). */
 static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void *C, const uint16_t *A,
                       const uint16_t *W, float beta, cudaStream_t s) {
@@ -338,6 +414,14 @@ static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void 
     const float lo = fminf(t[0], fminf(t[1], t[2])), hi = fmaxf(t[0], fmaxf(t[1], t[2]));
     const float med = t[0] + t[1] + t[2] - lo - hi;
     if (med < best) best = med, best_i = i;
+    if (vr_log_enabled(VR_LOG_DEBUG)) { /* what a rule for these shapes would be made from */
+      uint32_t tile = 0, stages = 0;
+      size_t w = 0;
+      (void)cublasLtMatmulAlgoConfigGetAttribute(&p->cand[i], CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
+      (void)cublasLtMatmulAlgoConfigGetAttribute(&p->cand[i], CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
+      vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d candidate %d: tile %u stages %u split-K %d, %.2f us", p->T, p->N,
+             p->K, i, tile, stages, p->cand_split[i], med * 1e3f);
+    }
   }
   VR_CUDA_CHECK(cudaGetLastError());
   p->algo = p->cand[best_i];
@@ -397,7 +481,10 @@ static void gemm_run(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, vo
   if (g->tuning && !p->tuned && PT == T) {
     cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     VR_CUDA_CHECK(cudaStreamIsCapturing(s, &cs));
-    if (cs == cudaStreamCaptureStatusNone) plan_tune(g, p, D, C, A, W, beta, s);
+    if (cs == cudaStreamCaptureStatusNone && !choice_take(g, p)) {
+      plan_tune(g, p, D, C, A, W, beta, s);
+      choice_put(g, p);
+    }
   }
   VR_CUBLAS_CHECK(run_algo(g, p, &p->algo, D, C, A, W, beta, s));
   if (PT != T) set_cols(p, (uint64_t)PT); /* the call has read the layouts */

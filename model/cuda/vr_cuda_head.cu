@@ -4,9 +4,12 @@
 
 /* ---------------------------------------------------------------- kernels */
 
+#define VR_HEAD_ROWS 8 /* dense rows (warps) per block of the encoder head */
+
 /* One block per sequence (looping when the grid is smaller than meta[0]). */
 __global__ void k_score_decoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
                                 const float *norm_w, const float *score_w, int C, float eps) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   __shared__ float red[32];
   const int n = meta[VR_CUDA_META_N_SEQS];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
@@ -21,14 +24,17 @@ __global__ void k_score_decoder(float *scores, const float *x, const int32_t *ro
   }
 }
 
-/* Encoder head, part 1. Block (jb, y) takes the 64 dense rows j of block jb for the
+/* Encoder head, part 1. Block (jb, y) takes the VR_HEAD_ROWS dense rows j of block jb for the
  * sequences i = y, y + gridDim.y, ...: partial[i * gridDim.x + jb] =
  * sum_j w2[j] * tanh(w1[j] . x[rows[i]] + b1[j]) (fixed order: deterministic).
- * 8 warps x 8 rows; dynamic shared memory: C floats (the row). */
+ * VR_HEAD_ROWS warps, one dense row each (roberta-base: 96 blocks, each reading 8 rows of W1;
+ * with 64 rows a block, 12 blocks took 25.7 us of a 1x256 forward); dynamic shared memory: C
+ * floats (the row). */
 __global__ void k_score_enc1(float *partial, const float *x, const int32_t *rows, const int32_t *meta,
                              const float *w1, const float *b1, const float *w2, int C) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   extern __shared__ float xs[];
-  __shared__ float wsum[8];
+  __shared__ float wsum[VR_HEAD_ROWS];
   const int n = meta[VR_CUDA_META_N_SEQS], nb = gridDim.x, jb = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   for (int i = blockIdx.y; i < n; i += gridDim.y) {
@@ -37,14 +43,13 @@ __global__ void k_score_enc1(float *partial, const float *x, const int32_t *rows
     for (int c = threadIdx.x; c < C; c += blockDim.x) xs[c] = xr[c];
     __syncthreads();
     float acc = 0.f;
-    for (int r = 0; r < 8; ++r) {
-      const int j = jb * 64 + warp * 8 + r;
-      if (j >= C) break;
+    const int j = jb * VR_HEAD_ROWS + warp;
+    if (j < C) {
       const float *wr = w1 + (size_t)j * C;
       float d = 0.f;
       for (int c = lane; c < C; c += 32) d += wr[c] * xs[c];
       for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
-      acc += tanhf(d + (b1 ? b1[j] : 0.f)) * w2[j];
+      acc = tanhf(d + (b1 ? b1[j] : 0.f)) * w2[j];
     }
     if (lane == 0) wsum[warp] = acc;
     __syncthreads();
@@ -58,6 +63,7 @@ __global__ void k_score_enc1(float *partial, const float *x, const int32_t *rows
 
 /* Encoder head, part 2: scores[i] = sum_jb partial[i * nb + jb] + b2 (one thread a sequence). */
 __global__ void k_score_enc2(float *scores, const float *partial, const int32_t *meta, const float *b2, int nb) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   const int n = meta[VR_CUDA_META_N_SEQS];
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     float t = 0.f;
@@ -73,7 +79,7 @@ extern "C" void vr_cuda_score_decoder(float *scores, const float *x, const int32
                                       const float *score_w, int C, float eps, int grid,
                                       cudaStream_t s) {
   if (grid <= 0) return;
-  k_score_decoder<<<grid, norm_threads(C), 0, s>>>(scores, x, rows, meta, norm_w, score_w, C, eps);
+  vr_launch(k_score_decoder, dim3(grid), dim3(norm_threads(C)), 0, s, scores, x, rows, meta, norm_w, score_w, C, eps);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -87,11 +93,11 @@ extern "C" void vr_cuda_score_encoder(float *scores, const float *x, const int32
     VR_CUDA_CHECK(cudaFuncSetAttribute(k_score_enc1, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sh));
   const int nb = vr_cuda_score_encoder_blocks(C);
   const dim3 g1((unsigned)nb, (unsigned)(grid < 64 ? grid : 64)); /* sequences loop past 64 */
-  k_score_enc1<<<g1, 256, sh, s>>>(partial, x, rows, meta, w1, b1, w2, C);
+  vr_launch(k_score_enc1, dim3(g1), dim3(VR_HEAD_ROWS * 32), sh, s, partial, x, rows, meta, w1, b1, w2, C);
   VR_CUDA_CHECK_LAUNCH();
   const int g2 = (grid + 127) / 128;
-  k_score_enc2<<<g2 < 64 ? g2 : 64, 128, 0, s>>>(scores, partial, meta, b2, nb);
+  vr_launch(k_score_enc2, dim3(g2 < 64 ? g2 : 64), dim3(128), 0, s, scores, partial, meta, b2, nb);
   VR_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" int vr_cuda_score_encoder_blocks(int C) { return (C + 63) / 64; }
+extern "C" int vr_cuda_score_encoder_blocks(int C) { return (C + VR_HEAD_ROWS - 1) / VR_HEAD_ROWS; }

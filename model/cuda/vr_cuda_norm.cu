@@ -5,6 +5,7 @@
 /* ---------------------------------------------------------------- kernels */
 
 __global__ void k_layernorm(float *x, uint16_t *xn, const float *w, const float *b, int C, float eps) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   __shared__ float red[32];
   const size_t t = blockIdx.x;
   float *xr = x + t * C;
@@ -18,6 +19,7 @@ __global__ void k_layernorm(float *x, uint16_t *xn, const float *w, const float 
  * (one read of x, one write of x and xn); blockDim.x * VPT * 4 >= C. */
 template <int VPT>
 __global__ void k_layernorm_vec(float *x, uint16_t *xn, const float *w, const float *b, int C, float eps) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   __shared__ float red[32];
   const size_t t = blockIdx.x;
   float4 *xr = reinterpret_cast<float4 *>(x + t * C);
@@ -68,6 +70,7 @@ __global__ void k_layernorm_vec(float *x, uint16_t *xn, const float *w, const fl
 template <int VPT>
 __global__ void k_layernorm_b16(const uint16_t *y, const uint16_t *r, uint16_t *xn, float *x, const float *w,
                                 const float *b, int T, int C, float eps) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   const int lane = threadIdx.x & 31;
   const size_t t = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
   if (t >= (size_t)T) return;
@@ -127,6 +130,7 @@ __global__ void k_layernorm_b16(const uint16_t *y, const uint16_t *r, uint16_t *
 /* Any C: one block per row, two passes over the bf16 row. */
 __global__ void k_layernorm_b16_any(const uint16_t *y, const uint16_t *r, uint16_t *xn, float *x, const float *w,
                                     const float *b, int C, float eps) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   __shared__ float red[32];
   const size_t t = blockIdx.x;
   const uint16_t *yr = y + t * C, *rr = r ? r + t * C : NULL;
@@ -159,6 +163,7 @@ __device__ __forceinline__ float norm_out<float>(float v) { return v; }
  * xn may be x (each thread reads its elements before the reduction and writes them after). */
 template <typename O>
 __global__ void k_rmsnorm(const float *x, O *xn, const float *w, int C, float eps) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   __shared__ float red[32];
   const size_t t = blockIdx.x;
   const float *xr = x + t * C;
@@ -179,14 +184,14 @@ extern "C" void vr_cuda_layernorm(float *x, uint16_t *xn, const float *w, const 
   const int vpt = (int)((C4 + th - 1) / th);
   const int aligned = ((uintptr_t)x | (uintptr_t)xn | (uintptr_t)w | (uintptr_t)b) % 16 == 0;
   if (C % 4 == 0 && aligned && vpt <= 4) {
-    if (vpt == 1) k_layernorm_vec<1><<<T, th, 0, s>>>(x, xn, w, b, C, eps);
-    else if (vpt == 2) k_layernorm_vec<2><<<T, th, 0, s>>>(x, xn, w, b, C, eps);
-    else if (vpt == 3) k_layernorm_vec<3><<<T, th, 0, s>>>(x, xn, w, b, C, eps);
-    else k_layernorm_vec<4><<<T, th, 0, s>>>(x, xn, w, b, C, eps);
+    if (vpt == 1) vr_launch(k_layernorm_vec<1>, dim3(T), dim3(th), 0, s, x, xn, w, b, C, eps);
+    else if (vpt == 2) vr_launch(k_layernorm_vec<2>, dim3(T), dim3(th), 0, s, x, xn, w, b, C, eps);
+    else if (vpt == 3) vr_launch(k_layernorm_vec<3>, dim3(T), dim3(th), 0, s, x, xn, w, b, C, eps);
+    else vr_launch(k_layernorm_vec<4>, dim3(T), dim3(th), 0, s, x, xn, w, b, C, eps);
     VR_CUDA_CHECK_LAUNCH();
     return;
   }
-  k_layernorm<<<T, norm_threads(C), 0, s>>>(x, xn, w, b, C, eps);
+  vr_launch(k_layernorm, dim3(T), dim3(norm_threads(C)), 0, s, x, xn, w, b, C, eps);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -198,12 +203,12 @@ extern "C" void vr_cuda_layernorm_b16(const uint16_t *y, const uint16_t *r, uint
   const int vpt = (C / 8 + 31) / 32;
   if (C % 8 == 0 && aligned && vpt >= 1 && vpt <= 4) {
     const unsigned rows = 8, grid = (unsigned)((T + rows - 1) / rows); /* 8 warps, one row each */
-    if (vpt == 1) k_layernorm_b16<1><<<grid, rows * 32, 0, s>>>(y, r, xn, x, w, b, T, C, eps);
-    else if (vpt == 2) k_layernorm_b16<2><<<grid, rows * 32, 0, s>>>(y, r, xn, x, w, b, T, C, eps);
-    else if (vpt == 3) k_layernorm_b16<3><<<grid, rows * 32, 0, s>>>(y, r, xn, x, w, b, T, C, eps);
-    else k_layernorm_b16<4><<<grid, rows * 32, 0, s>>>(y, r, xn, x, w, b, T, C, eps);
+    if (vpt == 1) vr_launch(k_layernorm_b16<1>, dim3(grid), dim3(rows * 32), 0, s, y, r, xn, x, w, b, T, C, eps);
+    else if (vpt == 2) vr_launch(k_layernorm_b16<2>, dim3(grid), dim3(rows * 32), 0, s, y, r, xn, x, w, b, T, C, eps);
+    else if (vpt == 3) vr_launch(k_layernorm_b16<3>, dim3(grid), dim3(rows * 32), 0, s, y, r, xn, x, w, b, T, C, eps);
+    else vr_launch(k_layernorm_b16<4>, dim3(grid), dim3(rows * 32), 0, s, y, r, xn, x, w, b, T, C, eps);
   } else {
-    k_layernorm_b16_any<<<T, norm_threads(C), 0, s>>>(y, r, xn, x, w, b, C, eps);
+    vr_launch(k_layernorm_b16_any, dim3(T), dim3(norm_threads(C)), 0, s, y, r, xn, x, w, b, C, eps);
   }
   VR_CUDA_CHECK_LAUNCH();
 }
@@ -211,13 +216,13 @@ extern "C" void vr_cuda_layernorm_b16(const uint16_t *y, const uint16_t *r, uint
 extern "C" void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C,
                                 float eps, cudaStream_t s) {
   if (T <= 0) return;
-  k_rmsnorm<uint16_t><<<T, norm_threads(C), 0, s>>>(x, xn, w, C, eps);
+  vr_launch(k_rmsnorm<uint16_t>, dim3(T), dim3(norm_threads(C)), 0, s, x, xn, w, C, eps);
   VR_CUDA_CHECK_LAUNCH();
 }
 
 extern "C" void vr_cuda_rmsnorm_f32(const float *x, float *y, const float *w, int T, int C, float eps,
                                     cudaStream_t s) {
   if (T <= 0) return;
-  k_rmsnorm<float><<<T, norm_threads(C), 0, s>>>(x, y, w, C, eps);
+  vr_launch(k_rmsnorm<float>, dim3(T), dim3(norm_threads(C)), 0, s, x, y, w, C, eps);
   VR_CUDA_CHECK_LAUNCH();
 }

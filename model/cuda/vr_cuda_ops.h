@@ -33,6 +33,14 @@ extern "C" {
  * that launch reads meta + 1, so its N_TILES word is this one */
 #define VR_CUDA_META_N_LTILES 2
 
+/* ---- launches: vr_cuda_launch.cuh / vr_cuda_convert.cu ---------------------- */
+/* Whether the launchers below (all but the conversions, the FA3 kernel and cuBLASLt) ask for
+ * programmatic dependent launch (vr_cuda_launch.cuh): off (0) unless set on. Process-wide
+ * (every model, engine and thread of the process; the cuda backend sets it from cuda-pdl at
+ * load); a relaxed atomic, so a change affects launches enqueued after it. */
+int vr_cuda_launch_pdl(void);
+void vr_cuda_set_launch_pdl(int on);
+
 /* ---- conversions (weights at load): vr_cuda_convert.cu -------------------- */
 /* src holds n elements of dtype (0 f32, 1 f16, 2 bf16: vr_dtype_t). */
 void vr_cuda_convert_to_bf16(uint16_t *dst, const void *src, int src_dtype, size_t n, cudaStream_t s);
@@ -141,6 +149,26 @@ int vr_cuda_attention_kernel_resident(vr_cuda_attn_kernel_t k, int D);
 int vr_cuda_attention_tile_rows(int D, int rows_hint);
 int vr_cuda_attention_resident_blocks(int D, int rows_hint);
 
+/* Short batches: attention with each 64-row query tile's keys cut into up to 4 ranges of
+ * whole 64-key tiles, one block each, combined by the last of them to finish (in range order:
+ * deterministic; the same kernel family as FA64, results within rounding of it, not bitwise).
+ * Arguments as vr_cuda_attention's, the tile list of 64-row tiles (vr_cuda_attention_tile_rows
+ * is 64 for such batches); grid_items: blocks along the item axis (each loops over
+ * vr_cuda_attention_split_items(meta[1]) items); part / cnt: device scratch of
+ * vr_cuda_attention_split_scratch(H, D, &cnt_bytes) bytes / cnt_bytes, cnt zeroed once before
+ * the first launch (every launch leaves it zero). One launch at a time per scratch.
+ * _fits: 1 for head_dim 16/32/64/128 and 0 < rows_hint <= 512 (the batches it is for).
+ * The backend takes it only with cuda-split-attn on (off by default: 13.6 us against FA64's
+ * 9.1 us per roberta-base 1x256 layer, docs/benchmarks.md "Small batches"). */
+int vr_cuda_attention_split_fits(int D, int rows_hint);
+size_t vr_cuda_attention_split_scratch(int H, int D, size_t *cnt_bytes);
+int vr_cuda_attention_split_items(int n_tiles);
+int vr_cuda_attention_split_resident(int D);
+void vr_cuda_attention_split(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out, int ld_out,
+                             const int32_t *cu, const int32_t *tiles, const int32_t *meta, int grid_items, int H,
+                             int Hkv, int D, int causal, int window, float scale, float *part, int32_t *cnt,
+                             cudaStream_t s);
+
 /* ---- score heads: vr_cuda_head.cu ------------------------------------------ */
 /* Decoder score: for each sequence i < meta[0], row r = rows[i] of x (T, C) fp32:
  * scores[i] = dot(RMS(x[r]) * norm_w, score_w) (score_w fp32 (C)). */
@@ -148,7 +176,7 @@ void vr_cuda_score_decoder(float *scores, const float *x, const int32_t *rows, c
                            const float *norm_w, const float *score_w, int C, float eps,
                            int grid, cudaStream_t s);
 /* Encoder head: h = tanh(W1 x[r] + b1) (W1 fp32 (C, C)), scores[i] = W2 . h + b2 (W2 (C)).
- * Spread over vr_cuda_score_encoder_blocks(C) blocks of 64 dense rows per sequence (one
+ * Spread over vr_cuda_score_encoder_blocks(C) blocks of 8 dense rows per sequence (one
  * block per sequence was slow: docs/benchmarks.md); partial: scratch of
  * (sequences) x vr_cuda_score_encoder_blocks(C) floats. Deterministic summation order. */
 void vr_cuda_score_encoder(float *scores, const float *x, const int32_t *rows, const int32_t *meta,
@@ -198,7 +226,10 @@ void vr_cuda_gemm_op(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, vo
  * size with any algorithm. 0 turns it off. */
 void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);
 /* While on, a plan's first call outside stream capture times the heuristic's candidates on
- * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). */
+ * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). The
+ * choice is kept for the process: a plan of the same key (device, shape, layouts, epilogue, output
+ * type, tuning options, workspace) tuned later, in any context, takes it without timing (the same
+ * algorithm, so the same bits, in every engine of the process). Thread-safe (a mutex). */
 void vr_cuda_gemm_set_tuning(vr_cuda_gemm_t *g, int on);
 /* Tuning options (default: none). flush (device memory of flush_bytes, owned by the caller, whose
  * contents the tuning overwrites; NULL or 0 bytes: off) is written before every timed run, so the

@@ -8,6 +8,7 @@
  * floats), then every (head, i) pair of the token's q and k heads. */
 __global__ void k_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
                        const int32_t *pos, const float *inv_freq, float scaling) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
   extern __shared__ float cs_sn[];
   const int half = D / 2, nh = H + Hkv;
   const size_t t = blockIdx.x;
@@ -36,7 +37,7 @@ extern "C" void vr_cuda_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H,
                              const int32_t *pos, const float *inv_freq, float attn_scaling, int T,
                              cudaStream_t s) {
   if (T <= 0 || D < 2) return;
-  k_rope<<<T, 128, (size_t)D * sizeof(float), s>>>(qkv, ld, q_off, k_off, H, Hkv, D, pos, inv_freq,
+  vr_launch(k_rope, dim3(T), dim3(128), (size_t)D * sizeof(float), s, qkv, ld, q_off, k_off, H, Hkv, D, pos, inv_freq,
                                                    attn_scaling);
   VR_CUDA_CHECK_LAUNCH();
 }

@@ -19,14 +19,17 @@
  *   PART the attention partition length (vr_cuda_roll_set_part; 0 or left out: the engine's
  *   choice), KNOBS (left out: the engine's defaults) a bit mask: 1 the GEMM candidates timed with
  *   their operands from HBM, 2 split-K candidates (vr_cuda_roll_set_tuning), 4 greedy rows sampled
- *   over several blocks (vr_cuda_roll_split_sample), 8 / 16 / 32 / 64 our decode GEMM on the
- *   layers / on the LM head / per shape where it won the warm-up's timing / with programmatic
- *   dependent launch (vr_cuda_roll_use_dgemm's LAYERS, HEAD, TIMED, PDL). Default: "1", the
- *   engine's defaults. The JSON file gets one line per variant.
+ *   over several blocks (vr_cuda_roll_split_sample), 8 the decode attention's shared-memory ring
+ *   kernel (else the register one), 16 its launch as a programmatic dependent of the qkv GEMM (with
+ *   8 only: vr_cuda_roll_set_attn), 32 / 64 / 128 / 256 our decode GEMM on the layers / on the LM
+ *   head / per shape where it won the warm-up's timing / with programmatic dependent launch
+ *   (vr_cuda_roll_use_dgemm's LAYERS, HEAD, TIMED, PDL). Default: "1", the engine's defaults. After
+ *   each measurement both attention kernels are also timed alone on one layer
+ *   (vr_cuda_roll_time_attention). The JSON file gets one line per variant.
  *   --gemm: instead, each decode GEMM of both shapes at M = 64 (qkv, o +=, gate/up, down +=, LM
  *   head) on cuBLASLt (its candidates timed from HBM) and on ours (the rule's configuration and a
- *   sweep of bn x splits), each run after a flush of twice the L2 (median of 7, events around the
- *   one launch), with the weights' read rate; ours checked against cuBLASLt.
+ *   sweep of bn x kc x splits), each run after a flush of twice the L2 (median of 7, events around
+ *   the one launch), with the weights' read rate; ours checked against cuBLASLt.
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
  *        [--n R] [--temperature T] [--variants F[:PART[:KNOBS]],...] [--json FILE] | --gemm. Exit code 0,
  *        or 1 on any error, 77 without a GPU. */
@@ -113,7 +116,8 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   if (knobs >= 0) {
     vr_cuda_roll_set_tuning(st, knobs & 1, (knobs >> 1) & 1);
     vr_cuda_roll_split_sample(st, (knobs >> 2) & 1);
-    vr_cuda_roll_use_dgemm(st, ((unsigned)knobs >> 3) & 15u);
+    vr_cuda_roll_set_attn(st, (knobs >> 3) & 1, (knobs >> 4) & 1);
+    vr_cuda_roll_use_dgemm(st, ((unsigned)knobs >> 5) & 15u);
   }
   if (part && vr_cuda_roll_set_part(st, part)) {
     fprintf(stderr, "attention partition %d refused\n", part);
@@ -187,6 +191,15 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
     printf("  decode step on the device (mean of 20): graph %.3f ms, eager %.3f ms; eager without attention %.3f, "
            "without the layers' GEMMs %.3f, without the small kernels %.3f, without the LM head %.3f ms\n",
            pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
+  /* the attention kernels alone on the last step's contexts (Lp + N - 1 tokens each) */
+  double ta[2] = {0, 0};
+  const double kv_layer = (double)P * R * (Lp + N - 1) * kv_tok / m.cfg.num_layers;
+  if (vr_cuda_roll_time_attention(st, (uint32_t)(P * R), 50, VR_ROLL_ATTN_RING, &ta[0]) == 0 &&
+      vr_cuda_roll_time_attention(st, (uint32_t)(P * R), 50, VR_ROLL_ATTN_REGS, &ta[1]) == 0)
+    printf("  decode attention alone (one layer, %d-token contexts, mean of 50): ring kernel %.1f us, register kernel "
+           "%.1f us for %.1f MB of K/V (%.0f / %.0f GB/s; the copy rate's time %.1f us)\n",
+           Lp + N - 1, ta[0] * 1e3, ta[1] * 1e3, kv_layer / 1e6, kv_layer / (ta[0] * 1e-3) * 1e-9,
+           kv_layer / (ta[1] * 1e-3) * 1e-9, kv_layer / rate * 1e6);
   {
     FILE *f = jf;
     if (f) {
@@ -197,10 +210,11 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
               "\"step_ms\": %.4f, \"step_bytes\": %.0f, \"copy_rate_gbs\": %.1f, \"ideal_step_ms\": %.4f, "
               "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
               "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
-              "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f}\n",
+              "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f, \"attn_ring_us\": %.2f, \"attn_regs_us\": %.2f, "
+              "\"attn_kv_bytes\": %.0f}\n",
               sh->name, fuse, part, knobs, m.n, P, R, temp, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
-              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
+              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4], ta[0] * 1e3, ta[1] * 1e3, kv_layer);
     }
   }
   vr_gen_output_free(&out);

@@ -7,7 +7,8 @@
 #   B   cuda_rollout_bench on llama-1b and qwen2-0.5b (64 prompts x 128 tokens, 256 new, greedy);
 #       VARIANTS_LLAMA / VARIANTS_QWEN: the bench's --variants lists (default: the engine's defaults)
 #   X   cuda_rollout_bench's other workloads on llama-1b: 8 prompts x 8 responses (prefix sharing,
-#       sampled at T 1), 16 prompts of 4096 tokens
+#       sampled at T 1), 16 prompts of 4096 tokens (XRUNS: a subset of n8,p4k; VARIANTS_X: their
+#       --variants list)
 #   H   transformers generate on the same shapes, dynamic and static cache (HF_SHAPES, HF_CACHES)
 #   P   nsys (when installed): the kernels of a llama-1b run of 64 new tokens, graph nodes traced,
 #       summed per kernel name into $OUT/kern_sum.csv (the report itself stays in /tmp)
@@ -36,10 +37,11 @@ if [[ $PART == *B* ]]; then
 fi
 if [[ $PART == *X* ]]; then
   x() { local tag=$1; shift
-    timeout 150 bin/cuda_rollout_bench --shape llama-1b "$@" --json $OUT/bench_$tag.json > $OUT/bench_$tag.log 2>&1
+    timeout 150 bin/cuda_rollout_bench --shape llama-1b "$@" --variants ${VARIANTS_X:-1} --json $OUT/bench_$tag.json \
+      > $OUT/bench_$tag.log 2>&1
     echo "bench $tag ($*) rc=$? ($((SECONDS-t0))s)"; grep -v "^20..-" $OUT/bench_$tag.log | grep -v "^  M=" | head -8; }
-  x n8 --prompts 8 --n 8 --temperature 1
-  x p4k --prompts 16 --prompt-len 4096
+  [[ ${XRUNS:-n8,p4k} == *n8* ]] && x n8 --prompts 8 --n 8 --temperature 1
+  [[ ${XRUNS:-n8,p4k} == *p4k* ]] && x p4k --prompts 16 --prompt-len 4096
 fi
 if [[ $PART == *H* ]]; then
   PYTHONUNBUFFERED=1 timeout ${HF_TIMEOUT:-240} python3 rollout_bench_hf.py --shapes ${HF_SHAPES:-llama-1b,qwen2-0.5b} \

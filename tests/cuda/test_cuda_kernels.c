@@ -32,9 +32,11 @@ static void check_maxabs(const char *what, const double *ref, const float *got, 
 }
 
 /* force: the kernel to run (vr_cuda_attention_run), or NULL for the automatic choice
- * (vr_cuda_attention with the batch's rows as the hint). */
-static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, int D, int causal, int window,
-                           const int *lens, int n) {
+ * (vr_cuda_attention with the batch's rows as the hint). split: the short batches' key-split
+ * kernel instead (vr_cuda_attention_split, 64-row tiles; force ignored); its two passes (one
+ * block per item, then 3 blocks looping) must also agree bit for bit. */
+static void test_attention_k(const vr_cuda_attn_kernel_t *force, int split, int H, int Hkv, int D, int causal,
+                             int window, const int *lens, int n) {
   int T = 0;
   for (int i = 0; i < n; ++i) T += lens[i];
   const int ld = (H + 2 * Hkv) * D, qoff = 0, koff = H * D, voff = (H + Hkv) * D;
@@ -43,7 +45,8 @@ static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, i
   int32_t *cu = malloc((n + 1) * 4), *tiles = malloc((size_t)2 * (T + n) * 4), meta[4] = {n, 0, 0, 0};
   cu[0] = 0;
   int nt = 0;
-  const vr_cuda_attn_kernel_t kernel = force ? *force : vr_cuda_attention_kernel(D, T); /* what the launch takes */
+  const vr_cuda_attn_kernel_t kernel =
+      split ? VR_CUDA_ATTN_KERNEL_FA64 : force ? *force : vr_cuda_attention_kernel(D, T); /* its tile rows */
   const int tile_rows = vr_cuda_attention_kernel_rows(kernel);
   for (int i = 0; i < n; ++i) {
     cu[i + 1] = cu[i] + lens[i];
@@ -89,12 +92,24 @@ static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, i
   uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2);
   int32_t *d_cu = todev(cu, (n + 1) * 4), *d_tiles = todev(tiles, (size_t)2 * nt * 4), *d_meta = todev(meta, 16);
   uint16_t *d_out = dmalloc((size_t)T * H * D * 2);
-  uint16_t *out = malloc((size_t)T * H * D * 2);
+  uint16_t *out = malloc((size_t)T * H * D * 2), *out0 = malloc((size_t)T * H * D * 2);
+  float *d_part = NULL;
+  int32_t *d_cnt = NULL;
+  if (split) {
+    size_t cnt_bytes = 0;
+    d_part = dmalloc(vr_cuda_attention_split_scratch(H, D, &cnt_bytes));
+    d_cnt = dmalloc(cnt_bytes);
+    CK(cudaMemset(d_cnt, 0, cnt_bytes));
+  }
   char what[160];
   for (int pass = 0; pass < 2; ++pass) {
     const int grid = pass == 0 ? nt : 3; /* pass 1: fewer blocks than tiles (graph mode) */
     CK(cudaMemset(d_out, 0xFF, (size_t)T * H * D * 2));
-    if (force)
+    if (split)
+      vr_cuda_attention_split(d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta,
+                              pass == 0 ? vr_cuda_attention_split_items(nt) : 3, H, Hkv, D, causal, window,
+                              (float)scale, d_part, d_cnt, 0);
+    else if (force)
       vr_cuda_attention_run(kernel, d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D,
                             causal, window, (float)scale, T, 0);
     else
@@ -102,18 +117,67 @@ static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, i
                         window, (float)scale, T, 0);
     tohost(out, d_out, (size_t)T * H * D * 2);
     float *of = bf_arr_to_f(out, (size_t)T * H * D);
-    snprintf(what, sizeof what, "attention %s%s H%d/%d D%d %s win%d n%d T%d grid%d", vr_cuda_attention_kernel_name(kernel),
-             force ? "" : " (auto)", H, Hkv, D, causal ? "causal" : "bidir", window, n, T, grid);
+    snprintf(what, sizeof what, "attention %s%s H%d/%d D%d %s win%d n%d T%d grid%d",
+             split ? "split" : vr_cuda_attention_kernel_name(kernel), force || split ? "" : " (auto)", H, Hkv, D,
+             causal ? "causal" : "bidir", window, n, T, grid);
     check_rel(what, ref, of, (size_t)T * H * D, 1e-2);
     check_maxabs(what, ref, of, (size_t)T * H * D, 3e-2);
     free(of);
+    if (pass == 0) memcpy(out0, out, (size_t)T * H * D * 2);
+    else if (split && memcmp(out0, out, (size_t)T * H * D * 2)) {
+      printf("FAIL %-58s grid %d and grid 3 differ (not deterministic)\n", what, nt);
+      g_fail = 1;
+    }
   }
+  if (split) {
+    int32_t cnt0[4];
+    tohost(cnt0, d_cnt, sizeof cnt0);
+    if (cnt0[0] || cnt0[1] || cnt0[2] || cnt0[3]) {
+      printf("FAIL %-58s counters not left zero\n", what);
+      g_fail = 1;
+    }
+    CK(cudaFree(d_part));
+    CK(cudaFree(d_cnt));
+  }
+  free(out0);
   CK(cudaFree(d_qkv));
   CK(cudaFree(d_cu));
   CK(cudaFree(d_tiles));
   CK(cudaFree(d_meta));
   CK(cudaFree(d_out));
   free(qkv), free(qf), free(cu), free(tiles), free(ref), free(sc), free(out);
+}
+
+static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, int D, int causal, int window,
+                           const int *lens, int n) {
+  test_attention_k(force, 0, H, Hkv, D, causal, window, lens, n);
+}
+
+/* The short batches' key-split kernel against the double reference: one sequence of 256
+ * (roberta-base's 1x256 shape, 4 tiles of 4 key tiles), ragged batches (tiles of 1..5 key
+ * tiles, sequences of one tile), causal (tiles of 1..4 key tiles, ranges of unequal length),
+ * GQA / MQA, a sliding window, and 1100 rows (18 tiles: those past the scratch's 16 run
+ * whole). */
+static void attention_split_suite(void) {
+  printf("-- attention: key-split kernel (short batches)\n");
+  const int one256[1] = {256}, ragged[5] = {300, 1, 130, 64, 65}, one1100[1] = {1100};
+  const int dims[] = {16, 32, 64, 128};
+  for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di) {
+    const int D = dims[di];
+    test_attention_k(NULL, 1, 4, 4, D, 0, 0, one256, 1);
+    test_attention_k(NULL, 1, 4, 2, D, 1, 0, ragged, 5);
+  }
+  test_attention_k(NULL, 1, 12, 12, 64, 0, 0, one256, 1); /* roberta-base heads */
+  test_attention_k(NULL, 1, 8, 2, 64, 1, 0, one256, 1);   /* llama-1b-like GQA, causal */
+  test_attention_k(NULL, 1, 8, 1, 64, 0, 0, ragged, 5);   /* MQA */
+  test_attention_k(NULL, 1, 4, 2, 64, 1, 100, ragged, 5); /* sliding window */
+  test_attention_k(NULL, 1, 2, 2, 64, 0, 0, one1100, 1);
+  test_attention_k(NULL, 1, 2, 1, 128, 1, 0, one1100, 1);
+  int ok = vr_cuda_attention_split_fits(64, 256) && vr_cuda_attention_split_fits(128, 512) &&
+           !vr_cuda_attention_split_fits(64, 513) && !vr_cuda_attention_split_fits(64, 0) &&
+           !vr_cuda_attention_split_fits(8, 256) && !vr_cuda_attention_split_fits(80, 256);
+  printf("%s key-split attention: head dims 16/32/64/128, batches of 1..512 rows\n", ok ? "ok  " : "FAIL");
+  if (!ok) g_fail = 1;
 }
 
 /* The automatic choice by shape (host only). */
@@ -650,8 +714,8 @@ static void test_gemm(vr_cuda_gemm_t *g, int T, int N, int K, int out_f32, int w
 
 /* ---------------------------------------------------------------- heads */
 
-static void test_heads(void) {
-  const int T = 50, C = 96, n = 5;
+static void test_heads(int C) {
+  const int T = 50, n = 5;
   float *x = rand_f((size_t)T * C, -2, 2), *nw = rand_f(C, 0.5, 1.5), *sw = rand_f(C, -1, 1);
   float *w1 = rand_f((size_t)C * C, -0.2f, 0.2f), *b1 = rand_f(C, -0.5, 0.5), *b2 = rand_f(1, -1, 1);
   int32_t rows[5] = {3, 49, 0, 17, 17}, meta[4] = {n, 0, 0, 0};
@@ -725,6 +789,61 @@ static void test_gemm_gelu(vr_cuda_gemm_t *g, int T, int N, int K) {
   free(a), free(af), free(w), free(wf), free(bb), free(bfv), free(ref), free(gb), free(got);
 }
 
+/* Programmatic dependent launch (vr_cuda_launch.cuh): two of the backend's kernels where the
+ * second reads the first's output, captured into a graph with PDL on: the edge between them
+ * must be programmatic, and the graph's result equal bit for bit the plain launches' (PDL
+ * off). A wait missing from the second kernel would let it read stale rows. */
+static void test_pdl_graph(void) {
+  const int T = 257, C = 768;
+  float *yf;
+  uint16_t *y = rand_bf((size_t)T * C, 2.0f, &yf);
+  float *w = rand_f(C, 0.5f, 1.5f), *b = rand_f(C, -0.5f, 0.5f);
+  uint16_t *d_y = todev(y, (size_t)T * C * 2), *d_a = dmalloc((size_t)T * C * 2), *d_o = dmalloc((size_t)T * C * 2);
+  float *d_w = todev(w, C * 4), *d_b = todev(b, C * 4);
+  uint16_t *plain = malloc((size_t)T * C * 2), *graph = malloc((size_t)T * C * 2);
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const int was = vr_cuda_launch_pdl();
+  vr_cuda_set_launch_pdl(0);
+  vr_cuda_layernorm_b16(d_y, NULL, d_a, NULL, d_w, d_b, T, C, 1e-5f, s);
+  vr_cuda_layernorm_b16(d_a, d_y, d_o, NULL, d_w, d_b, T, C, 1e-5f, s);
+  CK(cudaStreamSynchronize(s));
+  tohost(plain, d_o, (size_t)T * C * 2);
+  CK(cudaMemset(d_a, 0xFF, (size_t)T * C * 2));
+  CK(cudaMemset(d_o, 0xFF, (size_t)T * C * 2));
+  vr_cuda_set_launch_pdl(1);
+  cudaGraph_t gr;
+  cudaGraphExec_t ex;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  vr_cuda_layernorm_b16(d_y, NULL, d_a, NULL, d_w, d_b, T, C, 1e-5f, s);
+  vr_cuda_layernorm_b16(d_a, d_y, d_o, NULL, d_w, d_b, T, C, 1e-5f, s);
+  CK(cudaStreamEndCapture(s, &gr));
+  cudaGraphNode_t from[4], to[4];
+  cudaGraphEdgeData ed[4];
+  size_t ne = 4;
+  CK(cudaGraphGetEdges(gr, from, to, ed, &ne));
+  int prog = 0;
+  for (size_t i = 0; i < ne; ++i) prog += ed[i].type == cudaGraphDependencyTypeProgrammatic;
+  int dev = 0, major = 0;
+  CK(cudaGetDevice(&dev));
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  CK(cudaGraphInstantiate(&ex, gr, 0));
+  for (int r = 0; r < 3; ++r) CK(cudaGraphLaunch(ex, s));
+  CK(cudaStreamSynchronize(s));
+  tohost(graph, d_o, (size_t)T * C * 2);
+  vr_cuda_set_launch_pdl(was);
+  const int same = !memcmp(plain, graph, (size_t)T * C * 2);
+  const int ok = same && ne == 1 && prog == 1;
+  printf("%s PDL: captured edge %s (%zu edge(s), compute %d.x), graph == plain launches bitwise: %s\n",
+         ok ? "ok  " : "FAIL", prog ? "programmatic" : "plain", ne, major, same ? "yes" : "no");
+  if (!ok) g_fail = 1;
+  CK(cudaGraphExecDestroy(ex));
+  CK(cudaGraphDestroy(gr));
+  CK(cudaStreamDestroy(s));
+  CK(cudaFree(d_y)); CK(cudaFree(d_a)); CK(cudaFree(d_o)); CK(cudaFree(d_w)); CK(cudaFree(d_b));
+  free(y), free(yf), free(w), free(b), free(plain), free(graph);
+}
+
 int main(void) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
@@ -753,7 +872,9 @@ int main(void) {
     return g_fail;
   }
   attention_suites();
+  attention_split_suite();
   attention_fa3_suite();
+  test_pdl_graph();
   test_norms(33, 768);
   test_norms(5, 4096);
   test_norms(7, 40);
@@ -790,7 +911,8 @@ int main(void) {
   test_gemm_gelu(g, 77, 256, 64);
   test_gemm_gelu(g, 256, 3072, 768);
   vr_cuda_gemm_free(g);
-  test_heads();
+  test_heads(96);
+  test_heads(768); /* roberta-base: 96 blocks of 8 dense rows */
   CK(cudaDeviceSynchronize());
   printf("%s\n", g_fail ? "FAILED" : "all kernel checks passed");
   return g_fail;

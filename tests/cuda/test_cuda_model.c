@@ -14,7 +14,8 @@
  *   - the trunk (vr_model_hidden): cuda hidden states (T, C) vs the cpu backend's within bf16
  *     rounding, and the scores (graph replay, and the eager forward whose last layer runs on
  *     the score rows only) equal the score head applied on the host to cuda's hidden states
- * VR_CUDA_TEST_ONLY=name[,name] restricts the fixtures (compute-sanitizer runs).
+ * VR_CUDA_TEST_ONLY=name[,name] restricts the fixtures (compute-sanitizer runs);
+ * VR_CUDA_TEST_OPTS=option=value[,...] changes the CUDA defaults the suite starts from.
  * Exit code: 0 pass, 1 fail, 77 no GPU. */
 #include <cjson/cJSON.h>
 #include <cuda_runtime.h>
@@ -139,10 +140,27 @@ static int score(vr_model_t *m, const int32_t *ids, const uint32_t *cu, uint32_t
   return rc;
 }
 
-/* cuda: the CUDA tuning, NULL for the defaults. */
+/* The defaults with VR_CUDA_TEST_OPTS applied ("cuda-split-attn=off,cuda-pdl=on": the suite on
+ * another path); a bad entry fails the test. */
+static void test_opts(vr_cuda_options_t *o) {
+  const char *env = getenv("VR_CUDA_TEST_OPTS");
+  char buf[512], err[160];
+  snprintf(buf, sizeof buf, "%s", env ? env : "");
+  for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(kv, '=');
+    if (eq) *eq = 0;
+    if (!eq || vr_cuda_options_set(o, kv, eq + 1, err, sizeof err)) {
+      printf("FAIL VR_CUDA_TEST_OPTS entry '%s': not name=value of a CUDA option\n", kv);
+      g_fail = 1;
+    }
+  }
+}
+
+/* cuda: the CUDA tuning, NULL for the defaults (and VR_CUDA_TEST_OPTS). */
 static vr_model_t *load_tuned(const char *dir, const char *device, uint32_t max_tokens, const vr_cuda_options_t *cuda) {
   vr_model_options_t opt;
   vr_model_options_init(&opt);
+  test_opts(&opt.cuda);
   opt.device = device;
   opt.max_batch_tokens = max_tokens;
   opt.n_threads = 2;
@@ -165,6 +183,7 @@ static vr_model_t *load(const char *dir, const char *device, uint32_t max_tokens
 static vr_cuda_options_t cuda_defaults(void) {
   vr_model_options_t opt;
   vr_model_options_init(&opt);
+  test_opts(&opt.cuda);
   return opt.cuda;
 }
 

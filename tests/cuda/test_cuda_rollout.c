@@ -79,7 +79,7 @@ static void report(int ok, const char *fmt, ...) {
 
 /* One batch: n sequences of lens[i] cached tokens (0 = padding row), H query heads, Hkv kv
  * heads, head dim D, keys in blocks placed at random in a pool; part 0 = the engine's pick. */
-static void test_decode(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
+static void test_decode_impl(int H, int Hkv, int D, const int *lens, int n, int window, int part, unsigned flags) {
   const int ld = (H + 2 * Hkv) * D, koff = H * D, voff = (H + Hkv) * D;
   int total = 0, max_len = 0, max_blocks = 1;
   for (int i = 0; i < n; ++i) {
@@ -149,7 +149,7 @@ static void test_decode(int H, int Hkv, int D, const int *lens, int n, int windo
   uint16_t *out_d = dalloc((size_t)n * ld_out * 2);
   const float scale = 1.f / sqrtf((float)D);
   vr_cuda_roll_decode_attention(out_d, ld_out, q_d, ld, 0, kc_d, vc_d, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
-                                scale, part, max_parts, po, pml, 0);
+                                scale, part, max_parts, po, pml, flags, 0);
   uint16_t *out = malloc((size_t)n * ld_out * 2);
   tohost(out, out_d, (size_t)n * ld_out * 2);
   /* reference: double softmax over the sequence's own rows of kv */
@@ -192,9 +192,10 @@ static void test_decode(int H, int Hkv, int D, const int *lens, int n, int windo
   int off = 0;
   for (int i = 0; i < n && off < 80; ++i) off += snprintf(lens_s + off, sizeof lens_s - off, "%s%d", i ? "," : "", lens[i]);
   report(bad_layout == 0 && nonfinite == 0 && maxd < 1.6e-2 && rel < 1e-2,
-         "decode attn H%d Hkv%d D%d window %d part %d parts %d lens %s: rel %.2e maxabs %.2e layout-mismatch %zu "
+         "decode attn (%s) H%d Hkv%d D%d window %d part %d parts %d lens %s: rel %.2e maxabs %.2e layout-mismatch %zu "
          "non-finite %zu",
-         H, Hkv, D, window, part, max_parts, lens_s, rel, maxd, bad_layout, nonfinite);
+         flags & VR_ROLL_ATTN_REGS ? "regs" : "ring", H, Hkv, D, window, part, max_parts, lens_s, rel, maxd, bad_layout,
+         nonfinite);
   free(sc);
   free(out);
   free(q);
@@ -214,6 +215,14 @@ static void test_decode(int H, int Hkv, int D, const int *lens, int n, int windo
   CK(cudaFree(po));
   CK(cudaFree(pml));
   CK(cudaFree(out_d));
+}
+
+/* Both kernels (the ring, the register one) on the same inputs (the generator restarted). */
+static void test_decode(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
+  const uint64_t r0 = g_rng;
+  test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_RING);
+  g_rng = r0;
+  test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_REGS);
 }
 
 /* Elements (bf16 bit patterns) that differ between device arrays a_d and b_d of n each; ha, hb:
@@ -278,7 +287,8 @@ static void test_rope_append(int T, int H, int Hkv, int D) {
 /* vr_cuda_roll_decode_attention_rope == vr_cuda_roll_rope_append + vr_cuda_roll_decode_attention,
  * bit for bit (the output and both caches, from the same random cache): one new token per
  * sequence at position lens - 1 (length 0: a padding row, slot -1). */
-static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
+static void test_decode_rope_impl(int H, int Hkv, int D, const int *lens, int n, int window, int part,
+                                  unsigned flags) {
   const int ld = (H + 2 * Hkv) * D + 8, koff = H * D, voff = (H + Hkv) * D, ld_out = H * D;
   int max_len = 1, pool = 2;
   for (int i = 0; i < n; ++i) {
@@ -314,16 +324,20 @@ static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int 
   const float scale = 1.f / sqrtf((float)D), rs = 0.9f;
   vr_cuda_roll_rope_append(ka, va, qa, ld, 0, koff, voff, pos_d, slots_d, inv_d, rs, n, H, Hkv, D, 0);
   vr_cuda_roll_decode_attention(oa, ld_out, qa, ld, 0, ka, va, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
-                                scale, part, max_parts, po, pml, 0);
+                                scale, part, max_parts, po, pml, flags & ~VR_ROLL_ATTN_PDL, 0);
+  cudaStream_t cs; /* a stream of its own (blocking: ordered with the legacy stream's work), as the engine's */
+  CK(cudaStreamCreate(&cs));
   vr_cuda_roll_decode_attention_rope(ob, ld_out, qb, ld, 0, koff, voff, kb, vb, bt_d, max_blocks, lens_d, pos_d, slots_d,
-                                     inv_d, rs, n, H, Hkv, D, window, scale, part, max_parts, po, pml, 0);
+                                     inv_d, rs, n, H, Hkv, D, window, scale, part, max_parts, po, pml, flags, cs);
+  CK(cudaStreamSynchronize(cs));
+  CK(cudaStreamDestroy(cs));
   const size_t hn = cache > (size_t)n * ld_out ? cache : (size_t)n * ld_out;
   uint16_t *ha = malloc(hn * 2), *hb = malloc(hn * 2);
   const size_t bad_out = count_diff(oa, ob, (size_t)n * ld_out, ha, hb), bad_k = count_diff(ka, kb, cache, ha, hb);
   const size_t bad_v = count_diff(va, vb, cache, ha, hb);
   report(bad_out == 0 && bad_k == 0 && bad_v == 0,
-         "decode attn with rope H%d Hkv%d D%d window %d part %d == rope+append, attn: differing out %zu, K cache %zu, "
-         "V cache %zu", H, Hkv, D, window, part, bad_out, bad_k, bad_v);
+         "decode attn with rope (flags %u) H%d Hkv%d D%d window %d part %d == rope+append, attn: differing out %zu, "
+         "K cache %zu, V cache %zu", flags, H, Hkv, D, window, part, bad_out, bad_k, bad_v);
   free(bt);
   free(pos);
   free(slots);
@@ -334,6 +348,17 @@ static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int 
   free(hb);
   void *dev[] = {ka, va, kb, vb, qa, qb, bt_d, lens_d, pos_d, slots_d, inv_d, po, pml, oa, ob};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) CK(cudaFree(dev[i]));
+}
+
+/* The ring kernel with and without PDL (no previous kernel in its stream: the same bits), the
+ * register kernel; each == rope+append, then the same kernel's plain form. */
+static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
+  static const unsigned fl[] = {VR_ROLL_ATTN_RING, VR_ROLL_ATTN_RING | VR_ROLL_ATTN_PDL, VR_ROLL_ATTN_REGS};
+  const uint64_t r0 = g_rng;
+  for (int i = 0; i < 3; ++i) {
+    g_rng = r0;
+    test_decode_rope_impl(H, Hkv, D, lens, n, window, part, fl[i]);
+  }
 }
 
 /* vr_cuda_roll_gemm (configuration bn x splits; bn 0: vr_cuda_roll_gemm_pick's) against a double

@@ -57,6 +57,36 @@ __device__ __forceinline__ void mma_rows_tileT(float (&acc)[8][4], const bf16 *a
   }
 }
 
+/* The 16 x D rows at a (pitch LD) as D / 16 k16 A fragments (ldmatrix), for operands that stay
+ * the same over a kernel's whole loop. */
+template <int D>
+__device__ __forceinline__ void load_afrags(uint32_t (&af)[D / 16][4], const bf16 *a) {
+  constexpr int LD = D + 8;
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    ldmatrix_x4(af[kk][0], af[kk][1], af[kk][2], af[kk][3], a + (lane & 15) * LD + kk * 16 + 8 * (lane >> 4));
+}
+
+/* As mma_rows_tileT with the A rows already in registers (load_afrags). */
+template <int D>
+__device__ __forceinline__ void mma_frags_tileT(float (&acc)[8][4], const uint32_t (&af)[D / 16][4], const bf16 *b) {
+  constexpr int LD = D + 8;
+  const int lane = threadIdx.x & 31, mat = lane >> 3, mrow = lane & 7;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+    for (int nt = 0; nt < 8; nt += 2) {
+      uint32_t b0, b1, b2, b3;
+      ldmatrix_x4(b0, b1, b2, b3, b + ((nt + (mat >> 1)) * 8 + mrow) * LD + kk * 16 + 8 * (mat & 1));
+      mma_bf16(acc[nt], af[kk], b0, b1);
+      mma_bf16(acc[nt + 1], af[kk], b2, b3);
+    }
+  }
+}
+
 /* acc[nn] (16 rows x D) += A (16 x 64 as 4 k16 fragments in registers) . B (64 x D tile b,
  * row-major in k: ldmatrix.trans). */
 template <int D>
@@ -128,6 +158,7 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
     __syncthreads();
     const bf16 *sQ = sQ0 + buf * 64 * LD, *sO = sO0 + buf * 64 * LD;
     const float *slse = slse0 + buf * 64, *sdel = sdel0 + buf * 64;
+    const bool diag = q0 == k0;
     float sc[8][4];
     mma_rows_tileT<D>(sc, wk, sQ); /* S^T: 16 keys x 64 queries */
     uint32_t pa[4][4], da[4][4]; /* P^T, dS^T as A fragments (bf16: P^T's are dS^T's factor too) */
@@ -136,10 +167,11 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
       float v[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
+        /* queries past the end have lse = inf (P = 0); only the diagonal tile needs the causal
+         * mask (it alone holds keys past the end, or after a query) */
         const int qi = nt * 8 + 2 * t + (e & 1), kp = e < 2 ? kr0 : kr1;
-        const bool ok = q0 + qi < len && kp <= q0 + qi;
         const float x = ex2_approx(fmaf(sc[nt][e], p.scale_log2, -slse[qi]));
-        v[e] = ok ? x : 0.f;
+        v[e] = !diag || kp <= q0 + qi ? x : 0.f;
       }
       pa[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(v[0], v[1]);
       pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(v[2], v[3]);
@@ -188,11 +220,13 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
   }
 }
 
-/* Grid (n_tiles, H): (64-query tile, head). */
+/* Grid (n_tiles, H): (64-query tile, head). D 64: the warp's Q and dO rows stay in registers
+ * as A fragments (AREG: 32 registers; 48 ldmatrix per key tile instead of 56). */
 template <int D>
 __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dq_mma(bwd_params p) {
   typedef mma_bwd_smem<D> L;
   constexpr int LD = L::LD, NT = D / 8;
+  constexpr bool AREG = D == 64;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *sQ = reinterpret_cast<bf16 *>(smem), *sO = sQ + 64 * LD, *sK0 = sO + 64 * LD, *sV0 = sK0 + 2 * 64 * LD;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -214,6 +248,13 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dq_mma(bwd_params
 #pragma unroll
   for (int i = 0; i < NT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
   const bf16 *wq = sQ + warp * 16 * LD, *wo = sO + warp * 16 * LD;
+  uint32_t qf[AREG ? D / 16 : 1][4], of[AREG ? D / 16 : 1][4];
+  if (AREG) {
+    cp_async_wait<0>();
+    __syncthreads();
+    load_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(qf), wq);
+    load_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(of), wo);
+  }
   for (int it = 0; it < n_it; ++it) {
     const int buf = it & 1, n0 = it * 64;
     if (it + 1 < n_it) {
@@ -224,24 +265,37 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dq_mma(bwd_params
     cp_async_wait<1>();
     __syncthreads();
     const bf16 *sK = sK0 + buf * 64 * LD, *sV = sV0 + buf * 64 * LD;
+    const bool diag = n0 == q0;
     float sc[8][4];
-    mma_rows_tileT<D>(sc, wq, sK); /* S: 16 queries x 64 keys */
-    float pv[8][4];
+    if (AREG)
+      mma_frags_tileT<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(qf), sK); /* S: 16 queries x 64 keys */
+    else
+      mma_rows_tileT<D>(sc, wq, sK);
+    uint32_t pa[4][4]; /* P (bf16, as the dK / dV kernel's) */
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 8; ++nt) {
+      float v[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
+        /* queries past the end have lse = inf (P = 0); the causal mask on the diagonal tile
+         * alone (the only one with keys past the end, or after a query) */
         const int kp = n0 + nt * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
-        const bool ok = qp < len && kp <= qp;
-        const float v = ex2_approx(fmaf(sc[nt][e], p.scale_log2, e < 2 ? -l0 : -l1));
-        pv[nt][e] = ok ? v : 0.f;
+        const float x = ex2_approx(fmaf(sc[nt][e], p.scale_log2, e < 2 ? -l0 : -l1));
+        v[e] = !diag || kp <= qp ? x : 0.f;
       }
-    mma_rows_tileT<D>(sc, wo, sV); /* dP = dO V^T */
+      pa[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(v[0], v[1]);
+      pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(v[2], v[3]);
+    }
+    if (AREG)
+      mma_frags_tileT<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(of), sV); /* dP = dO V^T */
+    else
+      mma_rows_tileT<D>(sc, wo, sV);
     uint32_t da[4][4];
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
-      da[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(pv[nt][0] * (sc[nt][0] - d0), pv[nt][1] * (sc[nt][1] - d0));
-      da[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(pv[nt][2] * (sc[nt][2] - d1), pv[nt][3] * (sc[nt][3] - d1));
+      const float2 r0 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 0]), r1 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 1]);
+      da[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(r0.x * (sc[nt][0] - d0), r0.y * (sc[nt][1] - d0));
+      da[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(r1.x * (sc[nt][2] - d1), r1.y * (sc[nt][3] - d1));
     }
     mma_regs_tile<D>(dq, da, sK); /* dQ += dS K */
     __syncthreads();

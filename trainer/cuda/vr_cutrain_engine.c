@@ -58,9 +58,11 @@ struct vr_cutrain {
   float *hv; /* value head: (T, C) fp32 final norm output */
   int value; /* 1: value head (score_w), 0: LM head */
   uint16_t *dlogits;
-  /* (T, V) bf16 log-softmax of a kept forward, allocated at the first one when memory allows
-   * (then backward does not recompute the logits); lp16_off: not tried again */
+  /* (T, V) bf16 log-softmax of a kept forward and its (T, vr_cutrain_lsm_segs(V)) segment
+   * maxima, allocated at the first one when memory allows (then backward does not recompute the
+   * logits); lp16_off: not tried again */
   uint16_t *lp16;
+  float *lpmax;
   int lp16_off, lp16_kept;
   /* metadata: one device int32 block, staged through pinned host memory */
   int32_t *meta_d, *meta_h;
@@ -121,7 +123,8 @@ void vr_cutrain_free(vr_cutrain_t *e) {
   void *dev[] = {e->p,      e->g,      e->m,      e->v,    e->p16,     e->xf,     e->dx,      e->dxn,      e->dx16,
                  e->dact,   e->dgu,    e->datt,   e->dqkv, e->tmp,     e->delta,  e->red,     e->logits,   e->lse_r,
                  e->ent_r,  e->logp_r, e->glp,    e->gent, e->dlogits, e->meta_d, e->rope_if, e->rope_nif, e->sq,
-                 e->sq_red, e->ad_off, e->ad_len, e->hv,   e->split,   e->lp16};
+                 e->sq_red, e->ad_off, e->ad_len, e->hv,   e->split,   e->lp16,
+                 e->lpmax};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) cudaFree(dev[i]);
   if (e->x)
     for (int l = 0; l <= e->d.layers; ++l) cudaFree(e->x[l]);
@@ -425,15 +428,17 @@ static void layer_fwd(vr_cutrain_t *e, int l, int T, int again) {
  * as before; logged once). NULL: none. */
 static uint16_t *lp16_buffer(vr_cutrain_t *e) {
   if (e->lp16 || e->lp16_off || e->value || e->recompute) return e->lp16;
-  const size_t bytes = (size_t)e->T_max * (size_t)e->d.vocab * 2;
-  if (cudaMalloc((void **)&e->lp16, bytes) != cudaSuccess) {
+  const size_t bytes = (size_t)e->T_max * (size_t)e->d.vocab * 2,
+               mbytes = (size_t)e->T_max * (size_t)vr_cutrain_lsm_segs(e->d.vocab) * 4;
+  if (cudaMalloc((void **)&e->lp16, bytes) != cudaSuccess || cudaMalloc((void **)&e->lpmax, mbytes) != cudaSuccess) {
     (void)cudaGetLastError();
+    cudaFree(e->lp16);
     e->lp16 = NULL, e->lp16_off = 1;
     vr_log(VR_LOG_INFO, "no %.2f GiB for the stored log-softmax: the LM-head backward recomputes the logits",
-           bytes / 1073741824.0);
+           (bytes + mbytes) / 1073741824.0);
     return NULL;
   }
-  e->dev_bytes += bytes;
+  e->dev_bytes += bytes + mbytes;
   return e->lp16;
 }
 
@@ -501,7 +506,7 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
     uint16_t *lp16 = keep ? lp16_buffer(e) : NULL;
     e->lp16_kept = lp16 != NULL;
     vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature,
-                          e->chunk, e->logits, lp16, e->s);
+                          e->chunk, e->logits, lp16, e->lpmax, e->s);
   }
   mark(e, VR_CUTRAIN_PH_FWD_HEAD);
   if (logp || ent) {
@@ -597,7 +602,7 @@ int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent,
     const size_t wo = d->lm_head != NONE ? d->lm_head : d->embed;
     vr_cutrain_lmhead_bwd(e->gemm, e->dxn, e->g + wo, e->glp, gent ? e->gent : NULL, e->lse_r, e->ent_r, e->xf,
                           P16(e, wo), e->tgt, T, C, d->vocab, e->temp, e->chunk, e->logits, e->dlogits,
-                          e->lp16_kept ? e->lp16 : NULL, e->s);
+                          e->lp16_kept ? e->lp16 : NULL, e->lpmax, e->s);
   }
   mark(e, VR_CUTRAIN_PH_BWD_HEAD);
   vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + d->final_norm, e->dxn, e->x[d->layers], P(e, d->final_norm), T, C,

@@ -86,32 +86,38 @@ int vr_cutrain_embed_segments(const int32_t *ids, int T, int V, int32_t *order, 
  *   logp (T), ent (T), lse (T) fp32 out: z = logits / temp, lse = logsumexp(z),
  *   logp = z[tgt] - lse, ent = lse - sum softmax(z) * z.
  * logits: chunk * V floats. Either of logp / ent may be NULL; lse is required (the backward
- * reads it). lp16 (T, V) bf16 or NULL: every row's log-softmax bf16(z - lse) too, for a
- * backward without the logits' recomputation. */
+ * reads it). lp16 (T, V) bf16 or NULL: every row's log-softmax too, for a backward without the
+ * logits' recomputation, in the same read of the logits: per segment s of VR_CUTRAIN_LSM_SEG
+ * elements of a row (j / VR_CUTRAIN_LSM_SEG == s) its max m_s into lpmax
+ * (T, vr_cutrain_lsm_segs(V)) fp32 and lp16 = bf16(z - m_s), so log p_j = lp16[j] + lpmax[s] - lse
+ * (as z <= m_s <= lse the stored value is no larger in magnitude than log p: the rounding errs
+ * by at most |log p| 2^-8, bf16's unit roundoff). lpmax is required with lp16. */
+#define VR_CUTRAIN_LSM_SEG 128
+static inline int vr_cutrain_lsm_segs(int V) { return (V + VR_CUTRAIN_LSM_SEG - 1) / VR_CUTRAIN_LSM_SEG; }
 void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
                            const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits,
-                           uint16_t *lp16, cudaStream_t s);
+                           uint16_t *lp16, float *lpmax, cudaStream_t s);
 /* Backward from the caller's per-token loss gradients glp = dL/dlogp (T) and gent = dL/dent
  * (T, or NULL): per chunk the logits are recomputed, dz = glp (onehot(tgt) - p)
  * - gent * p (log p + ent) is formed as bf16 dlogits = dz / temp (rows, V) in `dlogits`
  * scratch (chunk * V bf16), then dx (T, C) fp32 = dlogits W (written) and dW (V, C) fp32 +=
  * dlogits^T x (accumulated). logits / dlogits: the forward's chunk scratch and chunk * V bf16.
- * lp16: the forward's stored log-softmax (T, V) (then p comes from it and no logits are
- * recomputed; its bf16 rounding errs by at most p |log p| 2^-9 <= 2^-9 / e on a probability):
- * it is OVERWRITTEN with the dlogits of all T rows (in place, one pass) and the two GEMMs run
+ * lp16 / lpmax: the forward's stored log-softmax (then p comes from it and no logits are
+ * recomputed; its bf16 rounding errs by at most p |log p| 2^-8 <= 2^-8 / e on a probability):
+ * lp16 is OVERWRITTEN with the dlogits of all T rows (in place, one pass) and the two GEMMs run
  * once over all T rows (logits / dlogits unused); or NULL (recomputed in fp32 per chunk). */
 void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,
                            const float *lse, const float *ent, const uint16_t *x, const uint16_t *W, const int32_t *tgt,
                            int T, int C, int V, float temp, int chunk, float *logits, uint16_t *dlogits,
-                           uint16_t *lp16, cudaStream_t s);
-/* The two row kernels alone (tests): over logits (rows, V) fp32 already in memory; lp16 as
- * above (rows, V): written by the first, read instead of logits by the second when non-NULL
- * (dlogits may then be lp16 itself: in place). */
+                           uint16_t *lp16, const float *lpmax, cudaStream_t s);
+/* The two row kernels alone (tests): over logits (rows, V) fp32 already in memory; lp16 / lpmax
+ * as above (rows, V) / (rows, segs): written by the first, read instead of logits by the second
+ * when lp16 is non-NULL (dlogits may then be lp16 itself: in place). */
 void vr_cutrain_logsoftmax_rows(float *logp, float *ent, float *lse, const float *logits, const int32_t *tgt, int rows,
-                                int V, float temp, uint16_t *lp16, cudaStream_t s);
-void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const uint16_t *lp16, const float *glp,
-                             const float *gent, const float *lse, const float *ent, const int32_t *tgt, int rows, int V,
-                             float temp, cudaStream_t s);
+                                int V, float temp, uint16_t *lp16, float *lpmax, cudaStream_t s);
+void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const uint16_t *lp16, const float *lpmax,
+                             const float *glp, const float *gent, const float *lse, const float *ent,
+                             const int32_t *tgt, int rows, int V, float temp, cudaStream_t s);
 
 /* ---- attention: vr_cutrain_attention.cu -------------------------------------- */
 /* Forward with the logsumexp saved: model/cuda's vr_cuda_attention_lse (tensor-core kernels,

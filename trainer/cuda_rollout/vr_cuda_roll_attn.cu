@@ -21,7 +21,22 @@
  * query heads at the sequence's position while loading them, and the blocks whose partition holds
  * the new key (position lens - 1) rotate that key, keep it and its value in shared memory and read
  * them from there in place of the cache slot (which the first head chunk's block writes; nobody
- * else reads it in this kernel): the bits of vr_cuda_roll_rope_append + the attention. */
+ * else reads it in this kernel): the bits of vr_cuda_roll_rope_append + the attention.
+ *
+ * k_roll_decode_ring<D, MG> (the default for tiles of 1 or 4 heads; VR_ROLL_ATTN_RING / _REGS force
+ * one kernel): the same work split,
+ * the same arithmetic in the same order (each warp's cache blocks warp, warp + NW, ... one at a
+ * time, online softmax, the same merge), but the cache streams through a ring of RING_STAGES(D)
+ * cache blocks per warp in shared memory (cp.async, 16 bytes a lane; rows of keys that do not count
+ * are zero-filled, not read). Each warp takes its block-table entries straight from global memory
+ * (lane n: its n-th cache block) and issues its first RING_STAGES blocks before the prologue (rope
+ * angles, the wait for the previous kernel under PDL, queries, new key), so the cache reads overlap
+ * the prologue's dependent steps; afterwards every block consumed issues the next, keeping
+ * RING_STAGES blocks in flight per warp without holding them in registers. The warps' partial
+ * outputs for the merge reuse each warp's own ring. With VR_ROLL_ATTN_PDL (the rope form only) the
+ * kernel is launched as a programmatic dependent of the previous kernel (the qkv GEMM): everything
+ * up to the first read of qkv (block table, cache loads, rope angles) may run while that kernel
+ * drains; griddepcontrol.wait comes before. */
 #include <math.h>
 
 #include "vr_cuda_common.cuh"
@@ -31,6 +46,7 @@
 #define NW 4   /* warps per attention block */
 #define MAXG 8 /* query heads per block */
 #define SMEM_LIMIT (48u * 1024u)
+#define RING_STAGES(D) ((D) <= 64 ? 3 : 2) /* cache blocks in flight per warp in the ring kernel */
 
 namespace {
 
@@ -291,6 +307,247 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
   }
 }
 
+/* cp.async of 16 bytes (src_bytes 0: zeros, nothing read), its groups, and the PDL wait (a no-op
+ * when the kernel was not launched as a programmatic dependent). */
+__device__ __forceinline__ void ring_cp16(void *dst, const void *src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+               "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void ring_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void ring_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+template <int D, int MG>
+__global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_decode_ring(roll_attn_params p) {
+  constexpr int NC = D / 8;
+  constexpr int KCH = (NC + 1) / 2;
+  constexpr int LPT = NC < 32 ? NC : 32;
+  constexpr int TPW = 32 / LPT;
+  constexpr int VST = (VR_ROLL_BLOCK + TPW - 1) / TPW;
+  constexpr int S = RING_STAGES(D);
+  constexpr int CH = VR_ROLL_BLOCK * NC; /* 16-byte chunks of one cache block's K (and of its V) */
+  extern __shared__ uint4 sm4[];
+  const int G = p.H / p.Hkv;
+  const int hk = blockIdx.x / p.n_gchunks, g0 = (blockIdx.x % p.n_gchunks) * MAXG;
+  const int ng = min(MAXG, G - g0), h0 = hk * G + g0;
+  const int b = blockIdx.y, pi = blockIdx.z;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
+  /* lane n: the table entry of this warp's n-th cache block. Without a window the partition's first
+   * block is pi * part / 16 whatever the length, so the entry loads alongside lens[b] (entries past
+   * the sequence's blocks are read, not used) */
+  const int pb = pi * (p.part / VR_ROLL_BLOCK) + warp + lane * NW;
+  int myblk = p.window <= 0 && warp + lane * NW < p.part / VR_ROLL_BLOCK && pb < p.max_blocks ? bt[pb] : 0;
+  const int len = p.lens[b];
+  if (len <= 0) {
+    pdl_wait(); /* every block waits: the grid never ends before the previous kernel */
+    if (pi == 0)
+      for (int i = tid; i < ng * D; i += NW * 32) p.out[(size_t)b * p.ld_out + (size_t)h0 * D + i] = 0;
+    return;
+  }
+  const int p0 = pi * p.part;
+  if (p0 >= len) {
+    pdl_wait();
+    return;
+  }
+  const int p1 = min(len, p0 + p.part), nparts = (len + p.part - 1) / p.part;
+  const int k0 = max(p0, p.window > 0 ? len - p.window : 0);
+  uint4 *ring = sm4 + (size_t)warp * S * 2 * CH; /* this warp's S stages of (K CH chunks, V CH chunks) */
+  uint4 *nk4 = sm4 + (size_t)NW * S * 2 * CH;    /* (NC) the new key, rotated */
+  uint4 *nv4 = nk4 + NC;                         /* (NC) its value */
+  float *qs = reinterpret_cast<float *>(nv4 + NC); /* (MG, D) */
+  float *wml = qs + MG * D;                        /* (NW, MG, 2) */
+  float *csn = wml + 2 * NW * MG;                  /* (D) rope cos | sin */
+
+  /* this warp's cache blocks: ii = warp + n * NW, n < nbw; lane n holds the n-th one's id */
+  const int kb0 = k0 / VR_ROLL_BLOCK, nkb = (p1 - 1) / VR_ROLL_BLOCK - kb0 + 1;
+  const int nbw = warp < nkb ? (nkb - 1 - warp) / NW + 1 : 0; /* <= VR_ROLL_MAX_PART / 16 / NW <= 32 */
+  if (p.window > 0 && lane < nbw) myblk = bt[kb0 + warp + lane * NW];
+  /* block n of the warp into stage n % S (always one commit group, empty when n >= nbw) */
+  auto issue = [&](int n) {
+    if (n < nbw) {
+      uint4 *st = ring + (n % S) * 2 * CH;
+      const size_t head = (size_t)__shfl_sync(0xffffffffu, myblk, n) * p.Hkv + hk;
+      const uint4 *ks = reinterpret_cast<const uint4 *>(p.kc + head * NC * VR_ROLL_BLOCK * 8);
+      const uint4 *vs = reinterpret_cast<const uint4 *>(p.vc + head * VR_ROLL_BLOCK * D);
+      const int key0 = (kb0 + warp + n * NW) * VR_ROLL_BLOCK;
+#pragma unroll
+      for (int r = 0; r < (CH + 31) / 32; ++r) {
+        const int c = lane + 32 * r;
+        if (c >= CH) break;
+        const int kj = key0 + c % VR_ROLL_BLOCK, vt = key0 + c / NC; /* K chunk (c / 16, key c % 16); V (row c / NC) */
+        ring_cp16(st + c, ks + c, kj >= k0 && kj < p1 ? 16 : 0);
+        ring_cp16(st + CH + c, vs + c, vt >= k0 && vt < p1 ? 16 : 0);
+      }
+    }
+    ring_commit();
+  };
+#pragma unroll
+  for (int n = 0; n < S; ++n) issue(n);
+
+  const uint16_t *q = p.qkv + (size_t)b * p.ld + p.q_off + (size_t)h0 * D;
+  const int newk = p.rope && len - 1 >= p0 ? len - 1 : -1;
+  if (p.rope) {
+    const float pp = (float)p.pos[b]; /* metadata: not the previous kernel's */
+    for (int i = tid; i < D / 2; i += NW * 32) roll_rope_angle(pp, p.inv_freq[i], p.rope_scaling, &csn[i], &csn[D / 2 + i]);
+    pdl_wait();
+    __syncthreads();
+    for (int i = tid; i < MG * D; i += NW * 32) {
+      const int d = i % D;
+      qs[i] = i < ng * D ? bf(rope_elem<D>(q + (i - d), d, csn)) * p.scale_log2 : 0.f;
+    }
+    if (newk >= 0) {
+      const uint16_t *kn = p.qkv + (size_t)b * p.ld + p.k_off + (size_t)hk * D;
+      const uint16_t *vn = p.qkv + (size_t)b * p.ld + p.v_off + (size_t)hk * D;
+      uint16_t *nk = reinterpret_cast<uint16_t *>(nk4), *nv = reinterpret_cast<uint16_t *>(nv4);
+      const int slot = p.slots[b];
+      const size_t head = (size_t)(slot >= 0 ? slot / VR_ROLL_BLOCK : 0) * p.Hkv + hk;
+      const int off = slot >= 0 ? slot % VR_ROLL_BLOCK : 0;
+      for (int d = tid; d < D; d += NW * 32) {
+        const uint16_t y = rope_elem<D>(kn, d, csn), v = vn[d];
+        nk[d] = y;
+        nv[d] = v;
+        if (g0 == 0 && slot >= 0) {
+          p.kcw[((head * NC + d / 8) * VR_ROLL_BLOCK + off) * 8 + d % 8] = y;
+          p.vcw[(head * VR_ROLL_BLOCK + off) * D + d] = v;
+        }
+      }
+    }
+  } else {
+    pdl_wait();
+    for (int i = tid; i < MG * D; i += NW * 32) qs[i] = i < ng * D ? bf(q[i]) * p.scale_log2 : 0.f;
+  }
+  __syncthreads();
+
+  const int j = lane & 15, hp = lane >> 4;
+  const int sub = lane / LPT, cc = lane % LPT;
+  float m_run[MG], l_run[MG], o[MG][8];
+#pragma unroll
+  for (int g = 0; g < MG; ++g) {
+    m_run[g] = -INFINITY;
+    l_run[g] = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[g][e] = 0.f;
+  }
+  const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
+  for (int n = 0; n < nbw; ++n) {
+    ring_wait<S - 1>(); /* this lane's copies of block n have landed */
+    __syncwarp();       /* and every lane's */
+    const uint4 *kst = ring + (n % S) * 2 * CH, *vst = kst + CH;
+    const int key0 = (kb0 + warp + n * NW) * VR_ROLL_BLOCK;
+    float s[MG];
+#pragma unroll
+    for (int g = 0; g < MG; ++g) s[g] = 0.f;
+#pragma unroll
+    for (int ci = 0; ci < KCH; ++ci) {
+      const int c = 2 * ci + hp;
+      if (c < NC) {
+        float k8[8];
+        unpack8(key0 + j == newk ? nk4[c] : kst[c * VR_ROLL_BLOCK + j], k8);
+#pragma unroll
+        for (int g = 0; g < MG; ++g) {
+          const float4 qa = *reinterpret_cast<const float4 *>(qs + g * D + c * 8);
+          const float4 qb = *reinterpret_cast<const float4 *>(qs + g * D + c * 8 + 4);
+          s[g] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] + qb.x * k8[4] + qb.y * k8[5] +
+                  qb.z * k8[6] + qb.w * k8[7];
+        }
+      }
+    }
+    const int key = key0 + j;
+    const bool valid = key >= k0 && key < p1;
+#pragma unroll
+    for (int g = 0; g < MG; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], 16);
+#pragma unroll
+    for (int g = 0; g < MG; ++g) {
+      const float sv = valid ? s[g] : -INFINITY;
+      float bm = sv;
+#pragma unroll
+      for (int off = 8; off > 0; off >>= 1) bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, off));
+      const float mn = fmaxf(m_run[g], bm);
+      const float alpha = mn == -INFINITY ? 1.f : exp2f(m_run[g] - mn);
+      const float pj = valid ? exp2f(sv - mn) : 0.f;
+      m_run[g] = mn;
+      l_run[g] = l_run[g] * alpha + pj;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[g][e] *= alpha;
+      s[g] = pj;
+    }
+#pragma unroll
+    for (int vs = 0; vs < VST; ++vs) {
+      const int t = vs * TPW + sub;
+      float v8[8];
+      unpack8(t >= VR_ROLL_BLOCK ? zero4 : key0 + t == newk ? nv4[cc] : vst[t * NC + cc], v8);
+#pragma unroll
+      for (int g = 0; g < MG; ++g) {
+        const float pt = __shfl_sync(0xffffffffu, s[g], t & 15);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[g][e] += pt * v8[e];
+      }
+    }
+    __syncwarp(); /* every lane is done with the stage before it is refilled */
+    issue(n + S);
+  }
+  ring_wait<0>();
+  __syncwarp();
+#pragma unroll
+  for (int g = 0; g < MG; ++g)
+#pragma unroll
+    for (int off = 8; off > 0; off >>= 1) l_run[g] += __shfl_xor_sync(0xffffffffu, l_run[g], off);
+#pragma unroll
+  for (int off = LPT; off < 32; off <<= 1)
+#pragma unroll
+    for (int g = 0; g < MG; ++g)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) o[g][e] += __shfl_xor_sync(0xffffffffu, o[g][e], off);
+  float *red = reinterpret_cast<float *>(ring); /* (MG, D) of this warp, in its own ring */
+  if (sub == 0) {
+#pragma unroll
+    for (int g = 0; g < MG; ++g)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) red[g * D + cc * 8 + e] = o[g][e];
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < MG; ++g) {
+      wml[2 * (warp * MG + g)] = m_run[g];
+      wml[2 * (warp * MG + g) + 1] = l_run[g];
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < ng * D; i += NW * 32) {
+    const int g = i / D, d = i - g * D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) M = fmaxf(M, wml[2 * (w * MG + g)]);
+    float acc = 0.f, l = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const float mw = wml[2 * (w * MG + g)];
+      if (mw != -INFINITY) {
+        const float f = exp2f(mw - M);
+        acc += reinterpret_cast<const float *>(sm4 + (size_t)w * S * 2 * CH)[g * D + d] * f;
+        l += wml[2 * (w * MG + g) + 1] * f;
+      }
+    }
+    if (nparts == 1) {
+      p.out[(size_t)b * p.ld_out + (size_t)(h0 + g) * D + d] = to_bf(acc / l);
+    } else {
+      const size_t idx = ((size_t)b * p.H + h0 + g) * p.max_parts + pi;
+      p.po[idx * D + d] = l > 0.f ? acc / l : 0.f;
+      if (d == 0) {
+        p.pml[2 * idx] = M;
+        p.pml[2 * idx + 1] = l;
+      }
+    }
+  }
+}
+
 /* One block per (sequence, query head): merges the partitions of sequences that had more than one. */
 __global__ void k_roll_combine(uint16_t *out, int ld_out, const int32_t *lens, int H, int D, int part, int max_parts,
                                const float *po, const float *pml) {
@@ -319,10 +576,43 @@ __global__ void k_roll_combine(uint16_t *out, int ld_out, const int32_t *lens, i
 /* The register tile of query heads for a group of G: 1, 4 or 8 (a block takes at most MAXG). */
 inline int tile_heads(int G) { return G <= 1 ? 1 : G <= 4 ? 4 : MAXG; }
 
+/* The ring kernel's dynamic shared memory: the warps' rings, the new key and value, the queries,
+ * the warps' (m, l), the rope angles. */
+size_t ring_smem(int MG, int D) {
+  return ((size_t)NW * RING_STAGES(D) * 2 * VR_ROLL_BLOCK * (D / 8) + 2 * (size_t)(D / 8)) * 16 +
+         ((size_t)MG * D + 2 * (size_t)NW * MG + (size_t)D) * sizeof(float);
+}
+
+template <int D, int MG>
+void launch_ring(const roll_attn_params &p, dim3 grid, int pdl, cudaStream_t s) {
+  void (*kern)(roll_attn_params) = k_roll_decode_ring<D, MG>;
+  const size_t smem = ring_smem(MG, D);
+  if (smem > SMEM_LIMIT) VR_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(NW * 32);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  VR_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kern, p));
+}
+
 template <int D>
-void launch_decode(const roll_attn_params &p, int G, dim3 grid, size_t smem, cudaStream_t s) {
+void launch_decode(const roll_attn_params &p, int G, dim3 grid, size_t smem, unsigned flags, cudaStream_t s) {
   const int mg = tile_heads(G);
-  if (mg == 1) k_roll_decode<D, 1><<<grid, NW * 32, smem, s>>>(p);
+  /* automatic: the ring where it measured faster (tiles of <= 4 heads), the register kernel for the
+   * 8-head tile (its ring form spills: docs/benchmarks.md) */
+  const int ring = flags & VR_ROLL_ATTN_RING ? 1 : flags & VR_ROLL_ATTN_REGS ? 0 : mg <= 4;
+  if (ring) {
+    const int pdl = (flags & VR_ROLL_ATTN_PDL) && p.rope;
+    if (mg == 1) launch_ring<D, 1>(p, grid, pdl, s);
+    else if (mg == 4) launch_ring<D, 4>(p, grid, pdl, s);
+    else launch_ring<D, MAXG>(p, grid, pdl, s);
+  } else if (mg == 1) k_roll_decode<D, 1><<<grid, NW * 32, smem, s>>>(p);
   else if (mg == 4) k_roll_decode<D, 4><<<grid, NW * 32, smem, s>>>(p);
   else k_roll_decode<D, MAXG><<<grid, NW * 32, smem, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
@@ -348,7 +638,7 @@ extern "C" int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms) {
 }
 
 namespace {
-void decode_attention(roll_attn_params p, int B, int D, cudaStream_t s) {
+void decode_attention(roll_attn_params p, int B, int D, unsigned flags, cudaStream_t s) {
   const int H = p.H, Hkv = p.Hkv, part = p.part, max_parts = p.max_parts;
   if (B <= 0) return;
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && max_parts >= 1);
@@ -359,12 +649,12 @@ void decode_attention(roll_attn_params p, int B, int D, cudaStream_t s) {
   p.n_gchunks = gch;
   const dim3 grid((unsigned)(Hkv * gch), (unsigned)B, (unsigned)max_parts);
   switch (D) {
-    case 8: launch_decode<8>(p, G, grid, smem, s); break;
-    case 16: launch_decode<16>(p, G, grid, smem, s); break;
-    case 32: launch_decode<32>(p, G, grid, smem, s); break;
-    case 64: launch_decode<64>(p, G, grid, smem, s); break;
-    case 128: launch_decode<128>(p, G, grid, smem, s); break;
-    case 256: launch_decode<256>(p, G, grid, smem, s); break;
+    case 8: launch_decode<8>(p, G, grid, smem, flags, s); break;
+    case 16: launch_decode<16>(p, G, grid, smem, flags, s); break;
+    case 32: launch_decode<32>(p, G, grid, smem, flags, s); break;
+    case 64: launch_decode<64>(p, G, grid, smem, flags, s); break;
+    case 128: launch_decode<128>(p, G, grid, smem, flags, s); break;
+    case 256: launch_decode<256>(p, G, grid, smem, flags, s); break;
     default: VR_ASSERT(!"decode attention: head_dim must be 8, 16, 32, 64, 128 or 256");
   }
   if (max_parts > 1) {
@@ -378,13 +668,13 @@ extern "C" void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const u
                                               const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
                                               int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H,
                                               int Hkv, int D, int window, float scale, int part, int max_parts,
-                                              float *po, float *pml, cudaStream_t s) {
+                                              float *po, float *pml, unsigned flags, cudaStream_t s) {
   roll_attn_params p = {};
   p.out = out, p.ld_out = ld_out, p.qkv = qkv, p.ld = ld, p.q_off = q_off, p.kc = kc, p.vc = vc;
   p.bt = block_tables, p.bt_row = bt_row, p.max_blocks = max_blocks, p.lens = lens;
   p.H = H, p.Hkv = Hkv, p.window = window, p.part = part, p.max_parts = max_parts;
   p.scale_log2 = scale * 1.4426950408889634f, p.po = po, p.pml = pml;
-  decode_attention(p, B, D, s);
+  decode_attention(p, B, D, flags, s);
 }
 
 extern "C" void vr_cuda_roll_decode_attention_rope(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
@@ -393,7 +683,7 @@ extern "C" void vr_cuda_roll_decode_attention_rope(uint16_t *out, int ld_out, co
                                                    const int32_t *pos, const int32_t *slots, const float *inv_freq,
                                                    float attn_scaling, int B, int H, int Hkv, int D, int window,
                                                    float scale, int part, int max_parts, float *po, float *pml,
-                                                   cudaStream_t s) {
+                                                   unsigned flags, cudaStream_t s) {
   roll_attn_params p = {};
   p.out = out, p.ld_out = ld_out, p.qkv = qkv, p.ld = ld, p.q_off = q_off, p.kc = kc, p.vc = vc;
   p.bt = block_tables, p.bt_row = NULL, p.max_blocks = max_blocks, p.lens = lens;
@@ -401,5 +691,5 @@ extern "C" void vr_cuda_roll_decode_attention_rope(uint16_t *out, int ld_out, co
   p.scale_log2 = scale * 1.4426950408889634f, p.po = po, p.pml = pml;
   p.rope = 1, p.k_off = k_off, p.v_off = v_off, p.pos = pos, p.slots = slots, p.inv_freq = inv_freq;
   p.rope_scaling = attn_scaling, p.kcw = kc, p.vcw = vc;
-  decode_attention(p, B, D, s);
+  decode_attention(p, B, D, flags, s);
 }

@@ -90,6 +90,7 @@ typedef struct rcu {
   int split_sample; /* 1: greedy rows over several blocks (sws); 0: one block per row */
   /* decode GEMM tuning (vr_cuda_roll_set_tuning): operands from HBM while timed, split-K variants */
   int tune_cold, tune_splitk;
+  unsigned attn_flags; /* the decode step's attention: VR_ROLL_ATTN_* (vr_cuda_roll_set_attn) */
   void *flush;
   size_t flush_bytes;
 
@@ -227,8 +228,9 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT; /* cuBLASLt: ours lost on every decode shape (docs/benchmarks.md) */
   st->fuse_sample = 1;
   st->split_sample = 1;
-  st->tune_cold = 0;   /* opt-in: see vr_cuda_roll_set_tuning */
-  st->tune_splitk = 0;
+  st->tune_cold = 1; /* vr_cuda_roll_set_tuning; one choice per key in the process (vr_cuda_gemm.cu) */
+  st->tune_splitk = 1;
+  st->attn_flags = 0; /* the attention kernel by group size; no PDL (measured no faster) */
   int rc = 0;
 #define TRY(call)                        \
   do {                                   \
@@ -690,14 +692,15 @@ static void rcu_trunk(rcu_t *st, int T, rcu_attn_t mode, int part, int max_parts
       vr_cuda_roll_decode_attention_rope(st->ao, QD, st->qkv, NQ, 0, QD, QD + KD, kc, vc, md + ly->bt,
                                          (int)st->max_blocks, md + ly->lens, md + ly->pos, md + ly->slots, st->inv_freq,
                                          c->rope_attention_scaling, T, H, Hkv, D, c->sliding_window, scale, part,
-                                         max_parts, st->po, st->pml, s);
+                                         max_parts, st->po, st->pml, st->attn_flags, s);
     } else if (mode == RCU_ATTN_VARLEN) {
       vr_cuda_attention(st->qkv, NQ, 0, QD, QD + KD, st->ao, QD, md + ly->cu, md + ly->tiles, md + ly->meta, n_tiles, H,
                         Hkv, D, 1, c->sliding_window, scale, T, s);
     } else {
       vr_cuda_roll_decode_attention(st->ao, QD, st->qkv, NQ, 0, kc, vc, md + ly->bt, (int)st->max_blocks,
                                     md + ly->btrow, md + ly->lens, T, H, Hkv, D,
-                                    c->sliding_window, scale, part, max_parts, st->po, st->pml, s);
+                                    c->sliding_window, scale, part, max_parts, st->po, st->pml,
+                                    st->attn_flags & ~VR_ROLL_ATTN_PDL, s);
     }
     if (gemm) rcu_gemm(st, st->x, 1, st->ao, Ly->wo, Ly->bo, T, C, QD, 1.f);
     if (small) vr_cuda_rmsnorm(st->x, st->xn, Ly->n2w, T, C, c->norm_eps, s);
@@ -957,6 +960,34 @@ extern "C" void vr_cuda_roll_set_tuning(void *state, int cold, int splitk) {
   st->tune_cold = cold != 0;
   st->tune_splitk = splitk != 0;
   rcu_apply_tuning(st);
+}
+
+extern "C" void vr_cuda_roll_set_attn(void *state, int ring, int pdl) {
+  ((rcu_t *)state)->attn_flags = (ring < 0 ? 0u : ring ? VR_ROLL_ATTN_RING : VR_ROLL_ATTN_REGS) | (pdl ? VR_ROLL_ATTN_PDL : 0u);
+}
+
+extern "C" int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, double *ms) {
+  rcu_t *st = (rcu_t *)state;
+  rcu_bucket_t *bk = rcu_bucket_for(st, n);
+  if (!bk || !bk->warm || reps < 1) return VR_ERR_INVAL;
+  const vr_model_config_t *c = st->c;
+  const rcu_layout_t *ly = &st->lay;
+  const int32_t *md = st->meta_d;
+  for (int r = -2; r < reps; ++r) {
+    if (r == 0) VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
+    vr_cuda_roll_decode_attention_rope(st->ao, st->QD, st->qkv, st->NQKV, 0, st->QD, st->QD + st->KD, st->kpool,
+                                       st->vpool, md + ly->bt, (int)st->max_blocks, md + ly->lens, md + ly->pos,
+                                       md + ly->slots, st->inv_freq, c->rope_attention_scaling, bk->B, c->num_heads,
+                                       c->num_kv_heads, c->head_dim, c->sliding_window, 1.f / sqrtf((float)c->head_dim),
+                                       bk->part, bk->max_parts, st->po, st->pml, flags & ~VR_ROLL_ATTN_PDL, st->s);
+  }
+  VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
+  VR_CUDA_CHECK(cudaEventSynchronize(st->dec_ev1));
+  float t = 0;
+  VR_CUDA_CHECK(cudaEventElapsedTime(&t, st->dec_ev0, st->dec_ev1));
+  *ms = t / reps;
+  st->dec_timed = 0;
+  return 0;
 }
 
 extern "C" int vr_cuda_roll_set_part(void *state, int part) {

@@ -83,21 +83,33 @@ void vr_cuda_roll_fuse_sample(void *state, int on);
  * (vr_cuda_roll_sample_ws: the same tokens, log-probs summed in another order); 0 one block per
  * row. Fixed in a bucket's graph at its capture: call it before the first generate. */
 void vr_cuda_roll_split_sample(void *state, int on);
-/* Benchmarks: how a decode bucket's warm-up times the cuBLASLt candidates of its GEMMs (both 0 by
+/* Benchmarks: how a decode bucket's warm-up times the cuBLASLt candidates of its GEMMs (both 1 by
  * default): cold 1 overwrites a flush buffer (the gate/up output rows past max_seqs, when they
  * span the L2; else it times hot) before every timed run, so the weights come from HBM as in a
  * step; splitk 1 widens the search (twice the heuristic's candidates and their split-K variants:
- * vr_cuda_gemm_set_tune_opts). Off by default: with split-K variants two engines over the same
- * weights pick different algorithms (so round differently) more often, which test_cuda_rollout's
- * fresh-vs-updated engine check caught once (docs/benchmarks.md). Before the first generate
+ * vr_cuda_gemm_set_tune_opts). The timed choice is made once per key in the process and shared by
+ * every later engine (vr_cuda_gemm_set_tuning), so two engines over the same weights run the same
+ * algorithms (split-K variants round differently: without the sharing, test_cuda_rollout's
+ * fresh-vs-updated engine check failed once, docs/benchmarks.md). Before the first generate
  * (plans keep their candidates). */
 void vr_cuda_roll_set_tuning(void *state, int cold, int splitk);
+/* Benchmarks: the decode step's attention kernel (vr_cuda_roll_ops.h's VR_ROLL_ATTN_*): ring 1 the
+ * shared-memory ring kernel, 0 the earlier register kernel (the same bits), -1 (the default) the one
+ * measured faster for the model's group size; pdl 1 launches the ring kernel as a programmatic
+ * dependent of the qkv GEMM (default 0: measured no faster). Fixed in a bucket's graph at its
+ * capture: call it before the first generate. */
+void vr_cuda_roll_set_attn(void *state, int ring, int pdl);
+/* Benchmarks: the decode attention alone (the rope form, layer 0's cache, kernel flags `flags` less
+ * PDL) of the last decode bucket holding n rows on the last decode's metadata, reps times back to
+ * back after 2 untimed: *ms = the mean. Overwrites layer 0's cache slots of that step: only after the
+ * generation. 0 or VR_ERR_INVAL (no such warm bucket). */
+int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, double *ms);
 /* Benchmarks: every decode bucket's attention partition length (keys per block: a multiple of 16
  * in 16..512; 0: vr_cuda_roll_pick_part's choice, the default). Before the first generate only:
  * VR_ERR_INVAL once a bucket ran, for a bad length, or when the partials would not fit the scratch
  * sized at init. */
 int vr_cuda_roll_set_part(void *state, int part);
-/* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, skinny y us -> ...",
+/* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, ours y us (bn, kc, splits) -> ...",
  * then cuBLASLt's timed choices of each warm bucket: vr_cuda_gemm_report),
  * into buf (n bytes, NUL-terminated, truncated); returns the length the whole report needs. */
 size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n);

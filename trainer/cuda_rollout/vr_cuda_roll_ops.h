@@ -62,10 +62,23 @@ void vr_cuda_roll_rope_append(uint16_t *kc, uint16_t *vc, uint16_t *qkv, int ld,
  * grid's partition axis (blocks past a sequence's end exit at once), so one captured graph
  * serves every length up to max_parts * part. part: a multiple of VR_ROLL_BLOCK in
  * 16..VR_ROLL_MAX_PART. */
+/* flags: VR_ROLL_ATTN_RING = the shared-memory ring kernel (cp.async, the cache reads issued before
+ * the prologue); VR_ROLL_ATTN_REGS = the earlier kernel that holds its loads in registers (same split
+ * and arithmetic order: the same bits); neither (0) = the faster one measured for the group size (the
+ * ring up to 4 query heads per kv head, else the register kernel); VR_ROLL_ATTN_PDL = (the rope form
+ * below, ring kernel only)
+ * launched as a programmatic dependent of the previous kernel in the stream, which may still run
+ * while the block table, the cache and the rope angles are read (only qkv is waited for): so that
+ * kernel must not write the cache, the block table, lens, pos, slots or inv_freq (the decode step:
+ * it is the qkv GEMM). */
+#define VR_ROLL_ATTN_REGS 1u
+#define VR_ROLL_ATTN_PDL 2u
+#define VR_ROLL_ATTN_RING 4u
 void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
                                    const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
                                    int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H, int Hkv, int D, int window,
-                                   float scale, int part, int max_parts, float *po, float *pml, cudaStream_t s);
+                                   float scale, int part, int max_parts, float *po, float *pml, unsigned flags,
+                                   cudaStream_t s);
 /* The decode step's form: vr_cuda_roll_rope_append (positions pos, slots, inv_freq, attn_scaling;
  * q at q_off, k at k_off, v at v_off of each row of qkv, which stays unrotated) fused into the
  * attention above (one query row per sequence, bt_row NULL, lens[b] = pos[b] + 1): out and the
@@ -77,9 +90,11 @@ void vr_cuda_roll_decode_attention_rope(uint16_t *out, int ld_out, const uint16_
                                         int max_blocks, const int32_t *lens, const int32_t *pos, const int32_t *slots,
                                         const float *inv_freq, float attn_scaling, int B, int H, int Hkv, int D,
                                         int window, float scale, int part, int max_parts, float *po, float *pml,
-                                        cudaStream_t s);
-/* Dynamic shared memory of one attention block (bytes) for these sizes (at most ~43 KiB, whatever
- * part: the scores stay in registers). */
+                                        unsigned flags, cudaStream_t s);
+/* Dynamic shared memory of one block of the register kernel (VR_ROLL_ATTN_REGS; bytes) for these
+ * sizes (at most ~43 KiB, whatever part: the scores stay in registers). The ring kernel takes more
+ * (its rings: 48 KiB at D 64, 64 KiB at 128, 128 KiB at 256, plus ~3% of that) and opts in to it;
+ * neither depends on part. */
 size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
 /* The partition length for a batch of B sequences on a device of n_sms multiprocessors: short
  * partitions when B * Hkv blocks would leave the device idle, long ones otherwise (fewer
