@@ -109,8 +109,8 @@ int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flag
  * VR_ERR_INVAL once a bucket ran, for a bad length, or when the partials would not fit the scratch
  * sized at init. */
 int vr_cuda_roll_set_part(void *state, int part);
-/* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, ours y us (bn, kc, splits) -> ...",
- * then cuBLASLt's timed choices of each warm bucket: vr_cuda_gemm_report),
+/* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, ours y us (bn, kc,
+ * splits) -> ..."), then cuBLASLt's timed choices of each warm bucket: vr_cuda_gemm_report),
  * into buf (n bytes, NUL-terminated, truncated); returns the length the whole report needs. */
 size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n);
 
