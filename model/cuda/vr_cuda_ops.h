@@ -140,7 +140,8 @@ vr_cuda_attn_kernel_t vr_cuda_attention_kernel(int D, int rows_hint);
 const char *vr_cuda_attention_kernel_name(vr_cuda_attn_kernel_t k);
 /* 1 when kernel k runs head_dim D; vr_cuda_attention supports D iff GENERIC fits it. */
 int vr_cuda_attention_kernel_fits(vr_cuda_attn_kernel_t k, int D);
-/* Query rows per tile of kernel k at head_dim D (64, 128, or FA3's 192 at D 64): q0 of its tile
+/* Query rows per tile of kernel k at head_dim D (64 or 128; FA3's by its configuration,
+ * vr_cuda_attention_fa3_rows: 128, or 192 with three consumers at D 64): q0 of its tile
  * list are multiples of it. VR_CUDA_ATTN_BM (64) is the smallest and divides the others, so
  * counts made with it bound any tile list. */
 int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k, int D);
