@@ -281,8 +281,11 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_split(attn_params p, float 
  * and for D = 128, FA64: with few tiles the GPU is not full and a smaller tile spreads the
  * work over more blocks (docs/benchmarks.md, "Numbers behind the CUDA backend's code"). */
 #define VR_ATTN_FA128_MIN_ROWS 4096
-/* FA3 (Hopper) from this many rows (docs/benchmarks.md, "Issue 24: FA3-class attention") */
+/* FA3 (Hopper) from this many rows (docs/benchmarks.md, "Issue 24: FA3-class attention"); a
+ * definition on the compiler's command line wins (the device scripts' threshold runs) */
+#ifndef VR_ATTN_FA3_MIN_ROWS
 #define VR_ATTN_FA3_MIN_ROWS 4096
+#endif
 /* k_attn_fa's configurations in the library: FA_NW warps of FA64_MT / FA128_MT m16 tiles, no
  * register bound, Q fragments in registers */
 #define FA_NW 4
@@ -316,12 +319,13 @@ extern "C" vr_cuda_attn_kernel_t vr_cuda_attention_kernel(int D, int rows_hint) 
                                                                            : VR_CUDA_ATTN_KERNEL_FA64;
 }
 
-extern "C" int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k) {
-  return k == VR_CUDA_ATTN_KERNEL_FA128 || k == VR_CUDA_ATTN_KERNEL_FA3 ? 128 : BM;
+extern "C" int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k, int D) {
+  if (k == VR_CUDA_ATTN_KERNEL_FA3) return vr_cuda_attention_fa3_rows(D, 0);
+  return k == VR_CUDA_ATTN_KERNEL_FA128 ? 128 : BM;
 }
 
 extern "C" int vr_cuda_attention_tile_rows(int D, int rows_hint) {
-  return vr_cuda_attention_kernel_rows(vr_cuda_attention_kernel(D, rows_hint));
+  return vr_cuda_attention_kernel_rows(vr_cuda_attention_kernel(D, rows_hint), D);
 }
 
 /* The tensor-core kernels of head_dim D (FA128 only instantiated for D <= 64). */

@@ -423,21 +423,4 @@ static attn_params attn_params_make(const uint16_t *qkv, int ld, int q_off, int 
 
 } /* namespace */
 
-/* The Hopper kernel (vr_cuda_attention_fa3.cu; VR_CUDA_ATTN_KERNEL_FA3), for the launchers in
- * vr_cuda_attention.cu. _ok: 1 when this build carries its sm_90a code and the current device
- * is compute 9.0 and D is 64 or 128. _resident: blocks per multiprocessor (1). The launch:
- * arguments as vr_cuda_attention_run's plus lse (or NULL); rows > 0: qkv's rows (at most its
- * allocation, at least every sequence's end: the tensor map's extent); flags: 0 (the
- * library's schedule: ping-pong at head_dim 128 only), VR_CUDA_FA3_NO_PINGPONG (the consumers
- * issue their products unordered) or VR_CUDA_FA3_PINGPONG (they take turns): the bench's
- * comparisons. */
-#define VR_CUDA_FA3_NO_PINGPONG 1
-#define VR_CUDA_FA3_PINGPONG 2
-extern "C" int vr_cuda_attention_fa3_ok(int D);
-extern "C" int vr_cuda_attention_fa3_resident(int D);
-extern "C" void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int q_off, int k_off, int v_off,
-                                      uint16_t *out, int ld_out, float *lse, const int32_t *cu, const int32_t *tiles,
-                                      const int32_t *meta, int grid_tiles, int H, int Hkv, int D, int causal,
-                                      int window, float scale, int flags, cudaStream_t s);
-
 #endif /* VR_CUDA_ATTENTION_FA_CUH */

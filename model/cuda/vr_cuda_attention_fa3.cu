@@ -1,15 +1,19 @@
 /* vr_cuda_attention_fa3.cu: the Hopper (sm_90a) attention forward, FlashAttention-3 style
- * (Shah et al. 2024): one block of three warpgroups per SM, a producer warpgroup whose one
+ * (Shah et al. 2024): one block of three (or four) warpgroups per SM, a producer warpgroup whose one
  * thread issues TMA loads (cp.async.bulk.tensor, 128-byte swizzle) into a ring of shared-memory
  * stages guarded by mbarriers, and two consumer warpgroups of 64 query rows each that run
  * S = Q K^T (wgmma m64n128k16, both operands in shared memory), the online softmax in
- * registers, and O += P V (wgmma m64nDk16, P from registers). Within a consumer the matrix
+ * registers, and O += P V (wgmma m64nDk16, P from registers). At head_dim 64 a launch may take
+ * three consumer warpgroups instead (VR_CUDA_FA3_C3: 192-row tiles, four warpgroups, 160
+ * registers a consumer thread after setmaxnreg; FA3's own D64 configuration: more warps to
+ * hide the softmax's latency, each K / V tile read by three). Within a consumer the matrix
  * products of key tile it + 1 are issued before the softmax of tile it waits for them, so the
  * softmax overlaps the tensor cores (the paper's intra-warpgroup pipelining); at head_dim 128
  * the two consumers also take turns issuing them (ping-pong: one's softmax under the other's
  * products), at 64 that measured slower and they issue unordered.
  *
- * Tiles: 128 query rows (VR_CUDA_ATTN_KERNEL_FA3's tile list) x 128 keys; head dims 64 and 128;
+ * Tiles: 64 x consumers query rows (vr_cuda_attention_fa3_rows: the tile list's) x 128 keys;
+ * head dims 64 and 128;
  * causal, bidirectional, sliding window, GQA, variable length (the tile list and cu of
  * vr_cuda_attention), optional lse. One tensor map covers the whole qkv buffer (rows x ld
  * bf16): Q, K and V tiles are 64 x 64 boxes of it at their column offsets. A box that runs
@@ -30,16 +34,29 @@
 
 namespace {
 
-constexpr int F3_BM = 128, F3_BN = 128, F3_THREADS = 384;
+constexpr int F3_BN = 128;
 
-template <int D>
+/* One configuration: NC consumer warpgroups of 64 query rows (ROWS = 64 NC query rows a tile) and the
+ * producer warpgroup. */
+template <int D, int NC>
 struct f3_cfg {
-  static constexpr int STAGES = D == 64 ? 4 : 2;     /* K and V stages each */
-  static constexpr uint32_t Q_BYTES = F3_BM * D * 2; /* one Q tile */
+  static_assert(NC == 2 || (NC == 3 && D == 64), "three consumers only at head_dim 64");
+  static constexpr int ROWS = 64 * NC, THREADS = 128 * (NC + 1);
+  static constexpr int STAGES = D == 64 ? 4 : 2;  /* K and V stages each */
+  static constexpr uint32_t Q_BYTES = ROWS * D * 2; /* one Q tile */
   static constexpr uint32_t KV_BYTES = F3_BN * D * 2;
   static constexpr uint32_t BAR_OFF = Q_BYTES + 2 * STAGES * KV_BYTES;
   static constexpr size_t SMEM = BAR_OFF + 8 * (2 + 4 * STAGES) + 1024; /* + alignment slack */
 };
+/* The library's configuration: two consumers on 128-row tiles at both head dims (the one
+ * timed: docs/benchmarks.md, "Issue 24: FA3-class attention"). Three at head_dim 64
+ * (VR_CUDA_FA3_C3, FA3's own D64 shape) are built and in the kernel tests and the bench, not
+ * yet timed on a device ("Issue 24: FA3 at head_dim 64"): this is the line to change once
+ * they measure faster. */
+constexpr int f3_default_nc(int /* D */) { return 2; }
+static int f3_nc(int D, int flags) {
+  return flags & VR_CUDA_FA3_C2 ? 2 : flags & VR_CUDA_FA3_C3 ? 3 : f3_default_nc(D);
+}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -49,6 +66,22 @@ struct f3_cfg {
  * the unnormalised probabilities (f3_pack turns them into P V's A fragments once the previous
  * P V is complete: A registers written while a wgmma is in flight make ptxas serialise the
  * pipeline), al0 / al1 the factors O's rows must be scaled by. */
+/* 2^x for x <= 0 on the FMA pipe instead of the MUFU unit (FlashAttention-4's trick; the
+ * MUFU's 16 exp2 a clock per multiprocessor match the tensor cores' rate at head_dim 64):
+ * x = j + f with j = round(x) (the 1.5 * 2^23 shift), 2^f on [-1/2, 1/2] by a cubic through
+ * the Chebyshev nodes (relative error <= 1.0e-4, under bf16's 3.9e-3 that P is rounded to),
+ * 2^j added to the exponent bits. x is clamped at -125 (2^-125 for masked scores' -inf:
+ * nothing next to any unmasked score, and the result stays a normal float). */
+__device__ __forceinline__ float f3_ex2_poly(float x) {
+  x = fmaxf(x, -125.f);
+  const float t = x + 12582912.f, f = x - (t - 12582912.f);
+  const float q = fmaf(fmaf(fmaf(0.0558382829f, f, 0.242639479f), f, 0.693136734f), f, 0.999924557f);
+  return __uint_as_float(__float_as_uint(q) + (__float_as_uint(t) << 23));
+}
+
+/* POLY: the n-tiles j = 3 mod 4 (a quarter of the scores) through f3_ex2_poly, the rest on the
+ * MUFU unit. */
+template <bool POLY>
 __device__ __forceinline__ void f3_softmax(const attn_params &p, float (&sc)[64], int n0, int len, bool need_mask,
                                            int qr0, int qr1, float &m0, float &m1, float &l0, float &l1, float &al0,
                                            float &al1) {
@@ -78,7 +111,10 @@ __device__ __forceinline__ void f3_softmax(const attn_params &p, float (&sc)[64]
   al0 = ex2_approx(m0 - mu0), al1 = ex2_approx(m1 - mu1);
   m0 = mn0, m1 = mn1;
 #pragma unroll
-  for (int i = 0; i < 64; ++i) sc[i] = ex2_approx(fmaf(sc[i], p.scale_log2, (i & 2) ? -mu1 : -mu0));
+  for (int i = 0; i < 64; ++i) {
+    const float x = fmaf(sc[i], p.scale_log2, (i & 2) ? -mu1 : -mu0);
+    sc[i] = POLY && ((i >> 2) & 3) == 3 ? f3_ex2_poly(x) : ex2_approx(x);
+  }
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     x0[j] = (sc[8 * j] + sc[8 * j + 1]) + (sc[8 * j + 4] + sc[8 * j + 5]);
@@ -101,13 +137,13 @@ __device__ __forceinline__ void f3_pack(const float (&sc)[64], uint32_t (&pa)[8]
 struct f3_span {
   int s0, q0, len, kbeg, nkv;
 };
-__device__ __forceinline__ f3_span f3_tile(const attn_params &p, int tile) {
+__device__ __forceinline__ f3_span f3_tile(const attn_params &p, int tile, int bm) {
   f3_span w;
   const int seq = p.tiles[2 * tile];
   w.q0 = p.tiles[2 * tile + 1];
   w.s0 = p.cu[seq];
   w.len = p.cu[seq + 1] - w.s0;
-  const int kend = p.causal ? min(w.len, w.q0 + F3_BM) : w.len;
+  const int kend = p.causal ? min(w.len, w.q0 + bm) : w.len;
   w.kbeg = p.window > 0 ? max(0, w.q0 - p.window + 1) / F3_BN * F3_BN : 0;
   w.nkv = (kend - w.kbeg + F3_BN - 1) / F3_BN;
   return w;
@@ -115,47 +151,56 @@ __device__ __forceinline__ f3_span f3_tile(const attn_params &p, int tile) {
 
 #endif
 
-template <int D, bool PP>
-__global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constant__ CUtensorMap tm, attn_params p) {
+template <int D, int NC, bool PP, bool POLY>
+__global__ void __launch_bounds__(128 * (NC + 1), 1)
+    k_attn_fa3(const __grid_constant__ CUtensorMap tm, attn_params p, int head_inner) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  typedef f3_cfg<D> C;
-  constexpr int S = C::STAGES, NO = D / 2; /* O accumulator floats per thread */
+  typedef f3_cfg<D, NC> C;
+  static_assert(!PP || NC == 2, "ping-pong takes two consumers");
+  constexpr int S = C::STAGES, NO = D / 2, QR = C::ROWS; /* NO: O accumulator floats per thread */
+  /* registers per thread after setmaxnreg, within the multiprocessor's 64 K */
+  constexpr int REG_PRODUCER = 24, REG_CONSUMER = NC == 2 ? 240 : 160;
   extern __shared__ unsigned char f3_smem_raw[];
   const uint32_t base = (smem_u32(f3_smem_raw) + 1023u) & ~1023u;
   const uint32_t sQ = base, sK = base + C::Q_BYTES, sV = sK + S * C::KV_BYTES, bars = base + C::BAR_OFF;
   /* barriers: q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S] */
   const uint32_t q_full = bars, q_empty = bars + 8, k_full = bars + 16, k_empty = k_full + 8 * S,
                  v_full = k_empty + 8 * S, v_empty = v_full + 8 * S;
-  const int h = blockIdx.y, hk = h / (p.H / p.Hkv);
+  /* grid (G, H): block (x, y) takes head y, tiles x, x + G, ...; head_inner: the block of
+   * linear index x + G y takes head (x + G y) % H, tiles (x + G y) / H + k G (every head of a
+   * tile before the next tile: the heaviest tiles of every head start first) */
+  const int lin = blockIdx.x + gridDim.x * blockIdx.y;
+  const int h = head_inner ? lin % p.H : blockIdx.y, tile0 = head_inner ? lin / p.H : blockIdx.x;
+  const int hk = h / (p.H / p.Hkv);
   const int n_tiles = p.meta[VR_CUDA_META_N_TILES];
   const int wg = threadIdx.x >> 7;
   if (threadIdx.x == 0) {
     mb_init(q_full, 1);
-    mb_init(q_empty, 8);
+    mb_init(q_empty, 4 * NC); /* every consumer warp arrives on the empty barriers */
     for (int s = 0; s < S; ++s) {
       mb_init(k_full + 8 * s, 1);
-      mb_init(k_empty + 8 * s, 8);
+      mb_init(k_empty + 8 * s, 4 * NC);
       mb_init(v_full + 8 * s, 1);
-      mb_init(v_empty + 8 * s, 8);
+      mb_init(v_empty + 8 * s, 4 * NC);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   if (wg == 0) { /* producer: one thread issues every load */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REG_PRODUCER) : "memory");
     if (threadIdx.x == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm)) : "memory");
       int kv = 0, tc = 0;
-      for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++tc) {
-        const f3_span w = f3_tile(p, tile);
+      for (int tile = tile0; tile < n_tiles; tile += gridDim.x, ++tc) {
+        const f3_span w = f3_tile(p, tile, QR);
         mb_wait(q_empty, (tc & 1) ^ 1);
         mb_expect_tx(q_full, C::Q_BYTES);
 #pragma unroll
         for (int c = 0; c < D / 64; ++c)
 #pragma unroll
-          for (int r = 0; r < F3_BM / 64; ++r)
-            tma_box(sQ + (c * F3_BM + r * 64) * 128, &tm, p.q_off + h * D + c * 64, w.s0 + w.q0 + r * 64, q_full);
+          for (int r = 0; r < NC; ++r)
+            tma_box(sQ + (c * QR + r * 64) * 128, &tm, p.q_off + h * D + c * 64, w.s0 + w.q0 + r * 64, q_full);
         for (int it = 0; it < w.nkv; ++it, ++kv) {
           const int st = kv % S;
           const uint32_t ph = (kv / S) & 1;
@@ -183,12 +228,12 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
   }
 
   /* consumers: warpgroup cw owns query rows 64 cw .. 64 cw + 63 of each tile */
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REG_CONSUMER) : "memory");
   const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
   if (PP && cw == 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory"); /* consumer 0 goes first */
   int kv = 0, tc = 0;
-  for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++tc) {
-    const f3_span w = f3_tile(p, tile);
+  for (int tile = tile0; tile < n_tiles; tile += gridDim.x, ++tc) {
+    const f3_span w = f3_tile(p, tile, QR);
     const int wr0 = w.q0 + cw * 64 + warp * 16; /* this warp's first query row */
     const int qr0 = wr0 + g, qr1 = qr0 + 8;
     float o[NO], sc[64];
@@ -206,7 +251,7 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
       uint64_t da[D / 16], db[D / 16];
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
-        da[kk] = f3_desc(q_at + (kk >> 2) * F3_BM * 128 + (kk & 3) * 32, 16, 1024);
+        da[kk] = f3_desc(q_at + (kk >> 2) * QR * 128 + (kk & 3) * 32, 16, 1024);
         db[kk] = f3_desc(k_at + (kk >> 2) * F3_BN * 128 + (kk & 3) * 32, 16, 1024);
         asm volatile("" : "+l"(da[kk]), "+l"(db[kk]));
       }
@@ -255,7 +300,7 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
       f3_pin(sc);
       release(k_empty + 8 * st);
       const int n0 = w.kbeg;
-      f3_softmax(p, sc, n0, w.len, need_mask(n0), qr0, qr1, m0, m1, l0, l1, al0, al1);
+      f3_softmax<POLY>(p, sc, n0, w.len, need_mask(n0), qr0, qr1, m0, m1, l0, l1, al0, al1);
       f3_pack(sc, pa);
     }
     for (int it = 1; it < w.nkv; ++it) {
@@ -276,7 +321,7 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
       f3_pin(sc);
       release(k_empty + 8 * st);
       const int n0 = w.kbeg + it * F3_BN;
-      f3_softmax(p, sc, n0, w.len, need_mask(n0), qr0, qr1, m0, m1, l0, l1, al0, al1);
+      f3_softmax<POLY>(p, sc, n0, w.len, need_mask(n0), qr0, qr1, m0, m1, l0, l1, al0, al1);
       f3_wait<0>(); /* P V(it - 1) */
       f3_pin(o);
       f3_pin(pa);
@@ -293,10 +338,10 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
       if (valid < F3_BN) {
         /* the rows past the sequence hold whatever follows it in qkv (another sequence, rows
          * never written): P is 0 there, but 0 * NaN is not, so they are zeroed (a whole
-         * 128-byte row of a chunk: the swizzle only permutes within it) by both consumer
-         * warpgroups, made visible to wgmma (async proxy), then both wait for each other */
+         * 128-byte row of a chunk: the swizzle only permutes within it) by every consumer
+         * warpgroup, made visible to wgmma (async proxy), then they wait for each other */
         const int n16 = (F3_BN - valid) * (D / 64) * 8, ct = threadIdx.x - 128;
-        for (int i = ct; i < n16; i += 256) {
+        for (int i = ct; i < n16; i += 128 * NC) {
           const int piece = i & 7, rc = i >> 3, c = rc % (D / 64), r = valid + rc / (D / 64);
           asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};\n" ::"r"(sV + sp * C::KV_BYTES +
                                                                         (c * F3_BN + r) * 128 + piece * 16),
@@ -304,7 +349,7 @@ __global__ void __launch_bounds__(F3_THREADS, 1) k_attn_fa3(const __grid_constan
                        : "memory");
         }
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        asm volatile("bar.sync 1, %0;\n" ::"n"(128 * NC) : "memory");
       }
       f3_pin(o);
       f3_pin(pa);
@@ -341,12 +386,18 @@ static int f3_tensor_map(CUtensorMap *tm, const void *qkv, int ld, int rows) {
   return vr_sm90_tensor_map(tm, qkv, ld, rows, ld, 64, 64);
 }
 
-template <int D, bool PP>
-static void f3_launch(const CUtensorMap &tm, const attn_params &p, dim3 grid, cudaStream_t s) {
+template <int D, int NC, bool PP, bool POLY>
+static void f3_launch_k(const CUtensorMap &tm, const attn_params &p, dim3 grid, int head_inner, cudaStream_t s) {
+  typedef f3_cfg<D, NC> C;
   static int attr_set[64];
-  set_smem_once(k_attn_fa3<D, PP>, f3_cfg<D>::SMEM, attr_set);
-  k_attn_fa3<D, PP><<<grid, F3_THREADS, f3_cfg<D>::SMEM, s>>>(tm, p);
+  set_smem_once(k_attn_fa3<D, NC, PP, POLY>, C::SMEM, attr_set);
+  k_attn_fa3<D, NC, PP, POLY><<<grid, C::THREADS, C::SMEM, s>>>(tm, p, head_inner);
   VR_CUDA_CHECK_LAUNCH();
+}
+template <int D, int NC, bool PP>
+static void f3_launch(const CUtensorMap &tm, const attn_params &p, dim3 grid, int head_inner, bool poly,
+                      cudaStream_t s) {
+  poly ? f3_launch_k<D, NC, PP, true>(tm, p, grid, head_inner, s) : f3_launch_k<D, NC, PP, false>(tm, p, grid, head_inner, s);
 }
 
 } /* namespace */
@@ -366,9 +417,13 @@ extern "C" int vr_cuda_attention_fa3_ok(int D) {
 #endif
 }
 
+extern "C" int vr_cuda_attention_fa3_rows(int D, int flags) { return 64 * f3_nc(D, flags); }
+
 extern "C" int vr_cuda_attention_fa3_resident(int D) {
-  return D == 64 ? resident_of(k_attn_fa3<64, true>, F3_THREADS, (int)f3_cfg<64>::SMEM)
-                 : resident_of(k_attn_fa3<128, true>, F3_THREADS, (int)f3_cfg<128>::SMEM);
+  typedef f3_cfg<64, f3_default_nc(64)> C64;
+  typedef f3_cfg<128, f3_default_nc(128)> C128;
+  return D == 64 ? resident_of(k_attn_fa3<64, f3_default_nc(64), false, false>, C64::THREADS, (int)C64::SMEM)
+                 : resident_of(k_attn_fa3<128, f3_default_nc(128), true, false>, C128::THREADS, (int)C128::SMEM);
 }
 
 extern "C" void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int q_off, int k_off, int v_off,
@@ -385,7 +440,13 @@ extern "C" void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int
   /* ping-pong where it measured faster: head_dim 128 (2 x 16384 causal 692 against 681
    * TFLOP/s); at 64 the consumers waiting for their turn cost more than the overlap gives
    * (4 x 16384 causal 428 against 444): docs/benchmarks.md, "Issue 24: FA3-class attention" */
+  const int nc = f3_nc(D, flags);
+  VR_ASSERT((nc == 2 || D == 64) && "three consumer warpgroups only at head_dim 64");
   const bool pp = flags & VR_CUDA_FA3_PINGPONG ? true : flags & VR_CUDA_FA3_NO_PINGPONG ? false : D == 128;
-  if (D == 64) pp ? f3_launch<64, true>(tm, p, grid, s) : f3_launch<64, false>(tm, p, grid, s);
-  else pp ? f3_launch<128, true>(tm, p, grid, s) : f3_launch<128, false>(tm, p, grid, s);
+  VR_ASSERT((!pp || nc == 2) && "ping-pong takes two consumer warpgroups");
+  const int hi = (flags & VR_CUDA_FA3_HEAD_INNER) != 0;
+  const bool poly = (flags & VR_CUDA_FA3_EXP2_POLY) != 0;
+  if (D == 128) pp ? f3_launch<128, 2, true>(tm, p, grid, hi, poly, s) : f3_launch<128, 2, false>(tm, p, grid, hi, poly, s);
+  else if (nc == 3) f3_launch<64, 3, false>(tm, p, grid, hi, poly, s);
+  else pp ? f3_launch<64, 2, true>(tm, p, grid, hi, poly, s) : f3_launch<64, 2, false>(tm, p, grid, hi, poly, s);
 }

@@ -100,8 +100,9 @@ typedef enum vr_cuda_attn_kernel {
   VR_CUDA_ATTN_KERNEL_GENERIC = 0, /* fp32, one warp per query row, 64-row tiles: any D in 1..256 */
   VR_CUDA_ATTN_KERNEL_FA64 = 1,    /* tensor cores, 64-row query tiles of 4 warps x 16 rows: D 16/32/64/128 */
   VR_CUDA_ATTN_KERNEL_FA128 = 2,   /* tensor cores, 128-row query tiles of 4 warps x 32 rows: D 16/32/64 */
-  VR_CUDA_ATTN_KERNEL_FA3 = 3,     /* Hopper wgmma + TMA, warp-specialised, 128-row tiles: D 64/128, sm_90a
-                                      builds on compute 9.0 devices only, needs the rows (rows_hint / rows) */
+  VR_CUDA_ATTN_KERNEL_FA3 = 3,     /* Hopper wgmma + TMA, warp-specialised, 128- or 192-row tiles
+                                      (vr_cuda_attention_fa3_rows): D 64/128, sm_90a builds on compute
+                                      9.0 devices only, needs the rows (rows_hint / rows) */
 } vr_cuda_attn_kernel_t;
 /* Variable-length multi-head attention over packed sequences, no padding:
  * for each sequence, head h, query i: softmax_j(scale * q_i . k_j) v_j over the
@@ -139,15 +140,43 @@ vr_cuda_attn_kernel_t vr_cuda_attention_kernel(int D, int rows_hint);
 const char *vr_cuda_attention_kernel_name(vr_cuda_attn_kernel_t k);
 /* 1 when kernel k runs head_dim D; vr_cuda_attention supports D iff GENERIC fits it. */
 int vr_cuda_attention_kernel_fits(vr_cuda_attn_kernel_t k, int D);
-/* Query rows per tile of kernel k (64 or 128): q0 of its tile list are multiples of it.
- * VR_CUDA_ATTN_BM (64) is the smallest, so counts made with it bound any tile list. */
-int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k);
+/* Query rows per tile of kernel k at head_dim D (64 or 128; FA3's by its configuration,
+ * vr_cuda_attention_fa3_rows: 128, or 192 with three consumers at D 64): q0 of its tile
+ * list are multiples of it. VR_CUDA_ATTN_BM (64) is the smallest and divides the others, so
+ * counts made with it bound any tile list. */
+int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k, int D);
 /* Blocks of kernel k for head_dim D that fit on one multiprocessor at once (occupancy query;
  * >= 1): the backend sizes graph grids with it. */
 int vr_cuda_attention_kernel_resident(vr_cuda_attn_kernel_t k, int D);
 /* The two above for the automatic choice's kernel. */
 int vr_cuda_attention_tile_rows(int D, int rows_hint);
 int vr_cuda_attention_resident_blocks(int D, int rows_hint);
+/* The Hopper kernel alone (vr_cuda_attention_fa3.cu; VR_CUDA_ATTN_KERNEL_FA3), for the launchers
+ * of vr_cuda_attention.cu and the tests / benchmarks comparing its configurations.
+ * _ok: 1 when this build carries its sm_90a code, the current device is compute 9.0 and D is
+ * 64 or 128. _resident: blocks per multiprocessor (1). _rows: query rows per tile of the
+ * configuration `flags` selects at head_dim D (the tile list's rows). The launch: arguments as
+ * vr_cuda_attention_run's plus lse (or NULL); rows > 0: qkv's rows (at most its allocation, at
+ * least every sequence's end: the tensor map's extent); flags: 0 (the library's
+ * configuration) or an OR of one schedule, VR_CUDA_FA3_NO_PINGPONG (the consumer warpgroups
+ * issue their products unordered) or VR_CUDA_FA3_PINGPONG (two consumers take turns), and one
+ * shape, VR_CUDA_FA3_C2 (two consumer warpgroups on 128-row tiles) or VR_CUDA_FA3_C3 (three on
+ * 192-row tiles, head_dim 64 only, unordered), and VR_CUDA_FA3_HEAD_INNER (the blocks take
+ * every head of a tile before the next tile, instead of every tile of a head before the next
+ * head), VR_CUDA_FA3_EXP2_POLY (a quarter of the softmax's exp2 as a cubic on the FMA pipe). */
+#define VR_CUDA_FA3_NO_PINGPONG 1
+#define VR_CUDA_FA3_PINGPONG 2
+#define VR_CUDA_FA3_C2 4
+#define VR_CUDA_FA3_C3 8
+#define VR_CUDA_FA3_HEAD_INNER 16
+#define VR_CUDA_FA3_EXP2_POLY 32
+int vr_cuda_attention_fa3_ok(int D);
+int vr_cuda_attention_fa3_resident(int D);
+int vr_cuda_attention_fa3_rows(int D, int flags);
+void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int q_off, int k_off, int v_off, uint16_t *out,
+                           int ld_out, float *lse, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
+                           int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale, int flags,
+                           cudaStream_t s);
 
 /* Short batches: attention with each 64-row query tile's keys cut into up to 4 ranges of
  * whole 64-key tiles, one block each, combined by the last of them to finish (in range order:

@@ -6,7 +6,7 @@
  * then timed on model-sized shapes (CUDA events, median of repeats) in TFLOP/s. A benchmark:
  * it prints numbers and asserts nothing about speed; a wrong result makes the exit code 1.
  *
- *   cuda_attention_bench [--check] [VARIANT|all] [REPS]     (--check: correctness only)
+ *   cuda_attention_bench [--check] [VARIANT...|all] [REPS]     (--check: correctness only)
  *
  * Variants (k_attn_fa is in model/cuda/vr_cuda_attention_fa.cuh, the others below):
  *   fa128   library (VR_CUDA_ATTN_KERNEL_FA128): k_attn_fa, 128-row query tiles of 4 warps x
@@ -24,11 +24,18 @@
  *   wmma    k_attn_wmma, the first tensor-core kernel: wmma 16x16x16, S, P and O through
  *           shared memory, two lanes per softmax row
  *   fa3     library (VR_CUDA_ATTN_KERNEL_FA3): k_attn_fa3 (model/cuda/vr_cuda_attention_fa3.cu),
- *           TMA + wgmma, warp-specialised, 128-row tiles, head_dim 64 / 128; sm_90a builds on
- *           compute 9.0 devices; the automatic choice there from 4096 rows
- *   fa3np   fa3 with the two consumer warpgroups issuing their products unordered (no
- *           ping-pong; the library's schedule at head_dim 64)
- *   fa3pp   fa3 with the consumers taking turns (ping-pong; the library's at head_dim 128)
+ *           TMA + wgmma, warp-specialised, head_dim 64 / 128 (the library's configuration:
+ *           vr_cuda_attention_fa3_rows); sm_90a builds on compute 9.0 devices
+ *   fa3c2   fa3 with two consumer warpgroups on 128-row tiles (VR_CUDA_FA3_C2: the library's
+ *           configuration before issue 24's head_dim-64 work; ping-pong at head_dim 128 only)
+ *   fa3c3   fa3 with three consumer warpgroups on 192-row tiles (VR_CUDA_FA3_C3, head_dim 64)
+ *   fa3h    fa3 with the blocks taking every head of a tile before the next tile
+ *           (VR_CUDA_FA3_HEAD_INNER: the heaviest causal tiles of all heads first)
+ *   fa3e    fa3 with a quarter of the softmax's exp2 as a cubic on the FMA pipe
+ *           (VR_CUDA_FA3_EXP2_POLY); fa3c2e: the same on fa3c2
+ *   fa3np   fa3c2 with the two consumer warpgroups issuing their products unordered (no
+ *           ping-pong)
+ *   fa3pp   fa3c2 with the consumers taking turns (ping-pong)
  *   wgmma   k_attn_wg64, Hopper wgmma for head_dim 64 (no TMA, one warpgroup); only in builds
  *           with an sm_90a target
  * A variant is skipped on head dims it does not take. */
@@ -642,14 +649,21 @@ struct variant {
   void (*launch)(const attn_params &p, dim3 grid, int D, cudaStream_t s);
   int (*resident)(int D);
   int built;         /* 0: not in this build (wgmma without sm_90a code) */
+  int fa3_flags;     /* the FA3 variants other than the library's: vr_cuda_attention_fa3's flags */
 };
 
 const variant k_variants[] = {
     {"fa128", 16, 64, 128, 1, VR_CUDA_ATTN_KERNEL_FA128, NULL, NULL, 1},
     {"fa64", 16, 128, 64, 1, VR_CUDA_ATTN_KERNEL_FA64, NULL, NULL, 1},
-    {"fa3", 64, 128, 128, 1, VR_CUDA_ATTN_KERNEL_FA3, NULL, NULL, 1},
-    {"fa3np", 64, 128, 128, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1},
-    {"fa3pp", 64, 128, 128, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1},
+    /* FA3: tile_rows 0, the configuration's (rows_of) */
+    {"fa3", 64, 128, 0, 1, VR_CUDA_ATTN_KERNEL_FA3, NULL, NULL, 1, 0},
+    {"fa3c2", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C2},
+    {"fa3c3", 64, 64, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C3},
+    {"fa3h", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_HEAD_INNER},
+    {"fa3e", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_EXP2_POLY},
+    {"fa3c2e", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C2 | VR_CUDA_FA3_EXP2_POLY},
+    {"fa3np", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C2 | VR_CUDA_FA3_NO_PINGPONG},
+    {"fa3pp", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C2 | VR_CUDA_FA3_PINGPONG},
     {"fa2", 16, 64, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<2, 2, 1, false>, resident_fa_v<2, 2, 1, false>, 1},
     {"fa4r", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 1, 4, false>, resident_fa_v<4, 1, 4, false>, 1},
     {"fa128q", 16, 64, 128, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 2, 1, true>, resident_fa_v<4, 2, 1, true>, 1},
@@ -664,14 +678,18 @@ int fits(const variant &v, int D) {
   return (D == 16 || D == 32 || D == 64 || D == 128) && D >= v.min_d && D <= v.max_d;
 }
 
-/* One launch of variant v on batch a (tile list already made for v.tile_rows). */
+/* Query rows of v's tiles at head_dim D. */
+int rows_of(const variant &v, int D) {
+  return v.tile_rows ? v.tile_rows : vr_cuda_attention_fa3_rows(D, v.fa3_flags);
+}
+
+/* One launch of variant v on batch a (tile list already made for rows_of(v, D)). */
 void run_variant(const variant &v, const bench_attn_t *a, int grid) {
   const int H = a->H, Hkv = a->Hkv, D = a->D;
   const float scale = 1.f / sqrtf((float)D);
-  if (!v.library && v.kernel == VR_CUDA_ATTN_KERNEL_FA3) { /* fa3np / fa3pp: the library's FA3, schedule forced */
+  if (!v.library && v.kernel == VR_CUDA_ATTN_KERNEL_FA3) { /* the library's FA3, configuration forced */
     vr_cuda_attention_fa3(a->qkv, a->ld, a->T, 0, H * D, (H + Hkv) * D, a->out, H * D, NULL, a->cu, a->tiles, a->meta,
-                          grid, H, Hkv, D, a->causal, a->window, scale,
-                          !strcmp(v.name, "fa3pp") ? VR_CUDA_FA3_PINGPONG : VR_CUDA_FA3_NO_PINGPONG, 0);
+                          grid, H, Hkv, D, a->causal, a->window, scale, v.fa3_flags, 0);
     return;
   }
   if (v.library) {
@@ -692,7 +710,7 @@ int resident(const variant &v, int D) {
  * library's automatic choice when v is NULL). */
 void output_of(const variant *v, bench_attn_t *a, int grid_cap, float *out) {
   const size_t n = (size_t)a->T * a->H * a->D;
-  if (v) bench_attn_tiles(a, v->tile_rows);
+  if (v) bench_attn_tiles(a, rows_of(*v, a->D));
   else bench_attn_tiles(a, vr_cuda_attention_tile_rows(a->D, a->T));
   const int grid = grid_cap > 0 && grid_cap < a->nt ? grid_cap : a->nt;
   VR_CUDA_CHECK(cudaMemset(a->out, 0xFF, n * 2));
@@ -769,29 +787,40 @@ void run_timed(void *ctx) {
   run_variant(*c->v, c->a, c->grid);
 }
 
-/* The kernel bench's shapes: one block per tile, then the graphs' persistent grid. */
-void time_variant(const variant &v, int reps) {
+/* The kernel bench's shapes for the variants vs[0 .. nv) (shape by shape, every variant on the
+ * same data in turn): one block per tile, then the graphs' persistent grid. */
+void time_variants(const variant *const *vs, int nv, int reps) {
   static const struct {
     int n_seqs, len, H, Hkv, D, causal;
   } shapes[] = {{8, 2048, 32, 8, 128, 1}, {16, 1024, 32, 8, 64, 1}, {32, 512, 12, 12, 64, 0},
                 {64, 256, 12, 12, 64, 0}, {1, 512, 12, 12, 64, 0},
+                /* below the FA3 threshold (4096 rows): where FA64 and FA3 cross */
+                {8, 256, 12, 12, 64, 0}, {4, 512, 12, 12, 64, 0}, {1, 1024, 12, 12, 64, 0},
+                {2, 512, 32, 8, 64, 1}, {2, 1024, 32, 8, 64, 1}, {1, 2048, 32, 8, 64, 1},
+                {1, 2048, 32, 8, 128, 1},
                 /* issue 24's long sequences: llama-8b 2 x 16384, llama-1b 4 x 16384, FA3-paper style
                  * 16k tokens at 2048 wide (bidirectional) */
                 {2, 16384, 32, 8, 128, 1}, {4, 16384, 32, 8, 64, 1}, {1, 16384, 16, 16, 128, 0},
-                {1, 16384, 32, 32, 64, 0}};
+                {1, 16384, 32, 32, 64, 0}, {1, 16384, 32, 32, 64, 1}};
   for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
-    if (!fits(v, shapes[i].D)) continue;
+    int any = 0;
+    for (int k = 0; k < nv; ++k) any |= fits(*vs[k], shapes[i].D);
+    if (!any) continue;
     int lens[64];
     for (int k = 0; k < shapes[i].n_seqs; ++k) lens[k] = shapes[i].len;
     bench_attn_t a;
     bench_attn_init(&a, lens, shapes[i].n_seqs, shapes[i].H, shapes[i].Hkv, shapes[i].D, shapes[i].causal, 0);
-    bench_attn_tiles(&a, v.tile_rows);
-    for (int mode = 0; mode < 2; ++mode) {
-      timed_call c = {&v, &a, mode == 0 ? a.nt : bench_attn_persistent_grid(&a, resident(v, a.D))};
-      const float m = bench_time_ms(run_timed, &c, reps);
-      printf("attention %-7s %2d x %4d H%d/%d D%-3d %-6s grid %5d x %-2d %8.3f ms %7.1f TFLOP/s\n", v.name,
-             shapes[i].n_seqs, shapes[i].len, a.H, a.Hkv, a.D, a.causal ? "causal" : "bidir", c.grid, a.H, m,
-             bench_attn_flops(&a) / (m * 1e-3) / 1e12);
+    for (int k = 0; k < nv; ++k) {
+      const variant &v = *vs[k];
+      if (!fits(v, a.D)) continue;
+      bench_attn_tiles(&a, rows_of(v, a.D));
+      for (int mode = 0; mode < 2; ++mode) {
+        timed_call c = {&v, &a, mode == 0 ? a.nt : bench_attn_persistent_grid(&a, resident(v, a.D))};
+        const float m = bench_time_ms(run_timed, &c, reps);
+        printf("attention %-7s %2d x %5d H%d/%d D%-3d %-6s grid %5d x %-2d %8.3f ms %7.1f TFLOP/s\n", v.name,
+               shapes[i].n_seqs, shapes[i].len, a.H, a.Hkv, a.D, a.causal ? "causal" : "bidir", c.grid, a.H, m,
+               bench_attn_flops(&a) / (m * 1e-3) / 1e12);
+      }
     }
     bench_attn_free(&a);
   }
@@ -800,17 +829,22 @@ void time_variant(const variant &v, int reps) {
 } /* namespace */
 
 int main(int argc, char **argv) {
-  int check_only = 0, reps = 10;
-  const char *want = "all";
+  int check_only = 0, reps = 10, n_want = 0, known = 1;
+  const char *want[32]; /* the variants named, in order; none: all */
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--check")) check_only = 1;
-    else if (argv[i][0] >= '0' && argv[i][0] <= '9') reps = atoi(argv[i]);
-    else want = argv[i];
+    if (!strcmp(argv[i], "--check")) {
+      check_only = 1;
+    } else if (argv[i][0] >= '0' && argv[i][0] <= '9') {
+      reps = atoi(argv[i]);
+    } else if (strcmp(argv[i], "all")) {
+      int k = 0;
+      while (k < k_n_variants && strcmp(argv[i], k_variants[k].name)) ++k;
+      known &= k < k_n_variants && n_want < 32;
+      if (known) want[n_want++] = k_variants[k].name;
+    }
   }
-  int known = !strcmp(want, "all");
-  for (int i = 0; i < k_n_variants; ++i) known |= !strcmp(want, k_variants[i].name);
   if (!known || reps < 1) {
-    fprintf(stderr, "usage: %s [--check] [VARIANT|all] [REPS >= 1]; variants:", argv[0]);
+    fprintf(stderr, "usage: %s [--check] [VARIANT...|all] [REPS >= 1]; variants:", argv[0]);
     for (int i = 0; i < k_n_variants; ++i) fprintf(stderr, " %s", k_variants[i].name);
     fprintf(stderr, "\n");
     return 2;
@@ -820,10 +854,13 @@ int main(int argc, char **argv) {
     printf("no CUDA device\n");
     return 77;
   }
-  int bad = 0;
-  for (int i = 0; i < k_n_variants; ++i) {
+  int bad = 0, n_timed = 0;
+  const variant *timed[sizeof k_variants / sizeof k_variants[0] + 32]; /* checked and correct, to time */
+  for (int w = 0; w < (n_want ? n_want : k_n_variants); ++w) {
+    int i = w;
+    if (n_want)
+      for (i = 0; strcmp(want[w], k_variants[i].name);) ++i;
     const variant &v = k_variants[i];
-    if (strcmp(want, "all") && strcmp(want, v.name)) continue;
     if (!v.built) {
       printf("-- %s: not in this build (configure with an sm_90a target, VR_CUDA_ARCH's default)\n", v.name);
       continue;
@@ -835,8 +872,9 @@ int main(int argc, char **argv) {
     printf("-- %s\n", v.name);
     const int b = check(v);
     bad += b;
-    if (!check_only && b == 0) time_variant(v, reps);
+    if (!check_only && b == 0) timed[n_timed++] = &v;
   }
+  time_variants(timed, n_timed, reps);
   printf("%s\n", bad ? "FAILED" : check_only ? "all variants agree with the library" : "done");
   return bad ? 1 : 0;
 }

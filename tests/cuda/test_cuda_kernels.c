@@ -31,12 +31,20 @@ static void check_maxabs(const char *what, const double *ref, const float *got, 
   }
 }
 
+/* The configuration flags of the FA3 kernel as " c2 head-inner ..." into buf (a test's name). */
+static void fa3_flag_names(int flags, char *buf, size_t n) {
+  snprintf(buf, n, "%s%s%s%s%s", flags & VR_CUDA_FA3_C2 ? " c2" : "", flags & VR_CUDA_FA3_C3 ? " c3" : "",
+           flags & VR_CUDA_FA3_HEAD_INNER ? " head-inner" : "", flags & VR_CUDA_FA3_EXP2_POLY ? " poly" : "",
+           flags & VR_CUDA_FA3_PINGPONG ? " pp" : flags & VR_CUDA_FA3_NO_PINGPONG ? " np" : "");
+}
+
 /* force: the kernel to run (vr_cuda_attention_run), or NULL for the automatic choice
  * (vr_cuda_attention with the batch's rows as the hint). split: the short batches' key-split
  * kernel instead (vr_cuda_attention_split, 64-row tiles; force ignored); its two passes (one
- * block per item, then 3 blocks looping) must also agree bit for bit. */
-static void test_attention_k(const vr_cuda_attn_kernel_t *force, int split, int H, int Hkv, int D, int causal,
-                             int window, const int *lens, int n) {
+ * block per item, then 3 blocks looping) must also agree bit for bit. fa3_flags: with force
+ * FA3 and nonzero, that configuration (vr_cuda_attention_fa3 and its tile rows). */
+static void test_attention_k(const vr_cuda_attn_kernel_t *force, int split, int fa3_flags, int H, int Hkv, int D,
+                             int causal, int window, const int *lens, int n) {
   int T = 0;
   for (int i = 0; i < n; ++i) T += lens[i];
   const int ld = (H + 2 * Hkv) * D, qoff = 0, koff = H * D, voff = (H + Hkv) * D;
@@ -47,7 +55,8 @@ static void test_attention_k(const vr_cuda_attn_kernel_t *force, int split, int 
   int nt = 0;
   const vr_cuda_attn_kernel_t kernel =
       split ? VR_CUDA_ATTN_KERNEL_FA64 : force ? *force : vr_cuda_attention_kernel(D, T); /* its tile rows */
-  const int tile_rows = vr_cuda_attention_kernel_rows(kernel);
+  const int fa3_cfg = kernel == VR_CUDA_ATTN_KERNEL_FA3 && fa3_flags;
+  const int tile_rows = fa3_cfg ? vr_cuda_attention_fa3_rows(D, fa3_flags) : vr_cuda_attention_kernel_rows(kernel, D);
   for (int i = 0; i < n; ++i) {
     cu[i + 1] = cu[i] + lens[i];
     for (int q0 = 0; q0 < lens[i]; q0 += tile_rows) {
@@ -101,7 +110,8 @@ static void test_attention_k(const vr_cuda_attn_kernel_t *force, int split, int 
     d_cnt = dmalloc(cnt_bytes);
     CK(cudaMemset(d_cnt, 0, cnt_bytes));
   }
-  char what[160];
+  char what[160], cfg[48] = "";
+  if (fa3_cfg) fa3_flag_names(fa3_flags, cfg, sizeof cfg);
   for (int pass = 0; pass < 2; ++pass) {
     const int grid = pass == 0 ? nt : 3; /* pass 1: fewer blocks than tiles (graph mode) */
     CK(cudaMemset(d_out, 0xFF, (size_t)T * H * D * 2));
@@ -109,6 +119,9 @@ static void test_attention_k(const vr_cuda_attn_kernel_t *force, int split, int 
       vr_cuda_attention_split(d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta,
                               pass == 0 ? vr_cuda_attention_split_items(nt) : 3, H, Hkv, D, causal, window,
                               (float)scale, d_part, d_cnt, 0);
+    else if (fa3_cfg)
+      vr_cuda_attention_fa3(d_qkv, ld, T, qoff, koff, voff, d_out, H * D, NULL, d_cu, d_tiles, d_meta, grid, H, Hkv, D,
+                            causal, window, (float)scale, fa3_flags, 0);
     else if (force)
       vr_cuda_attention_run(kernel, d_qkv, ld, qoff, koff, voff, d_out, H * D, d_cu, d_tiles, d_meta, grid, H, Hkv, D,
                             causal, window, (float)scale, T, 0);
@@ -117,9 +130,9 @@ static void test_attention_k(const vr_cuda_attn_kernel_t *force, int split, int 
                         window, (float)scale, T, 0);
     tohost(out, d_out, (size_t)T * H * D * 2);
     float *of = bf_arr_to_f(out, (size_t)T * H * D);
-    snprintf(what, sizeof what, "attention %s%s H%d/%d D%d %s win%d n%d T%d grid%d",
+    snprintf(what, sizeof what, "attention %s%s H%d/%d D%d %s win%d n%d T%d grid%d%s",
              split ? "split" : vr_cuda_attention_kernel_name(kernel), force || split ? "" : " (auto)", H, Hkv, D,
-             causal ? "causal" : "bidir", window, n, T, grid);
+             causal ? "causal" : "bidir", window, n, T, grid, cfg);
     check_rel(what, ref, of, (size_t)T * H * D, 1e-2);
     check_maxabs(what, ref, of, (size_t)T * H * D, 3e-2);
     free(of);
@@ -150,7 +163,7 @@ static void test_attention_k(const vr_cuda_attn_kernel_t *force, int split, int 
 
 static void test_attention(const vr_cuda_attn_kernel_t *force, int H, int Hkv, int D, int causal, int window,
                            const int *lens, int n) {
-  test_attention_k(force, 0, H, Hkv, D, causal, window, lens, n);
+  test_attention_k(force, 0, 0, H, Hkv, D, causal, window, lens, n);
 }
 
 /* The short batches' key-split kernel against the double reference: one sequence of 256
@@ -164,15 +177,15 @@ static void attention_split_suite(void) {
   const int dims[] = {16, 32, 64, 128};
   for (size_t di = 0; di < sizeof dims / sizeof dims[0]; ++di) {
     const int D = dims[di];
-    test_attention_k(NULL, 1, 4, 4, D, 0, 0, one256, 1);
-    test_attention_k(NULL, 1, 4, 2, D, 1, 0, ragged, 5);
+    test_attention_k(NULL, 1, 0, 4, 4, D, 0, 0, one256, 1);
+    test_attention_k(NULL, 1, 0, 4, 2, D, 1, 0, ragged, 5);
   }
-  test_attention_k(NULL, 1, 12, 12, 64, 0, 0, one256, 1); /* roberta-base heads */
-  test_attention_k(NULL, 1, 8, 2, 64, 1, 0, one256, 1);   /* llama-1b-like GQA, causal */
-  test_attention_k(NULL, 1, 8, 1, 64, 0, 0, ragged, 5);   /* MQA */
-  test_attention_k(NULL, 1, 4, 2, 64, 1, 100, ragged, 5); /* sliding window */
-  test_attention_k(NULL, 1, 2, 2, 64, 0, 0, one1100, 1);
-  test_attention_k(NULL, 1, 2, 1, 128, 1, 0, one1100, 1);
+  test_attention_k(NULL, 1, 0, 12, 12, 64, 0, 0, one256, 1); /* roberta-base heads */
+  test_attention_k(NULL, 1, 0, 8, 2, 64, 1, 0, one256, 1);   /* llama-1b-like GQA, causal */
+  test_attention_k(NULL, 1, 0, 8, 1, 64, 0, 0, ragged, 5);   /* MQA */
+  test_attention_k(NULL, 1, 0, 4, 2, 64, 1, 100, ragged, 5); /* sliding window */
+  test_attention_k(NULL, 1, 0, 2, 2, 64, 0, 0, one1100, 1);
+  test_attention_k(NULL, 1, 0, 2, 1, 128, 1, 0, one1100, 1);
   int ok = vr_cuda_attention_split_fits(64, 256) && vr_cuda_attention_split_fits(128, 512) &&
            !vr_cuda_attention_split_fits(64, 513) && !vr_cuda_attention_split_fits(64, 0) &&
            !vr_cuda_attention_split_fits(8, 256) && !vr_cuda_attention_split_fits(80, 256);
@@ -205,10 +218,16 @@ static void test_attention_choice(void) {
       ok = 0;
     }
   }
-  ok &= vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA128) == 128 &&
-        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA64) == 64 &&
-        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA3) == 128 &&
-        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_GENERIC) == 64;
+  ok &= vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA128, 64) == 128 &&
+        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA64, 128) == 64 &&
+        vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_GENERIC, 80) == 64;
+  /* FA3: the library's configuration is one of the selectable ones */
+  ok &= vr_cuda_attention_fa3_rows(64, VR_CUDA_FA3_C2) == 128 && vr_cuda_attention_fa3_rows(64, VR_CUDA_FA3_C3) == 192 &&
+        vr_cuda_attention_fa3_rows(128, VR_CUDA_FA3_C2) == 128 && vr_cuda_attention_fa3_rows(128, 0) == 128;
+  for (int D = 64; D <= 128; D += 64) {
+    const int r = vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA3, D);
+    ok &= r == vr_cuda_attention_fa3_rows(D, 0) && (r == 128 || r == 192) && r % VR_CUDA_ATTN_BM == 0;
+  }
   ok &= !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA128, 128) &&
         !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_GENERIC, 257) &&
         !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA3, 32);
@@ -262,8 +281,9 @@ static int attn_tiles(const int *lens, int n, int rows, int32_t *tiles) {
 
 /* FA3 against FA64 (itself checked against the CPU above) on long sequences, where a double
  * reference would take minutes: both on the same device data, FA3 once per tile and with a
- * persistent grid of 5 blocks. */
-static void test_attention_fa3_long(int H, int Hkv, int D, int causal, const int *lens, int n) {
+ * persistent grid of 5 blocks; flags: 0 (the library's configuration, vr_cuda_attention_run)
+ * or vr_cuda_attention_fa3's. */
+static void test_attention_fa3_long(int flags, int H, int Hkv, int D, int causal, const int *lens, int n) {
   int T = 0;
   for (int i = 0; i < n; ++i) T += lens[i];
   const int ld = (H + 2 * Hkv) * D;
@@ -272,7 +292,7 @@ static void test_attention_fa3_long(int H, int Hkv, int D, int causal, const int
   int32_t *cu = malloc((n + 1) * 4), *t64 = malloc((size_t)2 * (T + n) * 4), *t128 = malloc((size_t)2 * (T + n) * 4);
   cu[0] = 0;
   for (int i = 0; i < n; ++i) cu[i + 1] = cu[i] + lens[i];
-  const int n64 = attn_tiles(lens, n, 64, t64), n128 = attn_tiles(lens, n, 128, t128);
+  const int n64 = attn_tiles(lens, n, 64, t64), n128 = attn_tiles(lens, n, vr_cuda_attention_fa3_rows(D, flags), t128);
   const int32_t m64[4] = {n, n64, 0, 0}, m128[4] = {n, n128, 0, 0};
   uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2);
   int32_t *d_cu = todev(cu, (n + 1) * 4), *d_t64 = todev(t64, (size_t)2 * n64 * 4), *d_t128 = todev(t128, (size_t)2 * n128 * 4);
@@ -289,11 +309,17 @@ static void test_attention_fa3_long(int H, int Hkv, int D, int causal, const int
   char what[160];
   for (int pass = 0; pass < 2; ++pass) {
     CK(cudaMemset(d_out, 0xFF, no * 2));
-    vr_cuda_attention_run(VR_CUDA_ATTN_KERNEL_FA3, d_qkv, ld, 0, H * D, (H + Hkv) * D, d_out, H * D, d_cu, d_t128,
-                          d_m128, pass ? 5 : n128, H, Hkv, D, causal, 0, scale, T, 0);
+    if (flags)
+      vr_cuda_attention_fa3(d_qkv, ld, T, 0, H * D, (H + Hkv) * D, d_out, H * D, NULL, d_cu, d_t128, d_m128,
+                            pass ? 5 : n128, H, Hkv, D, causal, 0, scale, flags, 0);
+    else
+      vr_cuda_attention_run(VR_CUDA_ATTN_KERNEL_FA3, d_qkv, ld, 0, H * D, (H + Hkv) * D, d_out, H * D, d_cu, d_t128,
+                            d_m128, pass ? 5 : n128, H, Hkv, D, causal, 0, scale, T, 0);
     tohost(out, d_out, no * 2);
     float *of = bf_arr_to_f(out, no);
-    snprintf(what, sizeof what, "attention fa3 vs fa64 H%d/%d D%d %s n%d T%d grid%d", H, Hkv, D,
+    char cfg[48];
+    fa3_flag_names(flags, cfg, sizeof cfg);
+    snprintf(what, sizeof what, "attention fa3%s vs fa64 H%d/%d D%d %s n%d T%d grid%d", cfg, H, Hkv, D,
              causal ? "causal" : "bidir", n, T, pass ? 5 : n128);
     check_rel(what, ref, of, no, 1e-2);
     check_maxabs(what, ref, of, no, 3e-2);
@@ -326,11 +352,34 @@ static void attention_fa3_suite(void) {
       for (int causal = 0; causal < 2; ++causal) test_attention(&k, gqa[gi][0], gqa[gi][1], D, causal, 0, ragged, 7);
   test_attention(&k, 4, 2, 64, 1, 40, ragged, 7);   /* sliding window, causal */
   test_attention(&k, 4, 2, 128, 0, 200, ragged, 7); /* sliding window, bidirectional */
+  /* both head_dim-64 configurations by name (one of them is the library's), the heads-inner
+   * block order, the forced schedules */
+  static const int cfgs[] = {VR_CUDA_FA3_C2,
+                             VR_CUDA_FA3_C3,
+                             VR_CUDA_FA3_C3 | VR_CUDA_FA3_HEAD_INNER,
+                             VR_CUDA_FA3_C3 | VR_CUDA_FA3_EXP2_POLY,
+                             VR_CUDA_FA3_C2 | VR_CUDA_FA3_EXP2_POLY,
+                             VR_CUDA_FA3_C2 | VR_CUDA_FA3_PINGPONG};
+  for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ++ci) {
+    test_attention_k(&k, 0, cfgs[ci], 8, 2, 64, 1, 0, ragged, 7);
+    test_attention_k(&k, 0, cfgs[ci], 4, 4, 64, 0, 0, ragged, 7);
+    test_attention_k(&k, 0, cfgs[ci], 4, 2, 64, 1, 40, ragged, 7);
+    test_attention_k(&k, 0, cfgs[ci], 4, 2, 64, 0, 200, ragged, 7);
+  }
+  test_attention_k(&k, 0, VR_CUDA_FA3_HEAD_INNER, 8, 2, 128, 1, 0, ragged, 7);
+  test_attention_k(&k, 0, VR_CUDA_FA3_EXP2_POLY, 8, 2, 128, 1, 0, ragged, 7);
+  test_attention_k(&k, 0, VR_CUDA_FA3_EXP2_POLY, 4, 2, 128, 0, 200, ragged, 7);
   static const int long1[] = {16384}, mixed[] = {16384, 1, 17, 255, 3000};
-  test_attention_fa3_long(8, 1, 128, 1, long1, 1);
-  test_attention_fa3_long(8, 2, 128, 0, mixed, 5);
-  test_attention_fa3_long(8, 8, 64, 1, mixed, 5);
-  test_attention_fa3_long(8, 1, 64, 0, long1, 1);
+  test_attention_fa3_long(0, 8, 1, 128, 1, long1, 1);
+  test_attention_fa3_long(0, 8, 2, 128, 0, mixed, 5);
+  test_attention_fa3_long(0, 8, 8, 64, 1, mixed, 5);
+  test_attention_fa3_long(0, 8, 1, 64, 0, long1, 1);
+  test_attention_fa3_long(VR_CUDA_FA3_C2, 8, 8, 64, 1, mixed, 5);
+  test_attention_fa3_long(VR_CUDA_FA3_C3, 8, 8, 64, 1, mixed, 5);
+  test_attention_fa3_long(VR_CUDA_FA3_C3 | VR_CUDA_FA3_HEAD_INNER, 8, 2, 64, 1, long1, 1);
+  test_attention_fa3_long(VR_CUDA_FA3_C3, 8, 1, 64, 0, mixed, 5);
+  test_attention_fa3_long(VR_CUDA_FA3_C3 | VR_CUDA_FA3_EXP2_POLY, 8, 8, 64, 1, mixed, 5);
+  test_attention_fa3_long(VR_CUDA_FA3_EXP2_POLY, 8, 2, 128, 1, long1, 1);
 }
 
 /* ---------------------------------------------------------------- norms */
