@@ -342,7 +342,8 @@ def main():
     ap.add_argument("--shm-client", default="", help="vr_test_shm_client (tests/server/shm_client.c) for --server")
     ap.add_argument("--service-max-batch-tokens", default="16384", help="comma list, one server run each")
     ap.add_argument("--service-threads", type=int, default=4)
-    ap.add_argument("--service-req-seqs", type=int, default=0, help="sequences per request (0: one per thread)")
+    ap.add_argument("--service-req-seqs", default="0",
+                    help="comma list of sequences per request (0: one request per thread), one server run each")
     ap.add_argument("--service-iters", type=int, default=20)
     a = ap.parse_args()
     import torch
@@ -450,32 +451,33 @@ def main():
                 log(f"   ours {w} (max batch tokens {mbt}): {o['latency_median_s'] * 1e3:.2f} ms, "
                     f"{o['tokens_per_s']:.0f} tok/s, ratio {o['ratio']:.2f}x, "
                     f"score rel err vs tf {o['rel_err_vs_transformers']:.2e}", logf)
-        for label, server in (x.split("=", 1) for x in a.server):
-            for mbt in (int(v) for v in a.service_max_batch_tokens.split(",")):
-                for k, (w, (_, _, _, _, _, ourit)) in enumerate(works):
-                    if w not in PACKED:
-                        continue
-                    r = res["workloads"][w]
-                    o = run_service(server, a.shm_client, path, os.path.join(a.models_dir, f"{shape}-{k}.seq"), mbt,
-                                    a.service_threads, a.service_req_seqs, max(ourit[0], 2), a.service_iters,
-                                    os.path.join(a.out, f"server-{label}-{mbt}-{k}.log"))
-                    key = f"service_{label}_mbt{mbt}"
-                    r[key] = o
-                    if "error" in o:
-                        log(f"   service {label} {w} (max batch tokens {mbt}) FAILED: {o['error']}", logf)
-                        continue
-                    o["tokens_per_s"] = r["tokens"] / o["latency_median_s"]
-                    o["rel_err_vs_transformers"] = rel_err(o["scores"], r["transformers"]["scores"])
-                    srt = r.get("transformers_sorted")
-                    o["ratio_vs_sorted"] = (srt["by_batch"][srt["best_batch"]]["latency_median_s"] /
-                                            o["latency_median_s"]) if srt else float("nan")
-                    log(f"   service {label} {w} (max batch tokens {mbt}, {a.service_threads} threads, req seqs "
-                        f"{a.service_req_seqs}): {o['latency_median_s'] * 1e3:.2f} ms (min {o['latency_min_s'] * 1e3:.2f}), "
-                        f"{o['ratio_vs_sorted']:.2f}x sorted; {o['batches_per_round']:.2f} batches/round of "
-                        f"{o['tokens_per_batch']:.0f} tokens, batch compute {o['batch_compute_ms_per_round']:.2f} ms/round, "
-                        f"busy {o['busy_ms_per_round']:.2f} ms/round ({o['busy_fraction'] * 100:.1f}% of the wall), "
-                        f"queue wait {o['queue_wait_ms_mean']:.2f} ms, score rel err vs tf "
-                        f"{o['rel_err_vs_transformers']:.2e}", logf)
+        runs = [(label, server, int(mbt), int(rq)) for label, server in (x.split("=", 1) for x in a.server)
+                for mbt in a.service_max_batch_tokens.split(",") for rq in a.service_req_seqs.split(",")]
+        for label, server, mbt, rq in runs:
+            for k, (w, (_, _, _, _, _, ourit)) in enumerate(works):
+                if w not in PACKED:
+                    continue
+                r = res["workloads"][w]
+                o = run_service(server, a.shm_client, path, os.path.join(a.models_dir, f"{shape}-{k}.seq"), mbt,
+                                a.service_threads, rq, max(ourit[0], 2), a.service_iters,
+                                os.path.join(a.out, f"server-{label}-{mbt}-{rq}-{k}.log"))
+                key = f"service_{label}_mbt{mbt}" + (f"_req{rq}" if rq else "")
+                r[key] = o
+                if "error" in o:
+                    log(f"   service {label} {w} (max batch tokens {mbt}) FAILED: {o['error']}", logf)
+                    continue
+                o["tokens_per_s"] = r["tokens"] / o["latency_median_s"]
+                o["rel_err_vs_transformers"] = rel_err(o["scores"], r["transformers"]["scores"])
+                srt = r.get("transformers_sorted")
+                o["ratio_vs_sorted"] = (srt["by_batch"][srt["best_batch"]]["latency_median_s"] /
+                                        o["latency_median_s"]) if srt else float("nan")
+                log(f"   service {label} {w} (max batch tokens {mbt}, {a.service_threads} threads, req seqs "
+                    f"{rq or 'all'}): {o['latency_median_s'] * 1e3:.2f} ms (min {o['latency_min_s'] * 1e3:.2f}), "
+                    f"{o['ratio_vs_sorted']:.2f}x sorted; {o['batches_per_round']:.2f} batches/round of "
+                    f"{o['tokens_per_batch']:.0f} tokens, batch compute {o['batch_compute_ms_per_round']:.2f} ms/round, "
+                    f"busy {o['busy_ms_per_round']:.2f} ms/round ({o['busy_fraction'] * 100:.1f}% of the wall), "
+                    f"queue wait {o['queue_wait_ms_mean']:.2f} ms, score rel err vs tf "
+                    f"{o['rel_err_vs_transformers']:.2e}", logf)
         if not a.keep_models:
             shutil.rmtree(path, ignore_errors=True)
     with open(os.path.join(a.out, "bench.json"), "w") as f:
