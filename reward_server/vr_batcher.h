@@ -96,7 +96,8 @@ uint32_t vr_batcher_depth(vr_batcher_t *b);
 
 /* Switches every replica's model between two batches: models[r] (sc->n_replicas of them) takes
  * replica r's place, and the batching settings become *cfg (NULL: kept). Every worker finishes its
- * batch in flight on the old model and parks; once all are parked the models are switched
+ * batch in flight on the old model (and the rest of any request split over batches that has begun:
+ * one request is never scored by two models) and parks; once all are parked the models are switched
  * together (no batch is ever scored while replicas serve different models), and models[r] gets
  * the old model of replica r (the caller frees them once no other thread can still be reading
  * the old pointers). Blocks until done. 0, or VR_ERR_SHUTTING_DOWN when the batcher is stopping

@@ -1251,6 +1251,62 @@ class TestSplit(unittest.TestCase):
         self.assertEqual((res["ok"], res["mismatch"]), (150, 0), res)
         s.stop()
 
+    def test_reload_never_mixes_models_in_a_request(self):
+        # a reload (SIGHUP) while split requests are in flight: the switch waits for the rest of
+        # every request already begun, so each answer comes wholly from the old model or wholly
+        # from the new one (whose score head is doubled)
+        dst = os.path.join(tempfile.mkdtemp(prefix="vrsplit_"), "llama_gqa")
+        self.addCleanup(shutil.rmtree, os.path.dirname(dst), True)
+        shutil.copytree(os.path.join(FIXTURES, "models", "llama_gqa"), dst)
+        s = Server(self, "--model", dst, "--device", "cpu", "--threads", "1", "--max-batch-tokens", "48",
+                   "--batch-linger-us", "0").wait_ready()
+        seqs = [[(5 * i + t) % 90 + 3 for t in range(40)] for i in range(12)]  # one sequence a batch
+        st, before = s.score({"input_ids": seqs})
+        self.assertEqual(st, 200, before)
+        old = f32s(before["scores"])
+        new = [f32(2 * x) for x in old]
+        path = os.path.join(dst, "model.safetensors")
+        with open(path, "rb") as f:
+            blob = bytearray(f.read())
+        h = struct.unpack("<Q", blob[:8])[0]
+        t = json.loads(blob[8:8 + h])["score.weight"]
+        b, e = (8 + h + o for o in t["data_offsets"])
+        vals = struct.unpack(f"<{(e - b) // 4}f", blob[b:e])
+        blob[b:e] = struct.pack(f"<{len(vals)}f", *(2 * v for v in vals))
+        with open(path + ".new", "wb") as f:
+            f.write(blob)
+        os.replace(path + ".new", path)
+        got, errors, stop = [], [], threading.Event()
+
+        def client():
+            try:
+                while not stop.is_set():
+                    st, o = s.score({"input_ids": seqs})
+                    assert st == 200, o
+                    got.append(f32s(o["scores"]))
+            except Exception as ex:  # noqa: BLE001 - reported below
+                errors.append(ex)
+
+        th = [threading.Thread(target=client) for _ in range(3)]
+        for x in th:
+            x.start()
+        time.sleep(0.2)
+        s.proc.send_signal(signal.SIGHUP)
+        end = time.monotonic() + 120
+        while "reload (SIGHUP): now serving" not in s.logtext() and time.monotonic() < end:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        stop.set()
+        for x in th:
+            x.join()
+        self.assertEqual(errors, [])
+        self.assertIn("reload (SIGHUP): now serving", s.logtext())
+        mixed = [g for g in got if g != old and g != new]
+        self.assertEqual(mixed, [], "a request scored partly by each model")
+        self.assertIn(old, got)
+        self.assertIn(new, got)
+        s.stop()
+
 
 class TestOverload(unittest.TestCase):
     """A full queue refuses at once (HTTP 429, shm VR_ERR_OVERLOADED) instead of growing.
