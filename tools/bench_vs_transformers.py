@@ -365,7 +365,9 @@ def main():
         seqs_of = {}
         args = [a.runner, "--model", path, "--max-batch-tokens", str(SHAPES[shape]["max_batch_tokens"])]
         for k, (w, (_, n, lo, hi, tfit, ourit)) in enumerate(works):
-            seqs = make_seqs(shape, n, lo, hi, a.seed + k)
+            # the seed follows the workload's place among all of its shape's, so a --workloads
+            # subset scores the same sequences as the full run
+            seqs = make_seqs(shape, n, lo, hi, a.seed + [x for x, v in WORKLOADS.items() if v[0] == shape].index(w))
             seqs_of[w] = seqs
             sp = os.path.join(a.models_dir, f"{shape}-{k}.seq")
             write_seqs(sp, seqs)
@@ -474,7 +476,8 @@ def main():
                 log(f"   service {label} {w} (max batch tokens {mbt}, {a.service_threads} threads, req seqs "
                     f"{rq or 'all'}): {o['latency_median_s'] * 1e3:.2f} ms (min {o['latency_min_s'] * 1e3:.2f}), "
                     f"{o['ratio_vs_sorted']:.2f}x sorted; {o['batches_per_round']:.2f} batches/round of "
-                    f"{o['tokens_per_batch']:.0f} tokens, batch compute {o['batch_compute_ms_per_round']:.2f} ms/round, "
+                    f"{o['tokens_per_batch']:.0f} tokens, "
+                    f"batch compute {o['batch_compute_ms_per_round']:.2f} ms/round, "
                     f"busy {o['busy_ms_per_round']:.2f} ms/round ({o['busy_fraction'] * 100:.1f}% of the wall), "
                     f"queue wait {o['queue_wait_ms_mean']:.2f} ms, score rel err vs tf "
                     f"{o['rel_err_vs_transformers']:.2e}", logf)
@@ -498,7 +501,8 @@ def main():
         srt = r.get("transformers_sorted")
         if srt:
             x = srt["by_batch"][srt["best_batch"]]
-            rows.append(f"{'  tf length-sorted, batch ' + str(srt['best_batch']):30} {x['latency_median_s'] * 1e3:9.2f}")
+            label = "  tf length-sorted, batch " + str(srt["best_batch"])
+            rows.append(f"{label:30} {x['latency_median_s'] * 1e3:9.2f}")
         for key, x in r.items():
             if key.startswith("service_") and "tokens_per_s" in x:
                 rows.append(f"{'  ' + key:30} {'':9} {x['latency_median_s'] * 1e3:9.2f} {'':10} "

@@ -377,7 +377,8 @@ static void *rounds_main(void *arg) {
       memset(&info, 0, sizeof info);
       int rc = vr_client_wait(c, rid[got], 60000000, sc + first[got], NULL, &info);
       if (rc) {
-        if (failed < 5) fprintf(stderr, "rounds: request failed: %s (%s)\n", vr_status_name(rc), vr_client_last_error());
+        if (failed < 5)
+          fprintf(stderr, "rounds: request failed: %s (%s)\n", vr_status_name(rc), vr_client_last_error());
         failed++;
       } else if (it >= r->warmup) {
         qsum += info.queue_us;
