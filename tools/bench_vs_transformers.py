@@ -40,6 +40,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -361,7 +362,7 @@ def main():
         res["shapes"][shape] = info
         log(f"   {info['params'] / 1e9:.2f}B params, init {info['init_s']:.1f}s, save {info['save_s']:.1f}s", logf)
         works = [(w, spec) for w, spec in WORKLOADS.items()
-                 if spec[0] == shape and (not a.workloads or w in a.workloads.split(","))]
+                 if spec[0] == shape and (not a.workloads or w in re.split(r",(?![^\[]*\])", a.workloads))]
         seqs_of = {}
         args = [a.runner, "--model", path, "--max-batch-tokens", str(SHAPES[shape]["max_batch_tokens"])]
         for k, (w, (_, n, lo, hi, tfit, ourit)) in enumerate(works):
