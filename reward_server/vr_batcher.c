@@ -19,7 +19,14 @@
 #include "vr_log.h"
 #include "vr_time.h"
 
-/* One packed batch: its buffers (grown, never shrunk) and the jobs it answers. */
+/* Sequences first .. first + n - 1 of a job, packed into one batch. */
+typedef struct part {
+  vr_job_t *job;
+  uint32_t first, n;
+  uint64_t tokens;           /* their kept tokens */
+} part_t;
+
+/* One packed batch: its buffers (grown, never shrunk) and the job parts it answers. */
 typedef struct vr_slot {
   int32_t *ids;
   uint32_t *cu, *resp;
@@ -27,8 +34,8 @@ typedef struct vr_slot {
   float *scores, *comps;
   int32_t *status;
   size_t ids_cap, cu_cap, resp_cap, ex_cap, scores_cap, status_cap, comps_cap; /* elements */
-  vr_job_t **jobs;
-  size_t jobs_cap, n_jobs;
+  part_t *parts;
+  size_t parts_cap, n_parts;
   uint32_t n_seqs, n_tokens;
   uint64_t t_submit;
   int submit_rc;
@@ -74,6 +81,7 @@ struct vr_batcher {
   uint32_t depth;
   uint64_t queued_tokens;  /* kept (post-truncation) tokens of queued jobs */
   uint32_t idle;           /* workers waiting for work with nothing outstanding */
+  uint32_t partial;        /* queued jobs with some sequences packed already (a switch waits for them) */
   uint32_t live;           /* workers not yet exited */
   int stopped;             /* every worker exited: a swap asked from now on is refused at once */
   int draining;
@@ -203,21 +211,40 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
   return 0;
 }
 
-static void finish(vr_job_t *j, int status) {
-  j->status = status;
-  j->done(j);
+/* One of the job's parts is over (status 0 or its error; the first error is the job's):
+ * the last one answers the job (returns 1 then, else 0). Any thread, lock not needed. */
+static int part_done(vr_job_t *j, int status) {
+  if (status) {
+    int zero = 0;
+    __atomic_compare_exchange_n(&j->status, &zero, status, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  }
+  if (__atomic_sub_fetch(&j->parts_left, 1, __ATOMIC_ACQ_REL) == 0) {
+    const uint64_t dt = j->first_submit_ns ? vr_now_ns() - j->first_submit_ns : 0; /* 0: never submitted */
+    j->compute_us = dt / 1000 > UINT32_MAX ? UINT32_MAX : (uint32_t)(dt / 1000);
+    j->done(j);
+    return 1;
+  }
+  return 0;
+}
+
+/* Kept tokens of sequence i of j. */
+static uint32_t seq_kept(const vr_scorer_t *sc, const vr_job_t *j, uint32_t i) {
+  uint32_t start, kept;
+  vr_scorer_window(sc, j->cu[i + 1] - j->cu[i], &start, &kept);
+  return kept;
 }
 
 /* Packs the slot's jobs back to back (no padding) and submits them to the
  * worker's replica. On a packing failure every job is answered at once and the slot is
- * left empty (n_jobs 0). */
+ * left empty (n_parts 0). */
 static void pack_submit(worker_t *w, vr_slot_t *sl) {
   vr_batcher_t *b = w->b;
   const uint32_t nc = b->sc->spec.n;
   uint64_t n_seqs = 0, n_tok = 0;
-  for (size_t k = 0; k < sl->n_jobs; k++) {
-    n_seqs += sl->jobs[k]->n_seqs;
-    n_tok += job_tokens(sl->jobs[k]);
+  for (size_t k = 0; k < sl->n_parts; k++) {
+    const part_t *pt = &sl->parts[k];
+    n_seqs += pt->n;
+    n_tok += pt->tokens;
   }
   size_t need = n_seqs + 1;
   int rc = grow((void **)&sl->ids, &sl->ids_cap, n_tok ? n_tok : 1, sizeof *sl->ids);
@@ -229,17 +256,17 @@ static void pack_submit(worker_t *w, vr_slot_t *sl) {
   if (!rc) rc = grow((void **)&sl->comps, &sl->comps_cap, need * (nc ? nc : 1), sizeof *sl->comps);
   if (rc) {
     vr_log(VR_LOG_ERROR, "out of memory packing %llu sequences", (unsigned long long)n_seqs);
-    for (size_t k = 0; k < sl->n_jobs; k++) finish(sl->jobs[k], VR_ERR_NOMEM);
-    sl->n_jobs = 0;
+    for (size_t k = 0; k < sl->n_parts; k++) part_done(sl->parts[k].job, VR_ERR_NOMEM);
+    sl->n_parts = 0;
     return;
   }
 
   /* pack: sequence windows back to back, no padding */
   uint32_t s = 0, pos = 0;
   sl->cu[0] = 0;
-  for (size_t k = 0; k < sl->n_jobs; k++) {
-    const vr_job_t *j = sl->jobs[k];
-    for (uint32_t i = 0; i < j->n_seqs; i++, s++) {
+  for (size_t k = 0; k < sl->n_parts; k++) {
+    const vr_job_t *j = sl->parts[k].job;
+    for (uint32_t i = sl->parts[k].first; i < sl->parts[k].first + sl->parts[k].n; i++, s++) {
       uint32_t len = j->cu[i + 1] - j->cu[i], start, kept;
       vr_scorer_window(b->sc, len, &start, &kept);
       if (kept) memcpy(sl->ids + pos, j->ids + j->cu[i] + start, (size_t)kept * sizeof *sl->ids);
@@ -252,10 +279,13 @@ static void pack_submit(worker_t *w, vr_slot_t *sl) {
   sl->n_seqs = s;
   sl->n_tokens = pos;
   sl->t_submit = vr_now_ns();
-  for (size_t k = 0; k < sl->n_jobs; k++) {
-    uint64_t q = sl->t_submit > sl->jobs[k]->accepted_ns ? (sl->t_submit - sl->jobs[k]->accepted_ns) / 1000 : 0;
-    sl->jobs[k]->queue_us = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
-    vr_metrics_queue_wait(b->m, sl->jobs[k]->transport, sl->jobs[k]->queue_us / 1e6); /* the number it is answered with */
+  for (size_t k = 0; k < sl->n_parts; k++) {
+    vr_job_t *j = sl->parts[k].job;
+    if (sl->parts[k].first != 0) continue; /* a job's queue wait ends when its first part starts */
+    uint64_t q = sl->t_submit > j->accepted_ns ? (sl->t_submit - j->accepted_ns) / 1000 : 0;
+    j->queue_us = q > UINT32_MAX ? UINT32_MAX : (uint32_t)q;
+    j->first_submit_ns = sl->t_submit;
+    vr_metrics_queue_wait(b->m, j->transport, j->queue_us / 1e6); /* the number it is answered with */
   }
   if (w->outstanding++ == 0) w->busy_since = sl->t_submit;
   vr_metrics_replica_state(b->m, w->r, w->outstanding, 0);
@@ -269,7 +299,7 @@ static void pack_submit(worker_t *w, vr_slot_t *sl) {
 static void complete(worker_t *w, vr_slot_t *sl) {
   vr_batcher_t *b = w->b;
   const uint32_t nc = b->sc->spec.n;
-  if (sl->n_jobs == 0) { /* packing failed: its jobs were answered already */
+  if (sl->n_parts == 0) { /* packing failed: its parts were answered already */
     w->last_jobs = 0;
     w->last_done_ns = vr_now_ns();
     return;
@@ -285,27 +315,29 @@ static void complete(worker_t *w, vr_slot_t *sl) {
   vr_metrics_replica_state(b->m, w->r, w->outstanding, w->outstanding ? 0 : now - w->busy_since);
   if (rc != 0) vr_log(VR_LOG_ERROR, "scoring a batch of %u sequences on %s failed: %s", s, b->sc->devices[w->r],
                       vr_strerror(rc));
-  vr_log(VR_LOG_TRACE, "batch on replica %u: %zu requests, %u sequences, %u tokens, %u us", w->r, sl->n_jobs, s,
-         sl->n_tokens, compute_us);
+  vr_log(VR_LOG_TRACE, "batch on replica %u: %zu request parts, %u sequences, %u tokens, %u us", w->r, sl->n_parts,
+         s, sl->n_tokens, compute_us);
 
   s = 0;
-  for (size_t k = 0; k < sl->n_jobs; k++) {
-    vr_job_t *j = sl->jobs[k];
-    j->compute_us = compute_us;
+  size_t answered = 0;
+  for (size_t k = 0; k < sl->n_parts; k++) {
+    const part_t *pt = &sl->parts[k];
+    vr_job_t *j = pt->job;
     int st = rc;
     if (!rc) {
-      memcpy(j->scores, sl->scores + s, (size_t)j->n_seqs * sizeof *j->scores);
-      memcpy(j->seq_status, sl->status + s, (size_t)j->n_seqs * sizeof *j->seq_status);
+      memcpy(j->scores + pt->first, sl->scores + s, (size_t)pt->n * sizeof *j->scores);
+      memcpy(j->seq_status + pt->first, sl->status + s, (size_t)pt->n * sizeof *j->seq_status);
       if (j->components && nc)
-        memcpy(j->components, sl->comps + (size_t)s * nc, (size_t)j->n_seqs * nc * sizeof *j->components);
-      for (uint32_t i = 0; i < j->n_seqs && !st; i++) st = sl->status[s + i];
+        memcpy(j->components + (size_t)pt->first * nc, sl->comps + (size_t)s * nc,
+               (size_t)pt->n * nc * sizeof *j->components);
+      for (uint32_t i = 0; i < pt->n && !st; i++) st = sl->status[s + i];
     }
-    s += j->n_seqs;
-    finish(j, st);
+    s += pt->n;
+    answered += (size_t)part_done(j, st);
   }
-  w->last_jobs = sl->n_jobs;
+  w->last_jobs = answered;
   w->last_done_ns = vr_now_ns();
-  sl->n_jobs = 0;
+  sl->n_parts = 0;
 }
 
 /* Completes the worker's batch in flight (if any) with the lock released; returns with it held. */
@@ -339,9 +371,9 @@ static void *worker_main(void *arg) {
   int next = 0;
   pthread_mutex_lock(&b->mu);
   for (;;) {
-    if (b->swap_pending) { /* between batches: the one in flight finishes on the old model */
+    if (b->swap_pending && !b->partial) { /* between batches: the one in flight finishes on the old model */
       complete_unlocked(w, &inflight);
-      if (!b->swap_pending) continue;
+      if (!b->swap_pending || b->partial) continue;
       const uint64_t gen = b->swap_gen;
       b->parked++;
       pthread_cond_broadcast(&b->swap_cv);
@@ -357,7 +389,7 @@ static void *worker_main(void *arg) {
       while (!b->rr && !b->draining && !b->swap_pending) pthread_cond_wait(&b->cv, &b->mu);
       b->idle--;
     }
-    if (b->swap_pending) continue;
+    if (b->swap_pending && !b->partial) continue;
     if (!b->rr) break; /* draining and empty */
     /* wait for company until the token budget fills or nothing more is expected */
     const uint64_t wait_end = q_oldest_ns(b) + (uint64_t)b->cfg.max_wait_us * 1000u;
@@ -371,30 +403,63 @@ static void *worker_main(void *arg) {
       struct timespec ts = vr_timespec_at(until);
       pthread_cond_timedwait(&b->cv, &b->mu, &ts);
     }
-    if (b->swap_pending) continue;
+    if (b->swap_pending && !b->partial) continue;
     int expired = b->draining && vr_now_ns() >= b->deadline_ns;
-    /* take jobs round-robin over the clients: the first always, then whole jobs while the
-     * budget allows (another worker may have taken them all while this one waited) */
+    /* take jobs round-robin over the clients, whole while the budget allows, then the next
+     * sequences of the job whose turn it is up to the budget (at least one sequence per batch;
+     * the rest of that job waits for the next batch, and its client's turn passes on). Another
+     * worker may have taken everything while this one waited. While a model switch waits,
+     * only the rest of jobs already begun is taken: no request is scored by two models. */
     vr_slot_t *sl = &w->slots[next];
-    sl->n_jobs = 0;
+    sl->n_parts = 0;
     uint64_t tok = 0;
-    while (b->rr) {
+    const int finishing = b->swap_pending;
+    while (b->rr && !(finishing && !b->partial)) {
+      if (finishing)
+        while (b->rr->head->next_seq == 0) b->rr = b->rr->next; /* b->partial > 0: there is one */
       vr_job_t *j = q_peek(b);
-      uint64_t t = job_tokens(j);
-      if (!expired && sl->n_jobs > 0 && tok + t > b->cfg.max_batch_tokens) break;
-      if (grow((void **)&sl->jobs, &sl->jobs_cap, sl->n_jobs + 1, sizeof *sl->jobs) != 0) break;
-      q_pop(b);
+      const uint32_t begun = j->next_seq;
+      uint32_t n = j->n_seqs - begun;
+      uint64_t t = job_tokens(j) - j->taken_tokens;
+      if (!expired && tok + t > b->cfg.max_batch_tokens) {
+        n = 0;
+        t = 0;
+        for (uint32_t i = begun; i < j->n_seqs; i++) {
+          uint64_t k = seq_kept(b->sc, j, i);
+          if (tok + t + k > b->cfg.max_batch_tokens && tok + t > 0) break;
+          t += k;
+          n++;
+        }
+        if (n == 0) break; /* the batch is full */
+      }
+      if (grow((void **)&sl->parts, &sl->parts_cap, sl->n_parts + 1, sizeof *sl->parts) != 0) break;
+      if (begun == 0) {
+        j->status = 0;
+        j->first_submit_ns = 0;
+        j->parts_left = 1; /* held while sequences are left to pack */
+      }
+      __atomic_add_fetch(&j->parts_left, 1, __ATOMIC_RELAXED);
+      sl->parts[sl->n_parts++] = (part_t){.job = j, .first = begun, .n = n, .tokens = t};
+      j->next_seq += n;
+      j->taken_tokens += t;
       b->queued_tokens -= t;
-      sl->jobs[sl->n_jobs++] = j;
       tok += t;
+      if (j->next_seq < j->n_seqs) { /* split: the budget is full */
+        if (begun == 0) b->partial++;
+        b->rr = b->rr->next;
+        break;
+      }
+      if (begun > 0) b->partial--;
+      q_pop(b);
+      __atomic_sub_fetch(&j->parts_left, 1, __ATOMIC_RELEASE); /* everything packed (the part above still holds one) */
     }
     if (b->rr && b->idle) pthread_cond_signal(&b->cv); /* work left: a free replica takes it */
     pthread_mutex_unlock(&b->mu);
     if (expired) {
-      vr_log(VR_LOG_WARN, "drain deadline passed: answering %zu queued requests with shutting-down", sl->n_jobs);
-      for (size_t k = 0; k < sl->n_jobs; k++) finish(sl->jobs[k], VR_ERR_SHUTTING_DOWN);
-      sl->n_jobs = 0;
-    } else if (sl->n_jobs) {
+      vr_log(VR_LOG_WARN, "drain deadline passed: answering %zu queued requests with shutting-down", sl->n_parts);
+      for (size_t k = 0; k < sl->n_parts; k++) part_done(sl->parts[k].job, VR_ERR_SHUTTING_DOWN);
+      sl->n_parts = 0;
+    } else if (sl->n_parts) {
       if (inflight && tok > b->cfg.max_batch_tokens) {
         /* one job beyond a forward is scored synchronously in several forwards, which the
          * model allows only with nothing outstanding */
@@ -436,7 +501,7 @@ static void free_slots(worker_t *w) {
     free(sl->scores);
     free(sl->comps);
     free(sl->status);
-    free(sl->jobs);
+    free(sl->parts);
   }
 }
 

@@ -4,7 +4,9 @@
  * Producers (the shm dispatcher thread, the HTTP event-loop thread) submit
  * jobs; a free worker (work-conserving: whichever replica has no batch, or on a pipelined
  * device fewer than its depth, outstanding) packs queued jobs' sequences back to back without
- * padding (concatenated ids + cu_seqlens) up to max_batch_tokens, waiting at
+ * padding (concatenated ids + cu_seqlens) up to max_batch_tokens (a job that does not fit
+ * what is left of a batch is split at sequence boundaries: its first sequences fill this
+ * batch, the rest go into the next ones, and it is answered when its last part is), waiting at
  * most max_wait_us after the oldest job arrived (and, after answering a batch
  * of N jobs, up to batch_linger_us for N jobs to be queued again: closed-loop
  * clients resubmit together and belong in one batch), takes queued jobs
@@ -47,7 +49,13 @@ struct vr_job {
   vr_job_done_fn done;
   void *user;                    /* the submitter's context */
   vr_job_t *next;                /* queue link, owned by the batcher while queued */
-  uint64_t kept_tokens;          /* batcher-private: tokens after truncation */
+  /* batcher-private: a job larger than what is left of a batch is split at sequence
+   * boundaries over consecutive batches (parts); it is answered once its last part is */
+  uint64_t kept_tokens;          /* tokens after truncation */
+  uint64_t taken_tokens;         /* kept tokens of the sequences already packed into batches */
+  uint32_t next_seq;             /* first sequence not yet packed into a batch */
+  uint32_t parts_left;           /* atomic: parts in flight, + 1 while sequences are left to pack */
+  uint64_t first_submit_ns;      /* when its first part was submitted (compute_us counts from it) */
 };
 
 /* Allocates the output buffers for n_seqs sequences (at least one slot each):
@@ -88,7 +96,8 @@ uint32_t vr_batcher_depth(vr_batcher_t *b);
 
 /* Switches every replica's model between two batches: models[r] (sc->n_replicas of them) takes
  * replica r's place, and the batching settings become *cfg (NULL: kept). Every worker finishes its
- * batch in flight on the old model and parks; once all are parked the models are switched
+ * batch in flight on the old model (and the rest of any request split over batches that has begun:
+ * one request is never scored by two models) and parks; once all are parked the models are switched
  * together (no batch is ever scored while replicas serve different models), and models[r] gets
  * the old model of replica r (the caller frees them once no other thread can still be reading
  * the old pointers). Blocks until done. 0, or VR_ERR_SHUTTING_DOWN when the batcher is stopping

@@ -21,6 +21,16 @@ For each model shape (roberta-base, Llama-3.2-1B, Llama-3.1-8B):
   5. compares scores (||ours - tf|| / ||tf||, and each against the fp32
      reference) and reports tokens/s (real tokens, padding not counted) and
      the ratio.
+Packed workloads also get transformers' length-sorted micro-batches (sequences sorted by
+length, right-padded per micro-batch, at each of SORTED_BATCH_SIZES; the best is the peer's
+number: what a careful user runs) beside the one padded batch. With --server (one or more
+LABEL=PATH of verl-reward-server binaries) the packed workloads also go through the service:
+the server on the saved model (--device cuda:0, each --service-max-batch-tokens value), the
+sequences sent by --service-threads shm clients in rounds (tests/server/shm_client.c
+`rounds`: sequence i to thread i % T, each thread its share in requests of
+--service-req-seqs sequences, 0 = one request), the median round's wall time, and the server's
+own /metrics deltas over the timed rounds: batches and tokens per round, summed batch compute,
+the replica's busy time (at least one batch outstanding) and the busy fraction of the wall.
 Writes DIR/bench.json (everything) and DIR/bench.log; prints a table last.
 Token ids are uniform over the vocabulary minus special ids, so the
 transformers last-non-pad rule and our packed rule pick the same token.
@@ -30,6 +40,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -178,6 +189,138 @@ def run_transformers(model, seqs, pad_id, warmup, iters):
             "scores": [float(x) for x in logits[:, 0].float().cpu()], "padded_tokens": n * L}
 
 
+SORTED_BATCH_SIZES = (8, 16, 32, 64, 128)
+
+
+def run_transformers_sorted(model, seqs, pad_id, warmup, iters):
+    """Length-sorted micro-batches of each size in SORTED_BATCH_SIZES (longest first, each
+    right-padded to its own longest, tensors built on the GPU beforehand); the time of all
+    of them together, median over iters. Returns {size: result} and the best size."""
+    import torch
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+    out = {}
+    for bs in SORTED_BATCH_SIZES:
+        if bs >= len(seqs) and out:
+            break
+        mbs = []
+        for k in range(0, len(order), bs):
+            idx = order[k:k + bs]
+            L = max(len(seqs[i]) for i in idx)
+            ids = torch.full((len(idx), L), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(idx), L), dtype=torch.long)
+            for r, i in enumerate(idx):
+                ids[r, :len(seqs[i])] = torch.tensor(seqs[i])
+                mask[r, :len(seqs[i])] = 1
+            mbs.append((idx, ids.cuda(), mask.cuda()))
+        torch.cuda.synchronize()
+        times, scores = [], [0.0] * len(seqs)
+        with torch.inference_mode():
+            for it in range(warmup + iters):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                logits = [model(input_ids=ids, attention_mask=mask).logits for _, ids, mask in mbs]
+                b.record()
+                torch.cuda.synchronize()
+                if it >= warmup:
+                    times.append(a.elapsed_time(b) / 1e3)
+        for (idx, _, _), lg in zip(mbs, logits):
+            for r, i in enumerate(idx):
+                scores[i] = float(lg[r, 0].float())
+        times.sort()
+        out[bs] = {"latency_median_s": times[len(times) // 2], "latency_min_s": times[0], "scores": scores,
+                   "padded_tokens": sum(ids.numel() for _, ids, _ in mbs), "micro_batches": len(mbs)}
+    best = min(out, key=lambda k: out[k]["latency_median_s"])
+    return out, best
+
+
+def prom(text):
+    """Prometheus text -> {(name, labels text): value}."""
+    vals = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        key, _, v = line.rpartition(" ")
+        name, _, labels = key.partition("{")
+        try:
+            vals[(name, labels.rstrip("}"))] = float(v)
+        except ValueError:
+            pass
+    return vals
+
+
+def run_service(server, client, model_dir, seq_path, mbt, threads, req_seqs, warmup, iters, log_path,
+                device="cuda:0"):
+    """One verl-reward-server on the model, the workload through shm in rounds; see the module
+    docstring. Returns the result dict (or {"error": ...})."""
+    import socket
+    import urllib.request
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    name = f"vrbench_{os.getpid()}_{port}"
+    cmd = [server, "--model", model_dir, "--device", device, "--shm-name", name, "--port", str(port),
+           "--max-batch-tokens", str(mbt), "--log-level", "warn"]
+    logf = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def get(path):
+        with urllib.request.urlopen(url + path, timeout=10) as r:
+            return r.read().decode()
+
+    res = {"command": " ".join(cmd), "max_batch_tokens": mbt, "threads": threads, "req_seqs": req_seqs}
+    try:
+        t0 = time.time()
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}")
+            try:
+                get("/ready")
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                if time.time() - t0 > 120:
+                    raise RuntimeError("server not ready after 120 s")
+                time.sleep(0.05)
+        res["ready_s"] = time.time() - t0
+        rounds = [client, "rounds", name, seq_path, str(threads), str(req_seqs)]
+        p = subprocess.run(rounds + [str(warmup), "1"], capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"warm-up rounds failed: {p.stderr[-1000:]}")
+        m0 = prom(get("/metrics"))
+        p = subprocess.run(rounds + ["0", str(iters)], capture_output=True, text=True, timeout=300)
+        m1 = prom(get("/metrics"))
+        if p.returncode != 0:
+            raise RuntimeError(f"rounds failed: {p.stderr[-1000:]}")
+        o = json.loads(p.stdout)
+
+        def d(name, labels=None):  # the change over the timed rounds, summed over label sets (or one)
+            return sum(v - m0.get(k, 0.0) for k, v in m1.items() if k[0] == name and labels in (None, k[1]))
+
+        wall = sum(o["rounds_ms"]) / 1e3
+        busy = d("verl_reward_replica_busy_seconds_total")
+        res.update({
+            "latency_median_s": o["median_ms"] / 1e3, "latency_min_s": o["min_ms"] / 1e3, "rounds_ms": o["rounds_ms"],
+            "scores": o["scores"], "mean_queue_us": o["mean_queue_us"], "mean_compute_us": o["mean_compute_us"],
+            "batches_per_round": d("verl_reward_batch_tokens_count") / iters,
+            "tokens_per_batch": d("verl_reward_batch_tokens_sum") / max(d("verl_reward_batch_tokens_count"), 1),
+            "batch_compute_ms_per_round": d("verl_reward_batch_compute_seconds_sum") * 1e3 / iters,
+            "busy_ms_per_round": busy * 1e3 / iters, "busy_fraction": busy / wall if wall > 0 else float("nan"),
+            "queue_wait_ms_mean": d("verl_reward_request_queue_wait_seconds_sum", 'transport="shm"') * 1e3 /
+            max(d("verl_reward_request_queue_wait_seconds_count", 'transport="shm"'), 1),
+        })
+    except Exception as e:  # noqa: BLE001 - reported in the results
+        res["error"] = str(e)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        logf.close()
+    return res
+
+
 def rel_err(a, b):
     if not b:  # no reference (fp32_ref_scores skipped for long sequences)
         return float("nan")
@@ -195,6 +338,14 @@ def main():
     ap.add_argument("--workloads", default="", help="comma list of workload names (default: every one of the shapes)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--keep-models", action="store_true")
+    ap.add_argument("--server", action="append", default=[],
+                    help="LABEL=PATH of a verl-reward-server binary (repeatable): packed workloads through the service")
+    ap.add_argument("--shm-client", default="", help="vr_test_shm_client (tests/server/shm_client.c) for --server")
+    ap.add_argument("--service-max-batch-tokens", default="16384", help="comma list, one server run each")
+    ap.add_argument("--service-threads", type=int, default=4)
+    ap.add_argument("--service-req-seqs", default="0",
+                    help="comma list of sequences per request (0: one request per thread), one server run each")
+    ap.add_argument("--service-iters", type=int, default=20)
     a = ap.parse_args()
     import torch
     import transformers
@@ -211,11 +362,13 @@ def main():
         res["shapes"][shape] = info
         log(f"   {info['params'] / 1e9:.2f}B params, init {info['init_s']:.1f}s, save {info['save_s']:.1f}s", logf)
         works = [(w, spec) for w, spec in WORKLOADS.items()
-                 if spec[0] == shape and (not a.workloads or w in a.workloads.split(","))]
+                 if spec[0] == shape and (not a.workloads or w in re.split(r",(?![^\[]*\])", a.workloads))]
         seqs_of = {}
         args = [a.runner, "--model", path, "--max-batch-tokens", str(SHAPES[shape]["max_batch_tokens"])]
         for k, (w, (_, n, lo, hi, tfit, ourit)) in enumerate(works):
-            seqs = make_seqs(shape, n, lo, hi, a.seed + k)
+            # the seed follows the workload's place among all of its shape's, so a --workloads
+            # subset scores the same sequences as the full run
+            seqs = make_seqs(shape, n, lo, hi, a.seed + [x for x, v in WORKLOADS.items() if v[0] == shape].index(w))
             seqs_of[w] = seqs
             sp = os.path.join(a.models_dir, f"{shape}-{k}.seq")
             write_seqs(sp, seqs)
@@ -225,6 +378,13 @@ def main():
             res["workloads"][w] = {"shape": shape, "n_seqs": n, "tokens": tokens, "transformers": r}
             log(f"   transformers {w}: {r['latency_median_s'] * 1e3:.2f} ms, {r['tokens_per_s']:.0f} tok/s "
                 f"(padded {r['padded_tokens']}), peak {r['peak_device_bytes'] / 2**30:.2f} GiB", logf)
+            if w in PACKED:
+                srt, best = run_transformers_sorted(model, seqs, SHAPES[shape]["cfg"]["pad_token_id"], *tfit)
+                res["workloads"][w]["transformers_sorted"] = {"best_batch": best, "by_batch": srt}
+                log(f"   transformers {w}, length-sorted micro-batches: " + ", ".join(
+                    f"{bs}: {x['latency_median_s'] * 1e3:.2f} ms" for bs, x in srt.items()) +
+                    f"; best {best}: {srt[best]['latency_median_s'] * 1e3:.2f} ms, score rel err vs padded "
+                    f"{rel_err(srt[best]['scores'], r['scores']):.2e}", logf)
             args += ["--warmup", str(ourit[0]), "--iters", str(ourit[1]), "--seqs", sp,
                      "--out", os.path.join(a.models_dir, f"{shape}-{k}.json")]
         # fp32 reference on the same weights (upcast, no TF32), first REF_SEQS sequences of each
@@ -294,6 +454,34 @@ def main():
                 log(f"   ours {w} (max batch tokens {mbt}): {o['latency_median_s'] * 1e3:.2f} ms, "
                     f"{o['tokens_per_s']:.0f} tok/s, ratio {o['ratio']:.2f}x, "
                     f"score rel err vs tf {o['rel_err_vs_transformers']:.2e}", logf)
+        runs = [(label, server, int(mbt), int(rq)) for label, server in (x.split("=", 1) for x in a.server)
+                for mbt in a.service_max_batch_tokens.split(",") for rq in a.service_req_seqs.split(",")]
+        for label, server, mbt, rq in runs:
+            for k, (w, (_, _, _, _, _, ourit)) in enumerate(works):
+                if w not in PACKED:
+                    continue
+                r = res["workloads"][w]
+                o = run_service(server, a.shm_client, path, os.path.join(a.models_dir, f"{shape}-{k}.seq"), mbt,
+                                a.service_threads, rq, max(ourit[0], 2), a.service_iters,
+                                os.path.join(a.out, f"server-{label}-{mbt}-{rq}-{k}.log"))
+                key = f"service_{label}_mbt{mbt}" + (f"_req{rq}" if rq else "")
+                r[key] = o
+                if "error" in o:
+                    log(f"   service {label} {w} (max batch tokens {mbt}) FAILED: {o['error']}", logf)
+                    continue
+                o["tokens_per_s"] = r["tokens"] / o["latency_median_s"]
+                o["rel_err_vs_transformers"] = rel_err(o["scores"], r["transformers"]["scores"])
+                srt = r.get("transformers_sorted")
+                o["ratio_vs_sorted"] = (srt["by_batch"][srt["best_batch"]]["latency_median_s"] /
+                                        o["latency_median_s"]) if srt else float("nan")
+                log(f"   service {label} {w} (max batch tokens {mbt}, {a.service_threads} threads, req seqs "
+                    f"{rq or 'all'}): {o['latency_median_s'] * 1e3:.2f} ms (min {o['latency_min_s'] * 1e3:.2f}), "
+                    f"{o['ratio_vs_sorted']:.2f}x sorted; {o['batches_per_round']:.2f} batches/round of "
+                    f"{o['tokens_per_batch']:.0f} tokens, "
+                    f"batch compute {o['batch_compute_ms_per_round']:.2f} ms/round, "
+                    f"busy {o['busy_ms_per_round']:.2f} ms/round ({o['busy_fraction'] * 100:.1f}% of the wall), "
+                    f"queue wait {o['queue_wait_ms_mean']:.2f} ms, score rel err vs tf "
+                    f"{o['rel_err_vs_transformers']:.2e}", logf)
         if not a.keep_models:
             shutil.rmtree(path, ignore_errors=True)
     with open(os.path.join(a.out, "bench.json"), "w") as f:
@@ -311,6 +499,16 @@ def main():
                     f"{t['peak_device_bytes'] / 2**30:7.2f} {o['device_bytes_used_process'] / 2**30:7.2f} "
                     f"{o['load_s']:6.2f} {o['rel_err_vs_transformers']:8.1e} {o['rel_err_vs_fp32']:8.1e} "
                     f"{t['rel_err_vs_fp32']:8.1e}")
+        srt = r.get("transformers_sorted")
+        if srt:
+            x = srt["by_batch"][srt["best_batch"]]
+            label = "  tf length-sorted, batch " + str(srt["best_batch"])
+            rows.append(f"{label:30} {x['latency_median_s'] * 1e3:9.2f}")
+        for key, x in r.items():
+            if key.startswith("service_") and "tokens_per_s" in x:
+                rows.append(f"{'  ' + key:30} {'':9} {x['latency_median_s'] * 1e3:9.2f} {'':10} "
+                            f"{x['tokens_per_s']:10.0f} {x['ratio_vs_sorted']:5.2f}x vs sorted, busy "
+                            f"{x['busy_fraction'] * 100:.0f}%, {x['batches_per_round']:.1f} batches")
         for key, x in r.items():
             if key.startswith("ours_max_batch_tokens_") and "tokens_per_s" in x:
                 rows.append(f"{'  at max batch ' + key.rsplit('_', 1)[1]:30} {'':9} {x['latency_median_s'] * 1e3:9.2f} "

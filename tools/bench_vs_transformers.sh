@@ -4,6 +4,7 @@
 # shaped models, same weights and sequences, one GPU, one run.
 #
 #   tools/bench_vs_transformers.sh [--only roberta-base,llama-1b,llama-8b] [--workloads NAME,...] [--seed N]
+#       [--server LABEL=BIN ... --shm-client BIN --service-max-batch-tokens N,...]  (bench_vs_transformers.py)
 #
 # Needs python3 with torch + transformers and a CUDA GPU. Builds the runner
 # (build-bench/, -DVR_CUDA=ON) unless VR_BENCH_RUNNER names an existing

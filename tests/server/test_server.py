@@ -1197,6 +1197,117 @@ class TestFairness(unittest.TestCase):
         s.stop()
 
 
+class TestSplit(unittest.TestCase):
+    """Issue 24 (packed throughput): a request larger than what is left of a batch is split at
+    sequence boundaries over consecutive batches of at most --max-batch-tokens tokens (it used to
+    be taken whole into one oversized batch), and answered once, in order, when its last part
+    is scored."""
+
+    def batches(self, s):
+        m = parse_prometheus(s.metrics())
+        return (metric(m, "verl_reward_batch_tokens_count"), metric(m, "verl_reward_batch_tokens_sum"),
+                metric(m, "verl_reward_batch_sequences_count"))
+
+    def test_one_request_over_several_batches(self):
+        s = Server(self, "--model", "checksum", "--max-batch-tokens", "100", "--batch-linger-us", "0").wait_ready()
+        seqs = [[(7 * i + t) % 1000 for t in range(30)] for i in range(10)]
+        out = s.shm_score({"input_ids": seqs})
+        self.assertEqual(out["status"], "VR_OK", out)
+        self.assertEqual(f32s(out["scores"]), [checksum_score(q) for q in seqs])
+        # 3 sequences (90 tokens) fit a batch: 3 + 3 + 3 + 1
+        self.assertEqual(self.batches(s), (4, 300, 4))
+        # over HTTP too, and a sequence longer than the budget still goes alone
+        st, o = s.score({"input_ids": [[1] * 20, [2] * 90, [3] * 20, [4] * 150, [5]]})
+        self.assertEqual(st, 200, o)
+        self.assertEqual(f32s(o["scores"]), [checksum_score(q) for q in
+                                              ([1] * 20, [2] * 90, [3] * 20, [4] * 150, [5])])
+        # 20 | 90 | 20 | 150 | 1: each next sequence would pass 100 tokens
+        self.assertEqual(self.batches(s), (4 + 5, 300 + 281, 4 + 5))
+        s.stop()
+
+    def test_split_requests_from_clients_in_rounds(self):
+        # four lanes, each with requests larger than a batch, in flight together: every score
+        # in its place (the rounds tool of bench_vs_transformers.py's service path)
+        s = Server(self, "--model", "checksum", "--max-batch-tokens", "128").wait_ready()
+        seqs = [[(13 * i + 5 * t) % 997 for t in range(1 + (i * 37) % 60)] for i in range(41)]
+        path = os.path.join(s.tmp, "w.seq")
+        with open(path, "wb") as f:
+            f.write(b"VRSEQ1\0\0" + struct.pack("<I", len(seqs)) + struct.pack(f"<{len(seqs)}I", *map(len, seqs)))
+            for q in seqs:
+                f.write(struct.pack(f"<{len(q)}i", *q))
+        p = subprocess.run([SHM_CLIENT, "rounds", s.name, path, "4", "3", "1", "3"], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        res = json.loads(p.stdout)
+        self.assertEqual((res["failed"], res["n_seqs"], len(res["rounds_ms"])), (0, 41, 3), res)
+        self.assertEqual(f32s(res["scores"]), [checksum_score(q) for q in seqs])
+        n, tok, _ = self.batches(s)
+        self.assertEqual(tok, 4 * sum(map(len, seqs)))
+        self.assertGreaterEqual(n, 4 * -(-sum(map(len, seqs)) // 128))
+        flood = subprocess.run([SHM_CLIENT, "flood", s.name, "3", "4", "50", "4", "33"], capture_output=True,
+                               text=True, timeout=120)  # 132 tokens a request: every one split
+        self.assertEqual(flood.returncode, 0, flood.stderr)
+        res = json.loads(flood.stdout)
+        self.assertEqual((res["ok"], res["mismatch"]), (150, 0), res)
+        s.stop()
+
+    def test_reload_never_mixes_models_in_a_request(self):
+        # a reload (SIGHUP) while split requests are in flight: the switch waits for the rest of
+        # every request already begun, so each answer comes wholly from the old model or wholly
+        # from the new one (whose score head is doubled)
+        dst = os.path.join(tempfile.mkdtemp(prefix="vrsplit_"), "llama_gqa")
+        self.addCleanup(shutil.rmtree, os.path.dirname(dst), True)
+        shutil.copytree(os.path.join(FIXTURES, "models", "llama_gqa"), dst)
+        s = Server(self, "--model", dst, "--device", "cpu", "--threads", "1", "--max-batch-tokens", "48",
+                   "--batch-linger-us", "0").wait_ready()
+        seqs = [[(5 * i + t) % 90 + 3 for t in range(40)] for i in range(12)]  # one sequence a batch
+        st, before = s.score({"input_ids": seqs})
+        self.assertEqual(st, 200, before)
+        old = f32s(before["scores"])
+        new = [f32(2 * x) for x in old]
+        path = os.path.join(dst, "model.safetensors")
+        with open(path, "rb") as f:
+            blob = bytearray(f.read())
+        h = struct.unpack("<Q", blob[:8])[0]
+        t = json.loads(blob[8:8 + h])["score.weight"]
+        b, e = (8 + h + o for o in t["data_offsets"])
+        vals = struct.unpack(f"<{(e - b) // 4}f", blob[b:e])
+        blob[b:e] = struct.pack(f"<{len(vals)}f", *(2 * v for v in vals))
+        with open(path + ".new", "wb") as f:
+            f.write(blob)
+        os.replace(path + ".new", path)
+        got, errors, stop = [], [], threading.Event()
+
+        def client():
+            try:
+                while not stop.is_set():
+                    st, o = s.score({"input_ids": seqs})
+                    assert st == 200, o
+                    got.append(f32s(o["scores"]))
+            except Exception as ex:  # noqa: BLE001 - reported below
+                errors.append(ex)
+
+        th = [threading.Thread(target=client) for _ in range(3)]
+        for x in th:
+            x.start()
+        time.sleep(0.2)
+        s.proc.send_signal(signal.SIGHUP)
+        end = time.monotonic() + 120
+        while "reload (SIGHUP): now serving" not in s.logtext() and time.monotonic() < end:
+            time.sleep(0.02)
+        time.sleep(0.2)
+        stop.set()
+        for x in th:
+            x.join()
+        self.assertEqual(errors, [])
+        self.assertIn("reload (SIGHUP): now serving", s.logtext())
+        mixed = [g for g in got if g != old and g != new]
+        self.assertEqual(mixed, [], "a request scored partly by each model")
+        self.assertIn(old, got)
+        self.assertIn(new, got)
+        s.stop()
+
+
 class TestOverload(unittest.TestCase):
     """A full queue refuses at once (HTTP 429, shm VR_ERR_OVERLOADED) instead of growing.
     "At once" is an order, not a time: the batching wait (MAX_WAIT_S) holds the 4 queued
