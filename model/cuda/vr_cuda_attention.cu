@@ -11,7 +11,7 @@
  * x 16 rows (VR_CUDA_ATTN_KERNEL_FA64, smaller batches and head_dim 128). The kernels they were
  * chosen against are in tests/cuda/cuda_attention_bench.cu.
  *
- * Hopper path (D 64/128, sm_90a builds on compute 9.0 devices, batches of VR_ATTN_FA3_MIN_ROWS
+ * Hopper path (D 64/128, sm_90a builds on compute 9.0 devices, batches of VR_CUDA_ATTN_FA3_MIN_ROWS
  * rows or more): k_attn_fa3 (vr_cuda_attention_fa3.cu, VR_CUDA_ATTN_KERNEL_FA3), TMA + wgmma,
  * warp-specialised, 128-row tiles.
  *
@@ -281,11 +281,10 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_split(attn_params p, float 
  * and for D = 128, FA64: with few tiles the GPU is not full and a smaller tile spreads the
  * work over more blocks (docs/benchmarks.md, "Numbers behind the CUDA backend's code"). */
 #define VR_ATTN_FA128_MIN_ROWS 4096
-/* FA3 (Hopper) from this many rows (docs/benchmarks.md, "Issue 24: FA3-class attention"); a
- * definition on the compiler's command line wins (the device scripts' threshold runs) */
-#ifndef VR_ATTN_FA3_MIN_ROWS
-#define VR_ATTN_FA3_MIN_ROWS 4096
-#endif
+/* FA3 (Hopper) from VR_CUDA_ATTN_FA3_MIN_ROWS rows, its blocks heads-inner below
+ * VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS (vr_cuda_ops.h; docs/benchmarks.md, "Issue 24: FA3 at
+ * head_dim 64"). */
+static int fa3_flags(int rows) { return rows < VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS ? VR_CUDA_FA3_HEAD_INNER : 0; }
 /* k_attn_fa's configurations in the library: FA_NW warps of FA64_MT / FA128_MT m16 tiles, no
  * register bound, Q fragments in registers */
 #define FA_NW 4
@@ -314,7 +313,7 @@ extern "C" const char *vr_cuda_attention_kernel_name(vr_cuda_attn_kernel_t k) {
 
 extern "C" vr_cuda_attn_kernel_t vr_cuda_attention_kernel(int D, int rows_hint) {
   if (!vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA64, D)) return VR_CUDA_ATTN_KERNEL_GENERIC;
-  if (rows_hint >= VR_ATTN_FA3_MIN_ROWS && vr_cuda_attention_fa3_ok(D)) return VR_CUDA_ATTN_KERNEL_FA3;
+  if (rows_hint >= VR_CUDA_ATTN_FA3_MIN_ROWS && vr_cuda_attention_fa3_ok(D)) return VR_CUDA_ATTN_KERNEL_FA3;
   return D <= 64 && (rows_hint <= 0 || rows_hint >= VR_ATTN_FA128_MIN_ROWS) ? VR_CUDA_ATTN_KERNEL_FA128
                                                                            : VR_CUDA_ATTN_KERNEL_FA64;
 }
@@ -367,7 +366,7 @@ extern "C" void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *q
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && vr_cuda_attention_kernel_fits(k, D));
   if (k == VR_CUDA_ATTN_KERNEL_FA3) {
     vr_cuda_attention_fa3(qkv, ld, rows, q_off, k_off, v_off, out, ld_out, NULL, cu, tiles, meta, grid_tiles, H, Hkv, D,
-                          causal, window, scale, 0, s);
+                          causal, window, scale, fa3_flags(rows), s);
     return;
   }
   const attn_params p =
@@ -404,7 +403,7 @@ extern "C" void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, in
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && k != VR_CUDA_ATTN_KERNEL_GENERIC && lse);
   if (k == VR_CUDA_ATTN_KERNEL_FA3) {
     vr_cuda_attention_fa3(qkv, ld, rows_hint, q_off, k_off, v_off, out, ld_out, lse, cu, tiles, meta, grid_tiles, H,
-                          Hkv, D, causal, window, scale, 0, s);
+                          Hkv, D, causal, window, scale, fa3_flags(rows_hint), s);
     return;
   }
   attn_params p = attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);

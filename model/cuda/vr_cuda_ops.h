@@ -131,6 +131,16 @@ void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *qkv, int ld,
 void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out, int ld_out,
                            float *lse, const int32_t *cu, const int32_t *tiles, const int32_t *meta, int grid_tiles,
                            int H, int Hkv, int D, int causal, int window, float scale, int rows_hint, cudaStream_t s);
+/* FA3 from this many rows (it beat FA64 on every shape timed down to 1 x 512 and 8 x 256), its
+ * blocks heads-inner (VR_CUDA_FA3_HEAD_INNER) in batches under VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS
+ * (faster from 1 x 512 to 1 x 2048, slower at 16384 rows): docs/benchmarks.md, "Issue 24: FA3 at
+ * head_dim 64". A definition on the compiler's command line wins (the device scripts' runs). */
+#ifndef VR_CUDA_ATTN_FA3_MIN_ROWS
+#define VR_CUDA_ATTN_FA3_MIN_ROWS 512
+#endif
+#ifndef VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS
+#define VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS 4096
+#endif
 /* The automatic choice: FA3 for D 64 / 128 in batches of VR_CUDA_ATTN_FA3_MIN_ROWS+ rows where
  * it runs (vr_cuda_attention_fa3_ok: an sm_90a build on a compute 9.0 device); else FA128 for
  * D <= 64 in batches of 4096+ rows (or rows_hint 0), FA64 for smaller batches and D = 128,

@@ -203,13 +203,16 @@ static void test_attention_choice(void) {
       {16, 1 << 20, VR_CUDA_ATTN_KERNEL_FA128}, {64, 4095, VR_CUDA_ATTN_KERNEL_FA64},
       {32, 1, VR_CUDA_ATTN_KERNEL_FA64},      {128, 1 << 20, VR_CUDA_ATTN_KERNEL_FA64},
       {80, 4096, VR_CUDA_ATTN_KERNEL_GENERIC}, {8, 64, VR_CUDA_ATTN_KERNEL_GENERIC},
-      {128, 4095, VR_CUDA_ATTN_KERNEL_FA64},
+      {128, 4095, VR_CUDA_ATTN_KERNEL_FA64},  {64, 511, VR_CUDA_ATTN_KERNEL_FA64},
+      {128, 511, VR_CUDA_ATTN_KERNEL_FA64},   {64, 512, VR_CUDA_ATTN_KERNEL_FA64},
+      {128, 512, VR_CUDA_ATTN_KERNEL_FA64},
   };
   int ok = 1;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
     vr_cuda_attn_kernel_t want = cases[i].want;
-    /* where the Hopper kernel runs (sm_90a build, compute 9.0 device) it takes D 64 / 128 from 4096 rows */
-    if (cases[i].rows >= 4096 && vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA3, cases[i].D))
+    /* where the Hopper kernel runs (sm_90a build, compute 9.0 device) it takes D 64 / 128 from
+     * VR_CUDA_ATTN_FA3_MIN_ROWS rows */
+    if (cases[i].rows >= VR_CUDA_ATTN_FA3_MIN_ROWS && vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA3, cases[i].D))
       want = VR_CUDA_ATTN_KERNEL_FA3;
     const vr_cuda_attn_kernel_t got = vr_cuda_attention_kernel(cases[i].D, cases[i].rows);
     if (got != want) {
@@ -258,7 +261,8 @@ static void attention_suite(const vr_cuda_attn_kernel_t *force) {
   if (!force || vr_cuda_attention_kernel_fits(*force, 64)) test_attention(force, 2, 2, 64, 0, 0, one, 1);
 }
 
-/* The automatic choice (these batches are under 4096 rows: FA64, GENERIC for other head dims),
+/* The automatic choice (these batches are under 4096 rows: FA64, or FA3 from
+ * VR_CUDA_ATTN_FA3_MIN_ROWS where it runs, GENERIC for other head dims),
  * then each tensor-core kernel forced on every head dim it fits. The kernels the choice was
  * made against are checked by tests/cuda/cuda_attention_bench.cu (--check). */
 static void attention_suites(void) {
@@ -355,6 +359,7 @@ static void attention_fa3_suite(void) {
   /* both head_dim-64 configurations by name (one of them is the library's), the heads-inner
    * block order, the forced schedules */
   static const int cfgs[] = {VR_CUDA_FA3_C2,
+                             VR_CUDA_FA3_C2 | VR_CUDA_FA3_HEAD_INNER, /* the library's under 4096 rows */
                              VR_CUDA_FA3_C3,
                              VR_CUDA_FA3_C3 | VR_CUDA_FA3_HEAD_INNER,
                              VR_CUDA_FA3_C3 | VR_CUDA_FA3_EXP2_POLY,
