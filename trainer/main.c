@@ -22,7 +22,9 @@
  * Exit status: 0 success, 1 a run-time failure (a worker died, timed out, a collective gave
  * wrong values), 2 bad configuration, device map or command line.
  * Environment: VERL_COMM_PROFILE=1 (+ VERL_COMM_PROFILE_PATH) writes the communication trace
- * (vr_commprof.h); NCCL_NVLS_ENABLE=0 is set for every process the launcher starts. */
+ * (vr_commprof.h); NCCL_NVLS_ENABLE=0 is set for every process the launcher starts;
+ * VR_TRAINER_HOST names this process's host for the node check (under a launcher of your own:
+ * one host standing in for several nodes of the map, each with its own CUDA_VISIBLE_DEVICES). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -930,7 +932,9 @@ static int run_under_mpi(const vr_targs_t *a) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   vr_world_t w;
-  rc = vr_world_init(&w, &L->map, a->timeout_s > 0 ? a->timeout_s : L->cfg.comm_timeout_s, prof);
+  /* VR_TRAINER_HOST: this process's host name for the node check (one machine simulating several) */
+  rc = vr_world_init(&w, &L->map, a->timeout_s > 0 ? a->timeout_s : L->cfg.comm_timeout_s, prof,
+                     getenv("VR_TRAINER_HOST"));
   if (rc != 0) {
     MPI_Abort(MPI_COMM_WORLD, rc == -2 ? 2 : 1);
     return 1;

@@ -259,7 +259,7 @@ static void test_actor_group_zero1(void **state) {
   char err[4096];
   if (vr_devmap_parse("dp.yaml", yaml, sizeof yaml - 1, NULL, map, err, sizeof err) != 0) fail_msg("%s", err);
   vr_world_t w;
-  assert_int_equal(vr_world_init(&w, map, 60.0, NULL), 0);
+  assert_int_equal(vr_world_init(&w, map, 60.0, NULL, NULL), 0);
   vr_group_t *g = w.groups[VR_GROUP_ACTOR];
   assert_true((g != NULL) == (w.rank != 0));
   if (g) {
