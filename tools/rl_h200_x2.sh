@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# rl_h200_x2.sh: issue 25's run on two H200s (`nvidia-h200-x2`), everything the issue asks for in
+# one device call (about 8 minutes; PARTS splits it over two calls):
+#   probe  nvidia-smi topo -m, verl-trainer --check against the machine (the topology check's view
+#          of the link), the P2P copy rate between the GPUs (torch; nccl-tests are not on the
+#          machine), verl-trainer --comm-check on device_map_2gpu.yaml with a weight-sync buffer
+#          the policy's size (NCCL bus bandwidth of the broadcast and the all-reduces)
+#   main   PPO (critic on) for STEPS steps on a Qwen2-0.5B-shaped policy, actor + critic on GPU 0,
+#          rollout + reference on GPU 1 (docs/examples/device_map_2gpu.yaml), rewards from
+#          verl-reward-server --device cuda:1 over shm; VERL_COMM_PROFILE=1; nvidia-smi sampling;
+#          the server's request-latency histogram at the end
+#   colo   the same run with every role on GPU 0 (device_map_1gpu.yaml), the server on cuda:0
+#   dp     GRPO, actor DP 1 (device_map_2gpu_dp1.yaml) vs DP 2 with ZeRO-1 (actor.optim.zero1,
+#          device_map_2gpu_dp2.yaml), rollout and reference on GPU 1 in both: step-1 gradient norm
+#          and loss within tolerance, update throughput
+#   bench  verl-reward-bench at 32 and 64 concurrent clients against --device cuda:0 and cuda:0,1
+#
+#   tools/rl_h200_x2.sh BUILD_DIR OUT [STEPS]      (STEPS default 20; PARTS="probe main" to choose)
+#   DRY=1 tools/rl_h200_x2.sh BUILD_DIR OUT        writes the configs, checks them with
+#                                                  verl-trainer --check --gpus 2, prints the commands
+# BUILD_DIR: a CUDA build (bin/verl-trainer, verl-reward-server, verl-reward-bench); OUT: every log,
+# metrics file and table (summary.md; the same on stdout: rows for docs/benchmarks.md).
+# On the lent machine (docs/operations.md "Multi-GPU runs"): pack the build and the .so files into
+# .device/multi/, carry [".device/multi"], kind nvidia-h200-x2, timeout_s 600:
+#   export NCCL_NVLS_ENABLE=0; bash .device/multi/src/tools/rl_h200_x2.sh .device/multi/build $OUT
+# Every step has a timeout and a log; a failed step is reported and the others still run.
+set -uo pipefail
+BUILD=${1:?usage: rl_h200_x2.sh BUILD_DIR OUT [STEPS]}
+OUT=${2:?usage: rl_h200_x2.sh BUILD_DIR OUT [STEPS]}
+STEPS=${3:-20}
+PARTS=${PARTS:-probe main colo dp bench}
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=tools/rl_multi_lib.sh
+. "$SRC/tools/rl_multi_lib.sh"
+mlib_init
+has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+SHM=verl_reward_shm  # the device maps' reward.shared_mem_name
+PORT=18725           # the server's HTTP port: GET /metrics at the end of a run
+
+make_models qwen2_0.5b 64
+NP=$(cat "$W/n_params" 2>/dev/null || echo 0)
+
+write_config x2_ppo device_map_2gpu.yaml gae "$STEPS" 64 16 false
+write_config x1_ppo device_map_1gpu.yaml gae "$STEPS" 64 16 false
+write_config dp1_grpo device_map_2gpu_dp1.yaml grpo 6 64 16 false
+write_config dp2_grpo device_map_2gpu_dp2.yaml grpo 6 64 16 true
+for c in x2_ppo dp1_grpo dp2_grpo; do check_config $c 2; done
+check_config x1_ppo 1
+
+say "## Issue 25 on $(hostname) ($(date -u +%Y-%m-%dT%H:%MZ)), $("$TRAINER" --version 2>/dev/null | head -1)"
+say ""
+
+if has probe; then
+  step topo 30 nvidia-smi topo -m
+  step check_local 60 "$TRAINER" --device-map "$SRC/docs/examples/device_map_2gpu.yaml" --check
+  p2p_probe "$OUT/p2p.json"
+  comm_check commcheck_2gpu device_map_2gpu.yaml 6 268435456 $((NP > 0 ? 4 * NP : 1976131584))
+  if [ "${DRY:-0}" != 1 ]; then
+    say "### Topology: nvidia-smi topo -m and the check's verdict"
+    say '```'
+    say_cmd cat "$OUT/topo.log"
+    say_cmd resolved_block "$OUT/check_local.log"
+    say '```'
+  fi
+fi
+
+# run_with_server NAME DEVICE TIMEOUT [env ...]: the reward server on DEVICE, nvidia-smi sampling,
+# the RL run, the server's /metrics at the end.
+run_with_server() {
+  local name=$1 dev=$2 t=$3
+  shift 3
+  start_server "server_$name" "$SHM" "$PORT" "$dev" --lanes 8 || return 1
+  smi_start "smi_$name"
+  rl_run "$name" "$t" "$@"
+  if [ "${DRY:-0}" != 1 ]; then
+    scrape_metrics "$PORT" "$OUT/server_$name.metrics.txt"
+    echo "$SERVER_PID" > "$OUT/server_$name.pid"
+  fi
+  smi_stop
+  stop_bg "$SERVER_PID"
+}
+
+if has main; then
+  run_with_server x2_ppo cuda:1 420 VERL_COMM_PROFILE=1 VERL_COMM_PROFILE_PATH="$OUT/comm_profile"
+fi
+if has colo; then
+  run_with_server x1_ppo cuda:0 420
+fi
+if has dp; then
+  run_with_server dp1_grpo cuda:1 240
+  run_with_server dp2_grpo cuda:1 240
+fi
+if has bench; then
+  for dev in cuda:0 cuda:0,1; do
+    tag=${dev//[:,]/_}
+    step "bench_$tag" 150 "$BENCH" --spawn-server "--model $W/rm --device $dev --reward model" \
+      --server-log "$OUT/bench_server_$tag.log" --concurrency 32,64 --duration 10 --warmup 2 \
+      --json "$OUT/bench_$tag.json"
+  done
+fi
+
+[ "${DRY:-0}" = 1 ] && exit 0
+
+say ""
+say "### Steps of this call (name, exit status, seconds)"
+say '```'
+say_cmd cat "$OUT/steps.tsv"
+say '```'
+if has main; then
+  say "### Separate groups (actor + critic on GPU 0, rollout + reference + reward server on GPU 1)"
+  say '```'
+  say_cmd resolved_block "$OUT/x2_ppo.log"
+  say '```'
+  report steps "$OUT/x2_ppo.metrics.jsonl"
+  say ""
+  report weights --metrics "$OUT/x2_ppo.metrics.jsonl" --n-params "$NP" \
+    --comm-check "$OUT/commcheck_2gpu.metrics.jsonl" --p2p "$OUT/p2p.json" --profile "$OUT/comm_profile/summary.txt"
+  say ""
+  report smi "$OUT/smi_x2_ppo.log"
+  report latency "$OUT/server_x2_ppo.metrics.txt"
+  say "Communication trace: comm_profile/nccl_trace.json (chrome://tracing, ui.perfetto.dev)"
+fi
+if has main || has colo; then
+  say ""
+  report phases "2 GPUs, separate groups=$OUT/x2_ppo.metrics.jsonl" "1 GPU, colocated=$OUT/x1_ppo.metrics.jsonl"
+fi
+if has colo; then
+  report smi "$OUT/smi_x1_ppo.log"
+fi
+if has dp; then
+  say ""
+  report dp --dp1 "$OUT/dp1_grpo.metrics.jsonl" --dp2 "$OUT/dp2_grpo.metrics.jsonl"
+fi
+if has bench; then
+  say ""
+  report bench "cuda:0=$OUT/bench_cuda_0.json" "cuda:0,1=$OUT/bench_cuda_0_1.json"
+fi
+exit 0
