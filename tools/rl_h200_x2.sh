@@ -40,12 +40,12 @@ PORT=18725           # the server's HTTP port: GET /metrics at the end of a run
 make_models qwen2_0.5b 64
 NP=$(cat "$W/n_params" 2>/dev/null || echo 0)
 
-write_config x2_ppo device_map_2gpu.yaml gae "$STEPS" 64 16 false
-write_config x1_ppo device_map_1gpu.yaml gae "$STEPS" 64 16 false
-write_config dp1_grpo device_map_2gpu_dp1.yaml grpo 6 64 16 false
-write_config dp2_grpo device_map_2gpu_dp2.yaml grpo 6 64 16 true
-for c in x2_ppo dp1_grpo dp2_grpo; do check_config $c 2; done
-check_config x1_ppo 1
+write_config x2_ppo device_map_2gpu.yaml gae "$STEPS" 64 16 16 false
+write_config x1_ppo device_map_1gpu.yaml gae "$STEPS" 64 16 16 false
+write_config dp1_grpo device_map_2gpu_dp1.yaml grpo 6 64 16 16 false
+write_config dp2_grpo device_map_2gpu_dp2.yaml grpo 6 64 16 16 true
+for c in x2_ppo dp1_grpo dp2_grpo; do check_config $c --gpus 2; done
+check_config x1_ppo --gpus 1
 
 say "## Issue 25 on $(hostname) ($(date -u +%Y-%m-%dT%H:%MZ)), $("$TRAINER" --version 2>/dev/null | head -1)"
 say ""

@@ -170,43 +170,44 @@ print("policy", shape, sum(p.numel() for p in m.parameters()), "parameters")
 EOF
 }
 
-# write_config NAME MAP EST STEPS BATCH MINI ZERO1 [EXTRA_TRAINER]: $OUT/configs/NAME.yaml, the RL run
-# of MAP (a docs/examples device map, copied beside it) with metrics into $OUT/NAME.metrics.jsonl.
-# EST gae (PPO with the critic) or grpo; ZERO1 true|false for the actor and the critic.
+# write_config NAME MAP EST STEPS BATCH MINI MICRO ZERO1: $OUT/configs/NAME.yaml, the RL run of MAP
+# (a docs/examples device map, copied beside it) with metrics into $OUT/NAME.metrics.jsonl. EST gae
+# (PPO with the critic) or grpo; BATCH prompts per step (x 4 responses), MINI per optimizer step,
+# MICRO sequences per forward/backward; ZERO1 true|false for the actor and the critic.
 write_config() {
-  local name=$1 map=$2 est=$3 steps=$4 batch=$5 mini=$6 zero1=$7 extra=${8:-}
+  local name=$1 map=$2 est=$3 steps=$4 batch=$5 mini=$6 micro=$7 zero1=$8
   local d="$OUT/configs"
   mkdir -p "$d"
-  cp "$SRC/docs/examples/$map" "$d/$map"
+  [ -f "$SRC/docs/examples/$map" ] && cp "$SRC/docs/examples/$map" "$d/$map"
   cat > "$d/$name.yaml" <<EOF
 # $name: written by $(basename "$0") (tools/rl_multi_lib.sh write_config)
 data: {train_files: $W/prompts.jsonl, train_batch_size: $batch, max_prompt_length: 256, max_response_length: 256,
        truncation: left, seed: 1}
 actor_rollout_ref:
   model: {path: $W/policy}
-  actor: {ppo_mini_batch_size: $mini, ppo_micro_batch_size_per_gpu: 16, use_kl_loss: true, kl_loss_type: low_var_kl,
+  actor: {ppo_mini_batch_size: $mini, ppo_micro_batch_size_per_gpu: $micro, use_kl_loss: true, kl_loss_type: low_var_kl,
           kl_loss_coef: 0.001, loss_agg_mode: token-mean, optim: {lr: 1.0e-6, zero1: $zero1}}
   rollout: {n: 4, temperature: 1.0, top_p: 1.0, kv_cache_bytes: 8589934592, max_num_seqs: 256}
-critic: {ppo_mini_batch_size: $mini, ppo_micro_batch_size_per_gpu: 16, optim: {lr: 1.0e-5, zero1: $zero1}}
+critic: {ppo_mini_batch_size: $mini, ppo_micro_batch_size_per_gpu: $micro, optim: {lr: 1.0e-5, zero1: $zero1}}
 algorithm: {adv_estimator: $est}
 trainer: {device_map: $map, total_training_steps: $steps, save_freq: -1, resume_mode: disable,
           default_local_dir: $W/ckpt_$name, metrics_file: $OUT/$name.metrics.jsonl, comm_timeout_s: 300,
-          reward_timeout_s: 120$extra}
+          reward_timeout_s: 120}
 EOF
 }
 
-# check_config NAME GPUS [more flags]: verl-trainer --config --check against GPUS GPUs (no GPU
-# touched; runs in DRY mode too): every key of the config and the device map.
+# check_config NAME MACHINE_FLAGS...: verl-trainer --config --check against the machine the flags
+# describe (--gpus N or --topology FILE; no GPU touched; runs in DRY mode too): every key of the
+# config and the device map (not the model directory, which --check does not open).
 check_config() {
-  local name=$1 gpus=$2
-  shift 2
+  local name=$1
+  shift
   local saved=${DRY:-0}
-  DRY=0 step "check_$name" 60 "$TRAINER" --config "$OUT/configs/$name.yaml" --check --gpus "$gpus" "$@"
+  DRY=0 step "check_$name" 60 "$TRAINER" --config "$OUT/configs/$name.yaml" --check "$@"
   local rc=$?
   DRY=$saved
   if [ "$saved" = 1 ]; then
-    printf '[checked] %s: verl-trainer --config %s --check --gpus %s: exit %s\n' "$name" \
-      "$OUT/configs/$name.yaml" "$gpus" "$rc"
+    printf '[checked] %s: verl-trainer --config %s --check %s: exit %s\n' "$name" "$OUT/configs/$name.yaml" "$*" "$rc"
     [ $rc -eq 0 ] || cat "$OUT/check_$name.log"
   fi
   return $rc

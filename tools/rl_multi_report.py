@@ -11,6 +11,9 @@ markdown rows ready for docs/benchmarks.md, from what those runs leave under $OU
   rl_multi_report.py procmem CSV PID                     one process's device memory over the run
   rl_multi_report.py latency METRICS_TEXT                request-latency p50/p99 from the server's
                                                          Prometheus histogram (shm transport)
+  rl_multi_report.py rewardwait METRICS                  timing_s/reward (what the step waited for
+                                                         its rewards) p50 / p99 / max over the steps
+  rl_multi_report.py dmon LOG                            nvidia-smi dmon: per GPU, the mean of each column
 Only the Python standard library. Missing or empty inputs print a row that says so (the run's
 part failed or was skipped) instead of a number; exit 0 unless the arguments are wrong."""
 import argparse
@@ -274,6 +277,42 @@ def cmd_latency(a):
           f"p99 {ms(p99)} ms (bucket bounds) |")
 
 
+def pct(xs, q):
+    """Nearest-rank percentile (the sample at rank ceil(q n))."""
+    xs = sorted(xs)
+    return xs[max(0, math.ceil(q * len(xs)) - 1)] if xs else None
+
+
+def cmd_rewardwait(a):
+    w = [r["timing_s/reward"] * 1e3 for r in load_metrics(a.metrics) if "timing_s/reward" in r]
+    print(f"| `timing_s/reward` as the trainer waited ({len(w)} steps, one request batch each) | p50 "
+          f"{fmt(pct(w, 0.5), 2)} / p99 {fmt(pct(w, 0.99), 2)} / max {fmt(max(w) if w else None, 2)} ms |")
+
+
+def cmd_dmon(a):
+    """nvidia-smi dmon -o T: '# Time gpu sm mem ...' header, then rows; '-' is not a number."""
+    cols, per = None, {}
+    try:
+        with open(a.log) as f:
+            for line in f:
+                p = line.split()
+                if line.startswith("#") and cols is None and "gpu" in p:
+                    cols = p[1:] if p[0] == "#" else [p[0][1:]] + p[1:]
+                elif not line.startswith("#") and cols and len(p) == len(cols):
+                    per.setdefault(p[cols.index("gpu")], []).append(p)
+    except OSError as e:
+        print(f"<!-- {a.log}: {e} -->")
+    if not cols:
+        print(f"| nvidia-smi dmon | no samples in {a.log} |")
+        return
+    shown = [c for c in cols if c not in ("Time", "gpu", "Date")]
+    print("| GPU | samples | " + " | ".join(f"{c} (mean)" for c in shown) + " |")
+    print("|---" * (len(shown) + 2) + "|")
+    for g in sorted(per, key=lambda x: int(x) if x.isdigit() else 0):
+        vals = [mean([num(r[cols.index(c)]) for r in per[g]]) for c in shown]
+        print(f"| {g} | {len(per[g])} | " + " | ".join(fmt(v, 1) for v in vals) + " |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -300,9 +339,14 @@ def main():
     p.add_argument("pid", type=int)
     p = sub.add_parser("latency")
     p.add_argument("metrics_text")
+    p = sub.add_parser("rewardwait")
+    p.add_argument("metrics")
+    p = sub.add_parser("dmon")
+    p.add_argument("log")
     a = ap.parse_args()
     rc = {"steps": cmd_steps, "phases": cmd_phases, "weights": cmd_weights, "dp": cmd_dp, "bench": cmd_bench,
-          "smi": cmd_smi, "procmem": cmd_procmem, "latency": cmd_latency}[a.cmd](a)
+          "smi": cmd_smi, "procmem": cmd_procmem, "latency": cmd_latency, "rewardwait": cmd_rewardwait,
+          "dmon": cmd_dmon}[a.cmd](a)
     sys.stdout.flush()
     return rc or 0
 

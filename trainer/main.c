@@ -5,7 +5,8 @@
  *       validates the device map (against N GPUs, a planned topology, or this machine) and
  *       prints the "Device mapping resolved" block and the topology check; touches no GPU
  *       unless neither --gpus nor --topology is given. Exit 0, or 2 on any problem. With --config
- *       the config is checked too (every key; verl's keys it does not use are listed).
+ *       the config is checked too (every key; verl's keys it does not use are listed; with RL
+ *       sections what the RL loop needs of the map, unless --comm-check is given too).
  *   verl-trainer --config ppo.yaml [--device-map FILE] --comm-check [--steps N] ...
  *       starts the run: without a launcher around it (no mpirun/srun environment) it runs
  *       `mpirun -np 1+W` on itself (W = one worker per device of the map) and supervises it;
@@ -258,7 +259,9 @@ static int load_all(const vr_targs_t *a, vr_tconfig_t *cfg, vr_devmap_t *map, vr
               cfg->path, cfg->nnodes, map->path, n_nodes);
     return 2;
   }
-  if (!a->comm_check && !a->check && cfg->rl.present && vr_ppo_check(cfg, map, err, sizeof err) != 0) {
+  /* the RL loop's needs of the map (a critic for gae, ...): also under --check, unless the config
+   * is checked for --comm-check (which reads only the trainer section) */
+  if (!a->comm_check && cfg->rl.present && vr_ppo_check(cfg, map, err, sizeof err) != 0) {
     if (!quiet) fprintf(stderr, "%s", err);
     return 2;
   }

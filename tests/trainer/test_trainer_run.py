@@ -290,7 +290,8 @@ class TestCpuErrors(Run):
     def test_check_a_config(self):
         """--check with --config checks every key and lists verl's keys it does not use."""
         ex = os.path.join(TestDocsExamples.SRC, "docs", "examples")
-        rc, out, err = self.run_trainer(["--config", os.path.join(ex, "ppo_comm_check.yaml"), "--check", "--gpus", "0"])
+        rc, out, err = self.run_trainer(["--config", os.path.join(ex, "ppo_comm_check.yaml"), "--check", "--gpus", "0",
+                                         "--comm-check"])
         self.assertEqual(rc, 0, err)
         self.assertIn("Device mapping resolved:", out)
         self.assertRegex(out, r"\[INFO\] config .*ppo_comm_check\.yaml: not used by this build: trainer\.project_name\n")
@@ -300,6 +301,17 @@ class TestCpuErrors(Run):
         self.assertEqual(rc, 2)
         self.assertIn("unknown key 'reward_timeout' in trainer. HINT: did you mean 'reward_timeout_s'?", err)
         self.assertNotIn("Device mapping resolved:", out)
+        # without --comm-check its algorithm section makes it an RL config: --check says what the
+        # RL loop would refuse (no model, no prompts), as a run would, before anything starts
+        rc, out, err = self.run_trainer(["--config", os.path.join(ex, "ppo_comm_check.yaml"), "--check", "--gpus", "0"])
+        self.assertEqual(rc, 2, out)
+        self.assertIn("actor_rollout_ref.model.path is not set", err)
+        with open(os.path.join(self.dir, "gae.yaml"), "w") as f:
+            f.write("data: {train_files: p.jsonl}\nactor_rollout_ref: {model: {path: m}}\n"
+                    "algorithm: {adv_estimator: gae}\ntrainer: {device_map: %s}\n" % os.path.join(ex, "device_map_rl_cpu.yaml"))
+        rc, out, err = self.run_trainer(["--config", "gae.yaml", "--check", "--gpus", "0"])
+        self.assertEqual(rc, 2, out)
+        self.assertIn("algorithm.adv_estimator gae needs a critic", err)
 
 
 class TestDocsExamples(Run):
