@@ -107,7 +107,7 @@ sim_node_launch() {
 export VR_TRAINER_HOST=simnode$n CUDA_VISIBLE_DEVICES=$d NCCL_NVLS_ENABLE=0
 if [ "$SIM_HOSTID" = 1 ]; then export NCCL_HOSTID=simnode$n NCCL_SOCKET_IFNAME=lo; fi
 exec "$0" "$@"'
-  step "$name" 300 env SIM_HOSTID="$hostid" mpirun -np 9 --oversubscribe --bind-to none --allow-run-as-root \
+  step "$name" 300 env SIM_HOSTID="$hostid" mpirun -np 9 --oversubscribe --bind-to none \
     bash -c "$wrap" "$TRAINER" "$@" --topology "$EX/topology_2node.yaml"
 }
 

@@ -240,18 +240,17 @@ def rate(pairs):
         ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in pairs]
         streams = [torch.cuda.Stream(device=f"cuda:{s}") for s, _ in pairs]
         for (s, d), st, (e0, e1) in zip(pairs, streams, ev):
-            with torch.cuda.stream(st):
+            with torch.cuda.device(s), torch.cuda.stream(st):
                 e0.record(st); dst[d].copy_(bufs[s], non_blocking=True); e1.record(st)
         for i in range(n): torch.cuda.synchronize(i)
         times.append(max(e0.elapsed_time(e1) for e0, e1 in ev) / 1e3)
     t = sorted(times[1:])[len(times[1:]) // 2]
     return len(pairs) * B / t / 1e9
-for i in range(n):
-    d = torch.empty(B, dtype=torch.uint8, device=f"cuda:{i}")
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    d.copy_(bufs[i]); e0.record(); d.copy_(bufs[i]); e1.record(); torch.cuda.synchronize(i)
-    out[f"local_{i}_gbps"] = B / (e0.elapsed_time(e1) / 1e3) / 1e9
-    del d
+for i in range(n):  # device-local copy (read + write counted once, as verl-trainer's device copy rate)
+    with torch.cuda.device(i):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        dst[i].copy_(bufs[i]); e0.record(); dst[i].copy_(bufs[i]); e1.record(); torch.cuda.synchronize(i)
+        out[f"local_{i}_gbps"] = B / (e0.elapsed_time(e1) / 1e3) / 1e9
 for a, b in itertools.permutations(range(n), 2):
     if n > 4 and a != 0:  # on 8 GPUs: from GPU 0 to every other, and the pairs both ways below
         continue
