@@ -17,6 +17,18 @@ mlib_init() {
   unset OMPI_COMM_WORLD_SIZE PMI_SIZE PMIX_RANK SLURM_PROCID VERL_COMM_PROFILE
   MLIB_BG=()
   trap mlib_cleanup EXIT
+  # the libraries of a pack (tools/rl_multi_pack.sh): ours first; Open MPI's only where the machine
+  # has none of its own; NCCL from wherever the machine keeps it (torch's wheel ships libnccl.so.2)
+  local nccl
+  [ -d "$BUILD/lib" ] && LD_LIBRARY_PATH="$BUILD/lib:${LD_LIBRARY_PATH:-}"
+  if [ -d "$BUILD/lib/mpi" ] && ! ldconfig -p 2>/dev/null | grep -q libmpi.so.40; then
+    LD_LIBRARY_PATH="$BUILD/lib/mpi:$LD_LIBRARY_PATH"
+  fi
+  if [ "${DRY:-0}" != 1 ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
+    nccl=$(timeout 60 find / -name libnccl.so.2 -not -path '/proc/*' 2>/dev/null | head -1)
+    [ -n "$nccl" ] && LD_LIBRARY_PATH="$(dirname "$nccl"):${LD_LIBRARY_PATH:-}"
+  fi
+  export LD_LIBRARY_PATH
   TRAINER="$BUILD/bin/verl-trainer"
   SERVER_BIN="$BUILD/bin/verl-reward-server"
   # shellcheck disable=SC2034  # used by the scripts that source this file
