@@ -20,9 +20,9 @@
 #                                                  verl-trainer --check --gpus 2, prints the commands
 # BUILD_DIR: a CUDA build (bin/verl-trainer, verl-reward-server, verl-reward-bench); OUT: every log,
 # metrics file and table (summary.md; the same on stdout: rows for docs/benchmarks.md).
-# On the lent machine (docs/operations.md "Multi-GPU runs"): pack the build and the .so files into
-# .device/multi/, carry [".device/multi"], kind nvidia-h200-x2, timeout_s 600:
-#   export NCCL_NVLS_ENABLE=0; bash .device/multi/src/tools/rl_h200_x2.sh .device/multi/build $OUT
+# On the lent machine (docs/operations.md "Multi-GPU runs"): tools/rl_multi_pack.sh CUDA_BUILD
+# /work/main/.device/multi here, then run with carry [".device/multi"], kind nvidia-h200-x2, timeout_s 600:
+#   cd .device/multi && mkdir -p build && tar xzf pack.tgz -C build && bash src/tools/rl_h200_x2.sh $PWD/build $OUT
 # Every step has a timeout and a log; a failed step is reported and the others still run.
 set -uo pipefail
 BUILD=${1:?usage: rl_h200_x2.sh BUILD_DIR OUT [STEPS]}

@@ -25,8 +25,9 @@
 #   DRY=1 tools/rl_h200_x8.sh BUILD_DIR OUT        writes the configs, checks them with
 #                                                  verl-trainer --check --gpus 8, prints the commands
 # BUILD_DIR: a CUDA build; OUT: every log, metrics file and table (summary.md, and on stdout).
-# On the lent machine: kind nvidia-h200-x8, timeout_s 600 (docs/operations.md "Multi-GPU runs"):
-#   export NCCL_NVLS_ENABLE=0; bash .device/multi/src/tools/rl_h200_x8.sh .device/multi/build $OUT
+# On the lent machine (docs/operations.md "Multi-GPU runs"): tools/rl_multi_pack.sh CUDA_BUILD
+# /work/main/.device/multi here, then run with carry [".device/multi"], kind nvidia-h200-x8, timeout_s 600:
+#   cd .device/multi && mkdir -p build && tar xzf pack.tgz -C build && bash src/tools/rl_h200_x8.sh $PWD/build $OUT
 set -uo pipefail
 BUILD=${1:?usage: rl_h200_x8.sh BUILD_DIR OUT [STEPS]}
 OUT=${2:?usage: rl_h200_x8.sh BUILD_DIR OUT [STEPS]}
