@@ -2,7 +2,8 @@
 """tools/rl_h200_x2.sh and rl_h200_x8.sh (issues 25, 26), on a machine without GPUs: what can be
 checked before the day their machines are lent.
 
-  TestScripts.test_syntax       bash -n and shellcheck -x of both scripts, tools/rl_multi_lib.sh and
+  TestScripts.test_syntax       bash -n and shellcheck -x of both scripts, rl_h200_grpo.sh (which
+                                shares the library), tools/rl_multi_lib.sh and
                                 rl_multi_pack.sh;
                                 every embedded Python program compiles
   TestScripts.test_dry_run      DRY=1: every config the runs use passes verl-trainer --config
@@ -25,7 +26,7 @@ import unittest
 
 BIN_DIR = os.path.abspath(os.environ.get("VR_BIN_DIR", "build/bin"))
 SRC = os.path.abspath(os.environ.get("VR_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..")))
-SCRIPTS = [os.path.join(SRC, "tools", n) for n in ("rl_h200_x2.sh", "rl_h200_x8.sh", "rl_multi_lib.sh",
+SCRIPTS = [os.path.join(SRC, "tools", n) for n in ("rl_h200_x2.sh", "rl_h200_x8.sh", "rl_h200_grpo.sh", "rl_multi_lib.sh",
                                                           "rl_multi_pack.sh")]
 REPORT = os.path.join(SRC, "tools", "rl_multi_report.py")
 GUARD_S = 300
