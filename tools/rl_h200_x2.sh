@@ -34,7 +34,6 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 . "$SRC/tools/rl_multi_lib.sh"
 mlib_init
 has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-SHM=verl_reward_shm  # the device maps' reward.shared_mem_name
 PORT=18725           # the server's HTTP port: GET /metrics at the end of a run
 
 make_models qwen2_0.5b 64
@@ -55,40 +54,17 @@ if has probe; then
   step check_local 60 "$TRAINER" --device-map "$SRC/docs/examples/device_map_2gpu.yaml" --check
   p2p_probe "$OUT/p2p.json"
   comm_check commcheck_2gpu device_map_2gpu.yaml 6 268435456 $((NP > 0 ? 4 * NP : 1976131584))
-  if [ "${DRY:-0}" != 1 ]; then
-    say "### Topology: nvidia-smi topo -m and the check's verdict"
-    say '```'
-    say_cmd cat "$OUT/topo.log"
-    say_cmd resolved_block "$OUT/check_local.log"
-    say '```'
-  fi
 fi
-
-# run_with_server NAME DEVICE TIMEOUT [env ...]: the reward server on DEVICE, nvidia-smi sampling,
-# the RL run, the server's /metrics at the end.
-run_with_server() {
-  local name=$1 dev=$2 t=$3
-  shift 3
-  start_server "server_$name" "$SHM" "$PORT" "$dev" --lanes 8 || return 1
-  smi_start "smi_$name"
-  rl_run "$name" "$t" "$@"
-  if [ "${DRY:-0}" != 1 ]; then
-    scrape_metrics "$PORT" "$OUT/server_$name.metrics.txt"
-    echo "$SERVER_PID" > "$OUT/server_$name.pid"
-  fi
-  smi_stop
-  stop_bg "$SERVER_PID"
-}
 
 if has main; then
-  run_with_server x2_ppo cuda:1 420 VERL_COMM_PROFILE=1 VERL_COMM_PROFILE_PATH="$OUT/comm_profile"
+  run_with_server x2_ppo cuda:1 "$PORT" 420 VERL_COMM_PROFILE=1 VERL_COMM_PROFILE_PATH="$OUT/comm_profile"
 fi
 if has colo; then
-  run_with_server x1_ppo cuda:0 420
+  run_with_server x1_ppo cuda:0 "$PORT" 420
 fi
 if has dp; then
-  run_with_server dp1_grpo cuda:1 240
-  run_with_server dp2_grpo cuda:1 240
+  run_with_server dp1_grpo cuda:1 "$PORT" 240
+  run_with_server dp2_grpo cuda:1 "$PORT" 240
 fi
 if has bench; then
   for dev in cuda:0 cuda:0,1; do
@@ -101,24 +77,12 @@ fi
 
 [ "${DRY:-0}" = 1 ] && exit 0
 
-say ""
-say "### Steps of this call (name, exit status, seconds)"
-say '```'
-say_cmd cat "$OUT/steps.tsv"
-say '```'
+report_calls
+if has probe; then
+  report_topology "Topology: nvidia-smi topo -m and the check's verdict" check_local
+fi
 if has main; then
-  say "### Separate groups (actor + critic on GPU 0, rollout + reference + reward server on GPU 1)"
-  say '```'
-  say_cmd resolved_block "$OUT/x2_ppo.log"
-  say '```'
-  report steps "$OUT/x2_ppo.metrics.jsonl"
-  say ""
-  report weights --metrics "$OUT/x2_ppo.metrics.jsonl" --n-params "$NP" \
-    --comm-check "$OUT/commcheck_2gpu.metrics.jsonl" --p2p "$OUT/p2p.json" --profile "$OUT/comm_profile/summary.txt"
-  say ""
-  report smi "$OUT/smi_x2_ppo.log"
-  report latency "$OUT/server_x2_ppo.metrics.txt"
-  say "Communication trace: comm_profile/nccl_trace.json (chrome://tracing, ui.perfetto.dev)"
+  report_rl x2_ppo commcheck_2gpu "Separate groups (actor + critic on GPU 0, rollout + reference + reward server on GPU 1)"
 fi
 if has main || has colo; then
   say ""

@@ -39,11 +39,9 @@ EX="$SRC/docs/examples"
 . "$SRC/tools/rl_multi_lib.sh"
 mlib_init
 has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
-SHM=verl_reward_shm  # the maps' reward.shared_mem_name
 PORT=8080            # device_map_8gpu.yaml's service_url; GET /metrics at the end of a run
 
 make_models qwen2_1.5b 64
-NP=$(cat "$W/n_params" 2>/dev/null || echo 0)
 
 write_config x8_ppo device_map_8gpu.yaml gae "$STEPS" 64 16 8 true
 write_config x8_colo_ppo device_map_8gpu_colocated.yaml gae "$STEPS" 64 16 8 true
@@ -64,26 +62,16 @@ if has probe; then
 fi
 
 if has main; then
-  start_server server_x8_ppo "$SHM" "$PORT" cuda:4 --lanes 8
-  smi_start smi_x8_ppo
   bg dmon_x8_ppo nvidia-smi dmon -s ut -d 1 -o T
   DMON_PID=$BG_PID
   step nvlink_before 30 nvidia-smi nvlink -gt d
-  rl_run x8_ppo 480 VERL_COMM_PROFILE=1 VERL_COMM_PROFILE_PATH="$OUT/comm_profile"
+  run_with_server x8_ppo cuda:4 "$PORT" 480 VERL_COMM_PROFILE=1 VERL_COMM_PROFILE_PATH="$OUT/comm_profile"
   step nvlink_after 30 nvidia-smi nvlink -gt d
-  [ "${DRY:-0}" = 1 ] || scrape_metrics "$PORT" "$OUT/server_x8_ppo.metrics.txt"
-  X8_SERVER_PID=$SERVER_PID
   stop_bg "$DMON_PID"
-  smi_stop
-  stop_bg "$SERVER_PID"
 fi
 
 if has colo; then
-  start_server server_x8_colo "$SHM" "$PORT" cuda:0 --lanes 8
-  smi_start smi_x8_colo
-  rl_run x8_colo_ppo 480
-  smi_stop
-  stop_bg "$SERVER_PID"
+  run_with_server x8_colo_ppo cuda:0 "$PORT" 480
 fi
 
 if has trap; then
@@ -124,40 +112,19 @@ EOF
   comm_cfg node2_comm_hostid
   sim_node_launch node2_comm 0 --config "$OUT/configs/node2_comm.yaml" --comm-check
   sim_node_launch node2_comm_hostid 1 --config "$OUT/configs/node2_comm_hostid.yaml" --comm-check
-  start_server server_node2 "$SHM" 0 cuda:4 --lanes 8
+  start_server server_node2 verl_reward_shm 0 cuda:4 --lanes 8
   sim_node_launch node2_ppo 0 --config "$OUT/configs/node2_ppo.yaml"
   stop_bg "$SERVER_PID"
 fi
 
 [ "${DRY:-0}" = 1 ] && exit 0
 
-say ""
-say "### Steps of this call (name, exit status, seconds)"
-say '```'
-say_cmd cat "$OUT/steps.tsv"
-say '```'
+report_calls
 if has probe; then
-  say "### Topology: nvidia-smi topo -m and the check's verdict on the seed's map"
-  say '```'
-  say_cmd cat "$OUT/topo.log"
-  say_cmd resolved_block "$OUT/check_local.log"
-  say '```'
+  report_topology "Topology: nvidia-smi topo -m and the check's verdict on the seed's map" check_local
 fi
 if has main; then
-  say "### The seed's layout, PPO, $STEPS steps"
-  say '```'
-  say_cmd resolved_block "$OUT/x8_ppo.log"
-  say '```'
-  report steps "$OUT/x8_ppo.metrics.jsonl"
-  say ""
-  report weights --metrics "$OUT/x8_ppo.metrics.jsonl" --n-params "$NP" \
-    --comm-check "$OUT/commcheck_seed.metrics.jsonl" --p2p "$OUT/p2p.json" --profile "$OUT/comm_profile/summary.txt"
-  say ""
-  report rewardwait "$OUT/x8_ppo.metrics.jsonl"
-  report latency "$OUT/server_x8_ppo.metrics.txt"
-  report procmem "$OUT/smi_x8_ppo-apps.log" "${X8_SERVER_PID:-0}"
-  say ""
-  report smi "$OUT/smi_x8_ppo.log"
+  report_rl x8_ppo commcheck_seed "The seed's layout, PPO, $STEPS steps"
   say ""
   report dmon "$OUT/dmon_x8_ppo.log"
   say "NVLink counters: nvlink_before.log / nvlink_after.log (nvidia-smi nvlink -gt d)"

@@ -294,3 +294,62 @@ resolved_block() {
   sed -n '/Device mapping resolved/,/^\[INFO\] device_map /p' "$1" | grep -v '^\[INFO\] device_map '
   grep -E '^\[INFO\] topology|^warning: ' "$1" || true
 }
+
+# ---- the summary's sections (rl_multi_report.py tables) -----------------------------------------
+
+# The steps of this call: name, exit status, seconds.
+report_calls() {
+  say ""
+  say "### Steps of this call (name, exit status, seconds)"
+  say '```'
+  say_cmd cat "$OUT/steps.tsv"
+  say '```'
+}
+
+# report_topology TITLE CHECK_STEP: nvidia-smi topo -m beside the check's resolved block and verdict.
+report_topology() {
+  say "### $1"
+  say '```'
+  say_cmd cat "$OUT/topo.log"
+  say_cmd resolved_block "$OUT/$2.log"
+  say '```'
+}
+
+# report_rl NAME COMM_CHECK TITLE: one RL run of run_with_server: its resolved block, timing_s/* per
+# step, the weight sync against the comm check, the P2P probe and the profile, the reward latency,
+# the server's device memory (SERVER_PID_OF_RUN), per-GPU memory and utilisation.
+report_rl() {
+  local name=$1 cc=$2
+  say "### $3"
+  say '```'
+  say_cmd resolved_block "$OUT/$name.log"
+  say '```'
+  report steps "$OUT/$name.metrics.jsonl"
+  say ""
+  report weights --metrics "$OUT/$name.metrics.jsonl" --n-params "$(cat "$W/n_params" 2>/dev/null || echo 0)" \
+    --comm-check "$OUT/$cc.metrics.jsonl" --p2p "$OUT/p2p.json" --profile "$OUT/comm_profile/summary.txt"
+  say ""
+  report rewardwait "$OUT/$name.metrics.jsonl"
+  report latency "$OUT/server_$name.metrics.txt"
+  report procmem "$OUT/smi_$name-apps.log" "$(cat "$OUT/server_$name.pid" 2>/dev/null || echo 0)"
+  say ""
+  report smi "$OUT/smi_$name.log"
+  say "Communication trace: comm_profile/nccl_trace.json (chrome://tracing, ui.perfetto.dev)"
+}
+
+# run_with_server NAME DEVICE PORT TIMEOUT [env ...]: the reward server on DEVICE (shm MLIB_SHM,
+# default verl_reward_shm: the docs/examples maps' name), nvidia-smi sampling, the RL run of configs/NAME.yaml, the
+# server's /metrics at the end (server_NAME.metrics.txt; its pid in server_NAME.pid).
+run_with_server() {
+  local name=$1 dev=$2 port=$3 t=$4
+  shift 4
+  start_server "server_$name" "${MLIB_SHM:-verl_reward_shm}" "$port" "$dev" --lanes 8 || return 1
+  smi_start "smi_$name"
+  rl_run "$name" "$t" "$@"
+  if [ "${DRY:-0}" != 1 ]; then
+    scrape_metrics "$port" "$OUT/server_$name.metrics.txt"
+    echo "$SERVER_PID" > "$OUT/server_$name.pid"
+  fi
+  smi_stop
+  stop_bg "$SERVER_PID"
+}

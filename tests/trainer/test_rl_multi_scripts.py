@@ -18,6 +18,7 @@ Env: VR_BIN_DIR (verl-trainer, verl-reward-server), VR_SOURCE_DIR."""
 import json
 import os
 import re
+import socket
 import shutil
 import subprocess
 import sys
@@ -113,7 +114,7 @@ class TestScripts(unittest.TestCase):
 
 LIB_SMOKE = r"""
 set -u
-BUILD=$1 OUT=$2 SRC=$3 SHM=$4
+BUILD=$1 OUT=$2 SRC=$3 SHM=$4 PORT=$5
 . "$SRC/tools/rl_multi_lib.sh"
 mlib_init
 python3 "$SRC/tools/fixtures/make_lm_random.py" --out "$W/policy" --vocab 97 --hidden 64 --layers 1 --heads 2 \
@@ -127,16 +128,18 @@ printf 'actor: {device_group: [cpu:0, cpu:1]}\ncritic: {device_group: [cpu:1]}\n
 write_config smoke map.yaml gae 4 16 16 16 true
 sed -i 's/max_prompt_length: 256/max_prompt_length: 8/; s/max_response_length: 256/max_response_length: 4/; s/kv_cache_bytes: 8589934592, //' "$OUT/configs/smoke.yaml"
 check_config smoke --gpus 0
-start_server server_smoke "$SHM" 0 cpu || exit 3
-rl_run smoke 120 VERL_COMM_PROFILE=1 VERL_COMM_PROFILE_PATH="$OUT/comm_profile"
-stop_bg "$SERVER_PID"
+echo 1000 > "$W/n_params"
+MLIB_SHM=$SHM run_with_server smoke cpu "$PORT" 120 VERL_COMM_PROFILE=1 VERL_COMM_PROFILE_PATH="$OUT/comm_profile" || exit 3
 step sleeper 1 sleep 30
-report steps "$OUT/smoke.metrics.jsonl"
-report weights --metrics "$OUT/smoke.metrics.jsonl" --n-params 1000 --profile "$OUT/comm_profile/summary.txt"
-report rewardwait "$OUT/smoke.metrics.jsonl"
-say_cmd resolved_block "$OUT/smoke.log"
+report_calls
+report_rl smoke no_comm_check "The smoke run"
 echo "ran to the end"
 """
+
+
+def summary_of(out):
+    with open(os.path.join(out, "summary.md")) as f:
+        return f.read()
 
 
 class TestLib(unittest.TestCase):
@@ -144,20 +147,27 @@ class TestLib(unittest.TestCase):
         out = tempfile.mkdtemp(prefix="vr-multi-lib-")
         shm = "vr_multi_test_%d" % os.getpid()
         try:
-            p = subprocess.run(["bash", "-c", LIB_SMOKE, "smoke", os.path.dirname(BIN_DIR), out, SRC, shm], env=env(),
+            with socket.socket() as so:  # a free port for the server's /metrics
+                so.bind(("127.0.0.1", 0))
+                port = so.getsockname()[1]
+            p = subprocess.run(["bash", "-c", LIB_SMOKE, "smoke", os.path.dirname(BIN_DIR), out, SRC, shm, str(port)],
+                               env=env(),
                                capture_output=True, text=True, timeout=GUARD_S)
             self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
             self.assertIn("ran to the end", p.stdout)
             with open(os.path.join(out, "steps.tsv")) as f:
                 steps = {l.split("\t")[0]: int(l.split("\t")[1]) for l in f if l.strip()}
             self.assertEqual(steps, {"check_smoke": 0, "smoke": 0, "sleeper": 124})
-            with open(os.path.join(out, "summary.md")) as f:
-                summary = f.read()
+            summary = summary_of(out)
+            self.assertIn("### Steps of this call", summary)
+            self.assertIn("sleeper\t124\t", summary)
             rows = [l for l in summary.splitlines() if re.match(r"\| [1-4] \| ", l)]
             self.assertEqual(len(rows), 4, summary)  # one row per step
             self.assertIn("| `timing_s/update_weights` (mean of steps 2..N) |", summary)
             self.assertRegex(summary, r"\| profile weight_sync broadcast \(3 ranks, 4 calls/rank")
             self.assertIn("`timing_s/reward` as the trainer waited (4 steps", summary)
+            self.assertRegex(summary, r"reward requests over shm, server side intake to answer \(4 requests\) \| p50 <= ")
+            self.assertRegex(summary, r"reward server device memory over the run|reward server \(pid \d+\) device memory")
             self.assertIn("Device mapping resolved:", summary)
             self.assertIn("  Critic: cpu:1 (colocated with actor)", summary)
             self.assertTrue(os.path.exists(os.path.join(out, "comm_profile", "nccl_trace.json")))
