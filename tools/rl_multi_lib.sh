@@ -334,7 +334,9 @@ report_rl() {
   report procmem "$OUT/smi_$name-apps.log" "$(cat "$OUT/server_$name.pid" 2>/dev/null || echo 0)"
   say ""
   report smi "$OUT/smi_$name.log"
-  say "Communication trace: comm_profile/nccl_trace.json (chrome://tracing, ui.perfetto.dev)"
+  say ""
+  report trace "$OUT/comm_profile/nccl_trace.json"
+  say "The trace: comm_profile/nccl_trace.json (chrome://tracing, ui.perfetto.dev)"
 }
 
 # run_with_server NAME DEVICE PORT TIMEOUT [env ...]: the reward server on DEVICE (shm MLIB_SHM,

@@ -14,6 +14,8 @@ markdown rows ready for docs/benchmarks.md, from what those runs leave under $OU
   rl_multi_report.py rewardwait METRICS                  timing_s/reward (what the step waited for
                                                          its rewards) p50 / p99 / max over the steps
   rl_multi_report.py dmon LOG                            nvidia-smi dmon: per GPU, the mean of each column
+  rl_multi_report.py trace NCCL_TRACE.json               the VERL_COMM_PROFILE trace opened: events per
+                                                         rank and per collective, the busiest stream
 Only the Python standard library. Missing or empty inputs print a row that says so (the run's
 part failed or was skipped) instead of a number; exit 0 unless the arguments are wrong."""
 import argparse
@@ -313,6 +315,36 @@ def cmd_dmon(a):
         print(f"| {g} | {len(per[g])} | " + " | ".join(fmt(v, 1) for v in vals) + " |")
 
 
+def cmd_trace(a):
+    """Chrome trace of vr_commprof: "X" events (name "<role> <op>", pid rank, tid stream, dur us,
+    args.bytes) and "M" process_name records."""
+    try:
+        with open(a.trace) as f:
+            t = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"| communication trace | does not open: {e} |")
+        return 1
+    ev = t.get("traceEvents", []) if isinstance(t, dict) else t
+    names = {e["pid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name"}
+    xs = [e for e in ev if e.get("ph") == "X"]
+    if not xs:
+        print(f"| communication trace | {len(ev)} records, no collectives |")
+        return 1
+    span = (max(e["ts"] + e["dur"] for e in xs) - min(e["ts"] for e in xs)) / 1e6
+    print(f"| communication trace: {len(xs)} events on {len(names)} ranks over {span:.2f} s | calls | GB | busy s |")
+    print("|---|---|---|---|")
+    per = {}
+    for e in xs:
+        k = (e["name"], e["pid"])
+        c = per.setdefault(k, [0, 0, 0.0])
+        c[0] += 1
+        c[1] += e.get("args", {}).get("bytes", 0)
+        c[2] += e["dur"] / 1e6
+    for (name, pid), (n, b, d) in sorted(per.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        print(f"| {name} on {names.get(pid, 'rank %d' % pid)} | {n} | {b / 1e9:.3f} | {d:.3f} |")
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -343,10 +375,12 @@ def main():
     p.add_argument("metrics")
     p = sub.add_parser("dmon")
     p.add_argument("log")
+    p = sub.add_parser("trace")
+    p.add_argument("trace")
     a = ap.parse_args()
     rc = {"steps": cmd_steps, "phases": cmd_phases, "weights": cmd_weights, "dp": cmd_dp, "bench": cmd_bench,
           "smi": cmd_smi, "procmem": cmd_procmem, "latency": cmd_latency, "rewardwait": cmd_rewardwait,
-          "dmon": cmd_dmon}[a.cmd](a)
+          "dmon": cmd_dmon, "trace": cmd_trace}[a.cmd](a)
     sys.stdout.flush()
     return rc or 0
 
