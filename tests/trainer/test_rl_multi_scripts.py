@@ -172,7 +172,7 @@ class TestLib(unittest.TestCase):
             self.assertIn("  Critic: cpu:1 (colocated with actor)", summary)
             self.assertTrue(os.path.exists(os.path.join(out, "comm_profile", "nccl_trace.json")))
             self.assertRegex(summary, r"\| communication trace: \d+ events on 4 ranks over ")
-            self.assertRegex(summary, r"\| weight_sync broadcast on rank 1 cpu:0 actor \| 4 \| ")
+            self.assertRegex(summary, r"\| weight_sync broadcast on rank 1 cpu:0 \| 4 \| ")
             with open(os.path.join(out, "server_smoke.log")) as f:
                 self.assertIn("] ready: ", f.read())
         finally:
