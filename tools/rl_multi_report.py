@@ -286,9 +286,15 @@ def pct(xs, q):
 
 
 def cmd_rewardwait(a):
-    w = [r["timing_s/reward"] * 1e3 for r in load_metrics(a.metrics) if "timing_s/reward" in r]
+    m = load_metrics(a.metrics)
+    w = [r["timing_s/reward"] * 1e3 for r in m if "timing_s/reward" in r]
     print(f"| `timing_s/reward` as the trainer waited ({len(w)} steps, one request batch each) | p50 "
           f"{fmt(pct(w, 0.5), 2)} / p99 {fmt(pct(w, 0.99), 2)} / max {fmt(max(w) if w else None, 2)} ms |")
+    srv = [r["reward/server_ms/max"] for r in m if "reward/server_ms/max" in r]
+    n = sum(r.get("reward/requests", 0) for r in m)
+    print(f"| `reward/server_ms/max` (queue + compute the server reported, the step's slowest of "
+          f"{n:g} requests in all) over the steps | p50 {fmt(pct(srv, 0.5), 2)} / p99 {fmt(pct(srv, 0.99), 2)} / "
+          f"max {fmt(max(srv) if srv else None, 2)} ms |")
 
 
 def cmd_dmon(a):

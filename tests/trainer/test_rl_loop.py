@@ -580,8 +580,13 @@ class TestData(Rl):
                 str(z).lower(), 1))
             rc, out, err = self.run_trainer()
             self.assertEqual(rc, 0, err[-3000:])
-            runs[z] = {s: {k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/"))}
-                       for s, r in self.metrics().items()}
+            m = self.metrics()
+            for r in m.values():  # one reward request per step, timed by the server
+                self.assertEqual(r["reward/requests"], 1)
+                self.assertGreaterEqual(r["reward/server_ms/max"], r["reward/server_ms/mean"])
+                self.assertGreater(r["reward/server_ms/max"], 0)
+            runs[z] = {s: {k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/", "reward/server_ms/"))}
+                       for s, r in m.items()}
             spans = []
             for rank in (0, 1):
                 with open(self.ckdir("global_step_4", "actor", "optim_rank_%d.bin" % rank), "rb") as f:

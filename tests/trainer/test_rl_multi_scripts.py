@@ -166,6 +166,7 @@ class TestLib(unittest.TestCase):
             self.assertIn("| `timing_s/update_weights` (mean of steps 2..N) |", summary)
             self.assertRegex(summary, r"\| profile weight_sync broadcast \(3 ranks, 4 calls/rank")
             self.assertIn("`timing_s/reward` as the trainer waited (4 steps", summary)
+            self.assertIn("the step's slowest of 4 requests in all) over the steps | p50 ", summary)
             self.assertRegex(summary, r"reward requests over shm, server side intake to answer \(4 requests\) \| p50 <= ")
             self.assertRegex(summary, r"reward server device memory over the run|reward server \(pid \d+\) device memory")
             self.assertIn("Device mapping resolved:", summary)
