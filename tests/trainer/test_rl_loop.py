@@ -24,7 +24,9 @@ hidden 64) scores about 0.3 by chance; it has to learn to say the token it is sh
                  worker killed mid-run ends it (exit 1) naming the rank.
   TestData       chat-message prompts rendered with the model's chat template (Llama-2 template
                  of tests/fixtures/server_tokenizer) give the ids verl-tokenize gives, decoded
-                 responses go to the rules; truncation; bad rows and config keys exit 2 naming them.
+                 responses go to the rules; truncation; bad rows and config keys exit 2 naming them;
+                 actor.optim.zero1 (ZeRO-1) equals the replicated run bit for bit, with the
+                 optimizer files sharded; reward/requests and reward/server_ms per step.
 Env: VR_BIN_DIR, VR_SOURCE_DIR."""
 import json
 import os
