@@ -283,11 +283,19 @@ static void print_resolved(const vr_devmap_t *map, FILE *f) {
   fprintf(f, "[INFO] device_map %s\n", buf);
 }
 
+/* What a topology check without warnings says: that the links fit only where they were known. */
+static const char *verdict_ok(const vr_topology_t *t, const vr_devmap_t *m) {
+  if (m->n_workers > 0 && m->workers[0].kind == VR_DEVICE_CPU) return "cpu slots: no GPU links to check";
+  if (strncmp(t->source, "--gpus", 6) == 0)
+    return "links not known, not checked (--topology FILE or the machine itself checks them)";
+  return "every all-reducing group fits its links";
+}
+
 /* Topology verdict; returns 2 when --strict-topology turns warnings into an error. */
 static int topology_verdict(const vr_targs_t *a, const vr_topology_t *t, const vr_devmap_t *m, FILE *f) {
   char buf[ERRBUF];
   int n = vr_topology_check(t, m, buf, sizeof buf);
-  fprintf(f, "[INFO] topology (%s): %s\n", t->source, n ? "see warnings" : "every all-reducing group fits its links");
+  fprintf(f, "[INFO] topology (%s): %s\n", t->source, n ? "see warnings" : verdict_ok(t, m));
   if (n) fprintf(f, "%s", buf);
   if (n && a->strict_topology) {
     fprintf(stderr, "verl-trainer: error: %d pair(s) of GPUs in all-reducing groups lack NVLink and "
