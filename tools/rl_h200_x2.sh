@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rl_h200_x2.sh: issue 25's run on two H200s (`nvidia-h200-x2`), everything the issue asks for in
-# one device call (about 8 minutes; PARTS splits it over two calls):
+# one device call (by estimate about 9 minutes, nothing has run yet: PARTS="probe main colo" and
+# PARTS="dp bench" split it over two calls of about 5 and 4):
 #   probe  nvidia-smi topo -m, verl-trainer --check against the machine (the topology check's view
 #          of the link), the P2P copy rate between the GPUs (torch; nccl-tests are not on the
 #          machine), verl-trainer --comm-check on device_map_2gpu.yaml with a weight-sync buffer

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rl_h200_x8.sh: issue 26's run on eight H200s (`nvidia-h200-x8`), everything the issue asks for
-# in one device call (PARTS splits it over two):
+# in one device call where it fits (by estimate 10-12 minutes, nothing has run yet: PARTS="probe
+# main trap" and PARTS="colo nodes" split it over two calls):
 #   probe  nvidia-smi topo -m beside verl-trainer --check's verdict on the seed's map against the
 #          machine, the P2P copy rate (torch: GPU 0 to every other GPU, 0 <-> 1 both ways), and
 #          verl-trainer --comm-check on the seed's map (NCCL bus bandwidth per group and of the
