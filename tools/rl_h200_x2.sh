@@ -11,9 +11,10 @@
 #          verl-reward-server --device cuda:1 over shm; VERL_COMM_PROFILE=1; nvidia-smi sampling;
 #          the server's request-latency histogram at the end
 #   colo   the same run with every role on GPU 0 (device_map_1gpu.yaml), the server on cuda:0
-#   dp     GRPO, actor DP 1 (device_map_2gpu_dp1.yaml) vs DP 2 with ZeRO-1 (actor.optim.zero1,
-#          device_map_2gpu_dp2.yaml), rollout and reference on GPU 1 in both: step-1 gradient norm
-#          and loss within tolerance, update throughput
+#   dp     test_train_dp --device cuda (the actor group on GPUs 0 and 1 over NCCL with ZeRO-1: the
+#          reduced gradients against one engine, tensor by tensor), then GRPO, actor DP 1
+#          (device_map_2gpu_dp1.yaml) vs DP 2 with ZeRO-1 (actor.optim.zero1, device_map_2gpu_dp2.yaml),
+#          rollout and reference on GPU 1 in both: step-1 gradient norm and loss, update throughput
 #   bench  verl-reward-bench at 32 and 64 concurrent clients against --device cuda:0 and cuda:0,1
 #
 #   tools/rl_h200_x2.sh BUILD_DIR OUT [STEPS]      (STEPS default 20; PARTS="probe main" to choose)
@@ -64,6 +65,9 @@ if has colo; then
   run_with_server x1_ppo cuda:0 "$PORT" 420
 fi
 if has dp; then
+  # tensor by tensor: the actor group on GPUs 0 and 1 (NCCL, ZeRO-1) against one engine
+  step dp_grads 240 env VR_FIXTURES="$SRC/tests/fixtures" mpirun -np 3 --oversubscribe --bind-to none \
+    "$BUILD/tests/test_train_dp" --device cuda
   run_with_server dp1_grpo cuda:1 "$PORT" 240
   run_with_server dp2_grpo cuda:1 "$PORT" 240
 fi
@@ -94,6 +98,10 @@ if has colo; then
 fi
 if has dp; then
   say ""
+  say "### Data parallel actor: test_train_dp --device cuda (exit $(awk -F'\t' '$1 == "dp_grads" {print $2}' "$OUT/steps.tsv"))"
+  say '```'
+  say_cmd grep -E "DP 2 vs one engine|identical on both|worst tensor|PASSED|FAILED" "$OUT/dp_grads.log"
+  say '```'
   report dp --dp1 "$OUT/dp1_grpo.metrics.jsonl" --dp2 "$OUT/dp2_grpo.metrics.jsonl"
 fi
 if has bench; then

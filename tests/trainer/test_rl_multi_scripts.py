@@ -83,7 +83,7 @@ class TestScripts(unittest.TestCase):
         o8, d8 = self.dry("rl_h200_x8.sh", 3)
         try:
             for name in ("topo", "check_local", "p2p", "commcheck_2gpu", "server_x2_ppo", "x2_ppo", "x1_ppo",
-                         "dp1_grpo", "dp2_grpo", "bench_cuda_0", "bench_cuda_0_1"):
+                         "dp_grads", "dp1_grpo", "dp2_grpo", "bench_cuda_0", "bench_cuda_0_1"):
                 self.assertRegex(o2, r"\[dry\] %s \(" % re.escape(name))
             self.assertIn("VERL_COMM_PROFILE=1", o2)
             self.assertIn("--device cuda:0,1 --reward model", o2)
