@@ -35,7 +35,6 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=tools/rl_multi_lib.sh
 . "$SRC/tools/rl_multi_lib.sh"
 mlib_init
-has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 PORT=18725           # the server's HTTP port: GET /metrics at the end of a run
 
 make_models qwen2_0.5b 64

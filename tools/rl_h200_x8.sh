@@ -39,7 +39,6 @@ EX="$SRC/docs/examples"
 # shellcheck source=tools/rl_multi_lib.sh
 . "$SRC/tools/rl_multi_lib.sh"
 mlib_init
-has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 PORT=8080            # device_map_8gpu.yaml's service_url; GET /metrics at the end of a run
 
 make_models qwen2_1.5b 64

@@ -38,6 +38,9 @@ mlib_init() {
   fi
 }
 
+# has PART: PART is one of the words of $PARTS (the script's parts to run).
+has() { case " $PARTS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
 # The tables (tools/rl_multi_report.py), appended to the summary.
 report() { python3 "$SRC/tools/rl_multi_report.py" "$@" 2>&1 | tee -a "$OUT/summary.md"; }
 
