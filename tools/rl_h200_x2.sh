@@ -48,6 +48,7 @@ for c in x2_ppo dp1_grpo dp2_grpo; do check_config $c --gpus 2; done
 check_config x1_ppo --gpus 1
 
 say "## Issue 25 on $(hostname) ($(date -u +%Y-%m-%dT%H:%MZ)), $("$TRAINER" --version 2>/dev/null | head -1)"
+report_machine
 say ""
 
 if has probe; then

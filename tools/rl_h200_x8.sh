@@ -52,6 +52,7 @@ check_config x8_colo_ppo --gpus 8
 check_config node2_ppo --topology "$EX/topology_2node.yaml"
 
 say "## Issue 26 on $(hostname) ($(date -u +%Y-%m-%dT%H:%MZ)), $("$TRAINER" --version 2>/dev/null | head -1)"
+report_machine
 say ""
 
 if has probe; then

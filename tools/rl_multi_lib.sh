@@ -300,6 +300,16 @@ resolved_block() {
 
 # ---- the summary's sections (rl_multi_report.py tables) -----------------------------------------
 
+# The machine: GPUs and driver, the NCCL the processes load, Open MPI, torch (into the summary).
+report_machine() {
+  [ "${DRY:-0}" = 1 ] && return 0
+  say '```'
+  say_cmd nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+  say "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  say_cmd bash -c 'mpirun --version 2>&1 | head -1; python3 -c "import torch; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"nccl\", torch.cuda.nccl.version())" 2>&1 | tail -1'
+  say '```'
+}
+
 # The steps of this call: name, exit status, seconds.
 report_calls() {
   say ""
