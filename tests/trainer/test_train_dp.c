@@ -284,21 +284,6 @@ static void test_actor_group_zero1(void **state) {
  * golden. */
 #define DEV_GRAD_TOL 5e-2
 
-static double worst_rel(const vr_lm_t *lm, const float *a, const float *b, const char **wname) {
-  double worst = 0;
-  for (size_t i = 0; i < vr_lm_n_tensors(lm); ++i) {
-    const vr_lm_tensor_t *x = vr_lm_tensor(lm, i);
-    double md = 0, mb = 0;
-    for (size_t k = 0; k < x->numel; ++k) {
-      md = fmax(md, fabs((double)a[x->offset + k] - b[x->offset + k]));
-      mb = fmax(mb, fabs((double)b[x->offset + k]));
-    }
-    const double r = mb > 0 ? md / mb : md;
-    if (r > worst) worst = r, *wname = x->name;
-  }
-  return worst;
-}
-
 /* The actor group of a controller + 2 workers on GPUs 0 and 1 (NCCL): each worker's engine on its
  * GPU, ZeRO-1, the gradient of its share of the batch; after each step the all-reduced gradients
  * equal one engine's whole-batch gradients on the same GPU (and transformers' at step 0) within
@@ -348,7 +333,7 @@ static void test_actor_group_cuda(void **state) {
       assert_int_equal(vr_train_get_grads(dp, gd, n), 0); /* all-reduced over the group: every rank has all */
       assert_int_equal(vr_train_get_grads(one, g1, n), 0);
       const char *wn = "";
-      const double r = worst_rel(lm, gd, g1, &wn);
+      const double r = tr_grads_vs(lm, gd, g1, &wn);
       printf("%s rank %d step %d on %s: DP 2 vs one engine, worst tensor %s at %.3g (tolerance %g); norms %.6g / %.6g\n",
              "llama_lm", rank, s, dev, wn, r, DEV_GRAD_TOL, nd, n1);
       assert_true(r <= DEV_GRAD_TOL);
