@@ -253,15 +253,22 @@ static void run_world(const char *name, int zero1) {
 static void test_llama_zero1(void **state) { (void)state, run_world("llama_lm", 1); }
 static void test_qwen2_tied_replicated(void **state) { (void)state, run_world("qwen2_lm", 0); }
 
+/* A device map from YAML text (the test fails on a parse error); free() it. */
+static vr_devmap_t *parse_map(const char *name, const char *yaml) {
+  vr_devmap_t *map = calloc(1, sizeof *map);
+  char err[4096];
+  assert_non_null(map);
+  if (vr_devmap_parse(name, yaml, strlen(yaml), NULL, map, err, sizeof err) != 0) fail_msg("%s", err);
+  return map;
+}
+
 /* The actor group of the trainer's world (controller = rank 0, actor workers = ranks 1, 2): the
  * comm of issue 22's actor, through vr_comm's bounded collectives. */
 static void test_actor_group_zero1(void **state) {
   (void)state;
   static const char yaml[] = "actor:\n  device_group: [\"cpu:0\", \"cpu:1\"]\n  nccl_backend: mpi\n"
                              "rollout:\n  device_group: [\"cpu:0\", \"cpu:1\"]\ncolocate: [actor, rollout]\n";
-  vr_devmap_t *map = calloc(1, sizeof *map);
-  char err[4096];
-  if (vr_devmap_parse("dp.yaml", yaml, sizeof yaml - 1, NULL, map, err, sizeof err) != 0) fail_msg("%s", err);
+  vr_devmap_t *map = parse_map("dp.yaml", yaml);
   vr_world_t w;
   assert_int_equal(vr_world_init(&w, map, 60.0, NULL, NULL), 0);
   vr_group_t *g = w.groups[VR_GROUP_ACTOR];
@@ -292,9 +299,7 @@ static void test_actor_group_cuda(void **state) {
   (void)state;
   static const char yaml[] = "actor:\n  device_group: [0, 1]\nrollout:\n  device_group: [0, 1]\n"
                              "colocate: [actor, rollout]\n";
-  vr_devmap_t *map = calloc(1, sizeof *map);
-  char err[4096];
-  if (vr_devmap_parse("dp_cuda.yaml", yaml, sizeof yaml - 1, NULL, map, err, sizeof err) != 0) fail_msg("%s", err);
+  vr_devmap_t *map = parse_map("dp_cuda.yaml", yaml);
   vr_world_t w;
   assert_int_equal(vr_world_init(&w, map, 120.0, NULL, NULL), 0);
   vr_group_t *grp = w.groups[VR_GROUP_ACTOR];
