@@ -17,7 +17,9 @@ What it checks (standard library only; the binaries must be built):
   yaml       the YAML blocks of the docs and the configs in docs/examples/: a trainer config
              (a data / actor_rollout_ref / critic / algorithm / trainer section) and a device map
              go through `verl-trainer --check` (every key must be known: the trainer refuses an
-             unknown one), a server config file's keys must be server flags; verl's own YAML
+             unknown one; a map with node-qualified ids against the docs/examples/topology_*.yaml
+             files until one accepts it), a --topology file (a lone `nodes` key) through
+             `--check --topology`, a server config file's keys must be server flags; verl's own YAML
              (reward_model, custom_reward_function, reward sections) and others are skipped.
   keys       every dotted trainer key in a code span (`trainer.reward_timeout_s`,
              `actor_rollout_ref.rollout.top_k`, ...) is written into a config of its own and
@@ -202,10 +204,16 @@ def top_keys(text):
     return [m.group(1) for m in re.finditer(r"^([A-Za-z_][\w-]*)\s*[:=]", text, re.M)]
 
 
-def run_trainer(bin_dir, args):
-    p = subprocess.run([os.path.join(bin_dir, "verl-trainer")] + args + ["--check", "--gpus", "8"],
+def run_trainer(bin_dir, args, gpus=True):
+    """verl-trainer ARGS --check, against one node of 8 GPUs unless gpus is False (ARGS has --topology)."""
+    p = subprocess.run([os.path.join(bin_dir, "verl-trainer")] + args + ["--check"] + (["--gpus", "8"] if gpus else []),
                        capture_output=True, text=True, timeout=60, cwd=SRC)
     return p.returncode, p.stdout + p.stderr
+
+
+def example_topologies():
+    d = os.path.join(SRC, "docs", "examples")
+    return [os.path.join(d, f) for f in sorted(os.listdir(d)) if f.startswith("topology_") and f.endswith(".yaml")]
 
 
 class Checker:
@@ -306,7 +314,7 @@ class Checker:
     def yaml(self, rel, start, text):
         keys = set(top_keys(text))
         where = f"{rel}:{start}"
-        if keys & SKIP_YAML and not keys & TRAINER_SECTIONS:
+        if keys & SKIP_YAML and not keys & (TRAINER_SECTIONS | DEVMAP_ONLY):  # a device map has reward: too
             return
         self.n_yaml += 1
         path = os.path.join(self.tmp, f"block_{start}.yaml")
@@ -317,8 +325,18 @@ class Checker:
             self.unknown_keys(where, out)
         elif keys & DEVMAP_ONLY:
             rc, out = run_trainer(self.bin, ["--device-map", path])
+            if rc != 0 and re.search(r"\bnode[1-9]\d*:", text):  # several nodes: a planned topology of ours
+                for topo in example_topologies():
+                    rc, out = run_trainer(self.bin, ["--device-map", path, "--topology", topo], gpus=False)
+                    if rc == 0:
+                        break
             if rc != 0:
                 self.bad(where, "verl-trainer --check refuses this device map: " + out.strip().replace("\n", " | "))
+        elif keys == {"nodes"}:  # a --topology file: checked with a cpu map (no GPU ids to fit)
+            rc, out = run_trainer(self.bin, ["--device-map", "docs/examples/device_map_cpu.yaml", "--topology", path],
+                                  gpus=False)
+            if rc != 0:
+                self.bad(where, "verl-trainer --check --topology refuses this file: " + out.strip().replace("\n", " | "))
         else:
             for k in sorted(keys):
                 if "--" + k.replace("_", "-") not in self.help[("verl-reward-server", None)] and \

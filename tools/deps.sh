@@ -15,6 +15,8 @@ VR_DEB_PACKAGES=(cmake make gcc pkg-config python3 libevent-dev libmsgpack-dev
                  libpcre2-dev libutf8proc-dev xz-utils)
 # python3-jinja2: tests/jinja's differential test renders random templates with real jinja2
 VR_DEB_PACKAGES+=(python3-jinja2)
+# shellcheck: rl_multi_scripts lints tools/rl_h200_x2.sh, rl_h200_x8.sh and rl_multi_lib.sh
+VR_DEB_PACKAGES+=(shellcheck)
 
 vr_install_deps() {
   local missing=() p

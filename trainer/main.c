@@ -5,7 +5,8 @@
  *       validates the device map (against N GPUs, a planned topology, or this machine) and
  *       prints the "Device mapping resolved" block and the topology check; touches no GPU
  *       unless neither --gpus nor --topology is given. Exit 0, or 2 on any problem. With --config
- *       the config is checked too (every key; verl's keys it does not use are listed).
+ *       the config is checked too (every key; verl's keys it does not use are listed; with RL
+ *       sections what the RL loop needs of the map, unless --comm-check is given too).
  *   verl-trainer --config ppo.yaml [--device-map FILE] --comm-check [--steps N] ...
  *       starts the run: without a launcher around it (no mpirun/srun environment) it runs
  *       `mpirun -np 1+W` on itself (W = one worker per device of the map) and supervises it;
@@ -22,7 +23,9 @@
  * Exit status: 0 success, 1 a run-time failure (a worker died, timed out, a collective gave
  * wrong values), 2 bad configuration, device map or command line.
  * Environment: VERL_COMM_PROFILE=1 (+ VERL_COMM_PROFILE_PATH) writes the communication trace
- * (vr_commprof.h); NCCL_NVLS_ENABLE=0 is set for every process the launcher starts. */
+ * (vr_commprof.h); NCCL_NVLS_ENABLE=0 is set for every process the launcher starts;
+ * VR_TRAINER_HOST names this process's host for the node check (under a launcher of your own:
+ * one host standing in for several nodes of the map, each with its own CUDA_VISIBLE_DEVICES). */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -256,7 +259,9 @@ static int load_all(const vr_targs_t *a, vr_tconfig_t *cfg, vr_devmap_t *map, vr
               cfg->path, cfg->nnodes, map->path, n_nodes);
     return 2;
   }
-  if (!a->comm_check && !a->check && cfg->rl.present && vr_ppo_check(cfg, map, err, sizeof err) != 0) {
+  /* the RL loop's needs of the map (a critic for gae, ...): also under --check, unless the config
+   * is checked for --comm-check (which reads only the trainer section) */
+  if (!a->comm_check && cfg->rl.present && vr_ppo_check(cfg, map, err, sizeof err) != 0) {
     if (!quiet) fprintf(stderr, "%s", err);
     return 2;
   }
@@ -278,11 +283,19 @@ static void print_resolved(const vr_devmap_t *map, FILE *f) {
   fprintf(f, "[INFO] device_map %s\n", buf);
 }
 
+/* What a topology check without warnings says: that the links fit only where they were known. */
+static const char *verdict_ok(const vr_topology_t *t, const vr_devmap_t *m) {
+  if (m->n_workers > 0 && m->workers[0].kind == VR_DEVICE_CPU) return "cpu slots: no GPU links to check";
+  if (strncmp(t->source, "--gpus", 6) == 0)
+    return "links not known, not checked (--topology FILE or the machine itself checks them)";
+  return "every all-reducing group fits its links";
+}
+
 /* Topology verdict; returns 2 when --strict-topology turns warnings into an error. */
 static int topology_verdict(const vr_targs_t *a, const vr_topology_t *t, const vr_devmap_t *m, FILE *f) {
   char buf[ERRBUF];
   int n = vr_topology_check(t, m, buf, sizeof buf);
-  fprintf(f, "[INFO] topology (%s): %s\n", t->source, n ? "see warnings" : "every all-reducing group fits its links");
+  fprintf(f, "[INFO] topology (%s): %s\n", t->source, n ? "see warnings" : verdict_ok(t, m));
   if (n) fprintf(f, "%s", buf);
   if (n && a->strict_topology) {
     fprintf(stderr, "verl-trainer: error: %d pair(s) of GPUs in all-reducing groups lack NVLink and "
@@ -930,7 +943,9 @@ static int run_under_mpi(const vr_targs_t *a) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   vr_world_t w;
-  rc = vr_world_init(&w, &L->map, a->timeout_s > 0 ? a->timeout_s : L->cfg.comm_timeout_s, prof);
+  /* VR_TRAINER_HOST: this process's host name for the node check (one machine simulating several) */
+  rc = vr_world_init(&w, &L->map, a->timeout_s > 0 ? a->timeout_s : L->cfg.comm_timeout_s, prof,
+                     getenv("VR_TRAINER_HOST"));
   if (rc != 0) {
     MPI_Abort(MPI_COMM_WORLD, rc == -2 ? 2 : 1);
     return 1;

@@ -296,7 +296,7 @@ static void fail(vr_world_t *w, const char *fmt, ...) {
   fflush(stderr);
 }
 
-int vr_world_init(vr_world_t *w, const vr_devmap_t *map, double timeout_s, vr_commprof_t *prof) {
+int vr_world_init(vr_world_t *w, const vr_devmap_t *map, double timeout_s, vr_commprof_t *prof, const char *host) {
   memset(w, 0, sizeof *w);
   w->map = map;
   w->timeout_s = timeout_s > 0 ? timeout_s : 300;
@@ -328,7 +328,8 @@ int vr_world_init(vr_world_t *w, const vr_devmap_t *map, double timeout_s, vr_co
   memset(&me, 0, sizeof me);
   me.rank = w->rank;
   me.pid = (int)getpid();
-  if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
+  if (host && *host) snprintf(me.host, sizeof me.host, "%s", host);
+  else if (gethostname(me.host, sizeof me.host - 1) != 0) snprintf(me.host, sizeof me.host, "?");
   if (w->worker >= 0) {
     vr_device_str(&map->workers[w->worker], me.device, sizeof me.device);
     me.roles = map->worker_roles[w->worker];

@@ -73,8 +73,12 @@ typedef struct vr_world {
 /* Initialises MPI (if not yet), checks the world size against the map, exchanges the peers,
  * selects the worker's GPU, builds every group this process belongs to. On error returns a
  * negative code after printing "verl-trainer: rank R: ..." with a HINT to stderr; the caller
- * exits with status 2 (configuration) or 1 (runtime). prof: NULL = off. */
-int vr_world_init(vr_world_t *w, const vr_devmap_t *map, double timeout_s, vr_commprof_t *prof);
+ * exits with status 2 (configuration) or 1 (runtime). prof: NULL = off. host: the name this
+ * process reports as its host for the node check (workers of one node of the map on one host,
+ * of different nodes on different hosts) and in messages; NULL or "" = gethostname(). A name
+ * per node lets one machine stand in for several (verl-trainer: VR_TRAINER_HOST, with each
+ * simulated node's CUDA_VISIBLE_DEVICES; docs/operations.md "Multi-GPU runs"). */
+int vr_world_init(vr_world_t *w, const vr_devmap_t *map, double timeout_s, vr_commprof_t *prof, const char *host);
 void vr_world_free(vr_world_t *w);
 /* Ends the job from any rank with a message (MPI_Abort): for errors one rank cannot recover. */
 _Noreturn void vr_world_abort(vr_world_t *w, int code, const char *fmt, ...)

@@ -478,6 +478,10 @@ static void step(run_t *R, int64_t gstep) {
   vr_tm_set(&R->tm, "training/global_step", (double)gstep);
   vr_tm_set(&R->tm, "training/epoch", (double)epoch);
   vr_tm_set(&R->tm, "reward/restarts", vr_rlreward_restarts(R->rw));
+  double srv_mean = 0, srv_max = 0;
+  vr_tm_set(&R->tm, "reward/requests", vr_rlreward_server_ms(R->rw, &srv_mean, &srv_max));
+  vr_tm_set(&R->tm, "reward/server_ms/mean", srv_mean);
+  vr_tm_set(&R->tm, "reward/server_ms/max", srv_max);
   free(rcu), free(rew), free(val), free(adv), free(ret), free(seq_score), free(seq_rew), free(grp), free(score);
   free(gout), free(rlen), free(rtok), free(rows);
   for (int k = 0; k < VR_RLW_NARR; k++) free(b.arr[k]);

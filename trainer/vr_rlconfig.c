@@ -31,7 +31,8 @@ static const char *const ctrl_names[] = {"fixed", "adaptive"};
       {sec ".grad_clip", K_REAL, O(f.grad_clip), 0, 1e9, 0, 0},                                                \
       {sec ".loss_agg_mode", K_AGG, O(f.loss_agg_mode), 0, 0, 0, 0},                                           \
       {sec ".optim.lr", K_REAL, O(f.lr), 0, 10, 0, 0},                                                         \
-      {sec ".optim.weight_decay", K_REAL, O(f.weight_decay), 0, 10, 0, 0}
+      {sec ".optim.weight_decay", K_REAL, O(f.weight_decay), 0, 10, 0, 0},                                      \
+      {sec ".optim.zero1", K_BOOL, O(f.zero1), 0, 0, 0, 0}
 
 static const rl_key_t keys[] = {
     {"data.train_files", K_PATH, O(train_files), 0, 0, 0, 0},
@@ -85,7 +86,7 @@ void vr_rlconfig_defaults(vr_rlconfig_t *c) {
   c->truncation = VR_TRUNC_ERROR;
   c->shuffle = 1;
   c->seed = 1;
-  const vr_optim_cfg_t actor = {1e-6, 0.01, 1.0, 256, 4, 1, VR_AGG_TOKEN_MEAN};
+  const vr_optim_cfg_t actor = {1e-6, 0.01, 1.0, 256, 4, 1, VR_AGG_TOKEN_MEAN, 0};
   c->actor = actor;
   c->critic = actor;
   c->critic.lr = 1e-5;

@@ -8,12 +8,13 @@
  *                      actor.{ppo_mini_batch_size (prompts), ppo_micro_batch_size_per_gpu
  *                      (sequences), ppo_epochs, clip_ratio, clip_ratio_low, clip_ratio_high,
  *                      clip_ratio_c, entropy_coeff, use_kl_loss, kl_loss_coef, kl_loss_type,
- *                      loss_agg_mode, grad_clip, optim.{lr, weight_decay}, checkpoint.async_save}
+ *                      loss_agg_mode, grad_clip, optim.{lr, weight_decay, zero1 (ours: ZeRO-1)},
+ *                      checkpoint.async_save}
  *                      rollout.{n, temperature, top_p, top_k, max_num_seqs, max_num_batched_tokens,
  *                      kv_cache_bytes (ours: the K/V pool; vLLM sizes it from gpu_memory_utilization)}
  *   critic:            model.path (default: the actor's), ppo_mini_batch_size,
  *                      ppo_micro_batch_size_per_gpu, ppo_epochs, cliprange_value, grad_clip,
- *                      loss_agg_mode, optim.{lr, weight_decay}
+ *                      loss_agg_mode, optim.{lr, weight_decay, zero1}
  *   algorithm:         adv_estimator (gae|grpo|rloo|reinforce_plus_plus), gamma, lam,
  *                      norm_adv_by_std_in_grpo, use_kl_in_reward, kl_penalty,
  *                      kl_ctrl.{type (fixed|adaptive), kl_coef, target_kl, horizon}
@@ -38,6 +39,7 @@ typedef struct vr_optim_cfg {
   double lr, weight_decay, grad_clip;
   int ppo_mini_batch_size, ppo_micro_batch_size_per_gpu, ppo_epochs;
   int loss_agg_mode; /* vr_agg_mode_t */
+  int zero1;         /* optim.zero1 (ours): AdamW moments sharded over the role's data-parallel group */
 } vr_optim_cfg_t;
 
 typedef struct vr_rlconfig {

@@ -32,6 +32,9 @@ struct vr_rlreward {
   float *scores;
   pending_t *pend;
   uint32_t n_pend;
+  /* the batch's answered requests: the server's queue + compute time each reported (ms) */
+  uint32_t n_timed;
+  double srv_ms_sum, srv_ms_max;
 };
 
 static double now_s(void) {
@@ -103,10 +106,22 @@ void vr_rlreward_close(vr_rlreward_t *rw) {
 
 int vr_rlreward_restarts(const vr_rlreward_t *rw) { return rw->restarts; }
 
+uint32_t vr_rlreward_server_ms(const vr_rlreward_t *rw, double *mean_ms, double *max_ms) {
+  *mean_ms = rw->n_timed ? rw->srv_ms_sum / rw->n_timed : 0;
+  *max_ms = rw->srv_ms_max;
+  return rw->n_timed;
+}
+
 static int wait_one(vr_rlreward_t *rw, pending_t *p) {
   vr_request_info_t info;
   int rc = vr_client_wait(rw->c, p->id, (int64_t)(rw->timeout_s * 1e6), rw->scores + p->first, NULL, &info);
-  if (rc == 0) p->done = 1;
+  if (rc == 0) {
+    p->done = 1;
+    const double ms = ((double)info.queue_us + (double)info.compute_us) / 1e3;
+    rw->n_timed++;
+    rw->srv_ms_sum += ms;
+    if (ms > rw->srv_ms_max) rw->srv_ms_max = ms;
+  }
   else if (rc == VR_ERR_TIMEOUT)
     fprintf(stderr, "verl-trainer: reward: verl-reward-server at shm \"%s\" did not answer a request of %u sequences "
                     "within %.0f s (trainer.reward_timeout_s). HINT: the server's log says whether it is stopped, "
@@ -121,6 +136,7 @@ static int wait_one(vr_rlreward_t *rw, pending_t *p) {
 /* Sends the copied batch as requests of at most max_seqs_per_request. */
 static int send_all(vr_rlreward_t *rw) {
   rw->n_pend = 0;
+  rw->n_timed = 0, rw->srv_ms_sum = rw->srv_ms_max = 0;
   const uint32_t per = rw->lim.max_seqs_per_request ? rw->lim.max_seqs_per_request : 1;
   for (uint32_t first = 0; first < rw->n;) {
     uint32_t k = rw->n - first < per ? rw->n - first : per;

@@ -41,6 +41,11 @@ int vr_rlreward_submit(vr_rlreward_t *rw, uint32_t n, const int32_t *ids, const 
 int vr_rlreward_wait(vr_rlreward_t *rw, float *scores);
 /* Restarts seen (reconnections that succeeded). */
 int vr_rlreward_restarts(const vr_rlreward_t *rw);
+/* The last waited batch's requests as the server timed them (queue_us + compute_us of each
+ * answer: intake to batch start, plus the batch's scoring): their mean and maximum in ms.
+ * Returns the number of answered requests (0: none yet; both 0). Requests sent again after a
+ * restart count once, as answered. */
+uint32_t vr_rlreward_server_ms(const vr_rlreward_t *rw, double *mean_ms, double *max_ms);
 
 /* msgpack extras: a malloc'd map {data_source, solution_str, ground_truth, extra_info}; NULL
  * fields are left out; extra_info_json is JSON text converted to msgpack (NULL when it does not

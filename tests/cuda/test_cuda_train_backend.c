@@ -61,18 +61,8 @@ static void grads_of(vr_train_t *t, const vr_train_batch_t *b, float tau, const 
 
 /* max over tensors of max |a - b| / max |b| (b: the engine named `what`'s). */
 static double grads_vs(const vr_lm_t *lm, const float *a, const float *b, const char *what) {
-  double worst = 0;
   const char *wname = "";
-  for (size_t i = 0; i < vr_lm_n_tensors(lm); ++i) {
-    const vr_lm_tensor_t *x = vr_lm_tensor(lm, i);
-    double md = 0, mb = 0;
-    for (size_t k = 0; k < x->numel; ++k) {
-      md = fmax(md, fabs((double)a[x->offset + k] - b[x->offset + k]));
-      mb = fmax(mb, fabs((double)b[x->offset + k]));
-    }
-    const double r = mb > 0 ? md / mb : md;
-    if (r > worst) worst = r, wname = x->name;
-  }
+  const double worst = tr_grads_vs(lm, a, b, &wname);
   printf("  cuda vs %s gradients: worst tensor %s at %.3g (tolerance %g)\n", what, wname, worst, GRAD_TOL);
   return worst;
 }

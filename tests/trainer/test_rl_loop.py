@@ -24,7 +24,9 @@ hidden 64) scores about 0.3 by chance; it has to learn to say the token it is sh
                  worker killed mid-run ends it (exit 1) naming the rank.
   TestData       chat-message prompts rendered with the model's chat template (Llama-2 template
                  of tests/fixtures/server_tokenizer) give the ids verl-tokenize gives, decoded
-                 responses go to the rules; truncation; bad rows and config keys exit 2 naming them.
+                 responses go to the rules; truncation; bad rows and config keys exit 2 naming them;
+                 actor.optim.zero1 (ZeRO-1) equals the replicated run bit for bit, with the
+                 optimizer files sharded; reward/requests and reward/server_ms per step.
 Env: VR_BIN_DIR, VR_SOURCE_DIR."""
 import json
 import os
@@ -194,6 +196,9 @@ class Rl(unittest.TestCase):
                            text=True, timeout=timeout)
         return p.returncode, p.stdout, p.stderr
 
+    def ckdir(self, *p):
+        return os.path.join(self.dir, "checkpoints", *p)
+
     def metrics(self, name="metrics.jsonl"):
         """The last record of every step (a resumed run appends its steps again)."""
         out = {}
@@ -252,9 +257,6 @@ class TestCheckpoint(Rl):
     def setUp(self):
         super().setUp()
         self.write("device_map.yaml", PPO_MAP)
-
-    def ckdir(self, *p):
-        return os.path.join(self.dir, "checkpoints", *p)
 
     def tracker(self):
         with open(self.ckdir("latest_checkpointed_iteration.txt")) as f:
@@ -566,6 +568,44 @@ class TestData(Rl):
                     coefs = [m[s]["actor/reward_kl_penalty_coeff"] for s in sorted(m)]
                     self.assertEqual(coefs[0], 0.2)
                     self.assertNotEqual(coefs[-1], 0.2)  # the adaptive controller moved it
+
+    def test_zero1_actor_equals_replicated(self):
+        """actor.optim.zero1 over the two-rank actor group: the AdamW moments are sharded (each rank's
+        optimizer file holds its half of the buffer) and every metric equals the replicated run's
+        bit for bit (the group's gradients are all-reduced either way; AdamW is elementwise)."""
+        self.write("device_map.yaml", GRPO_MAP)
+        runs = {}
+        for z in (False, True):
+            self.fresh()
+            self.write("ppo.yaml", config(steps=4, lr=0.05, save_freq=4).replace(
+                "optim: {lr: 0.05, weight_decay: 0.0}", "optim: {lr: 0.05, weight_decay: 0.0, zero1: %s}" %
+                str(z).lower(), 1))
+            rc, out, err = self.run_trainer()
+            self.assertEqual(rc, 0, err[-3000:])
+            m = self.metrics()
+            for r in m.values():  # one reward request per step, timed by the server
+                self.assertEqual(r["reward/requests"], 1)
+                self.assertGreaterEqual(r["reward/server_ms/max"], r["reward/server_ms/mean"])
+                self.assertGreater(r["reward/server_ms/max"], 0)
+            runs[z] = {s: {k: v for k, v in r.items() if not k.startswith(("timing_s/", "perf/", "reward/server_ms/"))}
+                       for s, r in m.items()}
+            spans = []
+            for rank in (0, 1):
+                with open(self.ckdir("global_step_4", "actor", "optim_rank_%d.bin" % rank), "rb") as f:
+                    head = f.read(40)
+                self.assertEqual(head[:4], b"VRAD")
+                n, lo, hi = (int.from_bytes(head[16 + 8 * i:24 + 8 * i], "little") for i in range(3))
+                spans.append((n, lo, hi))
+            n = spans[0][0]
+            if z:
+                self.assertEqual(spans[0][1], 0)
+                self.assertEqual(spans[0][2], spans[1][1])  # two halves that meet
+                self.assertEqual(spans[1][2], n)
+                self.assertLess(spans[0][2], n)
+            else:
+                self.assertEqual(spans, [(n, 0, n), (n, 0, n)])
+        self.assertEqual(sorted(runs[True]), [1, 2, 3, 4])
+        self.assertEqual(runs[True], runs[False])
 
     def test_plot_metrics(self):
         self.write("device_map.yaml", GRPO_MAP)

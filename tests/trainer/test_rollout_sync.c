@@ -114,7 +114,7 @@ int main(void) {
   char err[4096];
   RT_CHECK(vr_devmap_parse("sync.yaml", MAP, sizeof MAP - 1, NULL, &map, err, sizeof err) == 0);
   vr_world_t w;
-  RT_CHECK(vr_world_init(&w, &map, 60.0, NULL) == 0);
+  RT_CHECK(vr_world_init(&w, &map, 60.0, NULL, NULL) == 0);
   int rc = 0;
   if (w.worker >= 0) {
     vr_group_t *g = w.groups[VR_GROUP_WEIGHT_SYNC];

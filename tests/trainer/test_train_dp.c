@@ -9,7 +9,10 @@
  * all-reduces. Every step also runs in a second engine that reduces during the backward
  * (vr_train_backward_last): bit-identical gradients, norms and parameters; step 1 runs in two
  * micro-batches (backward, then backward_last), after which the comparison with one rank allows
- * 1e-5 (accumulation order). Exit status 0 on every rank = pass. */
+ * 1e-5 (accumulation order). Exit status 0 on every rank = pass.
+ * `test_train_dp --device cuda` (label gpu, CUDA builds, 2 GPUs; exit 77 otherwise): the actor
+ * group on GPUs 0 and 1 over NCCL with ZeRO-1 against one engine on the same GPU, within the
+ * CUDA engine's bf16 tolerance (test_actor_group_cuda; written for issue 25, not yet run). */
 #include <math.h>
 #include <mpi.h>
 #include <setjmp.h>
@@ -25,6 +28,7 @@
 #include "train_test_util.h"
 #include "verl_reward/status.h"
 #include "vr_devmap.h"
+#include "vr_topology.h"
 #include "vr_train_comm.h"
 
 /* Gradients of this rank's share (ranks partition the sequences) of the global token-mean NLL;
@@ -249,17 +253,24 @@ static void run_world(const char *name, int zero1) {
 static void test_llama_zero1(void **state) { (void)state, run_world("llama_lm", 1); }
 static void test_qwen2_tied_replicated(void **state) { (void)state, run_world("qwen2_lm", 0); }
 
+/* A device map from YAML text (the test fails on a parse error); free() it. */
+static vr_devmap_t *parse_map(const char *name, const char *yaml) {
+  vr_devmap_t *map = calloc(1, sizeof *map);
+  char err[4096];
+  assert_non_null(map);
+  if (vr_devmap_parse(name, yaml, strlen(yaml), NULL, map, err, sizeof err) != 0) fail_msg("%s", err);
+  return map;
+}
+
 /* The actor group of the trainer's world (controller = rank 0, actor workers = ranks 1, 2): the
  * comm of issue 22's actor, through vr_comm's bounded collectives. */
 static void test_actor_group_zero1(void **state) {
   (void)state;
   static const char yaml[] = "actor:\n  device_group: [\"cpu:0\", \"cpu:1\"]\n  nccl_backend: mpi\n"
                              "rollout:\n  device_group: [\"cpu:0\", \"cpu:1\"]\ncolocate: [actor, rollout]\n";
-  vr_devmap_t *map = calloc(1, sizeof *map);
-  char err[4096];
-  if (vr_devmap_parse("dp.yaml", yaml, sizeof yaml - 1, NULL, map, err, sizeof err) != 0) fail_msg("%s", err);
+  vr_devmap_t *map = parse_map("dp.yaml", yaml);
   vr_world_t w;
-  assert_int_equal(vr_world_init(&w, map, 60.0, NULL), 0);
+  assert_int_equal(vr_world_init(&w, map, 60.0, NULL, NULL), 0);
   vr_group_t *g = w.groups[VR_GROUP_ACTOR];
   assert_true((g != NULL) == (w.rank != 0));
   if (g) {
@@ -273,11 +284,115 @@ static void test_actor_group_zero1(void **state) {
   free(map);
 }
 
+/* ---- --device cuda: the same group on two GPUs (label gpu; never run on a 2-GPU machine yet) ---- */
+
+/* The CUDA engine's own tolerance against transformers (tests/cuda/test_cuda_train_backend.c:
+ * bf16 GEMMs), per tensor max |diff| / max |reference|: DP 2 against one engine and against the
+ * golden. */
+#define DEV_GRAD_TOL 5e-2
+
+/* The actor group of a controller + 2 workers on GPUs 0 and 1 (NCCL): each worker's engine on its
+ * GPU, ZeRO-1, the gradient of its share of the batch; after each step the all-reduced gradients
+ * equal one engine's whole-batch gradients on the same GPU (and transformers' at step 0) within
+ * DEV_GRAD_TOL, and after 3 steps both ranks hold the same parameters bit for bit. */
+static void test_actor_group_cuda(void **state) {
+  (void)state;
+  static const char yaml[] = "actor:\n  device_group: [0, 1]\nrollout:\n  device_group: [0, 1]\n"
+                             "colocate: [actor, rollout]\n";
+  vr_devmap_t *map = parse_map("dp_cuda.yaml", yaml);
+  vr_world_t w;
+  assert_int_equal(vr_world_init(&w, map, 120.0, NULL, NULL), 0);
+  vr_group_t *grp = w.groups[VR_GROUP_ACTOR];
+  MPI_Comm pair = MPI_COMM_NULL; /* the two workers, for the final comparison of host copies */
+  MPI_Comm_split(MPI_COMM_WORLD, grp ? 0 : MPI_UNDEFINED, w.rank, &pair);
+  if (grp) {
+    char dev[16];
+    snprintf(dev, sizeof dev, "cuda:%d", w.cuda_device);
+    tr_golden_t g;
+    tr_golden_load("llama_lm", &g);
+    vr_lm_t *lm = NULL;
+    assert_int_equal(vr_lm_load(g.dir, NULL, &lm), 0);
+    vr_train_options_t o, o1;
+    vr_train_options_init(&o);
+    vr_train_options_init(&o1);
+    vr_train_group_ref_t ref;
+    vr_train_comm_group(&o.comm, &ref, &w, grp);
+    o.device = o1.device = dev;
+    o.zero1 = 1;
+    const int rank = o.comm.rank, size = o.comm.size;
+    assert_int_equal(size, 2);
+    vr_train_t *dp = NULL, *one = NULL;
+    assert_int_equal(vr_train_init(lm, &o, &dp), 0);
+    assert_int_equal(vr_train_init(lm, &o1, &one), 0);
+    const size_t n = vr_train_n_floats(dp);
+    float *gd = malloc(n * sizeof *gd), *g1 = malloc(n * sizeof *g1), *pd = malloc(n * sizeof *pd),
+          *p0 = malloc(n * sizeof *p0);
+    vr_adamw_t h = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f};
+    for (int s = 0; s < 3; s++) {
+      local_grads(dp, &g, rank, size, 0);
+      local_grads(one, &g, 0, 1, 0);
+      double nd, n1;
+      const float clip = s == 0 ? 0.0f : 1.0f;
+      assert_int_equal(vr_train_step(dp, &h, clip, &nd), 0);
+      assert_int_equal(vr_train_step(one, &h, clip, &n1), 0);
+      assert_int_equal(vr_train_get_grads(dp, gd, n), 0); /* all-reduced over the group: every rank has all */
+      assert_int_equal(vr_train_get_grads(one, g1, n), 0);
+      const char *wn = "";
+      const double r = tr_grads_vs(lm, gd, g1, &wn);
+      printf("%s rank %d step %d on %s: DP 2 vs one engine, worst tensor %s at %.3g (tolerance %g); norms %.6g / %.6g\n",
+             "llama_lm", rank, s, dev, wn, r, DEV_GRAD_TOL, nd, n1);
+      assert_true(r <= DEV_GRAD_TOL);
+      assert_true(fabs(nd - n1) <= DEV_GRAD_TOL * n1);
+      if (s == 0) assert_true(tr_grads_check(lm, gd, &g, "nll") <= DEV_GRAD_TOL);
+    }
+    assert_int_equal(vr_train_get_params(dp, pd, n), 0);
+    memcpy(p0, pd, n * sizeof *pd);
+    assert_int_equal(MPI_Bcast(p0, (int)n, MPI_FLOAT, 0, pair), MPI_SUCCESS);
+    int differ = memcmp(pd, p0, n * sizeof *pd) != 0, any = 0;
+    MPI_Allreduce(&differ, &any, 1, MPI_INT, MPI_MAX, pair);
+    if (rank == 0) printf("llama_lm over the actor group on 2 GPUs, ZeRO-1: parameters identical on both ranks: %s\n",
+                          any ? "NO" : "yes");
+    assert_int_equal(any, 0);
+    free(gd), free(g1), free(pd), free(p0);
+    vr_train_free(dp);
+    vr_train_free(one);
+    vr_lm_free(lm);
+    tr_golden_free(&g);
+    MPI_Comm_free(&pair);
+  }
+  vr_world_free(&w);
+  free(map);
+}
+
+/* Exit 77 (ctest: skipped) unless this build and machine can run --device cuda: two GPUs. */
+static int cuda_pair_available(void) {
+  vr_topology_t *t = calloc(1, sizeof *t);
+  if (!t) return 0;
+  vr_topology_local(t);
+  const int ok = t->shape.n_nodes > 0 && t->shape.gpus_per_node[0] >= 2;
+  if (!ok) fprintf(stderr, "test_train_dp --device cuda: needs 2 GPUs (%s)\n", t->source);
+  free(t);
+  return ok;
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_llama_zero1), cmocka_unit_test(test_qwen2_tied_replicated),
-                                     cmocka_unit_test(test_actor_group_zero1)};
-  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  const int cuda = argc > 2 && strcmp(argv[1], "--device") == 0 && strcmp(argv[2], "cuda") == 0;
+  int rc;
+  if (cuda) {
+    int ok = cuda_pair_available(), all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all) {
+      MPI_Finalize();
+      return 77;
+    }
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_actor_group_cuda)};
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+  } else {
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_llama_zero1), cmocka_unit_test(test_qwen2_tied_replicated),
+                                       cmocka_unit_test(test_actor_group_zero1)};
+    rc = cmocka_run_group_tests(tests, NULL, NULL);
+  }
   MPI_Finalize();
   return rc;
 }

@@ -8,6 +8,7 @@ multi-process path runs without a GPU:
     and the DP-split control round trip are checked for their values by the program itself;
     here: exit 0, the resolved block, one metrics line per step with verl's timing_s/ names;
   - the same under `mpirun -np 4` started by hand, and a wrong -np refused with exit 2;
+  - two nodes of the map simulated on this host (VR_TRAINER_HOST per rank), and refused without;
   - a worker killed with SIGKILL mid-run ends the run with exit 1 within the timeout, naming
     the rank, its roles and the command it died in;
   - a worker that hangs (--inject-fault) is named by the controller after comm_timeout_s;
@@ -140,6 +141,40 @@ class TestCpuRun(Run):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("rank 2: its device map other_map.yaml resolves differently", p.stderr)
 
+    def test_two_nodes_simulated_on_one_host(self):
+        """docs/examples/device_map_2node.yaml (node-qualified ids) under mpirun by hand on this one
+        host: VR_TRAINER_HOST names each rank's simulated node, so the node check passes and the
+        comm check runs over both nodes; without it the check refuses the run (exit 2). A GPU map
+        runs here only in a build without CUDA, its groups on MPI (nccl_backend: mpi, host buffers)."""
+        rc, out, _ = self.run_trainer(["--version"])
+        if "cpu only" not in out:
+            self.skipTest("a CUDA build would select GPUs 1-3 of node0 on this host")
+        ex = os.path.join(TestDocsExamples.SRC, "docs", "examples")
+        with open(os.path.join(ex, "device_map_2node.yaml")) as f:
+            text = f.read()
+        mp = "".join(l.replace("]}", "], nccl_backend: mpi}").replace("hybrid}", "hybrid, nccl_backend: mpi}")
+                     if "device_group" in l else l for l in text.splitlines(True))
+        with open(os.path.join(self.dir, "device_map.yaml"), "w") as f:
+            f.write(mp)
+        self.write_config(config(steps=2))
+        mpirun = shutil.which("mpirun")
+        self.assertIsNotNone(mpirun, "mpirun not installed (apt-get install openmpi-bin)")
+        wrap = ('if [ "$OMPI_COMM_WORLD_RANK" -ge 5 ]; then export VR_TRAINER_HOST=simnode1; '
+                'else export VR_TRAINER_HOST=simnode0; fi; exec "$0" "$@"')
+        base = [mpirun, "-np", "9", "--oversubscribe", "--bind-to", "none"]
+        args = [BIN, "--config", "ppo.yaml", "--comm-check", "--topology", os.path.join(ex, "topology_2node.yaml")]
+        p = subprocess.run(base + ["sh", "-c", wrap] + args, cwd=self.dir, env=env(), capture_output=True, text=True,
+                           timeout=HANG_GUARD_S)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("  Rollout: node1:cuda:1, node1:cuda:2, node1:cuda:3 (static placement)\n", p.stdout)
+        m = self.metrics()
+        self.assertEqual([r["step"] for r in m], [1, 2])
+        self.assertEqual(m[0]["comm/weight_sync/ranks"], 7)  # 4 actor ranks on node0 + 3 rollout on node1
+        os.remove(os.path.join(self.dir, "metrics.jsonl"))
+        p = subprocess.run(base + args, cwd=self.dir, env=env(), capture_output=True, text=True, timeout=HANG_GUARD_S)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("are on different nodes of the map but both run on host", p.stderr)
+
     def test_killed_worker_ends_the_run_naming_it(self):
         # a long run (large payloads, many steps); kill rank 2 once it is running
         self.write_config(config(steps=1000000, timeout=20, ar=1 << 20, sync=1 << 22))
@@ -255,7 +290,8 @@ class TestCpuErrors(Run):
     def test_check_a_config(self):
         """--check with --config checks every key and lists verl's keys it does not use."""
         ex = os.path.join(TestDocsExamples.SRC, "docs", "examples")
-        rc, out, err = self.run_trainer(["--config", os.path.join(ex, "ppo_comm_check.yaml"), "--check", "--gpus", "0"])
+        rc, out, err = self.run_trainer(["--config", os.path.join(ex, "ppo_comm_check.yaml"), "--check", "--gpus", "0",
+                                         "--comm-check"])
         self.assertEqual(rc, 0, err)
         self.assertIn("Device mapping resolved:", out)
         self.assertRegex(out, r"\[INFO\] config .*ppo_comm_check\.yaml: not used by this build: trainer\.project_name\n")
@@ -265,6 +301,17 @@ class TestCpuErrors(Run):
         self.assertEqual(rc, 2)
         self.assertIn("unknown key 'reward_timeout' in trainer. HINT: did you mean 'reward_timeout_s'?", err)
         self.assertNotIn("Device mapping resolved:", out)
+        # without --comm-check its algorithm section makes it an RL config: --check says what the
+        # RL loop would refuse (no model, no prompts), as a run would, before anything starts
+        rc, out, err = self.run_trainer(["--config", os.path.join(ex, "ppo_comm_check.yaml"), "--check", "--gpus", "0"])
+        self.assertEqual(rc, 2, out)
+        self.assertIn("actor_rollout_ref.model.path is not set", err)
+        with open(os.path.join(self.dir, "gae.yaml"), "w") as f:
+            f.write("data: {train_files: p.jsonl}\nactor_rollout_ref: {model: {path: m}}\n"
+                    "algorithm: {adv_estimator: gae}\ntrainer: {device_map: %s}\n" % os.path.join(ex, "device_map_rl_cpu.yaml"))
+        rc, out, err = self.run_trainer(["--config", "gae.yaml", "--check", "--gpus", "0"])
+        self.assertEqual(rc, 2, out)
+        self.assertIn("algorithm.adv_estimator gae needs a critic", err)
 
 
 class TestDocsExamples(Run):
@@ -277,6 +324,42 @@ class TestDocsExamples(Run):
                                          "--gpus", "8"])
         self.assertEqual(rc, 0, err)
         self.assertIn("  Reference: cuda:4 (colocated with critic)\n", out)
+        # the multi-GPU runs' maps (tools/rl_h200_x2.sh, rl_h200_x8.sh): parsed and resolved here;
+        # their links are checked only on the machine itself
+        for name, gpus, line in (("2gpu", 2, "  Reference: cuda:1 (colocated with rollout)\n"),
+                                 ("1gpu", 1, "  Rollout: cuda:0 (colocated with actor)\n"),
+                                 ("2gpu_dp1", 2, "  Actor: cuda:0 (static placement)\n"),
+                                 ("2gpu_dp2", 2, "  Actor: cuda:0, cuda:1 (static placement)\n"),
+                                 ("8gpu_colocated", 8, "  Actor: cuda:0, cuda:1, cuda:2, cuda:3, cuda:4, cuda:5, cuda:6, "
+                                                       "cuda:7 (hybrid placement)\n"),
+                                 ("8gpu_trap", 8, "  Actor: cuda:0, cuda:2, cuda:4, cuda:6 (static placement)\n")):
+            with self.subTest(map=name):
+                rc, out, err = self.run_trainer(["--device-map", os.path.join(ex, "device_map_%s.yaml" % name),
+                                                 "--check", "--gpus", str(gpus)])
+                self.assertEqual(rc, 0, err)
+                self.assertIn(line, out)
+                rc, out, err = self.run_trainer(["--device-map", os.path.join(ex, "device_map_%s.yaml" % name),
+                                                 "--check", "--gpus", str(gpus - 1)])
+                self.assertEqual(rc, 2, out)  # one GPU fewer: an id the machine lacks
+        trap = ["--device-map", os.path.join(ex, "device_map_8gpu_trap.yaml"), "--check", "--topology",
+                os.path.join(ex, "topology_2x4_nvlink.yaml")]
+        rc, out, err = self.run_trainer(trap)
+        self.assertEqual(rc, 0, err)
+        self.assertIn("warning: actor spans cuda:0 and cuda:4 over pcie (no NVLink)", out)
+        rc, out, err = self.run_trainer(trap + ["--strict-topology"])
+        self.assertEqual(rc, 2)
+        self.assertIn("lack NVLink and --strict-topology is set", err)
+        rc, out, err = self.run_trainer(["--device-map", os.path.join(ex, "device_map_8gpu.yaml"), "--check",
+                                         "--topology", os.path.join(ex, "topology_2x4_nvlink.yaml")])
+        self.assertEqual(rc, 0, err)
+        # the seed's layout keeps its data-parallel groups inside a domain, but its weight sync
+        # (actor 0-3 -> rollout 5-7) crosses between the domains
+        self.assertNotIn("warning: actor", out)
+        self.assertIn("warning: weight sync (actor + rollout) spans cuda:0 and cuda:5 over pcie", out)
+        rc, out, err = self.run_trainer(["--device-map", os.path.join(ex, "device_map_2node.yaml"), "--check",
+                                         "--topology", os.path.join(ex, "topology_2node.yaml")])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("  Critic: node1:cuda:0 (static placement)\n", out)
         rc, out, err = self.run_trainer(["--config", os.path.join(ex, "ppo_comm_check.yaml"), "--comm-check",
                                          "--steps", "2"])
         self.assertEqual(rc, 0, err)

@@ -65,6 +65,24 @@ void tr_golden_rows(const cJSON *lists, const tr_golden_t *g, int shift, double 
   assert_int_equal(q, g->n);
 }
 
+double tr_grads_vs(const vr_lm_t *lm, const float *a, const float *b, const char **worst) {
+  double w = 0;
+  for (size_t i = 0; i < vr_lm_n_tensors(lm); ++i) {
+    const vr_lm_tensor_t *x = vr_lm_tensor(lm, i);
+    double md = 0, mb = 0;
+    for (size_t k = 0; k < x->numel; ++k) {
+      md = fmax(md, fabs((double)a[x->offset + k] - b[x->offset + k]));
+      mb = fmax(mb, fabs((double)b[x->offset + k]));
+    }
+    const double r = mb > 0 ? md / mb : md;
+    if (r > w) {
+      w = r;
+      if (worst) *worst = x->name;
+    }
+  }
+  return w;
+}
+
 double tr_grads_check(const vr_lm_t *lm, const float *grads, const tr_golden_t *g, const char *set) {
   const cJSON *idx = cJSON_GetObjectItem(cJSON_GetObjectItem(g->root, "grads"), set);
   assert_true(cJSON_IsArray(idx));

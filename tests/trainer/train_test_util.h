@@ -30,6 +30,9 @@ void tr_golden_rows(const cJSON *lists, const tr_golden_t *g, int shift, double 
  * golden, as max |a - b| / max |b| over the tensor; every lm tensor must be in the set and
  * vice versa. Prints the worst tensors; returns the max over tensors. */
 double tr_grads_check(const vr_lm_t *lm, const float *grads, const tr_golden_t *g, const char *set);
+/* Max over tensors of max |a - b| / max |b| (b the reference; a tensor of zeros: max |a - b|),
+ * both in lm's layout; *worst (may be NULL) names the worst tensor. */
+double tr_grads_vs(const vr_lm_t *lm, const float *a, const float *b, const char **worst);
 /* tests/fixtures/lm/<name> loaded with the given head (value heads seeded 1); aborts on failure. */
 vr_lm_t *tr_lm_load(const char *name, vr_lm_head_t head);
 /* max |got[i] - want[i]| over n values. */
