@@ -17,7 +17,7 @@
  *   --variants F[:PART][,...] runs the whole measurement once per item on a fresh engine over the
  *   same model: F 1/0 the sampler inside the decode graph or after it (vr_cuda_roll_fuse_sample),
  *   PART the attention partition length (vr_cuda_roll_set_part; 0 or left out: the engine's
- *   choice), KNOBS (left out: the engine's defaults) a bit mask: 1 the GEMM candidates timed with
+ *   choice, by the live contexts; -1 the bucket's length only, the rule before that), KNOBS (left out: the engine's defaults) a bit mask: 1 the GEMM candidates timed with
  *   their operands from HBM, 2 split-K candidates (vr_cuda_roll_set_tuning), 4 greedy rows sampled
  *   over several blocks (vr_cuda_roll_split_sample), 8 the decode attention's shared-memory ring
  *   kernel (else the register one), 16 its launch as a programmatic dependent of the qkv GEMM (with
@@ -178,6 +178,14 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
          "%.0f%% of the copy rate (%.2fx the ideal)\n",
          step_bytes / 1e6, wb / 1e6, (double)P * R * mean_ctx * kv_tok / 1e6, ideal_ms, rate * 1e-9, 100.0 * ideal_ms / step_ms,
          step_ms / ideal_ms);
+  uint64_t ps[VR_CUDA_ROLL_PART_LENGTHS];
+  vr_cuda_roll_part_steps(st, ps); /* since init: the warm-up and prefill-only runs included */
+  char psl[256] = "";
+  for (int i = 0, o2 = 0; i < VR_CUDA_ROLL_PART_LENGTHS; ++i)
+    if (ps[i] && o2 < (int)sizeof psl)
+      o2 += snprintf(psl + o2, sizeof psl - (size_t)o2, "%s%d: %llu", o2 ? ", " : "", VR_ROLL_BLOCK << i,
+                     (unsigned long long)ps[i]);
+  printf("  decode steps per attention partition length (all generates of this engine): %s\n", psl);
   printf("  last decode step on the device: %.3f ms; weight update: host fp32 -> device bf16 %.1f ms, device fp32 -> "
          "bf16 %.2f ms; init %.2f s\n",
          vr_cuda_roll_last_decode_ms(st), host_s * 1e3, dev_s * 1e3, init_s);
@@ -211,10 +219,10 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
               "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
               "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
               "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f, \"attn_ring_us\": %.2f, \"attn_regs_us\": %.2f, "
-              "\"attn_kv_bytes\": %.0f}\n",
+              "\"attn_kv_bytes\": %.0f, \"part_steps\": \"%s\"}\n",
               sh->name, fuse, part, knobs, m.n, P, R, temp, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
-              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4], ta[0] * 1e3, ta[1] * 1e3, kv_layer);
+              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4], ta[0] * 1e3, ta[1] * 1e3, kv_layer, psl);
     }
   }
   vr_gen_output_free(&out);

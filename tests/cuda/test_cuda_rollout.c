@@ -919,6 +919,72 @@ done:
   tmodel_free(&m);
 }
 
+/* The length-aware partition choice (vr_cuda_roll_set_part 0, the default) switching lengths inside
+ * one generate: 8 prompts of 100, 110, ..., 170 tokens, 60 new, bucket 8, whose class-0 length is
+ * 64 (vr_cuda_roll_pick_part(8, 4, 2, 16, 132 SMs)). With the rule told of 14 SMs (28 blocks) the
+ * first decode step's contexts 101..171 make 13 partitions of 128 keys x 2 kv heads = 26 blocks:
+ * 64 keys; from step 8 (121 -> 129) 14 x 2 = 28: 128 keys; 256 would give 8 x 2 = 16: never. So
+ * both lengths run, each with its own graph; checked: both were used, graph replay == eager bit
+ * for bit, a rerun reproduces, and greedy cuda == cpu as compare_greedy says. */
+static void test_part_classes(void) {
+  const int V = 300, C = 64, L = 2, H = 4, KV = 2, D = 16, F = 96;
+  tmodel_t m;
+  if (tmodel_make(&m, V, C, L, H, KV, D, F, 0, 0, 0, g_rng, 0.f, 1.f)) {
+    report(0, "partition classes: out of host memory");
+    return;
+  }
+  enum { NP = 8 };
+  uint32_t pcu[NP + 1] = {0};
+  int32_t ids[NP * 170];
+  for (int p = 0; p < NP; ++p) {
+    const uint32_t len = 100 + 10 * (uint32_t)p;
+    for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand((uint32_t)V);
+    pcu[p + 1] = pcu[p] + len;
+  }
+  vr_rollout_t *cpu = NULL, *cu = NULL;
+  if (make_engine(&m, &vr_rollout_backend_cpu, "cpu", 2048, &cpu) ||
+      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &cu)) {
+    report(0, "partition classes: init failed");
+    goto done;
+  }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (vr_cuda_roll_pick_part(8, H, KV, D, sms) != 64) { /* 33..264 SMs give 64 */
+    printf("skip partition classes: bucket 8's length is %d on %d SMs, not 64\n", vr_cuda_roll_pick_part(8, H, KV, D, sms), sms);
+    goto done;
+  }
+  void *st = vr_rollout_backend_state(cu);
+  vr_cuda_roll_set_part_rule(st, 14);
+  compare_greedy("partition classes 64 -> 128 (8 prompts of 100..170, 60 new)", &m, cpu, cu, ids, pcu, NP, 1, 60);
+  {
+    uint64_t ps[VR_CUDA_ROLL_PART_LENGTHS];
+    vr_cuda_roll_part_steps(st, ps);
+    vr_gen_params_t gp;
+    vr_gen_params_init(&gp);
+    gp.max_new_tokens = 60;
+    vr_gen_output_t g1, g2, e1;
+    int rc = vr_rollout_generate(cu, ids, pcu, NP, &gp, &g1);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &g2);
+    vr_cuda_roll_use_graphs(st, 0);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &e1);
+    vr_cuda_roll_use_graphs(st, 1);
+    report(rc == 0 && ps[2] == 8 && ps[3] == 51 && ps[0] + ps[1] + ps[4] + ps[5] == 0,
+           "partition classes: the first generate's 59 decode steps ran at 64 keys (%llu, expected 8) and at 128 keys "
+           "(%llu, expected 51), no other length (%llu)",
+           (unsigned long long)ps[2], (unsigned long long)ps[3],
+           (unsigned long long)(ps[0] + ps[1] + ps[4] + ps[5]));
+    report(rc == 0 && same_output(&g1, &g2) && same_output(&g1, &e1),
+           "partition classes: rerun == first run, graph replay == eager (tokens and log-probs, bit for bit)");
+    vr_gen_output_free(&g1);
+    vr_gen_output_free(&g2);
+    vr_gen_output_free(&e1);
+  }
+done:
+  vr_rollout_free(cpu);
+  vr_rollout_free(cu);
+  tmodel_free(&m);
+}
+
 /* The causal-LM fixtures of the training engine (tests/fixtures/lm/<name>, through vr_lm and
  * vr_rollout_lm_view): greedy on cuda equals the cpu engine as compare_greedy says (the cpu engine
  * is checked against transformers on the same fixtures by tests/trainer/test_rollout_golden.c). */
@@ -1068,6 +1134,7 @@ int main(void) {
     test_engine("qwen2 bias tied mqa D64, our decode GEMM", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
     g_dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT;
   }
+  test_part_classes();
   test_fixture("llama_lm");
   test_fixture("qwen2_lm");
   test_fixture("mistral_lm");

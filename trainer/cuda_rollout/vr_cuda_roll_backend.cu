@@ -40,11 +40,16 @@ typedef struct rcu_sg {
   float lt_us, sg_us; /* the timings behind the choice (sg_us 0: ours failed the check) */
 } rcu_sg_t;
 
+/* A decode bucket: B rows; its steps run at partition length part << k (class k, k <
+ * VR_CUDA_ROLL_PART_LENGTHS), k picked per step from the live contexts (vr_cuda_roll_pick_part_ctx;
+ * always 0 when the length is fixed: vr_cuda_roll_set_part), one graph per class captured at the
+ * class's first step. */
 typedef struct rcu_bucket {
-  int B, part, max_parts;
-  int warm;   /* ran eagerly once (plans exist) */
-  int sample; /* its step ends with the sampler (fixed at the first step: st->fuse_sample then) */
-  cudaGraphExec_t exec;
+  int B, part; /* part: class 0's length (vr_cuda_roll_pick_part of B, or the fixed one) */
+  int cls;     /* the last step's class */
+  int warm;    /* ran eagerly once (plans exist) */
+  int sample;  /* its step ends with the sampler (fixed at the first step: st->fuse_sample then) */
+  cudaGraphExec_t exec[VR_CUDA_ROLL_PART_LENGTHS];
 } rcu_bucket_t;
 
 /* Word offsets of the metadata block (pinned host mirror and device copy). */
@@ -91,6 +96,9 @@ typedef struct rcu {
   /* decode GEMM tuning (vr_cuda_roll_set_tuning): operands from HBM while timed, split-K variants */
   int tune_cold, tune_splitk;
   unsigned attn_flags; /* the decode step's attention: VR_ROLL_ATTN_* (vr_cuda_roll_set_attn) */
+  int part_mode;       /* vr_cuda_roll_set_part: 0 by the live contexts, -1 by the bucket only, > 0 fixed */
+  int part_sms;        /* the SM count vr_cuda_roll_pick_part_ctx is given (vr_cuda_roll_set_part_rule) */
+  uint64_t part_steps[VR_CUDA_ROLL_PART_LENGTHS]; /* decode steps per partition length 16 << i */
   void *flush;
   size_t flush_bytes;
 
@@ -139,7 +147,8 @@ static void rcu_free(void *state) {
   if (!st) return;
   if (st->s) (void)cudaStreamSynchronize(st->s);
   for (int i = 0; i < st->n_buckets; ++i)
-    if (st->buckets[i].exec) (void)cudaGraphExecDestroy(st->buckets[i].exec);
+    for (int k = 0; k < VR_CUDA_ROLL_PART_LENGTHS; ++k)
+      if (st->buckets[i].exec[k]) (void)cudaGraphExecDestroy(st->buckets[i].exec[k]);
   for (int i = 0; i < st->n_allocs; ++i) (void)cudaFree(st->allocs[i]);
   if (st->meta_h) (void)cudaFreeHost(st->meta_h);
   if (st->srow_h) (void)cudaFreeHost(st->srow_h);
@@ -180,11 +189,27 @@ static rcu_layout_t rcu_layout(uint32_t WT, uint32_t S, uint32_t MB, uint32_t ma
   return l;
 }
 
-/* part 0: vr_cuda_roll_pick_part's */
+/* part <= 0: vr_cuda_roll_pick_part's */
 static void rcu_set_part(const rcu_t *st, rcu_bucket_t *b, int part) {
-  b->part = part ? part : vr_cuda_roll_pick_part(b->B, st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, st->n_sms);
-  b->max_parts = (int)((st->max_ctx + (uint32_t)b->part - 1) / (uint32_t)b->part);
-  if (b->max_parts < 1) b->max_parts = 1;
+  b->part = part > 0 ? part : vr_cuda_roll_pick_part(b->B, st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, st->n_sms);
+}
+
+/* Bucket b's partition length in class k and its grid's partition axis (every length up to max_ctx). */
+static int rcu_part(const rcu_bucket_t *b, int k) { return b->part << k; }
+static int rcu_max_parts(const rcu_t *st, const rcu_bucket_t *b, int k) {
+  const int mp = (int)((st->max_ctx + (uint32_t)rcu_part(b, k) - 1) / (uint32_t)rcu_part(b, k));
+  return mp < 1 ? 1 : mp;
+}
+
+/* The class of a decode step of bucket bk over the contexts ctx (n sequences). */
+static int rcu_part_class(const rcu_t *st, const rcu_bucket_t *bk, const uint32_t *ctx, uint32_t n) {
+  if (st->part_mode != 0) return 0;
+  const vr_model_config_t *c = st->c;
+  const int p = vr_cuda_roll_pick_part_ctx(bk->part, c->num_heads, c->num_kv_heads, c->head_dim, st->part_sms, ctx,
+                                           (int)n, c->sliding_window);
+  int k = 0;
+  while (rcu_part(bk, k) < p && k + 1 < VR_CUDA_ROLL_PART_LENGTHS) ++k;
+  return k;
 }
 
 static void rcu_add_bucket(rcu_t *st, int B) {
@@ -241,6 +266,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   } while (0)
   TRY(cudaSetDevice(device_index));
   TRY(cudaDeviceGetAttribute(&st->n_sms, cudaDevAttrMultiProcessorCount, device_index));
+  st->part_sms = st->n_sms;
   st->dgemm_ok = vr_cuda_roll_gemm_available(device_index);
   TRY(cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking));
   if ((rc = vr_cuda_gemm_init(&st->gemm, RCU_GEMM_WORKSPACE)) != 0) {
@@ -318,7 +344,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   const int part_wt = vr_cuda_roll_pick_part((int)WT, (int)H, (int)KV, D, st->n_sms);
   size_t scratch_rows = WT * (size_t)((st->max_ctx + part_wt - 1) / part_wt);
   for (int i = 0; i < st->n_buckets; ++i) {
-    const size_t r = (size_t)st->buckets[i].B * st->buckets[i].max_parts;
+    const size_t r = (size_t)st->buckets[i].B * rcu_max_parts(st, &st->buckets[i], 0); /* class 0: the most */
     if (r > scratch_rows) scratch_rows = r;
   }
   st->scratch_rows = scratch_rows;
@@ -718,11 +744,11 @@ static void rcu_head(rcu_t *st, const float *x, int R) {
   rcu_gemm(st, st->logits, 1, st->xnl, st->head, NULL, R, st->V, st->C, 0.f);
 }
 
-/* One decode step of bucket b: trunk, head and, when the bucket samples, the sampler on its B rows
- * (the metadata block's rows; tokens into sout_d, log-probs after them). */
-static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b) {
+/* One decode step of bucket b in partition class k: trunk, head and, when the bucket samples, the
+ * sampler on its B rows (the metadata block's rows; tokens into sout_d, log-probs after them). */
+static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b, int k) {
   st->in_decode = 1;
-  rcu_trunk(st, b->B, RCU_ATTN_DECODE, b->part, b->max_parts, 0);
+  rcu_trunk(st, b->B, RCU_ATTN_DECODE, rcu_part(b, k), rcu_max_parts(st, b, k), 0);
   rcu_head(st, st->x, b->B);
   if (b->sample && !(st->skip & RCU_SKIP_HEAD))
     vr_cuda_roll_sample_ws(st->sout_d, reinterpret_cast<float *>(st->sout_d + b->B), st->logits,
@@ -851,7 +877,10 @@ static int rcu_take_samples(const int32_t *tok, const float *lp, uint32_t k, int
 
 /* One decode step of b (q_len 1 for every sequence): the metadata block (with the sampler's rows
  * when bk samples: rows[q] for q < n, NULL = greedy; padding rows greedy) uploaded, then bk's
- * graph, or eagerly on bk's first step (which captures the graph for the next ones). */
+ * graph of the step's partition class (rcu_part_class of b's contexts), or eagerly on bk's first
+ * step (which captures that class's graph for the next ones); a class's first step in a warm
+ * bucket captures its graph and replays it. Graph and eager run the same kernels with the same
+ * partition length: the same bits. */
 static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, rcu_bucket_t *bk) {
   int fresh = 0, rc = rcu_fill(st, b, &fresh);
   if (rc) return rc;
@@ -872,34 +901,39 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
   VR_CUDA_CHECK(cudaMemcpyAsync(st->meta_d, m, (ly->bt + (size_t)bk->B * st->max_blocks) * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, st->s));
   VR_CUDA_CHECK(cudaEventRecord(st->meta_ev, st->s));
+  const int k = rcu_part_class(st, bk, b->ctx_len, n);
+  bk->cls = k;
+  int li = 0; /* part_steps' index: 16 << li */
+  while ((VR_ROLL_BLOCK << li) < rcu_part(bk, k) && li + 1 < VR_CUDA_ROLL_PART_LENGTHS) ++li;
+  st->part_steps[li]++;
   VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
-  if (!st->use_graphs || !bk->warm || !bk->exec) {
+  const int was_warm = bk->warm;
+  if (!was_warm || !st->use_graphs) {
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
-    if (!bk->warm) {
+    if (!was_warm) {
       /* the bucket's first step: a pass that times the cuBLASLt candidates of its GEMMs (runs each
        * several times, so the residual stream and the K/V it appends are garbage), then the real
        * pass, which starts from the embeddings and rewrites every slot the first one wrote */
       vr_cuda_gemm_set_tuning(st->gemm, 1);
       st->sg_tuning = 1;
-      rcu_decode_enqueue(st, bk);
+      rcu_decode_enqueue(st, bk, k);
       st->sg_tuning = 0;
       vr_cuda_gemm_set_tuning(st->gemm, 0);
     }
-    rcu_decode_enqueue(st, bk); /* eager: this step's result */
+    rcu_decode_enqueue(st, bk, k); /* eager: this step's result */
     bk->warm = 1;
-    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
-    if (st->use_graphs && !bk->exec) { /* capture for the next steps (the capture does not run) */
-      cudaGraph_t g;
-      VR_CUDA_CHECK(cudaStreamBeginCapture(st->s, cudaStreamCaptureModeThreadLocal));
-      rcu_decode_enqueue(st, bk);
-      VR_CUDA_CHECK(cudaStreamEndCapture(st->s, &g));
-      VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec, g, 0));
-      VR_CUDA_CHECK(cudaGraphDestroy(g));
-    }
-  } else {
-    VR_CUDA_CHECK(cudaGraphLaunch(bk->exec, st->s));
-    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
   }
+  if (st->use_graphs && !bk->exec[k]) { /* capture this class's graph (the capture does not run) */
+    vr_cuda_gemm_set_plan_rows(st->gemm, 0);
+    cudaGraph_t g;
+    VR_CUDA_CHECK(cudaStreamBeginCapture(st->s, cudaStreamCaptureModeThreadLocal));
+    rcu_decode_enqueue(st, bk, k);
+    VR_CUDA_CHECK(cudaStreamEndCapture(st->s, &g));
+    VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec[k], g, 0));
+    VR_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  if (was_warm && st->use_graphs) VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[k], st->s));
+  VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
   st->n_logits = n;
   st->dec_timed = 1;
   return 0;
@@ -979,7 +1013,8 @@ extern "C" int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, un
                                        st->vpool, md + ly->bt, (int)st->max_blocks, md + ly->lens, md + ly->pos,
                                        md + ly->slots, st->inv_freq, c->rope_attention_scaling, bk->B, c->num_heads,
                                        c->num_kv_heads, c->head_dim, c->sliding_window, 1.f / sqrtf((float)c->head_dim),
-                                       bk->part, bk->max_parts, st->po, st->pml, flags & ~VR_ROLL_ATTN_PDL, st->s);
+                                       rcu_part(bk, bk->cls), rcu_max_parts(st, bk, bk->cls), st->po, st->pml,
+                                       flags & ~VR_ROLL_ATTN_PDL, st->s);
   }
   VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
   VR_CUDA_CHECK(cudaEventSynchronize(st->dec_ev1));
@@ -992,16 +1027,27 @@ extern "C" int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, un
 
 extern "C" int vr_cuda_roll_set_part(void *state, int part) {
   rcu_t *st = (rcu_t *)state;
-  if (part && (part < VR_ROLL_BLOCK || part > VR_ROLL_MAX_PART || part % VR_ROLL_BLOCK ||
-               vr_cuda_roll_attention_smem(st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, part) > 48u * 1024u))
+  if (part < -1 || (part > 0 && (part < VR_ROLL_BLOCK || part > VR_ROLL_MAX_PART || part % VR_ROLL_BLOCK ||
+                                 vr_cuda_roll_attention_smem(st->c->num_heads, st->c->num_kv_heads, st->c->head_dim,
+                                                             part) > 48u * 1024u)))
     return VR_ERR_INVAL;
   for (int i = 0; i < st->n_buckets; ++i) {
     rcu_bucket_t b = st->buckets[i];
     rcu_set_part(st, &b, part);
-    if (b.warm || (size_t)b.B * b.max_parts > st->scratch_rows) return VR_ERR_INVAL;
+    if (b.warm || (size_t)b.B * rcu_max_parts(st, &b, 0) > st->scratch_rows) return VR_ERR_INVAL;
   }
   for (int i = 0; i < st->n_buckets; ++i) rcu_set_part(st, &st->buckets[i], part);
+  st->part_mode = part;
   return 0;
+}
+
+extern "C" void vr_cuda_roll_set_part_rule(void *state, int n_sms) {
+  rcu_t *st = (rcu_t *)state;
+  st->part_sms = n_sms > 0 ? n_sms : st->n_sms;
+}
+
+extern "C" void vr_cuda_roll_part_steps(void *state, uint64_t steps[VR_CUDA_ROLL_PART_LENGTHS]) {
+  memcpy(steps, ((rcu_t *)state)->part_steps, sizeof(uint64_t) * VR_CUDA_ROLL_PART_LENGTHS);
 }
 
 extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
@@ -1025,16 +1071,16 @@ extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
 extern "C" int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]) {
   rcu_t *st = (rcu_t *)state;
   rcu_bucket_t *bk = rcu_bucket_for(st, n);
-  if (!bk || !bk->warm || !bk->exec || reps < 1) return VR_ERR_INVAL;
+  if (!bk || !bk->warm || !bk->exec[bk->cls] || reps < 1) return VR_ERR_INVAL;
   static const unsigned variants[5] = {0, RCU_SKIP_ATTN, RCU_SKIP_GEMM, RCU_SKIP_SMALL, RCU_SKIP_HEAD};
   for (int v = 0; v < 6; ++v) {
     for (int r = -2; r < reps; ++r) {
       if (r == 0) VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
       if (v == 5) {
-        VR_CUDA_CHECK(cudaGraphLaunch(bk->exec, st->s));
+        VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[bk->cls], st->s));
       } else {
         st->skip = variants[v];
-        rcu_decode_enqueue(st, bk);
+        rcu_decode_enqueue(st, bk, bk->cls);
         st->skip = 0;
       }
     }

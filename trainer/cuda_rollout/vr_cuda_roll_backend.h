@@ -30,6 +30,7 @@
 #define VR_CUDA_ROLL_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "vr_rollout.h"
 
@@ -104,11 +105,25 @@ void vr_cuda_roll_set_attn(void *state, int ring, int pdl);
  * back after 2 untimed: *ms = the mean. Overwrites layer 0's cache slots of that step: only after the
  * generation. 0 or VR_ERR_INVAL (no such warm bucket). */
 int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, double *ms);
-/* Benchmarks: every decode bucket's attention partition length (keys per block: a multiple of 16
- * in 16..512; 0: vr_cuda_roll_pick_part's choice, the default). Before the first generate only:
- * VR_ERR_INVAL once a bucket ran, for a bad length, or when the partials would not fit the scratch
- * sized at init. */
+/* The decode attention's partition length (keys per block). part 0 (the default): per step from the
+ * live contexts: the bucket's length (vr_cuda_roll_pick_part of its rows) doubled while the step's
+ * contexts still fill the device (vr_cuda_roll_pick_part_ctx), each length with its own graph per
+ * bucket (at most VR_CUDA_ROLL_PART_LENGTHS, captured at their first step); -1: the bucket's length
+ * only (the rule before the length-aware choice); > 0 (benchmarks): that length for every step (a
+ * multiple of 16 in 16..512). Before the first generate only: VR_ERR_INVAL once a bucket ran, for a
+ * bad length, or when the partials would not fit the scratch sized at init.
+ * Bits: a sequence's step depends on the partition length (the partials merge in another order),
+ * which is a function of the step's bucket and of the live context lengths of its batch, both
+ * fixed by the inputs and the schedule: reruns reproduce bit for bit and graph replay equals eager
+ * bit for bit; the same sequence in another batch may differ in the last bits (as across buckets
+ * before), within the cuda-vs-cpu tolerance of the tests. */
+#define VR_CUDA_ROLL_PART_LENGTHS 6 /* 16, 32, ..., 512 */
 int vr_cuda_roll_set_part(void *state, int part);
+/* Tests: the SM count the length-aware rule is given (0: the device's), so small batches switch
+ * partition lengths; before the first generate (captured graphs keep theirs). */
+void vr_cuda_roll_set_part_rule(void *state, int n_sms);
+/* The decode steps since init per partition length: steps[i] ran at 16 << i keys. */
+void vr_cuda_roll_part_steps(void *state, uint64_t steps[VR_CUDA_ROLL_PART_LENGTHS]);
 /* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, ours y us (bn, kc,
  * splits) -> ..."), then cuBLASLt's timed choices of each warm bucket: vr_cuda_gemm_report),
  * into buf (n bytes, NUL-terminated, truncated); returns the length the whole report needs. */
