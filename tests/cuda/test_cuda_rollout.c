@@ -31,6 +31,7 @@
 static int g_fail = 0;
 static uint64_t g_rng;
 static unsigned g_dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT; /* the cuda engines' decode GEMMs (vr_cuda_roll_use_dgemm) */
+static int g_pipe = 0; /* the engines' vr_rollout_options_t.decode_pipeline */
 
 static uint32_t irand(uint32_t n) { return vr_test_rand(&g_rng, n); }
 static float frand(void) { return (float)vr_test_rand(&g_rng, 1u << 30) / (float)(1u << 29) - 1.f; } /* [-1, 1) */
@@ -723,6 +724,7 @@ static int make_engine(const tmodel_t *m, const vr_rollout_backend_t *be, const 
   o.max_seqs = 32;
   o.max_batch_tokens = max_batch_tokens;
   o.max_model_len = 512;
+  o.decode_pipeline = g_pipe;
   const int rc = vr_rollout_init_backend(be, &m->cfg, m->params, m->n, &m->w, &o, out);
   if (rc == 0 && be == &vr_rollout_backend_cuda) vr_cuda_roll_use_dgemm(vr_rollout_backend_state(*out), g_dgemm);
   return rc;
@@ -985,6 +987,80 @@ done:
   tmodel_free(&m);
 }
 
+/* The one-step-late pipeline on the cuda backend: the outputs of the plain scheduler (decode_pipeline
+ * -1) bit for bit, greedy and sampled (T 0.8, top-p 0.9, n 2, seed 7), without stop ids (mode 1,
+ * the default: every step after the first of a streak launched ahead) and with stop ids taken from
+ * the plain run's own tokens, so that responses stop at different steps (mode 2: the step launched
+ * after a stop dropped and redone by the plain schedule). */
+static void test_pipeline(void) {
+  tmodel_t m;
+  if (tmodel_make(&m, 500, 256, 2, 4, 1, 64, 384, 1, 1, 0, g_rng, 0.f, 1.f)) {
+    report(0, "pipeline: out of host memory");
+    return;
+  }
+  enum { NP = 12 };
+  uint32_t pcu[NP + 1] = {0};
+  int32_t ids[NP * 40];
+  for (int p = 0; p < NP; ++p) {
+    const uint32_t len = 3 + irand(37);
+    for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand(500);
+    pcu[p + 1] = pcu[p] + len;
+  }
+  vr_rollout_t *e[3] = {NULL, NULL, NULL};
+  static const int modes[3] = {-1, 1, 2};
+  int rc = 0;
+  for (int k = 0; k < 3; ++k) {
+    g_pipe = modes[k];
+    rc |= make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &e[k]);
+  }
+  g_pipe = 0;
+  if (rc) {
+    report(0, "pipeline: init failed");
+    goto done;
+  }
+  for (int sampled = 0; sampled < 2; ++sampled) {
+    vr_gen_params_t gp;
+    vr_gen_params_init(&gp);
+    gp.max_new_tokens = 48;
+    if (sampled) {
+      gp.sample.temperature = 0.8f;
+      gp.sample.top_p = 0.9f;
+      gp.n = 2;
+      gp.seed = 7;
+    }
+    vr_gen_output_t plain, pipe1, plain_s, pipe2;
+    rc = vr_rollout_generate(e[0], ids, pcu, NP, &gp, &plain);
+    rc |= vr_rollout_generate(e[1], ids, pcu, NP, &gp, &pipe1);
+    int32_t stop[3];
+    for (int i = 0; i < 3; ++i) stop[i] = rc ? 0 : plain.tokens[plain.cu[3 * i + 1] + 5 + 7 * i]; /* 6th, 13th, 20th tokens */
+    gp.stop_ids = stop;
+    gp.n_stop = 3;
+    rc |= vr_rollout_generate(e[0], ids, pcu, NP, &gp, &plain_s);
+    rc |= vr_rollout_generate(e[2], ids, pcu, NP, &gp, &pipe2);
+    uint32_t stopped = 0;
+    for (uint32_t r = 0; rc == 0 && r < plain_s.n_resp; ++r) stopped += plain_s.finish[r] == VR_FINISH_STOP;
+    report(rc == 0 && same_output(&plain, &pipe1) && pipe1.stats.decode_ahead > 0 &&
+               pipe1.stats.decode_calls == plain.stats.decode_calls,
+           "pipeline %s: no stop ids, pipelined == plain bit for bit (%llu of %llu steps launched ahead)",
+           sampled ? "sampled" : "greedy", (unsigned long long)pipe1.stats.decode_ahead,
+           (unsigned long long)pipe1.stats.decode_calls);
+    report(rc == 0 && same_output(&plain_s, &pipe2) &&
+               !memcmp(plain_s.finish, pipe2.finish, plain_s.n_resp) && stopped > 0 && pipe2.stats.decode_dropped > 0 &&
+               pipe2.stats.decode_calls == plain_s.stats.decode_calls,
+           "pipeline %s: 3 stop ids (%u of %u responses stop), always pipelined == plain bit for bit (%llu steps ahead, "
+           "%llu dropped after a stop)",
+           sampled ? "sampled" : "greedy", stopped, plain_s.n_resp, (unsigned long long)pipe2.stats.decode_ahead,
+           (unsigned long long)pipe2.stats.decode_dropped);
+    vr_gen_output_free(&plain);
+    vr_gen_output_free(&pipe1);
+    vr_gen_output_free(&plain_s);
+    vr_gen_output_free(&pipe2);
+  }
+done:
+  for (int k = 0; k < 3; ++k) vr_rollout_free(e[k]);
+  tmodel_free(&m);
+}
+
 /* The causal-LM fixtures of the training engine (tests/fixtures/lm/<name>, through vr_lm and
  * vr_rollout_lm_view): greedy on cuda equals the cpu engine as compare_greedy says (the cpu engine
  * is checked against transformers on the same fixtures by tests/trainer/test_rollout_golden.c). */
@@ -1135,6 +1211,7 @@ int main(void) {
     g_dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT;
   }
   test_part_classes();
+  test_pipeline();
   test_fixture("llama_lm");
   test_fixture("qwen2_lm");
   test_fixture("mistral_lm");

@@ -180,6 +180,10 @@ void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits, 
 size_t vr_cuda_roll_sample_ws_bytes(int n, int V);
 void vr_cuda_roll_sample_ws(int32_t *tokens, float *logprobs, const float *logits,
                             const vr_cuda_roll_sample_row_t *rows, int n, int V, void *ws, cudaStream_t s);
+/* The one-step-late pipeline's input tokens: for q < n with feed[q] >= 0, ids[q] = prev[feed[q]]
+ * (the previous step's sampled tokens), 0 when that is outside [0, V) (a row the sampler marked
+ * -1); other ids untouched. */
+void vr_cuda_roll_feed_ids(int32_t *ids, const int32_t *feed, const int32_t *prev, int n, int V, cudaStream_t s);
 
 #ifdef __cplusplus
 }
