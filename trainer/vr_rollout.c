@@ -15,6 +15,10 @@
  *      position (a new block at a block boundary, a private copy of a shared block: copy on write);
  *      when no block is free the most recently admitted running sequence is preempted (its blocks
  *      released, its tokens kept, recomputed by a prefill when it is admitted again).
+ *      With a backend that has decode_launch (opt.decode_pipeline, vr_gen_decode_pipe) the decode
+ *      steps of one batch run one step late: the next step is launched before this one's tokens
+ *      are back, its input tokens fed on the backend, as long as it is the batch the plain loop
+ *      would run next; a stop seen late drops that step, so the kept steps are the plain ones.
  * Sampling reads the logits of the sequence's last position and the RNG key (prompt key, response
  * index, position): a recompute after preemption gives the same logits (the cpu backend's forward
  * is row-independent) and the same draw, so the output does not depend on the schedule. */
