@@ -929,6 +929,23 @@ done:
  * both lengths run, each with its own graph; checked: both were used, graph replay == eager bit
  * for bit, a rerun reproduces, and greedy cuda == cpu as compare_greedy says. */
 static void test_part_classes(void) {
+  { /* the rule on the measured workloads (docs/benchmarks.md), 132 SMs: llama-1b 64 x 129..384 keeps
+     * the bucket's 512, qwen2-0.5b 64 x 129..384 its 128, llama-1b 16 x 4,097..4,352 goes 128 -> 512 */
+    uint32_t ctx[64];
+    for (int b = 0; b < 64; ++b) ctx[b] = 129 + (uint32_t)b * 4;
+    const int l64 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(64, 32, 8, 64, 132), 32, 8, 64, 132, ctx, 64, 0);
+    const int q64 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(64, 14, 2, 64, 132), 14, 2, 64, 132, ctx, 64, 0);
+    for (int b = 0; b < 64; ++b) ctx[b] = 384;
+    const int q384 = vr_cuda_roll_pick_part_ctx(128, 14, 2, 64, 132, ctx, 64, 0);
+    for (int b = 0; b < 16; ++b) ctx[b] = 4097 + (uint32_t)b * 16;
+    const int base16 = vr_cuda_roll_pick_part(16, 32, 8, 64, 132);
+    const int l4k = vr_cuda_roll_pick_part_ctx(base16, 32, 8, 64, 132, ctx, 16, 0);
+    const int l4kw = vr_cuda_roll_pick_part_ctx(base16, 32, 8, 64, 132, ctx, 16, 100); /* 100 keys count */
+    report(l64 == 512 && q64 == 128 && q384 == 128 && base16 == 128 && l4k == 512 && l4kw == 128,
+           "partition rule: llama 64 x 129..381 -> %d (512), qwen2 64 x 129..381 -> %d, 64 x 384 -> %d (128), "
+           "llama 16 x 4k: bucket %d -> %d (128 -> 512), with a window of 100 -> %d (128)",
+           l64, q64, q384, base16, l4k, l4kw);
+  }
   const int V = 300, C = 64, L = 2, H = 4, KV = 2, D = 16, F = 96;
   tmodel_t m;
   if (tmodel_make(&m, V, C, L, H, KV, D, F, 0, 0, 0, g_rng, 0.f, 1.f)) {

@@ -15,7 +15,9 @@
  * GEMM, SwiGLU, down GEMM + residual -> final RMSNorm -> LM head (fp32 logits). The batch's
  * ids, positions, slots, lengths and block tables go into one pinned block copied to fixed
  * device addresses before the replay; padding rows have length 0 and slot -1. A bucket's first
- * step runs eagerly (building its GEMM plans) and captures the graph for the next ones.
+ * step runs eagerly (building its GEMM plans) and captures the graph for the next ones; a bucket
+ * has one graph per attention partition length, picked per step from the live contexts
+ * (vr_cuda_roll_set_part).
  * prefill: eager at the exact size; fresh prompts (ctx_len == q_len for every sequence) use
  * model/cuda's varlen attention over the packed prompts, other batches (chunks after cached
  * context, recomputes) the paged attention with one row per new token; the LM head runs on each
@@ -23,7 +25,10 @@
  * sample: trainer/vr_sample.h's rule on the device (vr_cuda_roll_sample_ws: greedy rows over several
  * blocks unless vr_cuda_roll_split_sample(st, 0)), the uniforms drawn on
  * the host with vr_sample_uniform; decode_sample: a decode step whose graph ends with that sampler
- * (its rows in the metadata block, tokens and log-probs back in one copy).
+ * (its rows in the metadata block, tokens and log-probs back in one copy); decode_launch /
+ * decode_wait: the same split for the scheduler's one-step-late pipeline (two host metadata blocks
+ * and two pinned result slots in turn; a fed row's input id copied on the device from the previous
+ * step's sampler output before the replay).
  *
  * Threading: one thread at a time per state (the engine's). */
 #ifndef VR_CUDA_ROLL_BACKEND_H
