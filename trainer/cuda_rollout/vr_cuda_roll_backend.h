@@ -127,7 +127,8 @@ int vr_cuda_roll_set_part(void *state, int part);
 /* Tests: the SM count the length-aware rule is given (0: the device's), so small batches switch
  * partition lengths; before the first generate (captured graphs keep theirs). */
 void vr_cuda_roll_set_part_rule(void *state, int n_sms);
-/* The decode steps since init per partition length: steps[i] ran at 16 << i keys. */
+/* The decode steps since init per partition length: steps[i] ran at 16 << i keys (a fixed length
+ * that is not a power of two counts at the next one). */
 void vr_cuda_roll_part_steps(void *state, uint64_t steps[VR_CUDA_ROLL_PART_LENGTHS]);
 /* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, ours y us (bn, kc,
  * splits) -> ..."), then cuBLASLt's timed choices of each warm bucket: vr_cuda_gemm_report),
