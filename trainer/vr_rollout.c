@@ -259,6 +259,8 @@ int vr_rollout_set_params_device(vr_rollout_t *r, const float *src, size_t off, 
 
 int vr_rollout_has_device_update(const vr_rollout_t *r) { return r->be->set_weights_device != NULL; }
 
+void vr_rollout_set_decode_pipeline(vr_rollout_t *r, int mode) { r->opt.decode_pipeline = mode; }
+
 float *vr_rollout_device_chunk(vr_rollout_t *r, size_t *n_floats) {
   *n_floats = 0;
   return r->be->device_chunk ? r->be->device_chunk(r->state, n_floats) : NULL;

@@ -264,6 +264,8 @@ size_t vr_rollout_n_params(const vr_rollout_t *r);
  * device. *seconds (optional) gets the time taken (the call is synchronous). */
 int vr_rollout_set_params_device(vr_rollout_t *r, const float *src, size_t off, size_t len, double *seconds);
 int vr_rollout_has_device_update(const vr_rollout_t *r); /* 1 when the backend has set_weights_device */
+/* vr_rollout_options_t.decode_pipeline for the next generates (tests, benchmarks). */
+void vr_rollout_set_decode_pipeline(vr_rollout_t *r, int mode);
 /* The backend's device_chunk (NULL when it has none). */
 float *vr_rollout_device_chunk(vr_rollout_t *r, size_t *n_floats);
 

@@ -31,7 +31,6 @@
 static int g_fail = 0;
 static uint64_t g_rng;
 static unsigned g_dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT; /* the cuda engines' decode GEMMs (vr_cuda_roll_use_dgemm) */
-static int g_pipe = 0; /* the engines' vr_rollout_options_t.decode_pipeline */
 
 static uint32_t irand(uint32_t n) { return vr_test_rand(&g_rng, n); }
 static float frand(void) { return (float)vr_test_rand(&g_rng, 1u << 30) / (float)(1u << 29) - 1.f; } /* [-1, 1) */
@@ -724,7 +723,6 @@ static int make_engine(const tmodel_t *m, const vr_rollout_backend_t *be, const 
   o.max_seqs = 32;
   o.max_batch_tokens = max_batch_tokens;
   o.max_model_len = 512;
-  o.decode_pipeline = g_pipe;
   const int rc = vr_rollout_init_backend(be, &m->cfg, m->params, m->n, &m->w, &o, out);
   if (rc == 0 && be == &vr_rollout_backend_cuda) vr_cuda_roll_use_dgemm(vr_rollout_backend_state(*out), g_dgemm);
   return rc;
@@ -1004,11 +1002,56 @@ done:
   tmodel_free(&m);
 }
 
+/* Where two outputs first differ (for the failure message). */
+static void first_diff(const vr_gen_output_t *a, const vr_gen_output_t *b, char *buf, size_t n) {
+  snprintf(buf, n, "same");
+  if (a->n_resp != b->n_resp) {
+    snprintf(buf, n, "%u vs %u responses", a->n_resp, b->n_resp);
+    return;
+  }
+  for (uint32_t r = 0; r < a->n_resp; ++r) {
+    const uint32_t la = a->cu[r + 1] - a->cu[r], lb = b->cu[r + 1] - b->cu[r];
+    for (uint32_t k = 0; k < (la < lb ? la : lb); ++k)
+      if (a->tokens[a->cu[r] + k] != b->tokens[b->cu[r] + k] || memcmp(&a->logprobs[a->cu[r] + k], &b->logprobs[b->cu[r] + k], 4)) {
+        snprintf(buf, n, "response %u token %u: %d (%.6g) vs %d (%.6g)", r, k, a->tokens[a->cu[r] + k],
+                 a->logprobs[a->cu[r] + k], b->tokens[b->cu[r] + k], b->logprobs[b->cu[r] + k]);
+        return;
+      }
+    if (la != lb || a->finish[r] != b->finish[r]) {
+      snprintf(buf, n, "response %u: %u tokens (finish %d) vs %u (finish %d)", r, la, a->finish[r], lb, b->finish[r]);
+      return;
+    }
+  }
+}
+
+/* Up to 3 stop ids from a run's own tokens that stop responses on a decode step: from responses 1,
+ * 3, 5, ... the first token at index >= 2, 7, 12 (and before the last two) that the response has not
+ * produced before (a random model's greedy responses soon repeat one token, and a stop id equal to
+ * a response's first token stops it at the prefill, where nothing is pipelined: the first device run
+ * of this test took fixed positions and every stop came there). Returns how many. */
+static uint32_t pick_stops(const vr_gen_output_t *o, int32_t *stop) {
+  uint32_t n = 0;
+  for (uint32_t r = 1; r < o->n_resp && n < 3; r += 2) {
+    const int32_t *t = o->tokens + o->cu[r];
+    const uint32_t len = o->cu[r + 1] - o->cu[r];
+    for (uint32_t k = 2 + 5 * n; k + 2 < len; ++k) { /* not the last steps: the pipeline stops there anyway */
+      uint32_t j = 0;
+      while (j < k && t[j] != t[k]) ++j;
+      if (j == k) {
+        stop[n++] = t[k];
+        break;
+      }
+    }
+  }
+  return n;
+}
+
 /* The one-step-late pipeline on the cuda backend: the outputs of the plain scheduler (decode_pipeline
  * -1) bit for bit, greedy and sampled (T 0.8, top-p 0.9, n 2, seed 7), without stop ids (mode 1,
  * the default: every step after the first of a streak launched ahead) and with stop ids taken from
- * the plain run's own tokens, so that responses stop at different steps (mode 2: the step launched
- * after a stop dropped and redone by the plain schedule). */
+ * the plain run's own tokens (pick_stops), so that responses stop on different decode steps (mode 2:
+ * the step launched after a stop dropped, the plain schedule goes on); on one engine (the mode
+ * switched between generates) and on a second, fresh one. */
 static void test_pipeline(void) {
   tmodel_t m;
   if (tmodel_make(&m, 500, 256, 2, 4, 1, 64, 384, 1, 1, 0, g_rng, 0.f, 1.f)) {
@@ -1023,15 +1066,8 @@ static void test_pipeline(void) {
     for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand(500);
     pcu[p + 1] = pcu[p] + len;
   }
-  vr_rollout_t *e[3] = {NULL, NULL, NULL};
-  static const int modes[3] = {-1, 1, 2};
-  int rc = 0;
-  for (int k = 0; k < 3; ++k) {
-    g_pipe = modes[k];
-    rc |= make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &e[k]);
-  }
-  g_pipe = 0;
-  if (rc) {
+  vr_rollout_t *e = NULL, *f = NULL;
+  if (make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &e) || make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &f)) {
     report(0, "pipeline: init failed");
     goto done;
   }
@@ -1045,36 +1081,56 @@ static void test_pipeline(void) {
       gp.n = 2;
       gp.seed = 7;
     }
-    vr_gen_output_t plain, pipe1, plain_s, pipe2;
-    rc = vr_rollout_generate(e[0], ids, pcu, NP, &gp, &plain);
-    rc |= vr_rollout_generate(e[1], ids, pcu, NP, &gp, &pipe1);
-    int32_t stop[3];
-    for (int i = 0; i < 3; ++i) stop[i] = rc ? 0 : plain.tokens[plain.cu[3 * i + 1] + 5 + 7 * i]; /* 6th, 13th, 20th tokens */
+    const char *what = sampled ? "sampled" : "greedy";
+    vr_gen_output_t plain, pipe1, plain_s, pipe2, fresh2;
+    char d1[160], d2[160], d3[160];
+    vr_rollout_set_decode_pipeline(e, -1);
+    int rc = vr_rollout_generate(e, ids, pcu, NP, &gp, &plain);
+    vr_rollout_set_decode_pipeline(e, 1);
+    rc |= vr_rollout_generate(e, ids, pcu, NP, &gp, &pipe1);
+    int32_t stop[3] = {0, 0, 0};
     gp.stop_ids = stop;
-    gp.n_stop = 3;
-    rc |= vr_rollout_generate(e[0], ids, pcu, NP, &gp, &plain_s);
-    rc |= vr_rollout_generate(e[2], ids, pcu, NP, &gp, &pipe2);
-    uint32_t stopped = 0;
-    for (uint32_t r = 0; rc == 0 && r < plain_s.n_resp; ++r) stopped += plain_s.finish[r] == VR_FINISH_STOP;
-    report(rc == 0 && same_output(&plain, &pipe1) && pipe1.stats.decode_ahead > 0 &&
-               pipe1.stats.decode_calls == plain.stats.decode_calls,
-           "pipeline %s: no stop ids, pipelined == plain bit for bit (%llu of %llu steps launched ahead)",
-           sampled ? "sampled" : "greedy", (unsigned long long)pipe1.stats.decode_ahead,
-           (unsigned long long)pipe1.stats.decode_calls);
-    report(rc == 0 && same_output(&plain_s, &pipe2) &&
-               !memcmp(plain_s.finish, pipe2.finish, plain_s.n_resp) && stopped > 0 && pipe2.stats.decode_dropped > 0 &&
-               pipe2.stats.decode_calls == plain_s.stats.decode_calls,
-           "pipeline %s: 3 stop ids (%u of %u responses stop), always pipelined == plain bit for bit (%llu steps ahead, "
-           "%llu dropped after a stop)",
-           sampled ? "sampled" : "greedy", stopped, plain_s.n_resp, (unsigned long long)pipe2.stats.decode_ahead,
-           (unsigned long long)pipe2.stats.decode_dropped);
+    gp.n_stop = rc ? 1 : pick_stops(&plain, stop);
+    vr_rollout_set_decode_pipeline(e, -1);
+    rc |= vr_rollout_generate(e, ids, pcu, NP, &gp, &plain_s);
+    vr_rollout_set_decode_pipeline(e, 2);
+    rc |= vr_rollout_generate(e, ids, pcu, NP, &gp, &pipe2);
+    vr_rollout_set_decode_pipeline(f, 2);
+    rc |= vr_rollout_generate(f, ids, pcu, NP, &gp, &fresh2);
+    if (rc) {
+      report(0, "pipeline %s: generate failed", what);
+      continue;
+    }
+    uint32_t stopped = 0, on_decode = 0; /* stopped responses; those that stopped on a decode step */
+    for (uint32_t r = 0; r < plain_s.n_resp; ++r) {
+      stopped += plain_s.finish[r] == VR_FINISH_STOP;
+      on_decode += plain_s.finish[r] == VR_FINISH_STOP && plain_s.cu[r + 1] - plain_s.cu[r] >= 2;
+    }
+    first_diff(&plain, &pipe1, d1, sizeof d1);
+    first_diff(&plain_s, &pipe2, d2, sizeof d2);
+    first_diff(&plain_s, &fresh2, d3, sizeof d3);
+    report(same_output(&plain, &pipe1) && pipe1.stats.decode_ahead > 0 && pipe1.stats.decode_calls == plain.stats.decode_calls,
+           "pipeline %s: no stop ids, pipelined == plain bit for bit (%s; %llu of %llu steps launched ahead)", what, d1,
+           (unsigned long long)pipe1.stats.decode_ahead, (unsigned long long)pipe1.stats.decode_calls);
+    report(same_output(&plain_s, &pipe2) && !memcmp(plain_s.finish, pipe2.finish, plain_s.n_resp) && on_decode > 0 &&
+               pipe2.stats.decode_dropped > 0 && pipe2.stats.decode_calls == plain_s.stats.decode_calls,
+           "pipeline %s: %u stop ids (%u of %u responses stop, %u on a decode step), always pipelined == plain bit for "
+           "bit (%s; %llu steps ahead, %llu dropped after a stop; %llu / %llu kept steps)",
+           what, gp.n_stop, stopped, plain_s.n_resp, on_decode, d2, (unsigned long long)pipe2.stats.decode_ahead,
+           (unsigned long long)pipe2.stats.decode_dropped, (unsigned long long)pipe2.stats.decode_calls,
+           (unsigned long long)plain_s.stats.decode_calls);
+    report(same_output(&plain_s, &fresh2) && !memcmp(plain_s.finish, fresh2.finish, plain_s.n_resp),
+           "pipeline %s: the same on a fresh engine (%s; %llu dropped)", what, d3,
+           (unsigned long long)fresh2.stats.decode_dropped);
     vr_gen_output_free(&plain);
     vr_gen_output_free(&pipe1);
     vr_gen_output_free(&plain_s);
     vr_gen_output_free(&pipe2);
+    vr_gen_output_free(&fresh2);
   }
 done:
-  for (int k = 0; k < 3; ++k) vr_rollout_free(e[k]);
+  vr_rollout_free(e);
+  vr_rollout_free(f);
   tmodel_free(&m);
 }
 
