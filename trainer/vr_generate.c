@@ -291,12 +291,14 @@ int vr_generate_main(int argc, char **argv) {
         const vr_gen_stats_t *s = &o.stats;
         fprintf(stderr,
                 PROG ": %u prompts, %u responses, %llu new tokens in %.3f s (%.1f tokens/s); prefill %llu tokens in "
-                "%.3f s (%llu calls), decode %llu tokens in %.3f s (%llu steps), sampling %.3f s; %llu preemptions, "
+                "%.3f s (%llu calls), decode %llu tokens in %.3f s (%llu steps, %llu launched ahead, %llu dropped), "
+                "sampling %.3f s; %llu preemptions, "
                 "%llu copy-on-write blocks, peak %u running, peak %u of %u blocks\n",
                 prompts.n, o.n_resp, (unsigned long long)o.cu[o.n_resp], s->total_s,
                 s->total_s > 0 ? o.cu[o.n_resp] / s->total_s : 0.0, (unsigned long long)s->prefill_tokens, s->prefill_s,
                 (unsigned long long)s->prefill_calls, (unsigned long long)s->decode_tokens, s->decode_s,
-                (unsigned long long)s->decode_calls, s->sample_s, (unsigned long long)s->preemptions,
+                (unsigned long long)s->decode_calls, (unsigned long long)s->decode_ahead,
+                (unsigned long long)s->decode_dropped, s->sample_s, (unsigned long long)s->preemptions,
                 (unsigned long long)s->cow_copies, s->peak_running, s->peak_blocks, info.num_blocks);
       }
       vr_gen_output_free(&o);

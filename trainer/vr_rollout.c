@@ -15,6 +15,10 @@
  *      position (a new block at a block boundary, a private copy of a shared block: copy on write);
  *      when no block is free the most recently admitted running sequence is preempted (its blocks
  *      released, its tokens kept, recomputed by a prefill when it is admitted again).
+ *      With a backend that has decode_launch (opt.decode_pipeline, vr_gen_decode_pipe) the decode
+ *      steps of one batch run one step late: the next step is launched before this one's tokens
+ *      are back, its input tokens fed on the backend, as long as it is the batch the plain loop
+ *      would run next; a stop seen late drops that step, so the kept steps are the plain ones.
  * Sampling reads the logits of the sequence's last position and the RNG key (prompt key, response
  * index, position): a recompute after preemption gives the same logits (the cpu backend's forward
  * is row-independent) and the same draw, so the output does not depend on the schedule. */
@@ -255,6 +259,8 @@ int vr_rollout_set_params_device(vr_rollout_t *r, const float *src, size_t off, 
 
 int vr_rollout_has_device_update(const vr_rollout_t *r) { return r->be->set_weights_device != NULL; }
 
+void vr_rollout_set_decode_pipeline(vr_rollout_t *r, int mode) { r->opt.decode_pipeline = mode; }
+
 float *vr_rollout_device_chunk(vr_rollout_t *r, size_t *n_floats) {
   *n_floats = 0;
   return r->be->device_chunk ? r->be->device_chunk(r->state, n_floats) : NULL;
@@ -291,6 +297,8 @@ typedef struct vr_gen {
   int32_t *tok;
   float *lp;
   uint32_t *who;       /* (reqs) sequence index of each request */
+  int32_t *feed;       /* (max_seqs) the pipeline's feed rows */
+  uint32_t *nb0;       /* (max_seqs) the pipeline's table sizes before growing for the step after */
   uint32_t n_done;
   vr_gen_stats_t *st;
 } vr_gen_t;
@@ -489,10 +497,11 @@ static void vr_gen_preempt(vr_gen_t *g, uint32_t i) {
   g->n_run--; /* the victim is always the last running sequence */
 }
 
-/* One decode step over every running sequence (in chunks of max_seqs). */
-static int vr_gen_decode(vr_gen_t *g) {
+/* The slot of every running sequence's next position (a new block at a block boundary, a private
+ * copy of a shared block); a sequence that cannot get one preempts the latest admitted (possibly
+ * itself). */
+static int vr_gen_slots(vr_gen_t *g) {
   vr_rollout_t *r = g->r;
-  /* slots first: a sequence that cannot get one preempts the latest admitted (possibly itself) */
   for (uint32_t k = 0; k < g->n_run; k++) {
     uint32_t i = g->run[k];
     vr_rseq_t *q = &g->s[i];
@@ -517,19 +526,160 @@ static int vr_gen_decode(vr_gen_t *g) {
   if (g->n_run > g->st->peak_running) g->st->peak_running = g->n_run;
   const uint32_t used = r->kv.num_blocks - vr_kvcache_n_free(&r->kv);
   if (used > g->st->peak_blocks) g->st->peak_blocks = used;
+  return 0;
+}
+
+/* Row k of a decode batch: sequence i feeding its last token (ahead 0), or (ahead 1, the pipeline)
+ * the token the step in flight samples for it, one position further. */
+static void vr_gen_row(vr_gen_t *g, uint32_t k, uint32_t i, uint32_t ahead) {
+  const vr_rseq_t *q = &g->s[i];
+  g->ids[k] = ahead ? 0 : q->tokens[q->len - 1];
+  g->cu[k + 1] = k + 1;
+  g->ctx[k] = q->len + ahead;
+  vr_gen_table_row(g, k, q);
+  g->who[k] = i;
+  g->req[k] = vr_gen_req(g, q, k);
+  g->req[k].position += ahead;
+}
+
+/* The results of a decode step of rows who[0..n): ctx catches up, the tokens are appended. */
+static void vr_gen_take(vr_gen_t *g, const uint32_t *who, uint32_t n) {
+  for (uint32_t k = 0; k < n; k++) {
+    g->s[who[k]].ctx = g->s[who[k]].len;
+    vr_gen_append(g, who[k], g->tok[k], g->lp[k]);
+  }
+}
+
+/* Whether the plain scheduler's next step would be the same batch as the step in flight, one
+ * position further, for rows who[0..n) (their lengths before the step in flight appends): none of
+ * them reaches its length cap with that step, and their next positions need no copy of a shared
+ * block and no more blocks than are free (so no preemption). Then grows their tables for it. */
+static int vr_gen_can_follow(vr_gen_t *g, const uint32_t *who, uint32_t n) {
+  vr_kvcache_t *kv = &g->r->kv;
+  uint32_t need = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    const vr_rseq_t *q = &g->s[who[k]];
+    if (q->len + 1 >= q->cap) return 0;
+    const uint32_t nb = vr_kvcache_blocks_for(kv, q->len + 1), grow = nb > q->n_blocks ? nb - q->n_blocks : 0;
+    const uint32_t nk = vr_kvcache_need(kv, q->table, q->n_blocks, q->len, q->len + 1);
+    if (nk != grow) return 0; /* the block of position len is shared */
+    need += nk;
+  }
+  if (need > vr_kvcache_n_free(kv)) return 0;
+  for (uint32_t k = 0; k < n; k++) {
+    vr_rseq_t *q = &g->s[who[k]];
+    g->nb0[k] = q->n_blocks;
+    if (vr_kvcache_grow(kv, q->table, &q->n_blocks, q->len + 1) != 0) return 0; /* cannot fail: counted */
+  }
+  return 1;
+}
+
+/* Undoes vr_gen_can_follow's growth of the rows still running (the plain scheduler admits and
+ * preempts by the free count it would have). */
+static void vr_gen_unfollow(vr_gen_t *g, const uint32_t *who, uint32_t n) {
+  for (uint32_t k = 0; k < n; k++) {
+    vr_rseq_t *q = &g->s[who[k]];
+    if (q->state != SQ_RUN || q->n_blocks <= g->nb0[k]) continue; /* a finished one released all */
+    uint32_t extra = q->n_blocks - g->nb0[k];
+    vr_kvcache_release(&g->r->kv, q->table + g->nb0[k], &extra);
+    q->n_blocks = g->nb0[k];
+  }
+}
+
+/* decode_launch / decode_wait with the decode statistics (a dropped step counts in decode_dropped,
+ * not in decode_calls). */
+static int vr_gen_launch(vr_gen_t *g, uint32_t n, const int32_t *feed) {
+  vr_rollout_batch_t b = {.n_seqs = n, .ids = g->ids, .cu_q = g->cu, .ctx_len = g->ctx, .block_tables = g->bt,
+                          .max_blocks = g->r->max_blocks};
+  const uint64_t t0 = vr_now_ns();
+  const int rc = g->r->be->decode_launch(g->r->state, &b, g->req, feed);
+  g->st->decode_s += (double)(vr_now_ns() - t0) * 1e-9;
+  if (rc != 0 && !(rc == VR_ERR_UNSUPPORTED && !feed))
+    vr_log(VR_LOG_ERROR, "rollout: decode launch of %u sequences failed: %s", n, vr_strerror(rc));
+  return rc;
+}
+
+static int vr_gen_wait(vr_gen_t *g, uint32_t n, int kept) {
+  const uint64_t t0 = vr_now_ns();
+  const int rc = g->r->be->decode_wait(g->r->state, g->tok, g->lp);
+  g->st->decode_s += (double)(vr_now_ns() - t0) * 1e-9;
+  if (kept) {
+    g->st->decode_calls++;
+    g->st->decode_tokens += n;
+  } else {
+    g->st->decode_dropped++;
+  }
+  if (rc != 0) vr_log(VR_LOG_ERROR, "rollout: decode step of %u sequences failed: %s", n, vr_strerror(rc));
+  return rc;
+}
+
+/* The one-step-late pipeline over the n running sequences (one batch), after vr_gen_slots: the
+ * step is launched, then while the plain scheduler's next step would be the same batch one position
+ * further (vr_gen_can_follow), that step is launched before this one's tokens are back: the same
+ * rows, each fed on the device the token this step samples for it, while the host waits for this
+ * step and appends its tokens. A response that stops (a stop id: known only now) ends the streak
+ * and drops the step launched after it, whose results the plain scheduler would not have computed
+ * (its rows' K/V at their next positions are written again when the plain schedule gets there; the
+ * stopped response's blocks are reused only by later forwards, which the backend runs after it);
+ * so is a step that cannot follow. Every kept step is the plain scheduler's: the same outputs, bit
+ * for bit. *launched 0: the backend refused the batch (nothing ran). */
+static int vr_gen_decode_pipe(vr_gen_t *g, int *launched) {
+  const uint32_t n = g->n_run;
+  uint32_t *who = g->members; /* the streak's rows (g->who is rewritten by vr_gen_row) */
+  for (uint32_t k = 0; k < n; k++) {
+    who[k] = g->run[k];
+    vr_gen_row(g, k, who[k], 0);
+  }
+  g->cu[0] = 0;
+  int rc = vr_gen_launch(g, n, NULL);
+  *launched = rc != VR_ERR_UNSUPPORTED;
+  if (rc != 0) return *launched ? rc : 0;
+  int pending = 1;
+  for (;;) {
+    const int follow = vr_gen_can_follow(g, who, n);
+    if (follow) {
+      for (uint32_t k = 0; k < n; k++) vr_gen_row(g, k, who[k], 1);
+      for (uint32_t k = 0; k < n; k++) g->feed[k] = (int32_t)k;
+      if ((rc = vr_gen_launch(g, n, g->feed)) != 0) break;
+      pending++;
+      g->st->decode_ahead++;
+    }
+    rc = vr_gen_wait(g, n, 1);
+    pending--;
+    if (rc != 0) break;
+    const uint32_t done0 = g->n_done;
+    vr_gen_take(g, who, n);
+    if (!follow) break;
+    if (g->n_done != done0) { /* a stop id: the plain scheduler changes the batch now */
+      rc = vr_gen_wait(g, n, 0);
+      pending--;
+      vr_gen_unfollow(g, who, n);
+      break;
+    }
+  }
+  while (pending-- > 0) (void)vr_gen_wait(g, n, 0); /* after an error: nothing left in flight */
+  vr_gen_drop_done(g);
+  return rc;
+}
+
+/* One decode step over every running sequence (in chunks of max_seqs), or a pipelined streak of
+ * them (vr_gen_decode_pipe) when the backend has decode_launch, opt.decode_pipeline allows it for
+ * this request and the running set is one batch. */
+static int vr_gen_decode(vr_gen_t *g) {
+  vr_rollout_t *r = g->r;
+  int rc = vr_gen_slots(g);
+  if (rc != 0) return rc;
+  const int mode = r->opt.decode_pipeline;
+  if (r->be->decode_launch && g->n_run > 0 && g->n_run <= r->opt.max_seqs &&
+      (mode == 2 || (mode >= 0 && g->gp->n_stop == 0))) {
+    int launched = 0;
+    rc = vr_gen_decode_pipe(g, &launched);
+    if (rc != 0 || launched) return rc;
+  }
   for (uint32_t k0 = 0; k0 < g->n_run; k0 += r->opt.max_seqs) {
     uint32_t n = g->n_run - k0 < r->opt.max_seqs ? g->n_run - k0 : r->opt.max_seqs;
     g->cu[0] = 0;
-    for (uint32_t k = 0; k < n; k++) {
-      vr_rseq_t *q = &g->s[g->run[k0 + k]];
-      g->ids[k] = q->tokens[q->len - 1];
-      g->cu[k + 1] = k + 1;
-      g->ctx[k] = q->len;
-      vr_gen_table_row(g, k, q);
-      g->who[k] = g->run[k0 + k];
-      g->req[k] = vr_gen_req(g, q, k);
-    }
-    int rc;
+    for (uint32_t k = 0; k < n; k++) vr_gen_row(g, k, g->run[k0 + k], 0);
     if (r->be->decode_sample) {
       rc = vr_gen_forward(g, n, 2); /* the decode time then holds the sampling */
     } else {
@@ -537,10 +687,7 @@ static int vr_gen_decode(vr_gen_t *g) {
       if (rc == 0) rc = vr_gen_sample(g, n);
     }
     if (rc != 0) return rc;
-    for (uint32_t k = 0; k < n; k++) {
-      g->s[g->who[k]].ctx = g->s[g->who[k]].len;
-      vr_gen_append(g, g->who[k], g->tok[k], g->lp[k]);
-    }
+    vr_gen_take(g, g->who, n);
   }
   vr_gen_drop_done(g);
   return 0;
@@ -596,7 +743,7 @@ static int vr_gen_check(vr_rollout_t *r, const int32_t *ids, const uint32_t *cu,
 static void vr_gen_release(vr_gen_t *g) {
   free(g->s);
   free(g->keys), free(g->run), free(g->ids), free(g->bt), free(g->cu), free(g->ctx), free(g->members);
-  free(g->req), free(g->tok), free(g->lp), free(g->who);
+  free(g->req), free(g->tok), free(g->lp), free(g->who), free(g->feed), free(g->nb0);
 }
 
 int vr_rollout_generate(vr_rollout_t *r, const int32_t *ids, const uint32_t *cu, uint32_t n_prompts,
@@ -631,8 +778,10 @@ int vr_rollout_generate(vr_rollout_t *r, const int32_t *ids, const uint32_t *cu,
   g.tok = malloc(n_req * sizeof *g.tok);
   g.lp = malloc(n_req * sizeof *g.lp);
   g.who = malloc(n_req * sizeof *g.who);
+  g.feed = malloc((size_t)MS * sizeof *g.feed);
+  g.nb0 = malloc((size_t)MS * sizeof *g.nb0);
   if (!tok_arena || !lp_arena || !tables || !g.s || !g.keys || !g.run || !g.ids || !g.bt || !g.cu || !g.ctx ||
-      !g.members || !g.req || !g.tok || !g.lp || !g.who) {
+      !g.members || !g.req || !g.tok || !g.lp || !g.who || !g.feed || !g.nb0) {
     rc = VR_ERR_NOMEM;
     goto done;
   }

@@ -81,6 +81,11 @@ typedef struct vr_rollout_options {
   uint32_t max_seqs;         /* sequences per forward (decode batch); default 256 */
   uint32_t max_batch_tokens; /* tokens per prefill forward; default 2048 (longer prompts are chunked) */
   uint32_t max_model_len;    /* longest sequence (prompt + response); 0 = max_position_embeddings */
+  /* The one-step-late decode pipeline (backends with decode_launch; vr_rollout.c says how): 1 (the
+   * default) while the request has no stop ids (then nothing is ever redone), 2 always (a step at
+   * which a response stops costs the launched step after it, redone), -1 never; 0 reads as 1.
+   * Outputs are those of -1 bit for bit in every mode. */
+  int decode_pipeline;
 } vr_rollout_options_t;
 
 void vr_rollout_options_init(vr_rollout_options_t *opt);
@@ -121,6 +126,21 @@ typedef struct vr_rollout_backend {
    * one synchronisation). */
   int (*decode_sample)(void *state, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, int32_t *tokens,
                        float *logprobs);
+  /* Optional, both or neither: decode_sample split in two for the one-step-late pipeline.
+   * decode_launch(b, rows, feed) starts decode_sample(b, rows) and may return before it completes;
+   * feed (n_seqs entries) or NULL: feed[q] >= 0 makes row q's input token the one the previously
+   * launched step sampled in its row feed[q] (the backend passes it on by itself: the caller need
+   * not have waited for it; an out-of-vocabulary one reads as 0; b->ids[q] is ignored), -1 takes
+   * b->ids[q]. decode_wait returns the oldest launched step's n_seqs tokens and log-probs, the values
+   * decode_sample gives for its batch with the fed ids in place. At most two steps launched and not
+   * waited for; between a launch and its wait the only calls are decode_launch and decode_wait. The
+   * backend writes the K/V of a launched step's rows whatever becomes of its results, in launch order
+   * before anything called after them. VR_ERR_UNSUPPORTED from a launch with feed NULL and nothing
+   * pending: this batch cannot be launched (nothing was started; the caller uses decode_sample); a
+   * backend that accepted a batch accepts another with the same n_seqs while it has the same
+   * state. */
+  int (*decode_launch)(void *state, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, const int32_t *feed);
+  int (*decode_wait)(void *state, int32_t *tokens, float *logprobs);
   /* Required. Copies the K/V of block src[i] into block dst[i] for every layer, i < n (copy on
    * write of a shared partial block). src and dst sets are disjoint. */
   int (*copy_blocks)(void *state, const uint32_t *src, const uint32_t *dst, uint32_t n);
@@ -181,6 +201,8 @@ void vr_gen_params_init(vr_gen_params_t *gp); /* greedy, n 1, 16 new tokens, see
  * T = 1 when greedy: vr_sample.h). Owned by the caller: vr_gen_output_free. */
 typedef struct vr_gen_stats {
   uint64_t prefill_tokens, decode_tokens, prefill_calls, decode_calls, preemptions, cow_copies;
+  uint64_t decode_ahead;   /* decode steps launched before the previous step's tokens were back (the pipeline) */
+  uint64_t decode_dropped; /* such steps dropped after a stop (not in decode_calls) */
   uint32_t peak_running, peak_blocks;
   double prefill_s, decode_s, sample_s, total_s; /* decode_s holds the decode steps' sampling where the
                                                   * backend fuses them (decode_sample) */
@@ -242,6 +264,8 @@ size_t vr_rollout_n_params(const vr_rollout_t *r);
  * device. *seconds (optional) gets the time taken (the call is synchronous). */
 int vr_rollout_set_params_device(vr_rollout_t *r, const float *src, size_t off, size_t len, double *seconds);
 int vr_rollout_has_device_update(const vr_rollout_t *r); /* 1 when the backend has set_weights_device */
+/* vr_rollout_options_t.decode_pipeline for the next generates (tests, benchmarks). */
+void vr_rollout_set_decode_pipeline(vr_rollout_t *r, int mode);
 /* The backend's device_chunk (NULL when it has none). */
 float *vr_rollout_device_chunk(vr_rollout_t *r, size_t *n_floats);
 

@@ -61,6 +61,12 @@ typedef struct vr_rcpu {
   float *rstd;           /* (ws_tokens) RMSNorm scratch */
   vr_tcpu_ctx_t ops;     /* the training backend's cpu ops (linear, RMSNorm, SwiGLU): one set of kernels */
   void *sample_ws;       /* VR_SAMPLE_SCRATCH_BYTES(V) */
+  /* decode_launch / decode_wait: each launch runs at once; its results wait in slot (head + i) % 2 */
+  int32_t *ptok[2], *pids; /* (max_seqs) tokens per slot; the launched batch's ids after feeding */
+  float *plp[2];
+  int prc[2];
+  uint32_t pn[2];
+  uint32_t p_head, p_count, p_last; /* p_last: the slot of the last launch (the tokens fed from) */
 } vr_rcpu_t;
 
 static void vr_rcpu_free(void *state) {
@@ -72,6 +78,8 @@ static void vr_rcpu_free(void *state) {
   vr_tcpu_rope_free(&s->rope);
   free(s->x), free(s->h), free(s->q), free(s->k), free(s->v), free(s->att), free(s->f1), free(s->f2);
   free(s->pos), free(s->seq), free(s->last), free(s->logits), free(s->scores), free(s->pack), free(s->sample_ws), free(s->rstd);
+  for (int k = 0; k < 2; k++) free(s->ptok[k]), free(s->plp[k]);
+  free(s->pids);
   free(s);
 }
 
@@ -140,7 +148,13 @@ static int vr_rcpu_init(const vr_model_config_t *c, const vr_rollout_options_t *
     size_t bytes = (size_t)s->n_threads * VR_CPU_GEMM_PACK_FLOATS(k) * sizeof(float);
     s->pack = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
     s->rstd = malloc(T * sizeof *s->rstd);
-    if (!s->pos || !s->seq || !s->layers || !s->sample_ws || !s->pack || !s->rstd) err = VR_ERR_NOMEM;
+    for (int j = 0; j < 2; j++) {
+      s->ptok[j] = malloc((size_t)opt->max_seqs * sizeof(int32_t));
+      s->plp[j] = malloc((size_t)opt->max_seqs * sizeof(float));
+      if (!s->ptok[j] || !s->plp[j]) err = VR_ERR_NOMEM;
+    }
+    s->pids = malloc((size_t)opt->max_seqs * sizeof(int32_t));
+    if (!s->pos || !s->seq || !s->layers || !s->sample_ws || !s->pack || !s->rstd || !s->pids) err = VR_ERR_NOMEM;
     s->ops = (vr_tcpu_ctx_t){.gemm = gemm, .n_threads = s->n_threads, .pack = s->pack, .pack_k = (int)k};
   }
   if (err) {
@@ -391,6 +405,47 @@ static int vr_rcpu_sample(void *state, uint32_t n, const vr_sample_req_t *rows, 
   return rc;
 }
 
+/* decode_launch: the forward and the sampling run here; feed rows take the last launch's tokens. */
+static int vr_rcpu_decode_launch(void *state, const vr_rollout_batch_t *b, const vr_sample_req_t *rows,
+                                 const int32_t *feed) {
+  vr_rcpu_t *s = state;
+  const uint32_t n = b->n_seqs;
+  if (s->p_count >= 2 || n == 0 || n > s->opt.max_seqs) return VR_ERR_INVAL;
+  const int32_t V = s->c->vocab_size;
+  for (uint32_t q = 0; q < n; q++) {
+    if (b->cu_q[q + 1] - b->cu_q[q] != 1 || rows[q].row != q) return VR_ERR_INVAL;
+    int32_t t = b->ids[q];
+    if (feed && feed[q] >= 0) {
+      if ((uint32_t)feed[q] >= s->opt.max_seqs) return VR_ERR_INVAL;
+      t = s->ptok[s->p_last][feed[q]];
+      if (t < 0 || t >= V) t = 0;
+    }
+    s->pids[q] = t;
+  }
+  vr_rollout_batch_t fb = *b;
+  fb.ids = s->pids;
+  const uint32_t k = (s->p_head + s->p_count) % 2;
+  int rc = vr_rcpu_forward(state, &fb);
+  if (rc == 0) rc = vr_rcpu_sample(state, n, rows, s->ptok[k], s->plp[k]);
+  if (rc != 0 && rc != VR_ERR_NONFINITE) return rc; /* nothing pending */
+  s->prc[k] = rc;
+  s->pn[k] = n;
+  s->p_last = k;
+  s->p_count++;
+  return 0;
+}
+
+static int vr_rcpu_decode_wait(void *state, int32_t *tokens, float *logprobs) {
+  vr_rcpu_t *s = state;
+  if (s->p_count == 0) return VR_ERR_INVAL;
+  const uint32_t k = s->p_head;
+  memcpy(tokens, s->ptok[k], s->pn[k] * sizeof(int32_t));
+  memcpy(logprobs, s->plp[k], s->pn[k] * sizeof(float));
+  s->p_head = (k + 1) % 2;
+  s->p_count--;
+  return s->prc[k];
+}
+
 static int vr_rcpu_copy_blocks(void *state, const uint32_t *src, const uint32_t *dst, uint32_t n) {
   vr_rcpu_t *s = state;
   const size_t blk = (size_t)s->opt.block_size * s->c->num_kv_heads * s->c->head_dim;
@@ -440,6 +495,8 @@ const vr_rollout_backend_t vr_rollout_backend_cpu = {
     .prefill = vr_rcpu_forward,
     .decode = NULL, /* a decode step is the same forward with q_len = 1 */
     .sample = vr_rcpu_sample,
+    .decode_launch = vr_rcpu_decode_launch, /* runs at once: the pipelined scheduler's reference */
+    .decode_wait = vr_rcpu_decode_wait,
     .copy_blocks = vr_rcpu_copy_blocks,
     .param_buffer = vr_rcpu_param_buffer, /* the view points into it: a write is live at once */
     .params_updated = NULL,

@@ -14,24 +14,26 @@
  *   with --n R, R responses per prompt sharing the prompt's cache blocks (P * R sequences decode
  *   together); --temperature T samples (default 0: greedy). Prompts longer than the test model's
  *   4096 positions raise its max_position_embeddings (default RoPE: nothing else depends on it).
- *   --variants F[:PART][,...] runs the whole measurement once per item on a fresh engine over the
- *   same model: F 1/0 the sampler inside the decode graph or after it (vr_cuda_roll_fuse_sample),
- *   PART the attention partition length (vr_cuda_roll_set_part; 0 or left out: the engine's
- *   choice), KNOBS (left out: the engine's defaults) a bit mask: 1 the GEMM candidates timed with
- *   their operands from HBM, 2 split-K candidates (vr_cuda_roll_set_tuning), 4 greedy rows sampled
- *   over several blocks (vr_cuda_roll_split_sample), 8 the decode attention's shared-memory ring
- *   kernel (else the register one), 16 its launch as a programmatic dependent of the qkv GEMM (with
- *   8 only: vr_cuda_roll_set_attn), 32 / 64 / 128 / 256 our decode GEMM on the layers / on the LM
- *   head / per shape where it won the warm-up's timing / with programmatic dependent launch
- *   (vr_cuda_roll_use_dgemm's LAYERS, HEAD, TIMED, PDL). Default: "1", the engine's defaults. After
- *   each measurement both attention kernels are also timed alone on one layer
- *   (vr_cuda_roll_time_attention). The JSON file gets one line per variant.
+ *   --variants F[:PART[:KNOBS[:PIPE]]][,...] runs the whole measurement once per item on a fresh
+ *   engine over the same model: F 1/0 the sampler inside the decode graph or after it
+ *   (vr_cuda_roll_fuse_sample), PART the attention partition length (vr_cuda_roll_set_part; 0 or
+ *   left out: the engine's choice, by the live contexts; -1 the bucket's length only, the rule
+ *   before that), KNOBS (left out or -1: the engine's defaults) a bit mask: 1 the GEMM candidates
+ *   timed with their operands from HBM, 2 split-K candidates (vr_cuda_roll_set_tuning), 4 greedy
+ *   rows sampled over several blocks (vr_cuda_roll_split_sample), 8 the decode attention's
+ *   shared-memory ring kernel (else the register one), 16 its launch as a programmatic dependent of
+ *   the qkv GEMM (with 8 only: vr_cuda_roll_set_attn), 32 / 64 / 128 / 256 our decode GEMM on the
+ *   layers / on the LM head / per shape where it won the warm-up's timing / with programmatic
+ *   dependent launch (vr_cuda_roll_use_dgemm's LAYERS, HEAD, TIMED, PDL), PIPE the scheduler's
+ *   decode_pipeline (left out or 0: the default, pipelined without stop ids; -1 off). Default: "1",
+ *   the engine's defaults. After each measurement both attention kernels are also timed alone on
+ *   one layer (vr_cuda_roll_time_attention). The JSON file gets one line per variant.
  *   --gemm: instead, each decode GEMM of both shapes at M = 64 (qkv, o +=, gate/up, down +=, LM
  *   head) on cuBLASLt (its candidates timed from HBM) and on ours (the rule's configuration and a
  *   sweep of bn x kc x splits), each run after a flush of twice the L2 (median of 7, events around
  *   the one launch), with the weights' read rate; ours checked against cuBLASLt.
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
- *        [--n R] [--temperature T] [--variants F[:PART[:KNOBS]],...] [--json FILE] | --gemm. Exit code 0,
+ *        [--n R] [--temperature T] [--variants F[:PART[:KNOBS[:PIPE]]],...] [--json FILE] | --gemm. Exit code 0,
  *        or 1 on any error, 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -89,9 +91,10 @@ typedef struct {
   const uint32_t *cu;
 } bench_t;
 
-/* One measurement on a fresh engine: fuse (1/0), part (0: the engine's) and knobs (-1: the engine's;
- * else the --variants bit mask) set before the first generate. 0 or 1 (an error). */
-static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int knobs, FILE *jf) {
+/* One measurement on a fresh engine: fuse (1/0), part (0: the engine's), knobs (-1: the engine's;
+ * else the --variants bit mask) and pipe (decode_pipeline) set before the first generate. 0 or 1 (an
+ * error). */
+static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int knobs, int pipe, FILE *jf) {
   const shape_t *sh = bn->sh;
   const int P = bn->P, Lp = bn->Lp, N = bn->N, R = bn->R;
   const float temp = bn->temp;
@@ -106,6 +109,7 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   o.max_seqs = (uint32_t)(P * R);
   o.max_batch_tokens = (uint32_t)(P * Lp);
   o.max_model_len = (uint32_t)(Lp + N + 16);
+  o.decode_pipeline = pipe;
   o.kv_cache_bytes = vr_rollout_block_bytes(&m.cfg, 16, 2) * ((uint64_t)P * R * ((o.max_model_len + 15) / 16) + 16);
   vr_rollout_t *r = NULL;
   t0 = vr_now_ns();
@@ -166,18 +170,26 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   const double mean_ctx = Lp + (N + 1) / 2.0;
   const double step_bytes = (double)wb + (double)P * R * mean_ctx * kv_tok; /* every sequence reads its whole context */
   const double ideal_ms = step_bytes / rate * 1e3;
-  printf("%s [sampler in graph %d, attention part %d, knobs %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
+  printf("%s [sampler in graph %d, attention part %d, knobs %d, pipeline %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
          "): %llu tokens in %.3f s = %.0f tokens/s (peak %u blocks, %llu copy-on-write copies)\n",
-         sh->name, fuse, part, knobs, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp,
+         sh->name, fuse, part, knobs, pipe, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp,
          (unsigned long long)gen, wall, tps, s->peak_blocks, (unsigned long long)s->cow_copies);
-  printf("  prefill + first token %.1f ms (%llu prefill calls); decode %llu steps, %.3f ms/step end to end "
-         "((generate - prefill run) / steps; host time in decode() %.3f ms/step)\n",
-         prefill_wall * 1e3, (unsigned long long)s->prefill_calls, (unsigned long long)s->decode_calls, step_ms,
-         s->decode_s / steps * 1e3);
+  printf("  prefill + first token %.1f ms (%llu prefill calls); decode %llu steps (%llu launched ahead), %.3f ms/step "
+         "end to end ((generate - prefill run) / steps; host time in decode() %.3f ms/step)\n",
+         prefill_wall * 1e3, (unsigned long long)s->prefill_calls, (unsigned long long)s->decode_calls,
+         (unsigned long long)s->decode_ahead, step_ms, s->decode_s / steps * 1e3);
   printf("  a step reads >= %.0f MB (weights %.0f MB + mean live K/V %.0f MB): %.3f ms at %.0f GB/s -> step at "
          "%.0f%% of the copy rate (%.2fx the ideal)\n",
          step_bytes / 1e6, wb / 1e6, (double)P * R * mean_ctx * kv_tok / 1e6, ideal_ms, rate * 1e-9, 100.0 * ideal_ms / step_ms,
          step_ms / ideal_ms);
+  uint64_t ps[VR_CUDA_ROLL_PART_LENGTHS];
+  vr_cuda_roll_part_steps(st, ps); /* since init: the warm-up and prefill-only runs included */
+  char psl[256] = "";
+  for (int i = 0, o2 = 0; i < VR_CUDA_ROLL_PART_LENGTHS; ++i)
+    if (ps[i] && o2 < (int)sizeof psl)
+      o2 += snprintf(psl + o2, sizeof psl - (size_t)o2, "%s%d: %llu", o2 ? ", " : "", VR_ROLL_BLOCK << i,
+                     (unsigned long long)ps[i]);
+  printf("  decode steps per attention partition length (all generates of this engine): %s\n", psl);
   printf("  last decode step on the device: %.3f ms; weight update: host fp32 -> device bf16 %.1f ms, device fp32 -> "
          "bf16 %.2f ms; init %.2f s\n",
          vr_cuda_roll_last_decode_ms(st), host_s * 1e3, dev_s * 1e3, init_s);
@@ -204,17 +216,18 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
     FILE *f = jf;
     if (f) {
       fprintf(f,
-              "{\"shape\": \"%s\", \"fuse_sample\": %d, \"part\": %d, \"knobs\": %d, \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, "
+              "{\"shape\": \"%s\", \"fuse_sample\": %d, \"part\": %d, \"knobs\": %d, \"pipeline\": %d, "
+              "\"decode_ahead\": %llu, \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, "
               "\"prompt_len\": %d, \"new_tokens\": %d, "
               "\"tokens\": %llu, \"wall_s\": %.4f, \"tokens_per_s\": %.1f, \"prefill_ms\": %.3f, \"decode_steps\": %llu, "
               "\"step_ms\": %.4f, \"step_bytes\": %.0f, \"copy_rate_gbs\": %.1f, \"ideal_step_ms\": %.4f, "
               "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
               "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
               "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f, \"attn_ring_us\": %.2f, \"attn_regs_us\": %.2f, "
-              "\"attn_kv_bytes\": %.0f}\n",
-              sh->name, fuse, part, knobs, m.n, P, R, temp, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
+              "\"attn_kv_bytes\": %.0f, \"part_steps\": \"%s\"}\n",
+              sh->name, fuse, part, knobs, pipe, (unsigned long long)s->decode_ahead, m.n, P, R, temp, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
-              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4], ta[0] * 1e3, ta[1] * 1e3, kv_layer);
+              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4], ta[0] * 1e3, ta[1] * 1e3, kv_layer, psl);
     }
   }
   vr_gen_output_free(&out);
@@ -422,15 +435,16 @@ int main(int argc, char **argv) {
   }
   int rc = 0;
   for (const char *v = variants; v && *v && !rc;) {
-    int fuse = 1, part = 0, knobs = -1, used = 0, more = 0;
+    int fuse = 1, part = 0, knobs = -1, pipe = 0, used = 0, more = 0;
     if (sscanf(v, "%d%n", &fuse, &used) != 1) {
-      fprintf(stderr, "bad --variants item at \"%s\" (F[:PART[:KNOBS]])\n", v);
+      fprintf(stderr, "bad --variants item at \"%s\" (F[:PART[:KNOBS[:PIPE]]])\n", v);
       rc = 1;
       break;
     }
     if (v[used] == ':' && sscanf(v + used, ":%d%n", &part, &more) == 1) used += more;
     if (v[used] == ':' && sscanf(v + used, ":%d%n", &knobs, &more) == 1) used += more;
-    rc = run_variant(&bn, &m, fuse, part, knobs, jf);
+    if (v[used] == ':' && sscanf(v + used, ":%d%n", &pipe, &more) == 1) used += more;
+    rc = run_variant(&bn, &m, fuse, part, knobs, pipe, jf);
     v += used;
     if (*v == ',') ++v;
   }

@@ -919,6 +919,221 @@ done:
   tmodel_free(&m);
 }
 
+/* The length-aware partition choice (vr_cuda_roll_set_part 0, the default) switching lengths inside
+ * one generate: 8 prompts of 100, 110, ..., 170 tokens, 60 new, bucket 8, whose class-0 length is
+ * 64 (vr_cuda_roll_pick_part(8, 4, 2, 16, 132 SMs)). With the rule told of 14 SMs (28 blocks) the
+ * first decode step's contexts 101..171 make 13 partitions of 128 keys x 2 kv heads = 26 blocks:
+ * 64 keys; from step 8 (121 -> 129) 14 x 2 = 28: 128 keys; 256 would give 8 x 2 = 16: never. So
+ * both lengths run, each with its own graph; checked: both were used, graph replay == eager bit
+ * for bit, a rerun reproduces, and greedy cuda == cpu as compare_greedy says. */
+static void test_part_classes(void) {
+  { /* the rule on the measured workloads (docs/benchmarks.md), 132 SMs: llama-1b 64 x 129..384 keeps
+     * the bucket's 512, qwen2-0.5b 64 x 129..384 its 128, llama-1b 16 x 4,097..4,352 goes 128 -> 512 */
+    uint32_t ctx[64];
+    for (int b = 0; b < 64; ++b) ctx[b] = 129 + (uint32_t)b * 4;
+    const int l64 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(64, 32, 8, 64, 132), 32, 8, 64, 132, ctx, 64, 0);
+    const int q64 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(64, 14, 2, 64, 132), 14, 2, 64, 132, ctx, 64, 0);
+    for (int b = 0; b < 64; ++b) ctx[b] = 384;
+    const int q384 = vr_cuda_roll_pick_part_ctx(128, 14, 2, 64, 132, ctx, 64, 0);
+    for (int b = 0; b < 16; ++b) ctx[b] = 4097 + (uint32_t)b * 16;
+    const int base16 = vr_cuda_roll_pick_part(16, 32, 8, 64, 132);
+    const int l4k = vr_cuda_roll_pick_part_ctx(base16, 32, 8, 64, 132, ctx, 16, 0);
+    const int l4kw = vr_cuda_roll_pick_part_ctx(base16, 32, 8, 64, 132, ctx, 16, 100); /* 100 keys count */
+    report(l64 == 512 && q64 == 128 && q384 == 128 && base16 == 128 && l4k == 512 && l4kw == 128,
+           "partition rule: llama 64 x 129..381 -> %d (512), qwen2 64 x 129..381 -> %d, 64 x 384 -> %d (128), "
+           "llama 16 x 4k: bucket %d -> %d (128 -> 512), with a window of 100 -> %d (128)",
+           l64, q64, q384, base16, l4k, l4kw);
+  }
+  const int V = 300, C = 64, L = 2, H = 4, KV = 2, D = 16, F = 96;
+  tmodel_t m;
+  if (tmodel_make(&m, V, C, L, H, KV, D, F, 0, 0, 0, g_rng, 0.f, 1.f)) {
+    report(0, "partition classes: out of host memory");
+    return;
+  }
+  enum { NP = 8 };
+  uint32_t pcu[NP + 1] = {0};
+  int32_t ids[NP * 170];
+  for (int p = 0; p < NP; ++p) {
+    const uint32_t len = 100 + 10 * (uint32_t)p;
+    for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand((uint32_t)V);
+    pcu[p + 1] = pcu[p] + len;
+  }
+  vr_rollout_t *cpu = NULL, *cu = NULL;
+  if (make_engine(&m, &vr_rollout_backend_cpu, "cpu", 2048, &cpu) ||
+      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &cu)) {
+    report(0, "partition classes: init failed");
+    goto done;
+  }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  if (vr_cuda_roll_pick_part(8, H, KV, D, sms) != 64) { /* 33..264 SMs give 64 */
+    printf("skip partition classes: bucket 8's length is %d on %d SMs, not 64\n", vr_cuda_roll_pick_part(8, H, KV, D, sms), sms);
+    goto done;
+  }
+  void *st = vr_rollout_backend_state(cu);
+  vr_cuda_roll_set_part_rule(st, 14);
+  compare_greedy("partition classes 64 -> 128 (8 prompts of 100..170, 60 new)", &m, cpu, cu, ids, pcu, NP, 1, 60);
+  {
+    uint64_t ps[VR_CUDA_ROLL_PART_LENGTHS];
+    vr_cuda_roll_part_steps(st, ps);
+    vr_gen_params_t gp;
+    vr_gen_params_init(&gp);
+    gp.max_new_tokens = 60;
+    vr_gen_output_t g1, g2, e1;
+    int rc = vr_rollout_generate(cu, ids, pcu, NP, &gp, &g1);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &g2);
+    vr_cuda_roll_use_graphs(st, 0);
+    rc |= vr_rollout_generate(cu, ids, pcu, NP, &gp, &e1);
+    vr_cuda_roll_use_graphs(st, 1);
+    report(rc == 0 && ps[2] == 8 && ps[3] == 51 && ps[0] + ps[1] + ps[4] + ps[5] == 0,
+           "partition classes: the first generate's 59 decode steps ran at 64 keys (%llu, expected 8) and at 128 keys "
+           "(%llu, expected 51), no other length (%llu)",
+           (unsigned long long)ps[2], (unsigned long long)ps[3],
+           (unsigned long long)(ps[0] + ps[1] + ps[4] + ps[5]));
+    report(rc == 0 && same_output(&g1, &g2) && same_output(&g1, &e1),
+           "partition classes: rerun == first run, graph replay == eager (tokens and log-probs, bit for bit)");
+    vr_gen_output_free(&g1);
+    vr_gen_output_free(&g2);
+    vr_gen_output_free(&e1);
+  }
+done:
+  vr_rollout_free(cpu);
+  vr_rollout_free(cu);
+  tmodel_free(&m);
+}
+
+/* Where two outputs first differ (for the failure message). */
+static void first_diff(const vr_gen_output_t *a, const vr_gen_output_t *b, char *buf, size_t n) {
+  snprintf(buf, n, "same");
+  if (a->n_resp != b->n_resp) {
+    snprintf(buf, n, "%u vs %u responses", a->n_resp, b->n_resp);
+    return;
+  }
+  for (uint32_t r = 0; r < a->n_resp; ++r) {
+    const uint32_t la = a->cu[r + 1] - a->cu[r], lb = b->cu[r + 1] - b->cu[r];
+    for (uint32_t k = 0; k < (la < lb ? la : lb); ++k)
+      if (a->tokens[a->cu[r] + k] != b->tokens[b->cu[r] + k] || memcmp(&a->logprobs[a->cu[r] + k], &b->logprobs[b->cu[r] + k], 4)) {
+        snprintf(buf, n, "response %u token %u: %d (%.6g) vs %d (%.6g)", r, k, a->tokens[a->cu[r] + k],
+                 a->logprobs[a->cu[r] + k], b->tokens[b->cu[r] + k], b->logprobs[b->cu[r] + k]);
+        return;
+      }
+    if (la != lb || a->finish[r] != b->finish[r]) {
+      snprintf(buf, n, "response %u: %u tokens (finish %d) vs %u (finish %d)", r, la, a->finish[r], lb, b->finish[r]);
+      return;
+    }
+  }
+}
+
+/* Up to 3 stop ids from a run's own tokens that stop responses on a decode step: from responses 1,
+ * 3, 5, ... the first token at index >= 2, 7, 12 (and before the last two) that the response has not
+ * produced before (a random model's greedy responses soon repeat one token, and a stop id equal to
+ * a response's first token stops it at the prefill, where nothing is pipelined: the first device run
+ * of this test took fixed positions and every stop came there). Returns how many. */
+static uint32_t pick_stops(const vr_gen_output_t *o, int32_t *stop) {
+  uint32_t n = 0;
+  for (uint32_t r = 1; r < o->n_resp && n < 3; r += 2) {
+    const int32_t *t = o->tokens + o->cu[r];
+    const uint32_t len = o->cu[r + 1] - o->cu[r];
+    for (uint32_t k = 2 + 5 * n; k + 2 < len; ++k) { /* not the last steps: the pipeline stops there anyway */
+      uint32_t j = 0;
+      while (j < k && t[j] != t[k]) ++j;
+      if (j == k) {
+        stop[n++] = t[k];
+        break;
+      }
+    }
+  }
+  return n;
+}
+
+/* The one-step-late pipeline on the cuda backend: the outputs of the plain scheduler (decode_pipeline
+ * -1) bit for bit, greedy and sampled (T 0.8, top-p 0.9, n 2, seed 7), without stop ids (mode 1,
+ * the default: every step after the first of a streak launched ahead) and with stop ids taken from
+ * the plain run's own tokens (pick_stops), so that responses stop on different decode steps (mode 2:
+ * the step launched after a stop dropped, the plain schedule goes on); on one engine (the mode
+ * switched between generates) and on a second, fresh one. */
+static void test_pipeline(void) {
+  tmodel_t m;
+  if (tmodel_make(&m, 500, 256, 2, 4, 1, 64, 384, 1, 1, 0, g_rng, 0.f, 1.f)) {
+    report(0, "pipeline: out of host memory");
+    return;
+  }
+  enum { NP = 12 };
+  uint32_t pcu[NP + 1] = {0};
+  int32_t ids[NP * 40];
+  for (int p = 0; p < NP; ++p) {
+    const uint32_t len = 3 + irand(37);
+    for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand(500);
+    pcu[p + 1] = pcu[p] + len;
+  }
+  vr_rollout_t *e = NULL, *f = NULL;
+  if (make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &e) || make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &f)) {
+    report(0, "pipeline: init failed");
+    goto done;
+  }
+  for (int sampled = 0; sampled < 2; ++sampled) {
+    vr_gen_params_t gp;
+    vr_gen_params_init(&gp);
+    gp.max_new_tokens = 48;
+    if (sampled) {
+      gp.sample.temperature = 0.8f;
+      gp.sample.top_p = 0.9f;
+      gp.n = 2;
+      gp.seed = 7;
+    }
+    const char *what = sampled ? "sampled" : "greedy";
+    vr_gen_output_t plain, pipe1, plain_s, pipe2, fresh2;
+    char d1[160], d2[160], d3[160];
+    vr_rollout_set_decode_pipeline(e, -1);
+    int rc = vr_rollout_generate(e, ids, pcu, NP, &gp, &plain);
+    vr_rollout_set_decode_pipeline(e, 1);
+    rc |= vr_rollout_generate(e, ids, pcu, NP, &gp, &pipe1);
+    int32_t stop[3] = {0, 0, 0};
+    gp.stop_ids = stop;
+    gp.n_stop = rc ? 1 : pick_stops(&plain, stop);
+    vr_rollout_set_decode_pipeline(e, -1);
+    rc |= vr_rollout_generate(e, ids, pcu, NP, &gp, &plain_s);
+    vr_rollout_set_decode_pipeline(e, 2);
+    rc |= vr_rollout_generate(e, ids, pcu, NP, &gp, &pipe2);
+    vr_rollout_set_decode_pipeline(f, 2);
+    rc |= vr_rollout_generate(f, ids, pcu, NP, &gp, &fresh2);
+    if (rc) {
+      report(0, "pipeline %s: generate failed", what);
+      continue;
+    }
+    uint32_t stopped = 0, on_decode = 0; /* stopped responses; those that stopped on a decode step */
+    for (uint32_t r = 0; r < plain_s.n_resp; ++r) {
+      stopped += plain_s.finish[r] == VR_FINISH_STOP;
+      on_decode += plain_s.finish[r] == VR_FINISH_STOP && plain_s.cu[r + 1] - plain_s.cu[r] >= 2;
+    }
+    first_diff(&plain, &pipe1, d1, sizeof d1);
+    first_diff(&plain_s, &pipe2, d2, sizeof d2);
+    first_diff(&plain_s, &fresh2, d3, sizeof d3);
+    report(same_output(&plain, &pipe1) && pipe1.stats.decode_ahead > 0 && pipe1.stats.decode_calls == plain.stats.decode_calls,
+           "pipeline %s: no stop ids, pipelined == plain bit for bit (%s; %llu of %llu steps launched ahead)", what, d1,
+           (unsigned long long)pipe1.stats.decode_ahead, (unsigned long long)pipe1.stats.decode_calls);
+    report(same_output(&plain_s, &pipe2) && !memcmp(plain_s.finish, pipe2.finish, plain_s.n_resp) && on_decode > 0 &&
+               pipe2.stats.decode_dropped > 0 && pipe2.stats.decode_calls == plain_s.stats.decode_calls,
+           "pipeline %s: %u stop ids (%u of %u responses stop, %u on a decode step), always pipelined == plain bit for "
+           "bit (%s; %llu steps ahead, %llu dropped after a stop; %llu / %llu kept steps)",
+           what, gp.n_stop, stopped, plain_s.n_resp, on_decode, d2, (unsigned long long)pipe2.stats.decode_ahead,
+           (unsigned long long)pipe2.stats.decode_dropped, (unsigned long long)pipe2.stats.decode_calls,
+           (unsigned long long)plain_s.stats.decode_calls);
+    report(same_output(&plain_s, &fresh2) && !memcmp(plain_s.finish, fresh2.finish, plain_s.n_resp),
+           "pipeline %s: the same on a fresh engine (%s; %llu dropped)", what, d3,
+           (unsigned long long)fresh2.stats.decode_dropped);
+    vr_gen_output_free(&plain);
+    vr_gen_output_free(&pipe1);
+    vr_gen_output_free(&plain_s);
+    vr_gen_output_free(&pipe2);
+    vr_gen_output_free(&fresh2);
+  }
+done:
+  vr_rollout_free(e);
+  vr_rollout_free(f);
+  tmodel_free(&m);
+}
+
 /* The causal-LM fixtures of the training engine (tests/fixtures/lm/<name>, through vr_lm and
  * vr_rollout_lm_view): greedy on cuda equals the cpu engine as compare_greedy says (the cpu engine
  * is checked against transformers on the same fixtures by tests/trainer/test_rollout_golden.c). */
@@ -1068,6 +1283,8 @@ int main(void) {
     test_engine("qwen2 bias tied mqa D64, our decode GEMM", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
     g_dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT;
   }
+  test_part_classes();
+  test_pipeline();
   test_fixture("llama_lm");
   test_fixture("qwen2_lm");
   test_fixture("mistral_lm");

@@ -229,9 +229,12 @@ static void test_kvcache(void **st) {
 static const rt_shape_t shape_llama = {.vocab = 61, .hidden = 32, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 8,
                                        .inter = 48, .max_pos = 96};
 
-static vr_rollout_t *engine(const rt_model_t *m, uint64_t kv_bytes, uint32_t block, uint32_t max_seqs, uint32_t mbt) {
+/* An engine with the decode pipeline mode pipe (vr_rollout_options_t.decode_pipeline). */
+static vr_rollout_t *engine_pipe(const rt_model_t *m, uint64_t kv_bytes, uint32_t block, uint32_t max_seqs, uint32_t mbt,
+                                 int pipe) {
   vr_rollout_options_t o;
   vr_rollout_options_init(&o);
+  o.decode_pipeline = pipe;
   o.n_threads = 2;
   o.kv_cache_bytes = kv_bytes;
   o.block_size = block;
@@ -240,6 +243,10 @@ static vr_rollout_t *engine(const rt_model_t *m, uint64_t kv_bytes, uint32_t blo
   vr_rollout_t *r = NULL;
   assert_int_equal(vr_rollout_init(&m->cfg, m->params, m->n_params, &m->w, &o, &r), 0);
   return r;
+}
+
+static vr_rollout_t *engine(const rt_model_t *m, uint64_t kv_bytes, uint32_t block, uint32_t max_seqs, uint32_t mbt) {
+  return engine_pipe(m, kv_bytes, block, max_seqs, mbt, 0);
 }
 
 /* n_prompts prompts of lengths 1..maxlen drawn from rs. */
@@ -461,6 +468,69 @@ static void test_scheduler_random(void **st) {
   printf("12 random schedules equal one at a time (%llu preemptions in all)\n", (unsigned long long)total_preempt);
   assert_true(total_preempt > 0);
   vr_rollout_free(big);
+  rt_model_free(&m);
+}
+
+/* The one-step-late decode pipeline against the plain scheduler (decode_pipeline -1) on random
+ * schedules (as test_scheduler_random: small caches that preempt, 1..6 sequences per step, n 1..3,
+ * greedy or sampled, 0..2 stop ids): mode 1 (the default: pipelined without stop ids) and mode 2
+ * (always: a stop drops the step launched after it) give the plain outputs bit for bit, finish
+ * reasons included, and the same schedule (prefill and kept decode steps, preemptions, copies;
+ * schedule 17 of seed 41 admits a prompt at once after a stop only if the dropped step's blocks
+ * were given back: vr_gen_unfollow). */
+static void test_pipeline_equals_plain(void **st) {
+  (void)st;
+  uint64_t seed = vr_test_seed("test_pipeline_equals_plain", 41), rs = seed;
+  rt_model_t m;
+  rt_model_random(&m, &shape_llama, seed, 0.35f);
+  enum { NP = 10 };
+  uint64_t ahead[3] = {0}, dropped[3] = {0}, stops = 0;
+  for (int it = 0; it < 20; it++) {
+    int32_t ids[NP * 24];
+    uint32_t cu[NP + 1];
+    make_prompts(&rs, shape_llama.vocab, NP, 24, ids, cu);
+    vr_gen_params_t gp;
+    vr_gen_params_init(&gp);
+    gp.seed = rs;
+    gp.n = 1 + vr_test_rand(&rs, 3);
+    gp.max_new_tokens = 1 + vr_test_rand(&rs, 40);
+    if (vr_test_rand(&rs, 2)) {
+      gp.sample.temperature = 0.5f + (float)vr_test_rand(&rs, 100) / 100.0f;
+      gp.sample.top_k = vr_test_rand(&rs, 2) ? -1 : 1 + (int)vr_test_rand(&rs, 30);
+    }
+    int32_t stop[2] = {(int32_t)vr_test_rand(&rs, 61), (int32_t)vr_test_rand(&rs, 61)};
+    gp.stop_ids = stop;
+    gp.n_stop = it < 4 ? 0 : vr_test_rand(&rs, 3);
+    const uint32_t bs = 1 + vr_test_rand(&rs, 8);
+    const uint32_t need = (24 + gp.max_new_tokens + bs - 1) / bs;
+    const uint64_t kvb = (need + vr_test_rand(&rs, 4 * need)) * vr_rollout_block_bytes(&m.cfg, bs, 4);
+    const uint32_t ms = 1 + vr_test_rand(&rs, 8), mbt = 1 + vr_test_rand(&rs, 60);
+    vr_gen_output_t o[3];
+    static const int modes[3] = {-1, 1, 2};
+    for (int k = 0; k < 3; k++) {
+      vr_rollout_t *r = engine_pipe(&m, kvb, bs, ms, mbt, modes[k]);
+      assert_int_equal(vr_rollout_generate(r, ids, cu, NP, &gp, &o[k]), 0);
+      vr_rollout_free(r);
+      ahead[k] += o[k].stats.decode_ahead;
+      dropped[k] += o[k].stats.decode_dropped;
+    }
+    for (uint32_t i = 0; i < o[0].n_resp; i++) stops += o[0].finish[i] == VR_FINISH_STOP;
+    for (int k = 1; k < 3; k++) {
+      expect_same(&o[0], &o[k]);
+      assert_int_equal(o[k].stats.prefill_calls, o[0].stats.prefill_calls);
+      assert_int_equal(o[k].stats.decode_calls, o[0].stats.decode_calls);
+      assert_int_equal(o[k].stats.decode_tokens, o[0].stats.decode_tokens);
+      assert_int_equal(o[k].stats.preemptions, o[0].stats.preemptions);
+      assert_int_equal(o[k].stats.cow_copies, o[0].stats.cow_copies);
+    }
+    for (int k = 0; k < 3; k++) vr_gen_output_free(&o[k]);
+  }
+  printf("20 schedules: plain == pipelined; steps launched ahead %llu (mode 1) / %llu (mode 2), dropped after a stop "
+         "%llu (mode 2), %llu responses stopped\n",
+         (unsigned long long)ahead[1], (unsigned long long)ahead[2], (unsigned long long)dropped[2],
+         (unsigned long long)stops);
+  assert_true(ahead[0] == 0 && dropped[0] == 0 && dropped[1] == 0);
+  assert_true(ahead[1] > 0 && ahead[2] > ahead[1] && dropped[2] > 0 && stops > 0);
   rt_model_free(&m);
 }
 
@@ -694,6 +764,7 @@ int main(void) {
       cmocka_unit_test(test_reference_tied),
       cmocka_unit_test(test_paged_equals_one_at_a_time),
       cmocka_unit_test(test_scheduler_random),
+      cmocka_unit_test(test_pipeline_equals_plain),
       cmocka_unit_test(test_seeded_sampling),
       cmocka_unit_test(test_stop_ids),
       cmocka_unit_test(test_weight_update),

@@ -637,6 +637,23 @@ extern "C" int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms) {
   return part;
 }
 
+extern "C" int vr_cuda_roll_pick_part_ctx(int base, int H, int Hkv, int D, int n_sms, const uint32_t *ctx, int n,
+                                          int window) {
+  const long per_part = (long)Hkv * ((H / Hkv + MAXG - 1) / MAXG); /* blocks per (sequence, partition) */
+  int part = base;
+  while (part * 2 <= VR_ROLL_MAX_PART && vr_cuda_roll_attention_smem(H, Hkv, D, part * 2) <= SMEM_LIMIT) {
+    const uint32_t p2 = (uint32_t)part * 2;
+    long parts = 0;
+    for (int b = 0; b < n; ++b) {
+      const uint32_t keys = window > 0 && ctx[b] > (uint32_t)window ? (uint32_t)window : ctx[b];
+      parts += (long)((keys + p2 - 1) / p2);
+    }
+    if (parts * per_part < 2L * n_sms) break;
+    part *= 2;
+  }
+  return part;
+}
+
 namespace {
 void decode_attention(roll_attn_params p, int B, int D, unsigned flags, cudaStream_t s) {
   const int H = p.H, Hkv = p.Hkv, part = p.part, max_parts = p.max_parts;

@@ -40,16 +40,21 @@ typedef struct rcu_sg {
   float lt_us, sg_us; /* the timings behind the choice (sg_us 0: ours failed the check) */
 } rcu_sg_t;
 
+/* A decode bucket: B rows; its steps run at partition length part << k (class k, k <
+ * VR_CUDA_ROLL_PART_LENGTHS), k picked per step from the live contexts (vr_cuda_roll_pick_part_ctx;
+ * always 0 when the length is fixed: vr_cuda_roll_set_part), one graph per class captured at the
+ * class's first step. */
 typedef struct rcu_bucket {
-  int B, part, max_parts;
-  int warm;   /* ran eagerly once (plans exist) */
-  int sample; /* its step ends with the sampler (fixed at the first step: st->fuse_sample then) */
-  cudaGraphExec_t exec;
+  int B, part; /* part: class 0's length (vr_cuda_roll_pick_part of B, or the fixed one) */
+  int cls;     /* the last step's class */
+  int warm;    /* ran eagerly once (plans exist) */
+  int sample;  /* its step ends with the sampler (fixed at the first step: st->fuse_sample then) */
+  cudaGraphExec_t exec[VR_CUDA_ROLL_PART_LENGTHS];
 } rcu_bucket_t;
 
 /* Word offsets of the metadata block (pinned host mirror and device copy). */
 typedef struct rcu_layout {
-  size_t ids, pos, slots, lens, srow, bt, btrow, cu, last, meta, tiles, words;
+  size_t ids, pos, slots, lens, srow, feed, bt, btrow, cu, last, meta, tiles, words;
 } rcu_layout_t;
 
 typedef struct rcu {
@@ -82,15 +87,27 @@ typedef struct rcu {
   rcu_layout_t lay;
   int32_t *meta_h, *meta_d;
   cudaEvent_t meta_ev; /* the last metadata upload: meta_h may be rewritten once it completed */
+  int32_t *meta_hb[2]; /* meta_h, meta_ev: one of these pairs, alternating per forward (rcu_fill) */
+  cudaEvent_t meta_evb[2];
+  int mk;
   /* sampling; sout: a fused step's tokens (B) then log-probs (B, as float bits) */
   vr_cuda_roll_sample_row_t *srow_h, *srow_d;
-  int32_t *sout_h, *sout_d;
+  int32_t *sout_d;
+  /* decode_launch / decode_wait: launched steps' results (tokens then log-probs, 2 B words) come back
+   * into sout_hb[k], k = (p_head + i) % 2 for the i-th pending step, out_ev[k] after the copy */
+  int32_t *sout_hb[2];
+  cudaEvent_t out_ev[2];
+  int p_B[2];
+  uint32_t p_n[2], p_head, p_count, p_lastn; /* p_lastn: the last launched step's rows (feed bound) */
   int fuse_sample;
   void *sws;        /* the multi-block greedy sampler's chunks (vr_cuda_roll_sample_ws) */
   int split_sample; /* 1: greedy rows over several blocks (sws); 0: one block per row */
   /* decode GEMM tuning (vr_cuda_roll_set_tuning): operands from HBM while timed, split-K variants */
   int tune_cold, tune_splitk;
   unsigned attn_flags; /* the decode step's attention: VR_ROLL_ATTN_* (vr_cuda_roll_set_attn) */
+  int part_mode;       /* vr_cuda_roll_set_part: 0 by the live contexts, -1 by the bucket only, > 0 fixed */
+  int part_sms;        /* the SM count vr_cuda_roll_pick_part_ctx is given (vr_cuda_roll_set_part_rule) */
+  uint64_t part_steps[VR_CUDA_ROLL_PART_LENGTHS]; /* decode steps per partition length 16 << i */
   void *flush;
   size_t flush_bytes;
 
@@ -139,18 +156,22 @@ static void rcu_free(void *state) {
   if (!st) return;
   if (st->s) (void)cudaStreamSynchronize(st->s);
   for (int i = 0; i < st->n_buckets; ++i)
-    if (st->buckets[i].exec) (void)cudaGraphExecDestroy(st->buckets[i].exec);
+    for (int k = 0; k < VR_CUDA_ROLL_PART_LENGTHS; ++k)
+      if (st->buckets[i].exec[k]) (void)cudaGraphExecDestroy(st->buckets[i].exec[k]);
   for (int i = 0; i < st->n_allocs; ++i) (void)cudaFree(st->allocs[i]);
-  if (st->meta_h) (void)cudaFreeHost(st->meta_h);
+  for (int k = 0; k < 2; ++k) {
+    if (st->meta_hb[k]) (void)cudaFreeHost(st->meta_hb[k]);
+    if (st->meta_evb[k]) (void)cudaEventDestroy(st->meta_evb[k]);
+    if (st->sout_hb[k]) (void)cudaFreeHost(st->sout_hb[k]);
+    if (st->out_ev[k]) (void)cudaEventDestroy(st->out_ev[k]);
+  }
   if (st->srow_h) (void)cudaFreeHost(st->srow_h);
   if (st->stok_h) (void)cudaFreeHost(st->stok_h);
   if (st->slp_h) (void)cudaFreeHost(st->slp_h);
-  if (st->sout_h) (void)cudaFreeHost(st->sout_h);
   for (int k = 0; k < 2; ++k) {
     if (st->stage_h[k]) (void)cudaFreeHost(st->stage_h[k]);
     if (st->stage_ev[k]) (void)cudaEventDestroy(st->stage_ev[k]);
   }
-  if (st->meta_ev) (void)cudaEventDestroy(st->meta_ev);
   if (st->dec_ev0) (void)cudaEventDestroy(st->dec_ev0);
   if (st->dec_ev1) (void)cudaEventDestroy(st->dec_ev1);
   if (st->sg_ev0) (void)cudaEventDestroy(st->sg_ev0);
@@ -170,7 +191,8 @@ static rcu_layout_t rcu_layout(uint32_t WT, uint32_t S, uint32_t MB, uint32_t ma
   l.lens = l.slots + WT;
   static_assert(sizeof(vr_cuda_roll_sample_row_t) % 8 == 0, "sample rows: whole 8-byte words");
   l.srow = l.lens + WT; /* even: 8-byte aligned rows (their u is a double) */
-  l.bt = l.srow + (size_t)S * (sizeof(vr_cuda_roll_sample_row_t) / sizeof(int32_t));
+  l.feed = l.srow + (size_t)S * (sizeof(vr_cuda_roll_sample_row_t) / sizeof(int32_t));
+  l.bt = l.feed + S;
   l.btrow = l.bt + (size_t)S * MB;
   l.cu = l.btrow + WT;
   l.last = l.cu + S + 1;
@@ -180,11 +202,27 @@ static rcu_layout_t rcu_layout(uint32_t WT, uint32_t S, uint32_t MB, uint32_t ma
   return l;
 }
 
-/* part 0: vr_cuda_roll_pick_part's */
+/* part <= 0: vr_cuda_roll_pick_part's */
 static void rcu_set_part(const rcu_t *st, rcu_bucket_t *b, int part) {
-  b->part = part ? part : vr_cuda_roll_pick_part(b->B, st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, st->n_sms);
-  b->max_parts = (int)((st->max_ctx + (uint32_t)b->part - 1) / (uint32_t)b->part);
-  if (b->max_parts < 1) b->max_parts = 1;
+  b->part = part > 0 ? part : vr_cuda_roll_pick_part(b->B, st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, st->n_sms);
+}
+
+/* Bucket b's partition length in class k and its grid's partition axis (every length up to max_ctx). */
+static int rcu_part(const rcu_bucket_t *b, int k) { return b->part << k; }
+static int rcu_max_parts(const rcu_t *st, const rcu_bucket_t *b, int k) {
+  const int mp = (int)((st->max_ctx + (uint32_t)rcu_part(b, k) - 1) / (uint32_t)rcu_part(b, k));
+  return mp < 1 ? 1 : mp;
+}
+
+/* The class of a decode step of bucket bk over the contexts ctx (n sequences). */
+static int rcu_part_class(const rcu_t *st, const rcu_bucket_t *bk, const uint32_t *ctx, uint32_t n) {
+  if (st->part_mode != 0) return 0;
+  const vr_model_config_t *c = st->c;
+  const int p = vr_cuda_roll_pick_part_ctx(bk->part, c->num_heads, c->num_kv_heads, c->head_dim, st->part_sms, ctx,
+                                           (int)n, c->sliding_window);
+  int k = 0;
+  while (rcu_part(bk, k) < p && k + 1 < VR_CUDA_ROLL_PART_LENGTHS) ++k;
+  return k;
 }
 
 static void rcu_add_bucket(rcu_t *st, int B) {
@@ -241,6 +279,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   } while (0)
   TRY(cudaSetDevice(device_index));
   TRY(cudaDeviceGetAttribute(&st->n_sms, cudaDevAttrMultiProcessorCount, device_index));
+  st->part_sms = st->n_sms;
   st->dgemm_ok = vr_cuda_roll_gemm_available(device_index);
   TRY(cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking));
   if ((rc = vr_cuda_gemm_init(&st->gemm, RCU_GEMM_WORKSPACE)) != 0) {
@@ -318,7 +357,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   const int part_wt = vr_cuda_roll_pick_part((int)WT, (int)H, (int)KV, D, st->n_sms);
   size_t scratch_rows = WT * (size_t)((st->max_ctx + part_wt - 1) / part_wt);
   for (int i = 0; i < st->n_buckets; ++i) {
-    const size_t r = (size_t)st->buckets[i].B * st->buckets[i].max_parts;
+    const size_t r = (size_t)st->buckets[i].B * rcu_max_parts(st, &st->buckets[i], 0); /* class 0: the most */
     if (r > scratch_rows) scratch_rows = r;
   }
   st->scratch_rows = scratch_rows;
@@ -350,16 +389,21 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
     rcu_free(st);
     return VR_ERR_NOMEM;
   }
-  TRY(cudaMallocHost((void **)&st->meta_h, st->lay.words * sizeof(int32_t)));
+  for (int k = 0; k < 2; ++k) {
+    TRY(cudaMallocHost((void **)&st->meta_hb[k], st->lay.words * sizeof(int32_t)));
+    TRY(cudaEventCreateWithFlags(&st->meta_evb[k], cudaEventDisableTiming));
+    TRY(cudaMallocHost((void **)&st->sout_hb[k], 2 * S * sizeof(int32_t)));
+    TRY(cudaEventCreateWithFlags(&st->out_ev[k], cudaEventDisableTiming));
+  }
+  st->meta_h = st->meta_hb[0];
+  st->meta_ev = st->meta_evb[0];
   TRY(cudaMallocHost((void **)&st->srow_h, S * 64 * sizeof(vr_cuda_roll_sample_row_t)));
   TRY(cudaMallocHost((void **)&st->stok_h, S * 64 * sizeof(int32_t)));
   TRY(cudaMallocHost((void **)&st->slp_h, S * 64 * sizeof(float)));
-  TRY(cudaMallocHost((void **)&st->sout_h, 2 * S * sizeof(int32_t)));
   for (int k = 0; k < 2; ++k) {
     TRY(cudaMallocHost((void **)&st->stage_h[k], RCU_STAGE_FLOATS * sizeof(float)));
     TRY(cudaEventCreateWithFlags(&st->stage_ev[k], cudaEventDisableTiming));
   }
-  TRY(cudaEventCreateWithFlags(&st->meta_ev, cudaEventDisableTiming));
   TRY(cudaEventCreate(&st->dec_ev0));
   TRY(cudaEventCreate(&st->dec_ev1));
   TRY(cudaEventCreate(&st->sg_ev0));
@@ -718,11 +762,11 @@ static void rcu_head(rcu_t *st, const float *x, int R) {
   rcu_gemm(st, st->logits, 1, st->xnl, st->head, NULL, R, st->V, st->C, 0.f);
 }
 
-/* One decode step of bucket b: trunk, head and, when the bucket samples, the sampler on its B rows
- * (the metadata block's rows; tokens into sout_d, log-probs after them). */
-static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b) {
+/* One decode step of bucket b in partition class k: trunk, head and, when the bucket samples, the
+ * sampler on its B rows (the metadata block's rows; tokens into sout_d, log-probs after them). */
+static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b, int k) {
   st->in_decode = 1;
-  rcu_trunk(st, b->B, RCU_ATTN_DECODE, b->part, b->max_parts, 0);
+  rcu_trunk(st, b->B, RCU_ATTN_DECODE, rcu_part(b, k), rcu_max_parts(st, b, k), 0);
   rcu_head(st, st->x, b->B);
   if (b->sample && !(st->skip & RCU_SKIP_HEAD))
     vr_cuda_roll_sample_ws(st->sout_d, reinterpret_cast<float *>(st->sout_d + b->B), st->logits,
@@ -733,15 +777,20 @@ static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b) {
 
 /* Validates the batch against the state and fills the per-token rows of the metadata block
  * (ids, positions, slots, lengths = position + 1, block-table row), the block tables and the
- * last rows. Returns 0 or VR_ERR_INVAL / VR_ERR_TOO_LARGE (logged). */
-static int rcu_fill(rcu_t *st, const vr_rollout_batch_t *b, int *fresh) {
+ * last rows, into the host block not used by the previous forward (whose upload may still be
+ * pending). feed (decode steps, NULL = none): the rows whose id the device fills in (their b->ids
+ * are not read) into the feed words. Returns 0 or VR_ERR_INVAL / VR_ERR_TOO_LARGE (logged). */
+static int rcu_fill(rcu_t *st, const vr_rollout_batch_t *b, const int32_t *feed, int *fresh) {
   const uint32_t n = b->n_seqs;
   if (n == 0 || n > st->S || !b->cu_q || b->cu_q[0] != 0 || b->cu_q[n] > st->WT || b->max_blocks != st->max_blocks) {
     vr_log(VR_LOG_ERROR, "rollout cuda: batch of %u sequences / %u tokens / table stride %u exceeds the engine's "
            "%u / %u / %u", n, b->cu_q ? b->cu_q[n] : 0, b->max_blocks, st->S, st->WT, st->max_blocks);
     return VR_ERR_TOO_LARGE;
   }
-  VR_CUDA_CHECK(cudaEventSynchronize(st->meta_ev)); /* the previous upload has read meta_h */
+  st->mk ^= 1;
+  st->meta_h = st->meta_hb[st->mk];
+  st->meta_ev = st->meta_evb[st->mk];
+  VR_CUDA_CHECK(cudaEventSynchronize(st->meta_ev)); /* the upload before the previous one has read it */
   int32_t *m = st->meta_h;
   const rcu_layout_t *ly = &st->lay;
   *fresh = 1;
@@ -760,13 +809,15 @@ static int rcu_fill(rcu_t *st, const vr_rollout_batch_t *b, int *fresh) {
         return VR_ERR_INVAL;
       }
     memcpy(m + ly->bt + (size_t)q * st->max_blocks, tab, sizeof(int32_t) * st->max_blocks);
+    const int fed = feed && feed[q] >= 0;
+    if (feed) m[ly->feed + q] = fed ? feed[q] : -1;
     for (uint32_t t = q0; t < q1; ++t) {
       const uint32_t p = ctx - (q1 - q0) + (t - q0);
-      if (b->ids[t] < 0 || b->ids[t] >= st->V) {
+      if (!fed && (b->ids[t] < 0 || b->ids[t] >= st->V)) {
         vr_log(VR_LOG_ERROR, "rollout cuda: token id %d at row %u is outside the vocabulary (%d)", b->ids[t], t, st->V);
         return VR_ERR_INVAL;
       }
-      m[ly->ids + t] = b->ids[t];
+      m[ly->ids + t] = fed ? 0 : b->ids[t];
       m[ly->pos + t] = (int32_t)p;
       m[ly->slots + t] = tab[p / VR_ROLL_BLOCK] * VR_ROLL_BLOCK + (int32_t)(p % VR_ROLL_BLOCK);
       m[ly->lens + t] = (int32_t)p + 1;
@@ -785,7 +836,7 @@ static int cmp_tile_q0_desc(const void *a, const void *b) {
 
 static int rcu_prefill(void *state, const vr_rollout_batch_t *b) {
   rcu_t *st = (rcu_t *)state;
-  int fresh = 0, rc = rcu_fill(st, b, &fresh);
+  int fresh = 0, rc = rcu_fill(st, b, NULL, &fresh);
   if (rc) return rc;
   const uint32_t n = b->n_seqs, T = b->cu_q[n];
   const rcu_layout_t *ly = &st->lay;
@@ -851,9 +902,13 @@ static int rcu_take_samples(const int32_t *tok, const float *lp, uint32_t k, int
 
 /* One decode step of b (q_len 1 for every sequence): the metadata block (with the sampler's rows
  * when bk samples: rows[q] for q < n, NULL = greedy; padding rows greedy) uploaded, then bk's
- * graph, or eagerly on bk's first step (which captures the graph for the next ones). */
-static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, rcu_bucket_t *bk) {
-  int fresh = 0, rc = rcu_fill(st, b, &fresh);
+ * graph of the step's partition class (rcu_part_class of b's contexts), or eagerly on bk's first
+ * step (which captures that class's graph for the next ones); a class's first step in a warm
+ * bucket captures its graph and replays it. Graph and eager run the same kernels with the same
+ * partition length: the same bits. */
+static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, rcu_bucket_t *bk,
+                           const int32_t *feed) {
+  int fresh = 0, rc = rcu_fill(st, b, feed, &fresh);
   if (rc) return rc;
   const uint32_t n = b->n_seqs;
   const rcu_layout_t *ly = &st->lay;
@@ -863,6 +918,7 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
     m[ly->pos + r] = 0;
     m[ly->slots + r] = -1;
     m[ly->lens + r] = 0;
+    m[ly->feed + r] = -1;
   }
   if (!bk->warm) bk->sample = st->fuse_sample;
   if (bk->sample) {
@@ -872,34 +928,43 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
   VR_CUDA_CHECK(cudaMemcpyAsync(st->meta_d, m, (ly->bt + (size_t)bk->B * st->max_blocks) * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, st->s));
   VR_CUDA_CHECK(cudaEventRecord(st->meta_ev, st->s));
+  int fed = 0;
+  for (uint32_t q = 0; feed && q < n; ++q) fed |= feed[q] >= 0;
+  if (fed) /* the previous step's tokens (sout_d, which its download has read) into this step's ids */
+    vr_cuda_roll_feed_ids(st->meta_d + ly->ids, st->meta_d + ly->feed, st->sout_d, (int)n, st->V, st->s);
+  const int k = rcu_part_class(st, bk, b->ctx_len, n);
+  bk->cls = k;
+  int li = 0; /* part_steps' index: 16 << li */
+  while ((VR_ROLL_BLOCK << li) < rcu_part(bk, k) && li + 1 < VR_CUDA_ROLL_PART_LENGTHS) ++li;
+  st->part_steps[li]++;
   VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
-  if (!st->use_graphs || !bk->warm || !bk->exec) {
+  const int was_warm = bk->warm;
+  if (!was_warm || !st->use_graphs) {
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
-    if (!bk->warm) {
+    if (!was_warm) {
       /* the bucket's first step: a pass that times the cuBLASLt candidates of its GEMMs (runs each
        * several times, so the residual stream and the K/V it appends are garbage), then the real
        * pass, which starts from the embeddings and rewrites every slot the first one wrote */
       vr_cuda_gemm_set_tuning(st->gemm, 1);
       st->sg_tuning = 1;
-      rcu_decode_enqueue(st, bk);
+      rcu_decode_enqueue(st, bk, k);
       st->sg_tuning = 0;
       vr_cuda_gemm_set_tuning(st->gemm, 0);
     }
-    rcu_decode_enqueue(st, bk); /* eager: this step's result */
+    rcu_decode_enqueue(st, bk, k); /* eager: this step's result */
     bk->warm = 1;
-    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
-    if (st->use_graphs && !bk->exec) { /* capture for the next steps (the capture does not run) */
-      cudaGraph_t g;
-      VR_CUDA_CHECK(cudaStreamBeginCapture(st->s, cudaStreamCaptureModeThreadLocal));
-      rcu_decode_enqueue(st, bk);
-      VR_CUDA_CHECK(cudaStreamEndCapture(st->s, &g));
-      VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec, g, 0));
-      VR_CUDA_CHECK(cudaGraphDestroy(g));
-    }
-  } else {
-    VR_CUDA_CHECK(cudaGraphLaunch(bk->exec, st->s));
-    VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
   }
+  if (st->use_graphs && !bk->exec[k]) { /* capture this class's graph (the capture does not run) */
+    vr_cuda_gemm_set_plan_rows(st->gemm, 0);
+    cudaGraph_t g;
+    VR_CUDA_CHECK(cudaStreamBeginCapture(st->s, cudaStreamCaptureModeThreadLocal));
+    rcu_decode_enqueue(st, bk, k);
+    VR_CUDA_CHECK(cudaStreamEndCapture(st->s, &g));
+    VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec[k], g, 0));
+    VR_CUDA_CHECK(cudaGraphDestroy(g));
+  }
+  if (was_warm && st->use_graphs) VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[k], st->s));
+  VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
   st->n_logits = n;
   st->dec_timed = 1;
   return 0;
@@ -911,31 +976,62 @@ static int rcu_decode(void *state, const vr_rollout_batch_t *b) {
     if (b->cu_q[q + 1] - b->cu_q[q] != 1) return rcu_prefill(state, b);
   rcu_bucket_t *bk = rcu_bucket_for(st, b->n_seqs);
   if (!bk) return rcu_prefill(state, b); /* too many sequences: rcu_fill says so */
-  return rcu_decode_step(st, b, NULL, bk);
+  return rcu_decode_step(st, b, NULL, bk, NULL);
 }
 
 static int rcu_sample(void *state, uint32_t n, const vr_sample_req_t *rows, int32_t *tokens, float *logprobs);
+
+/* decode_launch: a decode step that ends with the sampler (the direct form: q_len 1, rows[q].row
+ * == q, a sampling bucket), its tokens and log-probs copied back into a host slot after it without
+ * waiting; feed rows take the previous launch's tokens on the device (rcu_decode_step). */
+static int rcu_decode_launch(void *state, const vr_rollout_batch_t *b, const vr_sample_req_t *rows,
+                             const int32_t *feed) {
+  rcu_t *st = (rcu_t *)state;
+  const uint32_t n = b->n_seqs;
+  int direct = st->p_count < 2;
+  for (uint32_t q = 0; q < n; ++q)
+    if (b->cu_q[q + 1] - b->cu_q[q] != 1 || rows[q].row != q) direct = 0;
+  rcu_bucket_t *bk = direct ? rcu_bucket_for(st, n) : NULL;
+  if (!bk || !(bk->warm ? bk->sample : st->fuse_sample)) return !feed && st->p_count == 0 ? VR_ERR_UNSUPPORTED : VR_ERR_INVAL;
+  for (uint32_t q = 0; feed && q < n; ++q)
+    if (feed[q] >= 0 && (uint32_t)feed[q] >= st->p_lastn) {
+      vr_log(VR_LOG_ERROR, "rollout cuda: row %u is fed from row %d of a step of %u rows", q, feed[q], st->p_lastn);
+      return VR_ERR_INVAL;
+    }
+  const int rc = rcu_decode_step(st, b, rows, bk, feed);
+  if (rc) return rc;
+  const uint32_t k = (st->p_head + st->p_count) % 2;
+  VR_CUDA_CHECK(cudaMemcpyAsync(st->sout_hb[k], st->sout_d, 2 * (size_t)bk->B * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                st->s));
+  VR_CUDA_CHECK(cudaEventRecord(st->out_ev[k], st->s));
+  st->p_B[k] = bk->B;
+  st->p_n[k] = n;
+  st->p_count++;
+  st->p_lastn = n;
+  return 0;
+}
+
+static int rcu_decode_wait(void *state, int32_t *tokens, float *logprobs) {
+  rcu_t *st = (rcu_t *)state;
+  if (st->p_count == 0) return VR_ERR_INVAL;
+  const uint32_t k = st->p_head;
+  VR_CUDA_CHECK(cudaEventSynchronize(st->out_ev[k]));
+  st->p_head = (k + 1) % 2;
+  st->p_count--;
+  return rcu_take_samples(st->sout_hb[k], reinterpret_cast<const float *>(st->sout_hb[k] + st->p_B[k]), st->p_n[k],
+                          tokens, logprobs);
+}
 
 /* decode + sample of rows[q] (row q) in one call: with a sampling bucket the sampler is the
  * graph's last kernel and the step costs one upload, one download and one synchronisation. */
 static int rcu_decode_sample(void *state, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, int32_t *tokens,
                              float *logprobs) {
-  rcu_t *st = (rcu_t *)state;
-  const uint32_t n = b->n_seqs;
-  int direct = 1;
-  for (uint32_t q = 0; q < n; ++q)
-    if (b->cu_q[q + 1] - b->cu_q[q] != 1 || rows[q].row != q) direct = 0;
-  rcu_bucket_t *bk = direct ? rcu_bucket_for(st, n) : NULL;
-  if (!bk || !(bk->warm ? bk->sample : st->fuse_sample)) {
-    const int rc = rcu_decode(state, b);
-    return rc ? rc : rcu_sample(state, n, rows, tokens, logprobs);
+  const int rc = rcu_decode_launch(state, b, rows, NULL);
+  if (rc == VR_ERR_UNSUPPORTED) {
+    const int r2 = rcu_decode(state, b);
+    return r2 ? r2 : rcu_sample(state, b->n_seqs, rows, tokens, logprobs);
   }
-  const int rc = rcu_decode_step(st, b, rows, bk);
-  if (rc) return rc;
-  VR_CUDA_CHECK(cudaMemcpyAsync(st->sout_h, st->sout_d, 2 * (size_t)bk->B * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                st->s));
-  VR_CUDA_CHECK(cudaStreamSynchronize(st->s));
-  return rcu_take_samples(st->sout_h, reinterpret_cast<const float *>(st->sout_h + bk->B), n, tokens, logprobs);
+  return rc ? rc : rcu_decode_wait(state, tokens, logprobs);
 }
 
 extern "C" double vr_cuda_roll_last_decode_ms(void *state) {
@@ -979,7 +1075,8 @@ extern "C" int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, un
                                        st->vpool, md + ly->bt, (int)st->max_blocks, md + ly->lens, md + ly->pos,
                                        md + ly->slots, st->inv_freq, c->rope_attention_scaling, bk->B, c->num_heads,
                                        c->num_kv_heads, c->head_dim, c->sliding_window, 1.f / sqrtf((float)c->head_dim),
-                                       bk->part, bk->max_parts, st->po, st->pml, flags & ~VR_ROLL_ATTN_PDL, st->s);
+                                       rcu_part(bk, bk->cls), rcu_max_parts(st, bk, bk->cls), st->po, st->pml,
+                                       flags & ~VR_ROLL_ATTN_PDL, st->s);
   }
   VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
   VR_CUDA_CHECK(cudaEventSynchronize(st->dec_ev1));
@@ -992,16 +1089,27 @@ extern "C" int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, un
 
 extern "C" int vr_cuda_roll_set_part(void *state, int part) {
   rcu_t *st = (rcu_t *)state;
-  if (part && (part < VR_ROLL_BLOCK || part > VR_ROLL_MAX_PART || part % VR_ROLL_BLOCK ||
-               vr_cuda_roll_attention_smem(st->c->num_heads, st->c->num_kv_heads, st->c->head_dim, part) > 48u * 1024u))
+  if (part < -1 || (part > 0 && (part < VR_ROLL_BLOCK || part > VR_ROLL_MAX_PART || part % VR_ROLL_BLOCK ||
+                                 vr_cuda_roll_attention_smem(st->c->num_heads, st->c->num_kv_heads, st->c->head_dim,
+                                                             part) > 48u * 1024u)))
     return VR_ERR_INVAL;
   for (int i = 0; i < st->n_buckets; ++i) {
     rcu_bucket_t b = st->buckets[i];
     rcu_set_part(st, &b, part);
-    if (b.warm || (size_t)b.B * b.max_parts > st->scratch_rows) return VR_ERR_INVAL;
+    if (b.warm || (size_t)b.B * rcu_max_parts(st, &b, 0) > st->scratch_rows) return VR_ERR_INVAL;
   }
   for (int i = 0; i < st->n_buckets; ++i) rcu_set_part(st, &st->buckets[i], part);
+  st->part_mode = part;
   return 0;
+}
+
+extern "C" void vr_cuda_roll_set_part_rule(void *state, int n_sms) {
+  rcu_t *st = (rcu_t *)state;
+  st->part_sms = n_sms > 0 ? n_sms : st->n_sms;
+}
+
+extern "C" void vr_cuda_roll_part_steps(void *state, uint64_t steps[VR_CUDA_ROLL_PART_LENGTHS]) {
+  memcpy(steps, ((rcu_t *)state)->part_steps, sizeof(uint64_t) * VR_CUDA_ROLL_PART_LENGTHS);
 }
 
 extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
@@ -1025,16 +1133,16 @@ extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
 extern "C" int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]) {
   rcu_t *st = (rcu_t *)state;
   rcu_bucket_t *bk = rcu_bucket_for(st, n);
-  if (!bk || !bk->warm || !bk->exec || reps < 1) return VR_ERR_INVAL;
+  if (!bk || !bk->warm || !bk->exec[bk->cls] || reps < 1) return VR_ERR_INVAL;
   static const unsigned variants[5] = {0, RCU_SKIP_ATTN, RCU_SKIP_GEMM, RCU_SKIP_SMALL, RCU_SKIP_HEAD};
   for (int v = 0; v < 6; ++v) {
     for (int r = -2; r < reps; ++r) {
       if (r == 0) VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
       if (v == 5) {
-        VR_CUDA_CHECK(cudaGraphLaunch(bk->exec, st->s));
+        VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[bk->cls], st->s));
       } else {
         st->skip = variants[v];
-        rcu_decode_enqueue(st, bk);
+        rcu_decode_enqueue(st, bk, bk->cls);
         st->skip = 0;
       }
     }
@@ -1116,6 +1224,8 @@ extern "C" const vr_rollout_backend_t vr_rollout_backend_cuda = {
     .decode = rcu_decode,
     .sample = rcu_sample,
     .decode_sample = rcu_decode_sample, /* the sampler inside the step's graph */
+    .decode_launch = rcu_decode_launch, /* the same, not waited for: the one-step-late pipeline */
+    .decode_wait = rcu_decode_wait,
     .copy_blocks = rcu_copy_blocks,
     .set_weights_device = rcu_set_weights_device, /* the colocated actor's buffer, or NCCL chunks */
     .device_chunk = rcu_device_chunk,             /* stage_d[0]: chunks received into it */

@@ -15,7 +15,9 @@
  * GEMM, SwiGLU, down GEMM + residual -> final RMSNorm -> LM head (fp32 logits). The batch's
  * ids, positions, slots, lengths and block tables go into one pinned block copied to fixed
  * device addresses before the replay; padding rows have length 0 and slot -1. A bucket's first
- * step runs eagerly (building its GEMM plans) and captures the graph for the next ones.
+ * step runs eagerly (building its GEMM plans) and captures the graph for the next ones; a bucket
+ * has one graph per attention partition length, picked per step from the live contexts
+ * (vr_cuda_roll_set_part).
  * prefill: eager at the exact size; fresh prompts (ctx_len == q_len for every sequence) use
  * model/cuda's varlen attention over the packed prompts, other batches (chunks after cached
  * context, recomputes) the paged attention with one row per new token; the LM head runs on each
@@ -23,13 +25,17 @@
  * sample: trainer/vr_sample.h's rule on the device (vr_cuda_roll_sample_ws: greedy rows over several
  * blocks unless vr_cuda_roll_split_sample(st, 0)), the uniforms drawn on
  * the host with vr_sample_uniform; decode_sample: a decode step whose graph ends with that sampler
- * (its rows in the metadata block, tokens and log-probs back in one copy).
+ * (its rows in the metadata block, tokens and log-probs back in one copy); decode_launch /
+ * decode_wait: the same split for the scheduler's one-step-late pipeline (two host metadata blocks
+ * and two pinned result slots in turn; a fed row's input id copied on the device from the previous
+ * step's sampler output before the replay).
  *
  * Threading: one thread at a time per state (the engine's). */
 #ifndef VR_CUDA_ROLL_BACKEND_H
 #define VR_CUDA_ROLL_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "vr_rollout.h"
 
@@ -104,11 +110,26 @@ void vr_cuda_roll_set_attn(void *state, int ring, int pdl);
  * back after 2 untimed: *ms = the mean. Overwrites layer 0's cache slots of that step: only after the
  * generation. 0 or VR_ERR_INVAL (no such warm bucket). */
 int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, double *ms);
-/* Benchmarks: every decode bucket's attention partition length (keys per block: a multiple of 16
- * in 16..512; 0: vr_cuda_roll_pick_part's choice, the default). Before the first generate only:
- * VR_ERR_INVAL once a bucket ran, for a bad length, or when the partials would not fit the scratch
- * sized at init. */
+/* The decode attention's partition length (keys per block). part 0 (the default): per step from the
+ * live contexts: the bucket's length (vr_cuda_roll_pick_part of its rows) doubled while the step's
+ * contexts still fill the device (vr_cuda_roll_pick_part_ctx), each length with its own graph per
+ * bucket (at most VR_CUDA_ROLL_PART_LENGTHS, captured at their first step); -1: the bucket's length
+ * only (the rule before the length-aware choice); > 0 (benchmarks): that length for every step (a
+ * multiple of 16 in 16..512). Before the first generate only: VR_ERR_INVAL once a bucket ran, for a
+ * bad length, or when the partials would not fit the scratch sized at init.
+ * Bits: a sequence's step depends on the partition length (the partials merge in another order),
+ * which is a function of the step's bucket and of the live context lengths of its batch, both
+ * fixed by the inputs and the schedule: reruns reproduce bit for bit and graph replay equals eager
+ * bit for bit; the same sequence in another batch may differ in the last bits (as across buckets
+ * before), within the cuda-vs-cpu tolerance of the tests. */
+#define VR_CUDA_ROLL_PART_LENGTHS 6 /* 16, 32, ..., 512 */
 int vr_cuda_roll_set_part(void *state, int part);
+/* Tests: the SM count the length-aware rule is given (0: the device's), so small batches switch
+ * partition lengths; before the first generate (captured graphs keep theirs). */
+void vr_cuda_roll_set_part_rule(void *state, int n_sms);
+/* The decode steps since init per partition length: steps[i] ran at 16 << i keys (a fixed length
+ * that is not a power of two counts at the next one). */
+void vr_cuda_roll_part_steps(void *state, uint64_t steps[VR_CUDA_ROLL_PART_LENGTHS]);
 /* The decode GEMM choices so far, one line each ("M= N= K=: cuBLASLt x us, ours y us (bn, kc,
  * splits) -> ..."), then cuBLASLt's timed choices of each warm bucket: vr_cuda_gemm_report),
  * into buf (n bytes, NUL-terminated, truncated); returns the length the whole report needs. */

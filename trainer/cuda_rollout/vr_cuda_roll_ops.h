@@ -100,6 +100,14 @@ size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part);
  * partitions when B * Hkv blocks would leave the device idle, long ones otherwise (fewer
  * partials to combine); always within the shared-memory bound. */
 int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
+/* The partition length for one decode step whose n sequences have ctx[b] keys each (window > 0: at
+ * most window of them count): starting from base (the bucket's vr_cuda_roll_pick_part), doubled
+ * while the doubled length, up to VR_ROLL_MAX_PART within the shared-memory bound, still gives
+ * Hkv x head chunks x sum_b ceil(keys_b / part) >= 2 * n_sms blocks that do work, i.e. as long as
+ * the device stays as full as the bucket rule asks (fewer, longer partitions stream the cache
+ * faster and leave fewer partials to combine: docs/benchmarks.md, "length-aware partitions").
+ * Returns base << k for some k >= 0; a pure function of its arguments. */
+int vr_cuda_roll_pick_part_ctx(int base, int H, int Hkv, int D, int n_sms, const uint32_t *ctx, int n, int window);
 
 /* ---- decode GEMMs: vr_cuda_roll_gemm.cu ---------------------------------------- */
 #define VR_ROLL_GEMM_MAX_M 64
@@ -172,6 +180,10 @@ void vr_cuda_roll_sample(int32_t *tokens, float *logprobs, const float *logits, 
 size_t vr_cuda_roll_sample_ws_bytes(int n, int V);
 void vr_cuda_roll_sample_ws(int32_t *tokens, float *logprobs, const float *logits,
                             const vr_cuda_roll_sample_row_t *rows, int n, int V, void *ws, cudaStream_t s);
+/* The one-step-late pipeline's input tokens: for q < n with feed[q] >= 0, ids[q] = prev[feed[q]]
+ * (the previous step's sampled tokens), 0 when that is outside [0, V) (a row the sampler marked
+ * -1); other ids untouched. */
+void vr_cuda_roll_feed_ids(int32_t *ids, const int32_t *feed, const int32_t *prev, int n, int V, cudaStream_t s);
 
 #ifdef __cplusplus
 }

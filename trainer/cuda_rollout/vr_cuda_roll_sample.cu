@@ -438,3 +438,19 @@ extern "C" void vr_cuda_roll_sample_ws(int32_t *tokens, float *logprobs, const f
   k_roll_sample<<<(unsigned)n, NT, 0, s>>>(tokens, logprobs, logits, rows, V, parts, np);
   VR_CUDA_CHECK_LAUNCH();
 }
+
+namespace {
+__global__ void k_roll_feed(int32_t *ids, const int32_t *feed, const int32_t *prev, int n, int V) {
+  const int q = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+  if (q >= n || feed[q] < 0) return;
+  const int32_t t = prev[feed[q]];
+  ids[q] = t < 0 || t >= V ? 0 : t;
+}
+} /* namespace */
+
+extern "C" void vr_cuda_roll_feed_ids(int32_t *ids, const int32_t *feed, const int32_t *prev, int n, int V,
+                                      cudaStream_t s) {
+  if (n <= 0) return;
+  k_roll_feed<<<(unsigned)((n + 127) / 128), 128, 0, s>>>(ids, feed, prev, n, V);
+  VR_CUDA_CHECK_LAUNCH();
+}
