@@ -3,12 +3,14 @@
 # from a folder holding bin/, lib/, fixtures/models and this repository's tests/cuda scripts;
 # results under $OUT, a short table on stdout):
 #   test_cuda_kernels, test_cuda_model (every fixture; graphs on == off, pipelined == alone),
-#   compute-sanitizer memcheck of the model test on two fixtures (one through the key-split
-#   attention), cuda_bench_runner --shapes on random-weight roberta-base and llama-1b
-#   (make_random_model.py) with the defaults and with each new knob flipped (cuda-pdl,
-#   cuda-split-attn) in the same binary, GEMM candidate times from HBM (cuda-autotune small +
+#   the model test again with the non-default knobs on (cuda-split-attn on, cuda-pdl on: both
+#   are off by default since 8a81221 / 2cd869d, so the default run covers neither),
+#   compute-sanitizer memcheck of the model test on two fixtures with the key-split attention on,
+#   cuda_bench_runner --shapes on random-weight roberta-base and llama-1b
+#   (make_random_model.py) with the defaults and with each knob flipped (cuda-pdl on,
+#   cuda-split-attn on) in the same binary, GEMM candidate times from HBM (cuda-autotune small +
 #   debug log, roberta-base; llama-1b tuned), the end-to-end shm p50 at one client
-#   (verl-reward-server + verl-reward-bench, 1 x 256 tokens, defaults and split attention off),
+#   (verl-reward-server + verl-reward-bench, 1 x 256 tokens, defaults and split attention on),
 #   and ncu per-kernel breakdowns of an eager 1x256 with and without the split attention.
 # STEPS (default "tests bench gemm lltune e2e ncu") selects parts.
 set -u
@@ -32,9 +34,10 @@ if has tests; then
   grep -E "FAIL|passed|PDL|key-split" $OUT/kernels.log | head -20
   timeout 150 $B/test_cuda_model > $OUT/model.log 2>&1; echo "model rc=$?"
   grep -E "FAIL|passed" $OUT/model.log | head -20
-  VR_CUDA_TEST_OPTS=cuda-split-attn=off,cuda-pdl=on timeout 150 $B/test_cuda_model > $OUT/model_knobs.log 2>&1
-  echo "model (split off, pdl on) rc=$?"; grep -E "FAIL|passed" $OUT/model_knobs.log | head -20
-  VR_CUDA_TEST_ONLY=llama3_mqa,roberta timeout 90 compute-sanitizer --tool memcheck $B/test_cuda_model > $OUT/memcheck.log 2>&1
+  VR_CUDA_TEST_OPTS=cuda-split-attn=on,cuda-pdl=on timeout 150 $B/test_cuda_model > $OUT/model_knobs.log 2>&1
+  echo "model (split on, pdl on) rc=$?"; grep -E "FAIL|passed" $OUT/model_knobs.log | head -20
+  VR_CUDA_TEST_OPTS=cuda-split-attn=on VR_CUDA_TEST_ONLY=llama3_mqa,roberta timeout 90 \
+    compute-sanitizer --tool memcheck $B/test_cuda_model > $OUT/memcheck.log 2>&1
   echo "memcheck rc=$?"; tail -1 $OUT/memcheck.log
 fi
 wait $P_RB; echo "roberta model: $(tail -1 $OUT/make_rb.log)"
@@ -45,7 +48,7 @@ bench() { n=$1; m=$2; sh=$3; shift 3; echo "== $n $*"
 if has bench; then
   bench rb_default /tmp/rb 1x256,8x256,64x256,1x512
   bench rb_pdl /tmp/rb 1x256,8x256,64x256,1x512 --cuda-pdl on
-  bench rb_nosplit /tmp/rb 1x256,8x256,1x512 --cuda-split-attn off
+  bench rb_split /tmp/rb 1x256,8x256,1x512 --cuda-split-attn on
   bench rb_eager /tmp/rb 1x256,1x512 --cuda-graphs off
 fi
 if has gemm; then
@@ -56,7 +59,7 @@ fi
 wait $P_LL; echo "llama model: $(tail -1 $OUT/make_ll.log)"
 if has bench; then
   bench ll_default /tmp/ll 1x256,8x256,1x512
-  bench ll_nosplit /tmp/ll 1x256,8x256,1x512 --cuda-split-attn off
+  bench ll_split /tmp/ll 1x256,8x256,1x512 --cuda-split-attn on
   bench ll_pdl /tmp/ll 1x256,1x512 --cuda-pdl on
 fi
 if has lltune; then
@@ -73,7 +76,7 @@ if has e2e; then
     tail -4 $OUT/e2e_$n.log
     kill -TERM $sp; wait $sp; }
   e2e default
-  e2e nosplit --cuda-split-attn off
+  e2e split --cuda-split-attn on
 fi
 if has ncu; then
   for v in on off; do

@@ -140,8 +140,8 @@ static int score(vr_model_t *m, const int32_t *ids, const uint32_t *cu, uint32_t
   return rc;
 }
 
-/* The defaults with VR_CUDA_TEST_OPTS applied ("cuda-split-attn=off,cuda-pdl=on": the suite on
- * another path); a bad entry fails the test. */
+/* The defaults with VR_CUDA_TEST_OPTS applied ("cuda-split-attn=on,cuda-pdl=on": the suite on
+ * the non-default paths); a bad entry fails the test. */
 static void test_opts(vr_cuda_options_t *o) {
   const char *env = getenv("VR_CUDA_TEST_OPTS");
   char buf[512], err[160];
