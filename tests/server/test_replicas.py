@@ -22,7 +22,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import FIXTURES, SERVER, Server, f32, f32s, metric, parse_prometheus  # noqa: E402
+from test_server import FIXTURES, SERVER, Server, double_score_weight, f32, f32s, metric, parse_prometheus  # noqa: E402
 from vr_testlib import norm_rel_err  # noqa: E402
 
 LLAMA = os.path.join(FIXTURES, "models", "llama_gqa")  # vocab 97, 48 positions
@@ -197,17 +197,7 @@ class TestReplicas(unittest.TestCase):
         s = Server(self, "--model", dst, "--device", "cpu,cpu", "--threads", "1", "--max-batch-tokens", "48",
                    "--max-wait-us", "0").wait_ready()
         before = score_concurrently(self, s, requests, threads=6)
-        path = os.path.join(dst, "model.safetensors")
-        with open(path, "rb") as f:
-            blob = bytearray(f.read())
-        h = struct.unpack("<Q", blob[:8])[0]
-        t = json.loads(blob[8:8 + h])["score.weight"]
-        b, e = (8 + h + o for o in t["data_offsets"])
-        vals = struct.unpack(f"<{(e - b) // 4}f", blob[b:e])
-        blob[b:e] = struct.pack(f"<{len(vals)}f", *(2 * v for v in vals))  # scores double
-        with open(path + ".new", "wb") as f:
-            f.write(blob)
-        os.replace(path + ".new", path)
+        double_score_weight(dst)  # scores double
         b0 = replica_counts(s, "verl_reward_replica_batches_total")
         s.proc.send_signal(signal.SIGHUP)
         end = time.monotonic() + 120

@@ -45,6 +45,22 @@ def f32s(xs):
     return [None if x is None else f32(x) for x in xs]
 
 
+def double_score_weight(model_dir):
+    """Doubles the fp32 score head of model_dir/model.safetensors in place (written aside, then
+    renamed over the file), so a reloaded model's scores are exactly twice the old ones."""
+    path = os.path.join(model_dir, "model.safetensors")
+    with open(path, "rb") as f:
+        blob = bytearray(f.read())
+    h = struct.unpack("<Q", blob[:8])[0]
+    t = json.loads(blob[8:8 + h])["score.weight"]
+    b, e = (8 + h + o for o in t["data_offsets"])
+    vals = struct.unpack(f"<{(e - b) // 4}f", blob[b:e])
+    blob[b:e] = struct.pack(f"<{len(vals)}f", *(2 * v for v in vals))
+    with open(path + ".new", "wb") as f:
+        f.write(blob)
+    os.replace(path + ".new", path)
+
+
 def rss_bytes(pid):
     """Anonymous resident memory (heap, stacks): what a leak grows."""
     with open(f"/proc/{pid}/status") as f:
@@ -1265,17 +1281,7 @@ class TestSplit(unittest.TestCase):
         self.assertEqual(st, 200, before)
         old = f32s(before["scores"])
         new = [f32(2 * x) for x in old]
-        path = os.path.join(dst, "model.safetensors")
-        with open(path, "rb") as f:
-            blob = bytearray(f.read())
-        h = struct.unpack("<Q", blob[:8])[0]
-        t = json.loads(blob[8:8 + h])["score.weight"]
-        b, e = (8 + h + o for o in t["data_offsets"])
-        vals = struct.unpack(f"<{(e - b) // 4}f", blob[b:e])
-        blob[b:e] = struct.pack(f"<{len(vals)}f", *(2 * v for v in vals))
-        with open(path + ".new", "wb") as f:
-            f.write(blob)
-        os.replace(path + ".new", path)
+        double_score_weight(dst)
         got, errors, stop = [], [], threading.Event()
 
         def client():
