@@ -214,8 +214,10 @@ class TestReplicas(unittest.TestCase):
                 break
         self.assertTrue(all(b1[r] > b0[r] for r in (0, 1)), (b0, b1))
         # a model that fails its warm-up (NaN weights) is refused on every replica: the old set serves
+        path = os.path.join(dst, "model.safetensors")
         with open(path, "rb") as f:
             blob = bytearray(f.read())
+        h = struct.unpack("<Q", blob[:8])[0]
         for name, t in json.loads(blob[8:8 + h]).items():
             if name != "__metadata__" and t["dtype"] == "F32":
                 b, e = (8 + h + o for o in t["data_offsets"])
