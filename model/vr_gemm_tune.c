@@ -59,7 +59,7 @@ int vr_gemm_tune_merge(vr_gemm_tune_set_t *into, const vr_gemm_tune_set_t *mine,
   int rc = 0;
   for (size_t i = 0; i < mine->n && rc == 0; i++) {
     const vr_gemm_tune_entry_t *e = &mine->e[i];
-    if (!e->fresh) continue;
+    if (e->fresh <= 0) continue;
     const long j = vr_gemm_tune_find(into, e);
     if (j >= 0 && e->fresh == 2 && memcmp(into->e[j].algo, e->algo, sizeof e->algo)) {
       into->e[j] = *e;

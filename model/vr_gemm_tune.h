@@ -64,7 +64,7 @@ typedef struct vr_gemm_tune_entry {
   double us;
   /* not in the file: 0 read from one; 1 tuned by this process (a file's entry of the same key wins
    * at a merge); 2 tuned by this process in place of a loaded entry that was not valid here (it
-   * replaces the file's) */
+   * replaces the file's); -1 (the cuda side's) read from one and found not valid here: not written */
   int fresh;
 } vr_gemm_tune_entry_t;
 
@@ -81,7 +81,7 @@ long vr_gemm_tune_find(const vr_gemm_tune_set_t *s, const vr_gemm_tune_entry_t *
 /* Appends a copy of e (no check for its key): 0, VR_ERR_NOMEM, or VR_ERR_TOO_LARGE at
  * VR_GEMM_TUNE_MAX_ENTRIES. */
 int vr_gemm_tune_append(vr_gemm_tune_set_t *s, const vr_gemm_tune_entry_t *e);
-/* Merges mine's fresh entries into into: a key into lacks is appended, an entry with fresh 2
+/* Merges mine's fresh entries (fresh > 0) into into: a key into lacks is appended, an entry with fresh 2
  * replaces into's of its key, one with fresh 1 leaves into's (the first choice written stays).
  * *added (may be NULL) counts the appended and replaced. 0, VR_ERR_NOMEM, VR_ERR_TOO_LARGE (the
  * entries that fit are in). */
