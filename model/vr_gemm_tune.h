@@ -9,7 +9,7 @@
  * the candidates cuBLASLt's heuristic returns for the plan: bytes from the file are never handed to
  * cuBLASLt.
  *
- * Format (UTF-8 JSON, one value, every member required, no others; integers are JSON integers):
+ * Format (UTF-8 JSON, one value, every member required, no others; an integer is a number of integral value in the range given):
  *   {"format": "verl-reward gemm-tune", "version": 1, "entries": [ENTRY, ...]}
  *   ENTRY: {"device": cudaDeviceProp.name (1..255 bytes), "cc_major": 0..99, "cc_minor": 0..99,
  *           "sms": multiprocessors 1..65535, "cublaslt": cublasLtGetVersion() 1..2^31-1,
