@@ -202,6 +202,8 @@ int vr_rlworker_init(vr_world_t *w, const vr_tconfig_t *cfg, vr_rlworker_t **out
     if (rl->kv_cache_bytes) ro.kv_cache_bytes = rl->kv_cache_bytes;
     if (rl->max_num_seqs) ro.max_seqs = (uint32_t)rl->max_num_seqs;
     if (rl->max_num_batched_tokens) ro.max_batch_tokens = (uint32_t)rl->max_num_batched_tokens;
+    ro.gemm_tune = rl->gemm_tune ? 1 : -1;
+    ro.gemm_cache = rl->gemm_cache[0] ? rl->gemm_cache : NULL;
     if (rc == 0) rc = vr_rollout_from_lm(wk->roll_lm, &ro, &wk->view, &wk->roll);
     if (rc == 0)
       rc = vr_gencfg_eos_ids(rl->model_path, vr_lm_config(wk->roll_lm)->vocab_size, wk->stops, MAX_STOP, &wk->n_stop);

@@ -268,8 +268,22 @@ void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);
  * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). The
  * choice is kept for the process: a plan of the same key (device, shape, layouts, epilogue, output
  * type, tuning options, workspace) tuned later, in any context, takes it without timing (the same
- * algorithm, so the same bits, in every engine of the process). Thread-safe (a mutex). */
+ * algorithm, so the same bits, in every engine of the process; across processes with a cache file:
+ * vr_cuda_gemm_cache_open). Thread-safe (a mutex). */
 void vr_cuda_gemm_set_tuning(vr_cuda_gemm_t *g, int on);
+/* The process's GEMM-choice cache file (model/vr_gemm_tune.h): loads path's choices into the
+ * process's table (the first call only: a later one with another path is warned about and kept
+ * out; NULL, "" or "off": nothing), logging at info the file and how many were loaded. A loaded
+ * choice is taken by a tuned plan of its key only when its bytes equal one of the plan's heuristic
+ * candidates (else a warning, the plan is timed and the file's entry replaced). A file that does
+ * not parse is warned about and ignored (rewritten at the next save); one refused for its owner or
+ * mode (or unreadable) is warned about and not used. Returns 0 or that vr_status_t; tuning goes on
+ * either way. Thread-safe. */
+int vr_cuda_gemm_cache_open(const char *path);
+/* Writes the choices tuned since the last save into the file (merged under a lock, atomically:
+ * vr_gemm_tune_store), logging at info how many were added; nothing to do: 0. A failure is warned
+ * about and the file not used again. Thread-safe; file I/O: call it after a warm-up, not per step. */
+int vr_cuda_gemm_cache_save(void);
 /* Tuning options (default: none). flush (device memory of flush_bytes, owned by the caller, whose
  * contents the tuning overwrites; NULL or 0 bytes: off) is written before every timed run, so the
  * candidates are timed with their operands in HBM rather than in L2: give it about twice the L2

@@ -286,6 +286,9 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
     rcu_free(st);
     return rc;
   }
+  /* the choices earlier processes tuned (opt.gemm_tune, gemm_cache: vr_rollout.h); a bad file is
+   * warned about and tuning goes on, so its status is not ours */
+  if (opt->gemm_tune >= 0) (void)vr_cuda_gemm_cache_open(opt->gemm_cache);
   const size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
   const size_t H = (size_t)c->num_heads, KV = (size_t)c->num_kv_heads, Lc = (size_t)c->num_layers;
   st->C = (int)C, st->F = (int)F, st->V = (int)V;
@@ -941,15 +944,18 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
   const int was_warm = bk->warm;
   if (!was_warm || !st->use_graphs) {
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
-    if (!was_warm) {
+    if (!was_warm && st->opt.gemm_tune >= 0) {
       /* the bucket's first step: a pass that times the cuBLASLt candidates of its GEMMs (runs each
        * several times, so the residual stream and the K/V it appends are garbage), then the real
-       * pass, which starts from the embeddings and rewrites every slot the first one wrote */
+       * pass, which starts from the embeddings and rewrites every slot the first one wrote. The
+       * choices go into the GEMM-choice cache file for later processes (gemm_tune -1: no timing,
+       * the heuristic's first algorithms) */
       vr_cuda_gemm_set_tuning(st->gemm, 1);
       st->sg_tuning = 1;
       rcu_decode_enqueue(st, bk, k);
       st->sg_tuning = 0;
       vr_cuda_gemm_set_tuning(st->gemm, 0);
+      (void)vr_cuda_gemm_cache_save(); /* warned about inside; file I/O once per bucket */
     }
     rcu_decode_enqueue(st, bk, k); /* eager: this step's result */
     bk->warm = 1;

@@ -94,7 +94,8 @@ void vr_cuda_roll_split_sample(void *state, int on);
  * span the L2; else it times hot) before every timed run, so the weights come from HBM as in a
  * step; splitk 1 widens the search (twice the heuristic's candidates and their split-K variants:
  * vr_cuda_gemm_set_tune_opts). The timed choice is made once per key in the process and shared by
- * every later engine (vr_cuda_gemm_set_tuning), so two engines over the same weights run the same
+ * every later engine (vr_cuda_gemm_set_tuning), and with later processes through the GEMM-choice
+ * cache file (opt.gemm_tune / gemm_cache, vr_rollout.h), so two engines over the same weights run the same
  * algorithms (split-K variants round differently: without the sharing, test_cuda_rollout's
  * fresh-vs-updated engine check failed once, docs/benchmarks.md). Before the first generate
  * (plans keep their candidates). */
