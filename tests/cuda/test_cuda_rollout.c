@@ -150,8 +150,17 @@ static void test_decode_impl(int H, int Hkv, int D, const int *lens, int n, int 
   const float scale = 1.f / sqrtf((float)D);
   vr_cuda_roll_decode_attention(out_d, ld_out, q_d, ld, 0, kc_d, vc_d, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
                                 scale, part, max_parts, po, pml, flags, 0);
-  uint16_t *out = malloc((size_t)n * ld_out * 2);
+  uint16_t *out = malloc((size_t)n * ld_out * 2), *out2 = malloc((size_t)n * ld_out * 2);
   tohost(out, out_d, (size_t)n * ld_out * 2);
+  /* again on a poisoned output and scratch: the same bits */
+  CK(cudaMemset(out_d, 0x7f, (size_t)n * ld_out * 2));
+  CK(cudaMemset(po, 0x7f, (size_t)n * H * max_parts * D * 4));
+  vr_cuda_roll_decode_attention(out_d, ld_out, q_d, ld, 0, kc_d, vc_d, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
+                                scale, part, max_parts, po, pml, flags, 0);
+  tohost(out2, out_d, (size_t)n * ld_out * 2);
+  size_t rerun_diff = 0;
+  for (size_t i = 0; i < (size_t)n * ld_out; ++i) rerun_diff += out[i] != out2[i];
+  free(out2);
   /* reference: double softmax over the sequence's own rows of kv */
   double maxd = 0, num = 0, den = 0;
   size_t nonfinite = 0;
@@ -191,11 +200,12 @@ static void test_decode_impl(int H, int Hkv, int D, const int *lens, int n, int 
   char lens_s[96];
   int off = 0;
   for (int i = 0; i < n && off < 80; ++i) off += snprintf(lens_s + off, sizeof lens_s - off, "%s%d", i ? "," : "", lens[i]);
-  report(bad_layout == 0 && nonfinite == 0 && maxd < 1.6e-2 && rel < 1e-2,
+  const unsigned kind = vr_cuda_roll_attn_kernel(G, D, flags);
+  report(bad_layout == 0 && nonfinite == 0 && rerun_diff == 0 && maxd < 1.6e-2 && rel < 1e-2,
          "decode attn (%s) H%d Hkv%d D%d window %d part %d parts %d lens %s: rel %.2e maxabs %.2e layout-mismatch %zu "
-         "non-finite %zu",
-         flags & VR_ROLL_ATTN_REGS ? "regs" : "ring", H, Hkv, D, window, part, max_parts, lens_s, rel, maxd, bad_layout,
-         nonfinite);
+         "non-finite %zu, rerun differing %zu",
+         kind == VR_ROLL_ATTN_MMA ? "mma" : kind == VR_ROLL_ATTN_REGS ? "regs" : "ring", H, Hkv, D, window, part,
+         max_parts, lens_s, rel, maxd, bad_layout, nonfinite, rerun_diff);
   free(sc);
   free(out);
   free(q);
@@ -217,12 +227,17 @@ static void test_decode_impl(int H, int Hkv, int D, const int *lens, int n, int 
   CK(cudaFree(out_d));
 }
 
-/* Both kernels (the ring, the register one) on the same inputs (the generator restarted). */
+/* The kernels (the ring, the register one, the tensor-core one where D % 16 == 0) on the same inputs
+ * (the generator restarted). */
 static void test_decode(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
   const uint64_t r0 = g_rng;
   test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_RING);
   g_rng = r0;
   test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_REGS);
+  if (D % 16 == 0) {
+    g_rng = r0;
+    test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_MMA);
+  }
 }
 
 /* Elements (bf16 bit patterns) that differ between device arrays a_d and b_d of n each; ha, hb:
@@ -350,12 +365,13 @@ static void test_decode_rope_impl(int H, int Hkv, int D, const int *lens, int n,
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) CK(cudaFree(dev[i]));
 }
 
-/* The ring kernel with and without PDL (no previous kernel in its stream: the same bits), the
- * register kernel; each == rope+append, then the same kernel's plain form. */
+/* The ring and tensor-core kernels with and without PDL (no previous kernel in its stream: the same
+ * bits), the register kernel; each == rope+append, then the same kernel's plain form. */
 static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
-  static const unsigned fl[] = {VR_ROLL_ATTN_RING, VR_ROLL_ATTN_RING | VR_ROLL_ATTN_PDL, VR_ROLL_ATTN_REGS};
+  static const unsigned fl[] = {VR_ROLL_ATTN_RING, VR_ROLL_ATTN_RING | VR_ROLL_ATTN_PDL, VR_ROLL_ATTN_REGS,
+                                VR_ROLL_ATTN_MMA, VR_ROLL_ATTN_MMA | VR_ROLL_ATTN_PDL};
   const uint64_t r0 = g_rng;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < (D % 16 == 0 ? 5 : 3); ++i) {
     g_rng = r0;
     test_decode_rope_impl(H, Hkv, D, lens, n, window, part, fl[i]);
   }
@@ -1252,12 +1268,30 @@ int main(void) {
   test_decode(8, 2, 64, lens_b, 4, 100, 64);  /* sliding window */
   test_decode(8, 2, 64, lens_c, 6, 20, 0);
   test_decode(8, 8, 256, lens_c, 6, 0, 0);
+  /* groups 7 and 8 at D 128, windows over partitions, odd lengths (the tensor-core kernel's N = 8 columns) */
+  const int lens_e[] = {383, 1, 31, 4351, 95, 0, 257};
+  test_decode(14, 2, 128, lens_e, 7, 0, 0);
+  test_decode(16, 2, 128, lens_e, 7, 0, 128);
+  test_decode(28, 4, 64, lens_e, 7, 0, 512);
+  test_decode(7, 1, 128, lens_e, 7, 300, 64); /* window within a cache block, several partitions */
+  test_decode(32, 8, 64, lens_e, 7, 47, 0);
+  test_decode(4, 4, 128, lens_e, 7, 0, 256);
+  {
+    /* the rule: the tensor-core kernel wherever D % 16 == 0, the earlier choice elsewhere */
+    const int ok = vr_cuda_roll_attn_kernel(4, 64, 0) == VR_ROLL_ATTN_MMA && vr_cuda_roll_attn_kernel(7, 64, 0) == VR_ROLL_ATTN_MMA &&
+                   vr_cuda_roll_attn_kernel(4, 8, 0) == VR_ROLL_ATTN_RING && vr_cuda_roll_attn_kernel(8, 8, 0) == VR_ROLL_ATTN_REGS &&
+                   vr_cuda_roll_attn_kernel(4, 8, VR_ROLL_ATTN_MMA) == VR_ROLL_ATTN_RING &&
+                   vr_cuda_roll_attn_kernel(7, 64, VR_ROLL_ATTN_OLD_RULE) == VR_ROLL_ATTN_REGS;
+    report(ok, "decode attention kernel rule: tensor cores for head dims of 16k, else ring / register by group");
+  }
   test_decode_rope(32, 8, 64, lens_a, 6, 0, 0); /* Llama-3.2-1B's heads */
   test_decode_rope(14, 2, 64, lens_b, 4, 0, 0);  /* Qwen2's group of 7, several partitions */
   test_decode_rope(32, 2, 64, lens_c, 6, 0, 64); /* two head chunks: one block appends */
   test_decode_rope(4, 4, 8, lens_c, 6, 0, 16);
   test_decode_rope(8, 2, 128, lens_b, 4, 100, 0); /* sliding window */
   test_decode_rope(8, 8, 256, lens_a, 6, 0, 0);
+  test_decode_rope(16, 2, 128, lens_e, 7, 0, 128); /* group 8, partitions, the new key in a later block */
+  test_decode_rope(7, 1, 64, lens_e, 7, 40, 0);    /* group 7, a window */
   /* sampling */
   test_sample_rows(1000, 400, 0.f);
   test_sample_rows(1000, 400, 0.25f);

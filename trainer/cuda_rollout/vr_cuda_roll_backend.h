@@ -99,17 +99,18 @@ void vr_cuda_roll_split_sample(void *state, int on);
  * fresh-vs-updated engine check failed once, docs/benchmarks.md). Before the first generate
  * (plans keep their candidates). */
 void vr_cuda_roll_set_tuning(void *state, int cold, int splitk);
-/* Benchmarks: the decode step's attention kernel (vr_cuda_roll_ops.h's VR_ROLL_ATTN_*): ring 1 the
- * shared-memory ring kernel, 0 the earlier register kernel (the same bits), -1 (the default) the one
- * measured faster for the model's group size; pdl 1 launches the ring kernel as a programmatic
- * dependent of the qkv GEMM (default 0: measured no faster). Fixed in a bucket's graph at its
- * capture: call it before the first generate. */
-void vr_cuda_roll_set_attn(void *state, int ring, int pdl);
+/* Benchmarks: the decode step's attention kernel (vr_cuda_roll_ops.h's VR_ROLL_ATTN_*): kernel 0 the
+ * register kernel, 1 the CUDA-core ring kernel, 2 the tensor-core kernel, 3 the rule before it (ring
+ * or register kernel by group size), -1 (the default) vr_cuda_roll_attn_kernel's rule; pdl 1 launches
+ * the ring or tensor-core kernel as a programmatic dependent of the qkv GEMM (default 0: measured no
+ * faster). Fixed in a bucket's graph at its capture: call it before the first generate. */
+void vr_cuda_roll_set_attn(void *state, int kernel, int pdl);
 /* Benchmarks: the decode attention alone (the rope form, layer 0's cache, kernel flags `flags` less
- * PDL) of the last decode bucket holding n rows on the last decode's metadata, reps times back to
- * back after 2 untimed: *ms = the mean. Overwrites layer 0's cache slots of that step: only after the
- * generation. 0 or VR_ERR_INVAL (no such warm bucket). */
-int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, double *ms);
+ * PDL) of the last decode bucket holding n rows on the last decode's metadata, at partition length
+ * part (0: the one of that bucket's last step), reps times back to back after 2 untimed: *ms = the
+ * mean. Overwrites layer 0's cache slots of that step: only after the generation. 0 or VR_ERR_INVAL
+ * (no such warm bucket, a bad part, or partials that would not fit the scratch). */
+int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, int part, double *ms);
 /* The decode attention's partition length (keys per block). part 0 (the default): per step from the
  * live contexts: the bucket's length (vr_cuda_roll_pick_part of its rows) doubled while the step's
  * contexts still fill the device (vr_cuda_roll_pick_part_ctx), each length with its own graph per
