@@ -959,6 +959,18 @@ static void test_part_classes(void) {
            "partition rule: llama 64 x 129..381 -> %d (512), qwen2 64 x 129..381 -> %d, 64 x 384 -> %d (128), "
            "llama 16 x 4k: bucket %d -> %d (128 -> 512), with a window of 100 -> %d (128)",
            l64, q64, q384, base16, l4k, l4kw);
+    /* the tensor-core kernel's count (a quarter of 132): qwen2 64 x 129..384 goes 128 -> 512 (the
+     * measured best), llama keeps 512; the CUDA-core kernels keep the full count */
+    const int sm_mma = vr_cuda_roll_part_sms(4, 64, 0, 132), sm_old = vr_cuda_roll_part_sms(4, 64, VR_ROLL_ATTN_OLD_RULE, 132);
+    for (int b = 0; b < 64; ++b) ctx[b] = 129 + (uint32_t)b * 4;
+    const int tq64 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(64, 14, 2, 64, 132), 14, 2, 64, sm_mma, ctx, 64, 0);
+    const int tl64 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(64, 32, 8, 64, 132), 32, 8, 64, sm_mma, ctx, 64, 0);
+    const int tq8 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(8, 14, 2, 64, 132), 14, 2, 64, sm_mma, ctx, 8, 0);
+    report(sm_mma == 33 && sm_old == 132 && vr_cuda_roll_part_sms(8, 8, 0, 132) == 132 && tq64 == 512 && tl64 == 512 &&
+               tq8 == 64,
+           "partition rule with the tensor-core kernel (%d of 132 SMs; CUDA-core kernels %d): qwen2 64 x 129..381 -> %d "
+           "(512), llama -> %d (512), qwen2 8 x 129..157 -> %d (64)",
+           sm_mma, sm_old, tq64, tl64, tq8);
   }
   const int V = 300, C = 64, L = 2, H = 4, KV = 2, D = 16, F = 96;
   tmodel_t m;
@@ -987,7 +999,7 @@ static void test_part_classes(void) {
     goto done;
   }
   void *st = vr_rollout_backend_state(cu);
-  vr_cuda_roll_set_part_rule(st, 14);
+  vr_cuda_roll_set_part_rule(st, 4 * 14); /* the tensor-core kernel (D 16) sees a quarter: the rule gets 14 */
   compare_greedy("partition classes 64 -> 128 (8 prompts of 100..170, 60 new)", &m, cpu, cu, ids, pcu, NP, 1, 60);
   {
     uint64_t ps[VR_CUDA_ROLL_PART_LENGTHS];
@@ -1268,7 +1280,9 @@ int main(void) {
   test_decode(8, 2, 64, lens_b, 4, 100, 64);  /* sliding window */
   test_decode(8, 2, 64, lens_c, 6, 20, 0);
   test_decode(8, 8, 256, lens_c, 6, 0, 0);
-  /* groups 7 and 8 at D 128, windows over partitions, odd lengths (the tensor-core kernel's N = 8 columns) */
+  /* groups 7 and 8 at D 128, windows over partitions, odd lengths (the tensor-core kernel's N = 8 columns);
+   * the generator restarted afterwards, so the later tests draw what they drew before these were added */
+  const uint64_t rng_e = g_rng;
   const int lens_e[] = {383, 1, 31, 4351, 95, 0, 257};
   test_decode(14, 2, 128, lens_e, 7, 0, 0);
   test_decode(16, 2, 128, lens_e, 7, 0, 128);
@@ -1284,14 +1298,19 @@ int main(void) {
                    vr_cuda_roll_attn_kernel(7, 64, VR_ROLL_ATTN_OLD_RULE) == VR_ROLL_ATTN_REGS;
     report(ok, "decode attention kernel rule: tensor cores for head dims of 16k, else ring / register by group");
   }
+  g_rng = rng_e;
   test_decode_rope(32, 8, 64, lens_a, 6, 0, 0); /* Llama-3.2-1B's heads */
   test_decode_rope(14, 2, 64, lens_b, 4, 0, 0);  /* Qwen2's group of 7, several partitions */
   test_decode_rope(32, 2, 64, lens_c, 6, 0, 64); /* two head chunks: one block appends */
   test_decode_rope(4, 4, 8, lens_c, 6, 0, 16);
   test_decode_rope(8, 2, 128, lens_b, 4, 100, 0); /* sliding window */
   test_decode_rope(8, 8, 256, lens_a, 6, 0, 0);
-  test_decode_rope(16, 2, 128, lens_e, 7, 0, 128); /* group 8, partitions, the new key in a later block */
-  test_decode_rope(7, 1, 64, lens_e, 7, 40, 0);    /* group 7, a window */
+  {
+    const uint64_t r = g_rng; /* as above: the later tests' draws unchanged */
+    test_decode_rope(16, 2, 128, lens_e, 7, 0, 128); /* group 8, partitions, the new key in a later block */
+    test_decode_rope(7, 1, 64, lens_e, 7, 40, 0);    /* group 7, a window */
+    g_rng = r;
+  }
   /* sampling */
   test_sample_rows(1000, 400, 0.f);
   test_sample_rows(1000, 400, 0.25f);

@@ -851,6 +851,10 @@ extern "C" int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms) {
   return part;
 }
 
+extern "C" int vr_cuda_roll_part_sms(int G, int D, unsigned flags, int n_sms) {
+  return vr_cuda_roll_attn_kernel(G, D, flags) == VR_ROLL_ATTN_MMA ? (n_sms + 3) / 4 : n_sms;
+}
+
 extern "C" int vr_cuda_roll_pick_part_ctx(int base, int H, int Hkv, int D, int n_sms, const uint32_t *ctx, int n,
                                           int window) {
   const long per_part = (long)Hkv * ((H / Hkv + MAXG - 1) / MAXG); /* blocks per (sequence, partition) */

@@ -106,7 +106,8 @@ typedef struct rcu {
   int tune_cold, tune_splitk;
   unsigned attn_flags; /* the decode step's attention: VR_ROLL_ATTN_* (vr_cuda_roll_set_attn) */
   int part_mode;       /* vr_cuda_roll_set_part: 0 by the live contexts, -1 by the bucket only, > 0 fixed */
-  int part_sms;        /* the SM count vr_cuda_roll_pick_part_ctx is given (vr_cuda_roll_set_part_rule) */
+  int part_sms;        /* the SM count behind vr_cuda_roll_pick_part_ctx (vr_cuda_roll_set_part_rule; the
+                        * rule gets vr_cuda_roll_part_sms of it) */
   uint64_t part_steps[VR_CUDA_ROLL_PART_LENGTHS]; /* decode steps per partition length 16 << i */
   void *flush;
   size_t flush_bytes;
@@ -218,8 +219,9 @@ static int rcu_max_parts(const rcu_t *st, const rcu_bucket_t *b, int k) {
 static int rcu_part_class(const rcu_t *st, const rcu_bucket_t *bk, const uint32_t *ctx, uint32_t n) {
   if (st->part_mode != 0) return 0;
   const vr_model_config_t *c = st->c;
-  const int p = vr_cuda_roll_pick_part_ctx(bk->part, c->num_heads, c->num_kv_heads, c->head_dim, st->part_sms, ctx,
-                                           (int)n, c->sliding_window);
+  const int sms = vr_cuda_roll_part_sms(c->num_heads / c->num_kv_heads, c->head_dim, st->attn_flags, st->part_sms);
+  const int p = vr_cuda_roll_pick_part_ctx(bk->part, c->num_heads, c->num_kv_heads, c->head_dim, sms, ctx, (int)n,
+                                           c->sliding_window);
   int k = 0;
   while (rcu_part(bk, k) < p && k + 1 < VR_CUDA_ROLL_PART_LENGTHS) ++k;
   return k;

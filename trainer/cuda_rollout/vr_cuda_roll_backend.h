@@ -113,7 +113,9 @@ void vr_cuda_roll_set_attn(void *state, int kernel, int pdl);
 int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, int part, double *ms);
 /* The decode attention's partition length (keys per block). part 0 (the default): per step from the
  * live contexts: the bucket's length (vr_cuda_roll_pick_part of its rows) doubled while the step's
- * contexts still fill the device (vr_cuda_roll_pick_part_ctx), each length with its own graph per
+ * contexts still fill the device (vr_cuda_roll_pick_part_ctx, given vr_cuda_roll_part_sms of the
+ * device's SMs: with the tensor-core kernel half as many working blocks as SMs count as full), each
+ * length with its own graph per
  * bucket (at most VR_CUDA_ROLL_PART_LENGTHS, captured at their first step); -1: the bucket's length
  * only (the rule before the length-aware choice); > 0 (benchmarks): that length for every step (a
  * multiple of 16 in 16..512). Before the first generate only: VR_ERR_INVAL once a bucket ran, for a
@@ -125,7 +127,8 @@ int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flag
  * before), within the cuda-vs-cpu tolerance of the tests. */
 #define VR_CUDA_ROLL_PART_LENGTHS 6 /* 16, 32, ..., 512 */
 int vr_cuda_roll_set_part(void *state, int part);
-/* Tests: the SM count the length-aware rule is given (0: the device's), so small batches switch
+/* Tests: the SM count behind the length-aware rule (0: the device's; the rule is given
+ * vr_cuda_roll_part_sms of it, a quarter with the tensor-core kernel), so small batches switch
  * partition lengths; before the first generate (captured graphs keep theirs). */
 void vr_cuda_roll_set_part_rule(void *state, int n_sms);
 /* The decode steps since init per partition length: steps[i] ran at 16 << i keys (a fixed length

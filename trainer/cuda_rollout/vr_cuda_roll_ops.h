@@ -117,6 +117,13 @@ int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
  * faster and leave fewer partials to combine: docs/benchmarks.md, "length-aware partitions").
  * Returns base << k for some k >= 0; a pure function of its arguments. */
 int vr_cuda_roll_pick_part_ctx(int base, int H, int Hkv, int D, int n_sms, const uint32_t *ctx, int n, int window);
+/* The SM count the engine gives vr_cuda_roll_pick_part_ctx for the kernel that flags pick
+ * (vr_cuda_roll_attn_kernel) on a device of n_sms: a quarter of it (rounded up) for the tensor-core
+ * kernel, whose blocks finish so fast that fewer, longer partitions win as long as Hkv x chunks x
+ * partitions >= n_sms / 2 blocks do work (measured: qwen2-0.5b 64 x 383 tokens, 128 blocks of 512
+ * keys beat 256 of 256 and 384 of 128 plus the combine; docs/benchmarks.md, "tensor-core decode
+ * attention"); n_sms itself for the CUDA-core kernels. */
+int vr_cuda_roll_part_sms(int G, int D, unsigned flags, int n_sms);
 
 /* ---- decode GEMMs: vr_cuda_roll_gemm.cu ---------------------------------------- */
 #define VR_ROLL_GEMM_MAX_M 64
