@@ -23,8 +23,8 @@
  * them from there in place of the cache slot (which the first head chunk's block writes; nobody
  * else reads it in this kernel): the bits of vr_cuda_roll_rope_append + the attention.
  *
- * k_roll_decode_ring<D, MG> (the default for tiles of 1 or 4 heads; VR_ROLL_ATTN_RING / _REGS force
- * one kernel): the same work split,
+ * k_roll_decode_ring<D, MG> (at head dims that are not multiples of 16, the choice for tiles of 1 or
+ * 4 heads; VR_ROLL_ATTN_RING / _REGS force one kernel): the same work split,
  * the same arithmetic in the same order (each warp's cache blocks warp, warp + NW, ... one at a
  * time, online softmax, the same merge), but the cache streams through a ring of RING_STAGES(D)
  * cache blocks per warp in shared memory (cp.async, 16 bytes a lane; rows of keys that do not count
@@ -36,7 +36,10 @@
  * outputs for the merge reuse each warp's own ring. With VR_ROLL_ATTN_PDL (the rope form only) the
  * kernel is launched as a programmatic dependent of the previous kernel (the qkv GEMM): everything
  * up to the first read of qkv (block table, cache loads, rope angles) may run while that kernel
- * drains; griddepcontrol.wait comes before. */
+ * drains; griddepcontrol.wait comes before.
+ *
+ * k_roll_decode_mma<D> (the default wherever D % 16 == 0: vr_cuda_roll_attn_kernel): the ring
+ * kernel's split, ring and prologue with QK^T and PV on the tensor cores (described at the kernel). */
 #include <math.h>
 
 #include "vr_cuda_common.cuh"
