@@ -122,7 +122,8 @@ __device__ __forceinline__ void roll_new_kv(const roll_attn_params &p, int b, in
  * k_roll_combine. After a __syncthreads that follows the warps' writes. */
 template <int D, int MG>
 __device__ __forceinline__ void roll_merge_warps(const roll_attn_params &p, const float *wml, const float *red,
-                                                 size_t red_stride, int b, int h0, int ng, int pi, int nparts, int tid) {
+                                                 size_t red_stride, int b, int h0, int ng, int pi, int nparts,
+                                                 int tid) {
   for (int i = tid; i < ng * D; i += NW * 32) {
     const int g = i / D, d = i - g * D;
     float M = -INFINITY;
@@ -343,6 +344,87 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+/* One block's share of the ring kernels' work (k_roll_decode_ring, k_roll_decode_mma): kv head hk,
+ * its query heads h0 .. h0 + ng - 1 (chunk g0 of the group), sequence b of len keys, partition pi
+ * (keys p0.., nparts in all) of which [k0, p1) count; its cache blocks kb0 .. kb0 + nkb - 1 dealt to
+ * the warps (warp w: kb0 + w + n * NW, n < nbw <= VR_ROLL_MAX_PART / 16 / NW <= 32), lane n of each
+ * warp holding the table entry of its n-th (myblk). Shared memory from sm4 on: the warps' rings (warp
+ * w's S stages of (K: CH 16-byte chunks, V: CH chunks) at sm4 + w * S * 2 * CH; ring: this warp's),
+ * then the new key (nk4, D / 8 chunks, rotated) and its value (nv4); the kernel's own data after. */
+struct ring_work {
+  int hk, g0, ng, h0, b, pi, len, p0, p1, nparts, k0, kb0, nkb, nbw, myblk;
+  uint4 *ring, *nk4, *nv4;
+};
+
+/* Fills w for this block; false (after the PDL wait, every block waits: the grid never ends before
+ * the previous kernel; a padding row's zero output by its first partition) when it has nothing to do.
+ * Without a window the partition's first block is pi * part / 16 whatever the length, so the table
+ * entries load alongside lens[b] (entries past the sequence's blocks are read, not used). */
+template <int D, int S>
+__device__ __forceinline__ bool ring_setup(const roll_attn_params &p, uint4 *sm4, int tid, int lane, int warp,
+                                           ring_work &w) {
+  constexpr int CH = VR_ROLL_BLOCK * (D / 8);
+  w.ring = sm4 + (size_t)warp * S * 2 * CH;
+  w.nk4 = sm4 + (size_t)NW * S * 2 * CH;
+  w.nv4 = w.nk4 + D / 8;
+  const int G = p.H / p.Hkv;
+  w.hk = blockIdx.x / p.n_gchunks;
+  w.g0 = (blockIdx.x % p.n_gchunks) * MAXG;
+  w.ng = min(MAXG, G - w.g0);
+  w.h0 = w.hk * G + w.g0;
+  w.b = blockIdx.y;
+  w.pi = blockIdx.z;
+  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[w.b] : w.b) * p.max_blocks;
+  const int pb = w.pi * (p.part / VR_ROLL_BLOCK) + warp + lane * NW;
+  w.myblk = p.window <= 0 && warp + lane * NW < p.part / VR_ROLL_BLOCK && pb < p.max_blocks ? bt[pb] : 0;
+  w.len = p.lens[w.b];
+  if (w.len <= 0) {
+    pdl_wait();
+    if (w.pi == 0)
+      for (int i = tid; i < w.ng * D; i += NW * 32) p.out[(size_t)w.b * p.ld_out + (size_t)w.h0 * D + i] = 0;
+    return false;
+  }
+  w.p0 = w.pi * p.part;
+  if (w.p0 >= w.len) {
+    pdl_wait();
+    return false;
+  }
+  w.p1 = min(w.len, w.p0 + p.part);
+  w.nparts = (w.len + p.part - 1) / p.part;
+  w.k0 = max(w.p0, p.window > 0 ? w.len - p.window : 0);
+  w.kb0 = w.k0 / VR_ROLL_BLOCK;
+  w.nkb = (w.p1 - 1) / VR_ROLL_BLOCK - w.kb0 + 1;
+  w.nbw = warp < w.nkb ? (w.nkb - 1 - warp) / NW + 1 : 0;
+  if (p.window > 0 && lane < w.nbw) w.myblk = bt[w.kb0 + warp + lane * NW];
+  return true;
+}
+
+/* The warp's n-th cache block into stage n % S of its ring (S stages of (K: CH 16-byte chunks as
+ * the cache holds them, V: CH chunks, row r's chunk c at r * NC + (c ^ (r & SWZ)))); the chunks of
+ * keys outside [k0, p1) zero-filled, not read. Always one commit group (empty when n >= nbw). */
+template <int D, int S, int SWZ>
+__device__ __forceinline__ void ring_issue(const roll_attn_params &p, const ring_work &w, uint4 *ring, int n, int lane,
+                                           int warp) {
+  constexpr int NC = D / 8, CH = VR_ROLL_BLOCK * NC;
+  if (n < w.nbw) {
+    uint4 *st = ring + (n % S) * 2 * CH;
+    const size_t head = (size_t)__shfl_sync(0xffffffffu, w.myblk, n) * p.Hkv + w.hk;
+    const uint4 *ks = reinterpret_cast<const uint4 *>(p.kc + head * NC * VR_ROLL_BLOCK * 8);
+    const uint4 *vs = reinterpret_cast<const uint4 *>(p.vc + head * VR_ROLL_BLOCK * D);
+    const int key0 = (w.kb0 + warp + n * NW) * VR_ROLL_BLOCK;
+#pragma unroll
+    for (int r = 0; r < (CH + 31) / 32; ++r) {
+      const int c = lane + 32 * r;
+      if (c >= CH) break;
+      const int vr = c / NC, vc = c % NC; /* K chunk (c / 16, key c % 16); V (row vr, chunk vc) */
+      const int kj = key0 + c % VR_ROLL_BLOCK, vt = key0 + vr;
+      ring_cp16(st + c, ks + c, kj >= w.k0 && kj < w.p1 ? 16 : 0);
+      ring_cp16(st + CH + (SWZ ? vr * NC + (vc ^ (vr & SWZ)) : c), vs + c, vt >= w.k0 && vt < w.p1 ? 16 : 0);
+    }
+  }
+  ring_commit();
+}
+
 template <int D, int MG>
 __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_decode_ring(roll_attn_params p) {
   constexpr int NC = D / 8;
@@ -353,80 +435,34 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
   constexpr int S = RING_STAGES(D);
   constexpr int CH = VR_ROLL_BLOCK * NC; /* 16-byte chunks of one cache block's K (and of its V) */
   extern __shared__ uint4 sm4[];
-  const int G = p.H / p.Hkv;
-  const int hk = blockIdx.x / p.n_gchunks, g0 = (blockIdx.x % p.n_gchunks) * MAXG;
-  const int ng = min(MAXG, G - g0), h0 = hk * G + g0;
-  const int b = blockIdx.y, pi = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
-  /* lane n: the table entry of this warp's n-th cache block. Without a window the partition's first
-   * block is pi * part / 16 whatever the length, so the entry loads alongside lens[b] (entries past
-   * the sequence's blocks are read, not used) */
-  const int pb = pi * (p.part / VR_ROLL_BLOCK) + warp + lane * NW;
-  int myblk = p.window <= 0 && warp + lane * NW < p.part / VR_ROLL_BLOCK && pb < p.max_blocks ? bt[pb] : 0;
-  const int len = p.lens[b];
-  if (len <= 0) {
-    pdl_wait(); /* every block waits: the grid never ends before the previous kernel */
-    if (pi == 0)
-      for (int i = tid; i < ng * D; i += NW * 32) p.out[(size_t)b * p.ld_out + (size_t)h0 * D + i] = 0;
-    return;
-  }
-  const int p0 = pi * p.part;
-  if (p0 >= len) {
-    pdl_wait();
-    return;
-  }
-  const int p1 = min(len, p0 + p.part), nparts = (len + p.part - 1) / p.part;
-  const int k0 = max(p0, p.window > 0 ? len - p.window : 0);
-  uint4 *ring = sm4 + (size_t)warp * S * 2 * CH; /* this warp's S stages of (K CH chunks, V CH chunks) */
-  uint4 *nk4 = sm4 + (size_t)NW * S * 2 * CH;    /* (NC) the new key, rotated */
-  uint4 *nv4 = nk4 + NC;                         /* (NC) its value */
+  ring_work w;
+  if (!ring_setup<D, S>(p, sm4, tid, lane, warp, w)) return;
+  uint4 *ring = w.ring, *nk4 = w.nk4, *nv4 = w.nv4;
   float *qs = reinterpret_cast<float *>(nv4 + NC); /* (MG, D) */
   float *wml = qs + MG * D;                        /* (NW, MG, 2) */
   float *csn = wml + 2 * NW * MG;                  /* (D) rope cos | sin */
-
-  /* this warp's cache blocks: ii = warp + n * NW, n < nbw; lane n holds the n-th one's id */
-  const int kb0 = k0 / VR_ROLL_BLOCK, nkb = (p1 - 1) / VR_ROLL_BLOCK - kb0 + 1;
-  const int nbw = warp < nkb ? (nkb - 1 - warp) / NW + 1 : 0; /* <= VR_ROLL_MAX_PART / 16 / NW <= 32 */
-  if (p.window > 0 && lane < nbw) myblk = bt[kb0 + warp + lane * NW];
-  /* block n of the warp into stage n % S (always one commit group, empty when n >= nbw) */
-  auto issue = [&](int n) {
-    if (n < nbw) {
-      uint4 *st = ring + (n % S) * 2 * CH;
-      const size_t head = (size_t)__shfl_sync(0xffffffffu, myblk, n) * p.Hkv + hk;
-      const uint4 *ks = reinterpret_cast<const uint4 *>(p.kc + head * NC * VR_ROLL_BLOCK * 8);
-      const uint4 *vs = reinterpret_cast<const uint4 *>(p.vc + head * VR_ROLL_BLOCK * D);
-      const int key0 = (kb0 + warp + n * NW) * VR_ROLL_BLOCK;
-#pragma unroll
-      for (int r = 0; r < (CH + 31) / 32; ++r) {
-        const int c = lane + 32 * r;
-        if (c >= CH) break;
-        const int kj = key0 + c % VR_ROLL_BLOCK, vt = key0 + c / NC; /* K chunk (c / 16, key c % 16); V (row c / NC) */
-        ring_cp16(st + c, ks + c, kj >= k0 && kj < p1 ? 16 : 0);
-        ring_cp16(st + CH + c, vs + c, vt >= k0 && vt < p1 ? 16 : 0);
-      }
-    }
-    ring_commit();
-  };
+  auto issue = [&](int n) { ring_issue<D, S, 0>(p, w, ring, n, lane, warp); };
 #pragma unroll
   for (int n = 0; n < S; ++n) issue(n);
 
-  const uint16_t *q = p.qkv + (size_t)b * p.ld + p.q_off + (size_t)h0 * D;
-  const int newk = p.rope && len - 1 >= p0 ? len - 1 : -1;
+  const uint16_t *q = p.qkv + (size_t)w.b * p.ld + p.q_off + (size_t)w.h0 * D;
+  const int newk = p.rope && w.len - 1 >= w.p0 ? w.len - 1 : -1;
   if (p.rope) {
-    const float pp = (float)p.pos[b]; /* metadata: not the previous kernel's */
+    const float pp = (float)p.pos[w.b]; /* metadata: not the previous kernel's */
     for (int i = tid; i < D / 2; i += NW * 32) roll_rope_angle(pp, p.inv_freq[i], p.rope_scaling, &csn[i], &csn[D / 2 + i]);
     pdl_wait();
     __syncthreads();
     for (int i = tid; i < MG * D; i += NW * 32) {
       const int d = i % D;
-      qs[i] = i < ng * D ? bf(rope_elem<D>(q + (i - d), d, csn)) * p.scale_log2 : 0.f;
+      qs[i] = i < w.ng * D ? bf(rope_elem<D>(q + (i - d), d, csn)) * p.scale_log2 : 0.f;
     }
     if (newk >= 0)
-      roll_new_kv<D>(p, b, hk, g0, csn, reinterpret_cast<uint16_t *>(nk4), reinterpret_cast<uint16_t *>(nv4), tid);
+      roll_new_kv<D>(p, w.b, w.hk, w.g0, csn, reinterpret_cast<uint16_t *>(nk4), reinterpret_cast<uint16_t *>(nv4),
+                     tid);
   } else {
     pdl_wait();
-    for (int i = tid; i < MG * D; i += NW * 32) qs[i] = i < ng * D ? bf(q[i]) * p.scale_log2 : 0.f;
+    for (int i = tid; i < MG * D; i += NW * 32) qs[i] = i < w.ng * D ? bf(q[i]) * p.scale_log2 : 0.f;
   }
   __syncthreads();
 
@@ -441,11 +477,11 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
     for (int e = 0; e < 8; ++e) o[g][e] = 0.f;
   }
   const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
-  for (int n = 0; n < nbw; ++n) {
+  for (int n = 0; n < w.nbw; ++n) {
     ring_wait<S - 1>(); /* this lane's copies of block n have landed */
     __syncwarp();       /* and every lane's */
     const uint4 *kst = ring + (n % S) * 2 * CH, *vst = kst + CH;
-    const int key0 = (kb0 + warp + n * NW) * VR_ROLL_BLOCK;
+    const int key0 = (w.kb0 + warp + n * NW) * VR_ROLL_BLOCK;
     float s[MG];
 #pragma unroll
     for (int g = 0; g < MG; ++g) s[g] = 0.f;
@@ -465,7 +501,7 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
       }
     }
     const int key = key0 + j;
-    const bool valid = key >= k0 && key < p1;
+    const bool valid = key >= w.k0 && key < w.p1;
 #pragma unroll
     for (int g = 0; g < MG; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], 16);
 #pragma unroll
@@ -525,8 +561,8 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
     }
   }
   __syncthreads();
-  roll_merge_warps<D, MG>(p, wml, reinterpret_cast<const float *>(sm4), (size_t)S * 2 * CH * 4, b, h0, ng, pi, nparts,
-                          tid);
+  roll_merge_warps<D, MG>(p, wml, reinterpret_cast<const float *>(sm4), (size_t)S * 2 * CH * 4, w.b, w.h0, w.ng, w.pi,
+                          w.nparts, tid);
 }
 
 /* Tensor-core fragments (mma.sync m16n8k16, bf16 in, fp32 accumulate; PTX ISA "Matrix fragments for
@@ -576,76 +612,34 @@ __global__ void __launch_bounds__(NW * 32, D > 128 ? 1 : 4) k_roll_decode_mma(ro
   constexpr int NC = D / 8, KS = D / 16, S = RING_STAGES(D), CH = VR_ROLL_BLOCK * NC;
   constexpr int SWZ = NC < 8 ? NC - 1 : 7; /* V chunk c of row r lies at r * NC + (c ^ (r & SWZ)) */
   extern __shared__ uint4 sm4[];
-  const int G = p.H / p.Hkv;
-  const int hk = blockIdx.x / p.n_gchunks, g0 = (blockIdx.x % p.n_gchunks) * MAXG;
-  const int ng = min(MAXG, G - g0), h0 = hk * G + g0;
-  const int b = blockIdx.y, pi = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
-  const int pb = pi * (p.part / VR_ROLL_BLOCK) + warp + lane * NW; /* as in k_roll_decode_ring */
-  int myblk = p.window <= 0 && warp + lane * NW < p.part / VR_ROLL_BLOCK && pb < p.max_blocks ? bt[pb] : 0;
-  const int len = p.lens[b];
-  if (len <= 0) {
-    pdl_wait();
-    if (pi == 0)
-      for (int i = tid; i < ng * D; i += NW * 32) p.out[(size_t)b * p.ld_out + (size_t)h0 * D + i] = 0;
-    return;
-  }
-  const int p0 = pi * p.part;
-  if (p0 >= len) {
-    pdl_wait();
-    return;
-  }
-  const int p1 = min(len, p0 + p.part), nparts = (len + p.part - 1) / p.part;
-  const int k0 = max(p0, p.window > 0 ? len - p.window : 0);
-  uint4 *ring = sm4 + (size_t)warp * S * 2 * CH;      /* this warp's S stages of (K CH chunks, V CH chunks) */
-  uint4 *nk4 = sm4 + (size_t)NW * S * 2 * CH;         /* (NC) the new key, rotated */
-  uint4 *nv4 = nk4 + NC;                              /* (NC) its value */
+  ring_work w;
+  if (!ring_setup<D, S>(p, sm4, tid, lane, warp, w)) return;
+  uint4 *ring = w.ring, *nk4 = w.nk4, *nv4 = w.nv4;
   uint16_t *qh = reinterpret_cast<uint16_t *>(nv4 + NC); /* (MAXG, D) bf16 queries, rows >= ng zero */
   float *wml = reinterpret_cast<float *>(qh + MAXG * D); /* (NW, MAXG, 2) */
   float *csn = wml + 2 * NW * MAXG;                      /* (D) rope cos | sin */
-
-  const int kb0 = k0 / VR_ROLL_BLOCK, nkb = (p1 - 1) / VR_ROLL_BLOCK - kb0 + 1;
-  const int nbw = warp < nkb ? (nkb - 1 - warp) / NW + 1 : 0;
-  if (p.window > 0 && lane < nbw) myblk = bt[kb0 + warp + lane * NW];
-  auto issue = [&](int n) {
-    if (n < nbw) {
-      uint4 *st = ring + (n % S) * 2 * CH;
-      const size_t head = (size_t)__shfl_sync(0xffffffffu, myblk, n) * p.Hkv + hk;
-      const uint4 *ks = reinterpret_cast<const uint4 *>(p.kc + head * NC * VR_ROLL_BLOCK * 8);
-      const uint4 *vs = reinterpret_cast<const uint4 *>(p.vc + head * VR_ROLL_BLOCK * D);
-      const int key0 = (kb0 + warp + n * NW) * VR_ROLL_BLOCK;
-#pragma unroll
-      for (int r = 0; r < (CH + 31) / 32; ++r) {
-        const int c = lane + 32 * r;
-        if (c >= CH) break;
-        const int vr = c / NC, vc = c % NC;
-        const int kj = key0 + c % VR_ROLL_BLOCK, vt = key0 + vr;
-        ring_cp16(st + c, ks + c, kj >= k0 && kj < p1 ? 16 : 0);
-        ring_cp16(st + CH + vr * NC + (vc ^ (vr & SWZ)), vs + c, vt >= k0 && vt < p1 ? 16 : 0);
-      }
-    }
-    ring_commit();
-  };
+  auto issue = [&](int n) { ring_issue<D, S, SWZ>(p, w, ring, n, lane, warp); };
 #pragma unroll
   for (int n = 0; n < S; ++n) issue(n);
 
-  const uint16_t *q = p.qkv + (size_t)b * p.ld + p.q_off + (size_t)h0 * D;
-  const int newk = p.rope && len - 1 >= p0 ? len - 1 : -1;
+  const uint16_t *q = p.qkv + (size_t)w.b * p.ld + p.q_off + (size_t)w.h0 * D;
+  const int newk = p.rope && w.len - 1 >= w.p0 ? w.len - 1 : -1;
   if (p.rope) {
-    const float pp = (float)p.pos[b];
+    const float pp = (float)p.pos[w.b];
     for (int i = tid; i < D / 2; i += NW * 32) roll_rope_angle(pp, p.inv_freq[i], p.rope_scaling, &csn[i], &csn[D / 2 + i]);
     pdl_wait();
     __syncthreads();
     for (int i = tid; i < MAXG * D; i += NW * 32) {
       const int d = i % D;
-      qh[i] = i < ng * D ? rope_elem<D>(q + (i - d), d, csn) : (uint16_t)0;
+      qh[i] = i < w.ng * D ? rope_elem<D>(q + (i - d), d, csn) : (uint16_t)0;
     }
     if (newk >= 0)
-      roll_new_kv<D>(p, b, hk, g0, csn, reinterpret_cast<uint16_t *>(nk4), reinterpret_cast<uint16_t *>(nv4), tid);
+      roll_new_kv<D>(p, w.b, w.hk, w.g0, csn, reinterpret_cast<uint16_t *>(nk4), reinterpret_cast<uint16_t *>(nv4),
+                     tid);
   } else {
     pdl_wait();
-    for (int i = tid; i < MAXG * D; i += NW * 32) qh[i] = i < ng * D ? q[i] : (uint16_t)0;
+    for (int i = tid; i < MAXG * D; i += NW * 32) qh[i] = i < w.ng * D ? q[i] : (uint16_t)0;
   }
   __syncthreads();
 
@@ -666,11 +660,11 @@ __global__ void __launch_bounds__(NW * 32, D > 128 ? 1 : 4) k_roll_decode_mma(ro
   /* ldmatrix row addresses: K (A of S^T) key lane % 16 of chunk 2ks + lane / 16; V (A of O^T, transposed)
    * row vk of chunk 2ks + (lane / 8) % 2 */
   const int vk = (lane & 7) + ((lane >> 4) << 3), vh = (lane >> 3) & 1;
-  for (int n = 0; n < nbw; ++n) {
+  for (int n = 0; n < w.nbw; ++n) {
     ring_wait<S - 1>();
     __syncwarp();
     uint4 *kst = ring + (n % S) * 2 * CH, *vst = kst + CH;
-    const int key0 = (kb0 + warp + n * NW) * VR_ROLL_BLOCK;
+    const int key0 = (w.kb0 + warp + n * NW) * VR_ROLL_BLOCK;
     if (newk >= key0 && newk < key0 + VR_ROLL_BLOCK) { /* the new key's row from shared memory */
       const int j = newk - key0;
       for (int c = lane; c < NC; c += 32) {
@@ -686,7 +680,7 @@ __global__ void __launch_bounds__(NW * 32, D > 128 ? 1 : 4) k_roll_decode_mma(ro
       mma_ldsm4(a, kst + (2 * ks + (lane >> 4)) * VR_ROLL_BLOCK + (lane & 15));
       mma_16816(s, a, qf[ks]);
     }
-    const bool va = key0 + g >= k0 && key0 + g < p1, vb = key0 + g + 8 >= k0 && key0 + g + 8 < p1;
+    const bool va = key0 + g >= w.k0 && key0 + g < w.p1, vb = key0 + g + 8 >= w.k0 && key0 + g + 8 < w.p1;
     const float s0 = va ? s[0] * sl : -INFINITY, s1 = va ? s[1] * sl : -INFINITY;
     const float s2 = vb ? s[2] * sl : -INFINITY, s3 = vb ? s[3] * sl : -INFINITY;
     float bm0 = fmaxf(s0, s2), bm1 = fmaxf(s1, s3);
@@ -745,8 +739,8 @@ __global__ void __launch_bounds__(NW * 32, D > 128 ? 1 : 4) k_roll_decode_mma(ro
     wml[2 * (warp * MAXG + 2 * t + 1) + 1] = l1;
   }
   __syncthreads();
-  roll_merge_warps<D, MAXG>(p, wml, reinterpret_cast<const float *>(sm4), (size_t)S * 2 * CH * 4, b, h0, ng, pi, nparts,
-                            tid);
+  roll_merge_warps<D, MAXG>(p, wml, reinterpret_cast<const float *>(sm4), (size_t)S * 2 * CH * 4, w.b, w.h0, w.ng, w.pi,
+                            w.nparts, tid);
 }
 
 /* One block per (sequence, query head): merges the partitions of sequences that had more than one. */
