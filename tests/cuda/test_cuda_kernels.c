@@ -591,12 +591,14 @@ static void test_norms(int T, int C) {
 
 static void test_act(int T, int I);
 
-static void test_elementwise(void) {
-  const int T = 37, H = 4, Hkv = 2, D = 64, ld = (H + 2 * Hkv) * D;
+/* RoPE on T tokens of H / Hkv heads of D against the double reference: D % 16 == 0 takes the
+ * 8-pair kernel, other head dims the scalar one. */
+static void test_rope(int T, int H, int Hkv, int D) {
+  const int ld = (H + 2 * Hkv) * D;
   float *qf;
   uint16_t *qkv = rand_bf((size_t)T * ld, 2, &qf);
-  int32_t pos[37];
-  float inv[32];
+  int32_t *pos = malloc((size_t)T * sizeof *pos);
+  float *inv = malloc((size_t)D / 2 * sizeof *inv);
   for (int t = 0; t < T; ++t) pos[t] = irand(4000);
   for (int i = 0; i < D / 2; ++i) inv[i] = (float)pow(10000.0, -2.0 * i / D);
   const float sc = 1.25f;
@@ -615,16 +617,23 @@ static void test_elementwise(void) {
     }
   uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2);
   int32_t *d_pos = todev(pos, T * 4);
-  float *d_inv = todev(inv, sizeof inv);
+  float *d_inv = todev(inv, (size_t)D / 2 * sizeof *inv);
   vr_cuda_rope(d_qkv, ld, 0, H * D, H, Hkv, D, d_pos, d_inv, sc, T, 0);
   tohost(qkv, d_qkv, (size_t)T * ld * 2);
   float *of = bf_arr_to_f(qkv, (size_t)T * ld);
-  check_rel("rope q+k (v untouched) T37 H4/2 D64", ref, of, (size_t)T * ld, 1e-2);
+  char what[80];
+  snprintf(what, sizeof what, "rope q+k (v untouched) T%d H%d/%d D%d", T, H, Hkv, D);
+  check_rel(what, ref, of, (size_t)T * ld, 1e-2);
   free(of);
-
-  for (int I = 200; I <= 201; ++I) test_act(T, I);
   CK(cudaFree(d_qkv)); CK(cudaFree(d_pos)); CK(cudaFree(d_inv));
-  free(qkv), free(qf), free(ref);
+  free(qkv), free(qf), free(ref), free(pos), free(inv);
+}
+
+static void test_elementwise(void) {
+  test_rope(37, 4, 2, 64);
+  test_rope(37, 4, 2, 128);
+  test_rope(37, 4, 2, 24); /* the scalar kernel */
+  for (int I = 200; I <= 201; ++I) test_act(37, I);
 }
 
 /* swiglu and bias + gelu (erf, tanh): I = 200 takes the 8-wide kernels, 201 the scalar ones */
@@ -957,6 +966,7 @@ int main(void) {
   test_norms(33, 768);
   test_norms(5, 4096);
   test_norms(7, 40);
+  test_norms(3, 42); /* C % 4 != 0: the scalar RMSNorm */
   test_elementwise();
   vr_cuda_gemm_t *g;
   if (vr_cuda_gemm_init(&g, 32u << 20)) return 1;
