@@ -596,9 +596,9 @@ static int write_long_model(const char *dir) {
  * at head_dim 64 on an sm_90a build); shorter batches of the same bucket replay its graph. On a
  * 9216-row batch (a bucket's exact size, so before this rule it took the graph) with one
  * 8292-token sequence: within bf16 rounding of the cpu backend and of the bucket's graph
- * (cuda-exact-size off: two consumers, every row in the last layer), and equal to the same
- * model with graphs off (eager at the exact size by the same rule); a 9216-row batch of
- * shorter sequences: the graph within rounding of graphs off. */
+ * (cuda-exact-size off: two consumers), and equal to the same model with graphs off (eager at
+ * the exact size by the same rule); a 9216-row batch of shorter sequences: the graph within
+ * rounding of graphs off and of the pruned graph. */
 static void test_long_sequences(void) {
   char dir[] = "/tmp/vr_test_long_XXXXXX";
   if (!mkdtemp(dir) || write_long_model(dir)) {
@@ -635,7 +635,8 @@ static void test_long_sequences(void) {
     } else {
       snprintf(what, sizeof what, "%u-token batch of <= %u tokens: graph vs graphs off", cu[N], lens[0]);
       verdict("long_d64", what, rel_err_ff(sc, se, N), 1e-2);
-      verdict("long_d64", "short sequences: graph == graph (exact-size off)", rel_err_ff(sc, sg, N), 1e-5);
+      /* exact-size off makes the bucket's pruned graphs too (the last layer on 8 rows): rounding apart */
+      verdict("long_d64", "short sequences: graph vs pruned graph (exact-size off)", rel_err_ff(sc, sg, N), 1e-2);
     }
     free(ids);
   }
