@@ -4,6 +4,18 @@
 
 /* ---------------------------------------------------------------- kernels */
 
+/* cs_sn[i] = cos, cs_sn[half + i] = sin of angle p * inv_freq[i], both times scaling, for the
+ * block's token; returns after the block's barrier. */
+__device__ __forceinline__ void rope_angles(float *cs_sn, float p, const float *inv_freq, int half, float scaling) {
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float sn, cs;
+    sincosf(p * inv_freq[i], &sn, &cs);
+    cs_sn[i] = cs * scaling;
+    cs_sn[half + i] = sn * scaling;
+  }
+  __syncthreads();
+}
+
 /* One block per token: the D/2 angles once into shared memory (dynamic, D
  * floats), then every (head, i) pair of the token's q and k heads. */
 __global__ void k_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int Hkv, int D,
@@ -12,14 +24,7 @@ __global__ void k_rope(uint16_t *qkv, int ld, int q_off, int k_off, int H, int H
   extern __shared__ float cs_sn[];
   const int half = D / 2, nh = H + Hkv;
   const size_t t = blockIdx.x;
-  const float p = (float)pos[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float sn, cs;
-    sincosf(p * inv_freq[i], &sn, &cs);
-    cs_sn[i] = cs * scaling;
-    cs_sn[half + i] = sn * scaling;
-  }
-  __syncthreads();
+  rope_angles(cs_sn, (float)pos[t], inv_freq, half, scaling);
   uint16_t *row = qkv + t * ld;
   for (int idx = threadIdx.x; idx < nh * half; idx += blockDim.x) {
     const int j = idx / half, i = idx - j * half;
@@ -41,14 +46,7 @@ __global__ void k_rope8(uint16_t *qkv, int ld, int q_off, int k_off, int H, int 
   extern __shared__ float cs_sn[];
   const int half = D / 2, h8 = half / 8, nh = H + Hkv;
   const size_t t = blockIdx.x;
-  const float p = (float)pos[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float sn, cs;
-    sincosf(p * inv_freq[i], &sn, &cs);
-    cs_sn[i] = cs * scaling;
-    cs_sn[half + i] = sn * scaling;
-  }
-  __syncthreads();
+  rope_angles(cs_sn, (float)pos[t], inv_freq, half, scaling);
   uint16_t *row = qkv + t * ld;
   for (int idx = threadIdx.x; idx < nh * h8; idx += blockDim.x) {
     const int j = idx / h8, i0 = (idx - j * h8) * 8;
