@@ -15,6 +15,16 @@ __global__ void k_layernorm(float *x, uint16_t *xn, const float *w, const float 
   layernorm_row(xr, xnr, w, b, C, eps, s, red);
 }
 
+/* This thread's VPT float4 of a row of C4 float4 (threadIdx.x + k blockDim.x), zeros past its end. */
+template <int VPT>
+__device__ __forceinline__ void row4_load(const float4 *xr, int C4, float4 (&v)[VPT]) {
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    v[k] = c < C4 ? xr[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
 /* Vectorised LayerNorm: C % 4 == 0; each thread keeps VPT float4 of the row in registers
  * (one read of x, one write of x and xn); blockDim.x * VPT * 4 >= C. */
 template <int VPT>
@@ -26,13 +36,10 @@ __global__ void k_layernorm_vec(float *x, uint16_t *xn, const float *w, const fl
   uint2 *xnr = reinterpret_cast<uint2 *>(xn + t * C);
   const int C4 = C / 4;
   float4 v[VPT];
+  row4_load<VPT>(xr, C4, v);
   float s = 0.f;
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int c = threadIdx.x + k * blockDim.x;
-    v[k] = c < C4 ? xr[c] : make_float4(0.f, 0.f, 0.f, 0.f);
-    s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
-  }
+  for (int k = 0; k < VPT; ++k) s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
   const float mean = block_sum(s, red) / C;
   float q = 0.f;
 #pragma unroll
@@ -186,13 +193,10 @@ __global__ void k_rmsnorm_vec(const float *x, uint16_t *xn, const float *w, int 
   uint2 *xnr = reinterpret_cast<uint2 *>(xn + t * C);
   const int C4 = C / 4;
   float4 v[VPT];
+  row4_load<VPT>(xr, C4, v);
   float q = 0.f;
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int c = threadIdx.x + k * blockDim.x;
-    v[k] = c < C4 ? xr[c] : make_float4(0.f, 0.f, 0.f, 0.f);
-    q += (v[k].x * v[k].x + v[k].y * v[k].y) + (v[k].z * v[k].z + v[k].w * v[k].w);
-  }
+  for (int k = 0; k < VPT; ++k) q += (v[k].x * v[k].x + v[k].y * v[k].y) + (v[k].z * v[k].z + v[k].w * v[k].w);
   const float r = rsqrtf(block_sum(q, red) / C + eps);
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
