@@ -74,12 +74,14 @@ class GemmCache(unittest.TestCase):
         self.assertGreater(len(ents), 0)
         self.assertEqual(stat.S_IMODE(os.stat(self.cache).st_mode), 0o600)
         self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(self.cache)).st_mode), 0o700)
-        before = open(self.cache, "rb").read()
+        with open(self.cache, "rb") as f:
+            before = f.read()
         b = gen(env_cache=self.cache)
         self.assertIn("GEMM-choice cache %s: %d choices loaded" % (self.cache, len(ents)), b.stderr)
         self.assertNotIn("choices added", b.stderr)  # every tuned plan took a loaded choice
         self.assertNotIn("not among", b.stderr)
-        self.assertEqual(open(self.cache, "rb").read(), before)
+        with open(self.cache, "rb") as f:
+            self.assertEqual(f.read(), before)
         self.assertTrue(a.stdout)
         self.assertEqual(b.stdout, a.stdout)  # tokens and log-probs (%.9g: every float bit)
         c = gen(["--gemm-cache", self.cache], env_cache="off")  # the flag wins over the environment
