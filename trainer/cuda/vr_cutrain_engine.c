@@ -115,6 +115,9 @@ static int dalloc(vr_cutrain_t *e, void **p, size_t bytes) {
     }                                                      \
   } while (0)
 
+/* vr_cutrain_attention_bwd_kernel's values (VR_CUTRAIN_ATTN_BWD_*), for the log */
+static const char *const attn_bwd_names[] = {"auto", "generic", "mma.sync", "wgmma"};
+
 static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NONE && a + na == b; }
 
 void vr_cutrain_free(vr_cutrain_t *e) {
@@ -327,8 +330,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "attention dK/dV %s, activations %s, %.2f GiB on the device",
+         "attention backward %s, dK/dV %s, activations %s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
+         attn_bwd_names[vr_cutrain_attention_bwd_kernel(e->d.head_dim, e->d.window)],
          e->split ? "per query head" : "per key head", e->recompute ? "recomputed per layer" : "kept",
          e->dev_bytes / 1073741824.0);
   *out = e;
@@ -552,7 +556,7 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   mark(e, VR_CUTRAIN_PH_BWD_O);
   vr_cutrain_attention_bwd(e->dqkv, a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, e->datt, HD, a->lse, e->delta, e->cu,
                            e->tiles, e->tiles_q, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), e->split, T,
-                           e->s);
+                           VR_CUTRAIN_ATTN_BWD_AUTO, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_ATTN);
   vr_cutrain_rope_bwd(e->dqkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_nif, d->rope_scaling, T, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_ELEM);
