@@ -194,17 +194,33 @@ __global__ void __launch_bounds__(GNW * 32) k_attn_bwd_dkdv_generic(bwd_params p
 #include "vr_cutrain_attention_mma.cuh"
 #include "vr_cutrain_attention_sm90.cuh"
 
+/* The wgmma kernels' launch attributes, once per device: their shared memory, and the largest
+ * carveout (MINB blocks a multiprocessor need it). */
+template <typename K>
+void wg_attrs_once(K kernel, size_t bytes, int (&done)[64]) {
+  const int dev = vr_cuda_current_device_();
+  if (dev >= 0 && dev < 64 && done[dev]) return;
+  VR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+  set_smem_once(kernel, bytes, done);
+}
+
 /* The tensor-core backward at head dim D: the mma.sync kernels, or with tm (the tensor maps of
- * qkv and dout) the wgmma ones. */
+ * qkv and dout) the wgmma ones (register A operands where wg_bwd_ra says; ss: the first form,
+ * every S / dP product from shared memory). */
 template <int D>
-void launch_bwd(const bwd_params &p, int n_tiles, int T, const CUtensorMap *tm, cudaStream_t s) {
+void launch_bwd(const bwd_params &p, int n_tiles, int T, const CUtensorMap *tm, bool ss, cudaStream_t s) {
   const dim3 g_kv((unsigned)n_tiles, (unsigned)(p.part ? p.H : p.Hkv)), g_q((unsigned)n_tiles, (unsigned)p.H);
+  constexpr bool RKV = wg_bwd_ra<D>::kv, RQ = wg_bwd_ra<D>::q;
+  const size_t wsh = wg_bwd_cfg<D>::SMEM;
   if (tm) {
-    const size_t sh = wg_bwd_cfg<D>::SMEM;
-    static int set_kv[64], set_q[64];
-    set_smem_once(k_bwd_dkdv_wg<D>, sh, set_kv);
-    set_smem_once(k_bwd_dq_wg<D>, sh, set_q);
-    k_bwd_dkdv_wg<D><<<g_kv, 128, sh, s>>>(tm[0], tm[1], p);
+    static int set_kv[2][64];
+    if (ss) {
+      wg_attrs_once(k_bwd_dkdv_wg<D, false>, wsh, set_kv[0]);
+      k_bwd_dkdv_wg<D, false><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
+    } else {
+      wg_attrs_once(k_bwd_dkdv_wg<D, RKV>, wsh, set_kv[1]);
+      k_bwd_dkdv_wg<D, RKV><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
+    }
   } else {
     const size_t sh = mma_bwd_smem<D>::bytes;
     static int set_kv[64], set_q[64];
@@ -218,9 +234,14 @@ void launch_bwd(const bwd_params &p, int n_tiles, int T, const CUtensorMap *tm, 
     k_attn_dkdv_reduce<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
     VR_CUDA_CHECK_LAUNCH();
   }
-  if (tm)
-    k_bwd_dq_wg<D><<<g_q, 128, wg_bwd_cfg<D>::SMEM, s>>>(tm[0], tm[1], p);
-  else
+  static int set_q[2][64];
+  if (tm && ss) {
+    wg_attrs_once(k_bwd_dq_wg<D, false>, wsh, set_q[0]);
+    k_bwd_dq_wg<D, false><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
+  } else if (tm) {
+    wg_attrs_once(k_bwd_dq_wg<D, RQ>, wsh, set_q[1]);
+    k_bwd_dq_wg<D, RQ><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
+  } else
     k_bwd_dq_mma<D><<<g_q, 128, mma_bwd_smem<D>::bytes, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }
@@ -291,7 +312,7 @@ extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, in
   if (kernel == VR_CUTRAIN_ATTN_BWD_AUTO) kernel = vr_cutrain_attention_bwd_kernel(D, window);
   VR_ASSERT((kernel == VR_CUTRAIN_ATTN_BWD_GENERIC || vr_cutrain_attention_bwd_tc(D, window)) &&
             "tensor-core attention backward: head dim 64 or 128, no window");
-  VR_ASSERT((kernel != VR_CUTRAIN_ATTN_BWD_WGMMA || vr_cutrain_attention_bwd_wgmma_ok(D, window)) &&
+  VR_ASSERT((kernel < VR_CUTRAIN_ATTN_BWD_WGMMA || vr_cutrain_attention_bwd_wgmma_ok(D, window)) &&
             "the wgmma attention backward needs an sm_90a build on a compute 9.0 device");
   bwd_params p =
       params_make(dqkv, qkv, ld, q_off, k_off, v_off, o, dout, ld_o, lse, delta, cu, tiles, tiles_q, H, Hkv, scale);
@@ -303,17 +324,18 @@ extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, in
     VR_ASSERT(ld % 8 == 0 && ld_o % 8 == 0 && q_off % 8 == 0 && k_off % 8 == 0 && v_off % 8 == 0);
     CUtensorMap tm[2];
     const CUtensorMap *tmp = NULL;
-    if (kernel == VR_CUTRAIN_ATTN_BWD_WGMMA) {
+    if (kernel == VR_CUTRAIN_ATTN_BWD_WGMMA || kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_SS) {
       VR_ASSERT(((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0);
       const int e0 = vr_sm90_tensor_map(&tm[0], qkv, ld, T, ld, 64, 64);
       const int e1 = vr_sm90_tensor_map(&tm[1], dout, ld_o, T, ld_o, 64, 64);
       VR_ASSERT(e0 == 0 && e1 == 0 && "cuTensorMapEncodeTiled failed");
       tmp = tm;
     }
+    const bool ss = kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_SS;
     if (D == 64)
-      launch_bwd<64>(p, n_tiles, T, tmp, s);
+      launch_bwd<64>(p, n_tiles, T, tmp, ss, s);
     else
-      launch_bwd<128>(p, n_tiles, T, tmp, s);
+      launch_bwd<128>(p, n_tiles, T, tmp, ss, s);
     return;
   }
   VR_ASSERT(D >= 1 && D <= 32 * GDPL);

@@ -83,11 +83,58 @@ __device__ __forceinline__ void wg_issue_rs(float (&acc)[D / 8][4], const uint32
   for (int kk = 0; kk < 4; ++kk) wg_rs(reinterpret_cast<float(&)[D / 2]>(acc), a[kk], db[kk]);
 }
 
+/* d (+)= A B, m64n64k16, A from registers (mma.sync A fragments), B K-major in shared memory
+ * (S^T = K Q^T with K in registers); acc 0: d = A B. */
+__device__ __forceinline__ void wg_rs_kmajor(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " F3_DREGS32
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+               : F3_DOPS32
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
+/* This warp's 16 rows of the 64 x D tile at tile (swizzled as TMA wrote it) as D / 16 k16 A
+ * fragments: ldmatrix row addresses with the 16-byte chunk c of row r at chunk c ^ (r & 7). */
+template <int D>
+__device__ __forceinline__ void wg_afrags(uint32_t (&f)[D / 16][4], uint32_t tile) {
+  const int lane = threadIdx.x & 31, r = (threadIdx.x >> 5 & 3) * 16 + (lane & 15);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const int c = 2 * (kk & 3) + (lane >> 4);
+    const uint32_t a = tile + (kk >> 2) * 64 * 128 + r * 128 + ((c ^ (r & 7)) << 4);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(f[kk][0]), "=r"(f[kk][1]), "=r"(f[kk][2]), "=r"(f[kk][3])
+                 : "r"(a));
+  }
+}
+
+/* As wg_issue_ss with A in registers (wg_afrags). */
+template <int D>
+__device__ __forceinline__ void wg_issue_rk(float (&acc)[8][4], const uint32_t (&a)[D / 16][4], uint32_t b) {
+  uint64_t db[D / 16];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    db[kk] = f3_desc(b + (kk >> 2) * 64 * 128 + (kk & 3) * 32, 16, 1024);
+    asm volatile("" : "+l"(db[kk]));
+  }
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) wg_rs_kmajor(reinterpret_cast<float(&)[32]>(acc), a[kk], db[kk], kk);
+}
+
 #endif
+
+/* RA: the block's own tiles (K and V here, Q and dO in the dQ kernel) as register A fragments
+ * for the S / dP products (half their shared-memory reads), else both operands from shared
+ * memory; wg_bwd_ra's choice per kernel and head dim. */
+template <int D>
+struct wg_bwd_ra {
+  static constexpr bool kv = D == 64; /* D 128: 64 more registers than a thread has */
+  static constexpr bool q = true;
+};
 
 /* Grid (n_tiles, Hkv) of (64-key tile, key head), or (n_tiles, H) with p.part, as k_bwd_dkdv_mma.
  * tq: the map of qkv (T rows x ld), to: of dout (T rows x ld_o). */
-template <int D>
+template <int D, bool RA>
 __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     k_bwd_dkdv_wg(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap to, bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -143,6 +190,11 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
   const int kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8;
   mb_wait(own, 0);
+  uint32_t kf[RA ? D / 16 : 1][4], vf[RA ? D / 16 : 1][4];
+  if (RA) {
+    wg_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(kf), sK);
+    wg_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(vf), sV);
+  }
   for (int it = 0; it < n_it; ++it) {
     const int st = it % S, buf = it & 1, q0 = k0 + 64 * (it % nq);
     /* stage (it - 1) % S: every warp finished with it at the barrier ending iteration it - 1 */
@@ -154,7 +206,10 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     uint32_t pa[4][4], da[4][4];
     f3_pin(sc);
     f3_fence();
-    wg_issue_ss<D>(sc, sK, sQ); /* S^T = K Q^T: 64 keys x 64 queries */
+    if (RA)
+      wg_issue_rk<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(kf), sQ); /* S^T = K Q^T: 64 keys x 64 queries */
+    else
+      wg_issue_ss<D>(sc, sK, sQ);
     f3_commit();
     f3_wait<0>();
     f3_pin(sc);
@@ -163,7 +218,10 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     f3_pin(dv);
     f3_fence();
     wg_issue_rs<D>(dv, pa, sO); /* dV += P^T dO */
-    wg_issue_ss<D>(sc, sV, sO); /* dP^T = V dO^T */
+    if (RA)
+      wg_issue_rk<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(vf), sO); /* dP^T = V dO^T */
+    else
+      wg_issue_ss<D>(sc, sV, sO);
     f3_commit();
     f3_wait<0>();
     f3_pin(sc);
@@ -186,7 +244,7 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
 }
 
 /* Grid (n_tiles, H): (64-query tile, head), as k_bwd_dq_mma. */
-template <int D>
+template <int D, bool RA>
 __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     k_bwd_dq_wg(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap to, bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -229,6 +287,11 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
 #pragma unroll
   for (int i = 0; i < NT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
   mb_wait(own, 0);
+  uint32_t qf[RA ? D / 16 : 1][4], of[RA ? D / 16 : 1][4];
+  if (RA) {
+    wg_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(qf), sQ);
+    wg_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(of), sO);
+  }
   for (int it = 0; it < n_it; ++it) {
     const int st = it % S, n0 = it * 64;
     if (threadIdx.x == 0 && it + S - 1 < n_it) load(it + S - 1);
@@ -239,9 +302,15 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     f3_pin(sc);
     f3_pin(dp);
     f3_fence();
-    wg_issue_ss<D>(sc, sQ, sK); /* S = Q K^T: 64 queries x 64 keys */
+    if (RA)
+      wg_issue_rk<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(qf), sK); /* S = Q K^T: 64 queries x 64 keys */
+    else
+      wg_issue_ss<D>(sc, sQ, sK);
     f3_commit();
-    wg_issue_ss<D>(dp, sO, sV); /* dP = dO V^T */
+    if (RA)
+      wg_issue_rk<D>(dp, reinterpret_cast<const uint32_t(&)[D / 16][4]>(of), sV); /* dP = dO V^T */
+    else
+      wg_issue_ss<D>(dp, sO, sV);
     f3_commit();
     f3_wait<1>();
     f3_pin(sc);

@@ -116,7 +116,7 @@ static int dalloc(vr_cutrain_t *e, void **p, size_t bytes) {
   } while (0)
 
 /* vr_cutrain_attention_bwd_kernel's values (VR_CUTRAIN_ATTN_BWD_*), for the log */
-static const char *const attn_bwd_names[] = {"auto", "generic", "mma.sync", "wgmma"};
+static const char *const attn_bwd_names[] = {"auto", "generic", "mma.sync", "wgmma", "wgmma (ss)"};
 
 static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NONE && a + na == b; }
 
