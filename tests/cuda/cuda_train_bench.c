@@ -11,7 +11,7 @@
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
- *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss]
+ *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
  * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only);
@@ -194,7 +194,7 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
 
 int main(int argc, char **argv) {
   const char *which = "all";
-  static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss"}; /* VR_CUTRAIN_ATTN_BWD_* */
+  static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"}; /* VR_CUTRAIN_ATTN_BWD_* */
   int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
@@ -226,7 +226,7 @@ int main(int argc, char **argv) {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
               "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1] "
-              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss]\n",
+              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra]\n",
               argv[0]);
       return 2;
     }

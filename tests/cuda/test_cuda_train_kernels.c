@@ -623,14 +623,15 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   check_rel(what, lse, gl, (size_t)T * H, 1e-3);
   /* each backward kernel that runs this shape here: the tensor-core ones where they apply (mma.sync
    * anywhere, wgmma on an sm_90a build on Hopper), else the generic one */
-  static const char *const knames[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss"};
-  int kernels[3], nk = 0;
+  static const char *const knames[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"};
+  int kernels[4], nk = 0;
   if (!vr_cutrain_attention_bwd_tc(D, window)) kernels[nk++] = VR_CUTRAIN_ATTN_BWD_GENERIC;
   else {
     kernels[nk++] = VR_CUTRAIN_ATTN_BWD_MMA;
     if (vr_cutrain_attention_bwd_wgmma_ok(D, window)) {
       kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA;
       kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_SS;
+      kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_RA;
     }
   }
   for (int ki = 0; ki < nk; ++ki) {

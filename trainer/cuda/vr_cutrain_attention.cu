@@ -205,21 +205,25 @@ void wg_attrs_once(K kernel, size_t bytes, int (&done)[64]) {
 }
 
 /* The tensor-core backward at head dim D: the mma.sync kernels, or with tm (the tensor maps of
- * qkv and dout) the wgmma ones (register A operands where wg_bwd_ra says; ss: the first form,
- * every S / dP product from shared memory). */
+ * qkv and dout) the wgmma ones in variant wv: 0 register A operands where wg_bwd_ra says and
+ * pipelined (VR_CUTRAIN_ATTN_BWD_WGMMA), 1 the same unpipelined (_WGMMA_RA), 2 the first form,
+ * every S / dP product from shared memory (_WGMMA_SS). */
 template <int D>
-void launch_bwd(const bwd_params &p, int n_tiles, int T, const CUtensorMap *tm, bool ss, cudaStream_t s) {
+void launch_bwd(const bwd_params &p, int n_tiles, int T, const CUtensorMap *tm, int wv, cudaStream_t s) {
   const dim3 g_kv((unsigned)n_tiles, (unsigned)(p.part ? p.H : p.Hkv)), g_q((unsigned)n_tiles, (unsigned)p.H);
   constexpr bool RKV = wg_bwd_ra<D>::kv, RQ = wg_bwd_ra<D>::q;
   const size_t wsh = wg_bwd_cfg<D>::SMEM;
+  static int set_kv[3][64], set_q[3][64];
   if (tm) {
-    static int set_kv[2][64];
-    if (ss) {
-      wg_attrs_once(k_bwd_dkdv_wg<D, false>, wsh, set_kv[0]);
-      k_bwd_dkdv_wg<D, false><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
+    if (wv == 0) {
+      wg_attrs_once(k_bwd_dkdv_wg<D, RKV, true>, wsh, set_kv[0]);
+      k_bwd_dkdv_wg<D, RKV, true><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
+    } else if (wv == 1) {
+      wg_attrs_once(k_bwd_dkdv_wg<D, RKV, false>, wsh, set_kv[1]);
+      k_bwd_dkdv_wg<D, RKV, false><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
     } else {
-      wg_attrs_once(k_bwd_dkdv_wg<D, RKV>, wsh, set_kv[1]);
-      k_bwd_dkdv_wg<D, RKV><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
+      wg_attrs_once(k_bwd_dkdv_wg<D, false, false>, wsh, set_kv[2]);
+      k_bwd_dkdv_wg<D, false, false><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
     }
   } else {
     const size_t sh = mma_bwd_smem<D>::bytes;
@@ -234,13 +238,15 @@ void launch_bwd(const bwd_params &p, int n_tiles, int T, const CUtensorMap *tm, 
     k_attn_dkdv_reduce<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
     VR_CUDA_CHECK_LAUNCH();
   }
-  static int set_q[2][64];
-  if (tm && ss) {
-    wg_attrs_once(k_bwd_dq_wg<D, false>, wsh, set_q[0]);
-    k_bwd_dq_wg<D, false><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
+  if (tm && wv == 0) {
+    wg_attrs_once(k_bwd_dq_wg<D, RQ, true>, wsh, set_q[0]);
+    k_bwd_dq_wg<D, RQ, true><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
+  } else if (tm && wv == 1) {
+    wg_attrs_once(k_bwd_dq_wg<D, RQ, false>, wsh, set_q[1]);
+    k_bwd_dq_wg<D, RQ, false><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
   } else if (tm) {
-    wg_attrs_once(k_bwd_dq_wg<D, RQ>, wsh, set_q[1]);
-    k_bwd_dq_wg<D, RQ><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
+    wg_attrs_once(k_bwd_dq_wg<D, false, false>, wsh, set_q[2]);
+    k_bwd_dq_wg<D, false, false><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
   } else
     k_bwd_dq_mma<D><<<g_q, 128, mma_bwd_smem<D>::bytes, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
@@ -324,18 +330,18 @@ extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, in
     VR_ASSERT(ld % 8 == 0 && ld_o % 8 == 0 && q_off % 8 == 0 && k_off % 8 == 0 && v_off % 8 == 0);
     CUtensorMap tm[2];
     const CUtensorMap *tmp = NULL;
-    if (kernel == VR_CUTRAIN_ATTN_BWD_WGMMA || kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_SS) {
+    if (kernel >= VR_CUTRAIN_ATTN_BWD_WGMMA) {
       VR_ASSERT(((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0);
       const int e0 = vr_sm90_tensor_map(&tm[0], qkv, ld, T, ld, 64, 64);
       const int e1 = vr_sm90_tensor_map(&tm[1], dout, ld_o, T, ld_o, 64, 64);
       VR_ASSERT(e0 == 0 && e1 == 0 && "cuTensorMapEncodeTiled failed");
       tmp = tm;
     }
-    const bool ss = kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_SS;
+    const int wv = kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_RA ? 1 : kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_SS ? 2 : 0;
     if (D == 64)
-      launch_bwd<64>(p, n_tiles, T, tmp, ss, s);
+      launch_bwd<64>(p, n_tiles, T, tmp, wv, s);
     else
-      launch_bwd<128>(p, n_tiles, T, tmp, ss, s);
+      launch_bwd<128>(p, n_tiles, T, tmp, wv, s);
     return;
   }
   VR_ASSERT(D >= 1 && D <= 32 * GDPL);

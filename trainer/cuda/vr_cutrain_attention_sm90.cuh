@@ -17,6 +17,8 @@
  *     issued with dP^T = V dO^T (m64n64 from shared memory), dS^T, dK += dS^T Q (A registers);
  *   k_bwd_dq_wg: S = Q K^T and dP = dO V^T issued together, P while dP runs, dS,
  *     dQ += dS K (A registers, K MN-major).
+ * Variants (wg_bwd_ra, PIPE below): the block's own tiles as register A operands of S / dP, and
+ * the pair's last product overlapping the next pair's first.
  * Shared memory (1024-byte aligned): a 64 x D tile is D / 64 chunks of 64 rows x 128 bytes
  * (TMA's 64 x 64 boxes, SWIZZLE_128B; the descriptors' 128B layout, SBO 1024 between 8-row
  * groups, LBO 8192 between the chunks of an MN-major operand), as vr_cuda_attention_fa3.cu's.
@@ -69,10 +71,28 @@ __device__ __forceinline__ void wg_issue_ss(float (&acc)[8][4], uint32_t a, uint
   for (int kk = 0; kk < D / 16; ++kk) wg_ss64(reinterpret_cast<float(&)[32]>(acc), da[kk], db[kk], kk);
 }
 
+/* d (+)= A B, m64nDk16, A from registers, B MN-major in shared memory (wg_rs with scale-d from
+ * acc: 0 gives d = A B, so an accumulator needs no zeroing instruction before its first product). */
+__device__ __forceinline__ void wg_rs_acc(float (&d)[32], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " F3_DREGS32
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+               : F3_DOPS32
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+__device__ __forceinline__ void wg_rs_acc(float (&d)[64], const uint32_t (&a)[4], uint64_t db, int acc) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " F3_DREGS64
+               ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+               : F3_DOPS64
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc));
+}
+
 /* acc (64 x D) += A B, A 64 x 64 as 4 k16 register fragments, B the 64 x D tile at b
  * (MN-major): 4 wgmma m64nDk16, issued, not waited for. */
 template <int D>
-__device__ __forceinline__ void wg_issue_rs(float (&acc)[D / 8][4], const uint32_t (&a)[4][4], uint32_t b) {
+__device__ __forceinline__ void wg_issue_rs(float (&acc)[D / 8][4], const uint32_t (&a)[4][4], uint32_t b,
+                                            bool set = false) {
   uint64_t db[4];
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
@@ -80,7 +100,11 @@ __device__ __forceinline__ void wg_issue_rs(float (&acc)[D / 8][4], const uint32
     asm volatile("" : "+l"(db[kk]));
   }
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wg_rs(reinterpret_cast<float(&)[D / 2]>(acc), a[kk], db[kk]);
+  for (int kk = 0; kk < 4; ++kk)
+    if (kk == 0)
+      wg_rs_acc(reinterpret_cast<float(&)[D / 2]>(acc), a[0], db[0], !set);
+    else
+      wg_rs(reinterpret_cast<float(&)[D / 2]>(acc), a[kk], db[kk]);
 }
 
 /* d (+)= A B, m64n64k16, A from registers (mma.sync A fragments), B K-major in shared memory
@@ -125,7 +149,11 @@ __device__ __forceinline__ void wg_issue_rk(float (&acc)[8][4], const uint32_t (
 
 /* RA: the block's own tiles (K and V here, Q and dO in the dQ kernel) as register A fragments
  * for the S / dP products (half their shared-memory reads), else both operands from shared
- * memory; wg_bwd_ra's choice per kernel and head dim. */
+ * memory; wg_bwd_ra's choice per kernel and head dim. PIPE: the last product of a pair (dK, dQ)
+ * is left in flight while the next pair's S is issued (the ring's stage is released by a barrier
+ * once that S has been waited for), its accumulator set by the first pair's products rather than
+ * zeroed (a zeroing instruction on an accumulator that is in flight across the loop makes ptxas
+ * serialise every wgmma); else every product is waited for within its pair. */
 template <int D>
 struct wg_bwd_ra {
   static constexpr bool kv = D == 64; /* D 128: 64 more registers than a thread has */
@@ -134,7 +162,7 @@ struct wg_bwd_ra {
 
 /* Grid (n_tiles, Hkv) of (64-key tile, key head), or (n_tiles, H) with p.part, as k_bwd_dkdv_mma.
  * tq: the map of qkv (T rows x ld), to: of dout (T rows x ld_o). */
-template <int D, bool RA>
+template <int D, bool RA, bool PIPE>
 __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     k_bwd_dkdv_wg(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap to, bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -183,11 +211,12 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     slse0[threadIdx.x] = nl, sdel0[threadIdx.x] = nd;
   }
   __syncthreads();
-  float dk[NT][4], dv[NT][4];
+  float dk[NT][4], dv[NT][4]; /* PIPE: set by the first pair's products (no zeroing instructions) */
+  if (!PIPE)
 #pragma unroll
-  for (int i = 0; i < NT; ++i)
+    for (int i = 0; i < NT; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+      for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
   const int kr0 = k0 + warp * 16 + g, kr1 = kr0 + 8;
   mb_wait(own, 0);
   uint32_t kf[RA ? D / 16 : 1][4], vf[RA ? D / 16 : 1][4];
@@ -195,29 +224,37 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     wg_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(kf), sK);
     wg_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(vf), sV);
   }
+  uint32_t da[4][4]; /* dS^T: with PIPE, the A operand of a dK product still in flight at the loop's top */
   for (int it = 0; it < n_it; ++it) {
     const int st = it % S, buf = it & 1, q0 = k0 + 64 * (it % nq);
-    /* stage (it - 1) % S: every warp finished with it at the barrier ending iteration it - 1 */
-    if (threadIdx.x == 0 && it + S - 1 < n_it) load(it + S - 1);
+    /* !PIPE: stage (it - 1) % S, every warp finished with it at the barrier ending iteration it - 1 */
+    if (!PIPE && threadIdx.x == 0 && it + S - 1 < n_it) load(it + S - 1);
     if (threadIdx.x < 64 && it + 1 < n_it) lse_load(it + 1);
     mb_wait(bars + 8 * st, (uint32_t)(it / S) & 1);
     const uint32_t sQ = sRing + st * C::PAIR, sO = sQ + C::TILE;
     float sc[8][4];
-    uint32_t pa[4][4], da[4][4];
-    f3_pin(sc);
+    uint32_t pa[4][4];
+    if (!PIPE) f3_pin(sc);
     f3_fence();
     if (RA)
       wg_issue_rk<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(kf), sQ); /* S^T = K Q^T: 64 keys x 64 queries */
     else
       wg_issue_ss<D>(sc, sK, sQ);
     f3_commit();
-    f3_wait<0>();
+    f3_wait<0>(); /* PIPE: also the previous pair's dK */
     f3_pin(sc);
+    if (PIPE) {
+      f3_pin(dk);
+      f3_pin(da);
+      __syncthreads(); /* every warp is past the previous pair: its stage and lse buffer are free */
+      if (threadIdx.x == 0 && it + S - 1 < n_it) load(it + S - 1);
+      if (threadIdx.x < 64 && it + 1 < n_it) slse0[(buf ^ 1) * 64 + threadIdx.x] = nl, sdel0[(buf ^ 1) * 64 + threadIdx.x] = nd;
+    }
     bwd_pT(pa, sc, slse0 + buf * 64, p.scale_log2, q0 == k0, kr0, kr1, q0);
     f3_pin(pa);
     f3_pin(dv);
     f3_fence();
-    wg_issue_rs<D>(dv, pa, sO); /* dV += P^T dO */
+    wg_issue_rs<D>(dv, pa, sO, PIPE && it == 0); /* dV += P^T dO */
     if (RA)
       wg_issue_rk<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(vf), sO); /* dP^T = V dO^T */
     else
@@ -231,20 +268,26 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     f3_pin(da);
     f3_pin(dk);
     f3_fence();
-    wg_issue_rs<D>(dk, da, sQ); /* dK += dS^T Q */
+    wg_issue_rs<D>(dk, da, sQ, PIPE && it == 0); /* dK += dS^T Q; PIPE: waited for under the next pair's S^T */
     f3_commit();
+    if (!PIPE) {
+      f3_wait<0>();
+      f3_pin(dk);
+      f3_pin(da);
+      if (threadIdx.x < 64 && it + 1 < n_it) slse0[(buf ^ 1) * 64 + threadIdx.x] = nl, sdel0[(buf ^ 1) * 64 + threadIdx.x] = nd;
+      __syncthreads();
+    }
+  }
+  if (PIPE) {
     f3_wait<0>();
     f3_pin(dk);
-    f3_pin(da);
-    if (threadIdx.x < 64 && it + 1 < n_it) slse0[(buf ^ 1) * 64 + threadIdx.x] = nl, sdel0[(buf ^ 1) * 64 + threadIdx.x] = nd;
-    __syncthreads();
   }
   bwd_store_dkdv<D>(p, dk, dv, s0, len, kr0, kr1, hk, blockIdx.y);
 #endif
 }
 
 /* Grid (n_tiles, H): (64-query tile, head), as k_bwd_dq_mma. */
-template <int D, bool RA>
+template <int D, bool RA, bool PIPE>
 __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     k_bwd_dq_wg(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap to, bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -283,24 +326,28 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
   const float l1 = qr1 < len ? p.lse[(s0 + qr1) * p.H + h] : INFINITY;
   const float d0 = qr0 < len ? p.delta[(s0 + qr0) * p.H + h] : 0.f;
   const float d1 = qr1 < len ? p.delta[(s0 + qr1) * p.H + h] : 0.f;
-  float dq[NT][4];
+  float dq[NT][4]; /* PIPE: set by the first tile's product (no zeroing instructions) */
+  if (!PIPE)
 #pragma unroll
-  for (int i = 0; i < NT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+    for (int i = 0; i < NT; ++i) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
   mb_wait(own, 0);
   uint32_t qf[RA ? D / 16 : 1][4], of[RA ? D / 16 : 1][4];
   if (RA) {
     wg_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(qf), sQ);
     wg_afrags<D>(reinterpret_cast<uint32_t(&)[D / 16][4]>(of), sO);
   }
+  uint32_t da[4][4]; /* dS: with PIPE, the A operand of a dQ product still in flight at the loop's top */
   for (int it = 0; it < n_it; ++it) {
     const int st = it % S, n0 = it * 64;
-    if (threadIdx.x == 0 && it + S - 1 < n_it) load(it + S - 1);
+    if (!PIPE && threadIdx.x == 0 && it + S - 1 < n_it) load(it + S - 1);
     mb_wait(bars + 8 * st, (uint32_t)(it / S) & 1);
     const uint32_t sK = sRing + st * C::PAIR, sV = sK + C::TILE;
     float sc[8][4], dp[8][4];
-    uint32_t pa[4][4], da[4][4];
-    f3_pin(sc);
-    f3_pin(dp);
+    uint32_t pa[4][4];
+    if (!PIPE) {
+      f3_pin(sc);
+      f3_pin(dp);
+    }
     f3_fence();
     if (RA)
       wg_issue_rk<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(qf), sK); /* S = Q K^T: 64 queries x 64 keys */
@@ -312,8 +359,14 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     else
       wg_issue_ss<D>(dp, sO, sV);
     f3_commit();
-    f3_wait<1>();
+    f3_wait<1>(); /* S; PIPE: also the previous tile's dQ */
     f3_pin(sc);
+    if (PIPE) {
+      f3_pin(dq);
+      f3_pin(da);
+      __syncthreads(); /* every warp is past the previous tile: its stage is free */
+      if (threadIdx.x == 0 && it + S - 1 < n_it) load(it + S - 1);
+    }
     bwd_p(pa, sc, l0, l1, p.scale_log2, n0 == q0, n0, qr0, qr1);
     f3_wait<0>();
     f3_pin(dp);
@@ -321,12 +374,18 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     f3_pin(da);
     f3_pin(dq);
     f3_fence();
-    wg_issue_rs<D>(dq, da, sK); /* dQ += dS K */
+    wg_issue_rs<D>(dq, da, sK, PIPE && it == 0); /* dQ += dS K; PIPE: waited for under the next tile's S */
     f3_commit();
+    if (!PIPE) {
+      f3_wait<0>();
+      f3_pin(dq);
+      f3_pin(da);
+      __syncthreads();
+    }
+  }
+  if (PIPE) {
     f3_wait<0>();
     f3_pin(dq);
-    f3_pin(da);
-    __syncthreads();
   }
   bwd_store_dq<D>(p, dq, s0, len, qr0, qr1, h);
 #endif

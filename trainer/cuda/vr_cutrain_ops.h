@@ -151,8 +151,10 @@ enum {
   VR_CUTRAIN_ATTN_BWD_GENERIC = 1, /* fp32, one warp per row */
   VR_CUTRAIN_ATTN_BWD_MMA = 2,     /* mma.sync, cp.async (vr_cutrain_attention_mma.cuh): any sm_80+ */
   VR_CUTRAIN_ATTN_BWD_WGMMA = 3,   /* wgmma, TMA (vr_cutrain_attention_sm90.cuh): sm_90a builds on compute 9.0 */
-  VR_CUTRAIN_ATTN_BWD_WGMMA_SS = 4 /* the same with every S / dP product's operands from shared memory
-                                      (the first form; kept for tests and measurements) */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_SS = 4, /* the same with every S / dP product's operands from shared memory
+                                       and each pair's products waited for (the first form) */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_RA = 5  /* register A operands as WGMMA, each pair waited for (no overlap)
+                                       (_SS and _RA: kept for tests and measurements) */
 };
 /* The automatic choice: WGMMA where it runs and VR_CUTRAIN_ATTN_BWD_WGMMA_DEFAULT is 1, else MMA
  * for D 64 / 128 without a window, else GENERIC (docs/benchmarks.md, "attention backward on wgmma"). */
