@@ -290,8 +290,7 @@ extern "C" int vr_cutrain_attention_bwd_wgmma_ok(int D, int window) {
 
 extern "C" int vr_cutrain_attention_bwd_kernel(int D, int window) {
   if (!vr_cutrain_attention_bwd_tc(D, window)) return VR_CUTRAIN_ATTN_BWD_GENERIC;
-  return VR_CUTRAIN_ATTN_BWD_WGMMA_DEFAULT && vr_cutrain_attention_bwd_wgmma_ok(D, window) ? VR_CUTRAIN_ATTN_BWD_WGMMA
-                                                                                          : VR_CUTRAIN_ATTN_BWD_MMA;
+  return vr_cutrain_attention_bwd_wgmma_ok(D, window) ? VR_CUTRAIN_ATTN_BWD_HOPPER : VR_CUTRAIN_ATTN_BWD_MMA;
 }
 
 extern "C" size_t vr_cutrain_attention_bwd_split_scratch(int T, int H, int D) { return (size_t)T * H * 2 * D; }

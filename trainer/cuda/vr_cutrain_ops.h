@@ -150,16 +150,19 @@ enum {
   VR_CUTRAIN_ATTN_BWD_AUTO = 0,
   VR_CUTRAIN_ATTN_BWD_GENERIC = 1, /* fp32, one warp per row */
   VR_CUTRAIN_ATTN_BWD_MMA = 2,     /* mma.sync, cp.async (vr_cutrain_attention_mma.cuh): any sm_80+ */
-  VR_CUTRAIN_ATTN_BWD_WGMMA = 3,   /* wgmma, TMA (vr_cutrain_attention_sm90.cuh): sm_90a builds on compute 9.0 */
-  VR_CUTRAIN_ATTN_BWD_WGMMA_SS = 4, /* the same with every S / dP product's operands from shared memory
-                                       and each pair's products waited for (the first form) */
-  VR_CUTRAIN_ATTN_BWD_WGMMA_RA = 5  /* register A operands as WGMMA, each pair waited for (no overlap)
-                                       (_SS and _RA: kept for tests and measurements) */
+  /* wgmma + TMA (vr_cutrain_attention_sm90.cuh), sm_90a builds on compute 9.0, three forms: */
+  VR_CUTRAIN_ATTN_BWD_WGMMA = 3,    /* register A operands (wg_bwd_ra: the dQ kernel's Q / dO at D 128),
+                                       a pair's last product overlapping the next pair's first */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_SS = 4, /* every S / dP operand from shared memory, each pair waited for
+                                       (the automatic choice) */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_RA = 5  /* register A operands as WGMMA, each pair waited for */
 };
-/* The automatic choice: WGMMA where it runs and VR_CUTRAIN_ATTN_BWD_WGMMA_DEFAULT is 1, else MMA
- * for D 64 / 128 without a window, else GENERIC (docs/benchmarks.md, "attention backward on wgmma"). */
-#ifndef VR_CUTRAIN_ATTN_BWD_WGMMA_DEFAULT
-#define VR_CUTRAIN_ATTN_BWD_WGMMA_DEFAULT 1
+/* The automatic choice: VR_CUTRAIN_ATTN_BWD_HOPPER where the wgmma kernels run (_wgmma_ok), else
+ * MMA for D 64 / 128 without a window, else GENERIC. VR_CUTRAIN_ATTN_BWD_HOPPER: WGMMA_SS, the form
+ * timed and checked (docs/benchmarks.md, "attention backward on wgmma"); a build-time knob
+ * (-DVR_CUTRAIN_ATTN_BWD_HOPPER=VR_CUTRAIN_ATTN_BWD_MMA turns the wgmma kernels off). */
+#ifndef VR_CUTRAIN_ATTN_BWD_HOPPER
+#define VR_CUTRAIN_ATTN_BWD_HOPPER VR_CUTRAIN_ATTN_BWD_WGMMA_SS
 #endif
 int vr_cutrain_attention_bwd_kernel(int D, int window);
 int vr_cutrain_attention_bwd_tc(int D, int window);
