@@ -182,6 +182,25 @@ __device__ __forceinline__ void bwd_ds(uint32_t (&da)[4][4], const uint32_t (&pa
   }
 }
 
+/* The dK / dV block's work (grid (n_tiles, Hkv), or (n_tiles, H) with p.part): 64 keys from k0 of
+ * sequence seq (rows s0 .., len of them) of key head hk; n_it = ng nq (query head, query tile)
+ * pairs, pair it being head hk G + g_lo + it / nq and query tile k0 + 64 (it % nq). */
+struct bwd_kv_work {
+  size_t s0;
+  int k0, len, G, hk, g_lo, nq, n_it;
+};
+__device__ __forceinline__ bwd_kv_work bwd_kv_block(const bwd_params &p) {
+  bwd_kv_work w;
+  const int seq = p.tiles[2 * blockIdx.x];
+  w.k0 = p.tiles[2 * blockIdx.x + 1];
+  w.s0 = (size_t)p.cu[seq];
+  w.G = p.H / p.Hkv, w.len = p.cu[seq + 1] - p.cu[seq];
+  w.hk = p.part ? (int)blockIdx.y / w.G : (int)blockIdx.y;
+  w.g_lo = p.part ? (int)blockIdx.y - w.hk * w.G : 0;
+  w.nq = (w.len - w.k0 + 63) / 64, w.n_it = (p.part ? 1 : w.G) * w.nq;
+  return w;
+}
+
 /* The dK / dV block's result, rows kr0 / kr1 of the sequence at s0 (len rows), C layout:
  * into the split table (p.part, column block `y` = the query head) or bf16 into dqkv (key
  * head hk). dK carries the softmax scale. */
@@ -243,12 +262,9 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
   bf16 *sK = reinterpret_cast<bf16 *>(smem), *sV = sK + 64 * LD, *sQ0 = sV + 64 * LD, *sO0 = sQ0 + 2 * 64 * LD;
   float *slse0 = reinterpret_cast<float *>(sO0 + 2 * 64 * LD), *sdel0 = slse0 + 2 * 64;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-  const int seq = p.tiles[2 * blockIdx.x], k0 = p.tiles[2 * blockIdx.x + 1];
-  const size_t s0 = (size_t)p.cu[seq];
-  const int G = p.H / p.Hkv, len = p.cu[seq + 1] - p.cu[seq];
-  const int hk = p.part ? (int)blockIdx.y / G : (int)blockIdx.y;
-  const int g_lo = p.part ? (int)blockIdx.y - hk * G : 0, ng = p.part ? 1 : G;
-  const int nq = (len - k0 + 63) / 64, n_it = ng * nq; /* (query head, query tile) pairs */
+  const bwd_kv_work w = bwd_kv_block(p);
+  const size_t s0 = w.s0;
+  const int k0 = w.k0, len = w.len, G = w.G, hk = w.hk, g_lo = w.g_lo, nq = w.nq, n_it = w.n_it;
   /* iteration it: head hk G + g_lo + it / nq, query tile k0 + 64 (it % nq) */
   auto stage = [&](int it, int buf) {
     const int h = hk * G + g_lo + it / nq, q0 = k0 + 64 * (it % nq);

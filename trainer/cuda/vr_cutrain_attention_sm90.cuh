@@ -49,6 +49,17 @@ __device__ __forceinline__ void f3_pin(float (&r)[N][4]) {
     for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
 }
 
+/* Thread 0 initialises n mbarriers of one arrival each at bars (8 bytes apart) and prefetches the
+ * tensor map; then the block waits for it. */
+__device__ __forceinline__ void wg_init_bars(uint32_t bars, int n, const CUtensorMap *tm) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < n; ++s) mb_init(bars + 8 * s, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tm)) : "memory");
+  }
+  __syncthreads();
+}
+
 /* One 64 x D tile (rows from row, columns from col) of the map into dst, completing on bar. */
 template <int D>
 __device__ __forceinline__ void wg_tile(uint32_t dst, const CUtensorMap *tm, int col, int row, uint32_t bar) {
@@ -178,12 +189,9 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
   float *slse0 = reinterpret_cast<float *>(wg_smem_raw + (base - raw) + C::LSE_OFF), *sdel0 = slse0 + 2 * 64;
   const uint32_t own = bars + 8 * S; /* full[s] = bars + 8 s; own: K and V */
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
-  const int seq = p.tiles[2 * blockIdx.x], k0 = p.tiles[2 * blockIdx.x + 1];
-  const size_t s0 = (size_t)p.cu[seq];
-  const int G = p.H / p.Hkv, len = p.cu[seq + 1] - p.cu[seq];
-  const int hk = p.part ? (int)blockIdx.y / G : (int)blockIdx.y;
-  const int g_lo = p.part ? (int)blockIdx.y - hk * G : 0, ng = p.part ? 1 : G;
-  const int nq = (len - k0 + 63) / 64, n_it = ng * nq; /* (query head, query tile) pairs */
+  const bwd_kv_work w = bwd_kv_block(p);
+  const size_t s0 = w.s0;
+  const int k0 = w.k0, len = w.len, G = w.G, hk = w.hk, g_lo = w.g_lo, nq = w.nq, n_it = w.n_it;
   /* iteration it: head hk G + g_lo + it / nq, query tile k0 + 64 (it % nq), stage it % S */
   auto load = [&](int it) {
     const int st = it % S, h = hk * G + g_lo + it / nq, row = (int)s0 + k0 + 64 * (it % nq);
@@ -198,13 +206,8 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     nl = q < len ? p.lse[(s0 + q) * p.H + h] : INFINITY;
     nd = q < len ? p.delta[(s0 + q) * p.H + h] : 0.f;
   };
+  wg_init_bars(bars, S + 1, &tq);
   if (threadIdx.x == 0) {
-    for (int s = 0; s <= S; ++s) mb_init(bars + 8 * s, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tq)) : "memory");
     mb_expect_tx(own, C::PAIR);
     wg_tile<D>(sK, &tq, p.k_off + hk * D, (int)s0 + k0, own);
     wg_tile<D>(sV, &tq, p.v_off + hk * D, (int)s0 + k0, own);
@@ -313,13 +316,8 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     wg_tile<D>(dst, &tq, p.k_off + hk * D, row, bar);
     wg_tile<D>(dst + C::TILE, &tq, p.v_off + hk * D, row, bar);
   };
+  wg_init_bars(bars, S + 1, &tq);
   if (threadIdx.x == 0) {
-    for (int s = 0; s <= S; ++s) mb_init(bars + 8 * s, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tq)) : "memory");
     mb_expect_tx(own, C::PAIR);
     wg_tile<D>(sQ, &tq, p.q_off + h * D, (int)s0 + q0, own);
     wg_tile<D>(sO, &to, h * D, (int)s0 + q0, own);
