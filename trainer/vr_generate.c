@@ -23,7 +23,7 @@
 #define VR_GEN_MAX_REPORTED 20 /* bad input lines reported before "and N more" */
 
 typedef struct vr_gen_args {
-  const char *model, *device, *input, *output, *cpu_gemm;
+  const char *model, *device, *input, *output, *cpu_gemm, *gemm_cache;
   vr_gen_params_t gp;
   vr_rollout_options_t opt;
   int32_t stop[VR_GEN_MAX_STOP];
@@ -36,10 +36,13 @@ static void vr_gen_usage(FILE *f) {
           "usage: verl-trainer generate --model DIR [--device cpu|cuda] [--max-new-tokens N] [--temperature T]\n"
           "         [--top-p P] [--top-k K] [--n N] [--seed S] [--stop-token-ids A,B,..] [--ignore-eos]\n"
           "         [--kv-cache-bytes B] [--block-size N] [--max-seqs N] [--max-batch-tokens N] [--max-model-len N]\n"
-          "         [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--input FILE] [--output FILE] [--stats]\n"
+          "         [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--gemm-tune on|off] [--gemm-cache FILE|off]\n"
+          "         [--input FILE] [--output FILE] [--stats]\n"
           "Reads {\"input_ids\": [...]} lines, writes n {\"output_ids\": [...], \"logprobs\": [...], \"finish_reason\": ...}\n"
           "lines per prompt. Defaults: --max-new-tokens 16, --temperature 1 (0 = greedy), --top-p 1, --top-k -1 (off),\n"
-          "--n 1, --seed 0, --kv-cache-bytes 268435456. See docs/operations.md, \"Rollout / generate\".\n");
+          "--n 1, --seed 0, --kv-cache-bytes 268435456, --gemm-tune on (cuda: GEMM algorithms timed at warm-up and\n"
+          "kept in --gemm-cache, default $VERL_GEMM_CACHE or ${XDG_CACHE_HOME:-$HOME/.cache}/verl-reward/gemm-tune.json,\n"
+          "so later runs choose the same). See docs/operations.md, \"Rollout / generate\".\n");
 }
 
 /* "1,2,3" into the stop list. */
@@ -66,7 +69,7 @@ static int vr_gen_parse(int argc, char **argv, vr_gen_args_t *a) {
   a->opt.kv_cache_bytes = 256ull << 20;
   a->device = "cpu";
   enum { O_MODEL = 256, O_DEVICE, O_MNT, O_TEMP, O_TOPP, O_TOPK, O_N, O_SEED, O_STOP, O_NOEOS, O_KV, O_BLOCK, O_SEQS,
-         O_MBT, O_MML, O_THREADS, O_GEMM, O_IN, O_OUT, O_STATS };
+         O_MBT, O_MML, O_THREADS, O_GEMM, O_IN, O_OUT, O_STATS, O_GTUNE, O_GCACHE };
   static const struct option lo[] = {
       {"model", required_argument, 0, O_MODEL},       {"device", required_argument, 0, O_DEVICE},
       {"max-new-tokens", required_argument, 0, O_MNT}, {"temperature", required_argument, 0, O_TEMP},
@@ -78,6 +81,7 @@ static int vr_gen_parse(int argc, char **argv, vr_gen_args_t *a) {
       {"max-model-len", required_argument, 0, O_MML},  {"threads", required_argument, 0, O_THREADS},
       {"cpu-gemm", required_argument, 0, O_GEMM},      {"input", required_argument, 0, O_IN},
       {"output", required_argument, 0, O_OUT},         {"stats", no_argument, 0, O_STATS},
+      {"gemm-tune", required_argument, 0, O_GTUNE},    {"gemm-cache", required_argument, 0, O_GCACHE},
       {"help", no_argument, 0, 'h'},                   {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -148,6 +152,15 @@ static int vr_gen_parse(int argc, char **argv, vr_gen_args_t *a) {
       case O_IN: a->input = optarg; break;
       case O_OUT: a->output = optarg; break;
       case O_STATS: a->stats = 1; break;
+      case O_GTUNE:
+        if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+          return vr_cli_usage_error(PROG, "--gemm-tune '%s': on or off", optarg);
+        a->opt.gemm_tune = strcmp(optarg, "on") ? -1 : 1;
+        break;
+      case O_GCACHE:
+        if (!optarg[0]) return vr_cli_usage_error(PROG, "--gemm-cache: a file, or off");
+        a->gemm_cache = optarg;
+        break;
       case 'h': vr_gen_usage(stdout); return VR_EXIT_OK;
       default: return vr_cli_getopt_error(PROG, c, argv, optind, optopt);
     }
@@ -158,6 +171,7 @@ static int vr_gen_parse(int argc, char **argv, vr_gen_args_t *a) {
     return vr_cli_usage_error(PROG, "--device '%s': cpu or cuda[:N]", a->device);
   a->opt.device = a->device;
   a->opt.cpu_gemm = a->cpu_gemm;
+  a->opt.gemm_cache = a->gemm_cache;
   return -1;
 }
 

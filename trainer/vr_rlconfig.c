@@ -9,7 +9,8 @@
 #include <string.h>
 
 /* K_REAL_GT: a number in (lo, hi], lo itself out of range */
-typedef enum { K_INT, K_U64, K_REAL, K_REAL_GT, K_BOOL, K_STR, K_PATH, K_ENUM, K_KL, K_AGG, K_ADV } kind_t;
+/* K_PATH_OFF: a path, or "off" kept as it is */
+typedef enum { K_INT, K_U64, K_REAL, K_REAL_GT, K_BOOL, K_STR, K_PATH, K_PATH_OFF, K_ENUM, K_KL, K_AGG, K_ADV } kind_t;
 
 typedef struct key {
   const char *path; /* dotted, from the section name */
@@ -61,6 +62,8 @@ static const rl_key_t keys[] = {
     {"actor_rollout_ref.rollout.max_num_seqs", K_INT, O(max_num_seqs), 1, 1 << 20, 0, 0},
     {"actor_rollout_ref.rollout.max_num_batched_tokens", K_INT, O(max_num_batched_tokens), 1, 1 << 24, 0, 0},
     {"actor_rollout_ref.rollout.kv_cache_bytes", K_U64, O(kv_cache_bytes), 0, 0, 0, 0},
+    {"actor_rollout_ref.rollout.gemm_tune", K_BOOL, O(gemm_tune), 0, 0, 0, 0},
+    {"actor_rollout_ref.rollout.gemm_cache", K_PATH_OFF, O(gemm_cache), 0, 0, 0, 0},
     {"critic.model.path", K_PATH, O(critic_model_path), 0, 0, 0, 0},
     OPTIM("critic", critic),
     {"critic.cliprange_value", K_REAL, O(cliprange_value), 0, 1e9, 0, 0},
@@ -99,6 +102,7 @@ void vr_rlconfig_defaults(vr_rlconfig_t *c) {
   c->temperature = 1.0;
   c->top_p = 1.0;
   c->top_k = -1;
+  c->gemm_tune = 1;
   c->cliprange_value = 0.5;
   c->adv_estimator = VR_ADV_GAE;
   c->gamma = 1.0;
@@ -172,6 +176,12 @@ static void leaf(vr_yaml_t *y, const rl_key_t *k, const yaml_node_t *v, const ch
       if (!*s || strlen(s) >= 64) vr_yaml_error(y, v, "%s must be a name of 1..63 bytes", k->path);
       else snprintf(p, 64, "%s", s);
       return;
+    case K_PATH_OFF:
+      if (!strcmp(s, "off")) {
+        snprintf(p, 1024, "off");
+        return;
+      }
+      /* fall through */
     case K_PATH:
       if ((size_t)snprintf(p, 1024, "%s%s%s", s[0] == '/' || !base_dir[0] ? "" : base_dir,
                            s[0] == '/' || !base_dir[0] ? "" : "/", s) >= 1024)

@@ -11,7 +11,8 @@
  *                      loss_agg_mode, grad_clip, optim.{lr, weight_decay, zero1 (ours: ZeRO-1)},
  *                      checkpoint.async_save}
  *                      rollout.{n, temperature, top_p, top_k, max_num_seqs, max_num_batched_tokens,
- *                      kv_cache_bytes (ours: the K/V pool; vLLM sizes it from gpu_memory_utilization)}
+ *                      kv_cache_bytes (ours: the K/V pool; vLLM sizes it from gpu_memory_utilization),
+ *                      gemm_tune, gemm_cache (ours: vr_rollout_options_t's, the GEMM-choice cache)}
  *   critic:            model.path (default: the actor's), ppo_mini_batch_size,
  *                      ppo_micro_batch_size_per_gpu, ppo_epochs, cliprange_value, grad_clip,
  *                      loss_agg_mode, optim.{lr, weight_decay, zero1}
@@ -64,6 +65,8 @@ typedef struct vr_rlconfig {
   int top_k;
   int max_num_seqs, max_num_batched_tokens; /* 0 = the rollout engine's defaults */
   uint64_t kv_cache_bytes;                  /* 0 = default (64 MiB) */
+  int gemm_tune;                            /* ours: 1 (default) tune the cuda decode GEMMs; 0 heuristic's first */
+  char gemm_cache[1024];                    /* ours: the GEMM-choice cache file, "off", "" = the default */
   /* critic */
   char critic_model_path[1024]; /* "" = the actor's */
   vr_optim_cfg_t critic;

@@ -110,7 +110,7 @@ static int unpack(const void *p, size_t bytes, int need_up, vr_rlw_batch_t *b, v
 /* ---- engines -------------------------------------------------------------------------------- */
 
 static int engine_init(vr_rlworker_t *wk, role_engine_t *e, const char *dir, vr_lm_head_t head, vr_group_t *g,
-                       const char *role, int zero1) {
+                       const char *role, int zero1, int forward_only) {
   vr_lm_load_options_t lo = {.head = head, .seed = wk->cfg->rl.seed};
   int rc = vr_lm_load(dir, &lo, &e->lm);
   if (rc != 0) {
@@ -126,6 +126,7 @@ static int engine_init(vr_rlworker_t *wk, role_engine_t *e, const char *dir, vr_
   o.max_tokens = FWD_TOKENS;
   if (g && vr_group_size(g) > 1) vr_train_comm_group(&o.comm, &e->ref, wk->w, g);
   o.zero1 = zero1; /* optim.zero1: moments sharded over g (vr_train_init ignores it for one rank) */
+  o.forward_only = forward_only; /* the reference: log-probs only, no gradient or optimizer memory */
   rc = vr_train_init(e->lm, &o, &e->t);
   if (rc != 0) fprintf(stderr, "verl-trainer: rank %d: %s: the training engine failed (%d)\n", wk->w->rank, role, rc);
   return rc;
@@ -185,12 +186,12 @@ int vr_rlworker_init(vr_world_t *w, const vr_tconfig_t *cfg, vr_rlworker_t **out
   int rc = 0;
   if (wk->roles & (1u << VR_ROLE_ACTOR))
     rc = engine_init(wk, &wk->actor, rl->model_path, VR_LM_HEAD_LM, w->groups[VR_GROUP_ACTOR], "actor",
-                     rl->actor.zero1);
+                     rl->actor.zero1, 0);
   if (rc == 0 && (wk->roles & (1u << VR_ROLE_REFERENCE)))
-    rc = engine_init(wk, &wk->reference, rl->model_path, VR_LM_HEAD_LM, NULL, "reference", 0);
+    rc = engine_init(wk, &wk->reference, rl->model_path, VR_LM_HEAD_LM, NULL, "reference", 0, 1);
   if (rc == 0 && (wk->roles & (1u << VR_ROLE_CRITIC)))
     rc = engine_init(wk, &wk->critic, rl->critic_model_path[0] ? rl->critic_model_path : rl->model_path,
-                     VR_LM_HEAD_VALUE, w->groups[VR_GROUP_CRITIC], "critic", rl->critic.zero1);
+                     VR_LM_HEAD_VALUE, w->groups[VR_GROUP_CRITIC], "critic", rl->critic.zero1, 0);
   if (rc == 0 && (wk->roles & (1u << VR_ROLE_ROLLOUT))) {
     rc = vr_lm_load(rl->model_path, NULL, &wk->roll_lm);
     vr_rollout_options_t ro;
@@ -201,6 +202,8 @@ int vr_rlworker_init(vr_world_t *w, const vr_tconfig_t *cfg, vr_rlworker_t **out
     if (rl->kv_cache_bytes) ro.kv_cache_bytes = rl->kv_cache_bytes;
     if (rl->max_num_seqs) ro.max_seqs = (uint32_t)rl->max_num_seqs;
     if (rl->max_num_batched_tokens) ro.max_batch_tokens = (uint32_t)rl->max_num_batched_tokens;
+    ro.gemm_tune = rl->gemm_tune ? 1 : -1;
+    ro.gemm_cache = rl->gemm_cache[0] ? rl->gemm_cache : NULL;
     if (rc == 0) rc = vr_rollout_from_lm(wk->roll_lm, &ro, &wk->view, &wk->roll);
     if (rc == 0)
       rc = vr_gencfg_eos_ids(rl->model_path, vr_lm_config(wk->roll_lm)->vocab_size, wk->stops, MAX_STOP, &wk->n_stop);

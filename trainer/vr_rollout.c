@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "verl_reward/status.h"
+#include "vr_gemm_tune.h"
 #include "vr_kvcache.h"
 #include "vr_log.h"
 #include "vr_time.h"
@@ -48,6 +49,7 @@ struct vr_rollout {
   vr_rollout_weights_t view;
   vr_rollout_layer_w_t *layers;
   float *staging;      /* weight-sync receive buffer for backends without param_buffer (lazily) */
+  char gemm_cache[4096]; /* opt.gemm_cache resolved (vr_gemm_tune_resolve): a path or "off" */
 };
 
 void vr_rollout_options_init(vr_rollout_options_t *opt) {
@@ -131,6 +133,16 @@ int vr_rollout_init_backend(const vr_rollout_backend_t *be, const vr_model_confi
   if (!r->opt.max_model_len || r->opt.max_model_len > (uint32_t)cfg->max_seq_len)
     r->opt.max_model_len = (uint32_t)cfg->max_seq_len;
   r->max_blocks = (r->opt.max_model_len + r->opt.block_size - 1) / r->opt.block_size;
+  if (r->opt.gemm_tune == 0) r->opt.gemm_tune = 1;
+  /* the one place the environment is read for the engine: deployment-level, as VR_LOG_LEVEL */
+  if (vr_gemm_tune_resolve(r->opt.gemm_cache, getenv("VERL_GEMM_CACHE"), getenv("XDG_CACHE_HOME"), getenv("HOME"),
+                           r->gemm_cache, sizeof r->gemm_cache) < 0) {
+    if (r->opt.gemm_tune > 0 && strcmp(be->name, "cpu") != 0)
+      vr_log(VR_LOG_WARN, "rollout: no GEMM-choice cache file (%s): tuned choices are kept for this process only. "
+             "HINT: set VERL_GEMM_CACHE or --gemm-cache", r->gemm_cache);
+    snprintf(r->gemm_cache, sizeof r->gemm_cache, "off");
+  }
+  r->opt.gemm_cache = r->gemm_cache;
   r->init_base = (uintptr_t)params;
   r->n_params = n_params;
   r->view = *w;

@@ -86,6 +86,17 @@ typedef struct vr_rollout_options {
    * which a response stops costs the launched step after it, redone), -1 never; 0 reads as 1.
    * Outputs are those of -1 bit for bit in every mode. */
   int decode_pipeline;
+  /* Backends that tune their GEMMs (cuda: the decode buckets' cuBLASLt candidates timed at warm-up,
+   * model/cuda/vr_cuda_gemm.cu). gemm_tune: 1 (the default; 0 reads as 1) times them and keeps each
+   * choice in the GEMM-choice cache file, so every later process on the same device and cuBLASLt
+   * takes the first one's and a seeded run repeats bit for bit across processes; -1 never times
+   * (the heuristic's first algorithm: the same in every process, no file, slower decode).
+   * gemm_cache: that file (model/vr_gemm_tune.h says its format and checks), "off" for none (choices
+   * kept per process only, as before the file), NULL or "" for the default, which the engine
+   * resolves at init (vr_gemm_tune_resolve): $VERL_GEMM_CACHE (a path or off), else
+   * ${XDG_CACHE_HOME:-$HOME/.cache}/verl-reward/gemm-tune.json. */
+  int gemm_tune;
+  const char *gemm_cache;
 } vr_rollout_options_t;
 
 void vr_rollout_options_init(vr_rollout_options_t *opt);

@@ -145,8 +145,9 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
   return -1;
 }
 
-/* Loads the model and builds the engine; 0 or an exit status. */
-static int vr_tcmd_engine(const vr_tcmd_args_t *a, vr_lm_t **lm, vr_train_t **t) {
+/* Loads the model and builds the engine (forward_only: log-probs alone, no gradient or optimizer
+ * memory); 0 or an exit status. */
+static int vr_tcmd_engine(const vr_tcmd_args_t *a, int forward_only, vr_lm_t **lm, vr_train_t **t) {
   int rc = vr_lm_load(a->model, NULL, lm);
   if (rc != 0) {
     fprintf(stderr, PROG ": cannot load %s as a causal LM: %s\n", a->model, vr_strerror(rc));
@@ -157,6 +158,7 @@ static int vr_tcmd_engine(const vr_tcmd_args_t *a, vr_lm_t **lm, vr_train_t **t)
   o.device = a->device;
   o.n_threads = (int)a->threads;
   o.cpu_gemm = a->cpu_gemm;
+  o.forward_only = forward_only;
   /* a micro-batch holds at least one whole sequence (vr_train_split) */
   int max_pos = vr_lm_config(*lm)->max_position_embeddings;
   o.max_tokens = a->max_tokens > (uint64_t)max_pos ? (uint32_t)a->max_tokens : (uint32_t)max_pos;
@@ -200,7 +202,7 @@ int vr_tcmd_logprobs(int argc, char **argv) {
   vr_tids_t ids = {0};
   float *lp = NULL;
   uint32_t *starts = NULL, *cu = NULL;
-  rc = vr_tcmd_engine(&a, &lm, &t);
+  rc = vr_tcmd_engine(&a, 1, &lm, &t);
   if (rc == 0) rc = vr_tcmd_read(a.input, lm, &ids);
   if (rc == 0 && ids.n > 0) {
     lp = malloc(ids.T * sizeof *lp);
@@ -284,7 +286,7 @@ int vr_tcmd_sft(int argc, char **argv) {
   vr_tids_t ids = {0};
   float *lp = NULL, *d = NULL;
   uint32_t *starts = NULL, *cu = NULL;
-  rc = vr_tcmd_engine(&a, &lm, &t);
+  rc = vr_tcmd_engine(&a, 0, &lm, &t);
   if (rc == 0) rc = vr_tcmd_read(a.data, lm, &ids);
   if (rc == 0 && ids.T <= ids.n) {
     fprintf(stderr, PROG ": %s has no token to train on (every sequence needs at least 2 tokens)\n", a.data);

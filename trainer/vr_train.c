@@ -107,6 +107,12 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   if (opt.max_tokens == 0) opt.max_tokens = 8192;
   if (opt.bucket_floats == 0) opt.bucket_floats = (size_t)1 << 22;
   if (opt.comm.size <= 0) opt.comm.size = 1, opt.comm.rank = 0;
+  if (opt.forward_only && opt.comm.size > 1) {
+    vr_log(VR_LOG_ERROR, "training engine: a forward-only engine takes no data-parallel group (comm of %d ranks)",
+           opt.comm.size);
+    return VR_ERR_INVAL;
+  }
+  if (opt.forward_only) opt.zero1 = 0;
   if (opt.comm.rank < 0 || opt.comm.rank >= opt.comm.size ||
       (opt.comm.size > 1 && (!opt.comm.allreduce_sum || !opt.comm.bcast)) ||
       (opt.comm.iallreduce_sum == NULL) != (opt.comm.wait == NULL) ||
@@ -137,6 +143,7 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   t->cfg.rope_inv_freq = NULL;
   t->n_floats = vr_lm_n_floats(lm);
   if (opt.zero1 && opt.comm.size > 1) vr_train_shard(t->n_floats, opt.comm.rank, opt.comm.size, &t->lo, &t->hi);
+  else if (opt.forward_only) t->lo = t->hi = 0; /* no optimizer state */
   else t->lo = 0, t->hi = t->n_floats;
   int rc = opt.comm.size > 1 ? vr_train_plan(t, lm) : 0;
   t->rs = opt.zero1 && opt.comm.size > 1 && opt.comm.reduce_scatter_sum;
@@ -270,9 +277,18 @@ static int vr_train_check(const vr_train_t *t, const vr_train_batch_t *b, float 
   return 0;
 }
 
+/* Nonzero (logged) when t is a forward-only engine, which cannot do what. */
+static int vr_train_fwd_only(const vr_train_t *t, const char *what) {
+  if (!t->opt.forward_only) return 0;
+  vr_log(VR_LOG_ERROR, "training engine: %s on a forward-only engine (log-probs only: it holds no gradients or "
+         "optimizer state)", what);
+  return VR_ERR_UNSUPPORTED;
+}
+
 int vr_train_forward(vr_train_t *t, const vr_train_batch_t *b, float temperature, float *out, float *entropy,
                      int keep) {
   if (!t || !out) return VR_ERR_INVAL;
+  if (keep && vr_train_fwd_only(t, "a forward kept for backward")) return VR_ERR_UNSUPPORTED;
   t->pending = 0;
   int rc = vr_train_check(t, b, temperature);
   if (rc != 0) return rc;
@@ -283,6 +299,7 @@ int vr_train_forward(vr_train_t *t, const vr_train_batch_t *b, float temperature
 
 static int vr_train_backward_check(vr_train_t *t, const float *dout) {
   if (!t || !dout) return VR_ERR_INVAL;
+  if (vr_train_fwd_only(t, "backward")) return VR_ERR_UNSUPPORTED;
   if (t->inflight) {
     vr_log(VR_LOG_ERROR, "training backward: the gradients are being reduced (backward_last); step or zero_grad first");
     return VR_ERR_INVAL;
@@ -315,6 +332,7 @@ int vr_train_backward_last(vr_train_t *t, const float *dout, const float *dent) 
 
 int vr_train_zero_grad(vr_train_t *t) {
   if (!t) return VR_ERR_INVAL;
+  if (vr_train_fwd_only(t, "zero_grad")) return VR_ERR_UNSUPPORTED;
   int rc = t->inflight ? vr_train_wait(t) : 0;
   int z = t->ops->zero_grad(t->state);
   return rc != 0 ? rc : z;
@@ -322,6 +340,7 @@ int vr_train_zero_grad(vr_train_t *t) {
 
 int vr_train_grad_norm(vr_train_t *t, double *norm) {
   if (!t || !norm) return VR_ERR_INVAL;
+  if (vr_train_fwd_only(t, "grad_norm")) return VR_ERR_UNSUPPORTED;
   if (t->inflight) {
     int rc = vr_train_wait(t);
     if (rc != 0) return rc;
@@ -334,6 +353,7 @@ int vr_train_grad_norm(vr_train_t *t, double *norm) {
 
 int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_norm) {
   if (!t || !h) return VR_ERR_INVAL;
+  if (vr_train_fwd_only(t, "an optimizer step")) return VR_ERR_UNSUPPORTED;
   const vr_train_comm_t *c = &t->opt.comm;
   int rc = 0;
   if (c->size > 1) { /* sum the gradients over the group, bucket by bucket (unless backward_last did) */
@@ -392,7 +412,7 @@ int vr_train_step(vr_train_t *t, const vr_adamw_t *h, float clip, double *grad_n
 size_t vr_train_n_floats(const vr_train_t *t) { return t->n_floats; }
 void vr_train_shard_range(const vr_train_t *t, size_t *lo, size_t *hi) { *lo = t->lo, *hi = t->hi; }
 float *vr_train_param_buffer(vr_train_t *t) { return t->ops->params(t->state); }
-float *vr_train_grad_buffer(vr_train_t *t) { return t->ops->grads(t->state); }
+float *vr_train_grad_buffer(vr_train_t *t) { return vr_train_fwd_only(t, "the gradient buffer") ? NULL : t->ops->grads(t->state); }
 const char *vr_train_device(const vr_train_t *t) { return t->ops->name; }
 int64_t vr_train_step_count(const vr_train_t *t) { return t->step; }
 
@@ -409,6 +429,7 @@ int vr_train_set_params(vr_train_t *t, const float *src, size_t n) {
 
 int vr_train_get_grads(vr_train_t *t, float *dst, size_t n) {
   if (!t || !dst || n != t->n_floats) return VR_ERR_INVAL;
+  if (vr_train_fwd_only(t, "get_grads")) return VR_ERR_UNSUPPORTED;
   int rc = t->inflight ? vr_train_wait(t) : 0;
   if (rc != 0) return rc;
   return t->ops->get_grads(t->state, dst);
@@ -427,6 +448,8 @@ typedef struct vr_train_opt_header {
 } vr_train_opt_header_t;
 
 int vr_train_optimizer_snapshot(vr_train_t *t, vr_train_optsnap_t *s) {
+  s->bytes = NULL, s->n_bytes = 0;
+  if (vr_train_fwd_only(t, "an optimizer snapshot")) return VR_ERR_UNSUPPORTED;
   const size_t n = t->hi - t->lo;
   s->n_bytes = sizeof(vr_train_opt_header_t) + 2 * n * sizeof(float);
   s->bytes = malloc(s->n_bytes);
@@ -466,6 +489,7 @@ int vr_train_save_optimizer(vr_train_t *t, const char *path) {
 }
 
 int vr_train_load_optimizer(vr_train_t *t, const char *path) {
+  if (vr_train_fwd_only(t, "loading optimizer state")) return VR_ERR_UNSUPPORTED;
   FILE *f = fopen(path, "rb");
   if (!f) {
     vr_log(VR_LOG_ERROR, "%s: cannot open the optimizer state: %s", path, strerror(errno));

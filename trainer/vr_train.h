@@ -114,6 +114,12 @@ typedef struct vr_train_options {
   int zero1;                  /* 1: shard optimizer state over comm (ZeRO-1); 0: every rank holds all */
   size_t bucket_floats;       /* gradient all-reduce bucket (upper bound; buckets end at layer
                                * boundaries, see vr_train_backward_last); 0 = 1<<22 */
+  int forward_only;           /* 1: log-probs / values only (the reference policy, `logprobs`): no
+                               * gradients, optimizer moments or backward buffers are allocated, one
+                               * layer's activations are shared by all layers; forward with keep = 1,
+                               * backward, zero_grad, grad_norm, step, the gradient buffer and the
+                               * optimizer state are refused (VR_ERR_UNSUPPORTED), and so is a
+                               * data-parallel comm (size > 1) */
 } vr_train_options_t;
 
 void vr_train_options_init(vr_train_options_t *o);

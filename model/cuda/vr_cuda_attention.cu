@@ -13,7 +13,9 @@
  *
  * Hopper path (D 64/128, sm_90a builds on compute 9.0 devices, batches of VR_CUDA_ATTN_FA3_MIN_ROWS
  * rows or more): k_attn_fa3 (vr_cuda_attention_fa3.cu, VR_CUDA_ATTN_KERNEL_FA3), TMA + wgmma,
- * warp-specialised, 128-row tiles.
+ * warp-specialised, 128-row tiles; at head_dim 64 192-row tiles of three consumer warpgroups when
+ * the batch's longest sequence is known and has VR_CUDA_ATTN_FA3_C3_MIN_LEN+ tokens
+ * (vr_cuda_attention_maxlen).
  *
  * Fallback path (any D <= 256, VR_CUDA_ATTN_KERNEL_GENERIC): one warp per query row, fp32, keys
  * 32 at a time (lane j scores key j, then the warp accumulates lane-owned dims).
@@ -284,7 +286,12 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_split(attn_params p, float 
 /* FA3 (Hopper) from VR_CUDA_ATTN_FA3_MIN_ROWS rows, its blocks heads-inner below
  * VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS (vr_cuda_ops.h; docs/benchmarks.md, "Issue 24: FA3 at
  * head_dim 64"). */
-static int fa3_flags(int rows) { return rows < VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS ? VR_CUDA_FA3_HEAD_INNER : 0; }
+/* max_len: the batch's longest sequence (0: unknown): from VR_CUDA_ATTN_FA3_C3_MIN_LEN tokens, three
+ * consumer warpgroups at head_dim 64 (192-row tiles). */
+static int fa3_flags(int rows, int D, int max_len) {
+  return (rows < VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS ? VR_CUDA_FA3_HEAD_INNER : 0) |
+         (D == 64 && max_len >= VR_CUDA_ATTN_FA3_C3_MIN_LEN ? VR_CUDA_FA3_C3 : 0);
+}
 /* k_attn_fa's configurations in the library: FA_NW warps of FA64_MT / FA128_MT m16 tiles, no
  * register bound, Q fragments in registers */
 #define FA_NW 4
@@ -323,9 +330,13 @@ extern "C" int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k, int D) {
   return k == VR_CUDA_ATTN_KERNEL_FA128 ? 128 : BM;
 }
 
-extern "C" int vr_cuda_attention_tile_rows(int D, int rows_hint) {
-  return vr_cuda_attention_kernel_rows(vr_cuda_attention_kernel(D, rows_hint), D);
+extern "C" int vr_cuda_attention_tile_rows_maxlen(int D, int rows_hint, int max_len) {
+  const vr_cuda_attn_kernel_t k = vr_cuda_attention_kernel(D, rows_hint);
+  if (k == VR_CUDA_ATTN_KERNEL_FA3) return vr_cuda_attention_fa3_rows(D, fa3_flags(rows_hint, D, max_len));
+  return vr_cuda_attention_kernel_rows(k, D);
 }
+
+extern "C" int vr_cuda_attention_tile_rows(int D, int rows_hint) { return vr_cuda_attention_tile_rows_maxlen(D, rows_hint, 0); }
 
 /* The tensor-core kernels of head_dim D (FA128 only instantiated for D <= 64). */
 template <int D>
@@ -366,7 +377,7 @@ extern "C" void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *q
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && vr_cuda_attention_kernel_fits(k, D));
   if (k == VR_CUDA_ATTN_KERNEL_FA3) {
     vr_cuda_attention_fa3(qkv, ld, rows, q_off, k_off, v_off, out, ld_out, NULL, cu, tiles, meta, grid_tiles, H, Hkv, D,
-                          causal, window, scale, fa3_flags(rows), s);
+                          causal, window, scale, fa3_flags(rows, D, 0), s);
     return;
   }
   const attn_params p =
@@ -385,13 +396,28 @@ extern "C" void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *q
   VR_CUDA_CHECK_LAUNCH();
 }
 
+extern "C" void vr_cuda_attention_maxlen(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
+                                         int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
+                                         int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale,
+                                         int rows_hint, int max_len, cudaStream_t s) {
+  const vr_cuda_attn_kernel_t k = vr_cuda_attention_kernel(D, rows_hint);
+  if (k == VR_CUDA_ATTN_KERNEL_FA3) {
+    if (grid_tiles <= 0) return;
+    vr_cuda_attention_fa3(qkv, ld, rows_hint, q_off, k_off, v_off, out, ld_out, NULL, cu, tiles, meta, grid_tiles, H,
+                          Hkv, D, causal, window, scale, fa3_flags(rows_hint, D, max_len), s);
+    return;
+  }
+  vr_cuda_attention_run(k, qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, grid_tiles, H, Hkv, D, causal,
+                        window, scale, rows_hint, s);
+}
+
 extern "C" void vr_cuda_attention(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                                   uint16_t *out, int ld_out, const int32_t *cu,
                                   const int32_t *tiles, const int32_t *meta, int grid_tiles, int H,
                                   int Hkv, int D, int causal, int window, float scale, int rows_hint,
                                   cudaStream_t s) {
-  vr_cuda_attention_run(vr_cuda_attention_kernel(D, rows_hint), qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles,
-                        meta, grid_tiles, H, Hkv, D, causal, window, scale, rows_hint, s);
+  vr_cuda_attention_maxlen(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, grid_tiles, H, Hkv, D, causal,
+                           window, scale, rows_hint, 0, s);
 }
 
 extern "C" void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out,
@@ -403,7 +429,7 @@ extern "C" void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, in
   VR_ASSERT(H > 0 && Hkv > 0 && H % Hkv == 0 && k != VR_CUDA_ATTN_KERNEL_GENERIC && lse);
   if (k == VR_CUDA_ATTN_KERNEL_FA3) {
     vr_cuda_attention_fa3(qkv, ld, rows_hint, q_off, k_off, v_off, out, ld_out, lse, cu, tiles, meta, grid_tiles, H,
-                          Hkv, D, causal, window, scale, fa3_flags(rows_hint), s);
+                          Hkv, D, causal, window, scale, fa3_flags(rows_hint, D, 0), s);
     return;
   }
   attn_params p = attn_params_make(qkv, ld, q_off, k_off, v_off, out, ld_out, cu, tiles, meta, H, Hkv, causal, window, scale);

@@ -48,11 +48,10 @@ struct f3_cfg {
   static constexpr uint32_t BAR_OFF = Q_BYTES + 2 * STAGES * KV_BYTES;
   static constexpr size_t SMEM = BAR_OFF + 8 * (2 + 4 * STAGES) + 1024; /* + alignment slack */
 };
-/* The library's configuration: two consumers on 128-row tiles at both head dims (the one
- * timed: docs/benchmarks.md, "Issue 24: FA3-class attention"). Three at head_dim 64
- * (VR_CUDA_FA3_C3, FA3's own D64 shape) are built and in the kernel tests and the bench, not
- * yet timed on a device ("Issue 24: FA3 at head_dim 64"): this is the line to change once
- * they measure faster. */
+/* The library's default configuration: two consumers on 128-row tiles at both head dims. Three
+ * at head_dim 64 (VR_CUDA_FA3_C3, FA3's own D64 shape) were faster at 16k tokens and slower on
+ * packed short sequences (docs/benchmarks.md, "Issue 24: FA3 at head_dim 64"): the launchers
+ * pass that flag for batches whose longest sequence is long (vr_cuda_attention_maxlen). */
 constexpr int f3_default_nc(int /* D */) { return 2; }
 static int f3_nc(int D, int flags) {
   return flags & VR_CUDA_FA3_C2 ? 2 : flags & VR_CUDA_FA3_C3 ? 3 : f3_default_nc(D);

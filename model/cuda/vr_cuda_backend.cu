@@ -21,7 +21,9 @@
  * CUDA graph per (bucket, slot); the padding rows are no sequence's tokens
  * and are never scored. A batch in a large bucket (exact_threshold(): 8192 rows, or more
  * than 2048 rows of a model with milliseconds of GEMM work per bucket) runs eagerly at
- * its exact size instead, on GEMM plans for that size (vr_cuda_gemm_set_plan_rows). At load
+ * its exact size instead, on GEMM plans for that size (vr_cuda_gemm_set_plan_rows), and so
+ * does a batch holding a sequence of VR_CUDA_LONG_SEQ tokens (its attention configuration
+ * follows its longest sequence, which a bucket's graph cannot). At load
  * every bucket runs once eagerly (which also times the cuBLASLt candidates of its GEMMs with
  * cuda-autotune) and its graphs are captured, so nothing is allocated or planned on the hot
  * path. The tuning (vr_cuda_options_t: cuda-graphs off = eager forwards at the exact size,
@@ -74,6 +76,13 @@
  * off: graphs only. */
 #define VR_CUDA_EXACT_MIN_T 8192
 #define VR_CUDA_EXACT_MIN_MACS 7.0e11
+/* A batch holding a sequence of at least this many tokens runs eagerly at its exact size too
+ * (with cuda-exact-size, the default), whatever its bucket (cuda_submit): the graph's launch
+ * savings are nothing beside its tens of milliseconds, the eager forward prunes its last layer
+ * and runs attention one block per tile and with the longest sequence known
+ * (vr_cuda_attention_maxlen: FA3's three consumers at head_dim 64). The same length as the
+ * attention's VR_CUDA_ATTN_FA3_C3_MIN_LEN, so such batches get both. */
+#define VR_CUDA_LONG_SEQ VR_CUDA_ATTN_FA3_C3_MIN_LEN
 /* Narrowest encoder that keeps its residual stream in bf16 by default. The rounding of the
  * stream averages out over the hidden width: on roberta-base (768) the bf16 stream stays
  * closer to fp32 transformers than transformers' own bf16 forward does, while on the 32-wide
@@ -689,7 +698,7 @@ static int cmp_u64_desc(const void *a, const void *b) {
  * returns n_tiles or a negative vr_status_t for ids/positions outside the model (defence
  * in depth: vr_model validated them already). */
 static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *ids, const uint32_t *cu, uint32_t n,
-                       uint32_t Tp, const vr_cuda_layout_t *lay) {
+                       uint32_t Tp, int max_len, const vr_cuda_layout_t *lay) {
   const vr_model_config_t *c = &st->cfg;
   int32_t *hid = sl->in_h + lay->ids, *hpos = sl->in_h + lay->pos, *hcu = sl->in_h + lay->cu;
   int32_t *hrows = sl->in_h + lay->rows;
@@ -698,9 +707,9 @@ static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *i
    * pad tokens sit at padding_idx (transformers' create_position_ids_from_input_ids) */
   const int roberta = c->arch == VR_ARCH_ROBERTA && c->pad_token_id >= 0;
   const int max_pos = c->is_decoder ? INT32_MAX : c->max_seq_len + c->position_offset;
-  /* the attention launch of this Tp-row forward takes tiles of this many rows; the last
-   * layer's score-rows-only launch (rows hint 1) takes ltile_rows */
-  const uint32_t tile_rows = (uint32_t)vr_cuda_attention_tile_rows(c->head_dim, (int)Tp);
+  /* the attention launch of this Tp-row forward (longest sequence max_len, 0 in a graph) takes
+   * tiles of this many rows; the last layer's score-rows-only launch (rows hint 1) takes ltile_rows */
+  const uint32_t tile_rows = (uint32_t)vr_cuda_attention_tile_rows_maxlen(c->head_dim, (int)Tp, max_len);
   const uint32_t ltile_rows = (uint32_t)vr_cuda_attention_tile_rows(c->head_dim, 1);
   int32_t *hlt = sl->in_h + lay->ltiles, *hlr = sl->in_h + lay->lrows;
   uint32_t nt = 0;
@@ -768,6 +777,14 @@ static int build_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *i
   sl->in_h[VR_CUDA_META_N_TILES] = (int32_t)nt;
   sl->in_h[VR_CUDA_META_N_LTILES] = (int32_t)n;
   return (int)nt;
+}
+
+/* The longest of the n sequences of cu. */
+static uint32_t longest(const uint32_t *cu, uint32_t n) {
+  uint32_t m = 0;
+  for (uint32_t i = 0; i < n; ++i)
+    if (cu[i + 1] - cu[i] > m) m = cu[i + 1] - cu[i];
+  return m;
 }
 
 static uint32_t count_tiles(const uint32_t *cu, uint32_t n) {
@@ -858,7 +875,8 @@ static int prune_fits(vr_cuda_state_t *st, int T, int n_seqs) {
 
 /* The trunk on T rows reading the metadata block in_d (layout lay): embeddings, then every
  * layer. grid_tiles bounds the attention grid (device-side counts decide the real work);
- * hint_T is the attention's rows hint (the bucket's rows). Returns the buffers whose x (fp32)
+ * hint_T is the attention's rows hint (the bucket's rows), max_len the batch's longest sequence
+ * (0 in a graph; both as build_batch had them: they pick the attention's tile rows). Returns the buffers whose x (fp32)
  * holds the last layer's output, T rows (decoders: before the final norm, which the score
  * head fuses on its rows and cuda_hidden runs on all of them).
  *
@@ -874,7 +892,7 @@ static int prune_fits(vr_cuda_state_t *st, int T, int n_seqs) {
  * roberta-base 256 x U[64,512] that is 256 rows instead of 69,724 in the last of 12 layers).
  * The returned buffers are then the compact rows: row j = sequence j's score row. */
 static vr_cuda_acts_t enqueue_trunk(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T,
-                                    int hint_T, int grid_tiles, int prune_seqs) {
+                                    int hint_T, int max_len, int grid_tiles, int prune_seqs) {
   const vr_model_config_t *c = &st->cfg;
   cudaStream_t s = st->stream;
   const int C = c->hidden_size, H = c->num_heads, Hkv = c->num_kv_heads, D = c->head_dim;
@@ -903,8 +921,8 @@ static vr_cuda_acts_t enqueue_trunk(vr_cuda_state_t *st, const int32_t *in_d, co
                               items < st->split_wave ? items : st->split_wave, H, Hkv, D, c->is_decoder,
                               c->is_decoder ? c->sliding_window : 0, scale, st->attn_part, st->attn_cnt, s);
     } else if (!sub) {
-      vr_cuda_attention(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, tiles, meta, grid_tiles, H, Hkv, D,
-                        c->is_decoder, c->is_decoder ? c->sliding_window : 0, scale, hint_T, s);
+      vr_cuda_attention_maxlen(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, tiles, meta, grid_tiles, H, Hkv, D,
+                               c->is_decoder, c->is_decoder ? c->sliding_window : 0, scale, hint_T, max_len, s);
     } else {
       vr_cuda_attention(st->qkv, ld, 0, nq, nq + Hkv * D, st->ao, nq, cu, in_d + lay->ltiles,
                         meta + (VR_CUDA_META_N_LTILES - VR_CUDA_META_N_TILES), prune_seqs, H, Hkv, D, c->is_decoder,
@@ -943,9 +961,9 @@ static void enqueue_head(vr_cuda_state_t *st, const float *x, const int32_t *row
  * graphs) and prune_fits,
  * then the head on the score rows. grid_tiles / grid_seqs bound the attention and head grids. */
 static void enqueue_scores(vr_cuda_state_t *st, const int32_t *in_d, const vr_cuda_layout_t *lay, int T, int hint_T,
-                           int grid_tiles, int grid_seqs, int n_seqs) {
+                           int max_len, int grid_tiles, int grid_seqs, int n_seqs) {
   const int prune = prune_fits(st, T, n_seqs);
-  const vr_cuda_acts_t h = enqueue_trunk(st, in_d, lay, T, hint_T, grid_tiles, prune ? n_seqs : 0);
+  const vr_cuda_acts_t h = enqueue_trunk(st, in_d, lay, T, hint_T, max_len, grid_tiles, prune ? n_seqs : 0);
   /* pruned: the head reads compact row j for sequence j (lrows = 0, 1, ...) */
   enqueue_head(st, h.x, in_d + (prune ? lay->lrows : lay->rows), in_d, grid_seqs);
 }
@@ -1015,7 +1033,7 @@ static void capture(vr_cuda_state_t *st, vr_cuda_bucket_t *bk, int si) {
   for (int v = 0; v < (bk->prune_seqs ? 2 : 1); ++v) {
     cudaGraph_t graph;
     VR_CUDA_CHECK(cudaStreamBeginCapture(st->stream, cudaStreamCaptureModeThreadLocal));
-    enqueue_scores(st, st->slots[si].in_d, &bk->lay, (int)bk->T, (int)bk->T, bk->grid_tiles, bk->grid_seqs,
+    enqueue_scores(st, st->slots[si].in_d, &bk->lay, (int)bk->T, (int)bk->T, 0, bk->grid_tiles, bk->grid_seqs,
                    v ? bk->prune_seqs : 0);
     VR_CUDA_CHECK(cudaStreamEndCapture(st->stream, &graph));
     VR_CUDA_CHECK(cudaGraphInstantiate(v ? &bk->exec_p[si] : &bk->exec[si], graph, 0));
@@ -1042,8 +1060,8 @@ static int check_batch(const vr_cuda_state_t *st, const int32_t *ids, const uint
  * collected, so its upload and forward are complete. Returns n_tiles or a negative
  * vr_status_t (nothing enqueued). */
 static int stage_batch(vr_cuda_state_t *st, vr_cuda_slot_t *sl, const int32_t *ids, const uint32_t *cu_seqlens,
-                       uint32_t n_seqs, uint32_t Tp, const vr_cuda_layout_t *lay) {
-  const int nt = build_batch(st, sl, ids, cu_seqlens, n_seqs, Tp, lay);
+                       uint32_t n_seqs, uint32_t Tp, int max_len, const vr_cuda_layout_t *lay) {
+  const int nt = build_batch(st, sl, ids, cu_seqlens, n_seqs, Tp, max_len, lay);
   if (nt < 0) {
     vr_log(VR_LOG_ERROR, "batch rejected: %s", vr_strerror(nt));
     return nt;
@@ -1072,22 +1090,31 @@ static int cuda_submit(void *state, const int32_t *ids, const uint32_t *cu_seqle
       }
   const uint32_t Tp = bk ? bk->T : T;
   const vr_cuda_layout_t lay = bk ? bk->lay : layout_for(T, n_seqs, count_tiles(cu_seqlens, n_seqs));
-  const int nt = stage_batch(st, sl, ids, cu_seqlens, n_seqs, Tp, &lay);
+  const uint32_t max_len = longest(cu_seqlens, n_seqs);
+  /* a large batch runs eagerly at its exact size (launch cost is hidden behind milliseconds of
+   * GPU work; padding to the bucket would not be), GEMM plans for the exact size
+   * (vr_cuda_gemm_set_plan_rows), attention with one block per tile: the hardware then balances
+   * uneven (causal) tiles, which the graphs' persistent grids cannot (llama-8b packed,
+   * docs/benchmarks.md). So does a batch holding a sequence of VR_CUDA_LONG_SEQ tokens, whatever
+   * its bucket: its attention then knows the longest sequence (vr_cuda_attention_maxlen), and
+   * its last layer runs on the score rows only. Graphs serve any batch of their bucket, so they
+   * are captured and replayed with max_len 0. */
+  const int warm = bk && bk->uses >= 1;
+  const int exact = warm && st->exact_large &&
+                    ((bk->T >= st->exact_min_T && T < bk->T) || max_len >= VR_CUDA_LONG_SEQ);
+  const int graph = warm && !exact;
+  const int ml = graph ? 0 : (int)max_len;
+  const int nt = stage_batch(st, sl, ids, cu_seqlens, n_seqs, Tp, ml, &lay);
   if (nt < 0) return nt;
-  if (bk && bk->T >= st->exact_min_T && T < bk->T && st->exact_large && bk->uses >= 1) {
-    /* a large batch runs eagerly at its exact size (launch cost is hidden behind milliseconds
-     * of GPU work; padding to the bucket would not be), GEMM plans for the exact size
-     * (vr_cuda_gemm_set_plan_rows), attention with one block per tile: the hardware then
-     * balances uneven (causal) tiles, which the graphs' persistent grids cannot (llama-8b
-     * packed, docs/benchmarks.md) */
+  if (exact) {
     vr_cuda_gemm_set_plan_rows(st->gemm, (int)bk->T);
-    enqueue_scores(st, sl->in_d, &lay, (int)T, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
+    enqueue_scores(st, sl->in_d, &lay, (int)T, (int)Tp, ml, nt, (int)n_seqs, (int)n_seqs);
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
-  } else {
-    if (bk && !bk->exec[si] && bk->uses >= 1) capture(st, bk, si);
-    if (bk && bk->exec[si])
-      VR_CUDA_CHECK(cudaGraphLaunch(n_seqs <= (uint32_t)bk->prune_seqs ? bk->exec_p[si] : bk->exec[si], st->stream));
-    else enqueue_scores(st, sl->in_d, &lay, (int)Tp, (int)Tp, nt, (int)n_seqs, (int)n_seqs);
+  } else if (graph) {
+    if (!bk->exec[si]) capture(st, bk, si);
+    VR_CUDA_CHECK(cudaGraphLaunch(n_seqs <= (uint32_t)bk->prune_seqs ? bk->exec_p[si] : bk->exec[si], st->stream));
+  } else { /* no graphs, or the bucket's first batch (eager at the bucket's rows: its plans) */
+    enqueue_scores(st, sl->in_d, &lay, (int)Tp, (int)Tp, ml, nt, (int)n_seqs, (int)n_seqs);
   }
   if (bk) bk->uses++;
   VR_CUDA_CHECK(cudaMemcpyAsync(sl->scores_h, st->scores_d, (size_t)n_seqs * 4, cudaMemcpyDeviceToHost, st->stream));
@@ -1135,9 +1162,10 @@ static int cuda_hidden(void *state, const int32_t *ids, const uint32_t *cu_seqle
   vr_cuda_slot_t *sl = &st->slots[st->head];
   VR_CUDA_CHECK(cudaSetDevice(st->device));
   const vr_cuda_layout_t lay = layout_for(T, n_seqs, count_tiles(cu_seqlens, n_seqs));
-  const int nt = stage_batch(st, sl, ids, cu_seqlens, n_seqs, T, &lay);
+  const int max_len = (int)longest(cu_seqlens, n_seqs);
+  const int nt = stage_batch(st, sl, ids, cu_seqlens, n_seqs, T, max_len, &lay);
   if (nt < 0) return nt;
-  const vr_cuda_acts_t h = enqueue_trunk(st, sl->in_d, &lay, (int)T, (int)T, nt, 0);
+  const vr_cuda_acts_t h = enqueue_trunk(st, sl->in_d, &lay, (int)T, (int)T, max_len, nt, 0);
   if (c->is_decoder) vr_cuda_rmsnorm_f32(h.x, h.x, st->final_w, (int)T, c->hidden_size, c->norm_eps, st->stream);
   VR_CUDA_CHECK(cudaMemcpyAsync(hidden, h.x, (size_t)T * (size_t)c->hidden_size * sizeof(float),
                                 cudaMemcpyDeviceToHost, st->stream));

@@ -27,19 +27,24 @@
  * VR_GEMM_WIDE heuristic candidates plus split-K variants (2, 4, 8, 16 ranges, reduced out of place
  * in the workspace: deterministic) of each that cublasLtMatmulAlgoCheck accepts.
  * A tuned choice is kept per process (choices(), behind its mutex: the file's one mutable state
- * outside a context): a later plan of the same key (device, shape, operand layouts, epilogue, output
- * type, timing options, workspace, candidate list) in any context takes it without timing, so two
- * engines or models over the same weights in one process run the same algorithms and give the same
- * bits (timing alone picks among near-equal candidates by noise, and split-K variants round
- * differently).
+ * outside a context): a later plan of the same key (device model, shape, operand layouts, epilogue,
+ * output type, timing options, workspace, candidate count) in any context takes it without timing,
+ * so two engines or models over the same weights in one process run the same algorithms and give
+ * the same bits (timing alone picks among near-equal candidates by noise, and split-K variants
+ * round differently). With a GEMM-choice cache file (vr_cuda_gemm_cache_open, model/vr_gemm_tune.h)
+ * the choices of earlier processes are loaded into that table and new ones written back
+ * (vr_cuda_gemm_cache_save), so later processes make the first one's choices too.
  * Not thread-safe: one gemm context per model, used by its forward thread. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "verl_reward/status.h"
 #define VR_WITH_CUBLAS
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
+#include "vr_gemm_tune.h"
 
 #define VR_GEMM_CACHE 1024
 #define VR_GEMM_XCACHE 256 /* exact-size plans: their own cache, so they never evict bucket plans */
@@ -324,73 +329,181 @@ static cublasStatus_t run_algo(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, const cubla
                         g->workspace_bytes, s);
 }
 
-/* ---- the process's tuned choices */
-#define VR_GEMM_CHOICES 512
-#define VR_GEMM_CHOICE_KEY 14
+/* ---- the process's tuned choices, and the GEMM-choice cache file (vr_gemm_tune.h) that carries
+ * them to later processes. An entry's key is the device's identity (name, compute capability, SM
+ * count: two GPUs of one model share their choices), the cuBLASLt version and the plan's key; its
+ * algorithm is cublasLtMatmulAlgo_t's bytes. A loaded entry is taken only when its bytes equal one
+ * of the candidates the heuristic returned for the plan (the file is untrusted: its bytes are never
+ * handed to cuBLASLt); else it is ignored with a warning, the plan is timed and the new choice
+ * replaces the entry in the file. */
+static_assert(sizeof(cublasLtMatmulAlgo_t) == VR_GEMM_TUNE_ALGO * sizeof(uint64_t), "cublasLtMatmulAlgo_t size");
+#define VR_GEMM_DEVS 64
 typedef struct {
-  int key[VR_GEMM_CHOICE_KEY];
-  cublasLtMatmulAlgo_t algo;
-  float us;
-} vr_gemm_choice_t;
+  int known;
+  char name[VR_GEMM_TUNE_DEVICE];
+  int major, minor, sms;
+} vr_gemm_dev_t;
 typedef struct {
-  pthread_mutex_t mu;
-  int n; /* full: later keys are tuned per context, as before */
-  vr_gemm_choice_t c[VR_GEMM_CHOICES];
+  vr_gemm_tune_set_t set; /* fresh -1: loaded and not valid here (replaced when tuned: 2) */
+  char path[4096];        /* the file; "" none */
+  int opened;
+  size_t unsaved; /* fresh entries not yet stored */
+  int64_t ltver;
+  vr_gemm_dev_t dev[VR_GEMM_DEVS];
 } vr_gemm_choices_t;
 
-static vr_gemm_choices_t *choices(void) {
-  static vr_gemm_choices_t tab = {PTHREAD_MUTEX_INITIALIZER, 0, {}};
+/* The table and its mutex: the file's one mutable state outside a context. */
+static vr_gemm_choices_t *choices(pthread_mutex_t **mu) {
+  static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+  static vr_gemm_choices_t tab;
+  *mu = &m;
   return &tab;
 }
 
-static void choice_key(const vr_cuda_gemm_t *g, const vr_gemm_plan_t *p, int *key) {
+/* p's key into e (the table's mutex held: the device identities are filled on first use). */
+static void choice_key(vr_gemm_choices_t *t, const vr_cuda_gemm_t *g, const vr_gemm_plan_t *p,
+                       vr_gemm_tune_entry_t *e) {
+  memset(e, 0, sizeof *e);
   int dev = 0;
   (void)VR_CUDA_TRY(cudaGetDevice(&dev));
-  const int k[VR_GEMM_CHOICE_KEY] = {dev, p->T, p->N, p->K, p->out_f32, p->has_bias, p->beta1, p->gelu, (int)p->op_a,
-                                     (int)p->op_b, p->bias_fallback, p->n_algos, g->flush != NULL,
-                                     (int)(g->workspace_bytes >> 12)};
-  memcpy(key, k, sizeof k);
+  vr_gemm_dev_t tmp = {}, *d = dev >= 0 && dev < VR_GEMM_DEVS ? &t->dev[dev] : &tmp;
+  if (!d->known) {
+    cudaDeviceProp prop;
+    if (VR_CUDA_TRY(cudaGetDeviceProperties(&prop, dev)) == 0) {
+      snprintf(d->name, sizeof d->name, "%s", prop.name);
+      d->major = prop.major, d->minor = prop.minor, d->sms = prop.multiProcessorCount;
+    } else {
+      snprintf(d->name, sizeof d->name, "device %d", dev);
+    }
+    d->known = 1;
+  }
+  if (!t->ltver) t->ltver = (int64_t)cublasLtGetVersion();
+  memcpy(e->device, d->name, sizeof e->device);
+  e->cc_major = d->major, e->cc_minor = d->minor, e->sms = d->sms;
+  e->cublaslt = t->ltver;
+  const int32_t k[VR_GEMM_TUNE_KEY] = {p->T, p->N, p->K, p->out_f32, p->has_bias, p->beta1, p->gelu, (int32_t)p->op_a,
+                                       (int32_t)p->op_b, p->bias_fallback, p->n_algos, g->flush != NULL,
+                                       (int32_t)(g->workspace_bytes >> 12)};
+  memcpy(e->key, k, sizeof k);
 }
 
-/* p takes the process's choice for its key when there is one among its candidates: 1; else 0. */
+/* p takes the table's choice for its key when that is among its candidates: 1; else 0. */
 static int choice_take(vr_cuda_gemm_t *g, vr_gemm_plan_t *p) {
-  int key[VR_GEMM_CHOICE_KEY];
-  choice_key(g, p, key);
-  vr_gemm_choices_t *t = choices();
+  pthread_mutex_t *mu;
+  vr_gemm_choices_t *t = choices(&mu);
   int found = 0;
-  pthread_mutex_lock(&t->mu);
-  for (int i = 0; i < t->n && !found; ++i) {
-    if (memcmp(t->c[i].key, key, sizeof key)) continue;
+  pthread_mutex_lock(mu);
+  vr_gemm_tune_entry_t key;
+  choice_key(t, g, p, &key);
+  const long i = vr_gemm_tune_find(&t->set, &key);
+  if (i >= 0) {
+    vr_gemm_tune_entry_t *c = &t->set.e[i];
     for (int j = 0; j < p->n_algos && !found; ++j)
-      if (!memcmp(&p->cand[j], &t->c[i].algo, sizeof(cublasLtMatmulAlgo_t))) {
+      if (!memcmp(&p->cand[j], c->algo, sizeof(cublasLtMatmulAlgo_t))) {
         p->algo = p->cand[j];
         p->algo_split = p->cand_split[j];
-        p->tuned_us = t->c[i].us;
+        p->tuned_us = (float)c->us;
         p->tuned = 1;
         found = 1;
         g->plans_tuned++;
       }
-    break; /* one entry per key */
+    if (!found && c->fresh == 0) {
+      vr_log(VR_LOG_WARN, "GEMM-choice cache %s: the choice for M=%d N=%d K=%d on %s (cuBLASLt %lld) is not among "
+             "cuBLASLt's %d candidates here: ignored (timed again; the entry is replaced)", t->path, p->T, p->N, p->K,
+             c->device, (long long)c->cublaslt, p->n_algos);
+      c->fresh = -1;
+    }
   }
-  pthread_mutex_unlock(&t->mu);
+  pthread_mutex_unlock(mu);
   return found;
 }
 
-/* Records p's tuned choice for its key (the first one recorded stays). */
+/* Records p's tuned choice for its key (the first one recorded stays, except over an entry found
+ * not valid here). */
 static void choice_put(const vr_cuda_gemm_t *g, const vr_gemm_plan_t *p) {
-  int key[VR_GEMM_CHOICE_KEY];
-  choice_key(g, p, key);
-  vr_gemm_choices_t *t = choices();
-  pthread_mutex_lock(&t->mu);
-  int have = 0;
-  for (int i = 0; i < t->n && !have; ++i) have = !memcmp(t->c[i].key, key, sizeof key);
-  if (!have && t->n < VR_GEMM_CHOICES) {
-    vr_gemm_choice_t *c = &t->c[t->n++];
-    memcpy(c->key, key, sizeof key);
-    c->algo = p->algo;
-    c->us = p->tuned_us;
+  pthread_mutex_t *mu;
+  vr_gemm_choices_t *t = choices(&mu);
+  pthread_mutex_lock(mu);
+  vr_gemm_tune_entry_t e;
+  choice_key(t, g, p, &e);
+  memcpy(e.algo, &p->algo, sizeof e.algo);
+  e.us = p->tuned_us;
+  const long i = vr_gemm_tune_find(&t->set, &e);
+  if (i >= 0 && t->set.e[i].fresh == -1) {
+    e.fresh = 2;
+    t->set.e[i] = e;
+    t->unsaved++;
+  } else if (i < 0) {
+    e.fresh = 1;
+    if (vr_gemm_tune_append(&t->set, &e) == 0) t->unsaved++; /* full: this key is tuned per context */
   }
-  pthread_mutex_unlock(&t->mu);
+  pthread_mutex_unlock(mu);
+}
+
+extern "C" int vr_cuda_gemm_cache_open(const char *path) {
+  if (!path || !path[0] || !strcmp(path, "off")) return 0;
+  pthread_mutex_t *mu;
+  vr_gemm_choices_t *t = choices(&mu);
+  int rc = 0;
+  pthread_mutex_lock(mu);
+  if (t->opened) {
+    if (strcmp(t->path, path))
+      vr_log(VR_LOG_WARN, "GEMM-choice cache %s: this process already uses %s; kept", path,
+             t->path[0] ? t->path : "none");
+    pthread_mutex_unlock(mu);
+    return 0;
+  }
+  t->opened = 1;
+  if (strlen(path) >= sizeof t->path) {
+    vr_log(VR_LOG_WARN, "GEMM-choice cache: a path of %zu bytes is too long: none used", strlen(path));
+    pthread_mutex_unlock(mu);
+    return VR_ERR_INVAL;
+  }
+  snprintf(t->path, sizeof t->path, "%s", path);
+  vr_gemm_tune_set_t got;
+  int exists = 0;
+  char err[2200] = "";
+  rc = vr_gemm_tune_load(path, &got, &exists, err, sizeof err);
+  if (rc == 0) {
+    size_t n = 0;
+    for (size_t i = 0; i < got.n; ++i)
+      if (vr_gemm_tune_find(&t->set, &got.e[i]) < 0 && vr_gemm_tune_append(&t->set, &got.e[i]) == 0) ++n;
+    if (exists) vr_log(VR_LOG_INFO, "GEMM-choice cache %s: %zu choices loaded", path, n);
+    else vr_log(VR_LOG_INFO, "GEMM-choice cache %s: not there yet (written after the first tuning)", path);
+  } else if (rc == VR_ERR_PARSE || rc == VR_ERR_TOO_LARGE) {
+    vr_log(VR_LOG_WARN, "GEMM-choice cache: %s: ignored (the GEMMs are timed again and the file rewritten)", err);
+  } else {
+    vr_log(VR_LOG_WARN, "GEMM-choice cache: %s: not used (choices kept for this process only)", err);
+    t->path[0] = '\0';
+  }
+  vr_gemm_tune_set_free(&got);
+  pthread_mutex_unlock(mu);
+  return rc;
+}
+
+extern "C" int vr_cuda_gemm_cache_save(void) {
+  pthread_mutex_t *mu;
+  vr_gemm_choices_t *t = choices(&mu);
+  int rc = 0;
+  pthread_mutex_lock(mu);
+  if (t->path[0] && t->unsaved) {
+    size_t added = 0, total = 0;
+    int replaced = 0;
+    char err[2200] = "";
+    rc = vr_gemm_tune_store(t->path, &t->set, &added, &total, &replaced, err, sizeof err);
+    if (rc == 0) {
+      if (replaced) vr_log(VR_LOG_WARN, "GEMM-choice cache: %s: replaced", err);
+      vr_log(VR_LOG_INFO, "GEMM-choice cache %s: %zu choices added (%zu in the file)", t->path, added, total);
+      for (size_t i = 0; i < t->set.n; ++i)
+        if (t->set.e[i].fresh > 0) t->set.e[i].fresh = 0;
+    } else {
+      vr_log(VR_LOG_WARN, "GEMM-choice cache: %s: not written (choices kept for this process only)", err);
+      t->path[0] = '\0';
+    }
+    t->unsaved = 0;
+  }
+  pthread_mutex_unlock(mu);
+  return rc;
 }
 
 /* Times every candidate of p on these buffers and keeps the fastest (warm-up only). */

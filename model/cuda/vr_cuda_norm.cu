@@ -15,6 +15,16 @@ __global__ void k_layernorm(float *x, uint16_t *xn, const float *w, const float 
   layernorm_row(xr, xnr, w, b, C, eps, s, red);
 }
 
+/* This thread's VPT float4 of a row of C4 float4 (threadIdx.x + k blockDim.x), zeros past its end. */
+template <int VPT>
+__device__ __forceinline__ void row4_load(const float4 *xr, int C4, float4 (&v)[VPT]) {
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    v[k] = c < C4 ? xr[c] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
 /* Vectorised LayerNorm: C % 4 == 0; each thread keeps VPT float4 of the row in registers
  * (one read of x, one write of x and xn); blockDim.x * VPT * 4 >= C. */
 template <int VPT>
@@ -26,13 +36,10 @@ __global__ void k_layernorm_vec(float *x, uint16_t *xn, const float *w, const fl
   uint2 *xnr = reinterpret_cast<uint2 *>(xn + t * C);
   const int C4 = C / 4;
   float4 v[VPT];
+  row4_load<VPT>(xr, C4, v);
   float s = 0.f;
 #pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    const int c = threadIdx.x + k * blockDim.x;
-    v[k] = c < C4 ? xr[c] : make_float4(0.f, 0.f, 0.f, 0.f);
-    s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
-  }
+  for (int k = 0; k < VPT; ++k) s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
   const float mean = block_sum(s, red) / C;
   float q = 0.f;
 #pragma unroll
@@ -174,6 +181,36 @@ __global__ void k_rmsnorm(const float *x, O *xn, const float *w, int C, float ep
   for (int c = threadIdx.x; c < C; c += blockDim.x) xnr[c] = norm_out<O>(xr[c] * r * w[c]);
 }
 
+/* Vectorised RMSNorm: C % 4 == 0, x / xn / w 16 / 8-byte aligned; each thread keeps VPT float4 of the
+ * row in registers (one read of x), blockDim.x * VPT * 4 >= C; bf16 out 4 at a time. The scalar
+ * k_rmsnorm's 2-byte stores and second read of x left it under the copy rate. */
+template <int VPT>
+__global__ void k_rmsnorm_vec(const float *x, uint16_t *xn, const float *w, int C, float eps) {
+  vr_pdl_wait(); /* first: see vr_cuda_launch.cuh */
+  __shared__ float red[32];
+  const size_t t = blockIdx.x;
+  const float4 *xr = reinterpret_cast<const float4 *>(x + t * C);
+  uint2 *xnr = reinterpret_cast<uint2 *>(xn + t * C);
+  const int C4 = C / 4;
+  float4 v[VPT];
+  row4_load<VPT>(xr, C4, v);
+  float q = 0.f;
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) q += (v[k].x * v[k].x + v[k].y * v[k].y) + (v[k].z * v[k].z + v[k].w * v[k].w);
+  const float r = rsqrtf(block_sum(q, red) / C + eps);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int c = threadIdx.x + k * blockDim.x;
+    if (c < C4) {
+      const float4 wv = reinterpret_cast<const float4 *>(w)[c];
+      uint2 h;
+      h.x = (uint32_t)to_bf(v[k].x * r * wv.x) | ((uint32_t)to_bf(v[k].y * r * wv.y) << 16);
+      h.y = (uint32_t)to_bf(v[k].z * r * wv.z) | ((uint32_t)to_bf(v[k].w * r * wv.w) << 16);
+      xnr[c] = h;
+    }
+  }
+}
+
 /* -------------------------------------------------------------- launchers */
 
 extern "C" void vr_cuda_layernorm(float *x, uint16_t *xn, const float *w, const float *b, int T,
@@ -216,6 +253,18 @@ extern "C" void vr_cuda_layernorm_b16(const uint16_t *y, const uint16_t *r, uint
 extern "C" void vr_cuda_rmsnorm(const float *x, uint16_t *xn, const float *w, int T, int C,
                                 float eps, cudaStream_t s) {
   if (T <= 0) return;
+  const int C4 = C / 4;
+  const unsigned th = norm_threads(C4);
+  const int vpt = (int)((C4 + th - 1) / th);
+  const int aligned = ((uintptr_t)x | (uintptr_t)w) % 16 == 0 && (uintptr_t)xn % 8 == 0;
+  if (C % 4 == 0 && aligned && vpt <= 4) {
+    if (vpt == 1) vr_launch(k_rmsnorm_vec<1>, dim3(T), dim3(th), 0, s, x, xn, w, C, eps);
+    else if (vpt == 2) vr_launch(k_rmsnorm_vec<2>, dim3(T), dim3(th), 0, s, x, xn, w, C, eps);
+    else if (vpt == 3) vr_launch(k_rmsnorm_vec<3>, dim3(T), dim3(th), 0, s, x, xn, w, C, eps);
+    else vr_launch(k_rmsnorm_vec<4>, dim3(T), dim3(th), 0, s, x, xn, w, C, eps);
+    VR_CUDA_CHECK_LAUNCH();
+    return;
+  }
   vr_launch(k_rmsnorm<uint16_t>, dim3(T), dim3(norm_threads(C)), 0, s, x, xn, w, C, eps);
   VR_CUDA_CHECK_LAUNCH();
 }

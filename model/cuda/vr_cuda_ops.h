@@ -125,6 +125,15 @@ void vr_cuda_attention_run(vr_cuda_attn_kernel_t k, const uint16_t *qkv, int ld,
                            uint16_t *out, int ld_out, const int32_t *cu, const int32_t *tiles, const int32_t *meta,
                            int grid_tiles, int H, int Hkv, int D, int causal, int window, float scale, int rows,
                            cudaStream_t s);
+/* As vr_cuda_attention, with the batch's longest sequence known on the host (max_len; 0:
+ * unknown, which is vr_cuda_attention): from VR_CUDA_ATTN_FA3_C3_MIN_LEN tokens FA3 at head_dim
+ * 64 takes three consumer warpgroups on 192-row tiles (VR_CUDA_FA3_C3), so the tile list must be
+ * made with vr_cuda_attention_tile_rows_maxlen of the same (D, rows_hint, max_len). A graph
+ * serving any batch of its bucket passes 0. */
+void vr_cuda_attention_maxlen(const uint16_t *qkv, int ld, int q_off, int k_off, int v_off, uint16_t *out, int ld_out,
+                              const int32_t *cu, const int32_t *tiles, const int32_t *meta, int grid_tiles, int H,
+                              int Hkv, int D, int causal, int window, float scale, int rows_hint, int max_len,
+                              cudaStream_t s);
 /* As vr_cuda_attention, also writing lse (T, H) fp32: per query row and head the
  * log2-domain logsumexp of the scaled scores, log2(sum_j 2^(scale * log2(e) * q.k_j)), which a
  * training backward recomputes P from. Tensor-core kernels only: D in 16/32/64/128. */
@@ -140,6 +149,12 @@ void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, in
 #endif
 #ifndef VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS
 #define VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS 4096
+#endif
+/* Three consumer warpgroups at head_dim 64 (VR_CUDA_FA3_C3) in batches whose longest sequence
+ * has this many tokens (vr_cuda_attention_maxlen): ahead of two on every 16k shape timed, behind
+ * on packed short sequences of the same rows ("Issue 24: FA3 at head_dim 64"). */
+#ifndef VR_CUDA_ATTN_FA3_C3_MIN_LEN
+#define VR_CUDA_ATTN_FA3_C3_MIN_LEN 8192
 #endif
 /* The automatic choice: FA3 for D 64 / 128 in batches of VR_CUDA_ATTN_FA3_MIN_ROWS+ rows where
  * it runs (vr_cuda_attention_fa3_ok: an sm_90a build on a compute 9.0 device); else FA128 for
@@ -160,6 +175,8 @@ int vr_cuda_attention_kernel_rows(vr_cuda_attn_kernel_t k, int D);
 int vr_cuda_attention_kernel_resident(vr_cuda_attn_kernel_t k, int D);
 /* The two above for the automatic choice's kernel. */
 int vr_cuda_attention_tile_rows(int D, int rows_hint);
+/* The tile rows of vr_cuda_attention_maxlen's choice (max_len 0: vr_cuda_attention_tile_rows). */
+int vr_cuda_attention_tile_rows_maxlen(int D, int rows_hint, int max_len);
 int vr_cuda_attention_resident_blocks(int D, int rows_hint);
 /* The Hopper kernel alone (vr_cuda_attention_fa3.cu; VR_CUDA_ATTN_KERNEL_FA3), for the launchers
  * of vr_cuda_attention.cu and the tests / benchmarks comparing its configurations.
@@ -268,8 +285,22 @@ void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);
  * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). The
  * choice is kept for the process: a plan of the same key (device, shape, layouts, epilogue, output
  * type, tuning options, workspace) tuned later, in any context, takes it without timing (the same
- * algorithm, so the same bits, in every engine of the process). Thread-safe (a mutex). */
+ * algorithm, so the same bits, in every engine of the process; across processes with a cache file:
+ * vr_cuda_gemm_cache_open). Thread-safe (a mutex). */
 void vr_cuda_gemm_set_tuning(vr_cuda_gemm_t *g, int on);
+/* The process's GEMM-choice cache file (model/vr_gemm_tune.h): loads path's choices into the
+ * process's table (the first call only: a later one with another path is warned about and kept
+ * out; NULL, "" or "off": nothing), logging at info the file and how many were loaded. A loaded
+ * choice is taken by a tuned plan of its key only when its bytes equal one of the plan's heuristic
+ * candidates (else a warning, the plan is timed and the file's entry replaced). A file that does
+ * not parse is warned about and ignored (rewritten at the next save); one refused for its owner or
+ * mode (or unreadable) is warned about and not used. Returns 0 or that vr_status_t; tuning goes on
+ * either way. Thread-safe. */
+int vr_cuda_gemm_cache_open(const char *path);
+/* Writes the choices tuned since the last save into the file (merged under a lock, atomically:
+ * vr_gemm_tune_store), logging at info how many were added; nothing to do: 0. A failure is warned
+ * about and the file not used again. Thread-safe; file I/O: call it after a warm-up, not per step. */
+int vr_cuda_gemm_cache_save(void);
 /* Tuning options (default: none). flush (device memory of flush_bytes, owned by the caller, whose
  * contents the tuning overwrites; NULL or 0 bytes: off) is written before every timed run, so the
  * candidates are timed with their operands in HBM rather than in L2: give it about twice the L2

@@ -14,14 +14,14 @@
 
 typedef struct attn_call {
   const bench_attn_t *a;
-  int grid;
+  int grid, max_len;
 } attn_call_t;
 
 static void run_attention(void *ctx) {
   const attn_call_t *c = (const attn_call_t *)ctx;
   const bench_attn_t *a = c->a;
-  vr_cuda_attention(a->qkv, a->ld, 0, a->H * a->D, (a->H + a->Hkv) * a->D, a->out, a->H * a->D, a->cu, a->tiles,
-                    a->meta, c->grid, a->H, a->Hkv, a->D, a->causal, 0, 0.125f, a->T, 0);
+  vr_cuda_attention_maxlen(a->qkv, a->ld, 0, a->H * a->D, (a->H + a->Hkv) * a->D, a->out, a->H * a->D, a->cu,
+                           a->tiles, a->meta, c->grid, a->H, a->Hkv, a->D, a->causal, 0, 0.125f, a->T, c->max_len, 0);
 }
 
 static void bench_attention(int n_seqs, int len, int H, int Hkv, int D, int causal, int reps) {
@@ -29,14 +29,17 @@ static void bench_attention(int n_seqs, int len, int H, int Hkv, int D, int caus
   for (int i = 0; i < n_seqs; ++i) lens[i] = len;
   bench_attn_t a;
   bench_attn_init(&a, lens, n_seqs, H, Hkv, D, causal, 0);
-  bench_attn_tiles(&a, vr_cuda_attention_tile_rows(D, a.T));
-  /* one block per tile, then the graphs' persistent grid (one resident wave over the heads) */
+  /* one block per tile with the longest sequence known (the backend's eager forwards: the
+   * configuration vr_cuda_attention_maxlen picks), then the graphs' persistent grid (one resident
+   * wave over the heads; a graph serves any batch: max_len 0) */
   for (int mode = 0; mode < 2; ++mode) {
-    attn_call_t c = {&a, mode == 0 ? a.nt : bench_attn_persistent_grid(&a, vr_cuda_attention_resident_blocks(D, a.T))};
+    const int ml = mode == 0 ? len : 0, rows = vr_cuda_attention_tile_rows_maxlen(D, a.T, ml);
+    bench_attn_tiles(&a, rows);
+    attn_call_t c = {&a, mode == 0 ? a.nt : bench_attn_persistent_grid(&a, vr_cuda_attention_resident_blocks(D, a.T)), ml};
     const float m = bench_time_ms(run_attention, &c, reps);
-    printf("attention %-7s %2d x %4d H%d/%d D%-3d %-6s grid %5d x %-2d %8.3f ms %7.1f TFLOP/s\n",
-           vr_cuda_attention_kernel_name(vr_cuda_attention_kernel(D, a.T)), n_seqs, len, H, Hkv, D, causal ? "causal" : "bidir", c.grid, H, m,
-           bench_attn_flops(&a) / (m * 1e-3) / 1e12);
+    printf("attention %-7s %2d x %5d H%d/%d D%-3d %-6s %3d-row tiles grid %5d x %-2d %8.3f ms %7.1f TFLOP/s\n",
+           vr_cuda_attention_kernel_name(vr_cuda_attention_kernel(D, a.T)), n_seqs, len, H, Hkv, D, causal ? "causal" : "bidir",
+           rows, c.grid, H, m, bench_attn_flops(&a) / (m * 1e-3) / 1e12);
   }
   bench_attn_free(&a);
   free(lens);
@@ -109,6 +112,15 @@ int main(int argc, char **argv) {
   bench_gemm(g, 16384, 28672, 4096, 0, reps); /* 8B gate|up */
   bench_gemm(g, 16384, 4096, 14336, 1, reps); /* 8B down, fp32 residual accumulate */
   bench_gemm(g, 16384, 4096, 4096, 1, reps);  /* 8B o */
+  /* the long-sequence forwards' 32768-row batches (llama-8b 2 x 16384, llama-1b 2 of 4 x 16384) */
+  bench_gemm(g, 32768, 6144, 4096, 0, reps);  /* 8B qkv */
+  bench_gemm(g, 32768, 28672, 4096, 0, reps); /* 8B gate|up */
+  bench_gemm(g, 32768, 4096, 14336, 1, reps); /* 8B down */
+  bench_gemm(g, 32768, 4096, 4096, 1, reps);  /* 8B o */
+  bench_gemm(g, 32768, 3072, 2048, 0, reps);  /* 1B qkv */
+  bench_gemm(g, 32768, 16384, 2048, 0, reps); /* 1B gate|up */
+  bench_gemm(g, 32768, 2048, 8192, 1, reps);  /* 1B down */
+  bench_gemm(g, 32768, 2048, 2048, 1, reps);  /* 1B o */
   bench_gemm(g, 512, 2304, 768, 0, reps);     /* roberta-base qkv, 1 x 512 */
   bench_gemm(g, 16384, 2304, 768, 0, reps);   /* roberta-base qkv, 16384 tokens */
   bench_gemm(g, 16384, 768, 768, 1, reps);    /* o, fp32 residual */

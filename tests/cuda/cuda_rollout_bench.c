@@ -21,13 +21,16 @@
  *   before that), KNOBS (left out or -1: the engine's defaults) a bit mask: 1 the GEMM candidates
  *   timed with their operands from HBM, 2 split-K candidates (vr_cuda_roll_set_tuning), 4 greedy
  *   rows sampled over several blocks (vr_cuda_roll_split_sample), 8 the decode attention's
- *   shared-memory ring kernel (else the register one), 16 its launch as a programmatic dependent of
- *   the qkv GEMM (with 8 only: vr_cuda_roll_set_attn), 32 / 64 / 128 / 256 our decode GEMM on the
+ *   shared-memory ring kernel (else the register one), 512 the tensor-core kernel instead, 1024 the
+ *   choice between ring and register kernel by group size (the rule before the tensor-core kernel;
+ *   so 1031 = the engine's defaults before it), 16 its launch as a programmatic dependent of the
+ *   qkv GEMM (ring or tensor-core kernel: vr_cuda_roll_set_attn), 32 / 64 / 128 / 256 our decode GEMM on the
  *   layers / on the LM head / per shape where it won the warm-up's timing / with programmatic
  *   dependent launch (vr_cuda_roll_use_dgemm's LAYERS, HEAD, TIMED, PDL), PIPE the scheduler's
  *   decode_pipeline (left out or 0: the default, pipelined without stop ids; -1 off). Default: "1",
- *   the engine's defaults. After each measurement both attention kernels are also timed alone on
- *   one layer (vr_cuda_roll_time_attention). The JSON file gets one line per variant.
+ *   the engine's defaults. After each measurement the three attention kernels are also timed alone
+ *   on one layer (vr_cuda_roll_time_attention) at the last step's partition length, and the
+ *   tensor-core kernel at 128, 256 and 512 keys. The JSON file gets one line per variant.
  *   --gemm: instead, each decode GEMM of both shapes at M = 64 (qkv, o +=, gate/up, down +=, LM
  *   head) on cuBLASLt (its candidates timed from HBM) and on ours (the rule's configuration and a
  *   sweep of bn x kc x splits), each run after a flush of twice the L2 (median of 7, events around
@@ -120,7 +123,7 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   if (knobs >= 0) {
     vr_cuda_roll_set_tuning(st, knobs & 1, (knobs >> 1) & 1);
     vr_cuda_roll_split_sample(st, (knobs >> 2) & 1);
-    vr_cuda_roll_set_attn(st, (knobs >> 3) & 1, (knobs >> 4) & 1);
+    vr_cuda_roll_set_attn(st, knobs & 1024 ? 3 : knobs & 512 ? 2 : (knobs >> 3) & 1, (knobs >> 4) & 1);
     vr_cuda_roll_use_dgemm(st, ((unsigned)knobs >> 5) & 15u);
   }
   if (part && vr_cuda_roll_set_part(st, part)) {
@@ -203,15 +206,23 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
     printf("  decode step on the device (mean of 20): graph %.3f ms, eager %.3f ms; eager without attention %.3f, "
            "without the layers' GEMMs %.3f, without the small kernels %.3f, without the LM head %.3f ms\n",
            pr[5], pr[0], pr[1], pr[2], pr[3], pr[4]);
-  /* the attention kernels alone on the last step's contexts (Lp + N - 1 tokens each) */
-  double ta[2] = {0, 0};
+  /* the attention kernels alone on the last step's contexts (Lp + N - 1 tokens each): ring, register,
+   * tensor-core kernel at the step's partition length, then the tensor-core one at 128 / 256 / 512 */
+  double ta[6] = {0, 0, 0, 0, 0, 0};
+  static const unsigned tk[3] = {VR_ROLL_ATTN_RING, VR_ROLL_ATTN_REGS, VR_ROLL_ATTN_MMA};
+  static const int tp[3] = {128, 256, 512};
   const double kv_layer = (double)P * R * (Lp + N - 1) * kv_tok / m.cfg.num_layers;
-  if (vr_cuda_roll_time_attention(st, (uint32_t)(P * R), 50, VR_ROLL_ATTN_RING, &ta[0]) == 0 &&
-      vr_cuda_roll_time_attention(st, (uint32_t)(P * R), 50, VR_ROLL_ATTN_REGS, &ta[1]) == 0)
+  int tok = 1;
+  for (int i = 0; i < 3; ++i) tok = tok && vr_cuda_roll_time_attention(st, (uint32_t)(P * R), 50, tk[i], 0, &ta[i]) == 0;
+  for (int i = 0; i < 3; ++i)
+    if (vr_cuda_roll_time_attention(st, (uint32_t)(P * R), 50, VR_ROLL_ATTN_MMA, tp[i], &ta[3 + i])) ta[3 + i] = 0;
+  if (tok)
     printf("  decode attention alone (one layer, %d-token contexts, mean of 50): ring kernel %.1f us, register kernel "
-           "%.1f us for %.1f MB of K/V (%.0f / %.0f GB/s; the copy rate's time %.1f us)\n",
-           Lp + N - 1, ta[0] * 1e3, ta[1] * 1e3, kv_layer / 1e6, kv_layer / (ta[0] * 1e-3) * 1e-9,
-           kv_layer / (ta[1] * 1e-3) * 1e-9, kv_layer / rate * 1e6);
+           "%.1f us, tensor-core kernel %.1f us for %.1f MB of K/V (%.0f / %.0f / %.0f GB/s; the copy rate's time "
+           "%.1f us); tensor-core kernel at partitions of 128 / 256 / 512 keys: %.1f / %.1f / %.1f us\n",
+           Lp + N - 1, ta[0] * 1e3, ta[1] * 1e3, ta[2] * 1e3, kv_layer / 1e6, kv_layer / (ta[0] * 1e-3) * 1e-9,
+           kv_layer / (ta[1] * 1e-3) * 1e-9, kv_layer / (ta[2] * 1e-3) * 1e-9, kv_layer / rate * 1e6, ta[3] * 1e3,
+           ta[4] * 1e3, ta[5] * 1e3);
   {
     FILE *f = jf;
     if (f) {
@@ -223,11 +234,13 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
               "\"step_ms\": %.4f, \"step_bytes\": %.0f, \"copy_rate_gbs\": %.1f, \"ideal_step_ms\": %.4f, "
               "\"fraction_of_copy_rate\": %.3f, \"weight_update_host_ms\": %.2f, \"weight_update_device_ms\": %.3f, "
               "\"graph_step_ms\": %.4f, \"eager_step_ms\": %.4f, \"eager_no_attn_ms\": %.4f, \"eager_no_gemm_ms\": %.4f, "
-              "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f, \"attn_ring_us\": %.2f, \"attn_regs_us\": %.2f, "
+              "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f, \"attn_ring_us\": %.2f, \"attn_regs_us\": %.2f, \"attn_mma_us\": %.2f, "
+              "\"attn_mma_part_us\": [%.2f, %.2f, %.2f], "
               "\"attn_kv_bytes\": %.0f, \"part_steps\": \"%s\"}\n",
               sh->name, fuse, part, knobs, pipe, (unsigned long long)s->decode_ahead, m.n, P, R, temp, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
-              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4], ta[0] * 1e3, ta[1] * 1e3, kv_layer, psl);
+              host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4], ta[0] * 1e3, ta[1] * 1e3, ta[2] * 1e3,
+              ta[3] * 1e3, ta[4] * 1e3, ta[5] * 1e3, kv_layer, psl);
     }
   }
   vr_gen_output_free(&out);

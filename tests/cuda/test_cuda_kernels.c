@@ -231,10 +231,19 @@ static void test_attention_choice(void) {
     const int r = vr_cuda_attention_kernel_rows(VR_CUDA_ATTN_KERNEL_FA3, D);
     ok &= r == vr_cuda_attention_fa3_rows(D, 0) && (r == 128 || r == 192) && r % VR_CUDA_ATTN_BM == 0;
   }
+  /* the longest sequence known (vr_cuda_attention_maxlen): FA3's three consumers at head_dim 64
+   * from VR_CUDA_ATTN_FA3_C3_MIN_LEN tokens, nothing else changes */
+  const int fa3_64 = vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA3, 64);
+  const int L = VR_CUDA_ATTN_FA3_C3_MIN_LEN;
+  ok &= vr_cuda_attention_tile_rows_maxlen(64, 2 * L, L) == (fa3_64 ? 192 : vr_cuda_attention_tile_rows(64, 2 * L)) &&
+        vr_cuda_attention_tile_rows_maxlen(64, 2 * L, L - 1) == vr_cuda_attention_tile_rows(64, 2 * L) &&
+        vr_cuda_attention_tile_rows_maxlen(64, 2 * L, 0) == vr_cuda_attention_tile_rows(64, 2 * L) &&
+        vr_cuda_attention_tile_rows_maxlen(128, 2 * L, 2 * L) == vr_cuda_attention_tile_rows(128, 2 * L) &&
+        vr_cuda_attention_tile_rows_maxlen(32, 2 * L, 2 * L) == vr_cuda_attention_tile_rows(32, 2 * L);
   ok &= !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA128, 128) &&
         !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_GENERIC, 257) &&
         !vr_cuda_attention_kernel_fits(VR_CUDA_ATTN_KERNEL_FA3, 32);
-  printf("%s attention kernel choice by head_dim and rows\n", ok ? "ok  " : "FAIL");
+  printf("%s attention kernel choice by head_dim, rows and longest sequence\n", ok ? "ok  " : "FAIL");
   if (!ok) g_fail = 1;
 }
 
@@ -285,8 +294,11 @@ static int attn_tiles(const int *lens, int n, int rows, int32_t *tiles) {
 
 /* FA3 against FA64 (itself checked against the CPU above) on long sequences, where a double
  * reference would take minutes: both on the same device data, FA3 once per tile and with a
- * persistent grid of 5 blocks; flags: 0 (the library's configuration, vr_cuda_attention_run)
- * or vr_cuda_attention_fa3's. */
+ * persistent grid of 5 blocks; flags: 0 (the library's configuration, vr_cuda_attention_run),
+ * VR_TEST_FA3_MAXLEN (the library's choice with the batch's longest sequence known:
+ * vr_cuda_attention_maxlen and its tile rows, as the backend's eager forwards run it) or
+ * vr_cuda_attention_fa3's. */
+#define VR_TEST_FA3_MAXLEN (-1)
 static void test_attention_fa3_long(int flags, int H, int Hkv, int D, int causal, const int *lens, int n) {
   int T = 0;
   for (int i = 0; i < n; ++i) T += lens[i];
@@ -296,7 +308,11 @@ static void test_attention_fa3_long(int flags, int H, int Hkv, int D, int causal
   int32_t *cu = malloc((n + 1) * 4), *t64 = malloc((size_t)2 * (T + n) * 4), *t128 = malloc((size_t)2 * (T + n) * 4);
   cu[0] = 0;
   for (int i = 0; i < n; ++i) cu[i + 1] = cu[i] + lens[i];
-  const int n64 = attn_tiles(lens, n, 64, t64), n128 = attn_tiles(lens, n, vr_cuda_attention_fa3_rows(D, flags), t128);
+  int max_len = 0;
+  for (int i = 0; i < n; ++i) max_len = lens[i] > max_len ? lens[i] : max_len;
+  const int rows = flags == VR_TEST_FA3_MAXLEN ? vr_cuda_attention_tile_rows_maxlen(D, T, max_len)
+                                               : vr_cuda_attention_fa3_rows(D, flags);
+  const int n64 = attn_tiles(lens, n, 64, t64), n128 = attn_tiles(lens, n, rows, t128);
   const int32_t m64[4] = {n, n64, 0, 0}, m128[4] = {n, n128, 0, 0};
   uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2);
   int32_t *d_cu = todev(cu, (n + 1) * 4), *d_t64 = todev(t64, (size_t)2 * n64 * 4), *d_t128 = todev(t128, (size_t)2 * n128 * 4);
@@ -313,7 +329,10 @@ static void test_attention_fa3_long(int flags, int H, int Hkv, int D, int causal
   char what[160];
   for (int pass = 0; pass < 2; ++pass) {
     CK(cudaMemset(d_out, 0xFF, no * 2));
-    if (flags)
+    if (flags == VR_TEST_FA3_MAXLEN)
+      vr_cuda_attention_maxlen(d_qkv, ld, 0, H * D, (H + Hkv) * D, d_out, H * D, d_cu, d_t128, d_m128, pass ? 5 : n128,
+                               H, Hkv, D, causal, 0, scale, T, max_len, 0);
+    else if (flags)
       vr_cuda_attention_fa3(d_qkv, ld, T, 0, H * D, (H + Hkv) * D, d_out, H * D, NULL, d_cu, d_t128, d_m128,
                             pass ? 5 : n128, H, Hkv, D, causal, 0, scale, flags, 0);
     else
@@ -322,7 +341,8 @@ static void test_attention_fa3_long(int flags, int H, int Hkv, int D, int causal
     tohost(out, d_out, no * 2);
     float *of = bf_arr_to_f(out, no);
     char cfg[48];
-    fa3_flag_names(flags, cfg, sizeof cfg);
+    if (flags == VR_TEST_FA3_MAXLEN) snprintf(cfg, sizeof cfg, " (auto, max_len %d: %d-row tiles)", max_len, rows);
+    else fa3_flag_names(flags, cfg, sizeof cfg);
     snprintf(what, sizeof what, "attention fa3%s vs fa64 H%d/%d D%d %s n%d T%d grid%d", cfg, H, Hkv, D,
              causal ? "causal" : "bidir", n, T, pass ? 5 : n128);
     check_rel(what, ref, of, no, 1e-2);
@@ -385,6 +405,11 @@ static void attention_fa3_suite(void) {
   test_attention_fa3_long(VR_CUDA_FA3_C3, 8, 1, 64, 0, mixed, 5);
   test_attention_fa3_long(VR_CUDA_FA3_C3 | VR_CUDA_FA3_EXP2_POLY, 8, 8, 64, 1, mixed, 5);
   test_attention_fa3_long(VR_CUDA_FA3_EXP2_POLY, 8, 2, 128, 1, long1, 1);
+  /* the library's choice with the longest sequence known: three consumers at head_dim 64,
+   * two at 128 */
+  test_attention_fa3_long(VR_TEST_FA3_MAXLEN, 8, 8, 64, 1, mixed, 5);
+  test_attention_fa3_long(VR_TEST_FA3_MAXLEN, 8, 1, 64, 0, long1, 1);
+  test_attention_fa3_long(VR_TEST_FA3_MAXLEN, 8, 2, 128, 1, mixed, 5);
 }
 
 /* ---------------------------------------------------------------- norms */
@@ -566,12 +591,14 @@ static void test_norms(int T, int C) {
 
 static void test_act(int T, int I);
 
-static void test_elementwise(void) {
-  const int T = 37, H = 4, Hkv = 2, D = 64, ld = (H + 2 * Hkv) * D;
+/* RoPE on T tokens of H / Hkv heads of D against the double reference: D % 16 == 0 takes the
+ * 8-pair kernel, other head dims the scalar one. */
+static void test_rope(int T, int H, int Hkv, int D) {
+  const int ld = (H + 2 * Hkv) * D;
   float *qf;
   uint16_t *qkv = rand_bf((size_t)T * ld, 2, &qf);
-  int32_t pos[37];
-  float inv[32];
+  int32_t *pos = malloc((size_t)T * sizeof *pos);
+  float *inv = malloc((size_t)D / 2 * sizeof *inv);
   for (int t = 0; t < T; ++t) pos[t] = irand(4000);
   for (int i = 0; i < D / 2; ++i) inv[i] = (float)pow(10000.0, -2.0 * i / D);
   const float sc = 1.25f;
@@ -590,16 +617,23 @@ static void test_elementwise(void) {
     }
   uint16_t *d_qkv = todev(qkv, (size_t)T * ld * 2);
   int32_t *d_pos = todev(pos, T * 4);
-  float *d_inv = todev(inv, sizeof inv);
+  float *d_inv = todev(inv, (size_t)D / 2 * sizeof *inv);
   vr_cuda_rope(d_qkv, ld, 0, H * D, H, Hkv, D, d_pos, d_inv, sc, T, 0);
   tohost(qkv, d_qkv, (size_t)T * ld * 2);
   float *of = bf_arr_to_f(qkv, (size_t)T * ld);
-  check_rel("rope q+k (v untouched) T37 H4/2 D64", ref, of, (size_t)T * ld, 1e-2);
+  char what[80];
+  snprintf(what, sizeof what, "rope q+k (v untouched) T%d H%d/%d D%d", T, H, Hkv, D);
+  check_rel(what, ref, of, (size_t)T * ld, 1e-2);
   free(of);
-
-  for (int I = 200; I <= 201; ++I) test_act(T, I);
   CK(cudaFree(d_qkv)); CK(cudaFree(d_pos)); CK(cudaFree(d_inv));
-  free(qkv), free(qf), free(ref);
+  free(qkv), free(qf), free(ref), free(pos), free(inv);
+}
+
+static void test_elementwise(void) {
+  test_rope(37, 4, 2, 64);
+  test_rope(37, 4, 2, 128);
+  test_rope(37, 4, 2, 24); /* the scalar kernel */
+  for (int I = 200; I <= 201; ++I) test_act(37, I);
 }
 
 /* swiglu and bias + gelu (erf, tanh): I = 200 takes the 8-wide kernels, 201 the scalar ones */
@@ -932,6 +966,7 @@ int main(void) {
   test_norms(33, 768);
   test_norms(5, 4096);
   test_norms(7, 40);
+  test_norms(3, 42); /* C % 4 != 0: the scalar RMSNorm */
   test_elementwise();
   vr_cuda_gemm_t *g;
   if (vr_cuda_gemm_init(&g, 32u << 20)) return 1;

@@ -14,6 +14,9 @@
  *   - the trunk (vr_model_hidden): cuda hidden states (T, C) vs the cpu backend's within bf16
  *     rounding, and the scores (graph replay, and the eager forward whose last layer runs on
  *     the score rows only) equal the score head applied on the host to cuda's hidden states
+ *   - long sequences (a random head_dim-64 Llama written under /tmp, "long_d64"): a batch
+ *     holding an 8292-token sequence (eager at its exact size, FA3's three consumers) vs the cpu
+ *     backend, the bucket's graph and graphs off; a batch of shorter ones (the graph)
  * VR_CUDA_TEST_ONLY=name[,name] restricts the fixtures (compute-sanitizer runs);
  * VR_CUDA_TEST_OPTS=option=value[,...] changes the CUDA defaults the suite starts from.
  * Exit code: 0 pass, 1 fail, 77 no GPU. */
@@ -26,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "model_test_util.h"
 #include "verl_reward/status.h"
@@ -506,6 +510,145 @@ done:
   free(g.cu), free(g.ids), free(g.scores);
 }
 
+
+/* ---- long sequences: a model the fixtures cannot be (they have at most 48 positions) ---- */
+
+/* Writes a random Llama of head_dim 64 (hidden 256, 4 heads / 2 KV heads, 2 layers, SwiGLU 512,
+ * vocabulary 512, 32768 positions, pad id 0) into dir as config.json + model.safetensors (bf16
+ * by truncation; weights uniform in +-1/sqrt(fan_in), embeddings +-1, norms 1 +- 0.1, values a
+ * function of the seed alone). Returns 0 or -1. */
+static int write_long_model(const char *dir) {
+  enum { V = 512, C = 256, NH = 4, NKV = 2, HD = 64, NL = 2, F = 512 };
+  static const char *const cfg =
+      "{\"architectures\": [\"LlamaForSequenceClassification\"], \"model_type\": \"llama\", \"vocab_size\": 512,"
+      " \"hidden_size\": 256, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+      " \"head_dim\": 64, \"intermediate_size\": 512, \"hidden_act\": \"silu\", \"max_position_embeddings\": 32768,"
+      " \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, \"tie_word_embeddings\": false, \"pad_token_id\": 0,"
+      " \"bos_token_id\": 1, \"eos_token_id\": 2, \"id2label\": {\"0\": \"LABEL_0\"}, \"label2id\": {\"LABEL_0\": 0},"
+      " \"torch_dtype\": \"bfloat16\"}\n";
+  struct {
+    char name[64];
+    int rows, cols;
+    float amp, bias;
+  } t[4 + 9 * NL];
+  int nt = 0;
+#define T_ADD(nm, r, c_, a, b) (snprintf(t[nt].name, sizeof t[nt].name, "%s", nm), t[nt].rows = r, t[nt].cols = c_, \
+                               t[nt].amp = a, t[nt].bias = b, ++nt)
+  char nm[64];
+  T_ADD("model.embed_tokens.weight", V, C, 1.f, 0.f);
+  for (int l = 0; l < NL; ++l) {
+    static const char *const lin[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                      "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+    const int rows[] = {NH * HD, NKV * HD, NKV * HD, C, F, F, C}, cols[] = {C, C, C, NH * HD, C, C, F};
+    for (int k = 0; k < 7; ++k) {
+      snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, lin[k]);
+      T_ADD(nm, rows[k], cols[k], 1.f / sqrtf((float)cols[k]), 0.f);
+    }
+    snprintf(nm, sizeof nm, "model.layers.%d.input_layernorm.weight", l);
+    T_ADD(nm, 1, C, 0.1f, 1.f);
+    snprintf(nm, sizeof nm, "model.layers.%d.post_attention_layernorm.weight", l);
+    T_ADD(nm, 1, C, 0.1f, 1.f);
+  }
+  T_ADD("model.norm.weight", 1, C, 0.1f, 1.f);
+  T_ADD("score.weight", 1, C, 1.f / sqrtf((float)C), 0.f);
+#undef T_ADD
+  char hdr[16384];
+  size_t hl = 0, off = 0;
+  hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "{");
+  for (int i = 0; i < nt; ++i) {
+    const size_t bytes = (size_t)t[i].rows * t[i].cols * 2;
+    if (t[i].rows == 1 && strcmp(t[i].name, "score.weight")) /* norms are 1-d, score (1, C) */
+      hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "%s\"%s\": {\"dtype\": \"BF16\", \"shape\": [%d], \"data_offsets\": [%zu, %zu]}",
+                             i ? ", " : "", t[i].name, t[i].cols, off, off + bytes);
+    else
+      hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "%s\"%s\": {\"dtype\": \"BF16\", \"shape\": [%d, %d], \"data_offsets\": [%zu, %zu]}",
+                             i ? ", " : "", t[i].name, t[i].rows, t[i].cols, off, off + bytes);
+    off += bytes;
+  }
+  hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "}");
+  while (hl % 8) hdr[hl++] = ' ';
+  char path[4200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  if (!f || fputs(cfg, f) < 0 || fclose(f)) return -1;
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  if (!(f = fopen(path, "wb"))) return -1;
+  const uint64_t hl64 = hl;
+  int ok = fwrite(&hl64, 8, 1, f) == 1 && fwrite(hdr, 1, hl, f) == hl;
+  uint64_t k = 0;
+  for (int i = 0; ok && i < nt; ++i)
+    for (size_t j = 0; ok && j < (size_t)t[i].rows * t[i].cols; ++j, ++k) {
+      uint64_t z = (k + 1) * 0x9e3779b97f4a7c15ull; /* splitmix64 of the element's index */
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      const float u = (float)((double)(z >> 40) / 8388608.0 - 1.0), x = t[i].bias + t[i].amp * u;
+      uint32_t bits;
+      memcpy(&bits, &x, 4);
+      const uint16_t b16 = (uint16_t)(bits >> 16);
+      ok = fwrite(&b16, 2, 1, f) == 1;
+    }
+  return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Batches holding a sequence of 8192+ tokens (the backend's VR_CUDA_LONG_SEQ) run eagerly at their
+ * exact size, with the attention configuration of their longest sequence (FA3's three consumers
+ * at head_dim 64 on an sm_90a build); shorter batches of the same bucket replay its graph. On a
+ * 9216-row batch (a bucket's exact size, so before this rule it took the graph) with one
+ * 8292-token sequence: within bf16 rounding of the cpu backend and of the bucket's graph
+ * (cuda-exact-size off: two consumers), and equal to the same model with graphs off (eager at
+ * the exact size by the same rule); a 9216-row batch of shorter sequences: the graph within
+ * rounding of graphs off and of the pruned graph. */
+static void test_long_sequences(void) {
+  char dir[] = "/tmp/vr_test_long_XXXXXX";
+  if (!mkdtemp(dir) || write_long_model(dir)) {
+    printf("FAIL long sequences: cannot write the model under /tmp\n");
+    g_fail = 1;
+    return;
+  }
+  static const uint32_t lens_long[] = {8292, 700, 200, 24}, lens_short[] = {4096, 3000, 2000, 120};
+  enum { N = 4 };
+  vr_cuda_options_t padded = cuda_defaults(), no_graphs = cuda_defaults();
+  padded.exact_size = 0;
+  no_graphs.graphs = 0;
+  vr_model_t *mc = load(dir, "cuda", 16384), *mg = load_tuned(dir, "cuda", 16384, &padded),
+             *me = load_tuned(dir, "cuda", 16384, &no_graphs), *mp = load(dir, "cpu", 16384);
+  for (int b = 0; mc && mg && me && mp && b < 2; ++b) {
+    const uint32_t *lens = b ? lens_short : lens_long;
+    uint32_t cu[N + 1] = {0};
+    for (int i = 0; i < N; ++i) cu[i + 1] = cu[i] + lens[i];
+    int32_t *ids = malloc((size_t)cu[N] * sizeof *ids);
+    for (uint32_t t = 0; t < cu[N]; ++t) ids[t] = (int32_t)(1 + rnd() % 511u);
+    float sc[N], sg[N], se[N], sp[N];
+    if (score(mc, ids, cu, N, sc)) sc[0] = NAN;
+    if (score(mg, ids, cu, N, sg)) sg[0] = NAN;
+    if (score(me, ids, cu, N, se)) se[0] = NAN;
+    char what[96];
+    if (!b) {
+      if (score(mp, ids, cu, N, sp)) sp[0] = NAN;
+      snprintf(what, sizeof what, "%u-token batch, %u-token sequence: vs cpu", cu[N], lens[0]);
+      verdict("long_d64", what, rel_err_ff(sc, sp, N), MT_TOL_CUDA_TRANSFORMERS);
+      snprintf(what, sizeof what, "%u-token sequence: eager vs the bucket's graph", lens[0]);
+      verdict("long_d64", what, rel_err_ff(sc, sg, N), 1e-2);
+      snprintf(what, sizeof what, "%u-token sequence: eager == graphs off", lens[0]);
+      verdict("long_d64", what, rel_err_ff(sc, se, N), 1e-5);
+    } else {
+      snprintf(what, sizeof what, "%u-token batch of <= %u tokens: graph vs graphs off", cu[N], lens[0]);
+      verdict("long_d64", what, rel_err_ff(sc, se, N), 1e-2);
+      /* exact-size off makes the bucket's pruned graphs too (the last layer on 8 rows): rounding apart */
+      verdict("long_d64", "short sequences: graph vs pruned graph (exact-size off)", rel_err_ff(sc, sg, N), 1e-2);
+    }
+    free(ids);
+  }
+  vr_model_free(mc), vr_model_free(mg), vr_model_free(me), vr_model_free(mp);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  remove(path);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  remove(path);
+  rmdir(dir);
+}
+
 static int wanted(const char *name) {
   const char *only = getenv("VR_CUDA_TEST_ONLY");
   if (!only || !*only) return 1;
@@ -559,6 +702,7 @@ int main(void) {
     test_fixture(names[i], p);
     free(names[i]);
   }
+  if (wanted("long_d64")) test_long_sequences();
   printf("%s (%d fixtures)\n", g_fail ? "FAILED" : "all model checks passed", nn);
   return g_fail;
 }

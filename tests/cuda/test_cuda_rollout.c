@@ -150,8 +150,17 @@ static void test_decode_impl(int H, int Hkv, int D, const int *lens, int n, int 
   const float scale = 1.f / sqrtf((float)D);
   vr_cuda_roll_decode_attention(out_d, ld_out, q_d, ld, 0, kc_d, vc_d, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
                                 scale, part, max_parts, po, pml, flags, 0);
-  uint16_t *out = malloc((size_t)n * ld_out * 2);
+  uint16_t *out = malloc((size_t)n * ld_out * 2), *out2 = malloc((size_t)n * ld_out * 2);
   tohost(out, out_d, (size_t)n * ld_out * 2);
+  /* again on a poisoned output and scratch: the same bits */
+  CK(cudaMemset(out_d, 0x7f, (size_t)n * ld_out * 2));
+  CK(cudaMemset(po, 0x7f, (size_t)n * H * max_parts * D * 4));
+  vr_cuda_roll_decode_attention(out_d, ld_out, q_d, ld, 0, kc_d, vc_d, bt_d, max_blocks, NULL, lens_d, n, H, Hkv, D, window,
+                                scale, part, max_parts, po, pml, flags, 0);
+  tohost(out2, out_d, (size_t)n * ld_out * 2);
+  size_t rerun_diff = 0;
+  for (size_t i = 0; i < (size_t)n * ld_out; ++i) rerun_diff += out[i] != out2[i];
+  free(out2);
   /* reference: double softmax over the sequence's own rows of kv */
   double maxd = 0, num = 0, den = 0;
   size_t nonfinite = 0;
@@ -191,11 +200,12 @@ static void test_decode_impl(int H, int Hkv, int D, const int *lens, int n, int 
   char lens_s[96];
   int off = 0;
   for (int i = 0; i < n && off < 80; ++i) off += snprintf(lens_s + off, sizeof lens_s - off, "%s%d", i ? "," : "", lens[i]);
-  report(bad_layout == 0 && nonfinite == 0 && maxd < 1.6e-2 && rel < 1e-2,
+  const unsigned kind = vr_cuda_roll_attn_kernel(G, D, flags);
+  report(bad_layout == 0 && nonfinite == 0 && rerun_diff == 0 && maxd < 1.6e-2 && rel < 1e-2,
          "decode attn (%s) H%d Hkv%d D%d window %d part %d parts %d lens %s: rel %.2e maxabs %.2e layout-mismatch %zu "
-         "non-finite %zu",
-         flags & VR_ROLL_ATTN_REGS ? "regs" : "ring", H, Hkv, D, window, part, max_parts, lens_s, rel, maxd, bad_layout,
-         nonfinite);
+         "non-finite %zu, rerun differing %zu",
+         kind == VR_ROLL_ATTN_MMA ? "mma" : kind == VR_ROLL_ATTN_REGS ? "regs" : "ring", H, Hkv, D, window, part,
+         max_parts, lens_s, rel, maxd, bad_layout, nonfinite, rerun_diff);
   free(sc);
   free(out);
   free(q);
@@ -217,12 +227,17 @@ static void test_decode_impl(int H, int Hkv, int D, const int *lens, int n, int 
   CK(cudaFree(out_d));
 }
 
-/* Both kernels (the ring, the register one) on the same inputs (the generator restarted). */
+/* The kernels (the ring, the register one, the tensor-core one where D % 16 == 0) on the same inputs
+ * (the generator restarted). */
 static void test_decode(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
   const uint64_t r0 = g_rng;
   test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_RING);
   g_rng = r0;
   test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_REGS);
+  if (D % 16 == 0) {
+    g_rng = r0;
+    test_decode_impl(H, Hkv, D, lens, n, window, part, VR_ROLL_ATTN_MMA);
+  }
 }
 
 /* Elements (bf16 bit patterns) that differ between device arrays a_d and b_d of n each; ha, hb:
@@ -350,12 +365,13 @@ static void test_decode_rope_impl(int H, int Hkv, int D, const int *lens, int n,
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) CK(cudaFree(dev[i]));
 }
 
-/* The ring kernel with and without PDL (no previous kernel in its stream: the same bits), the
- * register kernel; each == rope+append, then the same kernel's plain form. */
+/* The ring and tensor-core kernels with and without PDL (no previous kernel in its stream: the same
+ * bits), the register kernel; each == rope+append, then the same kernel's plain form. */
 static void test_decode_rope(int H, int Hkv, int D, const int *lens, int n, int window, int part) {
-  static const unsigned fl[] = {VR_ROLL_ATTN_RING, VR_ROLL_ATTN_RING | VR_ROLL_ATTN_PDL, VR_ROLL_ATTN_REGS};
+  static const unsigned fl[] = {VR_ROLL_ATTN_RING, VR_ROLL_ATTN_RING | VR_ROLL_ATTN_PDL, VR_ROLL_ATTN_REGS,
+                                VR_ROLL_ATTN_MMA, VR_ROLL_ATTN_MMA | VR_ROLL_ATTN_PDL};
   const uint64_t r0 = g_rng;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < (D % 16 == 0 ? 5 : 3); ++i) {
     g_rng = r0;
     test_decode_rope_impl(H, Hkv, D, lens, n, window, part, fl[i]);
   }
@@ -943,6 +959,18 @@ static void test_part_classes(void) {
            "partition rule: llama 64 x 129..381 -> %d (512), qwen2 64 x 129..381 -> %d, 64 x 384 -> %d (128), "
            "llama 16 x 4k: bucket %d -> %d (128 -> 512), with a window of 100 -> %d (128)",
            l64, q64, q384, base16, l4k, l4kw);
+    /* the tensor-core kernel's count (a quarter of 132): qwen2 64 x 129..384 goes 128 -> 512 (the
+     * measured best), llama keeps 512; the CUDA-core kernels keep the full count */
+    const int sm_mma = vr_cuda_roll_part_sms(4, 64, 0, 132), sm_old = vr_cuda_roll_part_sms(4, 64, VR_ROLL_ATTN_OLD_RULE, 132);
+    for (int b = 0; b < 64; ++b) ctx[b] = 129 + (uint32_t)b * 4;
+    const int tq64 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(64, 14, 2, 64, 132), 14, 2, 64, sm_mma, ctx, 64, 0);
+    const int tl64 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(64, 32, 8, 64, 132), 32, 8, 64, sm_mma, ctx, 64, 0);
+    const int tq8 = vr_cuda_roll_pick_part_ctx(vr_cuda_roll_pick_part(8, 14, 2, 64, 132), 14, 2, 64, sm_mma, ctx, 8, 0);
+    report(sm_mma == 33 && sm_old == 132 && vr_cuda_roll_part_sms(8, 8, 0, 132) == 132 && tq64 == 512 && tl64 == 512 &&
+               tq8 == 64,
+           "partition rule with the tensor-core kernel (%d of 132 SMs; CUDA-core kernels %d): qwen2 64 x 129..381 -> %d "
+           "(512), llama -> %d (512), qwen2 8 x 129..157 -> %d (64)",
+           sm_mma, sm_old, tq64, tl64, tq8);
   }
   const int V = 300, C = 64, L = 2, H = 4, KV = 2, D = 16, F = 96;
   tmodel_t m;
@@ -971,7 +999,7 @@ static void test_part_classes(void) {
     goto done;
   }
   void *st = vr_rollout_backend_state(cu);
-  vr_cuda_roll_set_part_rule(st, 14);
+  vr_cuda_roll_set_part_rule(st, 4 * 14); /* the tensor-core kernel (D 16) sees a quarter: the rule gets 14 */
   compare_greedy("partition classes 64 -> 128 (8 prompts of 100..170, 60 new)", &m, cpu, cu, ids, pcu, NP, 1, 60);
   {
     uint64_t ps[VR_CUDA_ROLL_PART_LENGTHS];
@@ -1252,12 +1280,37 @@ int main(void) {
   test_decode(8, 2, 64, lens_b, 4, 100, 64);  /* sliding window */
   test_decode(8, 2, 64, lens_c, 6, 20, 0);
   test_decode(8, 8, 256, lens_c, 6, 0, 0);
+  /* groups 7 and 8 at D 128, windows over partitions, odd lengths (the tensor-core kernel's N = 8 columns);
+   * the generator restarted afterwards, so the later tests draw what they drew before these were added */
+  const uint64_t rng_e = g_rng;
+  const int lens_e[] = {383, 1, 31, 4351, 95, 0, 257};
+  test_decode(14, 2, 128, lens_e, 7, 0, 0);
+  test_decode(16, 2, 128, lens_e, 7, 0, 128);
+  test_decode(28, 4, 64, lens_e, 7, 0, 512);
+  test_decode(7, 1, 128, lens_e, 7, 300, 64); /* window within a cache block, several partitions */
+  test_decode(32, 8, 64, lens_e, 7, 47, 0);
+  test_decode(4, 4, 128, lens_e, 7, 0, 256);
+  {
+    /* the rule: the tensor-core kernel wherever D % 16 == 0, the earlier choice elsewhere */
+    const int ok = vr_cuda_roll_attn_kernel(4, 64, 0) == VR_ROLL_ATTN_MMA && vr_cuda_roll_attn_kernel(7, 64, 0) == VR_ROLL_ATTN_MMA &&
+                   vr_cuda_roll_attn_kernel(4, 8, 0) == VR_ROLL_ATTN_RING && vr_cuda_roll_attn_kernel(8, 8, 0) == VR_ROLL_ATTN_REGS &&
+                   vr_cuda_roll_attn_kernel(4, 8, VR_ROLL_ATTN_MMA) == VR_ROLL_ATTN_RING &&
+                   vr_cuda_roll_attn_kernel(7, 64, VR_ROLL_ATTN_OLD_RULE) == VR_ROLL_ATTN_REGS;
+    report(ok, "decode attention kernel rule: tensor cores for head dims of 16k, else ring / register by group");
+  }
+  g_rng = rng_e;
   test_decode_rope(32, 8, 64, lens_a, 6, 0, 0); /* Llama-3.2-1B's heads */
   test_decode_rope(14, 2, 64, lens_b, 4, 0, 0);  /* Qwen2's group of 7, several partitions */
   test_decode_rope(32, 2, 64, lens_c, 6, 0, 64); /* two head chunks: one block appends */
   test_decode_rope(4, 4, 8, lens_c, 6, 0, 16);
   test_decode_rope(8, 2, 128, lens_b, 4, 100, 0); /* sliding window */
   test_decode_rope(8, 8, 256, lens_a, 6, 0, 0);
+  {
+    const uint64_t r = g_rng; /* as above: the later tests' draws unchanged */
+    test_decode_rope(16, 2, 128, lens_e, 7, 0, 128); /* group 8, partitions, the new key in a later block */
+    test_decode_rope(7, 1, 64, lens_e, 7, 40, 0);    /* group 7, a window */
+    g_rng = r;
+  }
   /* sampling */
   test_sample_rows(1000, 400, 0.f);
   test_sample_rows(1000, 400, 0.25f);

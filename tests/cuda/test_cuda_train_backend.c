@@ -13,7 +13,9 @@
  *     engine without it;
  *   the critic (qwen2_critic, value head): values and the gradients of sum w * value;
  *   backward_ready (both heads): one ready call per stage, lo falling to 0, the gradients a
- *     one-rank comm copies at each call already final, the same bits as the plain backward.
+ *     one-rank comm copies at each call already final, the same bits as the plain backward;
+ *   a forward-only engine (opt.forward_only, the reference policy): the full engine's outputs bit
+ *     for bit, less device memory, backward refused.
  * Exit code 77 without a GPU (ctest: skipped). */
 #include <math.h>
 #include <setjmp.h>
@@ -27,6 +29,7 @@
 #include <cuda_runtime.h>
 
 #include "train_test_util.h"
+#include "verl_reward/status.h"
 
 /* bf16 compute (8 significant bits). These fixtures' logits span several units (log-probs
  * down to -11), so the rounding of the final hidden state and of the LM-head weights alone moves
@@ -257,6 +260,66 @@ static void test_critic(void **state) {
   tr_golden_free(&g);
 }
 
+/* Device memory an engine takes (cudaMemGetInfo before and after its init; *t gets it). */
+static size_t used_by(const vr_lm_t *lm, int forward_only, vr_train_t **t) {
+  size_t f0 = 0, f1 = 0, total = 0;
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  assert_int_equal(cudaMemGetInfo(&f0, &total), cudaSuccess);
+  vr_train_options_t o;
+  vr_train_options_init(&o);
+  o.device = "cuda";
+  o.max_tokens = 1024;
+  o.forward_only = forward_only;
+  *t = NULL;
+  assert_int_equal(vr_train_init(lm, &o, t), 0);
+  assert_int_equal(cudaDeviceSynchronize(), cudaSuccess);
+  assert_int_equal(cudaMemGetInfo(&f1, &total), cudaSuccess);
+  return f0 > f1 ? f0 - f1 : 0;
+}
+
+/* A forward-only engine (the reference policy): the same bits as the full engine's forward at
+ * two temperatures (its activations shared by every layer, two residual streams), less device
+ * memory (no gradients, moments or backward scratch), and a backward refused. */
+static void forward_only_case(const char *name, vr_lm_head_t head) {
+  tr_golden_t g;
+  tr_golden_load(name, &g);
+  vr_lm_t *lm = tr_lm_load(name, head);
+  vr_train_t *full = NULL, *fo = NULL;
+  const size_t u_full = used_by(lm, 0, &full), u_fo = used_by(lm, 1, &fo);
+  vr_train_batch_t b = {g.ids, g.cu, g.n, NULL};
+  float *a = calloc(g.T, sizeof *a), *ea = calloc(g.T, sizeof *ea), *c = calloc(g.T, sizeof *c),
+        *ec = calloc(g.T, sizeof *ec);
+  const float taus[2] = {1.0f, 0.7f};
+  int same = 1;
+  for (int k = 0; k < 2; k++) {
+    memset(c, 0xff, g.T * sizeof *c), memset(ec, 0xff, g.T * sizeof *ec);
+    assert_int_equal(vr_train_forward(full, &b, taus[k], a, ea, 0), 0);
+    assert_int_equal(vr_train_forward(fo, &b, taus[k], c, ec, 0), 0);
+    same &= memcmp(a, c, g.T * sizeof *a) == 0;
+    if (head == VR_LM_HEAD_LM) same &= memcmp(ea, ec, g.T * sizeof *ea) == 0;
+  }
+  printf("%s forward-only: outputs %s the full engine's; device memory %.1f MiB vs %.1f MiB\n", name,
+         same ? "equal" : "DIFFER from", u_fo / 1048576.0, u_full / 1048576.0);
+  assert_true(same);
+  assert_true(u_fo < u_full);
+  float *d = calloc(g.T, sizeof *d);
+  assert_int_equal(vr_train_forward(fo, &b, 1.0f, c, NULL, 1), VR_ERR_UNSUPPORTED);
+  assert_int_equal(vr_train_backward(fo, d, NULL), VR_ERR_UNSUPPORTED);
+  free(a), free(ea), free(c), free(ec), free(d);
+  vr_train_free(fo);
+  vr_train_free(full);
+  vr_lm_free(lm);
+  tr_golden_free(&g);
+}
+
+static void test_forward_only(void **state) {
+  (void)state;
+  forward_only_case("llama_lm", VR_LM_HEAD_LM);
+  forward_only_case("qwen2_lm", VR_LM_HEAD_LM);
+  forward_only_case("mistral_lm", VR_LM_HEAD_LM);
+  forward_only_case("qwen2_critic", VR_LM_HEAD_VALUE);
+}
+
 static void test_llama(void **state) { (void)state, run_lm("llama_lm"); }
 static void test_qwen2(void **state) { (void)state, run_lm("qwen2_lm"); }
 static void test_mistral(void **state) { (void)state, run_lm("mistral_lm"); }
@@ -272,6 +335,7 @@ int main(void) {
       cmocka_unit_test(test_qwen2),
       cmocka_unit_test(test_mistral),
       cmocka_unit_test(test_critic),
+      cmocka_unit_test(test_forward_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

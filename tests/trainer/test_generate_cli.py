@@ -156,8 +156,20 @@ class Generate(unittest.TestCase):
         p = gen(["--model", FIX], "{\"input_ids\": [1]}\n", check=False)
         self.assertEqual(p.returncode, 2, p.stderr)  # a directory that is not a model: bad input
         self.assertIn("cannot load the model", p.stderr)
+        p = gen(["--model", model, "--gemm-tune", "maybe"], check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--gemm-tune 'maybe': on or off", p.stderr)
+        p = gen(["--model", model, "--gemm-cache", ""], check=False)
+        self.assertEqual(p.returncode, 2)
+        # accepted on cpu (nothing to tune there: no file is made)
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = os.path.join(tmp, "c", "gemm-tune.json")
+            p = gen(["--model", model, "--max-new-tokens", "2", "--gemm-tune", "off", "--gemm-cache", cache],
+                    "{\"input_ids\": [1]}\n")
+            self.assertFalse(os.path.exists(cache))
         p = gen(["--help"])
         self.assertIn("--max-new-tokens", p.stdout)
+        self.assertIn("--gemm-cache", p.stdout)
 
     def test_bad_flag_values(self):
         model = os.path.join(FIX, "lm", "llama_lm")

@@ -242,6 +242,18 @@ static void test_config_keys(void **st) {
   write_file("c.yaml", "actor_rollout_ref: {actor: {clip_ratio_c: 1.0001}}\n", p, sizeof p);
   assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
   assert_true(c.rl.clip_ratio_c == 1.0001);
+  /* the GEMM-choice cache keys: tuning on and the default file unless given; a relative path is the
+   * config's directory's, "off" stays off */
+  assert_true(r->gemm_tune == 1 && r->gemm_cache[0] == '\0');
+  write_file("g.yaml", "actor_rollout_ref: {rollout: {gemm_tune: false, gemm_cache: cache/g.json}}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_true(c.rl.gemm_tune == 0 && strstr(c.rl.gemm_cache, "/cache/g.json") && c.rl.gemm_cache[0] == '/');
+  write_file("g.yaml", "actor_rollout_ref: {rollout: {gemm_cache: off}}\n", p, sizeof p);
+  assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  assert_string_equal(c.rl.gemm_cache, "off");
+  write_file("g.yaml", "actor_rollout_ref: {rollout: {gemm_tune: maybe}}\n", p, sizeof p);
+  assert_int_not_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);
+  if (!strstr(err, "actor_rollout_ref.rollout.gemm_tune must be true or false")) fail_msg("%s", err);
   /* the reward wait bound: default 120 s, trainer.reward_timeout_s in 1..86400 */
   write_file("rt.yaml", "trainer: {reward_timeout_s: 7}\n", p, sizeof p);
   assert_int_equal(vr_tconfig_load(p, &c, err, sizeof err), 0);

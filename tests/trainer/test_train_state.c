@@ -317,6 +317,81 @@ static void test_critic_from_reward_models(void **state) {
   }
 }
 
+/* A forward-only engine (the reference policy, `logprobs`): the same log-probs, entropies and
+ * values as a full engine bit for bit, and everything that needs gradients or optimizer state
+ * refused with VR_ERR_UNSUPPORTED (nothing allocated for it to touch). */
+static void test_forward_only(void **state) {
+  (void)state;
+  static const struct { const char *name; vr_lm_head_t head; } cases[] = {
+      {"llama_lm", VR_LM_HEAD_LM}, {"qwen2_lm", VR_LM_HEAD_LM}, {"mistral_lm", VR_LM_HEAD_LM}, {"qwen2_critic", VR_LM_HEAD_VALUE}};
+  int32_t ids[40];
+  for (int i = 0; i < 40; i++) ids[i] = 10 + (i * 37) % 87;
+  uint32_t cu[] = {0, 7, 40};
+  vr_train_batch_t b = {ids, cu, 2, NULL};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    vr_lm_t *lm = tr_lm_load(cases[k].name, cases[k].head);
+    vr_train_t *full = tr_engine(lm, 0, 0, 0);
+    vr_train_options_t o;
+    vr_train_options_init(&o);
+    o.forward_only = 1;
+    vr_train_t *fo = NULL;
+    assert_int_equal(vr_train_init(lm, &o, &fo), 0);
+    float a[40], ea[40], c[40], ec[40];
+    memset(a, 0, sizeof a), memset(ea, 0, sizeof ea), memset(c, 0xff, sizeof c), memset(ec, 0xff, sizeof ec);
+    assert_int_equal(vr_train_forward(full, &b, 0.7f, a, ea, 0), 0);
+    assert_int_equal(vr_train_forward(fo, &b, 0.7f, c, ec, 0), 0);
+    assert_memory_equal(a, c, sizeof a);
+    if (cases[k].head == VR_LM_HEAD_LM) assert_memory_equal(ea, ec, sizeof ea);
+    size_t lo = 1, hi = 1;
+    vr_train_shard_range(fo, &lo, &hi);
+    assert_true(lo == 0 && hi == 0); /* no optimizer state */
+    float dout[40] = {0};
+    vr_adamw_t h;
+    vr_adamw_init(&h);
+    double norm = 0;
+    const size_t n = vr_train_n_floats(fo);
+    float *buf = malloc(n * sizeof *buf);
+    assert_non_null(buf);
+    vr_train_optsnap_t snap = {0};
+    assert_int_equal(vr_train_forward(fo, &b, 0.7f, c, NULL, 1), VR_ERR_UNSUPPORTED);
+    assert_int_equal(vr_train_backward(fo, dout, NULL), VR_ERR_UNSUPPORTED);
+    assert_int_equal(vr_train_backward_last(fo, dout, NULL), VR_ERR_UNSUPPORTED);
+    assert_int_equal(vr_train_zero_grad(fo), VR_ERR_UNSUPPORTED);
+    assert_int_equal(vr_train_grad_norm(fo, &norm), VR_ERR_UNSUPPORTED);
+    assert_int_equal(vr_train_step(fo, &h, 1.0f, &norm), VR_ERR_UNSUPPORTED);
+    assert_int_equal(vr_train_get_grads(fo, buf, n), VR_ERR_UNSUPPORTED);
+    assert_null(vr_train_grad_buffer(fo));
+    assert_int_equal(vr_train_optimizer_snapshot(fo, &snap), VR_ERR_UNSUPPORTED);
+    assert_null(snap.bytes);
+    assert_int_equal(vr_train_load_optimizer(fo, "/nonexistent/optim.bin"), VR_ERR_UNSUPPORTED);
+    /* parameters still move in and out (a weight update of the reference), and the forward follows */
+    assert_int_equal(vr_train_get_params(fo, buf, n), 0);
+    assert_memory_equal(buf, vr_lm_params(lm), n * sizeof *buf);
+    for (size_t i = 0; i < n; i++) buf[i] *= 0.5f;
+    assert_int_equal(vr_train_set_params(fo, buf, n), 0);
+    assert_int_equal(vr_train_set_params(full, buf, n), 0);
+    assert_int_equal(vr_train_forward(full, &b, 1.0f, a, NULL, 0), 0);
+    assert_int_equal(vr_train_forward(fo, &b, 1.0f, c, NULL, 0), 0);
+    assert_memory_equal(a, c, sizeof a);
+    printf("forward-only %-10s %s: outputs equal the full engine's, gradient / optimizer calls refused\n",
+           cases[k].name, cases[k].head == VR_LM_HEAD_LM ? "lm" : "value");
+    free(buf);
+    vr_train_free(fo);
+    vr_train_free(full);
+    vr_lm_free(lm);
+  }
+  /* a data-parallel group makes no sense without gradients */
+  vr_lm_t *lm = tr_lm_load("llama_lm", VR_LM_HEAD_LM);
+  vr_train_options_t o;
+  vr_train_options_init(&o);
+  o.forward_only = 1;
+  o.comm.size = 2, o.comm.rank = 0;
+  vr_train_t *t = NULL;
+  assert_int_equal(vr_train_init(lm, &o, &t), VR_ERR_INVAL);
+  assert_null(t);
+  vr_lm_free(lm);
+}
+
 /* A response mask: gradients of the masked rows only equal the full forward's with the other
  * rows' dout zero (LM head and value head). */
 static void mask_case(const char *name, vr_lm_head_t head) {
@@ -364,6 +439,7 @@ int main(void) {
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_critic_from_reward_models),
       cmocka_unit_test(test_masks),
+      cmocka_unit_test(test_forward_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -61,7 +61,7 @@ typedef struct vr_tcpu {
 } vr_tcpu_t;
 
 static float *vr_tcpu_at(float *base, const vr_lm_t *lm, int i) {
-  return i < 0 ? NULL : base + vr_lm_tensor(lm, (size_t)i)->offset;
+  return i < 0 || !base ? NULL : base + vr_lm_tensor(lm, (size_t)i)->offset;
 }
 
 static void vr_tcpu_views(vr_tcpu_layer_t *d, float *base, const vr_lm_t *lm, const vr_lm_layer_index_t *L) {
@@ -192,8 +192,11 @@ static int vr_tcpu_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_t
   s->vchunk = vchunk > (size_t)c->vocab_size ? c->vocab_size : (int)vchunk;
   s->n_floats = vr_lm_n_floats(lm);
   s->lo = lo, s->hi = hi;
-  s->p = vr_tcpu_alloc(s->n_floats, &err), s->g = vr_tcpu_alloc(s->n_floats, &err);
-  s->m = vr_tcpu_alloc(hi - lo, &err), s->v = vr_tcpu_alloc(hi - lo, &err);
+  s->p = vr_tcpu_alloc(s->n_floats, &err);
+  if (!opt->forward_only) { /* a forward-only engine (vr_train.c refuses the rest) has no gradients or moments */
+    s->g = vr_tcpu_alloc(s->n_floats, &err);
+    s->m = vr_tcpu_alloc(hi - lo, &err), s->v = vr_tcpu_alloc(hi - lo, &err);
+  }
   if (!err) memcpy(s->p, vr_lm_params_const(lm), s->n_floats * sizeof(float));
   s->pl = calloc((size_t)c->num_layers, sizeof *s->pl), s->gl = calloc((size_t)c->num_layers, sizeof *s->gl);
   s->off_layer = calloc((size_t)c->num_layers, sizeof *s->off_layer);

@@ -36,7 +36,7 @@ typedef struct {
 struct vr_cutrain {
   vr_cutrain_desc_t d;
   vr_cutrain_layer_off_t *L;
-  int T_max, chunk, nqkv, fused_qkv, fused_gu, recompute;
+  int T_max, chunk, nqkv, fused_qkv, fused_gu, recompute, fwd_only;
   int attn_bwd; /* the attention backward's kernel (VR_CUTRAIN_ATTN_BWD_*, resolved) */
   size_t lo, hi, dev_bytes;
   cudaStream_t s;
@@ -45,7 +45,7 @@ struct vr_cutrain {
   float *p, *g, *m, *v;
   uint16_t *p16;
   /* activations */
-  float **x; /* layers + 1 residual streams (T, C): x[l] = input of layer l */
+  float **x; /* layers + 1 residual streams (T, C): x[l] = input of layer l (forward-only: two, x[l] = x[l % 2]) */
   layer_acts_t *a;
   uint16_t *xf; /* (T, C) final norm output */
   /* backward scratch */
@@ -131,9 +131,9 @@ void vr_cutrain_free(vr_cutrain_t *e) {
                  e->lpmax};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) cudaFree(dev[i]);
   if (e->x)
-    for (int l = 0; l <= e->d.layers; ++l) cudaFree(e->x[l]);
+    for (int l = 0; l <= (e->fwd_only ? 1 : e->d.layers); ++l) cudaFree(e->x[l]);
   if (e->a)
-    for (int l = 0; l < (e->recompute ? 1 : e->d.layers); ++l) {
+    for (int l = 0; l < (e->recompute || e->fwd_only ? 1 : e->d.layers); ++l) {
       layer_acts_t *a = &e->a[l];
       void *b[] = {a->x_mid, a->xn1, a->qkv, a->att, a->lse, a->xn2, a->gu, a->act};
       for (size_t i = 0; i < sizeof b / sizeof b[0]; ++i) cudaFree(b[i]);
@@ -206,6 +206,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   e->T_max = max_tokens;
   e->recompute = d->recompute != 0;
   e->attn_bwd = ab != VR_CUTRAIN_ATTN_BWD_AUTO ? ab : vr_cutrain_attention_bwd_kernel(D, d->window);
+  e->fwd_only = d->forward_only != 0;
   e->lo = shard_lo, e->hi = shard_hi;
   e->value = d->score_w != NONE;
   e->nqkv = (H + 2 * KV) * D;
@@ -236,13 +237,17 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     return rc;
   }
   const size_t n = d->n_floats, T = (size_t)max_tokens, sh = shard_hi - shard_lo;
+  const int fo = e->fwd_only, one_set = e->recompute || fo;
   DALLOC(e->p, n * 4);
-  DALLOC(e->g, n * 4);
-  DALLOC(e->m, sh * 4);
-  DALLOC(e->v, sh * 4);
+  if (!fo) {
+    DALLOC(e->g, n * 4);
+    DALLOC(e->m, sh * 4);
+    DALLOC(e->v, sh * 4);
+  }
   DALLOC(e->p16, n * 2);
-  for (int l = 0; l <= d->layers; ++l) DALLOC(e->x[l], T * C * 4);
-  for (int l = 0; l < (e->recompute ? 1 : d->layers); ++l) {
+  for (int l = 0; l <= (fo ? 1 : d->layers); ++l) DALLOC(e->x[l], T * C * 4);
+  for (int l = 2; fo && l <= d->layers; ++l) e->x[l] = e->x[l % 2]; /* layer l reads x[l], writes x[l + 1] */
+  for (int l = 0; l < (one_set ? 1 : d->layers); ++l) {
     layer_acts_t *a = &e->a[l];
     DALLOC(a->x_mid, T * C * 4);
     DALLOC(a->xn1, T * C * 2);
@@ -253,44 +258,50 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     DALLOC(a->gu, T * 2 * F * 2);
     DALLOC(a->act, T * F * 2);
   }
-  for (int l = 1; e->recompute && l < d->layers; ++l) e->a[l] = e->a[0];
+  for (int l = 1; one_set && l < d->layers; ++l) e->a[l] = e->a[0];
   DALLOC(e->xf, T * C * 2);
-  DALLOC(e->dx, T * C * 4);
-  DALLOC(e->dxn, T * C * 4);
-  DALLOC(e->dx16, T * C * 2);
-  DALLOC(e->dact, T * F * 2);
-  DALLOC(e->dgu, T * 2 * F * 2);
-  DALLOC(e->datt, T * H * D * 2);
-  DALLOC(e->dqkv, T * e->nqkv * 2);
-  DALLOC(e->tmp, T * (size_t)(F > H * D ? F : H * D) * 2);
-  DALLOC(e->delta, T * H * 4);
-  /* few key heads: the dK / dV kernel per query head (H / KV times the blocks) */
-  if (H > KV && KV <= VR_CUTRAIN_SPLIT_KV_MAX && vr_cutrain_attention_bwd_tc(D, d->window))
-    DALLOC(e->split, vr_cutrain_attention_bwd_split_scratch(max_tokens, H, D) * 4);
-  size_t red = vr_cutrain_rmsnorm_bwd_scratch(max_tokens, C);
-  const size_t r2 = vr_cutrain_colsum_scratch(max_tokens, e->nqkv > 2 * F ? e->nqkv : 2 * F);
-  if (r2 > red) red = r2;
-  DALLOC(e->red, red * 4);
+  DALLOC(e->tmp, T * (size_t)(F > H * D ? F : H * D) * 2); /* also the split qkv / gate-up forward's */
+  if (!fo) {
+    DALLOC(e->dx, T * C * 4);
+    DALLOC(e->dxn, T * C * 4);
+    DALLOC(e->dx16, T * C * 2);
+    DALLOC(e->dact, T * F * 2);
+    DALLOC(e->dgu, T * 2 * F * 2);
+    DALLOC(e->datt, T * H * D * 2);
+    DALLOC(e->dqkv, T * e->nqkv * 2);
+    DALLOC(e->delta, T * H * 4);
+    /* few key heads: the dK / dV kernel per query head (H / KV times the blocks) */
+    if (H > KV && KV <= VR_CUTRAIN_SPLIT_KV_MAX && vr_cutrain_attention_bwd_tc(D, d->window))
+      DALLOC(e->split, vr_cutrain_attention_bwd_split_scratch(max_tokens, H, D) * 4);
+    size_t red = vr_cutrain_rmsnorm_bwd_scratch(max_tokens, C);
+    const size_t r2 = vr_cutrain_colsum_scratch(max_tokens, e->nqkv > 2 * F ? e->nqkv : 2 * F);
+    if (r2 > red) red = r2;
+    DALLOC(e->red, red * 4);
+  }
   if (e->value) {
     DALLOC(e->hv, T * C * 4);
   } else {
     DALLOC(e->logits, chunk * V * 4);
-    DALLOC(e->dlogits, chunk * V * 2);
+    if (!fo) DALLOC(e->dlogits, chunk * V * 2);
   }
   DALLOC(e->lse_r, T * 4);
   DALLOC(e->ent_r, T * 4);
   DALLOC(e->logp_r, T * 4);
-  DALLOC(e->glp, T * 4);
-  DALLOC(e->gent, T * 4);
+  if (!fo) {
+    DALLOC(e->glp, T * 4);
+    DALLOC(e->gent, T * 4);
+  }
   const meta_layout_t ml = meta_layout(T);
   DALLOC(e->meta_d, ml.words * 4);
   DALLOC(e->rope_if, (size_t)D / 2 * 4);
   DALLOC(e->rope_nif, (size_t)D / 2 * 4);
-  DALLOC(e->sq, 8);
-  DALLOC(e->sq_red, VR_CUTRAIN_SUMSQ_BLOCKS * 8);
-  const int max_chunks = (int)((sh + VR_CUTRAIN_ADAMW_CHUNK - 1) / VR_CUTRAIN_ADAMW_CHUNK);
-  DALLOC(e->ad_off, (size_t)max_chunks * 8);
-  DALLOC(e->ad_len, (size_t)max_chunks * 8);
+  const int max_chunks = fo ? 0 : (int)((sh + VR_CUTRAIN_ADAMW_CHUNK - 1) / VR_CUTRAIN_ADAMW_CHUNK);
+  if (!fo) {
+    DALLOC(e->sq, 8);
+    DALLOC(e->sq_red, VR_CUTRAIN_SUMSQ_BLOCKS * 8);
+    DALLOC(e->ad_off, (size_t)max_chunks * 8);
+    DALLOC(e->ad_len, (size_t)max_chunks * 8);
+  }
   if (VR_CUDA_TRY(cudaMallocHost((void **)&e->meta_h, ml.words * 4)) ||
       VR_CUDA_TRY(cudaMallocHost((void **)&e->stage_h, 2 * T * 4))) {
     vr_cutrain_free(e);
@@ -312,22 +323,23 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   VR_CUDA_CHECK(cudaMemcpyAsync(e->rope_nif, nif, (size_t)D / 2 * 4, cudaMemcpyHostToDevice, e->s));
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s)); /* before nif goes */
   free(nif);
-  /* optimizer chunks of the shard */
-  int64_t *ho = malloc((size_t)(max_chunks ? max_chunks : 1) * 8),
-          *hl = malloc((size_t)(max_chunks ? max_chunks : 1) * 8);
-  if (!ho || !hl) {
+  if (!fo) { /* optimizer chunks of the shard, zero gradients and moments */
+    int64_t *ho = malloc((size_t)(max_chunks ? max_chunks : 1) * 8),
+            *hl = malloc((size_t)(max_chunks ? max_chunks : 1) * 8);
+    if (!ho || !hl) {
+      free(ho), free(hl);
+      vr_cutrain_free(e);
+      return VR_ERR_NOMEM;
+    }
+    e->ad_n = vr_cutrain_adamw_chunks(shard_lo, shard_hi, ho, hl, max_chunks);
+    VR_CUDA_CHECK(cudaMemcpyAsync(e->ad_off, ho, (size_t)max_chunks * 8, cudaMemcpyHostToDevice, e->s));
+    VR_CUDA_CHECK(cudaMemcpyAsync(e->ad_len, hl, (size_t)max_chunks * 8, cudaMemcpyHostToDevice, e->s));
+    VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
     free(ho), free(hl);
-    vr_cutrain_free(e);
-    return VR_ERR_NOMEM;
+    VR_CUDA_CHECK(cudaMemsetAsync(e->g, 0, n * 4, e->s));
+    VR_CUDA_CHECK(cudaMemsetAsync(e->m, 0, sh * 4, e->s));
+    VR_CUDA_CHECK(cudaMemsetAsync(e->v, 0, sh * 4, e->s));
   }
-  e->ad_n = vr_cutrain_adamw_chunks(shard_lo, shard_hi, ho, hl, max_chunks);
-  VR_CUDA_CHECK(cudaMemcpyAsync(e->ad_off, ho, (size_t)max_chunks * 8, cudaMemcpyHostToDevice, e->s));
-  VR_CUDA_CHECK(cudaMemcpyAsync(e->ad_len, hl, (size_t)max_chunks * 8, cudaMemcpyHostToDevice, e->s));
-  VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
-  free(ho), free(hl);
-  VR_CUDA_CHECK(cudaMemsetAsync(e->g, 0, n * 4, e->s));
-  VR_CUDA_CHECK(cudaMemsetAsync(e->m, 0, sh * 4, e->s));
-  VR_CUDA_CHECK(cudaMemsetAsync(e->v, 0, sh * 4, e->s));
   if (params)
     rc = vr_cutrain_set_params(e, params);
   else {
@@ -344,7 +356,8 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
          "attention backward %s, dK/dV %s, activations %s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
          attn_bwd_names[e->attn_bwd],
-         e->split ? "per query head" : "per key head", e->recompute ? "recomputed per layer" : "kept",
+         e->split ? "per query head" : "per key head",
+         fo ? "forward only" : e->recompute ? "recomputed per layer" : "kept",
          e->dev_bytes / 1073741824.0);
   *out = e;
   return 0;
@@ -442,7 +455,7 @@ static void layer_fwd(vr_cutrain_t *e, int l, int T, int again) {
  * (the memory-saving mode) or the device lacks the memory (then backward recomputes the logits,
  * as before; logged once). NULL: none. */
 static uint16_t *lp16_buffer(vr_cutrain_t *e) {
-  if (e->lp16 || e->lp16_off || e->value || e->recompute) return e->lp16;
+  if (e->lp16 || e->lp16_off || e->value || e->recompute || e->fwd_only) return e->lp16;
   const size_t bytes = (size_t)e->T_max * (size_t)e->d.vocab * 2,
                mbytes = (size_t)e->T_max * (size_t)vr_cutrain_lsm_segs(e->d.vocab) * 4;
   if (cudaMalloc((void **)&e->lp16, bytes) != cudaSuccess || cudaMalloc((void **)&e->lpmax, mbytes) != cudaSuccess) {

@@ -23,8 +23,8 @@
  * them from there in place of the cache slot (which the first head chunk's block writes; nobody
  * else reads it in this kernel): the bits of vr_cuda_roll_rope_append + the attention.
  *
- * k_roll_decode_ring<D, MG> (the default for tiles of 1 or 4 heads; VR_ROLL_ATTN_RING / _REGS force
- * one kernel): the same work split,
+ * k_roll_decode_ring<D, MG> (at head dims that are not multiples of 16, the choice for tiles of 1 or
+ * 4 heads; VR_ROLL_ATTN_RING / _REGS force one kernel): the same work split,
  * the same arithmetic in the same order (each warp's cache blocks warp, warp + NW, ... one at a
  * time, online softmax, the same merge), but the cache streams through a ring of RING_STAGES(D)
  * cache blocks per warp in shared memory (cp.async, 16 bytes a lane; rows of keys that do not count
@@ -36,7 +36,10 @@
  * outputs for the merge reuse each warp's own ring. With VR_ROLL_ATTN_PDL (the rope form only) the
  * kernel is launched as a programmatic dependent of the previous kernel (the qkv GEMM): everything
  * up to the first read of qkv (block table, cache loads, rope angles) may run while that kernel
- * drains; griddepcontrol.wait comes before. */
+ * drains; griddepcontrol.wait comes before.
+ *
+ * k_roll_decode_mma<D> (the default wherever D % 16 == 0: vr_cuda_roll_attn_kernel): the ring
+ * kernel's split, ring and prologue with QK^T and PV on the tensor cores (described at the kernel). */
 #include <math.h>
 
 #include "vr_cuda_common.cuh"
@@ -90,6 +93,65 @@ __device__ __forceinline__ void unpack8(const uint4 v, float *f) {
   }
 }
 
+/* The rope form's new key (rotated at the angles csn) and value of kv head hk of sequence b into
+ * shared memory (nk, nv: D bf16 each); the first head chunk's block (g0 0) also appends them to the
+ * cache at slots[b] (negative: none). Every thread of the block takes part. */
+template <int D>
+__device__ __forceinline__ void roll_new_kv(const roll_attn_params &p, int b, int hk, int g0, const float *csn,
+                                            uint16_t *nk, uint16_t *nv, int tid) {
+  constexpr int NC = D / 8;
+  const uint16_t *kn = p.qkv + (size_t)b * p.ld + p.k_off + (size_t)hk * D;
+  const uint16_t *vn = p.qkv + (size_t)b * p.ld + p.v_off + (size_t)hk * D;
+  const int slot = p.slots[b];
+  const size_t head = (size_t)(slot >= 0 ? slot / VR_ROLL_BLOCK : 0) * p.Hkv + hk;
+  const int off = slot >= 0 ? slot % VR_ROLL_BLOCK : 0;
+  for (int d = tid; d < D; d += NW * 32) {
+    const uint16_t y = rope_elem<D>(kn, d, csn), v = vn[d];
+    nk[d] = y;
+    nv[d] = v;
+    if (g0 == 0 && slot >= 0) {
+      p.kcw[((head * NC + d / 8) * VR_ROLL_BLOCK + off) * 8 + d % 8] = y;
+      p.vcw[(head * VR_ROLL_BLOCK + off) * D + d] = v;
+    }
+  }
+}
+
+/* The block's result from its NW warps: warp w's running max and sum at wml[2 * (w * MG + g)] (+1)
+ * and its unnormalised outputs (MG, D) at red + w * red_stride, merged with weights 2^(m_w - M) in
+ * warp order. One partition (nparts 1): bf16 out = O / l; else O / l, M, l into the scratch for
+ * k_roll_combine. After a __syncthreads that follows the warps' writes. */
+template <int D, int MG>
+__device__ __forceinline__ void roll_merge_warps(const roll_attn_params &p, const float *wml, const float *red,
+                                                 size_t red_stride, int b, int h0, int ng, int pi, int nparts,
+                                                 int tid) {
+  for (int i = tid; i < ng * D; i += NW * 32) {
+    const int g = i / D, d = i - g * D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) M = fmaxf(M, wml[2 * (w * MG + g)]);
+    float acc = 0.f, l = 0.f;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const float mw = wml[2 * (w * MG + g)];
+      if (mw != -INFINITY) {
+        const float f = exp2f(mw - M);
+        acc += red[w * red_stride + g * D + d] * f;
+        l += wml[2 * (w * MG + g) + 1] * f;
+      }
+    }
+    if (nparts == 1) {
+      p.out[(size_t)b * p.ld_out + (size_t)(h0 + g) * D + d] = to_bf(acc / l);
+    } else {
+      const size_t idx = ((size_t)b * p.H + h0 + g) * p.max_parts + pi;
+      p.po[idx * D + d] = l > 0.f ? acc / l : 0.f;
+      if (d == 0) {
+        p.pml[2 * idx] = M;
+        p.pml[2 * idx + 1] = l;
+      }
+    }
+  }
+}
+
 template <int D, int MG>
 __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_decode(roll_attn_params p) {
   constexpr int NC = D / 8;                             /* 16-byte chunks per head */
@@ -132,23 +194,8 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
       const int d = i % D;
       qs[i] = i < ng * D ? bf(rope_elem<D>(q + (i - d), d, csn)) * p.scale_log2 : 0.f;
     }
-    if (newk >= 0) {
-      const uint16_t *kn = p.qkv + (size_t)b * p.ld + p.k_off + (size_t)hk * D;
-      const uint16_t *vn = p.qkv + (size_t)b * p.ld + p.v_off + (size_t)hk * D;
-      uint16_t *nk = reinterpret_cast<uint16_t *>(nk4), *nv = reinterpret_cast<uint16_t *>(nv4);
-      const int slot = p.slots[b];
-      const size_t head = (size_t)(slot >= 0 ? slot / VR_ROLL_BLOCK : 0) * p.Hkv + hk;
-      const int off = slot >= 0 ? slot % VR_ROLL_BLOCK : 0;
-      for (int d = tid; d < D; d += NW * 32) {
-        const uint16_t y = rope_elem<D>(kn, d, csn), v = vn[d];
-        nk[d] = y;
-        nv[d] = v;
-        if (g0 == 0 && slot >= 0) {
-          p.kcw[((head * NC + d / 8) * VR_ROLL_BLOCK + off) * 8 + d % 8] = y;
-          p.vcw[(head * VR_ROLL_BLOCK + off) * D + d] = v;
-        }
-      }
-    }
+    if (newk >= 0)
+      roll_new_kv<D>(p, b, hk, g0, csn, reinterpret_cast<uint16_t *>(nk4), reinterpret_cast<uint16_t *>(nv4), tid);
   } else {
     for (int i = tid; i < MG * D; i += NW * 32) qs[i] = i < ng * D ? bf(q[i]) * p.scale_log2 : 0.f;
   }
@@ -278,33 +325,7 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
     }
   }
   __syncthreads();
-  /* merge the warps: weights 2^(m_w - M) */
-  for (int i = tid; i < ng * D; i += NW * 32) {
-    const int g = i / D, d = i - g * D;
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) M = fmaxf(M, wml[2 * (w * MG + g)]);
-    float acc = 0.f, l = 0.f;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) {
-      const float mw = wml[2 * (w * MG + g)];
-      if (mw != -INFINITY) {
-        const float f = exp2f(mw - M);
-        acc += red[(w * MG + g) * D + d] * f;
-        l += wml[2 * (w * MG + g) + 1] * f;
-      }
-    }
-    if (nparts == 1) {
-      p.out[(size_t)b * p.ld_out + (size_t)(h0 + g) * D + d] = to_bf(acc / l);
-    } else {
-      const size_t idx = ((size_t)b * p.H + h0 + g) * p.max_parts + pi;
-      p.po[idx * D + d] = l > 0.f ? acc / l : 0.f;
-      if (d == 0) {
-        p.pml[2 * idx] = M;
-        p.pml[2 * idx + 1] = l;
-      }
-    }
-  }
+  roll_merge_warps<D, MG>(p, wml, red, (size_t)MG * D, b, h0, ng, pi, nparts, tid);
 }
 
 /* cp.async of 16 bytes (src_bytes 0: zeros, nothing read), its groups, and the PDL wait (a no-op
@@ -323,6 +344,87 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+/* One block's share of the ring kernels' work (k_roll_decode_ring, k_roll_decode_mma): kv head hk,
+ * its query heads h0 .. h0 + ng - 1 (chunk g0 of the group), sequence b of len keys, partition pi
+ * (keys p0.., nparts in all) of which [k0, p1) count; its cache blocks kb0 .. kb0 + nkb - 1 dealt to
+ * the warps (warp w: kb0 + w + n * NW, n < nbw <= VR_ROLL_MAX_PART / 16 / NW <= 32), lane n of each
+ * warp holding the table entry of its n-th (myblk). Shared memory from sm4 on: the warps' rings (warp
+ * w's S stages of (K: CH 16-byte chunks, V: CH chunks) at sm4 + w * S * 2 * CH; ring: this warp's),
+ * then the new key (nk4, D / 8 chunks, rotated) and its value (nv4); the kernel's own data after. */
+struct ring_work {
+  int hk, g0, ng, h0, b, pi, len, p0, p1, nparts, k0, kb0, nkb, nbw, myblk;
+  uint4 *ring, *nk4, *nv4;
+};
+
+/* Fills w for this block; false (after the PDL wait, every block waits: the grid never ends before
+ * the previous kernel; a padding row's zero output by its first partition) when it has nothing to do.
+ * Without a window the partition's first block is pi * part / 16 whatever the length, so the table
+ * entries load alongside lens[b] (entries past the sequence's blocks are read, not used). */
+template <int D, int S>
+__device__ __forceinline__ bool ring_setup(const roll_attn_params &p, uint4 *sm4, int tid, int lane, int warp,
+                                           ring_work &w) {
+  constexpr int CH = VR_ROLL_BLOCK * (D / 8);
+  w.ring = sm4 + (size_t)warp * S * 2 * CH;
+  w.nk4 = sm4 + (size_t)NW * S * 2 * CH;
+  w.nv4 = w.nk4 + D / 8;
+  const int G = p.H / p.Hkv;
+  w.hk = blockIdx.x / p.n_gchunks;
+  w.g0 = (blockIdx.x % p.n_gchunks) * MAXG;
+  w.ng = min(MAXG, G - w.g0);
+  w.h0 = w.hk * G + w.g0;
+  w.b = blockIdx.y;
+  w.pi = blockIdx.z;
+  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[w.b] : w.b) * p.max_blocks;
+  const int pb = w.pi * (p.part / VR_ROLL_BLOCK) + warp + lane * NW;
+  w.myblk = p.window <= 0 && warp + lane * NW < p.part / VR_ROLL_BLOCK && pb < p.max_blocks ? bt[pb] : 0;
+  w.len = p.lens[w.b];
+  if (w.len <= 0) {
+    pdl_wait();
+    if (w.pi == 0)
+      for (int i = tid; i < w.ng * D; i += NW * 32) p.out[(size_t)w.b * p.ld_out + (size_t)w.h0 * D + i] = 0;
+    return false;
+  }
+  w.p0 = w.pi * p.part;
+  if (w.p0 >= w.len) {
+    pdl_wait();
+    return false;
+  }
+  w.p1 = min(w.len, w.p0 + p.part);
+  w.nparts = (w.len + p.part - 1) / p.part;
+  w.k0 = max(w.p0, p.window > 0 ? w.len - p.window : 0);
+  w.kb0 = w.k0 / VR_ROLL_BLOCK;
+  w.nkb = (w.p1 - 1) / VR_ROLL_BLOCK - w.kb0 + 1;
+  w.nbw = warp < w.nkb ? (w.nkb - 1 - warp) / NW + 1 : 0;
+  if (p.window > 0 && lane < w.nbw) w.myblk = bt[w.kb0 + warp + lane * NW];
+  return true;
+}
+
+/* The warp's n-th cache block into stage n % S of its ring (S stages of (K: CH 16-byte chunks as
+ * the cache holds them, V: CH chunks, row r's chunk c at r * NC + (c ^ (r & SWZ)))); the chunks of
+ * keys outside [k0, p1) zero-filled, not read. Always one commit group (empty when n >= nbw). */
+template <int D, int S, int SWZ>
+__device__ __forceinline__ void ring_issue(const roll_attn_params &p, const ring_work &w, uint4 *ring, int n, int lane,
+                                           int warp) {
+  constexpr int NC = D / 8, CH = VR_ROLL_BLOCK * NC;
+  if (n < w.nbw) {
+    uint4 *st = ring + (n % S) * 2 * CH;
+    const size_t head = (size_t)__shfl_sync(0xffffffffu, w.myblk, n) * p.Hkv + w.hk;
+    const uint4 *ks = reinterpret_cast<const uint4 *>(p.kc + head * NC * VR_ROLL_BLOCK * 8);
+    const uint4 *vs = reinterpret_cast<const uint4 *>(p.vc + head * VR_ROLL_BLOCK * D);
+    const int key0 = (w.kb0 + warp + n * NW) * VR_ROLL_BLOCK;
+#pragma unroll
+    for (int r = 0; r < (CH + 31) / 32; ++r) {
+      const int c = lane + 32 * r;
+      if (c >= CH) break;
+      const int vr = c / NC, vc = c % NC; /* K chunk (c / 16, key c % 16); V (row vr, chunk vc) */
+      const int kj = key0 + c % VR_ROLL_BLOCK, vt = key0 + vr;
+      ring_cp16(st + c, ks + c, kj >= w.k0 && kj < w.p1 ? 16 : 0);
+      ring_cp16(st + CH + (SWZ ? vr * NC + (vc ^ (vr & SWZ)) : c), vs + c, vt >= w.k0 && vt < w.p1 ? 16 : 0);
+    }
+  }
+  ring_commit();
+}
+
 template <int D, int MG>
 __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_decode_ring(roll_attn_params p) {
   constexpr int NC = D / 8;
@@ -333,95 +435,34 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
   constexpr int S = RING_STAGES(D);
   constexpr int CH = VR_ROLL_BLOCK * NC; /* 16-byte chunks of one cache block's K (and of its V) */
   extern __shared__ uint4 sm4[];
-  const int G = p.H / p.Hkv;
-  const int hk = blockIdx.x / p.n_gchunks, g0 = (blockIdx.x % p.n_gchunks) * MAXG;
-  const int ng = min(MAXG, G - g0), h0 = hk * G + g0;
-  const int b = blockIdx.y, pi = blockIdx.z;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int32_t *bt = p.bt + (size_t)(p.bt_row ? p.bt_row[b] : b) * p.max_blocks;
-  /* lane n: the table entry of this warp's n-th cache block. Without a window the partition's first
-   * block is pi * part / 16 whatever the length, so the entry loads alongside lens[b] (entries past
-   * the sequence's blocks are read, not used) */
-  const int pb = pi * (p.part / VR_ROLL_BLOCK) + warp + lane * NW;
-  int myblk = p.window <= 0 && warp + lane * NW < p.part / VR_ROLL_BLOCK && pb < p.max_blocks ? bt[pb] : 0;
-  const int len = p.lens[b];
-  if (len <= 0) {
-    pdl_wait(); /* every block waits: the grid never ends before the previous kernel */
-    if (pi == 0)
-      for (int i = tid; i < ng * D; i += NW * 32) p.out[(size_t)b * p.ld_out + (size_t)h0 * D + i] = 0;
-    return;
-  }
-  const int p0 = pi * p.part;
-  if (p0 >= len) {
-    pdl_wait();
-    return;
-  }
-  const int p1 = min(len, p0 + p.part), nparts = (len + p.part - 1) / p.part;
-  const int k0 = max(p0, p.window > 0 ? len - p.window : 0);
-  uint4 *ring = sm4 + (size_t)warp * S * 2 * CH; /* this warp's S stages of (K CH chunks, V CH chunks) */
-  uint4 *nk4 = sm4 + (size_t)NW * S * 2 * CH;    /* (NC) the new key, rotated */
-  uint4 *nv4 = nk4 + NC;                         /* (NC) its value */
+  ring_work w;
+  if (!ring_setup<D, S>(p, sm4, tid, lane, warp, w)) return;
+  uint4 *ring = w.ring, *nk4 = w.nk4, *nv4 = w.nv4;
   float *qs = reinterpret_cast<float *>(nv4 + NC); /* (MG, D) */
   float *wml = qs + MG * D;                        /* (NW, MG, 2) */
   float *csn = wml + 2 * NW * MG;                  /* (D) rope cos | sin */
-
-  /* this warp's cache blocks: ii = warp + n * NW, n < nbw; lane n holds the n-th one's id */
-  const int kb0 = k0 / VR_ROLL_BLOCK, nkb = (p1 - 1) / VR_ROLL_BLOCK - kb0 + 1;
-  const int nbw = warp < nkb ? (nkb - 1 - warp) / NW + 1 : 0; /* <= VR_ROLL_MAX_PART / 16 / NW <= 32 */
-  if (p.window > 0 && lane < nbw) myblk = bt[kb0 + warp + lane * NW];
-  /* block n of the warp into stage n % S (always one commit group, empty when n >= nbw) */
-  auto issue = [&](int n) {
-    if (n < nbw) {
-      uint4 *st = ring + (n % S) * 2 * CH;
-      const size_t head = (size_t)__shfl_sync(0xffffffffu, myblk, n) * p.Hkv + hk;
-      const uint4 *ks = reinterpret_cast<const uint4 *>(p.kc + head * NC * VR_ROLL_BLOCK * 8);
-      const uint4 *vs = reinterpret_cast<const uint4 *>(p.vc + head * VR_ROLL_BLOCK * D);
-      const int key0 = (kb0 + warp + n * NW) * VR_ROLL_BLOCK;
-#pragma unroll
-      for (int r = 0; r < (CH + 31) / 32; ++r) {
-        const int c = lane + 32 * r;
-        if (c >= CH) break;
-        const int kj = key0 + c % VR_ROLL_BLOCK, vt = key0 + c / NC; /* K chunk (c / 16, key c % 16); V (row c / NC) */
-        ring_cp16(st + c, ks + c, kj >= k0 && kj < p1 ? 16 : 0);
-        ring_cp16(st + CH + c, vs + c, vt >= k0 && vt < p1 ? 16 : 0);
-      }
-    }
-    ring_commit();
-  };
+  auto issue = [&](int n) { ring_issue<D, S, 0>(p, w, ring, n, lane, warp); };
 #pragma unroll
   for (int n = 0; n < S; ++n) issue(n);
 
-  const uint16_t *q = p.qkv + (size_t)b * p.ld + p.q_off + (size_t)h0 * D;
-  const int newk = p.rope && len - 1 >= p0 ? len - 1 : -1;
+  const uint16_t *q = p.qkv + (size_t)w.b * p.ld + p.q_off + (size_t)w.h0 * D;
+  const int newk = p.rope && w.len - 1 >= w.p0 ? w.len - 1 : -1;
   if (p.rope) {
-    const float pp = (float)p.pos[b]; /* metadata: not the previous kernel's */
+    const float pp = (float)p.pos[w.b]; /* metadata: not the previous kernel's */
     for (int i = tid; i < D / 2; i += NW * 32) roll_rope_angle(pp, p.inv_freq[i], p.rope_scaling, &csn[i], &csn[D / 2 + i]);
     pdl_wait();
     __syncthreads();
     for (int i = tid; i < MG * D; i += NW * 32) {
       const int d = i % D;
-      qs[i] = i < ng * D ? bf(rope_elem<D>(q + (i - d), d, csn)) * p.scale_log2 : 0.f;
+      qs[i] = i < w.ng * D ? bf(rope_elem<D>(q + (i - d), d, csn)) * p.scale_log2 : 0.f;
     }
-    if (newk >= 0) {
-      const uint16_t *kn = p.qkv + (size_t)b * p.ld + p.k_off + (size_t)hk * D;
-      const uint16_t *vn = p.qkv + (size_t)b * p.ld + p.v_off + (size_t)hk * D;
-      uint16_t *nk = reinterpret_cast<uint16_t *>(nk4), *nv = reinterpret_cast<uint16_t *>(nv4);
-      const int slot = p.slots[b];
-      const size_t head = (size_t)(slot >= 0 ? slot / VR_ROLL_BLOCK : 0) * p.Hkv + hk;
-      const int off = slot >= 0 ? slot % VR_ROLL_BLOCK : 0;
-      for (int d = tid; d < D; d += NW * 32) {
-        const uint16_t y = rope_elem<D>(kn, d, csn), v = vn[d];
-        nk[d] = y;
-        nv[d] = v;
-        if (g0 == 0 && slot >= 0) {
-          p.kcw[((head * NC + d / 8) * VR_ROLL_BLOCK + off) * 8 + d % 8] = y;
-          p.vcw[(head * VR_ROLL_BLOCK + off) * D + d] = v;
-        }
-      }
-    }
+    if (newk >= 0)
+      roll_new_kv<D>(p, w.b, w.hk, w.g0, csn, reinterpret_cast<uint16_t *>(nk4), reinterpret_cast<uint16_t *>(nv4),
+                     tid);
   } else {
     pdl_wait();
-    for (int i = tid; i < MG * D; i += NW * 32) qs[i] = i < ng * D ? bf(q[i]) * p.scale_log2 : 0.f;
+    for (int i = tid; i < MG * D; i += NW * 32) qs[i] = i < w.ng * D ? bf(q[i]) * p.scale_log2 : 0.f;
   }
   __syncthreads();
 
@@ -436,11 +477,11 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
     for (int e = 0; e < 8; ++e) o[g][e] = 0.f;
   }
   const uint4 zero4 = make_uint4(0u, 0u, 0u, 0u);
-  for (int n = 0; n < nbw; ++n) {
+  for (int n = 0; n < w.nbw; ++n) {
     ring_wait<S - 1>(); /* this lane's copies of block n have landed */
     __syncwarp();       /* and every lane's */
     const uint4 *kst = ring + (n % S) * 2 * CH, *vst = kst + CH;
-    const int key0 = (kb0 + warp + n * NW) * VR_ROLL_BLOCK;
+    const int key0 = (w.kb0 + warp + n * NW) * VR_ROLL_BLOCK;
     float s[MG];
 #pragma unroll
     for (int g = 0; g < MG; ++g) s[g] = 0.f;
@@ -460,7 +501,7 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
       }
     }
     const int key = key0 + j;
-    const bool valid = key >= k0 && key < p1;
+    const bool valid = key >= w.k0 && key < w.p1;
 #pragma unroll
     for (int g = 0; g < MG; ++g) s[g] += __shfl_xor_sync(0xffffffffu, s[g], 16);
 #pragma unroll
@@ -520,32 +561,186 @@ __global__ void __launch_bounds__(NW * 32, D > 64 ? 1 : MG <= 4 ? 4 : 3) k_roll_
     }
   }
   __syncthreads();
-  for (int i = tid; i < ng * D; i += NW * 32) {
-    const int g = i / D, d = i - g * D;
-    float M = -INFINITY;
+  roll_merge_warps<D, MG>(p, wml, reinterpret_cast<const float *>(sm4), (size_t)S * 2 * CH * 4, w.b, w.h0, w.ng, w.pi,
+                          w.nparts, tid);
+}
+
+/* Tensor-core fragments (mma.sync m16n8k16, bf16 in, fp32 accumulate; PTX ISA "Matrix fragments for
+ * mma.m16n8k16"): lane (g = lane / 4, t = lane % 4) holds A rows g, g + 8 x columns 2t, 2t + 1,
+ * 2t + 8, 2t + 9 (a0: (g, 2t..), a1: (g + 8, 2t..), a2: (g, 2t + 8..), a3: (g + 8, 2t + 8..)), B
+ * rows 2t, 2t + 1 (b0) and 2t + 8, 2t + 9 (b1) of column g, C rows g (c0, c1) and g + 8 (c2, c3)
+ * x columns 2t, 2t + 1. */
+__device__ __forceinline__ void mma_ldsm4(uint32_t *r, const void *src) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"((uint32_t)__cvta_generic_to_shared(src))
+               : "memory");
+}
+__device__ __forceinline__ void mma_ldsm4_t(uint32_t *r, const void *src) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"((uint32_t)__cvta_generic_to_shared(src))
+               : "memory");
+}
+__device__ __forceinline__ void mma_16816(float *c, const uint32_t *a, const uint32_t *b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* The 8x8 b16 matrix whose lane (g, t) holds row g, columns 2t, 2t + 1, transposed across the warp. */
+__device__ __forceinline__ uint32_t mma_trans8(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+/* k_roll_decode_mma<D> (head_dim D a multiple of 16): the ring kernel's work split, cache ring,
+ * early loads and prologue, with both products on the tensor cores and the kv group's (up to MAXG)
+ * query heads as the N = 8 columns: per cache block of 16 keys, S^T (16 keys x 8 heads) = K Q^T in
+ * D / 16 mmas (K from the ring by ldmatrix: its (D/8, 16, 8) chunks are the A tiles as they lie;
+ * Q^T in registers for the whole kernel, unscaled bf16), the online softmax per head on the C
+ * fragment (lane t: heads 2t, 2t + 1; keys g, g + 8), P rounded to bf16 and transposed in registers
+ * (movmatrix) into the B fragment of O^T (D x 8 heads) += V^T P^T, D / 16 mmas with V^T from the
+ * ring by ldmatrix.trans (V's 16-byte chunks stored XOR-swizzled by row so that the 8 rows of one
+ * ldmatrix hit distinct banks). The running sum adds the rounded P, as the product uses it. The
+ * new key (rope form) overwrites its row in the ring stage once that stage has landed. The warps
+ * merge as in the other kernels (roll_merge_warps). */
+template <int D>
+__global__ void __launch_bounds__(NW * 32, D > 128 ? 1 : 4) k_roll_decode_mma(roll_attn_params p) {
+  constexpr int NC = D / 8, KS = D / 16, S = RING_STAGES(D), CH = VR_ROLL_BLOCK * NC;
+  constexpr int SWZ = NC < 8 ? NC - 1 : 7; /* V chunk c of row r lies at r * NC + (c ^ (r & SWZ)) */
+  extern __shared__ uint4 sm4[];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  ring_work w;
+  if (!ring_setup<D, S>(p, sm4, tid, lane, warp, w)) return;
+  uint4 *ring = w.ring, *nk4 = w.nk4, *nv4 = w.nv4;
+  uint16_t *qh = reinterpret_cast<uint16_t *>(nv4 + NC); /* (MAXG, D) bf16 queries, rows >= ng zero */
+  float *wml = reinterpret_cast<float *>(qh + MAXG * D); /* (NW, MAXG, 2) */
+  float *csn = wml + 2 * NW * MAXG;                      /* (D) rope cos | sin */
+  auto issue = [&](int n) { ring_issue<D, S, SWZ>(p, w, ring, n, lane, warp); };
 #pragma unroll
-    for (int w = 0; w < NW; ++w) M = fmaxf(M, wml[2 * (w * MG + g)]);
-    float acc = 0.f, l = 0.f;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) {
-      const float mw = wml[2 * (w * MG + g)];
-      if (mw != -INFINITY) {
-        const float f = exp2f(mw - M);
-        acc += reinterpret_cast<const float *>(sm4 + (size_t)w * S * 2 * CH)[g * D + d] * f;
-        l += wml[2 * (w * MG + g) + 1] * f;
-      }
+  for (int n = 0; n < S; ++n) issue(n);
+
+  const uint16_t *q = p.qkv + (size_t)w.b * p.ld + p.q_off + (size_t)w.h0 * D;
+  const int newk = p.rope && w.len - 1 >= w.p0 ? w.len - 1 : -1;
+  if (p.rope) {
+    const float pp = (float)p.pos[w.b];
+    for (int i = tid; i < D / 2; i += NW * 32) roll_rope_angle(pp, p.inv_freq[i], p.rope_scaling, &csn[i], &csn[D / 2 + i]);
+    pdl_wait();
+    __syncthreads();
+    for (int i = tid; i < MAXG * D; i += NW * 32) {
+      const int d = i % D;
+      qh[i] = i < w.ng * D ? rope_elem<D>(q + (i - d), d, csn) : (uint16_t)0;
     }
-    if (nparts == 1) {
-      p.out[(size_t)b * p.ld_out + (size_t)(h0 + g) * D + d] = to_bf(acc / l);
-    } else {
-      const size_t idx = ((size_t)b * p.H + h0 + g) * p.max_parts + pi;
-      p.po[idx * D + d] = l > 0.f ? acc / l : 0.f;
-      if (d == 0) {
-        p.pml[2 * idx] = M;
-        p.pml[2 * idx + 1] = l;
-      }
-    }
+    if (newk >= 0)
+      roll_new_kv<D>(p, w.b, w.hk, w.g0, csn, reinterpret_cast<uint16_t *>(nk4), reinterpret_cast<uint16_t *>(nv4),
+                     tid);
+  } else {
+    pdl_wait();
+    for (int i = tid; i < MAXG * D; i += NW * 32) qh[i] = i < w.ng * D ? q[i] : (uint16_t)0;
   }
+  __syncthreads();
+
+  const int g = lane >> 2, t = lane & 3;
+  uint32_t qf[KS][2]; /* B of S^T: Q^T rows (dims) 16ks + 2t.., column (head) g */
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    qf[ks][0] = *reinterpret_cast<const uint32_t *>(qh + g * D + 16 * ks + 2 * t);
+    qf[ks][1] = *reinterpret_cast<const uint32_t *>(qh + g * D + 16 * ks + 2 * t + 8);
+  }
+  const float sl = p.scale_log2;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f; /* heads 2t, 2t + 1; l over this lane's keys */
+  float o[KS][4];                                           /* C of O^T: dims 16ks + g (+ 8), heads 2t, 2t + 1 */
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[ks][e] = 0.f;
+  /* ldmatrix row addresses: K (A of S^T) key lane % 16 of chunk 2ks + lane / 16; V (A of O^T, transposed)
+   * row vk of chunk 2ks + (lane / 8) % 2 */
+  const int vk = (lane & 7) + ((lane >> 4) << 3), vh = (lane >> 3) & 1;
+  for (int n = 0; n < w.nbw; ++n) {
+    ring_wait<S - 1>();
+    __syncwarp();
+    uint4 *kst = ring + (n % S) * 2 * CH, *vst = kst + CH;
+    const int key0 = (w.kb0 + warp + n * NW) * VR_ROLL_BLOCK;
+    if (newk >= key0 && newk < key0 + VR_ROLL_BLOCK) { /* the new key's row from shared memory */
+      const int j = newk - key0;
+      for (int c = lane; c < NC; c += 32) {
+        kst[c * VR_ROLL_BLOCK + j] = nk4[c];
+        vst[j * NC + (c ^ (j & SWZ))] = nv4[c];
+      }
+      __syncwarp();
+    }
+    float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      uint32_t a[4];
+      mma_ldsm4(a, kst + (2 * ks + (lane >> 4)) * VR_ROLL_BLOCK + (lane & 15));
+      mma_16816(s, a, qf[ks]);
+    }
+    const bool va = key0 + g >= w.k0 && key0 + g < w.p1, vb = key0 + g + 8 >= w.k0 && key0 + g + 8 < w.p1;
+    const float s0 = va ? s[0] * sl : -INFINITY, s1 = va ? s[1] * sl : -INFINITY;
+    const float s2 = vb ? s[2] * sl : -INFINITY, s3 = vb ? s[3] * sl : -INFINITY;
+    float bm0 = fmaxf(s0, s2), bm1 = fmaxf(s1, s3);
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+      bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, off));
+      bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, off));
+    }
+    const float mn0 = fmaxf(m0, bm0), mn1 = fmaxf(m1, bm1);
+    const float al0 = mn0 == -INFINITY ? 1.f : exp2f(m0 - mn0), al1 = mn1 == -INFINITY ? 1.f : exp2f(m1 - mn1);
+    const uint16_t e0 = to_bf(va ? exp2f(s0 - mn0) : 0.f), e1 = to_bf(va ? exp2f(s1 - mn1) : 0.f);
+    const uint16_t e2 = to_bf(vb ? exp2f(s2 - mn0) : 0.f), e3 = to_bf(vb ? exp2f(s3 - mn1) : 0.f);
+    m0 = mn0;
+    m1 = mn1;
+    l0 = l0 * al0 + (bf(e0) + bf(e2));
+    l1 = l1 * al1 + (bf(e1) + bf(e3));
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      o[ks][0] *= al0;
+      o[ks][1] *= al1;
+      o[ks][2] *= al0;
+      o[ks][3] *= al1;
+    }
+    /* P (keys x heads) rows g, g + 8 -> B of O^T: keys 2t.. (b0) and 2t + 8.. (b1) of head g */
+    const uint32_t pb2[2] = {mma_trans8((uint32_t)e0 | ((uint32_t)e1 << 16)),
+                             mma_trans8((uint32_t)e2 | ((uint32_t)e3 << 16))};
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      uint32_t a[4];
+      const int c = 2 * ks + vh;
+      mma_ldsm4_t(a, vst + vk * NC + (c ^ (vk & SWZ)));
+      mma_16816(o[ks], a, pb2);
+    }
+    __syncwarp();
+    issue(n + S);
+  }
+  ring_wait<0>();
+  __syncwarp();
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, off);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, off);
+  }
+  float *red = reinterpret_cast<float *>(ring); /* (MAXG, D) of this warp, in its own ring */
+#pragma unroll
+  for (int ks = 0; ks < KS; ++ks) {
+    red[(2 * t) * D + 16 * ks + g] = o[ks][0];
+    red[(2 * t + 1) * D + 16 * ks + g] = o[ks][1];
+    red[(2 * t) * D + 16 * ks + g + 8] = o[ks][2];
+    red[(2 * t + 1) * D + 16 * ks + g + 8] = o[ks][3];
+  }
+  if (g == 0) {
+    wml[2 * (warp * MAXG + 2 * t)] = m0;
+    wml[2 * (warp * MAXG + 2 * t) + 1] = l0;
+    wml[2 * (warp * MAXG + 2 * t + 1)] = m1;
+    wml[2 * (warp * MAXG + 2 * t + 1) + 1] = l1;
+  }
+  __syncthreads();
+  roll_merge_warps<D, MAXG>(p, wml, reinterpret_cast<const float *>(sm4), (size_t)S * 2 * CH * 4, w.b, w.h0, w.ng, w.pi,
+                            w.nparts, tid);
 }
 
 /* One block per (sequence, query head): merges the partitions of sequences that had more than one. */
@@ -583,10 +778,17 @@ size_t ring_smem(int MG, int D) {
          ((size_t)MG * D + 2 * (size_t)NW * MG + (size_t)D) * sizeof(float);
 }
 
-template <int D, int MG>
-void launch_ring(const roll_attn_params &p, dim3 grid, int pdl, cudaStream_t s) {
-  void (*kern)(roll_attn_params) = k_roll_decode_ring<D, MG>;
-  const size_t smem = ring_smem(MG, D);
+/* The tensor-core kernel's dynamic shared memory: the warps' rings, the new key and value, the
+ * bf16 queries, the warps' (m, l), the rope angles. */
+size_t mma_smem(int D) {
+  return ((size_t)NW * RING_STAGES(D) * 2 * VR_ROLL_BLOCK * (D / 8) + 2 * (size_t)(D / 8)) * 16 +
+         (size_t)MAXG * D * sizeof(uint16_t) + (2 * (size_t)NW * MAXG + (size_t)D) * sizeof(float);
+}
+
+/* kern with smem bytes of dynamic shared memory (opted in above 48 KiB), as a programmatic
+ * dependent of the previous kernel when pdl. */
+void launch_ex(void (*kern)(roll_attn_params), size_t smem, const roll_attn_params &p, dim3 grid, int pdl,
+               cudaStream_t s) {
   if (smem > SMEM_LIMIT) VR_CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
@@ -604,14 +806,14 @@ void launch_ring(const roll_attn_params &p, dim3 grid, int pdl, cudaStream_t s) 
 template <int D>
 void launch_decode(const roll_attn_params &p, int G, dim3 grid, size_t smem, unsigned flags, cudaStream_t s) {
   const int mg = tile_heads(G);
-  /* automatic: the ring where it measured faster (tiles of <= 4 heads), the register kernel for the
-   * 8-head tile (its ring form spills: docs/benchmarks.md) */
-  const int ring = flags & VR_ROLL_ATTN_RING ? 1 : flags & VR_ROLL_ATTN_REGS ? 0 : mg <= 4;
-  if (ring) {
-    const int pdl = (flags & VR_ROLL_ATTN_PDL) && p.rope;
-    if (mg == 1) launch_ring<D, 1>(p, grid, pdl, s);
-    else if (mg == 4) launch_ring<D, 4>(p, grid, pdl, s);
-    else launch_ring<D, MAXG>(p, grid, pdl, s);
+  const int pdl = (flags & VR_ROLL_ATTN_PDL) && p.rope;
+  const int kind = vr_cuda_roll_attn_kernel(G, D, flags);
+  if (kind == VR_ROLL_ATTN_MMA) {
+    if constexpr (D % 16 == 0) launch_ex(k_roll_decode_mma<D>, mma_smem(D), p, grid, pdl, s);
+  } else if (kind == VR_ROLL_ATTN_RING) {
+    if (mg == 1) launch_ex(k_roll_decode_ring<D, 1>, ring_smem(1, D), p, grid, pdl, s);
+    else if (mg == 4) launch_ex(k_roll_decode_ring<D, 4>, ring_smem(4, D), p, grid, pdl, s);
+    else launch_ex(k_roll_decode_ring<D, MAXG>, ring_smem(MAXG, D), p, grid, pdl, s);
   } else if (mg == 1) k_roll_decode<D, 1><<<grid, NW * 32, smem, s>>>(p);
   else if (mg == 4) k_roll_decode<D, 4><<<grid, NW * 32, smem, s>>>(p);
   else k_roll_decode<D, MAXG><<<grid, NW * 32, smem, s>>>(p);
@@ -621,6 +823,15 @@ void launch_decode(const roll_attn_params &p, int G, dim3 grid, size_t smem, uns
 } /* namespace */
 
 /* -------------------------------------------------------------- launchers */
+
+extern "C" unsigned vr_cuda_roll_attn_kernel(int G, int D, unsigned flags) {
+  const int mma_ok = D % 16 == 0;
+  if ((flags & VR_ROLL_ATTN_MMA) && mma_ok) return VR_ROLL_ATTN_MMA;
+  if (flags & VR_ROLL_ATTN_RING) return VR_ROLL_ATTN_RING;
+  if (flags & VR_ROLL_ATTN_REGS) return VR_ROLL_ATTN_REGS;
+  if (flags & VR_ROLL_ATTN_OLD_RULE) return tile_heads(G) <= 4 ? VR_ROLL_ATTN_RING : VR_ROLL_ATTN_REGS;
+  return mma_ok ? VR_ROLL_ATTN_MMA : tile_heads(G) <= 4 ? VR_ROLL_ATTN_RING : VR_ROLL_ATTN_REGS;
+}
 
 extern "C" size_t vr_cuda_roll_attention_smem(int H, int Hkv, int D, int part) {
   (void)part; /* one pass: the scores stay in registers */
@@ -635,6 +846,10 @@ extern "C" int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms) {
   int part = blocks >= 2L * n_sms ? 512 : blocks >= n_sms ? 256 : blocks * 4 >= n_sms ? 128 : 64;
   while (part > VR_ROLL_BLOCK && vr_cuda_roll_attention_smem(H, Hkv, D, part) > SMEM_LIMIT) part /= 2;
   return part;
+}
+
+extern "C" int vr_cuda_roll_part_sms(int G, int D, unsigned flags, int n_sms) {
+  return vr_cuda_roll_attn_kernel(G, D, flags) == VR_ROLL_ATTN_MMA ? (n_sms + 3) / 4 : n_sms;
 }
 
 extern "C" int vr_cuda_roll_pick_part_ctx(int base, int H, int Hkv, int D, int n_sms, const uint32_t *ctx, int n,

@@ -106,7 +106,8 @@ typedef struct rcu {
   int tune_cold, tune_splitk;
   unsigned attn_flags; /* the decode step's attention: VR_ROLL_ATTN_* (vr_cuda_roll_set_attn) */
   int part_mode;       /* vr_cuda_roll_set_part: 0 by the live contexts, -1 by the bucket only, > 0 fixed */
-  int part_sms;        /* the SM count vr_cuda_roll_pick_part_ctx is given (vr_cuda_roll_set_part_rule) */
+  int part_sms;        /* the SM count behind vr_cuda_roll_pick_part_ctx (vr_cuda_roll_set_part_rule; the
+                        * rule gets vr_cuda_roll_part_sms of it) */
   uint64_t part_steps[VR_CUDA_ROLL_PART_LENGTHS]; /* decode steps per partition length 16 << i */
   void *flush;
   size_t flush_bytes;
@@ -218,8 +219,9 @@ static int rcu_max_parts(const rcu_t *st, const rcu_bucket_t *b, int k) {
 static int rcu_part_class(const rcu_t *st, const rcu_bucket_t *bk, const uint32_t *ctx, uint32_t n) {
   if (st->part_mode != 0) return 0;
   const vr_model_config_t *c = st->c;
-  const int p = vr_cuda_roll_pick_part_ctx(bk->part, c->num_heads, c->num_kv_heads, c->head_dim, st->part_sms, ctx,
-                                           (int)n, c->sliding_window);
+  const int sms = vr_cuda_roll_part_sms(c->num_heads / c->num_kv_heads, c->head_dim, st->attn_flags, st->part_sms);
+  const int p = vr_cuda_roll_pick_part_ctx(bk->part, c->num_heads, c->num_kv_heads, c->head_dim, sms, ctx, (int)n,
+                                           c->sliding_window);
   int k = 0;
   while (rcu_part(bk, k) < p && k + 1 < VR_CUDA_ROLL_PART_LENGTHS) ++k;
   return k;
@@ -286,6 +288,9 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
     rcu_free(st);
     return rc;
   }
+  /* the choices earlier processes tuned (opt.gemm_tune, gemm_cache: vr_rollout.h); a bad file is
+   * warned about and tuning goes on, so its status is not ours */
+  if (opt->gemm_tune >= 0) (void)vr_cuda_gemm_cache_open(opt->gemm_cache);
   const size_t C = (size_t)c->hidden_size, F = (size_t)c->intermediate_size, V = (size_t)c->vocab_size;
   const size_t H = (size_t)c->num_heads, KV = (size_t)c->num_kv_heads, Lc = (size_t)c->num_layers;
   st->C = (int)C, st->F = (int)F, st->V = (int)V;
@@ -941,15 +946,18 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
   const int was_warm = bk->warm;
   if (!was_warm || !st->use_graphs) {
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
-    if (!was_warm) {
+    if (!was_warm && st->opt.gemm_tune >= 0) {
       /* the bucket's first step: a pass that times the cuBLASLt candidates of its GEMMs (runs each
        * several times, so the residual stream and the K/V it appends are garbage), then the real
-       * pass, which starts from the embeddings and rewrites every slot the first one wrote */
+       * pass, which starts from the embeddings and rewrites every slot the first one wrote. The
+       * choices go into the GEMM-choice cache file for later processes (gemm_tune -1: no timing,
+       * the heuristic's first algorithms) */
       vr_cuda_gemm_set_tuning(st->gemm, 1);
       st->sg_tuning = 1;
       rcu_decode_enqueue(st, bk, k);
       st->sg_tuning = 0;
       vr_cuda_gemm_set_tuning(st->gemm, 0);
+      (void)vr_cuda_gemm_cache_save(); /* warned about inside; file I/O once per bucket */
     }
     rcu_decode_enqueue(st, bk, k); /* eager: this step's result */
     bk->warm = 1;
@@ -1058,25 +1066,33 @@ extern "C" void vr_cuda_roll_set_tuning(void *state, int cold, int splitk) {
   rcu_apply_tuning(st);
 }
 
-extern "C" void vr_cuda_roll_set_attn(void *state, int ring, int pdl) {
-  ((rcu_t *)state)->attn_flags = (ring < 0 ? 0u : ring ? VR_ROLL_ATTN_RING : VR_ROLL_ATTN_REGS) | (pdl ? VR_ROLL_ATTN_PDL : 0u);
+extern "C" void vr_cuda_roll_set_attn(void *state, int kernel, int pdl) {
+  static const unsigned k[] = {VR_ROLL_ATTN_REGS, VR_ROLL_ATTN_RING, VR_ROLL_ATTN_MMA, VR_ROLL_ATTN_OLD_RULE};
+  ((rcu_t *)state)->attn_flags = (kernel < 0 || kernel > 3 ? 0u : k[kernel]) | (pdl ? VR_ROLL_ATTN_PDL : 0u);
 }
 
-extern "C" int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, double *ms) {
+extern "C" int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, int part, double *ms) {
   rcu_t *st = (rcu_t *)state;
   rcu_bucket_t *bk = rcu_bucket_for(st, n);
   if (!bk || !bk->warm || reps < 1) return VR_ERR_INVAL;
   const vr_model_config_t *c = st->c;
   const rcu_layout_t *ly = &st->lay;
   const int32_t *md = st->meta_d;
+  int max_parts = rcu_max_parts(st, bk, bk->cls);
+  if (part > 0) {
+    if (part < VR_ROLL_BLOCK || part > VR_ROLL_MAX_PART || part % VR_ROLL_BLOCK) return VR_ERR_INVAL;
+    max_parts = (int)((st->max_ctx + (uint32_t)part - 1) / (uint32_t)part);
+    if ((size_t)bk->B * max_parts > st->scratch_rows) return VR_ERR_INVAL;
+  } else {
+    part = rcu_part(bk, bk->cls);
+  }
   for (int r = -2; r < reps; ++r) {
     if (r == 0) VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
     vr_cuda_roll_decode_attention_rope(st->ao, st->QD, st->qkv, st->NQKV, 0, st->QD, st->QD + st->KD, st->kpool,
                                        st->vpool, md + ly->bt, (int)st->max_blocks, md + ly->lens, md + ly->pos,
                                        md + ly->slots, st->inv_freq, c->rope_attention_scaling, bk->B, c->num_heads,
                                        c->num_kv_heads, c->head_dim, c->sliding_window, 1.f / sqrtf((float)c->head_dim),
-                                       rcu_part(bk, bk->cls), rcu_max_parts(st, bk, bk->cls), st->po, st->pml,
-                                       flags & ~VR_ROLL_ATTN_PDL, st->s);
+                                       part, max_parts, st->po, st->pml, flags & ~VR_ROLL_ATTN_PDL, st->s);
   }
   VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
   VR_CUDA_CHECK(cudaEventSynchronize(st->dec_ev1));

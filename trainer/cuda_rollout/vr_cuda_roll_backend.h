@@ -94,25 +94,29 @@ void vr_cuda_roll_split_sample(void *state, int on);
  * span the L2; else it times hot) before every timed run, so the weights come from HBM as in a
  * step; splitk 1 widens the search (twice the heuristic's candidates and their split-K variants:
  * vr_cuda_gemm_set_tune_opts). The timed choice is made once per key in the process and shared by
- * every later engine (vr_cuda_gemm_set_tuning), so two engines over the same weights run the same
+ * every later engine (vr_cuda_gemm_set_tuning), and with later processes through the GEMM-choice
+ * cache file (opt.gemm_tune / gemm_cache, vr_rollout.h), so two engines over the same weights run the same
  * algorithms (split-K variants round differently: without the sharing, test_cuda_rollout's
  * fresh-vs-updated engine check failed once, docs/benchmarks.md). Before the first generate
  * (plans keep their candidates). */
 void vr_cuda_roll_set_tuning(void *state, int cold, int splitk);
-/* Benchmarks: the decode step's attention kernel (vr_cuda_roll_ops.h's VR_ROLL_ATTN_*): ring 1 the
- * shared-memory ring kernel, 0 the earlier register kernel (the same bits), -1 (the default) the one
- * measured faster for the model's group size; pdl 1 launches the ring kernel as a programmatic
- * dependent of the qkv GEMM (default 0: measured no faster). Fixed in a bucket's graph at its
- * capture: call it before the first generate. */
-void vr_cuda_roll_set_attn(void *state, int ring, int pdl);
+/* Benchmarks: the decode step's attention kernel (vr_cuda_roll_ops.h's VR_ROLL_ATTN_*): kernel 0 the
+ * register kernel, 1 the CUDA-core ring kernel, 2 the tensor-core kernel, 3 the rule before it (ring
+ * or register kernel by group size), -1 (the default) vr_cuda_roll_attn_kernel's rule; pdl 1 launches
+ * the ring or tensor-core kernel as a programmatic dependent of the qkv GEMM (default 0: measured no
+ * faster). Fixed in a bucket's graph at its capture: call it before the first generate. */
+void vr_cuda_roll_set_attn(void *state, int kernel, int pdl);
 /* Benchmarks: the decode attention alone (the rope form, layer 0's cache, kernel flags `flags` less
- * PDL) of the last decode bucket holding n rows on the last decode's metadata, reps times back to
- * back after 2 untimed: *ms = the mean. Overwrites layer 0's cache slots of that step: only after the
- * generation. 0 or VR_ERR_INVAL (no such warm bucket). */
-int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, double *ms);
+ * PDL) of the last decode bucket holding n rows on the last decode's metadata, at partition length
+ * part (0: the one of that bucket's last step), reps times back to back after 2 untimed: *ms = the
+ * mean. Overwrites layer 0's cache slots of that step: only after the generation. 0 or VR_ERR_INVAL
+ * (no such warm bucket, a bad part, or partials that would not fit the scratch). */
+int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flags, int part, double *ms);
 /* The decode attention's partition length (keys per block). part 0 (the default): per step from the
  * live contexts: the bucket's length (vr_cuda_roll_pick_part of its rows) doubled while the step's
- * contexts still fill the device (vr_cuda_roll_pick_part_ctx), each length with its own graph per
+ * contexts still fill the device (vr_cuda_roll_pick_part_ctx, given vr_cuda_roll_part_sms of the
+ * device's SMs: with the tensor-core kernel half as many working blocks as SMs count as full), each
+ * length with its own graph per
  * bucket (at most VR_CUDA_ROLL_PART_LENGTHS, captured at their first step); -1: the bucket's length
  * only (the rule before the length-aware choice); > 0 (benchmarks): that length for every step (a
  * multiple of 16 in 16..512). Before the first generate only: VR_ERR_INVAL once a bucket ran, for a
@@ -124,7 +128,8 @@ int vr_cuda_roll_time_attention(void *state, uint32_t n, int reps, unsigned flag
  * before), within the cuda-vs-cpu tolerance of the tests. */
 #define VR_CUDA_ROLL_PART_LENGTHS 6 /* 16, 32, ..., 512 */
 int vr_cuda_roll_set_part(void *state, int part);
-/* Tests: the SM count the length-aware rule is given (0: the device's), so small batches switch
+/* Tests: the SM count behind the length-aware rule (0: the device's; the rule is given
+ * vr_cuda_roll_part_sms of it, a quarter with the tensor-core kernel), so small batches switch
  * partition lengths; before the first generate (captured graphs keep theirs). */
 void vr_cuda_roll_set_part_rule(void *state, int n_sms);
 /* The decode steps since init per partition length: steps[i] ran at 16 << i keys (a fixed length

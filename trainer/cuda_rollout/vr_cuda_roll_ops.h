@@ -62,18 +62,27 @@ void vr_cuda_roll_rope_append(uint16_t *kc, uint16_t *vc, uint16_t *qkv, int ld,
  * grid's partition axis (blocks past a sequence's end exit at once), so one captured graph
  * serves every length up to max_parts * part. part: a multiple of VR_ROLL_BLOCK in
  * 16..VR_ROLL_MAX_PART. */
-/* flags: VR_ROLL_ATTN_RING = the shared-memory ring kernel (cp.async, the cache reads issued before
- * the prologue); VR_ROLL_ATTN_REGS = the earlier kernel that holds its loads in registers (same split
- * and arithmetic order: the same bits); neither (0) = the faster one measured for the group size (the
- * ring up to 4 query heads per kv head, else the register kernel); VR_ROLL_ATTN_PDL = (the rope form
- * below, ring kernel only)
- * launched as a programmatic dependent of the previous kernel in the stream, which may still run
- * while the block table, the cache and the rope angles are read (only qkv is waited for): so that
- * kernel must not write the cache, the block table, lens, pos, slots or inv_freq (the decode step:
- * it is the qkv GEMM). */
+/* flags: VR_ROLL_ATTN_MMA = the tensor-core kernel (head_dim a multiple of 16: QK and PV on mma.sync
+ * through the shared-memory ring; ignored for other head dims); VR_ROLL_ATTN_RING = the CUDA-core
+ * shared-memory ring kernel (cp.async, the cache reads issued before the prologue);
+ * VR_ROLL_ATTN_REGS = the earlier kernel that holds its loads in registers (same split and
+ * arithmetic order as the ring: the same bits); VR_ROLL_ATTN_OLD_RULE = the choice before the
+ * tensor-core kernel (the ring up to 4 query heads per kv head, else the register kernel); none of
+ * these (0) = vr_cuda_roll_attn_kernel's rule. VR_ROLL_ATTN_PDL = (the rope form below, the ring and
+ * tensor-core kernels) launched as a programmatic dependent of the previous kernel in the stream,
+ * which may still run while the block table, the cache and the rope angles are read (only qkv is
+ * waited for): so that kernel must not write the cache, the block table, lens, pos, slots or
+ * inv_freq (the decode step: it is the qkv GEMM). The kernels differ in their bits (the tensor-core
+ * kernel rounds P to bf16 for its product); each is deterministic and the same eager or in a graph. */
 #define VR_ROLL_ATTN_REGS 1u
 #define VR_ROLL_ATTN_PDL 2u
 #define VR_ROLL_ATTN_RING 4u
+#define VR_ROLL_ATTN_MMA 8u
+#define VR_ROLL_ATTN_OLD_RULE 16u
+/* The kernel (VR_ROLL_ATTN_MMA, _RING or _REGS) that flags pick for G query heads per kv head at
+ * head_dim D: a forced one, else (0) the tensor-core kernel where D % 16 == 0, else the ring up to 4
+ * heads per kv head and the register kernel above. */
+unsigned vr_cuda_roll_attn_kernel(int G, int D, unsigned flags);
 void vr_cuda_roll_decode_attention(uint16_t *out, int ld_out, const uint16_t *qkv, int ld, int q_off,
                                    const uint16_t *kc, const uint16_t *vc, const int32_t *block_tables,
                                    int max_blocks, const int32_t *bt_row, const int32_t *lens, int B, int H, int Hkv, int D, int window,
@@ -108,6 +117,13 @@ int vr_cuda_roll_pick_part(int B, int H, int Hkv, int D, int n_sms);
  * faster and leave fewer partials to combine: docs/benchmarks.md, "length-aware partitions").
  * Returns base << k for some k >= 0; a pure function of its arguments. */
 int vr_cuda_roll_pick_part_ctx(int base, int H, int Hkv, int D, int n_sms, const uint32_t *ctx, int n, int window);
+/* The SM count the engine gives vr_cuda_roll_pick_part_ctx for the kernel that flags pick
+ * (vr_cuda_roll_attn_kernel) on a device of n_sms: a quarter of it (rounded up) for the tensor-core
+ * kernel, whose blocks finish so fast that fewer, longer partitions win as long as Hkv x chunks x
+ * partitions >= n_sms / 2 blocks do work (measured: qwen2-0.5b 64 x 383 tokens, 128 blocks of 512
+ * keys beat 256 of 256 and 384 of 128 plus the combine; docs/benchmarks.md, "tensor-core decode
+ * attention"); n_sms itself for the CUDA-core kernels. */
+int vr_cuda_roll_part_sms(int G, int D, unsigned flags, int n_sms);
 
 /* ---- decode GEMMs: vr_cuda_roll_gemm.cu ---------------------------------------- */
 #define VR_ROLL_GEMM_MAX_M 64
