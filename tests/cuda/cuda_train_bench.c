@@ -11,9 +11,12 @@
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
+ *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
- * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only).
+ * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only);
+ * --attn-bwd: the attention backward's kernel (vr_cutrain_desc_t.attn_bwd; auto: the engine's
+ * choice, which its log line names).
  * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -51,7 +54,7 @@ static size_t put(size_t *at, size_t n) { /* a tensor of n floats at 64-float al
 static void count_stage(void *ctx, int stage) { (void)stage, ++*(int *)ctx; }
 
 static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
-                 int tune) {
+                 int tune, int attn_bwd) {
   const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
   vr_cutrain_layer_off_t *lo = calloc((size_t)L, sizeof *lo);
   size_t at = 0, n_params = 0;
@@ -92,7 +95,8 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
                                .layer = lo,
                                .score_w = VR_CUTRAIN_NONE,
                                .score_b = VR_CUTRAIN_NONE,
-                               .recompute = recompute};
+                               .recompute = recompute,
+                               .attn_bwd = attn_bwd};
   const int T = seqs * len;
   size_t free0 = 0, total = 0;
   cudaMemGetInfo(&free0, &total);
@@ -190,7 +194,8 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
 
 int main(int argc, char **argv) {
   const char *which = "all";
-  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0;
+  static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"}; /* VR_CUTRAIN_ATTN_BWD_* */
+  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -213,22 +218,27 @@ int main(int argc, char **argv) {
       staged = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--tune-gemm"))
       tune = atoi(argv[i + 1]);
-    else {
+    else if (!strcmp(argv[i], "--attn-bwd")) {
+      attn = -1; /* unless named */
+      for (int k = 0; k < (int)(sizeof attn_names / sizeof attn_names[0]); ++k)
+        if (!strcmp(argv[i + 1], attn_names[k])) attn = k;
+    } else {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
-              "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]\n",
+              "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1] "
+              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra]\n",
               argv[0]);
       return 2;
     }
   }
-  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0)) {
+  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0) || attn < 0) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
   int rc = 0, ran = 0;
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
     if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
-      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune), ++ran;
+      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn), ++ran;
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }

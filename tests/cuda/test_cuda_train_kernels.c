@@ -611,51 +611,69 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   else
     vr_cutrain_attention_fwd_generic(d_o, HD, d_lse, d_qkv, ld, 0, a.koff, a.voff, d_cu, d_bt, nbt, H, Hkv, D, window,
                                      scale, 0);
-  vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_bt, NULL, nbt, H,
-                           Hkv, D, window, scale, d_split, T, 0);
   uint16_t *go = malloc((size_t)T * HD * 2), *gd = malloc((size_t)T * ld * 2), *gd2 = malloc((size_t)T * ld * 2);
   float *gl = malloc((size_t)T * H * 4);
   tohost(go, d_o, (size_t)T * HD * 2);
   tohost(gl, d_lse, (size_t)T * H * 4);
-  tohost(gd, d_dq, (size_t)T * ld * 2);
-  char what[160], shape[96];
-  snprintf(shape, sizeof shape, "%s/%s%s H%d/%d D%d win%d n%d T%d", fa ? "fa" : "generic",
-           vr_cutrain_attention_bwd_tc(D, window) ? "mma" : "generic", split ? "-split" : "", H, Hkv, D, window, n, T);
-  snprintf(what, sizeof what, "attention_lse out %s", shape);
+  char what[192], shape[96];
+  snprintf(shape, sizeof shape, "H%d/%d D%d win%d n%d T%d", H, Hkv, D, window, n, T);
+  snprintf(what, sizeof what, "attention_lse out %s %s", fa ? "fa" : "generic", shape);
   check_rel_bf(what, O, go, (size_t)T * HD, 1e-2);
-  snprintf(what, sizeof what, "attention_lse lse %s", shape);
+  snprintf(what, sizeof what, "attention_lse lse %s %s", fa ? "fa" : "generic", shape);
   check_rel(what, lse, gl, (size_t)T * H, 1e-3);
-  /* dq, dk, dv separately (each has its own scale) */
-  const char *names[3] = {"dq", "dk", "dv"};
-  const int offs[3] = {0, a.koff, a.voff}, widths[3] = {HD, Hkv * D, Hkv * D};
-  for (int part = 0; part < 3; ++part) {
-    const size_t m = (size_t)T * widths[part];
-    double *r = dcalloc(m);
-    uint16_t *gp = malloc(m * 2);
-    for (int t = 0; t < T; ++t)
-      for (int c = 0; c < widths[part]; ++c) {
-        r[(size_t)t * widths[part] + c] = dq[(size_t)t * ld + offs[part] + c];
-        gp[(size_t)t * widths[part] + c] = gd[(size_t)t * ld + offs[part] + c];
-      }
-    snprintf(what, sizeof what, "attention_bwd %s %s", names[part], shape);
-    check_rel_bf(what, r, gp, m, 2e-2);
-    free(r), free(gp);
+  /* each backward kernel that runs this shape here: the tensor-core ones where they apply (mma.sync
+   * anywhere, wgmma on an sm_90a build on Hopper), else the generic one */
+  static const char *const knames[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"};
+  int kernels[4], nk = 0;
+  if (!vr_cutrain_attention_bwd_tc(D, window)) kernels[nk++] = VR_CUTRAIN_ATTN_BWD_GENERIC;
+  else {
+    kernels[nk++] = VR_CUTRAIN_ATTN_BWD_MMA;
+    if (vr_cutrain_attention_bwd_wgmma_ok(D, window)) {
+      kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA;
+      kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_SS;
+      kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_RA;
+    }
   }
-  /* again with each kernel's tiles heaviest first (the engine's order): the same bits */
-  int32_t *kt = malloc((size_t)2 * nbt * 4), *qt = malloc((size_t)2 * nbt * 4);
-  uint64_t *sc = malloc((size_t)2 * nbt * 8);
-  memcpy(kt, btiles, (size_t)2 * nbt * 4), memcpy(qt, btiles, (size_t)2 * nbt * 4);
-  vr_cutrain_attention_tiles_sort(cu, kt, nbt, 1, sc);
-  vr_cutrain_attention_tiles_sort(cu, qt, nbt, 0, sc);
-  int32_t *d_kt = todev(kt, (size_t)2 * nbt * 4), *d_qt = todev(qt, (size_t)2 * nbt * 4);
-  CK(cudaMemset(d_dq, 0xFF, (size_t)T * ld * 2));
-  vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_kt, d_qt, nbt, H,
-                           Hkv, D, window, scale, d_split, T, 0);
-  dfree(d_kt), dfree(d_qt);
-  free(kt), free(qt), free(sc);
-  tohost(gd2, d_dq, (size_t)T * ld * 2);
-  snprintf(what, sizeof what, "attention_bwd deterministic, any tile order %s", shape);
-  check_same_bits(what, gd, gd2, (size_t)T * ld * 2);
+  for (int ki = 0; ki < nk; ++ki) {
+    const int kernel = kernels[ki];
+    char kshape[128];
+    snprintf(kshape, sizeof kshape, "%s/%s%s %s", fa ? "fa" : "generic", knames[kernel], split ? "-split" : "", shape);
+    CK(cudaMemset(d_dq, 0, (size_t)T * ld * 2));
+    vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_bt, NULL, nbt,
+                             H, Hkv, D, window, scale, d_split, T, kernel, 0);
+    tohost(gd, d_dq, (size_t)T * ld * 2);
+    /* dq, dk, dv separately (each has its own scale) */
+    const char *names[3] = {"dq", "dk", "dv"};
+    const int offs[3] = {0, a.koff, a.voff}, widths[3] = {HD, Hkv * D, Hkv * D};
+    for (int part = 0; part < 3; ++part) {
+      const size_t m = (size_t)T * widths[part];
+      double *r = dcalloc(m);
+      uint16_t *gp = malloc(m * 2);
+      for (int t = 0; t < T; ++t)
+        for (int c = 0; c < widths[part]; ++c) {
+          r[(size_t)t * widths[part] + c] = dq[(size_t)t * ld + offs[part] + c];
+          gp[(size_t)t * widths[part] + c] = gd[(size_t)t * ld + offs[part] + c];
+        }
+      snprintf(what, sizeof what, "attention_bwd %s %s", names[part], kshape);
+      check_rel_bf(what, r, gp, m, 2e-2);
+      free(r), free(gp);
+    }
+    /* again with each kernel's tiles heaviest first (the engine's order): the same bits */
+    int32_t *kt = malloc((size_t)2 * nbt * 4), *qt = malloc((size_t)2 * nbt * 4);
+    uint64_t *sc = malloc((size_t)2 * nbt * 8);
+    memcpy(kt, btiles, (size_t)2 * nbt * 4), memcpy(qt, btiles, (size_t)2 * nbt * 4);
+    vr_cutrain_attention_tiles_sort(cu, kt, nbt, 1, sc);
+    vr_cutrain_attention_tiles_sort(cu, qt, nbt, 0, sc);
+    int32_t *d_kt = todev(kt, (size_t)2 * nbt * 4), *d_qt = todev(qt, (size_t)2 * nbt * 4);
+    CK(cudaMemset(d_dq, 0xFF, (size_t)T * ld * 2));
+    vr_cutrain_attention_bwd(d_dq, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_kt, d_qt, nbt,
+                             H, Hkv, D, window, scale, d_split, T, kernel, 0);
+    dfree(d_kt), dfree(d_qt);
+    free(kt), free(qt), free(sc);
+    tohost(gd2, d_dq, (size_t)T * ld * 2);
+    snprintf(what, sizeof what, "attention_bwd deterministic, any tile order %s", kshape);
+    check_same_bits(what, gd, gd2, (size_t)T * ld * 2);
+  }
   dfree(d_qkv), dfree(d_o), dfree(d_do), dfree(d_dq), dfree(d_lse);
   dfree(d_delta), dfree(d_cu), dfree(d_t), dfree(d_bt), dfree(d_meta);
   if (d_split) dfree(d_split);
@@ -869,6 +887,15 @@ int main(void) {
          vr_cuda_attention_kernel_name(vr_cuda_attention_kernel(128, 4117)));
   test_attention_train(2, 1, 64, 0, 0, 0, large, 3);
   test_attention_train(2, 2, 128, 0, 0, 0, large, 3);
+  /* the wgmma kernels' edges (each shape also runs the mma.sync ones): lengths around the
+   * 64-row tile and the stage ring (1, 63, 64, 65, 127, 129, several tiles of one key tile's
+   * query loop), the Qwen2 / Llama group shapes, split and not */
+  static const int edges[] = {63, 1, 129, 64, 127, 65, 2, 391};
+  test_attention_train(14, 2, 64, 0, 0, 1, edges, 8);
+  test_attention_train(32, 8, 64, 0, 0, 0, edges, 8);
+  test_attention_train(8, 2, 128, 0, 0, 1, edges, 8);
+  test_attention_train(6, 3, 128, 0, 0, 0, edges, 8);
+  test_attention_train(2, 1, 64, 0, 0, 1, large, 3);
   printf("%s\n", g_fail ? "FAILED" : "all training kernel checks passed");
   return g_fail;
 }

@@ -52,6 +52,8 @@ typedef struct vr_cutrain_desc {
   const vr_cutrain_layer_off_t *layer; /* layers entries; copied */
   size_t score_w, score_b;             /* value head (critic): score (1, C), bias (1); NONE: the LM head */
   int recompute; /* 1: keep each layer's input alone; backward recomputes the layer's activations */
+  int attn_bwd;  /* the attention backward's kernel, VR_CUTRAIN_ATTN_BWD_* (vr_cutrain_ops.h); 0: the
+                    automatic choice (the others for measurements; VR_ERR_UNSUPPORTED where it cannot run) */
   int forward_only; /* 1: no gradients, moments or backward scratch; one activation set and two residual
                      * streams shared by every layer; forward with keep = 0 alone (vr_train refuses the rest) */
 } vr_cutrain_desc_t;

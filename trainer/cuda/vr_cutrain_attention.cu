@@ -13,7 +13,9 @@
  *     deterministic);
  *   k_bwd_dq_mma: a block owns a 64-query tile of one head and loops over its key tiles:
  *     S, P, dP, dS again, dQ += dS K.
- * mma.sync m16n8k16 bf16 with fp32 accumulation, P and dS as A fragments in registers (bf16).
+ * mma.sync m16n8k16 bf16 with fp32 accumulation, P and dS as A fragments in registers (bf16);
+ * on Hopper the same two kernels on wgmma with TMA-fed shared memory instead
+ * (vr_cutrain_attention_sm90.cuh: k_bwd_dkdv_wg, k_bwd_dq_wg), by vr_cutrain_attention_bwd_kernel's rule.
  * Scores in the log2 domain: P = 2^(scale log2(e) q.k - lse2).
  *
  * Head dims other than 64 / 128 and sliding windows take the generic path (one warp per row,
@@ -26,6 +28,7 @@
 #include "vr_cuda_attention_fa.cuh"
 #pragma GCC diagnostic pop
 #include "vr_cuda_common.cuh"
+#include "vr_cuda_sm90.cuh"
 #include "vr_cutrain_ops.h"
 
 #define ABM 64 /* rows of every tile */
@@ -189,22 +192,63 @@ __global__ void __launch_bounds__(GNW * 32) k_attn_bwd_dkdv_generic(bwd_params p
 }
 
 #include "vr_cutrain_attention_mma.cuh"
+#include "vr_cutrain_attention_sm90.cuh"
 
+/* The wgmma kernels' launch attributes, once per device: their shared memory, and the largest
+ * carveout (MINB blocks a multiprocessor need it). */
+template <typename K>
+void wg_attrs_once(K kernel, size_t bytes, int (&done)[64]) {
+  const int dev = vr_cuda_current_device_();
+  if (dev >= 0 && dev < 64 && done[dev]) return;
+  VR_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+  set_smem_once(kernel, bytes, done);
+}
+
+/* The tensor-core backward at head dim D: the mma.sync kernels, or with tm (the tensor maps of
+ * qkv and dout) the wgmma ones in variant wv: 0 register A operands where wg_bwd_ra says and
+ * pipelined (VR_CUTRAIN_ATTN_BWD_WGMMA), 1 the same unpipelined (_WGMMA_RA), 2 the first form,
+ * every S / dP product from shared memory (_WGMMA_SS). */
 template <int D>
-void launch_bwd(const bwd_params &p, int n_tiles, int T, cudaStream_t s) {
+void launch_bwd(const bwd_params &p, int n_tiles, int T, const CUtensorMap *tm, int wv, cudaStream_t s) {
   const dim3 g_kv((unsigned)n_tiles, (unsigned)(p.part ? p.H : p.Hkv)), g_q((unsigned)n_tiles, (unsigned)p.H);
-  const size_t sh = mma_bwd_smem<D>::bytes;
-  static int set_kv[64], set_q[64];
-  set_smem_once(k_bwd_dkdv_mma<D>, sh, set_kv);
-  set_smem_once(k_bwd_dq_mma<D>, sh, set_q);
-  k_bwd_dkdv_mma<D><<<g_kv, 128, sh, s>>>(p);
+  constexpr bool RKV = wg_bwd_ra<D>::kv, RQ = wg_bwd_ra<D>::q;
+  const size_t wsh = wg_bwd_cfg<D>::SMEM;
+  static int set_kv[3][64], set_q[3][64];
+  if (tm) {
+    if (wv == 0) {
+      wg_attrs_once(k_bwd_dkdv_wg<D, RKV, true>, wsh, set_kv[0]);
+      k_bwd_dkdv_wg<D, RKV, true><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
+    } else if (wv == 1) {
+      wg_attrs_once(k_bwd_dkdv_wg<D, RKV, false>, wsh, set_kv[1]);
+      k_bwd_dkdv_wg<D, RKV, false><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
+    } else {
+      wg_attrs_once(k_bwd_dkdv_wg<D, false, false>, wsh, set_kv[2]);
+      k_bwd_dkdv_wg<D, false, false><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
+    }
+  } else {
+    const size_t sh = mma_bwd_smem<D>::bytes;
+    static int set_kv[64], set_q[64];
+    set_smem_once(k_bwd_dkdv_mma<D>, sh, set_kv);
+    set_smem_once(k_bwd_dq_mma<D>, sh, set_q);
+    k_bwd_dkdv_mma<D><<<g_kv, 128, sh, s>>>(p);
+  }
   VR_CUDA_CHECK_LAUNCH();
   if (p.part) {
     const size_t n = (size_t)T * p.Hkv * 2 * D;
     k_attn_dkdv_reduce<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
     VR_CUDA_CHECK_LAUNCH();
   }
-  k_bwd_dq_mma<D><<<g_q, 128, sh, s>>>(p);
+  if (tm && wv == 0) {
+    wg_attrs_once(k_bwd_dq_wg<D, RQ, true>, wsh, set_q[0]);
+    k_bwd_dq_wg<D, RQ, true><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
+  } else if (tm && wv == 1) {
+    wg_attrs_once(k_bwd_dq_wg<D, RQ, false>, wsh, set_q[1]);
+    k_bwd_dq_wg<D, RQ, false><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
+  } else if (tm) {
+    wg_attrs_once(k_bwd_dq_wg<D, false, false>, wsh, set_q[2]);
+    k_bwd_dq_wg<D, false, false><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
+  } else
+    k_bwd_dq_mma<D><<<g_q, 128, mma_bwd_smem<D>::bytes, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -229,6 +273,26 @@ static bwd_params params_make(uint16_t *dqkv, const uint16_t *qkv, int ld, int q
 
 extern "C" int vr_cutrain_attention_bwd_tc(int D, int window) { return (D == 64 || D == 128) && window <= 0; }
 
+extern "C" int vr_cutrain_attention_bwd_wgmma_ok(int D, int window) {
+#ifdef VR_CUTRAIN_HAVE_SM90
+  int dev = 0;
+  if (!vr_cutrain_attention_bwd_tc(D, window)) return 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return vr_sm90_device(dev);
+#else
+  (void)D, (void)window;
+  return 0;
+#endif
+}
+
+extern "C" int vr_cutrain_attention_bwd_kernel(int D, int window) {
+  if (!vr_cutrain_attention_bwd_tc(D, window)) return VR_CUTRAIN_ATTN_BWD_GENERIC;
+  return vr_cutrain_attention_bwd_wgmma_ok(D, window) ? VR_CUTRAIN_ATTN_BWD_HOPPER : VR_CUTRAIN_ATTN_BWD_MMA;
+}
+
 extern "C" size_t vr_cutrain_attention_bwd_split_scratch(int T, int H, int D) { return (size_t)T * H * 2 * D; }
 
 extern "C" void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const uint16_t *qkv, int ld,
@@ -248,20 +312,35 @@ extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, in
                                          const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse,
                                          float *delta, const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q,
                                          int n_tiles, int H, int Hkv, int D, int window, float scale, float *split,
-                                         int T, cudaStream_t s) {
+                                         int T, int kernel, cudaStream_t s) {
   if (T <= 0 || n_tiles <= 0) return;
+  if (kernel == VR_CUTRAIN_ATTN_BWD_AUTO) kernel = vr_cutrain_attention_bwd_kernel(D, window);
+  VR_ASSERT((kernel == VR_CUTRAIN_ATTN_BWD_GENERIC || vr_cutrain_attention_bwd_tc(D, window)) &&
+            "tensor-core attention backward: head dim 64 or 128, no window");
+  VR_ASSERT((kernel < VR_CUTRAIN_ATTN_BWD_WGMMA || vr_cutrain_attention_bwd_wgmma_ok(D, window)) &&
+            "the wgmma attention backward needs an sm_90a build on a compute 9.0 device");
   bwd_params p =
       params_make(dqkv, qkv, ld, q_off, k_off, v_off, o, dout, ld_o, lse, delta, cu, tiles, tiles_q, H, Hkv, scale);
   if (H > Hkv) p.part = split; /* the generic kernels ignore it */
   const size_t warps = (size_t)T * H;
   k_attn_delta<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(p, T, D);
   VR_CUDA_CHECK_LAUNCH();
-  if (vr_cutrain_attention_bwd_tc(D, window)) {
+  if (kernel != VR_CUTRAIN_ATTN_BWD_GENERIC) {
     VR_ASSERT(ld % 8 == 0 && ld_o % 8 == 0 && q_off % 8 == 0 && k_off % 8 == 0 && v_off % 8 == 0);
+    CUtensorMap tm[2];
+    const CUtensorMap *tmp = NULL;
+    if (kernel >= VR_CUTRAIN_ATTN_BWD_WGMMA) {
+      VR_ASSERT(((uintptr_t)qkv & 15) == 0 && ((uintptr_t)dout & 15) == 0);
+      const int e0 = vr_sm90_tensor_map(&tm[0], qkv, ld, T, ld, 64, 64);
+      const int e1 = vr_sm90_tensor_map(&tm[1], dout, ld_o, T, ld_o, 64, 64);
+      VR_ASSERT(e0 == 0 && e1 == 0 && "cuTensorMapEncodeTiled failed");
+      tmp = tm;
+    }
+    const int wv = kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_RA ? 1 : kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_SS ? 2 : 0;
     if (D == 64)
-      launch_bwd<64>(p, n_tiles, T, s);
+      launch_bwd<64>(p, n_tiles, T, tmp, wv, s);
     else
-      launch_bwd<128>(p, n_tiles, T, s);
+      launch_bwd<128>(p, n_tiles, T, tmp, wv, s);
     return;
   }
   VR_ASSERT(D >= 1 && D <= 32 * GDPL);

@@ -112,6 +112,146 @@ __device__ __forceinline__ void cp_rows(bf16 *dst, const bf16 *src, int ld, size
   cp_tile2<D, 4>(dst, src, ld, s0, col, r0, valid);
 }
 
+/* ---- the element-wise steps both backward paths share (mma.sync here, wgmma in
+ * vr_cutrain_attention_sm90.cuh): a warp's 16 rows x 64 columns in the C layout sc[nt][e]
+ * (row g + 8 (e >> 1) of the warp's slab, column nt * 8 + 2 t + (e & 1)), which is also the
+ * wgmma m64n64 accumulator layout of the warp's rows (d[4 nt + e]). */
+
+/* dK / dV side: P^T of keys kr0 / kr1 = kr0 + 8 against the 64 queries from q0 (their lse in
+ * slse), as bf16 A fragments. Queries past the end have lse = inf (P = 0); only the diagonal
+ * tile needs the causal mask (it alone holds keys past the end, or after a query). */
+__device__ __forceinline__ void bwd_pT(uint32_t (&pa)[4][4], const float (&sc)[8][4], const float *slse,
+                                       float scale_log2, bool diag, int kr0, int kr1, int q0) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int qi = nt * 8 + 2 * t + (e & 1), kp = e < 2 ? kr0 : kr1;
+      const float x = ex2_approx(fmaf(sc[nt][e], scale_log2, -slse[qi]));
+      v[e] = !diag || kp <= q0 + qi ? x : 0.f;
+    }
+    pa[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(v[0], v[1]);
+    pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(v[2], v[3]);
+  }
+}
+
+/* dS^T = P^T (dP^T - delta) from the bf16 P^T (pa) and dP^T (sc), delta of the 64 queries in
+ * sdel, as bf16 A fragments. */
+__device__ __forceinline__ void bwd_dsT(uint32_t (&da)[4][4], const uint32_t (&pa)[4][4], const float (&sc)[8][4],
+                                        const float *sdel) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    const int qi = nt * 8 + 2 * t;
+    const float d0 = sdel[qi], d1 = sdel[qi + 1];
+    const float2 r0 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 0]), r1 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 1]);
+    da[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(r0.x * (sc[nt][0] - d0), r0.y * (sc[nt][1] - d1));
+    da[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(r1.x * (sc[nt][2] - d0), r1.y * (sc[nt][3] - d1));
+  }
+}
+
+/* dQ side: P of queries qr0 / qr1 (lse l0 / l1) against the 64 keys from n0, bf16 A fragments
+ * (rounded as the dK / dV side's); the same masking rule. */
+__device__ __forceinline__ void bwd_p(uint32_t (&pa)[4][4], const float (&sc)[8][4], float l0, float l1,
+                                      float scale_log2, bool diag, int n0, int qr0, int qr1) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    float v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int kp = n0 + nt * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
+      const float x = ex2_approx(fmaf(sc[nt][e], scale_log2, e < 2 ? -l0 : -l1));
+      v[e] = !diag || kp <= qp ? x : 0.f;
+    }
+    pa[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(v[0], v[1]);
+    pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(v[2], v[3]);
+  }
+}
+
+/* dS = P (dP - delta) of rows qr0 / qr1 (delta d0 / d1), dP in sc. */
+__device__ __forceinline__ void bwd_ds(uint32_t (&da)[4][4], const uint32_t (&pa)[4][4], const float (&sc)[8][4],
+                                       float d0, float d1) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    const float2 r0 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 0]), r1 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 1]);
+    da[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(r0.x * (sc[nt][0] - d0), r0.y * (sc[nt][1] - d0));
+    da[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(r1.x * (sc[nt][2] - d1), r1.y * (sc[nt][3] - d1));
+  }
+}
+
+/* The dK / dV block's work (grid (n_tiles, Hkv), or (n_tiles, H) with p.part): 64 keys from k0 of
+ * sequence seq (rows s0 .., len of them) of key head hk; n_it = ng nq (query head, query tile)
+ * pairs, pair it being head hk G + g_lo + it / nq and query tile k0 + 64 (it % nq). */
+struct bwd_kv_work {
+  size_t s0;
+  int k0, len, G, hk, g_lo, nq, n_it;
+};
+__device__ __forceinline__ bwd_kv_work bwd_kv_block(const bwd_params &p) {
+  bwd_kv_work w;
+  const int seq = p.tiles[2 * blockIdx.x];
+  w.k0 = p.tiles[2 * blockIdx.x + 1];
+  w.s0 = (size_t)p.cu[seq];
+  w.G = p.H / p.Hkv, w.len = p.cu[seq + 1] - p.cu[seq];
+  w.hk = p.part ? (int)blockIdx.y / w.G : (int)blockIdx.y;
+  w.g_lo = p.part ? (int)blockIdx.y - w.hk * w.G : 0;
+  w.nq = (w.len - w.k0 + 63) / 64, w.n_it = (p.part ? 1 : w.G) * w.nq;
+  return w;
+}
+
+/* The dK / dV block's result, rows kr0 / kr1 of the sequence at s0 (len rows), C layout:
+ * into the split table (p.part, column block `y` = the query head) or bf16 into dqkv (key
+ * head hk). dK carries the softmax scale. */
+template <int D>
+__device__ __forceinline__ void bwd_store_dkdv(const bwd_params &p, const float (&dk)[D / 8][4],
+                                               const float (&dv)[D / 8][4], size_t s0, int len, int kr0, int kr1,
+                                               int hk, int y) {
+  const int t = threadIdx.x & 3;
+  const size_t ldp = (size_t)p.H * 2 * D;
+#pragma unroll
+  for (int nn = 0; nn < D / 8; ++nn) {
+    const int c = nn * 8 + 2 * t;
+    if (p.part) {
+      float *base = p.part + (size_t)y * 2 * D + c;
+      if (kr0 < len) {
+        *reinterpret_cast<float2 *>(base + (s0 + kr0) * ldp) = make_float2(dk[nn][0] * p.scale, dk[nn][1] * p.scale);
+        *reinterpret_cast<float2 *>(base + (s0 + kr0) * ldp + D) = make_float2(dv[nn][0], dv[nn][1]);
+      }
+      if (kr1 < len) {
+        *reinterpret_cast<float2 *>(base + (s0 + kr1) * ldp) = make_float2(dk[nn][2] * p.scale, dk[nn][3] * p.scale);
+        *reinterpret_cast<float2 *>(base + (s0 + kr1) * ldp + D) = make_float2(dv[nn][2], dv[nn][3]);
+      }
+    } else {
+      bf16 *base = p.dqkv + c;
+      if (kr0 < len) {
+        *reinterpret_cast<uint32_t *>(base + (s0 + kr0) * p.ld + p.k_off + hk * D) =
+            pack_bf16(dk[nn][0] * p.scale, dk[nn][1] * p.scale);
+        *reinterpret_cast<uint32_t *>(base + (s0 + kr0) * p.ld + p.v_off + hk * D) = pack_bf16(dv[nn][0], dv[nn][1]);
+      }
+      if (kr1 < len) {
+        *reinterpret_cast<uint32_t *>(base + (s0 + kr1) * p.ld + p.k_off + hk * D) =
+            pack_bf16(dk[nn][2] * p.scale, dk[nn][3] * p.scale);
+        *reinterpret_cast<uint32_t *>(base + (s0 + kr1) * p.ld + p.v_off + hk * D) = pack_bf16(dv[nn][2], dv[nn][3]);
+      }
+    }
+  }
+}
+
+/* The dQ block's rows qr0 / qr1 of head h (scaled), bf16 into dqkv. */
+template <int D>
+__device__ __forceinline__ void bwd_store_dq(const bwd_params &p, const float (&dq)[D / 8][4], size_t s0, int len,
+                                             int qr0, int qr1, int h) {
+  const int t = threadIdx.x & 3;
+#pragma unroll
+  for (int nn = 0; nn < D / 8; ++nn) {
+    bf16 *base = p.dqkv + p.q_off + h * D + nn * 8 + 2 * t;
+    if (qr0 < len) *reinterpret_cast<uint32_t *>(base + (s0 + qr0) * p.ld) = pack_bf16(dq[nn][0] * p.scale, dq[nn][1] * p.scale);
+    if (qr1 < len) *reinterpret_cast<uint32_t *>(base + (s0 + qr1) * p.ld) = pack_bf16(dq[nn][2] * p.scale, dq[nn][3] * p.scale);
+  }
+}
+
 /* Grid (n_tiles, Hkv) of (64-key tile, key head), or (n_tiles, H) of (64-key tile, query head)
  * with p.part (the split table). */
 template <int D>
@@ -121,13 +261,10 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *sK = reinterpret_cast<bf16 *>(smem), *sV = sK + 64 * LD, *sQ0 = sV + 64 * LD, *sO0 = sQ0 + 2 * 64 * LD;
   float *slse0 = reinterpret_cast<float *>(sO0 + 2 * 64 * LD), *sdel0 = slse0 + 2 * 64;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int seq = p.tiles[2 * blockIdx.x], k0 = p.tiles[2 * blockIdx.x + 1];
-  const size_t s0 = (size_t)p.cu[seq];
-  const int G = p.H / p.Hkv, len = p.cu[seq + 1] - p.cu[seq];
-  const int hk = p.part ? (int)blockIdx.y / G : (int)blockIdx.y;
-  const int g_lo = p.part ? (int)blockIdx.y - hk * G : 0, ng = p.part ? 1 : G;
-  const int nq = (len - k0 + 63) / 64, n_it = ng * nq; /* (query head, query tile) pairs */
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
+  const bwd_kv_work w = bwd_kv_block(p);
+  const size_t s0 = w.s0;
+  const int k0 = w.k0, len = w.len, G = w.G, hk = w.hk, g_lo = w.g_lo, nq = w.nq, n_it = w.n_it;
   /* iteration it: head hk G + g_lo + it / nq, query tile k0 + 64 (it % nq) */
   auto stage = [&](int it, int buf) {
     const int h = hk * G + g_lo + it / nq, q0 = k0 + 64 * (it % nq);
@@ -162,62 +299,15 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dkdv_mma(bwd_para
     float sc[8][4];
     mma_rows_tileT<D>(sc, wk, sQ); /* S^T: 16 keys x 64 queries */
     uint32_t pa[4][4], da[4][4]; /* P^T, dS^T as A fragments (bf16: P^T's are dS^T's factor too) */
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      float v[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        /* queries past the end have lse = inf (P = 0); only the diagonal tile needs the causal
-         * mask (it alone holds keys past the end, or after a query) */
-        const int qi = nt * 8 + 2 * t + (e & 1), kp = e < 2 ? kr0 : kr1;
-        const float x = ex2_approx(fmaf(sc[nt][e], p.scale_log2, -slse[qi]));
-        v[e] = !diag || kp <= q0 + qi ? x : 0.f;
-      }
-      pa[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(v[0], v[1]);
-      pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(v[2], v[3]);
-    }
+    bwd_pT(pa, sc, slse, p.scale_log2, diag, kr0, kr1, q0);
     mma_regs_tile<D>(dv, pa, sO); /* dV += P^T dO */
     mma_rows_tileT<D>(sc, wv, sO); /* dP^T = V dO^T */
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const int qi = nt * 8 + 2 * t;
-      const float d0 = sdel[qi], d1 = sdel[qi + 1];
-      const float2 r0 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 0]), r1 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 1]);
-      da[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(r0.x * (sc[nt][0] - d0), r0.y * (sc[nt][1] - d1));
-      da[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(r1.x * (sc[nt][2] - d0), r1.y * (sc[nt][3] - d1));
-    }
+    bwd_dsT(da, pa, sc, sdel);
     mma_regs_tile<D>(dk, da, sQ); /* dK += dS^T Q */
     __syncthreads(); /* this buffer may be refilled by the next iteration's stage */
   }
   cp_async_wait<0>();
-  const size_t ldp = (size_t)p.H * 2 * D;
-#pragma unroll
-  for (int nn = 0; nn < NT; ++nn) {
-    const int c = nn * 8 + 2 * t;
-    if (p.part) {
-      float *base = p.part + (size_t)blockIdx.y * 2 * D + c;
-      if (kr0 < len) {
-        *reinterpret_cast<float2 *>(base + (s0 + kr0) * ldp) = make_float2(dk[nn][0] * p.scale, dk[nn][1] * p.scale);
-        *reinterpret_cast<float2 *>(base + (s0 + kr0) * ldp + D) = make_float2(dv[nn][0], dv[nn][1]);
-      }
-      if (kr1 < len) {
-        *reinterpret_cast<float2 *>(base + (s0 + kr1) * ldp) = make_float2(dk[nn][2] * p.scale, dk[nn][3] * p.scale);
-        *reinterpret_cast<float2 *>(base + (s0 + kr1) * ldp + D) = make_float2(dv[nn][2], dv[nn][3]);
-      }
-    } else {
-      bf16 *base = p.dqkv + c;
-      if (kr0 < len) {
-        *reinterpret_cast<uint32_t *>(base + (s0 + kr0) * p.ld + p.k_off + hk * D) =
-            pack_bf16(dk[nn][0] * p.scale, dk[nn][1] * p.scale);
-        *reinterpret_cast<uint32_t *>(base + (s0 + kr0) * p.ld + p.v_off + hk * D) = pack_bf16(dv[nn][0], dv[nn][1]);
-      }
-      if (kr1 < len) {
-        *reinterpret_cast<uint32_t *>(base + (s0 + kr1) * p.ld + p.k_off + hk * D) =
-            pack_bf16(dk[nn][2] * p.scale, dk[nn][3] * p.scale);
-        *reinterpret_cast<uint32_t *>(base + (s0 + kr1) * p.ld + p.v_off + hk * D) = pack_bf16(dv[nn][2], dv[nn][3]);
-      }
-    }
-  }
+  bwd_store_dkdv<D>(p, dk, dv, s0, len, kr0, kr1, hk, blockIdx.y);
 }
 
 /* Grid (n_tiles, H): (64-query tile, head). D 64: the warp's Q and dO rows stay in registers
@@ -229,7 +319,7 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dq_mma(bwd_params
   constexpr bool AREG = D == 64;
   extern __shared__ __align__(128) unsigned char smem[];
   bf16 *sQ = reinterpret_cast<bf16 *>(smem), *sO = sQ + 64 * LD, *sK0 = sO + 64 * LD, *sV0 = sK0 + 2 * 64 * LD;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2;
   const int seq = p.tiles_q[2 * blockIdx.x], q0 = p.tiles_q[2 * blockIdx.x + 1];
   const size_t s0 = (size_t)p.cu[seq];
   const int len = p.cu[seq + 1] - p.cu[seq], h = blockIdx.y, hk = h / (p.H / p.Hkv);
@@ -272,39 +362,16 @@ __global__ void __launch_bounds__(128, ATTN_BWD_MINB(D)) k_bwd_dq_mma(bwd_params
     else
       mma_rows_tileT<D>(sc, wq, sK);
     uint32_t pa[4][4]; /* P (bf16, as the dK / dV kernel's) */
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      float v[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        /* queries past the end have lse = inf (P = 0); the causal mask on the diagonal tile
-         * alone (the only one with keys past the end, or after a query) */
-        const int kp = n0 + nt * 8 + 2 * t + (e & 1), qp = e < 2 ? qr0 : qr1;
-        const float x = ex2_approx(fmaf(sc[nt][e], p.scale_log2, e < 2 ? -l0 : -l1));
-        v[e] = !diag || kp <= qp ? x : 0.f;
-      }
-      pa[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(v[0], v[1]);
-      pa[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(v[2], v[3]);
-    }
+    bwd_p(pa, sc, l0, l1, p.scale_log2, diag, n0, qr0, qr1);
     if (AREG)
       mma_frags_tileT<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(of), sV); /* dP = dO V^T */
     else
       mma_rows_tileT<D>(sc, wo, sV);
     uint32_t da[4][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const float2 r0 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 0]), r1 = unpack_bf16(pa[nt >> 1][(nt & 1) * 2 + 1]);
-      da[nt >> 1][(nt & 1) * 2 + 0] = pack_bf16(r0.x * (sc[nt][0] - d0), r0.y * (sc[nt][1] - d0));
-      da[nt >> 1][(nt & 1) * 2 + 1] = pack_bf16(r1.x * (sc[nt][2] - d1), r1.y * (sc[nt][3] - d1));
-    }
+    bwd_ds(da, pa, sc, d0, d1);
     mma_regs_tile<D>(dq, da, sK); /* dQ += dS K */
     __syncthreads();
   }
   cp_async_wait<0>();
-#pragma unroll
-  for (int nn = 0; nn < NT; ++nn) {
-    bf16 *base = p.dqkv + p.q_off + h * D + nn * 8 + 2 * t;
-    if (qr0 < len) *reinterpret_cast<uint32_t *>(base + (s0 + qr0) * p.ld) = pack_bf16(dq[nn][0] * p.scale, dq[nn][1] * p.scale);
-    if (qr1 < len) *reinterpret_cast<uint32_t *>(base + (s0 + qr1) * p.ld) = pack_bf16(dq[nn][2] * p.scale, dq[nn][3] * p.scale);
-  }
+  bwd_store_dq<D>(p, dq, s0, len, qr0, qr1, h);
 }

@@ -37,6 +37,7 @@ struct vr_cutrain {
   vr_cutrain_desc_t d;
   vr_cutrain_layer_off_t *L;
   int T_max, chunk, nqkv, fused_qkv, fused_gu, recompute, fwd_only;
+  int attn_bwd; /* the attention backward's kernel (VR_CUTRAIN_ATTN_BWD_*, resolved) */
   size_t lo, hi, dev_bytes;
   cudaStream_t s;
   vr_cuda_gemm_t *gemm;
@@ -115,6 +116,9 @@ static int dalloc(vr_cutrain_t *e, void **p, size_t bytes) {
     }                                                      \
   } while (0)
 
+/* vr_cutrain_attention_bwd_kernel's values (VR_CUTRAIN_ATTN_BWD_*), for the log */
+static const char *const attn_bwd_names[] = {"auto", "generic", "mma.sync", "wgmma", "wgmma (ss)", "wgmma (ra)"};
+
 static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NONE && a + na == b; }
 
 void vr_cutrain_free(vr_cutrain_t *e) {
@@ -176,6 +180,15 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
            D, H, KV, max_tokens, shard_lo, shard_hi, d->n_floats);
     return VR_ERR_UNSUPPORTED;
   }
+  const int ab = d->attn_bwd, tc = vr_cutrain_attention_bwd_tc(D, d->window);
+  if (ab != VR_CUTRAIN_ATTN_BWD_AUTO && ab != VR_CUTRAIN_ATTN_BWD_GENERIC &&
+      !(ab == VR_CUTRAIN_ATTN_BWD_MMA && tc) &&
+      !(ab >= VR_CUTRAIN_ATTN_BWD_WGMMA && ab <= VR_CUTRAIN_ATTN_BWD_WGMMA_RA &&
+        vr_cutrain_attention_bwd_wgmma_ok(D, d->window))) {
+    vr_log(VR_LOG_ERROR, "attention backward kernel %d does not run head_dim %d, window %d on this build and device",
+           ab, D, d->window);
+    return VR_ERR_UNSUPPORTED;
+  }
   vr_cutrain_t *e = calloc(1, sizeof *e);
   if (!e) return VR_ERR_NOMEM;
   e->d = *d;
@@ -192,6 +205,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   e->d.layer = e->L;
   e->T_max = max_tokens;
   e->recompute = d->recompute != 0;
+  e->attn_bwd = ab != VR_CUTRAIN_ATTN_BWD_AUTO ? ab : vr_cutrain_attention_bwd_kernel(D, d->window);
   e->fwd_only = d->forward_only != 0;
   e->lo = shard_lo, e->hi = shard_hi;
   e->value = d->score_w != NONE;
@@ -339,8 +353,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "attention dK/dV %s, activations %s, %.2f GiB on the device",
+         "attention backward %s, dK/dV %s, activations %s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
+         attn_bwd_names[e->attn_bwd],
          e->split ? "per query head" : "per key head",
          fo ? "forward only" : e->recompute ? "recomputed per layer" : "kept",
          e->dev_bytes / 1073741824.0);
@@ -565,7 +580,7 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   mark(e, VR_CUTRAIN_PH_BWD_O);
   vr_cutrain_attention_bwd(e->dqkv, a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, e->datt, HD, a->lse, e->delta, e->cu,
                            e->tiles, e->tiles_q, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), e->split, T,
-                           e->s);
+                           e->attn_bwd, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_ATTN);
   vr_cutrain_rope_bwd(e->dqkv, e->nqkv, 0, HD, H, KV, D, e->pos, e->rope_nif, d->rope_scaling, T, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_ELEM);

@@ -140,8 +140,35 @@ void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const uint1
  * vr_cutrain_attention_bwd_split_scratch(T, H, D) floats; the dK / dV kernel then runs one
  * block per query head (H / Hkv times the blocks: for models with few key heads) into that
  * fp32 table and a second pass sums each group in head order.
- * No atomics: deterministic. */
+ * kernel: VR_CUTRAIN_ATTN_BWD_AUTO (vr_cutrain_attention_bwd_kernel's choice) or one of the others
+ * where it runs (MMA where _tc, WGMMA where _wgmma_ok; GENERIC anywhere). The WGMMA kernels read
+ * whole 64-row tiles through TMA: every row of qkv and dout below T must be finite (rows of other
+ * sequences are read and multiplied by P = 0), and qkv / dout 16-byte aligned.
+ * No atomics: deterministic (the same bits for any tile order, per kernel; the kernels differ
+ * from each other in rounding). */
+enum {
+  VR_CUTRAIN_ATTN_BWD_AUTO = 0,
+  VR_CUTRAIN_ATTN_BWD_GENERIC = 1, /* fp32, one warp per row */
+  VR_CUTRAIN_ATTN_BWD_MMA = 2,     /* mma.sync, cp.async (vr_cutrain_attention_mma.cuh): any sm_80+ */
+  /* wgmma + TMA (vr_cutrain_attention_sm90.cuh), sm_90a builds on compute 9.0, three forms: */
+  VR_CUTRAIN_ATTN_BWD_WGMMA = 3,    /* register A operands (wg_bwd_ra: the dQ kernel's Q / dO at D 128),
+                                       a pair's last product overlapping the next pair's first */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_SS = 4, /* every S / dP operand from shared memory, each pair waited for
+                                       (the automatic choice) */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_RA = 5  /* register A operands as WGMMA, each pair waited for */
+};
+/* The automatic choice: VR_CUTRAIN_ATTN_BWD_HOPPER where the wgmma kernels run (_wgmma_ok), else
+ * MMA for D 64 / 128 without a window, else GENERIC. VR_CUTRAIN_ATTN_BWD_HOPPER: WGMMA_SS, the form
+ * timed and checked (docs/benchmarks.md, "attention backward on wgmma"); a build-time knob
+ * (-DVR_CUTRAIN_ATTN_BWD_HOPPER=VR_CUTRAIN_ATTN_BWD_MMA turns the wgmma kernels off). */
+#ifndef VR_CUTRAIN_ATTN_BWD_HOPPER
+#define VR_CUTRAIN_ATTN_BWD_HOPPER VR_CUTRAIN_ATTN_BWD_WGMMA_SS
+#endif
+int vr_cutrain_attention_bwd_kernel(int D, int window);
 int vr_cutrain_attention_bwd_tc(int D, int window);
+/* 1 when this build carries the wgmma kernels (an sm_90a target), the current device is compute
+ * 9.0, D is 64 or 128 and there is no window. */
+int vr_cutrain_attention_bwd_wgmma_ok(int D, int window);
 size_t vr_cutrain_attention_bwd_split_scratch(int T, int H, int D);
 void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const uint16_t *qkv, int ld, int q_off,
                                       int k_off, int v_off, const int32_t *cu, const int32_t *tiles, int n_tiles, int H,
@@ -149,7 +176,8 @@ void vr_cutrain_attention_fwd_generic(uint16_t *o, int ld_o, float *lse, const u
 void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q_off, int k_off, int v_off,
                               const uint16_t *o, const uint16_t *dout, int ld_o, const float *lse, float *delta,
                               const int32_t *cu, const int32_t *tiles, const int32_t *tiles_q, int n_tiles, int H,
-                              int Hkv, int D, int window, float scale, float *split, int T, cudaStream_t s);
+                              int Hkv, int D, int window, float scale, float *split, int T, int kernel,
+                              cudaStream_t s);
 /* Host: reorders a 64-row tile list (n_tiles tiles of sequences cu) by descending work for the
  * dK / dV kernels (for_keys = 1: the queries at or after the tile) or the dQ kernels (0: the
  * keys up to the tile's end), ties in list order. scratch: 2 * n_tiles uint64. */
