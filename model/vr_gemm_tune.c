@@ -353,9 +353,10 @@ int vr_gemm_tune_prepare(const char *path, char *err, size_t cap) {
       if (c != '/' && c != '\0') continue;
       *p = '\0';
       if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        const int e = errno; /* before snprintf, which may change errno */
         snprintf(err, cap, "cannot create the directory %.1000s for the GEMM-choice cache %.1000s: %s", dir, path,
-                 strerror(errno));
-        return errno == EACCES || errno == EPERM ? VR_ERR_PERM : VR_ERR_IO;
+                 strerror(e));
+        return e == EACCES || e == EPERM ? VR_ERR_PERM : VR_ERR_IO;
       }
       *p = c;
       if (!c) break;
@@ -399,11 +400,14 @@ static int check_fd(int fd, const char *path, size_t *size, char *err, size_t ca
 int vr_gemm_tune_load(const char *path, vr_gemm_tune_set_t *out, int *exists, char *err, size_t cap) {
   memset(out, 0, sizeof *out);
   *exists = 0;
-  const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO or device at the path must not block the open (check_fd refuses it);
+   * O_NOCTTY: a terminal there never becomes ours. Regular files ignore both. */
+  const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
-    if (errno == ENOENT) return 0;
-    snprintf(err, cap, "%.1000s: %s%s", path, strerror(errno), errno == ELOOP ? " (a symlink: refused)" : "");
-    return errno == ELOOP || errno == EACCES ? VR_ERR_PERM : VR_ERR_IO;
+    const int e = errno;
+    if (e == ENOENT) return 0;
+    snprintf(err, cap, "%.1000s: %s%s", path, strerror(e), e == ELOOP ? " (a symlink: refused)" : "");
+    return e == ELOOP || e == EACCES ? VR_ERR_PERM : VR_ERR_IO;
   }
   *exists = 1;
   size_t size = 0;
@@ -417,7 +421,12 @@ int vr_gemm_tune_load(const char *path, vr_gemm_tune_set_t *out, int *exists, ch
   while (!rc && got < size) {
     const ssize_t r = read(fd, buf + got, size - got);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break; /* shorter than fstat said: what was read */
+    if (r < 0) { /* an error, not a short file: never parsed (a store would replace the file) */
+      snprintf(err, cap, "reading %.1000s: %s", path, strerror(errno));
+      rc = VR_ERR_IO;
+      break;
+    }
+    if (r == 0) break; /* shorter than fstat said: what was read */
     got += (size_t)r;
   }
   close(fd);

@@ -305,6 +305,29 @@ static void test_files(void **st) {
   rm_tree();
 }
 
+/* A FIFO (or a device) at the path: refused by the fstat check at once. The old open() without
+ * O_NONBLOCK waited for a writer forever (the alarm turns that hang into a failure). */
+static void test_fifo(void **st) {
+  (void)st;
+  make_tmpdir();
+  char path[512], err[2048] = "";
+  snprintf(path, sizeof path, "%s/gemm-tune.json", tmpdir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  vr_gemm_tune_set_t got, mine = {0};
+  int exists = 0;
+  alarm(30);
+  assert_int_equal(vr_gemm_tune_load(path, &got, &exists, err, sizeof err), VR_ERR_PERM);
+  assert_non_null(strstr(err, "not a regular file"));
+  assert_non_null(strstr(err, path));
+  add(&mine, mk(64, 1), 1);
+  size_t added, total;
+  int replaced = 0;
+  assert_int_equal(vr_gemm_tune_store(path, &mine, &added, &total, &replaced, err, sizeof err), VR_ERR_PERM);
+  alarm(0);
+  vr_gemm_tune_set_free(&mine);
+  rm_tree();
+}
+
 /* 6 processes store at once, each 20 entries of its own and one shared key: the file parses after
  * every store and ends with all 121 keys. */
 static void test_race(void **st) {
@@ -363,7 +386,7 @@ static void test_race(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip), cmocka_unit_test(test_rejects), cmocka_unit_test(test_merge),
-      cmocka_unit_test(test_resolve),   cmocka_unit_test(test_files),   cmocka_unit_test(test_race),
+      cmocka_unit_test(test_resolve),   cmocka_unit_test(test_files),   cmocka_unit_test(test_race), cmocka_unit_test(test_fifo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
