@@ -463,11 +463,21 @@ int vr_gemm_tune_store(const char *path, const vr_gemm_tune_set_t *mine, size_t 
     snprintf(err, cap, "lock file %.1000s of the GEMM-choice cache: %s", lp, strerror(errno));
     return VR_ERR_IO;
   }
-  while (flock(lfd, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    snprintf(err, cap, "flock %.1000s: %s", lp, strerror(errno));
-    close(lfd);
-    return VR_ERR_IO;
+  /* a bounded wait: a writer stopped (SIGSTOP) or hung while holding the lock must not hang this
+   * process's rollout (the CUDA side calls this with its choices' mutex held) */
+  for (int waited_ms = 0; flock(lfd, LOCK_EX | LOCK_NB) != 0;) {
+    const int e = errno;
+    if (e == EINTR) continue;
+    if (e != EWOULDBLOCK || waited_ms >= VR_GEMM_TUNE_LOCK_WAIT_MS) {
+      if (e == EWOULDBLOCK)
+        snprintf(err, cap, "lock file %.1000s of the GEMM-choice cache: held by another process for %d ms: not "
+                 "written. HINT: a stopped or hung process holds it (fuser %.1000s)", lp, waited_ms, lp);
+      else snprintf(err, cap, "flock %.1000s: %s", lp, strerror(e));
+      close(lfd);
+      return e == EWOULDBLOCK ? VR_ERR_BUSY : VR_ERR_IO;
+    }
+    (void)usleep(20 * 1000);
+    waited_ms += 20;
   }
   vr_gemm_tune_set_t file;
   int exists = 0;
