@@ -26,7 +26,9 @@
  *
  * Where it lives: vr_gemm_tune_default_path. Files it creates: the file and PATH.lock, mode 0600, in
  * a directory made 0700 when missing; an existing file or directory owned by another user or
- * writable by group or others is refused (VR_ERR_PERM), as is a symlink at the file.
+ * writable by group or others is refused (VR_ERR_PERM), as is a symlink at the file. The checks are
+ * made on open descriptors (fstat), and a store works relative to the directory it opened and
+ * checked (openat / renameat), so a rename between a check and its use changes nothing.
  * Threading: none inside; the functions share no state. */
 #ifndef VR_GEMM_TUNE_H
 #define VR_GEMM_TUNE_H

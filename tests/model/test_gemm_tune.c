@@ -365,6 +365,28 @@ static void test_lock_held(void **st) {
   rm_tree();
 }
 
+/* A path past 4095 bytes: refused whole (VR_ERR_INVAL), no directory made; the old code cut the
+ * directory's name, made the cut prefix's directories and then failed on the file. */
+static void test_long_path(void **st) {
+  (void)st;
+  make_tmpdir();
+  char path[4300], first[600], err[2048] = "";
+  int n = snprintf(path, sizeof path, "%s", tmpdir);
+  while (n < 4150) n += snprintf(path + n, sizeof path - (size_t)n, "/%0200d", 0);
+  snprintf(path + n, sizeof path - (size_t)n, "/gemm-tune.json");
+  vr_gemm_tune_set_t mine = {0};
+  add(&mine, mk(64, 1), 1);
+  size_t added, total;
+  int replaced = 0;
+  assert_int_equal(vr_gemm_tune_store(path, &mine, &added, &total, &replaced, err, sizeof err), VR_ERR_INVAL);
+  assert_int_equal(vr_gemm_tune_prepare(path, err, sizeof err), VR_ERR_INVAL);
+  snprintf(first, sizeof first, "%s/%0200d", tmpdir, 0);
+  struct stat sb;
+  assert_int_equal(stat(first, &sb), -1); /* nothing made */
+  vr_gemm_tune_set_free(&mine);
+  rm_tree();
+}
+
 /* 6 processes store at once, each 20 entries of its own and one shared key: the file parses after
  * every store and ends with all 121 keys. */
 static void test_race(void **st) {
@@ -423,7 +445,7 @@ static void test_race(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip), cmocka_unit_test(test_rejects), cmocka_unit_test(test_merge),
-      cmocka_unit_test(test_resolve),   cmocka_unit_test(test_files),   cmocka_unit_test(test_race), cmocka_unit_test(test_fifo), cmocka_unit_test(test_lock_held),
+      cmocka_unit_test(test_resolve),   cmocka_unit_test(test_files),   cmocka_unit_test(test_race), cmocka_unit_test(test_fifo), cmocka_unit_test(test_lock_held), cmocka_unit_test(test_long_path),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
