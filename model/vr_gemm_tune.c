@@ -343,8 +343,15 @@ static void dir_of(const char *path, char *dir, size_t cap) {
   else snprintf(dir, cap, "%.*s", (int)(sl - path), path);
 }
 
-int vr_gemm_tune_prepare(const char *path, char *err, size_t cap) {
+/* Makes path's directory when missing (each level 0700), opens it and checks the open directory
+ * (fstat, so no rename between the check and the use changes what was checked): ours, not writable
+ * by group or others. 0 with *dfd (the caller closes it) and *base (the file's name in it). */
+static int open_dir(const char *path, int *dfd, const char **base, char *err, size_t cap) {
   char dir[4096];
+  if (strlen(path) >= sizeof dir) { /* a cut directory would not be the file's */
+    snprintf(err, cap, "%.1000s...: path too long", path);
+    return VR_ERR_INVAL;
+  }
   dir_of(path, dir, sizeof dir);
   struct stat st;
   if (stat(dir, &st) != 0) { /* make each missing level, 0700 */
@@ -353,24 +360,46 @@ int vr_gemm_tune_prepare(const char *path, char *err, size_t cap) {
       if (c != '/' && c != '\0') continue;
       *p = '\0';
       if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        const int e = errno; /* before snprintf, which may change errno */
         snprintf(err, cap, "cannot create the directory %.1000s for the GEMM-choice cache %.1000s: %s", dir, path,
-                 strerror(errno));
-        return errno == EACCES || errno == EPERM ? VR_ERR_PERM : VR_ERR_IO;
+                 strerror(e));
+        return e == EACCES || e == EPERM ? VR_ERR_PERM : VR_ERR_IO;
       }
       *p = c;
       if (!c) break;
     }
   }
-  if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 0022)) {
+  const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const char *why = NULL;
+  if (fd < 0) {
     const int e = errno;
+    why = e == ELOOP || e == ENOTDIR ? "not a directory (a symlink?)" : strerror(e);
+  } else if (fstat(fd, &st) != 0) {
+    why = strerror(errno);
+  } else {
+    why = !S_ISDIR(st.st_mode) ? "not a directory" : st.st_uid != geteuid() ? "owned by another user"
+          : (st.st_mode & 0022) ? "writable by group or others" : NULL;
+  }
+  if (why) {
     snprintf(err, cap, "refusing the directory %.1000s of the GEMM-choice cache %.1000s: %s. HINT: a directory of this "
              "user's that group and others cannot write (the default one is made 0700), or another path "
              "(VERL_GEMM_CACHE, --gemm-cache, actor_rollout_ref.rollout.gemm_cache), or off",
-             dir, path, lstat(dir, &st) != 0 ? strerror(e) : !S_ISDIR(st.st_mode) ? "not a directory (a symlink?)"
-                        : st.st_uid != geteuid() ? "owned by another user" : "writable by group or others");
+             dir, path, why);
+    if (fd >= 0) close(fd);
     return VR_ERR_PERM;
   }
+  const char *sl = strrchr(path, '/');
+  *dfd = fd;
+  *base = sl ? sl + 1 : path;
   return 0;
+}
+
+int vr_gemm_tune_prepare(const char *path, char *err, size_t cap) {
+  int dfd = -1;
+  const char *base = NULL;
+  const int rc = open_dir(path, &dfd, &base, err, cap);
+  if (rc == 0) close(dfd);
+  return rc;
 }
 
 /* Checks an open file (fstat): a regular file of ours nobody else can write, at most the limit. */
@@ -396,14 +425,19 @@ static int check_fd(int fd, const char *path, size_t *size, char *err, size_t ca
   return 0;
 }
 
-int vr_gemm_tune_load(const char *path, vr_gemm_tune_set_t *out, int *exists, char *err, size_t cap) {
+/* vr_gemm_tune_load of name in the directory dfd (AT_FDCWD: the working one); path names it in err. */
+static int load_at(int dfd, const char *name, const char *path, vr_gemm_tune_set_t *out, int *exists, char *err,
+                   size_t cap) {
   memset(out, 0, sizeof *out);
   *exists = 0;
-  const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO or device at the path must not block the open (check_fd refuses it);
+   * O_NOCTTY: a terminal there never becomes ours. Regular files ignore both. */
+  const int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
   if (fd < 0) {
-    if (errno == ENOENT) return 0;
-    snprintf(err, cap, "%.1000s: %s%s", path, strerror(errno), errno == ELOOP ? " (a symlink: refused)" : "");
-    return errno == ELOOP || errno == EACCES ? VR_ERR_PERM : VR_ERR_IO;
+    const int e = errno;
+    if (e == ENOENT) return 0;
+    snprintf(err, cap, "%.1000s: %s%s", path, strerror(e), e == ELOOP ? " (a symlink: refused)" : "");
+    return e == ELOOP || e == EACCES ? VR_ERR_PERM : VR_ERR_IO;
   }
   *exists = 1;
   size_t size = 0;
@@ -417,13 +451,22 @@ int vr_gemm_tune_load(const char *path, vr_gemm_tune_set_t *out, int *exists, ch
   while (!rc && got < size) {
     const ssize_t r = read(fd, buf + got, size - got);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) break; /* shorter than fstat said: what was read */
+    if (r < 0) { /* an error, not a short file: never parsed (a store would replace the file) */
+      snprintf(err, cap, "reading %.1000s: %s", path, strerror(errno));
+      rc = VR_ERR_IO;
+      break;
+    }
+    if (r == 0) break; /* shorter than fstat said: what was read */
     got += (size_t)r;
   }
   close(fd);
   if (!rc) rc = vr_gemm_tune_parse(buf, got, path, out, err, cap);
   free(buf);
   return rc;
+}
+
+int vr_gemm_tune_load(const char *path, vr_gemm_tune_set_t *out, int *exists, char *err, size_t cap) {
+  return load_at(AT_FDCWD, path, path, out, exists, err, cap);
 }
 
 static int write_all(int fd, const char *p, size_t n) {
@@ -441,29 +484,45 @@ int vr_gemm_tune_store(const char *path, const vr_gemm_tune_set_t *mine, size_t 
   *added = *total = 0;
   if (replaced) *replaced = 0;
   err[0] = '\0';
+  /* lp / tp name the lock and temporary files in messages; every operation is relative to the
+   * directory checked by open_dir (dfd), by the names ln / tn / base in it */
   char lp[4200], tp[4200];
   if ((size_t)snprintf(lp, sizeof lp, "%s.lock", path) >= sizeof lp ||
       (size_t)snprintf(tp, sizeof tp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tp) {
     snprintf(err, cap, "%.1000s: path too long", path);
     return VR_ERR_INVAL;
   }
-  int rc = vr_gemm_tune_prepare(path, err, cap);
+  int dfd = -1;
+  const char *base = NULL;
+  int rc = open_dir(path, &dfd, &base, err, cap);
   if (rc) return rc;
-  const int lfd = open(lp, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const char *ln = lp + (base - path), *tn = tp + (base - path);
+  const int lfd = openat(dfd, ln, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (lfd < 0) {
     snprintf(err, cap, "lock file %.1000s of the GEMM-choice cache: %s", lp, strerror(errno));
+    close(dfd);
     return VR_ERR_IO;
   }
-  while (flock(lfd, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    snprintf(err, cap, "flock %.1000s: %s", lp, strerror(errno));
-    close(lfd);
-    return VR_ERR_IO;
+  /* a bounded wait: a writer stopped (SIGSTOP) or hung while holding the lock must not hang this
+   * process's rollout (the CUDA side calls this with its choices' mutex held) */
+  for (int waited_ms = 0; flock(lfd, LOCK_EX | LOCK_NB) != 0;) {
+    const int e = errno;
+    if (e == EINTR) continue;
+    if (e != EWOULDBLOCK || waited_ms >= VR_GEMM_TUNE_LOCK_WAIT_MS) {
+      if (e == EWOULDBLOCK)
+        snprintf(err, cap, "lock file %.1000s of the GEMM-choice cache: held by another process for %d ms: not "
+                 "written. HINT: a stopped or hung process holds it (fuser %.1000s)", lp, waited_ms, lp);
+      else snprintf(err, cap, "flock %.1000s: %s", lp, strerror(e));
+      close(lfd), close(dfd);
+      return e == EWOULDBLOCK ? VR_ERR_BUSY : VR_ERR_IO;
+    }
+    (void)usleep(20 * 1000);
+    waited_ms += 20;
   }
   vr_gemm_tune_set_t file;
   int exists = 0;
   char lerr[1200] = "";
-  rc = vr_gemm_tune_load(path, &file, &exists, lerr, sizeof lerr);
+  rc = load_at(dfd, base, path, &file, &exists, lerr, sizeof lerr);
   if (rc == VR_ERR_PARSE || rc == VR_ERR_TOO_LARGE) { /* a bad file: ours to replace */
     snprintf(err, cap, "%s", lerr);
     if (replaced) *replaced = 1;
@@ -481,13 +540,13 @@ int vr_gemm_tune_store(const char *path, const vr_gemm_tune_set_t *mine, size_t 
   if (!rc && *added == 0 && exists && !(replaced && *replaced)) { /* nothing new: leave it */
     *total = file.n;
     vr_gemm_tune_set_free(&file);
-    close(lfd);
+    close(lfd), close(dfd);
     return 0;
   }
   if (!rc && !(text = vr_gemm_tune_serialise(&file, &len))) rc = VR_ERR_NOMEM, snprintf(err, cap, "out of memory");
   if (!rc) {
-    (void)unlink(tp); /* a dead writer's of our pid: the lock is ours */
-    const int fd = open(tp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    (void)unlinkat(dfd, tn, 0); /* a dead writer's of our pid: the lock is ours */
+    const int fd = openat(dfd, tn, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0 || write_all(fd, text, len) != 0 || fsync(fd) != 0) {
       snprintf(err, cap, "writing %.1000s: %s", tp, strerror(errno));
       rc = VR_ERR_IO;
@@ -496,15 +555,17 @@ int vr_gemm_tune_store(const char *path, const vr_gemm_tune_set_t *mine, size_t 
       snprintf(err, cap, "writing %.1000s: %s", tp, strerror(errno));
       rc = VR_ERR_IO;
     }
-    if (!rc && rename(tp, path) != 0) {
+    if (!rc && renameat(dfd, tn, dfd, base) != 0) {
       snprintf(err, cap, "renaming %.1000s to %.1000s: %s", tp, path, strerror(errno));
       rc = VR_ERR_IO;
     }
-    if (rc) (void)unlink(tp);
+    if (rc) (void)unlinkat(dfd, tn, 0);
+    else (void)fsync(dfd); /* the rename itself on disk (best effort) */
   }
   if (!rc) *total = file.n;
   free(text);
   vr_gemm_tune_set_free(&file);
   close(lfd); /* releases the lock */
+  close(dfd);
   return rc;
 }

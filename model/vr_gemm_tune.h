@@ -26,7 +26,9 @@
  *
  * Where it lives: vr_gemm_tune_default_path. Files it creates: the file and PATH.lock, mode 0600, in
  * a directory made 0700 when missing; an existing file or directory owned by another user or
- * writable by group or others is refused (VR_ERR_PERM), as is a symlink at the file.
+ * writable by group or others is refused (VR_ERR_PERM), as is a symlink at the file. The checks are
+ * made on open descriptors (fstat), and a store works relative to the directory it opened and
+ * checked (openat / renameat), so a rename between a check and its use changes nothing.
  * Threading: none inside; the functions share no state. */
 #ifndef VR_GEMM_TUNE_H
 #define VR_GEMM_TUNE_H
@@ -45,6 +47,7 @@ extern "C" {
 #define VR_GEMM_TUNE_DEVICE 256
 #define VR_GEMM_TUNE_MAX_ENTRIES 4096
 #define VR_GEMM_TUNE_MAX_BYTES (8u << 20)
+#define VR_GEMM_TUNE_LOCK_WAIT_MS 5000 /* vr_gemm_tune_store's longest wait for PATH.lock */
 
 /* key[] indices */
 enum {
@@ -117,7 +120,8 @@ int vr_gemm_tune_prepare(const char *path, char *err, size_t cap);
  * the new one, and writers one after the other each keep what the other added. A file that does not
  * parse is replaced (*replaced 1, its error in err; may be NULL). *added: entries mine added or
  * replaced; *total: the file's entries after. 0 (err may hold the replaced file's error), or
- * VR_ERR_PERM / VR_ERR_IO / VR_ERR_NOMEM with err (the file is as it was). */
+ * VR_ERR_PERM / VR_ERR_IO / VR_ERR_NOMEM with err (the file is as it was), or VR_ERR_BUSY when another
+ * process held the lock for VR_GEMM_TUNE_LOCK_WAIT_MS (nothing written). */
 int vr_gemm_tune_store(const char *path, const vr_gemm_tune_set_t *mine, size_t *added, size_t *total,
                        int *replaced, char *err, size_t cap);
 

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -305,6 +307,86 @@ static void test_files(void **st) {
   rm_tree();
 }
 
+/* A FIFO (or a device) at the path: refused by the fstat check at once. The old open() without
+ * O_NONBLOCK waited for a writer forever (the alarm turns that hang into a failure). */
+static void test_fifo(void **st) {
+  (void)st;
+  make_tmpdir();
+  char path[512], err[2048] = "";
+  snprintf(path, sizeof path, "%s/gemm-tune.json", tmpdir);
+  assert_int_equal(mkfifo(path, 0600), 0);
+  vr_gemm_tune_set_t got, mine = {0};
+  int exists = 0;
+  alarm(30);
+  assert_int_equal(vr_gemm_tune_load(path, &got, &exists, err, sizeof err), VR_ERR_PERM);
+  assert_non_null(strstr(err, "not a regular file"));
+  assert_non_null(strstr(err, path));
+  add(&mine, mk(64, 1), 1);
+  size_t added, total;
+  int replaced = 0;
+  assert_int_equal(vr_gemm_tune_store(path, &mine, &added, &total, &replaced, err, sizeof err), VR_ERR_PERM);
+  alarm(0);
+  vr_gemm_tune_set_free(&mine);
+  rm_tree();
+}
+
+/* Another process holding PATH.lock (stopped or hung) makes a store give up with VR_ERR_BUSY after
+ * VR_GEMM_TUNE_LOCK_WAIT_MS, the file as it was; the old blocking flock waited forever (the alarm
+ * turns that hang into a failure). */
+static void test_lock_held(void **st) {
+  (void)st;
+  make_tmpdir();
+  char path[512], lock[600], err[2048] = "";
+  snprintf(path, sizeof path, "%s/gemm-tune.json", tmpdir);
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  vr_gemm_tune_set_t mine = {0}, got;
+  add(&mine, mk(64, 1), 1);
+  size_t added, total;
+  int replaced = 0, exists = 0;
+  assert_int_equal(vr_gemm_tune_store(path, &mine, &added, &total, &replaced, err, sizeof err), 0);
+  const int lfd = open(lock, O_RDWR); /* its own open file description: flock conflicts as another process's */
+  assert_true(lfd >= 0);
+  assert_int_equal(flock(lfd, LOCK_EX), 0);
+  vr_gemm_tune_set_t other = {0};
+  add(&other, mk(128, 2), 1);
+  alarm(60);
+  assert_int_equal(vr_gemm_tune_store(path, &other, &added, &total, &replaced, err, sizeof err), VR_ERR_BUSY);
+  alarm(0);
+  assert_non_null(strstr(err, lock));
+  assert_int_equal(vr_gemm_tune_load(path, &got, &exists, err, sizeof err), 0);
+  assert_int_equal(got.n, 1); /* as it was */
+  vr_gemm_tune_set_free(&got);
+  assert_int_equal(flock(lfd, LOCK_UN), 0); /* released: the next store writes */
+  assert_int_equal(vr_gemm_tune_store(path, &other, &added, &total, &replaced, err, sizeof err), 0);
+  assert_int_equal(total, 2);
+  close(lfd);
+  vr_gemm_tune_set_free(&mine);
+  vr_gemm_tune_set_free(&other);
+  rm_tree();
+}
+
+/* A path past 4095 bytes: refused whole (VR_ERR_INVAL), no directory made; the old code cut the
+ * directory's name, made the cut prefix's directories and then failed on the file. */
+static void test_long_path(void **st) {
+  (void)st;
+  make_tmpdir();
+  char path[4300], first[600], err[2048] = "";
+  int n = snprintf(path, sizeof path, "%s", tmpdir);
+  while (n < 4150) n += snprintf(path + n, sizeof path - (size_t)n, "/%0200d", 0);
+  snprintf(path + n, sizeof path - (size_t)n, "/gemm-tune.json");
+  vr_gemm_tune_set_t mine = {0};
+  add(&mine, mk(64, 1), 1);
+  size_t added, total;
+  int replaced = 0;
+  assert_int_equal(vr_gemm_tune_store(path, &mine, &added, &total, &replaced, err, sizeof err), VR_ERR_INVAL);
+  assert_int_equal(vr_gemm_tune_prepare(path, err, sizeof err), VR_ERR_INVAL);
+  snprintf(first, sizeof first, "%s/%0200d", tmpdir, 0);
+  struct stat sb;
+  assert_int_equal(stat(first, &sb), -1); /* nothing made */
+  vr_gemm_tune_set_free(&mine);
+  rm_tree();
+}
+
 /* 6 processes store at once, each 20 entries of its own and one shared key: the file parses after
  * every store and ends with all 121 keys. */
 static void test_race(void **st) {
@@ -363,7 +445,7 @@ static void test_race(void **st) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip), cmocka_unit_test(test_rejects), cmocka_unit_test(test_merge),
-      cmocka_unit_test(test_resolve),   cmocka_unit_test(test_files),   cmocka_unit_test(test_race),
+      cmocka_unit_test(test_resolve),   cmocka_unit_test(test_files),   cmocka_unit_test(test_race), cmocka_unit_test(test_fifo), cmocka_unit_test(test_lock_held), cmocka_unit_test(test_long_path),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

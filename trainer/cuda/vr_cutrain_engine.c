@@ -119,6 +119,14 @@ static int dalloc(vr_cutrain_t *e, void **p, size_t bytes) {
 /* vr_cutrain_attention_bwd_kernel's values (VR_CUTRAIN_ATTN_BWD_*), for the log */
 static const char *const attn_bwd_names[] = {"auto", "generic", "mma.sync", "wgmma", "wgmma (ss)", "wgmma (ra)"};
 
+/* Nonzero (logged) when e is forward-only: it has no gradients, moments or backward scratch
+ * (vr_train refuses these calls first; this guards the engine's own API). */
+static int fwd_only_refuses(const vr_cutrain_t *e, const char *what) {
+  if (!e->fwd_only) return 0;
+  vr_log(VR_LOG_ERROR, "cuda training engine: %s on a forward-only engine", what);
+  return VR_ERR_UNSUPPORTED;
+}
+
 static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NONE && a + na == b; }
 
 void vr_cutrain_free(vr_cutrain_t *e) {
@@ -508,6 +516,7 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
                        float temperature, float *logp, float *ent, int keep) {
   const vr_cutrain_desc_t *d = &e->d;
   e->kept = e->lp16_kept = 0;
+  if (keep && fwd_only_refuses(e, "a forward kept for backward")) return VR_ERR_UNSUPPORTED;
   if (n_seqs <= 0 || cu[n_seqs] == 0) return 0;
   if (cu[n_seqs] > (uint32_t)e->T_max || (!e->value && !(temperature > 0.f))) {
     vr_log(VR_LOG_ERROR, "batch of %u rows (engine: %d), temperature %g", cu[n_seqs], e->T_max, temperature);
@@ -654,11 +663,13 @@ int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent,
 /* ---------------------------------------------------------------- optimizer and buffers */
 
 int vr_cutrain_zero_grad(vr_cutrain_t *e) {
+  if (fwd_only_refuses(e, "zero_grad")) return VR_ERR_UNSUPPORTED;
   VR_CUDA_CHECK(cudaMemsetAsync(e->g, 0, e->d.n_floats * 4, e->s));
   return 0;
 }
 
 int vr_cutrain_grad_sqnorm(vr_cutrain_t *e, size_t lo, size_t hi, double *out) {
+  if (fwd_only_refuses(e, "grad_sqnorm")) return VR_ERR_UNSUPPORTED;
   if (hi > e->d.n_floats) hi = e->d.n_floats;
   *out = 0;
   if (lo >= hi) return 0;
@@ -670,6 +681,7 @@ int vr_cutrain_grad_sqnorm(vr_cutrain_t *e, size_t lo, size_t hi, double *out) {
 }
 
 int vr_cutrain_scale_grads(vr_cutrain_t *e, float s) {
+  if (fwd_only_refuses(e, "scale_grads")) return VR_ERR_UNSUPPORTED;
   vr_cutrain_scale(e->g, e->d.n_floats, s, e->s);
   return 0;
 }
@@ -677,6 +689,7 @@ int vr_cutrain_scale_grads(vr_cutrain_t *e, float s) {
 int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, float eps, float weight_decay,
                           float clip, int64_t step) {
   if (step < 1) return VR_ERR_INVAL;
+  if (fwd_only_refuses(e, "an optimizer step")) return VR_ERR_UNSUPPORTED;
   const vr_cutrain_adamw_t hp = {lr, beta1, beta2, eps, weight_decay, clip, step};
   mark(e, -1);
   if (clip > 0.f) vr_cutrain_sumsq(e->sq, e->g, e->d.n_floats, e->sq_red, e->s);
@@ -749,17 +762,20 @@ int vr_cutrain_params_written(vr_cutrain_t *e, size_t lo, size_t hi) {
 }
 
 int vr_cutrain_get_grads(vr_cutrain_t *e, float *dst) {
+  if (fwd_only_refuses(e, "get_grads")) return VR_ERR_UNSUPPORTED;
   VR_CUDA_CHECK(cudaMemcpyAsync(dst, e->g, e->d.n_floats * 4, cudaMemcpyDeviceToHost, e->s));
   return vr_cutrain_sync(e);
 }
 
 int vr_cutrain_get_moments(vr_cutrain_t *e, float *m, float *v) {
+  if (fwd_only_refuses(e, "get_moments")) return VR_ERR_UNSUPPORTED;
   VR_CUDA_CHECK(cudaMemcpyAsync(m, e->m, (e->hi - e->lo) * 4, cudaMemcpyDeviceToHost, e->s));
   VR_CUDA_CHECK(cudaMemcpyAsync(v, e->v, (e->hi - e->lo) * 4, cudaMemcpyDeviceToHost, e->s));
   return vr_cutrain_sync(e);
 }
 
 int vr_cutrain_set_moments(vr_cutrain_t *e, const float *m, const float *v) {
+  if (fwd_only_refuses(e, "set_moments")) return VR_ERR_UNSUPPORTED;
   VR_CUDA_CHECK(cudaMemcpyAsync(e->m, m, (e->hi - e->lo) * 4, cudaMemcpyHostToDevice, e->s));
   VR_CUDA_CHECK(cudaMemcpyAsync(e->v, v, (e->hi - e->lo) * 4, cudaMemcpyHostToDevice, e->s));
   return vr_cutrain_sync(e);

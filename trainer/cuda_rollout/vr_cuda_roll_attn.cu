@@ -611,6 +611,9 @@ template <int D>
 __global__ void __launch_bounds__(NW * 32, D > 128 ? 1 : 4) k_roll_decode_mma(roll_attn_params p) {
   constexpr int NC = D / 8, KS = D / 16, S = RING_STAGES(D), CH = VR_ROLL_BLOCK * NC;
   constexpr int SWZ = NC < 8 ? NC - 1 : 7; /* V chunk c of row r lies at r * NC + (c ^ (r & SWZ)) */
+  /* c ^ (r & SWZ) permutes a row's chunks only when NC is a power of two below 8 or a multiple of 8:
+   * at D 48, 80, 96, 112, 160, ... it would land past the row (another row's chunk, or past the ring) */
+  static_assert(NC % 8 == 0 || (NC & (NC - 1)) == 0, "k_roll_decode_mma: V swizzle needs NC = 1, 2, 4 or 8k");
   extern __shared__ uint4 sm4[];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   ring_work w;
