@@ -27,8 +27,11 @@
  *   qkv GEMM (ring or tensor-core kernel: vr_cuda_roll_set_attn), 32 / 64 / 128 / 256 our decode GEMM on the
  *   layers / on the LM head / per shape where it won the warm-up's timing / with programmatic
  *   dependent launch (vr_cuda_roll_use_dgemm's LAYERS, HEAD, TIMED, PDL), PIPE the scheduler's
- *   decode_pipeline (left out or 0: the default, pipelined without stop ids; -1 off). Default: "1",
- *   the engine's defaults. After each measurement the three attention kernels are also timed alone
+ *   decode_pipeline (left out or 0: the default, pipelined without stop ids; -1 off), IO 1 (left out:
+ *   the default) a step's upload, feed and download as kernels inside its graph, 0 as stream
+ *   operations around it (vr_cuda_roll_graph_io). Default: "1", the engine's defaults. Each
+ *   measurement then runs the generate once more with events around every launched step
+ *   (vr_cuda_roll_time_steps): the device period of a step, its stream operations, its graph. After each measurement the three attention kernels are also timed alone
  *   on one layer (vr_cuda_roll_time_attention) at the last step's partition length, and the
  *   tensor-core kernel at 128, 256 and 512 keys. The JSON file gets one line per variant.
  *   --gemm: instead, each decode GEMM of both shapes at M = 64 (qkv, o +=, gate/up, down +=, LM
@@ -36,7 +39,7 @@
  *   sweep of bn x kc x splits), each run after a flush of twice the L2 (median of 7, events around
  *   the one launch), with the weights' read rate; ours checked against cuBLASLt.
  * Usage: cuda_rollout_bench [--shape llama-1b|qwen2-0.5b] [--prompts P] [--prompt-len L] [--new N]
- *        [--n R] [--temperature T] [--variants F[:PART[:KNOBS[:PIPE]]],...] [--json FILE] | --gemm. Exit code 0,
+ *        [--n R] [--temperature T] [--variants F[:PART[:KNOBS[:PIPE[:IO]]]],...] [--json FILE] | --gemm. Exit code 0,
  *        or 1 on any error, 77 without a GPU. */
 #include <cuda_runtime.h>
 #include <stdio.h>
@@ -97,7 +100,7 @@ typedef struct {
 /* One measurement on a fresh engine: fuse (1/0), part (0: the engine's), knobs (-1: the engine's;
  * else the --variants bit mask) and pipe (decode_pipeline) set before the first generate. 0 or 1 (an
  * error). */
-static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int knobs, int pipe, FILE *jf) {
+static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int knobs, int pipe, int io, FILE *jf) {
   const shape_t *sh = bn->sh;
   const int P = bn->P, Lp = bn->Lp, N = bn->N, R = bn->R;
   const float temp = bn->temp;
@@ -120,6 +123,7 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   const double init_s = (vr_now_ns() - t0) * 1e-9;
   void *st = vr_rollout_backend_state(r);
   vr_cuda_roll_fuse_sample(st, fuse);
+  vr_cuda_roll_graph_io(st, io);
   if (knobs >= 0) {
     vr_cuda_roll_set_tuning(st, knobs & 1, (knobs >> 1) & 1);
     vr_cuda_roll_split_sample(st, (knobs >> 2) & 1);
@@ -166,6 +170,19 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   const double wall = (vr_now_ns() - t0) * 1e-9;
   const vr_gen_stats_t *s = &out.stats;
   const uint64_t gen = out.cu[out.n_resp];
+  /* the same generate again with events around every step (after the measurement: they cost) */
+  double tsm[3] = {0, 0, 0};
+  double wall_t = 0;
+  {
+    vr_gen_output_t o2;
+    vr_cuda_roll_time_steps(st, 1);
+    t0 = vr_now_ns();
+    if (vr_rollout_generate(r, ids, cu, (uint32_t)P, &gp, &o2)) return 1;
+    wall_t = (vr_now_ns() - t0) * 1e-9;
+    if (vr_cuda_roll_step_times(st, tsm)) tsm[0] = tsm[1] = tsm[2] = 0;
+    vr_cuda_roll_time_steps(st, 0);
+    vr_gen_output_free(&o2);
+  }
   const double tps = gen / wall;
   const double steps = (double)s->decode_calls;
   const double step_ms = steps > 0 ? (wall - prefill_wall) / steps * 1e3 : 0; /* a decode step, end to end */
@@ -173,14 +190,18 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   const double mean_ctx = Lp + (N + 1) / 2.0;
   const double step_bytes = (double)wb + (double)P * R * mean_ctx * kv_tok; /* every sequence reads its whole context */
   const double ideal_ms = step_bytes / rate * 1e3;
-  printf("%s [sampler in graph %d, attention part %d, knobs %d, pipeline %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
+  printf("%s [sampler in graph %d, attention part %d, knobs %d, pipeline %d, step io in graph %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
          "): %llu tokens in %.3f s = %.0f tokens/s (peak %u blocks, %llu copy-on-write copies)\n",
-         sh->name, fuse, part, knobs, pipe, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp,
+         sh->name, fuse, part, knobs, pipe, io, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp,
          (unsigned long long)gen, wall, tps, s->peak_blocks, (unsigned long long)s->cow_copies);
   printf("  prefill + first token %.1f ms (%llu prefill calls); decode %llu steps (%llu launched ahead), %.3f ms/step "
          "end to end ((generate - prefill run) / steps; host time in decode() %.3f ms/step)\n",
          prefill_wall * 1e3, (unsigned long long)s->prefill_calls, (unsigned long long)s->decode_calls,
          (unsigned long long)s->decode_ahead, step_ms, s->decode_s / steps * 1e3);
+  printf("  pipelined decode step on the device (events around each launched step, a second generate: %.0f tokens/s): "
+         "period %.4f ms (a step's first stream op to the next one's), the step's stream ops %.4f ms, its graph %.4f "
+         "ms -> between steps %.4f ms, upload / feed / download outside the graph %.4f ms\n",
+         wall_t > 0 ? gen / wall_t : 0.0, tsm[0], tsm[1], tsm[2], tsm[0] - tsm[1], tsm[1] - tsm[2]);
   printf("  a step reads >= %.0f MB (weights %.0f MB + mean live K/V %.0f MB): %.3f ms at %.0f GB/s -> step at "
          "%.0f%% of the copy rate (%.2fx the ideal)\n",
          step_bytes / 1e6, wb / 1e6, (double)P * R * mean_ctx * kv_tok / 1e6, ideal_ms, rate * 1e-9, 100.0 * ideal_ms / step_ms,
@@ -227,7 +248,8 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
     FILE *f = jf;
     if (f) {
       fprintf(f,
-              "{\"shape\": \"%s\", \"fuse_sample\": %d, \"part\": %d, \"knobs\": %d, \"pipeline\": %d, "
+              "{\"shape\": \"%s\", \"fuse_sample\": %d, \"part\": %d, \"knobs\": %d, \"pipeline\": %d, \"graph_io\": %d, "
+              "\"timed_period_ms\": %.4f, \"timed_step_ops_ms\": %.4f, \"timed_graph_ms\": %.4f, "
               "\"decode_ahead\": %llu, \"params\": %zu, \"prompts\": %d, \"n\": %d, \"temperature\": %.3f, "
               "\"prompt_len\": %d, \"new_tokens\": %d, "
               "\"tokens\": %llu, \"wall_s\": %.4f, \"tokens_per_s\": %.1f, \"prefill_ms\": %.3f, \"decode_steps\": %llu, "
@@ -237,7 +259,7 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
               "\"eager_no_small_ms\": %.4f, \"eager_no_head_ms\": %.4f, \"attn_ring_us\": %.2f, \"attn_regs_us\": %.2f, \"attn_mma_us\": %.2f, "
               "\"attn_mma_part_us\": [%.2f, %.2f, %.2f], "
               "\"attn_kv_bytes\": %.0f, \"part_steps\": \"%s\"}\n",
-              sh->name, fuse, part, knobs, pipe, (unsigned long long)s->decode_ahead, m.n, P, R, temp, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
+              sh->name, fuse, part, knobs, pipe, io, tsm[0], tsm[1], tsm[2], (unsigned long long)s->decode_ahead, m.n, P, R, temp, Lp, N, (unsigned long long)gen, wall, tps, prefill_wall * 1e3,
               (unsigned long long)s->decode_calls, step_ms, step_bytes, rate * 1e-9, ideal_ms, ideal_ms / step_ms,
               host_s * 1e3, dev_s * 1e3, pr[5], pr[0], pr[1], pr[2], pr[3], pr[4], ta[0] * 1e3, ta[1] * 1e3, ta[2] * 1e3,
               ta[3] * 1e3, ta[4] * 1e3, ta[5] * 1e3, kv_layer, psl);
@@ -448,16 +470,17 @@ int main(int argc, char **argv) {
   }
   int rc = 0;
   for (const char *v = variants; v && *v && !rc;) {
-    int fuse = 1, part = 0, knobs = -1, pipe = 0, used = 0, more = 0;
+    int fuse = 1, part = 0, knobs = -1, pipe = 0, io = 1, used = 0, more = 0;
     if (sscanf(v, "%d%n", &fuse, &used) != 1) {
-      fprintf(stderr, "bad --variants item at \"%s\" (F[:PART[:KNOBS[:PIPE]]])\n", v);
+      fprintf(stderr, "bad --variants item at \"%s\" (F[:PART[:KNOBS[:PIPE[:IO]]]])\n", v);
       rc = 1;
       break;
     }
     if (v[used] == ':' && sscanf(v + used, ":%d%n", &part, &more) == 1) used += more;
     if (v[used] == ':' && sscanf(v + used, ":%d%n", &knobs, &more) == 1) used += more;
     if (v[used] == ':' && sscanf(v + used, ":%d%n", &pipe, &more) == 1) used += more;
-    rc = run_variant(&bn, &m, fuse, part, knobs, pipe, jf);
+    if (v[used] == ':' && sscanf(v + used, ":%d%n", &io, &more) == 1) used += more;
+    rc = run_variant(&bn, &m, fuse, part, knobs, pipe, io, jf);
     v += used;
     if (*v == ',') ++v;
   }

@@ -1079,7 +1079,9 @@ static uint32_t pick_stops(const vr_gen_output_t *o, int32_t *stop) {
  * the default: every step after the first of a streak launched ahead) and with stop ids taken from
  * the plain run's own tokens (pick_stops), so that responses stop on different decode steps (mode 2:
  * the step launched after a stop dropped, the plain schedule goes on); on one engine (the mode
- * switched between generates) and on a second, fresh one. */
+ * switched between generates) and on a second, fresh one; and on a third with the step's upload,
+ * feed and download as stream operations around the graph (vr_cuda_roll_graph_io 0) instead of
+ * kernels inside it (the default, which the other two run), its steps timed (vr_cuda_roll_time_steps). */
 static void test_pipeline(void) {
   tmodel_t m;
   /* untied: with the LM head tied to these random embeddings every response repeats one token
@@ -1099,11 +1101,13 @@ static void test_pipeline(void) {
     for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand(500);
     pcu[p + 1] = pcu[p] + len;
   }
-  vr_rollout_t *e = NULL, *f = NULL;
-  if (make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &e) || make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &f)) {
+  vr_rollout_t *e = NULL, *f = NULL, *h = NULL;
+  if (make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &e) || make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &f) ||
+      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &h)) {
     report(0, "pipeline: init failed");
     goto done;
   }
+  vr_cuda_roll_graph_io(vr_rollout_backend_state(h), 0);
   for (int sampled = 0; sampled < 2; ++sampled) {
     vr_gen_params_t gp;
     vr_gen_params_init(&gp);
@@ -1115,8 +1119,8 @@ static void test_pipeline(void) {
       gp.seed = 7;
     }
     const char *what = sampled ? "sampled" : "greedy";
-    vr_gen_output_t plain, pipe1, plain_s, pipe2, fresh2;
-    char d1[160], d2[160], d3[160];
+    vr_gen_output_t plain, pipe1, plain_s, pipe2, fresh2, stream2;
+    char d1[160], d2[160], d3[160], d4[160];
     vr_rollout_set_decode_pipeline(e, -1);
     int rc = vr_rollout_generate(e, ids, pcu, NP, &gp, &plain);
     vr_rollout_set_decode_pipeline(e, 1);
@@ -1130,6 +1134,12 @@ static void test_pipeline(void) {
     rc |= vr_rollout_generate(e, ids, pcu, NP, &gp, &pipe2);
     vr_rollout_set_decode_pipeline(f, 2);
     rc |= vr_rollout_generate(f, ids, pcu, NP, &gp, &fresh2);
+    vr_rollout_set_decode_pipeline(h, 2);
+    vr_cuda_roll_time_steps(vr_rollout_backend_state(h), 1);
+    rc |= vr_rollout_generate(h, ids, pcu, NP, &gp, &stream2);
+    double tm[3] = {0, 0, 0};
+    const int timed = vr_cuda_roll_step_times(vr_rollout_backend_state(h), tm) == 0 && tm[0] > 0 && tm[1] > 0 && tm[2] > 0;
+    vr_cuda_roll_time_steps(vr_rollout_backend_state(h), 0);
     if (rc) {
       report(0, "pipeline %s: generate failed", what);
       continue;
@@ -1155,15 +1165,23 @@ static void test_pipeline(void) {
     report(same_output(&plain_s, &fresh2) && !memcmp(plain_s.finish, fresh2.finish, plain_s.n_resp),
            "pipeline %s: the same on a fresh engine (%s; %llu dropped)", what, d3,
            (unsigned long long)fresh2.stats.decode_dropped);
+    first_diff(&plain_s, &stream2, d4, sizeof d4);
+    report(same_output(&plain_s, &stream2) && !memcmp(plain_s.finish, stream2.finish, plain_s.n_resp) &&
+               stream2.stats.decode_ahead > 0 && timed,
+           "pipeline %s: upload / feed / download as stream operations (graph_io 0) == in the graph bit for bit (%s; "
+           "%llu steps ahead; timed steps: period %.3f, stream ops %.3f, graph %.3f ms)",
+           what, d4, (unsigned long long)stream2.stats.decode_ahead, tm[0], tm[1], tm[2]);
     vr_gen_output_free(&plain);
     vr_gen_output_free(&pipe1);
     vr_gen_output_free(&plain_s);
     vr_gen_output_free(&pipe2);
     vr_gen_output_free(&fresh2);
+    vr_gen_output_free(&stream2);
   }
 done:
   vr_rollout_free(e);
   vr_rollout_free(f);
+  vr_rollout_free(h);
   tmodel_free(&m);
 }
 

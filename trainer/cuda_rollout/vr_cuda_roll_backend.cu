@@ -49,7 +49,11 @@ typedef struct rcu_bucket {
   int cls;     /* the last step's class */
   int warm;    /* ran eagerly once (plans exist) */
   int sample;  /* its step ends with the sampler (fixed at the first step: st->fuse_sample then) */
-  cudaGraphExec_t exec[VR_CUDA_ROLL_PART_LENGTHS];
+  int io;      /* sampling and st->graph_io at the first step: the step stages its metadata from the
+                * pinned block and copies its results back by kernels (rcu_decode_step) */
+  int par;     /* the last step's host block (st->mk), the graph of io steps */
+  /* class k's graph; io buckets: one per host block (exec[k][mk], each reading its own block) */
+  cudaGraphExec_t exec[VR_CUDA_ROLL_PART_LENGTHS][2];
 } rcu_bucket_t;
 
 /* Word offsets of the metadata block (pinned host mirror and device copy). */
@@ -97,6 +101,17 @@ typedef struct rcu {
    * into sout_hb[k], k = (p_head + i) % 2 for the i-th pending step, out_ev[k] after the copy */
   int32_t *sout_hb[2];
   cudaEvent_t out_ev[2];
+  int32_t *meta_hd[2], *sout_hd[2]; /* meta_hb / sout_hb through their device mappings (io steps) */
+  int graph_io;                     /* vr_cuda_roll_graph_io (default 1) */
+  /* vr_cuda_roll_time_steps: per launched step (ring of 4 by p_seq) events at its first stream op,
+   * before and after its graph (or eager kernels), after its last op; sums over waited steps */
+  int time_steps;
+  cudaEvent_t tev[4][4];
+  uint64_t p_seq, p_sq[2];
+  double ts_sum[3];
+  uint64_t ts_n, ts_np, ts_last;
+  int ts_have;
+  int p_slot[2]; /* the host slot (sout_hb / out_ev) of the i-th pending step, at (p_head + i) % 2 */
   int p_B[2];
   uint32_t p_n[2], p_head, p_count, p_lastn; /* p_lastn: the last launched step's rows (feed bound) */
   int fuse_sample;
@@ -158,7 +173,8 @@ static void rcu_free(void *state) {
   if (st->s) (void)cudaStreamSynchronize(st->s);
   for (int i = 0; i < st->n_buckets; ++i)
     for (int k = 0; k < VR_CUDA_ROLL_PART_LENGTHS; ++k)
-      if (st->buckets[i].exec[k]) (void)cudaGraphExecDestroy(st->buckets[i].exec[k]);
+      for (int j = 0; j < 2; ++j)
+        if (st->buckets[i].exec[k][j]) (void)cudaGraphExecDestroy(st->buckets[i].exec[k][j]);
   for (int i = 0; i < st->n_allocs; ++i) (void)cudaFree(st->allocs[i]);
   for (int k = 0; k < 2; ++k) {
     if (st->meta_hb[k]) (void)cudaFreeHost(st->meta_hb[k]);
@@ -174,6 +190,9 @@ static void rcu_free(void *state) {
     if (st->stage_ev[k]) (void)cudaEventDestroy(st->stage_ev[k]);
   }
   if (st->dec_ev0) (void)cudaEventDestroy(st->dec_ev0);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j)
+      if (st->tev[i][j]) (void)cudaEventDestroy(st->tev[i][j]);
   if (st->dec_ev1) (void)cudaEventDestroy(st->dec_ev1);
   if (st->sg_ev0) (void)cudaEventDestroy(st->sg_ev0);
   if (st->sg_ev1) (void)cudaEventDestroy(st->sg_ev1);
@@ -267,6 +286,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->use_graphs = 1;
   st->dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT; /* cuBLASLt: ours lost on every decode shape (docs/benchmarks.md) */
   st->fuse_sample = 1;
+  st->graph_io = 1;
   st->split_sample = 1;
   st->tune_cold = 1; /* vr_cuda_roll_set_tuning; one choice per key in the process (vr_cuda_gemm.cu) */
   st->tune_splitk = 1;
@@ -399,7 +419,16 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
     TRY(cudaEventCreateWithFlags(&st->meta_evb[k], cudaEventDisableTiming));
     TRY(cudaMallocHost((void **)&st->sout_hb[k], 2 * S * sizeof(int32_t)));
     TRY(cudaEventCreateWithFlags(&st->out_ev[k], cudaEventDisableTiming));
+    if (cudaHostGetDevicePointer((void **)&st->meta_hd[k], st->meta_hb[k], 0) != cudaSuccess ||
+        cudaHostGetDevicePointer((void **)&st->sout_hd[k], st->sout_hb[k], 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      st->graph_io = 0; /* no device mapping of pinned memory: the stream operations */
+      vr_log(VR_LOG_WARN, "rollout cuda: pinned host memory is not mapped on the device; decode steps upload and "
+             "download around their graphs");
+    }
   }
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j) TRY(cudaEventCreate(&st->tev[i][j]));
   st->meta_h = st->meta_hb[0];
   st->meta_ev = st->meta_evb[0];
   TRY(cudaMallocHost((void **)&st->srow_h, S * 64 * sizeof(vr_cuda_roll_sample_row_t)));
@@ -780,6 +809,22 @@ static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b, int k) {
   st->in_decode = 0;
 }
 
+/* An io step's first kernel: the metadata of b's B rows from host block p (its device mapping)
+ * into meta_d, fed rows' ids from the previous step's tokens (sout_d). */
+static void rcu_stage(rcu_t *st, const rcu_bucket_t *b, int p) {
+  const rcu_layout_t *ly = &st->lay;
+  const size_t seg[4] = {ly->ids, ly->pos, ly->slots, ly->lens};
+  vr_cuda_roll_stage_decode(st->meta_d, st->meta_hd[p], seg, ly->srow, ly->bt + (size_t)b->B * st->max_blocks - ly->srow,
+                            ly->feed, st->sout_d, b->B, st->V, st->s);
+}
+
+/* An io step's graph: stage from host block p, the step, its results into host slot p. */
+static void rcu_decode_enqueue_io(rcu_t *st, const rcu_bucket_t *b, int k, int p) {
+  rcu_stage(st, b, p);
+  rcu_decode_enqueue(st, b, k);
+  vr_cuda_roll_copy_out(st->sout_hd[p], st->sout_d, 2 * b->B, st->s);
+}
+
 /* Validates the batch against the state and fills the per-token rows of the metadata block
  * (ids, positions, slots, lengths = position + 1, block-table row), the block tables and the
  * last rows, into the host block not used by the previous forward (whose upload may still be
@@ -910,7 +955,10 @@ static int rcu_take_samples(const int32_t *tok, const float *lp, uint32_t k, int
  * graph of the step's partition class (rcu_part_class of b's contexts), or eagerly on bk's first
  * step (which captures that class's graph for the next ones); a class's first step in a warm
  * bucket captures its graph and replays it. Graph and eager run the same kernels with the same
- * partition length: the same bits. */
+ * partition length: the same bits. An io bucket (bk->io) uploads nothing: the step's first kernel
+ * stages the block from the host (rcu_stage, feeding the fed rows' ids) and its last one copies
+ * the tokens and log-probs into host slot mk, both inside the graph (one graph per host block); so
+ * the host block is free again only after the step (meta_ev after the graph). */
 static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, rcu_bucket_t *bk,
                            const int32_t *feed) {
   int fresh = 0, rc = rcu_fill(st, b, feed, &fresh);
@@ -925,27 +973,41 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
     m[ly->lens + r] = 0;
     m[ly->feed + r] = -1;
   }
-  if (!bk->warm) bk->sample = st->fuse_sample;
+  if (!bk->warm) {
+    bk->sample = st->fuse_sample;
+    bk->io = bk->sample && st->graph_io;
+  }
   if (bk->sample) {
     vr_cuda_roll_sample_row_t *sr = reinterpret_cast<vr_cuda_roll_sample_row_t *>(m + ly->srow);
     for (uint32_t r = 0; r < (uint32_t)bk->B; ++r) sr[r] = rcu_srow(rows && r < n ? &rows[r] : NULL, r);
   }
-  VR_CUDA_CHECK(cudaMemcpyAsync(st->meta_d, m, (ly->bt + (size_t)bk->B * st->max_blocks) * sizeof(int32_t),
-                                cudaMemcpyHostToDevice, st->s));
-  VR_CUDA_CHECK(cudaEventRecord(st->meta_ev, st->s));
+  const int p = st->mk, io = bk->io;
+  cudaEvent_t *tv = st->time_steps ? st->tev[st->p_seq % 4] : NULL;
+  if (tv) VR_CUDA_CHECK(cudaEventRecord(tv[0], st->s));
   int fed = 0;
   for (uint32_t q = 0; feed && q < n; ++q) fed |= feed[q] >= 0;
-  if (fed) /* the previous step's tokens (sout_d, which its download has read) into this step's ids */
-    vr_cuda_roll_feed_ids(st->meta_d + ly->ids, st->meta_d + ly->feed, st->sout_d, (int)n, st->V, st->s);
+  if (io) { /* the stage kernel reads every row's feed word */
+    for (uint32_t q = 0; !feed && q < n; ++q) m[ly->feed + q] = -1;
+  } else {
+    VR_CUDA_CHECK(cudaMemcpyAsync(st->meta_d, m, (ly->bt + (size_t)bk->B * st->max_blocks) * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, st->s));
+    VR_CUDA_CHECK(cudaEventRecord(st->meta_ev, st->s));
+    if (fed) /* the previous step's tokens (sout_d, which its download has read) into this step's ids */
+      vr_cuda_roll_feed_ids(st->meta_d + ly->ids, st->meta_d + ly->feed, st->sout_d, (int)n, st->V, st->s);
+  }
   const int k = rcu_part_class(st, bk, b->ctx_len, n);
   bk->cls = k;
+  bk->par = io ? p : 0;
   int li = 0; /* part_steps' index: 16 << li */
   while ((VR_ROLL_BLOCK << li) < rcu_part(bk, k) && li + 1 < VR_CUDA_ROLL_PART_LENGTHS) ++li;
   st->part_steps[li]++;
   VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
+  if (tv) VR_CUDA_CHECK(cudaEventRecord(tv[1], st->s));
   const int was_warm = bk->warm;
+  cudaGraphExec_t *ex = &bk->exec[k][bk->par];
   if (!was_warm || !st->use_graphs) {
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
+    if (io) rcu_stage(st, bk, p);
     if (!was_warm && st->opt.gemm_tune >= 0) {
       /* the bucket's first step: a pass that times the cuBLASLt candidates of its GEMMs (runs each
        * several times, so the residual stream and the K/V it appends are garbage), then the real
@@ -960,19 +1022,23 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
       (void)vr_cuda_gemm_cache_save(); /* warned about inside; file I/O once per bucket */
     }
     rcu_decode_enqueue(st, bk, k); /* eager: this step's result */
+    if (io) vr_cuda_roll_copy_out(st->sout_hd[p], st->sout_d, 2 * bk->B, st->s);
     bk->warm = 1;
   }
-  if (st->use_graphs && !bk->exec[k]) { /* capture this class's graph (the capture does not run) */
+  if (st->use_graphs && !*ex) { /* capture this class's graph (the capture does not run) */
     vr_cuda_gemm_set_plan_rows(st->gemm, 0);
     cudaGraph_t g;
     VR_CUDA_CHECK(cudaStreamBeginCapture(st->s, cudaStreamCaptureModeThreadLocal));
-    rcu_decode_enqueue(st, bk, k);
+    if (io) rcu_decode_enqueue_io(st, bk, k, p);
+    else rcu_decode_enqueue(st, bk, k);
     VR_CUDA_CHECK(cudaStreamEndCapture(st->s, &g));
-    VR_CUDA_CHECK(cudaGraphInstantiate(&bk->exec[k], g, 0));
+    VR_CUDA_CHECK(cudaGraphInstantiate(ex, g, 0));
     VR_CUDA_CHECK(cudaGraphDestroy(g));
   }
-  if (was_warm && st->use_graphs) VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[k], st->s));
+  if (was_warm && st->use_graphs) VR_CUDA_CHECK(cudaGraphLaunch(*ex, st->s));
   VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
+  if (tv) VR_CUDA_CHECK(cudaEventRecord(tv[2], st->s));
+  if (io) VR_CUDA_CHECK(cudaEventRecord(st->meta_ev, st->s)); /* the host block is read by the stage kernel */
   st->n_logits = n;
   st->dec_timed = 1;
   return 0;
@@ -1006,12 +1072,21 @@ static int rcu_decode_launch(void *state, const vr_rollout_batch_t *b, const vr_
       vr_log(VR_LOG_ERROR, "rollout cuda: row %u is fed from row %d of a step of %u rows", q, feed[q], st->p_lastn);
       return VR_ERR_INVAL;
     }
+  if (st->p_count >= 2) return VR_ERR_INVAL;
   const int rc = rcu_decode_step(st, b, rows, bk, feed);
   if (rc) return rc;
   const uint32_t k = (st->p_head + st->p_count) % 2;
-  VR_CUDA_CHECK(cudaMemcpyAsync(st->sout_hb[k], st->sout_d, 2 * (size_t)bk->B * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                st->s));
-  VR_CUDA_CHECK(cudaEventRecord(st->out_ev[k], st->s));
+  /* io steps' results come back into the slot of their host block (the kernel in their graph); two
+   * launches in flight alternate blocks (rcu_fill), so their slots differ */
+  const int slot = bk->io ? st->mk : (int)k;
+  if (st->p_count && st->p_slot[st->p_head] == slot) return VR_ERR_INVAL; /* cannot happen: see above */
+  if (!bk->io)
+    VR_CUDA_CHECK(cudaMemcpyAsync(st->sout_hb[slot], st->sout_d, 2 * (size_t)bk->B * sizeof(int32_t),
+                                  cudaMemcpyDeviceToHost, st->s));
+  if (st->time_steps) VR_CUDA_CHECK(cudaEventRecord(st->tev[st->p_seq % 4][3], st->s));
+  VR_CUDA_CHECK(cudaEventRecord(st->out_ev[slot], st->s));
+  st->p_slot[k] = slot;
+  st->p_sq[k] = st->p_seq++;
   st->p_B[k] = bk->B;
   st->p_n[k] = n;
   st->p_count++;
@@ -1019,15 +1094,36 @@ static int rcu_decode_launch(void *state, const vr_rollout_batch_t *b, const vr_
   return 0;
 }
 
+/* vr_cuda_roll_time_steps' sums for the waited step q (its events complete): its stream ops (first
+ * to last), its graph, and the period from the previous step's first op (when that was step q - 1). */
+static void rcu_time_step(rcu_t *st, uint64_t q) {
+  cudaEvent_t *e = st->tev[q % 4];
+  float a = 0, g = 0, d = 0;
+  VR_CUDA_CHECK(cudaEventElapsedTime(&a, e[0], e[3]));
+  VR_CUDA_CHECK(cudaEventElapsedTime(&g, e[1], e[2]));
+  st->ts_sum[0] += a;
+  st->ts_sum[1] += g;
+  st->ts_n++;
+  if (st->ts_have && st->ts_last + 1 == q) { /* step q - 1's events: re-recorded at launch q + 3 */
+    VR_CUDA_CHECK(cudaEventElapsedTime(&d, st->tev[(q - 1) % 4][0], e[0]));
+    st->ts_sum[2] += d;
+    st->ts_np++;
+  }
+  st->ts_last = q;
+  st->ts_have = 1;
+}
+
 static int rcu_decode_wait(void *state, int32_t *tokens, float *logprobs) {
   rcu_t *st = (rcu_t *)state;
   if (st->p_count == 0) return VR_ERR_INVAL;
   const uint32_t k = st->p_head;
-  VR_CUDA_CHECK(cudaEventSynchronize(st->out_ev[k]));
+  const int slot = st->p_slot[k];
+  VR_CUDA_CHECK(cudaEventSynchronize(st->out_ev[slot]));
+  if (st->time_steps) rcu_time_step(st, st->p_sq[k]);
   st->p_head = (k + 1) % 2;
   st->p_count--;
-  return rcu_take_samples(st->sout_hb[k], reinterpret_cast<const float *>(st->sout_hb[k] + st->p_B[k]), st->p_n[k],
-                          tokens, logprobs);
+  return rcu_take_samples(st->sout_hb[slot], reinterpret_cast<const float *>(st->sout_hb[slot] + st->p_B[k]),
+                          st->p_n[k], tokens, logprobs);
 }
 
 /* decode + sample of rows[q] (row q) in one call: with a sampling bucket the sampler is the
@@ -1052,6 +1148,28 @@ extern "C" double vr_cuda_roll_last_decode_ms(void *state) {
 }
 
 extern "C" void vr_cuda_roll_use_graphs(void *state, int on) { ((rcu_t *)state)->use_graphs = on != 0; }
+
+extern "C" void vr_cuda_roll_graph_io(void *state, int on) {
+  rcu_t *st = (rcu_t *)state;
+  st->graph_io = on && st->meta_hd[0] && st->meta_hd[1] && st->sout_hd[0] && st->sout_hd[1];
+}
+
+extern "C" void vr_cuda_roll_time_steps(void *state, int on) {
+  rcu_t *st = (rcu_t *)state;
+  st->time_steps = on != 0;
+  st->ts_sum[0] = st->ts_sum[1] = st->ts_sum[2] = 0;
+  st->ts_n = st->ts_np = 0;
+  st->ts_have = 0;
+}
+
+extern "C" int vr_cuda_roll_step_times(void *state, double ms[3]) {
+  const rcu_t *st = (const rcu_t *)state;
+  if (!st->ts_n || !st->ts_np) return VR_ERR_INVAL;
+  ms[0] = st->ts_sum[2] / (double)st->ts_np;
+  ms[1] = st->ts_sum[0] / (double)st->ts_n;
+  ms[2] = st->ts_sum[1] / (double)st->ts_n;
+  return 0;
+}
 
 extern "C" void vr_cuda_roll_use_dgemm(void *state, unsigned flags) { ((rcu_t *)state)->dgemm = flags; }
 
@@ -1149,13 +1267,13 @@ extern "C" size_t vr_cuda_roll_gemm_report(void *state, char *buf, size_t n) {
 extern "C" int vr_cuda_roll_profile_decode(void *state, uint32_t n, int reps, double ms[6]) {
   rcu_t *st = (rcu_t *)state;
   rcu_bucket_t *bk = rcu_bucket_for(st, n);
-  if (!bk || !bk->warm || !bk->exec[bk->cls] || reps < 1) return VR_ERR_INVAL;
+  if (!bk || !bk->warm || !bk->exec[bk->cls][bk->par] || reps < 1) return VR_ERR_INVAL;
   static const unsigned variants[5] = {0, RCU_SKIP_ATTN, RCU_SKIP_GEMM, RCU_SKIP_SMALL, RCU_SKIP_HEAD};
   for (int v = 0; v < 6; ++v) {
     for (int r = -2; r < reps; ++r) {
       if (r == 0) VR_CUDA_CHECK(cudaEventRecord(st->dec_ev0, st->s));
       if (v == 5) {
-        VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[bk->cls], st->s));
+        VR_CUDA_CHECK(cudaGraphLaunch(bk->exec[bk->cls][bk->par], st->s));
       } else {
         st->skip = variants[v];
         rcu_decode_enqueue(st, bk, bk->cls);

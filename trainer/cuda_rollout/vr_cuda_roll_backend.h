@@ -85,6 +85,22 @@ void vr_cuda_roll_use_dgemm(void *state, unsigned flags);
  * as sample() does (three copies and a kernel outside it). Same results. Fixed per bucket at its
  * first step: call it before the first generate. */
 void vr_cuda_roll_fuse_sample(void *state, int on);
+
+/* Benchmarks: 1 (the default) puts a sampling decode step's whole traffic into its graph: a kernel
+ * reads the step's metadata (and feeds its ids) from the pinned host block through its device
+ * mapping, another writes the tokens and log-probs into the pinned result slot, so a step is one
+ * graph launch and one event (two graphs per partition class, one per host block); 0: the upload,
+ * the feed kernel and the download as stream operations around the graph. Same results. Fixed per
+ * bucket at its first step: call it before the first generate. */
+void vr_cuda_roll_graph_io(void *state, int on);
+
+/* Benchmarks: 1 records events around every launched decode step (decode_launch) from now on and
+ * clears the sums; vr_cuda_roll_step_times then gives the means over the waited steps: ms[0] the
+ * device period (a step's first stream operation to the next step's, consecutive steps only),
+ * ms[1] a step's stream operations (first to last), ms[2] its graph (or eager kernels) alone.
+ * VR_ERR_INVAL when no step (or no consecutive pair) was timed. */
+void vr_cuda_roll_time_steps(void *state, int on);
+int vr_cuda_roll_step_times(void *state, double ms[3]);
 /* Benchmarks: 1 (the default) spreads each greedy row of the sampler over several blocks
  * (vr_cuda_roll_sample_ws: the same tokens, log-probs summed in another order); 0 one block per
  * row. Fixed in a bucket's graph at its capture: call it before the first generate. */

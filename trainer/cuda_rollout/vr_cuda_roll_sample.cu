@@ -454,3 +454,52 @@ extern "C" void vr_cuda_roll_feed_ids(int32_t *ids, const int32_t *feed, const i
   k_roll_feed<<<(unsigned)((n + 127) / 128), 128, 0, s>>>(ids, feed, prev, n, V);
   VR_CUDA_CHECK_LAUNCH();
 }
+
+namespace {
+/* Words [0, 4 B) of the concatenated ranges: rows 0..B of the four per-row arrays at seg[0..4) (the
+ * first one the ids, fed as k_roll_feed does); then span words from span0. src: the pinned host
+ * block through its device mapping, read uncached (the host rewrote it since the last launch). */
+__global__ void k_roll_stage(int32_t *dst, const int32_t *src, int4 seg, long long span0, int span, long long feed,
+                             const int32_t *prev, int B, int V) {
+  const int total = 4 * B + span;
+  for (int i = (int)(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += (int)(gridDim.x * blockDim.x)) {
+    if (i < 4 * B) {
+      const int g = i / B, r = i - g * B;
+      const long long off = (g == 0 ? seg.x : g == 1 ? seg.y : g == 2 ? seg.z : seg.w) + r;
+      int32_t v = __ldcv(src + off);
+      if (g == 0) {
+        const int32_t f = __ldcv(src + feed + r);
+        if (f >= 0) {
+          const int32_t t = prev[f];
+          v = t < 0 || t >= V ? 0 : t;
+        }
+      }
+      dst[off] = v;
+    } else {
+      const long long off = span0 + (i - 4 * B);
+      dst[off] = __ldcv(src + off);
+    }
+  }
+}
+
+__global__ void k_roll_copy_out(int32_t *dst, const int32_t *src, int n) {
+  for (int i = (int)(blockIdx.x * blockDim.x + threadIdx.x); i < n; i += (int)(gridDim.x * blockDim.x)) dst[i] = src[i];
+}
+} /* namespace */
+
+extern "C" void vr_cuda_roll_stage_decode(int32_t *meta_d, const int32_t *meta_src, const size_t seg[4], size_t span0,
+                                          size_t span, size_t feed, const int32_t *prev, int B, int V, cudaStream_t s) {
+  if (B <= 0) return;
+  const int total = 4 * B + (int)span, nt = 256;
+  int nb = (total + nt - 1) / nt;
+  if (nb > 256) nb = 256;
+  k_roll_stage<<<(unsigned)nb, nt, 0, s>>>(meta_d, meta_src, make_int4((int)seg[0], (int)seg[1], (int)seg[2], (int)seg[3]),
+                                           (long long)span0, (int)span, (long long)feed, prev, B, V);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cuda_roll_copy_out(int32_t *dst, const int32_t *src, int n, cudaStream_t s) {
+  if (n <= 0) return;
+  k_roll_copy_out<<<(unsigned)((n + 255) / 256 < 8 ? (n + 255) / 256 : 8), 256, 0, s>>>(dst, src, n);
+  VR_CUDA_CHECK_LAUNCH();
+}
