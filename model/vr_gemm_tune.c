@@ -196,9 +196,15 @@ int vr_gemm_tune_parse(const char *text, size_t len, const char *path, vr_gemm_t
              "\"entries\": [...]})", path, VR_GEMM_TUNE_FORMAT, VR_GEMM_TUNE_VERSION);
     goto done;
   }
-  if (int_member(v, "version", 0, 1e9, &ver) || ver != VR_GEMM_TUNE_VERSION) {
-    snprintf(err, cap, "%.1000s: \"version\" must be %d (written by another version of verl-reward?)", path,
+  if (int_member(v, "version", 0, 1e9, &ver) || ver < 1) {
+    snprintf(err, cap, "%.1000s: \"version\" must be an integer >= 1 (this build writes %d)", path,
              VR_GEMM_TUNE_VERSION);
+    goto done;
+  }
+  if (ver != VR_GEMM_TUNE_VERSION) { /* a newer build's file: not ours to read, nor to overwrite */
+    snprintf(err, cap, "%.1000s: version %lld, written by a newer verl-reward (this build reads and writes %d): "
+             "left as it is", path, (long long)ver, VR_GEMM_TUNE_VERSION);
+    rc = VR_ERR_UNSUPPORTED;
     goto done;
   }
   const int n = cJSON_GetArraySize(ents);
@@ -535,7 +541,13 @@ int vr_gemm_tune_store(const char *path, const vr_gemm_tune_set_t *mine, size_t 
   if (!rc) {
     const int mrc = vr_gemm_tune_merge(&file, mine, added);
     if (mrc == VR_ERR_NOMEM) rc = mrc, snprintf(err, cap, "%.1000s: out of memory", path);
-    /* VR_ERR_TOO_LARGE: the file is full; what fit is written */
+    if (mrc == VR_ERR_TOO_LARGE) { /* the file is full: what fit is written, the rest said so */
+      size_t fresh = 0, lost = 0;
+      for (size_t i = 0; i < mine->n; i++)
+        if (mine->e[i].fresh > 0) fresh++, lost += vr_gemm_tune_find(&file, &mine->e[i]) < 0;
+      snprintf(err, cap, "%.1000s: full (%d entries): %zu of this process's %zu new choices not written. HINT: "
+               "remove the file (it is rebuilt by timing)", path, VR_GEMM_TUNE_MAX_ENTRIES, lost, fresh);
+    }
   }
   if (!rc && *added == 0 && exists && !(replaced && *replaced)) { /* nothing new: leave it */
     *total = file.n;

@@ -92,7 +92,8 @@ int vr_gemm_tune_merge(vr_gemm_tune_set_t *into, const vr_gemm_tune_set_t *mine,
 
 /* Parses text[0, len) (the file at path, named in errors) into *out (entries with fresh 0; *out
  * zeroed first, owned by the caller on success, empty on failure). 0; VR_ERR_PARSE with err =
- * "PATH: entry I: what" (or "PATH: what" for the file as a whole); VR_ERR_NOMEM. */
+ * "PATH: entry I: what" (or "PATH: what" for the file as a whole); VR_ERR_UNSUPPORTED for a
+ * well-formed file of a newer version than VR_GEMM_TUNE_VERSION; VR_ERR_NOMEM. */
 int vr_gemm_tune_parse(const char *text, size_t len, const char *path, vr_gemm_tune_set_t *out, char *err,
                        size_t cap);
 /* The file's text for s (one entry a line, sorted by nothing: s's order), malloc'd, NUL-terminated,
@@ -110,7 +111,8 @@ int vr_gemm_tune_resolve(const char *configured, const char *env, const char *xd
 
 /* Reads the file at path into *out (zeroed first). 0 with the entries, or with none when the file
  * does not exist (*exists 0, else 1); VR_ERR_PERM (a symlink, not a regular file, another owner,
- * group/other-writable), VR_ERR_TOO_LARGE, VR_ERR_IO, VR_ERR_PARSE, VR_ERR_NOMEM with err. */
+ * group/other-writable), VR_ERR_TOO_LARGE, VR_ERR_IO, VR_ERR_PARSE, VR_ERR_UNSUPPORTED (a newer
+ * version's file), VR_ERR_NOMEM with err. */
 int vr_gemm_tune_load(const char *path, vr_gemm_tune_set_t *out, int *exists, char *err, size_t cap);
 /* Makes path's directory when missing (each missing level 0700) and checks it is a directory of
  * ours that group and others cannot write. 0, or VR_ERR_PERM / VR_ERR_IO with err. */
@@ -119,8 +121,10 @@ int vr_gemm_tune_prepare(const char *path, char *err, size_t cap);
  * PATH.lock, writing PATH.tmp.PID (0600) and renaming it over path: a reader sees the old file or
  * the new one, and writers one after the other each keep what the other added. A file that does not
  * parse is replaced (*replaced 1, its error in err; may be NULL). *added: entries mine added or
- * replaced; *total: the file's entries after. 0 (err may hold the replaced file's error), or
- * VR_ERR_PERM / VR_ERR_IO / VR_ERR_NOMEM with err (the file is as it was), or VR_ERR_BUSY when another
+ * replaced; *total: the file's entries after. 0 (err may hold the replaced file's error, or say
+ * that the file is full and how many new choices were not written), or VR_ERR_PERM / VR_ERR_IO /
+ * VR_ERR_NOMEM / VR_ERR_UNSUPPORTED (a newer version's file) with err (the file is as it was), or
+ * VR_ERR_BUSY when another
  * process held the lock for VR_GEMM_TUNE_LOCK_WAIT_MS (nothing written). */
 int vr_gemm_tune_store(const char *path, const vr_gemm_tune_set_t *mine, size_t *added, size_t *total,
                        int *replaced, char *err, size_t cap);

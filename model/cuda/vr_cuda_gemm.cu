@@ -493,6 +493,7 @@ extern "C" int vr_cuda_gemm_cache_save(void) {
     rc = vr_gemm_tune_store(t->path, &t->set, &added, &total, &replaced, err, sizeof err);
     if (rc == 0) {
       if (replaced) vr_log(VR_LOG_WARN, "GEMM-choice cache: %s: replaced", err);
+      else if (err[0]) vr_log(VR_LOG_WARN, "GEMM-choice cache: %s", err); /* e.g. the file is full */
       vr_log(VR_LOG_INFO, "GEMM-choice cache %s: %zu choices added (%zu in the file)", t->path, added, total);
       for (size_t i = 0; i < t->set.n; ++i)
         if (t->set.e[i].fresh > 0) t->set.e[i].fresh = 0;

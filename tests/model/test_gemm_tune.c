@@ -133,7 +133,8 @@ static void test_rejects(void **st) {
       {"\"us\":12.5", "\"us\":null", "entry 0: \"us\""},
       {"\"us\":12.5", "\"us\":12.5,\"extra\":1", "entry 0: \"extra\" is not a member"},
       {"\"us\":12.5", "\"us\":12.5,\"m\":64", "\"m\" appears more than once"},
-      {"\"version\": 1", "\"version\": 2", "\"version\" must be 1"},
+      {"\"version\": 1", "\"version\": 0", "\"version\" must be an integer >= 1"},
+      {"\"version\": 1", "\"version\": 1.5", "\"version\" must be an integer >= 1"},
       {"\"version\": 1", "\"version\": 1, \"more\": 0", "not a GEMM-choice cache"},
       {"verl-reward gemm-tune", "something else", "not a GEMM-choice cache"},
       {"[\n{", "[7,\n{", "entry 0 is not an object"},
@@ -309,6 +310,58 @@ static void test_files(void **st) {
 
 /* A FIFO (or a device) at the path: refused by the fstat check at once. The old open() without
  * O_NONBLOCK waited for a writer forever (the alarm turns that hang into a failure). */
+/* A file of a newer format version is refused (VR_ERR_UNSUPPORTED, "newer") and never overwritten;
+ * a full file takes what fits and the store says how many new choices it could not write. */
+static void test_newer_and_full(void **st) {
+  (void)st;
+  make_tmpdir();
+  char path[512], err[2048];
+  snprintf(path, sizeof path, "%s/gemm-tune.json", tmpdir);
+  char *text = one_entry_with("\"version\": 1", "\"version\": 2");
+  vr_gemm_tune_set_t got, mine = {0};
+  assert_int_equal(vr_gemm_tune_parse(text, strlen(text), path, &got, err, sizeof err), VR_ERR_UNSUPPORTED);
+  assert_non_null(strstr(err, "version 2, written by a newer verl-reward"));
+  assert_null(got.e);
+  write_text(path, text, 0600);
+  int exists = 0;
+  assert_int_equal(vr_gemm_tune_load(path, &got, &exists, err, sizeof err), VR_ERR_UNSUPPORTED);
+  add(&mine, mk(64, 9), 1);
+  size_t added = 7, total = 7;
+  int replaced = 7;
+  assert_int_equal(vr_gemm_tune_store(path, &mine, &added, &total, &replaced, err, sizeof err), VR_ERR_UNSUPPORTED);
+  assert_int_equal(replaced, 0);
+  size_t flen = 0;
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char back[4096];
+  flen = fread(back, 1, sizeof back - 1, f);
+  fclose(f);
+  back[flen] = '\0';
+  assert_string_equal(back, text); /* left as it was */
+  free(text);
+  vr_gemm_tune_set_free(&mine);
+  /* full: VR_GEMM_TUNE_MAX_ENTRIES in the file, then two new keys and one the file has */
+  vr_gemm_tune_set_t full = {0};
+  for (int i = 0; i < VR_GEMM_TUNE_MAX_ENTRIES; i++) add(&full, mk(1000 + i, 1), 1);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(vr_gemm_tune_store(path, &full, &added, &total, &replaced, err, sizeof err), 0);
+  assert_int_equal(total, VR_GEMM_TUNE_MAX_ENTRIES);
+  assert_int_equal(err[0], '\0');
+  add(&mine, mk(1, 3), 1);
+  add(&mine, mk(2, 3), 1);
+  add(&mine, mk(1000, 3), 1); /* already there: kept, not lost */
+  assert_int_equal(vr_gemm_tune_store(path, &mine, &added, &total, &replaced, err, sizeof err), 0);
+  assert_int_equal(added, 0);
+  assert_int_equal(total, VR_GEMM_TUNE_MAX_ENTRIES);
+  assert_non_null(strstr(err, "full (4096 entries): 2 of this process's 3 new choices not written"));
+  assert_int_equal(vr_gemm_tune_load(path, &got, &exists, err, sizeof err), 0);
+  assert_int_equal(got.n, VR_GEMM_TUNE_MAX_ENTRIES);
+  vr_gemm_tune_set_free(&got);
+  vr_gemm_tune_set_free(&mine);
+  vr_gemm_tune_set_free(&full);
+  rm_tree();
+}
+
 static void test_fifo(void **st) {
   (void)st;
   make_tmpdir();
@@ -446,6 +499,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_roundtrip), cmocka_unit_test(test_rejects), cmocka_unit_test(test_merge),
       cmocka_unit_test(test_resolve),   cmocka_unit_test(test_files),   cmocka_unit_test(test_race), cmocka_unit_test(test_fifo), cmocka_unit_test(test_lock_held), cmocka_unit_test(test_long_path),
+      cmocka_unit_test(test_newer_and_full),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
