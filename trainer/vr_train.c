@@ -112,7 +112,6 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
            opt.comm.size);
     return VR_ERR_INVAL;
   }
-  if (opt.forward_only) opt.zero1 = 0;
   if (opt.comm.rank < 0 || opt.comm.rank >= opt.comm.size ||
       (opt.comm.size > 1 && (!opt.comm.allreduce_sum || !opt.comm.bcast)) ||
       (opt.comm.iallreduce_sum == NULL) != (opt.comm.wait == NULL) ||
