@@ -20,8 +20,9 @@
  * without the room, backward recomputes them in fp32 (gradients within bf16 tolerance of
  * each other).
  *
- * Threading: one thread per engine; all work on the engine's stream; calls that return host
- * results synchronise it. Errors: negative vr_status_t, logged; CUDA faults abort
+ * Threading: one thread per engine; all work on the engine's stream (backward's weight-gradient
+ * GEMMs also on a second stream, which every backward joins back into the first before it
+ * returns: desc.dw_stream); calls that return host results synchronise it. Errors: negative vr_status_t, logged; CUDA faults abort
  * (vr_cuda_check.h). */
 #ifndef VR_CUTRAIN_H
 #define VR_CUTRAIN_H
@@ -56,6 +57,14 @@ typedef struct vr_cutrain_desc {
                     automatic choice (the others for measurements; VR_ERR_UNSUPPORTED where it cannot run) */
   int forward_only; /* 1: no gradients, moments or backward scratch; one activation set and two residual
                      * streams shared by every layer; forward with keep = 0 alone (vr_train refuses the rest) */
+  /* The weight-gradient stream: backward enqueues each layer's dW = dy^T x GEMMs (and bias sums) on
+   * a second, lower-priority stream, so they run beside the main stream's chain (dX GEMMs, norms,
+   * SwiGLU, attention). 0: VR_CUTRAIN_DW_STREAM_DEFAULT, 1: on, -1: off (one stream). On only where
+   * the qkv and gate/up weights are fused (the split layout's copies share one scratch). The same
+   * GEMMs on the same operands in the same order per buffer: the same gradients as one stream
+   * (with the same cuBLASLt algorithms). dw_sms > 0: that stream's GEMMs are planned for that many
+   * SMs (vr_cuda_gemm_set_sm_target). */
+  int dw_stream, dw_sms;
 } vr_cutrain_desc_t;
 
 typedef struct vr_cutrain vr_cutrain_t;

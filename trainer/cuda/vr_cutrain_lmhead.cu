@@ -214,7 +214,8 @@ extern "C" void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent
 extern "C" void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,
                                       const float *lse, const float *ent, const uint16_t *x, const uint16_t *W,
                                       const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits,
-                                      uint16_t *dlogits, uint16_t *lp16, const float *lpmax, cudaStream_t s) {
+                                      uint16_t *dlogits, uint16_t *lp16, const float *lpmax, float dw_beta,
+                                      cudaStream_t s) {
   VR_ASSERT(chunk > 0);
   if (lp16) {
     /* the stored log-softmax becomes dlogits in place (each element read, then written by the
@@ -222,7 +223,7 @@ extern "C" void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, c
      * written once instead of once per chunk, and the GEMMs are T rows tall */
     vr_cutrain_dlogits_rows(lp16, NULL, lp16, lpmax, glp, gent, lse, ent, tgt, T, V, temp, s);
     vr_cuda_gemm_op(g, VR_CUDA_OP_N, VR_CUDA_OP_N, dx, 1, lp16, W, NULL, 0, NULL, T, C, V, 0.f, s);
-    vr_cuda_gemm_op(g, VR_CUDA_OP_T, VR_CUDA_OP_N, dW, 1, lp16, x, NULL, 0, NULL, V, C, T, 1.f, s);
+    vr_cuda_gemm_op(g, VR_CUDA_OP_T, VR_CUDA_OP_N, dW, 1, lp16, x, NULL, 0, NULL, V, C, T, dw_beta, s);
     return;
   }
   for (int t0 = 0; t0 < T; t0 += chunk) {
@@ -235,6 +236,7 @@ extern "C" void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, c
     vr_cuda_gemm_op(g, VR_CUDA_OP_N, VR_CUDA_OP_N, dx + (size_t)t0 * C, 1, dlogits, W, NULL, 0, NULL, rows, C, V, 0.f,
                     s);
     /* dW (V, C) += dlogits^T (V, rows) . x (rows, C) */
-    vr_cuda_gemm_op(g, VR_CUDA_OP_T, VR_CUDA_OP_N, dW, 1, dlogits, xc, NULL, 0, NULL, V, C, rows, 1.f, s);
+    vr_cuda_gemm_op(g, VR_CUDA_OP_T, VR_CUDA_OP_N, dW, 1, dlogits, xc, NULL, 0, NULL, V, C, rows,
+                    t0 ? 1.f : dw_beta, s);
   }
 }

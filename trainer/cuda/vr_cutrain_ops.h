@@ -105,11 +105,13 @@ void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *ls
  * lp16 / lpmax: the forward's stored log-softmax (then p comes from it and no logits are
  * recomputed; its bf16 rounding errs by at most p |log p| 2^-8 <= 2^-8 / e on a probability):
  * lp16 is OVERWRITTEN with the dlogits of all T rows (in place, one pass) and the two GEMMs run
- * once over all T rows (logits / dlogits unused); or NULL (recomputed in fp32 per chunk). */
+ * once over all T rows (logits / dlogits unused); or NULL (recomputed in fp32 per chunk).
+ * dw_beta 1: dW is accumulated into as above; 0: overwritten (dW = the sum; its old contents,
+ * never read, may be anything). */
 void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,
                            const float *lse, const float *ent, const uint16_t *x, const uint16_t *W, const int32_t *tgt,
                            int T, int C, int V, float temp, int chunk, float *logits, uint16_t *dlogits,
-                           uint16_t *lp16, const float *lpmax, cudaStream_t s);
+                           uint16_t *lp16, const float *lpmax, float dw_beta, cudaStream_t s);
 /* The two row kernels alone (tests): over logits (rows, V) fp32 already in memory; lp16 / lpmax
  * as above (rows, V) / (rows, segs): written by the first, read instead of logits by the second
  * when lp16 is non-NULL (dlogits may then be lp16 itself: in place). */
@@ -210,6 +212,9 @@ int vr_cutrain_adamw_chunks(size_t lo, size_t hi, int64_t *off, int64_t *len, in
 void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, const float *g, int64_t moff, const int64_t *off,
                       const int64_t *len, const float *wd, int n_chunks, const double *sumsq,
                       const vr_cutrain_adamw_t *hp, cudaStream_t s);
+/* x[off[i], off[i] + len[i]) = 0 for the n_chunks chunks (device arrays; chunks of at most
+ * VR_CUTRAIN_ADAMW_CHUNK, one block each): the gradient buffer's parts no GEMM overwrites. */
+void vr_cutrain_zero_chunks(float *x, const int64_t *off, const int64_t *len, int n_chunks, cudaStream_t s);
 /* x (n) fp32 = scale * uniform(-1, 1) from a counter hash of (seed, i): random weights for
  * benchmarks and tests, the same on every device. */
 void vr_cutrain_fill_uniform(float *x, size_t n, uint64_t seed, float scale, cudaStream_t s);

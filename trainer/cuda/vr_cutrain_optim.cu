@@ -115,6 +115,13 @@ __global__ void k_fill(float *x, size_t n, float value) {
     x[i] = value;
 }
 
+/* Block b zeroes x[off[b], off[b] + len[b]). */
+__global__ void k_zero_chunks(float *x, const int64_t *off, const int64_t *len) {
+  float *p = x + off[blockIdx.x];
+  const int64_t n = len[blockIdx.x];
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) p[i] = 0.f;
+}
+
 /* -------------------------------------------------------------- launchers */
 
 extern "C" void vr_cutrain_sumsq(double *out, const float *x, size_t n, double *scratch, cudaStream_t s) {
@@ -149,6 +156,13 @@ extern "C" void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, co
                (float)(1.0 - pow((double)hp->beta1, (double)hp->step)),
                (float)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step))};
   k_adamw<<<n_chunks, 512, 0, s>>>(p, p16, m, v, g, moff, off, len, wd, sumsq, k);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cutrain_zero_chunks(float *x, const int64_t *off, const int64_t *len, int n_chunks,
+                                       cudaStream_t s) {
+  if (n_chunks <= 0) return;
+  k_zero_chunks<<<n_chunks, 512, 0, s>>>(x, off, len);
   VR_CUDA_CHECK_LAUNCH();
 }
 
