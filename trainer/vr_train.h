@@ -120,9 +120,6 @@ typedef struct vr_train_options {
                                * backward, zero_grad, grad_norm, step, the gradient buffer and the
                                * optimizer state are refused (VR_ERR_UNSUPPORTED), and so is a
                                * data-parallel comm (size > 1) */
-  int dw_stream;              /* cuda: backward's weight-gradient GEMMs on a second stream beside
-                               * the main chain (vr_cutrain_desc_t.dw_stream): 0 = the default,
-                               * 1 = on, -1 = off; the gradients are the same either way */
 } vr_train_options_t;
 
 void vr_train_options_init(vr_train_options_t *o);

@@ -78,7 +78,6 @@ struct vr_cuda_gemm {
   void *flush; /* tuning options: vr_cuda_gemm_set_tune_opts */
   size_t flush_bytes;
   int splitk;
-  int sm_target; /* > 0: plans built for this many SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET) */
   cudaEvent_t ev0, ev1;
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
   vr_gemm_plan_t xcache[VR_GEMM_XCACHE];
@@ -150,10 +149,6 @@ static int plan_build(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, int with_bias, int e
   const cublasOperation_t tb = p->op_a == VR_CUDA_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N;
   VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  if (g->sm_target > 0) {
-    const int32_t sms = g->sm_target;
-    VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sms, sizeof(sms)));
-  }
   if (with_bias) {
     const cublasLtEpilogue_t ep = p->gelu ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
     VR_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof(ep)));
@@ -237,14 +232,6 @@ extern "C" void vr_cuda_gemm_set_tune_opts(vr_cuda_gemm_t *g, void *flush, size_
   g->splitk = splitk != 0;
 }
 extern "C" uint64_t vr_cuda_gemm_plans_tuned(const vr_cuda_gemm_t *g) { return g->plans_tuned; }
-extern "C" void vr_cuda_gemm_set_sm_target(vr_cuda_gemm_t *g, int sms) {
-  if (sms < 0) sms = 0;
-  if (sms == g->sm_target) return;
-  g->sm_target = sms;
-  /* plans built for the old count go: each is rebuilt for the new one at its next call */
-  for (int i = 0; i < VR_GEMM_CACHE; ++i) plan_destroy(&g->cache[i]);
-  for (int i = 0; i < VR_GEMM_XCACHE; ++i) plan_destroy(&g->xcache[i]);
-}
 
 extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
   if (!g) return;
@@ -392,9 +379,7 @@ static void choice_key(vr_gemm_choices_t *t, const vr_cuda_gemm_t *g, const vr_g
   }
   if (!t->ltver) t->ltver = (int64_t)cublasLtGetVersion();
   memcpy(e->device, d->name, sizeof e->device);
-  /* a plan built for fewer SMs than the device has is another problem for the heuristic: its
-   * choices are keyed by that count */
-  e->cc_major = d->major, e->cc_minor = d->minor, e->sms = g->sm_target > 0 ? g->sm_target : d->sms;
+  e->cc_major = d->major, e->cc_minor = d->minor, e->sms = d->sms;
   e->cublaslt = t->ltver;
   const int32_t k[VR_GEMM_TUNE_KEY] = {p->T, p->N, p->K, p->out_f32, p->has_bias, p->beta1, p->gelu, (int32_t)p->op_a,
                                        (int32_t)p->op_b, p->bias_fallback, p->n_algos, g->flush != NULL,

@@ -308,11 +308,6 @@ int vr_cuda_gemm_cache_save(void);
  * candidates plus their split-K variants (the exact-size plans keep the heuristic's first choice). */
 void vr_cuda_gemm_set_tune_opts(vr_cuda_gemm_t *g, void *flush, size_t flush_bytes, int splitk);
 uint64_t vr_cuda_gemm_plans_tuned(const vr_cuda_gemm_t *g);
-/* Plans of g built from now on ask cuBLASLt's heuristic for sms SMs (0: all of the device's;
- * CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET): for GEMMs meant to share the device with kernels of
- * another stream. Drops g's plans when the count changes; the GEMM-choice cache keys their
- * choices by that count. */
-void vr_cuda_gemm_set_sm_target(vr_cuda_gemm_t *g, int sms);
 /* Plans created so far (heuristic queries), for tests and logs. */
 uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g);
 /* The tuned (timed) bucket plans of T rows, one line each ("  gemm M= N= K=: candidates, split-K,

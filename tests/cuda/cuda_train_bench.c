@@ -11,14 +11,12 @@
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
- *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--dw-stream 0|1|-1] [--dw-sms N]
+ *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
  * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only);
  * --attn-bwd: the attention backward's kernel (vr_cutrain_desc_t.attn_bwd; auto: the engine's
- * choice, which its log line names); --dw-stream: backward's weight-gradient GEMMs on their own
- * stream (vr_cutrain_desc_t.dw_stream: 0 the default, 1 on, -1 off), --dw-sms: that stream's GEMMs
- * planned for N SMs (0: all).
+ * choice, which its log line names).
  * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -56,7 +54,7 @@ static size_t put(size_t *at, size_t n) { /* a tensor of n floats at 64-float al
 static void count_stage(void *ctx, int stage) { (void)stage, ++*(int *)ctx; }
 
 static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
-                 int tune, int attn_bwd, int dw_stream, int dw_sms) {
+                 int tune, int attn_bwd) {
   const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
   vr_cutrain_layer_off_t *lo = calloc((size_t)L, sizeof *lo);
   size_t at = 0, n_params = 0;
@@ -98,9 +96,7 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
                                .score_w = VR_CUTRAIN_NONE,
                                .score_b = VR_CUTRAIN_NONE,
                                .recompute = recompute,
-                               .attn_bwd = attn_bwd,
-                               .dw_stream = dw_stream,
-                               .dw_sms = dw_sms};
+                               .attn_bwd = attn_bwd};
   const int T = seqs * len;
   size_t free0 = 0, total = 0;
   cudaMemGetInfo(&free0, &total);
@@ -180,18 +176,16 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
   const double tps = T / t_step, tps_f = T / t_fwd;
   const double mfu = tps * f_train / (gemm_tflops * 1e12), mfu_f = tps_f * f_fwd / (gemm_tflops * 1e12);
   printf(
-      "%-14s%s%s%s%s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
+      "%-14s%s%s%s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
       "%.1fk tokens/s  MFU %.1f%%  |  device memory %.1f GiB  loss %.4f (ln V = %.4f)\n",
-      m->name, recompute ? " (recompute)" : "", staged ? " (staged)" : "", tune ? " (tuned gemms)" : "",
-      dw_stream < 0 ? " (one stream)" : dw_stream > 0 ? " (dw stream)" : "", n_params / 1e9, T, seqs, len, t_step * 1e3,
-      tps / 1e3, 100 * mfu,
+      m->name, recompute ? " (recompute)" : "", staged ? " (staged)" : "", tune ? " (tuned gemms)" : "", n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3, 100 * mfu,
       t_fwd * 1e3, tps_f / 1e3, 100 * mfu_f, (free0 - free1) / 1073741824.0, nll, log((double)V));
   printf(
       "json {\"model\": \"%s\", \"params\": %zu, \"tokens\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.1f, "
       "\"mfu\": %.4f, \"fwd_ms\": %.3f, \"fwd_tokens_per_s\": %.1f, \"fwd_mfu\": %.4f, \"device_gib\": %.3f, "
-      "\"gemm_tflops\": %.1f, \"recompute\": %d, \"staged\": %d, \"tuned\": %d, \"dw_stream\": %d, \"dw_sms\": %d}\n",
+      "\"gemm_tflops\": %.1f, \"recompute\": %d, \"staged\": %d, \"tuned\": %d}\n",
       m->name, n_params, T, t_step * 1e3, tps, mfu, t_fwd * 1e3, tps_f, mfu_f, (free0 - free1) / 1073741824.0,
-      gemm_tflops, recompute, staged, tune, dw_stream, dw_sms);
+      gemm_tflops, recompute, staged, tune);
   fflush(stdout);
   vr_cutrain_free(e);
   free(lo), free(inv), free(ids), free(tgt), free(cu), free(glp), free(logp);
@@ -201,7 +195,7 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
 int main(int argc, char **argv) {
   const char *which = "all";
   static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"}; /* VR_CUTRAIN_ATTN_BWD_* */
-  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, dw = 0, dw_sms = 0;
+  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -224,10 +218,6 @@ int main(int argc, char **argv) {
       staged = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--tune-gemm"))
       tune = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--dw-stream"))
-      dw = atoi(argv[i + 1]);
-    else if (!strcmp(argv[i], "--dw-sms"))
-      dw_sms = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--attn-bwd")) {
       attn = -1; /* unless named */
       for (int k = 0; k < (int)(sizeof attn_names / sizeof attn_names[0]); ++k)
@@ -236,19 +226,19 @@ int main(int argc, char **argv) {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
               "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1] "
-              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--dw-stream 0|1|-1] [--dw-sms N]\n",
+              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra]\n",
               argv[0]);
       return 2;
     }
   }
-  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0) || attn < 0 || dw < -1 || dw > 1 || dw_sms < 0) {
+  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0) || attn < 0) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
   int rc = 0, ran = 0;
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
     if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
-      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, dw, dw_sms), ++ran;
+      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn), ++ran;
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }

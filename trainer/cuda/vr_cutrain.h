@@ -20,9 +20,8 @@
  * without the room, backward recomputes them in fp32 (gradients within bf16 tolerance of
  * each other).
  *
- * Threading: one thread per engine; all work on the engine's stream (backward's weight-gradient
- * GEMMs also on a second stream, which every backward joins back into the first before it
- * returns: desc.dw_stream); calls that return host results synchronise it. Errors: negative vr_status_t, logged; CUDA faults abort
+ * Threading: one thread per engine; all work on the engine's stream; calls that return host
+ * results synchronise it. Errors: negative vr_status_t, logged; CUDA faults abort
  * (vr_cuda_check.h). */
 #ifndef VR_CUTRAIN_H
 #define VR_CUTRAIN_H
@@ -57,14 +56,6 @@ typedef struct vr_cutrain_desc {
                     automatic choice (the others for measurements; VR_ERR_UNSUPPORTED where it cannot run) */
   int forward_only; /* 1: no gradients, moments or backward scratch; one activation set and two residual
                      * streams shared by every layer; forward with keep = 0 alone (vr_train refuses the rest) */
-  /* The weight-gradient stream: backward enqueues each layer's dW = dy^T x GEMMs (and bias sums) on
-   * a second, lower-priority stream, so they run beside the main stream's chain (dX GEMMs, norms,
-   * SwiGLU, attention). 0: VR_CUTRAIN_DW_STREAM_DEFAULT, 1: on, -1: off (one stream). On only where
-   * the qkv and gate/up weights are fused (the split layout's copies share one scratch). The same
-   * GEMMs on the same operands in the same order per buffer: the same gradients as one stream
-   * (with the same cuBLASLt algorithms). dw_sms > 0: that stream's GEMMs are planned for that many
-   * SMs (vr_cuda_gemm_set_sm_target). */
-  int dw_stream, dw_sms;
 } vr_cutrain_desc_t;
 
 typedef struct vr_cutrain vr_cutrain_t;
@@ -98,6 +89,11 @@ int vr_cutrain_backward(vr_cutrain_t *e, const float *glp, const float *gent);
  * must not enqueue work on the engine or wait for its stream. done NULL: vr_cutrain_backward. */
 int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent, void (*done)(void *ctx, int stage),
                            void *ctx);
+/* Gradients to zero. Lazily: it zeroes only what no weight GEMM writes (norms, biases, an untied
+ * embedding, the value head) and the next backward's weight GEMMs overwrite their gradients
+ * instead of adding to them (saving a write of the whole buffer and the GEMMs' reads of it); a
+ * read of the gradients before that backward (the calls below, vr_cutrain_grads) zeroes the rest
+ * first. */
 int vr_cutrain_zero_grad(vr_cutrain_t *e);
 /* Sum of squares of grads[lo, hi) (double, deterministic), host result (synchronises). */
 int vr_cutrain_grad_sqnorm(vr_cutrain_t *e, size_t lo, size_t hi, double *out);
@@ -107,7 +103,8 @@ int vr_cutrain_scale_grads(vr_cutrain_t *e, float s);
  * itself and passes 0). Refreshes the bf16 compute copy. */
 int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, float eps, float weight_decay,
                           float clip, int64_t step);
-/* Device buffers (n_floats floats): for all-reduce and broadcasts. */
+/* Device buffers (n_floats floats): for all-reduce and broadcasts (grads: final once it returns;
+ * after a lazy zero_grad it zeroes the buffer and waits first). */
 float *vr_cutrain_params(vr_cutrain_t *e);
 float *vr_cutrain_grads(vr_cutrain_t *e);
 /* Host copies (n_floats floats; moments: shard_hi - shard_lo each). set_params refreshes the

@@ -20,11 +20,6 @@
 #define VR_CUTRAIN_SPLIT_KV_MAX 4
 #endif
 
-/* desc.dw_stream 0's choice (1: the weight-gradient stream, -1: one stream). */
-#ifndef VR_CUTRAIN_DW_STREAM_DEFAULT
-#define VR_CUTRAIN_DW_STREAM_DEFAULT 1
-#endif
-
 /* One layer's kept activations (T = max_tokens rows); with recomputation one set that every
  * layer's forward overwrites (backward recomputes a layer's into it from x[l] first). */
 typedef struct {
@@ -46,16 +41,6 @@ struct vr_cutrain {
   size_t lo, hi, dev_bytes;
   cudaStream_t s;
   vr_cuda_gemm_t *gemm;
-  /* The weight-gradient stream (desc.dw_stream) and its GEMM context (its own workspace) and
-   * reduction scratch; without it sw = s, gemm_w = gemm, red_w = red. Its events, each recorded
-   * on sw after the dW work that reads a buffer the main stream writes again later: the main
-   * stream waits for it first (ev_down: dx16, ev_gu: dgu, ev_o: dx16m, ev_qkv: dqkv and, being
-   * the layer's last, the activations a recomputed layer overwrites). ev_fork: the main stream's
-   * point the side stream waits for before its next work. */
-  cudaStream_t sw;
-  vr_cuda_gemm_t *gemm_w;
-  float *red_w;
-  cudaEvent_t ev_fork, ev_down, ev_gu, ev_o, ev_qkv;
   /* parameters */
   float *p, *g, *m, *v;
   uint16_t *p16;
@@ -65,9 +50,7 @@ struct vr_cutrain {
   uint16_t *xf; /* (T, C) final norm output */
   /* backward scratch */
   float *dx, *dxn;                          /* (T, C) */
-  uint16_t *dx16;                           /* (T, C): the final norm's and norm1's; dx16m norm2's (= dx16
-                                               without the weight-gradient stream) */
-  uint16_t *dx16m;
+  uint16_t *dx16;                           /* (T, C) */
   uint16_t *dact, *dgu, *datt, *dqkv, *tmp; /* (T, F), (T, 2F), (T, HD), (T, NQKV), (T, max(F, HD)) */
   float *delta, *red;                       /* (T, H); reduction scratch */
   float *split;                             /* the attention backward's split dK / dV table, or NULL */
@@ -156,12 +139,11 @@ static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NO
 void vr_cutrain_free(vr_cutrain_t *e) {
   if (!e) return;
   if (e->s) cudaStreamSynchronize(e->s);
-  if (e->sw && e->sw != e->s) cudaStreamSynchronize(e->sw);
   void *dev[] = {e->p,      e->g,      e->m,      e->v,    e->p16,     e->xf,     e->dx,      e->dxn,      e->dx16,
                  e->dact,   e->dgu,    e->datt,   e->dqkv, e->tmp,     e->delta,  e->red,     e->logits,   e->lse_r,
                  e->ent_r,  e->logp_r, e->glp,    e->gent, e->dlogits, e->meta_d, e->rope_if, e->rope_nif, e->sq,
                  e->sq_red, e->ad_off, e->ad_len, e->hv,   e->split,   e->lp16,   e->zr_off, e->zr_len,
-                 e->lpmax,  e->dx16m != e->dx16 ? e->dx16m : NULL, e->red_w != e->red ? e->red_w : NULL};
+                 e->lpmax};
   for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) cudaFree(dev[i]);
   if (e->x)
     for (int l = 0; l <= (e->fwd_only ? 1 : e->d.layers); ++l) cudaFree(e->x[l]);
@@ -179,12 +161,7 @@ void vr_cutrain_free(vr_cutrain_t *e) {
     if (e->stage_ev[i]) cudaEventDestroy(e->stage_ev[i]);
   cudaFreeHost(e->meta_h);
   cudaFreeHost(e->stage_h);
-  cudaEvent_t evs[] = {e->ev_fork, e->ev_down, e->ev_gu, e->ev_o, e->ev_qkv};
-  for (size_t i = 0; i < sizeof evs / sizeof evs[0]; ++i)
-    if (evs[i]) cudaEventDestroy(evs[i]);
-  if (e->gemm_w && e->gemm_w != e->gemm) vr_cuda_gemm_free(e->gemm_w);
   if (e->gemm) vr_cuda_gemm_free(e->gemm);
-  if (e->sw && e->sw != e->s) cudaStreamDestroy(e->sw);
   if (e->s) cudaStreamDestroy(e->s);
   free(e->x), free(e->a), free(e->L), free(e->count_h), free(e->sort_h);
   free(e);
@@ -228,7 +205,7 @@ static int zero_chunks_of(const vr_cutrain_t *e, int64_t *off, int64_t *len) {
   size_t n = 0;
   for (int l = 0; l < d->layers; ++l) {
     const vr_cutrain_layer_off_t *o = &e->L[l];
-    const frange_t w[7] = {{o->q_w, HD * C},    {o->k_w, KD * C},    {o->v_w, KD * C},   {o->o_w, C * HD},
+    const frange_t w[7] = {{o->q_w, HD * C},   {o->k_w, KD * C}, {o->v_w, KD * C},  {o->o_w, C * HD},
                            {o->gate_w, F * C}, {o->up_w, F * C}, {o->down_w, C * F}};
     for (int i = 0; i < 7; ++i) r[n++] = w[i];
   }
@@ -239,7 +216,10 @@ static int zero_chunks_of(const vr_cutrain_t *e, int64_t *off, int64_t *len) {
   for (size_t i = 0; i <= n; ++i) {
     const size_t end = i < n ? r[i].at : d->n_floats;
     for (size_t a = pos; a < end; a += VR_CUTRAIN_ADAMW_CHUNK) {
-      if (off) off[chunks] = (int64_t)a, len[chunks] = (int64_t)(end - a < VR_CUTRAIN_ADAMW_CHUNK ? end - a : VR_CUTRAIN_ADAMW_CHUNK);
+      if (off) {
+        off[chunks] = (int64_t)a;
+        len[chunks] = (int64_t)(end - a < VR_CUTRAIN_ADAMW_CHUNK ? end - a : VR_CUTRAIN_ADAMW_CHUNK);
+      }
       ++chunks;
     }
     if (i < n && r[i].at + r[i].n > pos) pos = r[i].at + r[i].n;
@@ -304,13 +284,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   if (chunk < 1) chunk = 1;
   if (chunk > (size_t)max_tokens) chunk = (size_t)max_tokens;
   e->chunk = (int)chunk;
-  const int dws = d->dw_stream ? d->dw_stream : VR_CUTRAIN_DW_STREAM_DEFAULT;
-  const int side = dws > 0 && !e->fwd_only && e->fused_qkv && e->fused_gu;
-  /* with the side stream the main one, the chain every later kernel waits for, gets its
-   * blocks scheduled first (the greatest priority) and the dW GEMMs fill what it leaves */
-  int prio_lo = 0, prio_hi = 0;
-  if (side) (void)VR_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&prio_lo, &prio_hi));
-  if (VR_CUDA_TRY(cudaStreamCreateWithPriority(&e->s, cudaStreamNonBlocking, side ? prio_hi : 0)) != 0 ||
+  if (VR_CUDA_TRY(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking)) != 0 ||
       VR_CUDA_TRY(cudaEventCreateWithFlags(&e->stage_ev[0], cudaEventDisableTiming)) != 0 ||
       VR_CUDA_TRY(cudaEventCreateWithFlags(&e->stage_ev[1], cudaEventDisableTiming)) != 0) {
     vr_cutrain_free(e);
@@ -320,24 +294,6 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   if (rc) {
     vr_cutrain_free(e);
     return rc;
-  }
-  e->sw = e->s, e->gemm_w = e->gemm;
-  if (side) {
-    cudaEvent_t *evs[] = {&e->ev_fork, &e->ev_down, &e->ev_gu, &e->ev_o, &e->ev_qkv};
-    int bad = VR_CUDA_TRY(cudaStreamCreateWithPriority(&e->sw, cudaStreamNonBlocking, prio_lo)) != 0;
-    for (size_t i = 0; i < sizeof evs / sizeof evs[0] && !bad; ++i)
-      bad = VR_CUDA_TRY(cudaEventCreateWithFlags(evs[i], cudaEventDisableTiming)) != 0;
-    if (bad) {
-      vr_cutrain_free(e);
-      return VR_ERR_DEVICE;
-    }
-    e->gemm_w = NULL;
-    rc = vr_cuda_gemm_init(&e->gemm_w, (size_t)64 << 20);
-    if (rc) {
-      vr_cutrain_free(e);
-      return rc;
-    }
-    if (d->dw_sms > 0) vr_cuda_gemm_set_sm_target(e->gemm_w, d->dw_sms);
   }
   const size_t n = d->n_floats, T = (size_t)max_tokens, sh = shard_hi - shard_lo;
   const int fo = e->fwd_only, one_set = e->recompute || fo;
@@ -368,10 +324,6 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     DALLOC(e->dx, T * C * 4);
     DALLOC(e->dxn, T * C * 4);
     DALLOC(e->dx16, T * C * 2);
-    if (side)
-      DALLOC(e->dx16m, T * C * 2);
-    else
-      e->dx16m = e->dx16;
     DALLOC(e->dact, T * F * 2);
     DALLOC(e->dgu, T * 2 * F * 2);
     DALLOC(e->datt, T * H * D * 2);
@@ -384,10 +336,6 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     const size_t r2 = vr_cutrain_colsum_scratch(max_tokens, e->nqkv > 2 * F ? e->nqkv : 2 * F);
     if (r2 > red) red = r2;
     DALLOC(e->red, red * 4);
-    if (side)
-      DALLOC(e->red_w, r2 * 4);
-    else
-      e->red_w = e->red;
   }
   if (e->value) {
     DALLOC(e->hv, T * C * 4);
@@ -483,12 +431,11 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "attention backward %s, dK/dV %s, activations %s, weight gradients %s, %.2f GiB on the device",
+         "attention backward %s, dK/dV %s, activations %s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
          attn_bwd_names[e->attn_bwd],
          e->split ? "per query head" : "per key head",
          fo ? "forward only" : e->recompute ? "recomputed per layer" : "kept",
-         fo ? "none" : side ? "on their own stream" : "on the main stream",
          e->dev_bytes / 1073741824.0);
   *out = e;
   return 0;
@@ -522,47 +469,16 @@ static void proj_fwd(vr_cutrain_t *e, uint16_t *out, int ld, const uint16_t *x, 
   }
 }
 
-/* ---- the weight-gradient stream (no-ops without it) */
-
-/* The side stream's next work follows everything enqueued on the main stream so far. */
-static void to_side(vr_cutrain_t *e) {
-  if (e->sw == e->s) return;
-  VR_CUDA_CHECK(cudaEventRecord(e->ev_fork, e->s));
-  VR_CUDA_CHECK(cudaStreamWaitEvent(e->sw, e->ev_fork, 0));
-}
-
-/* ev marks the side stream's work so far (the reads of a buffer the main stream rewrites later). */
-static void side_done(vr_cutrain_t *e, cudaEvent_t ev) {
-  if (e->sw != e->s) VR_CUDA_CHECK(cudaEventRecord(ev, e->sw));
-}
-
-/* The main stream's next work follows the side stream's work up to ev's last record (an event
- * never recorded: nothing to wait for). */
-static void main_waits(vr_cutrain_t *e, cudaEvent_t ev) {
-  if (e->sw != e->s) VR_CUDA_CHECK(cudaStreamWaitEvent(e->s, ev, 0));
-}
-
-/* dW (N, K) += dy^T x for dy (T, N) of pitch ld, and the bias's db += colsum(dy) (b_off NONE:
- * none), on the weight-gradient stream after the main stream's work so far; ev then marks the
- * reads of dy and x. */
-static void weight_grad(vr_cutrain_t *e, size_t w_off, size_t b_off, const uint16_t *dy, int ld, int N,
-                        const uint16_t *x, int K, int T, cudaEvent_t ev) {
-  to_side(e);
-  vr_cuda_gemm_op(e->gemm_w, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + w_off, 1, dy, x, NULL, 0, NULL, N, K, T, e->wbeta,
-                  e->sw);
-  if (b_off != NONE) vr_cutrain_colsum_bf16(e->g + b_off, dy, ld, T, N, e->red_w, e->sw);
-  side_done(e, ev);
-}
-
 /* The backward of proj_fwd given dy (T, ld) bf16: dW_i += dy_i^T x, db_i += colsum(dy_i),
- * dx (T, K) fp32 = sum_i dy_i W_i. Fused: dW on the weight-gradient stream (ev: its reads of dy
- * and x), which exists only for fused layouts. */
+ * dx (T, K) fp32 = sum_i dy_i W_i. */
 static void proj_bwd(vr_cutrain_t *e, float *dx, const uint16_t *dy, int ld, const uint16_t *x, int K, int n,
-                     const size_t *w_off, const size_t *b_off, const int *w, int fused, int T, cudaEvent_t ev) {
+                     const size_t *w_off, const size_t *b_off, const int *w, int fused, int T) {
   if (fused) {
-    weight_grad(e, w_off[0], b_off[0], dy, ld, ld, x, K, T, ev);
+    vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + w_off[0], 1, dy, x, NULL, 0, NULL, ld, K, T, e->wbeta,
+                    e->s);
     vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, dx, 1, dy, P16(e, w_off[0]), NULL, 0, NULL, T, K, ld, 0.f,
                     e->s);
+    if (b_off[0] != NONE) vr_cutrain_colsum_bf16(e->g + b_off[0], dy, ld, T, ld, e->red, e->s);
     return;
   }
   int col = 0;
@@ -722,25 +638,26 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   /* MLP: x_out = x_mid + down(act); e->dx16 = bf16(e->dx) from the norm backward before */
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->dact, 0, e->dx16, P16(e, o->down_w), NULL, 0, NULL, T, F, C,
                   0.f, e->s);
-  weight_grad(e, o->down_w, o->down_b, e->dx16, C, C, a->act, F, T, e->ev_down);
+  vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + o->down_w, 1, e->dx16, a->act, NULL, 0, NULL, C, F, T,
+                  e->wbeta, e->s);
+  if (o->down_b != NONE) vr_cutrain_colsum_bf16(e->g + o->down_b, e->dx16, C, T, C, e->red, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_DOWN);
-  main_waits(e, e->ev_gu); /* the layer above's dW_gate/up has read dgu */
   vr_cutrain_swiglu_bwd(e->dgu, e->dact, a->gu, T, F, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_ELEM);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
-  proj_bwd(e, e->dxn, e->dgu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T, e->ev_gu);
+  proj_bwd(e, e->dxn, e->dgu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
   mark(e, VR_CUTRAIN_PH_BWD_GU);
-  main_waits(e, e->ev_o); /* the layer above's dW_o has read dx16m */
-  vr_cutrain_rmsnorm_bwd(e->dx, e->dx16m, e->g + o->norm2, e->dxn, a->x_mid, P(e, o->norm2), T, C, d->rms_eps, 1,
+  vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + o->norm2, e->dxn, a->x_mid, P(e, o->norm2), T, C, d->rms_eps, 1,
                          e->red, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_NORM);
   /* attention: x_mid = x_in + o(att) */
-  vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->datt, 0, e->dx16m, P16(e, o->o_w), NULL, 0, NULL, T, HD, C,
+  vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->datt, 0, e->dx16, P16(e, o->o_w), NULL, 0, NULL, T, HD, C,
                   0.f, e->s);
-  weight_grad(e, o->o_w, o->o_b, e->dx16m, C, C, a->att, HD, T, e->ev_o);
+  vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + o->o_w, 1, e->dx16, a->att, NULL, 0, NULL, C, HD, T,
+                  e->wbeta, e->s);
+  if (o->o_b != NONE) vr_cutrain_colsum_bf16(e->g + o->o_b, e->dx16, C, T, C, e->red, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_O);
-  main_waits(e, e->ev_qkv); /* the layer above's dW_qkv has read dqkv */
   vr_cutrain_attention_bwd(e->dqkv, a->qkv, e->nqkv, 0, HD, HD + KV * D, a->att, e->datt, HD, a->lse, e->delta, e->cu,
                            e->tiles, e->tiles_q, e->n_tiles, H, KV, D, d->window, 1.f / sqrtf((float)D), e->split, T,
                            e->attn_bwd, e->s);
@@ -749,10 +666,9 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   mark(e, VR_CUTRAIN_PH_BWD_ELEM);
   const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
   const int qwid[3] = {HD, KV * D, KV * D};
-  proj_bwd(e, e->dxn, e->dqkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T, e->ev_qkv);
+  proj_bwd(e, e->dxn, e->dqkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
   /* layer 0: the embedding's backward reads the fp32 dx alone */
   mark(e, VR_CUTRAIN_PH_BWD_QKV);
-  main_waits(e, e->ev_down); /* this layer's dW_down has read dx16 */
   vr_cutrain_rmsnorm_bwd(e->dx, l > 0 ? e->dx16 : NULL, e->g + o->norm1, e->dxn, e->x[l], P(e, o->norm1), T, C,
                          d->rms_eps, 1, e->red, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_NORM);
@@ -763,10 +679,7 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
  * kernels have finished (the device meanwhile runs stage k's, already queued). */
 static void stage_end(vr_cutrain_t *e, int k, int prev_stage, void (*done)(void *, int), void *ctx) {
   if (!done) return;
-  /* recorded where both streams' work so far is behind it: on the side stream after it has
-   * waited for the main one (the side stream's later work is forked after this point anyway) */
-  to_side(e);
-  VR_CUDA_CHECK(cudaEventRecord(e->stage_ev[k & 1], e->sw));
+  VR_CUDA_CHECK(cudaEventRecord(e->stage_ev[k & 1], e->s));
   if (k == 0) return;
   VR_CUDA_CHECK(cudaEventSynchronize(e->stage_ev[(k - 1) & 1]));
   done(ctx, prev_stage);
@@ -809,19 +722,12 @@ int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent,
   mark(e, VR_CUTRAIN_PH_BWD_NORM);
   stage_end(e, 0, 0, done, ctx); /* stage d->layers: the head and the final norm */
   for (int l = d->layers - 1; l >= 0; --l) {
-    if (e->recompute && l < d->layers - 1) {
-      main_waits(e, e->ev_qkv); /* the layer above's dW GEMMs have read the one activation set */
-      layer_fwd(e, l, T, 1);    /* the last layer's are still there */
-    }
+    if (e->recompute && l < d->layers - 1) layer_fwd(e, l, T, 1); /* the last layer's are still there */
     layer_bwd(e, l, T);
     stage_end(e, d->layers - l, l + 1, done, ctx);
   }
   vr_cutrain_embed_bwd(e->g + d->embed, e->dx, e->order, e->seg, e->uniq, e->n_uniq, C, e->s);
   mark(e, VR_CUTRAIN_PH_BWD_EMBED);
-  /* every gradient is written before anything later on the main stream (the optimizer, the
-   * next forward's activations, the callers' reads) */
-  side_done(e, e->ev_qkv);
-  main_waits(e, e->ev_qkv);
   stage_end(e, d->layers + 1, 0, done, ctx); /* reports layer 0 */
   /* the staging buffer is reused by the next call: wait until the copies have read it */
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
@@ -922,11 +828,7 @@ float *vr_cutrain_grads(vr_cutrain_t *e) {
 }
 size_t vr_cutrain_device_bytes(const vr_cutrain_t *e) { return e->dev_bytes; }
 
-void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on) {
-  vr_cuda_gemm_set_tuning(e->gemm, on);
-  /* the side stream's candidates are timed while the main stream runs beside them */
-  if (e->gemm_w != e->gemm) vr_cuda_gemm_set_tuning(e->gemm_w, on);
-}
+void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on) { vr_cuda_gemm_set_tuning(e->gemm, on); }
 
 int vr_cutrain_sync(vr_cutrain_t *e) {
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));

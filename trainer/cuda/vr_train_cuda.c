@@ -110,7 +110,6 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
   s->value = c->head == VR_LM_HEAD_VALUE;
   d.recompute = opt->recompute;
   d.forward_only = opt->forward_only;
-  d.dw_stream = opt->dw_stream;
   int rc = vr_cutrain_create(&d, vr_lm_params_const(lm), T, 0, lo, hi, &s->e);
   free(L);
   if (rc) {
