@@ -88,17 +88,19 @@ static int vr_lm_layout(vr_lm_t *lm) {
     vr_lm_layer_index_t *L = &lm->layers[l];
     memset(L, 0xff, sizeof *L); /* every entry -1 */
     const char *p = "model.layers";
+    /* the weights of q, k, v (and of gate, up) adjacent, their biases after them: a backend runs
+     * each group as one GEMM over the adjacent weights (and one bias epilogue) */
     ADD(L->q_w, QD, C, "%s.%d.self_attn.q_proj.weight", p, l);
-    if (c->qkv_bias) ADD(L->q_b, QD, 0, "%s.%d.self_attn.q_proj.bias", p, l);
     ADD(L->k_w, KD, C, "%s.%d.self_attn.k_proj.weight", p, l);
-    if (c->qkv_bias) ADD(L->k_b, KD, 0, "%s.%d.self_attn.k_proj.bias", p, l);
     ADD(L->v_w, KD, C, "%s.%d.self_attn.v_proj.weight", p, l);
+    if (c->qkv_bias) ADD(L->q_b, QD, 0, "%s.%d.self_attn.q_proj.bias", p, l);
+    if (c->qkv_bias) ADD(L->k_b, KD, 0, "%s.%d.self_attn.k_proj.bias", p, l);
     if (c->qkv_bias) ADD(L->v_b, KD, 0, "%s.%d.self_attn.v_proj.bias", p, l);
     ADD(L->o_w, C, QD, "%s.%d.self_attn.o_proj.weight", p, l);
     if (c->o_bias) ADD(L->o_b, C, 0, "%s.%d.self_attn.o_proj.bias", p, l);
     ADD(L->gate_w, F, C, "%s.%d.mlp.gate_proj.weight", p, l);
-    if (c->mlp_bias) ADD(L->gate_b, F, 0, "%s.%d.mlp.gate_proj.bias", p, l);
     ADD(L->up_w, F, C, "%s.%d.mlp.up_proj.weight", p, l);
+    if (c->mlp_bias) ADD(L->gate_b, F, 0, "%s.%d.mlp.gate_proj.bias", p, l);
     if (c->mlp_bias) ADD(L->up_b, F, 0, "%s.%d.mlp.up_proj.bias", p, l);
     ADD(L->down_w, C, F, "%s.%d.mlp.down_proj.weight", p, l);
     if (c->mlp_bias) ADD(L->down_b, C, 0, "%s.%d.mlp.down_proj.bias", p, l);
@@ -431,6 +433,32 @@ const char *vr_lm_dir(const vr_lm_t *lm) { return lm->dir; }
 float *vr_lm_params(vr_lm_t *lm) { return lm->params; }
 const float *vr_lm_params_const(const vr_lm_t *lm) { return lm->params; }
 size_t vr_lm_n_floats(const vr_lm_t *lm) { return lm->n_floats; }
+
+void vr_lm_offsets_v1(const vr_lm_t *lm, size_t *off) {
+  size_t at = 0;
+  /* the table's first layout: every tensor in model.named_parameters() order, each bias right
+   * after its weight (-1 entries: absent) */
+#define AT(i)                                                                           \
+  do {                                                                                  \
+    if ((i) >= 0) {                                                                     \
+      off[(i)] = at;                                                                    \
+      at += (lm->t[(i)].numel + VR_LM_ALIGN - 1) / VR_LM_ALIGN * VR_LM_ALIGN;           \
+    }                                                                                   \
+  } while (0)
+  const vr_lm_index_t *ix = &lm->index;
+  AT(ix->embed);
+  for (int l = 0; l < lm->cfg.num_layers; l++) {
+    const vr_lm_layer_index_t *L = &ix->layers[l];
+    const int order[] = {L->q_w,    L->q_b,    L->k_w,  L->k_b,  L->v_w,    L->v_b,  L->o_w, L->o_b,
+                         L->gate_w, L->gate_b, L->up_w, L->up_b, L->down_w, L->down_b, L->norm1, L->norm2};
+    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) AT(order[k]);
+  }
+  AT(ix->final_norm);
+  AT(ix->lm_head);
+  AT(ix->score_w);
+  AT(ix->score_b);
+#undef AT
+}
 
 int vr_lm_find(const vr_lm_t *lm, const char *name) {
   for (size_t i = 0; i < lm->n_t; i++)

@@ -15,15 +15,19 @@
  *                     (transformers' *ForTokenClassification with num_labels = 1, as verl's
  *                     critic); no lm_head.
  *
- * Tensor table, in this order (names exactly as in the HF checkpoint; "[..]" when present):
+ * Tensor table, in this order (names exactly as in the HF checkpoint; "[..]" when present;
+ * named_parameters()' order except that q/k/v's and gate/up's biases follow all of their group's
+ * weights, so each group's weights are adjacent and a backend runs the group as one GEMM):
  *   model.embed_tokens.weight                         (V, C)
  *   per layer l: model.layers.l.
- *     self_attn.q_proj.weight (H*D, C)  [self_attn.q_proj.bias (H*D)]     qkv_bias
- *     self_attn.k_proj.weight (KV*D, C) [self_attn.k_proj.bias (KV*D)]    qkv_bias
- *     self_attn.v_proj.weight (KV*D, C) [self_attn.v_proj.bias (KV*D)]    qkv_bias
+ *     self_attn.q_proj.weight (H*D, C)
+ *     self_attn.k_proj.weight (KV*D, C)
+ *     self_attn.v_proj.weight (KV*D, C)
+ *     [self_attn.q_proj.bias (H*D), self_attn.k_proj.bias (KV*D), self_attn.v_proj.bias (KV*D)]  qkv_bias
  *     self_attn.o_proj.weight (C, H*D)  [self_attn.o_proj.bias (C)]       o_bias
- *     mlp.gate_proj.weight (F, C)       [mlp.gate_proj.bias (F)]          mlp_bias
- *     mlp.up_proj.weight (F, C)         [mlp.up_proj.bias (F)]            mlp_bias
+ *     mlp.gate_proj.weight (F, C)
+ *     mlp.up_proj.weight (F, C)
+ *     [mlp.gate_proj.bias (F), mlp.up_proj.bias (F)]                      mlp_bias
  *     mlp.down_proj.weight (C, F)       [mlp.down_proj.bias (C)]          mlp_bias
  *     input_layernorm.weight (C)
  *     post_attention_layernorm.weight (C)
@@ -146,6 +150,10 @@ const char *vr_lm_dir(const vr_lm_t *lm);
 float *vr_lm_params(vr_lm_t *lm);
 const float *vr_lm_params_const(const vr_lm_t *lm);
 size_t vr_lm_n_floats(const vr_lm_t *lm);
+/* off[i] (vr_lm_n_tensors entries): tensor i's offset in the table's first layout (version 1 of
+ * the optimizer state file: every bias right after its weight, as named_parameters() lists
+ * them), which has the same n_floats and the same layer starts. */
+void vr_lm_offsets_v1(const vr_lm_t *lm, size_t *off);
 /* Sum of numel over the table (the model's parameter count; tied embeddings counted once). */
 size_t vr_lm_n_params(const vr_lm_t *lm);
 /* Copies a whole buffer in (n must equal vr_lm_n_floats; VR_ERR_INVAL otherwise) or out. */

@@ -31,6 +31,10 @@ struct vr_train {
   int rs;                          /* ZeRO-1 with the comm's reduce-scatter: buckets reduce-scattered */
   size_t *off;                     /* (size + 1) a bucket's pieces per rank (reduce-scatter) */
   double *sq;                      /* (size) the ranks' shard sums of squares (reduce-scatter) */
+  /* per table tensor: its offset, its offset in the first layout (vr_lm_offsets_v1), numel:
+   * to read version-1 optimizer state files */
+  size_t (*mv)[3];
+  size_t n_mv;
 };
 
 void vr_train_options_init(vr_train_options_t *o) {
@@ -141,6 +145,19 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   t->cfg = *vr_lm_config(lm);
   t->cfg.rope_inv_freq = NULL;
   t->n_floats = vr_lm_n_floats(lm);
+  t->n_mv = vr_lm_n_tensors(lm);
+  t->mv = malloc((t->n_mv ? t->n_mv : 1) * sizeof *t->mv);
+  size_t *v1 = malloc((t->n_mv ? t->n_mv : 1) * sizeof *v1);
+  if (!t->mv || !v1) {
+    free(t->mv), free(v1), free(t);
+    return VR_ERR_NOMEM;
+  }
+  vr_lm_offsets_v1(lm, v1);
+  for (size_t i = 0; i < t->n_mv; i++) {
+    const vr_lm_tensor_t *x = vr_lm_tensor(lm, i);
+    t->mv[i][0] = x->offset, t->mv[i][1] = v1[i], t->mv[i][2] = x->numel;
+  }
+  free(v1);
   if (opt.zero1 && opt.comm.size > 1) vr_train_shard(t->n_floats, opt.comm.rank, opt.comm.size, &t->lo, &t->hi);
   else if (opt.forward_only) t->lo = t->hi = 0; /* no optimizer state */
   else t->lo = 0, t->hi = t->n_floats;
@@ -153,7 +170,7 @@ int vr_train_init(const vr_lm_t *lm, const vr_train_options_t *opt_in, vr_train_
   }
   if (rc == 0) rc = ops->init(lm, &t->opt, t->lo, t->hi, &t->state);
   if (rc != 0) {
-    free(t->bk), free(t->req), free(t->done), free(t->off), free(t->sq);
+    free(t->bk), free(t->req), free(t->done), free(t->off), free(t->sq), free(t->mv);
     free(t);
     return rc;
   }
@@ -222,7 +239,7 @@ void vr_train_free(vr_train_t *t) {
   if (!t) return;
   if (t->inflight) vr_train_wait(t);
   t->ops->free(t->state);
-  free(t->bk), free(t->req), free(t->done), free(t->off), free(t->sq);
+  free(t->bk), free(t->req), free(t->done), free(t->off), free(t->sq), free(t->mv);
   free(t);
 }
 
@@ -437,7 +454,9 @@ int vr_train_get_grads(vr_train_t *t, float *dst, size_t n) {
 /* ---- optimizer state file ----------------------------------------------------------------- */
 
 #define VR_TRAIN_OPT_MAGIC "VRAD"
-#define VR_TRAIN_OPT_VERSION 1u
+/* 2: the moments in vr_lm's table layout with q/k/v's and gate/up's biases after their weights;
+ * 1: the same file with every bias right after its weight (vr_lm_offsets_v1), still read */
+#define VR_TRAIN_OPT_VERSION 2u
 
 typedef struct vr_train_opt_header {
   char magic[4];
@@ -487,6 +506,37 @@ int vr_train_save_optimizer(vr_train_t *t, const char *path) {
   return rc;
 }
 
+/* A version-1 file's moments m, v (the shard [lo, hi) of the first layout) moved in place to
+ * this layout: each tensor's range to its current offset. Refused when a tensor lies in the
+ * shard in one layout and not (or only partly) in the other (a ZeRO-1 cut inside a layer). */
+static int vr_train_opt_from_v1(vr_train_t *t, const char *path, float *m, float *v) {
+  const size_t n = t->hi - t->lo;
+  float *tm = calloc(n ? n : 1, sizeof *tm), *tv = calloc(n ? n : 1, sizeof *tv);
+  int rc = tm && tv ? 0 : VR_ERR_NOMEM;
+  for (size_t i = 0; i < t->n_mv && rc == 0; i++) {
+    const size_t a = t->mv[i][0], b = t->mv[i][1], k = t->mv[i][2];
+    const int in_new = a >= t->lo && a + k <= t->hi, in_old = b >= t->lo && b + k <= t->hi;
+    const int touch_new = a < t->hi && a + k > t->lo, touch_old = b < t->hi && b + k > t->lo;
+    if (in_new != in_old || in_new != touch_new || in_old != touch_old) {
+      vr_log(VR_LOG_ERROR,
+             "%s: a version-1 optimizer state whose shard [%zu, %zu) cuts table tensor %zu (offset %zu, was %zu) "
+             "differently in this build's layout: it cannot be moved (a ZeRO-1 cut inside a layer with biases); "
+             "start the optimizer state fresh",
+             path, t->lo, t->hi, i, a, b);
+      rc = VR_ERR_MODEL_FORMAT;
+    } else if (in_new) {
+      memcpy(tm + (a - t->lo), m + (b - t->lo), k * sizeof *tm);
+      memcpy(tv + (a - t->lo), v + (b - t->lo), k * sizeof *tv);
+    }
+  }
+  if (rc == 0) {
+    memcpy(m, tm, n * sizeof *m), memcpy(v, tv, n * sizeof *v);
+    vr_log(VR_LOG_INFO, "%s: version-1 optimizer state moved to this build's layout", path);
+  }
+  free(tm), free(tv);
+  return rc;
+}
+
 int vr_train_load_optimizer(vr_train_t *t, const char *path) {
   if (vr_train_fwd_only(t, "loading optimizer state")) return VR_ERR_UNSUPPORTED;
   FILE *f = fopen(path, "rb");
@@ -499,8 +549,8 @@ int vr_train_load_optimizer(vr_train_t *t, const char *path) {
   if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, VR_TRAIN_OPT_MAGIC, 4) != 0) {
     vr_log(VR_LOG_ERROR, "%s: not an optimizer state file (magic \"VRAD\" missing)", path);
     rc = VR_ERR_MODEL_FORMAT;
-  } else if (h.version != VR_TRAIN_OPT_VERSION) {
-    vr_log(VR_LOG_ERROR, "%s: version %u, this build reads version %u", path, h.version, VR_TRAIN_OPT_VERSION);
+  } else if (h.version != VR_TRAIN_OPT_VERSION && h.version != 1u) {
+    vr_log(VR_LOG_ERROR, "%s: version %u, this build reads versions 1 and %u", path, h.version, VR_TRAIN_OPT_VERSION);
     rc = VR_ERR_MODEL_FORMAT;
   } else if (h.n_floats != t->n_floats || h.lo != t->lo || h.hi != t->hi || h.step < 0) {
     vr_log(VR_LOG_ERROR, "%s: %s differs (file: n_floats %llu shard [%llu, %llu) step %lld; engine: n_floats %zu shard [%zu, %zu))",
@@ -520,6 +570,7 @@ int vr_train_load_optimizer(vr_train_t *t, const char *path) {
     rc = VR_ERR_MODEL_FORMAT;
   }
   fclose(f);
+  if (rc == 0 && h.version == 1u) rc = vr_train_opt_from_v1(t, path, m, v);
   if (rc == 0) rc = t->ops->set_moments(t->state, m, v);
   if (rc == 0) t->step = h.step;
   free(m);

@@ -12,6 +12,8 @@
  *   per-layer recomputation (opt.recompute): the NLL gradients against the golden and the
  *     engine without it;
  *   the critic (qwen2_critic, value head): values and the gradients of sum w * value;
+ *   a random Qwen2 written here with q/k/v weights and biases adjacent (the real models' layout:
+ *     one qkv GEMM with its bias epilogue): log-probs and gradients against the cpu engine;
  *   backward_ready (both heads): one ready call per stage, lo falling to 0, the gradients a
  *     one-rank comm copies at each call already final, the same bits as the plain backward;
  *   two backward passes accumulated against one pass of their sum; zero_grad with no backward
@@ -30,6 +32,7 @@
 #include <cmocka.h>
 #include <cuda_runtime.h>
 
+#include "model_test_util.h"
 #include "train_test_util.h"
 #include "verl_reward/status.h"
 
@@ -351,6 +354,117 @@ static void test_forward_only(void **state) {
   forward_only_case("qwen2_critic", VR_LM_HEAD_VALUE);
 }
 
+/* A random Qwen2 checkpoint written here at a shape whose q/k/v weights and biases are each
+ * adjacent in vr_lm's layout (every size a multiple of VR_LM_ALIGN), as in the real Qwen2 / 2.5
+ * models, so the engine runs qkv as one GEMM with the bias in its epilogue and the bias gradient
+ * as one column sum (the qwen2_lm fixture's 16-float biases are padded apart: split path): its
+ * log-probs and NLL gradients against the cpu engine's. */
+static void put_tensor(FILE *hf, FILE *df, size_t *at, int *first, const char *name, int d0, int d1, uint64_t *z,
+                       float scale) {
+  const size_t n = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+  fprintf(hf, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%d%s%.0d],\"data_offsets\":[%zu,%zu]}", *first ? "" : ",", name,
+          d0, d1 > 0 ? "," : "", d1 > 0 ? d1 : 0, *at, *at + n * 4);
+  *first = 0;
+  for (size_t i = 0; i < n; i++) {
+    *z = *z * 6364136223846793005ull + 1442695040888963407ull;
+    const float v = scale < 0 ? 1.0f : scale * ((float)(*z >> 40) / 8388608.0f - 1.0f);
+    fwrite(&v, 4, 1, df);
+  }
+  *at += n * 4;
+}
+
+static void test_qwen2_fused(void **state) {
+  (void)state;
+  char dir[1300], path[1400];
+  mt_tmpdir(dir, sizeof dir);
+  const int C = 128, H = 4, KV = 2, D = 32, F = 192, L = 2, V = 160;
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fprintf(f, "{\"architectures\":[\"Qwen2ForCausalLM\"],\"model_type\":\"qwen2\",\"hidden_size\":%d,"
+          "\"num_attention_heads\":%d,\"num_key_value_heads\":%d,\"intermediate_size\":%d,\"num_hidden_layers\":%d,"
+          "\"vocab_size\":%d,\"max_position_embeddings\":256,\"rms_norm_eps\":1e-6,\"rope_theta\":1000000.0,"
+          "\"tie_word_embeddings\":true,\"hidden_act\":\"silu\",\"dtype\":\"float32\"}",
+          C, H, KV, F, L, V);
+  fclose(f);
+  char hname[1400], dname[1400];
+  snprintf(hname, sizeof hname, "%s/h.json", dir);
+  snprintf(dname, sizeof dname, "%s/d.bin", dir);
+  FILE *hf = fopen(hname, "w+"), *df = fopen(dname, "w+");
+  assert_true(hf && df);
+  size_t at = 0;
+  int first = 1;
+  uint64_t z = 99;
+  fputc('{', hf);
+  put_tensor(hf, df, &at, &first, "model.embed_tokens.weight", V, C, &z, 0.05f);
+  for (int l = 0; l < L; l++) {
+    char nm[128];
+    const struct { const char *what; int d0, d1; float scale; } t[] = {
+        {"self_attn.q_proj.weight", H * D, C, 0.1f}, {"self_attn.q_proj.bias", H * D, 0, 0.1f},
+        {"self_attn.k_proj.weight", KV * D, C, 0.1f}, {"self_attn.k_proj.bias", KV * D, 0, 0.1f},
+        {"self_attn.v_proj.weight", KV * D, C, 0.1f}, {"self_attn.v_proj.bias", KV * D, 0, 0.1f},
+        {"self_attn.o_proj.weight", C, H * D, 0.1f},  {"mlp.gate_proj.weight", F, C, 0.1f},
+        {"mlp.up_proj.weight", F, C, 0.1f},           {"mlp.down_proj.weight", C, F, 0.1f},
+        {"input_layernorm.weight", C, 0, -1.0f},      {"post_attention_layernorm.weight", C, 0, -1.0f}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+      snprintf(nm, sizeof nm, "model.layers.%d.%s", l, t[i].what);
+      put_tensor(hf, df, &at, &first, nm, t[i].d0, t[i].d1, &z, t[i].scale);
+    }
+  }
+  put_tensor(hf, df, &at, &first, "model.norm.weight", C, 0, &z, -1.0f);
+  fputc('}', hf);
+  const long hl = ftell(hf);
+  snprintf(path, sizeof path, "%s/model.safetensors", dir);
+  FILE *out = fopen(path, "wb");
+  assert_non_null(out);
+  const uint64_t hlen = (uint64_t)hl;
+  fwrite(&hlen, 8, 1, out);
+  char *buf = malloc(at > (size_t)hl ? at : (size_t)hl);
+  rewind(hf), rewind(df);
+  assert_int_equal(fread(buf, 1, (size_t)hl, hf), (size_t)hl);
+  fwrite(buf, 1, (size_t)hl, out);
+  assert_int_equal(fread(buf, 1, at, df), at);
+  fwrite(buf, 1, at, out);
+  fclose(out), fclose(hf), fclose(df), free(buf);
+  vr_lm_t *lm = NULL;
+  assert_int_equal(vr_lm_load(dir, NULL, &lm), 0);
+  const vr_lm_layer_index_t *ix = &vr_lm_index(lm)->layers[0];
+  const size_t qo = vr_lm_tensor(lm, (size_t)ix->q_w)->offset, ko = vr_lm_tensor(lm, (size_t)ix->k_w)->offset,
+               qbo = vr_lm_tensor(lm, (size_t)ix->q_b)->offset, kbo = vr_lm_tensor(lm, (size_t)ix->k_b)->offset;
+  printf("qwen2 (written here, hidden %d): q/k weights adjacent %s, q/k biases adjacent %s\n", C,
+         qo + (size_t)H * D * C == ko ? "yes" : "NO", qbo + (size_t)H * D == kbo ? "yes" : "NO");
+  assert_true(qo + (size_t)H * D * C == ko && qbo + (size_t)H * D == kbo);
+  /* two sequences of random ids */
+  uint32_t cu[3] = {0, 37, 80};
+  int32_t ids[80];
+  for (int i = 0; i < 80; i++) z = z * 6364136223846793005ull + 1442695040888963407ull, ids[i] = (int32_t)((z >> 33) % V);
+  vr_train_batch_t b = {ids, cu, 2, NULL};
+  float d[80], lc[80], lp[80], ec[80], ep[80];
+  for (int i = 0; i < 80; i++) d[i] = (i == 0 || i == 37) ? 0.f : -1.0f / 78.f;
+  vr_train_t *tc = engine(lm, "cuda"), *tp = engine(lm, "cpu");
+  assert_int_equal(vr_train_forward(tc, &b, 1.0f, lc, ec, 0), 0);
+  assert_int_equal(vr_train_forward(tp, &b, 1.0f, lp, ep, 0), 0);
+  double md = 0, nll = 0;
+  for (int i = 0; i < 80; i++) {
+    assert_true(isfinite(lc[i]) && isfinite(ec[i]) && isfinite(lp[i]) && isfinite(ep[i]));
+    md = fmax(md, fmax(fabs((double)lc[i] - lp[i]), fabs((double)ec[i] - ep[i])));
+    nll -= d[i] != 0.f ? lp[i] / 78.0 : 0.0;
+  }
+  printf("  cpu NLL %.4f (ln V = %.4f)\n", nll, log((double)V));
+  assert_true(nll > 0.5 * log((double)V) && nll < 2 * log((double)V));
+  printf("  cuda vs cpu log-probs / entropy: max |diff| %.3g (tolerance %g)\n", md, LOGP_TOL);
+  assert_true(md <= LOGP_TOL);
+  const size_t n = vr_lm_n_floats(lm);
+  float *gc = malloc(n * sizeof *gc), *gp = malloc(n * sizeof *gp);
+  grads_of(tc, &b, 1.0f, d, NULL, gc, 80);
+  grads_of(tp, &b, 1.0f, d, NULL, gp, 80);
+  assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
+  vr_train_free(tc), vr_train_free(tp);
+  free(gc), free(gp);
+  vr_lm_free(lm);
+  mt_tmpdir_remove(dir);
+}
+
 static void test_llama(void **state) { (void)state, run_lm("llama_lm"); }
 static void test_qwen2(void **state) { (void)state, run_lm("qwen2_lm"); }
 static void test_mistral(void **state) { (void)state, run_lm("mistral_lm"); }
@@ -366,6 +480,7 @@ int main(void) {
       cmocka_unit_test(test_qwen2),
       cmocka_unit_test(test_mistral),
       cmocka_unit_test(test_critic),
+      cmocka_unit_test(test_qwen2_fused),
       cmocka_unit_test(test_forward_only),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,7 @@
 /* test_train_state.c: checkpoints and state of the training engine: vr_lm save -> load is bit
  * exact (causal LM, tied, critic); sft-style steps resumed from saved params + optimizer state
  * equal an uninterrupted run bit for bit; micro-batches accumulate to the whole batch's gradient;
+ * a version-1 optimizer file (the first layout) is read into the current one;
  * bad inputs (batches, optimizer files, directories, heads) fail with messages naming the problem. */
 #include <math.h>
 #include <setjmp.h>
@@ -168,7 +169,7 @@ static void test_microbatch_and_resume(void **state) {
   mt_write_file(opt, longer, len + 1);
   assert_int_equal(vr_train_load_optimizer(t, opt), VR_ERR_MODEL_FORMAT);
   const struct { size_t at; int64_t v; const char *frag; } bad[] = {
-      {4, 2, "version 2"}, {8, -1, "step differs"}, {16, 12345, "n_floats (another model)"},
+      {4, 3, "version 3"}, {8, -1, "step differs"}, {16, 12345, "n_floats (another model)"},
       {24, 64, "the shard"}, {32, 64, "the shard"}};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     memcpy(longer, now, len);
@@ -192,6 +193,56 @@ static void test_microbatch_and_resume(void **state) {
   vr_train_free(t);
   vr_lm_free(lm2);
   free(whole), free(micro), free(straight), free(resumed);
+  vr_lm_free(lm);
+  tr_golden_free(&g);
+}
+
+/* An optimizer state file of version 1 (every bias right after its weight: vr_lm_offsets_v1) on a
+ * model with qkv biases, whose layout now differs: read into this layout, it saves (version 2)
+ * the same bytes as the state it was made from. */
+static void test_optimizer_v1(void **state) {
+  (void)state;
+  tr_golden_t g;
+  tr_golden_load("qwen2_lm", &g);
+  vr_lm_t *lm = load("qwen2_lm", VR_LM_HEAD_LM, 0);
+  const size_t n = vr_lm_n_floats(lm), nt = vr_lm_n_tensors(lm);
+  size_t *v1 = malloc(nt * sizeof *v1), moved = 0;
+  vr_lm_offsets_v1(lm, v1);
+  for (size_t i = 0; i < nt; i++) moved += v1[i] != vr_lm_tensor(lm, i)->offset;
+  printf("qwen2_lm: %zu of %zu tensors at another offset in the version-1 layout\n", moved, nt);
+  assert_true(moved > 0);
+  vr_train_t *t = tr_engine(lm, 0, 0, 0);
+  vr_adamw_t h = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f};
+  for (int k = 0; k < 2; k++) accumulate(t, &g, 1u << 20, NULL, n), assert_int_equal(vr_train_step(t, &h, 1.0f, NULL), 0);
+  char opt[1300], opt1[1300];
+  snprintf(opt, sizeof opt, "%s/opt2.vrad", mt_tmp);
+  snprintf(opt1, sizeof opt1, "%s/opt1.vrad", mt_tmp);
+  assert_int_equal(vr_train_save_optimizer(t, opt), 0);
+  vr_train_free(t);
+  size_t len;
+  char *now = mt_read_file(opt, &len);
+  const size_t hdr = len - 2 * n * sizeof(float);
+  char *old = calloc(1, len);
+  memcpy(old, now, hdr);
+  const uint32_t one = 1;
+  memcpy(old + 4, &one, 4);
+  for (int mv = 0; mv < 2; mv++) { /* m, then v */
+    const float *src = (const float *)(now + hdr) + (size_t)mv * n;
+    float *dst = (float *)(old + hdr) + (size_t)mv * n;
+    for (size_t i = 0; i < nt; i++)
+      memcpy(dst + v1[i], src + vr_lm_tensor(lm, i)->offset, vr_lm_tensor(lm, i)->numel * sizeof(float));
+  }
+  mt_write_file(opt1, old, len);
+  assert_true(memcmp(old + hdr, now + hdr, len - hdr) != 0);
+  t = tr_engine(lm, 0, 0, 0);
+  assert_int_equal(vr_train_load_optimizer(t, opt1), 0);
+  assert_int_equal(vr_train_step_count(t), 2);
+  assert_int_equal(vr_train_save_optimizer(t, opt), 0);
+  char *again = mt_read_file(opt, &len);
+  assert_memory_equal(again, now, len);
+  printf("qwen2_lm: a version-1 optimizer state read into this layout saves the same bytes\n");
+  vr_train_free(t);
+  free(now), free(old), free(again), free(v1);
   vr_lm_free(lm);
   tr_golden_free(&g);
 }
@@ -436,6 +487,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_save_load, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_microbatch_and_resume, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_optimizer_v1, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_critic_from_reward_models),
       cmocka_unit_test(test_masks),
