@@ -11,12 +11,15 @@
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
- *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra]
+ *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
  * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only);
  * --attn-bwd: the attention backward's kernel (vr_cutrain_desc_t.attn_bwd; auto: the engine's
- * choice, which its log line names).
+ * choice, which its log line names); --bias-layout interleaved: each qkv bias right after its
+ * weight (vr_lm's layout before the optimizer file's version 2), so the engine runs q, k, v as
+ * three GEMMs and copies (its log line: "qkv split"); grouped (default): the weights adjacent, the
+ * biases after them, as vr_lm lays out a checkpoint now.
  * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -54,7 +57,7 @@ static size_t put(size_t *at, size_t n) { /* a tensor of n floats at 64-float al
 static void count_stage(void *ctx, int stage) { (void)stage, ++*(int *)ctx; }
 
 static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
-                 int tune, int attn_bwd) {
+                 int tune, int attn_bwd, int interleave) {
   const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
   vr_cutrain_layer_off_t *lo = calloc((size_t)L, sizeof *lo);
   size_t at = 0, n_params = 0;
@@ -63,10 +66,16 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
   for (int l = 0; l < L; ++l) {
     vr_cutrain_layer_off_t *o = &lo[l];
     const size_t qn = (size_t)H * D * C, kn = (size_t)KV * D * C;
-    o->q_w = put(&at, qn), o->k_w = put(&at, kn), o->v_w = put(&at, kn);
     o->q_b = o->k_b = o->v_b = VR_CUTRAIN_NONE;
-    if (m->qkv_bias)
-      o->q_b = put(&at, (size_t)H * D), o->k_b = put(&at, (size_t)KV * D), o->v_b = put(&at, (size_t)KV * D);
+    if (m->qkv_bias && interleave) {
+      o->q_w = put(&at, qn), o->q_b = put(&at, (size_t)H * D);
+      o->k_w = put(&at, kn), o->k_b = put(&at, (size_t)KV * D);
+      o->v_w = put(&at, kn), o->v_b = put(&at, (size_t)KV * D);
+    } else {
+      o->q_w = put(&at, qn), o->k_w = put(&at, kn), o->v_w = put(&at, kn);
+      if (m->qkv_bias)
+        o->q_b = put(&at, (size_t)H * D), o->k_b = put(&at, (size_t)KV * D), o->v_b = put(&at, (size_t)KV * D);
+    }
     o->o_w = put(&at, (size_t)C * H * D), o->o_b = VR_CUTRAIN_NONE;
     o->gate_w = put(&at, (size_t)F * C), o->up_w = put(&at, (size_t)F * C), o->down_w = put(&at, (size_t)C * F);
     o->gate_b = o->up_b = o->down_b = VR_CUTRAIN_NONE;
@@ -176,9 +185,11 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
   const double tps = T / t_step, tps_f = T / t_fwd;
   const double mfu = tps * f_train / (gemm_tflops * 1e12), mfu_f = tps_f * f_fwd / (gemm_tflops * 1e12);
   printf(
-      "%-14s%s%s%s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
+      "%-14s%s%s%s%s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
       "%.1fk tokens/s  MFU %.1f%%  |  device memory %.1f GiB  loss %.4f (ln V = %.4f)\n",
-      m->name, recompute ? " (recompute)" : "", staged ? " (staged)" : "", tune ? " (tuned gemms)" : "", n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3, 100 * mfu,
+      m->name, recompute ? " (recompute)" : "", staged ? " (staged)" : "", tune ? " (tuned gemms)" : "",
+      interleave && m->qkv_bias ? " (biases interleaved)" : "", n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3,
+      100 * mfu,
       t_fwd * 1e3, tps_f / 1e3, 100 * mfu_f, (free0 - free1) / 1073741824.0, nll, log((double)V));
   printf(
       "json {\"model\": \"%s\", \"params\": %zu, \"tokens\": %d, \"step_ms\": %.3f, \"tokens_per_s\": %.1f, "
@@ -195,7 +206,7 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
 int main(int argc, char **argv) {
   const char *which = "all";
   static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"}; /* VR_CUTRAIN_ATTN_BWD_* */
-  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0;
+  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, inter = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -218,6 +229,8 @@ int main(int argc, char **argv) {
       staged = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--tune-gemm"))
       tune = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--bias-layout") && (!strcmp(argv[i + 1], "grouped") || !strcmp(argv[i + 1], "interleaved")))
+      inter = !strcmp(argv[i + 1], "interleaved");
     else if (!strcmp(argv[i], "--attn-bwd")) {
       attn = -1; /* unless named */
       for (int k = 0; k < (int)(sizeof attn_names / sizeof attn_names[0]); ++k)
@@ -226,7 +239,7 @@ int main(int argc, char **argv) {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
               "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1] "
-              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra]\n",
+              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved]\n",
               argv[0]);
       return 2;
     }
@@ -238,7 +251,7 @@ int main(int argc, char **argv) {
   int rc = 0, ran = 0;
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
     if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
-      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn), ++ran;
+      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter), ++ran;
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }
