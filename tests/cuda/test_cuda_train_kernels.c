@@ -717,19 +717,21 @@ static void test_attention_ref_fd(void) {
 
 /* ------------------------------------------------------------ optimizer, reductions */
 
-static void test_sumsq(size_t n) {
-  float *x = rand_f(n, -1, 1), *d_x = todev(x, n * 4);
+/* n elements from offset skip of the device buffer (skip 1: not 16-byte aligned, the scalar
+ * loop alone; 0: the float4 loop, then the tail). */
+static void test_sumsq(size_t n, size_t skip) {
+  float *x = rand_f(n + skip, -1, 1), *d_x = todev(x, (n + skip) * 4);
   double r = 0, g[2], *d_o = dmalloc(8), *d_s = dmalloc(VR_CUTRAIN_SUMSQ_BLOCKS * 8);
-  for (size_t i = 0; i < n; ++i) r += (double)x[i] * x[i];
-  vr_cutrain_sumsq(d_o, d_x, n, d_s, 0);
+  for (size_t i = skip; i < n + skip; ++i) r += (double)x[i] * x[i];
+  vr_cutrain_sumsq(d_o, d_x + skip, n, d_s, 0);
   tohost(&g[0], d_o, 8);
-  vr_cutrain_sumsq(d_o, d_x, n, d_s, 0);
+  vr_cutrain_sumsq(d_o, d_x + skip, n, d_s, 0);
   tohost(&g[1], d_o, 8);
   const float gf = (float)g[0];
   char what[96];
-  snprintf(what, sizeof what, "sumsq n%zu (double)", n);
+  snprintf(what, sizeof what, "sumsq n%zu from +%zu (double)", n, skip);
   check_rel(what, &r, &gf, 1, 1e-7);
-  snprintf(what, sizeof what, "sumsq deterministic n%zu", n);
+  snprintf(what, sizeof what, "sumsq deterministic n%zu from +%zu", n, skip);
   check_same_bits(what, &g[0], &g[1], 8);
   dfree(d_x), dfree(d_o), dfree(d_s);
   free(x);
@@ -876,8 +878,10 @@ int main(void) {
   test_attention_train(8, 2, 64, 37, 0, 0, small, 6);
   test_attention_train(4, 4, 96, 0, 0, 0, small, 6);
   test_attention_train(8, 2, 64, 0, 1, 0, small, 6);
-  test_sumsq(3000017);
-  test_sumsq(5);
+  test_sumsq(3000017, 0);
+  test_sumsq(3000017, 1);
+  test_sumsq(5, 0);
+  test_sumsq(4 * 262144 * 2 + 8, 0); /* the float4 loop's last round with one group of the pair */
   test_adamw();
   test_convert(100003);
   /* after the older checks (their random inputs stay those of the fixed seed) */

@@ -3,7 +3,7 @@
  * (vr_cuda_attention_lse), never stored. Contracts in vr_cutrain_ops.h.
  *
  * On 64-row tiles (seq, t0) of the same tile list:
- *   k_attn_delta: delta[t, h] = sum_d dout[t, h, d] * o[t, h, d];
+ *   k_attn_delta (k_attn_delta8: 16-byte loads at D 64 / 128): delta[t, h] = sum_d dout[t, h, d] * o[t, h, d];
  *   k_bwd_dkdv_mma (vr_cutrain_attention_mma.cuh): a block owns a 64-key tile of one key head;
  *     it loops over the query heads of the head's group and the query tiles at or after its
  *     keys, recomputing S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta); dV += P^T dO
@@ -58,6 +58,32 @@ __global__ void k_attn_delta(bwd_params p, int T, int D) {
   for (int c = lane; c < D; c += 32) a += __bfloat162float(o[c]) * __bfloat162float(d[c]);
   for (int k = 16; k > 0; k >>= 1) a += __shfl_xor_sync(0xffffffffu, a, k);
   if (lane == 0) p.delta[w] = a;
+}
+
+/* The same with 16-byte loads: G = D / 8 lanes per (t, h), the products summed over the G lanes
+ * (rows of pitch ld_o % 8 == 0 and 16-byte aligned o, dout; D 64 or 128): one 128-byte line of
+ * each tensor per 8 lanes where the warp-per-row form issued 2-byte loads. */
+template <int G>
+__global__ void k_attn_delta8(bwd_params p, int T) {
+  const size_t gid = (size_t)blockIdx.x * blockDim.x + threadIdx.x, w = gid / G;
+  const int sub = (int)(gid % G);
+  float a = 0.f;
+  if (w < (size_t)T * p.H) {
+    const size_t t = w / p.H;
+    const int h = (int)(w - t * p.H);
+    const size_t at = t * p.ld_o + (size_t)h * (G * 8) + (size_t)sub * 8;
+    const uint4 ov = *reinterpret_cast<const uint4 *>(p.o + at), dv = *reinterpret_cast<const uint4 *>(p.dout + at);
+    const __nv_bfloat162 *o2 = reinterpret_cast<const __nv_bfloat162 *>(&ov),
+                         *d2 = reinterpret_cast<const __nv_bfloat162 *>(&dv);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 of = __bfloat1622float2(o2[k]), df = __bfloat1622float2(d2[k]);
+      a = fmaf(of.x, df.x, a);
+      a = fmaf(of.y, df.y, a);
+    }
+  }
+  for (int k = G / 2; k > 0; k >>= 1) a += __shfl_xor_sync(0xffffffffu, a, k); /* within the G-lane group */
+  if (w < (size_t)T * p.H && sub == 0) p.delta[w] = a;
 }
 
 /* The split table's group sums: dqkv[t, k / v of key head hk] = bf16(sum over gi in order of
@@ -323,7 +349,13 @@ extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, in
       params_make(dqkv, qkv, ld, q_off, k_off, v_off, o, dout, ld_o, lse, delta, cu, tiles, tiles_q, H, Hkv, scale);
   if (H > Hkv) p.part = split; /* the generic kernels ignore it */
   const size_t warps = (size_t)T * H;
-  k_attn_delta<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(p, T, D);
+  const int vec = (D == 64 || D == 128) && ld_o % 8 == 0 && ((uintptr_t)o & 15) == 0 && ((uintptr_t)dout & 15) == 0;
+  if (vec && D == 64)
+    k_attn_delta8<8><<<(unsigned)((warps * 8 + 255) / 256), 256, 0, s>>>(p, T);
+  else if (vec)
+    k_attn_delta8<16><<<(unsigned)((warps * 16 + 255) / 256), 256, 0, s>>>(p, T);
+  else
+    k_attn_delta<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(p, T, D);
   VR_CUDA_CHECK_LAUNCH();
   if (kernel != VR_CUTRAIN_ATTN_BWD_GENERIC) {
     VR_ASSERT(ld % 8 == 0 && ld_o % 8 == 0 && q_off % 8 == 0 && k_off % 8 == 0 && v_off % 8 == 0);

@@ -122,46 +122,64 @@ __global__ void __launch_bounds__(LSM_THREADS)
 
 /* dlogits[r, j] = bf16(inv_temp * (glp (j == y) - p_j (glp + gent (log p_j + ent)))),
  * log p_j = z_j - lse, or from the stored log-softmax (LP16; logits unused):
- * log p_j = lp16[r, j] + lpmax[r, j / 128] - lse; 4 elements per thread (V % 4 == 0) or 1. */
+ * log p_j = lp16[r, j] + lpmax[r, j / 128] - lse. A block per row (rows strided over the grid),
+ * the row's scalars read once; its threads take W = 4 elements (V % 4 == 0) or 1 at a time, four
+ * such loads in flight before their arithmetic. In place (dl == lp16): every element is read and
+ * then written by the same thread. */
+#define DL_THREADS 256
+#define DL_UNROLL 4
 template <int V4, int LP16>
-__global__ void k_dlogits_rows(uint16_t *dl, const float *logits, const uint16_t *lp16, const float *lpmax,
-                               const float *glp, const float *gent, const float *lse, const float *ent,
-                               const int32_t *tgt, int rows, int V, float inv_temp) {
-  const int W = V4 ? 4 : 1;
-  const size_t vpr = (size_t)V / W, total = (size_t)rows * vpr;
-  for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total; idx += (size_t)gridDim.x * blockDim.x) {
-    const size_t r = idx / vpr;
-    const int j0 = (int)(idx - r * vpr) * W, y = tgt[r];
+__global__ void __launch_bounds__(DL_THREADS)
+    k_dlogits_rows(uint16_t *dl, const float *logits, const uint16_t *lp16, const float *lpmax, const float *glp,
+                   const float *gent, const float *lse, const float *ent, const int32_t *tgt, int rows, int V,
+                   float inv_temp) {
+  const int W = V4 ? 4 : 1, vpr = V / W, nseg = (V + VR_CUTRAIN_LSM_SEG - 1) / VR_CUTRAIN_LSM_SEG;
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int y = tgt[r];
     const float gl = y >= 0 ? glp[r] : 0.f, ge = gent ? gent[r] : 0.f, l = lse[r], h = ent ? ent[r] : 0.f;
-    float v[4]; /* log p */
-    if (LP16) {
-      /* the segment's offset: all W elements share it (j0 % 4 == 0 when W == 4) */
-      const int nseg = (V + VR_CUTRAIN_LSM_SEG - 1) / VR_CUTRAIN_LSM_SEG;
-      const float off = lpmax[r * nseg + j0 / VR_CUTRAIN_LSM_SEG] - l;
-      if (V4) {
-        const uint2 q = *reinterpret_cast<const uint2 *>(lp16 + r * V + j0);
-        const uint16_t *h4 = reinterpret_cast<const uint16_t *>(&q);
-        v[0] = bf(h4[0]) + off, v[1] = bf(h4[1]) + off, v[2] = bf(h4[2]) + off, v[3] = bf(h4[3]) + off;
-      } else {
-        v[0] = bf(lp16[r * V + j0]) + off;
-      }
-    } else if (V4) {
-      const float4 q = *reinterpret_cast<const float4 *>(logits + r * V + j0);
-      v[0] = q.x * inv_temp - l, v[1] = q.y * inv_temp - l, v[2] = q.z * inv_temp - l, v[3] = q.w * inv_temp - l;
-    } else {
-      v[0] = logits[r * V + j0] * inv_temp - l;
-    }
-    uint16_t o[4];
+    const size_t base = (size_t)r * V;
+    for (int i0 = threadIdx.x; i0 < vpr; i0 += DL_UNROLL * DL_THREADS) {
+      float v[DL_UNROLL][4]; /* log p */
 #pragma unroll
-    for (int e = 0; e < W; ++e) {
-      const float lp = v[e], p = __expf(lp);
-      const float dz = (j0 + e == y ? gl : 0.f) - p * (gl + ge * (lp + h));
-      o[e] = to_bf(dz * inv_temp);
+      for (int u = 0; u < DL_UNROLL; ++u) {
+        const int i = i0 + u * DL_THREADS, j0 = i * W;
+        if (i >= vpr) continue;
+        if (LP16) {
+          /* the segment's offset: all W elements share it (j0 % 4 == 0 when W == 4) */
+          const float off = lpmax[(size_t)r * nseg + j0 / VR_CUTRAIN_LSM_SEG] - l;
+          if (V4) {
+            const uint2 q = *reinterpret_cast<const uint2 *>(lp16 + base + j0);
+            const uint16_t *h4 = reinterpret_cast<const uint16_t *>(&q);
+            v[u][0] = bf(h4[0]) + off, v[u][1] = bf(h4[1]) + off, v[u][2] = bf(h4[2]) + off,
+            v[u][3] = bf(h4[3]) + off;
+          } else {
+            v[u][0] = bf(lp16[base + j0]) + off;
+          }
+        } else if (V4) {
+          const float4 q = *reinterpret_cast<const float4 *>(logits + base + j0);
+          v[u][0] = q.x * inv_temp - l, v[u][1] = q.y * inv_temp - l, v[u][2] = q.z * inv_temp - l,
+          v[u][3] = q.w * inv_temp - l;
+        } else {
+          v[u][0] = logits[base + j0] * inv_temp - l;
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < DL_UNROLL; ++u) {
+        const int i = i0 + u * DL_THREADS, j0 = i * W;
+        if (i >= vpr) continue;
+        uint16_t o[4];
+#pragma unroll
+        for (int e = 0; e < W; ++e) {
+          const float lp = v[u][e], p = __expf(lp);
+          const float dz = (j0 + e == y ? gl : 0.f) - p * (gl + ge * (lp + h));
+          o[e] = to_bf(dz * inv_temp);
+        }
+        if (V4)
+          *reinterpret_cast<uint2 *>(dl + base + j0) = *reinterpret_cast<const uint2 *>(o);
+        else
+          dl[base + j0] = o[0];
+      }
     }
-    if (V4)
-      *reinterpret_cast<uint2 *>(dl + r * V + j0) = *reinterpret_cast<const uint2 *>(o);
-    else
-      dl[r * V + j0] = o[0];
   }
 }
 
@@ -186,15 +204,15 @@ extern "C" void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, 
   if (n == 0) return;
   VR_ASSERT(!lp16 || lpmax);
   const float it = 1.f / temp;
-  const unsigned g4 = grid_for(n / 4, 256), g1 = grid_for(n, 256);
+  const unsigned g = (unsigned)(rows < 8192 ? rows : 8192);
   if (V % 4 == 0 && lp16)
-    k_dlogits_rows<1, 1><<<g4, 256, 0, s>>>(dlogits, logits, lp16, lpmax, glp, gent, lse, ent, tgt, rows, V, it);
+    k_dlogits_rows<1, 1><<<g, DL_THREADS, 0, s>>>(dlogits, logits, lp16, lpmax, glp, gent, lse, ent, tgt, rows, V, it);
   else if (V % 4 == 0)
-    k_dlogits_rows<1, 0><<<g4, 256, 0, s>>>(dlogits, logits, lp16, lpmax, glp, gent, lse, ent, tgt, rows, V, it);
+    k_dlogits_rows<1, 0><<<g, DL_THREADS, 0, s>>>(dlogits, logits, lp16, lpmax, glp, gent, lse, ent, tgt, rows, V, it);
   else if (lp16)
-    k_dlogits_rows<0, 1><<<g1, 256, 0, s>>>(dlogits, logits, lp16, lpmax, glp, gent, lse, ent, tgt, rows, V, it);
+    k_dlogits_rows<0, 1><<<g, DL_THREADS, 0, s>>>(dlogits, logits, lp16, lpmax, glp, gent, lse, ent, tgt, rows, V, it);
   else
-    k_dlogits_rows<0, 0><<<g1, 256, 0, s>>>(dlogits, logits, lp16, lpmax, glp, gent, lse, ent, tgt, rows, V, it);
+    k_dlogits_rows<0, 0><<<g, DL_THREADS, 0, s>>>(dlogits, logits, lp16, lpmax, glp, gent, lse, ent, tgt, rows, V, it);
   VR_CUDA_CHECK_LAUNCH();
 }
 

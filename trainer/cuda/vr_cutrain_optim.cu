@@ -22,12 +22,25 @@ __device__ double block_sum_d(double v, double *red) {
   return t;
 }
 
-/* Pass 1: block b sums x[i]^2 (double) over i = b * 256 + tid + k * (blocks * 256), in order. */
-__global__ void __launch_bounds__(SQ_THREADS) k_sumsq_partial(double *partial, const float *x, size_t n) {
+/* Pass 1: block b's threads sum x[i]^2 (double) in a fixed order: x 16-byte aligned, the first
+ * n4 = n / 4 groups of 4 as float4 (two in flight per thread: group q = b * 256 + tid + k *
+ * (blocks * 256)), then the rest one element each; unaligned x (n4 = 0): every element so. */
+__global__ void __launch_bounds__(SQ_THREADS) k_sumsq_partial(double *partial, const float *x, size_t n, size_t n4) {
   __shared__ double red[32];
   double a = 0.0;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    a += (double)x[i] * x[i];
+  const size_t step = (size_t)gridDim.x * blockDim.x, q0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+  const float4 *x4 = reinterpret_cast<const float4 *>(x);
+  size_t q = q0;
+  for (; q + step < n4; q += 2 * step) {
+    const float4 u = x4[q], v = x4[q + step];
+    a += (double)u.x * u.x + (double)u.y * u.y + (double)u.z * u.z + (double)u.w * u.w;
+    a += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+  }
+  if (q < n4) {
+    const float4 u = x4[q];
+    a += (double)u.x * u.x + (double)u.y * u.y + (double)u.z * u.z + (double)u.w * u.w;
+  }
+  for (size_t i = 4 * n4 + q0; i < n; i += step) a += (double)x[i] * x[i];
   a = block_sum_d(a, red);
   if (threadIdx.x == 0) partial[blockIdx.x] = a;
 }
@@ -125,7 +138,8 @@ __global__ void k_zero_chunks(float *x, const int64_t *off, const int64_t *len) 
 /* -------------------------------------------------------------- launchers */
 
 extern "C" void vr_cutrain_sumsq(double *out, const float *x, size_t n, double *scratch, cudaStream_t s) {
-  k_sumsq_partial<<<VR_CUTRAIN_SUMSQ_BLOCKS, SQ_THREADS, 0, s>>>(scratch, x, n);
+  const size_t n4 = ((uintptr_t)x & 15) == 0 ? n / 4 : 0;
+  k_sumsq_partial<<<VR_CUTRAIN_SUMSQ_BLOCKS, SQ_THREADS, 0, s>>>(scratch, x, n, n4);
   VR_CUDA_CHECK_LAUNCH();
   k_sumsq_final<<<1, SQ_THREADS, 0, s>>>(out, scratch, VR_CUTRAIN_SUMSQ_BLOCKS);
   VR_CUDA_CHECK_LAUNCH();
