@@ -27,9 +27,11 @@
  *   qkv GEMM (ring or tensor-core kernel: vr_cuda_roll_set_attn), 32 / 64 / 128 / 256 our decode GEMM on the
  *   layers / on the LM head / per shape where it won the warm-up's timing / with programmatic
  *   dependent launch (vr_cuda_roll_use_dgemm's LAYERS, HEAD, TIMED, PDL), PIPE the scheduler's
- *   decode_pipeline (left out or 0: the default, pipelined without stop ids; -1 off), IO 1 (left out:
- *   the default) a step's upload, feed and download as kernels inside its graph, 0 as stream
- *   operations around it (vr_cuda_roll_graph_io). Default: "1", the engine's defaults. Each
+ *   decode_pipeline (left out or 0: the default, pipelined without stop ids; -1 off), IO
+ *   (vr_cuda_roll_graph_io; left out or -1: the engine's default, 2) where a step's upload, feed and
+ *   download run: 2 the upload on a copy stream at launch into a device copy that the graph's
+ *   first kernel stages from, 1 that kernel reading the pinned host block through its mapping, 0
+ *   stream operations around the graph. Default: "1", the engine's defaults. Each
  *   measurement then runs the generate once more with events around every launched step
  *   (vr_cuda_roll_time_steps): the device period of a step, its stream operations, its graph. After each measurement the three attention kernels are also timed alone
  *   on one layer (vr_cuda_roll_time_attention) at the last step's partition length, and the
@@ -98,8 +100,8 @@ typedef struct {
 } bench_t;
 
 /* One measurement on a fresh engine: fuse (1/0), part (0: the engine's), knobs (-1: the engine's;
- * else the --variants bit mask) and pipe (decode_pipeline) set before the first generate. 0 or 1 (an
- * error). */
+ * else the --variants bit mask), pipe (decode_pipeline) and io (-1: the engine's) set before the
+ * first generate. 0 or 1 (an error). */
 static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int knobs, int pipe, int io, FILE *jf) {
   const shape_t *sh = bn->sh;
   const int P = bn->P, Lp = bn->Lp, N = bn->N, R = bn->R;
@@ -123,7 +125,7 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   const double init_s = (vr_now_ns() - t0) * 1e-9;
   void *st = vr_rollout_backend_state(r);
   vr_cuda_roll_fuse_sample(st, fuse);
-  vr_cuda_roll_graph_io(st, io);
+  if (io >= 0) vr_cuda_roll_graph_io(st, io);
   if (knobs >= 0) {
     vr_cuda_roll_set_tuning(st, knobs & 1, (knobs >> 1) & 1);
     vr_cuda_roll_split_sample(st, (knobs >> 2) & 1);
@@ -190,7 +192,7 @@ static int run_variant(const bench_t *bn, tmodel_t *mp, int fuse, int part, int 
   const double mean_ctx = Lp + (N + 1) / 2.0;
   const double step_bytes = (double)wb + (double)P * R * mean_ctx * kv_tok; /* every sequence reads its whole context */
   const double ideal_ms = step_bytes / rate * 1e3;
-  printf("%s [sampler in graph %d, attention part %d, knobs %d, pipeline %d, step io in graph %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
+  printf("%s [sampler in graph %d, attention part %d, knobs %d, pipeline %d, step io %d]: %d prompts x %d tokens, %d responses each, %d new (%s, T %.2f; "
          "): %llu tokens in %.3f s = %.0f tokens/s (peak %u blocks, %llu copy-on-write copies)\n",
          sh->name, fuse, part, knobs, pipe, io, P, Lp, R, N, temp > 0.f ? "sampled" : "greedy", temp,
          (unsigned long long)gen, wall, tps, s->peak_blocks, (unsigned long long)s->cow_copies);
@@ -470,7 +472,7 @@ int main(int argc, char **argv) {
   }
   int rc = 0;
   for (const char *v = variants; v && *v && !rc;) {
-    int fuse = 1, part = 0, knobs = -1, pipe = 0, io = 1, used = 0, more = 0;
+    int fuse = 1, part = 0, knobs = -1, pipe = 0, io = -1, used = 0, more = 0;
     if (sscanf(v, "%d%n", &fuse, &used) != 1) {
       fprintf(stderr, "bad --variants item at \"%s\" (F[:PART[:KNOBS[:PIPE[:IO]]]])\n", v);
       rc = 1;

@@ -31,6 +31,7 @@
 static int g_fail = 0;
 static uint64_t g_rng;
 static unsigned g_dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT; /* the cuda engines' decode GEMMs (vr_cuda_roll_use_dgemm) */
+static int g_graph_io = -1; /* the cuda engines' step I/O form (vr_cuda_roll_graph_io); -1: the default */
 
 static uint32_t irand(uint32_t n) { return vr_test_rand(&g_rng, n); }
 static float frand(void) { return (float)vr_test_rand(&g_rng, 1u << 30) / (float)(1u << 29) - 1.f; } /* [-1, 1) */
@@ -740,7 +741,10 @@ static int make_engine(const tmodel_t *m, const vr_rollout_backend_t *be, const 
   o.max_batch_tokens = max_batch_tokens;
   o.max_model_len = 512;
   const int rc = vr_rollout_init_backend(be, &m->cfg, m->params, m->n, &m->w, &o, out);
-  if (rc == 0 && be == &vr_rollout_backend_cuda) vr_cuda_roll_use_dgemm(vr_rollout_backend_state(*out), g_dgemm);
+  if (rc == 0 && be == &vr_rollout_backend_cuda) {
+    vr_cuda_roll_use_dgemm(vr_rollout_backend_state(*out), g_dgemm);
+    if (g_graph_io >= 0) vr_cuda_roll_graph_io(vr_rollout_backend_state(*out), g_graph_io);
+  }
   return rc;
 }
 
@@ -1079,9 +1083,11 @@ static uint32_t pick_stops(const vr_gen_output_t *o, int32_t *stop) {
  * the default: every step after the first of a streak launched ahead) and with stop ids taken from
  * the plain run's own tokens (pick_stops), so that responses stop on different decode steps (mode 2:
  * the step launched after a stop dropped, the plain schedule goes on); on one engine (the mode
- * switched between generates) and on a second, fresh one; and on a third with the step's upload,
- * feed and download as stream operations around the graph (vr_cuda_roll_graph_io 0) instead of
- * kernels inside it (the default, which the other two run), its steps timed (vr_cuda_roll_time_steps). */
+ * switched between generates) and on a second, fresh one (both in the default step I/O form,
+ * vr_cuda_roll_graph_io 2: the upload on the copy stream into a device copy the graph stages from);
+ * and on one engine each of the other forms, their steps timed (vr_cuda_roll_time_steps): 0, the
+ * upload, feed and download as stream operations around the graph, and 1, the graph's first
+ * kernel reading the pinned host block through its mapping. */
 static void test_pipeline(void) {
   tmodel_t m;
   /* untied: with the LM head tied to these random embeddings every response repeats one token
@@ -1101,13 +1107,17 @@ static void test_pipeline(void) {
     for (uint32_t i = 0; i < len; ++i) ids[pcu[p] + i] = (int32_t)irand(500);
     pcu[p + 1] = pcu[p] + len;
   }
-  vr_rollout_t *e = NULL, *f = NULL, *h = NULL;
+  static const int forms[2] = {0, 1}; /* h[i]'s vr_cuda_roll_graph_io */
+  static const char *const form_what[2] = {"as stream operations (graph_io 0)",
+                                           "in the graph from the host block's mapping (graph_io 1)"};
+  vr_rollout_t *e = NULL, *f = NULL, *h[2] = {NULL, NULL};
   if (make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &e) || make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &f) ||
-      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &h)) {
+      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &h[0]) ||
+      make_engine(&m, &vr_rollout_backend_cuda, "cuda", 2048, &h[1])) {
     report(0, "pipeline: init failed");
     goto done;
   }
-  vr_cuda_roll_graph_io(vr_rollout_backend_state(h), 0);
+  for (int i = 0; i < 2; ++i) vr_cuda_roll_graph_io(vr_rollout_backend_state(h[i]), forms[i]);
   for (int sampled = 0; sampled < 2; ++sampled) {
     vr_gen_params_t gp;
     vr_gen_params_init(&gp);
@@ -1119,7 +1129,7 @@ static void test_pipeline(void) {
       gp.seed = 7;
     }
     const char *what = sampled ? "sampled" : "greedy";
-    vr_gen_output_t plain, pipe1, plain_s, pipe2, fresh2, stream2;
+    vr_gen_output_t plain, pipe1, plain_s, pipe2, fresh2, form2[2];
     char d1[160], d2[160], d3[160], d4[160];
     vr_rollout_set_decode_pipeline(e, -1);
     int rc = vr_rollout_generate(e, ids, pcu, NP, &gp, &plain);
@@ -1134,12 +1144,16 @@ static void test_pipeline(void) {
     rc |= vr_rollout_generate(e, ids, pcu, NP, &gp, &pipe2);
     vr_rollout_set_decode_pipeline(f, 2);
     rc |= vr_rollout_generate(f, ids, pcu, NP, &gp, &fresh2);
-    vr_rollout_set_decode_pipeline(h, 2);
-    vr_cuda_roll_time_steps(vr_rollout_backend_state(h), 1);
-    rc |= vr_rollout_generate(h, ids, pcu, NP, &gp, &stream2);
-    double tm[3] = {0, 0, 0};
-    const int timed = vr_cuda_roll_step_times(vr_rollout_backend_state(h), tm) == 0 && tm[0] > 0 && tm[1] > 0 && tm[2] > 0;
-    vr_cuda_roll_time_steps(vr_rollout_backend_state(h), 0);
+    double tm[2][3] = {{0, 0, 0}, {0, 0, 0}};
+    int timed[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      void *hs = vr_rollout_backend_state(h[i]);
+      vr_rollout_set_decode_pipeline(h[i], 2);
+      vr_cuda_roll_time_steps(hs, 1);
+      rc |= vr_rollout_generate(h[i], ids, pcu, NP, &gp, &form2[i]);
+      timed[i] = vr_cuda_roll_step_times(hs, tm[i]) == 0 && tm[i][0] > 0 && tm[i][1] > 0 && tm[i][2] > 0;
+      vr_cuda_roll_time_steps(hs, 0);
+    }
     if (rc) {
       report(0, "pipeline %s: generate failed", what);
       continue;
@@ -1165,23 +1179,26 @@ static void test_pipeline(void) {
     report(same_output(&plain_s, &fresh2) && !memcmp(plain_s.finish, fresh2.finish, plain_s.n_resp),
            "pipeline %s: the same on a fresh engine (%s; %llu dropped)", what, d3,
            (unsigned long long)fresh2.stats.decode_dropped);
-    first_diff(&plain_s, &stream2, d4, sizeof d4);
-    report(same_output(&plain_s, &stream2) && !memcmp(plain_s.finish, stream2.finish, plain_s.n_resp) &&
-               stream2.stats.decode_ahead > 0 && timed,
-           "pipeline %s: upload / feed / download as stream operations (graph_io 0) == in the graph bit for bit (%s; "
-           "%llu steps ahead; timed steps: period %.3f, stream ops %.3f, graph %.3f ms)",
-           what, d4, (unsigned long long)stream2.stats.decode_ahead, tm[0], tm[1], tm[2]);
+    for (int i = 0; i < 2; ++i) {
+      const vr_gen_output_t *o = &form2[i];
+      first_diff(&plain_s, o, d4, sizeof d4);
+      report(same_output(&plain_s, o) && !memcmp(plain_s.finish, o->finish, plain_s.n_resp) && o->stats.decode_ahead > 0 &&
+                 timed[i],
+             "pipeline %s: upload / feed / download %s == the default form (graph_io 2: copy stream) bit for bit (%s; "
+             "%llu steps ahead; timed steps: period %.3f, stream ops %.3f, graph %.3f ms)",
+             what, form_what[i], d4, (unsigned long long)o->stats.decode_ahead, tm[i][0], tm[i][1], tm[i][2]);
+    }
     vr_gen_output_free(&plain);
     vr_gen_output_free(&pipe1);
     vr_gen_output_free(&plain_s);
     vr_gen_output_free(&pipe2);
     vr_gen_output_free(&fresh2);
-    vr_gen_output_free(&stream2);
+    for (int i = 0; i < 2; ++i) vr_gen_output_free(&form2[i]);
   }
 done:
   vr_rollout_free(e);
   vr_rollout_free(f);
-  vr_rollout_free(h);
+  for (int i = 0; i < 2; ++i) vr_rollout_free(h[i]);
   tmodel_free(&m);
 }
 
@@ -1358,6 +1375,17 @@ int main(void) {
     test_engine("gqa 8 D128, our decode GEMM", 256, 256, 2, 16, 2, 128, 256, 0, 0, 0);
     test_engine("qwen2 bias tied mqa D64, our decode GEMM", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
     g_dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT;
+  }
+  /* two engines again with the graph's first kernel staging from the pinned host block's mapping
+   * (graph_io 1) instead of the default's device copy (2): graph == eager, reruns, as above; the
+   * generator restarted afterwards, so the later tests draw what they drew before these were added */
+  {
+    const uint64_t r = g_rng;
+    g_graph_io = 1;
+    test_engine("llama gqa D16, graph_io 1", 300, 64, 2, 4, 2, 16, 96, 0, 0, 0);
+    test_engine("qwen2 bias tied mqa D64, graph_io 1", 500, 256, 2, 4, 1, 64, 384, 1, 1, 0);
+    g_graph_io = -1;
+    g_rng = r;
   }
   test_part_classes();
   test_pipeline();

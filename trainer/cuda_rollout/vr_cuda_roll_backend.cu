@@ -49,10 +49,12 @@ typedef struct rcu_bucket {
   int cls;     /* the last step's class */
   int warm;    /* ran eagerly once (plans exist) */
   int sample;  /* its step ends with the sampler (fixed at the first step: st->fuse_sample then) */
-  int io;      /* sampling and st->graph_io at the first step: the step stages its metadata from the
-                * pinned block and copies its results back by kernels (rcu_decode_step) */
+  int io;      /* st->graph_io at the first step when it samples, else 0: 1 or 2, the step stages its
+                * metadata from the pinned block (1) or from its device copy (2) and copies its
+                * results back by kernels (rcu_decode_step) */
   int par;     /* the last step's host block (st->mk), the graph of io steps */
-  /* class k's graph; io buckets: one per host block (exec[k][mk], each reading its own block) */
+  /* class k's graph; io buckets: one per host block (exec[k][mk], each reading its own block or
+   * its own device copy) */
   cudaGraphExec_t exec[VR_CUDA_ROLL_PART_LENGTHS][2];
 } rcu_bucket_t;
 
@@ -102,7 +104,12 @@ typedef struct rcu {
   int32_t *sout_hb[2];
   cudaEvent_t out_ev[2];
   int32_t *meta_hd[2], *sout_hd[2]; /* meta_hb / sout_hb through their device mappings (io steps) */
-  int graph_io;                     /* vr_cuda_roll_graph_io (default 1) */
+  int graph_io;                     /* vr_cuda_roll_graph_io (default 2) */
+  /* io 2 steps: the words of meta_hb[k] a step stages, packed at its bucket's width (rcu_upload),
+   * copied on the copy stream cs; db_ev[k] after the step that read meta_db[k] */
+  cudaStream_t cs;
+  int32_t *meta_db[2];
+  cudaEvent_t db_ev[2];
   /* vr_cuda_roll_time_steps: per launched step (ring of 4 by p_seq) events at its first stream op,
    * before and after its graph (or eager kernels), after its last op; sums over waited steps */
   int time_steps;
@@ -171,6 +178,7 @@ static void rcu_free(void *state) {
   rcu_t *st = (rcu_t *)state;
   if (!st) return;
   if (st->s) (void)cudaStreamSynchronize(st->s);
+  if (st->cs) (void)cudaStreamSynchronize(st->cs);
   for (int i = 0; i < st->n_buckets; ++i)
     for (int k = 0; k < VR_CUDA_ROLL_PART_LENGTHS; ++k)
       for (int j = 0; j < 2; ++j)
@@ -181,6 +189,7 @@ static void rcu_free(void *state) {
     if (st->meta_evb[k]) (void)cudaEventDestroy(st->meta_evb[k]);
     if (st->sout_hb[k]) (void)cudaFreeHost(st->sout_hb[k]);
     if (st->out_ev[k]) (void)cudaEventDestroy(st->out_ev[k]);
+    if (st->db_ev[k]) (void)cudaEventDestroy(st->db_ev[k]);
   }
   if (st->srow_h) (void)cudaFreeHost(st->srow_h);
   if (st->stok_h) (void)cudaFreeHost(st->stok_h);
@@ -198,6 +207,7 @@ static void rcu_free(void *state) {
   if (st->sg_ev1) (void)cudaEventDestroy(st->sg_ev1);
   if (st->gemm) vr_cuda_gemm_free(st->gemm);
   if (st->s) (void)cudaStreamDestroy(st->s);
+  if (st->cs) (void)cudaStreamDestroy(st->cs);
   free(st->L);
   free(st->wl);
   free(st);
@@ -221,6 +231,10 @@ static rcu_layout_t rcu_layout(uint32_t WT, uint32_t S, uint32_t MB, uint32_t ma
   l.words = l.tiles + 2 * (size_t)max_tiles;
   return l;
 }
+
+/* The words an io step of B rows stages after its four per-row arrays: the sampling rows, the feed
+ * words and B block-table rows, from lay.srow on. */
+static size_t rcu_span(const rcu_t *st, int B) { return st->lay.bt + (size_t)B * st->max_blocks - st->lay.srow; }
 
 /* part <= 0: vr_cuda_roll_pick_part's */
 static void rcu_set_part(const rcu_t *st, rcu_bucket_t *b, int part) {
@@ -286,7 +300,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->use_graphs = 1;
   st->dgemm = VR_CUDA_ROLL_DGEMM_DEFAULT; /* cuBLASLt: ours lost on every decode shape (docs/benchmarks.md) */
   st->fuse_sample = 1;
-  st->graph_io = 1;
+  st->graph_io = 2;
   st->split_sample = 1;
   st->tune_cold = 1; /* vr_cuda_roll_set_tuning; one choice per key in the process (vr_cuda_gemm.cu) */
   st->tune_splitk = 1;
@@ -304,6 +318,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   st->part_sms = st->n_sms;
   st->dgemm_ok = vr_cuda_roll_gemm_available(device_index);
   TRY(cudaStreamCreateWithFlags(&st->s, cudaStreamNonBlocking));
+  TRY(cudaStreamCreateWithFlags(&st->cs, cudaStreamNonBlocking));
   if ((rc = vr_cuda_gemm_init(&st->gemm, RCU_GEMM_WORKSPACE)) != 0) {
     rcu_free(st);
     return rc;
@@ -390,6 +405,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
   DA(st->pml, float, scratch_rows * H * 2, dev_work_bytes);
   st->lay = rcu_layout(st->WT, st->S, st->max_blocks, st->max_tiles);
   DA(st->meta_d, int32_t, st->lay.words, dev_work_bytes);
+  for (int k = 0; k < 2; ++k) DA(st->meta_db[k], int32_t, 4 * S + rcu_span(st, (int)S), dev_work_bytes);
   DA(st->srow_d, vr_cuda_roll_sample_row_t, S * 64, dev_work_bytes);
   DA(st->stok_d, int32_t, S * 64, dev_work_bytes);
   DA(st->slp_d, float, S * 64, dev_work_bytes);
@@ -419,6 +435,7 @@ static int rcu_init(const vr_model_config_t *c, const vr_rollout_options_t *opt,
     TRY(cudaEventCreateWithFlags(&st->meta_evb[k], cudaEventDisableTiming));
     TRY(cudaMallocHost((void **)&st->sout_hb[k], 2 * S * sizeof(int32_t)));
     TRY(cudaEventCreateWithFlags(&st->out_ev[k], cudaEventDisableTiming));
+    TRY(cudaEventCreateWithFlags(&st->db_ev[k], cudaEventDisableTiming));
     if (cudaHostGetDevicePointer((void **)&st->meta_hd[k], st->meta_hb[k], 0) != cudaSuccess ||
         cudaHostGetDevicePointer((void **)&st->sout_hd[k], st->sout_hb[k], 0) != cudaSuccess) {
       (void)cudaGetLastError();
@@ -809,16 +826,38 @@ static void rcu_decode_enqueue(rcu_t *st, const rcu_bucket_t *b, int k) {
   st->in_decode = 0;
 }
 
-/* An io step's first kernel: the metadata of b's B rows from host block p (its device mapping)
- * into meta_d, fed rows' ids from the previous step's tokens (sout_d). */
+/* An io step's first kernel: the metadata of b's B rows into meta_d, from host block p (its device
+ * mapping) or from its device copy meta_db[p] (io 2, rcu_upload's packing), fed rows' ids from the
+ * previous step's tokens (sout_d). */
 static void rcu_stage(rcu_t *st, const rcu_bucket_t *b, int p) {
   const rcu_layout_t *ly = &st->lay;
-  const size_t seg[4] = {ly->ids, ly->pos, ly->slots, ly->lens};
-  vr_cuda_roll_stage_decode(st->meta_d, st->meta_hd[p], seg, ly->srow, ly->bt + (size_t)b->B * st->max_blocks - ly->srow,
-                            ly->feed, st->sout_d, b->B, st->V, st->s);
+  const size_t seg[4] = {ly->ids, ly->pos, ly->slots, ly->lens}, B = (size_t)b->B;
+  const size_t packed[4] = {0, B, 2 * B, 3 * B};
+  const int dev = b->io == 2;
+  vr_cuda_roll_stage_decode(st->meta_d, seg, ly->srow, rcu_span(st, b->B), ly->feed, dev ? st->meta_db[p] : st->meta_hd[p],
+                            dev ? packed : seg, dev ? 4 * B : ly->srow, st->sout_d, b->B, st->V, st->s);
 }
 
-/* An io step's graph: stage from host block p, the step, its results into host slot p. */
+/* An io 2 step's upload, at its launch on the copy stream (so that it overlaps the step still
+ * running): host block p's words that rcu_stage reads into meta_db[p], the four per-row arrays
+ * (spaced by the prefill width WT in the block) packed at b's width, then the span; once the step
+ * that last read meta_db[p] has read it. meta_ev (the host block's) after the copy; the main stream
+ * waits for it before the step. */
+static void rcu_upload(rcu_t *st, const rcu_bucket_t *b, int p) {
+  const rcu_layout_t *ly = &st->lay;
+  const size_t B = (size_t)b->B, pitch = (ly->pos - ly->ids) * sizeof(int32_t);
+  VR_ASSERT(ly->slots - ly->pos == ly->pos - ly->ids && ly->lens - ly->slots == ly->pos - ly->ids);
+  VR_CUDA_CHECK(cudaStreamWaitEvent(st->cs, st->db_ev[p], 0));
+  VR_CUDA_CHECK(cudaMemcpy2DAsync(st->meta_db[p], B * sizeof(int32_t), st->meta_h + ly->ids, pitch, B * sizeof(int32_t),
+                                  4, cudaMemcpyHostToDevice, st->cs));
+  VR_CUDA_CHECK(cudaMemcpyAsync(st->meta_db[p] + 4 * B, st->meta_h + ly->srow, rcu_span(st, b->B) * sizeof(int32_t),
+                                cudaMemcpyHostToDevice, st->cs));
+  VR_CUDA_CHECK(cudaEventRecord(st->meta_ev, st->cs));
+  VR_CUDA_CHECK(cudaStreamWaitEvent(st->s, st->meta_ev, 0));
+}
+
+/* An io step's graph: stage from host block p (or its device copy), the step, its results into host
+ * slot p. */
 static void rcu_decode_enqueue_io(rcu_t *st, const rcu_bucket_t *b, int k, int p) {
   rcu_stage(st, b, p);
   rcu_decode_enqueue(st, b, k);
@@ -955,10 +994,12 @@ static int rcu_take_samples(const int32_t *tok, const float *lp, uint32_t k, int
  * graph of the step's partition class (rcu_part_class of b's contexts), or eagerly on bk's first
  * step (which captures that class's graph for the next ones); a class's first step in a warm
  * bucket captures its graph and replays it. Graph and eager run the same kernels with the same
- * partition length: the same bits. An io bucket (bk->io) uploads nothing: the step's first kernel
- * stages the block from the host (rcu_stage, feeding the fed rows' ids) and its last one copies
- * the tokens and log-probs into host slot mk, both inside the graph (one graph per host block); so
- * the host block is free again only after the step (meta_ev after the graph). */
+ * partition length: the same bits. An io bucket (bk->io) has the step's first kernel stage the
+ * block (rcu_stage, feeding the fed rows' ids) and its last one copy the tokens and log-probs into
+ * host slot mk, both inside the graph (one graph per host block). io 1 stages from the host block
+ * itself, so the block is free again only after the step (meta_ev after the graph); io 2 from its
+ * device copy, uploaded first on the copy stream (rcu_upload), so the block is free after that copy
+ * and the device copy after the step (db_ev). */
 static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_sample_req_t *rows, rcu_bucket_t *bk,
                            const int32_t *feed) {
   int fresh = 0, rc = rcu_fill(st, b, feed, &fresh);
@@ -975,7 +1016,7 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
   }
   if (!bk->warm) {
     bk->sample = st->fuse_sample;
-    bk->io = bk->sample && st->graph_io;
+    bk->io = bk->sample ? st->graph_io : 0;
   }
   if (bk->sample) {
     vr_cuda_roll_sample_row_t *sr = reinterpret_cast<vr_cuda_roll_sample_row_t *>(m + ly->srow);
@@ -988,6 +1029,7 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
   for (uint32_t q = 0; feed && q < n; ++q) fed |= feed[q] >= 0;
   if (io) { /* the stage kernel reads every row's feed word */
     for (uint32_t q = 0; !feed && q < n; ++q) m[ly->feed + q] = -1;
+    if (io == 2) rcu_upload(st, bk, p);
   } else {
     VR_CUDA_CHECK(cudaMemcpyAsync(st->meta_d, m, (ly->bt + (size_t)bk->B * st->max_blocks) * sizeof(int32_t),
                                   cudaMemcpyHostToDevice, st->s));
@@ -1038,7 +1080,8 @@ static int rcu_decode_step(rcu_t *st, const vr_rollout_batch_t *b, const vr_samp
   if (was_warm && st->use_graphs) VR_CUDA_CHECK(cudaGraphLaunch(*ex, st->s));
   VR_CUDA_CHECK(cudaEventRecord(st->dec_ev1, st->s));
   if (tv) VR_CUDA_CHECK(cudaEventRecord(tv[2], st->s));
-  if (io) VR_CUDA_CHECK(cudaEventRecord(st->meta_ev, st->s)); /* the host block is read by the stage kernel */
+  if (io) /* the stage kernel has read the host block (io 1) or its device copy (io 2) */
+    VR_CUDA_CHECK(cudaEventRecord(io == 2 ? st->db_ev[p] : st->meta_ev, st->s));
   st->n_logits = n;
   st->dec_timed = 1;
   return 0;
@@ -1149,9 +1192,10 @@ extern "C" double vr_cuda_roll_last_decode_ms(void *state) {
 
 extern "C" void vr_cuda_roll_use_graphs(void *state, int on) { ((rcu_t *)state)->use_graphs = on != 0; }
 
-extern "C" void vr_cuda_roll_graph_io(void *state, int on) {
+extern "C" void vr_cuda_roll_graph_io(void *state, int form) {
   rcu_t *st = (rcu_t *)state;
-  st->graph_io = on && st->meta_hd[0] && st->meta_hd[1] && st->sout_hd[0] && st->sout_hd[1];
+  const int out = st->sout_hd[0] && st->sout_hd[1], in = st->meta_hd[0] && st->meta_hd[1];
+  st->graph_io = form == 2 && out ? 2 : form == 1 && out && in ? 1 : 0;
 }
 
 extern "C" void vr_cuda_roll_time_steps(void *state, int on) {

@@ -86,13 +86,18 @@ void vr_cuda_roll_use_dgemm(void *state, unsigned flags);
  * first step: call it before the first generate. */
 void vr_cuda_roll_fuse_sample(void *state, int on);
 
-/* Benchmarks: 1 (the default) puts a sampling decode step's whole traffic into its graph: a kernel
- * reads the step's metadata (and feeds its ids) from the pinned host block through its device
- * mapping, another writes the tokens and log-probs into the pinned result slot, so a step is one
- * graph launch and one event (two graphs per partition class, one per host block); 0: the upload,
- * the feed kernel and the download as stream operations around the graph. Same results. Fixed per
- * bucket at its first step: call it before the first generate. */
-void vr_cuda_roll_graph_io(void *state, int on);
+/* Benchmarks: where a sampling decode step's metadata upload, id feed and result download run.
+ * 2 (the default): the upload (the words the step reads, the per-row arrays packed at the bucket's
+ * width) is issued at launch on a copy stream into a device copy of the host block (one per block),
+ * overlapping the step still running; the main stream waits for it before the graph, whose first
+ * kernel stages the metadata from that device copy (and feeds the fed rows' ids) and whose last
+ * writes the tokens and log-probs into the pinned result slot through its device mapping.
+ * 1: the same graph with its first kernel reading the pinned host block itself through its device
+ * mapping (PCIe reads inside the step; no copy). Both: one graph launch per step, two graphs per
+ * partition class (one per host block). 0: the upload, the feed kernel and the download as stream
+ * operations around the graph. Same results. Without mapped pinned memory 0; fixed per bucket at
+ * its first step: call it before the first generate. */
+void vr_cuda_roll_graph_io(void *state, int form);
 
 /* Benchmarks: 1 records events around every launched decode step (decode_launch) from now on and
  * clears the sums; vr_cuda_roll_step_times then gives the means over the waited steps: ms[0] the

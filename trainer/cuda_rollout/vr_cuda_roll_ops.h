@@ -200,12 +200,16 @@ void vr_cuda_roll_sample_ws(int32_t *tokens, float *logprobs, const float *logit
  * (the previous step's sampled tokens), 0 when that is outside [0, V) (a row the sampler marked
  * -1); other ids untouched. */
 void vr_cuda_roll_feed_ids(int32_t *ids, const int32_t *feed, const int32_t *prev, int n, int V, cudaStream_t s);
-/* A decode step's metadata from the pinned host block (meta_src: its device mapping) into meta_d, on
- * the device (so that a CUDA graph holds it): rows [0, B) of the four per-row arrays at word offsets
- * seg[0..4) (ids, positions, slots, lengths), the ids of rows whose feed word (at word feed + row) is
- * >= 0 taken from prev as vr_cuda_roll_feed_ids does, then the span words from span0. */
-void vr_cuda_roll_stage_decode(int32_t *meta_d, const int32_t *meta_src, const size_t seg[4], size_t span0,
-                               size_t span, size_t feed, const int32_t *prev, int B, int V, cudaStream_t s);
+/* A decode step's metadata into meta_d, on the device (so that a CUDA graph holds it): rows [0, B) of
+ * the four per-row arrays at word offsets seg[0..4) of meta_d (ids, positions, slots, lengths), read
+ * at sseg[0..4) of src, the ids of rows whose feed word (at word feed + row of the layout) is >= 0
+ * taken from prev as vr_cuda_roll_feed_ids does, then the span words [span0, span0 + span) read from
+ * sspan0 (the feed words lie inside the span). src: the pinned host block through its device mapping
+ * (sseg = seg, sspan0 = span0) or a device copy of those words packed at B (sseg = 0, B, 2 B, 3 B,
+ * sspan0 = 4 B). */
+void vr_cuda_roll_stage_decode(int32_t *meta_d, const size_t seg[4], size_t span0, size_t span, size_t feed,
+                               const int32_t *src, const size_t sseg[4], size_t sspan0, const int32_t *prev, int B,
+                               int V, cudaStream_t s);
 /* n words src -> dst by a kernel (dst: pinned host memory through its device mapping). */
 void vr_cuda_roll_copy_out(int32_t *dst, const int32_t *src, int n, cudaStream_t s);
 

@@ -456,19 +456,22 @@ extern "C" void vr_cuda_roll_feed_ids(int32_t *ids, const int32_t *feed, const i
 }
 
 namespace {
-/* Words [0, 4 B) of the concatenated ranges: rows 0..B of the four per-row arrays at seg[0..4) (the
- * first one the ids, fed as k_roll_feed does); then span words from span0. src: the pinned host
- * block through its device mapping, read uncached (the host rewrote it since the last launch). */
-__global__ void k_roll_stage(int32_t *dst, const int32_t *src, int4 seg, long long span0, int span, long long feed,
-                             const int32_t *prev, int B, int V) {
+/* Words [0, 4 B) of the concatenated ranges: rows 0..B of the four per-row arrays at seg[0..4) of dst
+ * (the first one the ids, fed as k_roll_feed does), read from sseg[0..4) of src; then span words
+ * from span0 of dst, read from sspan0 of src (the feed words lie in the span: row r's at feed + r of
+ * dst, so at sspan0 + feed - span0 + r of src). src: the pinned host block through its device
+ * mapping or its packed device copy, read uncached either way (the host rewrote the block since the
+ * last launch; a copy engine wrote the device copy). */
+__global__ void k_roll_stage(int32_t *dst, const int32_t *src, int4 seg, int4 sseg, long long span0, long long sspan0,
+                             int span, long long feed, const int32_t *prev, int B, int V) {
   const int total = 4 * B + span;
   for (int i = (int)(blockIdx.x * blockDim.x + threadIdx.x); i < total; i += (int)(gridDim.x * blockDim.x)) {
     if (i < 4 * B) {
       const int g = i / B, r = i - g * B;
       const long long off = (g == 0 ? seg.x : g == 1 ? seg.y : g == 2 ? seg.z : seg.w) + r;
-      int32_t v = __ldcv(src + off);
+      int32_t v = __ldcv(src + (g == 0 ? sseg.x : g == 1 ? sseg.y : g == 2 ? sseg.z : sseg.w) + r);
       if (g == 0) {
-        const int32_t f = __ldcv(src + feed + r);
+        const int32_t f = __ldcv(src + sspan0 + (feed - span0) + r);
         if (f >= 0) {
           const int32_t t = prev[f];
           v = t < 0 || t >= V ? 0 : t;
@@ -476,8 +479,7 @@ __global__ void k_roll_stage(int32_t *dst, const int32_t *src, int4 seg, long lo
       }
       dst[off] = v;
     } else {
-      const long long off = span0 + (i - 4 * B);
-      dst[off] = __ldcv(src + off);
+      dst[span0 + (i - 4 * B)] = __ldcv(src + sspan0 + (i - 4 * B));
     }
   }
 }
@@ -487,14 +489,17 @@ __global__ void k_roll_copy_out(int32_t *dst, const int32_t *src, int n) {
 }
 } /* namespace */
 
-extern "C" void vr_cuda_roll_stage_decode(int32_t *meta_d, const int32_t *meta_src, const size_t seg[4], size_t span0,
-                                          size_t span, size_t feed, const int32_t *prev, int B, int V, cudaStream_t s) {
+extern "C" void vr_cuda_roll_stage_decode(int32_t *meta_d, const size_t seg[4], size_t span0, size_t span, size_t feed,
+                                          const int32_t *src, const size_t sseg[4], size_t sspan0, const int32_t *prev,
+                                          int B, int V, cudaStream_t s) {
   if (B <= 0) return;
+  VR_ASSERT(feed >= span0 && feed + (size_t)B <= span0 + span);
   const int total = 4 * B + (int)span, nt = 256;
   int nb = (total + nt - 1) / nt;
   if (nb > 256) nb = 256;
-  k_roll_stage<<<(unsigned)nb, nt, 0, s>>>(meta_d, meta_src, make_int4((int)seg[0], (int)seg[1], (int)seg[2], (int)seg[3]),
-                                           (long long)span0, (int)span, (long long)feed, prev, B, V);
+  k_roll_stage<<<(unsigned)nb, nt, 0, s>>>(meta_d, src, make_int4((int)seg[0], (int)seg[1], (int)seg[2], (int)seg[3]),
+                                           make_int4((int)sseg[0], (int)sseg[1], (int)sseg[2], (int)sseg[3]),
+                                           (long long)span0, (long long)sspan0, (int)span, (long long)feed, prev, B, V);
   VR_CUDA_CHECK_LAUNCH();
 }
 
