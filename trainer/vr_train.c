@@ -507,27 +507,29 @@ int vr_train_save_optimizer(vr_train_t *t, const char *path) {
 }
 
 /* A version-1 file's moments m, v (the shard [lo, hi) of the first layout) moved in place to
- * this layout: each tensor's range to its current offset. Refused when a tensor lies in the
- * shard in one layout and not (or only partly) in the other (a ZeRO-1 cut inside a layer). */
+ * this layout: each tensor's elements in the shard now come from the same elements of that
+ * tensor in the first layout. Refused when one of them lies outside the file's shard there (a
+ * ZeRO-1 cut near a tensor the two layouts place differently: the moments are on another rank). */
 static int vr_train_opt_from_v1(vr_train_t *t, const char *path, float *m, float *v) {
   const size_t n = t->hi - t->lo;
   float *tm = calloc(n ? n : 1, sizeof *tm), *tv = calloc(n ? n : 1, sizeof *tv);
   int rc = tm && tv ? 0 : VR_ERR_NOMEM;
   for (size_t i = 0; i < t->n_mv && rc == 0; i++) {
     const size_t a = t->mv[i][0], b = t->mv[i][1], k = t->mv[i][2];
-    const int in_new = a >= t->lo && a + k <= t->hi, in_old = b >= t->lo && b + k <= t->hi;
-    const int touch_new = a < t->hi && a + k > t->lo, touch_old = b < t->hi && b + k > t->lo;
-    if (in_new != in_old || in_new != touch_new || in_old != touch_old) {
+    const size_t x = a > t->lo ? a : t->lo, y = a + k < t->hi ? a + k : t->hi; /* its part of the shard */
+    if (x >= y) continue;
+    const size_t from = b + (x - a), to = b + (y - a);
+    if (from < t->lo || to > t->hi) {
       vr_log(VR_LOG_ERROR,
-             "%s: a version-1 optimizer state whose shard [%zu, %zu) cuts table tensor %zu (offset %zu, was %zu) "
-             "differently in this build's layout: it cannot be moved (a ZeRO-1 cut inside a layer with biases); "
-             "start the optimizer state fresh",
-             path, t->lo, t->hi, i, a, b);
+             "%s: a version-1 optimizer state of shard [%zu, %zu): table tensor %zu's moments at [%zu, %zu) of this "
+             "layout were at [%zu, %zu) in version 1's, outside the file's shard (on another rank): they cannot be "
+             "moved here; start the optimizer state fresh",
+             path, t->lo, t->hi, i, x, y, from, to);
       rc = VR_ERR_MODEL_FORMAT;
-    } else if (in_new) {
-      memcpy(tm + (a - t->lo), m + (b - t->lo), k * sizeof *tm);
-      memcpy(tv + (a - t->lo), v + (b - t->lo), k * sizeof *tv);
+      break;
     }
+    memcpy(tm + (x - t->lo), m + (from - t->lo), (y - x) * sizeof *tm);
+    memcpy(tv + (x - t->lo), v + (from - t->lo), (y - x) * sizeof *tv);
   }
   if (rc == 0) {
     memcpy(m, tm, n * sizeof *m), memcpy(v, tv, n * sizeof *v);

@@ -241,9 +241,11 @@ float *vr_train_param_buffer(vr_train_t *t);
 float *vr_train_grad_buffer(vr_train_t *t);
 const char *vr_train_device(const vr_train_t *t); /* the backend's name: "cpu", "cuda" */
 
-/* Optimizer state of this rank's shard: a file "VRAD" (u32 version 1, i64 step, u64 n_floats,
- * u64 lo, u64 hi, then m and v as f32 little endian). load checks every field against this
- * engine and names the one that differs. */
+/* Optimizer state of this rank's shard: a file "VRAD" (u32 version 2, i64 step, u64 n_floats,
+ * u64 lo, u64 hi, then m and v as f32 little endian, in vr_lm's table layout). load checks every
+ * field against this engine and names the one that differs; it also reads version 1 (the table's
+ * first layout, vr_lm_offsets_v1), moving each tensor's moments to its current offset (refused,
+ * saying so, where a moved tensor's moments lie outside the file's ZeRO-1 shard). */
 int vr_train_save_optimizer(vr_train_t *t, const char *path);
 int vr_train_load_optimizer(vr_train_t *t, const char *path);
 /* The same file in two halves, for a write on another thread (async checkpoints): snapshot copies

@@ -35,6 +35,7 @@
 #include "model_test_util.h"
 #include "train_test_util.h"
 #include "verl_reward/status.h"
+#include "vr_log.h"
 
 /* bf16 compute (8 significant bits). These fixtures' logits span several units (log-probs
  * down to -11), so the rounding of the final hidden state and of the LM-head weights alone moves
@@ -287,6 +288,7 @@ static void test_critic(void **state) {
   check_backward_ready(lm, &b, g.T, dw, gc);
   grads_of(tp, &b, 1.0f, dw, NULL, gp, g.T);
   assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
+  check_accumulate(lm, &b, g.T, dw); /* the value head's zeroed parts: score, the untied embedding */
   free(val), free(dw), free(want), free(w), free(gc), free(gp);
   vr_train_free(tc);
   vr_train_free(tp);
@@ -441,7 +443,15 @@ static void test_qwen2_fused(void **state) {
   vr_train_batch_t b = {ids, cu, 2, NULL};
   float d[80], lc[80], lp[80], ec[80], ep[80];
   for (int i = 0; i < 80; i++) d[i] = (i == 0 || i == 37) ? 0.f : -1.0f / 78.f;
-  vr_train_t *tc = engine(lm, "cuda"), *tp = engine(lm, "cpu");
+  mt_log_start();
+  vr_log_set_level(VR_LOG_INFO); /* the engine's layout line */
+  vr_train_t *tc = engine(lm, "cuda");
+  const int fused = strstr(mt_log_text(), "qkv fused") != NULL;
+  mt_log_stop();
+  vr_log_set_level(VR_LOG_INFO);
+  printf("  cuda engine: qkv %s\n", fused ? "fused (one GEMM)" : "NOT FUSED");
+  assert_true(fused);
+  vr_train_t *tp = engine(lm, "cpu");
   assert_int_equal(vr_train_forward(tc, &b, 1.0f, lc, ec, 0), 0);
   assert_int_equal(vr_train_forward(tp, &b, 1.0f, lp, ep, 0), 0);
   double md = 0, nll = 0;
@@ -459,6 +469,7 @@ static void test_qwen2_fused(void **state) {
   grads_of(tc, &b, 1.0f, d, NULL, gc, 80);
   grads_of(tp, &b, 1.0f, d, NULL, gp, 80);
   assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
+  check_accumulate(lm, &b, 80, d);
   vr_train_free(tc), vr_train_free(tp);
   free(gc), free(gp);
   vr_lm_free(lm);

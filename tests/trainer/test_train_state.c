@@ -1,7 +1,8 @@
 /* test_train_state.c: checkpoints and state of the training engine: vr_lm save -> load is bit
  * exact (causal LM, tied, critic); sft-style steps resumed from saved params + optimizer state
  * equal an uninterrupted run bit for bit; micro-batches accumulate to the whole batch's gradient;
- * a version-1 optimizer file (the first layout) is read into the current one;
+ * a version-1 optimizer file (the first layout) is read into the current one, also per ZeRO-1
+ * shard (exactly, or refused where the moments it needs are in another rank's file);
  * bad inputs (batches, optimizer files, directories, heads) fail with messages naming the problem. */
 #include <math.h>
 #include <setjmp.h>
@@ -211,6 +212,12 @@ static void test_optimizer_v1(void **state) {
   for (size_t i = 0; i < nt; i++) moved += v1[i] != vr_lm_tensor(lm, i)->offset;
   printf("qwen2_lm: %zu of %zu tensors at another offset in the version-1 layout\n", moved, nt);
   assert_true(moved > 0);
+  /* layer 0 of the first layout as c8bd4b5's vr_lm laid it out (each bias after its weight, every
+   * tensor padded to 64 floats), pinned here rather than derived from vr_lm_offsets_v1 */
+  const vr_lm_layer_index_t *L0 = &vr_lm_index(lm)->layers[0];
+  const int who[7] = {L0->q_w, L0->q_b, L0->k_w, L0->k_b, L0->v_w, L0->v_b, L0->o_w};
+  const size_t was[7] = {8256, 9280, 9344, 9856, 9920, 10432, 10496};
+  for (int k = 0; k < 7; k++) assert_int_equal(v1[who[k]], was[k]);
   vr_train_t *t = tr_engine(lm, 0, 0, 0);
   vr_adamw_t h = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f};
   for (int k = 0; k < 2; k++) accumulate(t, &g, 1u << 20, NULL, n), assert_int_equal(vr_train_step(t, &h, 1.0f, NULL), 0);
@@ -245,6 +252,85 @@ static void test_optimizer_v1(void **state) {
   free(now), free(old), free(again), free(v1);
   vr_lm_free(lm);
   tr_golden_free(&g);
+}
+
+/* ZeRO-1 shards of a version-1 file (3 ranks; the collectives are never called by save / load):
+ * moments patterned per position in this layout, the file holding each rank's shard of the same
+ * moments in the first layout. A rank loads them into this layout exactly, or (where a tensor
+ * the layouts place differently needs moments outside its shard) refuses saying so; a model
+ * whose layouts agree (llama_lm: no biases) loads on every rank. */
+static int nop_allreduce(void *c, float *b, size_t n) { (void)c, (void)b, (void)n; return 0; }
+static int nop_bcast(void *c, void *b, size_t n, int root) { (void)c, (void)b, (void)n, (void)root; return 0; }
+
+static int v1_zero1_case(const char *name, int R) {
+  vr_lm_t *lm = load(name, VR_LM_HEAD_LM, 0);
+  const size_t n = vr_lm_n_floats(lm), nt = vr_lm_n_tensors(lm);
+  size_t *v1 = malloc(nt * sizeof *v1);
+  vr_lm_offsets_v1(lm, v1);
+  float *m2 = calloc(2 * n, sizeof *m2), *m1 = calloc(2 * n, sizeof *m1); /* m then v, whole buffer */
+  for (size_t i = 0; i < nt; i++) {
+    const vr_lm_tensor_t *x = vr_lm_tensor(lm, i);
+    for (size_t j = 0; j < x->numel; j++)
+      for (int h = 0; h < 2; h++) {
+        const float val = (float)(x->offset + j) + (h ? 0.5f : 0.25f);
+        m2[(size_t)h * n + x->offset + j] = val, m1[(size_t)h * n + v1[i] + j] = val;
+      }
+  }
+  int loaded = 0;
+  char path[1300];
+  snprintf(path, sizeof path, "%s/%s_z.vrad", mt_tmp, name);
+  for (int r = 0; r < R; r++) {
+    vr_train_options_t o;
+    vr_train_options_init(&o);
+    o.zero1 = 1, o.comm.size = R, o.comm.rank = r, o.comm.allreduce_sum = nop_allreduce, o.comm.bcast = nop_bcast;
+    vr_train_t *t = NULL;
+    assert_int_equal(vr_train_init(lm, &o, &t), 0);
+    size_t lo, hi;
+    vr_train_shard_range(t, &lo, &hi);
+    const size_t k = hi - lo, hdr = 4 + 4 + 8 + 3 * 8;
+    char *f = malloc(hdr + 2 * k * 4);
+    const uint32_t ver = 1;
+    const int64_t step = 3;
+    const uint64_t hn = n, hlo = lo, hhi = hi;
+    memcpy(f, "VRAD", 4), memcpy(f + 4, &ver, 4), memcpy(f + 8, &step, 8), memcpy(f + 16, &hn, 8);
+    memcpy(f + 24, &hlo, 8), memcpy(f + 32, &hhi, 8);
+    memcpy(f + hdr, m1 + lo, k * 4), memcpy(f + hdr + k * 4, m1 + n + lo, k * 4);
+    mt_write_file(path, f, hdr + 2 * k * 4);
+    mt_log_start();
+    const int rc = vr_train_load_optimizer(t, path);
+    const int said = strstr(mt_log_text(), "outside the file's shard") != NULL;
+    mt_log_stop();
+    if (rc == 0) {
+      assert_int_equal(vr_train_save_optimizer(t, path), 0);
+      size_t len;
+      char *back = mt_read_file(path, &len);
+      assert_int_equal(len, hdr + 2 * k * 4);
+      assert_memory_equal(back + hdr, m2 + lo, k * 4);
+      assert_memory_equal(back + hdr + k * 4, m2 + n + lo, k * 4);
+      free(back);
+      ++loaded;
+    } else {
+      assert_int_equal(rc, VR_ERR_MODEL_FORMAT);
+      assert_true(said);
+    }
+    printf("%s: ZeRO-1 rank %d of %d, shard [%zu, %zu): version-1 state %s\n", name, r, R, lo, hi,
+           rc == 0 ? "moved into this layout exactly" : "refused (moments on another rank)");
+    free(f);
+    vr_train_free(t);
+  }
+  free(v1), free(m1), free(m2);
+  vr_lm_free(lm);
+  return loaded;
+}
+
+static void test_optimizer_v1_zero1(void **state) {
+  (void)state;
+  assert_int_equal(v1_zero1_case("llama_lm", 3), 3);
+  assert_int_equal(v1_zero1_case("llama_lm", 4), 4);
+  /* qwen2_lm on 4 ranks: the cut at 18240 falls inside layer 1's v_proj weight, which the first
+   * layout had 128 floats later (after q's and k's biases): rank 2 lacks moments rank 3 holds */
+  const int q3 = v1_zero1_case("qwen2_lm", 3), q4 = v1_zero1_case("qwen2_lm", 4);
+  assert_true(q3 >= 1 && q4 >= 1 && q4 < 4);
 }
 
 static void expect_fail(vr_train_t *t, const vr_train_batch_t *b, float tau, int rc, const char *frag) {
@@ -488,6 +574,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_save_load, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_microbatch_and_resume, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test_setup_teardown(test_optimizer_v1, mt_setup_tmp, mt_teardown_tmp),
+      cmocka_unit_test_setup_teardown(test_optimizer_v1_zero1, mt_setup_tmp, mt_teardown_tmp),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_critic_from_reward_models),
       cmocka_unit_test(test_masks),
