@@ -215,12 +215,10 @@ static int zero_chunks_of(const vr_cutrain_t *e, int64_t *off, int64_t *len) {
   size_t pos = 0;
   for (size_t i = 0; i <= n; ++i) {
     const size_t end = i < n ? r[i].at : d->n_floats;
-    for (size_t a = pos; a < end; a += VR_CUTRAIN_ADAMW_CHUNK) {
-      if (off) {
-        off[chunks] = (int64_t)a;
-        len[chunks] = (int64_t)(end - a < VR_CUTRAIN_ADAMW_CHUNK ? end - a : VR_CUTRAIN_ADAMW_CHUNK);
-      }
-      ++chunks;
+    if (end > pos) { /* the gap [pos, end), in the optimizer's chunks */
+      const int k = (int)((end - pos + VR_CUTRAIN_ADAMW_CHUNK - 1) / VR_CUTRAIN_ADAMW_CHUNK);
+      if (off) vr_cutrain_adamw_chunks(pos, end, off + chunks, len + chunks, k);
+      chunks += k;
     }
     if (i < n && r[i].at + r[i].n > pos) pos = r[i].at + r[i].n;
   }
@@ -820,7 +818,7 @@ int vr_cutrain_profile_take(vr_cutrain_t *e, double *ms) {
 
 float *vr_cutrain_params(vr_cutrain_t *e) { return e->p; }
 float *vr_cutrain_grads(vr_cutrain_t *e) {
-  if (e->gfresh && !e->fwd_only) { /* the caller reads it from any stream or the host */
+  if (e->gfresh) { /* the caller reads it from any stream or the host */
     grads_materialize(e);
     VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
   }
