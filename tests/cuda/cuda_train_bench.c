@@ -12,6 +12,7 @@
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
  *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved]
+ *                    [--dxn bf16|f32]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
  * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only);
@@ -19,7 +20,8 @@
  * choice, which its log line names); --bias-layout interleaved: each qkv bias right after its
  * weight (vr_lm's layout before the optimizer file's version 2), so the engine runs q, k, v as
  * three GEMMs and copies (its log line: "qkv split"); grouped (default): the weights adjacent, the
- * biases after them, as vr_lm lays out a checkpoint now.
+ * biases after them, as vr_lm lays out a checkpoint now; --dxn f32: the fused projections' dX in
+ * fp32 into the RMSNorm backward (vr_cutrain_desc_t.dxn_f32; the default bf16 halves its bytes).
  * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -57,7 +59,7 @@ static size_t put(size_t *at, size_t n) { /* a tensor of n floats at 64-float al
 static void count_stage(void *ctx, int stage) { (void)stage, ++*(int *)ctx; }
 
 static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
-                 int tune, int attn_bwd, int interleave) {
+                 int tune, int attn_bwd, int interleave, int dxn_f32) {
   const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
   vr_cutrain_layer_off_t *lo = calloc((size_t)L, sizeof *lo);
   size_t at = 0, n_params = 0;
@@ -105,7 +107,8 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
                                .score_w = VR_CUTRAIN_NONE,
                                .score_b = VR_CUTRAIN_NONE,
                                .recompute = recompute,
-                               .attn_bwd = attn_bwd};
+                               .attn_bwd = attn_bwd,
+                               .dxn_f32 = dxn_f32};
   const int T = seqs * len;
   size_t free0 = 0, total = 0;
   cudaMemGetInfo(&free0, &total);
@@ -206,7 +209,7 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
 int main(int argc, char **argv) {
   const char *which = "all";
   static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"}; /* VR_CUTRAIN_ATTN_BWD_* */
-  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, inter = 0;
+  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, inter = 0, dxn32 = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -231,6 +234,8 @@ int main(int argc, char **argv) {
       tune = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--bias-layout") && (!strcmp(argv[i + 1], "grouped") || !strcmp(argv[i + 1], "interleaved")))
       inter = !strcmp(argv[i + 1], "interleaved");
+    else if (!strcmp(argv[i], "--dxn") && (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "f32")))
+      dxn32 = !strcmp(argv[i + 1], "f32");
     else if (!strcmp(argv[i], "--attn-bwd")) {
       attn = -1; /* unless named */
       for (int k = 0; k < (int)(sizeof attn_names / sizeof attn_names[0]); ++k)
@@ -239,7 +244,7 @@ int main(int argc, char **argv) {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
               "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1] "
-              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved]\n",
+              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved] [--dxn bf16|f32]\n",
               argv[0]);
       return 2;
     }
@@ -251,7 +256,7 @@ int main(int argc, char **argv) {
   int rc = 0, ran = 0;
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
     if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
-      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter), ++ran;
+      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter, dxn32), ++ran;
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }

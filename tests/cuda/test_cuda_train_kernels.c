@@ -89,6 +89,48 @@ static void test_rmsnorm_bwd(int T, int C) {
   free(x), free(w), free(dy), free(dx0), free(dw0), free(rdx), free(rdw), free(gdx), free(gdw), free(gdw2);
 }
 
+/* vr_cutrain_rmsnorm_bwd16 (dy bf16) against vr_cutrain_rmsnorm_bwd on dy's values widened to
+ * fp32: dx (+=), dx16 and dw the same bits; and dx against the double reference. */
+static void test_rmsnorm_bwd16(int T, int C) {
+  const float eps = 1e-6f;
+  const size_t n = (size_t)T * C;
+  float *x = rand_f(n, -2, 2), *w = rand_f(C, 0.5f, 1.5f), *dyr = rand_f(n, -1, 1), *dx0 = rand_f(n, -1, 1),
+        *dw0 = rand_f(C, -1, 1);
+  uint16_t *dy16 = malloc(n * 2);
+  for (size_t i = 0; i < n; ++i) dy16[i] = f2bf(dyr[i]);
+  float *dy = bf_arr_to_f(dy16, n);
+  double *rdx = dcalloc(n);
+  for (int t = 0; t < T; ++t) {
+    const float *xr = x + (size_t)t * C, *gr = dy + (size_t)t * C;
+    double ms = 0, dot = 0;
+    for (int c = 0; c < C; ++c) ms += (double)xr[c] * xr[c], dot += (double)gr[c] * w[c] * xr[c];
+    const double r = 1.0 / sqrt(ms / C + eps);
+    for (int c = 0; c < C; ++c) rdx[(size_t)t * C + c] = dx0[(size_t)t * C + c] + r * gr[c] * w[c] - xr[c] * r * r * r * dot / C;
+  }
+  float *d_x = todev(x, n * 4), *d_w = todev(w, C * 4), *d_dy = todev(dy, n * 4), *d_s = dmalloc(vr_cutrain_rmsnorm_bwd_scratch(T, C) * 4);
+  uint16_t *d_dy16 = todev(dy16, n * 2), *d_a16 = dmalloc(n * 2), *d_b16 = dmalloc(n * 2);
+  float *d_dxa = todev(dx0, n * 4), *d_dxb = todev(dx0, n * 4), *d_dwa = todev(dw0, C * 4), *d_dwb = todev(dw0, C * 4);
+  vr_cutrain_rmsnorm_bwd(d_dxa, d_a16, d_dwa, d_dy, d_x, d_w, T, C, eps, 1, d_s, 0);
+  vr_cutrain_rmsnorm_bwd16(d_dxb, d_b16, d_dwb, d_dy16, d_x, d_w, T, C, eps, 1, d_s, 0);
+  float *ga = malloc(n * 4), *gb = malloc(n * 4), *wa = malloc(C * 4), *wb = malloc(C * 4);
+  uint16_t *ha = malloc(n * 2), *hb = malloc(n * 2);
+  tohost(ga, d_dxa, n * 4), tohost(gb, d_dxb, n * 4), tohost(wa, d_dwa, C * 4), tohost(wb, d_dwb, C * 4);
+  tohost(ha, d_a16, n * 2), tohost(hb, d_b16, n * 2);
+  char what[128];
+  snprintf(what, sizeof what, "rmsnorm_bwd16 dx (+=) T%d C%d", T, C);
+  check_rel(what, rdx, gb, n, 1e-5);
+  snprintf(what, sizeof what, "rmsnorm_bwd16 dx = fp32 kernel's on widened dy T%d C%d", T, C);
+  check_same_bits(what, ga, gb, n * 4);
+  snprintf(what, sizeof what, "rmsnorm_bwd16 dx16 = fp32 kernel's T%d C%d", T, C);
+  check_same_bits(what, ha, hb, n * 2);
+  snprintf(what, sizeof what, "rmsnorm_bwd16 dw = fp32 kernel's T%d C%d", T, C);
+  check_same_bits(what, wa, wb, C * 4);
+  dfree(d_x), dfree(d_w), dfree(d_dy), dfree(d_s), dfree(d_dy16), dfree(d_a16), dfree(d_b16), dfree(d_dxa), dfree(d_dxb),
+      dfree(d_dwa), dfree(d_dwb);
+  free(x), free(w), free(dyr), free(dx0), free(dw0), free(dy16), free(dy), free(rdx), free(ga), free(gb), free(wa),
+      free(wb), free(ha), free(hb);
+}
+
 /* L(x, w) = sum dy * rmsnorm_f32(x, w) on the GPU; its central differences against the
  * backward kernel's dx and dw. */
 static double rms_loss(float *d_x, float *d_w, float *d_y, const float *dy, int T, int C, float *y) {
@@ -887,6 +929,11 @@ int main(void) {
   /* after the older checks (their random inputs stay those of the fixed seed) */
   test_rmsnorm_bwd(37, 2048); /* the fused kernel at 8 columns per thread, the last block partial */
   test_rmsnorm_bwd(9, 4500);  /* above the fused kernel's 4096 columns: the per-row kernel + two dw passes */
+  test_rmsnorm_bwd16(5, 64);
+  test_rmsnorm_bwd16(300, 896);
+  test_rmsnorm_bwd16(131, 1000);
+  test_rmsnorm_bwd16(37, 2048);
+  test_rmsnorm_bwd16(17, 4096); /* the largest hidden size it takes */
   test_colsum(3000, 130);     /* more chunks than the final pass's 16 row groups, a partial column block */
   test_logsoftmax(3, 4100, 0.25f); /* |z| up to 24: the stored log p's bound where it matters */
   /* batches of 4096+ rows: on an sm_90a build on Hopper the forward (with its lse, which the

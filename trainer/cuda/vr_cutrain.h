@@ -56,6 +56,9 @@ typedef struct vr_cutrain_desc {
                     automatic choice (the others for measurements; VR_ERR_UNSUPPORTED where it cannot run) */
   int forward_only; /* 1: no gradients, moments or backward scratch; one activation set and two residual
                      * streams shared by every layer; forward with keep = 0 alone (vr_train refuses the rest) */
+  int dxn_f32; /* 1: the fused q/k/v and gate/up projections' dX in fp32 into their RMSNorm backward; 0
+                * (default): bf16, as autocast's bf16 linear gives it (hidden <= VR_CUTRAIN_NORM_BWD16_MAX_C;
+                * the split projections sum their parts in fp32 either way) */
 } vr_cutrain_desc_t;
 
 typedef struct vr_cutrain vr_cutrain_t;

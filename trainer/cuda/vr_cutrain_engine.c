@@ -37,6 +37,7 @@ struct vr_cutrain {
   vr_cutrain_desc_t d;
   vr_cutrain_layer_off_t *L;
   int T_max, chunk, nqkv, fused_qkv, fused_gu, recompute, fwd_only;
+  int dxn16; /* the fused projections' dX in bf16 (vr_cutrain_desc_t.dxn_f32 clear, hidden small enough) */
   int attn_bwd; /* the attention backward's kernel (VR_CUTRAIN_ATTN_BWD_*, resolved) */
   size_t lo, hi, dev_bytes;
   cudaStream_t s;
@@ -268,6 +269,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   e->value = d->score_w != NONE;
   e->nqkv = (H + 2 * KV) * D;
   e->fused_qkv = e->fused_gu = 1;
+  e->dxn16 = !d->dxn_f32 && C <= VR_CUTRAIN_NORM_BWD16_MAX_C;
   const size_t qn = (size_t)H * D * C, kn = (size_t)KV * D * C;
   for (int l = 0; l < d->layers; ++l) {
     const vr_cutrain_layer_off_t *o = &e->L[l];
@@ -429,9 +431,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "attention backward %s, dK/dV %s, activations %s, %.2f GiB on the device",
+         "projections' dX %s, attention backward %s, dK/dV %s, activations %s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
-         attn_bwd_names[e->attn_bwd],
+         e->dxn16 && (e->fused_qkv || e->fused_gu) ? "bf16" : "fp32", attn_bwd_names[e->attn_bwd],
          e->split ? "per query head" : "per key head",
          fo ? "forward only" : e->recompute ? "recomputed per layer" : "kept",
          e->dev_bytes / 1073741824.0);
@@ -468,16 +470,16 @@ static void proj_fwd(vr_cutrain_t *e, uint16_t *out, int ld, const uint16_t *x, 
 }
 
 /* The backward of proj_fwd given dy (T, ld) bf16: dW_i += dy_i^T x, db_i += colsum(dy_i),
- * dx (T, K) fp32 = sum_i dy_i W_i. */
-static void proj_bwd(vr_cutrain_t *e, float *dx, const uint16_t *dy, int ld, const uint16_t *x, int K, int n,
-                     const size_t *w_off, const size_t *b_off, const int *w, int fused, int T) {
+ * dx (T, K) = sum_i dy_i W_i, fp32, or bf16 where fused and e->dxn16 (the returned flag). */
+static int proj_bwd(vr_cutrain_t *e, float *dx, const uint16_t *dy, int ld, const uint16_t *x, int K, int n,
+                    const size_t *w_off, const size_t *b_off, const int *w, int fused, int T) {
   if (fused) {
     vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_T, VR_CUDA_OP_N, e->g + w_off[0], 1, dy, x, NULL, 0, NULL, ld, K, T, e->wbeta,
                     e->s);
-    vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, dx, 1, dy, P16(e, w_off[0]), NULL, 0, NULL, T, K, ld, 0.f,
-                    e->s);
+    vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, dx, !e->dxn16, dy, P16(e, w_off[0]), NULL, 0, NULL, T, K, ld,
+                    0.f, e->s);
     if (b_off[0] != NONE) vr_cutrain_colsum_bf16(e->g + b_off[0], dy, ld, T, ld, e->red, e->s);
-    return;
+    return e->dxn16;
   }
   int col = 0;
   for (int i = 0; i < n; ++i) {
@@ -489,6 +491,18 @@ static void proj_bwd(vr_cutrain_t *e, float *dx, const uint16_t *dy, int ld, con
     if (b_off[i] != NONE) vr_cutrain_colsum_bf16(e->g + b_off[i], e->tmp, w[i], T, w[i], e->red, e->s);
     col += w[i];
   }
+  return 0;
+}
+
+/* The RMSNorm backward of a layer's norm from e->dxn, fp32 or (dy16) bf16 as proj_bwd left it:
+ * e->dx += its dx, dx16 = bf16(e->dx) unless NULL, dw += its weight's gradient. */
+static void norm_bwd(vr_cutrain_t *e, int dy16, uint16_t *dx16, float *dw, const float *x, const float *w, int T) {
+  const vr_cutrain_desc_t *d = &e->d;
+  if (dy16)
+    vr_cutrain_rmsnorm_bwd16(e->dx, dx16, dw, (const uint16_t *)e->dxn, x, w, T, d->hidden, d->rms_eps, 1, e->red,
+                             e->s);
+  else
+    vr_cutrain_rmsnorm_bwd(e->dx, dx16, dw, e->dxn, x, w, T, d->hidden, d->rms_eps, 1, e->red, e->s);
 }
 
 /* Layer l's forward from x[l] into its activations and x[l + 1]; again = 1: the backward's
@@ -644,10 +658,9 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   mark(e, VR_CUTRAIN_PH_BWD_ELEM);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
-  proj_bwd(e, e->dxn, e->dgu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
+  int dy16 = proj_bwd(e, e->dxn, e->dgu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
   mark(e, VR_CUTRAIN_PH_BWD_GU);
-  vr_cutrain_rmsnorm_bwd(e->dx, e->dx16, e->g + o->norm2, e->dxn, a->x_mid, P(e, o->norm2), T, C, d->rms_eps, 1,
-                         e->red, e->s);
+  norm_bwd(e, dy16, e->dx16, e->g + o->norm2, a->x_mid, P(e, o->norm2), T);
   mark(e, VR_CUTRAIN_PH_BWD_NORM);
   /* attention: x_mid = x_in + o(att) */
   vr_cuda_gemm_op(e->gemm, VR_CUDA_OP_N, VR_CUDA_OP_N, e->datt, 0, e->dx16, P16(e, o->o_w), NULL, 0, NULL, T, HD, C,
@@ -664,11 +677,10 @@ static void layer_bwd(vr_cutrain_t *e, int l, int T) {
   mark(e, VR_CUTRAIN_PH_BWD_ELEM);
   const size_t qw[3] = {o->q_w, o->k_w, o->v_w}, qb[3] = {o->q_b, o->k_b, o->v_b};
   const int qwid[3] = {HD, KV * D, KV * D};
-  proj_bwd(e, e->dxn, e->dqkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
+  dy16 = proj_bwd(e, e->dxn, e->dqkv, e->nqkv, a->xn1, C, 3, qw, qb, qwid, e->fused_qkv, T);
   /* layer 0: the embedding's backward reads the fp32 dx alone */
   mark(e, VR_CUTRAIN_PH_BWD_QKV);
-  vr_cutrain_rmsnorm_bwd(e->dx, l > 0 ? e->dx16 : NULL, e->g + o->norm1, e->dxn, e->x[l], P(e, o->norm1), T, C,
-                         d->rms_eps, 1, e->red, e->s);
+  norm_bwd(e, dy16, l > 0 ? e->dx16 : NULL, e->g + o->norm1, e->x[l], P(e, o->norm1), T);
   mark(e, VR_CUTRAIN_PH_BWD_NORM);
 }
 

@@ -42,12 +42,15 @@ __global__ void k_rmsnorm_bwd_dx(float *dx, uint16_t *dx16, float *rstd, const f
 }
 
 /* The fused backward of ROWS consecutive rows per block (NT threads, each holding K columns
- * c = tid + k NT in registers, C <= K NT): per row dx as k_rmsnorm_bwd_dx and the row's
+ * c = tid + k NT in registers, C <= K NT; dy fp32 or bf16): per row dx as k_rmsnorm_bwd_dx and the row's
  * dy * x * r added into the thread's column sums, in row order; the block's sums go to
  * partial[block, c] (the first of the two dw passes, without reading dy and x again). */
-template <int K>
+static __device__ __forceinline__ float ld_dy(const float *p, size_t i) { return p[i]; }
+static __device__ __forceinline__ float ld_dy(const uint16_t *p, size_t i) { return bf(p[i]); }
+
+template <int K, typename DY>
 __global__ void __launch_bounds__(FUSED_THREADS)
-    k_rmsnorm_bwd_fused(float *dx, uint16_t *dx16, float *partial, const float *dy, const float *x, const float *w,
+    k_rmsnorm_bwd_fused(float *dx, uint16_t *dx16, float *partial, const DY *dy, const float *x, const float *w,
                         int T, int C, float eps, int accumulate) {
   __shared__ float2 red[FUSED_THREADS / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -61,7 +64,7 @@ __global__ void __launch_bounds__(FUSED_THREADS)
     _Pragma("unroll") for (int k = 0; k < K; ++k) {                     \
       const int c = tid + k * FUSED_THREADS;                            \
       xv[k] = c < C ? x[b_ + c] : 0.f;                                  \
-      dv[k] = c < C ? dy[b_ + c] : 0.f;                                 \
+      dv[k] = c < C ? ld_dy(dy, b_ + c) : 0.f;                          \
       ov[k] = c < C && accumulate ? dx[b_ + c] : 0.f;                   \
     }                                                                   \
   } while (0)
@@ -169,24 +172,31 @@ extern "C" size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C) {
 
 extern "C" size_t vr_cutrain_colsum_scratch(int T, int N) { return (size_t)chunks_of(T) * N; }
 
+/* The fused kernel (C <= FUSED_THREADS * FUSED_MAX_K), then the blocks' dw sums in order. */
+template <typename DY>
+static void rmsnorm_bwd_fused(float *dx, uint16_t *dx16, float *dw, const DY *dy, const float *x, const float *w,
+                              int T, int C, float eps, int accumulate, float *scratch, cudaStream_t s) {
+  const int K = (C + FUSED_THREADS - 1) / FUSED_THREADS, nb = fused_blocks(T);
+  if (K <= 1)
+    k_rmsnorm_bwd_fused<1><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+  else if (K <= 2)
+    k_rmsnorm_bwd_fused<2><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+  else if (K <= 4)
+    k_rmsnorm_bwd_fused<4><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+  else if (K <= 8)
+    k_rmsnorm_bwd_fused<8><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+  else
+    k_rmsnorm_bwd_fused<16><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+  VR_CUDA_CHECK_LAUNCH();
+  colsum_final(dw, scratch, nb, C, s);
+}
+
 extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, const float *dy, const float *x,
                                        const float *w, int T, int C, float eps, int accumulate, float *scratch,
                                        cudaStream_t s) {
   if (T <= 0) return;
   if (C <= FUSED_THREADS * FUSED_MAX_K) { /* one pass over dy and x, then the chunks' sums in order */
-    const int K = (C + FUSED_THREADS - 1) / FUSED_THREADS, nb = fused_blocks(T);
-    if (K <= 1)
-      k_rmsnorm_bwd_fused<1><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
-    else if (K <= 2)
-      k_rmsnorm_bwd_fused<2><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
-    else if (K <= 4)
-      k_rmsnorm_bwd_fused<4><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
-    else if (K <= 8)
-      k_rmsnorm_bwd_fused<8><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
-    else
-      k_rmsnorm_bwd_fused<16><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
-    VR_CUDA_CHECK_LAUNCH();
-    colsum_final(dw, scratch, nb, C, s);
+    rmsnorm_bwd_fused(dx, dx16, dw, dy, x, w, T, C, eps, accumulate, scratch, s);
     return;
   }
   const int chunks = chunks_of(T);
@@ -197,6 +207,13 @@ extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, con
   k_colsum_partial<<<g1, 256, 0, s>>>(partial, dy, x, rstd, NULL, C, T, C);
   VR_CUDA_CHECK_LAUNCH();
   colsum_final(dw, partial, chunks, C, s);
+}
+
+extern "C" void vr_cutrain_rmsnorm_bwd16(float *dx, uint16_t *dx16, float *dw, const uint16_t *dy, const float *x,
+                                         const float *w, int T, int C, float eps, int accumulate, float *scratch,
+                                         cudaStream_t s) {
+  VR_ASSERT(C <= FUSED_THREADS * FUSED_MAX_K && C <= VR_CUTRAIN_NORM_BWD16_MAX_C);
+  if (T > 0) rmsnorm_bwd_fused(dx, dx16, dw, dy, x, w, T, C, eps, accumulate, scratch, s);
 }
 
 extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, int T, int N, float *scratch,

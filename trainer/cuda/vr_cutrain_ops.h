@@ -36,6 +36,12 @@ extern "C" {
 size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C);
 void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, const float *dy, const float *x, const float *w,
                             int T, int C, float eps, int accumulate, float *scratch, cudaStream_t s);
+/* The same with dy bf16 (a projection's dX as autocast's bf16 linear gives it: half the bytes
+ * written by its GEMM and read here), for C <= VR_CUTRAIN_NORM_BWD16_MAX_C (the one-pass
+ * kernel): vr_cutrain_rmsnorm_bwd's arithmetic on dy's values widened to fp32, bit for bit. */
+#define VR_CUTRAIN_NORM_BWD16_MAX_C 4096
+void vr_cutrain_rmsnorm_bwd16(float *dx, uint16_t *dx16, float *dw, const uint16_t *dy, const float *x,
+                              const float *w, int T, int C, float eps, int accumulate, float *scratch, cudaStream_t s);
 /* Column sums of a bf16 matrix (a bias gradient): db (N) += sum_t dy[t * ld + n], dy rows of
  * pitch ld >= N, bf16, in the same two passes. scratch: vr_cutrain_colsum_scratch(T, N) floats. */
 size_t vr_cutrain_colsum_scratch(int T, int N);
