@@ -3,7 +3,6 @@
  * exist at once; on Hopper the forward is one GEMM with the statistics in its epilogue
  * (vr_cutrain_lmhead_sm90.cuh) and no logits at all. Contracts in vr_cutrain_ops.h. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "vr_cuda_common.cuh"
@@ -278,30 +277,19 @@ static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t 
   const int R = cap < (size_t)T ? (int)cap : T;
   if (((uintptr_t)x | (uintptr_t)W) % 16) return -1;
   static int attr_set[64], sms_of[64];
-  static const int epi = [] { /* VR_CUTRAIN_LMHEAD_EPI (measurements): 0 the first epilogue, 2 none */
-    const char *v = getenv("VR_CUTRAIN_LMHEAD_EPI");
-    return v && (v[0] == '0' || v[0] == '2') ? v[0] - '0' : 1;
-  }();
   const int dev = vr_cuda_current_device_();
   const int di = dev >= 0 && dev < 64 ? dev : 0;
   if (!attr_set[di]) {
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_lmhead_sm90<0>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)lh_smem<0>::BYTES));
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_lmhead_sm90<1>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)lh_smem<1>::BYTES));
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_lmhead_sm90<2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)lh_smem<2>::BYTES));
+    VR_CUDA_CHECK(cudaFuncSetAttribute(k_lmhead_sm90, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LH_SMEM));
     VR_CUDA_CHECK(cudaDeviceGetAttribute(&sms_of[di], cudaDevAttrMultiProcessorCount, dev));
     attr_set[di] = 1;
   }
   CUtensorMap tw;
   if (vr_sm90_tensor_map(&tw, W, C, V, C, LH_BK, LH_BN)) return -1;
-  /* row bands of about 16 MiB of x: the band stays in L2 while W's column blocks stream */
-  static const int gm_env = [] { /* VR_CUTRAIN_LMHEAD_GM: the band's row blocks (measurements) */
-    const char *v = getenv("VR_CUTRAIN_LMHEAD_GM");
-    return v ? atoi(v) : 0;
-  }();
-  int GM = gm_env > 0 ? gm_env : (int)((16u << 20) / ((size_t)LH_BM * C * 2));
+  /* row bands of about 16 MiB of x: the band stays in L2 while W's column blocks stream (on the
+   * H200: bands of 16 row blocks as fast, of 4 up to 5 % slower, one band of all rows up to 10 %
+   * slower at C 2048) */
+  int GM = (int)((16u << 20) / ((size_t)LH_BM * C * 2));
   if (GM < 1) GM = 1;
   float4 *stats = reinterpret_cast<float4 *>(ws);
   float *zt = ws + (size_t)R * NB * 4;
@@ -311,7 +299,7 @@ static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t 
     if (vr_sm90_tensor_map(&tx, x + (size_t)t0 * C, C, rows, C, LH_BK, LH_BM)) return -1;
     memset(&tl, 0, sizeof tl);
     /* lp16 through bulk tensor stores where its rows are 16-byte multiples */
-    const int tma_lp = epi == 1 && lp16 && V % 8 == 0 && ((uintptr_t)lp16 % 16) == 0 &&
+    const int tma_lp = lp16 && V % 8 == 0 && ((uintptr_t)lp16 % 16) == 0 &&
                        vr_sm90_tensor_map(&tl, lp16 + (size_t)t0 * V, V, rows, V, 64, 64) == 0;
     lh_params p;
     p.lp16 = lp16 ? lp16 + (size_t)t0 * V : NULL;
@@ -321,12 +309,7 @@ static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t 
     p.GM = GM < p.MB ? GM : p.MB, p.nseg = nseg, p.tiles = p.MB * NB, p.inv_temp = 1.f / temp;
     p.tma_lp = tma_lp;
     const int grid = p.tiles < sms_of[di] ? p.tiles : sms_of[di];
-    if (epi == 1)
-      k_lmhead_sm90<1><<<grid, LH_THREADS, lh_smem<1>::BYTES, s>>>(tx, tw, tl, p);
-    else if (epi == 2)
-      k_lmhead_sm90<2><<<grid, LH_THREADS, lh_smem<2>::BYTES, s>>>(tx, tw, tl, p);
-    else
-      k_lmhead_sm90<0><<<grid, LH_THREADS, lh_smem<0>::BYTES, s>>>(tx, tw, tl, p);
+    k_lmhead_sm90<<<grid, LH_THREADS, LH_SMEM, s>>>(tx, tw, tl, p);
     VR_CUDA_CHECK_LAUNCH();
     k_lmhead_combine<<<(rows + 7) / 8, 256, 0, s>>>(logp ? logp + t0 : NULL, ent ? ent + t0 : NULL, lse + t0, stats,
                                                     zt, tgt + t0, rows, NB);
@@ -337,7 +320,7 @@ static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t 
 #endif
 
 extern "C" int vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x,
-                                      const uint16_t *W, const int32_t *tgt, int T, int C, int V, float temp, int chunk,
+                                     const uint16_t *W, const int32_t *tgt, int T, int C, int V, float temp, int chunk,
                                      float *logits, uint16_t *lp16, float *lpmax, int fused, cudaStream_t s) {
   VR_ASSERT(chunk > 0 && lse);
   VR_ASSERT(!lp16 || lpmax);

@@ -11,13 +11,18 @@
  * 128 fp32 accumulators a thread). Rows past T and columns past V come in as zeros (the tensor
  * maps' bounds); the epilogue masks those columns to -inf and skips those rows.
  *
- * Epilogue, per row and 128-column segment s (VR_CUTRAIN_LSM_SEG) of the tile (the four threads
- * of a quad hold a row's segment, 32 values each; quad shuffles): m_s = max z, s_s = sum
- * e^(z - m_s), w_s = sum e^(z - m_s) z; lp16 given: bf16(z - m_s) into lp16 and m_s into lpmax
- * (the stored log-softmax of k_logsoftmax_rows, the same segments); the target's z (fp32) into zt
- * when the target column is in the tile; the tile's (m, s, w) (its two segments merged in order)
- * into stats (rows, NB) float4. k_lmhead_combine then merges a row's NB tiles in a fixed order
- * (deterministic: no atomics, the same bits for any schedule) into lse, ent, logp.
+ * Epilogue (lh_epilogue; not overlapped with the next tile's products: the consumers do it in
+ * turn, the producer's loads run on), per row and 128-column segment s (VR_CUTRAIN_LSM_SEG) of
+ * the tile (the four threads of a quad hold a row's segment, 32 values each; quad shuffles):
+ * m_s = max z, s_s = sum e^(z - m_s), w_s = sum e^(z - m_s) z (in base 2: one ex2 each); lp16
+ * given: bf16(z - m_s) into lp16 and m_s into lpmax (the stored log-softmax of k_logsoftmax_rows,
+ * the same segments), staged in shared memory and written by bulk tensor stores when V % 8 == 0
+ * (full lines, asynchronous), else by plain stores; the target's z (fp32) into zt when the target
+ * column is in the tile; the tile's (m, s, w) (its two segments merged in order) into stats
+ * (rows, NB) float4. k_lmhead_combine then merges a row's NB tiles in a fixed order
+ * (deterministic: no atomics, the same bits for any schedule) into lse, ent, logp. On the H200
+ * the main loop alone (a measurement build without the epilogue) took 4.4 ms of the 7.3 ms of
+ * Qwen2-0.5B's log-prob forward (docs/benchmarks.md): the epilogue is most of the rest.
  *
  * Tile order (lh_tile): bands of GM row blocks; inside a band the row block varies fastest, so the
  * ~132 tiles running at once share two or three W column blocks (W streams from HBM once per
@@ -38,15 +43,12 @@
 namespace {
 
 constexpr uint32_t LH_A_BYTES = LH_BM * 128, LH_B_BYTES = LH_BN * 128, LH_STAGE = LH_A_BYTES + LH_B_BYTES;
-/* EPI 1: after the ring, each consumer warpgroup's staging of one segment of its lp16 rows
- * (64 rows x 128 bf16 = two 64 x 64 boxes of the 128-byte swizzle) for the bulk tensor stores */
+/* After the ring, each consumer warpgroup's staging of one segment of its lp16 rows (64 rows x
+ * 128 bf16 = two 64 x 64 boxes of the 128-byte swizzle) for the bulk tensor stores. */
 constexpr uint32_t LH_STG_BYTES = 64 * VR_CUTRAIN_LSM_SEG * 2;
-template <int EPI>
-struct lh_smem {
-  static constexpr uint32_t STG_OFF = LH_STAGES * LH_STAGE, BAR_OFF = STG_OFF + (EPI == 1 ? 2 * LH_STG_BYTES : 0);
-  static constexpr size_t BYTES = BAR_OFF + 16 * LH_STAGES + 1024; /* + alignment slack */
-};
-static_assert(lh_smem<1>::BYTES <= 227 * 1024, "the shared memory of one block");
+constexpr uint32_t LH_STG_OFF = LH_STAGES * LH_STAGE, LH_BAR_OFF = LH_STG_OFF + 2 * LH_STG_BYTES;
+constexpr size_t LH_SMEM = LH_BAR_OFF + 16 * LH_STAGES + 1024; /* + alignment slack */
+static_assert(LH_SMEM <= 227 * 1024, "the shared memory of one block");
 static_assert(LH_BN == 2 * VR_CUTRAIN_LSM_SEG, "a tile holds two stored-log-softmax segments");
 
 struct lh_params {
@@ -57,7 +59,7 @@ struct lh_params {
   const int32_t *tgt;
   int T, V, nk, MB, NB, GM, nseg, tiles;
   float inv_temp;
-  int tma_lp; /* EPI 1: lp16 through the staging and bulk tensor stores (tl), else plain stores */
+  int tma_lp; /* lp16 through the staging and bulk tensor stores (tl), else plain stores */
 };
 
 /* Tile t's row block mb and column block nb (band-major, row block fastest inside a band). */
@@ -81,7 +83,7 @@ __device__ __forceinline__ uint32_t lh_bf2(float a, float b) { /* bf16(a) | bf16
   return *reinterpret_cast<const uint32_t *>(&h);
 }
 
-/* EPI 1's epilogue of one consumer warpgroup's 64 rows of a tile (acc: the raw x W^T). In the
+/* The epilogue of one consumer warpgroup's 64 rows of a tile (acc: the raw x W^T). In the
  * base-2 domain: z2 = acc inv_temp log2(e), so each exponential is one ex2 (z - m = (z2 - m2) ln 2);
  * the statistics return to the natural domain where they are stored. FULL: every column of the
  * tile is < V (no masking). Loop order: segment, then the thread's two rows, every step unrolled. */
@@ -213,14 +215,13 @@ __device__ __forceinline__ void lh_epilogue(float (&acc)[128], const lh_params &
 }
 #endif
 
-template <int EPI>
 __global__ void __launch_bounds__(LH_THREADS, 1)
     k_lmhead_sm90(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                   const __grid_constant__ CUtensorMap tl, lh_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char lh_smem_raw[];
   const uint32_t base = ((uint32_t)__cvta_generic_to_shared(lh_smem_raw) + 1023u) & ~1023u;
-  const uint32_t full = base + lh_smem<EPI>::BAR_OFF, empty = full + 8 * LH_STAGES;
+  const uint32_t full = base + LH_BAR_OFF, empty = full + 8 * LH_STAGES;
   const int wg = (int)threadIdx.x >> 7;
   if (threadIdx.x == 0) {
     for (int s = 0; s < LH_STAGES; ++s) {
@@ -254,7 +255,6 @@ __global__ void __launch_bounds__(LH_THREADS, 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(LH_REG_CONSUMER) : "memory");
   const int cw = wg - 1, warp = ((int)threadIdx.x >> 5) & 3, lane = (int)threadIdx.x & 31, g = lane >> 2,
             tq = lane & 3;
-  const float it_ = p.inv_temp;
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
@@ -286,82 +286,13 @@ __global__ void __launch_bounds__(LH_THREADS, 1)
     f3_pin(acc);
     mb_arrive(empty + 8 * ((it - 1) % LH_STAGES));
     /* epilogue: acc[4 j + 2 h + e] is row 64 cw + 16 warp + g + 8 h, column 8 j + 2 tq + e of the tile */
-    if (EPI == 2) continue; /* the main loop alone (measurements: no outputs) */
-    if (EPI) {
-      const uint32_t stg = base + lh_smem<EPI>::STG_OFF + cw * LH_STG_BYTES;
-      if ((nb + 1) * LH_BN <= p.V)
-        lh_epilogue<true>(acc, p, &tl, stg, mb, nb, cw, warp, g, tq);
-      else
-        lh_epilogue<false>(acc, p, &tl, stg, mb, nb, cw, warp, g, tq);
-      continue;
-    }
-    const int n0 = nb * LH_BN;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = mb * LH_BM + cw * 64 + warp * 16 + g + 8 * h;
-      const bool rv = row < p.T;
-      const int y = rv ? p.tgt[row] : -1;
-      float M = -INFINITY, S = 0.f, Wz = 0.f;
-#pragma unroll
-      for (int sg = 0; sg < 2; ++sg) {
-        const int c0 = n0 + sg * VR_CUTRAIN_LSM_SEG;
-        if (c0 < p.V) { /* the segment exists (uniform across the warp) */
-          float mx = -INFINITY;
-#pragma unroll
-          for (int j = 16 * sg; j < 16 * sg + 16; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int col = n0 + 8 * j + 2 * tq + e;
-              float &z = acc[4 * j + 2 * h + e];
-              z = col < p.V ? z * it_ : -INFINITY;
-              mx = fmaxf(mx, z);
-              if (col == y) p.zt[row] = z;
-            }
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2)); /* finite: column c0 exists */
-          float ss = 0.f, ww = 0.f;
-#pragma unroll
-          for (int j = 16 * sg; j < 16 * sg + 16; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float z = acc[4 * j + 2 * h + e];
-              if (z != -INFINITY) {
-                const float ex = __expf(z - mx);
-                ss += ex, ww = fmaf(ex, z, ww);
-              }
-            }
-          ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-          ww += __shfl_xor_sync(0xffffffffu, ww, 1);
-          ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-          ww += __shfl_xor_sync(0xffffffffu, ww, 2);
-          if (p.lp16 && rv) {
-            uint16_t *o = p.lp16 + (size_t)row * p.V;
-#pragma unroll
-            for (int j = 16 * sg; j < 16 * sg + 16; ++j) {
-              const int col = n0 + 8 * j + 2 * tq;
-              const uint16_t q0 = to_bf(acc[4 * j + 2 * h] - mx), q1 = to_bf(acc[4 * j + 2 * h + 1] - mx);
-              if (col + 1 < p.V && !(p.V & 1)) {
-                *reinterpret_cast<uint32_t *>(o + col) = (uint32_t)q0 | ((uint32_t)q1 << 16);
-              } else {
-                if (col < p.V) o[col] = q0;
-                if (col + 1 < p.V) o[col + 1] = q1;
-              }
-            }
-            if (tq == 0) p.lpmax[(size_t)row * p.nseg + c0 / VR_CUTRAIN_LSM_SEG] = mx;
-          }
-          /* merge into the tile's statistics (lsm_merge's formula; M = -inf at the first) */
-          if (M == -INFINITY) {
-            M = mx, S = ss, Wz = ww;
-          } else {
-            const float mn = fmaxf(M, mx), ra = __expf(M - mn), rb = __expf(mx - mn);
-            S = S * ra + ss * rb, Wz = Wz * ra + ww * rb, M = mn;
-          }
-        }
-      }
-      if (rv && tq == 0) p.stats[(size_t)row * p.NB + nb] = make_float4(M, S, Wz, 0.f);
-    }
+    const uint32_t stg = base + LH_STG_OFF + cw * LH_STG_BYTES;
+    if ((nb + 1) * LH_BN <= p.V)
+      lh_epilogue<true>(acc, p, &tl, stg, mb, nb, cw, warp, g, tq);
+    else
+      lh_epilogue<false>(acc, p, &tl, stg, mb, nb, cw, warp, g, tq);
   }
-  if (EPI == 1 && threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  if (threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); /* staging read */
 #endif
 }
 
