@@ -448,6 +448,15 @@ static void test_logsoftmax_fd(int rows, int V, float temp) {
   free(l), free(glp), free(gent), free(tgt), free(lp), free(en), free(gdl), free(fd);
 }
 
+/* One row of logits in double: l[j] = x . W[j] (x (C), W (V, C)). */
+static void ref_logits(const float *x, const float *W, int C, int V, double *l) {
+  for (int j = 0; j < V; ++j) {
+    double a = 0;
+    for (int c = 0; c < C; ++c) a += (double)x[c] * W[(size_t)j * C + c];
+    l[j] = a;
+  }
+}
+
 /* The fused LM head: logits through the GEMM in chunks (the last one partial), then backward. */
 static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, float temp) {
   float *xf, *wf;
@@ -459,11 +468,7 @@ static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, floa
   double *rdx = dcalloc((size_t)T * C), *rdw = dcalloc((size_t)V * C);
   for (size_t i = 0; i < (size_t)V * C; ++i) rdw[i] = dw0[i];
   for (int t = 0; t < T; ++t) {
-    for (int j = 0; j < V; ++j) {
-      double a = 0;
-      for (int c = 0; c < C; ++c) a += (double)xf[(size_t)t * C + c] * wf[(size_t)j * C + c];
-      rl[j] = a;
-    }
+    ref_logits(xf + (size_t)t * C, wf, C, V, rl);
     ref_row(rl, V, temp, tgt[t], &rlse[t], &rent[t], &rlp[t]);
     ref_dlogits(rl, V, temp, tgt[t], glp[t], gent[t], dz);
     for (int j = 0; j < V; ++j) {
@@ -550,11 +555,7 @@ static void test_lmhead_fused(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk
   const int nseg = vr_cutrain_lsm_segs(V);
   double *rl = dcalloc(V), *rlse = dcalloc(T), *rent = dcalloc(T), *rlp = dcalloc(T), *rlsm = dcalloc(n);
   for (int t = 0; t < T; ++t) {
-    for (int j = 0; j < V; ++j) {
-      double a = 0;
-      for (int c = 0; c < C; ++c) a += (double)xf[(size_t)t * C + c] * wf[(size_t)j * C + c];
-      rl[j] = a;
-    }
+    ref_logits(xf + (size_t)t * C, wf, C, V, rl);
     ref_row(rl, V, temp, tgt[t], &rlse[t], &rent[t], &rlp[t]);
     for (int j = 0; j < V; ++j) rlsm[(size_t)t * V + j] = rl[j] / temp - rlse[t];
   }
