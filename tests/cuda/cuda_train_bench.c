@@ -12,7 +12,7 @@
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
  *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved]
- *                    [--dxn bf16|f32]
+ *                    [--lmhead auto|cublas|fused|both] [--head 0|1] [--dxn bf16|f32|both]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
  * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only);
@@ -20,8 +20,12 @@
  * choice, which its log line names); --bias-layout interleaved: each qkv bias right after its
  * weight (vr_lm's layout before the optimizer file's version 2), so the engine runs q, k, v as
  * three GEMMs and copies (its log line: "qkv split"); grouped (default): the weights adjacent, the
- * biases after them, as vr_lm lays out a checkpoint now; --dxn f32: the fused projections' dX in
- * fp32 into the RMSNorm backward (vr_cutrain_desc_t.dxn_f32; the default bf16 halves its bytes).
+ * biases after them, as vr_lm lays out a checkpoint now. --lmhead: the LM head's forward
+ * (vr_cutrain_desc_t.lmhead; the model's name then carries it, "/cublas", "/fused"); both: each
+ * model twice in the same process, cuBLASLt's then the fused one. --head 1: instead, the LM-head
+ * forward alone (bench_head), --iters calls of each form. --dxn f32: the fused projections' dX in
+ * fp32 into the RMSNorm backward (vr_cutrain_desc_t.dxn_f32; the name carries "/dxn-f32"; the
+ * default bf16 halves its bytes); both: bf16's run, then f32's, in the same process.
  * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -31,6 +35,7 @@
 #include <time.h>
 
 #include "vr_cutrain.h"
+#include "vr_cutrain_ops.h"
 
 typedef struct {
   const char *name;
@@ -58,8 +63,16 @@ static size_t put(size_t *at, size_t n) { /* a tensor of n floats at 64-float al
 /* The staged backward's callback (--staged 1): counts the stages. */
 static void count_stage(void *ctx, int stage) { (void)stage, ++*(int *)ctx; }
 
-static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
-                 int tune, int attn_bwd, int interleave, int dxn_f32) {
+static const char *const k_lmhead_names[] = {"auto", "cublas", "fused"}; /* VR_CUTRAIN_LMHEAD_* */
+
+static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
+                 int tune, int attn_bwd, int interleave, int lmhead, int dxn_f32) {
+  shape_t mm = *m0; /* the name tagged with an LM head asked for by name */
+  char tag[64];
+  snprintf(tag, sizeof tag, "%s%s%s%s", m0->name, lmhead ? "/" : "", lmhead ? k_lmhead_names[lmhead] : "",
+           dxn_f32 ? "/dxn-f32" : "");
+  mm.name = tag;
+  const shape_t *m = &mm;
   const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
   vr_cutrain_layer_off_t *lo = calloc((size_t)L, sizeof *lo);
   size_t at = 0, n_params = 0;
@@ -108,6 +121,7 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
                                .score_b = VR_CUTRAIN_NONE,
                                .recompute = recompute,
                                .attn_bwd = attn_bwd,
+                               .lmhead = lmhead,
                                .dxn_f32 = dxn_f32};
   const int T = seqs * len;
   size_t free0 = 0, total = 0;
@@ -206,10 +220,82 @@ static int bench(const shape_t *m, int seqs, int len, int iters, double gemm_tfl
   return 0;
 }
 
+/* --head 1: the LM-head forward alone on the model's (T, C, V), x and W random bf16, device time
+ * of `reps` calls (cudaEvents, after one warm-up call each): cuBLASLt's chunked GEMM into the fp32
+ * logits alone (the engine's chunk, 2^28 / V rows), then vr_cutrain_lmhead_fwd with cuBLASLt + the
+ * row kernel and with the fused GEMM, each with the stored log-softmax (training) and without
+ * (log-prob forward). TFLOP/s: 2 T C V over the time. */
+static int bench_head(const shape_t *m, int T, int reps) {
+  const int C = m->hidden, V = m->vocab, chunk = (int)(((size_t)1 << 28) / (size_t)V);
+  const size_t nx = (size_t)T * C, nw = (size_t)V * C;
+  uint16_t *hx = malloc(nx * 2), *hw = malloc(nw * 2);
+  int32_t *ht = malloc((size_t)T * 4);
+  uint64_t z = 777;
+  for (size_t i = 0; i < nx + nw; ++i) {
+    z = z * 6364136223846793005ull + 1442695040888963407ull;
+    const float f = ((float)(z >> 40) / 16777216.0f * 2.f - 1.f) * (i < nx ? 1.f : 0.1f);
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    *(i < nx ? &hx[i] : &hw[i - nx]) = (uint16_t)(b >> 16);
+  }
+  for (int t = 0; t < T; ++t) ht[t] = (t * 7919) % V;
+  uint16_t *x = NULL, *W = NULL, *lp16 = NULL;
+  int32_t *tgt = NULL;
+  float *logits = NULL, *lpmax = NULL, *lse = NULL, *ent = NULL, *logp = NULL;
+  vr_cuda_gemm_t *g = NULL;
+  if (cudaMalloc((void **)&x, nx * 2) || cudaMalloc((void **)&W, nw * 2) || cudaMalloc((void **)&tgt, (size_t)T * 4) ||
+      cudaMalloc((void **)&logits, (size_t)chunk * V * 4) || cudaMalloc((void **)&lp16, (size_t)T * V * 2) ||
+      cudaMalloc((void **)&lpmax, (size_t)T * vr_cutrain_lsm_segs(V) * 4) || cudaMalloc((void **)&lse, (size_t)T * 4) ||
+      cudaMalloc((void **)&ent, (size_t)T * 4) || cudaMalloc((void **)&logp, (size_t)T * 4) ||
+      vr_cuda_gemm_init(&g, (size_t)64 << 20)) {
+    fprintf(stderr, "%s: head bench: allocation failed\n", m->name);
+    return 1;
+  }
+  cudaMemcpy(x, hx, nx * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(W, hw, nw * 2, cudaMemcpyHostToDevice);
+  cudaMemcpy(tgt, ht, (size_t)T * 4, cudaMemcpyHostToDevice);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0), cudaEventCreate(&e1);
+  const double flops = 2.0 * T * C * (double)V;
+  static const char *const what[5] = {"gemm alone (cuBLASLt, fp32 logits)", "cublas+rows, stored lsm", "cublas+rows, log-prob",
+                                      "fused, stored lsm", "fused, log-prob"};
+  float lse_of[5] = {0};
+  for (int k = 0; k < 5; ++k) {
+    if (k >= 3 && !vr_cutrain_lmhead_fused_available(C, V)) continue;
+    float ms = 0;
+    for (int r = -1; r < reps; ++r) {
+      if (r == 0) cudaEventRecord(e0, 0);
+      if (k == 0) {
+        for (int t0 = 0; t0 < T; t0 += chunk)
+          vr_cuda_gemm(g, logits, 1, x + (size_t)t0 * C, W, NULL, T - t0 < chunk ? T - t0 : chunk, V, C, 0.f, 0);
+      } else {
+        vr_cutrain_lmhead_fwd(g, logp, ent, lse, x, W, tgt, T, C, V, 1.0f, chunk, logits, k % 2 ? lp16 : NULL, lpmax,
+                              k >= 3, 0);
+      }
+    }
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    ms /= reps;
+    if (k) cudaMemcpy(&lse_of[k], lse + T / 2, 4, cudaMemcpyDeviceToHost);
+    printf("head %-14s T=%d C=%d V=%d  %-36s %8.3f ms  %6.1f TFLOP/s  (lse[T/2] %.6f)\n", m->name, T, C, V, what[k], ms,
+           flops / (ms * 1e-3) / 1e12, lse_of[k]);
+  }
+  const cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) fprintf(stderr, "%s: head bench: %s\n", m->name, cudaGetErrorString(err));
+  fflush(stdout);
+  cudaEventDestroy(e0), cudaEventDestroy(e1);
+  vr_cuda_gemm_free(g);
+  cudaFree(x), cudaFree(W), cudaFree(tgt), cudaFree(logits), cudaFree(lp16), cudaFree(lpmax), cudaFree(lse);
+  cudaFree(ent), cudaFree(logp);
+  free(hx), free(hw), free(ht);
+  return err != cudaSuccess;
+}
+
 int main(int argc, char **argv) {
   const char *which = "all";
   static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"}; /* VR_CUTRAIN_ATTN_BWD_* */
-  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, inter = 0, dxn32 = 0;
+  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, inter = 0, lmh = 0, head = 0, dxn = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -234,9 +320,17 @@ int main(int argc, char **argv) {
       tune = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--bias-layout") && (!strcmp(argv[i + 1], "grouped") || !strcmp(argv[i + 1], "interleaved")))
       inter = !strcmp(argv[i + 1], "interleaved");
-    else if (!strcmp(argv[i], "--dxn") && (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "f32")))
-      dxn32 = !strcmp(argv[i + 1], "f32");
-    else if (!strcmp(argv[i], "--attn-bwd")) {
+    else if (!strcmp(argv[i], "--dxn") &&
+             (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "f32") || !strcmp(argv[i + 1], "both")))
+      dxn = !strcmp(argv[i + 1], "f32") ? 1 : !strcmp(argv[i + 1], "both") ? 2 : 0;
+    else if (!strcmp(argv[i], "--head"))
+      head = atoi(argv[i + 1]);
+    else if (!strcmp(argv[i], "--lmhead")) {
+      lmh = -1; /* unless named; "both": cublas, then fused, per model */
+      for (int k = 0; k < 3; ++k)
+        if (!strcmp(argv[i + 1], k_lmhead_names[k])) lmh = k;
+      if (!strcmp(argv[i + 1], "both")) lmh = 3;
+    } else if (!strcmp(argv[i], "--attn-bwd")) {
       attn = -1; /* unless named */
       for (int k = 0; k < (int)(sizeof attn_names / sizeof attn_names[0]); ++k)
         if (!strcmp(argv[i + 1], attn_names[k])) attn = k;
@@ -244,19 +338,24 @@ int main(int argc, char **argv) {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
               "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1] "
-              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved] [--dxn bf16|f32]\n",
+              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved] "
+              "[--lmhead auto|cublas|fused|both] [--head 0|1] [--dxn bf16|f32|both]\n",
               argv[0]);
       return 2;
     }
   }
-  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0) || attn < 0) {
+  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0) || attn < 0 || lmh < 0) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
   int rc = 0, ran = 0;
   for (size_t i = 0; i < sizeof k_shapes / sizeof k_shapes[0]; ++i)
-    if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
-      rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter, dxn32), ++ran;
+    if ((!strcmp(which, "all") || !strcmp(which, k_shapes[i].name)) && head)
+      rc |= bench_head(&k_shapes[i], seqs * len, iters), ++ran;
+    else if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
+      for (int h = lmh == 3 ? 1 : lmh; h <= (lmh == 3 ? 2 : lmh); ++h)
+        for (int x = dxn == 2 ? 0 : dxn; x <= (dxn == 2 ? 1 : dxn); ++x)
+          rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter, h, x), ++ran;
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }

@@ -470,6 +470,24 @@ static void test_qwen2_fused(void **state) {
   grads_of(tp, &b, 1.0f, d, NULL, gp, 80);
   assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
   check_accumulate(lm, &b, 80, d);
+  /* a forward-only engine (the reference policy) at this hidden size: on an sm_90a build on Hopper
+   * its LM head is the fused GEMM with only that kernel's workspace allocated; the same bits as
+   * the full engine's forward */
+  mt_log_start();
+  vr_log_set_level(VR_LOG_INFO);
+  vr_train_t *fo = NULL;
+  (void)used_by(lm, 1, &fo);
+  const int fo_fused = strstr(mt_log_text(), "LM-head forward fused") != NULL;
+  mt_log_stop();
+  vr_log_set_level(VR_LOG_INFO);
+  float lf[80], ef[80];
+  assert_int_equal(vr_train_forward(tc, &b, 0.8f, lc, ec, 0), 0);
+  assert_int_equal(vr_train_forward(fo, &b, 0.8f, lf, ef, 0), 0);
+  const int same = memcmp(lf, lc, sizeof lf) == 0 && memcmp(ef, ec, sizeof ef) == 0;
+  printf("  forward-only cuda engine (LM head %s): outputs %s the full engine's\n", fo_fused ? "fused" : "cuBLASLt",
+         same ? "equal to" : "DIFFER from");
+  assert_true(same);
+  vr_train_free(fo);
   vr_train_free(tc), vr_train_free(tp);
   free(gc), free(gp);
   vr_lm_free(lm);

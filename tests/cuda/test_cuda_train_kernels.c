@@ -490,6 +490,15 @@ static void test_logsoftmax_fd(int rows, int V, float temp) {
   free(l), free(glp), free(gent), free(tgt), free(lp), free(en), free(gdl), free(fd);
 }
 
+/* One row of logits in double: l[j] = x . W[j] (x (C), W (V, C)). */
+static void ref_logits(const float *x, const float *W, int C, int V, double *l) {
+  for (int j = 0; j < V; ++j) {
+    double a = 0;
+    for (int c = 0; c < C; ++c) a += (double)x[c] * W[(size_t)j * C + c];
+    l[j] = a;
+  }
+}
+
 /* The fused LM head: logits through the GEMM in chunks (the last one partial), then backward. */
 static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, float temp) {
   float *xf, *wf;
@@ -501,11 +510,7 @@ static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, floa
   double *rdx = dcalloc((size_t)T * C), *rdw = dcalloc((size_t)V * C);
   for (size_t i = 0; i < (size_t)V * C; ++i) rdw[i] = dw0[i];
   for (int t = 0; t < T; ++t) {
-    for (int j = 0; j < V; ++j) {
-      double a = 0;
-      for (int c = 0; c < C; ++c) a += (double)xf[(size_t)t * C + c] * wf[(size_t)j * C + c];
-      rl[j] = a;
-    }
+    ref_logits(xf + (size_t)t * C, wf, C, V, rl);
     ref_row(rl, V, temp, tgt[t], &rlse[t], &rent[t], &rlp[t]);
     ref_dlogits(rl, V, temp, tgt[t], glp[t], gent[t], dz);
     for (int j = 0; j < V; ++j) {
@@ -527,16 +532,24 @@ static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, floa
   float *g = malloc(T * 4), *gdx = malloc((size_t)T * C * 4), *gdw = malloc((size_t)V * C * 4);
   for (size_t i = 0; i < (size_t)V * C; ++i) rdw[i] -= dw0[i]; /* the increment */
   /* logits recomputed in backward, or the stored log p; dW accumulated into (+=), or overwritten
-   * (=) over a buffer of NaNs that must never be read */
-  for (int mode = 0; mode < 4; ++mode) {
-    const int stored = mode & 1, over = mode >> 1;
+   * (=) over a buffer of NaNs that must never be read; the forward through cuBLASLt + the row
+   * kernel, or the fused Hopper GEMM where it runs (elsewhere the same path twice) */
+  const int fused_ok = vr_cutrain_lmhead_fused_available(C, V);
+  for (int mode = 0; mode < (fused_ok ? 8 : 4); ++mode) {
+    const int stored = mode & 1, over = (mode >> 1) & 1, fused = mode >> 2;
     uint16_t *lp16 = stored ? d_lp16 : NULL;
-    const char *how = stored ? "stored logp" : "recomputed";
+    const char *how = fused ? (stored ? "stored logp, fused fwd" : "recomputed, fused fwd")
+                            : stored ? "stored logp" : "recomputed";
     if (over)
       CK(cudaMemset(d_dw, 0xff, (size_t)V * C * 4));
     else
       CK(cudaMemcpy(d_dw, dw0, (size_t)V * C * 4, cudaMemcpyHostToDevice));
-    vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits, lp16, d_lpmax, 0);
+    const int ran = vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits, lp16,
+                                          d_lpmax, fused, 0);
+    if (ran != fused) {
+      printf("FAIL lmhead_fwd T%d C%d V%d: the %s path ran, asked for the other\n", T, C, V, ran ? "fused" : "cuBLASLt");
+      g_fail = 1;
+    }
     vr_cutrain_lmhead_bwd(gm, d_dx, d_dw, d_glp, d_gent, d_lse, d_ent, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits,
                           d_dl, lp16, d_lpmax, over ? 0.f : 1.f, 0);
     char what[128];
@@ -560,6 +573,106 @@ static void test_lmhead(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, floa
   dfree(d_dw), dfree(d_tgt);
   free(x), free(xf), free(W), free(wf), free(glp), free(gent), free(dw0), free(tgt), free(rl), free(rlse), free(rent);
   free(rlp), free(dz), free(rdx), free(rdw), free(g), free(gdx), free(gdw);
+}
+
+/* The fused forward (k_lmhead_sm90) against the cuBLASLt path and a double-precision host
+ * reference: lse / entropy / log p of targets at the first and last column, in the last
+ * (padded) tile and -1; the stored log-softmax per element within |log p| 2^-8 (+ the fp32
+ * logits' noise); the fused outputs' bits across two runs. chunk: the workspace (chunk * V
+ * floats; small: several launches over the rows). Skipped (one line) where it does not run. */
+static void test_lmhead_fused(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk, float temp) {
+  if (!vr_cutrain_lmhead_fused_available(C, V)) {
+    printf("skip lmhead fused T%d C%d V%d: not an sm_90a build on compute 9.0\n", T, C, V);
+    return;
+  }
+  float *xf, *wf;
+  uint16_t *x = rand_bf((size_t)T * C, 1.f, &xf), *W = rand_bf((size_t)V * C, 0.3f, &wf);
+  int32_t *tgt = malloc(T * 4);
+  const int last_tile = (V - 1) / 256 * 256;
+  for (int t = 0; t < T; ++t) {
+    const int k = t % 5;
+    tgt[t] = k == 0 ? 0 : k == 1 ? V - 1 : k == 2 ? -1 : k == 3 ? last_tile + irand(V - last_tile) : irand(V);
+  }
+  const size_t n = (size_t)T * V;
+  const int nseg = vr_cutrain_lsm_segs(V);
+  double *rl = dcalloc(V), *rlse = dcalloc(T), *rent = dcalloc(T), *rlp = dcalloc(T), *rlsm = dcalloc(n);
+  for (int t = 0; t < T; ++t) {
+    ref_logits(xf + (size_t)t * C, wf, C, V, rl);
+    ref_row(rl, V, temp, tgt[t], &rlse[t], &rent[t], &rlp[t]);
+    for (int j = 0; j < V; ++j) rlsm[(size_t)t * V + j] = rl[j] / temp - rlse[t];
+  }
+  uint16_t *d_x = todev(x, (size_t)T * C * 2), *d_W = todev(W, (size_t)V * C * 2), *d_lp16 = dmalloc(n * 2);
+  float *d_lp = dmalloc(T * 4), *d_ent = dmalloc(T * 4), *d_lse = dmalloc(T * 4),
+        *d_logits = dmalloc((size_t)chunk * V * 4), *d_lpmax = dmalloc((size_t)T * nseg * 4);
+  int32_t *d_tgt = todev(tgt, T * 4);
+  float *g[2][3], *gmax = malloc((size_t)T * nseg * 4), *lsm = malloc(n * 4);
+  uint16_t *glp16 = malloc(n * 2), *glp16b = malloc(n * 2);
+  static const char *const names[2] = {"cuBLASLt", "fused"};
+  for (int fused = 0; fused < 2; ++fused) {
+    char what[128];
+    CK(cudaMemset(d_lp16, 0xff, n * 2));
+    const int ran = vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits,
+                                          d_lp16, d_lpmax, fused, 0);
+    if (ran != fused) {
+      printf("FAIL lmhead fused T%d C%d V%d chunk%d: the %s path ran\n", T, C, V, chunk, ran ? "fused" : "cuBLASLt");
+      g_fail = 1;
+    }
+    float **o = g[fused];
+    for (int k = 0; k < 3; ++k) o[k] = malloc(T * 4);
+    tohost(o[0], d_lse, T * 4);
+    tohost(o[1], d_ent, T * 4);
+    tohost(o[2], d_lp, T * 4);
+    snprintf(what, sizeof what, "lmhead %s lse T%d C%d V%d temp%.2f", names[fused], T, C, V, temp);
+    check_rel(what, rlse, o[0], T, 1e-5);
+    snprintf(what, sizeof what, "lmhead %s entropy T%d C%d V%d temp%.2f", names[fused], T, C, V, temp);
+    check_rel(what, rent, o[1], T, 1e-4);
+    snprintf(what, sizeof what, "lmhead %s logp T%d C%d V%d temp%.2f", names[fused], T, C, V, temp);
+    check_rel(what, rlp, o[2], T, 1e-4);
+    size_t bad_lp = 0;
+    for (int t = 0; t < T; ++t)
+      if (tgt[t] < 0 ? o[2][t] != 0.f : !(fabs(o[2][t] - rlp[t]) <= 1e-3 * fabs(rlp[t]) + 1e-3)) ++bad_lp;
+    snprintf(what, sizeof what, "lmhead %s logp per target (first/last/padded/-1)", names[fused]);
+    printf("%-4s %-58s %zu off\n", bad_lp ? "FAIL" : "ok", what, bad_lp);
+    if (bad_lp) g_fail = 1;
+    tohost(glp16, d_lp16, n * 2);
+    tohost(gmax, d_lpmax, (size_t)T * nseg * 4);
+    size_t over = 0;
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < V; ++j) {
+        const size_t i = (size_t)t * V + j;
+        lsm[i] = bf2f(glp16[i]) + gmax[(size_t)t * nseg + j / VR_CUTRAIN_LSM_SEG] - o[0][t];
+        if (!(fabs(lsm[i] - rlsm[i]) <= fabs(rlsm[i]) * 0x1p-8 + 2e-4)) ++over;
+      }
+    snprintf(what, sizeof what, "lmhead %s stored log p T%d C%d V%d", names[fused], T, C, V);
+    check_rel(what, rlsm, lsm, n, 8e-3);
+    snprintf(what, sizeof what, "lmhead %s stored log p per element T%d V%d", names[fused], T, V);
+    printf("%-4s %-58s %zu over |log p| 2^-8\n", over ? "FAIL" : "ok", what, over);
+    if (over) g_fail = 1;
+  }
+  /* the two paths beside each other, and the fused one's bits again */
+  double *ref = dcalloc(T);
+  char what[128];
+  for (int k = 0; k < 3; ++k) {
+    static const char *const q[3] = {"lse", "entropy", "logp"};
+    for (int t = 0; t < T; ++t) ref[t] = g[0][k][t];
+    snprintf(what, sizeof what, "lmhead fused vs cuBLASLt %s T%d C%d V%d", q[k], T, C, V);
+    check_rel(what, ref, g[1][k], T, 1e-5);
+  }
+  vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits, d_lp16, d_lpmax, 1, 0);
+  float *again = malloc(T * 4);
+  tohost(again, d_lse, T * 4);
+  tohost(glp16b, d_lp16, n * 2);
+  snprintf(what, sizeof what, "lmhead fused lse deterministic T%d V%d", T, V);
+  check_same_bits(what, g[1][0], again, T * 4);
+  snprintf(what, sizeof what, "lmhead fused stored log p deterministic T%d V%d", T, V);
+  check_same_bits(what, glp16, glp16b, n * 2);
+  free(again), free(ref);
+  for (int f = 0; f < 2; ++f)
+    for (int k = 0; k < 3; ++k) free(g[f][k]);
+  dfree(d_x), dfree(d_W), dfree(d_lp16), dfree(d_lp), dfree(d_ent), dfree(d_lse), dfree(d_logits), dfree(d_lpmax);
+  dfree(d_tgt);
+  free(x), free(xf), free(W), free(wf), free(tgt), free(rl), free(rlse), free(rent), free(rlp), free(rlsm);
+  free(gmax), free(lsm), free(glp16), free(glp16b);
 }
 
 /* ------------------------------------------------------------ attention */
@@ -898,6 +1011,15 @@ int main(void) {
   test_lmhead(gm, 300, 128, 5000, 128, 1.0f);
   test_lmhead(gm, 64, 64, 1024, 64, 0.6f);
   test_lmhead(gm, 37, 32, 257, 37, 1.0f); /* the training fixtures' odd vocabulary: ld 257 in every GEMM */
+  test_lmhead(gm, 300, 896, 4099, 300, 0.8f); /* the fused forward's shapes through the backward too */
+  /* the fused forward: V past a multiple of 256 / 128, T past the 128-row tile, C 64 / 896 / 2048,
+   * temperatures, the real vocabularies on few rows, a workspace of several launches */
+  test_lmhead_fused(gm, 300, 64, 97, 300, 0.7f);
+  test_lmhead_fused(gm, 129, 896, 1000, 129, 1.0f);
+  test_lmhead_fused(gm, 200, 2048, 4099, 200, 1.3f);
+  test_lmhead_fused(gm, 300, 128, 1000, 3, 1.0f); /* 3 x 1000 floats: launches of 128, 128, 44 rows */
+  test_lmhead_fused(gm, 5, 896, 151936, 5, 1.0f);
+  test_lmhead_fused(gm, 3, 2048, 128256, 3, 0.6f);
   vr_cuda_gemm_free(gm);
   test_attention_ref_fd();
   static const int small[] = {1, 17, 64, 65, 130, 200};

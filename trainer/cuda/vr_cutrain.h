@@ -54,12 +54,18 @@ typedef struct vr_cutrain_desc {
   int recompute; /* 1: keep each layer's input alone; backward recomputes the layer's activations */
   int attn_bwd;  /* the attention backward's kernel, VR_CUTRAIN_ATTN_BWD_* (vr_cutrain_ops.h); 0: the
                     automatic choice (the others for measurements; VR_ERR_UNSUPPORTED where it cannot run) */
+  int lmhead; /* the LM head's forward, VR_CUTRAIN_LMHEAD_*: 0 the automatic choice (FUSED where it runs) */
   int forward_only; /* 1: no gradients, moments or backward scratch; one activation set and two residual
                      * streams shared by every layer; forward with keep = 0 alone (vr_train refuses the rest) */
   int dxn_f32; /* 1: the fused q/k/v and gate/up projections' dX in fp32 into their RMSNorm backward; 0
                 * (default): bf16, as autocast's bf16 linear gives it (hidden <= VR_CUTRAIN_NORM_BWD16_MAX_C;
                 * the split projections sum their parts in fp32 either way) */
 } vr_cutrain_desc_t;
+
+/* vr_cutrain_desc_t.lmhead: CUBLAS, cuBLASLt's fp32 logits per chunk then a row kernel; FUSED, one
+ * Hopper GEMM with the log-softmax statistics in its epilogue (sm_90a builds on compute 9.0, hidden
+ * % 64 == 0; asked for elsewhere: VR_ERR_UNSUPPORTED). */
+enum { VR_CUTRAIN_LMHEAD_AUTO = 0, VR_CUTRAIN_LMHEAD_CUBLAS = 1, VR_CUTRAIN_LMHEAD_FUSED = 2 };
 
 typedef struct vr_cutrain vr_cutrain_t;
 

@@ -39,6 +39,7 @@ struct vr_cutrain {
   int T_max, chunk, nqkv, fused_qkv, fused_gu, recompute, fwd_only;
   int dxn16; /* the fused projections' dX in bf16 (vr_cutrain_desc_t.dxn_f32 clear, hidden small enough) */
   int attn_bwd; /* the attention backward's kernel (VR_CUTRAIN_ATTN_BWD_*, resolved) */
+  int lmhead_fused; /* the LM head's forward: the fused Hopper GEMM (1) or cuBLASLt + the row kernel (0) */
   size_t lo, hi, dev_bytes;
   cudaStream_t s;
   vr_cuda_gemm_t *gemm;
@@ -247,6 +248,12 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
            ab, D, d->window);
     return VR_ERR_UNSUPPORTED;
   }
+  const int fused_ok = vr_cutrain_lmhead_fused_available(C, V);
+  if (d->lmhead < VR_CUTRAIN_LMHEAD_AUTO || d->lmhead > VR_CUTRAIN_LMHEAD_FUSED ||
+      (d->lmhead == VR_CUTRAIN_LMHEAD_FUSED && !fused_ok)) {
+    vr_log(VR_LOG_ERROR, "LM head %d does not run hidden %d on this build and device", d->lmhead, C);
+    return VR_ERR_UNSUPPORTED;
+  }
   vr_cutrain_t *e = calloc(1, sizeof *e);
   if (!e) return VR_ERR_NOMEM;
   e->d = *d;
@@ -264,6 +271,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   e->T_max = max_tokens;
   e->recompute = d->recompute != 0;
   e->attn_bwd = ab != VR_CUTRAIN_ATTN_BWD_AUTO ? ab : vr_cutrain_attention_bwd_kernel(D, d->window);
+  e->lmhead_fused = d->lmhead != VR_CUTRAIN_LMHEAD_CUBLAS && fused_ok;
   e->fwd_only = d->forward_only != 0;
   e->lo = shard_lo, e->hi = shard_hi;
   e->value = d->score_w != NONE;
@@ -340,6 +348,12 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   if (e->value) {
     DALLOC(e->hv, T * C * 4);
   } else {
+    if (fo && e->lmhead_fused) {
+      /* no backward recomputes logits: the fused forward's workspace alone (vr_cutrain_lmhead_fwd),
+       * as whole rows of V floats */
+      const size_t ws = T * (4 * (((size_t)V + 255) / 256) + 1), rows = (ws + V - 1) / V;
+      if (rows < chunk) chunk = rows, e->chunk = (int)rows;
+    }
     DALLOC(e->logits, chunk * V * 4);
     if (!fo) DALLOC(e->dlogits, chunk * V * 2);
   }
@@ -431,12 +445,13 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "projections' dX %s, attention backward %s, dK/dV %s, activations %s, %.2f GiB on the device",
+         "projections' dX %s, attention backward %s, dK/dV %s, activations %s, LM-head forward %s, %.2f GiB on "
+         "the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
          e->dxn16 && (e->fused_qkv || e->fused_gu) ? "bf16" : "fp32", attn_bwd_names[e->attn_bwd],
          e->split ? "per query head" : "per key head",
          fo ? "forward only" : e->recompute ? "recomputed per layer" : "kept",
-         e->dev_bytes / 1073741824.0);
+         e->lmhead_fused ? "fused sm90 GEMM" : "cuBLASLt + rows", e->dev_bytes / 1073741824.0);
   *out = e;
   return 0;
 }
@@ -626,7 +641,7 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
     uint16_t *lp16 = keep ? lp16_buffer(e) : NULL;
     e->lp16_kept = lp16 != NULL;
     vr_cutrain_lmhead_fwd(e->gemm, e->logp_r, e->ent_r, e->lse_r, e->xf, W, e->tgt, T, C, d->vocab, temperature,
-                          e->chunk, e->logits, lp16, e->lpmax, e->s);
+                          e->chunk, e->logits, lp16, e->lpmax, e->lmhead_fused, e->s);
   }
   mark(e, VR_CUTRAIN_PH_FWD_HEAD);
   if (logp || ent) {

@@ -1,10 +1,13 @@
 /* vr_cutrain_lmhead.cu: the fused LM head + log-softmax at a temperature (log p of the
  * targets, entropy) and its backward, chunked over tokens so that at most (chunk, V) logits
- * exist at once. Contracts in vr_cutrain_ops.h. */
+ * exist at once; on Hopper the forward is one GEMM with the statistics in its epilogue
+ * (vr_cutrain_lmhead_sm90.cuh) and no logits at all. Contracts in vr_cutrain_ops.h. */
 #include <math.h>
+#include <string.h>
 
 #include "vr_cuda_common.cuh"
 #include "vr_cutrain_ops.h"
+#include "vr_cutrain_lmhead_sm90.cuh"
 
 #define LSM_THREADS 512
 
@@ -120,6 +123,35 @@ __global__ void __launch_bounds__(LSM_THREADS)
   }
 }
 
+/* One warp per row: lse, ent, logp from the fused forward's per-tile statistics (k_lmhead_sm90):
+ * lane l merges tiles l, l + 32, ... in order, then the lanes merge in a fixed butterfly
+ * (lsm_merge is commutative bit for bit: every lane ends with the same sums). */
+__global__ void k_lmhead_combine(float *logp, float *ent, float *lse, const float4 *stats, const float *zt,
+                                 const int32_t *tgt, int rows, int NB) {
+  const int r = (int)(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)), lane = (int)threadIdx.x & 31;
+  if (r >= rows) return;
+  lsm_acc a = {-INFINITY, 0.f, 0.f};
+  for (int i = lane; i < NB; i += 32) {
+    const float4 q = stats[(size_t)r * NB + i];
+    const lsm_acc b = {q.x, q.y, q.z};
+    a = lsm_merge(a, b);
+  }
+  for (int k = 16; k > 0; k >>= 1) {
+    const lsm_acc b = {__shfl_xor_sync(0xffffffffu, a.m, k), __shfl_xor_sync(0xffffffffu, a.s, k),
+                       __shfl_xor_sync(0xffffffffu, a.w, k)};
+    a = lsm_merge(a, b);
+  }
+  if (lane == 0) {
+    const float l = a.m + logf(a.s);
+    lse[r] = l;
+    if (ent) ent[r] = l - a.w / a.s;
+    if (logp) {
+      const int y = tgt[r];
+      logp[r] = y >= 0 ? zt[r] - l : 0.f;
+    }
+  }
+}
+
 /* dlogits[r, j] = bf16(inv_temp * (glp (j == y) - p_j (glp + gent (log p_j + ent)))),
  * log p_j = z_j - lse, or from the stored log-softmax (LP16; logits unused):
  * log p_j = lp16[r, j] + lpmax[r, j / 128] - lse. A block per row (rows strided over the grid),
@@ -216,10 +248,90 @@ extern "C" void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, 
   VR_CUDA_CHECK_LAUNCH();
 }
 
-extern "C" void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x,
-                                      const uint16_t *W, const int32_t *tgt, int T, int C, int V, float temp, int chunk,
-                                      float *logits, uint16_t *lp16, float *lpmax, cudaStream_t s) {
+extern "C" int vr_cutrain_lmhead_fused_available(int C, int V) {
+#ifdef VR_CUTRAIN_HAVE_SM90
+  int dev = 0;
+  if (C < LH_BK || C % LH_BK || V < 1) return 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return vr_sm90_device(dev);
+#else
+  (void)C, (void)V;
+  return 0;
+#endif
+}
+
+#ifdef VR_CUTRAIN_HAVE_SM90
+/* The fused forward over rows [0, T) in launches of as many rows as the workspace holds
+ * (ws_floats: the (rows, NB) float4 statistics and the (rows) target z of one launch). 0, or -1
+ * when the workspace holds fewer than LH_BM rows or a tensor map is refused (nothing launched). */
+static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
+                            const int32_t *tgt, int T, int C, int V, float temp, float *ws, size_t ws_floats,
+                            uint16_t *lp16, float *lpmax, cudaStream_t s) {
+  const int NB = (V + LH_BN - 1) / LH_BN, nseg = vr_cutrain_lsm_segs(V);
+  size_t cap = ws_floats / (4 * (size_t)NB + 1);
+  if (cap < (size_t)T) cap -= cap % LH_BM;
+  if (cap < LH_BM && cap < (size_t)T) return -1;
+  const int R = cap < (size_t)T ? (int)cap : T;
+  if (((uintptr_t)x | (uintptr_t)W) % 16) return -1;
+  static int attr_set[64], sms_of[64];
+  const int dev = vr_cuda_current_device_();
+  const int di = dev >= 0 && dev < 64 ? dev : 0;
+  if (!attr_set[di]) {
+    VR_CUDA_CHECK(cudaFuncSetAttribute(k_lmhead_sm90, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LH_SMEM));
+    VR_CUDA_CHECK(cudaDeviceGetAttribute(&sms_of[di], cudaDevAttrMultiProcessorCount, dev));
+    attr_set[di] = 1;
+  }
+  CUtensorMap tw;
+  if (vr_sm90_tensor_map(&tw, W, C, V, C, LH_BK, LH_BN)) return -1;
+  /* row bands of about 16 MiB of x: the band stays in L2 while W's column blocks stream (on the
+   * H200: bands of 16 row blocks as fast, of 4 up to 5 % slower, one band of all rows up to 10 %
+   * slower at C 2048) */
+  int GM = (int)((16u << 20) / ((size_t)LH_BM * C * 2));
+  if (GM < 1) GM = 1;
+  float4 *stats = reinterpret_cast<float4 *>(ws);
+  float *zt = ws + (size_t)R * NB * 4;
+  for (int t0 = 0; t0 < T; t0 += R) {
+    const int rows = T - t0 < R ? T - t0 : R;
+    CUtensorMap tx, tl;
+    if (vr_sm90_tensor_map(&tx, x + (size_t)t0 * C, C, rows, C, LH_BK, LH_BM)) return -1;
+    memset(&tl, 0, sizeof tl);
+    /* lp16 through bulk tensor stores where its rows are 16-byte multiples */
+    const int tma_lp = lp16 && V % 8 == 0 && ((uintptr_t)lp16 % 16) == 0 &&
+                       vr_sm90_tensor_map(&tl, lp16 + (size_t)t0 * V, V, rows, V, 64, 64) == 0;
+    lh_params p;
+    p.lp16 = lp16 ? lp16 + (size_t)t0 * V : NULL;
+    p.lpmax = lp16 ? lpmax + (size_t)t0 * nseg : NULL;
+    p.stats = stats, p.zt = zt, p.tgt = tgt + t0;
+    p.T = rows, p.V = V, p.nk = C / LH_BK, p.MB = (rows + LH_BM - 1) / LH_BM, p.NB = NB;
+    p.GM = GM < p.MB ? GM : p.MB, p.nseg = nseg, p.tiles = p.MB * NB, p.inv_temp = 1.f / temp;
+    p.tma_lp = tma_lp;
+    const int grid = p.tiles < sms_of[di] ? p.tiles : sms_of[di];
+    k_lmhead_sm90<<<grid, LH_THREADS, LH_SMEM, s>>>(tx, tw, tl, p);
+    VR_CUDA_CHECK_LAUNCH();
+    k_lmhead_combine<<<(rows + 7) / 8, 256, 0, s>>>(logp ? logp + t0 : NULL, ent ? ent + t0 : NULL, lse + t0, stats,
+                                                    zt, tgt + t0, rows, NB);
+    VR_CUDA_CHECK_LAUNCH();
+  }
+  return 0;
+}
+#endif
+
+extern "C" int vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x,
+                                     const uint16_t *W, const int32_t *tgt, int T, int C, int V, float temp, int chunk,
+                                     float *logits, uint16_t *lp16, float *lpmax, int fused, cudaStream_t s) {
   VR_ASSERT(chunk > 0 && lse);
+  VR_ASSERT(!lp16 || lpmax);
+#ifdef VR_CUTRAIN_HAVE_SM90
+  if (T <= 0) return fused && vr_cutrain_lmhead_fused_available(C, V);
+  if (fused && vr_cutrain_lmhead_fused_available(C, V) &&
+      lmhead_fwd_fused(logp, ent, lse, x, W, tgt, T, C, V, temp, logits, (size_t)chunk * V, lp16, lpmax, s) == 0)
+    return 1;
+#else
+  (void)fused;
+#endif
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int rows = T - t0 < chunk ? T - t0 : chunk;
     vr_cuda_gemm(g, logits, 1, x + (size_t)t0 * C, W, NULL, rows, V, C, 0.f, s); /* (rows, V) */
@@ -227,6 +339,7 @@ extern "C" void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent
                                temp, lp16 ? lp16 + (size_t)t0 * V : NULL,
                                lp16 ? lpmax + (size_t)t0 * vr_cutrain_lsm_segs(V) : NULL, s);
   }
+  return 0;
 }
 
 extern "C" void vr_cutrain_lmhead_bwd(vr_cuda_gemm_t *g, float *dx, float *dW, const float *glp, const float *gent,

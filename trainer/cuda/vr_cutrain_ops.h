@@ -100,9 +100,17 @@ int vr_cutrain_embed_segments(const int32_t *ids, int T, int V, int32_t *order, 
  * by at most |log p| 2^-8, bf16's unit roundoff). lpmax is required with lp16. */
 #define VR_CUTRAIN_LSM_SEG 128
 static inline int vr_cutrain_lsm_segs(int V) { return (V + VR_CUTRAIN_LSM_SEG - 1) / VR_CUTRAIN_LSM_SEG; }
-void vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
-                           const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits,
-                           uint16_t *lp16, float *lpmax, cudaStream_t s);
+/* fused 1 and vr_cutrain_lmhead_fused_available(C, V): instead, one Hopper GEMM whose epilogue
+ * takes the statistics (and writes lp16 / lpmax) from its accumulators, over all T rows at once
+ * (vr_cutrain_lmhead_sm90.cuh): no logits are formed; `logits` serves as its workspace, T
+ * (4 ceil(V / 256) + 1) floats (launches of fewer rows when chunk * V is smaller). The same
+ * outputs up to summation order (fp32 accumulation in both). fused 0: the cuBLASLt path above.
+ * Returns 1 when the fused kernel ran, 0 when the cuBLASLt path did. */
+int vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
+                          const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits, uint16_t *lp16,
+                          float *lpmax, int fused, cudaStream_t s);
+/* 1 when the fused forward runs here: an sm_90a build on a compute 9.0 device, C % 64 == 0. */
+int vr_cutrain_lmhead_fused_available(int C, int V);
 /* Backward from the caller's per-token loss gradients glp = dL/dlogp (T) and gent = dL/dent
  * (T, or NULL): per chunk the logits are recomputed, dz = glp (onehot(tgt) - p)
  * - gent * p (log p + ent) is formed as bf16 dlogits = dz / temp (rows, V) in `dlogits`
