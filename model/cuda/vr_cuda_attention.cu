@@ -290,7 +290,8 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_split(attn_params p, float 
  * consumer warpgroups at head_dim 64 (192-row tiles). */
 static int fa3_flags(int rows, int D, int max_len) {
   return (rows < VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS ? VR_CUDA_FA3_HEAD_INNER : 0) |
-         (D == 64 && max_len >= VR_CUDA_ATTN_FA3_C3_MIN_LEN ? VR_CUDA_FA3_C3 : 0);
+         (D == 64 && max_len >= VR_CUDA_ATTN_FA3_C3_MIN_LEN ? VR_CUDA_FA3_C3 : 0) |
+         (VR_CUDA_ATTN_FA3_PERSIST ? VR_CUDA_FA3_PERSIST : 0);
 }
 /* k_attn_fa's configurations in the library: FA_NW warps of FA64_MT / FA128_MT m16 tiles, no
  * register bound, Q fragments in registers */
