@@ -156,7 +156,8 @@ void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, in
 #ifndef VR_CUDA_ATTN_FA3_C3_MIN_LEN
 #define VR_CUDA_ATTN_FA3_C3_MIN_LEN 8192
 #endif
-/* FA3's persistent schedule (VR_CUDA_FA3_PERSIST) in the automatic choice: 1 on, 0 off. */
+/* FA3's persistent schedule (VR_CUDA_FA3_PERSIST) in the automatic choice: 1 on (except for
+ * batches known to hold a sequence of VR_CUDA_ATTN_FA3_C3_MIN_LEN+ tokens), 0 off. */
 #ifndef VR_CUDA_ATTN_FA3_PERSIST
 #define VR_CUDA_ATTN_FA3_PERSIST 1
 #endif
