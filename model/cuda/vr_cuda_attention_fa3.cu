@@ -274,87 +274,79 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REG_CONSUMER) : "memory");
   const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
   if (PP && cw == 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory"); /* consumer 0 goes first */
-  /* AHEAD (the persistent schedule, two Q buffers): the next item's first S = Q K^T is issued
-   * with this item's last P V, so that its latency and this item's epilogue (normalisation, the O
-   * and lse stores) overlap; with one Q buffer that S would wait for the next Q's load. */
-  constexpr bool AHEAD = PS;
   int kv = 0, tile, h;
-  bool have = f3_item<PS>(sched, 0, n_tiles, p.H, head_inner, tile, h);
-  float o[NO], sc[64];
-  uint32_t pa[8][4]; /* P of the previous key tile, the A operand of its P V */
-  auto release = [&](uint32_t bar) {
-    __syncwarp();
-    if (lane == 0) mb_arrive(bar);
-  };
-  /* S = Q K^T of Q at q_at and K stage st: D / 16 k-steps of 16 dims (32 bytes inside a
-   * 128-byte row); descriptors are computed and pinned before the wgmma batch: an address
-   * computed between two wgmmas of one batch makes ptxas serialise them */
-  auto issue_qk = [&](uint32_t q_at, int st) {
-    const uint32_t k_at = sK + st * C::KV_BYTES;
-    uint64_t da[D / 16], db[D / 16];
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      da[kk] = f3_desc(q_at + (kk >> 2) * QR * 128 + (kk & 3) * 32, 16, 1024);
-      db[kk] = f3_desc(k_at + (kk >> 2) * F3_BN * 128 + (kk & 3) * 32, 16, 1024);
-      asm volatile("" : "+l"(da[kk]), "+l"(db[kk]));
-    }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) wg_ss128(sc, da[kk], db[kk], kk);
-  };
-  /* O += P V of stage st: 8 k-steps of 16 keys (2048 bytes); N spans the D / 64 chunks */
-  auto issue_pv = [&](int st, const uint32_t(&pp)[8][4]) {
-    const uint32_t v_at = sV + st * C::KV_BYTES;
-    uint64_t dv[8];
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-      dv[kk] = f3_desc(v_at + kk * 2048, F3_BN * 128, 1024);
-      asm volatile("" : "+l"(dv[kk]));
-    }
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) wg_rs(o, pp[kk], dv[kk]);
-  };
-  /* PP: the two consumers take turns issuing their matrix products (named barriers 2 + cw:
-   * wait for mine, then let the other go), so one's softmax runs under the other's wgmma
-   * (the paper's ping-pong schedule); both issue the same number of batches per item. */
-  auto turn_begin = [&] {
-    if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(2 + cw) : "memory");
-  };
-  auto turn_end = [&] {
-    if (PP) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 + (cw ^ 1)) : "memory");
-  };
-  auto q_of = [&](int k) { return sQ + (k % QB) * C::Q_BYTES + cw * 64 * 128; };
-  /* S of key tile 0 (O is still zero); AHEAD: the first item's here, the others' with the
-   * previous item's last P V. No wgmma sits under a branch (ptxas would serialise them all). */
-  auto first_qk = [&](int tc) {
-    const int st = kv % S;
-    mb_wait(q_full + 8 * (tc % QB), (tc / QB) & 1);
-    mb_wait(k_full + 8 * st, (kv / S) & 1);
-    f3_pin(sc);
-    turn_begin();
-    f3_fence();
-    issue_qk(q_of(tc), st);
-    f3_commit();
-    turn_end();
-    f3_wait<0>();
-    f3_pin(sc);
-    release(k_empty + 8 * st);
-  };
-  if (!have) return;
-  if constexpr (AHEAD) first_qk(0);
-  for (int tc = 0; have; ++tc) {
+  for (int tc = 0; f3_item<PS>(sched, tc, n_tiles, p.H, head_inner, tile, h); ++tc) {
     const f3_span w = f3_tile(p, tile, QR);
     const int qb = tc % QB;
     const int wr0 = w.q0 + cw * 64 + warp * 16; /* this warp's first query row */
     const int qr0 = wr0 + g, qr1 = qr0 + 8;
+    float o[NO], sc[64];
+    uint32_t pa[8][4]; /* P of the previous key tile, the A operand of its P V */
 #pragma unroll
     for (int i = 0; i < NO; ++i) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, al0, al1;
+    mb_wait(q_full + 8 * qb, (tc / QB) & 1);
+    const uint32_t q_at = sQ + qb * C::Q_BYTES + cw * 64 * 128;
+    /* S = Q K^T of stage st: D / 16 k-steps of 16 dims (32 bytes inside a 128-byte row) */
+    /* descriptors are computed and pinned before the wgmma batch: an address computed between
+     * two wgmmas of one batch makes ptxas serialise them */
+    auto issue_qk = [&](int st) {
+      const uint32_t k_at = sK + st * C::KV_BYTES;
+      uint64_t da[D / 16], db[D / 16];
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        da[kk] = f3_desc(q_at + (kk >> 2) * QR * 128 + (kk & 3) * 32, 16, 1024);
+        db[kk] = f3_desc(k_at + (kk >> 2) * F3_BN * 128 + (kk & 3) * 32, 16, 1024);
+        asm volatile("" : "+l"(da[kk]), "+l"(db[kk]));
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) wg_ss128(sc, da[kk], db[kk], kk);
+    };
+    /* O += P V of stage st: 8 k-steps of 16 keys (2048 bytes); N spans the D / 64 chunks */
+    auto issue_pv = [&](int st, const uint32_t(&pp)[8][4]) {
+      const uint32_t v_at = sV + st * C::KV_BYTES;
+      uint64_t dv[8];
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) {
+        dv[kk] = f3_desc(v_at + kk * 2048, F3_BN * 128, 1024);
+        asm volatile("" : "+l"(dv[kk]));
+      }
+#pragma unroll
+      for (int kk = 0; kk < 8; ++kk) wg_rs(o, pp[kk], dv[kk]);
+    };
+    auto release = [&](uint32_t bar) {
+      __syncwarp();
+      if (lane == 0) mb_arrive(bar);
+    };
+    /* PP: the two consumers take turns issuing their matrix products (named barriers 2 + cw:
+     * wait for mine, then let the other go), so one's softmax runs under the other's wgmma
+     * (the paper's ping-pong schedule); both issue the same number of batches per tile. */
+    auto turn_begin = [&] {
+      if (PP) asm volatile("bar.sync %0, 256;\n" ::"r"(2 + cw) : "memory");
+    };
+    auto turn_end = [&] {
+      if (PP) asm volatile("bar.arrive %0, 256;\n" ::"r"(2 + (cw ^ 1)) : "memory");
+    };
     auto need_mask = [&](int n0) {
       return n0 + F3_BN > w.len || (p.causal && n0 + F3_BN - 1 > wr0) || p.window > 0;
     };
-    if constexpr (!AHEAD) first_qk(tc);
-    f3_softmax<POLY>(p, sc, w.kbeg, w.len, need_mask(w.kbeg), qr0, qr1, m0, m1, l0, l1, al0, al1);
-    f3_pack(sc, pa);
+    /* key tile 0: S only (O is still zero) */
+    {
+      const int st = kv % S;
+      mb_wait(k_full + 8 * st, (kv / S) & 1);
+      f3_pin(sc);
+      turn_begin();
+      f3_fence();
+      issue_qk(st);
+      f3_commit();
+      turn_end();
+      f3_wait<0>();
+      f3_pin(sc);
+      release(k_empty + 8 * st);
+      const int n0 = w.kbeg;
+      f3_softmax<POLY>(p, sc, n0, w.len, need_mask(n0), qr0, qr1, m0, m1, l0, l1, al0, al1);
+      f3_pack(sc, pa);
+    }
     for (int it = 1; it < w.nkv; ++it) {
       const int j = kv + it, st = j % S, sp = (j - 1) % S;
       mb_wait(k_full + 8 * st, (j / S) & 1);
@@ -364,7 +356,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
       f3_pin(sc);
       turn_begin();
       f3_fence();
-      issue_qk(q_of(tc), st);
+      issue_qk(st);
       f3_commit();
       issue_pv(sp, pa);
       f3_commit();
@@ -382,10 +374,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
       for (int i = 0; i < NO / 4; ++i) o[4 * i] *= al0, o[4 * i + 1] *= al0, o[4 * i + 2] *= al1, o[4 * i + 3] *= al1;
       f3_pack(sc, pa);
     }
-    release(q_empty + 8 * qb); /* every S of this item is complete: the producer may load a next Q here */
-    int tile_n = 0, h_n = 0;
-    const bool ahead = AHEAD && f3_item<PS>(sched, tc + 1, n_tiles, p.H, head_inner, tile_n, h_n);
-    const int jn = kv + w.nkv, stn = jn % S; /* the next item's first key tile */
+    release(q_empty + 8 * qb); /* every S of this tile is complete: the producer may load a next Q here */
     {
       const int j = kv + w.nkv - 1, sp = j % S;
       mb_wait(v_full + 8 * sp, (j / S) & 1);
@@ -406,28 +395,14 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         asm volatile("bar.sync 1, %0;\n" ::"n"(128 * NC) : "memory");
       }
-      if (ahead) {
-        mb_wait(q_full + 8 * ((tc + 1) % QB), ((tc + 1) / QB) & 1);
-        mb_wait(k_full + 8 * stn, (jn / S) & 1);
-      }
       f3_pin(o);
       f3_pin(pa);
-      f3_pin(sc);
       turn_begin();
       f3_fence();
       issue_pv(sp, pa);
       f3_commit();
-      if constexpr (AHEAD) {
-        /* the next item's first S (after the last item: a dummy S of this item's Q and the V
-         * stage just read, which nothing writes any more, discarded) */
-        issue_qk(ahead ? q_of(tc + 1) : q_of(tc), ahead ? stn : sp);
-        f3_commit();
-        turn_end();
-        f3_wait<1>(); /* this P V; that S runs on under the epilogue */
-      } else {
-        turn_end();
-        f3_wait<0>();
-      }
+      turn_end();
+      f3_wait<0>();
       f3_pin(o);
       release(v_empty + 8 * sp);
     }
@@ -445,14 +420,6 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     if (p.lse && t == 0) {
       if (qr0 < w.len) p.lse[r0 * p.H + h] = m0 + log2f(l0);
       if (qr1 < w.len) p.lse[r1 * p.H + h] = m1 + log2f(l1);
-    }
-    if constexpr (AHEAD) {
-      f3_wait<0>(); /* the next item's S of its first key tile */
-      f3_pin(sc);
-      if (ahead) release(k_empty + 8 * stn);
-      have = ahead, tile = tile_n, h = h_n;
-    } else {
-      have = f3_item<PS>(sched, tc + 1, n_tiles, p.H, head_inner, tile, h);
     }
   }
 #endif
