@@ -15,7 +15,8 @@
  * rows or more): k_attn_fa3 (vr_cuda_attention_fa3.cu, VR_CUDA_ATTN_KERNEL_FA3), TMA + wgmma,
  * warp-specialised, 128-row tiles; at head_dim 64 192-row tiles of three consumer warpgroups when
  * the batch's longest sequence is known and has VR_CUDA_ATTN_FA3_C3_MIN_LEN+ tokens
- * (vr_cuda_attention_maxlen).
+ * (vr_cuda_attention_maxlen); otherwise on the persistent schedule (VR_CUDA_FA3_PERSIST: one block
+ * per multiprocessor looping over the (tile, head) items, whatever grid_tiles says).
  *
  * Fallback path (any D <= 256, VR_CUDA_ATTN_KERNEL_GENERIC): one warp per query row, fp32, keys
  * 32 at a time (lane j scores key j, then the warp accumulates lane-owned dims).
