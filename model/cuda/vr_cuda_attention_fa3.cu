@@ -513,5 +513,6 @@ extern "C" void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int
   if (D == 128)
     pp ? f3_launch<128, 2, true>(tm, p, grid, hi, poly, ps, s) : f3_launch<128, 2, false>(tm, p, grid, hi, poly, ps, s);
   else if (nc == 3) f3_launch<64, 3, false>(tm, p, grid, hi, poly, ps, s);
-  else pp ? f3_launch<64, 2, true>(tm, p, grid, hi, poly, ps, s) : f3_launch<64, 2, false>(tm, p, grid, hi, poly, ps, s);
+  else if (pp) f3_launch<64, 2, true>(tm, p, grid, hi, poly, ps, s);
+  else f3_launch<64, 2, false>(tm, p, grid, hi, poly, ps, s);
 }
