@@ -15,7 +15,8 @@
  * rows or more): k_attn_fa3 (vr_cuda_attention_fa3.cu, VR_CUDA_ATTN_KERNEL_FA3), TMA + wgmma,
  * warp-specialised, 128-row tiles; at head_dim 64 192-row tiles of three consumer warpgroups when
  * the batch's longest sequence is known and has VR_CUDA_ATTN_FA3_C3_MIN_LEN+ tokens
- * (vr_cuda_attention_maxlen).
+ * (vr_cuda_attention_maxlen); otherwise on the persistent schedule (VR_CUDA_FA3_PERSIST: one block
+ * per multiprocessor looping over the (tile, head) items, whatever grid_tiles says).
  *
  * Fallback path (any D <= 256, VR_CUDA_ATTN_KERNEL_GENERIC): one warp per query row, fp32, keys
  * 32 at a time (lane j scores key j, then the warp accumulates lane-owned dims).
@@ -286,11 +287,17 @@ __global__ void __launch_bounds__(NWARP * 32) k_attn_split(attn_params p, float 
 /* FA3 (Hopper) from VR_CUDA_ATTN_FA3_MIN_ROWS rows, its blocks heads-inner below
  * VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS (vr_cuda_ops.h; docs/benchmarks.md, "Issue 24: FA3 at
  * head_dim 64"). */
-/* max_len: the batch's longest sequence (0: unknown): from VR_CUDA_ATTN_FA3_C3_MIN_LEN tokens, three
- * consumer warpgroups at head_dim 64 (192-row tiles). */
+/* max_len: the batch's longest sequence (0: unknown). Known long (VR_CUDA_ATTN_FA3_C3_MIN_LEN+
+ * tokens: the eager long-context forwards): one block per tile, three consumer warpgroups at
+ * head_dim 64 (192-row tiles), heads-inner under VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS rows. Otherwise
+ * (short sequences, and the graphs' and the training forward's unknown lengths) the persistent
+ * schedule, heads-inner at head_dim 64, heads-outer at 128 (docs/benchmarks.md, "FA3 forward:
+ * the persistent schedule"). */
 static int fa3_flags(int rows, int D, int max_len) {
-  return (rows < VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS ? VR_CUDA_FA3_HEAD_INNER : 0) |
-         (D == 64 && max_len >= VR_CUDA_ATTN_FA3_C3_MIN_LEN ? VR_CUDA_FA3_C3 : 0);
+  if (!VR_CUDA_ATTN_FA3_PERSIST || max_len >= VR_CUDA_ATTN_FA3_C3_MIN_LEN)
+    return (rows < VR_CUDA_ATTN_FA3_HEAD_INNER_ROWS ? VR_CUDA_FA3_HEAD_INNER : 0) |
+           (D == 64 && max_len >= VR_CUDA_ATTN_FA3_C3_MIN_LEN ? VR_CUDA_FA3_C3 : 0);
+  return VR_CUDA_FA3_PERSIST | (D == 64 ? VR_CUDA_FA3_HEAD_INNER : 0);
 }
 /* k_attn_fa's configurations in the library: FA_NW warps of FA64_MT / FA128_MT m16 tiles, no
  * register bound, Q fragments in registers */

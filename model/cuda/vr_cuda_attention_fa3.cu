@@ -12,6 +12,13 @@
  * the two consumers also take turns issuing them (ping-pong: one's softmax under the other's
  * products), at 64 that measured slower and they issue unordered.
  *
+ * Schedules: a (G, H) grid whose blocks loop over tiles x + k G of head y (G = the tile count:
+ * one block per tile), or the persistent one (VR_CUDA_FA3_PERSIST; FlashAttention-3's persistent
+ * kernel): one block per multiprocessor looping over the (tile, head) items in a snake, Q
+ * double-buffered and the K / V ring running on across items, so the producer loads item i + 1
+ * while the consumers finish item i (its last P V, the O and lse stores); no block start, barrier
+ * initialisation or first load per item (f3_item).
+ *
  * Tiles: 64 x consumers query rows (vr_cuda_attention_fa3_rows: the tile list's) x 128 keys;
  * head dims 64 and 128;
  * causal, bidirectional, sliding window, GQA, variable length (the tile list and cu of
@@ -37,16 +44,18 @@ namespace {
 constexpr int F3_BN = 128;
 
 /* One configuration: NC consumer warpgroups of 64 query rows (ROWS = 64 NC query rows a tile) and the
- * producer warpgroup. */
-template <int D, int NC>
+ * producer warpgroup; QB Q buffers (2: the persistent schedule's, the next tile's Q loads while
+ * the consumers finish this one). */
+template <int D, int NC, int QB = 1>
 struct f3_cfg {
   static_assert(NC == 2 || (NC == 3 && D == 64), "three consumers only at head_dim 64");
   static constexpr int ROWS = 64 * NC, THREADS = 128 * (NC + 1);
   static constexpr int STAGES = D == 64 ? 4 : 2;  /* K and V stages each */
   static constexpr uint32_t Q_BYTES = ROWS * D * 2; /* one Q tile */
   static constexpr uint32_t KV_BYTES = F3_BN * D * 2;
-  static constexpr uint32_t BAR_OFF = Q_BYTES + 2 * STAGES * KV_BYTES;
-  static constexpr size_t SMEM = BAR_OFF + 8 * (2 + 4 * STAGES) + 1024; /* + alignment slack */
+  static constexpr uint32_t BAR_OFF = QB * Q_BYTES + 2 * STAGES * KV_BYTES;
+  static constexpr size_t SMEM = BAR_OFF + 8 * (2 * QB + 4 * STAGES) + 1024; /* + alignment slack */
+  static_assert(SMEM <= 227 * 1024, "shared memory of one block");
 };
 /* The library's default configuration: two consumers on 128-row tiles at both head dims. Three
  * at head_dim 64 (VR_CUDA_FA3_C3, FA3's own D64 shape) were faster at 16k tokens and slower on
@@ -148,34 +157,67 @@ __device__ __forceinline__ f3_span f3_tile(const attn_params &p, int tile, int b
   return w;
 }
 
+/* The k-th work item (tile, head) of this block; false past its last. PS (the persistent
+ * schedule, a 1-D grid of at most one block per multiprocessor): item idx of the n_tiles x H
+ * list, heads-inner (tile idx / H, head idx % H: the heaviest tiles of every head first) or
+ * heads-outer (head idx / n_tiles, tile idx % n_tiles), block b taking idx = k G + b in even
+ * rounds k and k G + G - 1 - b in odd ones (a snake over the list ordered by work: the blocks'
+ * totals even out). Otherwise the (G, H) grid: block (x, y) takes head y, tiles x + k G;
+ * heads-inner: the block of linear index x + G y takes head (x + G y) % H, tiles (x + G y) / H
+ * + k G. Every item goes to one block alone whatever the grid, so the output does not depend
+ * on it. */
+struct f3_sched {
+  int tile0, h0; /* the (G, H) grid's: this block's first tile and its head */
+};
+__device__ __forceinline__ f3_sched f3_sched_make(int H, int head_inner) {
+  const int lin = blockIdx.x + gridDim.x * blockIdx.y;
+  return {head_inner ? lin / H : (int)blockIdx.x, head_inner ? lin % H : (int)blockIdx.y};
+}
+template <bool PS>
+__device__ __forceinline__ bool f3_item(const f3_sched &sc, int k, int n_tiles, int H, int head_inner, int &tile,
+                                        int &h) {
+  if (PS) {
+    const int G = gridDim.x, b = blockIdx.x, idx = k * G + ((k & 1) ? G - 1 - b : b);
+    if (idx >= n_tiles * H) return false;
+    tile = head_inner ? idx / H : idx % n_tiles;
+    h = head_inner ? idx % H : idx / n_tiles;
+    return true;
+  }
+  h = sc.h0;
+  tile = sc.tile0 + k * gridDim.x;
+  return tile < n_tiles;
+}
+
 #endif
 
-template <int D, int NC, bool PP, bool POLY>
+/* PS: the persistent schedule (f3_item; 1-D grid, Q double-buffered: the producer loads the next
+ * item's Q and K / V while the consumers finish this one, its stores and the next item's loads
+ * overlap). */
+template <int D, int NC, bool PP, bool POLY, bool PS>
 __global__ void __launch_bounds__(128 * (NC + 1), 1)
     k_attn_fa3(const __grid_constant__ CUtensorMap tm, attn_params p, int head_inner) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  typedef f3_cfg<D, NC> C;
+  constexpr int QB = PS ? 2 : 1;
+  typedef f3_cfg<D, NC, QB> C;
   static_assert(!PP || NC == 2, "ping-pong takes two consumers");
   constexpr int S = C::STAGES, NO = D / 2, QR = C::ROWS; /* NO: O accumulator floats per thread */
   /* registers per thread after setmaxnreg, within the multiprocessor's 64 K */
   constexpr int REG_PRODUCER = 24, REG_CONSUMER = NC == 2 ? 240 : 160;
   extern __shared__ unsigned char f3_smem_raw[];
   const uint32_t base = (smem_u32(f3_smem_raw) + 1023u) & ~1023u;
-  const uint32_t sQ = base, sK = base + C::Q_BYTES, sV = sK + S * C::KV_BYTES, bars = base + C::BAR_OFF;
-  /* barriers: q_full, q_empty, k_full[S], k_empty[S], v_full[S], v_empty[S] */
-  const uint32_t q_full = bars, q_empty = bars + 8, k_full = bars + 16, k_empty = k_full + 8 * S,
+  const uint32_t sQ = base, sK = base + QB * C::Q_BYTES, sV = sK + S * C::KV_BYTES, bars = base + C::BAR_OFF;
+  /* barriers: q_full[QB], q_empty[QB], k_full[S], k_empty[S], v_full[S], v_empty[S]; item k's Q
+   * in buffer k % QB, whose barriers complete phase k / QB for it */
+  const uint32_t q_full = bars, q_empty = bars + 8 * QB, k_full = bars + 16 * QB, k_empty = k_full + 8 * S,
                  v_full = k_empty + 8 * S, v_empty = v_full + 8 * S;
-  /* grid (G, H): block (x, y) takes head y, tiles x, x + G, ...; head_inner: the block of
-   * linear index x + G y takes head (x + G y) % H, tiles (x + G y) / H + k G (every head of a
-   * tile before the next tile: the heaviest tiles of every head start first) */
-  const int lin = blockIdx.x + gridDim.x * blockIdx.y;
-  const int h = head_inner ? lin % p.H : blockIdx.y, tile0 = head_inner ? lin / p.H : blockIdx.x;
-  const int hk = h / (p.H / p.Hkv);
   const int n_tiles = p.meta[VR_CUDA_META_N_TILES];
+  const f3_sched sched = f3_sched_make(p.H, head_inner);
   const int wg = threadIdx.x >> 7;
   if (threadIdx.x == 0) {
-    mb_init(q_full, 1);
-    mb_init(q_empty, 4 * NC); /* every consumer warp arrives on the empty barriers */
+    for (int b = 0; b < QB; ++b) {
+      mb_init(q_full + 8 * b, 1);
+      mb_init(q_empty + 8 * b, 4 * NC); /* every consumer warp arrives on the empty barriers */
+    }
     for (int s = 0; s < S; ++s) {
       mb_init(k_full + 8 * s, 1);
       mb_init(k_empty + 8 * s, 4 * NC);
@@ -190,16 +232,18 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REG_PRODUCER) : "memory");
     if (threadIdx.x == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tm)) : "memory");
-      int kv = 0, tc = 0;
-      for (int tile = tile0; tile < n_tiles; tile += gridDim.x, ++tc) {
+      int kv = 0, tile, h;
+      for (int tc = 0; f3_item<PS>(sched, tc, n_tiles, p.H, head_inner, tile, h); ++tc) {
         const f3_span w = f3_tile(p, tile, QR);
-        mb_wait(q_empty, (tc & 1) ^ 1);
-        mb_expect_tx(q_full, C::Q_BYTES);
+        const int hk = h / (p.H / p.Hkv), qb = tc % QB;
+        const uint32_t qf = q_full + 8 * qb, qd = sQ + qb * C::Q_BYTES;
+        mb_wait(q_empty + 8 * qb, ((tc / QB) & 1) ^ 1);
+        mb_expect_tx(qf, C::Q_BYTES);
 #pragma unroll
         for (int c = 0; c < D / 64; ++c)
 #pragma unroll
           for (int r = 0; r < NC; ++r)
-            tma_box(sQ + (c * QR + r * 64) * 128, &tm, p.q_off + h * D + c * 64, w.s0 + w.q0 + r * 64, q_full);
+            tma_box(qd + (c * QR + r * 64) * 128, &tm, p.q_off + h * D + c * 64, w.s0 + w.q0 + r * 64, qf);
         for (int it = 0; it < w.nkv; ++it, ++kv) {
           const int st = kv % S;
           const uint32_t ph = (kv / S) & 1;
@@ -230,9 +274,10 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REG_CONSUMER) : "memory");
   const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
   if (PP && cw == 1) asm volatile("bar.arrive 2, 256;\n" ::: "memory"); /* consumer 0 goes first */
-  int kv = 0, tc = 0;
-  for (int tile = tile0; tile < n_tiles; tile += gridDim.x, ++tc) {
+  int kv = 0, tile, h;
+  for (int tc = 0; f3_item<PS>(sched, tc, n_tiles, p.H, head_inner, tile, h); ++tc) {
     const f3_span w = f3_tile(p, tile, QR);
+    const int qb = tc % QB;
     const int wr0 = w.q0 + cw * 64 + warp * 16; /* this warp's first query row */
     const int qr0 = wr0 + g, qr1 = qr0 + 8;
     float o[NO], sc[64];
@@ -240,8 +285,8 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
 #pragma unroll
     for (int i = 0; i < NO; ++i) o[i] = 0.f;
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f, al0, al1;
-    mb_wait(q_full, tc & 1);
-    const uint32_t q_at = sQ + cw * 64 * 128;
+    mb_wait(q_full + 8 * qb, (tc / QB) & 1);
+    const uint32_t q_at = sQ + qb * C::Q_BYTES + cw * 64 * 128;
     /* S = Q K^T of stage st: D / 16 k-steps of 16 dims (32 bytes inside a 128-byte row) */
     /* descriptors are computed and pinned before the wgmma batch: an address computed between
      * two wgmmas of one batch makes ptxas serialise them */
@@ -329,7 +374,7 @@ __global__ void __launch_bounds__(128 * (NC + 1), 1)
       for (int i = 0; i < NO / 4; ++i) o[4 * i] *= al0, o[4 * i + 1] *= al0, o[4 * i + 2] *= al1, o[4 * i + 3] *= al1;
       f3_pack(sc, pa);
     }
-    release(q_empty); /* every S of this tile is complete: the producer may load the next Q */
+    release(q_empty + 8 * qb); /* every S of this tile is complete: the producer may load a next Q here */
     {
       const int j = kv + w.nkv - 1, sp = j % S;
       mb_wait(v_full + 8 * sp, (j / S) & 1);
@@ -385,18 +430,37 @@ static int f3_tensor_map(CUtensorMap *tm, const void *qkv, int ld, int rows) {
   return vr_sm90_tensor_map(tm, qkv, ld, rows, ld, 64, 64);
 }
 
-template <int D, int NC, bool PP, bool POLY>
+template <int D, int NC, bool PP, bool POLY, bool PS>
 static void f3_launch_k(const CUtensorMap &tm, const attn_params &p, dim3 grid, int head_inner, cudaStream_t s) {
-  typedef f3_cfg<D, NC> C;
+  typedef f3_cfg<D, NC, PS ? 2 : 1> C;
   static int attr_set[64];
-  set_smem_once(k_attn_fa3<D, NC, PP, POLY>, C::SMEM, attr_set);
-  k_attn_fa3<D, NC, PP, POLY><<<grid, C::THREADS, C::SMEM, s>>>(tm, p, head_inner);
+  set_smem_once(k_attn_fa3<D, NC, PP, POLY, PS>, C::SMEM, attr_set);
+  k_attn_fa3<D, NC, PP, POLY, PS><<<grid, C::THREADS, C::SMEM, s>>>(tm, p, head_inner);
   VR_CUDA_CHECK_LAUNCH();
 }
+/* The multiprocessors of the current device (cached per device). */
+static int f3_sms() {
+  static int sms[64];
+  const int dev = vr_cuda_current_device_();
+  if (dev >= 0 && dev < 64 && sms[dev]) return sms[dev];
+  int n = 0;
+  VR_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev < 0 ? 0 : dev));
+  if (dev >= 0 && dev < 64) sms[dev] = n;
+  return n;
+}
+/* ps: the persistent schedule (a 1-D grid of min(grid.x grid.y, one block per multiprocessor)
+ * blocks over the work items; no exponent polynomial there: it lost everywhere) */
 template <int D, int NC, bool PP>
-static void f3_launch(const CUtensorMap &tm, const attn_params &p, dim3 grid, int head_inner, bool poly,
+static void f3_launch(const CUtensorMap &tm, const attn_params &p, dim3 grid, int head_inner, bool poly, bool ps,
                       cudaStream_t s) {
-  poly ? f3_launch_k<D, NC, PP, true>(tm, p, grid, head_inner, s) : f3_launch_k<D, NC, PP, false>(tm, p, grid, head_inner, s);
+  if (ps) {
+    const long items = (long)grid.x * grid.y, sms = f3_sms();
+    f3_launch_k<D, NC, PP, false, true>(tm, p, dim3((unsigned)(items < sms ? items : sms)), head_inner, s);
+  } else if (poly) {
+    f3_launch_k<D, NC, PP, true, false>(tm, p, grid, head_inner, s);
+  } else {
+    f3_launch_k<D, NC, PP, false, false>(tm, p, grid, head_inner, s);
+  }
 }
 
 } /* namespace */
@@ -421,8 +485,8 @@ extern "C" int vr_cuda_attention_fa3_rows(int D, int flags) { return 64 * f3_nc(
 extern "C" int vr_cuda_attention_fa3_resident(int D) {
   typedef f3_cfg<64, f3_default_nc(64)> C64;
   typedef f3_cfg<128, f3_default_nc(128)> C128;
-  return D == 64 ? resident_of(k_attn_fa3<64, f3_default_nc(64), false, false>, C64::THREADS, (int)C64::SMEM)
-                 : resident_of(k_attn_fa3<128, f3_default_nc(128), true, false>, C128::THREADS, (int)C128::SMEM);
+  return D == 64 ? resident_of(k_attn_fa3<64, f3_default_nc(64), false, false, false>, C64::THREADS, (int)C64::SMEM)
+                 : resident_of(k_attn_fa3<128, f3_default_nc(128), true, false, false>, C128::THREADS, (int)C128::SMEM);
 }
 
 extern "C" void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int q_off, int k_off, int v_off,
@@ -444,8 +508,11 @@ extern "C" void vr_cuda_attention_fa3(const uint16_t *qkv, int ld, int rows, int
   const bool pp = flags & VR_CUDA_FA3_PINGPONG ? true : flags & VR_CUDA_FA3_NO_PINGPONG ? false : D == 128;
   VR_ASSERT((!pp || nc == 2) && "ping-pong takes two consumer warpgroups");
   const int hi = (flags & VR_CUDA_FA3_HEAD_INNER) != 0;
-  const bool poly = (flags & VR_CUDA_FA3_EXP2_POLY) != 0;
-  if (D == 128) pp ? f3_launch<128, 2, true>(tm, p, grid, hi, poly, s) : f3_launch<128, 2, false>(tm, p, grid, hi, poly, s);
-  else if (nc == 3) f3_launch<64, 3, false>(tm, p, grid, hi, poly, s);
-  else pp ? f3_launch<64, 2, true>(tm, p, grid, hi, poly, s) : f3_launch<64, 2, false>(tm, p, grid, hi, poly, s);
+  const bool poly = (flags & VR_CUDA_FA3_EXP2_POLY) != 0, ps = (flags & VR_CUDA_FA3_PERSIST) != 0;
+  VR_ASSERT(!(poly && ps) && "the persistent schedule has no exponent polynomial");
+  if (D == 128)
+    pp ? f3_launch<128, 2, true>(tm, p, grid, hi, poly, ps, s) : f3_launch<128, 2, false>(tm, p, grid, hi, poly, ps, s);
+  else if (nc == 3) f3_launch<64, 3, false>(tm, p, grid, hi, poly, ps, s);
+  else if (pp) f3_launch<64, 2, true>(tm, p, grid, hi, poly, ps, s);
+  else f3_launch<64, 2, false>(tm, p, grid, hi, poly, ps, s);
 }

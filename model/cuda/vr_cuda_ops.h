@@ -156,6 +156,11 @@ void vr_cuda_attention_lse(const uint16_t *qkv, int ld, int q_off, int k_off, in
 #ifndef VR_CUDA_ATTN_FA3_C3_MIN_LEN
 #define VR_CUDA_ATTN_FA3_C3_MIN_LEN 8192
 #endif
+/* FA3's persistent schedule (VR_CUDA_FA3_PERSIST) in the automatic choice: 1 on (except for
+ * batches known to hold a sequence of VR_CUDA_ATTN_FA3_C3_MIN_LEN+ tokens), 0 off. */
+#ifndef VR_CUDA_ATTN_FA3_PERSIST
+#define VR_CUDA_ATTN_FA3_PERSIST 1
+#endif
 /* The automatic choice: FA3 for D 64 / 128 in batches of VR_CUDA_ATTN_FA3_MIN_ROWS+ rows where
  * it runs (vr_cuda_attention_fa3_ok: an sm_90a build on a compute 9.0 device); else FA128 for
  * D <= 64 in batches of 4096+ rows (or rows_hint 0), FA64 for smaller batches and D = 128,
@@ -190,13 +195,18 @@ int vr_cuda_attention_resident_blocks(int D, int rows_hint);
  * shape, VR_CUDA_FA3_C2 (two consumer warpgroups on 128-row tiles) or VR_CUDA_FA3_C3 (three on
  * 192-row tiles, head_dim 64 only, unordered), and VR_CUDA_FA3_HEAD_INNER (the blocks take
  * every head of a tile before the next tile, instead of every tile of a head before the next
- * head), VR_CUDA_FA3_EXP2_POLY (a quarter of the softmax's exp2 as a cubic on the FMA pipe). */
+ * head), VR_CUDA_FA3_EXP2_POLY (a quarter of the softmax's exp2 as a cubic on the FMA pipe),
+ * VR_CUDA_FA3_PERSIST (the persistent schedule: min(grid_tiles H, multiprocessors) blocks, each
+ * looping over the (tile, head) items of the meta's N_TILES, heads-inner or outer as above, Q
+ * double-buffered so that one item's epilogue overlaps the next one's loads; not with
+ * EXP2_POLY). */
 #define VR_CUDA_FA3_NO_PINGPONG 1
 #define VR_CUDA_FA3_PINGPONG 2
 #define VR_CUDA_FA3_C2 4
 #define VR_CUDA_FA3_C3 8
 #define VR_CUDA_FA3_HEAD_INNER 16
 #define VR_CUDA_FA3_EXP2_POLY 32
+#define VR_CUDA_FA3_PERSIST 64
 int vr_cuda_attention_fa3_ok(int D);
 int vr_cuda_attention_fa3_resident(int D);
 int vr_cuda_attention_fa3_rows(int D, int flags);

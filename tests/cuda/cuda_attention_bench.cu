@@ -6,7 +6,10 @@
  * then timed on model-sized shapes (CUDA events, median of repeats) in TFLOP/s. A benchmark:
  * it prints numbers and asserts nothing about speed; a wrong result makes the exit code 1.
  *
- *   cuda_attention_bench [--check] [VARIANT...|all] [REPS]     (--check: correctness only)
+ *   cuda_attention_bench [--check] [--shape NxLhH/KVdDc|b]... [VARIANT...|all] [REPS]
+ *   (--check: correctness only; --shape, repeatable: time only these shapes, e.g. 16x1024h32/8d64c
+ *   for 16 sequences of 1024 tokens, 32 query / 8 key-value heads, head_dim 64, causal; b:
+ *   bidirectional)
  *
  * Variants (k_attn_fa is in model/cuda/vr_cuda_attention_fa.cuh, the others below):
  *   fa128   library (VR_CUDA_ATTN_KERNEL_FA128): k_attn_fa, 128-row query tiles of 4 warps x
@@ -36,6 +39,9 @@
  *   fa3np   fa3c2 with the two consumer warpgroups issuing their products unordered (no
  *           ping-pong)
  *   fa3pp   fa3c2 with the consumers taking turns (ping-pong)
+ *   fa3p    fa3c2 on the persistent schedule (VR_CUDA_FA3_PERSIST: one block per multiprocessor
+ *           over the (tile, head) items, heads-outer, Q double-buffered); fa3ph: heads-inner;
+ *           fa3pc3: fa3c3 on it. Both grids below give it the same min(items, SMs) blocks.
  *   wgmma   k_attn_wg64, Hopper wgmma for head_dim 64 (no TMA, one warpgroup); only in builds
  *           with an sm_90a target
  * A variant is skipped on head dims it does not take. */
@@ -664,6 +670,10 @@ const variant k_variants[] = {
     {"fa3c2e", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C2 | VR_CUDA_FA3_EXP2_POLY},
     {"fa3np", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C2 | VR_CUDA_FA3_NO_PINGPONG},
     {"fa3pp", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C2 | VR_CUDA_FA3_PINGPONG},
+    {"fa3p", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C2 | VR_CUDA_FA3_PERSIST},
+    {"fa3ph", 64, 128, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1,
+     VR_CUDA_FA3_C2 | VR_CUDA_FA3_PERSIST | VR_CUDA_FA3_HEAD_INNER},
+    {"fa3pc3", 64, 64, 0, 0, VR_CUDA_ATTN_KERNEL_FA3, NULL, resident_fa3, 1, VR_CUDA_FA3_C3 | VR_CUDA_FA3_PERSIST},
     {"fa2", 16, 64, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<2, 2, 1, false>, resident_fa_v<2, 2, 1, false>, 1},
     {"fa4r", 16, 128, 64, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 1, 4, false>, resident_fa_v<4, 1, 4, false>, 1},
     {"fa128q", 16, 64, 128, 0, VR_CUDA_ATTN_KERNEL_FA64, launch_fa_v<4, 2, 1, true>, resident_fa_v<4, 2, 1, true>, 1},
@@ -789,10 +799,21 @@ void run_timed(void *ctx) {
 
 /* The kernel bench's shapes for the variants vs[0 .. nv) (shape by shape, every variant on the
  * same data in turn): one block per tile, then the graphs' persistent grid. */
-void time_variants(const variant *const *vs, int nv, int reps) {
-  static const struct {
-    int n_seqs, len, H, Hkv, D, causal;
-  } shapes[] = {{8, 2048, 32, 8, 128, 1}, {16, 1024, 32, 8, 64, 1}, {32, 512, 12, 12, 64, 0},
+struct shape {
+  int n_seqs, len, H, Hkv, D, causal;
+};
+/* "NxLhH/KVdDc" (or ...b: bidirectional) into sh; 1 on success. */
+int parse_shape(const char *arg, shape *sh) {
+  char c = 0;
+  if (sscanf(arg, "%dx%dh%d/%dd%d%c", &sh->n_seqs, &sh->len, &sh->H, &sh->Hkv, &sh->D, &c) != 6) return 0;
+  sh->causal = c == 'c';
+  return (c == 'c' || c == 'b') && sh->n_seqs >= 1 && sh->n_seqs <= 64 && sh->len >= 1 && sh->Hkv >= 1 &&
+         sh->H % sh->Hkv == 0;
+}
+
+/* sel[0 .. nsel): the shapes to time (none: the table below). */
+void time_variants(const variant *const *vs, int nv, int reps, const shape *sel, int nsel) {
+  static const shape table[] = {{8, 2048, 32, 8, 128, 1}, {16, 1024, 32, 8, 64, 1}, {32, 512, 12, 12, 64, 0},
                 {64, 256, 12, 12, 64, 0}, {1, 512, 12, 12, 64, 0},
                 /* below the FA3 threshold (4096 rows): where FA64 and FA3 cross */
                 {8, 256, 12, 12, 64, 0}, {4, 512, 12, 12, 64, 0}, {1, 1024, 12, 12, 64, 0},
@@ -802,7 +823,9 @@ void time_variants(const variant *const *vs, int nv, int reps) {
                  * 16k tokens at 2048 wide (bidirectional) */
                 {2, 16384, 32, 8, 128, 1}, {4, 16384, 32, 8, 64, 1}, {1, 16384, 16, 16, 128, 0},
                 {1, 16384, 32, 32, 64, 0}, {1, 16384, 32, 32, 64, 1}};
-  for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
+  const shape *shapes = nsel ? sel : table;
+  const size_t n_shapes = nsel ? (size_t)nsel : sizeof table / sizeof table[0];
+  for (size_t i = 0; i < n_shapes; ++i) {
     int any = 0;
     for (int k = 0; k < nv; ++k) any |= fits(*vs[k], shapes[i].D);
     if (!any) continue;
@@ -829,11 +852,15 @@ void time_variants(const variant *const *vs, int nv, int reps) {
 } /* namespace */
 
 int main(int argc, char **argv) {
-  int check_only = 0, reps = 10, n_want = 0, known = 1;
+  int check_only = 0, reps = 10, n_want = 0, known = 1, nsel = 0;
   const char *want[32]; /* the variants named, in order; none: all */
+  shape sel[32];
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--check")) {
       check_only = 1;
+    } else if (!strcmp(argv[i], "--shape")) {
+      known &= i + 1 < argc && nsel < 32 && parse_shape(argv[i + 1], &sel[nsel]);
+      ++nsel, ++i;
     } else if (argv[i][0] >= '0' && argv[i][0] <= '9') {
       reps = atoi(argv[i]);
     } else if (strcmp(argv[i], "all")) {
@@ -844,7 +871,7 @@ int main(int argc, char **argv) {
     }
   }
   if (!known || reps < 1) {
-    fprintf(stderr, "usage: %s [--check] [VARIANT...|all] [REPS >= 1]; variants:", argv[0]);
+    fprintf(stderr, "usage: %s [--check] [--shape NxLhH/KVdDc|b]... [VARIANT...|all] [REPS >= 1]; variants:", argv[0]);
     for (int i = 0; i < k_n_variants; ++i) fprintf(stderr, " %s", k_variants[i].name);
     fprintf(stderr, "\n");
     return 2;
@@ -874,7 +901,7 @@ int main(int argc, char **argv) {
     bad += b;
     if (!check_only && b == 0) timed[n_timed++] = &v;
   }
-  time_variants(timed, n_timed, reps);
+  time_variants(timed, n_timed, reps, sel, nsel);
   printf("%s\n", bad ? "FAILED" : check_only ? "all variants agree with the library" : "done");
   return bad ? 1 : 0;
 }

@@ -33,9 +33,10 @@ static void check_maxabs(const char *what, const double *ref, const float *got, 
 
 /* The configuration flags of the FA3 kernel as " c2 head-inner ..." into buf (a test's name). */
 static void fa3_flag_names(int flags, char *buf, size_t n) {
-  snprintf(buf, n, "%s%s%s%s%s", flags & VR_CUDA_FA3_C2 ? " c2" : "", flags & VR_CUDA_FA3_C3 ? " c3" : "",
+  snprintf(buf, n, "%s%s%s%s%s%s", flags & VR_CUDA_FA3_C2 ? " c2" : "", flags & VR_CUDA_FA3_C3 ? " c3" : "",
            flags & VR_CUDA_FA3_HEAD_INNER ? " head-inner" : "", flags & VR_CUDA_FA3_EXP2_POLY ? " poly" : "",
-           flags & VR_CUDA_FA3_PINGPONG ? " pp" : flags & VR_CUDA_FA3_NO_PINGPONG ? " np" : "");
+           flags & VR_CUDA_FA3_PINGPONG ? " pp" : flags & VR_CUDA_FA3_NO_PINGPONG ? " np" : "",
+           flags & VR_CUDA_FA3_PERSIST ? " persist" : "");
 }
 
 /* force: the kernel to run (vr_cuda_attention_run), or NULL for the automatic choice
@@ -384,7 +385,13 @@ static void attention_fa3_suite(void) {
                              VR_CUDA_FA3_C3 | VR_CUDA_FA3_HEAD_INNER,
                              VR_CUDA_FA3_C3 | VR_CUDA_FA3_EXP2_POLY,
                              VR_CUDA_FA3_C2 | VR_CUDA_FA3_EXP2_POLY,
-                             VR_CUDA_FA3_C2 | VR_CUDA_FA3_PINGPONG};
+                             VR_CUDA_FA3_C2 | VR_CUDA_FA3_PINGPONG,
+                             /* the persistent schedule (one block per multiprocessor over the
+                              * items; the small grid: 3 H blocks), both orders, both shapes */
+                             VR_CUDA_FA3_C2 | VR_CUDA_FA3_PERSIST,
+                             VR_CUDA_FA3_C2 | VR_CUDA_FA3_PERSIST | VR_CUDA_FA3_HEAD_INNER,
+                             VR_CUDA_FA3_C3 | VR_CUDA_FA3_PERSIST,
+                             VR_CUDA_FA3_C2 | VR_CUDA_FA3_PINGPONG | VR_CUDA_FA3_PERSIST};
   for (size_t ci = 0; ci < sizeof cfgs / sizeof cfgs[0]; ++ci) {
     test_attention_k(&k, 0, cfgs[ci], 8, 2, 64, 1, 0, ragged, 7);
     test_attention_k(&k, 0, cfgs[ci], 4, 4, 64, 0, 0, ragged, 7);
@@ -394,6 +401,9 @@ static void attention_fa3_suite(void) {
   test_attention_k(&k, 0, VR_CUDA_FA3_HEAD_INNER, 8, 2, 128, 1, 0, ragged, 7);
   test_attention_k(&k, 0, VR_CUDA_FA3_EXP2_POLY, 8, 2, 128, 1, 0, ragged, 7);
   test_attention_k(&k, 0, VR_CUDA_FA3_EXP2_POLY, 4, 2, 128, 0, 200, ragged, 7);
+  test_attention_k(&k, 0, VR_CUDA_FA3_PERSIST, 8, 2, 128, 1, 0, ragged, 7);
+  test_attention_k(&k, 0, VR_CUDA_FA3_PERSIST | VR_CUDA_FA3_HEAD_INNER, 4, 4, 128, 0, 200, ragged, 7);
+  test_attention_k(&k, 0, VR_CUDA_FA3_PERSIST | VR_CUDA_FA3_NO_PINGPONG, 8, 1, 128, 1, 40, ragged, 7);
   static const int long1[] = {16384}, mixed[] = {16384, 1, 17, 255, 3000};
   test_attention_fa3_long(0, 8, 1, 128, 1, long1, 1);
   test_attention_fa3_long(0, 8, 2, 128, 0, mixed, 5);
@@ -405,6 +415,10 @@ static void attention_fa3_suite(void) {
   test_attention_fa3_long(VR_CUDA_FA3_C3, 8, 1, 64, 0, mixed, 5);
   test_attention_fa3_long(VR_CUDA_FA3_C3 | VR_CUDA_FA3_EXP2_POLY, 8, 8, 64, 1, mixed, 5);
   test_attention_fa3_long(VR_CUDA_FA3_EXP2_POLY, 8, 2, 128, 1, long1, 1);
+  test_attention_fa3_long(VR_CUDA_FA3_C2 | VR_CUDA_FA3_PERSIST, 8, 2, 64, 1, mixed, 5);
+  test_attention_fa3_long(VR_CUDA_FA3_C2 | VR_CUDA_FA3_PERSIST | VR_CUDA_FA3_HEAD_INNER, 8, 8, 64, 0, mixed, 5);
+  test_attention_fa3_long(VR_CUDA_FA3_C3 | VR_CUDA_FA3_PERSIST, 8, 1, 64, 1, long1, 1);
+  test_attention_fa3_long(VR_CUDA_FA3_PERSIST, 8, 2, 128, 1, mixed, 5);
   /* the library's choice with the longest sequence known: three consumers at head_dim 64,
    * two at 128 */
   test_attention_fa3_long(VR_TEST_FA3_MAXLEN, 8, 8, 64, 1, mixed, 5);

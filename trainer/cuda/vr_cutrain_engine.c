@@ -596,7 +596,9 @@ static int stage_batch(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   e->n_tiles = vr_cutrain_attention_tiles(hcu, n, 64, htiles, max_tiles);
   e->n_fa = vr_cutrain_attention_tiles(hcu, n, vr_cuda_attention_tile_rows(e->d.head_dim, T), hfa, max_tiles);
   if (e->n_tiles < 0 || e->n_fa < 0) return VR_ERR_INTERNAL; /* an empty sequence: the caller checks */
-  /* the backward kernels take their heaviest tiles first (the blocks start in list order) */
+  /* the backward kernels take their heaviest tiles first (the blocks start in list order), the
+   * forward too (FA3's persistent schedule deals the tiles out in list order) */
+  vr_cutrain_attention_tiles_sort(hcu, hfa, e->n_fa, 0, e->sort_h);
   memcpy(htq, htiles, (size_t)e->n_tiles * 2 * sizeof *htq);
   vr_cutrain_attention_tiles_sort(hcu, htiles, e->n_tiles, 1, e->sort_h);
   vr_cutrain_attention_tiles_sort(hcu, htq, e->n_tiles, 0, e->sort_h);

@@ -196,7 +196,8 @@ void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, int ld, int q
                               cudaStream_t s);
 /* Host: reorders a 64-row tile list (n_tiles tiles of sequences cu) by descending work for the
  * dK / dV kernels (for_keys = 1: the queries at or after the tile) or the dQ kernels (0: the
- * keys up to the tile's end), ties in list order. scratch: 2 * n_tiles uint64. */
+ * keys up to the tile's end; also the forward's list of larger tiles, ordered by their first 64
+ * rows), ties in list order. scratch: 2 * n_tiles uint64. */
 void vr_cutrain_attention_tiles_sort(const int32_t *cu, int32_t *tiles, int n_tiles, int for_keys, uint64_t *scratch);
 /* Host: the tile list of rows-row tiles of sequences cu (n_seqs + 1, host) into tiles
  * (2 * max_tiles); returns n_tiles, or -1 when more than max_tiles are needed. */
