@@ -152,12 +152,16 @@ enum {
   VR_CUTRAIN_ATTN_BWD_AUTO = 0,
   VR_CUTRAIN_ATTN_BWD_GENERIC = 1, /* fp32, one warp per row */
   VR_CUTRAIN_ATTN_BWD_MMA = 2,     /* mma.sync, cp.async (vr_cutrain_attention_mma.cuh): any sm_80+ */
-  /* wgmma + TMA (vr_cutrain_attention_sm90.cuh), sm_90a builds on compute 9.0, three forms: */
+  /* wgmma + TMA (vr_cutrain_attention_sm90.cuh), sm_90a builds on compute 9.0, seven forms: */
   VR_CUTRAIN_ATTN_BWD_WGMMA = 3,    /* register A operands (wg_bwd_ra: the dQ kernel's Q / dO at D 128),
                                        a pair's last product overlapping the next pair's first */
   VR_CUTRAIN_ATTN_BWD_WGMMA_SS = 4, /* every S / dP operand from shared memory, each pair waited for
                                        (the automatic choice) */
-  VR_CUTRAIN_ATTN_BWD_WGMMA_RA = 5  /* register A operands as WGMMA, each pair waited for */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_RA = 5, /* register A operands as WGMMA, each pair waited for */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_CO = 6, /* as WGMMA_SS with the dK / dV kernel's S^T and dP^T issued together */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_COP = 7, /* WGMMA_CO pipelined as WGMMA (register A where WGMMA has it) */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_CO4 = 8, /* WGMMA_CO with the dQ kernel at 4 blocks a multiprocessor, 2 stages (D 64) */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_CO4H = 9 /* WGMMA_CO4 with the split table per 2 query heads (half the table) */
 };
 /* The automatic choice: VR_CUTRAIN_ATTN_BWD_HOPPER where the wgmma kernels run (_wgmma_ok), else
  * MMA for D 64 / 128 without a window, else GENERIC. VR_CUTRAIN_ATTN_BWD_HOPPER: WGMMA_SS, the form
