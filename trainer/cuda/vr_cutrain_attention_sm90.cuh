@@ -286,9 +286,8 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     }
     f3_commit();
     if constexpr (CO) {
-      f3_wait<1>(); /* dP^T (dV may still run) */
+      f3_wait<1>(); /* dP^T; dV may still run: its A operand pa is only read here */
       f3_pin(dp);
-      f3_pin(pa);
       bwd_dsT(da, pa, dp, sdel0 + buf * 64);
     } else {
       f3_wait<0>();
