@@ -8,9 +8,9 @@
  *     it loops over the query heads of the head's group and the query tiles at or after its
  *     keys, recomputing S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta); dV += P^T dO
  *     and dK += dS^T Q stay in registers (one sum per key head: GQA without atomics); with few
- *     key heads (split) a block per query head instead, its fp32 dK / dV into a (T, H, 2 D)
- *     table that k_attn_dkdv_reduce sums over each group in head order (still no atomics:
- *     deterministic);
+ *     key heads (split) a block per query head instead (or per 2 query heads: bwd_params.np),
+ *     its fp32 dK / dV into a (T, Hkv np, 2 D) table that k_attn_dkdv_reduce sums over each
+ *     group in part order (still no atomics: deterministic);
  *   k_bwd_dq_mma: a block owns a 64-query tile of one head and loops over its key tiles:
  *     S, P, dP, dS again, dQ += dS K.
  * mma.sync m16n8k16 bf16 with fp32 accumulation, P and dS as A fragments in registers (bf16);

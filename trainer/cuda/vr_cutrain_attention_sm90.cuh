@@ -18,7 +18,8 @@
  *   k_bwd_dq_wg: S = Q K^T and dP = dO V^T issued together, P while dP runs, dS,
  *     dQ += dS K (A registers, K MN-major).
  * Variants (wg_bwd_ra, PIPE below): the block's own tiles as register A operands of S / dP, and
- * the pair's last product overlapping the next pair's first.
+ * the pair's last product overlapping the next pair's first; CO (k_bwd_dkdv_wg): S^T and dP^T
+ * issued together; MB (wg_bwd_cfg): the dQ kernel at 4 blocks a multiprocessor.
  * Shared memory (1024-byte aligned): a 64 x D tile is D / 64 chunks of 64 rows x 128 bytes
  * (TMA's 64 x 64 boxes, SWIZZLE_128B; the descriptors' 128B layout, SBO 1024 between 8-row
  * groups, LBO 8192 between the chunks of an MN-major operand), as vr_cuda_attention_fa3.cu's.
