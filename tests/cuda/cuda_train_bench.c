@@ -11,8 +11,9 @@
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
- *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved]
- *                    [--lmhead auto|cublas|fused|both] [--head 0|1] [--dxn bf16|f32|both]
+ *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h]
+ *                    [--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|both] [--head 0|1]
+ *                    [--dxn bf16|f32|both]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
  * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only);
@@ -294,8 +295,11 @@ static int bench_head(const shape_t *m, int T, int reps) {
 
 int main(int argc, char **argv) {
   const char *which = "all";
-  static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"}; /* VR_CUTRAIN_ATTN_BWD_* */
-  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, inter = 0, lmh = 0, head = 0, dxn = 0;
+  /* VR_CUTRAIN_ATTN_BWD_*'s values in order */
+  static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra",
+                                           "wgmma-co", "wgmma-cop", "wgmma-co4", "wgmma-co4h"};
+  int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, inter = 0, lmh = 0, head = 0,
+      dxn = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -338,8 +342,9 @@ int main(int argc, char **argv) {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
               "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1] "
-              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra] [--bias-layout grouped|interleaved] "
-              "[--lmhead auto|cublas|fused|both] [--head 0|1] [--dxn bf16|f32|both]\n",
+              "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h] "
+              "[--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|both] [--head 0|1] "
+              "[--dxn bf16|f32|both]\n",
               argv[0]);
       return 2;
     }

@@ -784,8 +784,9 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
   check_rel(what, lse, gl, (size_t)T * H, 1e-3);
   /* each backward kernel that runs this shape here: the tensor-core ones where they apply (mma.sync
    * anywhere, wgmma on an sm_90a build on Hopper), else the generic one */
-  static const char *const knames[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra"};
-  int kernels[4], nk = 0;
+  static const char *const knames[] = {"auto",     "generic",  "mma",       "wgmma",    "wgmma-ss",
+                                       "wgmma-ra", "wgmma-co", "wgmma-cop", "wgmma-co4", "wgmma-co4h"};
+  int kernels[10], nk = 0;
   if (!vr_cutrain_attention_bwd_tc(D, window)) kernels[nk++] = VR_CUTRAIN_ATTN_BWD_GENERIC;
   else {
     kernels[nk++] = VR_CUTRAIN_ATTN_BWD_MMA;
@@ -793,6 +794,10 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
       kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA;
       kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_SS;
       kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_RA;
+      kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_CO;
+      kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_COP;
+      kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_CO4;
+      kernels[nk++] = VR_CUTRAIN_ATTN_BWD_WGMMA_CO4H;
     }
   }
   for (int ki = 0; ki < nk; ++ki) {

@@ -8,9 +8,9 @@
  *     it loops over the query heads of the head's group and the query tiles at or after its
  *     keys, recomputing S^T = K Q^T, P^T, dP^T = V dO^T, dS^T = P^T (dP^T - delta); dV += P^T dO
  *     and dK += dS^T Q stay in registers (one sum per key head: GQA without atomics); with few
- *     key heads (split) a block per query head instead, its fp32 dK / dV into a (T, H, 2 D)
- *     table that k_attn_dkdv_reduce sums over each group in head order (still no atomics:
- *     deterministic);
+ *     key heads (split) a block per query head instead (or per 2 query heads: bwd_params.np),
+ *     its fp32 dK / dV into a (T, Hkv np, 2 D) table that k_attn_dkdv_reduce sums over each
+ *     group in part order (still no atomics: deterministic);
  *   k_bwd_dq_mma: a block owns a 64-query tile of one head and loops over its key tiles:
  *     S, P, dP, dS again, dQ += dS K.
  * mma.sync m16n8k16 bf16 with fp32 accumulation, P and dS as A fragments in registers (bf16);
@@ -40,9 +40,10 @@ struct bwd_params {
   const float *lse;
   float *delta;
   bf16 *dqkv;
-  float *part; /* split dK / dV: (T, H, 2 D) fp32 per query head, or NULL (one block per key head) */
+  float *part; /* split dK / dV: (T, Hkv np, 2 D) fp32 per part of a query group, or NULL (one block per key head) */
   const int32_t *cu, *tiles, *tiles_q; /* the dK/dV kernels' tile order, the dQ kernels' */
   int ld, q_off, k_off, v_off, ld_o, H, Hkv;
+  int np; /* with part: the parts of each query group (G: one a query head; fewer: a smaller table) */
   float scale, scale_log2;
 };
 
@@ -86,16 +87,16 @@ __global__ void k_attn_delta8(bwd_params p, int T) {
   if (w < (size_t)T * p.H && sub == 0) p.delta[w] = a;
 }
 
-/* The split table's group sums: dqkv[t, k / v of key head hk] = bf16(sum over gi in order of
- * part[t, hk G + gi, :]); one thread per (t, hk, c < 2 D). */
+/* The split table's group sums: dqkv[t, k / v of key head hk] = bf16(sum over j in order of
+ * part[t, hk np + j, :]); one thread per (t, hk, c < 2 D). */
 __global__ void k_attn_dkdv_reduce(bwd_params p, int T, int D) {
   const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, w = (size_t)p.Hkv * 2 * D;
   if (i >= (size_t)T * w) return;
   const size_t t = i / w;
-  const int rest = (int)(i - t * w), hk = rest / (2 * D), c = rest - hk * 2 * D, G = p.H / p.Hkv;
-  const float *src = p.part + (t * p.H + (size_t)hk * G) * 2 * D + c;
+  const int rest = (int)(i - t * w), hk = rest / (2 * D), c = rest - hk * 2 * D, np = p.np;
+  const float *src = p.part + (t * p.Hkv * np + (size_t)hk * np) * 2 * D + c;
   float a = 0.f;
-  for (int g = 0; g < G; ++g) a += src[(size_t)g * 2 * D];
+  for (int j = 0; j < np; ++j) a += src[(size_t)j * 2 * D];
   const int col = c < D ? p.k_off + hk * D + c : p.v_off + hk * D + (c - D);
   p.dqkv[t * p.ld + col] = __float2bfloat16_rn(a);
 }
@@ -230,51 +231,59 @@ void wg_attrs_once(K kernel, size_t bytes, int (&done)[64]) {
   set_smem_once(kernel, bytes, done);
 }
 
-/* The tensor-core backward at head dim D: the mma.sync kernels, or with tm (the tensor maps of
- * qkv and dout) the wgmma ones in variant wv: 0 register A operands where wg_bwd_ra says and
- * pipelined (VR_CUTRAIN_ATTN_BWD_WGMMA), 1 the same unpipelined (_WGMMA_RA), 2 the first form,
- * every S / dP product from shared memory (_WGMMA_SS). */
-template <int D>
-void launch_bwd(const bwd_params &p, int n_tiles, int T, const CUtensorMap *tm, int wv, cudaStream_t s) {
-  const dim3 g_kv((unsigned)n_tiles, (unsigned)(p.part ? p.H : p.Hkv)), g_q((unsigned)n_tiles, (unsigned)p.H);
-  constexpr bool RKV = wg_bwd_ra<D>::kv, RQ = wg_bwd_ra<D>::q;
-  const size_t wsh = wg_bwd_cfg<D>::SMEM;
-  static int set_kv[3][64], set_q[3][64];
-  if (tm) {
-    if (wv == 0) {
-      wg_attrs_once(k_bwd_dkdv_wg<D, RKV, true>, wsh, set_kv[0]);
-      k_bwd_dkdv_wg<D, RKV, true><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
-    } else if (wv == 1) {
-      wg_attrs_once(k_bwd_dkdv_wg<D, RKV, false>, wsh, set_kv[1]);
-      k_bwd_dkdv_wg<D, RKV, false><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
-    } else {
-      wg_attrs_once(k_bwd_dkdv_wg<D, false, false>, wsh, set_kv[2]);
-      k_bwd_dkdv_wg<D, false, false><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
-    }
-  } else {
-    const size_t sh = mma_bwd_smem<D>::bytes;
-    static int set_kv[64], set_q[64];
-    set_smem_once(k_bwd_dkdv_mma<D>, sh, set_kv);
-    set_smem_once(k_bwd_dq_mma<D>, sh, set_q);
-    k_bwd_dkdv_mma<D><<<g_kv, 128, sh, s>>>(p);
-  }
+/* The split table's group sums after the dK / dV kernel (p.part only). */
+inline void launch_dkdv_reduce(const bwd_params &p, int T, int D, cudaStream_t s) {
+  if (!p.part) return;
+  const size_t n = (size_t)T * p.Hkv * 2 * D;
+  k_attn_dkdv_reduce<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
   VR_CUDA_CHECK_LAUNCH();
-  if (p.part) {
-    const size_t n = (size_t)T * p.Hkv * 2 * D;
-    k_attn_dkdv_reduce<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
-    VR_CUDA_CHECK_LAUNCH();
+}
+
+/* One form of the wgmma kernels (tm: the tensor maps of qkv and dout): the dK / dV kernel with
+ * register A (RKV), pipelined (PKV), co-issued S^T / dP^T (CO); the dQ kernel with RQ, PQ and
+ * MQ blocks a multiprocessor (wg_bwd_cfg's MB). */
+template <int D, bool RKV, bool PKV, bool CO, bool RQ, bool PQ, int MQ = 0>
+void launch_wg(const bwd_params &p, dim3 g_kv, dim3 g_q, int T, const CUtensorMap *tm, cudaStream_t s) {
+  const size_t wsh = wg_bwd_cfg<D>::SMEM, wsq = wg_bwd_cfg<D, MQ>::SMEM;
+  static int set_kv[64], set_q[64];
+  wg_attrs_once(k_bwd_dkdv_wg<D, RKV, PKV, CO>, wsh, set_kv);
+  k_bwd_dkdv_wg<D, RKV, PKV, CO><<<g_kv, 128, wsh, s>>>(tm[0], tm[1], p);
+  VR_CUDA_CHECK_LAUNCH();
+  launch_dkdv_reduce(p, T, D, s);
+  wg_attrs_once(k_bwd_dq_wg<D, RQ, PQ, MQ>, wsq, set_q);
+  k_bwd_dq_wg<D, RQ, PQ, MQ><<<g_q, 128, wsq, s>>>(tm[0], tm[1], p);
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+/* The tensor-core backward at head dim D: the mma.sync kernels, or with tm (the tensor maps of
+ * qkv and dout) the wgmma ones in form `kernel` (VR_CUTRAIN_ATTN_BWD_WGMMA*, vr_cutrain_ops.h;
+ * register A operands where wg_bwd_ra says). */
+template <int D>
+void launch_bwd(const bwd_params &p, int n_tiles, int T, const CUtensorMap *tm, int kernel, cudaStream_t s) {
+  const dim3 g_kv((unsigned)n_tiles, (unsigned)(p.part ? p.Hkv * p.np : p.Hkv)), g_q((unsigned)n_tiles, (unsigned)p.H);
+  constexpr bool RKV = wg_bwd_ra<D>::kv, RQ = wg_bwd_ra<D>::q;
+  if (tm) {
+    switch (kernel) {
+      case VR_CUTRAIN_ATTN_BWD_WGMMA: launch_wg<D, RKV, true, false, RQ, true>(p, g_kv, g_q, T, tm, s); break;
+      case VR_CUTRAIN_ATTN_BWD_WGMMA_RA: launch_wg<D, RKV, false, false, RQ, false>(p, g_kv, g_q, T, tm, s); break;
+      case VR_CUTRAIN_ATTN_BWD_WGMMA_CO: launch_wg<D, false, false, true, false, false>(p, g_kv, g_q, T, tm, s); break;
+      case VR_CUTRAIN_ATTN_BWD_WGMMA_COP: launch_wg<D, RKV, true, true, RQ, true>(p, g_kv, g_q, T, tm, s); break;
+      case VR_CUTRAIN_ATTN_BWD_WGMMA_CO4: /* D 128: as WGMMA_CO (4 blocks do not fit) */
+      case VR_CUTRAIN_ATTN_BWD_WGMMA_CO4H: /* the same kernels; p.np set by the caller */
+        launch_wg<D, false, false, true, false, false, D == 64 ? 4 : 0>(p, g_kv, g_q, T, tm, s);
+        break;
+      default: launch_wg<D, false, false, false, false, false>(p, g_kv, g_q, T, tm, s); break; /* WGMMA_SS */
+    }
+    return;
   }
-  if (tm && wv == 0) {
-    wg_attrs_once(k_bwd_dq_wg<D, RQ, true>, wsh, set_q[0]);
-    k_bwd_dq_wg<D, RQ, true><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
-  } else if (tm && wv == 1) {
-    wg_attrs_once(k_bwd_dq_wg<D, RQ, false>, wsh, set_q[1]);
-    k_bwd_dq_wg<D, RQ, false><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
-  } else if (tm) {
-    wg_attrs_once(k_bwd_dq_wg<D, false, false>, wsh, set_q[2]);
-    k_bwd_dq_wg<D, false, false><<<g_q, 128, wsh, s>>>(tm[0], tm[1], p);
-  } else
-    k_bwd_dq_mma<D><<<g_q, 128, mma_bwd_smem<D>::bytes, s>>>(p);
+  const size_t sh = mma_bwd_smem<D>::bytes;
+  static int set_kv[64], set_q[64];
+  set_smem_once(k_bwd_dkdv_mma<D>, sh, set_kv);
+  set_smem_once(k_bwd_dq_mma<D>, sh, set_q);
+  k_bwd_dkdv_mma<D><<<g_kv, 128, sh, s>>>(p);
+  VR_CUDA_CHECK_LAUNCH();
+  launch_dkdv_reduce(p, T, D, s);
+  k_bwd_dq_mma<D><<<g_q, 128, sh, s>>>(p);
   VR_CUDA_CHECK_LAUNCH();
 }
 
@@ -293,7 +302,7 @@ static bwd_params params_make(uint16_t *dqkv, const uint16_t *qkv, int ld, int q
   p.cu = cu, p.tiles = tiles, p.tiles_q = tiles_q ? tiles_q : tiles;
   p.ld = ld, p.q_off = q_off, p.k_off = k_off, p.v_off = v_off, p.ld_o = ld_o, p.H = H, p.Hkv = Hkv;
   p.scale = scale, p.scale_log2 = scale * 1.4426950408889634f;
-  p.part = NULL;
+  p.part = NULL, p.np = H / Hkv;
   return p;
 }
 
@@ -348,6 +357,7 @@ extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, in
   bwd_params p =
       params_make(dqkv, qkv, ld, q_off, k_off, v_off, o, dout, ld_o, lse, delta, cu, tiles, tiles_q, H, Hkv, scale);
   if (H > Hkv) p.part = split; /* the generic kernels ignore it */
+  if (kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_CO4H) p.np = (H / Hkv + 1) / 2; /* parts of 2 query heads */
   const size_t warps = (size_t)T * H;
   const int vec = (D == 64 || D == 128) && ld_o % 8 == 0 && ((uintptr_t)o & 15) == 0 && ((uintptr_t)dout & 15) == 0;
   if (vec && D == 64)
@@ -368,11 +378,10 @@ extern "C" void vr_cutrain_attention_bwd(uint16_t *dqkv, const uint16_t *qkv, in
       VR_ASSERT(e0 == 0 && e1 == 0 && "cuTensorMapEncodeTiled failed");
       tmp = tm;
     }
-    const int wv = kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_RA ? 1 : kernel == VR_CUTRAIN_ATTN_BWD_WGMMA_SS ? 2 : 0;
     if (D == 64)
-      launch_bwd<64>(p, n_tiles, T, tmp, wv, s);
+      launch_bwd<64>(p, n_tiles, T, tmp, kernel, s);
     else
-      launch_bwd<128>(p, n_tiles, T, tmp, wv, s);
+      launch_bwd<128>(p, n_tiles, T, tmp, kernel, s);
     return;
   }
   VR_ASSERT(D >= 1 && D <= 32 * GDPL);

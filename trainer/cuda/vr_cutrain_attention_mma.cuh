@@ -182,9 +182,10 @@ __device__ __forceinline__ void bwd_ds(uint32_t (&da)[4][4], const uint32_t (&pa
   }
 }
 
-/* The dK / dV block's work (grid (n_tiles, Hkv), or (n_tiles, H) with p.part): 64 keys from k0 of
- * sequence seq (rows s0 .., len of them) of key head hk; n_it = ng nq (query head, query tile)
- * pairs, pair it being head hk G + g_lo + it / nq and query tile k0 + 64 (it % nq). */
+/* The dK / dV block's work (grid (n_tiles, Hkv), or (n_tiles, Hkv np) with p.part: part j = y % np
+ * of key head y / np takes the group's query heads j G / np .. (j + 1) G / np - 1): 64 keys from
+ * k0 of sequence seq (rows s0 .., len of them) of key head hk; n_it = ng nq (query head, query
+ * tile) pairs, pair it being head hk G + g_lo + it / nq and query tile k0 + 64 (it % nq). */
 struct bwd_kv_work {
   size_t s0;
   int k0, len, G, hk, g_lo, nq, n_it;
@@ -195,21 +196,23 @@ __device__ __forceinline__ bwd_kv_work bwd_kv_block(const bwd_params &p) {
   w.k0 = p.tiles[2 * blockIdx.x + 1];
   w.s0 = (size_t)p.cu[seq];
   w.G = p.H / p.Hkv, w.len = p.cu[seq + 1] - p.cu[seq];
-  w.hk = p.part ? (int)blockIdx.y / w.G : (int)blockIdx.y;
-  w.g_lo = p.part ? (int)blockIdx.y - w.hk * w.G : 0;
-  w.nq = (w.len - w.k0 + 63) / 64, w.n_it = (p.part ? 1 : w.G) * w.nq;
+  const int y = (int)blockIdx.y, np = p.part ? p.np : 1;
+  w.hk = y / np;
+  const int j = y - w.hk * np;
+  w.g_lo = j * w.G / np;
+  w.nq = (w.len - w.k0 + 63) / 64, w.n_it = ((j + 1) * w.G / np - w.g_lo) * w.nq;
   return w;
 }
 
 /* The dK / dV block's result, rows kr0 / kr1 of the sequence at s0 (len rows), C layout:
- * into the split table (p.part, column block `y` = the query head) or bf16 into dqkv (key
- * head hk). dK carries the softmax scale. */
+ * into the split table (p.part, (T, Hkv np, 2 D): column block `y` = the block's part) or bf16
+ * into dqkv (key head hk). dK carries the softmax scale. */
 template <int D>
 __device__ __forceinline__ void bwd_store_dkdv(const bwd_params &p, const float (&dk)[D / 8][4],
                                                const float (&dv)[D / 8][4], size_t s0, int len, int kr0, int kr1,
                                                int hk, int y) {
   const int t = threadIdx.x & 3;
-  const size_t ldp = (size_t)p.H * 2 * D;
+  const size_t ldp = (size_t)p.Hkv * p.np * 2 * D;
 #pragma unroll
   for (int nn = 0; nn < D / 8; ++nn) {
     const int c = nn * 8 + 2 * t;

@@ -18,7 +18,8 @@
  *   k_bwd_dq_wg: S = Q K^T and dP = dO V^T issued together, P while dP runs, dS,
  *     dQ += dS K (A registers, K MN-major).
  * Variants (wg_bwd_ra, PIPE below): the block's own tiles as register A operands of S / dP, and
- * the pair's last product overlapping the next pair's first.
+ * the pair's last product overlapping the next pair's first; CO (k_bwd_dkdv_wg): S^T and dP^T
+ * issued together; MB (wg_bwd_cfg): the dQ kernel at 4 blocks a multiprocessor.
  * Shared memory (1024-byte aligned): a 64 x D tile is D / 64 chunks of 64 rows x 128 bytes
  * (TMA's 64 x 64 boxes, SWIZZLE_128B; the descriptors' 128B layout, SBO 1024 between 8-row
  * groups, LBO 8192 between the chunks of an MN-major operand), as vr_cuda_attention_fa3.cu's.
@@ -28,10 +29,12 @@
  *
  * Only sm_90a code has the bodies; the host launches them where vr_cutrain_attention_bwd_wgmma_ok. */
 
-template <int D>
+/* MB: 4 for the dQ kernel at 4 blocks a multiprocessor (D 64, 2 stages: 4 blocks' shared memory and
+ * its 122 registers fit), else 0 (the defaults below). */
+template <int D, int MB = 0>
 struct wg_bwd_cfg {
-  static constexpr int STAGES = D == 64 ? 3 : 2;   /* streamed tile pairs in flight */
-  static constexpr int MINB = D == 64 ? 3 : 2;     /* blocks a multiprocessor (shared memory allows it) */
+  static constexpr int STAGES = MB == 4 || D != 64 ? 2 : 3; /* streamed tile pairs in flight */
+  static constexpr int MINB = MB ? MB : D == 64 ? 3 : 2;    /* blocks a multiprocessor (shared memory allows it) */
   static constexpr uint32_t TILE = 64 * D * 2;     /* one 64 x D bf16 tile */
   static constexpr uint32_t PAIR = 2 * TILE;       /* (K, V), (Q, dO) */
   static constexpr uint32_t LSE_OFF = PAIR + STAGES * PAIR; /* dK / dV: lse, delta of 64 queries x 2 buffers */
@@ -176,8 +179,10 @@ struct wg_bwd_ra {
 };
 
 /* Grid (n_tiles, Hkv) of (64-key tile, key head), or (n_tiles, H) with p.part, as k_bwd_dkdv_mma.
- * tq: the map of qkv (T rows x ld), to: of dout (T rows x ld_o). */
-template <int D, bool RA, bool PIPE>
+ * tq: the map of qkv (T rows x ld), to: of dout (T rows x ld_o). CO (co-issued, wg_bwd_co): S^T and
+ * dP^T issued together (both need only the pair's tiles, as the dQ kernel's S and dP), P^T formed
+ * while dP^T runs and dS^T while dV runs; else dP^T is issued with dV, after P^T. */
+template <int D, bool RA, bool PIPE, bool CO>
 __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     k_bwd_dkdv_wg(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap to, bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -239,19 +244,31 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     if (threadIdx.x < 64 && it + 1 < n_it) lse_load(it + 1);
     mb_wait(bars + 8 * st, (uint32_t)(it / S) & 1);
     const uint32_t sQ = sRing + st * C::PAIR, sO = sQ + C::TILE;
-    float sc[8][4];
+    float sc[8][4], dp[8][4]; /* dp: CO's dP^T (else dP^T reuses sc and dp is unused) */
     uint32_t pa[4][4];
-    if (!PIPE) f3_pin(sc);
+    if (!PIPE) {
+      f3_pin(sc);
+      if constexpr (CO) f3_pin(dp);
+    }
     f3_fence();
     if (RA)
       wg_issue_rk<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(kf), sQ); /* S^T = K Q^T: 64 keys x 64 queries */
     else
       wg_issue_ss<D>(sc, sK, sQ);
     f3_commit();
-    f3_wait<0>(); /* PIPE: also the previous pair's dK */
+    if constexpr (CO) {
+      if (RA)
+        wg_issue_rk<D>(dp, reinterpret_cast<const uint32_t(&)[D / 16][4]>(vf), sO); /* dP^T = V dO^T */
+      else
+        wg_issue_ss<D>(dp, sV, sO);
+      f3_commit();
+      f3_wait<1>(); /* S^T; PIPE: also the previous pair's dV and dK */
+    } else
+      f3_wait<0>(); /* PIPE: also the previous pair's dK */
     f3_pin(sc);
     if (PIPE) {
       f3_pin(dk);
+      f3_pin(dv);
       f3_pin(da);
       __syncthreads(); /* every warp is past the previous pair: its stage and lse buffer are free */
       if (threadIdx.x == 0 && it + S - 1 < n_it) load(it + S - 1);
@@ -262,16 +279,24 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     f3_pin(dv);
     f3_fence();
     wg_issue_rs<D>(dv, pa, sO, PIPE && it == 0); /* dV += P^T dO */
-    if (RA)
-      wg_issue_rk<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(vf), sO); /* dP^T = V dO^T */
-    else
-      wg_issue_ss<D>(sc, sV, sO);
+    if constexpr (!CO) {
+      if (RA)
+        wg_issue_rk<D>(sc, reinterpret_cast<const uint32_t(&)[D / 16][4]>(vf), sO); /* dP^T = V dO^T */
+      else
+        wg_issue_ss<D>(sc, sV, sO);
+    }
     f3_commit();
-    f3_wait<0>();
-    f3_pin(sc);
-    f3_pin(dv);
-    f3_pin(pa);
-    bwd_dsT(da, pa, sc, sdel0 + buf * 64);
+    if constexpr (CO) {
+      f3_wait<1>(); /* dP^T; dV may still run: its A operand pa is only read here */
+      f3_pin(dp);
+      bwd_dsT(da, pa, dp, sdel0 + buf * 64);
+    } else {
+      f3_wait<0>();
+      f3_pin(sc);
+      f3_pin(dv);
+      f3_pin(pa);
+      bwd_dsT(da, pa, sc, sdel0 + buf * 64);
+    }
     f3_pin(da);
     f3_pin(dk);
     f3_fence();
@@ -280,6 +305,7 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
     if (!PIPE) {
       f3_wait<0>();
       f3_pin(dk);
+      f3_pin(dv);
       f3_pin(da);
       if (threadIdx.x < 64 && it + 1 < n_it) slse0[(buf ^ 1) * 64 + threadIdx.x] = nl, sdel0[(buf ^ 1) * 64 + threadIdx.x] = nd;
       __syncthreads();
@@ -288,17 +314,18 @@ __global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
   if (PIPE) {
     f3_wait<0>();
     f3_pin(dk);
+    f3_pin(dv);
   }
   bwd_store_dkdv<D>(p, dk, dv, s0, len, kr0, kr1, hk, blockIdx.y);
 #endif
 }
 
-/* Grid (n_tiles, H): (64-query tile, head), as k_bwd_dq_mma. */
-template <int D, bool RA, bool PIPE>
-__global__ void __launch_bounds__(128, wg_bwd_cfg<D>::MINB)
+/* Grid (n_tiles, H): (64-query tile, head), as k_bwd_dq_mma; MB as wg_bwd_cfg's. */
+template <int D, bool RA, bool PIPE, int MB>
+__global__ void __launch_bounds__(128, wg_bwd_cfg<D, MB>::MINB)
     k_bwd_dq_wg(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap to, bwd_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  typedef wg_bwd_cfg<D> C;
+  typedef wg_bwd_cfg<D, MB> C;
   constexpr int S = C::STAGES, NT = D / 8;
   extern __shared__ unsigned char wg_smem_raw[];
   const uint32_t base = (smem_u32(wg_smem_raw) + 1023u) & ~1023u;

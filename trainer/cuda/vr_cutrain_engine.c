@@ -126,7 +126,9 @@ static int dalloc(vr_cutrain_t *e, void **p, size_t bytes) {
   } while (0)
 
 /* vr_cutrain_attention_bwd_kernel's values (VR_CUTRAIN_ATTN_BWD_*), for the log */
-static const char *const attn_bwd_names[] = {"auto", "generic", "mma.sync", "wgmma", "wgmma (ss)", "wgmma (ra)"};
+static const char *const attn_bwd_names[] = {"auto", "generic", "mma.sync", "wgmma", "wgmma (ss)", "wgmma (ra)",
+                                             "wgmma (co)", "wgmma (co, pipelined)", "wgmma (co, dQ 4 blocks)",
+                                             "wgmma (co, dQ 4 blocks, split by 2 heads)"};
 
 /* Nonzero (logged) when e is forward-only: it has no gradients, moments or backward scratch
  * (vr_train refuses these calls first; this guards the engine's own API). */
@@ -242,7 +244,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   const int ab = d->attn_bwd, tc = vr_cutrain_attention_bwd_tc(D, d->window);
   if (ab != VR_CUTRAIN_ATTN_BWD_AUTO && ab != VR_CUTRAIN_ATTN_BWD_GENERIC &&
       !(ab == VR_CUTRAIN_ATTN_BWD_MMA && tc) &&
-      !(ab >= VR_CUTRAIN_ATTN_BWD_WGMMA && ab <= VR_CUTRAIN_ATTN_BWD_WGMMA_RA &&
+      !(ab >= VR_CUTRAIN_ATTN_BWD_WGMMA && ab <= VR_CUTRAIN_ATTN_BWD_WGMMA_CO4H &&
         vr_cutrain_attention_bwd_wgmma_ok(D, d->window))) {
     vr_log(VR_LOG_ERROR, "attention backward kernel %d does not run head_dim %d, window %d on this build and device",
            ab, D, d->window);

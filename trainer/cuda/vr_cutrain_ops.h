@@ -155,7 +155,8 @@ void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, const uint1
  * split (tensor-core path with H > Hkv; NULL: off, ignored elsewhere):
  * vr_cutrain_attention_bwd_split_scratch(T, H, D) floats; the dK / dV kernel then runs one
  * block per query head (H / Hkv times the blocks: for models with few key heads) into that
- * fp32 table and a second pass sums each group in head order.
+ * fp32 table and a second pass sums each group in head order (WGMMA_CO4H: one block per 2 query
+ * heads of a group, about half the table).
  * kernel: VR_CUTRAIN_ATTN_BWD_AUTO (vr_cutrain_attention_bwd_kernel's choice) or one of the others
  * where it runs (MMA where _tc, WGMMA where _wgmma_ok; GENERIC anywhere). The WGMMA kernels read
  * whole 64-row tiles through TMA: every row of qkv and dout below T must be finite (rows of other
@@ -166,19 +167,24 @@ enum {
   VR_CUTRAIN_ATTN_BWD_AUTO = 0,
   VR_CUTRAIN_ATTN_BWD_GENERIC = 1, /* fp32, one warp per row */
   VR_CUTRAIN_ATTN_BWD_MMA = 2,     /* mma.sync, cp.async (vr_cutrain_attention_mma.cuh): any sm_80+ */
-  /* wgmma + TMA (vr_cutrain_attention_sm90.cuh), sm_90a builds on compute 9.0, three forms: */
+  /* wgmma + TMA (vr_cutrain_attention_sm90.cuh), sm_90a builds on compute 9.0, seven forms: */
   VR_CUTRAIN_ATTN_BWD_WGMMA = 3,    /* register A operands (wg_bwd_ra: the dQ kernel's Q / dO at D 128),
                                        a pair's last product overlapping the next pair's first */
   VR_CUTRAIN_ATTN_BWD_WGMMA_SS = 4, /* every S / dP operand from shared memory, each pair waited for
-                                       (the automatic choice) */
-  VR_CUTRAIN_ATTN_BWD_WGMMA_RA = 5  /* register A operands as WGMMA, each pair waited for */
+                                       (the automatic choice before WGMMA_CO4H) */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_RA = 5, /* register A operands as WGMMA, each pair waited for */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_CO = 6, /* as WGMMA_SS with the dK / dV kernel's S^T and dP^T issued together */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_COP = 7, /* WGMMA_CO pipelined as WGMMA (register A where WGMMA has it) */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_CO4 = 8, /* WGMMA_CO with the dQ kernel at 4 blocks a multiprocessor, 2 stages (D 64) */
+  VR_CUTRAIN_ATTN_BWD_WGMMA_CO4H = 9 /* WGMMA_CO4 with the split table per 2 query heads (half the table):
+                                       the automatic choice */
 };
 /* The automatic choice: VR_CUTRAIN_ATTN_BWD_HOPPER where the wgmma kernels run (_wgmma_ok), else
- * MMA for D 64 / 128 without a window, else GENERIC. VR_CUTRAIN_ATTN_BWD_HOPPER: WGMMA_SS, the form
- * timed and checked (docs/benchmarks.md, "attention backward on wgmma"); a build-time knob
+ * MMA for D 64 / 128 without a window, else GENERIC. VR_CUTRAIN_ATTN_BWD_HOPPER: WGMMA_CO4H, the
+ * fastest form timed (docs/benchmarks.md, "attention backward forms (abwd2)"); a build-time knob
  * (-DVR_CUTRAIN_ATTN_BWD_HOPPER=VR_CUTRAIN_ATTN_BWD_MMA turns the wgmma kernels off). */
 #ifndef VR_CUTRAIN_ATTN_BWD_HOPPER
-#define VR_CUTRAIN_ATTN_BWD_HOPPER VR_CUTRAIN_ATTN_BWD_WGMMA_SS
+#define VR_CUTRAIN_ATTN_BWD_HOPPER VR_CUTRAIN_ATTN_BWD_WGMMA_CO4H
 #endif
 int vr_cutrain_attention_bwd_kernel(int D, int window);
 int vr_cutrain_attention_bwd_tc(int D, int window);
