@@ -13,7 +13,7 @@
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
  *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h]
  *                    [--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|both] [--head 0|1]
- *                    [--dxn bf16|f32|both]
+ *                    [--dxn bf16|f32|both] [--mlp auto|cublas|fused|both]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
  * timed during the first warm-up step and forward (vr_cutrain_tune_gemms; measurement only);
@@ -26,7 +26,9 @@
  * model twice in the same process, cuBLASLt's then the fused one. --head 1: instead, the LM-head
  * forward alone (bench_head), --iters calls of each form. --dxn f32: the fused projections' dX in
  * fp32 into the RMSNorm backward (vr_cutrain_desc_t.dxn_f32; the name carries "/dxn-f32"; the
- * default bf16 halves its bytes); both: bf16's run, then f32's, in the same process.
+ * default bf16 halves its bytes); both: bf16's run, then f32's, in the same process. --mlp: the
+ * gate/up projection + SwiGLU forward (vr_cutrain_desc_t.mlp; the name carries "/mlp-cublas",
+ * "/mlp-fused"); both: cuBLASLt + the SwiGLU kernel, then the fused Hopper GEMM, per model.
  * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -67,11 +69,11 @@ static void count_stage(void *ctx, int stage) { (void)stage, ++*(int *)ctx; }
 static const char *const k_lmhead_names[] = {"auto", "cublas", "fused"}; /* VR_CUTRAIN_LMHEAD_* */
 
 static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
-                 int tune, int attn_bwd, int interleave, int lmhead, int dxn_f32) {
-  shape_t mm = *m0; /* the name tagged with an LM head asked for by name */
-  char tag[64];
-  snprintf(tag, sizeof tag, "%s%s%s%s", m0->name, lmhead ? "/" : "", lmhead ? k_lmhead_names[lmhead] : "",
-           dxn_f32 ? "/dxn-f32" : "");
+                 int tune, int attn_bwd, int interleave, int lmhead, int dxn_f32, int mlp) {
+  shape_t mm = *m0; /* the name tagged with an LM head / MLP form asked for by name */
+  char tag[80];
+  snprintf(tag, sizeof tag, "%s%s%s%s%s%s", m0->name, lmhead ? "/" : "", lmhead ? k_lmhead_names[lmhead] : "",
+           dxn_f32 ? "/dxn-f32" : "", mlp ? "/mlp-" : "", mlp ? k_lmhead_names[mlp] : "");
   mm.name = tag;
   const shape_t *m = &mm;
   const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
@@ -123,7 +125,8 @@ static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tf
                                .recompute = recompute,
                                .attn_bwd = attn_bwd,
                                .lmhead = lmhead,
-                               .dxn_f32 = dxn_f32};
+                               .dxn_f32 = dxn_f32,
+                               .mlp = mlp};
   const int T = seqs * len;
   size_t free0 = 0, total = 0;
   cudaMemGetInfo(&free0, &total);
@@ -299,7 +302,7 @@ int main(int argc, char **argv) {
   static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra",
                                            "wgmma-co", "wgmma-cop", "wgmma-co4", "wgmma-co4h"};
   int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, inter = 0, lmh = 0, head = 0,
-      dxn = 0;
+      dxn = 0, mlp = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -327,7 +330,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--dxn") &&
              (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "f32") || !strcmp(argv[i + 1], "both")))
       dxn = !strcmp(argv[i + 1], "f32") ? 1 : !strcmp(argv[i + 1], "both") ? 2 : 0;
-    else if (!strcmp(argv[i], "--head"))
+    else if (!strcmp(argv[i], "--mlp")) {
+      mlp = -1; /* unless named; "both": cublas, then fused, per model */
+      for (int k = 0; k < 3; ++k)
+        if (!strcmp(argv[i + 1], k_lmhead_names[k])) mlp = k;
+      if (!strcmp(argv[i + 1], "both")) mlp = 3;
+    } else if (!strcmp(argv[i], "--head"))
       head = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--lmhead")) {
       lmh = -1; /* unless named; "both": cublas, then fused, per model */
@@ -344,12 +352,12 @@ int main(int argc, char **argv) {
               "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1] "
               "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h] "
               "[--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|both] [--head 0|1] "
-              "[--dxn bf16|f32|both]\n",
+              "[--dxn bf16|f32|both] [--mlp auto|cublas|fused|both]\n",
               argv[0]);
       return 2;
     }
   }
-  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0) || attn < 0 || lmh < 0) {
+  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0) || attn < 0 || lmh < 0 || mlp < 0) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
@@ -360,7 +368,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
       for (int h = lmh == 3 ? 1 : lmh; h <= (lmh == 3 ? 2 : lmh); ++h)
         for (int x = dxn == 2 ? 0 : dxn; x <= (dxn == 2 ? 1 : dxn); ++x)
-          rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter, h, x), ++ran;
+          for (int u = mlp == 3 ? 1 : mlp; u <= (mlp == 3 ? 2 : mlp); ++u)
+            rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter, h, x, u), ++ran;
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }

@@ -13,7 +13,9 @@
  *     engine without it;
  *   the critic (qwen2_critic, value head): values and the gradients of sum w * value;
  *   a random Qwen2 written here with q/k/v weights and biases adjacent (the real models' layout:
- *     one qkv GEMM with its bias epilogue): log-probs and gradients against the cpu engine;
+ *     one qkv GEMM with its bias epilogue) and an intermediate size the fused gate/up + SwiGLU
+ *     GEMM takes (on Hopper): log-probs and gradients against the cpu engine, with and without
+ *     per-layer recomputation;
  *   backward_ready (both heads): one ready call per stage, lo falling to 0, the gradients a
  *     one-rank comm copies at each call already final, the same bits as the plain backward;
  *   two backward passes accumulated against one pass of their sum; zero_grad with no backward
@@ -379,7 +381,7 @@ static void test_qwen2_fused(void **state) {
   (void)state;
   char dir[1300], path[1400];
   mt_tmpdir(dir, sizeof dir);
-  const int C = 128, H = 4, KV = 2, D = 32, F = 192, L = 2, V = 160;
+  const int C = 128, H = 4, KV = 2, D = 32, F = 256, L = 2, V = 160; /* F: two 128-column MLP tiles */
   snprintf(path, sizeof path, "%s/config.json", dir);
   FILE *f = fopen(path, "w");
   assert_non_null(f);
@@ -447,10 +449,17 @@ static void test_qwen2_fused(void **state) {
   vr_log_set_level(VR_LOG_INFO); /* the engine's layout line */
   vr_train_t *tc = engine(lm, "cuda");
   const int fused = strstr(mt_log_text(), "qkv fused") != NULL;
+  /* on an sm_90a build on Hopper (where the fused LM head runs) the gate/up projection is the
+   * Hopper GEMM with SwiGLU in its epilogue: this model's forward, backward (its gu) and
+   * recomputation go through it */
+  const int lm_fused = strstr(mt_log_text(), "LM-head forward fused") != NULL,
+            mlp_fused = strstr(mt_log_text(), "gate/up + SwiGLU fused") != NULL;
   mt_log_stop();
   vr_log_set_level(VR_LOG_INFO);
-  printf("  cuda engine: qkv %s\n", fused ? "fused (one GEMM)" : "NOT FUSED");
+  printf("  cuda engine: qkv %s, gate/up + SwiGLU %s\n", fused ? "fused (one GEMM)" : "NOT FUSED",
+         mlp_fused ? "fused (one GEMM)" : "cuBLASLt + kernel");
   assert_true(fused);
+  assert_true(mlp_fused || !lm_fused);
   vr_train_t *tp = engine(lm, "cpu");
   assert_int_equal(vr_train_forward(tc, &b, 1.0f, lc, ec, 0), 0);
   assert_int_equal(vr_train_forward(tp, &b, 1.0f, lp, ep, 0), 0);
@@ -469,6 +478,10 @@ static void test_qwen2_fused(void **state) {
   grads_of(tc, &b, 1.0f, d, NULL, gc, 80);
   grads_of(tp, &b, 1.0f, d, NULL, gp, 80);
   assert_true(grads_vs(lm, gc, gp, "cpu") <= GRAD_TOL);
+  vr_train_t *tr = engine_opt(lm, "cuda", 1); /* per-layer recomputation: gu written by the recomputation */
+  grads_of(tr, &b, 1.0f, d, NULL, gc, 80);
+  assert_true(grads_vs(lm, gc, gp, "cpu (recomputing engine)") <= GRAD_TOL);
+  vr_train_free(tr);
   check_accumulate(lm, &b, 80, d);
   /* a forward-only engine (the reference policy) at this hidden size: on an sm_90a build on Hopper
    * its LM head is the fused GEMM with only that kernel's workspace allocated; the same bits as

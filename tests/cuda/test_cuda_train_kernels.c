@@ -292,6 +292,62 @@ static void test_swiglu_bwd(int T, int I) {
   free(gu), free(guf), free(dout), free(dof), free(ref), free(g), free(fd), free(gf);
 }
 
+/* The gate/up projection with SwiGLU in its epilogue (vr_cutrain_gu_swiglu_fwd) against a
+ * double host GEMM; act also bit for bit against vr_cuda_swiglu on the kernel's own gu and against
+ * the run without gu; the rows past T (a sentinel) untouched. */
+static void test_gu_swiglu(int T, int C, int F) {
+  char what[128];
+  if (!vr_cutrain_gu_swiglu_available(C, F)) {
+    printf("     gu_swiglu T%d C%d F%d: no fused kernel on this build / device\n", T, C, F);
+    return;
+  }
+  const size_t nx = (size_t)T * C, nw = (size_t)2 * F * C, pad = 128;
+  float *xf, *wf;
+  uint16_t *x = rand_bf(nx, 1.f, &xf), *W = rand_bf(nw, 1.7f / sqrtf((float)C), &wf);
+  double *rgu = dcalloc((size_t)T * 2 * F), *ract = dcalloc((size_t)T * F);
+  for (int t = 0; t < T; ++t)
+    for (int n = 0; n < 2 * F; ++n) {
+      double acc = 0;
+      for (int c = 0; c < C; ++c) acc += (double)xf[(size_t)t * C + c] * wf[(size_t)n * C + c];
+      rgu[(size_t)t * 2 * F + n] = acc;
+    }
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < F; ++i)
+      ract[(size_t)t * F + i] = silu(rgu[(size_t)t * 2 * F + i]) * rgu[(size_t)t * 2 * F + F + i];
+  const size_t act_b = ((size_t)T + pad) * F * 2, gu_b = ((size_t)T + pad) * 2 * F * 2;
+  uint16_t *d_x = todev(x, nx * 2), *d_W = todev(W, nw * 2), *d_act = dmalloc(act_b), *d_gu = dmalloc(gu_b),
+           *d_act2 = dmalloc(act_b), *d_act3 = dmalloc(act_b);
+  CK(cudaMemset(d_act, 0xff, act_b));
+  CK(cudaMemset(d_gu, 0xff, gu_b));
+  CK(cudaMemset(d_act3, 0xff, act_b));
+  const int ran = vr_cutrain_gu_swiglu_fwd(d_act, d_gu, d_x, d_W, T, C, F, 0) &&
+                  vr_cutrain_gu_swiglu_fwd(d_act3, NULL, d_x, d_W, T, C, F, 0);
+  vr_cuda_swiglu(d_act2, d_gu, T, F, 0);
+  CK(cudaDeviceSynchronize());
+  uint16_t *act = malloc(act_b), *gu = malloc(gu_b), *act2 = malloc(act_b), *act3 = malloc(act_b);
+  tohost(act, d_act, act_b), tohost(gu, d_gu, gu_b), tohost(act2, d_act2, (size_t)T * F * 2);
+  tohost(act3, d_act3, act_b);
+  if (!ran) {
+    printf("FAIL gu_swiglu T%d C%d F%d: the fused kernel refused an available shape\n", T, C, F);
+    g_fail = 1;
+  }
+  snprintf(what, sizeof what, "gu_swiglu gu T%d C%d F%d", T, C, F);
+  check_rel_bf(what, rgu, gu, (size_t)T * 2 * F, 4e-3);
+  snprintf(what, sizeof what, "gu_swiglu act T%d C%d F%d", T, C, F);
+  check_rel_bf(what, ract, act, (size_t)T * F, 8e-3);
+  snprintf(what, sizeof what, "gu_swiglu act = vr_cuda_swiglu(gu) T%d F%d", T, F);
+  check_same_bits(what, act, act2, (size_t)T * F * 2);
+  snprintf(what, sizeof what, "gu_swiglu act without gu T%d F%d", T, F);
+  check_same_bits(what, act, act3, act_b);
+  size_t bad = 0;
+  for (size_t i = (size_t)T * F; i < (size_t)(T + pad) * F; ++i) bad += act[i] != 0xffff;
+  for (size_t i = (size_t)T * 2 * F; i < (size_t)(T + pad) * 2 * F; ++i) bad += gu[i] != 0xffff;
+  printf("%-4s gu_swiglu rows past T%d untouched (%zu written)\n", bad ? "FAIL" : "ok", T, bad);
+  if (bad) g_fail = 1;
+  dfree(d_x), dfree(d_W), dfree(d_act), dfree(d_gu), dfree(d_act2), dfree(d_act3);
+  free(x), free(xf), free(W), free(wf), free(rgu), free(ract), free(act), free(gu), free(act2), free(act3);
+}
+
 static void test_rope_bwd(int T, int H, int Hkv, int D) {
   const int ld = (H + 2 * Hkv) * D, koff = H * D, half = D / 2;
   const float scaling = 1.25f;
@@ -1063,6 +1119,13 @@ int main(void) {
   test_rmsnorm_bwd16(17, 4096); /* the largest hidden size it takes */
   test_colsum(3000, 130);     /* more chunks than the final pass's 16 row groups, a partial column block */
   test_logsoftmax(3, 4100, 0.25f); /* |z| up to 24: the stored log p's bound where it matters */
+  /* the fused gate/up + SwiGLU: T past the 128-row tile and below it, one row, C 64 / 896 / 2048,
+   * F one tile / Qwen2-0.5B's 4864 (38 tiles) / several bands' worth of rows */
+  test_gu_swiglu(300, 64, 128);
+  test_gu_swiglu(129, 896, 4864);
+  test_gu_swiglu(1, 2048, 256);
+  test_gu_swiglu(130, 2048, 1024);
+  test_gu_swiglu(4200, 2048, 128); /* 33 row blocks: two bands of 32 */
   /* batches of 4096+ rows: on an sm_90a build on Hopper the forward (with its lse, which the
    * backward reads) is the FA3 kernel (vr_cuda_attention_kernel), elsewhere FA64 / FA128 */
   static const int large[] = {2900, 1200, 17};

@@ -60,12 +60,19 @@ typedef struct vr_cutrain_desc {
   int dxn_f32; /* 1: the fused q/k/v and gate/up projections' dX in fp32 into their RMSNorm backward; 0
                 * (default): bf16, as autocast's bf16 linear gives it (hidden <= VR_CUTRAIN_NORM_BWD16_MAX_C;
                 * the split projections sum their parts in fp32 either way) */
+  int mlp; /* the gate/up projection + SwiGLU forward, VR_CUTRAIN_MLP_*: 0 the automatic choice (FUSED
+            * where it runs) */
 } vr_cutrain_desc_t;
 
 /* vr_cutrain_desc_t.lmhead: CUBLAS, cuBLASLt's fp32 logits per chunk then a row kernel; FUSED, one
  * Hopper GEMM with the log-softmax statistics in its epilogue (sm_90a builds on compute 9.0, hidden
  * % 64 == 0; asked for elsewhere: VR_ERR_UNSUPPORTED). */
 enum { VR_CUTRAIN_LMHEAD_AUTO = 0, VR_CUTRAIN_LMHEAD_CUBLAS = 1, VR_CUTRAIN_LMHEAD_FUSED = 2 };
+/* vr_cutrain_desc_t.mlp: CUBLAS, cuBLASLt's (T, 2F) gate/up projection then the SwiGLU kernel; FUSED,
+ * one Hopper GEMM with SwiGLU in its epilogue (vr_cutrain_gu_swiglu_fwd: sm_90a builds on compute
+ * 9.0, hidden % 64 == 0, intermediate % 128 == 0, gate and up adjacent without biases; asked for
+ * elsewhere: VR_ERR_UNSUPPORTED). */
+enum { VR_CUTRAIN_MLP_AUTO = 0, VR_CUTRAIN_MLP_CUBLAS = 1, VR_CUTRAIN_MLP_FUSED = 2 };
 
 typedef struct vr_cutrain vr_cutrain_t;
 

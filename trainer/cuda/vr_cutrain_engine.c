@@ -40,6 +40,7 @@ struct vr_cutrain {
   int dxn16; /* the fused projections' dX in bf16 (vr_cutrain_desc_t.dxn_f32 clear, hidden small enough) */
   int attn_bwd; /* the attention backward's kernel (VR_CUTRAIN_ATTN_BWD_*, resolved) */
   int lmhead_fused; /* the LM head's forward: the fused Hopper GEMM (1) or cuBLASLt + the row kernel (0) */
+  int mlp_fused;    /* the gate/up projection + SwiGLU: one Hopper GEMM (1) or cuBLASLt + the SwiGLU kernel (0) */
   size_t lo, hi, dev_bytes;
   cudaStream_t s;
   vr_cuda_gemm_t *gemm;
@@ -281,6 +282,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   e->fused_qkv = e->fused_gu = 1;
   e->dxn16 = !d->dxn_f32 && C <= VR_CUTRAIN_NORM_BWD16_MAX_C;
   const size_t qn = (size_t)H * D * C, kn = (size_t)KV * D * C;
+  int gu_bias = 0;
   for (int l = 0; l < d->layers; ++l) {
     const vr_cutrain_layer_off_t *o = &e->L[l];
     int f = adjacent(o->q_w, qn, o->k_w) && adjacent(o->k_w, kn, o->v_w);
@@ -289,7 +291,16 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     int g = adjacent(o->gate_w, (size_t)F * C, o->up_w);
     if (o->gate_b != NONE) g = g && adjacent(o->gate_b, (size_t)F, o->up_b);
     e->fused_gu &= g;
+    gu_bias |= o->gate_b != NONE || o->up_b != NONE;
   }
+  const int mlp_ok = e->fused_gu && !gu_bias && vr_cutrain_gu_swiglu_available(C, F);
+  if (d->mlp < VR_CUTRAIN_MLP_AUTO || d->mlp > VR_CUTRAIN_MLP_FUSED || (d->mlp == VR_CUTRAIN_MLP_FUSED && !mlp_ok)) {
+    vr_log(VR_LOG_ERROR, "MLP forward %d does not run hidden %d, intermediate %d%s on this build and device", d->mlp,
+           C, F, gu_bias ? " with gate/up biases" : e->fused_gu ? "" : " with gate and up apart");
+    vr_cutrain_free(e);
+    return VR_ERR_UNSUPPORTED;
+  }
+  e->mlp_fused = d->mlp != VR_CUTRAIN_MLP_CUBLAS && mlp_ok;
   size_t chunk = lm_chunk > 0 ? (size_t)lm_chunk : ((size_t)1 << 28) / (size_t)V;
   if (chunk < 1) chunk = 1;
   if (chunk > (size_t)max_tokens) chunk = (size_t)max_tokens;
@@ -447,13 +458,14 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   }
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
-         "projections' dX %s, attention backward %s, dK/dV %s, activations %s, LM-head forward %s, %.2f GiB on "
-         "the device",
+         "projections' dX %s, attention backward %s, dK/dV %s, activations %s, LM-head forward %s, gate/up + SwiGLU "
+         "%s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
          e->dxn16 && (e->fused_qkv || e->fused_gu) ? "bf16" : "fp32", attn_bwd_names[e->attn_bwd],
          e->split ? "per query head" : "per key head",
          fo ? "forward only" : e->recompute ? "recomputed per layer" : "kept",
-         e->lmhead_fused ? "fused sm90 GEMM" : "cuBLASLt + rows", e->dev_bytes / 1073741824.0);
+         e->lmhead_fused ? "fused sm90 GEMM" : "cuBLASLt + rows", e->mlp_fused ? "fused sm90 GEMM" : "cuBLASLt + kernel",
+         e->dev_bytes / 1073741824.0);
   *out = e;
   return 0;
 }
@@ -549,8 +561,13 @@ static void layer_fwd(vr_cutrain_t *e, int l, int T, int again) {
   vr_cuda_rmsnorm(a->x_mid, a->xn2, P(e, o->norm2), T, C, d->rms_eps, e->s);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
-  proj_fwd(e, a->gu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
-  vr_cuda_swiglu(a->act, a->gu, T, F, e->s);
+  /* gu is read by the backward alone: not written by a forward-only engine, nor by a recomputing
+   * engine's first forward but for the last layer (the backward recomputes the others) */
+  uint16_t *gu_kept = e->fwd_only || (e->recompute && !again && l < d->layers - 1) ? NULL : a->gu;
+  if (!e->mlp_fused || !vr_cutrain_gu_swiglu_fwd(a->act, gu_kept, a->xn2, P16(e, o->gate_w), T, C, F, e->s)) {
+    proj_fwd(e, a->gu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
+    vr_cuda_swiglu(a->act, a->gu, T, F, e->s);
+  }
   if (again) {
     mark(e, VR_CUTRAIN_PH_RECOMPUTE);
     return;

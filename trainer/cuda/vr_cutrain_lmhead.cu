@@ -286,11 +286,6 @@ static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t 
   }
   CUtensorMap tw;
   if (vr_sm90_tensor_map(&tw, W, C, V, C, LH_BK, LH_BN)) return -1;
-  /* row bands of about 16 MiB of x: the band stays in L2 while W's column blocks stream (on the
-   * H200: bands of 16 row blocks as fast, of 4 up to 5 % slower, one band of all rows up to 10 %
-   * slower at C 2048) */
-  int GM = (int)((16u << 20) / ((size_t)LH_BM * C * 2));
-  if (GM < 1) GM = 1;
   float4 *stats = reinterpret_cast<float4 *>(ws);
   float *zt = ws + (size_t)R * NB * 4;
   for (int t0 = 0; t0 < T; t0 += R) {
@@ -306,7 +301,7 @@ static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t 
     p.lpmax = lp16 ? lpmax + (size_t)t0 * nseg : NULL;
     p.stats = stats, p.zt = zt, p.tgt = tgt + t0;
     p.T = rows, p.V = V, p.nk = C / LH_BK, p.MB = (rows + LH_BM - 1) / LH_BM, p.NB = NB;
-    p.GM = GM < p.MB ? GM : p.MB, p.nseg = nseg, p.tiles = p.MB * NB, p.inv_temp = 1.f / temp;
+    p.GM = g90_band_rows(C, p.MB), p.nseg = nseg, p.tiles = p.MB * NB, p.inv_temp = 1.f / temp;
     p.tma_lp = tma_lp;
     const int grid = p.tiles < sms_of[di] ? p.tiles : sms_of[di];
     k_lmhead_sm90<<<grid, LH_THREADS, LH_SMEM, s>>>(tx, tw, tl, p);

@@ -24,25 +24,24 @@
  * the main loop alone (a measurement build without the epilogue) took 4.4 ms of the 7.3 ms of
  * Qwen2-0.5B's log-prob forward (docs/benchmarks.md): the epilogue is most of the rest.
  *
- * Tile order (lh_tile): bands of GM row blocks; inside a band the row block varies fastest, so the
- * ~132 tiles running at once share two or three W column blocks (W streams from HBM once per
- * band) while the band's x (GM * 128 * C bf16) stays in L2. Only sm_90a code has the body. */
+ * Tile order (g90_tile, vr_cutrain_gemm_sm90.cuh, which also has the main loop): bands of GM row
+ * blocks; inside a band the row block varies fastest, so the ~132 tiles running at once share two
+ * or three W column blocks (W streams from HBM once per band) while the band's x (GM * 128 * C
+ * bf16) stays in L2. Only sm_90a code has the body. */
 #ifndef VR_CUTRAIN_LMHEAD_SM90_CUH
 #define VR_CUTRAIN_LMHEAD_SM90_CUH
 
-#include "vr_cuda_sm90.cuh"
+#include "vr_cutrain_gemm_sm90.cuh"
 
-#define LH_BM 128
-#define LH_BN 256
-#define LH_BK 64
+#define LH_BM G90_BM
+#define LH_BN G90_BN
+#define LH_BK G90_BK
 #define LH_STAGES 4
-#define LH_THREADS 384 /* the producer warpgroup + two consumer warpgroups */
-#define LH_REG_PRODUCER 40
-#define LH_REG_CONSUMER 232
+#define LH_THREADS G90_THREADS
 
 namespace {
 
-constexpr uint32_t LH_A_BYTES = LH_BM * 128, LH_B_BYTES = LH_BN * 128, LH_STAGE = LH_A_BYTES + LH_B_BYTES;
+constexpr uint32_t LH_A_BYTES = G90_A_BYTES, LH_STAGE = G90_STAGE;
 /* After the ring, each consumer warpgroup's staging of one segment of its lp16 rows (64 rows x
  * 128 bf16 = two 64 x 64 boxes of the 128-byte swizzle) for the bulk tensor stores. */
 constexpr uint32_t LH_STG_BYTES = 64 * VR_CUTRAIN_LSM_SEG * 2;
@@ -61,14 +60,6 @@ struct lh_params {
   float inv_temp;
   int tma_lp; /* lp16 through the staging and bulk tensor stores (tl), else plain stores */
 };
-
-/* Tile t's row block mb and column block nb (band-major, row block fastest inside a band). */
-__device__ __forceinline__ void lh_tile(const lh_params &p, int t, int &mb, int &nb) {
-  const int per_band = p.GM * p.NB, band = t / per_band, mb0 = band * p.GM;
-  const int rows_b = p.MB - mb0 < p.GM ? p.MB - mb0 : p.GM, local = t - band * per_band;
-  nb = local / rows_b;
-  mb = mb0 + local % rows_b;
-}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define LH_LOG2E 1.4426950408889634f
@@ -223,23 +214,17 @@ __global__ void __launch_bounds__(LH_THREADS, 1)
   const uint32_t base = ((uint32_t)__cvta_generic_to_shared(lh_smem_raw) + 1023u) & ~1023u;
   const uint32_t full = base + LH_BAR_OFF, empty = full + 8 * LH_STAGES;
   const int wg = (int)threadIdx.x >> 7;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < LH_STAGES; ++s) {
-      mb_init(full + 8 * s, 1);
-      mb_init(empty + 8 * s, 256);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  g90_init_barriers(full, LH_STAGES);
   __syncthreads();
   if (wg == 0) { /* producer */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(LH_REG_PRODUCER) : "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(G90_REG_PRODUCER) : "memory");
     if (threadIdx.x == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tx)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tw)) : "memory");
       int it = 0;
       for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
         int mb, nb;
-        lh_tile(p, t, mb, nb);
+        g90_tile(t, p.GM, p.MB, p.NB, mb, nb);
         for (int k = 0; k < p.nk; ++k, ++it) {
           const int s = it % LH_STAGES;
           const uint32_t st = base + s * LH_STAGE;
@@ -252,7 +237,7 @@ __global__ void __launch_bounds__(LH_THREADS, 1)
     }
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(LH_REG_CONSUMER) : "memory");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(G90_REG_CONSUMER) : "memory");
   const int cw = wg - 1, warp = ((int)threadIdx.x >> 5) & 3, lane = (int)threadIdx.x & 31, g = lane >> 2,
             tq = lane & 3;
   float acc[128];
@@ -261,30 +246,8 @@ __global__ void __launch_bounds__(LH_THREADS, 1)
   int it = 0;
   for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     int mb, nb;
-    lh_tile(p, t, mb, nb);
-    for (int k = 0; k < p.nk; ++k, ++it) {
-      const int s = it % LH_STAGES;
-      const uint32_t a_at = base + s * LH_STAGE + cw * (64 * 128), b_at = base + s * LH_STAGE + LH_A_BYTES;
-      uint64_t da[4], db[4];
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        da[kk] = f3_desc(a_at + kk * 32, 16, 1024);
-        db[kk] = f3_desc(b_at + kk * 32, 16, 1024);
-        asm volatile("" : "+l"(da[kk]), "+l"(db[kk]));
-      }
-      mb_wait(full + 8 * s, (it / LH_STAGES) & 1);
-      f3_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wg_ss256(acc, da[kk], db[kk], (k | kk) != 0);
-      f3_commit();
-      if (k > 0) { /* one chunk's products in flight: the previous chunk's stage is free */
-        f3_wait<1>();
-        mb_arrive(empty + 8 * ((it - 1) % LH_STAGES));
-      }
-    }
-    f3_wait<0>();
-    f3_pin(acc);
-    mb_arrive(empty + 8 * ((it - 1) % LH_STAGES));
+    g90_tile(t, p.GM, p.MB, p.NB, mb, nb);
+    g90_consume_tile<LH_STAGES>(acc, base, full, empty, p.nk, it, cw);
     /* epilogue: acc[4 j + 2 h + e] is row 64 cw + 16 warp + g + 8 h, column 8 j + 2 tq + e of the tile */
     const uint32_t stg = base + LH_STG_OFF + cw * LH_STG_BYTES;
     if ((nb + 1) * LH_BN <= p.V)

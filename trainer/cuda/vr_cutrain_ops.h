@@ -64,6 +64,18 @@ void vr_cutrain_value_bwd(float *dh, float *dw, float *db, const float *gv, cons
 /* SwiGLU backward: forward out = silu(g) * u with gu (T, 2I) = [g | u]. Given dout (T, I) bf16:
  * dgu[:, :I] = dout * u * silu'(g), dgu[:, I:] = dout * silu(g); dgu (T, 2I) bf16. */
 void vr_cutrain_swiglu_bwd(uint16_t *dgu, const uint16_t *dout, const uint16_t *gu, int T, int I, cudaStream_t s);
+/* The MLP's gate/up projection and SwiGLU in one Hopper GEMM (vr_cutrain_mlp.cu): with
+ * [g | u] = x (T, C) W^T, W (2F, C) the adjacent gate and up weights (no biases), act (T, F) =
+ * bf16(silu(g) u) of the bf16-rounded g, u (vr_cuda_swiglu's bits on the gu written here) and,
+ * unless gu is NULL, gu (T, 2F) = [g | u] bf16 (the backward's input; fp32 accumulation, the same
+ * values as cuBLASLt's bf16 GEMM up to summation order). Returns 1 when it ran; 0 when this build,
+ * device, shape (vr_cutrain_gu_swiglu_available) or a pointer's 16-byte alignment has no such
+ * kernel: nothing launched, the caller runs vr_cuda_gemm + vr_cuda_swiglu. */
+int vr_cutrain_gu_swiglu_fwd(uint16_t *act, uint16_t *gu, const uint16_t *x, const uint16_t *W, int T, int C, int F,
+                             cudaStream_t s);
+/* 1 when vr_cutrain_gu_swiglu_fwd runs here: an sm_90a build on a compute 9.0 device, C % 64 == 0,
+ * F % 128 == 0. */
+int vr_cutrain_gu_swiglu_available(int C, int F);
 /* RoPE backward: the rotation's transpose, in place on the gradient of the rotated heads. The
  * forward's vr_cuda_rope with every angle negated (neg_inv_freq = -inv_freq, D / 2 floats on
  * the device): sin(-a) = -sin(a), so it applies R^T; attn_scaling as in the forward. */
