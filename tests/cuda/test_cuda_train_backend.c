@@ -13,9 +13,8 @@
  *     engine without it;
  *   the critic (qwen2_critic, value head): values and the gradients of sum w * value;
  *   a random Qwen2 written here with q/k/v weights and biases adjacent (the real models' layout:
- *     one qkv GEMM with its bias epilogue) and an intermediate size the fused gate/up + SwiGLU
- *     GEMM takes (on Hopper): log-probs and gradients against the cpu engine, with and without
- *     per-layer recomputation;
+ *     one qkv GEMM with its bias epilogue): log-probs and gradients against the cpu engine, with
+ *     and without per-layer recomputation;
  *   backward_ready (both heads): one ready call per stage, lo falling to 0, the gradients a
  *     one-rank comm copies at each call already final, the same bits as the plain backward;
  *   two backward passes accumulated against one pass of their sum; zero_grad with no backward
@@ -449,17 +448,14 @@ static void test_qwen2_fused(void **state) {
   vr_log_set_level(VR_LOG_INFO); /* the engine's layout line */
   vr_train_t *tc = engine(lm, "cuda");
   const int fused = strstr(mt_log_text(), "qkv fused") != NULL;
-  /* on an sm_90a build on Hopper (where the fused LM head runs) the gate/up projection is the
-   * Hopper GEMM with SwiGLU in its epilogue: this model's forward, backward (its gu) and
-   * recomputation go through it */
-  const int lm_fused = strstr(mt_log_text(), "LM-head forward fused") != NULL,
-            mlp_fused = strstr(mt_log_text(), "gate/up + SwiGLU fused") != NULL;
+  /* the gate/up + SwiGLU path the engine chose (the fused Hopper GEMM is opt-in: cuda_train_bench
+   * --mlp fused; its kernel is checked in test_cuda_train_kernels) */
+  const int mlp_fused = strstr(mt_log_text(), "gate/up + SwiGLU fused") != NULL;
   mt_log_stop();
   vr_log_set_level(VR_LOG_INFO);
   printf("  cuda engine: qkv %s, gate/up + SwiGLU %s\n", fused ? "fused (one GEMM)" : "NOT FUSED",
          mlp_fused ? "fused (one GEMM)" : "cuBLASLt + kernel");
   assert_true(fused);
-  assert_true(mlp_fused || !lm_fused);
   vr_train_t *tp = engine(lm, "cpu");
   assert_int_equal(vr_train_forward(tc, &b, 1.0f, lc, ec, 0), 0);
   assert_int_equal(vr_train_forward(tp, &b, 1.0f, lp, ep, 0), 0);

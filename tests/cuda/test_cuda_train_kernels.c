@@ -1119,13 +1119,15 @@ int main(void) {
   test_rmsnorm_bwd16(17, 4096); /* the largest hidden size it takes */
   test_colsum(3000, 130);     /* more chunks than the final pass's 16 row groups, a partial column block */
   test_logsoftmax(3, 4100, 0.25f); /* |z| up to 24: the stored log p's bound where it matters */
-  /* the fused gate/up + SwiGLU: T past the 128-row tile and below it, one row, C 64 / 896 / 2048,
-   * F one tile / Qwen2-0.5B's 4864 (38 tiles) / several bands' worth of rows */
+  /* the fused gate/up + SwiGLU: T past the 64-row tile and below it, one row, C 64 / 896 / 2048,
+   * F one tile / Qwen2-0.5B's 4864 (38 tile columns), several bands, more tiles than multiprocessors */
   test_gu_swiglu(300, 64, 128);
   test_gu_swiglu(129, 896, 4864);
   test_gu_swiglu(1, 2048, 256);
   test_gu_swiglu(130, 2048, 1024);
-  test_gu_swiglu(4200, 2048, 128); /* 33 row blocks: two bands of 32 */
+  test_gu_swiglu(4200, 2048, 128); /* 66 row blocks of 64: two bands of 64 */
+  test_gu_swiglu(2000, 256, 1280); /* 320 tiles: 2-3 a block, both consumer warpgroups, several bands */
+  test_gu_swiglu(1100, 128, 2048); /* 288 tiles */
   /* batches of 4096+ rows: on an sm_90a build on Hopper the forward (with its lse, which the
    * backward reads) is the FA3 kernel (vr_cuda_attention_kernel), elsewhere FA64 / FA128 */
   static const int large[] = {2900, 1200, 17};

@@ -60,8 +60,8 @@ typedef struct vr_cutrain_desc {
   int dxn_f32; /* 1: the fused q/k/v and gate/up projections' dX in fp32 into their RMSNorm backward; 0
                 * (default): bf16, as autocast's bf16 linear gives it (hidden <= VR_CUTRAIN_NORM_BWD16_MAX_C;
                 * the split projections sum their parts in fp32 either way) */
-  int mlp; /* the gate/up projection + SwiGLU forward, VR_CUTRAIN_MLP_*: 0 the automatic choice (FUSED
-            * where it runs) */
+  int mlp; /* the gate/up projection + SwiGLU forward, VR_CUTRAIN_MLP_*: 0 the automatic choice
+            * (CUBLAS: FUSED measured no faster on the H200; FUSED for measurements) */
 } vr_cutrain_desc_t;
 
 /* vr_cutrain_desc_t.lmhead: CUBLAS, cuBLASLt's fp32 logits per chunk then a row kernel; FUSED, one

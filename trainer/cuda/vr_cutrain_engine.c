@@ -300,7 +300,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     vr_cutrain_free(e);
     return VR_ERR_UNSUPPORTED;
   }
-  e->mlp_fused = d->mlp != VR_CUTRAIN_MLP_CUBLAS && mlp_ok;
+  /* opt-in: on the H200 the fused GEMM measured as fast as cuBLASLt + the SwiGLU kernel, no faster
+   * (docs/benchmarks.md, twelfth session) */
+  e->mlp_fused = d->mlp == VR_CUTRAIN_MLP_FUSED && mlp_ok;
   size_t chunk = lm_chunk > 0 ? (size_t)lm_chunk : ((size_t)1 << 28) / (size_t)V;
   if (chunk < 1) chunk = 1;
   if (chunk > (size_t)max_tokens) chunk = (size_t)max_tokens;

@@ -35,35 +35,36 @@ __device__ __forceinline__ void g90_tile(int t, int GM, int MB, int NB, int &mb,
 
 /* Row bands of about 16 MiB of A (C columns of bf16): the band stays in L2 while B's column blocks
  * stream (the LM head on the H200: bands of 16 row blocks as fast, of 4 up to 5 % slower, one band
- * of all rows up to 10 % slower at C 2048); at most MB. */
-static inline int g90_band_rows(int C, int MB) {
-  int GM = (int)((16u << 20) / ((size_t)G90_BM * C * 2));
+ * of all rows up to 10 % slower at C 2048); at most MB (row blocks of bm rows). */
+static inline int g90_band_rows(int C, int MB, int bm = G90_BM) {
+  int GM = (int)((16u << 20) / ((size_t)bm * C * 2));
   if (GM < 1) GM = 1;
   return GM < MB ? GM : MB;
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* The ring's barriers (stages of them: full at bars, empty after), by thread 0, before the
- * block's first __syncthreads. */
-__device__ __forceinline__ void g90_init_barriers(uint32_t bars, int stages) {
+/* The ring's barriers (stages of them: full at bars, empty after; `consumers` threads release a
+ * stage), by thread 0, before the block's first __syncthreads. */
+__device__ __forceinline__ void g90_init_barriers(uint32_t bars, int stages, int consumers = 256) {
   if (threadIdx.x != 0) return;
   for (int s = 0; s < stages; ++s) {
     mb_init(bars + 8 * s, 1);
-    mb_init(bars + 8 * (stages + s), 256);
+    mb_init(bars + 8 * (stages + s), consumers);
   }
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 }
 
-/* One consumer warpgroup's (cw) products of a tile: acc = A B^T over nk k-chunks from the ring
- * (stage it % STAGES at base + stage * G90_STAGE; it counts the block's chunks across tiles and
- * advances by nk). Each stage is released as soon as the next chunk's products are in flight; on
- * return every product has landed (acc pinned) and every stage of the tile is released. */
-template <int STAGES>
+/* One consumer warpgroup's products of a tile: acc = A B^T over nk k-chunks from the ring (stage
+ * it % STAGES at base + stage * STAGE_BYTES, B at A_BYTES into it, the warpgroup's 64 rows of A at
+ * a_off; it counts the block's chunks across tiles and advances by nk). Each stage is released as
+ * soon as the next chunk's products are in flight; on return every product has landed (acc
+ * pinned) and every stage of the tile is released. */
+template <int STAGES, uint32_t STAGE_BYTES = G90_STAGE, uint32_t A_BYTES = G90_A_BYTES>
 __device__ __forceinline__ void g90_consume_tile(float (&acc)[128], uint32_t base, uint32_t full, uint32_t empty,
-                                                 int nk, int &it, int cw) {
+                                                 int nk, int &it, uint32_t a_off) {
   for (int k = 0; k < nk; ++k, ++it) {
     const int s = it % STAGES;
-    const uint32_t a_at = base + s * G90_STAGE + cw * (64 * 128), b_at = base + s * G90_STAGE + G90_A_BYTES;
+    const uint32_t a_at = base + s * STAGE_BYTES + a_off, b_at = base + s * STAGE_BYTES + A_BYTES;
     uint64_t da[4], db[4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {

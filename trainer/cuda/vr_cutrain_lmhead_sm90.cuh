@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(LH_THREADS, 1)
   for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
     int mb, nb;
     g90_tile(t, p.GM, p.MB, p.NB, mb, nb);
-    g90_consume_tile<LH_STAGES>(acc, base, full, empty, p.nk, it, cw);
+    g90_consume_tile<LH_STAGES>(acc, base, full, empty, p.nk, it, cw * (64 * 128));
     /* epilogue: acc[4 j + 2 h + e] is row 64 cw + 16 warp + g + 8 h, column 8 j + 2 tq + e of the tile */
     const uint32_t stg = base + LH_STG_OFF + cw * LH_STG_BYTES;
     if ((nb + 1) * LH_BN <= p.V)

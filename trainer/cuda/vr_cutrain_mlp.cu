@@ -2,17 +2,20 @@
  * so the (T, 2F) projection is not read back by a separate activation kernel. Contract in
  * vr_cutrain_ops.h (vr_cutrain_gu_swiglu_fwd).
  *
- * k_gu_swiglu_sm90: the persistent GEMM of vr_cutrain_gemm_sm90.cuh over output tiles of 128 rows
- * x 128 intermediate columns n0..n0+127: a stage's B is gate rows n0.. (W's rows n0..n0+127) then
- * up rows F + n0.. (two 128 x 64 boxes, one after the other: the 256 x 64 box of the shared main
- * loop), so a thread's accumulators j < 16 are gate columns and j + 16 the up columns of the same
- * intermediate index (8 j + 2 tq + e). Epilogue per row and pair of columns: g, u rounded to bf16
- * (into gu when asked), then bf16(silu(g) u) from the rounded values with vr_cuda_swiglu's
- * arithmetic (the same bits as that kernel on this kernel's gu), each of g, u, act staged in shared
- * memory and written by bulk tensor stores that run on behind the next tile's products (plain
- * 4-byte stores from the registers made the epilogue a fifth of the kernel: on the H200 the Llama-1B
- * MLP forward took 48.8 ms against cuBLASLt + the SwiGLU kernel's 42.8). Rows past T come in as
- * zeros (the tensor map) and are clipped from the stores. Only sm_90a code has the body. */
+ * k_gu_swiglu_sm90: a persistent GEMM (the producer and main loop of vr_cutrain_gemm_sm90.cuh) in
+ * the ping-pong form: a tile is 64 rows x 128 intermediate columns n0..n0+127 and belongs to one
+ * consumer warpgroup, the block's tiles alternating between the two, so one warpgroup's epilogue
+ * runs while the other's products use the tensor cores (in the cooperative form, both warpgroups
+ * on one 128-row tile, the epilogue stalled them both: on the H200 the Llama-1B MLP forward took
+ * 43.6 ms with bulk-stored epilogues, 48.8 with plain stores, against cuBLASLt + the SwiGLU
+ * kernel's 41.7-42.8). A stage's B is gate rows n0.. (W's rows n0..n0+127) then up rows F + n0..
+ * (two 128 x 64 boxes, one after the other: the 256 x 64 box of the main loop), so a thread's
+ * accumulators j < 16 are gate columns and j + 16 the up columns of the same intermediate index
+ * (8 j + 2 tq + e). Epilogue per row and pair of columns: g, u rounded to bf16 (into gu when
+ * asked), then bf16(silu(g) u) from the rounded values with vr_cuda_swiglu's arithmetic (the same
+ * bits as that kernel on this kernel's gu), each of g, u, act staged in shared memory and written
+ * by bulk tensor stores that run on behind the next products. Rows past T come in as zeros (the
+ * tensor map) and are clipped from the stores. Only sm_90a code has the body. */
 #include <string.h>
 
 #include "vr_cuda_common.cuh"
@@ -29,9 +32,12 @@
 
 namespace {
 
-/* After the ring, each consumer warpgroup's staging of one 64 x 128 bf16 block (two 64 x 64 boxes)
- * for the bulk tensor stores. */
-constexpr uint32_t GU_STG_BYTES = 64 * GU_BN * 2, GU_STG_OFF = GU_STAGES * G90_STAGE;
+/* Ping-pong: a tile is 64 rows, one consumer warpgroup's; a stage holds its 64 x 64 A box and the
+ * 256 x 64 B box. After the ring, each consumer warpgroup's staging of one 64 x 128 bf16 block (two
+ * 64 x 64 boxes) for the bulk tensor stores. */
+#define GU_BM 64
+constexpr uint32_t GU_A_BYTES = GU_BM * 128, GU_STAGE = GU_A_BYTES + G90_B_BYTES;
+constexpr uint32_t GU_STG_BYTES = 64 * GU_BN * 2, GU_STG_OFF = GU_STAGES * GU_STAGE;
 constexpr uint32_t GU_BAR_OFF = GU_STG_OFF + 2 * GU_STG_BYTES;
 constexpr size_t GU_SMEM = GU_BAR_OFF + 16 * GU_STAGES + 1024; /* + alignment slack */
 static_assert(GU_SMEM <= 227 * 1024, "the shared memory of one block");
@@ -87,7 +93,7 @@ __device__ __forceinline__ void gu_store_round(const uint32_t (&v)[2][16], const
 __device__ __forceinline__ void gu_epilogue(const float (&acc)[128], const gu_params &p, const CUtensorMap *ta,
                                             const CUtensorMap *tg, uint32_t stg, int mb, int nb, int cw, int warp,
                                             int g, int tq) {
-  const int n0 = nb * GU_BN, rt = mb * G90_BM + cw * 64;
+  const int n0 = nb * GU_BN, rt = mb * GU_BM;
   uint32_t gb[2][16], ub[2][16];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -120,7 +126,7 @@ __global__ void __launch_bounds__(G90_THREADS, 1)
   const uint32_t base = ((uint32_t)__cvta_generic_to_shared(gu_smem_raw) + 1023u) & ~1023u;
   const uint32_t full = base + GU_BAR_OFF, empty = full + 8 * GU_STAGES;
   const int wg = (int)threadIdx.x >> 7;
-  g90_init_barriers(full, GU_STAGES);
+  g90_init_barriers(full, GU_STAGES, 128); /* a stage is one consumer warpgroup's */
   __syncthreads();
   if (wg == 0) { /* producer */
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(G90_REG_PRODUCER) : "memory");
@@ -133,12 +139,12 @@ __global__ void __launch_bounds__(G90_THREADS, 1)
         g90_tile(t, p.GM, p.MB, p.NB, mb, nb);
         for (int k = 0; k < p.nk; ++k, ++it) {
           const int s = it % GU_STAGES;
-          const uint32_t st = base + s * G90_STAGE;
+          const uint32_t st = base + s * GU_STAGE;
           mb_wait(empty + 8 * s, ((it / GU_STAGES) & 1) ^ 1); /* a fresh barrier passes parity 1 */
-          mb_expect_tx(full + 8 * s, G90_STAGE);
-          tma_box(st, &tx, k * G90_BK, mb * G90_BM, full + 8 * s);
-          tma_box(st + G90_A_BYTES, &tw, k * G90_BK, nb * GU_BN, full + 8 * s);
-          tma_box(st + G90_A_BYTES + GU_BN * 128, &tw, k * G90_BK, p.F + nb * GU_BN, full + 8 * s);
+          mb_expect_tx(full + 8 * s, GU_STAGE);
+          tma_box(st, &tx, k * G90_BK, mb * GU_BM, full + 8 * s);
+          tma_box(st + GU_A_BYTES, &tw, k * G90_BK, nb * GU_BN, full + 8 * s);
+          tma_box(st + GU_A_BYTES + GU_BN * 128, &tw, k * G90_BK, p.F + nb * GU_BN, full + 8 * s);
         }
       }
     }
@@ -151,11 +157,19 @@ __global__ void __launch_bounds__(G90_THREADS, 1)
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-  int it = 0;
-  for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
-    int mb, nb;
+  /* the block's i-th tile is consumer warpgroup i % 2's: the ring hands the two their chunks in
+   * turn, so one's epilogue runs under the other's products. Tile i's products start only after
+   * tile i - 1's have (named barrier 3 + i % 2, the other warpgroup arriving): a warpgroup that
+   * waited on a stage's full barrier more than one phase ahead would take the parity of an older
+   * phase for its own (mbarrier waits see parity alone) */
+  for (int i = cw;; i += 2) {
+    const int t = blockIdx.x + i * gridDim.x;
+    if (t >= p.tiles) break;
+    int mb, nb, it = i * p.nk;
     g90_tile(t, p.GM, p.MB, p.NB, mb, nb);
-    g90_consume_tile<GU_STAGES>(acc, base, full, empty, p.nk, it, cw);
+    if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + (i & 1)) : "memory");
+    g90_consume_tile<GU_STAGES, GU_STAGE, GU_A_BYTES>(acc, base, full, empty, p.nk, it, 0);
+    if (t + gridDim.x < p.tiles) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + ((i + 1) & 1)) : "memory");
     gu_epilogue(acc, p, &ta, &tg, stg, mb, nb, cw, warp, g, tq);
   }
   if (threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
@@ -198,12 +212,12 @@ extern "C" int vr_cutrain_gu_swiglu_fwd(uint16_t *act, uint16_t *gu, const uint1
   }
   CUtensorMap tx, tw, ta, tg;
   memset(&tg, 0, sizeof tg);
-  if (vr_sm90_tensor_map(&tx, x, C, T, C, G90_BK, G90_BM) || vr_sm90_tensor_map(&tw, W, C, 2 * F, C, G90_BK, GU_BN) ||
+  if (vr_sm90_tensor_map(&tx, x, C, T, C, G90_BK, GU_BM) || vr_sm90_tensor_map(&tw, W, C, 2 * F, C, G90_BK, GU_BN) ||
       vr_sm90_tensor_map(&ta, act, F, T, F, 64, 64) || (gu && vr_sm90_tensor_map(&tg, gu, 2 * F, T, 2 * F, 64, 64)))
     return 0;
   gu_params p;
   p.act = act, p.gu = gu, p.T = T, p.F = F, p.nk = C / G90_BK;
-  p.MB = (T + G90_BM - 1) / G90_BM, p.NB = F / GU_BN, p.GM = g90_band_rows(C, p.MB), p.tiles = p.MB * p.NB;
+  p.MB = (T + GU_BM - 1) / GU_BM, p.NB = F / GU_BN, p.GM = g90_band_rows(C, p.MB, GU_BM), p.tiles = p.MB * p.NB;
   const int grid = p.tiles < sms_of[di] ? p.tiles : sms_of[di];
   k_gu_swiglu_sm90<<<grid, G90_THREADS, GU_SMEM, s>>>(tx, tw, ta, tg, p);
   VR_CUDA_CHECK_LAUNCH();
