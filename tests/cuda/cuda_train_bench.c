@@ -12,7 +12,7 @@
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
  *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h]
- *                    [--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|both] [--head 0|1]
+ *                    [--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|fused-pp|fused-pp2|both|forms] [--head 0|1]
  *                    [--dxn bf16|f32|both] [--mlp auto|cublas|fused|both]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
@@ -22,9 +22,11 @@
  * weight (vr_lm's layout before the optimizer file's version 2), so the engine runs q, k, v as
  * three GEMMs and copies (its log line: "qkv split"); grouped (default): the weights adjacent, the
  * biases after them, as vr_lm lays out a checkpoint now. --lmhead: the LM head's forward
- * (vr_cutrain_desc_t.lmhead; the model's name then carries it, "/cublas", "/fused"); both: each
- * model twice in the same process, cuBLASLt's then the fused one. --head 1: instead, the LM-head
- * forward alone (bench_head), --iters calls of each form. --dxn f32: the fused projections' dX in
+ * (vr_cutrain_desc_t.lmhead; the model's name then carries it, "/cublas", "/fused", "/fused-pp",
+ * "/fused-pp2"); both: each model twice in the same process, cuBLASLt's then the fused one (its
+ * cooperative form); forms: the fused GEMM's cooperative, single-block ping-pong and pair
+ * ping-pong forms in turn. --head 1: instead, the LM-head
+ * forward alone (bench_head), --iters calls of each path and form. --dxn f32: the fused projections' dX in
  * fp32 into the RMSNorm backward (vr_cutrain_desc_t.dxn_f32; the name carries "/dxn-f32"; the
  * default bf16 halves its bytes); both: bf16's run, then f32's, in the same process. --mlp: the
  * gate/up projection + SwiGLU forward (vr_cutrain_desc_t.mlp; the name carries "/mlp-cublas",
@@ -66,7 +68,7 @@ static size_t put(size_t *at, size_t n) { /* a tensor of n floats at 64-float al
 /* The staged backward's callback (--staged 1): counts the stages. */
 static void count_stage(void *ctx, int stage) { (void)stage, ++*(int *)ctx; }
 
-static const char *const k_lmhead_names[] = {"auto", "cublas", "fused"}; /* VR_CUTRAIN_LMHEAD_* */
+static const char *const k_lmhead_names[] = {"auto", "cublas", "fused", "fused-pp", "fused-pp2"}; /* VR_CUTRAIN_LMHEAD_* */
 
 static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
                  int tune, int attn_bwd, int interleave, int lmhead, int dxn_f32, int mlp) {
@@ -261,10 +263,16 @@ static int bench_head(const shape_t *m, int T, int reps) {
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0), cudaEventCreate(&e1);
   const double flops = 2.0 * T * C * (double)V;
-  static const char *const what[5] = {"gemm alone (cuBLASLt, fp32 logits)", "cublas+rows, stored lsm", "cublas+rows, log-prob",
-                                      "fused, stored lsm", "fused, log-prob"};
-  float lse_of[5] = {0};
-  for (int k = 0; k < 5; ++k) {
+  static const char *const what[9] = {"gemm alone (cuBLASLt, fp32 logits)", "cublas+rows, stored lsm",
+                                      "cublas+rows, log-prob", "fused, stored lsm", "fused, log-prob",
+                                      "fused ping-pong, stored lsm", "fused ping-pong, log-prob",
+                                      "fused ping-pong pairs, stored lsm", "fused ping-pong pairs, log-prob"};
+  static const int form[9] = {0, 0, 0, VR_CUTRAIN_LMHEAD_FORM_COOP, VR_CUTRAIN_LMHEAD_FORM_COOP,
+                              VR_CUTRAIN_LMHEAD_FORM_PP, VR_CUTRAIN_LMHEAD_FORM_PP,
+                              VR_CUTRAIN_LMHEAD_FORM_PP2, VR_CUTRAIN_LMHEAD_FORM_PP2};
+  float lse_of[9] = {0};
+  int ran = 0;
+  for (int k = 0; k < 9; ++k) {
     if (k >= 3 && !vr_cutrain_lmhead_fused_available(C, V)) continue;
     float ms = 0;
     for (int r = -1; r < reps; ++r) {
@@ -273,8 +281,8 @@ static int bench_head(const shape_t *m, int T, int reps) {
         for (int t0 = 0; t0 < T; t0 += chunk)
           vr_cuda_gemm(g, logits, 1, x + (size_t)t0 * C, W, NULL, T - t0 < chunk ? T - t0 : chunk, V, C, 0.f, 0);
       } else {
-        vr_cutrain_lmhead_fwd(g, logp, ent, lse, x, W, tgt, T, C, V, 1.0f, chunk, logits, k % 2 ? lp16 : NULL, lpmax,
-                              k >= 3, 0);
+        ran = vr_cutrain_lmhead_fwd(g, logp, ent, lse, x, W, tgt, T, C, V, 1.0f, chunk, logits, k % 2 ? lp16 : NULL,
+                                    lpmax, form[k], 0);
       }
     }
     cudaEventRecord(e1, 0);
@@ -282,8 +290,8 @@ static int bench_head(const shape_t *m, int T, int reps) {
     cudaEventElapsedTime(&ms, e0, e1);
     ms /= reps;
     if (k) cudaMemcpy(&lse_of[k], lse + T / 2, 4, cudaMemcpyDeviceToHost);
-    printf("head %-14s T=%d C=%d V=%d  %-36s %8.3f ms  %6.1f TFLOP/s  (lse[T/2] %.6f)\n", m->name, T, C, V, what[k], ms,
-           flops / (ms * 1e-3) / 1e12, lse_of[k]);
+    printf("head %-14s T=%d C=%d V=%d  %-36s %8.3f ms  %6.1f TFLOP/s  (lse[T/2] %.6f)%s\n", m->name, T, C, V, what[k],
+           ms, flops / (ms * 1e-3) / 1e12, lse_of[k], k && ran != form[k] ? "  ANOTHER FORM RAN" : "");
   }
   const cudaError_t err = cudaDeviceSynchronize();
   if (err != cudaSuccess) fprintf(stderr, "%s: head bench: %s\n", m->name, cudaGetErrorString(err));
@@ -338,10 +346,11 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--head"))
       head = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--lmhead")) {
-      lmh = -1; /* unless named; "both": cublas, then fused, per model */
-      for (int k = 0; k < 3; ++k)
+      lmh = -1; /* unless named; "both": cublas, then fused; "forms": fused, fused-pp, fused-pp2; per model */
+      for (int k = 0; k < 5; ++k)
         if (!strcmp(argv[i + 1], k_lmhead_names[k])) lmh = k;
-      if (!strcmp(argv[i + 1], "both")) lmh = 3;
+      if (!strcmp(argv[i + 1], "both")) lmh = 5;
+      if (!strcmp(argv[i + 1], "forms")) lmh = 6;
     } else if (!strcmp(argv[i], "--attn-bwd")) {
       attn = -1; /* unless named */
       for (int k = 0; k < (int)(sizeof attn_names / sizeof attn_names[0]); ++k)
@@ -351,7 +360,7 @@ int main(int argc, char **argv) {
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
               "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1] "
               "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h] "
-              "[--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|both] [--head 0|1] "
+              "[--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|fused-pp|fused-pp2|both|forms] [--head 0|1] "
               "[--dxn bf16|f32|both] [--mlp auto|cublas|fused|both]\n",
               argv[0]);
       return 2;
@@ -366,10 +375,13 @@ int main(int argc, char **argv) {
     if ((!strcmp(which, "all") || !strcmp(which, k_shapes[i].name)) && head)
       rc |= bench_head(&k_shapes[i], seqs * len, iters), ++ran;
     else if (!strcmp(which, "all") || !strcmp(which, k_shapes[i].name))
-      for (int h = lmh == 3 ? 1 : lmh; h <= (lmh == 3 ? 2 : lmh); ++h)
+      for (int hi = 0; hi < (lmh == 5 ? 2 : lmh == 6 ? 3 : 1); ++hi) {
+        static const int forms[3] = {VR_CUTRAIN_LMHEAD_FUSED, VR_CUTRAIN_LMHEAD_FUSED_PP, VR_CUTRAIN_LMHEAD_FUSED_PP2};
+        const int h = lmh == 5 ? 1 + hi : lmh == 6 ? forms[hi] : lmh;
         for (int x = dxn == 2 ? 0 : dxn; x <= (dxn == 2 ? 1 : dxn); ++x)
           for (int u = mlp == 3 ? 1 : mlp; u <= (mlp == 3 ? 2 : mlp); ++u)
             rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter, h, x, u), ++ran;
+      }
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;
 }

@@ -722,6 +722,33 @@ static void test_lmhead_fused(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk
   check_same_bits(what, g[1][0], again, T * 4);
   snprintf(what, sizeof what, "lmhead fused stored log p deterministic T%d V%d", T, V);
   check_same_bits(what, glp16, glp16b, n * 2);
+  /* the ping-pong forms, single blocks and pairs: the cooperative form's bits (each row's
+   * statistics do not depend on which consumer warpgroup, block or tile shape took it) */
+  float *gmax2 = malloc((size_t)T * nseg * 4);
+  for (int f = 0; f < 2; ++f) {
+    const int form = f ? VR_CUTRAIN_LMHEAD_FORM_PP2 : VR_CUTRAIN_LMHEAD_FORM_PP;
+    const char *fn = f ? "ping-pong pairs" : "ping-pong";
+    CK(cudaMemset(d_lp16, 0xff, n * 2));
+    const int ran = vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits,
+                                          d_lp16, d_lpmax, form, 0);
+    if (ran != form) {
+      printf("FAIL lmhead fused %s T%d C%d V%d chunk%d: form %d ran\n", fn, T, C, V, chunk, ran);
+      g_fail = 1;
+    }
+    for (int k = 0; k < 3; ++k) {
+      static const char *const q[3] = {"lse", "entropy", "logp"};
+      tohost(again, k == 0 ? d_lse : k == 1 ? d_ent : d_lp, T * 4);
+      snprintf(what, sizeof what, "lmhead %s = cooperative %s T%d C%d V%d", fn, q[k], T, C, V);
+      check_same_bits(what, g[1][k], again, T * 4);
+    }
+    tohost(glp16b, d_lp16, n * 2);
+    tohost(gmax2, d_lpmax, (size_t)T * nseg * 4);
+    snprintf(what, sizeof what, "lmhead %s = cooperative stored log p T%d V%d", fn, T, V);
+    check_same_bits(what, glp16, glp16b, n * 2);
+    snprintf(what, sizeof what, "lmhead %s = cooperative segment maxima T%d V%d", fn, T, V);
+    check_same_bits(what, gmax, gmax2, (size_t)T * nseg * 4);
+  }
+  free(gmax2);
   free(again), free(ref);
   for (int f = 0; f < 2; ++f)
     for (int k = 0; k < 3; ++k) free(g[f][k]);
@@ -1079,6 +1106,7 @@ int main(void) {
   test_lmhead_fused(gm, 129, 896, 1000, 129, 1.0f);
   test_lmhead_fused(gm, 200, 2048, 4099, 200, 1.3f);
   test_lmhead_fused(gm, 300, 128, 1000, 3, 1.0f); /* 3 x 1000 floats: launches of 128, 128, 44 rows */
+  test_lmhead_fused(gm, 700, 64, 12000, 700, 0.9f); /* 517 tiles: several a block, a partial last row tile */
   test_lmhead_fused(gm, 5, 896, 151936, 5, 1.0f);
   test_lmhead_fused(gm, 3, 2048, 128256, 3, 0.6f);
   vr_cuda_gemm_free(gm);

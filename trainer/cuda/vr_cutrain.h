@@ -65,9 +65,17 @@ typedef struct vr_cutrain_desc {
 } vr_cutrain_desc_t;
 
 /* vr_cutrain_desc_t.lmhead: CUBLAS, cuBLASLt's fp32 logits per chunk then a row kernel; FUSED, one
- * Hopper GEMM with the log-softmax statistics in its epilogue (sm_90a builds on compute 9.0, hidden
- * % 64 == 0; asked for elsewhere: VR_ERR_UNSUPPORTED). */
-enum { VR_CUTRAIN_LMHEAD_AUTO = 0, VR_CUTRAIN_LMHEAD_CUBLAS = 1, VR_CUTRAIN_LMHEAD_FUSED = 2 };
+ * Hopper GEMM with the log-softmax statistics in its epilogue, in its cooperative form (sm_90a
+ * builds on compute 9.0, hidden % 64 == 0; asked for elsewhere: VR_ERR_UNSUPPORTED); FUSED_PP and
+ * FUSED_PP2, the same GEMM in its ping-pong forms, single blocks and pairs of blocks (the same
+ * bits, slower on the H200; for measurements; vr_cutrain_lmhead_fwd). */
+enum {
+  VR_CUTRAIN_LMHEAD_AUTO = 0,
+  VR_CUTRAIN_LMHEAD_CUBLAS = 1,
+  VR_CUTRAIN_LMHEAD_FUSED = 2,
+  VR_CUTRAIN_LMHEAD_FUSED_PP = 3,
+  VR_CUTRAIN_LMHEAD_FUSED_PP2 = 4
+};
 /* vr_cutrain_desc_t.mlp: CUBLAS, cuBLASLt's (T, 2F) gate/up projection then the SwiGLU kernel; FUSED,
  * one Hopper GEMM with SwiGLU in its epilogue (vr_cutrain_gu_swiglu_fwd: sm_90a builds on compute
  * 9.0, hidden % 64 == 0, intermediate % 128 == 0, gate and up adjacent without biases; asked for

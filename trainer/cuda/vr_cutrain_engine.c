@@ -39,7 +39,8 @@ struct vr_cutrain {
   int T_max, chunk, nqkv, fused_qkv, fused_gu, recompute, fwd_only;
   int dxn16; /* the fused projections' dX in bf16 (vr_cutrain_desc_t.dxn_f32 clear, hidden small enough) */
   int attn_bwd; /* the attention backward's kernel (VR_CUTRAIN_ATTN_BWD_*, resolved) */
-  int lmhead_fused; /* the LM head's forward: the fused Hopper GEMM (1) or cuBLASLt + the row kernel (0) */
+  int lmhead_fused; /* the LM head's forward: the fused Hopper GEMM (its form, VR_CUTRAIN_LMHEAD_FORM_*) or
+                     * cuBLASLt + the row kernel (0) */
   int mlp_fused;    /* the gate/up projection + SwiGLU: one Hopper GEMM (1) or cuBLASLt + the SwiGLU kernel (0) */
   size_t lo, hi, dev_bytes;
   cudaStream_t s;
@@ -252,8 +253,8 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     return VR_ERR_UNSUPPORTED;
   }
   const int fused_ok = vr_cutrain_lmhead_fused_available(C, V);
-  if (d->lmhead < VR_CUTRAIN_LMHEAD_AUTO || d->lmhead > VR_CUTRAIN_LMHEAD_FUSED ||
-      (d->lmhead == VR_CUTRAIN_LMHEAD_FUSED && !fused_ok)) {
+  if (d->lmhead < VR_CUTRAIN_LMHEAD_AUTO || d->lmhead > VR_CUTRAIN_LMHEAD_FUSED_PP2 ||
+      (d->lmhead >= VR_CUTRAIN_LMHEAD_FUSED && !fused_ok)) {
     vr_log(VR_LOG_ERROR, "LM head %d does not run hidden %d on this build and device", d->lmhead, C);
     return VR_ERR_UNSUPPORTED;
   }
@@ -274,7 +275,10 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   e->T_max = max_tokens;
   e->recompute = d->recompute != 0;
   e->attn_bwd = ab != VR_CUTRAIN_ATTN_BWD_AUTO ? ab : vr_cutrain_attention_bwd_kernel(D, d->window);
-  e->lmhead_fused = d->lmhead != VR_CUTRAIN_LMHEAD_CUBLAS && fused_ok;
+  e->lmhead_fused = d->lmhead == VR_CUTRAIN_LMHEAD_CUBLAS || !fused_ok ? 0
+                    : d->lmhead == VR_CUTRAIN_LMHEAD_FUSED_PP  ? VR_CUTRAIN_LMHEAD_FORM_PP
+                    : d->lmhead == VR_CUTRAIN_LMHEAD_FUSED_PP2 ? VR_CUTRAIN_LMHEAD_FORM_PP2
+                                                               : VR_CUTRAIN_LMHEAD_FORM_COOP;
   e->fwd_only = d->forward_only != 0;
   e->lo = shard_lo, e->hi = shard_hi;
   e->value = d->score_w != NONE;

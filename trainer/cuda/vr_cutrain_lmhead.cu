@@ -264,34 +264,56 @@ extern "C" int vr_cutrain_lmhead_fused_available(int C, int V) {
 }
 
 #ifdef VR_CUTRAIN_HAVE_SM90
+/* Clusters of two blocks of k_lmhead_sm90<LH_PP2> the current device holds at once (cached per
+ * device; 0 when the query fails: then the pair form is not used). */
+static int lmhead_pair_clusters(void) {
+  static int cache[64];
+  const int dev = vr_cuda_current_device_(), di = dev >= 0 && dev < 64 ? dev : 0;
+  if (cache[di]) return cache[di] - 1;
+  int n = 0;
+  cudaLaunchConfig_t lc = {};
+  cudaLaunchAttribute at;
+  lc.gridDim = dim3(2);
+  lc.blockDim = dim3(LH_THREADS);
+  lc.dynamicSmemBytes = lh_form<LH_PP2>::SMEM;
+  at.id = cudaLaunchAttributeClusterDimension;
+  at.val.clusterDim.x = 2, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+  lc.attrs = &at, lc.numAttrs = 1;
+  if (cudaFuncSetAttribute(k_lmhead_sm90<LH_PP2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (int)lh_form<LH_PP2>::SMEM) != cudaSuccess ||
+      cudaOccupancyMaxActiveClusters(&n, k_lmhead_sm90<LH_PP2>, &lc) != cudaSuccess)
+    n = 0;
+  (void)cudaGetLastError();
+  cache[di] = n + 1;
+  return n;
+}
+
 /* The fused forward over rows [0, T) in launches of as many rows as the workspace holds
- * (ws_floats: the (rows, NB) float4 statistics and the (rows) target z of one launch). 0, or -1
- * when the workspace holds fewer than LH_BM rows or a tensor map is refused (nothing launched). */
+ * (ws_floats: the (rows, NB) float4 statistics and the (rows) target z of one launch), in the
+ * form FORM (lh_form). 0, or -1 when the workspace holds fewer rows than a tile, a tensor map is
+ * refused or the device holds no cluster of the pair form (nothing launched). */
+template <int FORM>
 static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
                             const int32_t *tgt, int T, int C, int V, float temp, float *ws, size_t ws_floats,
                             uint16_t *lp16, float *lpmax, cudaStream_t s) {
+  using F = lh_form<FORM>;
   const int NB = (V + LH_BN - 1) / LH_BN, nseg = vr_cutrain_lsm_segs(V);
   size_t cap = ws_floats / (4 * (size_t)NB + 1);
-  if (cap < (size_t)T) cap -= cap % LH_BM;
-  if (cap < LH_BM && cap < (size_t)T) return -1;
+  if (cap < (size_t)T) cap -= cap % F::BM;
+  if (cap < (size_t)F::BM && cap < (size_t)T) return -1;
   const int R = cap < (size_t)T ? (int)cap : T;
   if (((uintptr_t)x | (uintptr_t)W) % 16) return -1;
-  static int attr_set[64], sms_of[64];
-  const int dev = vr_cuda_current_device_();
-  const int di = dev >= 0 && dev < 64 ? dev : 0;
-  if (!attr_set[di]) {
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_lmhead_sm90, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LH_SMEM));
-    VR_CUDA_CHECK(cudaDeviceGetAttribute(&sms_of[di], cudaDevAttrMultiProcessorCount, dev));
-    attr_set[di] = 1;
-  }
-  CUtensorMap tw;
-  if (vr_sm90_tensor_map(&tw, W, C, V, C, LH_BK, LH_BN)) return -1;
+  const int clusters = F::CL > 1 ? lmhead_pair_clusters() : 0;
+  if (F::CL > 1 && clusters < 1) return -1;
+  CUtensorMap tw; /* the pair form's blocks load half of a stage's W rows each */
+  if (vr_sm90_tensor_map(&tw, W, C, V, C, LH_BK, LH_BN / F::CL)) return -1;
   float4 *stats = reinterpret_cast<float4 *>(ws);
   float *zt = ws + (size_t)R * NB * 4;
+  static g90_launch_cache cache;
   for (int t0 = 0; t0 < T; t0 += R) {
     const int rows = T - t0 < R ? T - t0 : R;
     CUtensorMap tx, tl;
-    if (vr_sm90_tensor_map(&tx, x + (size_t)t0 * C, C, rows, C, LH_BK, LH_BM)) return -1;
+    if (vr_sm90_tensor_map(&tx, x + (size_t)t0 * C, C, rows, C, LH_BK, F::BM)) return -1;
     memset(&tl, 0, sizeof tl);
     /* lp16 through bulk tensor stores where its rows are 16-byte multiples */
     const int tma_lp = lp16 && V % 8 == 0 && ((uintptr_t)lp16 % 16) == 0 &&
@@ -300,11 +322,28 @@ static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t 
     p.lp16 = lp16 ? lp16 + (size_t)t0 * V : NULL;
     p.lpmax = lp16 ? lpmax + (size_t)t0 * nseg : NULL;
     p.stats = stats, p.zt = zt, p.tgt = tgt + t0;
-    p.T = rows, p.V = V, p.nk = C / LH_BK, p.MB = (rows + LH_BM - 1) / LH_BM, p.NB = NB;
-    p.GM = g90_band_rows(C, p.MB), p.nseg = nseg, p.tiles = p.MB * NB, p.inv_temp = 1.f / temp;
+    /* MB: row blocks, or in the pair form pairs of them (a pair's second block may lie past the
+     * rows: its x box comes in as zeros and its epilogue writes nothing) */
+    const int MB = (rows + F::BM - 1) / F::BM;
+    p.T = rows, p.V = V, p.nk = C / LH_BK, p.MB = (MB + F::CL - 1) / F::CL, p.NB = NB;
+    p.GM = g90_band_rows(C, p.MB, F::BM * F::CL), p.nseg = nseg, p.tiles = p.MB * NB, p.inv_temp = 1.f / temp;
     p.tma_lp = tma_lp;
-    const int grid = p.tiles < sms_of[di] ? p.tiles : sms_of[di];
-    k_lmhead_sm90<<<grid, LH_THREADS, LH_SMEM, s>>>(tx, tw, tl, p);
+    if (F::CL > 1) {
+      (void)g90_grid((const void *)k_lmhead_sm90<FORM>, F::SMEM, cache, p.tiles); /* the attribute, once */
+      cudaLaunchConfig_t lc = {};
+      cudaLaunchAttribute at;
+      lc.gridDim = dim3((unsigned)(F::CL * (p.tiles < clusters ? p.tiles : clusters)));
+      lc.blockDim = dim3(LH_THREADS);
+      lc.dynamicSmemBytes = F::SMEM;
+      lc.stream = s;
+      at.id = cudaLaunchAttributeClusterDimension;
+      at.val.clusterDim.x = F::CL, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+      lc.attrs = &at, lc.numAttrs = 1;
+      VR_CUDA_CHECK(cudaLaunchKernelEx(&lc, k_lmhead_sm90<FORM>, tx, tw, tl, p));
+    } else {
+      const int grid = g90_grid((const void *)k_lmhead_sm90<FORM>, F::SMEM, cache, p.tiles);
+      k_lmhead_sm90<FORM><<<grid, LH_THREADS, F::SMEM, s>>>(tx, tw, tl, p);
+    }
     VR_CUDA_CHECK_LAUNCH();
     k_lmhead_combine<<<(rows + 7) / 8, 256, 0, s>>>(logp ? logp + t0 : NULL, ent ? ent + t0 : NULL, lse + t0, stats,
                                                     zt, tgt + t0, rows, NB);
@@ -320,10 +359,18 @@ extern "C" int vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent,
   VR_ASSERT(chunk > 0 && lse);
   VR_ASSERT(!lp16 || lpmax);
 #ifdef VR_CUTRAIN_HAVE_SM90
-  if (T <= 0) return fused && vr_cutrain_lmhead_fused_available(C, V);
-  if (fused && vr_cutrain_lmhead_fused_available(C, V) &&
-      lmhead_fwd_fused(logp, ent, lse, x, W, tgt, T, C, V, temp, logits, (size_t)chunk * V, lp16, lpmax, s) == 0)
-    return 1;
+  if (T <= 0) return fused && vr_cutrain_lmhead_fused_available(C, V) ? fused : 0;
+  if (fused && vr_cutrain_lmhead_fused_available(C, V)) {
+    const size_t wsf = (size_t)chunk * V;
+    if (fused == VR_CUTRAIN_LMHEAD_FORM_PP2 &&
+        lmhead_fwd_fused<LH_PP2>(logp, ent, lse, x, W, tgt, T, C, V, temp, logits, wsf, lp16, lpmax, s) == 0)
+      return VR_CUTRAIN_LMHEAD_FORM_PP2;
+    if (fused != VR_CUTRAIN_LMHEAD_FORM_COOP && /* also the pair form's fallback */
+        lmhead_fwd_fused<LH_PP>(logp, ent, lse, x, W, tgt, T, C, V, temp, logits, wsf, lp16, lpmax, s) == 0)
+      return VR_CUTRAIN_LMHEAD_FORM_PP;
+    if (lmhead_fwd_fused<LH_COOP>(logp, ent, lse, x, W, tgt, T, C, V, temp, logits, wsf, lp16, lpmax, s) == 0)
+      return VR_CUTRAIN_LMHEAD_FORM_COOP;
+  }
 #else
   (void)fused;
 #endif

@@ -2,17 +2,25 @@
  * takes the log-softmax statistics from the accumulators, so no (rows, V) fp32 logits exist
  * (included by vr_cutrain_lmhead.cu; contract of vr_cutrain_lmhead_fwd in vr_cutrain_ops.h).
  *
- * k_lmhead_sm90: a persistent grid (one block per multiprocessor) over output tiles of
- * LH_BM x LH_BN = 128 x 256 of z = x W^T / temp. A block is three warpgroups: warpgroup 0's first
+ * k_lmhead_sm90<FORM>: a persistent grid (one block per multiprocessor) over output tiles of
+ * z = x W^T / temp, LH_BN = 256 columns wide. A block is three warpgroups: warpgroup 0's first
  * thread is the producer (bulk tensor copies, 128-byte swizzle, of each LH_BK = 64-wide k-chunk:
- * x's 128 x 64 box and W's 256 x 64 box, into a ring of LH_STAGES stages guarded by full / empty
+ * x's box and W's 256 x 64 box, into a ring of LH_STAGES stages guarded by full / empty
  * mbarriers, running ahead across tiles, so the next tile's first chunks load during this tile's
- * epilogue); warpgroups 1 and 2 each own 64 rows of the tile (one m64n256k16 wgmma per 16 of K,
- * 128 fp32 accumulators a thread). Rows past T and columns past V come in as zeros (the tensor
- * maps' bounds); the epilogue masks those columns to -inf and skips those rows.
+ * epilogue); warpgroups 1 and 2 are the consumers (one m64n256k16 wgmma per 16 of K, 128 fp32
+ * accumulators a thread). Forms (lh_form): LH_COOP (the engine's), a tile is 128 rows, 64 for
+ * each consumer, and the tensor cores wait while both do the epilogue (on the H200 the main loop
+ * alone took 4.4 ms of this form's 7.3 ms Qwen2-0.5B log-prob forward); LH_PP, ping-pong: a tile
+ * is 64 rows and one consumer's, the block's tiles alternating, so one's epilogue runs under the
+ * other's products; LH_PP2, the same in clusters of two blocks that multicast W. Both ping-pong
+ * forms measured slower (docs/benchmarks.md: 8.5 and 11.7 ms against 7.2 on that forward): a
+ * 64-row tile brings as many W bytes into shared memory as a 128-row one, so the ring must move
+ * 1.7x the bytes per product, and the one-block forms' ring traffic (~11-12 TB/s over the card)
+ * already bounds the main loop (the pairs halve the L2 reads of W but not the shared-memory
+ * fill, and each pair waits for its slower block). Rows past T and columns past V come in as
+ * zeros (the tensor maps' bounds); the epilogue masks those columns to -inf and skips those rows.
  *
- * Epilogue (lh_epilogue; not overlapped with the next tile's products: the consumers do it in
- * turn, the producer's loads run on), per row and 128-column segment s (VR_CUTRAIN_LSM_SEG) of
+ * Epilogue (lh_epilogue), per row and 128-column segment s (VR_CUTRAIN_LSM_SEG) of
  * the tile (the four threads of a quad hold a row's segment, 32 values each; quad shuffles):
  * m_s = max z, s_s = sum e^(z - m_s), w_s = sum e^(z - m_s) z (in base 2: one ex2 each); lp16
  * given: bf16(z - m_s) into lp16 and m_s into lpmax (the stored log-softmax of k_logsoftmax_rows,
@@ -20,20 +28,19 @@
  * (full lines, asynchronous), else by plain stores; the target's z (fp32) into zt when the target
  * column is in the tile; the tile's (m, s, w) (its two segments merged in order) into stats
  * (rows, NB) float4. k_lmhead_combine then merges a row's NB tiles in a fixed order
- * (deterministic: no atomics, the same bits for any schedule) into lse, ent, logp. On the H200
- * the main loop alone (a measurement build without the epilogue) took 4.4 ms of the 7.3 ms of
- * Qwen2-0.5B's log-prob forward (docs/benchmarks.md): the epilogue is most of the rest.
+ * (deterministic: no atomics, the same bits for any schedule or form) into lse, ent, logp.
  *
  * Tile order (g90_tile, vr_cutrain_gemm_sm90.cuh, which also has the main loop): bands of GM row
- * blocks; inside a band the row block varies fastest, so the ~132 tiles running at once share two
- * or three W column blocks (W streams from HBM once per band) while the band's x (GM * 128 * C
+ * blocks; inside a band the row block varies fastest, so the ~132-264 tiles running at once share
+ * two or three W column blocks (W streams from HBM once per band) while the band's x (GM * 128 * C
  * bf16) stays in L2. Only sm_90a code has the body. */
 #ifndef VR_CUTRAIN_LMHEAD_SM90_CUH
 #define VR_CUTRAIN_LMHEAD_SM90_CUH
 
 #include "vr_cutrain_gemm_sm90.cuh"
 
-#define LH_BM G90_BM
+#define LH_BM G90_BM /* rows of the cooperative form's tile; the ping-pong form's: LH_BM_PP */
+#define LH_BM_PP 64
 #define LH_BN G90_BN
 #define LH_BK G90_BK
 #define LH_STAGES 4
@@ -41,14 +48,23 @@
 
 namespace {
 
-constexpr uint32_t LH_A_BYTES = G90_A_BYTES, LH_STAGE = G90_STAGE;
-/* After the ring, each consumer warpgroup's staging of one segment of its lp16 rows (64 rows x
- * 128 bf16 = two 64 x 64 boxes of the 128-byte swizzle) for the bulk tensor stores. */
-constexpr uint32_t LH_STG_BYTES = 64 * VR_CUTRAIN_LSM_SEG * 2;
-constexpr uint32_t LH_STG_OFF = LH_STAGES * LH_STAGE, LH_BAR_OFF = LH_STG_OFF + 2 * LH_STG_BYTES;
-constexpr size_t LH_SMEM = LH_BAR_OFF + 16 * LH_STAGES + 1024; /* + alignment slack */
-static_assert(LH_SMEM <= 227 * 1024, "the shared memory of one block");
-static_assert(LH_BN == 2 * VR_CUTRAIN_LSM_SEG, "a tile holds two stored-log-softmax segments");
+/* The kernel's forms (lh_form<FORM>): LH_COOP, two consumer warpgroups on each 128-row tile;
+ * LH_PP, ping-pong over 64-row tiles; LH_PP2, ping-pong in clusters of two blocks on neighbouring
+ * row blocks that share each W column block: each block loads half of the 256 W rows of a stage
+ * and multicasts it to both, so W is read from L2 once per 128 rows as in LH_COOP. A form's layout: a stage is x's box (the tile's rows
+ * x 64) then W's 256 x 64 box; after the ring, each consumer warpgroup's staging of one segment of
+ * its lp16 rows (64 rows x 128 bf16 = two 64 x 64 boxes of the 128-byte swizzle) for the bulk
+ * tensor stores, then the barriers. */
+enum { LH_COOP = 0, LH_PP = 1, LH_PP2 = 2 };
+template <int FORM>
+struct lh_form {
+  static constexpr int BM = FORM == LH_COOP ? LH_BM : LH_BM_PP, CL = FORM == LH_PP2 ? 2 : 1;
+  static constexpr uint32_t A_BYTES = BM * 128, STAGE = A_BYTES + G90_B_BYTES;
+  static constexpr uint32_t STG_BYTES = 64 * VR_CUTRAIN_LSM_SEG * 2, STG_OFF = LH_STAGES * STAGE;
+  static constexpr uint32_t BAR_OFF = STG_OFF + 2 * STG_BYTES;
+  static constexpr size_t SMEM = BAR_OFF + 16 * LH_STAGES + 1024; /* + alignment slack */
+  static_assert(SMEM <= 227 * 1024, "the shared memory of one block");
+};
 
 struct lh_params {
   uint16_t *lp16; /* (rows, V) or NULL */
@@ -69,19 +85,16 @@ __device__ __forceinline__ float lh_ex2(float x) { /* 2^x, ex2.approx (as __expf
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ uint32_t lh_bf2(float a, float b) { /* bf16(a) | bf16(b) << 16, round to nearest even */
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
 
 /* The epilogue of one consumer warpgroup's 64 rows of a tile (acc: the raw x W^T). In the
  * base-2 domain: z2 = acc inv_temp log2(e), so each exponential is one ex2 (z - m = (z2 - m2) ln 2);
  * the statistics return to the natural domain where they are stored. FULL: every column of the
- * tile is < V (no masking). Loop order: segment, then the thread's two rows, every step unrolled. */
+ * tile is < V (no masking). rt: the warpgroup's first row. Loop order: segment, then the thread's
+ * two rows, every step unrolled. */
 template <bool FULL>
 __device__ __forceinline__ void lh_epilogue(float (&acc)[128], const lh_params &p, const CUtensorMap *tl,
-                                            uint32_t stg, int mb, int nb, int cw, int warp, int g, int tq) {
-  const int n0 = nb * LH_BN, r0 = mb * LH_BM + cw * 64 + warp * 16 + g;
+                                            uint32_t stg, int rt, int nb, int cw, int warp, int g, int tq) {
+  const int n0 = nb * LH_BN, r0 = rt + warp * 16 + g;
   const float k2 = p.inv_temp * LH_LOG2E;
   float M[2], S[2], Wz[2];
 #pragma unroll
@@ -121,34 +134,17 @@ __device__ __forceinline__ void lh_epilogue(float (&acc)[128], const lh_params &
     }
     if (p.lp16) {
       if (p.tma_lp) {
-        /* the segment's bf16(z - m_s) into the staging (128-byte swizzle: 16-byte chunk
-         * (c / 8) ^ (r % 8) of row r), then two 64 x 64 bulk tensor stores (rows past T and
-         * columns past V are clipped by the tensor map) */
-        if (threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
+        /* the segment's bf16(z - m_s) through the staging: two 64 x 64 bulk tensor stores (rows
+         * past T and columns past V are clipped by the tensor map) */
+        uint32_t v[2][16];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = warp * 16 + g + 8 * h;
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
           for (int jj = 0; jj < 16; ++jj) {
-            const int j = 16 * sg + jj, b = jj >> 3, ch = jj & 7;
-            const uint32_t v = lh_bf2((acc[4 * j + 2 * h] - mx[h]) * LH_LN2, (acc[4 * j + 2 * h + 1] - mx[h]) * LH_LN2);
-            const uint32_t a = stg + b * 8192 + r * 128 + ((ch ^ (r & 7)) << 4) + tq * 4;
-            asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+            const int j = 16 * sg + jj;
+            v[h][jj] = g90_bf2((acc[4 * j + 2 * h] - mx[h]) * LH_LN2, (acc[4 * j + 2 * h + 1] - mx[h]) * LH_LN2);
           }
-        }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
-        if (threadIdx.x % 128 == 0) {
-          const int rt = mb * LH_BM + cw * 64;
-#pragma unroll
-          for (int b = 0; b < 2; ++b)
-            asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-                             reinterpret_cast<uint64_t>(tl)),
-                         "r"(c0 + 64 * b), "r"(rt), "r"(stg + b * 8192)
-                         : "memory");
-          asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-        }
+        g90_store_round(v, tl, stg, c0, rt, cw, warp, g, tq);
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -158,7 +154,7 @@ __device__ __forceinline__ void lh_epilogue(float (&acc)[128], const lh_params &
 #pragma unroll
           for (int j = 16 * sg; j < 16 * sg + 16; ++j) {
             const int col = n0 + 8 * j + 2 * tq;
-            const uint32_t v = lh_bf2((acc[4 * j + 2 * h] - mx[h]) * LH_LN2, (acc[4 * j + 2 * h + 1] - mx[h]) * LH_LN2);
+            const uint32_t v = g90_bf2((acc[4 * j + 2 * h] - mx[h]) * LH_LN2, (acc[4 * j + 2 * h + 1] - mx[h]) * LH_LN2);
             if ((FULL || col + 1 < p.V) && !(p.V & 1)) {
               *reinterpret_cast<uint32_t *>(o + col) = v;
             } else {
@@ -206,56 +202,66 @@ __device__ __forceinline__ void lh_epilogue(float (&acc)[128], const lh_params &
 }
 #endif
 
+template <int FORM>
 __global__ void __launch_bounds__(LH_THREADS, 1)
     k_lmhead_sm90(const __grid_constant__ CUtensorMap tx, const __grid_constant__ CUtensorMap tw,
                   const __grid_constant__ CUtensorMap tl, lh_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using F = lh_form<FORM>;
+  constexpr bool PP = FORM != LH_COOP, CLU = F::CL > 1;
   extern __shared__ unsigned char lh_smem_raw[];
-  const uint32_t base = ((uint32_t)__cvta_generic_to_shared(lh_smem_raw) + 1023u) & ~1023u;
-  const uint32_t full = base + LH_BAR_OFF, empty = full + 8 * LH_STAGES;
-  const int wg = (int)threadIdx.x >> 7;
-  g90_init_barriers(full, LH_STAGES);
-  __syncthreads();
+  uint32_t base;
+  /* a stage is released by its consumer warpgroup(s) in this block and, in a pair, the peer's */
+  const int wg = g90_start(lh_smem_raw, base, F::BAR_OFF, LH_STAGES, (PP ? 128 : 256) * F::CL, CLU);
+  const uint32_t full = base + F::BAR_OFF, empty = full + 8 * LH_STAGES;
+  const int rank = CLU ? (int)(blockIdx.x % F::CL) : 0;
+  /* in a pair, p.MB counts pairs of row blocks and the tile sequence is the pair's */
+  const g90_sched sc = {p.tiles, (int)blockIdx.x / F::CL, (int)gridDim.x / F::CL, p.GM, p.MB, p.NB, F::CL, rank};
   if (wg == 0) { /* producer */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(G90_REG_PRODUCER) : "memory");
-    if (threadIdx.x == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tx)) : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tw)) : "memory");
-      int it = 0;
-      for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
-        int mb, nb;
-        g90_tile(t, p.GM, p.MB, p.NB, mb, nb);
-        for (int k = 0; k < p.nk; ++k, ++it) {
-          const int s = it % LH_STAGES;
-          const uint32_t st = base + s * LH_STAGE;
-          mb_wait(empty + 8 * s, ((it / LH_STAGES) & 1) ^ 1); /* a fresh barrier passes parity 1 */
-          mb_expect_tx(full + 8 * s, LH_STAGE);
-          tma_box(st, &tx, k * LH_BK, mb * LH_BM, full + 8 * s);
-          tma_box(st + LH_A_BYTES, &tw, k * LH_BK, nb * LH_BN, full + 8 * s);
-        }
-      }
-    }
+    g90_producer_regs();
+    g90_produce<LH_STAGES, F::STAGE>(base, full, empty, sc, p.nk, &tx, &tw,
+                                     [&](uint32_t st, int k, int mb, int nb, uint32_t bar) {
+                                       tma_box(st, &tx, k * LH_BK, mb * F::BM, bar);
+                                       if constexpr (CLU) /* this block's half of W's rows, to both */
+                                         g90_tma_mc(st + F::A_BYTES + rank * (LH_BN / 2 * 128), &tw, k * LH_BK,
+                                                    nb * LH_BN + rank * (LH_BN / 2), bar, 0x3);
+                                       else
+                                         tma_box(st + F::A_BYTES, &tw, k * LH_BK, nb * LH_BN, bar);
+                                     });
+    if constexpr (CLU) g90_cluster_sync(); /* no block leaves while its peer may still write to it */
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(G90_REG_CONSUMER) : "memory");
-  const int cw = wg - 1, warp = ((int)threadIdx.x >> 5) & 3, lane = (int)threadIdx.x & 31, g = lane >> 2,
-            tq = lane & 3;
-  float acc[128];
+  g90_consumer_regs();
+  {
+    const int cw = wg - 1, warp = ((int)threadIdx.x >> 5) & 3, lane = (int)threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
+    const uint32_t stg = base + F::STG_OFF + cw * F::STG_BYTES;
+    const uint32_t peer_empty = CLU ? g90_peer(empty, (uint32_t)(rank ^ 1)) : 0u;
+    float acc[128];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-  int it = 0;
-  for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
-    int mb, nb;
-    g90_tile(t, p.GM, p.MB, p.NB, mb, nb);
-    g90_consume_tile<LH_STAGES>(acc, base, full, empty, p.nk, it, cw * (64 * 128));
-    /* epilogue: acc[4 j + 2 h + e] is row 64 cw + 16 warp + g + 8 h, column 8 j + 2 tq + e of the tile */
-    const uint32_t stg = base + LH_STG_OFF + cw * LH_STG_BYTES;
-    if ((nb + 1) * LH_BN <= p.V)
-      lh_epilogue<true>(acc, p, &tl, stg, mb, nb, cw, warp, g, tq);
-    else
-      lh_epilogue<false>(acc, p, &tl, stg, mb, nb, cw, warp, g, tq);
+    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    /* epilogue: acc[4 j + 2 h + e] is row rt + 16 warp + g + 8 h, column 8 j + 2 tq + e of the tile */
+    auto epi = [&](float(&a)[128], int mb, int nb) {
+      const int rt = mb * F::BM + (PP ? 0 : cw * 64);
+      if ((nb + 1) * LH_BN <= p.V)
+        lh_epilogue<true>(a, p, &tl, stg, rt, nb, cw, warp, g, tq);
+      else
+        lh_epilogue<false>(a, p, &tl, stg, rt, nb, cw, warp, g, tq);
+    };
+    if constexpr (PP) {
+      g90_pingpong<LH_STAGES, F::STAGE, F::A_BYTES>(acc, base, full, empty, peer_empty, sc, p.nk, cw, epi);
+    } else {
+      int it = 0;
+      for (int t = sc.t0; t < sc.tiles; t += sc.step) {
+        int mb, nb;
+        sc.at(t, mb, nb);
+        g90_consume_tile<LH_STAGES, F::STAGE, F::A_BYTES>(acc, base, full, empty, p.nk, it, cw * (64 * 128));
+        epi(acc, mb, nb);
+      }
+    }
+    g90_store_drain(); /* the staging's last reads */
   }
-  if (threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); /* staging read */
+  if constexpr (CLU) g90_cluster_sync(); /* nor while its peer may still arrive on its barriers */
 #endif
 }
 

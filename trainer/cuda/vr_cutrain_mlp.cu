@@ -50,43 +50,7 @@ struct gu_params {
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ uint32_t gu_bf2(float a, float b) { /* bf16(a) | bf16(b) << 16, round to nearest even */
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t *>(&h);
-}
 __device__ __forceinline__ float gu_silu_mul(float g, float u) { return g / (1.f + __expf(-g)) * u; }
-
-/* One round of a consumer warpgroup's staged store: v[h][jj] (bf16 pairs: row 16 warp + g + 8 h,
- * columns 8 jj + 2 tq, + 1 of a 64 x 128 block) into the staging stg (two 64 x 64 boxes, 128-byte
- * swizzle: 16-byte chunk (c / 8) ^ (r % 8) of row r), then two bulk tensor stores to (c0, rt) and
- * (c0 + 64, rt) of map (rows past the matrix clipped). The staging is rewritten only after the
- * previous round's stores have read it; the stores themselves run on behind the next rounds and
- * the next tile's products. */
-__device__ __forceinline__ void gu_store_round(const uint32_t (&v)[2][16], const CUtensorMap *map, uint32_t stg,
-                                               int c0, int rt, int cw, int warp, int g, int tq) {
-  if (threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = warp * 16 + g + 8 * h;
-#pragma unroll
-    for (int jj = 0; jj < 16; ++jj) {
-      const uint32_t a = stg + (jj >> 3) * 8192 + r * 128 + (((jj & 7) ^ (r & 7)) << 4) + tq * 4;
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v[h][jj]) : "memory");
-    }
-  }
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-  asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");
-  if (threadIdx.x % 128 == 0) {
-#pragma unroll
-    for (int b = 0; b < 2; ++b)
-      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
-                       reinterpret_cast<uint64_t>(map)),
-                   "r"(c0 + 64 * b), "r"(rt), "r"(stg + b * 8192)
-                   : "memory");
-    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
-  }
-}
 
 /* One consumer warpgroup's 64 rows of a tile (acc: the raw x W^T of the gate and up blocks):
  * g and u into gu (when kept), then act, each a staged round. */
@@ -99,12 +63,12 @@ __device__ __forceinline__ void gu_epilogue(const float (&acc)[128], const gu_pa
   for (int h = 0; h < 2; ++h)
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      gb[h][j] = gu_bf2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-      ub[h][j] = gu_bf2(acc[4 * (j + 16) + 2 * h], acc[4 * (j + 16) + 2 * h + 1]);
+      gb[h][j] = g90_bf2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      ub[h][j] = g90_bf2(acc[4 * (j + 16) + 2 * h], acc[4 * (j + 16) + 2 * h + 1]);
     }
   if (p.gu) {
-    gu_store_round(gb, tg, stg, n0, rt, cw, warp, g, tq);
-    gu_store_round(ub, tg, stg, p.F + n0, rt, cw, warp, g, tq);
+    g90_store_round(gb, tg, stg, n0, rt, cw, warp, g, tq);
+    g90_store_round(ub, tg, stg, p.F + n0, rt, cw, warp, g, tq);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -112,9 +76,9 @@ __device__ __forceinline__ void gu_epilogue(const float (&acc)[128], const gu_pa
     for (int j = 0; j < 16; ++j) {
       const float g0 = __uint_as_float(gb[h][j] << 16), g1 = __uint_as_float(gb[h][j] & 0xffff0000u);
       const float u0 = __uint_as_float(ub[h][j] << 16), u1 = __uint_as_float(ub[h][j] & 0xffff0000u);
-      gb[h][j] = gu_bf2(gu_silu_mul(g0, u0), gu_silu_mul(g1, u1));
+      gb[h][j] = g90_bf2(gu_silu_mul(g0, u0), gu_silu_mul(g1, u1));
     }
-  gu_store_round(gb, ta, stg, n0, rt, cw, warp, g, tq);
+  g90_store_round(gb, ta, stg, n0, rt, cw, warp, g, tq);
 }
 #endif
 
@@ -123,56 +87,32 @@ __global__ void __launch_bounds__(G90_THREADS, 1)
                      const __grid_constant__ CUtensorMap ta, const __grid_constant__ CUtensorMap tg, gu_params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ unsigned char gu_smem_raw[];
-  const uint32_t base = ((uint32_t)__cvta_generic_to_shared(gu_smem_raw) + 1023u) & ~1023u;
+  uint32_t base;
+  const int wg = g90_start(gu_smem_raw, base, GU_BAR_OFF, GU_STAGES, 128); /* a stage is one consumer warpgroup's */
   const uint32_t full = base + GU_BAR_OFF, empty = full + 8 * GU_STAGES;
-  const int wg = (int)threadIdx.x >> 7;
-  g90_init_barriers(full, GU_STAGES, 128); /* a stage is one consumer warpgroup's */
-  __syncthreads();
-  if (wg == 0) { /* producer */
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(G90_REG_PRODUCER) : "memory");
-    if (threadIdx.x == 0) {
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tx)) : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tw)) : "memory");
-      int it = 0;
-      for (int t = blockIdx.x; t < p.tiles; t += gridDim.x) {
-        int mb, nb;
-        g90_tile(t, p.GM, p.MB, p.NB, mb, nb);
-        for (int k = 0; k < p.nk; ++k, ++it) {
-          const int s = it % GU_STAGES;
-          const uint32_t st = base + s * GU_STAGE;
-          mb_wait(empty + 8 * s, ((it / GU_STAGES) & 1) ^ 1); /* a fresh barrier passes parity 1 */
-          mb_expect_tx(full + 8 * s, GU_STAGE);
-          tma_box(st, &tx, k * G90_BK, mb * GU_BM, full + 8 * s);
-          tma_box(st + GU_A_BYTES, &tw, k * G90_BK, nb * GU_BN, full + 8 * s);
-          tma_box(st + GU_A_BYTES + GU_BN * 128, &tw, k * G90_BK, p.F + nb * GU_BN, full + 8 * s);
-        }
-      }
-    }
+  const g90_sched sc = {p.tiles, (int)blockIdx.x, (int)gridDim.x, p.GM, p.MB, p.NB, 1, 0};
+  if (wg == 0) { /* producer: x's 64 rows, the gate block, the up block */
+    g90_producer_regs();
+    g90_produce<GU_STAGES, GU_STAGE>(base, full, empty, sc, p.nk, &tx, &tw,
+                                     [&](uint32_t st, int k, int mb, int nb, uint32_t bar) {
+                                       tma_box(st, &tx, k * G90_BK, mb * GU_BM, bar);
+                                       tma_box(st + GU_A_BYTES, &tw, k * G90_BK, nb * GU_BN, bar);
+                                       tma_box(st + GU_A_BYTES + GU_BN * 128, &tw, k * G90_BK, p.F + nb * GU_BN, bar);
+                                     });
     return;
   }
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(G90_REG_CONSUMER) : "memory");
+  g90_consumer_regs();
   const int cw = wg - 1, warp = ((int)threadIdx.x >> 5) & 3, lane = (int)threadIdx.x & 31, g = lane >> 2,
             tq = lane & 3;
   const uint32_t stg = base + GU_STG_OFF + cw * GU_STG_BYTES;
   float acc[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-  /* the block's i-th tile is consumer warpgroup i % 2's: the ring hands the two their chunks in
-   * turn, so one's epilogue runs under the other's products. Tile i's products start only after
-   * tile i - 1's have (named barrier 3 + i % 2, the other warpgroup arriving): a warpgroup that
-   * waited on a stage's full barrier more than one phase ahead would take the parity of an older
-   * phase for its own (mbarrier waits see parity alone) */
-  for (int i = cw;; i += 2) {
-    const int t = blockIdx.x + i * gridDim.x;
-    if (t >= p.tiles) break;
-    int mb, nb, it = i * p.nk;
-    g90_tile(t, p.GM, p.MB, p.NB, mb, nb);
-    if (i > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(3 + (i & 1)) : "memory");
-    g90_consume_tile<GU_STAGES, GU_STAGE, GU_A_BYTES>(acc, base, full, empty, p.nk, it, 0);
-    if (t + gridDim.x < p.tiles) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 + ((i + 1) & 1)) : "memory");
-    gu_epilogue(acc, p, &ta, &tg, stg, mb, nb, cw, warp, g, tq);
-  }
-  if (threadIdx.x % 128 == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+  g90_pingpong<GU_STAGES, GU_STAGE, GU_A_BYTES>(acc, base, full, empty, 0, sc, p.nk, cw,
+                                                [&](const float(&a)[128], int mb, int nb) {
+                                                  gu_epilogue(a, p, &ta, &tg, stg, mb, nb, cw, warp, g, tq);
+                                                });
+  g90_store_drain();
 #endif
 }
 
@@ -202,14 +142,6 @@ extern "C" int vr_cutrain_gu_swiglu_fwd(uint16_t *act, uint16_t *gu, const uint1
   if (!vr_cutrain_gu_swiglu_available(C, F)) return 0;
   if (((uintptr_t)x | (uintptr_t)W | (uintptr_t)act | (uintptr_t)gu) % 16) return 0;
   if (T <= 0) return 1;
-  static int attr_set[64], sms_of[64];
-  const int dev = vr_cuda_current_device_();
-  const int di = dev >= 0 && dev < 64 ? dev : 0;
-  if (!attr_set[di]) {
-    VR_CUDA_CHECK(cudaFuncSetAttribute(k_gu_swiglu_sm90, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)GU_SMEM));
-    VR_CUDA_CHECK(cudaDeviceGetAttribute(&sms_of[di], cudaDevAttrMultiProcessorCount, dev));
-    attr_set[di] = 1;
-  }
   CUtensorMap tx, tw, ta, tg;
   memset(&tg, 0, sizeof tg);
   if (vr_sm90_tensor_map(&tx, x, C, T, C, G90_BK, GU_BM) || vr_sm90_tensor_map(&tw, W, C, 2 * F, C, G90_BK, GU_BN) ||
@@ -218,7 +150,8 @@ extern "C" int vr_cutrain_gu_swiglu_fwd(uint16_t *act, uint16_t *gu, const uint1
   gu_params p;
   p.act = act, p.gu = gu, p.T = T, p.F = F, p.nk = C / G90_BK;
   p.MB = (T + GU_BM - 1) / GU_BM, p.NB = F / GU_BN, p.GM = g90_band_rows(C, p.MB, GU_BM), p.tiles = p.MB * p.NB;
-  const int grid = p.tiles < sms_of[di] ? p.tiles : sms_of[di];
+  static g90_launch_cache cache;
+  const int grid = g90_grid((const void *)k_gu_swiglu_sm90, GU_SMEM, cache, p.tiles);
   k_gu_swiglu_sm90<<<grid, G90_THREADS, GU_SMEM, s>>>(tx, tw, ta, tg, p);
   VR_CUDA_CHECK_LAUNCH();
   return 1;

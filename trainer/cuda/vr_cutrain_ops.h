@@ -112,12 +112,19 @@ int vr_cutrain_embed_segments(const int32_t *ids, int T, int V, int32_t *order, 
  * by at most |log p| 2^-8, bf16's unit roundoff). lpmax is required with lp16. */
 #define VR_CUTRAIN_LSM_SEG 128
 static inline int vr_cutrain_lsm_segs(int V) { return (V + VR_CUTRAIN_LSM_SEG - 1) / VR_CUTRAIN_LSM_SEG; }
-/* fused 1 and vr_cutrain_lmhead_fused_available(C, V): instead, one Hopper GEMM whose epilogue
- * takes the statistics (and writes lp16 / lpmax) from its accumulators, over all T rows at once
- * (vr_cutrain_lmhead_sm90.cuh): no logits are formed; `logits` serves as its workspace, T
+/* fused nonzero and vr_cutrain_lmhead_fused_available(C, V): instead, one Hopper GEMM whose
+ * epilogue takes the statistics (and writes lp16 / lpmax) from its accumulators, over all T rows
+ * at once (vr_cutrain_lmhead_sm90.cuh): no logits are formed; `logits` serves as its workspace, T
  * (4 ceil(V / 256) + 1) floats (launches of fewer rows when chunk * V is smaller). The same
- * outputs up to summation order (fp32 accumulation in both). fused 0: the cuBLASLt path above.
- * Returns 1 when the fused kernel ran, 0 when the cuBLASLt path did. */
+ * outputs up to summation order (fp32 accumulation in both). fused: the GEMM's form,
+ * VR_CUTRAIN_LMHEAD_FORM_COOP (1, the engine's): cooperative (two consumer warpgroups on a tile);
+ * _PP (2): ping-pong (the epilogue of one tile under the products of the next) in single blocks;
+ * _PP2 (3): ping-pong in clusters of two blocks that multicast W. All give the same bits; the two
+ * ping-pong forms measured slower on the H200 (docs/benchmarks.md) and stay for measurements
+ * (each falls back to the next one down where it cannot launch: PP2 -> PP -> COOP). fused 0:
+ * the cuBLASLt path above. Returns the form that ran (nonzero) when the fused kernel did, 0 when
+ * the cuBLASLt path did. */
+enum { VR_CUTRAIN_LMHEAD_FORM_COOP = 1, VR_CUTRAIN_LMHEAD_FORM_PP = 2, VR_CUTRAIN_LMHEAD_FORM_PP2 = 3 };
 int vr_cutrain_lmhead_fwd(vr_cuda_gemm_t *g, float *logp, float *ent, float *lse, const uint16_t *x, const uint16_t *W,
                           const int32_t *tgt, int T, int C, int V, float temp, int chunk, float *logits, uint16_t *lp16,
                           float *lpmax, int fused, cudaStream_t s);
