@@ -47,6 +47,7 @@
 #include "vr_gemm_tune.h"
 
 #define VR_GEMM_CACHE 1024
+#define VR_GEMM_CACHE_BUSY_TRIES 3 /* saves in a row that may find the cache file's lock held */
 #define VR_GEMM_XCACHE 256 /* exact-size plans: their own cache, so they never evict bucket plans */
 #define VR_GEMM_CANDIDATES 12 /* the heuristic's */
 #define VR_GEMM_WIDE 24       /* the heuristic's with split-K variants on */
@@ -348,6 +349,7 @@ typedef struct {
   char path[4096];        /* the file; "" none */
   int opened;
   size_t unsaved; /* fresh entries not yet stored */
+  int busy;       /* saves in a row that found the file's lock held (VR_GEMM_CACHE_BUSY_TRIES: given up) */
   int64_t ltver;
   vr_gemm_dev_t dev[VR_GEMM_DEVS];
 } vr_gemm_choices_t;
@@ -497,6 +499,12 @@ extern "C" int vr_cuda_gemm_cache_save(void) {
       vr_log(VR_LOG_INFO, "GEMM-choice cache %s: %zu choices added (%zu in the file)", t->path, added, total);
       for (size_t i = 0; i < t->set.n; ++i)
         if (t->set.e[i].fresh > 0) t->set.e[i].fresh = 0;
+      t->busy = 0;
+    } else if (rc == VR_ERR_BUSY && ++t->busy < VR_GEMM_CACHE_BUSY_TRIES) {
+      /* another process's save holds the lock: passing, so the next save tries again */
+      vr_log(VR_LOG_WARN, "GEMM-choice cache: %s (tried again at the next save)", err);
+      pthread_mutex_unlock(mu);
+      return rc;
     } else {
       vr_log(VR_LOG_WARN, "GEMM-choice cache: %s: not written (choices kept for this process only)", err);
       t->path[0] = '\0';

@@ -10,9 +10,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "vr_cuda_check.h"
 #include "vr_cuda_ops.h"
+#include "verl_reward/status.h"
+#include "vr_gemm_tune.h"
 #include "vr_test_seed.h"
 #include "cuda_test_util.h"
 
@@ -862,6 +867,54 @@ static void test_heads(int C) {
   free(x), free(nw), free(sw), free(w1), free(b1), free(b2);
 }
 
+/* The GEMM-choice cache's save while another process's save holds the file's lock: BUSY (after
+ * vr_gemm_tune_store's bounded wait), the choices kept unsaved, and the next save writes them (the
+ * file was given up for the process on the first BUSY before). The process's first cache open:
+ * nothing before this opens one. */
+static void test_gemm_cache_busy(void) {
+  char dir[] = "/tmp/vr-gemm-cache-XXXXXX", path[256], lock[272];
+  if (!mkdtemp(dir)) {
+    printf("FAIL gemm cache busy: mkdtemp\n");
+    g_fail = 1;
+    return;
+  }
+  snprintf(path, sizeof path, "%s/gemm-tune.json", dir);
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  int ok = vr_cuda_gemm_cache_open(path) == 0;
+  vr_cuda_gemm_t *g = NULL;
+  ok = ok && vr_cuda_gemm_init(&g, 32u << 20) == 0;
+  const int T = 96, N = 160, K = 192; /* a shape no other test plans */
+  uint16_t *A = (uint16_t *)dmalloc((size_t)T * K * 2), *W = (uint16_t *)dmalloc((size_t)N * K * 2);
+  float *D = (float *)dmalloc((size_t)T * N * 4);
+  CK(cudaMemset(A, 0, (size_t)T * K * 2));
+  CK(cudaMemset(W, 0, (size_t)N * K * 2));
+  if (ok) {
+    vr_cuda_gemm_set_tuning(g, 1);
+    vr_cuda_gemm(g, D, 1, A, W, NULL, T, N, K, 0.f, 0); /* timed: a fresh choice */
+    CK(cudaDeviceSynchronize());
+  }
+  const int lfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ok = ok && lfd >= 0 && flock(lfd, LOCK_EX) == 0; /* another open file: the save's flock conflicts */
+  const int busy = ok ? vr_cuda_gemm_cache_save() : -1;
+  if (lfd >= 0) close(lfd);
+  const int again = ok ? vr_cuda_gemm_cache_save() : -1;
+  vr_gemm_tune_set_t got;
+  memset(&got, 0, sizeof got);
+  int exists = 0;
+  char err[512] = "";
+  const int lrc = vr_gemm_tune_load(path, &got, &exists, err, sizeof err);
+  const int pass = ok && busy == VR_ERR_BUSY && again == 0 && lrc == 0 && exists && got.n >= 1;
+  printf("%-4s gemm cache: save under a held lock BUSY (%d), the next save writes (%d), file %s with %zu choices\n",
+         pass ? "ok" : "FAIL", busy, again, exists ? "there" : "missing", got.n);
+  if (!pass) g_fail = 1;
+  vr_gemm_tune_set_free(&got);
+  CK(cudaFree(A));
+  CK(cudaFree(W));
+  CK(cudaFree(D));
+  if (g) vr_cuda_gemm_free(g);
+  unlink(path), unlink(lock), rmdir(dir);
+}
+
 /* GEMM with the GELU_BIAS epilogue (bf16 out, bf16 bias) against the exact erf GELU of
  * the double-precision product: the epilogue's tanh form is within bf16 rounding. */
 static void test_gemm_gelu(vr_cuda_gemm_t *g, int T, int N, int K) {
@@ -1016,6 +1069,7 @@ int main(void) {
   vr_cuda_gemm_free(g);
   test_heads(96);
   test_heads(768); /* roberta-base: 96 blocks of 8 dense rows */
+  test_gemm_cache_busy();
   CK(cudaDeviceSynchronize());
   printf("%s\n", g_fail ? "FAILED" : "all kernel checks passed");
   return g_fail;

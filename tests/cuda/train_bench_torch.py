@@ -8,9 +8,18 @@ Also a log-prob-only forward (no grad: logits -> log_softmax -> gather), eager a
 Prints tokens/s and MFU with the same flop count as cuda_train_bench (6N + 6 L (H D) S per
 trained token, 2N + 2 L (H D) S per forward token) and one JSON line per run ("json ...").
 
+--sdpa: the SDPA backends to run each mode with (torch.nn.attention.sdpa_kernel around the whole
+run, so torch.compile traces with it): "default" leaves PyTorch's choice, which under
+torch.compile on the H200 (torch 2.11, transformers 5.17) took the memory-efficient CUTLASS
+kernels (sm80) for these shapes: 56 of the compiled Qwen2-0.5B step's 159 ms of kernel time
+(docs/benchmarks.md). "flash", "cudnn", "efficient" force one; a backend that cannot run the
+model is reported ("not available") and skipped.
+
   python3 train_bench_torch.py [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024]
                                [--iters 5] [--modes eager,compile] [--gemm-tflops 781]
+                               [--sdpa default,flash,cudnn,efficient]
 """
+import contextlib
 import argparse
 import json
 import math
@@ -51,7 +60,15 @@ def timed(fn, iters, warm):
     return (time.perf_counter() - t0) / iters
 
 
-def run(name, mode, args):
+def sdpa_context(backend):
+    if backend == "default":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                        "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend])
+
+
+def run(name, mode, args, backend="default"):
     model, cfg = build(name)
     n_params = sum(p.numel() for p in model.parameters())
     L, H, C = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
@@ -60,6 +77,8 @@ def run(name, mode, args):
     g = torch.Generator(device="cuda").manual_seed(1)
     ids = torch.randint(0, cfg.vocab_size, (args.seqs, args.len), device="cuda", generator=g)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=0.01, fused=True)
+    if mode != "eager":
+        torch._dynamo.reset()  # traced afresh under this run's SDPA backend
     fwd = model if mode == "eager" else torch.compile(model)
 
     def step():
@@ -85,11 +104,12 @@ def run(name, mode, args):
     tps, tpf = T / t_step, T / t_fwd
     mfu = tps * (6.0 * n_params + attn) / (args.gemm_tflops * 1e12)
     mfu_f = tpf * (2.0 * n_params + attn / 3) / (args.gemm_tflops * 1e12)
-    print(f"torch {mode:7s} {name:14s} N={n_params / 1e9:.3f}B  step {t_step * 1e3:.1f} ms  {tps / 1e3:.1f}k tokens/s  "
+    tag = mode if backend == "default" else f"{mode}/{backend}"
+    print(f"torch {tag:7s} {name:14s} N={n_params / 1e9:.3f}B  step {t_step * 1e3:.1f} ms  {tps / 1e3:.1f}k tokens/s  "
           f"MFU {100 * mfu:.1f}%  |  log-prob forward {t_fwd * 1e3:.1f} ms  {tpf / 1e3:.1f}k tokens/s  "
           f"MFU {100 * mfu_f:.1f}%  |  peak memory {peak:.1f} GiB  loss {loss:.4f} (ln V = {math.log(cfg.vocab_size):.4f})",
           flush=True)
-    print("json " + json.dumps(dict(model=name, mode=mode, params=n_params, tokens=T, step_ms=t_step * 1e3,
+    print("json " + json.dumps(dict(model=name, mode=mode, sdpa=backend, params=n_params, tokens=T, step_ms=t_step * 1e3,
                                     tokens_per_s=tps, mfu=mfu, fwd_ms=t_fwd * 1e3, fwd_tokens_per_s=tpf, fwd_mfu=mfu_f,
                                     peak_gib=peak, torch=torch.__version__,
                                     transformers=transformers.__version__)), flush=True)
@@ -105,11 +125,22 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--modes", default="eager,compile")
     ap.add_argument("--gemm-tflops", type=float, default=781.0)
+    ap.add_argument("--sdpa", default="default")
     args = ap.parse_args()
     names = list(SHAPES) if args.model == "all" else [args.model]
     for mode in args.modes.split(","):
-        for name in names:
-            run(name, mode, args)
+        for backend in args.sdpa.split(","):
+            if backend not in ("default", "flash", "cudnn", "efficient"):
+                raise SystemExit(f"--sdpa {backend}: not default|flash|cudnn|efficient")
+            for name in names:
+                try:
+                    with sdpa_context(backend):
+                        run(name, mode, args, backend)
+                except RuntimeError as e:  # no kernel of that backend for this model
+                    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+                    print(f"torch {mode}/{backend} {name}: not available: {msg[:300]}", flush=True)
+                    torch._dynamo.reset()
+                    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
