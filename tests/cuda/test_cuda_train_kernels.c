@@ -728,7 +728,14 @@ static void test_lmhead_fused(vr_cuda_gemm_t *gm, int T, int C, int V, int chunk
   for (int f = 0; f < 2; ++f) {
     const int form = f ? VR_CUTRAIN_LMHEAD_FORM_PP2 : VR_CUTRAIN_LMHEAD_FORM_PP;
     const char *fn = f ? "ping-pong pairs" : "ping-pong";
+    /* every output and the statistics workspace overwritten first: no check may pass on the
+     * cooperative run's values */
     CK(cudaMemset(d_lp16, 0xff, n * 2));
+    CK(cudaMemset(d_lpmax, 0xff, (size_t)T * nseg * 4));
+    CK(cudaMemset(d_logits, 0xff, (size_t)chunk * V * 4));
+    CK(cudaMemset(d_lse, 0xff, T * 4));
+    CK(cudaMemset(d_ent, 0xff, T * 4));
+    CK(cudaMemset(d_lp, 0xff, T * 4));
     const int ran = vr_cutrain_lmhead_fwd(gm, d_lp, d_ent, d_lse, d_x, d_W, d_tgt, T, C, V, temp, chunk, d_logits,
                                           d_lp16, d_lpmax, form, 0);
     if (ran != form) {

@@ -20,6 +20,7 @@ model is reported ("not available") and skipped.
                                [--sdpa default,flash,cudnn,efficient]
 """
 import contextlib
+import gc
 import argparse
 import json
 import math
@@ -133,12 +134,18 @@ def main():
             if backend not in ("default", "flash", "cudnn", "efficient"):
                 raise SystemExit(f"--sdpa {backend}: not default|flash|cudnn|efficient")
             for name in names:
+                failed = None
                 try:
                     with sdpa_context(backend):
                         run(name, mode, args, backend)
+                except torch.OutOfMemoryError:
+                    raise
                 except RuntimeError as e:  # no kernel of that backend for this model
-                    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-                    print(f"torch {mode}/{backend} {name}: not available: {msg[:300]}", flush=True)
+                    lines = str(e).splitlines()
+                    failed = f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+                if failed:  # outside the handler: the failed run's frame (model, activations) is released
+                    print(f"torch {mode}/{backend} {name}: not available: {failed}", flush=True)
+                    gc.collect()
                     torch._dynamo.reset()
                     torch.cuda.empty_cache()
 

@@ -2,7 +2,7 @@
  * epilogues share (vr_cutrain_lmhead_sm90.cuh: the LM head with the log-softmax statistics;
  * vr_cutrain_mlp.cu: the gate/up projection with SwiGLU): a block is a producer warpgroup (its
  * first thread issues the bulk tensor copies of each 64-wide k-chunk into a ring of stages guarded
- * by full / empty mbarriers, g90_produce) and two consumer warpgroups (g90_consumer_start), each
+ * by full / empty mbarriers, g90_produce) and two consumer warpgroups (g90_consumer_regs), each
  * with 128 fp32 accumulators a thread from one m64n256k16 wgmma per 16 of K (g90_consume_tile:
  * acc[4 j + 2 h + e] is row 16 warp + g + 8 h of the warpgroup's 64, column 8 j + 2 tq + e of the
  * tile, g = lane / 4, tq = lane % 4). Two schedules: cooperative (both warpgroups on one 128-row

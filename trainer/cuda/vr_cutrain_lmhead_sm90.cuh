@@ -112,7 +112,7 @@ __device__ __forceinline__ void lh_epilogue(float (&acc)[128], const lh_params &
 #pragma unroll
   for (int sg = 0; sg < 2; ++sg) {
     const int c0 = n0 + sg * VR_CUTRAIN_LSM_SEG;
-    if (!FULL && c0 >= p.V) break; /* uniform across the block */
+    if (!FULL && c0 >= p.V) break; /* uniform across the warpgroup (named barrier 1 + cw) */
     float mx[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

@@ -121,7 +121,9 @@ static inline int vr_cutrain_lsm_segs(int V) { return (V + VR_CUTRAIN_LSM_SEG - 
  * _PP (2): ping-pong (the epilogue of one tile under the products of the next) in single blocks;
  * _PP2 (3): ping-pong in clusters of two blocks that multicast W. All give the same bits; the two
  * ping-pong forms measured slower on the H200 (docs/benchmarks.md) and stay for measurements
- * (each falls back to the next one down where it cannot launch: PP2 -> PP -> COOP). fused 0:
+ * (each falls back to the next one down where its checks before the launch refuse it: the
+ * workspace, a tensor map, no cluster of two on the device: PP2 -> PP -> COOP; a failed launch is
+ * fatal, as every kernel launch here). T <= 0: nothing runs and fused is returned. fused 0:
  * the cuBLASLt path above. Returns the form that ran (nonzero) when the fused kernel did, 0 when
  * the cuBLASLt path did. */
 enum { VR_CUTRAIN_LMHEAD_FORM_COOP = 1, VR_CUTRAIN_LMHEAD_FORM_PP = 2, VR_CUTRAIN_LMHEAD_FORM_PP2 = 3 };
