@@ -8,10 +8,18 @@ ours), SDPA attention, with the default (dynamic) cache and with cache_implement
 length: compilation; the dynamic one 8 tokens: allocator warm-up) and then once timed; tokens/s = P * N / the timed call's wall time. Prints one line per
 run and writes a JSON list (--json).
 
+--sdpa: the SDPA backends to run each cache with (torch.nn.attention.sdpa_kernel around the run, so
+the static cache's compilation traces with it; the compiled training peer had taken the
+memory-efficient kernels by default: docs/benchmarks.md, thirteenth session). "default" leaves
+PyTorch's choice; a backend that cannot run is reported ("not available") and skipped.
+
 Usage (on the GPU machine): python3 tools/rollout_bench_hf.py [--shapes llama-1b,qwen2-0.5b]
        [--caches dynamic,static] [--prompts 64] [--prompt-len 128] [--new 256] [--json out.json]
+       [--sdpa default,cudnn,flash,efficient]
 """
 import argparse
+import contextlib
+import gc
 import json
 import sys
 import time
@@ -59,6 +67,14 @@ def run(model, ids, new, cache):
     return gen, dt
 
 
+def sdpa_context(backend):
+    if backend == "default":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                        "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default="llama-1b,qwen2-0.5b")
@@ -67,7 +83,12 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new", type=int, default=256)
     ap.add_argument("--json")
+    ap.add_argument("--sdpa", default="default")
     a = ap.parse_args()
+    backends = a.sdpa.split(",")
+    for b in backends:
+        if b not in ("default", "flash", "cudnn", "efficient"):
+            raise SystemExit(f"--sdpa {b}: not default|flash|cudnn|efficient")
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name()}",
           flush=True)
     results = []
@@ -77,16 +98,32 @@ def main():
         V = SHAPES[name][1]
         ids = torch.randint(0, V, (a.prompts, a.prompt_len), device="cuda")
         for cache in a.caches.split(","):
-            t0 = time.perf_counter()
-            gen, dt = run(model, ids, a.new, cache)
-            r = {"shape": name, "cache": cache, "prompts": a.prompts, "prompt_len": a.prompt_len, "new_tokens": a.new,
-                 "tokens": gen, "wall_s": round(dt, 4), "tokens_per_s": round(gen / dt, 1),
-                 "with_warmup_s": round(time.perf_counter() - t0, 1)}
-            results.append(r)
-            print(json.dumps(r), flush=True)
-            if a.json:
-                with open(a.json, "w") as f:
-                    json.dump(results, f, indent=1)
+            for backend in backends:
+                torch._dynamo.reset()  # the static cache compiles afresh under this backend
+                t0 = time.perf_counter()
+                failed = None
+                try:
+                    with sdpa_context(backend):
+                        gen, dt = run(model, ids, a.new, cache)
+                except torch.OutOfMemoryError:
+                    raise
+                except RuntimeError as e:  # no kernel of that backend for this call
+                    lines = str(e).splitlines()
+                    failed = f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
+                if failed:
+                    print(json.dumps({"shape": name, "cache": cache, "sdpa": backend, "not_available": failed}),
+                          flush=True)
+                    gc.collect()
+                    torch.cuda.empty_cache()
+                    continue
+                r = {"shape": name, "cache": cache, "sdpa": backend, "prompts": a.prompts, "prompt_len": a.prompt_len,
+                     "new_tokens": a.new, "tokens": gen, "wall_s": round(dt, 4), "tokens_per_s": round(gen / dt, 1),
+                     "with_warmup_s": round(time.perf_counter() - t0, 1)}
+                results.append(r)
+                print(json.dumps(r), flush=True)
+                if a.json:
+                    with open(a.json, "w") as f:
+                        json.dump(results, f, indent=1)
         del model
         torch.cuda.empty_cache()
     return 0
