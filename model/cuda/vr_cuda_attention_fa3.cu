@@ -468,12 +468,7 @@ static void f3_launch(const CUtensorMap &tm, const attn_params &p, dim3 grid, in
 extern "C" int vr_cuda_attention_fa3_ok(int D) {
 #ifdef VR_CUDA_HAVE_FA3
   if (D != 64 && D != 128) return 0;
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return vr_sm90_device(dev);
+  return vr_sm90_current_device();
 #else
   (void)D;
   return 0;

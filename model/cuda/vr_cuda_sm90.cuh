@@ -114,6 +114,15 @@ static inline int vr_sm90_device(int device) {
   }
   return major == 9 && minor == 0;
 }
+/* vr_sm90_device of the calling thread's current device (0 when there is none). */
+static inline int vr_sm90_current_device(void) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return vr_sm90_device(dev);
+}
 
 /* A 2D tensor map of bf16 elements: rows x cols (row stride ld elements, a multiple of 8; base
  * 16-byte aligned), boxes of box_rows x box_cols (box_cols * 2 = 128 bytes for the 128-byte

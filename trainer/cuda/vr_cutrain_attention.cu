@@ -310,13 +310,8 @@ extern "C" int vr_cutrain_attention_bwd_tc(int D, int window) { return (D == 64 
 
 extern "C" int vr_cutrain_attention_bwd_wgmma_ok(int D, int window) {
 #ifdef VR_CUTRAIN_HAVE_SM90
-  int dev = 0;
   if (!vr_cutrain_attention_bwd_tc(D, window)) return 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return vr_sm90_device(dev);
+  return vr_sm90_current_device();
 #else
   (void)D, (void)window;
   return 0;

@@ -250,13 +250,8 @@ extern "C" void vr_cutrain_dlogits_rows(uint16_t *dlogits, const float *logits, 
 
 extern "C" int vr_cutrain_lmhead_fused_available(int C, int V) {
 #ifdef VR_CUTRAIN_HAVE_SM90
-  int dev = 0;
   if (C < LH_BK || C % LH_BK || V < 1) return 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return vr_sm90_device(dev);
+  return vr_sm90_current_device();
 #else
   (void)C, (void)V;
   return 0;
@@ -328,8 +323,7 @@ static int lmhead_fwd_fused(float *logp, float *ent, float *lse, const uint16_t 
     p.T = rows, p.V = V, p.nk = C / LH_BK, p.MB = (MB + F::CL - 1) / F::CL, p.NB = NB;
     p.GM = g90_band_rows(C, p.MB, F::BM * F::CL), p.nseg = nseg, p.tiles = p.MB * NB, p.inv_temp = 1.f / temp;
     p.tma_lp = tma_lp;
-    if (F::CL > 1) {
-      (void)g90_grid((const void *)k_lmhead_sm90<FORM>, F::SMEM, cache, p.tiles); /* the attribute, once */
+    if (F::CL > 1) { /* its shared-memory attribute set by lmhead_pair_clusters */
       cudaLaunchConfig_t lc = {};
       cudaLaunchAttribute at;
       lc.gridDim = dim3((unsigned)(F::CL * (p.tiles < clusters ? p.tiles : clusters)));

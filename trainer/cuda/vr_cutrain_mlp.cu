@@ -123,13 +123,8 @@ __global__ void __launch_bounds__(G90_THREADS, 1)
 
 extern "C" int vr_cutrain_gu_swiglu_available(int C, int F) {
 #ifdef VR_CUTRAIN_HAVE_SM90
-  int dev = 0;
   if (C < G90_BK || C % G90_BK || F < GU_BN || F % GU_BN) return 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return vr_sm90_device(dev);
+  return vr_sm90_current_device();
 #else
   (void)C, (void)F;
   return 0;
