@@ -2,11 +2,11 @@
 """ncu_summary.py LOG: one line per (kernel, grid) from `ncu --metrics gpu__time_duration.sum
 --print-summary per-kernel` output: name, grid x block, invocations, average / min / max us and
 the invocations' total, largest total first (ncu prints each kernel's times in its own unit,
-nsecond / usecond / msecond / second: all converted to microseconds here)."""
+nsecond / usecond / msecond / second, or ns / us / ms / s in newer versions: all converted to microseconds here)."""
 import re
 import sys
 
-SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+SCALE = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6, "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 rows = []
 cur = None
 for l in open(sys.argv[1], errors="replace"):

@@ -205,6 +205,25 @@ static void test_colsum(int T, int N) {
   free(m), free(f), free(b0), free(ref), free(g);
 }
 
+/* The 16-byte form of the bf16 column sums (N, ld multiples of 8) against the 2-byte one (the same
+ * matrix at a row pitch ld % 8 == 4): the same bits. */
+static void test_colsum_forms(int T, int N) {
+  float *f;
+  uint16_t *m = rand_bf((size_t)T * N, 1.f, &f), *m4 = calloc((size_t)T * (N + 4), 2);
+  for (int t = 0; t < T; ++t) memcpy(m4 + (size_t)t * (N + 4), m + (size_t)t * N, (size_t)N * 2);
+  float *b0 = rand_f(N, -1, 1), *ga = malloc(N * 4), *gb = malloc(N * 4);
+  uint16_t *d_m = todev(m, (size_t)T * N * 2), *d_m4 = todev(m4, (size_t)T * (N + 4) * 2);
+  float *d_a = todev(b0, N * 4), *d_b = todev(b0, N * 4), *d_s = dmalloc(vr_cutrain_colsum_scratch(T, N) * 4);
+  vr_cutrain_colsum_bf16(d_a, d_m, N, T, N, d_s, 0);
+  vr_cutrain_colsum_bf16(d_b, d_m4, N + 4, T, N, d_s, 0);
+  tohost(ga, d_a, N * 4), tohost(gb, d_b, N * 4);
+  char what[128];
+  snprintf(what, sizeof what, "colsum_bf16 16-byte form = 2-byte form T%d N%d", T, N);
+  check_same_bits(what, ga, gb, N * 4);
+  dfree(d_m), dfree(d_m4), dfree(d_a), dfree(d_b), dfree(d_s);
+  free(m), free(m4), free(f), free(b0), free(ga), free(gb);
+}
+
 /* The value head: val = h w + b and its backward (dh, dw +=, db +=). */
 static void test_value(int T, int C) {
   float *h = rand_f((size_t)T * C, -2, 2), *w = rand_f(C, -1, 1), *b = rand_f(1, -1, 1), *gv = rand_f(T, -1, 1);
@@ -1146,13 +1165,19 @@ int main(void) {
   test_convert(100003);
   /* after the older checks (their random inputs stay those of the fixed seed) */
   test_rmsnorm_bwd(37, 2048); /* the fused kernel at 8 columns per thread, the last block partial */
+  test_rmsnorm_bwd(77, 96);   /* the warp-per-row form (C % 4 == 0, C <= 896): one group a lane, partial blocks */
+  test_rmsnorm_bwd(23, 516);  /* the warp-per-row form with its last column groups masked */
+  test_rmsnorm_bwd(40, 130);  /* C % 4 != 0: the block form */
   test_rmsnorm_bwd(9, 4500);  /* above the fused kernel's 4096 columns: the per-row kernel + two dw passes */
   test_rmsnorm_bwd16(5, 64);
   test_rmsnorm_bwd16(300, 896);
   test_rmsnorm_bwd16(131, 1000);
   test_rmsnorm_bwd16(37, 2048);
+  test_rmsnorm_bwd16(23, 516);
   test_rmsnorm_bwd16(17, 4096); /* the largest hidden size it takes */
   test_colsum(3000, 130);     /* more chunks than the final pass's 16 row groups, a partial column block */
+  test_colsum_forms(3000, 1032);
+  test_colsum_forms(65, 8);
   test_logsoftmax(3, 4100, 0.25f); /* |z| up to 24: the stored log p's bound where it matters */
   /* the fused gate/up + SwiGLU: T past the 64-row tile and below it, one row, C 64 / 896 / 2048,
    * F one tile / Qwen2-0.5B's 4864 (38 tile columns), several bands, more tiles than multiprocessors */

@@ -118,6 +118,100 @@ __global__ void __launch_bounds__(FUSED_THREADS)
   }
 }
 
+/* The same for narrow rows (C % 4 == 0, C <= 4 * 32 * VEC_MAX_K4, 16-byte aligned x, dx and w,
+ * 8-byte aligned bf16 dy): a warp per row, no block barriers. Block b's FUSED_ROWS rows are dealt
+ * to its VEC_WARPS warps (warp w: rows t0 + w, t0 + w + VEC_WARPS, ...); lane l holds the column
+ * groups 4 (l + 32 k), k < K4, as float4 (x, dy and, in the second pass, the dx it adds to); the
+ * row's two sums are warp shuffles. Each warp sums dy * x * r of its rows per column in row
+ * order, then the block adds its warps' sums in warp order into partial[block, c] (a fixed
+ * order: deterministic, and the bf16-dy form gives the fp32 form's bits on widened dy). At
+ * C 896 the block form's per-row barriers left it at ~60% of the copy rate (Qwen2-0.5B's two
+ * norms, 95 us a call at T 16384, docs/benchmarks.md). */
+#define VEC_WARPS 8
+#define VEC_MAX_K4 7 /* 8 spilled (C up to 1024) */
+static __device__ __forceinline__ float4 ld_dy4(const float *p, size_t i) {
+  return *reinterpret_cast<const float4 *>(p + i);
+}
+static __device__ __forceinline__ float4 ld_dy4(const uint16_t *p, size_t i) {
+  const uint2 u = *reinterpret_cast<const uint2 *>(p + i);
+  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                     __uint_as_float(u.y & 0xffff0000u));
+}
+
+template <int K4, typename DY>
+__global__ void __launch_bounds__(VEC_WARPS * 32, 2)
+    k_rmsnorm_bwd_vec(float *dx, uint16_t *dx16, float *partial, const DY *dy, const float *x, const float *w, int T,
+                      int C, float eps, int accumulate) {
+  extern __shared__ float vec_sh[]; /* VEC_WARPS x C: the warps' column sums */
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, C4 = C >> 2;
+  const int t0 = blockIdx.x * FUSED_ROWS, t1 = min(T, t0 + FUSED_ROWS);
+  float4 acc[K4];
+#pragma unroll
+  for (int k = 0; k < K4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const float4 *w4 = reinterpret_cast<const float4 *>(w);
+  for (int t = t0 + warp; t < t1; t += VEC_WARPS) {
+    const size_t base = (size_t)t * C;
+    const float4 *x4 = reinterpret_cast<const float4 *>(x + base);
+    float4 xv[K4], dv[K4];
+    float q = 0.f, d = 0.f;
+#pragma unroll
+    for (int k = 0; k < K4; ++k) {
+      const int g = lane + 32 * k;
+      if (g < C4) {
+        xv[k] = x4[g], dv[k] = ld_dy4(dy, base + 4 * (size_t)g);
+      } else {
+        xv[k] = dv[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K4; ++k) {
+      const int g = lane + 32 * k;
+      const float4 wv = g < C4 ? w4[g] : make_float4(0.f, 0.f, 0.f, 0.f);
+      q += xv[k].x * xv[k].x + xv[k].y * xv[k].y + xv[k].z * xv[k].z + xv[k].w * xv[k].w;
+      d += dv[k].x * wv.x * xv[k].x + dv[k].y * wv.y * xv[k].y + dv[k].z * wv.z * xv[k].z + dv[k].w * wv.w * xv[k].w;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      q += __shfl_xor_sync(0xffffffffu, q, o);
+      d += __shfl_xor_sync(0xffffffffu, d, o);
+    }
+    const float r = rsqrtf(q / C + eps), kk = r * r * r * d / C;
+    float4 *dx4 = reinterpret_cast<float4 *>(dx + base);
+#pragma unroll
+    for (int k = 0; k < K4; ++k) {
+      const int g = lane + 32 * k;
+      if (g >= C4) continue;
+      const float4 wv = w4[g];
+      float4 v = make_float4(r * dv[k].x * wv.x - xv[k].x * kk, r * dv[k].y * wv.y - xv[k].y * kk,
+                             r * dv[k].z * wv.z - xv[k].z * kk, r * dv[k].w * wv.w - xv[k].w * kk);
+      if (accumulate) {
+        const float4 o = dx4[g];
+        v.x += o.x, v.y += o.y, v.z += o.z, v.w += o.w;
+      }
+      dx4[g] = v;
+      if (dx16) {
+        uint2 u;
+        u.x = (uint32_t)to_bf(v.x) | (uint32_t)to_bf(v.y) << 16;
+        u.y = (uint32_t)to_bf(v.z) | (uint32_t)to_bf(v.w) << 16;
+        *reinterpret_cast<uint2 *>(dx16 + base + 4 * (size_t)g) = u;
+      }
+      acc[k].x += dv[k].x * xv[k].x * r, acc[k].y += dv[k].y * xv[k].y * r;
+      acc[k].z += dv[k].z * xv[k].z * r, acc[k].w += dv[k].w * xv[k].w * r;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < K4; ++k) {
+    const int g = lane + 32 * k;
+    if (g < C4) reinterpret_cast<float4 *>(vec_sh + (size_t)warp * C)[g] = acc[k];
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < C; c += VEC_WARPS * 32) {
+    float a = 0.f;
+#pragma unroll
+    for (int v = 0; v < VEC_WARPS; ++v) a += vec_sh[(size_t)v * C + c];
+    partial[(size_t)blockIdx.x * C + c] = a;
+  }
+}
+
 /* Pass 1 of a column reduction: partial[chunk, c] = sum over the chunk's rows t (in order) of
  * dy[t, c] * x[t, c] * rstd[t]; with x == NULL of dy[t, c] * rstd[t] (rstd NULL: 1), or with
  * dyb given of the bf16 matrix dyb (row pitch ld). Grid (ceil(C / 256), chunks). */
@@ -135,6 +229,30 @@ __global__ void k_colsum_partial(float *partial, const float *dy, const float *x
     for (int t = t0; t < t1; ++t) a += dy[(size_t)t * C + c] * (rstd ? rstd[t] : 1.f);
   }
   partial[(size_t)blockIdx.y * C + c] = a;
+}
+
+/* Pass 1 for a bf16 matrix with 8 columns a thread (16-byte loads; N % 8 == 0, ld % 8 == 0, dyb
+ * 16-byte aligned): the same per-column sums in the same row order as k_colsum_partial's dyb
+ * form, so the same bits (Qwen2's q/k/v bias gradient: 2-byte loads left that pass at ~2 TB/s).
+ * Grid (ceil(N / 8 / 128), chunks), 128 threads. */
+__global__ void k_colsum_partial_bf16x8(float *partial, const uint16_t *dyb, int ld, int T, int N) {
+  const int c8 = blockIdx.x * blockDim.x + threadIdx.x;
+  if (8 * c8 >= N) return;
+  const int t0 = blockIdx.y * CHUNK, t1 = min(T, t0 + CHUNK);
+  float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll 8
+  for (int t = t0; t < t1; ++t) {
+    const uint4 u = *reinterpret_cast<const uint4 *>(dyb + (size_t)t * ld + 8 * (size_t)c8);
+    const uint32_t v[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      a[2 * k] += __uint_as_float(v[k] << 16);
+      a[2 * k + 1] += __uint_as_float(v[k] & 0xffff0000u);
+    }
+  }
+  float4 *dst = reinterpret_cast<float4 *>(partial + (size_t)blockIdx.y * N + 8 * (size_t)c8);
+  dst[0] = make_float4(a[0], a[1], a[2], a[3]);
+  dst[1] = make_float4(a[4], a[5], a[6], a[7]);
 }
 
 /* Pass 2: out[c] += sum over chunks of partial[chunk, c]: block (FIN_X, FIN_Y), thread (x, y)
@@ -172,11 +290,28 @@ extern "C" size_t vr_cutrain_rmsnorm_bwd_scratch(int T, int C) {
 
 extern "C" size_t vr_cutrain_colsum_scratch(int T, int N) { return (size_t)chunks_of(T) * N; }
 
-/* The fused kernel (C <= FUSED_THREADS * FUSED_MAX_K), then the blocks' dw sums in order. */
+static bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* The fused kernel (C <= FUSED_THREADS * FUSED_MAX_K; the warp-per-row form where C and the
+ * pointers allow it), then the blocks' dw sums in order. */
 template <typename DY>
 static void rmsnorm_bwd_fused(float *dx, uint16_t *dx16, float *dw, const DY *dy, const float *x, const float *w,
                               int T, int C, float eps, int accumulate, float *scratch, cudaStream_t s) {
   const int K = (C + FUSED_THREADS - 1) / FUSED_THREADS, nb = fused_blocks(T);
+  const int K4 = (C / 4 + 31) / 32;
+  if (C % 4 == 0 && K4 <= VEC_MAX_K4 && aligned16(x) && aligned16(dx) && aligned16(w) &&
+      ((uintptr_t)dy & (sizeof(DY) == 2 ? 7 : 15)) == 0 && ((uintptr_t)dx16 & 7) == 0) {
+    const size_t sh = (size_t)VEC_WARPS * C * sizeof(float);
+    if (K4 <= 2)
+      k_rmsnorm_bwd_vec<2><<<nb, VEC_WARPS * 32, sh, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else if (K4 <= 4)
+      k_rmsnorm_bwd_vec<4><<<nb, VEC_WARPS * 32, sh, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    else
+      k_rmsnorm_bwd_vec<7><<<nb, VEC_WARPS * 32, sh, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
+    VR_CUDA_CHECK_LAUNCH();
+    colsum_final(dw, scratch, nb, C, s);
+    return;
+  }
   if (K <= 1)
     k_rmsnorm_bwd_fused<1><<<nb, FUSED_THREADS, 0, s>>>(dx, dx16, scratch, dy, x, w, T, C, eps, accumulate);
   else if (K <= 2)
@@ -220,8 +355,13 @@ extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, in
                                        cudaStream_t s) {
   if (T <= 0) return;
   const int chunks = chunks_of(T);
-  const dim3 g1((unsigned)((N + 255) / 256), (unsigned)chunks);
-  k_colsum_partial<<<g1, 256, 0, s>>>(scratch, NULL, NULL, NULL, dy, ld, T, N);
+  if (N % 8 == 0 && ld % 8 == 0 && ((uintptr_t)dy & 15) == 0 && ((uintptr_t)scratch & 15) == 0) {
+    const dim3 g8((unsigned)((N / 8 + 127) / 128), (unsigned)chunks);
+    k_colsum_partial_bf16x8<<<g8, 128, 0, s>>>(scratch, dy, ld, T, N);
+  } else {
+    const dim3 g1((unsigned)((N + 255) / 256), (unsigned)chunks);
+    k_colsum_partial<<<g1, 256, 0, s>>>(scratch, NULL, NULL, NULL, dy, ld, T, N);
+  }
   VR_CUDA_CHECK_LAUNCH();
   colsum_final(db, scratch, chunks, N, s);
 }

@@ -27,7 +27,9 @@ extern "C" {
  *   dx (T, C) fp32: dx  = r * (dy * w) - x * r^3 * mean(dy * w * x)   (accumulate = 1: dx +=)
  *   dw (C) fp32:    dw += sum_t dy[t] * x[t] * r[t]
  * For C <= 4096 one kernel reads dy and x once: dx, and per block of 16 rows (in order) the
- * dw partial sums into a (blocks, C) table, then a second pass sums the blocks in order;
+ * dw partial sums into a (blocks, C) table, then a second pass sums the blocks in order (C % 4
+ * == 0 and C <= 896 with 16-byte aligned x, dx, w and fp32 dy (8-byte bf16 dy / dx16): a warp
+ * per row, the rows' sums per warp then the warps' in order, which rounds differently);
  * larger C: dx per row, then dw in two passes (rows in chunks of VR_CUTRAIN_NORM_CHUNK into a
  * (chunks, C) partial table, then the chunks in order). scratch:
  * vr_cutrain_rmsnorm_bwd_scratch(T, C) floats. dx must not overlap x or dy. dx16 (T, C) bf16, or NULL: bf16(dx) as well (the next
@@ -38,7 +40,8 @@ void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, const float *d
                             int T, int C, float eps, int accumulate, float *scratch, cudaStream_t s);
 /* The same with dy bf16 (a projection's dX as autocast's bf16 linear gives it: half the bytes
  * written by its GEMM and read here), for C <= VR_CUTRAIN_NORM_BWD16_MAX_C (the one-pass
- * kernel): vr_cutrain_rmsnorm_bwd's arithmetic on dy's values widened to fp32, bit for bit. */
+ * kernel): vr_cutrain_rmsnorm_bwd's arithmetic on dy's values widened to fp32, bit for bit (where
+ * both calls' pointers allow the same form, as buffers from cudaMalloc do). */
 #define VR_CUTRAIN_NORM_BWD16_MAX_C 4096
 void vr_cutrain_rmsnorm_bwd16(float *dx, uint16_t *dx16, float *dw, const uint16_t *dy, const float *x,
                               const float *w, int T, int C, float eps, int accumulate, float *scratch, cudaStream_t s);
