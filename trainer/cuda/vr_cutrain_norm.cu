@@ -9,9 +9,10 @@
 #define FUSED_ROWS 16
 #define FUSED_THREADS 256
 #define FUSED_MAX_K 16
-/* the final pass of the column sums: columns x chunk groups per block */
-#define FIN_X 32
-#define FIN_Y 16
+/* the final pass of the column sums: columns x chunk groups per block (8 columns a block: C / 8
+ * blocks, 112 at C 896; 32 columns gave 28 blocks and ~10 us a call, latency-bound) */
+#define FIN_X 8
+#define FIN_Y 64
 
 /* ---------------------------------------------------------------- kernels */
 
@@ -256,20 +257,22 @@ __global__ void k_colsum_partial_bf16x8(float *partial, const uint16_t *dyb, int
 }
 
 /* Pass 2: out[c] += sum over chunks of partial[chunk, c]: block (FIN_X, FIN_Y), thread (x, y)
- * sums the chunks y, y + FIN_Y, ... of column c in order, then row y = 0 adds the FIN_Y sums in
- * order (a fixed order: deterministic; FIN_Y loads in flight per column instead of one). */
-__global__ void k_colsum_final(float *out, const float *partial, int chunks, int C) {
-  __shared__ float red[FIN_Y][FIN_X + 1];
+ * sums the chunks y, y + FIN_Y, ... of column c in order, then the FIN_Y sums are added pairwise
+ * in a fixed tree (y + h into y for h = FIN_Y / 2, ..., 1): a fixed order, deterministic. */
+__global__ void __launch_bounds__(FIN_X * FIN_Y) k_colsum_final(float *out, const float *partial, int chunks, int C) {
+  __shared__ float red[FIN_Y][FIN_X];
   const int c = blockIdx.x * FIN_X + threadIdx.x;
   float a = 0.f;
   if (c < C)
     for (int k = threadIdx.y; k < chunks; k += FIN_Y) a += partial[(size_t)k * C + c];
   red[threadIdx.y][threadIdx.x] = a;
   __syncthreads();
-  if (threadIdx.y || c >= C) return;
-  float t = 0.f;
-  for (int y = 0; y < FIN_Y; ++y) t += red[y][threadIdx.x];
-  out[c] += t;
+#pragma unroll
+  for (int h = FIN_Y / 2; h > 0; h >>= 1) {
+    if (threadIdx.y < h) red[threadIdx.y][threadIdx.x] += red[threadIdx.y + h][threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < C) out[c] += red[0][threadIdx.x];
 }
 
 static void colsum_final(float *out, const float *partial, int chunks, int C, cudaStream_t s) {
