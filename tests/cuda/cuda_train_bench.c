@@ -7,7 +7,10 @@
  * and writes one JSON line per model to stdout (prefix "json "). Then one more step and one more
  * forward with the engine's per-phase profiling on (cudaEvents at phase boundaries,
  * vr_cutrain_profile; outside the timed iterations): one "phase" line per phase with its
- * milliseconds in the step and in the log-prob forward.
+ * milliseconds in the step and in the log-prob forward. A "clocks" line gives the SM clock and
+ * board power sampled every 20 ms over the timed steps and the timed forwards (gpu_sampler.h,
+ * NVML loaded at run time; "not sampled" without it): at the card's power cap the clock falls
+ * well below its maximum, and a rate is read against the clock it ran at.
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1]
@@ -39,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "gpu_sampler.h"
 #include "vr_cutrain.h"
 #include "vr_cutrain_ops.h"
 
@@ -157,8 +161,12 @@ static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tf
   }
   double t_step = 0, t_fwd = 0;
   int stages = 0;
+  gpu_sampler_t smp;
+  (void)gpu_sampler_open(&smp); /* unavailable: the clocks line says so */
+  gpu_sample_sum_t clk_step, clk_fwd;
   for (int it = -2; it < iters; ++it) { /* two warm-up steps (plans, first touches; --tune-gemm: the first) */
     if (tune) vr_cutrain_tune_gemms(e, it == -2);
+    if (it == 0) gpu_sampler_start(&smp);
     const double t0 = now_s();
     vr_cutrain_zero_grad(e);
     vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, NULL, NULL, 1);
@@ -170,14 +178,18 @@ static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tf
     vr_cutrain_sync(e);
     if (it >= 0) t_step += now_s() - t0;
   }
+  clk_step = gpu_sampler_stop(&smp);
   if (staged && stages != (iters + 2) * (L + 2)) fprintf(stderr, "%s: %d backward stages reported, want %d\n", m->name,
                                                          stages, (iters + 2) * (L + 2));
   for (int it = -2; it < iters; ++it) {
     if (tune) vr_cutrain_tune_gemms(e, it == -2);
+    if (it == 0) gpu_sampler_start(&smp);
     const double t0 = now_s();
     vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, logp, NULL, 0);
     if (it >= 0) t_fwd += now_s() - t0;
   }
+  clk_fwd = gpu_sampler_stop(&smp);
+  gpu_sampler_close(&smp);
   /* per-phase device time of one more step and one more forward */
   double ph_step[VR_CUTRAIN_PH_N] = {0}, ph_fwd[VR_CUTRAIN_PH_N] = {0};
   if (vr_cutrain_profile(e, 1) == 0) {
@@ -220,6 +232,10 @@ static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tf
       "\"gemm_tflops\": %.1f, \"recompute\": %d, \"staged\": %d, \"tuned\": %d}\n",
       m->name, n_params, T, t_step * 1e3, tps, mfu, t_fwd * 1e3, tps_f, mfu_f, (free0 - free1) / 1073741824.0,
       gemm_tflops, recompute, staged, tune);
+  char cs[160], cf[160];
+  gpu_sample_format(cs, sizeof cs, &clk_step);
+  gpu_sample_format(cf, sizeof cf, &clk_fwd);
+  printf("clocks %-14s timed steps: %s  |  timed log-prob forwards: %s\n", m->name, cs, cf);
   fflush(stdout);
   vr_cutrain_free(e);
   free(lo), free(inv), free(ids), free(tgt), free(cu), free(glp), free(logp);
