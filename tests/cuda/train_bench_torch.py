@@ -6,7 +6,8 @@ weights, bf16 autocast, SDPA attention, fused AdamW (clip 1.0), the token-mean N
 n_seqs x seq_len tokens (no padding); eager and under torch.compile, in the same process.
 Also a log-prob-only forward (no grad: logits -> log_softmax -> gather), eager and compiled.
 Prints tokens/s and MFU with the same flop count as cuda_train_bench (6N + 6 L (H D) S per
-trained token, 2N + 2 L (H D) S per forward token) and one JSON line per run ("json ...").
+trained token, 2N + 2 L (H D) S per forward token), a "clocks" line (with --clocks 1: the SM clock
+and power sampled over the timed loops, as cuda_train_bench's) and one JSON line per run ("json ...").
 
 --sdpa: the SDPA backends to run each mode with (torch.nn.attention.sdpa_kernel around the whole
 run, so torch.compile traces with it): "default" leaves PyTorch's choice, which under
@@ -17,13 +18,15 @@ model is reported ("not available") and skipped.
 
   python3 train_bench_torch.py [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024]
                                [--iters 5] [--modes eager,compile] [--gemm-tflops 781]
-                               [--sdpa default,flash,cudnn,efficient]
+                               [--sdpa default,flash,cudnn,efficient] [--clocks 0|1]
 """
 import contextlib
+import ctypes
 import gc
 import argparse
 import json
 import math
+import threading
 import time
 
 import torch
@@ -50,15 +53,75 @@ def build(name):
     return model, cfg
 
 
+class Clocks:
+    """The SM clock and board power sampled every 20 ms while timed loops run (NVML through ctypes,
+    as cuda_train_bench's gpu_sampler.h; "not sampled" without the driver library): at the card's
+    power cap the clock falls well below its maximum."""
+
+    def __init__(self, on=True):
+        self.nvml, self.dev, self.on = None, None, on
+        self.samples = []
+        if not on:
+            return
+        try:
+            nvml = ctypes.CDLL("libnvidia-ml.so.1")
+            p = torch.cuda.get_device_properties(torch.cuda.current_device())
+            bus = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0".encode()
+            dev = ctypes.c_void_p()
+            if nvml.nvmlInit_v2() == 0 and nvml.nvmlDeviceGetHandleByPciBusId_v2(bus, ctypes.byref(dev)) == 0:
+                self.nvml, self.dev = nvml, dev
+                self.reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                    getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        except (OSError, AttributeError):
+            pass
+
+    def _loop(self, stop):
+        mhz, mw, r = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
+        while not stop.is_set():
+            if self.nvml.nvmlDeviceGetClockInfo(self.dev, 1, ctypes.byref(mhz)) == 0 and \
+                    self.nvml.nvmlDeviceGetPowerUsage(self.dev, ctypes.byref(mw)) == 0:
+                if not self.reasons or self.reasons(self.dev, ctypes.byref(r)) != 0:
+                    r.value = 0
+                self.samples.append((mhz.value, mw.value / 1000.0, (r.value & 0x84) != 0))
+            stop.wait(0.02)
+
+    @contextlib.contextmanager
+    def window(self):
+        if not self.nvml:
+            yield
+            return
+        stop = threading.Event()
+        th = threading.Thread(target=self._loop, args=(stop,), daemon=True)
+        th.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            th.join()
+
+    def take(self):
+        s, self.samples = self.samples, []
+        if not s:
+            return "no samples" if self.nvml else "not sampled (no NVML)" if self.on else "not sampled (--clocks 0)"
+        m = [x[0] for x in s]
+        return (f"SM {sum(m) / len(m):.0f} MHz mean ({min(m)}-{max(m)}), {sum(x[1] for x in s) / len(s):.0f} W, "
+                f"power-capped {100.0 * sum(x[2] for x in s) / len(s):.0f}% of {len(s)} samples")
+
+
+CLOCKS = None
+
+
 def timed(fn, iters, warm):
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / iters
+    with CLOCKS.window():
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+        t = time.perf_counter() - t0
+    return t / iters
 
 
 def sdpa_context(backend):
@@ -98,9 +161,11 @@ def run(name, mode, args, backend="default"):
 
     torch.cuda.reset_peak_memory_stats()
     t_step = timed(step, args.iters, 3)
+    clk_step = CLOCKS.take()
     peak = torch.cuda.max_memory_allocated() / 2**30
     loss = float(step())
     t_fwd = timed(logprobs, args.iters, 2)
+    clk_fwd = CLOCKS.take()
     attn = 6.0 * L * H * D * args.len
     tps, tpf = T / t_step, T / t_fwd
     mfu = tps * (6.0 * n_params + attn) / (args.gemm_tflops * 1e12)
@@ -110,6 +175,7 @@ def run(name, mode, args, backend="default"):
           f"MFU {100 * mfu:.1f}%  |  log-prob forward {t_fwd * 1e3:.1f} ms  {tpf / 1e3:.1f}k tokens/s  "
           f"MFU {100 * mfu_f:.1f}%  |  peak memory {peak:.1f} GiB  loss {loss:.4f} (ln V = {math.log(cfg.vocab_size):.4f})",
           flush=True)
+    print(f"clocks torch {tag:7s} {name:14s} timed steps: {clk_step}  |  timed log-prob forwards: {clk_fwd}", flush=True)
     print("json " + json.dumps(dict(model=name, mode=mode, sdpa=backend, params=n_params, tokens=T, step_ms=t_step * 1e3,
                                     tokens_per_s=tps, mfu=mfu, fwd_ms=t_fwd * 1e3, fwd_tokens_per_s=tpf, fwd_mfu=mfu_f,
                                     peak_gib=peak, torch=torch.__version__,
@@ -127,7 +193,11 @@ def main():
     ap.add_argument("--modes", default="eager,compile")
     ap.add_argument("--gemm-tflops", type=float, default=781.0)
     ap.add_argument("--sdpa", default="default")
+    ap.add_argument("--clocks", type=int, default=0,
+                    help="1: sample the SM clock and power over the timed loops (a Python thread, every 20 ms)")
     args = ap.parse_args()
+    global CLOCKS
+    CLOCKS = Clocks(args.clocks != 0)
     names = list(SHAPES) if args.model == "all" else [args.model]
     for mode in args.modes.split(","):
         for backend in args.sdpa.split(","):
