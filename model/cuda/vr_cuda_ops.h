@@ -311,7 +311,8 @@ int vr_cuda_gemm_cache_open(const char *path);
  * vr_gemm_tune_store), logging at info how many were added; nothing to do: 0. A failure is warned
  * about and the file not used again, except the lock held by another process's save
  * (VR_ERR_BUSY after vr_gemm_tune_store's bounded wait), a passing state: the choices stay unsaved
- * and the next save tries again, up to three saves in a row before the file is given up. Thread-safe; file I/O: call it after a warm-up, not per step. */
+ * and the next save tries again, up to three saves in a row before the file is given up.
+ * Thread-safe; file I/O: call it after a warm-up, not per step. */
 int vr_cuda_gemm_cache_save(void);
 /* Tuning options (default: none). flush (device memory of flush_bytes, owned by the caller, whose
  * contents the tuning overwrites; NULL or 0 bytes: off) is written before every timed run, so the

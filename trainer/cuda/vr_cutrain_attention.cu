@@ -88,39 +88,42 @@ __global__ void k_attn_delta8(bwd_params p, int T) {
 }
 
 /* The split table's group sums: dqkv[t, k / v of key head hk] = bf16(sum over j in order of
- * part[t, hk np + j, :]); one thread per (t, hk, c < 2 D), or (k_attn_dkdv_reduce4: ld, k_off,
- * v_off multiples of 4, as the tensor-core paths assert) per 4 consecutive c: float4 reads, one
- * 8-byte store, the same sums in the same order (the same bits). */
-__global__ void k_attn_dkdv_reduce4(bwd_params p, int T, int D) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, w = (size_t)p.Hkv * (D / 2);
+ * part[t, hk np + j, :]); one thread per (t, hk) and W consecutive c < 2 D: W 4 (ld, k_off, v_off
+ * multiples of 4, as the tensor-core paths assert, part 16-byte and dqkv 8-byte aligned) with
+ * float4 reads and one 8-byte store, else W 1. The same sums in the same order either way (the
+ * same bits). */
+template <int W>
+__global__ void k_attn_dkdv_reduce(bwd_params p, int T, int D) {
+  const int G = 2 * D / W; /* column groups of a key head */
+  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, w = (size_t)p.Hkv * G;
   if (i >= (size_t)T * w) return;
   const size_t t = i / w;
-  const int rest = (int)(i - t * w), hk = rest / (D / 2), c = 4 * (rest - hk * (D / 2)), np = p.np;
+  const int rest = (int)(i - t * w), hk = rest / G, c = W * (rest - hk * G), np = p.np;
   const float *src = p.part + (t * p.Hkv * np + (size_t)hk * np) * 2 * D + c;
-  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+  float a[W];
+#pragma unroll
+  for (int k = 0; k < W; ++k) a[k] = 0.f;
   for (int j = 0; j < np; ++j) {
-    const float4 v = *reinterpret_cast<const float4 *>(src + (size_t)j * 2 * D);
-    a.x += v.x, a.y += v.y, a.z += v.z, a.w += v.w;
+    const float *r = src + (size_t)j * 2 * D;
+    if constexpr (W == 4) {
+      const float4 v = *reinterpret_cast<const float4 *>(r);
+      a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
+    } else {
+      a[0] += r[0];
+    }
   }
   const int col = c < D ? p.k_off + hk * D + c : p.v_off + hk * D + (c - D);
-  uint2 u;
-  u.x = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a.x)) |
-        (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a.y)) << 16;
-  u.y = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a.z)) |
-        (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a.w)) << 16;
-  *reinterpret_cast<uint2 *>(p.dqkv + t * p.ld + col) = u;
-}
-
-__global__ void k_attn_dkdv_reduce(bwd_params p, int T, int D) {
-  const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, w = (size_t)p.Hkv * 2 * D;
-  if (i >= (size_t)T * w) return;
-  const size_t t = i / w;
-  const int rest = (int)(i - t * w), hk = rest / (2 * D), c = rest - hk * 2 * D, np = p.np;
-  const float *src = p.part + (t * p.Hkv * np + (size_t)hk * np) * 2 * D + c;
-  float a = 0.f;
-  for (int j = 0; j < np; ++j) a += src[(size_t)j * 2 * D];
-  const int col = c < D ? p.k_off + hk * D + c : p.v_off + hk * D + (c - D);
-  p.dqkv[t * p.ld + col] = __float2bfloat16_rn(a);
+  bf16 *dst = p.dqkv + t * p.ld + col;
+  if constexpr (W == 4) {
+    uint2 u;
+    u.x = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a[0])) |
+          (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a[1])) << 16;
+    u.y = (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a[2])) |
+          (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a[3])) << 16;
+    *reinterpret_cast<uint2 *>(dst) = u;
+  } else {
+    dst[0] = __float2bfloat16_rn(a[0]);
+  }
 }
 
 /* ---- generic path: any D <= 256, sliding windows (small models, the tests' fixtures) ----
@@ -256,15 +259,13 @@ void wg_attrs_once(K kernel, size_t bytes, int (&done)[64]) {
 /* The split table's group sums after the dK / dV kernel (p.part only). */
 inline void launch_dkdv_reduce(const bwd_params &p, int T, int D, cudaStream_t s) {
   if (!p.part) return;
-  if (p.ld % 4 == 0 && p.k_off % 4 == 0 && p.v_off % 4 == 0 && ((uintptr_t)p.dqkv & 7) == 0 &&
-      ((uintptr_t)p.part & 15) == 0) {
-    const size_t n4 = (size_t)T * p.Hkv * (D / 2);
-    k_attn_dkdv_reduce4<<<(unsigned)((n4 + 255) / 256), 256, 0, s>>>(p, T, D);
-    VR_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  const size_t n = (size_t)T * p.Hkv * 2 * D;
-  k_attn_dkdv_reduce<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
+  const bool w4 = p.ld % 4 == 0 && p.k_off % 4 == 0 && p.v_off % 4 == 0 && ((uintptr_t)p.dqkv & 7) == 0 &&
+                  ((uintptr_t)p.part & 15) == 0;
+  const size_t n = (size_t)T * p.Hkv * 2 * D / (w4 ? 4 : 1);
+  if (w4)
+    k_attn_dkdv_reduce<4><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
+  else
+    k_attn_dkdv_reduce<1><<<(unsigned)((n + 255) / 256), 256, 0, s>>>(p, T, D);
   VR_CUDA_CHECK_LAUNCH();
 }
 

@@ -214,17 +214,14 @@ __global__ void __launch_bounds__(VEC_WARPS * 32, 2)
 }
 
 /* Pass 1 of a column reduction: partial[chunk, c] = sum over the chunk's rows t (in order) of
- * dy[t, c] * x[t, c] * rstd[t]; with x == NULL of dy[t, c] * rstd[t] (rstd NULL: 1), or with
- * dyb given of the bf16 matrix dyb (row pitch ld). Grid (ceil(C / 256), chunks). */
-__global__ void k_colsum_partial(float *partial, const float *dy, const float *x, const float *rstd,
-                                 const uint16_t *dyb, int ld, int T, int C) {
+ * dy[t, c] * x[t, c] * rstd[t]; with x == NULL of dy[t, c] * rstd[t] (rstd NULL: 1). Grid
+ * (ceil(C / 256), chunks). */
+__global__ void k_colsum_partial(float *partial, const float *dy, const float *x, const float *rstd, int T, int C) {
   const int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= C) return;
   const int t0 = blockIdx.y * CHUNK, t1 = min(T, t0 + CHUNK);
   float a = 0.f;
-  if (dyb) {
-    for (int t = t0; t < t1; ++t) a += bf(dyb[(size_t)t * ld + c]);
-  } else if (x) {
+  if (x) {
     for (int t = t0; t < t1; ++t) a += dy[(size_t)t * C + c] * x[(size_t)t * C + c] * rstd[t];
   } else { /* rstd: row weights, or NULL (1) */
     for (int t = t0; t < t1; ++t) a += dy[(size_t)t * C + c] * (rstd ? rstd[t] : 1.f);
@@ -232,28 +229,38 @@ __global__ void k_colsum_partial(float *partial, const float *dy, const float *x
   partial[(size_t)blockIdx.y * C + c] = a;
 }
 
-/* Pass 1 for a bf16 matrix with 8 columns a thread (16-byte loads; N % 8 == 0, ld % 8 == 0, dyb
- * 16-byte aligned): the same per-column sums in the same row order as k_colsum_partial's dyb
- * form, so the same bits (Qwen2's q/k/v bias gradient: 2-byte loads left that pass at ~2 TB/s).
- * Grid (ceil(N / 8 / 128), chunks), 128 threads. */
-__global__ void k_colsum_partial_bf16x8(float *partial, const uint16_t *dyb, int ld, int T, int N) {
-  const int c8 = blockIdx.x * blockDim.x + threadIdx.x;
-  if (8 * c8 >= N) return;
+/* Pass 1 for a bf16 matrix dyb (row pitch ld): partial[chunk, c] = sum over the chunk's rows in
+ * order of dyb[t, c], W columns a thread: W 8 with 16-byte loads (N % 8 == 0, ld % 8 == 0, dyb and
+ * partial 16-byte aligned; Qwen2's q/k/v bias gradient: 2-byte loads left that pass at ~2 TB/s),
+ * else W 1. The same sums in the same order either way, so the same bits. Grid
+ * (ceil(N / W / 128), chunks), 128 threads. */
+template <int W>
+__global__ void k_colsum_partial_bf16(float *partial, const uint16_t *dyb, int ld, int T, int N) {
+  const int c0 = W * (blockIdx.x * blockDim.x + threadIdx.x);
+  if (c0 >= N) return;
   const int t0 = blockIdx.y * CHUNK, t1 = min(T, t0 + CHUNK);
-  float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  float a[W];
+#pragma unroll
+  for (int k = 0; k < W; ++k) a[k] = 0.f;
 #pragma unroll 8
   for (int t = t0; t < t1; ++t) {
-    const uint4 u = *reinterpret_cast<const uint4 *>(dyb + (size_t)t * ld + 8 * (size_t)c8);
-    const uint32_t v[4] = {u.x, u.y, u.z, u.w};
+    const uint16_t *row = dyb + (size_t)t * ld + c0;
+    if constexpr (W == 8) {
+      const uint4 u = *reinterpret_cast<const uint4 *>(row);
+      const uint32_t v[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      a[2 * k] += __uint_as_float(v[k] << 16);
-      a[2 * k + 1] += __uint_as_float(v[k] & 0xffff0000u);
+      for (int k = 0; k < 4; ++k) {
+        a[2 * k] += __uint_as_float(v[k] << 16);
+        a[2 * k + 1] += __uint_as_float(v[k] & 0xffff0000u);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < W; ++k) a[k] += bf(row[k]);
     }
   }
-  float4 *dst = reinterpret_cast<float4 *>(partial + (size_t)blockIdx.y * N + 8 * (size_t)c8);
-  dst[0] = make_float4(a[0], a[1], a[2], a[3]);
-  dst[1] = make_float4(a[4], a[5], a[6], a[7]);
+  float *dst = partial + (size_t)blockIdx.y * N + c0;
+#pragma unroll
+  for (int k = 0; k < W; ++k) dst[k] = a[k];
 }
 
 /* Pass 2: out[c] += sum over chunks of partial[chunk, c]: block (FIN_X, FIN_Y), thread (x, y)
@@ -342,7 +349,7 @@ extern "C" void vr_cutrain_rmsnorm_bwd(float *dx, uint16_t *dx16, float *dw, con
   k_rmsnorm_bwd_dx<<<T, norm_threads(C), 0, s>>>(dx, dx16, rstd, dy, x, w, C, eps, accumulate);
   VR_CUDA_CHECK_LAUNCH();
   const dim3 g1((unsigned)((C + 255) / 256), (unsigned)chunks);
-  k_colsum_partial<<<g1, 256, 0, s>>>(partial, dy, x, rstd, NULL, C, T, C);
+  k_colsum_partial<<<g1, 256, 0, s>>>(partial, dy, x, rstd, T, C);
   VR_CUDA_CHECK_LAUNCH();
   colsum_final(dw, partial, chunks, C, s);
 }
@@ -358,13 +365,11 @@ extern "C" void vr_cutrain_colsum_bf16(float *db, const uint16_t *dy, int ld, in
                                        cudaStream_t s) {
   if (T <= 0) return;
   const int chunks = chunks_of(T);
-  if (N % 8 == 0 && ld % 8 == 0 && ((uintptr_t)dy & 15) == 0 && ((uintptr_t)scratch & 15) == 0) {
-    const dim3 g8((unsigned)((N / 8 + 127) / 128), (unsigned)chunks);
-    k_colsum_partial_bf16x8<<<g8, 128, 0, s>>>(scratch, dy, ld, T, N);
-  } else {
-    const dim3 g1((unsigned)((N + 255) / 256), (unsigned)chunks);
-    k_colsum_partial<<<g1, 256, 0, s>>>(scratch, NULL, NULL, NULL, dy, ld, T, N);
-  }
+  if (N % 8 == 0 && ld % 8 == 0 && aligned16(dy) && aligned16(scratch))
+    k_colsum_partial_bf16<8><<<dim3((unsigned)((N / 8 + 127) / 128), (unsigned)chunks), 128, 0, s>>>(scratch, dy, ld,
+                                                                                                      T, N);
+  else
+    k_colsum_partial_bf16<1><<<dim3((unsigned)((N + 127) / 128), (unsigned)chunks), 128, 0, s>>>(scratch, dy, ld, T, N);
   VR_CUDA_CHECK_LAUNCH();
   colsum_final(db, scratch, chunks, N, s);
 }
@@ -374,7 +379,7 @@ extern "C" void vr_cutrain_colsum_weighted(float *out, const float *x, const flo
   if (T <= 0) return;
   const int chunks = chunks_of(T);
   const dim3 g1((unsigned)((C + 255) / 256), (unsigned)chunks);
-  k_colsum_partial<<<g1, 256, 0, s>>>(scratch, x, NULL, wgt, NULL, C, T, C);
+  k_colsum_partial<<<g1, 256, 0, s>>>(scratch, x, NULL, wgt, T, C);
   VR_CUDA_CHECK_LAUNCH();
   colsum_final(out, scratch, chunks, C, s);
 }
