@@ -948,6 +948,18 @@ static void test_attention_train(int H, int Hkv, int D, int window, int generic_
     tohost(gd2, d_dq, (size_t)T * ld * 2);
     snprintf(what, sizeof what, "attention_bwd deterministic, any tile order %s", kshape);
     check_same_bits(what, gd, gd2, (size_t)T * ld * 2);
+    if (split && kernel == VR_CUTRAIN_ATTN_BWD_MMA) {
+      /* dqkv 4 bytes past an 8-byte boundary: the split table's group sums one column a thread
+       * (the 4-column form needs 8-byte stores), the same bits */
+      uint16_t *d_dq2 = dmalloc((size_t)T * ld * 2 + 4);
+      CK(cudaMemset(d_dq2, 0xFF, (size_t)T * ld * 2 + 4));
+      vr_cutrain_attention_bwd(d_dq2 + 2, d_qkv, ld, 0, a.koff, a.voff, d_o, d_do, HD, d_lse, d_delta, d_cu, d_bt, NULL,
+                               nbt, H, Hkv, D, window, scale, d_split, T, kernel, 0);
+      tohost(gd2, d_dq2 + 2, (size_t)T * ld * 2);
+      dfree(d_dq2);
+      snprintf(what, sizeof what, "attention_bwd group sums 1 column a thread = 4 %s", kshape);
+      check_same_bits(what, gd, gd2, (size_t)T * ld * 2);
+    }
   }
   dfree(d_qkv), dfree(d_o), dfree(d_do), dfree(d_dq), dfree(d_lse);
   dfree(d_delta), dfree(d_cu), dfree(d_t), dfree(d_bt), dfree(d_meta);
