@@ -107,6 +107,10 @@ typedef struct vr_train_options {
   const char *device;         /* "cpu" (NULL = cpu) or "cuda[:N]" */
   int n_threads;              /* cpu: OpenMP threads, 0 = all */
   const char *cpu_gemm;       /* cpu: NULL/"auto", "generic", "avx2+fma" (vr_cpu_gemm.h) */
+  const char *cuda_mlp;       /* cuda: the gate/up projection + SwiGLU forward, NULL/"auto", "cublas",
+                               * "fused" (the Hopper GEMM with SwiGLU in its epilogue: sm_90a builds on
+                               * compute 9.0 and the shapes vr_cutrain.h names; elsewhere refused)
+                               * (vr_cutrain_desc_t.mlp) */
   int recompute;              /* 1: keep only each layer's input; recompute the layer in backward */
   uint32_t max_tokens;        /* largest batch (T) a forward gets; 0 = 8192 */
   size_t vocab_chunk;         /* LM head: vocabulary rows per chunk; 0 = backend default */

@@ -13,8 +13,10 @@
  *     engine without it;
  *   the critic (qwen2_critic, value head): values and the gradients of sum w * value;
  *   a random Qwen2 written here with q/k/v weights and biases adjacent (the real models' layout:
- *     one qkv GEMM with its bias epilogue): log-probs and gradients against the cpu engine, with
- *     and without per-layer recomputation;
+ *     one qkv GEMM with its bias epilogue) and an intermediate size the fused gate/up + SwiGLU
+ *     GEMM takes (on Hopper): log-probs and gradients against the cpu engine, with and without
+ *     per-layer recomputation, on the default engine and (where the fused LM head runs) with
+ *     cuda_mlp "fused"; an unknown cuda_mlp refused;
  *   backward_ready (both heads): one ready call per stage, lo falling to 0, the gradients a
  *     one-rank comm copies at each call already final, the same bits as the plain backward;
  *   two backward passes accumulated against one pass of their sum; zero_grad with no backward
@@ -45,15 +47,21 @@
 #define LOGP_TOL 6e-2
 #define GRAD_TOL 5e-2
 
-static vr_train_t *engine_opt(const vr_lm_t *lm, const char *device, int recompute) {
+/* cuda_mlp: vr_train_options_t's, NULL the default */
+static vr_train_t *engine_mlp(const vr_lm_t *lm, const char *device, int recompute, const char *cuda_mlp) {
   vr_train_options_t o;
   vr_train_options_init(&o);
   o.device = device;
   o.max_tokens = 1024;
   o.recompute = recompute;
+  o.cuda_mlp = cuda_mlp;
   vr_train_t *t = NULL;
   assert_int_equal(vr_train_init(lm, &o, &t), 0);
   return t;
+}
+
+static vr_train_t *engine_opt(const vr_lm_t *lm, const char *device, int recompute) {
+  return engine_mlp(lm, device, recompute, NULL);
 }
 
 static vr_train_t *engine(const vr_lm_t *lm, const char *device) { return engine_opt(lm, device, 0); }
@@ -448,9 +456,10 @@ static void test_qwen2_fused(void **state) {
   vr_log_set_level(VR_LOG_INFO); /* the engine's layout line */
   vr_train_t *tc = engine(lm, "cuda");
   const int fused = strstr(mt_log_text(), "qkv fused") != NULL;
-  /* the gate/up + SwiGLU path the engine chose (the fused Hopper GEMM is opt-in: cuda_train_bench
-   * --mlp fused; its kernel is checked in test_cuda_train_kernels) */
-  const int mlp_fused = strstr(mt_log_text(), "gate/up + SwiGLU fused") != NULL;
+  /* the gate/up + SwiGLU path the engine chose (the fused Hopper GEMM is opt-in: cuda_mlp "fused",
+   * checked below where it runs); on an sm_90a build on Hopper the LM head is the fused GEMM */
+  const int mlp_fused = strstr(mt_log_text(), "gate/up + SwiGLU fused") != NULL,
+            lm_fused = strstr(mt_log_text(), "LM-head forward fused") != NULL;
   mt_log_stop();
   vr_log_set_level(VR_LOG_INFO);
   printf("  cuda engine: qkv %s, gate/up + SwiGLU %s\n", fused ? "fused (one GEMM)" : "NOT FUSED",
@@ -478,6 +487,42 @@ static void test_qwen2_fused(void **state) {
   grads_of(tr, &b, 1.0f, d, NULL, gc, 80);
   assert_true(grads_vs(lm, gc, gp, "cpu (recomputing engine)") <= GRAD_TOL);
   vr_train_free(tr);
+  /* cuda_mlp "fused": where the fused LM head runs (an sm_90a build on Hopper) this model's
+   * gate/up projection is the Hopper GEMM with SwiGLU in its epilogue, and its forward, backward
+   * (its gu) and recomputation go through it */
+  for (int rec = 0; lm_fused && rec < 2; ++rec) {
+    mt_log_start();
+    vr_log_set_level(VR_LOG_INFO);
+    vr_train_t *tf = engine_mlp(lm, "cuda", rec, "fused");
+    const int took = strstr(mt_log_text(), "gate/up + SwiGLU fused") != NULL;
+    mt_log_stop();
+    vr_log_set_level(VR_LOG_INFO);
+    printf("  cuda engine, cuda_mlp fused%s: gate/up + SwiGLU %s\n", rec ? ", recomputing" : "",
+           took ? "fused (one GEMM)" : "NOT FUSED");
+    assert_true(took);
+    float lf[80], ef[80];
+    assert_int_equal(vr_train_forward(tf, &b, 1.0f, lf, ef, 0), 0);
+    double mf = 0;
+    for (int i = 0; i < 80; i++) {
+      assert_true(isfinite(lf[i]) && isfinite(ef[i]));
+      mf = fmax(mf, fmax(fabs((double)lf[i] - lp[i]), fabs((double)ef[i] - ep[i])));
+    }
+    printf("  cuda (fused MLP) vs cpu log-probs / entropy: max |diff| %.3g (tolerance %g)\n", mf, LOGP_TOL);
+    assert_true(mf <= LOGP_TOL);
+    grads_of(tf, &b, 1.0f, d, NULL, gc, 80);
+    assert_true(grads_vs(lm, gc, gp, rec ? "cpu (fused MLP, recomputing engine)" : "cpu (fused MLP)") <= GRAD_TOL);
+    vr_train_free(tf);
+  }
+  {
+    vr_train_options_t o;
+    vr_train_options_init(&o);
+    o.device = "cuda";
+    o.max_tokens = 1024;
+    o.cuda_mlp = "fast";
+    vr_train_t *bad = NULL;
+    assert_int_equal(vr_train_init(lm, &o, &bad), VR_ERR_INVAL);
+    assert_null(bad);
+  }
   check_accumulate(lm, &b, 80, d);
   /* a forward-only engine (the reference policy) at this hidden size: on an sm_90a build on Hopper
    * its LM head is the fused GEMM with only that kernel's workspace allocated; the same bits as

@@ -399,6 +399,13 @@ static void test_bad_inputs(void **state) {
   o.device = "cuda";
   assert_int_equal(vr_train_init(lm, &o, &t), VR_ERR_UNSUPPORTED);
   assert_non_null(strstr(mt_log_text(), "CUDA training backend"));
+#else /* the cuda backend's options are checked before it looks for a device */
+  vr_train_options_t o;
+  vr_train_options_init(&o);
+  o.device = "cuda";
+  o.cuda_mlp = "fast";
+  assert_int_equal(vr_train_init(lm, &o, &t), VR_ERR_INVAL);
+  assert_non_null(strstr(mt_log_text(), "cuda-mlp \"fast\" is not auto|cublas|fused"));
 #endif
   vr_lm_free(lm);
   assert_null(load("qwen2_critic", VR_LM_HEAD_LM, VR_ERR_UNSUPPORTED));

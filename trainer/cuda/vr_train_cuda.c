@@ -45,6 +45,15 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
   *state = NULL;
   const vr_lm_config_t *c = vr_lm_config(lm);
   const vr_lm_index_t *ix = vr_lm_index(lm);
+  int mlp = VR_CUTRAIN_MLP_AUTO;
+  if (opt->cuda_mlp && !strcmp(opt->cuda_mlp, "cublas"))
+    mlp = VR_CUTRAIN_MLP_CUBLAS;
+  else if (opt->cuda_mlp && !strcmp(opt->cuda_mlp, "fused"))
+    mlp = VR_CUTRAIN_MLP_FUSED;
+  else if (opt->cuda_mlp && strcmp(opt->cuda_mlp, "auto")) {
+    vr_log(VR_LOG_ERROR, "cuda-mlp \"%s\" is not auto|cublas|fused", opt->cuda_mlp);
+    return VR_ERR_INVAL;
+  }
   int dev = 0;
   if (opt->device && opt->device[4] == ':') {
     char *end = NULL;
@@ -110,6 +119,7 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
   s->value = c->head == VR_LM_HEAD_VALUE;
   d.recompute = opt->recompute;
   d.forward_only = opt->forward_only;
+  d.mlp = mlp;
   int rc = vr_cutrain_create(&d, vr_lm_params_const(lm), T, 0, lo, hi, &s->e);
   free(L);
   if (rc) {
