@@ -79,6 +79,7 @@ struct vr_cuda_gemm {
   void *flush; /* tuning options: vr_cuda_gemm_set_tune_opts */
   size_t flush_bytes;
   int splitk;
+  int same_bits; /* tuning keeps only candidates whose output equals the first candidate's */
   cudaEvent_t ev0, ev1;
   vr_gemm_plan_t cache[VR_GEMM_CACHE];
   vr_gemm_plan_t xcache[VR_GEMM_XCACHE];
@@ -232,6 +233,7 @@ extern "C" void vr_cuda_gemm_set_tune_opts(vr_cuda_gemm_t *g, void *flush, size_
   g->flush_bytes = flush ? flush_bytes : 0;
   g->splitk = splitk != 0;
 }
+extern "C" void vr_cuda_gemm_set_tune_same_bits(vr_cuda_gemm_t *g, int on) { g->same_bits = on != 0; }
 extern "C" uint64_t vr_cuda_gemm_plans_tuned(const vr_cuda_gemm_t *g) { return g->plans_tuned; }
 
 extern "C" void vr_cuda_gemm_free(vr_cuda_gemm_t *g) {
@@ -384,7 +386,8 @@ static void choice_key(vr_gemm_choices_t *t, const vr_cuda_gemm_t *g, const vr_g
   e->cc_major = d->major, e->cc_minor = d->minor, e->sms = d->sms;
   e->cublaslt = t->ltver;
   const int32_t k[VR_GEMM_TUNE_KEY] = {p->T, p->N, p->K, p->out_f32, p->has_bias, p->beta1, p->gelu, (int32_t)p->op_a,
-                                       (int32_t)p->op_b, p->bias_fallback, p->n_algos, g->flush != NULL,
+                                       (int32_t)p->op_b, p->bias_fallback, p->n_algos,
+                                       (g->flush != NULL) | g->same_bits << 1,
                                        (int32_t)(g->workspace_bytes >> 12)};
   memcpy(e->key, k, sizeof k);
 }
@@ -515,13 +518,61 @@ extern "C" int vr_cuda_gemm_cache_save(void) {
   return rc;
 }
 
-/* Times every candidate of p on these buffers and keeps the fastest (warm-up only). */
+/* Counts the 16-bit words where a and b differ into *n (atomically; *n zeroed by the caller). */
+__global__ void k_count_neq16(const uint16_t *__restrict__ a, const uint16_t *__restrict__ b, size_t n,
+                              unsigned long long *cnt) {
+  unsigned long long c = 0;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    c += a[i] != b[i];
+  for (int o = 16; o; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
+  if ((threadIdx.x & 31) == 0 && c) atomicAdd(cnt, c);
+}
+
+/* Times every candidate of p on these buffers and keeps the fastest. D's contents are kept: when
+ * the call accumulates in place (beta 1, C == D), D is copied first and put back after the
+ * timing, so the call that follows (gemm_run) gives the result it would have given untuned. With
+ * g->same_bits, a candidate is eligible only when its output on this call equals the first
+ * candidate's (the heuristic's choice) bit for bit, so tuning cannot change any result. Without
+ * device memory for those copies the heuristic's first choice is kept, untimed. */
 static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void *C, const uint16_t *A,
                       const uint16_t *W, float beta, cudaStream_t s) {
+  const size_t bytes = (size_t)p->T * (size_t)p->N * (p->out_f32 ? 4u : 2u);
+  const int inplace = beta != 0.f && C == D;
+  void *save = NULL, *ref = NULL;
+  unsigned long long *cnt = NULL;
+  int mem_ok = 1;
+  if (inplace) mem_ok = cudaMalloc(&save, bytes) == cudaSuccess;
+  if (mem_ok && g->same_bits)
+    mem_ok = cudaMalloc(&ref, bytes) == cudaSuccess && cudaMalloc((void **)&cnt, sizeof *cnt) == cudaSuccess;
+  if (!mem_ok) {
+    (void)cudaGetLastError(); /* the failed allocation's error */
+    vr_log(VR_LOG_WARN, "gemm T=%d N=%d K=%d: no device memory for the tuning's copies (%zu bytes): the heuristic's "
+           "first choice is kept, untimed", p->T, p->N, p->K, bytes);
+    if (save) VR_CUDA_CHECK(cudaFree(save));
+    if (ref) VR_CUDA_CHECK(cudaFree(ref));
+    if (cnt) VR_CUDA_CHECK(cudaFree(cnt));
+    p->tuned = 1;
+    return;
+  }
+  if (save) VR_CUDA_CHECK(cudaMemcpyAsync(save, D, bytes, cudaMemcpyDeviceToDevice, s));
+  if (ref) { /* the first candidate's output: the bits every eligible candidate must give */
+    VR_CUBLAS_CHECK(run_algo(g, p, &p->cand[0], D, C, A, W, beta, s));
+    VR_CUDA_CHECK(cudaMemcpyAsync(ref, D, bytes, cudaMemcpyDeviceToDevice, s));
+  }
   float best = 1e30f;
-  int best_i = 0;
+  int best_i = 0, n_same = 0;
   for (int i = 0; i < p->n_algos; ++i) {
+    if (save) VR_CUDA_CHECK(cudaMemcpyAsync(D, save, bytes, cudaMemcpyDeviceToDevice, s));
     if (run_algo(g, p, &p->cand[i], D, C, A, W, beta, s) != CUBLAS_STATUS_SUCCESS) continue;
+    unsigned long long differ = 0;
+    if (ref) {
+      VR_CUDA_CHECK(cudaMemsetAsync(cnt, 0, sizeof *cnt, s));
+      k_count_neq16<<<264, 256, 0, s>>>((const uint16_t *)D, (const uint16_t *)ref, bytes / 2, cnt);
+      VR_CUDA_CHECK(cudaGetLastError());
+      VR_CUDA_CHECK(cudaMemcpyAsync(&differ, cnt, sizeof differ, cudaMemcpyDeviceToHost, s));
+      VR_CUDA_CHECK(cudaStreamSynchronize(s));
+      n_same += differ == 0;
+    }
     float t[3];
     int ok = 1;
     for (int r = 0; r < 3 && ok; ++r) {
@@ -535,25 +586,34 @@ static void plan_tune(vr_cuda_gemm_t *g, vr_gemm_plan_t *p, void *D, const void 
     if (!ok) continue;
     const float lo = fminf(t[0], fminf(t[1], t[2])), hi = fmaxf(t[0], fmaxf(t[1], t[2]));
     const float med = t[0] + t[1] + t[2] - lo - hi;
-    if (med < best) best = med, best_i = i;
+    if (med < best && differ == 0) best = med, best_i = i;
     if (vr_log_enabled(VR_LOG_DEBUG)) { /* what a rule for these shapes would be made from */
       uint32_t tile = 0, stages = 0;
       size_t w = 0;
       (void)cublasLtMatmulAlgoConfigGetAttribute(&p->cand[i], CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile, &w);
       (void)cublasLtMatmulAlgoConfigGetAttribute(&p->cand[i], CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages, sizeof stages, &w);
-      vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d candidate %d: tile %u stages %u split-K %d, %.2f us", p->T, p->N,
-             p->K, i, tile, stages, p->cand_split[i], med * 1e3f);
+      vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d candidate %d: tile %u stages %u split-K %d, %.2f us%s", p->T, p->N,
+             p->K, i, tile, stages, p->cand_split[i], med * 1e3f,
+             !ref ? "" : differ ? " (other bits: not eligible)" : " (same bits)");
+      if (ref && differ) vr_log(VR_LOG_DEBUG, "  %llu of %zu values differ from candidate 0's", differ, bytes / 2);
     }
   }
   VR_CUDA_CHECK(cudaGetLastError());
+  if (save) VR_CUDA_CHECK(cudaMemcpyAsync(D, save, bytes, cudaMemcpyDeviceToDevice, s)); /* as before the tuning */
+  if (save || ref) VR_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (save) VR_CUDA_CHECK(cudaFree(save));
+  if (ref) VR_CUDA_CHECK(cudaFree(ref));
+  if (cnt) VR_CUDA_CHECK(cudaFree(cnt));
   p->algo = p->cand[best_i];
   p->algo_split = p->cand_split[best_i];
-  p->tuned_us = best * 1e3f;
+  p->tuned_us = best < 1e30f ? best * 1e3f : 0.f;
   p->tuned = 1;
   g->plans_tuned++;
   vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d%s%s: candidate %d of %d (split-K %d), %.1f us%s", p->T, p->N, p->K,
          p->gelu ? " gelu" : "", p->beta1 ? " +=" : "", best_i, p->n_algos, p->cand_split[best_i], best * 1e3f,
          g->flush ? " from HBM" : "");
+  if (ref) vr_log(VR_LOG_DEBUG, "gemm T=%d N=%d K=%d: %d of %d candidates give candidate 0's bits", p->T, p->N, p->K,
+                  n_same, p->n_algos);
 }
 
 extern "C" void vr_cuda_gemm(vr_cuda_gemm_t *g, void *D, int out_f32, const uint16_t *A,

@@ -292,7 +292,9 @@ void vr_cuda_gemm_op(vr_cuda_gemm_t *g, vr_cuda_op_t op_a, vr_cuda_op_t op_b, vo
  * size with any algorithm. 0 turns it off. */
 void vr_cuda_gemm_set_plan_rows(vr_cuda_gemm_t *g, int T);
 /* While on, a plan's first call outside stream capture times the heuristic's candidates on
- * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate: warm-up only). The
+ * the call's buffers and keeps the fastest (runs the GEMM ~4x per candidate; an in-place
+ * accumulation, beta 1 with C == D, is copied first and put back, so the call's result is the
+ * chosen algorithm's on the original D; without device memory for the copy, no tuning). The
  * choice is kept for the process: a plan of the same key (device, shape, layouts, epilogue, output
  * type, tuning options, workspace) tuned later, in any context, takes it without timing (the same
  * algorithm, so the same bits, in every engine of the process; across processes with a cache file:
@@ -320,6 +322,10 @@ int vr_cuda_gemm_cache_save(void);
  * size. splitk 1 widens the search of the bucket plans built from now on: twice the heuristic's
  * candidates plus their split-K variants (the exact-size plans keep the heuristic's first choice). */
 void vr_cuda_gemm_set_tune_opts(vr_cuda_gemm_t *g, void *flush, size_t flush_bytes, int splitk);
+/* on 1: tuning takes only candidates whose output on the tuning call equals the heuristic's first
+ * choice's bit for bit (checked on the device: a copy of the output), so tuning changes the speed
+ * and never a result; off (0, the default) any candidate. Part of a choice's key. */
+void vr_cuda_gemm_set_tune_same_bits(vr_cuda_gemm_t *g, int on);
 uint64_t vr_cuda_gemm_plans_tuned(const vr_cuda_gemm_t *g);
 /* Plans created so far (heuristic queries), for tests and logs. */
 uint64_t vr_cuda_gemm_plans_created(const vr_cuda_gemm_t *g);

@@ -915,6 +915,51 @@ static void test_gemm_cache_busy(void) {
   unlink(path), unlink(lock), rmdir(dir);
 }
 
+/* Tuning on an in-place accumulation (the training engine's weight gradients: D += A^T B, fp32,
+ * beta 1, C == D) with the split-K variants in the search: the tuned call's result must be the
+ * untuned call's from the same D (the tuning copies D and puts it back; before, its ~4 runs per
+ * candidate accumulated into D). With same-bits on the chosen candidate must also give the
+ * heuristic's first choice's bits, so the result equals an untuned context's bit for bit; with it
+ * off, within rounding of it. */
+static void test_gemm_tune_inplace(int same_bits) {
+  const int M = 384, N = 256, Kd = 8192; /* split-K variants are valid at this K */
+  float *af, *bf;
+  uint16_t *a = rand_bf((size_t)Kd * M, 1, &af), *b = rand_bf((size_t)Kd * N, 1, &bf);
+  float *d0 = rand_f((size_t)M * N, -4, 4);
+  uint16_t *d_a = todev(a, (size_t)Kd * M * 2), *d_b = todev(b, (size_t)Kd * N * 2);
+  float *d_ref = todev(d0, (size_t)M * N * 4), *d_tun = todev(d0, (size_t)M * N * 4);
+  float *ref = malloc((size_t)M * N * 4), *tun = malloc((size_t)M * N * 4);
+  vr_cuda_gemm_t *g0 = NULL, *g1 = NULL;
+  int ok = vr_cuda_gemm_init(&g0, 64u << 20) == 0 && vr_cuda_gemm_init(&g1, 64u << 20) == 0;
+  if (ok) {
+    vr_cuda_gemm_op(g0, VR_CUDA_OP_T, VR_CUDA_OP_N, d_ref, 1, d_a, d_b, NULL, 0, NULL, M, N, Kd, 1.f, 0);
+    vr_cuda_gemm_set_tune_opts(g1, NULL, 0, 1);
+    vr_cuda_gemm_set_tune_same_bits(g1, same_bits);
+    vr_cuda_gemm_set_tuning(g1, 1);
+    vr_cuda_gemm_op(g1, VR_CUDA_OP_T, VR_CUDA_OP_N, d_tun, 1, d_a, d_b, NULL, 0, NULL, M, N, Kd, 1.f, 0);
+    CK(cudaDeviceSynchronize());
+    tohost(ref, d_ref, (size_t)M * N * 4);
+    tohost(tun, d_tun, (size_t)M * N * 4);
+  }
+  size_t differ = 0;
+  double worst = 0, scale = 0;
+  for (size_t i = 0; ok && i < (size_t)M * N; ++i) {
+    differ += memcmp(&ref[i], &tun[i], 4) != 0;
+    worst = fmax(worst, fabs((double)ref[i] - tun[i]));
+    scale = fmax(scale, fabs((double)ref[i]));
+  }
+  const uint64_t tuned = ok ? vr_cuda_gemm_plans_tuned(g1) : 0;
+  const int pass = ok && tuned == 1 && (same_bits ? differ == 0 : worst <= 1e-4 * scale);
+  printf("%-4s gemm tuning, in-place += (M%d N%d K%d, split-K in the search, same-bits %s): %zu values differ from "
+         "the untuned call, max |diff| %.3g of %.3g, %llu plan tuned\n", pass ? "ok" : "FAIL", M, N, Kd,
+         same_bits ? "on" : "off", differ, worst, scale, (unsigned long long)tuned);
+  if (!pass) g_fail = 1;
+  if (g0) vr_cuda_gemm_free(g0);
+  if (g1) vr_cuda_gemm_free(g1);
+  CK(cudaFree(d_a)); CK(cudaFree(d_b)); CK(cudaFree(d_ref)); CK(cudaFree(d_tun));
+  free(a), free(af), free(b), free(bf), free(d0), free(ref), free(tun);
+}
+
 /* GEMM with the GELU_BIAS epilogue (bf16 out, bf16 bias) against the exact erf GELU of
  * the double-precision product: the epilogue's tanh form is within bf16 rounding. */
 static void test_gemm_gelu(vr_cuda_gemm_t *g, int T, int N, int K) {
@@ -1070,6 +1115,8 @@ int main(void) {
   test_heads(96);
   test_heads(768); /* roberta-base: 96 blocks of 8 dense rows */
   test_gemm_cache_busy();
+  test_gemm_tune_inplace(1);
+  test_gemm_tune_inplace(0);
   CK(cudaDeviceSynchronize());
   printf("%s\n", g_fail ? "FAILED" : "all kernel checks passed");
   return g_fail;

@@ -143,10 +143,12 @@ int vr_cutrain_get_moments(vr_cutrain_t *e, float *m, float *v);
 int vr_cutrain_set_moments(vr_cutrain_t *e, const float *m, const float *v);
 /* Fills params with scale * uniform(-1, 1) (norm weights with 1) from seed: benchmarks. */
 int vr_cutrain_randomize(vr_cutrain_t *e, uint64_t seed, float scale);
-/* Benchmarks: while on, a GEMM plan's first call times cuBLASLt's candidate algorithms on the
- * call's buffers and keeps the fastest (vr_cuda_gemm_set_tuning). It runs each GEMM several
- * times, so the accumulating ones (weight gradients) then hold garbage: only for a step whose
- * results are thrown away; and the pick depends on timing, so two processes may differ in bits. */
+/* While on (1 or 2), a GEMM plan's first call outside capture times cuBLASLt's candidate
+ * algorithms on the call's buffers and keeps the fastest for the process (vr_cuda_gemm_set_tuning;
+ * the in-place accumulations, the weight gradients, are copied and put back, so the call's result
+ * stands). on 1: only candidates that give the heuristic's first choice's bits on that call
+ * (vr_cuda_gemm_set_tune_same_bits), so results never depend on the timing; on 2: any candidate
+ * (split-K variants round differently, so two processes may differ in bits); 0: off. */
 void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on);
 /* Waits for the engine's stream. */
 int vr_cutrain_sync(vr_cutrain_t *e);

@@ -880,7 +880,10 @@ float *vr_cutrain_grads(vr_cutrain_t *e) {
 }
 size_t vr_cutrain_device_bytes(const vr_cutrain_t *e) { return e->dev_bytes; }
 
-void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on) { vr_cuda_gemm_set_tuning(e->gemm, on); }
+void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on) {
+  vr_cuda_gemm_set_tune_same_bits(e->gemm, on != 2);
+  vr_cuda_gemm_set_tuning(e->gemm, on != 0);
+}
 
 int vr_cutrain_sync(vr_cutrain_t *e) {
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
