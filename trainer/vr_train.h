@@ -111,6 +111,11 @@ typedef struct vr_train_options {
                                * "fused" (the Hopper GEMM with SwiGLU in its epilogue: sm_90a builds on
                                * compute 9.0 and the shapes vr_cutrain.h names; elsewhere refused)
                                * (vr_cutrain_desc_t.mlp) */
+  const char *cuda_gemm_tune; /* cuda: NULL/"off"; "same-bits": each cuBLASLt GEMM shape's first call
+                               * times the heuristic's candidates and keeps the fastest of those
+                               * that give the untuned bits on that call (results never change;
+                               * about a second the first time a batch size is seen, so for fixed
+                               * token budgets); "any": the fastest candidate (vr_cutrain_tune_gemms) */
   int recompute;              /* 1: keep only each layer's input; recompute the layer in backward */
   uint32_t max_tokens;        /* largest batch (T) a forward gets; 0 = 8192 */
   size_t vocab_chunk;         /* LM head: vocabulary rows per chunk; 0 = backend default */

@@ -13,14 +13,14 @@
  * well below its maximum, and a rate is read against the clock it ran at.
  *
  *   cuda_train_bench [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs 16] [--len 1024] [--iters 5]
- *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1|2]
+ *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1|2|3]
  *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h]
  *                    [--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|fused-pp|fused-pp2|both|forms] [--head 0|1]
  *                    [--dxn bf16|f32|both] [--mlp auto|cublas|fused|both]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
  * timed during the first warm-up step and forward (vr_cutrain_tune_gemms: 1 those with the
- * untuned bits only, 2 any);
+ * untuned bits only, 2 any, 3 as 1 over a wider search);
  * --attn-bwd: the attention backward's kernel (vr_cutrain_desc_t.attn_bwd; auto: the engine's
  * choice, which its log line names); --bias-layout interleaved: each qkv bias right after its
  * weight (vr_lm's layout before the optimizer file's version 2), so the engine runs q, k, v as
@@ -224,7 +224,10 @@ static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tf
       "%-14s%s%s%s%s N=%.3fB  T=%d (%dx%d)  step %.1f ms  %.1fk tokens/s  MFU %.1f%%  |  log-prob forward %.1f ms  "
       "%.1fk tokens/s  MFU %.1f%%  |  device memory %.1f GiB  loss %.4f (ln V = %.4f)\n",
       m->name, recompute ? " (recompute)" : "", staged ? " (staged)" : "",
-      tune == 1 ? " (tuned gemms, same bits)" : tune ? " (tuned gemms, any)" : "",
+      tune == 1   ? " (tuned gemms, same bits)"
+      : tune == 2 ? " (tuned gemms, any)"
+      : tune == 3 ? " (tuned gemms, same bits, wide)"
+                  : "",
       interleave && m->qkv_bias ? " (biases interleaved)" : "", n_params / 1e9, T, seqs, len, t_step * 1e3, tps / 1e3,
       100 * mfu,
       t_fwd * 1e3, tps_f / 1e3, 100 * mfu_f, (free0 - free1) / 1073741824.0, nll, log((double)V));
@@ -376,7 +379,7 @@ int main(int argc, char **argv) {
     } else {
       fprintf(stderr,
               "usage: %s [--model qwen2-0.5b|llama-3.2-1b|all] [--seqs N] [--len S] [--iters K] "
-              "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1|2] "
+              "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1|2|3] "
               "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h] "
               "[--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|fused-pp|fused-pp2|both|forms] [--head 0|1] "
               "[--dxn bf16|f32|both] [--mlp auto|cublas|fused|both]\n",

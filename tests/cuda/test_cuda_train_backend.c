@@ -487,6 +487,31 @@ static void test_qwen2_fused(void **state) {
   grads_of(tr, &b, 1.0f, d, NULL, gc, 80);
   assert_true(grads_vs(lm, gc, gp, "cpu (recomputing engine)") <= GRAD_TOL);
   vr_train_free(tr);
+  /* cuda_gemm_tune "same-bits": the GEMMs timed on their first calls (the forward's and the
+   * backward's, in-place weight-gradient accumulations among them) give the untuned engine's
+   * log-probs and gradients bit for bit */
+  {
+    vr_train_options_t o;
+    vr_train_options_init(&o);
+    o.device = "cuda";
+    o.max_tokens = 1024;
+    o.cuda_gemm_tune = "same-bits";
+    vr_train_t *tt = NULL;
+    assert_int_equal(vr_train_init(lm, &o, &tt), 0);
+    float lt[80], et[80], l0[80], e0[80];
+    assert_int_equal(vr_train_forward(tc, &b, 1.0f, l0, e0, 0), 0);
+    assert_int_equal(vr_train_forward(tt, &b, 1.0f, lt, et, 0), 0);
+    float *gt = malloc(n * sizeof *gt);
+    grads_of(tc, &b, 1.0f, d, NULL, gc, 80);
+    grads_of(tt, &b, 1.0f, d, NULL, gt, 80);
+    const int same_lp = !memcmp(lt, l0, sizeof lt) && !memcmp(et, e0, sizeof et);
+    const int same_g = !memcmp(gt, gc, n * sizeof *gt);
+    printf("  cuda engine, cuda_gemm_tune same-bits: log-probs %s, gradients %s the untuned engine's\n",
+           same_lp ? "equal to" : "DIFFER from", same_g ? "equal to" : "DIFFER from");
+    assert_true(same_lp && same_g);
+    free(gt);
+    vr_train_free(tt);
+  }
   /* cuda_mlp "fused": where the fused LM head runs (an sm_90a build on Hopper) this model's
    * gate/up projection is the Hopper GEMM with SwiGLU in its epilogue, and its forward, backward
    * (its gu) and recomputation go through it */

@@ -148,7 +148,9 @@ int vr_cutrain_randomize(vr_cutrain_t *e, uint64_t seed, float scale);
  * the in-place accumulations, the weight gradients, are copied and put back, so the call's result
  * stands). on 1: only candidates that give the heuristic's first choice's bits on that call
  * (vr_cuda_gemm_set_tune_same_bits), so results never depend on the timing; on 2: any candidate
- * (split-K variants round differently, so two processes may differ in bits); 0: off. */
+ * (split-K variants round differently, so two processes may differ in bits); 3: as 1 over a wider
+ * search (twice the heuristic's candidates and their split-K variants, for the plans built from
+ * then on: vr_cuda_gemm_set_tune_opts); 0: off. */
 void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on);
 /* Waits for the engine's stream. */
 int vr_cutrain_sync(vr_cutrain_t *e);

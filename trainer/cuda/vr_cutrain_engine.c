@@ -882,6 +882,7 @@ size_t vr_cutrain_device_bytes(const vr_cutrain_t *e) { return e->dev_bytes; }
 
 void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on) {
   vr_cuda_gemm_set_tune_same_bits(e->gemm, on != 2);
+  vr_cuda_gemm_set_tune_opts(e->gemm, NULL, 0, on == 3); /* plans built from now on */
   vr_cuda_gemm_set_tuning(e->gemm, on != 0);
 }
 

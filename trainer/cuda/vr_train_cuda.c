@@ -54,6 +54,15 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
     vr_log(VR_LOG_ERROR, "cuda-mlp \"%s\" is not auto|cublas|fused", opt->cuda_mlp);
     return VR_ERR_INVAL;
   }
+  int tune = 0;
+  if (opt->cuda_gemm_tune && !strcmp(opt->cuda_gemm_tune, "same-bits"))
+    tune = 1;
+  else if (opt->cuda_gemm_tune && !strcmp(opt->cuda_gemm_tune, "any"))
+    tune = 2;
+  else if (opt->cuda_gemm_tune && strcmp(opt->cuda_gemm_tune, "off")) {
+    vr_log(VR_LOG_ERROR, "cuda-gemm-tune \"%s\" is not off|same-bits|any", opt->cuda_gemm_tune);
+    return VR_ERR_INVAL;
+  }
   int dev = 0;
   if (opt->device && opt->device[4] == ':') {
     char *end = NULL;
@@ -126,6 +135,7 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
     vr_tcuda_free(s);
     return rc;
   }
+  if (tune) vr_cutrain_tune_gemms(s->e, tune);
   *state = s;
   return 0;
 }
