@@ -38,7 +38,7 @@
 #define PROG "verl-trainer"
 
 typedef struct vr_tcmd_args {
-  const char *model, *device, *input, *data, *save, *cpu_gemm, *resume;
+  const char *model, *device, *input, *data, *save, *cpu_gemm, *resume, *gemm_tune;
   double temperature, lr, wd, beta1, beta2, eps, clip;
   uint64_t steps, max_tokens, threads;
 } vr_tcmd_args_t;
@@ -47,12 +47,13 @@ static void vr_tcmd_usage(FILE *f, const char *cmd) {
   if (strcmp(cmd, "logprobs") == 0)
     fprintf(f, "usage: verl-trainer logprobs --model DIR [--device cpu|cuda] [--temperature T] [--input FILE]\n"
                "                             [--max-tokens N] [--threads N] [--cpu-gemm auto|generic|avx2+fma]\n"
+               "                             [--cuda-gemm-tune off|same-bits|any]\n"
                "Reads {\"input_ids\": [...]} lines (stdin, or --input FILE); writes one {\"logprobs\": [...]} line each:\n"
                "log p(token i | tokens before it) for i = 1..n-1 at temperature T (default 1).\n");
   else
     fprintf(f, "usage: verl-trainer sft --model DIR --data FILE --save DIR2 --steps N --lr X [--weight-decay W]\n"
                "                        [--betas B1,B2] [--eps E] [--clip C] [--micro-batch-tokens N] [--device cpu|cuda]\n"
-               "                        [--threads N] [--cpu-gemm auto|generic|avx2+fma]\n"
+               "                        [--threads N] [--cpu-gemm auto|generic|avx2+fma] [--cuda-gemm-tune off|same-bits|any]\n"
                "       verl-trainer sft --resume DIR (a checkpoint sft saved, instead of --model) ...: steps K+1..N after\n"
                "                        its K steps (parameters, AdamW moments, step count), same flags as the first run\n"
                "N AdamW steps (torch.optim.AdamW; defaults weight decay 0.01, betas 0.9,0.999, eps 1e-8, no clipping)\n"
@@ -67,7 +68,7 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
   a->temperature = 1.0;
   a->wd = 0.01, a->beta1 = 0.9, a->beta2 = 0.999, a->eps = 1e-8, a->lr = -1;
   a->max_tokens = 8192;
-  enum { O_MODEL = 256, O_DEVICE, O_TEMP, O_INPUT, O_DATA, O_SAVE, O_STEPS, O_LR, O_WD, O_BETAS, O_EPS, O_CLIP,
+  enum { O_MODEL = 256, O_DEVICE, O_TEMP, O_INPUT, O_DATA, O_SAVE, O_STEPS, O_LR, O_WD, O_BETAS, O_EPS, O_CLIP, O_TUNE,
          O_MAXTOK, O_THREADS, O_GEMM, O_RESUME };
   static const struct option lo[] = {{"model", required_argument, 0, O_MODEL},
                                      {"device", required_argument, 0, O_DEVICE},
@@ -86,6 +87,7 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
                                      {"threads", required_argument, 0, O_THREADS},
                                      {"cpu-gemm", required_argument, 0, O_GEMM},
                                      {"resume", required_argument, 0, O_RESUME},
+                                     {"cuda-gemm-tune", required_argument, 0, O_TUNE},
                                      {"help", no_argument, 0, 'h'},
                                      {0, 0, 0, 0}};
   const int lp = strcmp(cmd, "logprobs") == 0;
@@ -97,6 +99,11 @@ static int vr_tcmd_parse(int argc, char **argv, const char *cmd, vr_tcmd_args_t 
     switch (c) {
       case O_MODEL: a->model = optarg; break;
       case O_DEVICE: a->device = optarg; break;
+      case O_TUNE:
+        if (strcmp(optarg, "off") && strcmp(optarg, "same-bits") && strcmp(optarg, "any"))
+          return vr_cli_usage_error(PROG, "--cuda-gemm-tune '%s': expected off, same-bits or any", optarg);
+        a->gemm_tune = optarg;
+        break;
       case O_INPUT: a->input = optarg; break;
       case O_DATA: a->data = optarg; break;
       case O_SAVE: a->save = optarg; break;
@@ -158,6 +165,7 @@ static int vr_tcmd_engine(const vr_tcmd_args_t *a, int forward_only, vr_lm_t **l
   o.device = a->device;
   o.n_threads = (int)a->threads;
   o.cpu_gemm = a->cpu_gemm;
+  o.cuda_gemm_tune = a->gemm_tune;
   o.forward_only = forward_only;
   /* a micro-batch holds at least one whole sequence (vr_train_split) */
   int max_pos = vr_lm_config(*lm)->max_position_embeddings;

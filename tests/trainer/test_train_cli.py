@@ -343,7 +343,8 @@ class TestErrors(unittest.TestCase):
             sft = ["sft", "--model", self.M, "--data", data, "--steps", "2", "--lr", "1e-3", "--save"]
             for flag, value in (("--steps", "-1"), ("--steps", "0"), ("--lr", "nan"), ("--lr", "-1"),
                                 ("--betas", "1,2,3"), ("--betas", "0.9,0.99,3"), ("--eps", "inf"),
-                                ("--micro-batch-tokens", "0"), ("--threads", "1e3")):
+                                ("--micro-batch-tokens", "0"), ("--threads", "1e3"),
+                                ("--cuda-gemm-tune", "on")):
                 self.expect(sft + [os.path.join(tmp, "s"), flag, value], "", "%s" % flag.split()[0], value)
             # a --save that cannot take the checkpoint is refused before the first step (it used to
             # fail after every step had run, the work lost)
