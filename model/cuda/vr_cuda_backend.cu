@@ -1206,6 +1206,10 @@ static int warm_up(vr_cuda_state_t *st) {
       flush = NULL;
     (void)cudaGetLastError();
     vr_cuda_gemm_set_tune_opts(st->gemm, flush, flush_bytes, 1);
+    /* only candidates with the heuristic's first choice's bits: a score never depends on
+     * whether (or how) the load tuned (the split-K variants, which round differently, are then
+     * taken only where they give those bits; none was faster in the runs measured) */
+    vr_cuda_gemm_set_tune_same_bits(st->gemm, 1);
   }
   for (uint32_t t = 0; rc == 0 && t < st->max_tokens; ++t) {
     int32_t id = (int32_t)((t * 7919u + 3u) % (uint32_t)c->vocab_size);
@@ -1240,6 +1244,7 @@ static int warm_up(vr_cuda_state_t *st) {
   if (rc == 0) rc = VR_CUDA_TRY(cudaStreamSynchronize(st->stream));
   if (tune || tune_all) {
     vr_cuda_gemm_set_tune_opts(st->gemm, NULL, 0, 0);
+    vr_cuda_gemm_set_tune_same_bits(st->gemm, 0);
     if (flush) (void)VR_CUDA_TRY(cudaFree(flush));
   }
   if (rc == 0) {

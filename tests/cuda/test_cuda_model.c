@@ -357,13 +357,33 @@ static void test_fixture(const char *name, const char *dir) {
     if (m2) {
       float *s2 = calloc(g.n, sizeof *s2);
       if (score(m2, g.ids, g.cu, g.n, s2)) s2[0] = NAN;
-      /* 1e-3, not bit-equal: with cuda-autotune each load times its GEMM candidates and
-       * may pick another algorithm (another summation order); the load race this guards
-       * against moved scores by orders of magnitude more */
+      /* 1e-3: the load race this guards against moved scores by orders of magnitude more
+       * (tuning no longer changes a bit: the cuda-autotune check below) */
       verdict(name, "second load, packed == first load", rel_err_ff(s2, packed[0], g.n), 1e-3);
       free(s2);
       vr_model_free(m2);
     }
+  }
+  { /* a load with cuda-autotune all (every bucket's GEMMs timed at warm-up) gives the untuned
+     * load's scores bit for bit: the tuning takes only candidates with the heuristic's bits */
+    vr_cuda_options_t tuned = cuda_defaults();
+    tuned.autotune = VR_CUDA_AUTOTUNE_ALL;
+    vr_model_t *mt = load_tuned(dir, "cuda", 4096, &tuned);
+    vr_cuda_options_t plain = cuda_defaults();
+    plain.autotune = VR_CUDA_AUTOTUNE_OFF;
+    vr_model_t *mp = load_tuned(dir, "cuda", 4096, &plain);
+    if (mt && mp) {
+      float *st_ = calloc(g.n, sizeof *st_), *sp = calloc(g.n, sizeof *sp);
+      if (score(mt, g.ids, g.cu, g.n, st_)) st_[0] = NAN;
+      if (score(mp, g.ids, g.cu, g.n, sp)) sp[0] = NAN;
+      const int same = memcmp(st_, sp, g.n * sizeof *sp) == 0;
+      printf("%-4s %-20s %-44s %s\n", same ? "ok" : "FAIL", name, "cuda-autotune all == autotune off",
+             same ? "bit for bit" : "DIFFER");
+      if (!same) g_fail = 1;
+      free(st_), free(sp);
+    }
+    if (mt) vr_model_free(mt);
+    if (mp) vr_model_free(mp);
   }
   { /* pipelined: two batches in flight at once == each one alone */
     enum { NB = 2, NS = 6 };
