@@ -47,16 +47,23 @@
 #define LOGP_TOL 6e-2
 #define GRAD_TOL 5e-2
 
-/* cuda_mlp: vr_train_options_t's, NULL the default */
-static vr_train_t *engine_mlp(const vr_lm_t *lm, const char *device, int recompute, const char *cuda_mlp) {
+/* cuda_mlp, cuda_gemm_tune: vr_train_options_t's, NULL the defaults; vr_train_init's status */
+static int engine_init(const vr_lm_t *lm, const char *device, int recompute, const char *cuda_mlp,
+                       const char *gemm_tune, vr_train_t **t) {
   vr_train_options_t o;
   vr_train_options_init(&o);
   o.device = device;
   o.max_tokens = 1024;
   o.recompute = recompute;
   o.cuda_mlp = cuda_mlp;
+  o.cuda_gemm_tune = gemm_tune;
+  *t = NULL;
+  return vr_train_init(lm, &o, t);
+}
+
+static vr_train_t *engine_mlp(const vr_lm_t *lm, const char *device, int recompute, const char *cuda_mlp) {
   vr_train_t *t = NULL;
-  assert_int_equal(vr_train_init(lm, &o, &t), 0);
+  assert_int_equal(engine_init(lm, device, recompute, cuda_mlp, NULL, &t), 0);
   return t;
 }
 
@@ -491,13 +498,8 @@ static void test_qwen2_fused(void **state) {
    * backward's, in-place weight-gradient accumulations among them) give the untuned engine's
    * log-probs and gradients bit for bit */
   {
-    vr_train_options_t o;
-    vr_train_options_init(&o);
-    o.device = "cuda";
-    o.max_tokens = 1024;
-    o.cuda_gemm_tune = "same-bits";
     vr_train_t *tt = NULL;
-    assert_int_equal(vr_train_init(lm, &o, &tt), 0);
+    assert_int_equal(engine_init(lm, "cuda", 0, NULL, "same-bits", &tt), 0);
     float lt[80], et[80], l0[80], e0[80];
     assert_int_equal(vr_train_forward(tc, &b, 1.0f, l0, e0, 0), 0);
     assert_int_equal(vr_train_forward(tt, &b, 1.0f, lt, et, 0), 0);
@@ -539,13 +541,10 @@ static void test_qwen2_fused(void **state) {
     vr_train_free(tf);
   }
   {
-    vr_train_options_t o;
-    vr_train_options_init(&o);
-    o.device = "cuda";
-    o.max_tokens = 1024;
-    o.cuda_mlp = "fast";
     vr_train_t *bad = NULL;
-    assert_int_equal(vr_train_init(lm, &o, &bad), VR_ERR_INVAL);
+    assert_int_equal(engine_init(lm, "cuda", 0, "fast", NULL, &bad), VR_ERR_INVAL);
+    assert_null(bad);
+    assert_int_equal(engine_init(lm, "cuda", 0, NULL, "yes", &bad), VR_ERR_INVAL);
     assert_null(bad);
   }
   check_accumulate(lm, &b, 80, d);
