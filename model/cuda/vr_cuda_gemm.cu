@@ -518,7 +518,8 @@ extern "C" int vr_cuda_gemm_cache_save(void) {
   return rc;
 }
 
-/* Counts the 16-bit words where a and b differ into *n (atomically; *n zeroed by the caller). */
+/* Adds to *cnt the count of the n 16-bit words where a and b differ (atomically; *cnt zeroed by the
+ * caller). */
 __global__ void k_count_neq16(const uint16_t *__restrict__ a, const uint16_t *__restrict__ b, size_t n,
                               unsigned long long *cnt) {
   unsigned long long c = 0;

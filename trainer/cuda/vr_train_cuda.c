@@ -33,6 +33,21 @@ typedef struct {
 
 static size_t off_of(const vr_lm_t *lm, int i) { return i < 0 ? VR_CUTRAIN_NONE : vr_lm_tensor(lm, (size_t)i)->offset; }
 
+/* The index of value (NULL: 0, the default) among names[0..n), the option's numbering
+ * (VR_CUTRAIN_MLP_AUTO / CUBLAS / FUSED; vr_cutrain_tune_gemms' 0 / 1 / 2); -1, logged, if absent. */
+static int option_index(const char *what, const char *value, const char *const *names, int n) {
+  if (!value) return 0;
+  for (int i = 0; i < n; ++i)
+    if (!strcmp(value, names[i])) return i;
+  char list[128] = "";
+  for (int i = 0, at = 0; i < n && at < (int)sizeof list; ++i)
+    at += snprintf(list + at, sizeof list - (size_t)at, "%s%s", i ? "|" : "", names[i]);
+  vr_log(VR_LOG_ERROR, "%s \"%s\" is not %s", what, value, list);
+  return -1;
+}
+_Static_assert(VR_CUTRAIN_MLP_AUTO == 0 && VR_CUTRAIN_MLP_CUBLAS == 1 && VR_CUTRAIN_MLP_FUSED == 2,
+               "option_index numbers cuda-mlp's values in this order");
+
 static void vr_tcuda_free(void *state) {
   vr_tcuda_t *s = state;
   if (!s) return;
@@ -45,24 +60,10 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
   *state = NULL;
   const vr_lm_config_t *c = vr_lm_config(lm);
   const vr_lm_index_t *ix = vr_lm_index(lm);
-  int mlp = VR_CUTRAIN_MLP_AUTO;
-  if (opt->cuda_mlp && !strcmp(opt->cuda_mlp, "cublas"))
-    mlp = VR_CUTRAIN_MLP_CUBLAS;
-  else if (opt->cuda_mlp && !strcmp(opt->cuda_mlp, "fused"))
-    mlp = VR_CUTRAIN_MLP_FUSED;
-  else if (opt->cuda_mlp && strcmp(opt->cuda_mlp, "auto")) {
-    vr_log(VR_LOG_ERROR, "cuda-mlp \"%s\" is not auto|cublas|fused", opt->cuda_mlp);
-    return VR_ERR_INVAL;
-  }
-  int tune = 0;
-  if (opt->cuda_gemm_tune && !strcmp(opt->cuda_gemm_tune, "same-bits"))
-    tune = 1;
-  else if (opt->cuda_gemm_tune && !strcmp(opt->cuda_gemm_tune, "any"))
-    tune = 2;
-  else if (opt->cuda_gemm_tune && strcmp(opt->cuda_gemm_tune, "off")) {
-    vr_log(VR_LOG_ERROR, "cuda-gemm-tune \"%s\" is not off|same-bits|any", opt->cuda_gemm_tune);
-    return VR_ERR_INVAL;
-  }
+  static const char *const mlps[] = {"auto", "cublas", "fused"}, *const tunes[] = {"off", "same-bits", "any"};
+  const int mlp = option_index("cuda-mlp", opt->cuda_mlp, mlps, 3);
+  const int tune = option_index("cuda-gemm-tune", opt->cuda_gemm_tune, tunes, 3);
+  if (mlp < 0 || tune < 0) return VR_ERR_INVAL;
   int dev = 0;
   if (opt->device && opt->device[4] == ':') {
     char *end = NULL;
