@@ -116,6 +116,10 @@ typedef struct vr_train_options {
                                * that give the untuned bits on that call (results never change;
                                * about a second the first time a batch size is seen, so for fixed
                                * token budgets); "any": the fastest candidate (vr_cutrain_tune_gemms) */
+  const char *cuda_optim;     /* cuda: the optimizer step's schedule, NULL/"auto" or "overlap": the
+                               * update runs on a second stream beside the next forward, which waits
+                               * for each layer's just before it reads it; "serial": on the engine's
+                               * stream. The same bits either way (vr_cutrain_desc_t.optim) */
   int recompute;              /* 1: keep only each layer's input; recompute the layer in backward */
   uint32_t max_tokens;        /* largest batch (T) a forward gets; 0 = 8192 */
   size_t vocab_chunk;         /* LM head: vocabulary rows per chunk; 0 = backend default */

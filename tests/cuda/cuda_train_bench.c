@@ -16,7 +16,7 @@
  *                    [--gemm-tflops 781] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1|2|3]
  *                    [--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h]
  *                    [--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|fused-pp|fused-pp2|both|forms] [--head 0|1]
- *                    [--dxn bf16|f32|both] [--mlp auto|cublas|fused|both]
+ *                    [--dxn bf16|f32|both] [--mlp auto|cublas|fused|both] [--optim auto|overlap|serial|both]
  * --staged 1: the backward through vr_cutrain_backward_cb (the DP overlap's form) with a callback
  * that only counts, i.e. the cost of its waits on one GPU; --tune-gemm 1: cuBLASLt's candidates
  * timed during the first warm-up step and forward (vr_cutrain_tune_gemms: 1 those with the
@@ -34,7 +34,11 @@
  * fp32 into the RMSNorm backward (vr_cutrain_desc_t.dxn_f32; the name carries "/dxn-f32"; the
  * default bf16 halves its bytes); both: bf16's run, then f32's, in the same process. --mlp: the
  * gate/up projection + SwiGLU forward (vr_cutrain_desc_t.mlp; the name carries "/mlp-cublas",
- * "/mlp-fused"); both: cuBLASLt + the SwiGLU kernel, then the fused Hopper GEMM, per model.
+ * "/mlp-fused"); both: cuBLASLt + the SwiGLU kernel, then the fused Hopper GEMM, per model. --optim: the
+ * optimizer step's schedule (vr_cutrain_desc_t.optim; the name carries "/optim-overlap", "/optim-serial");
+ * both: overlapped with the next forward, then on the stream, per model. The timed steps run back to
+ * back and are waited for once at the end (the peer's timing loop), so an overlapped update runs
+ * beside the next step's forward; the last step's update is inside the time.
  * Shapes from the models' config.json on the Hugging Face hub (tied embeddings both). */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -75,12 +79,15 @@ static void count_stage(void *ctx, int stage) { (void)stage, ++*(int *)ctx; }
 
 static const char *const k_lmhead_names[] = {"auto", "cublas", "fused", "fused-pp", "fused-pp2"}; /* VR_CUTRAIN_LMHEAD_* */
 
+static const char *const k_optim_names[] = {"auto", "overlap", "serial"}; /* VR_CUTRAIN_OPTIM_* */
+
 static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tflops, int recompute, int staged,
-                 int tune, int attn_bwd, int interleave, int lmhead, int dxn_f32, int mlp) {
-  shape_t mm = *m0; /* the name tagged with an LM head / MLP form asked for by name */
-  char tag[80];
-  snprintf(tag, sizeof tag, "%s%s%s%s%s%s", m0->name, lmhead ? "/" : "", lmhead ? k_lmhead_names[lmhead] : "",
-           dxn_f32 ? "/dxn-f32" : "", mlp ? "/mlp-" : "", mlp ? k_lmhead_names[mlp] : "");
+                 int tune, int attn_bwd, int interleave, int lmhead, int dxn_f32, int mlp, int optim) {
+  shape_t mm = *m0; /* the name tagged with an LM head / MLP form / optimizer schedule asked for by name */
+  char tag[96];
+  snprintf(tag, sizeof tag, "%s%s%s%s%s%s%s%s", m0->name, lmhead ? "/" : "", lmhead ? k_lmhead_names[lmhead] : "",
+           dxn_f32 ? "/dxn-f32" : "", mlp ? "/mlp-" : "", mlp ? k_lmhead_names[mlp] : "", optim ? "/optim-" : "",
+           optim ? k_optim_names[optim] : "");
   mm.name = tag;
   const shape_t *m = &mm;
   const int C = m->hidden, H = m->heads, KV = m->kv, D = C / H, F = m->inter, L = m->layers, V = m->vocab;
@@ -133,7 +140,8 @@ static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tf
                                .attn_bwd = attn_bwd,
                                .lmhead = lmhead,
                                .dxn_f32 = dxn_f32,
-                               .mlp = mlp};
+                               .mlp = mlp,
+                               .optim = optim};
   const int T = seqs * len;
   size_t free0 = 0, total = 0;
   cudaMemGetInfo(&free0, &total);
@@ -160,15 +168,17 @@ static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tf
     tgt[t] = last ? -1 : ids[t + 1];
     glp[t] = last ? 0.f : -1.0f / (float)Nt;
   }
-  double t_step = 0, t_fwd = 0;
+  double t_step, t_fwd = 0;
   int stages = 0;
   gpu_sampler_t smp;
   (void)gpu_sampler_open(&smp); /* unavailable: the clocks line says so */
   gpu_sample_sum_t clk_step, clk_fwd;
-  for (int it = -2; it < iters; ++it) { /* two warm-up steps (plans, first touches; --tune-gemm: the first) */
+  /* two warm-up steps (plans, first touches; --tune-gemm: the first), each waited for; then the timed
+   * steps back to back, waited for once at the end, as the peer's loop is */
+  double t0 = 0;
+  for (int it = -2; it < iters; ++it) {
     if (tune) vr_cutrain_tune_gemms(e, it == -2);
-    if (it == 0) gpu_sampler_start(&smp);
-    const double t0 = now_s();
+    if (it == 0) gpu_sampler_start(&smp), t0 = now_s();
     vr_cutrain_zero_grad(e);
     vr_cutrain_forward(e, ids, cu, seqs, tgt, 1.0f, NULL, NULL, 1);
     if (staged)
@@ -176,9 +186,10 @@ static int bench(const shape_t *m0, int seqs, int len, int iters, double gemm_tf
     else
       vr_cutrain_backward(e, glp, NULL);
     vr_cutrain_adamw_step(e, 1e-5f, 0.9f, 0.999f, 1e-8f, 0.01f, 1.0f, it + 3);
-    vr_cutrain_sync(e);
-    if (it >= 0) t_step += now_s() - t0;
+    if (it < 0) vr_cutrain_sync(e);
   }
+  vr_cutrain_sync(e);
+  t_step = now_s() - t0;
   clk_step = gpu_sampler_stop(&smp);
   if (staged && stages != (iters + 2) * (L + 2)) fprintf(stderr, "%s: %d backward stages reported, want %d\n", m->name,
                                                          stages, (iters + 2) * (L + 2));
@@ -331,7 +342,7 @@ int main(int argc, char **argv) {
   static const char *const attn_names[] = {"auto", "generic", "mma", "wgmma", "wgmma-ss", "wgmma-ra",
                                            "wgmma-co", "wgmma-cop", "wgmma-co4", "wgmma-co4h"};
   int seqs = 16, len = 1024, iters = 5, recompute = 0, staged = 0, tune = 0, attn = 0, inter = 0, lmh = 0, head = 0,
-      dxn = 0, mlp = 0;
+      dxn = 0, mlp = 0, optim = 0;
   double gemm = 781.0;
   for (int i = 1; i < argc; i += 2) {
     if (i + 1 >= argc) {
@@ -364,6 +375,11 @@ int main(int argc, char **argv) {
       for (int k = 0; k < 3; ++k)
         if (!strcmp(argv[i + 1], k_lmhead_names[k])) mlp = k;
       if (!strcmp(argv[i + 1], "both")) mlp = 3;
+    } else if (!strcmp(argv[i], "--optim")) {
+      optim = -1; /* unless named; "both": overlap, then serial, per model */
+      for (int k = 0; k < 3; ++k)
+        if (!strcmp(argv[i + 1], k_optim_names[k])) optim = k;
+      if (!strcmp(argv[i + 1], "both")) optim = 3;
     } else if (!strcmp(argv[i], "--head"))
       head = atoi(argv[i + 1]);
     else if (!strcmp(argv[i], "--lmhead")) {
@@ -382,12 +398,12 @@ int main(int argc, char **argv) {
               "[--gemm-tflops R] [--recompute 0|1] [--staged 0|1] [--tune-gemm 0|1|2|3] "
               "[--attn-bwd auto|generic|mma|wgmma|wgmma-ss|wgmma-ra|wgmma-co|wgmma-cop|wgmma-co4|wgmma-co4h] "
               "[--bias-layout grouped|interleaved] [--lmhead auto|cublas|fused|fused-pp|fused-pp2|both|forms] [--head 0|1] "
-              "[--dxn bf16|f32|both] [--mlp auto|cublas|fused|both]\n",
+              "[--dxn bf16|f32|both] [--mlp auto|cublas|fused|both] [--optim auto|overlap|serial|both]\n",
               argv[0]);
       return 2;
     }
   }
-  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0) || attn < 0 || lmh < 0 || mlp < 0) {
+  if (seqs < 1 || len < 2 || iters < 1 || !(gemm > 0) || attn < 0 || lmh < 0 || mlp < 0 || optim < 0) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
@@ -401,7 +417,9 @@ int main(int argc, char **argv) {
         const int h = lmh == 5 ? 1 + hi : lmh == 6 ? forms[hi] : lmh;
         for (int x = dxn == 2 ? 0 : dxn; x <= (dxn == 2 ? 1 : dxn); ++x)
           for (int u = mlp == 3 ? 1 : mlp; u <= (mlp == 3 ? 2 : mlp); ++u)
-            rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter, h, x, u), ++ran;
+            for (int o = optim == 3 ? 1 : optim; o <= (optim == 3 ? 2 : optim); ++o)
+              rc |= bench(&k_shapes[i], seqs, len, iters, gemm, recompute, staged, tune, attn, inter, h, x, u, o),
+                  ++ran;
       }
   if (!ran) fprintf(stderr, "unknown model %s\n", which);
   return ran ? rc : 2;

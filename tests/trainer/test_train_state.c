@@ -410,6 +410,10 @@ static void test_bad_inputs(void **state) {
   o.cuda_gemm_tune = "yes";
   assert_int_equal(vr_train_init(lm, &o, &t), VR_ERR_INVAL);
   assert_non_null(strstr(mt_log_text(), "cuda-gemm-tune \"yes\" is not off|same-bits|any"));
+  o.cuda_gemm_tune = NULL;
+  o.cuda_optim = "later";
+  assert_int_equal(vr_train_init(lm, &o, &t), VR_ERR_INVAL);
+  assert_non_null(strstr(mt_log_text(), "cuda-optim \"later\" is not auto|overlap|serial"));
 #endif
   vr_lm_free(lm);
   assert_null(load("qwen2_critic", VR_LM_HEAD_LM, VR_ERR_UNSUPPORTED));

@@ -62,6 +62,7 @@ typedef struct vr_cutrain_desc {
                 * the split projections sum their parts in fp32 either way) */
   int mlp; /* the gate/up projection + SwiGLU forward, VR_CUTRAIN_MLP_*: 0 the automatic choice
             * (CUBLAS: FUSED measured no faster on the H200; FUSED for measurements) */
+  int optim; /* the optimizer step's schedule, VR_CUTRAIN_OPTIM_*: 0 the automatic choice (OVERLAP) */
 } vr_cutrain_desc_t;
 
 /* vr_cutrain_desc_t.lmhead: CUBLAS, cuBLASLt's fp32 logits per chunk then a row kernel; FUSED, one
@@ -81,6 +82,17 @@ enum {
  * 9.0, hidden % 64 == 0, intermediate % 128 == 0, gate and up adjacent without biases; asked for
  * elsewhere: VR_ERR_UNSUPPORTED). */
 enum { VR_CUTRAIN_MLP_AUTO = 0, VR_CUTRAIN_MLP_CUBLAS = 1, VR_CUTRAIN_MLP_FUSED = 2 };
+/* vr_cutrain_desc_t.optim: OVERLAP, adamw_step enqueues the clip's sum of squares and AdamW on a
+ * second, low-priority stream of the engine and returns; the next forward waits for each layer's
+ * update just before it reads that layer (so the update of layer l + 1 runs beside the forward of
+ * layer l, and the host stages the batch meanwhile). The input embedding's update (when the shard
+ * holds all of it) waits instead for the forward to take the batch's rows, which it computes from
+ * the update's inputs with the update's arithmetic (vr_cutrain_adamw_rows), so the forward starts
+ * after the clip's sum and layer 0's update alone. Every other call that touches the parameters,
+ * gradients or moments waits for the whole update first. SERIAL: the update on the engine's
+ * stream, in the call's order (also whenever profiling is on, so that the optimizer phase is
+ * timed alone). The same bits either way (test_cuda_train_optim). */
+enum { VR_CUTRAIN_OPTIM_AUTO = 0, VR_CUTRAIN_OPTIM_OVERLAP = 1, VR_CUTRAIN_OPTIM_SERIAL = 2 };
 
 typedef struct vr_cutrain vr_cutrain_t;
 

@@ -77,8 +77,29 @@ struct vr_cutrain {
   float *rope_if, *rope_nif;
   float *stage_h; /* pinned (2 T) floats: glp, gent in; logp, ent out */
   double *sq, *sq_red;
-  int64_t *ad_off, *ad_len;
+  int64_t *ad_off, *ad_len; /* the shard's optimizer chunks, ordered by opt_stage (below) */
   int ad_n;
+  /* The optimizer overlapped with the next forward (opt_overlap): adamw_step enqueues the clip's
+   * sum and AdamW on the side stream so, in opt_stages stages of chunks in the order the forward
+   * reads them (0: the embedding and layer 0's first norm; l + 1: layer l; layers + 1: the rest),
+   * recording opt_ev[k] after stage k; the next forward waits for stage k before its first use
+   * of it and so for all of them before its head; every other call that touches the parameters,
+   * moments or gradients first makes the engine's stream wait for the last (opt_join). Each
+   * element's update is the same arithmetic in either order, so the bits do not depend on it. */
+  cudaStream_t so;
+  cudaEvent_t *opt_ev, opt_go, opt_sq, opt_gather, opt_last; /* opt_sq: after the clip's sum; opt_last: the
+                                                              * last stage enqueued */
+  int *opt_begin; /* (opt_stages + 1) stage k: chunks [opt_begin[k], opt_begin[k + 1]) */
+  int opt_stages, opt_overlap, opt_pending;
+  /* opt_defer_emb: the input embedding lies in the shard in chunks of its own (stage 0), so
+   * adamw_step leaves its update out and the next forward first computes the rows it reads from
+   * the update's inputs (vr_cutrain_adamw_rows into dx, its scratch until backward) and only then
+   * enqueues stage 0 (emb_deferred until then, with opt_hp / opt_clip): the forward waits for the
+   * clip's sum and layer 0 instead of the whole embedding's update. */
+  int opt_defer_emb, emb_deferred, opt_clip;
+  vr_cutrain_adamw_t opt_hp;
+  int32_t *iota; /* (T_max) 0, 1, ...: the gathered rows' ids */
+  int zero_deferred; /* a zero_grad's chunks not yet zeroed (the optimizer was reading g) */
   /* zero_grad without the full memset: it zeroes the zr chunks (the parts of g no GEMM writes)
    * and sets gfresh; the next backward's weight-gradient GEMMs then overwrite (wbeta 0) instead
    * of accumulating (wbeta 1), and a read of g before any backward zeroes the rest first
@@ -102,6 +123,37 @@ static void mark(vr_cutrain_t *e, int ph) {
   if (!e->prof || e->n_ev >= PROF_EVENTS) return;
   VR_CUDA_CHECK(cudaEventRecord(e->ev[e->n_ev], e->s));
   e->ev_ph[e->n_ev++] = ph;
+}
+
+/* The deferred embedding stage (opt_defer_emb) onto the side stream, after what it waits for. */
+static void opt_emb_enqueue(vr_cutrain_t *e) {
+  if (!e->emb_deferred) return;
+  const int n = e->opt_begin[1];
+  vr_cutrain_adamw(e->p, e->p16, e->m, e->v, e->g, (int64_t)e->lo, e->ad_off, e->ad_len, NULL, n,
+                   e->opt_clip ? e->sq : NULL, &e->opt_hp, e->so);
+  VR_CUDA_CHECK(cudaEventRecord(e->opt_ev[0], e->so));
+  e->opt_last = e->opt_ev[0];
+  e->emb_deferred = 0;
+}
+
+/* The overlapped update (opt_overlap) of the last adamw_step: the engine's stream waits for all of it. */
+static void opt_join(vr_cutrain_t *e) {
+  if (!e->opt_pending) return;
+  opt_emb_enqueue(e);
+  VR_CUDA_CHECK(cudaStreamWaitEvent(e->s, e->opt_last, 0));
+  e->opt_pending = 0;
+}
+
+/* Before the forward's first read of stage k's parameters. */
+static void opt_wait(vr_cutrain_t *e, int k) {
+  if (e->opt_pending) VR_CUDA_CHECK(cudaStreamWaitEvent(e->s, e->opt_ev[k], 0));
+}
+
+/* Before g is read or written on the engine's stream: the update done, a deferred zero_grad's chunks zeroed. */
+static void grads_settle(vr_cutrain_t *e) {
+  opt_join(e);
+  if (e->zero_deferred) vr_cutrain_zero_chunks(e->g, e->zr_off, e->zr_len, e->zr_n, e->s);
+  e->zero_deferred = 0;
 }
 
 /* ---------------------------------------------------------------- allocation */
@@ -145,6 +197,7 @@ static int adjacent(size_t a, size_t na, size_t b) { return a != NONE && b != NO
 void vr_cutrain_free(vr_cutrain_t *e) {
   if (!e) return;
   if (e->s) cudaStreamSynchronize(e->s);
+  if (e->so) cudaStreamSynchronize(e->so);
   void *dev[] = {e->p,      e->g,      e->m,      e->v,    e->p16,     e->xf,     e->dx,      e->dxn,      e->dx16,
                  e->dact,   e->dgu,    e->datt,   e->dqkv, e->tmp,     e->delta,  e->red,     e->logits,   e->lse_r,
                  e->ent_r,  e->logp_r, e->glp,    e->gent, e->dlogits, e->meta_d, e->rope_if, e->rope_nif, e->sq,
@@ -165,10 +218,19 @@ void vr_cutrain_free(vr_cutrain_t *e) {
   free(e->ev), free(e->ev_ph);
   for (int i = 0; i < 2; ++i)
     if (e->stage_ev[i]) cudaEventDestroy(e->stage_ev[i]);
+  if (e->opt_ev)
+    for (int i = 0; i < e->opt_stages; ++i)
+      if (e->opt_ev[i]) cudaEventDestroy(e->opt_ev[i]);
+  if (e->opt_go) cudaEventDestroy(e->opt_go);
+  if (e->opt_sq) cudaEventDestroy(e->opt_sq);
+  if (e->opt_gather) cudaEventDestroy(e->opt_gather);
+  cudaFree(e->iota);
+  free(e->opt_ev), free(e->opt_begin);
   cudaFreeHost(e->meta_h);
   cudaFreeHost(e->stage_h);
   if (e->gemm) vr_cuda_gemm_free(e->gemm);
   if (e->s) cudaStreamDestroy(e->s);
+  if (e->so) cudaStreamDestroy(e->so);
   free(e->x), free(e->a), free(e->L), free(e->count_h), free(e->sort_h);
   free(e);
 }
@@ -197,6 +259,57 @@ typedef struct {
 static int frange_cmp(const void *a, const void *b) {
   const size_t x = ((const frange_t *)a)->at, y = ((const frange_t *)b)->at;
   return x < y ? -1 : x > y;
+}
+
+/* Orders the shard's optimizer chunks (off / len, n of them, made by vr_cutrain_adamw_chunks
+ * from lo) by the forward stage that first reads them (the opt_stage comment in the struct: a
+ * chunk holding tensors of two stages goes with the earlier one) and sets e->opt_begin.
+ * Returns 0, or -1 (out of host memory). */
+static int opt_order_chunks(vr_cutrain_t *e, int64_t *off, int64_t *len, int n) {
+  const vr_cutrain_desc_t *d = &e->d;
+  const size_t C = (size_t)d->hidden, HD = (size_t)d->heads * d->head_dim, KD = (size_t)d->kv_heads * d->head_dim,
+               F = (size_t)d->inter, lo = e->lo, hi = e->hi;
+  const int ns = d->layers + 2;
+  int *st = malloc(((size_t)n + 1) * sizeof *st), *cnt = calloc((size_t)ns + 1, sizeof *cnt);
+  int64_t *o2 = malloc(((size_t)n + 1) * 8), *l2 = malloc(((size_t)n + 1) * 8);
+  e->opt_begin = calloc((size_t)ns + 1, sizeof *e->opt_begin);
+  if (!st || !cnt || !o2 || !l2 || !e->opt_begin) {
+    free(st), free(cnt), free(o2), free(l2);
+    return -1;
+  }
+  e->opt_stages = ns;
+  for (int i = 0; i < n; ++i) st[i] = ns - 1;
+  /* tensor [at, at + k) read first by stage k0 */
+#define OPT_STAGE(at_, k_, s_)                                                              \
+  do {                                                                                      \
+    const size_t a_ = (at_), b_ = a_ == NONE ? 0 : a_ + (k_);                                \
+    if (a_ != NONE && b_ > lo && a_ < hi) {                                                 \
+      const size_t c0_ = ((a_ > lo ? a_ : lo) - lo) / VR_CUTRAIN_ADAMW_CHUNK,               \
+                   c1_ = ((b_ < hi ? b_ : hi) - 1 - lo) / VR_CUTRAIN_ADAMW_CHUNK;           \
+      for (size_t c_ = c0_; c_ <= c1_ && c_ < (size_t)n; ++c_)                              \
+        if (st[c_] > (s_)) st[c_] = (s_);                                                   \
+    }                                                                                       \
+  } while (0)
+  OPT_STAGE(d->embed, (size_t)d->vocab * C, 0);
+  for (int l = 0; l < d->layers; ++l) {
+    const vr_cutrain_layer_off_t *t = &e->L[l];
+    const size_t at[16] = {t->q_w, t->q_b, t->k_w, t->k_b, t->v_w,    t->v_b,  t->o_w,    t->o_b,
+                           t->gate_w, t->gate_b, t->up_w, t->up_b, t->down_w, t->down_b, t->norm1, t->norm2};
+    const size_t k[16] = {HD * C, HD, KD * C, KD, KD * C, KD, C * HD, C, F * C, F, F * C, F, C * F, C, C, C};
+    for (int i = 0; i < 16; ++i) OPT_STAGE(at[i], k[i], l + 1);
+  }
+#undef OPT_STAGE
+  for (int i = 0; i < n; ++i) ++cnt[st[i] + 1];
+  for (int k = 0; k < ns; ++k) cnt[k + 1] += cnt[k];
+  for (int k = 0; k <= ns; ++k) e->opt_begin[k] = cnt[k];
+  for (int i = 0; i < n; ++i) { /* stable: within a stage, in buffer order */
+    const int j = cnt[st[i]]++;
+    o2[j] = off[i], l2[j] = len[i];
+  }
+  memcpy(off, o2, (size_t)n * 8);
+  memcpy(len, l2, (size_t)n * 8);
+  free(st), free(cnt), free(o2), free(l2);
+  return 0;
 }
 
 /* The parts of the gradient buffer that no weight-gradient GEMM overwrites (norms, biases, an
@@ -253,6 +366,11 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
     return VR_ERR_UNSUPPORTED;
   }
   const int fused_ok = vr_cutrain_lmhead_fused_available(C, V);
+  if (d->optim < VR_CUTRAIN_OPTIM_AUTO || d->optim > VR_CUTRAIN_OPTIM_SERIAL) {
+    vr_log(VR_LOG_ERROR, "optimizer schedule %d is not one of %d-%d", d->optim, VR_CUTRAIN_OPTIM_AUTO,
+           VR_CUTRAIN_OPTIM_SERIAL);
+    return VR_ERR_UNSUPPORTED;
+  }
   if (d->lmhead < VR_CUTRAIN_LMHEAD_AUTO || d->lmhead > VR_CUTRAIN_LMHEAD_FUSED_PP2 ||
       (d->lmhead >= VR_CUTRAIN_LMHEAD_FUSED && !fused_ok)) {
     vr_log(VR_LOG_ERROR, "LM head %d does not run hidden %d on this build and device", d->lmhead, C);
@@ -311,7 +429,9 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   if (chunk < 1) chunk = 1;
   if (chunk > (size_t)max_tokens) chunk = (size_t)max_tokens;
   e->chunk = (int)chunk;
-  if (VR_CUDA_TRY(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking)) != 0 ||
+  int prio_lo = 0, prio_hi = 0;
+  if (VR_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&prio_lo, &prio_hi)) != 0 ||
+      VR_CUDA_TRY(cudaStreamCreateWithPriority(&e->s, cudaStreamNonBlocking, prio_hi)) != 0 ||
       VR_CUDA_TRY(cudaEventCreateWithFlags(&e->stage_ev[0], cudaEventDisableTiming)) != 0 ||
       VR_CUDA_TRY(cudaEventCreateWithFlags(&e->stage_ev[1], cudaEventDisableTiming)) != 0) {
     vr_cutrain_free(e);
@@ -387,7 +507,8 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   DALLOC(e->meta_d, ml.words * 4);
   DALLOC(e->rope_if, (size_t)D / 2 * 4);
   DALLOC(e->rope_nif, (size_t)D / 2 * 4);
-  const int max_chunks = fo ? 0 : (int)((sh + VR_CUTRAIN_ADAMW_CHUNK - 1) / VR_CUTRAIN_ADAMW_CHUNK);
+  /* + 2: the input embedding's range chunked on its own (opt_defer_emb) */
+  const int max_chunks = fo ? 0 : (int)((sh + VR_CUTRAIN_ADAMW_CHUNK - 1) / VR_CUTRAIN_ADAMW_CHUNK) + 2;
   if (!fo) {
     DALLOC(e->sq, 8);
     DALLOC(e->sq_red, VR_CUTRAIN_SUMSQ_BLOCKS * 8);
@@ -423,11 +544,52 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
       vr_cutrain_free(e);
       return VR_ERR_NOMEM;
     }
-    e->ad_n = vr_cutrain_adamw_chunks(shard_lo, shard_hi, ho, hl, max_chunks);
+    const size_t ea = d->embed, eb = d->embed + (size_t)V * C;
+    const int emb_own = d->embed != NONE && ea >= shard_lo && eb <= shard_hi && ea < eb;
+    if (emb_own) { /* [lo, ea), [ea, eb), [eb, hi): no chunk holds the embedding and another tensor */
+      const int a = vr_cutrain_adamw_chunks(shard_lo, ea, ho, hl, max_chunks);
+      const int b = a < 0 ? -1 : vr_cutrain_adamw_chunks(ea, eb, ho + a, hl + a, max_chunks - a);
+      const int c = b < 0 ? -1 : vr_cutrain_adamw_chunks(eb, shard_hi, ho + a + b, hl + a + b, max_chunks - a - b);
+      e->ad_n = c < 0 ? -1 : a + b + c;
+    } else {
+      e->ad_n = vr_cutrain_adamw_chunks(shard_lo, shard_hi, ho, hl, max_chunks);
+    }
+    if (e->ad_n < 0 || opt_order_chunks(e, ho, hl, e->ad_n) != 0) {
+      free(ho), free(hl);
+      vr_cutrain_free(e);
+      return VR_ERR_NOMEM;
+    }
     VR_CUDA_CHECK(cudaMemcpyAsync(e->ad_off, ho, (size_t)max_chunks * 8, cudaMemcpyHostToDevice, e->s));
     VR_CUDA_CHECK(cudaMemcpyAsync(e->ad_len, hl, (size_t)max_chunks * 8, cudaMemcpyHostToDevice, e->s));
     VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
     free(ho), free(hl);
+    e->opt_overlap = d->optim != VR_CUTRAIN_OPTIM_SERIAL; /* AUTO: overlapped */
+    e->opt_defer_emb = e->opt_overlap && emb_own;
+    e->opt_ev = calloc((size_t)e->opt_stages, sizeof *e->opt_ev);
+    if (!e->opt_ev) {
+      vr_cutrain_free(e);
+      return VR_ERR_NOMEM;
+    }
+    int erc = VR_CUDA_TRY(cudaStreamCreateWithPriority(&e->so, cudaStreamNonBlocking, prio_lo)) ||
+              VR_CUDA_TRY(cudaEventCreateWithFlags(&e->opt_go, cudaEventDisableTiming)) ||
+              VR_CUDA_TRY(cudaEventCreateWithFlags(&e->opt_sq, cudaEventDisableTiming)) ||
+              VR_CUDA_TRY(cudaEventCreateWithFlags(&e->opt_gather, cudaEventDisableTiming));
+    for (int k = 0; !erc && k < e->opt_stages; ++k)
+      erc = VR_CUDA_TRY(cudaEventCreateWithFlags(&e->opt_ev[k], cudaEventDisableTiming));
+    if (erc) {
+      vr_cutrain_free(e);
+      return VR_ERR_DEVICE;
+    }
+    DALLOC(e->iota, T * 4);
+    int32_t *io = malloc(T * 4);
+    if (!io) {
+      vr_cutrain_free(e);
+      return VR_ERR_NOMEM;
+    }
+    for (size_t t = 0; t < T; ++t) io[t] = (int32_t)t;
+    VR_CUDA_CHECK(cudaMemcpyAsync(e->iota, io, T * 4, cudaMemcpyHostToDevice, e->s));
+    VR_CUDA_CHECK(cudaStreamSynchronize(e->s)); /* before io goes */
+    free(io);
     VR_CUDA_CHECK(cudaMemsetAsync(e->g, 0, n * 4, e->s));
     VR_CUDA_CHECK(cudaMemsetAsync(e->m, 0, sh * 4, e->s));
     e->wbeta = 1.f;
@@ -465,13 +627,13 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   vr_log(VR_LOG_INFO,
          "cuda training engine: %zu parameters' buffer, %d rows, LM-head chunk %d, qkv %s, gate/up %s, "
          "projections' dX %s, attention backward %s, dK/dV %s, activations %s, LM-head forward %s, gate/up + SwiGLU "
-         "%s, %.2f GiB on the device",
+         "%s, optimizer %s, %.2f GiB on the device",
          n, max_tokens, e->chunk, e->fused_qkv ? "fused" : "split", e->fused_gu ? "fused" : "split",
          e->dxn16 && (e->fused_qkv || e->fused_gu) ? "bf16" : "fp32", attn_bwd_names[e->attn_bwd],
          e->split ? "per query head" : "per key head",
          fo ? "forward only" : e->recompute ? "recomputed per layer" : "kept",
          e->lmhead_fused ? "fused sm90 GEMM" : "cuBLASLt + rows", e->mlp_fused ? "fused sm90 GEMM" : "cuBLASLt + kernel",
-         e->dev_bytes / 1073741824.0);
+         fo ? "none" : e->opt_overlap ? "overlapping the next forward" : "on the stream", e->dev_bytes / 1073741824.0);
   *out = e;
   return 0;
 }
@@ -654,10 +816,30 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   if (rc) return rc;
   e->T = T, e->n_seqs = n_seqs, e->temp = temperature;
   mark(e, -1);
-  vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->ids, NULL, P(e, d->embed), NULL, NULL, 1, P(e, e->L[0].norm1), NULL, T, C,
-                     d->rms_eps, e->s);
+  if (e->opt_pending && e->emb_deferred) { /* the batch's rows as the update will leave them, then the update */
+    VR_CUDA_CHECK(cudaStreamWaitEvent(e->s, e->opt_sq, 0));
+    vr_cutrain_adamw_rows(e->dx, e->p, e->m, e->v, e->g, (int64_t)e->lo, (int64_t)d->embed, e->ids, T, C,
+                          e->opt_clip ? e->sq : NULL, &e->opt_hp, e->s);
+    VR_CUDA_CHECK(cudaEventRecord(e->opt_gather, e->s));
+    VR_CUDA_CHECK(cudaStreamWaitEvent(e->so, e->opt_gather, 0));
+    opt_emb_enqueue(e);
+    opt_wait(e, 1); /* layer 0's first norm */
+    vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->iota, NULL, e->dx, NULL, NULL, 1, P(e, e->L[0].norm1), NULL, T, C,
+                       d->rms_eps, e->s);
+  } else {
+    opt_wait(e, 0);
+    opt_wait(e, 1);
+    vr_cuda_embed_norm(e->x[0], e->a[0].xn1, e->ids, NULL, P(e, d->embed), NULL, NULL, 1, P(e, e->L[0].norm1), NULL,
+                       T, C, d->rms_eps, e->s);
+  }
   mark(e, VR_CUTRAIN_PH_EMBED);
-  for (int l = 0; l < d->layers; ++l) layer_fwd(e, l, T, 0);
+  for (int l = 0; l < d->layers; ++l) {
+    opt_wait(e, l + 1);
+    layer_fwd(e, l, T, 0);
+  }
+  /* the head, and with it every stage: the update is all waited for */
+  if (e->opt_pending) VR_CUDA_CHECK(cudaStreamWaitEvent(e->s, e->opt_last, 0));
+  e->opt_pending = 0;
   if (e->value) {
     vr_cuda_rmsnorm_f32(e->x[d->layers], e->hv, P(e, d->final_norm), T, C, d->rms_eps, e->s);
     vr_cutrain_value_fwd(e->logp_r, e->hv, P(e, d->score_w), P(e, d->score_b), T, C, e->s);
@@ -749,6 +931,7 @@ int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent,
     return VR_ERR_INVAL;
   }
   e->kept = 0;
+  grads_settle(e);
   /* after zero_grad the weight GEMMs write their gradients (the rest of g is zero); cleared
    * here, before any stage callback can take g (vr_cutrain_grads) */
   e->wbeta = e->gfresh ? 0.f : 1.f;
@@ -791,13 +974,19 @@ int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent,
 
 int vr_cutrain_zero_grad(vr_cutrain_t *e) {
   if (fwd_only_refuses(e, "zero_grad")) return VR_ERR_UNSUPPORTED;
-  if (!e->gfresh) vr_cutrain_zero_chunks(e->g, e->zr_off, e->zr_len, e->zr_n, e->s);
+  if (!e->gfresh) {
+    if (e->opt_pending)
+      e->zero_deferred = 1; /* the update still reads g: zeroed by the next reader or writer (grads_settle) */
+    else
+      vr_cutrain_zero_chunks(e->g, e->zr_off, e->zr_len, e->zr_n, e->s);
+  }
   e->gfresh = 1;
   return 0;
 }
 
 /* g read with no backward since zero_grad: the GEMMs' parts are zeroed too. */
 static void grads_materialize(vr_cutrain_t *e) {
+  grads_settle(e);
   if (!e->gfresh) return;
   VR_CUDA_CHECK(cudaMemsetAsync(e->g, 0, e->d.n_floats * 4, e->s));
   e->gfresh = 0;
@@ -828,12 +1017,30 @@ int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, f
   if (step < 1) return VR_ERR_INVAL;
   if (fwd_only_refuses(e, "an optimizer step")) return VR_ERR_UNSUPPORTED;
   const vr_cutrain_adamw_t hp = {lr, beta1, beta2, eps, weight_decay, clip, step};
-  grads_materialize(e);
-  mark(e, -1);
-  if (clip > 0.f) vr_cutrain_sumsq(e->sq, e->g, e->d.n_floats, e->sq_red, e->s);
-  vr_cutrain_adamw(e->p, e->p16, e->m, e->v, e->g, (int64_t)e->lo, e->ad_off, e->ad_len, NULL, e->ad_n,
-                   clip > 0.f ? e->sq : NULL, &hp, e->s);
-  mark(e, VR_CUTRAIN_PH_OPTIM);
+  grads_materialize(e); /* also waits for a previous update still in flight */
+  if (!e->opt_overlap || e->prof) {
+    mark(e, -1);
+    if (clip > 0.f) vr_cutrain_sumsq(e->sq, e->g, e->d.n_floats, e->sq_red, e->s);
+    vr_cutrain_adamw(e->p, e->p16, e->m, e->v, e->g, (int64_t)e->lo, e->ad_off, e->ad_len, NULL, e->ad_n,
+                     clip > 0.f ? e->sq : NULL, &hp, e->s);
+    mark(e, VR_CUTRAIN_PH_OPTIM);
+    return 0;
+  }
+  /* after everything enqueued so far (the backward's gradients, a materialisation) */
+  VR_CUDA_CHECK(cudaEventRecord(e->opt_go, e->s));
+  VR_CUDA_CHECK(cudaStreamWaitEvent(e->so, e->opt_go, 0));
+  if (clip > 0.f) vr_cutrain_sumsq(e->sq, e->g, e->d.n_floats, e->sq_red, e->so);
+  VR_CUDA_CHECK(cudaEventRecord(e->opt_sq, e->so));
+  for (int k = e->opt_defer_emb; k < e->opt_stages; ++k) { /* stage 0 later: opt_emb_enqueue */
+    const int b = e->opt_begin[k], n = e->opt_begin[k + 1] - b;
+    vr_cutrain_adamw(e->p, e->p16, e->m, e->v, e->g, (int64_t)e->lo, e->ad_off + b, e->ad_len + b, NULL, n,
+                     clip > 0.f ? e->sq : NULL, &hp, e->so);
+    VR_CUDA_CHECK(cudaEventRecord(e->opt_ev[k], e->so));
+  }
+  e->opt_last = e->opt_ev[e->opt_stages - 1];
+  e->emb_deferred = e->opt_defer_emb;
+  e->opt_hp = hp, e->opt_clip = clip > 0.f;
+  e->opt_pending = 1;
   return 0;
 }
 
@@ -846,6 +1053,7 @@ const char *vr_cutrain_phase_name(int ph) {
 }
 
 int vr_cutrain_profile(vr_cutrain_t *e, int on) {
+  opt_join(e);
   if (on && !e->ev) {
     e->ev = calloc(PROF_EVENTS, sizeof *e->ev);
     e->ev_ph = calloc(PROF_EVENTS, sizeof *e->ev_ph);
@@ -858,6 +1066,7 @@ int vr_cutrain_profile(vr_cutrain_t *e, int on) {
 }
 
 int vr_cutrain_profile_take(vr_cutrain_t *e, double *ms) {
+  opt_join(e);
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
   for (int i = 1; i < e->n_ev; ++i) {
     if (e->ev_ph[i] < 0) continue;
@@ -870,9 +1079,15 @@ int vr_cutrain_profile_take(vr_cutrain_t *e, double *ms) {
   return full ? VR_ERR_TOO_LARGE : 0;
 }
 
-float *vr_cutrain_params(vr_cutrain_t *e) { return e->p; }
+float *vr_cutrain_params(vr_cutrain_t *e) {
+  if (e->opt_pending) { /* the caller reads or writes it from any stream or the host */
+    opt_join(e);
+    VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
+  }
+  return e->p;
+}
 float *vr_cutrain_grads(vr_cutrain_t *e) {
-  if (e->gfresh) { /* the caller reads it from any stream or the host */
+  if (e->gfresh || e->opt_pending || e->zero_deferred) { /* the caller reads it from any stream or the host */
     grads_materialize(e);
     VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
   }
@@ -887,22 +1102,26 @@ void vr_cutrain_tune_gemms(vr_cutrain_t *e, int on) {
 }
 
 int vr_cutrain_sync(vr_cutrain_t *e) {
+  opt_join(e);
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
   return 0;
 }
 
 int vr_cutrain_get_params(vr_cutrain_t *e, float *dst) {
+  opt_join(e);
   VR_CUDA_CHECK(cudaMemcpyAsync(dst, e->p, e->d.n_floats * 4, cudaMemcpyDeviceToHost, e->s));
   return vr_cutrain_sync(e);
 }
 
 int vr_cutrain_set_params(vr_cutrain_t *e, const float *src) {
+  opt_join(e);
   VR_CUDA_CHECK(cudaMemcpyAsync(e->p, src, e->d.n_floats * 4, cudaMemcpyHostToDevice, e->s));
   vr_cuda_convert_to_bf16(e->p16, e->p, 0, e->d.n_floats, e->s);
   return vr_cutrain_sync(e);
 }
 
 int vr_cutrain_params_written(vr_cutrain_t *e, size_t lo, size_t hi) {
+  opt_join(e);
   if (lo > hi || hi > e->d.n_floats) return VR_ERR_INVAL;
   if (hi > lo) vr_cuda_convert_to_bf16(e->p16 + lo, e->p + lo, 0, hi - lo, e->s);
   VR_CUDA_CHECK(cudaGetLastError());
@@ -918,6 +1137,7 @@ int vr_cutrain_get_grads(vr_cutrain_t *e, float *dst) {
 
 int vr_cutrain_get_moments(vr_cutrain_t *e, float *m, float *v) {
   if (fwd_only_refuses(e, "get_moments")) return VR_ERR_UNSUPPORTED;
+  opt_join(e);
   VR_CUDA_CHECK(cudaMemcpyAsync(m, e->m, (e->hi - e->lo) * 4, cudaMemcpyDeviceToHost, e->s));
   VR_CUDA_CHECK(cudaMemcpyAsync(v, e->v, (e->hi - e->lo) * 4, cudaMemcpyDeviceToHost, e->s));
   return vr_cutrain_sync(e);
@@ -925,12 +1145,14 @@ int vr_cutrain_get_moments(vr_cutrain_t *e, float *m, float *v) {
 
 int vr_cutrain_set_moments(vr_cutrain_t *e, const float *m, const float *v) {
   if (fwd_only_refuses(e, "set_moments")) return VR_ERR_UNSUPPORTED;
+  opt_join(e);
   VR_CUDA_CHECK(cudaMemcpyAsync(e->m, m, (e->hi - e->lo) * 4, cudaMemcpyHostToDevice, e->s));
   VR_CUDA_CHECK(cudaMemcpyAsync(e->v, v, (e->hi - e->lo) * 4, cudaMemcpyHostToDevice, e->s));
   return vr_cutrain_sync(e);
 }
 
 int vr_cutrain_randomize(vr_cutrain_t *e, uint64_t seed, float scale) {
+  opt_join(e);
   const vr_cutrain_desc_t *d = &e->d;
   vr_cutrain_fill_uniform(e->p, d->n_floats, seed, scale, e->s);
   const int C = d->hidden;

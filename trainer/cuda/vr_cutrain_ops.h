@@ -257,6 +257,12 @@ int vr_cutrain_adamw_chunks(size_t lo, size_t hi, int64_t *off, int64_t *len, in
 void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, const float *g, int64_t moff, const int64_t *off,
                       const int64_t *len, const float *wd, int n_chunks, const double *sumsq,
                       const vr_cutrain_adamw_t *hp, cudaStream_t s);
+/* out (T, C) fp32 = rows ids[t] of the table at p + off as vr_cutrain_adamw with the same hp,
+ * sumsq and wd NULL will leave them (the same arithmetic, bit for bit), written to out alone:
+ * the overlapped optimizer's input embedding, read by the next forward before its update runs. */
+void vr_cutrain_adamw_rows(float *out, const float *p, const float *m, const float *v, const float *g, int64_t moff,
+                           int64_t off, const int32_t *ids, int T, int C, const double *sumsq,
+                           const vr_cutrain_adamw_t *hp, cudaStream_t s);
 /* x[off[i], off[i] + len[i]) = 0 for the n_chunks chunks (device arrays; chunks of at most
  * VR_CUTRAIN_ADAMW_CHUNK, one block each): the gradient buffer's parts no GEMM overwrites. */
 void vr_cutrain_zero_chunks(float *x, const int64_t *off, const int64_t *len, int n_chunks, cudaStream_t s);

@@ -108,6 +108,24 @@ __global__ void k_adamw(float *p, uint16_t *p16, float *m, float *v, const float
   }
 }
 
+/* Row t of out (C floats) = rows ids[t] of the table at p + off after k_adamw's update of it
+ * (no per-chunk weight-decay multiplier: wd NULL there), computed from p, m, v, g and written
+ * nowhere else: what the update will store, for a reader that comes before it. */
+__global__ void k_adamw_rows(float *out, const float *p, const float *m, const float *v, const float *g, int64_t moff,
+                             int64_t off, const int32_t *ids, int C, const float *wd, const double *sumsq, adamw_k k) {
+  float gs = 1.f;
+  if (k.clip > 0.f && sumsq) gs = fminf(1.f, k.clip / ((float)sqrt(sumsq[0]) + 1e-6f));
+  /* wd is NULL: k_adamw's expression as it stands, so that the compiler contracts it alike */
+  const float decay = 1.f - k.lr * k.wd * (wd ? wd[0] : 1.f), step = k.lr / k.bc1;
+  const int64_t r = off + (int64_t)ids[blockIdx.x] * C;
+  float *o = out + (size_t)blockIdx.x * C;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float pi = p[r + c], mi = m[r + c - moff], vi = v[r + c - moff];
+    adamw_one(pi, mi, vi, g[r + c], gs, decay, step, k);
+    o[c] = pi;
+  }
+}
+
 /* splitmix64 of (seed, i) to a uniform in [-1, 1). */
 __global__ void k_fill_uniform(float *x, size_t n, uint64_t seed, float scale) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -137,6 +155,19 @@ __global__ void k_zero_chunks(float *x, const int64_t *off, const int64_t *len) 
 
 /* -------------------------------------------------------------- launchers */
 
+static adamw_k adamw_k_of(const vr_cutrain_adamw_t *hp) {
+  VR_ASSERT(hp->step >= 1);
+  const adamw_k k = {hp->lr,
+                     hp->beta1,
+                     hp->beta2,
+                     hp->eps,
+                     hp->clip,
+                     hp->weight_decay,
+                     (float)(1.0 - pow((double)hp->beta1, (double)hp->step)),
+                     (float)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step))};
+  return k;
+}
+
 extern "C" void vr_cutrain_sumsq(double *out, const float *x, size_t n, double *scratch, cudaStream_t s) {
   const size_t n4 = ((uintptr_t)x & 15) == 0 ? n / 4 : 0;
   k_sumsq_partial<<<VR_CUTRAIN_SUMSQ_BLOCKS, SQ_THREADS, 0, s>>>(scratch, x, n, n4);
@@ -160,16 +191,15 @@ extern "C" void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, co
                                  const int64_t *off, const int64_t *len, const float *wd, int n_chunks,
                                  const double *sumsq, const vr_cutrain_adamw_t *hp, cudaStream_t s) {
   if (n_chunks <= 0) return;
-  VR_ASSERT(hp->step >= 1);
-  adamw_k k = {hp->lr,
-               hp->beta1,
-               hp->beta2,
-               hp->eps,
-               hp->clip,
-               hp->weight_decay,
-               (float)(1.0 - pow((double)hp->beta1, (double)hp->step)),
-               (float)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step))};
-  k_adamw<<<n_chunks, 512, 0, s>>>(p, p16, m, v, g, moff, off, len, wd, sumsq, k);
+  k_adamw<<<n_chunks, 512, 0, s>>>(p, p16, m, v, g, moff, off, len, wd, sumsq, adamw_k_of(hp));
+  VR_CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void vr_cutrain_adamw_rows(float *out, const float *p, const float *m, const float *v, const float *g,
+                                      int64_t moff, int64_t off, const int32_t *ids, int T, int C, const double *sumsq,
+                                      const vr_cutrain_adamw_t *hp, cudaStream_t s) {
+  if (T <= 0) return;
+  k_adamw_rows<<<T, 256, 0, s>>>(out, p, m, v, g, moff, off, ids, C, NULL, sumsq, adamw_k_of(hp));
   VR_CUDA_CHECK_LAUNCH();
 }
 

@@ -47,6 +47,8 @@ static int option_index(const char *what, const char *value, const char *const *
 }
 _Static_assert(VR_CUTRAIN_MLP_AUTO == 0 && VR_CUTRAIN_MLP_CUBLAS == 1 && VR_CUTRAIN_MLP_FUSED == 2,
                "option_index numbers cuda-mlp's values in this order");
+_Static_assert(VR_CUTRAIN_OPTIM_AUTO == 0 && VR_CUTRAIN_OPTIM_OVERLAP == 1 && VR_CUTRAIN_OPTIM_SERIAL == 2,
+               "option_index numbers cuda-optim's values in this order");
 
 static void vr_tcuda_free(void *state) {
   vr_tcuda_t *s = state;
@@ -60,10 +62,12 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
   *state = NULL;
   const vr_lm_config_t *c = vr_lm_config(lm);
   const vr_lm_index_t *ix = vr_lm_index(lm);
-  static const char *const mlps[] = {"auto", "cublas", "fused"}, *const tunes[] = {"off", "same-bits", "any"};
+  static const char *const mlps[] = {"auto", "cublas", "fused"}, *const tunes[] = {"off", "same-bits", "any"},
+                           *const optims[] = {"auto", "overlap", "serial"};
   const int mlp = option_index("cuda-mlp", opt->cuda_mlp, mlps, 3);
   const int tune = option_index("cuda-gemm-tune", opt->cuda_gemm_tune, tunes, 3);
-  if (mlp < 0 || tune < 0) return VR_ERR_INVAL;
+  const int optim = option_index("cuda-optim", opt->cuda_optim, optims, 3);
+  if (mlp < 0 || tune < 0 || optim < 0) return VR_ERR_INVAL;
   int dev = 0;
   if (opt->device && opt->device[4] == ':') {
     char *end = NULL;
@@ -130,6 +134,7 @@ static int vr_tcuda_init(const vr_lm_t *lm, const vr_train_options_t *opt, size_
   d.recompute = opt->recompute;
   d.forward_only = opt->forward_only;
   d.mlp = mlp;
+  d.optim = optim;
   int rc = vr_cutrain_create(&d, vr_lm_params_const(lm), T, 0, lo, hi, &s->e);
   free(L);
   if (rc) {
