@@ -1043,7 +1043,7 @@ static void test_adamw(void) {
   uint16_t *d_p16 = dmalloc(n * 2);
   CK(cudaMemset(d_m, 0, n * 4));
   CK(cudaMemset(d_v, 0, n * 4));
-  vr_cutrain_adamw_t hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0};
+  vr_cutrain_adamw_t hp = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 1.0f, 0, 0.f};
   for (int step = 1; step <= 3; ++step) {
     float *g = rand_f(n, -0.01f * step, 0.02f); /* norm ~ 3: the clip is active */
     CK(cudaMemcpy(d_g, g, n * 4, cudaMemcpyHostToDevice));
@@ -1078,6 +1078,38 @@ static void test_adamw(void) {
   for (int64_t i = 0; i < n; ++i) bad += g16[i] != f2bf(gp[i]);
   printf("%-4s adamw bf16 compute copy = bf16(params) (%lld differ)\n", bad ? "FAIL" : "ok", (long long)bad);
   if (bad) g_fail = 1;
+  /* A pending gradient factor (grad_scale, clip 0) gives the bits of the gradients scaled in place
+   * first; and vr_cutrain_adamw_rows (wd NULL) gives rows of the table as the update leaves them. */
+  {
+    float *g = rand_f(n, -0.02f, 0.02f), *p2 = malloc(n * 4), *m2 = malloc(n * 4), *v2 = malloc(n * 4);
+    float *d_p2 = todev(gp, n * 4), *d_m2 = todev(gm, n * 4), *d_v2 = todev(gv, n * 4), *d_g2 = todev(g, n * 4);
+    CK(cudaMemcpy(d_g, g, n * 4, cudaMemcpyHostToDevice));
+    const int C = 96, R = (int)(n / C), nid = 500;
+    int32_t ids[500];
+    for (int i = 0; i < nid; ++i) ids[i] = i > 0 && i % 7 == 0 ? ids[i / 7] : irand(R); /* repeats too */
+    int32_t *d_ids = todev(ids, sizeof ids);
+    float *d_rows = dmalloc((size_t)nid * C * 4), *rows = malloc((size_t)nid * C * 4);
+    vr_cutrain_adamw_t h2 = hp;
+    h2.clip = 0.f, h2.step = 4, h2.grad_scale = 0.37f;
+    vr_cutrain_adamw_rows(d_rows, d_p2, d_m2, d_v2, d_g2, 0, 0, d_ids, nid, C, NULL, &h2, 0);
+    vr_cutrain_adamw(d_p2, NULL, d_m2, d_v2, d_g2, 0, d_off, d_len, NULL, nc, NULL, &h2, 0); /* the factor */
+    vr_cutrain_scale(d_g, n, 0.37f, 0);                                                     /* in place */
+    h2.grad_scale = 0.f;
+    vr_cutrain_adamw(d_p, NULL, d_m, d_v, d_g, 0, d_off, d_len, NULL, nc, NULL, &h2, 0);
+    tohost(gp, d_p, n * 4), tohost(gm, d_m, n * 4), tohost(gv, d_v, n * 4);
+    tohost(p2, d_p2, n * 4), tohost(m2, d_m2, n * 4), tohost(v2, d_v2, n * 4);
+    tohost(rows, d_rows, (size_t)nid * C * 4);
+    const int same = !memcmp(gp, p2, n * 4) && !memcmp(gm, m2, n * 4) && !memcmp(gv, v2, n * 4);
+    printf("%-4s adamw with grad_scale 0.37 == gradients scaled in place, then adamw (bit for bit)\n",
+           same ? "ok" : "FAIL");
+    int64_t rb = 0;
+    for (int i = 0; i < nid; ++i) rb += memcmp(rows + (size_t)i * C, gp + (size_t)ids[i] * C, (size_t)C * 4) != 0;
+    printf("%-4s adamw_rows: %d rows of the table before the update == the rows after it (%lld differ)\n",
+           rb ? "FAIL" : "ok", nid, (long long)rb);
+    if (!same || rb) g_fail = 1;
+    dfree(d_p2), dfree(d_m2), dfree(d_v2), dfree(d_g2), dfree(d_ids), dfree(d_rows);
+    free(g), free(p2), free(m2), free(v2), free(rows);
+  }
   dfree(d_p), dfree(d_m), dfree(d_v), dfree(d_g), dfree(d_sq), dfree(d_s);
   dfree(d_wd), dfree(d_off), dfree(d_len), dfree(d_p16);
   free(p), free(rp), free(rm), free(rv), free(gp), free(gm), free(gv), free(g16);

@@ -12,6 +12,9 @@
  *   - two updates with no forward between them;
  *   - an update, then set_params over it;
  *   - an update, then a log-prob forward only (keep 0), then a backward refused, then a step;
+ *   - the trainer's clip: scale_grads, then an update without the device clip, with the gradients
+ *     read between them on one engine (the factor applied in place) and not on the other (the
+ *     factor folded into the update), then read on both;
  * once with the optimizer state over the whole buffer (the input embedding's update deferred to
  * the next forward, which computes its rows from the update's inputs) and once over a shard that
  * cuts the embedding (every stage enqueued at once).
@@ -228,6 +231,23 @@ static void run_pair(const model_t *m, size_t lo, size_t hi, const char *label) 
   step(&p, &b0, 13);
   same(&p, "  then a step: parameters", get_params, p.n);
   same(&p, "  and its gradients", get_grads, p.n);
+
+  /* the trainer's clip (vr_train_step): scale_grads, then an update without the device clip. The
+   * serial engine reads its gradients between them (the factor applied in place); the overlapped
+   * one does not (the factor taken by the update); then both are read. */
+  for (int k = 14; k <= 15; ++k) {
+    for (int i = 0; i < 2; ++i) {
+      vr_cutrain_t *e = p.e[i];
+      assert_ok(vr_cutrain_zero_grad(e) == 0 && vr_cutrain_forward(e, b1.ids, b1.cu, S, b1.tgt, 1.f, NULL, NULL, 1) == 0 &&
+                    vr_cutrain_backward(e, b1.glp, NULL) == 0 && vr_cutrain_scale_grads(e, 0.3f) == 0,
+                "a step to scale_grads");
+      if (i == 0) assert_ok(vr_cutrain_get_grads(e, p.a) == 0, "get_grads");
+      assert_ok(vr_cutrain_adamw_step(e, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f, 0.f, k) == 0, "adamw_step, no clip");
+    }
+  }
+  same(&p, "scale_grads 0.3 then an update (twice): parameters", get_params, p.n);
+  same(&p, "  and the gradients: scaled, read before or after the update", get_grads, p.n);
+  same(&p, "  then a log-prob forward", fwd_logp, T);
 
   for (int i = 0; i < 2; ++i) vr_cutrain_free(p.e[i]);
   free(p.a), free(p.b), free(m0), free(v0), free(m1), free(v1);

@@ -133,6 +133,10 @@ int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent,
 int vr_cutrain_zero_grad(vr_cutrain_t *e);
 /* Sum of squares of grads[lo, hi) (double, deterministic), host result (synchronises). */
 int vr_cutrain_grad_sqnorm(vr_cutrain_t *e, size_t lo, size_t hi, double *out);
+/* Gradients times s (a clip's factor), lazily: the factor is applied by the next call that reads
+ * or accumulates into the gradients, dropped by zero_grad, and taken by an adamw_step with clip 0
+ * as its gradients' factor (the bits of the gradients scaled in place first; the gradients read
+ * afterwards are the scaled ones), so a clipped step followed by zero_grad makes no pass over them. */
 int vr_cutrain_scale_grads(vr_cutrain_t *e, float s);
 /* AdamW on the shard with step count step >= 1; clip > 0 also clips by the global norm of the
  * whole gradient buffer on the device (no host round trip; the engine of vr_train.h clips

@@ -100,6 +100,11 @@ struct vr_cutrain {
   vr_cutrain_adamw_t opt_hp;
   int32_t *iota; /* (T_max) 0, 1, ...: the gathered rows' ids */
   int zero_deferred; /* a zero_grad's chunks not yet zeroed (the optimizer was reading g) */
+  /* scale_grads' factor, not yet applied (1: none): g holds the gradients over gscale. A reader
+   * or writer of g applies it first (grads_settle); an update without the on-device clip takes it
+   * as its gradients' factor and leaves it pending (the bits of g scaled in place, then the
+   * update); zero_grad drops it. So a clipped step costs no pass over g when zero_grad follows. */
+  float gscale;
   /* zero_grad without the full memset: it zeroes the zr chunks (the parts of g no GEMM writes)
    * and sets gfresh; the next backward's weight-gradient GEMMs then overwrite (wbeta 0) instead
    * of accumulating (wbeta 1), and a read of g before any backward zeroes the rest first
@@ -149,11 +154,16 @@ static void opt_wait(vr_cutrain_t *e, int k) {
   if (e->opt_pending) VR_CUDA_CHECK(cudaStreamWaitEvent(e->s, e->opt_ev[k], 0));
 }
 
-/* Before g is read or written on the engine's stream: the update done, a deferred zero_grad's chunks zeroed. */
-static void grads_settle(vr_cutrain_t *e) {
+/* Before g is read or written on the engine's stream: the update done, a deferred zero_grad's
+ * chunks zeroed, and unless keep_scale a pending gradient factor applied. */
+static void grads_settle(vr_cutrain_t *e, int keep_scale) {
   opt_join(e);
   if (e->zero_deferred) vr_cutrain_zero_chunks(e->g, e->zr_off, e->zr_len, e->zr_n, e->s);
   e->zero_deferred = 0;
+  if (!keep_scale && e->gscale != 1.f) {
+    if (!e->gfresh) vr_cutrain_scale(e->g, e->d.n_floats, e->gscale, e->s);
+    e->gscale = 1.f;
+  }
 }
 
 /* ---------------------------------------------------------------- allocation */
@@ -261,14 +271,14 @@ static int frange_cmp(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Orders the shard's optimizer chunks (off / len, n of them, made by vr_cutrain_adamw_chunks
- * from lo) by the forward stage that first reads them (the opt_stage comment in the struct: a
+/* Orders the shard's optimizer chunks (off / len, n of them in buffer order, made by
+ * vr_cutrain_adamw_chunks; not all of one length: the embedding's range is chunked apart) by the forward stage that first reads them (the opt_stage comment in the struct: a
  * chunk holding tensors of two stages goes with the earlier one) and sets e->opt_begin.
  * Returns 0, or -1 (out of host memory). */
 static int opt_order_chunks(vr_cutrain_t *e, int64_t *off, int64_t *len, int n) {
   const vr_cutrain_desc_t *d = &e->d;
   const size_t C = (size_t)d->hidden, HD = (size_t)d->heads * d->head_dim, KD = (size_t)d->kv_heads * d->head_dim,
-               F = (size_t)d->inter, lo = e->lo, hi = e->hi;
+               F = (size_t)d->inter;
   const int ns = d->layers + 2;
   int *st = malloc(((size_t)n + 1) * sizeof *st), *cnt = calloc((size_t)ns + 1, sizeof *cnt);
   int64_t *o2 = malloc(((size_t)n + 1) * 8), *l2 = malloc(((size_t)n + 1) * 8);
@@ -279,16 +289,22 @@ static int opt_order_chunks(vr_cutrain_t *e, int64_t *off, int64_t *len, int n) 
   }
   e->opt_stages = ns;
   for (int i = 0; i < n; ++i) st[i] = ns - 1;
-  /* tensor [at, at + k) read first by stage k0 */
-#define OPT_STAGE(at_, k_, s_)                                                              \
-  do {                                                                                      \
-    const size_t a_ = (at_), b_ = a_ == NONE ? 0 : a_ + (k_);                                \
-    if (a_ != NONE && b_ > lo && a_ < hi) {                                                 \
-      const size_t c0_ = ((a_ > lo ? a_ : lo) - lo) / VR_CUTRAIN_ADAMW_CHUNK,               \
-                   c1_ = ((b_ < hi ? b_ : hi) - 1 - lo) / VR_CUTRAIN_ADAMW_CHUNK;           \
-      for (size_t c_ = c0_; c_ <= c1_ && c_ < (size_t)n; ++c_)                              \
-        if (st[c_] > (s_)) st[c_] = (s_);                                                   \
-    }                                                                                       \
+  /* tensor [at, at + k) read first by stage s: every chunk it meets (off ascending here) */
+#define OPT_STAGE(at_, k_, s_)                                                     \
+  do {                                                                             \
+    const size_t a_ = (at_), b_ = a_ == NONE ? 0 : a_ + (k_);                       \
+    if (a_ != NONE && b_ > a_) {                                                   \
+      int l_ = 0, h_ = n; /* the first chunk ending past a_ */                     \
+      while (l_ < h_) {                                                            \
+        const int md_ = (l_ + h_) / 2;                                             \
+        if ((size_t)(off[md_] + len[md_]) <= a_)                                   \
+          l_ = md_ + 1;                                                            \
+        else                                                                       \
+          h_ = md_;                                                                \
+      }                                                                            \
+      for (int c_ = l_; c_ < n && (size_t)off[c_] < b_; ++c_)                       \
+        if (st[c_] > (s_)) st[c_] = (s_);                                          \
+    }                                                                              \
   } while (0)
   OPT_STAGE(d->embed, (size_t)d->vocab * C, 0);
   for (int l = 0; l < d->layers; ++l) {
@@ -379,6 +395,7 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   vr_cutrain_t *e = calloc(1, sizeof *e);
   if (!e) return VR_ERR_NOMEM;
   e->d = *d;
+  e->gscale = 1.f;
   e->L = malloc((size_t)d->layers * sizeof *e->L);
   e->x = calloc((size_t)d->layers + 1, sizeof *e->x);
   e->a = calloc((size_t)d->layers, sizeof *e->a);
@@ -931,7 +948,7 @@ int vr_cutrain_backward_cb(vr_cutrain_t *e, const float *glp, const float *gent,
     return VR_ERR_INVAL;
   }
   e->kept = 0;
-  grads_settle(e);
+  grads_settle(e, 0);
   /* after zero_grad the weight GEMMs write their gradients (the rest of g is zero); cleared
    * here, before any stage callback can take g (vr_cutrain_grads) */
   e->wbeta = e->gfresh ? 0.f : 1.f;
@@ -981,12 +998,13 @@ int vr_cutrain_zero_grad(vr_cutrain_t *e) {
       vr_cutrain_zero_chunks(e->g, e->zr_off, e->zr_len, e->zr_n, e->s);
   }
   e->gfresh = 1;
+  e->gscale = 1.f;
   return 0;
 }
 
 /* g read with no backward since zero_grad: the GEMMs' parts are zeroed too. */
-static void grads_materialize(vr_cutrain_t *e) {
-  grads_settle(e);
+static void grads_materialize(vr_cutrain_t *e, int keep_scale) {
+  grads_settle(e, keep_scale);
   if (!e->gfresh) return;
   VR_CUDA_CHECK(cudaMemsetAsync(e->g, 0, e->d.n_floats * 4, e->s));
   e->gfresh = 0;
@@ -997,7 +1015,7 @@ int vr_cutrain_grad_sqnorm(vr_cutrain_t *e, size_t lo, size_t hi, double *out) {
   if (hi > e->d.n_floats) hi = e->d.n_floats;
   *out = 0;
   if (lo >= hi) return 0;
-  grads_materialize(e);
+  grads_materialize(e, 0);
   vr_cutrain_sumsq(e->sq, e->g + lo, hi - lo, e->sq_red, e->s);
   VR_CUDA_CHECK(cudaMemcpyAsync(e->stage_h, e->sq, 8, cudaMemcpyDeviceToHost, e->s));
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
@@ -1007,8 +1025,8 @@ int vr_cutrain_grad_sqnorm(vr_cutrain_t *e, size_t lo, size_t hi, double *out) {
 
 int vr_cutrain_scale_grads(vr_cutrain_t *e, float s) {
   if (fwd_only_refuses(e, "scale_grads")) return VR_ERR_UNSUPPORTED;
-  grads_materialize(e);
-  vr_cutrain_scale(e->g, e->d.n_floats, s, e->s);
+  grads_materialize(e, 0); /* a factor already pending applied: two in a row round as two passes */
+  e->gscale = s;           /* applied by the next reader of g, or taken by the next update */
   return 0;
 }
 
@@ -1016,8 +1034,10 @@ int vr_cutrain_adamw_step(vr_cutrain_t *e, float lr, float beta1, float beta2, f
                           float clip, int64_t step) {
   if (step < 1) return VR_ERR_INVAL;
   if (fwd_only_refuses(e, "an optimizer step")) return VR_ERR_UNSUPPORTED;
-  const vr_cutrain_adamw_t hp = {lr, beta1, beta2, eps, weight_decay, clip, step};
-  grads_materialize(e); /* also waits for a previous update still in flight */
+  /* also waits for a previous update still in flight; a pending factor goes into this update
+   * unless the on-device clip must first see the scaled gradients */
+  grads_materialize(e, clip <= 0.f);
+  const vr_cutrain_adamw_t hp = {lr, beta1, beta2, eps, weight_decay, clip, step, e->gscale};
   if (!e->opt_overlap || e->prof) {
     mark(e, -1);
     if (clip > 0.f) vr_cutrain_sumsq(e->sq, e->g, e->d.n_floats, e->sq_red, e->s);
@@ -1087,8 +1107,8 @@ float *vr_cutrain_params(vr_cutrain_t *e) {
   return e->p;
 }
 float *vr_cutrain_grads(vr_cutrain_t *e) {
-  if (e->gfresh || e->opt_pending || e->zero_deferred) { /* the caller reads it from any stream or the host */
-    grads_materialize(e);
+  if (e->gfresh || e->opt_pending || e->zero_deferred || e->gscale != 1.f) { /* read from any stream or the host */
+    grads_materialize(e, 0);
     VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
   }
   return e->g;
@@ -1130,7 +1150,7 @@ int vr_cutrain_params_written(vr_cutrain_t *e, size_t lo, size_t hi) {
 
 int vr_cutrain_get_grads(vr_cutrain_t *e, float *dst) {
   if (fwd_only_refuses(e, "get_grads")) return VR_ERR_UNSUPPORTED;
-  grads_materialize(e);
+  grads_materialize(e, 0);
   VR_CUDA_CHECK(cudaMemcpyAsync(dst, e->g, e->d.n_floats * 4, cudaMemcpyDeviceToHost, e->s));
   return vr_cutrain_sync(e);
 }

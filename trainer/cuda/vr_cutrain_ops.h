@@ -252,6 +252,8 @@ void vr_cutrain_sumsq(double *out, const float *x, size_t n, double *scratch, cu
 typedef struct vr_cutrain_adamw {
   float lr, beta1, beta2, eps, weight_decay, clip;
   int64_t step;
+  float grad_scale; /* 0 or 1: none; else the gradients' factor not yet applied to them: each is
+                     * multiplied by it first (one float product: the bits of g scaled in place) */
 } vr_cutrain_adamw_t;
 int vr_cutrain_adamw_chunks(size_t lo, size_t hi, int64_t *off, int64_t *len, int max_chunks);
 void vr_cutrain_adamw(float *p, uint16_t *p16, float *m, float *v, const float *g, int64_t moff, const int64_t *off,

@@ -55,6 +55,7 @@ __global__ void __launch_bounds__(SQ_THREADS) k_sumsq_final(double *out, const d
 
 struct adamw_k {
   float lr, b1, b2, eps, clip, wd, bc1, bc2s; /* bc1 = 1 - b1^step, bc2s = sqrt(1 - b2^step) */
+  float pre; /* the gradients' pending factor (vr_cutrain_adamw_t.grad_scale; 1: none) */
 };
 
 /* Block b: chunk b. torch.optim.AdamW's update (its foreach form):
@@ -63,7 +64,7 @@ struct adamw_k {
 /* One element's update (the same arithmetic in the scalar and the 4-wide loops). */
 __device__ __forceinline__ void adamw_one(float &p, float &m, float &v, float g, float gs, float decay, float step,
                                           const adamw_k &k) {
-  const float gi = g * gs;
+  const float gi = (g * k.pre) * gs; /* pre 1: g * gs exactly; gs 1: fl(g * pre), the bits of g scaled in place */
   m += (1.f - k.b1) * (gi - m);
   v = k.b2 * v + (1.f - k.b2) * gi * gi;
   p = p * decay;
@@ -164,7 +165,8 @@ static adamw_k adamw_k_of(const vr_cutrain_adamw_t *hp) {
                      hp->clip,
                      hp->weight_decay,
                      (float)(1.0 - pow((double)hp->beta1, (double)hp->step)),
-                     (float)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step))};
+                     (float)sqrt(1.0 - pow((double)hp->beta2, (double)hp->step)),
+                     hp->grad_scale != 0.f ? hp->grad_scale : 1.f};
   return k;
 }
 
