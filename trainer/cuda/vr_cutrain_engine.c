@@ -114,6 +114,7 @@ struct vr_cutrain {
   float wbeta;
   /* the pending batch */
   int T, n_seqs, n_fa, n_tiles, n_uniq, kept;
+  int fwd_keep; /* the forward running now is kept for backward */
   float temp;
   cudaEvent_t stage_ev[2]; /* vr_cutrain_backward_cb: the ends of the last two stages */
   /* profiling (vr_cutrain_profile): events at phase ends, their phases (-1: a start) */
@@ -746,9 +747,11 @@ static void layer_fwd(vr_cutrain_t *e, int l, int T, int again) {
   vr_cuda_rmsnorm(a->x_mid, a->xn2, P(e, o->norm2), T, C, d->rms_eps, e->s);
   const size_t gw[2] = {o->gate_w, o->up_w}, gb[2] = {o->gate_b, o->up_b};
   const int gwid[2] = {F, F};
-  /* gu is read by the backward alone: not written by a forward-only engine, nor by a recomputing
-   * engine's first forward but for the last layer (the backward recomputes the others) */
-  uint16_t *gu_kept = e->fwd_only || (e->recompute && !again && l < d->layers - 1) ? NULL : a->gu;
+  /* gu is read by the backward alone: not written by a forward-only engine or a forward not kept
+   * for backward, nor by a recomputing engine's first forward but for the last layer (the
+   * backward recomputes the others); act's bits do not depend on it */
+  uint16_t *gu_kept =
+      e->fwd_only || (!again && !e->fwd_keep) || (e->recompute && !again && l < d->layers - 1) ? NULL : a->gu;
   if (!e->mlp_fused || !vr_cutrain_gu_swiglu_fwd(a->act, gu_kept, a->xn2, P16(e, o->gate_w), T, C, F, e->s)) {
     proj_fwd(e, a->gu, 2 * F, a->xn2, C, 2, gw, gb, gwid, e->fused_gu, T);
     vr_cuda_swiglu(a->act, a->gu, T, F, e->s);
@@ -831,7 +834,7 @@ int vr_cutrain_forward(vr_cutrain_t *e, const int32_t *ids, const uint32_t *cu, 
   VR_CUDA_CHECK(cudaStreamSynchronize(e->s));
   int rc = stage_batch(e, ids, cu, n_seqs, tgt);
   if (rc) return rc;
-  e->T = T, e->n_seqs = n_seqs, e->temp = temperature;
+  e->T = T, e->n_seqs = n_seqs, e->temp = temperature, e->fwd_keep = keep;
   mark(e, -1);
   if (e->opt_pending && e->emb_deferred) { /* the batch's rows as the update will leave them, then the update */
     VR_CUDA_CHECK(cudaStreamWaitEvent(e->s, e->opt_sq, 0));
