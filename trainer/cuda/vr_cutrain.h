@@ -83,9 +83,9 @@ enum {
  * elsewhere: VR_ERR_UNSUPPORTED). */
 enum { VR_CUTRAIN_MLP_AUTO = 0, VR_CUTRAIN_MLP_CUBLAS = 1, VR_CUTRAIN_MLP_FUSED = 2 };
 /* vr_cutrain_desc_t.optim: OVERLAP, adamw_step enqueues the clip's sum of squares and AdamW on a
- * second, low-priority stream of the engine and returns; the next forward waits for each layer's
- * update just before it reads that layer (so the update of layer l + 1 runs beside the forward of
- * layer l, and the host stages the batch meanwhile). The input embedding's update (when the shard
+ * second stream of the engine (the lowest priority, as its main one) and returns; the next forward
+ * waits for each layer's update just before it reads that layer (so the update of layer l + 1 runs
+ * beside the forward of layer l, and the host stages the batch meanwhile). The input embedding's update (when the shard
  * holds all of it) waits instead for the forward to take the batch's rows, which it computes from
  * the update's inputs with the update's arithmetic (vr_cutrain_adamw_rows), so the forward starts
  * after the clip's sum and layer 0's update alone. Every other call that touches the parameters,

@@ -447,9 +447,12 @@ int vr_cutrain_create(const vr_cutrain_desc_t *d, const float *params, int max_t
   if (chunk < 1) chunk = 1;
   if (chunk > (size_t)max_tokens) chunk = (size_t)max_tokens;
   e->chunk = (int)chunk;
-  int prio_lo = 0, prio_hi = 0;
+  /* the engine's stream at the default priority (the lowest), as the NCCL streams of vr_comm.c that
+   * all-reduce beside the staged backward: a higher one here would let the backward's kernels starve
+   * theirs; the optimizer's stream at the lowest */
+  int prio_lo = 0, prio_hi = 0; /* prio_hi unused */
   if (VR_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&prio_lo, &prio_hi)) != 0 ||
-      VR_CUDA_TRY(cudaStreamCreateWithPriority(&e->s, cudaStreamNonBlocking, prio_hi)) != 0 ||
+      VR_CUDA_TRY(cudaStreamCreateWithFlags(&e->s, cudaStreamNonBlocking)) != 0 ||
       VR_CUDA_TRY(cudaEventCreateWithFlags(&e->stage_ev[0], cudaEventDisableTiming)) != 0 ||
       VR_CUDA_TRY(cudaEventCreateWithFlags(&e->stage_ev[1], cudaEventDisableTiming)) != 0) {
     vr_cutrain_free(e);
